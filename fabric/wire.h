@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabric/wire.h - the control-plane codec (spec: docs/protocol.md).
+ *
+ * Pure functions, no I/O, no allocation, no global state: safe from any
+ * thread. A frame is a 16-byte header followed by a payload of at most
+ * WIRE_MAX_PAYLOAD bytes; all integers little-endian:
+ *
+ *   u32 magic 'TDPL'  u8 version  u8 type  u16 flags  u32 seq  u32 len
+ *
+ * Every length and count inside a payload is bounded by the limits below;
+ * a payload must be consumed exactly (no trailing bytes). Strings and byte
+ * arrays travel as u16 length + bytes (no NUL on the wire). encode and
+ * decode check the same bounds, so encode(decode(b)) == b for every
+ * accepted frame b, and decode(encode(m)) == m for every m whose strings
+ * and arrays are zero-padded (as decode leaves them).
+ */
+#ifndef TP_FABRIC_WIRE_H
+#define TP_FABRIC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WIRE_MAGIC 0x4c504454u /* "TDPL" as little-endian bytes */
+#define WIRE_VERSION 1
+#define WIRE_HDR_LEN 16
+#define WIRE_MAX_PAYLOAD 65536u
+#define WIRE_MAX_FRAME (WIRE_HDR_LEN + WIRE_MAX_PAYLOAD)
+
+#define WIRE_NAME_MAX 64 /* client name, incl. NUL */
+#define WIRE_PROV_MAX 32 /* provider name, incl. NUL */
+#define WIRE_ADDR_MAX 128 /* fabric address bytes */
+#define WIRE_MSG_MAX 256 /* error text, incl. NUL */
+#define WIRE_MAX_LEASES 256 /* leases in one LEASE_OK / RELEASE */
+#define WIRE_ERR_MAX 4095 /* ERROR.err is 1 .. WIRE_ERR_MAX */
+
+/*
+ * Message-set versions this codec speaks, negotiated in HELLO (proto_min ..
+ * proto_max). Distinct from the header's WIRE_VERSION, which names the
+ * framing and changes only if the header itself does.
+ */
+#define WIRE_PROTO_MIN 1
+#define WIRE_PROTO_MAX 1
+
+/* Request types are < 0x80; a reply is its request | 0x80; 0xff is ERROR. */
+enum wire_type {
+	WIRE_HELLO = 0x01,
+	WIRE_LEASE = 0x02,
+	WIRE_RELEASE = 0x03,
+	WIRE_HEARTBEAT = 0x04,
+	WIRE_STATUS = 0x05,
+	WIRE_BYE = 0x06,
+	WIRE_HELLO_OK = 0x81,
+	WIRE_LEASE_OK = 0x82,
+	WIRE_RELEASE_OK = 0x83,
+	WIRE_HEARTBEAT_OK = 0x84,
+	WIRE_STATUS_OK = 0x85,
+	WIRE_BYE_OK = 0x86,
+	WIRE_ERROR = 0xff,
+};
+
+struct wire_hello {
+	/* versions the client speaks: 1 <= proto_min <= proto_max */
+	uint16_t proto_min, proto_max;
+	char client[WIRE_NAME_MAX]; /* free-form, for logs: "pid 123 bench" */
+};
+
+struct wire_hello_ok {
+	uint16_t proto; /* version chosen, >= 1 */
+	uint64_t session_id;
+	uint64_t epoch; /* random per memd boot */
+	uint32_t ttl_ms; /* lease TTL, >= 1; renew every ttl_ms / 3 */
+	uint64_t slab_bytes;
+	char provider[WIRE_PROV_MAX]; /* fabric provider memd uses */
+	uint16_t addr_len; /* 0 .. WIRE_ADDR_MAX */
+	uint8_t addr[WIRE_ADDR_MAX]; /* memd's fabric endpoint address */
+};
+
+struct wire_lease_req {
+	uint32_t nslabs; /* 1 .. WIRE_MAX_LEASES */
+	uint32_t flags; /* reserved, must be 0 */
+};
+
+/* A leased slab as the client addresses it. (epoch, slab, generation)
+ * names the lease; key/base/len are what RMA needs. */
+struct wire_lease {
+	uint64_t epoch;
+	uint32_t slab;
+	uint32_t generation;
+	uint64_t key;
+	uint64_t base; /* remote address of byte 0 (0 in offset mode) */
+	uint64_t len_bytes;
+};
+
+struct wire_lease_ok {
+	uint32_t ttl_ms; /* >= 1; the client counts it from its send time */
+	uint32_t count; /* 0 .. WIRE_MAX_LEASES */
+	struct wire_lease lease[WIRE_MAX_LEASES];
+};
+
+struct wire_lease_ref {
+	uint64_t epoch;
+	uint32_t slab;
+	uint32_t generation;
+};
+
+struct wire_release {
+	uint32_t count; /* 1 .. WIRE_MAX_LEASES */
+	struct wire_lease_ref ref[WIRE_MAX_LEASES];
+};
+
+struct wire_release_ok {
+	uint32_t released; /* 0 .. WIRE_MAX_LEASES: refs that named a live lease */
+};
+
+struct wire_heartbeat_ok {
+	uint32_t ttl_ms; /* >= 1; every lease of the session renewed for this */
+	uint32_t nleases; /* leases the session holds */
+	uint64_t epoch;
+};
+
+struct wire_status_ok {
+	uint64_t epoch;
+	uint64_t uptime_ms;
+	uint64_t donated_bytes;
+	uint64_t slab_bytes;
+	uint32_t slabs_total;
+	uint32_t slabs_free;
+	uint32_t slabs_leased;
+	uint32_t slabs_reclaiming; /* revoked, waiting to be zeroed */
+	uint32_t sessions;
+	uint32_t flags; /* WIRE_STATUS_*; unknown bits must be 0 */
+	uint64_t leases_expired; /* since boot */
+	uint64_t frames_rejected; /* malformed, oversized, out of sequence */
+};
+#define WIRE_STATUS_HUGEPAGES 0x1u /* donation backed by hugetlbfs pages */
+#define WIRE_STATUS_DRAINING 0x2u
+#define WIRE_STATUS_KNOWN (WIRE_STATUS_HUGEPAGES | WIRE_STATUS_DRAINING)
+
+struct wire_error {
+	int32_t err; /* positive Linux errno, 1 .. WIRE_ERR_MAX */
+	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
+};
+
+struct wire_msg {
+	uint8_t type; /* enum wire_type */
+	uint16_t flags; /* header flags; 0 in version 1 */
+	uint32_t seq; /* a reply echoes its request's seq */
+	union {
+		struct wire_hello hello;
+		struct wire_hello_ok hello_ok;
+		struct wire_lease_req lease;
+		struct wire_lease_ok lease_ok;
+		struct wire_release release;
+		struct wire_release_ok release_ok;
+		struct wire_heartbeat_ok heartbeat_ok;
+		struct wire_status_ok status_ok;
+		struct wire_error error;
+	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK carry no payload */
+};
+
+/*
+ * Length of the frame starting at buf from its header alone. Returns the
+ * total length (header + payload), or
+ *   -EAGAIN          fewer than WIRE_HDR_LEN bytes
+ *   -EPROTO          bad magic
+ *   -EPROTONOSUPPORT version other than WIRE_VERSION
+ *   -EMSGSIZE        payload longer than WIRE_MAX_PAYLOAD
+ */
+ssize_t wire_frame_len(const void *buf, size_t len);
+
+/*
+ * Decodes one frame from buf into *m. Returns the bytes consumed, or the
+ * errors of wire_frame_len (-EAGAIN: need more bytes, also when the header
+ * is complete but the payload is not), or -EBADMSG for non-zero header
+ * flags, an unknown type, a payload on a type that has none, a field out
+ * of bounds, a string longer than its array allows or containing a NUL, or
+ * a payload not consumed exactly.
+ *
+ * *m is zeroed before it is filled, so decoding is deterministic (padding
+ * and unused array tails included) and messages compare with memcmp. On
+ * -EMSGSIZE and -EBADMSG, *m holds the header's type, flags and seq with a
+ * zero payload, so the caller can answer ERROR to that seq; on the other
+ * errors *m is unspecified.
+ */
+ssize_t wire_decode(const void *buf, size_t len, struct wire_msg *m);
+
+/*
+ * Encodes *m into buf. Returns the frame length, or -EINVAL when m breaks
+ * a bound (it would not decode; checked first, whatever cap is), or
+ * -ENOSPC when cap is too small. A string must be NUL-terminated inside
+ * its array; bytes after the NUL and the union of payload-less types are
+ * ignored. buf is written only on success.
+ */
+ssize_t wire_encode(const struct wire_msg *m, void *buf, size_t cap);
+
+/* "HELLO", "LEASE_OK", ... or "UNKNOWN". */
+const char *wire_type_name(uint8_t type);
+
+/*
+ * Convenience: fills *m (all of it) as an ERROR reply to seq. err may be a
+ * negative errno as our functions return it, or positive; a value whose
+ * magnitude is 0 or above WIRE_ERR_MAX becomes EIO. text may be NULL
+ * (empty) and is cut to WIRE_MSG_MAX - 1 bytes. The result always encodes.
+ */
+void wire_make_error(struct wire_msg *m, uint32_t seq, int err,
+		     const char *text);
+
+#endif
