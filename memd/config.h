@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/config.h - memd.conf and command-line settings.
+ *
+ * One table (memd/config.c) lists every key: type, bounds, default,
+ * whether SIGHUP may reload it, and its help text. The same table drives
+ * parsing (libinih), flag overrides, --print-config, --check-config, the
+ * man page memd.conf(5) and tests/test_config.c. Unknown keys are errors.
+ * Sizes are binary ("64G", "512M", "4096"); durations take ms/s/m suffixes.
+ * Pure: no global state, no logging; errors are written to a caller's
+ * buffer as "FILE:LINE: key 'K': what is wrong".
+ */
+#ifndef TP_MEMD_CONFIG_H
+#define TP_MEMD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define MEMD_CONF_STR_MAX 256
+
+/* Read when -c is not given, if it exists; else the built-in defaults. */
+#define MEMD_CONF_DEFAULT_PATH "/etc/tidepool/memd.conf"
+
+enum memd_hugepages {
+	MEMD_HUGEPAGES_AUTO = 0, /* hugetlbfs pages if the host has enough */
+	MEMD_HUGEPAGES_NO, /* anonymous memory advised for THP */
+	MEMD_HUGEPAGES_YES, /* hugetlbfs pages or refuse to start */
+};
+
+struct memd_config {
+	char listen[MEMD_CONF_STR_MAX]; /* control server "host:port" */
+	char fabric_node[MEMD_CONF_STR_MAX]; /* fabric bind address; ""=host of listen */
+	char provider[MEMD_CONF_STR_MAX]; /* libfabric provider name */
+	uint64_t donate_bytes; /* total donated memory */
+	uint64_t slab_bytes; /* unit of lease; power of two */
+	enum memd_hugepages hugepages;
+	uint32_t lease_ttl_ms;
+	uint32_t lease_grace_ms; /* memd reclaims at renew + ttl + grace */
+	uint32_t quiesce_ms; /* lock-delay between revoke and zeroing */
+	uint32_t max_clients; /* concurrent control connections */
+	int log_level; /* syslog level: LOG_ERR .. LOG_DEBUG */
+};
+
+/* Fills every key with its default. */
+void memd_config_defaults(struct memd_config *c);
+
+/*
+ * Reads an ini file (sections are not used: keys live at top level or in
+ * [memd]). Returns 0, or -ENOENT / -EACCES when the file cannot be opened
+ * (err says so), -EINVAL for a bad line, unknown key or bad value (err names
+ * file, line and key). c is only changed on success.
+ * Also: another -errno from fopen or reading (-EISDIR for a directory).
+ * Keys the file does not name keep their value in c; a key set twice, a
+ * section other than [memd] and a line longer than libinih's buffer (198
+ * characters on common builds) are errors. Reentrant.
+ */
+int memd_config_load(struct memd_config *c, const char *path, char *err,
+		     size_t errlen);
+
+/* Sets one key from a string (a command-line flag). -EINVAL / -ENOENT
+ * (unknown key) with err "key 'K': ...". A '-' in key counts as '_'
+ * (--set lease-ttl=5s). c is only changed on success. */
+int memd_config_set(struct memd_config *c, const char *key, const char *value,
+		    char *err, size_t errlen);
+
+/* Cross-key checks (slab divides donation, ttl > grace, ...). 0 or -EINVAL.
+ * Also checks every key against its own bounds, for structs filled by
+ * code. */
+int memd_config_validate(const struct memd_config *c, char *err,
+			 size_t errlen);
+
+/* Writes every key as "key = value" (an ini memd can read back), each
+ * preceded by its help text as a comment. */
+void memd_config_print(const struct memd_config *c, FILE *out);
+
+/*
+ * SIGHUP support. For each key whose value differs between cur and next
+ * (both validated), copies it into cur when the key is reloadable and
+ * calls note (may be NULL) with both values as memd.conf would write them
+ * and whether it was applied, so the caller can log it. Returns how many
+ * keys were applied. No cross-key rule ties a reloadable key to one that
+ * is not, so cur stays valid. Not thread-safe on cur: the caller orders
+ * it with cur's readers.
+ */
+int memd_config_reload(struct memd_config *cur, const struct memd_config *next,
+		       void (*note)(void *arg, const char *key,
+				    const char *old_value,
+				    const char *new_value, bool applied),
+		       void *arg);
+
+/* Parsers the table uses, exported for flags and tests. 0 or -EINVAL.
+ * memd_parse_bytes and memd_parse_ms return -ERANGE for a well-formed
+ * value that does not fit (e.g. "16E", "4294967296"); *out is only
+ * written on success. */
+int memd_parse_bytes(const char *s, uint64_t *out);
+int memd_parse_ms(const char *s, uint32_t *out);
+int memd_parse_log_level(const char *s, int *out);
+/* "debug", "info", ... for a syslog level; "unknown" (never NULL) for a
+ * number that is not one. */
+const char *memd_log_level_name(int level);
+
+#endif

@@ -1,0 +1,1286 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_config.c - memd.conf parsing, flags, validation, printing and
+ * reloads (memd/config.c), and that memd.conf(5) documents every key.
+ *
+ * Single-threaded. The tests that touch files share one mkdtemp()
+ * directory, made and removed by the runner around them (so it goes even
+ * when a test fails in its forked child). Expected values are
+ * written out exactly (1G is 1073741824, not memd_parse_bytes("1G")), so
+ * a parser that is consistently wrong still fails.
+ */
+#include "memd/config.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define KIB (UINT64_C(1) << 10)
+#define MIB (UINT64_C(1) << 20)
+#define GIB (UINT64_C(1) << 30)
+#define TIB (UINT64_C(1) << 40)
+#define PIB (UINT64_C(1) << 50)
+#define EIB (UINT64_C(1) << 60)
+
+static char tdir[1024]; /* short enough that tdir/name fits PATH_MAX */
+
+static void tmpdir_setup(void)
+{
+	const char *base = getenv("TMPDIR");
+
+	snprintf(tdir, sizeof(tdir), "%s/test_config.XXXXXX",
+		 base && *base ? base : "/tmp");
+	ck_assert_ptr_nonnull(mkdtemp(tdir));
+}
+
+static void tmpdir_teardown(void)
+{
+	char path[PATH_MAX * 2];
+	struct dirent *de;
+	DIR *d = opendir(tdir);
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name);
+		chmod(path, 0700);
+		if (unlink(path) && (errno == EISDIR || errno == EPERM))
+			rmdir(path);
+	}
+	closedir(d);
+	ck_assert_int_eq(rmdir(tdir), 0);
+}
+
+/* Writes len bytes to tdir/name; path receives the file's path. */
+static void write_file_n(const char *name, const char *data, size_t len,
+			 char *path, size_t pathlen)
+{
+	FILE *f;
+
+	snprintf(path, pathlen, "%s/%s", tdir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void write_file(const char *name, const char *text, char *path,
+		       size_t pathlen)
+{
+	write_file_n(name, text, strlen(text), path, pathlen);
+}
+
+static void assert_config_eq(const struct memd_config *a,
+			     const struct memd_config *b)
+{
+	ck_assert_str_eq(a->listen, b->listen);
+	ck_assert_str_eq(a->fabric_node, b->fabric_node);
+	ck_assert_str_eq(a->provider, b->provider);
+	ck_assert_uint_eq(a->donate_bytes, b->donate_bytes);
+	ck_assert_uint_eq(a->slab_bytes, b->slab_bytes);
+	ck_assert_int_eq(a->hugepages, b->hugepages);
+	ck_assert_uint_eq(a->lease_ttl_ms, b->lease_ttl_ms);
+	ck_assert_uint_eq(a->lease_grace_ms, b->lease_grace_ms);
+	ck_assert_uint_eq(a->quiesce_ms, b->quiesce_ms);
+	ck_assert_uint_eq(a->max_clients, b->max_clients);
+	ck_assert_int_eq(a->log_level, b->log_level);
+}
+
+/* A valid config where every key differs from its default. */
+static void config_nondefault(struct memd_config *c)
+{
+	memd_config_defaults(c);
+	snprintf(c->listen, sizeof(c->listen), "[::1]:0");
+	snprintf(c->fabric_node, sizeof(c->fabric_node), "10.1.2.3");
+	snprintf(c->provider, sizeof(c->provider), "verbs;ofi_rxm");
+	c->donate_bytes = 48 * GIB;
+	c->slab_bytes = 256 * MIB;
+	c->hugepages = MEMD_HUGEPAGES_NO;
+	c->lease_ttl_ms = 1500;
+	c->lease_grace_ms = 250;
+	c->quiesce_ms = 0;
+	c->max_clients = 77;
+	c->log_level = LOG_DEBUG;
+}
+
+static void assert_contains(const char *haystack, const char *needle)
+{
+	ck_assert_msg(strstr(haystack, needle), "'%s' does not contain '%s'",
+		      haystack, needle);
+}
+
+/* --- defaults ---------------------------------------------------------- */
+
+START_TEST(defaults_exact_and_valid)
+{
+	struct memd_config c;
+	char err[512] = "";
+
+	memset(&c, 0xa5, sizeof(c));
+	memd_config_defaults(&c);
+	ck_assert_str_eq(c.listen, "127.0.0.1:7470");
+	ck_assert_str_eq(c.fabric_node, "");
+	ck_assert_str_eq(c.provider, "tcp");
+	ck_assert_uint_eq(c.donate_bytes, 1073741824u);
+	ck_assert_uint_eq(c.slab_bytes, 67108864u);
+	ck_assert_int_eq(c.hugepages, MEMD_HUGEPAGES_AUTO);
+	ck_assert_uint_eq(c.lease_ttl_ms, 10000);
+	ck_assert_uint_eq(c.lease_grace_ms, 2000);
+	ck_assert_uint_eq(c.quiesce_ms, 100);
+	ck_assert_uint_eq(c.max_clients, 1024);
+	ck_assert_int_eq(c.log_level, LOG_INFO);
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_str_eq(err, "");
+}
+END_TEST
+
+/* --- value parsers ------------------------------------------------------ */
+
+struct bytes_case {
+	const char *s;
+	int rc;
+	uint64_t v;
+};
+
+static const struct bytes_case bytes_cases[] = {
+	{ "0", 0, 0 },
+	{ "1", 0, 1 },
+	{ "4096", 0, 4096 },
+	{ "0004096", 0, 4096 },
+	{ "1K", 0, 1024 },
+	{ "1k", 0, 1024 },
+	{ "4K", 0, 4096 },
+	{ "64KiB", 0, 65536 },
+	{ "512M", 0, 536870912 },
+	{ "1MiB", 0, 1048576 },
+	{ "64G", 0, 68719476736u },
+	{ "1GiB", 0, 1073741824 },
+	{ "1T", 0, 1099511627776u },
+	{ "2TiB", 0, 2199023255552u },
+	{ "1P", 0, 1125899906842624u },
+	{ "1E", 0, 1152921504606846976u },
+	{ "15E", 0, 17293822569102704640u },
+	{ "18446744073709551615", 0, UINT64_MAX },
+	{ "17179869183G", 0, 18446744072635809792u },
+	{ "16E", -ERANGE, 0 },
+	{ "17179869184G", -ERANGE, 0 },
+	{ "18446744073709551616", -ERANGE, 0 },
+	{ "99999999999999999999999", -ERANGE, 0 },
+	{ "99999999999999999999999K", -ERANGE, 0 },
+	{ "99999999999999999999999Q", -EINVAL, 0 },
+	{ "12Q", -EINVAL, 0 },
+	{ "", -EINVAL, 0 },
+	{ " ", -EINVAL, 0 },
+	{ " 1G", -EINVAL, 0 },
+	{ "1G ", -EINVAL, 0 },
+	{ "1 G", -EINVAL, 0 },
+	{ "-1", -EINVAL, 0 },
+	{ "-1G", -EINVAL, 0 },
+	{ "+1", -EINVAL, 0 },
+	{ "1.5G", -EINVAL, 0 },
+	{ "0x10", -EINVAL, 0 },
+	{ "G", -EINVAL, 0 },
+	{ "1GG", -EINVAL, 0 },
+	{ "1GB", -EINVAL, 0 },
+	{ "1Gi", -EINVAL, 0 },
+	{ "1GIB", -EINVAL, 0 },
+	{ "1iB", -EINVAL, 0 },
+	{ "1B", -EINVAL, 0 },
+};
+
+START_TEST(parse_bytes_cases)
+{
+	const struct bytes_case *t = &bytes_cases[_i];
+	uint64_t v = 0x5a5a5a5a5a5a5a5au;
+	int rc = memd_parse_bytes(t->s, &v);
+
+	ck_assert_msg(rc == t->rc, "'%s': rc %d, want %d", t->s, rc, t->rc);
+	if (!t->rc)
+		ck_assert_msg(v == t->v, "'%s': %llu, want %llu", t->s,
+			      (unsigned long long)v, (unsigned long long)t->v);
+	else
+		ck_assert_uint_eq(v, 0x5a5a5a5a5a5a5a5au);
+}
+END_TEST
+
+struct ms_case {
+	const char *s;
+	int rc;
+	uint32_t v;
+};
+
+static const struct ms_case ms_cases[] = {
+	{ "0", 0, 0 },
+	{ "0ms", 0, 0 },
+	{ "750", 0, 750 },
+	{ "500ms", 0, 500 },
+	{ "10s", 0, 10000 },
+	{ "2m", 0, 120000 },
+	{ "1h", 0, 3600000 },
+	{ "4294967295", 0, UINT32_MAX },
+	{ "4294967295ms", 0, UINT32_MAX },
+	{ "4294967s", 0, 4294967000u },
+	{ "71582m", 0, 4294920000u },
+	{ "1193h", 0, 4294800000u },
+	{ "4294967296", -ERANGE, 0 },
+	{ "4294968s", -ERANGE, 0 },
+	{ "71583m", -ERANGE, 0 },
+	{ "1194h", -ERANGE, 0 },
+	{ "99999999999999999999999h", -ERANGE, 0 },
+	{ "", -EINVAL, 0 },
+	{ " ", -EINVAL, 0 },
+	{ "s", -EINVAL, 0 },
+	{ "ms", -EINVAL, 0 },
+	{ "10S", -EINVAL, 0 },
+	{ "10sec", -EINVAL, 0 },
+	{ "10 s", -EINVAL, 0 },
+	{ "1.5s", -EINVAL, 0 },
+	{ "-1", -EINVAL, 0 },
+	{ "+1s", -EINVAL, 0 },
+	{ "1d", -EINVAL, 0 },
+	{ "10mss", -EINVAL, 0 },
+	{ "10sm", -EINVAL, 0 },
+	{ "1h30m", -EINVAL, 0 },
+};
+
+START_TEST(parse_ms_cases)
+{
+	const struct ms_case *t = &ms_cases[_i];
+	uint32_t v = 0x5a5a5a5a;
+	int rc = memd_parse_ms(t->s, &v);
+
+	ck_assert_msg(rc == t->rc, "'%s': rc %d, want %d", t->s, rc, t->rc);
+	if (!t->rc)
+		ck_assert_msg(v == t->v, "'%s': %u, want %u", t->s, v, t->v);
+	else
+		ck_assert_uint_eq(v, 0x5a5a5a5a);
+}
+END_TEST
+
+START_TEST(parse_null)
+{
+	uint64_t b;
+	uint32_t ms;
+	int lvl;
+
+	ck_assert_int_eq(memd_parse_bytes(NULL, &b), -EINVAL);
+	ck_assert_int_eq(memd_parse_ms(NULL, &ms), -EINVAL);
+	ck_assert_int_eq(memd_parse_log_level(NULL, &lvl), -EINVAL);
+}
+END_TEST
+
+START_TEST(log_levels)
+{
+	static const struct {
+		const char *name;
+		int level;
+	} ok[] = {
+		{ "err", LOG_ERR },	  { "warning", LOG_WARNING },
+		{ "notice", LOG_NOTICE }, { "info", LOG_INFO },
+		{ "debug", LOG_DEBUG },
+	};
+	static const char *const bad[] = { "ERR",   "Info",  "warn",
+					   "error", "crit",  "7",
+					   "",	    " info", "info " };
+	size_t i;
+	int lvl;
+
+	for (i = 0; i < ARRAY_SIZE(ok); i++) {
+		lvl = -1;
+		ck_assert_int_eq(memd_parse_log_level(ok[i].name, &lvl), 0);
+		ck_assert_int_eq(lvl, ok[i].level);
+		ck_assert_str_eq(memd_log_level_name(ok[i].level), ok[i].name);
+	}
+	for (i = 0; i < ARRAY_SIZE(bad); i++) {
+		lvl = -1;
+		ck_assert_msg(memd_parse_log_level(bad[i], &lvl) == -EINVAL,
+			      "'%s' accepted", bad[i]);
+		ck_assert_int_eq(lvl, -1);
+	}
+	ck_assert_str_eq(memd_log_level_name(LOG_CRIT), "crit");
+	ck_assert_str_eq(memd_log_level_name(LOG_EMERG), "emerg");
+	ck_assert_str_eq(memd_log_level_name(8), "unknown");
+	ck_assert_str_eq(memd_log_level_name(-1), "unknown");
+}
+END_TEST
+
+/* --- memd_config_set: every key's good and bad values -------------------- */
+
+enum field_kind { F_STR, F_U64, F_U32, F_INT };
+
+struct good_case {
+	const char *key, *value;
+	enum field_kind kind;
+	size_t off;
+	const char *s; /* F_STR */
+	uint64_t v; /* the others */
+};
+
+#define GS(k, val, f, want)                                             \
+	{                                                               \
+		k, val, F_STR, offsetof(struct memd_config, f), want, 0 \
+	}
+#define GN(k, val, kind, f, want)                                         \
+	{                                                                 \
+		k, val, kind, offsetof(struct memd_config, f), NULL, want \
+	}
+
+static const struct good_case good_cases[] = {
+	GS("listen", "127.0.0.1:7470", listen, "127.0.0.1:7470"),
+	GS("listen", "127.0.0.1:0", listen, "127.0.0.1:0"),
+	GS("listen", "0.0.0.0:65535", listen, "0.0.0.0:65535"),
+	GS("listen", "[::1]:7470", listen, "[::1]:7470"),
+	GS("listen", "[::]:1", listen, "[::]:1"),
+	GS("listen", "[fe80::1%eth0]:9", listen, "[fe80::1%eth0]:9"),
+	GS("listen", "localhost:7470", listen, "localhost:7470"),
+	GS("listen", "memd-1.pool_a.example:00080", listen,
+	   "memd-1.pool_a.example:00080"),
+	GS("fabric_node", "", fabric_node, ""),
+	GS("fabric_node", "10.0.0.2", fabric_node, "10.0.0.2"),
+	GS("fabric_node", "::1", fabric_node, "::1"),
+	GS("fabric_node", "[fd00::7]", fabric_node, "fd00::7"),
+	GS("fabric_node", "ib0-host.local", fabric_node, "ib0-host.local"),
+	GS("provider", "tcp", provider, "tcp"),
+	GS("provider", "shm", provider, "shm"),
+	GS("provider", "verbs;ofi_rxm", provider, "verbs;ofi_rxm"),
+	GS("provider", "efa", provider, "efa"),
+	GS("provider", "udp;ofi_rxd", provider, "udp;ofi_rxd"),
+	GN("donate", "1M", F_U64, donate_bytes, 1048576),
+	GN("donate", "2G", F_U64, donate_bytes, 2147483648u),
+	GN("donate", "3GiB", F_U64, donate_bytes, 3221225472u),
+	GN("donate", "3221225472", F_U64, donate_bytes, 3221225472u),
+	GN("donate", "1P", F_U64, donate_bytes, 1125899906842624u),
+	GN("slab_size", "1M", F_U64, slab_bytes, 1048576),
+	GN("slab_size", "2MiB", F_U64, slab_bytes, 2097152),
+	GN("slab_size", "1048576", F_U64, slab_bytes, 1048576),
+	GN("slab_size", "512M", F_U64, slab_bytes, 536870912),
+	GN("slab_size", "1G", F_U64, slab_bytes, 1073741824),
+	GN("hugepages", "auto", F_INT, hugepages, MEMD_HUGEPAGES_AUTO),
+	GN("hugepages", "yes", F_INT, hugepages, MEMD_HUGEPAGES_YES),
+	GN("hugepages", "no", F_INT, hugepages, MEMD_HUGEPAGES_NO),
+	GN("lease_ttl", "200ms", F_U32, lease_ttl_ms, 200),
+	GN("lease_ttl", "200", F_U32, lease_ttl_ms, 200),
+	GN("lease_ttl", "15s", F_U32, lease_ttl_ms, 15000),
+	GN("lease_ttl", "60m", F_U32, lease_ttl_ms, 3600000),
+	GN("lease_ttl", "1h", F_U32, lease_ttl_ms, 3600000),
+	GN("lease-ttl", "3s", F_U32, lease_ttl_ms, 3000),
+	GN("lease_grace", "0", F_U32, lease_grace_ms, 0),
+	GN("lease_grace", "2500", F_U32, lease_grace_ms, 2500),
+	GN("lease_grace", "3600s", F_U32, lease_grace_ms, 3600000),
+	GN("quiesce", "0ms", F_U32, quiesce_ms, 0),
+	GN("quiesce", "250ms", F_U32, quiesce_ms, 250),
+	GN("quiesce", "10s", F_U32, quiesce_ms, 10000),
+	GN("quiesce", "10000", F_U32, quiesce_ms, 10000),
+	GN("max_clients", "1", F_U32, max_clients, 1),
+	GN("max_clients", "0001024", F_U32, max_clients, 1024),
+	GN("max_clients", "65536", F_U32, max_clients, 65536),
+	GN("log_level", "err", F_INT, log_level, LOG_ERR),
+	GN("log_level", "warning", F_INT, log_level, LOG_WARNING),
+	GN("log_level", "notice", F_INT, log_level, LOG_NOTICE),
+	GN("log_level", "info", F_INT, log_level, LOG_INFO),
+	GN("log-level", "debug", F_INT, log_level, LOG_DEBUG),
+};
+
+START_TEST(set_good_values)
+{
+	const struct good_case *t = &good_cases[_i];
+	struct memd_config c;
+	char err[512] = "";
+	const char *f;
+	int rc;
+
+	memd_config_defaults(&c);
+	rc = memd_config_set(&c, t->key, t->value, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%s = '%s': %d %s", t->key, t->value, rc, err);
+	f = (const char *)&c + t->off;
+	switch (t->kind) {
+	case F_STR:
+		ck_assert_str_eq(f, t->s);
+		break;
+	case F_U64:
+		ck_assert_uint_eq(*(const uint64_t *)(const void *)f, t->v);
+		break;
+	case F_U32:
+		ck_assert_uint_eq(*(const uint32_t *)(const void *)f, t->v);
+		break;
+	case F_INT:
+		ck_assert_int_eq(*(const int *)(const void *)f, (int)t->v);
+		break;
+	}
+}
+END_TEST
+
+struct bad_case {
+	const char *key, *value;
+	const char *want; /* in the message, after "key 'K': " */
+};
+
+static const struct bad_case bad_cases[] = {
+	{ "listen", "", "must not be empty" },
+	{ "listen", "127.0.0.1", "has no port" },
+	{ "listen", "127.0.0.1:", "bad port" },
+	{ "listen", "127.0.0.1:65536", "bad port" },
+	{ "listen", "127.0.0.1:-1", "bad port" },
+	{ "listen", "127.0.0.1:+80", "bad port" },
+	{ "listen", "127.0.0.1:000080", "bad port" },
+	{ "listen", "127.0.0.1:80x", "bad port" },
+	{ "listen", "::1:7470", "in brackets" },
+	{ "listen", "[::1]7470", "no ']'" },
+	{ "listen", "[::1:7470", "no ']'" },
+	{ "listen", "[]:7470", "host is missing" },
+	{ "listen", ":7470", "host is missing" },
+	{ "listen", "[zz::1]:7470", "not an IPv6 address" },
+	{ "listen", "[10.0.0.1]:7470", "not an IPv6 address" },
+	{ "listen", "256.1.1.1:80", "not a host name" },
+	{ "listen", "host name:80", "not a host name" },
+	{ "listen", "a..b:80", "not a host name" },
+	{ "listen", "x/y:80", "not a host name" },
+	{ "fabric_node", "10.0.0.300", "not a host name" },
+	{ "fabric_node", "host:7470", "has a port; give the host only" },
+	{ "fabric_node", "10.0.0.1:7470", "has a port; give the host only" },
+	{ "fabric_node", "fe80::1:zz", "not an IPv6 address" },
+	{ "fabric_node", "a b", "not a host name" },
+	{ "fabric_node", "[::1", "not an IPv6 address" },
+	{ "provider", "", "must not be empty" },
+	{ "provider", "tcp udp", "not a provider name" },
+	{ "provider", "tcp,shm", "not a provider name" },
+	{ "provider", "^tcp", "not a provider name" },
+	{ "provider",
+	  "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+	  "longer than 63 characters" },
+	{ "donate", "0", "out of range" },
+	{ "donate", "1023K", "out of range" },
+	{ "donate", "2P", "out of range" },
+	{ "donate", "16E", "does not fit in 64 bits" },
+	{ "donate", "18446744073709551616", "does not fit in 64 bits" },
+	{ "donate", "12Q", "'12Q' is not a size" },
+	{ "donate", "", "is not a size" },
+	{ "donate", " ", "is not a size" },
+	{ "donate", "-1G", "is not a size" },
+	{ "donate", "1.5G", "is not a size" },
+	{ "donate", "2GB", "is not a size" },
+	{ "slab_size", "3M", "not a power of two" },
+	{ "slab_size", "96M", "not a power of two" },
+	{ "slab_size", "512K", "out of range" },
+	{ "slab_size", "1000000", "out of range" },
+	{ "slab_size", "2G", "out of range" },
+	{ "slab_size", "big", "is not a size" },
+	{ "hugepages", "true", "not a choice" },
+	{ "hugepages", "AUTO", "not a choice" },
+	{ "hugepages", "", "not a choice" },
+	{ "hugepages", "1", "not a choice" },
+	{ "lease_ttl", "199", "out of range" },
+	{ "lease_ttl", "199ms", "out of range" },
+	{ "lease_ttl", "0", "out of range" },
+	{ "lease_ttl", "61m", "out of range" },
+	{ "lease_ttl", "2h", "out of range" },
+	{ "lease_ttl", "4294967296", "is too long" },
+	{ "lease_ttl", "10sec", "not a duration" },
+	{ "lease_ttl", "-5s", "not a duration" },
+	{ "lease_ttl", "1.5s", "not a duration" },
+	{ "lease_grace", "3600001", "out of range" },
+	{ "lease_grace", "x", "not a duration" },
+	{ "quiesce", "10001", "out of range" },
+	{ "quiesce", "11s", "out of range" },
+	{ "quiesce", "1m", "out of range" },
+	{ "quiesce", "-1", "not a duration" },
+	{ "max_clients", "0", "out of range" },
+	{ "max_clients", "65537", "out of range" },
+	{ "max_clients", "18446744073709551616", "out of range" },
+	{ "max_clients", "1k", "not a whole number" },
+	{ "max_clients", "", "not a whole number" },
+	{ "max_clients", "-1", "not a whole number" },
+	{ "max_clients", "1.0", "not a whole number" },
+	{ "log_level", "crit", "not a choice" },
+	{ "log_level", "INFO", "not a choice" },
+	{ "log_level", "warn", "not a choice" },
+	{ "log_level", "7", "not a choice" },
+};
+
+START_TEST(set_bad_values)
+{
+	const struct bad_case *t = &bad_cases[_i];
+	struct memd_config c, before;
+	char err[512] = "", prefix[64];
+	int rc;
+
+	config_nondefault(&c);
+	before = c;
+	rc = memd_config_set(&c, t->key, t->value, err, sizeof(err));
+	ck_assert_msg(rc == -EINVAL, "%s = '%s' gave %d", t->key, t->value, rc);
+	snprintf(prefix, sizeof(prefix), "key '%s': ", t->key);
+	ck_assert_msg(!strncmp(err, prefix, strlen(prefix)),
+		      "'%s' does not start with '%s'", err, prefix);
+	assert_contains(err, t->want);
+	/* every error says what would have been accepted */
+	assert_contains(err, "; expected ");
+	assert_config_eq(&c, &before);
+}
+END_TEST
+
+START_TEST(set_unknown_key)
+{
+	struct memd_config c, before;
+	char err[512] = "";
+
+	config_nondefault(&c);
+	before = c;
+	ck_assert_int_eq(memd_config_set(&c, "lease_tll", "5s", err,
+					 sizeof(err)),
+			 -ENOENT);
+	assert_contains(err, "key 'lease_tll': unknown key");
+	assert_contains(err, "lease_ttl");
+	ck_assert_int_eq(memd_config_set(&c, "", "5s", err, sizeof(err)),
+			 -ENOENT);
+	ck_assert_int_eq(memd_config_set(&c, "donate", NULL, err, sizeof(err)),
+			 -EINVAL);
+	assert_contains(err, "key 'donate'");
+	assert_config_eq(&c, &before);
+}
+END_TEST
+
+START_TEST(set_error_buffer_bounds)
+{
+	struct memd_config c;
+	char err[16];
+
+	memd_config_defaults(&c);
+	memset(err, 'x', sizeof(err));
+	ck_assert_int_eq(memd_config_set(&c, "donate", "12Q", err, 8), -EINVAL);
+	ck_assert_str_eq(err, "key 'do");
+	ck_assert_int_eq(err[8], 'x');
+	ck_assert_int_eq(memd_config_set(&c, "donate", "12Q", NULL, 0),
+			 -EINVAL);
+}
+END_TEST
+
+START_TEST(set_quotes_control_bytes)
+{
+	struct memd_config c;
+	char err[512];
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(memd_config_set(&c, "donate", "1\n2\x1b[0m", err,
+					 sizeof(err)),
+			 -EINVAL);
+	assert_contains(err, "'1?2?[0m'");
+	ck_assert_ptr_null(strchr(err, '\n'));
+}
+END_TEST
+
+/* --- memd_config_validate ----------------------------------------------- */
+
+START_TEST(validate_cross_keys)
+{
+	struct memd_config c;
+	char err[512];
+
+	memd_config_defaults(&c);
+	c.donate_bytes = 96 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'donate': 96M is not a multiple of "
+			      "slab_size = 64M");
+
+	c.donate_bytes = 32 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'donate': 32M is less than one slab "
+			      "(slab_size = 64M)");
+
+	c.donate_bytes = 64 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	c.lease_grace_ms = c.lease_ttl_ms;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'lease_grace': 10s must be less than "
+			      "lease_ttl = 10s");
+	c.lease_grace_ms = 9999;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	c.lease_ttl_ms = 200;
+	c.lease_grace_ms = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+}
+END_TEST
+
+START_TEST(validate_each_key_bounds)
+{
+	struct memd_config c;
+	char err[512];
+
+	memd_config_defaults(&c);
+	c.max_clients = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'max_clients': '0' is out of range");
+
+	memd_config_defaults(&c);
+	c.slab_bytes = 3 * MIB;
+	c.donate_bytes = 3 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'slab_size': '3M' is not a power of two");
+
+	memd_config_defaults(&c);
+	c.hugepages = (enum memd_hugepages)42;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'hugepages'");
+
+	memd_config_defaults(&c);
+	c.log_level = LOG_CRIT;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'log_level'");
+
+	memd_config_defaults(&c);
+	c.lease_ttl_ms = 100;
+	c.lease_grace_ms = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'lease_ttl': '100ms' is out of range");
+
+	memd_config_defaults(&c);
+	snprintf(c.listen, sizeof(c.listen), "nonsense");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'listen': 'nonsense' has no port");
+
+	memd_config_defaults(&c);
+	memset(c.provider, 'a', sizeof(c.provider));
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'provider': not terminated");
+}
+END_TEST
+
+/* --- memd_config_load --------------------------------------------------- */
+
+static int load_text(struct memd_config *c, const char *text, char *path,
+		     size_t pathlen, char *err, size_t errlen)
+{
+	write_file("memd.conf", text, path, pathlen);
+	return memd_config_load(c, path, err, errlen);
+}
+
+START_TEST(load_full_file)
+{
+	static const char text[] =
+		"\xef\xbb\xbf# memd.conf for a test\r\n"
+		"; another comment style\n"
+		"\n"
+		"   \t\n"
+		"listen = [::1]:0\n"
+		"provider=verbs;ofi_rxm\n"
+		"[memd]\n"
+		"  donate = 48G ; inline comment\n"
+		"\tslab_size: 256M\n"
+		"hugepages = no\r\n"
+		"[ memd ]   ; the same section again\n"
+		"lease_ttl = 1500ms\n"
+		"lease_grace = 250\n"
+		"quiesce = 0\n"
+		"max_clients = 77\n"
+		"log_level = debug\n"
+		"fabric_node = 10.1.2.3"; /* no final newline */
+	struct memd_config c, want;
+	char path[PATH_MAX], err[512] = "";
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(
+		load_text(&c, text, path, sizeof(path), err, sizeof(err)), 0);
+	ck_assert_str_eq(err, "");
+	config_nondefault(&want);
+	assert_config_eq(&c, &want);
+}
+END_TEST
+
+START_TEST(load_keeps_unnamed_keys)
+{
+	struct memd_config c, want;
+	char path[PATH_MAX], err[512];
+
+	config_nondefault(&c);
+	ck_assert_int_eq(load_text(&c, "max_clients = 9\n", path, sizeof(path),
+				   err, sizeof(err)),
+			 0);
+	config_nondefault(&want);
+	want.max_clients = 9;
+	assert_config_eq(&c, &want);
+
+	/* comments only: nothing changes */
+	ck_assert_int_eq(load_text(&c, "# nothing\n\n", path, sizeof(path), err,
+				   sizeof(err)),
+			 0);
+	assert_config_eq(&c, &want);
+	ck_assert_int_eq(
+		load_text(&c, "", path, sizeof(path), err, sizeof(err)), 0);
+	assert_config_eq(&c, &want);
+}
+END_TEST
+
+/* Loads text, expects -EINVAL, c unchanged and err == "PATH:" + want. */
+static void expect_load_error(const char *text, const char *want)
+{
+	struct memd_config c, before;
+	char path[PATH_MAX], err[1024] = "", full[PATH_MAX + 512];
+	int rc;
+
+	config_nondefault(&c);
+	before = c;
+	rc = load_text(&c, text, path, sizeof(path), err, sizeof(err));
+	ck_assert_msg(rc == -EINVAL, "rc %d for:\n%s", rc, text);
+	snprintf(full, sizeof(full), "%s:%s", path, want);
+	ck_assert_msg(!strncmp(err, full, strlen(full)),
+		      "got '%s', want it to start with '%s'", err, full);
+	assert_config_eq(&c, &before);
+}
+
+START_TEST(load_unknown_key)
+{
+	expect_load_error("# memd\n\nlease_tll = 5s\n",
+			  "3: key 'lease_tll': unknown key (see memd.conf(5))");
+	expect_load_error("[memd]\nlease-ttl = 5s\n",
+			  "2: key 'lease-ttl': unknown key (did you mean "
+			  "'lease_ttl'?)");
+	expect_load_error("Listen = 127.0.0.1:1\n", "1: key 'Listen': unknown");
+}
+END_TEST
+
+START_TEST(load_bad_value)
+{
+	expect_load_error("donate = 2G\nslab_size = 12Q\n",
+			  "2: key 'slab_size': '12Q' is not a size; expected a "
+			  "size from 1M to 1G, a power of two");
+	expect_load_error("lease_ttl = 100ms\n",
+			  "1: key 'lease_ttl': '100ms' is out of range; "
+			  "expected a duration from 200ms to 1h");
+	expect_load_error("listen =\n", "1: key 'listen': must not be empty");
+	expect_load_error("donate = 2G # two gigs\n",
+			  "1: key 'donate': '2G # two gigs' is not a size");
+	expect_load_error("hugepages = maybe\n",
+			  "1: key 'hugepages': 'maybe' is not a choice; "
+			  "expected one of auto, yes, no");
+}
+END_TEST
+
+START_TEST(load_hash_comment_hint)
+{
+	struct memd_config c;
+	char path[PATH_MAX], err[1024];
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(load_text(&c, "donate = 2G # two\n", path,
+				   sizeof(path), err, sizeof(err)),
+			 -EINVAL);
+	assert_contains(err, "(a comment after a value starts with ';')");
+}
+END_TEST
+
+START_TEST(load_duplicate_key)
+{
+	expect_load_error("donate = 2G\n[memd]\n\ndonate = 4G\n",
+			  "4: key 'donate': set twice (first on line 1)");
+	expect_load_error("log_level = info\nlog_level = info\n",
+			  "2: key 'log_level': set twice (first on line 1)");
+}
+END_TEST
+
+START_TEST(load_bad_section)
+{
+	expect_load_error("[memd]\nlisten = 127.0.0.1:1\n[other]\nx = 1\n",
+			  "3: section '[other]' is not allowed; keys go at the "
+			  "top or under [memd]");
+	/* an empty foreign section is still a mistake */
+	expect_load_error("donate = 2G\n[fabric]\n",
+			  "2: section '[fabric]' is not allowed");
+	expect_load_error("[memd\n", "1: section header without ']'");
+	expect_load_error("[memd] junk\n", "1: text after the section header");
+	expect_load_error("[]\n", "1: section '[]' is not allowed");
+}
+END_TEST
+
+START_TEST(load_syntax_errors)
+{
+	expect_load_error("donate 2G\n",
+			  "1: expected 'key = value', got 'donate 2G'");
+	expect_load_error("\n\n= 5\n", "3: a value without a key");
+	expect_load_error("donate ; = 2G\n", "1: expected 'key = value'");
+}
+END_TEST
+
+START_TEST(load_indented_lines_are_keys)
+{
+	/* to libinih an indented line after a key continues that key */
+	struct memd_config c;
+	char path[PATH_MAX], err[512];
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(load_text(&c,
+				   "[memd]\n    listen = 127.0.0.1:1\n"
+				   "    donate = 2G\n\t max_clients = 3\n",
+				   path, sizeof(path), err, sizeof(err)),
+			 0);
+	ck_assert_str_eq(c.listen, "127.0.0.1:1");
+	ck_assert_uint_eq(c.donate_bytes, 2147483648u);
+	ck_assert_uint_eq(c.max_clients, 3);
+}
+END_TEST
+
+START_TEST(load_long_and_nul_lines)
+{
+	char text[2048];
+	size_t n;
+
+	/* libinih would split a long line and parse its tail as a line */
+	n = (size_t)snprintf(text, sizeof(text), "donate = 2G\n# ");
+	memset(text + n, 'x', 300);
+	snprintf(text + n + 300, sizeof(text) - n - 300, "\n");
+	expect_load_error(text, "2: line too long (at most ");
+
+	/* longer than our own buffer too */
+	memset(text, 'y', sizeof(text) - 1);
+	text[sizeof(text) - 1] = '\0';
+	expect_load_error(text, "1: line too long");
+}
+END_TEST
+
+START_TEST(load_nul_byte)
+{
+	static const char text[] = "donate = 2G\nmax_clients = 5\0x\n";
+	struct memd_config c, before;
+	char path[PATH_MAX], err[512], want[PATH_MAX + 64];
+
+	config_nondefault(&c);
+	before = c;
+	write_file_n("nul.conf", text, sizeof(text) - 1, path, sizeof(path));
+	ck_assert_int_eq(memd_config_load(&c, path, err, sizeof(err)), -EINVAL);
+	snprintf(want, sizeof(want), "%s:2: NUL byte in line", path);
+	ck_assert_str_eq(err, want);
+	assert_config_eq(&c, &before);
+}
+END_TEST
+
+START_TEST(load_missing_file)
+{
+	struct memd_config c, before;
+	char path[PATH_MAX], err[PATH_MAX + 128];
+
+	config_nondefault(&c);
+	before = c;
+	snprintf(path, sizeof(path), "%s/absent.conf", tdir);
+	ck_assert_int_eq(memd_config_load(&c, path, err, sizeof(err)), -ENOENT);
+	assert_contains(err, path);
+	assert_contains(err, "cannot open");
+	assert_config_eq(&c, &before);
+}
+END_TEST
+
+START_TEST(load_directory)
+{
+	struct memd_config c, before;
+	char path[PATH_MAX], err[PATH_MAX + 128];
+
+	config_nondefault(&c);
+	before = c;
+	snprintf(path, sizeof(path), "%s/dir.conf", tdir);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(memd_config_load(&c, path, err, sizeof(err)), -EISDIR);
+	assert_contains(err, path);
+	assert_config_eq(&c, &before);
+}
+END_TEST
+
+START_TEST(load_unreadable_file)
+{
+	struct memd_config c;
+	char path[PATH_MAX], err[PATH_MAX + 128];
+	FILE *f;
+
+	write_file("secret.conf", "donate = 2G\n", path, sizeof(path));
+	ck_assert_int_eq(chmod(path, 0), 0);
+	f = fopen(path, "r");
+	if (f) {
+		/* root (CAP_DAC_OVERRIDE) reads anyway: nothing to test */
+		fclose(f);
+		return;
+	}
+	memd_config_defaults(&c);
+	ck_assert_int_eq(memd_config_load(&c, path, err, sizeof(err)), -EACCES);
+	assert_contains(err, path);
+	ck_assert_uint_eq(c.donate_bytes, 1073741824u);
+}
+END_TEST
+
+START_TEST(load_stops_at_first_error)
+{
+	/* the second bad line must not overwrite the first one's report */
+	expect_load_error("bogus = 1\nalso_bogus = 2\n",
+			  "1: key 'bogus': unknown key");
+	expect_load_error("donate 2G\nbogus = 1\n",
+			  "1: expected 'key = value'");
+}
+END_TEST
+
+/* --- memd_config_print -------------------------------------------------- */
+
+static char *print_to_string(const struct memd_config *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	ck_assert_ptr_nonnull(f);
+	memd_config_print(c, f);
+	ck_assert_int_eq(fclose(f), 0);
+	return buf;
+}
+
+static void roundtrip(const struct memd_config *c)
+{
+	struct memd_config back;
+	char path[PATH_MAX], err[512] = "";
+	char *text = print_to_string(c);
+
+	memd_config_defaults(&back);
+	/* start from something else so every key must be read back */
+	back.max_clients = 5;
+	back.lease_ttl_ms = 777;
+	ck_assert_int_eq(load_text(&back, text, path, sizeof(path), err,
+				   sizeof(err)),
+			 0);
+	assert_config_eq(&back, c);
+	ck_assert_int_eq(memd_config_validate(&back, err, sizeof(err)), 0);
+	free(text);
+}
+
+START_TEST(print_roundtrip_defaults)
+{
+	struct memd_config c;
+
+	memd_config_defaults(&c);
+	roundtrip(&c);
+}
+END_TEST
+
+START_TEST(print_roundtrip_nondefault)
+{
+	struct memd_config c;
+
+	config_nondefault(&c);
+	roundtrip(&c);
+	/* odd sizes and durations print in exact units */
+	c.donate_bytes = 3 * GIB + 5 * MIB;
+	c.slab_bytes = MIB;
+	c.lease_ttl_ms = 61001;
+	c.lease_grace_ms = 60000;
+	c.quiesce_ms = 10000;
+	snprintf(c.fabric_node, sizeof(c.fabric_node), "fe80::1%%ib0");
+	roundtrip(&c);
+}
+END_TEST
+
+START_TEST(print_format)
+{
+	struct memd_config c;
+	char *text, *line, *save = NULL, *prev = NULL;
+	int keys = 0;
+
+	config_nondefault(&c);
+	c.quiesce_ms = 0;
+	c.fabric_node[0] = '\0';
+	text = print_to_string(&c);
+	assert_contains(text, "\nlisten = [::1]:0\n");
+	assert_contains(text, "\nfabric_node =\n");
+	assert_contains(text, "\nprovider = verbs;ofi_rxm\n");
+	assert_contains(text, "\ndonate = 48G\n");
+	assert_contains(text, "\nslab_size = 256M\n");
+	assert_contains(text, "\nhugepages = no\n");
+	assert_contains(text, "\nlease_ttl = 1500ms\n");
+	assert_contains(text, "\nlease_grace = 250ms\n");
+	assert_contains(text, "\nquiesce = 0ms\n");
+	assert_contains(text, "\nmax_clients = 77\n");
+	assert_contains(text, "\nlog_level = debug\n");
+	/* the help of each key, with its default and reload rule */
+	assert_contains(text, "\n# Default: 64M. Restart to change.\n"
+			      "slab_size = 256M\n");
+	assert_contains(text, "\n# Default: info. Reloaded on SIGHUP.\n"
+			      "log_level = debug\n");
+	assert_contains(text, "\n# Default: empty. Restart to change.\n"
+			      "fabric_node =\n");
+	assert_contains(text, "\n# Default: 1024. Reloaded on SIGHUP.\n");
+	assert_contains(text, "\n# Default: 100ms. Reloaded on SIGHUP.\n");
+
+	/* every key line follows a comment; no line is wider than 80 */
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		ck_assert_msg(strlen(line) <= 80, "too wide: '%s'", line);
+		if (line[0] != '#') {
+			ck_assert_ptr_nonnull(strchr(line, '='));
+			ck_assert_msg(prev && prev[0] == '#',
+				      "no help before '%s'", line);
+			keys++;
+		}
+		prev = line;
+	}
+	ck_assert_int_eq(keys, 11);
+	free(text);
+}
+END_TEST
+
+/* --- memd_config_reload ------------------------------------------------- */
+
+struct note {
+	char key[32], oldv[64], newv[64];
+	bool applied;
+};
+
+struct notes {
+	struct note n[16];
+	int count;
+};
+
+static void record_note(void *arg, const char *key, const char *old_value,
+			const char *new_value, bool applied)
+{
+	struct notes *ns = arg;
+	struct note *n;
+
+	ck_assert_int_lt(ns->count, (int)ARRAY_SIZE(ns->n));
+	n = &ns->n[ns->count++];
+	snprintf(n->key, sizeof(n->key), "%s", key);
+	snprintf(n->oldv, sizeof(n->oldv), "%s", old_value);
+	snprintf(n->newv, sizeof(n->newv), "%s", new_value);
+	n->applied = applied;
+}
+
+START_TEST(reload_applies_reloadable_keys_only)
+{
+	struct memd_config cur, next, want;
+	struct notes ns = { .count = 0 };
+	char err[512];
+
+	memd_config_defaults(&cur);
+	next = cur;
+	next.log_level = LOG_DEBUG;
+	next.max_clients = 10;
+	next.quiesce_ms = 250;
+	next.donate_bytes = 2 * GIB;
+	snprintf(next.listen, sizeof(next.listen), "127.0.0.1:9");
+	next.lease_grace_ms = 3000;
+
+	ck_assert_int_eq(memd_config_reload(&cur, &next, record_note, &ns), 3);
+	want = next;
+	want.donate_bytes = GIB;
+	snprintf(want.listen, sizeof(want.listen), "127.0.0.1:7470");
+	want.lease_grace_ms = 2000;
+	assert_config_eq(&cur, &want);
+	ck_assert_int_eq(memd_config_validate(&cur, err, sizeof(err)), 0);
+
+	/* in table order */
+	ck_assert_int_eq(ns.count, 6);
+	ck_assert_str_eq(ns.n[0].key, "listen");
+	ck_assert_str_eq(ns.n[0].oldv, "127.0.0.1:7470");
+	ck_assert_str_eq(ns.n[0].newv, "127.0.0.1:9");
+	ck_assert(!ns.n[0].applied);
+	ck_assert_str_eq(ns.n[1].key, "donate");
+	ck_assert_str_eq(ns.n[1].oldv, "1G");
+	ck_assert_str_eq(ns.n[1].newv, "2G");
+	ck_assert(!ns.n[1].applied);
+	ck_assert_str_eq(ns.n[2].key, "lease_grace");
+	ck_assert(!ns.n[2].applied);
+	ck_assert_str_eq(ns.n[3].key, "quiesce");
+	ck_assert_str_eq(ns.n[3].newv, "250ms");
+	ck_assert(ns.n[3].applied);
+	ck_assert_str_eq(ns.n[4].key, "max_clients");
+	ck_assert_str_eq(ns.n[4].oldv, "1024");
+	ck_assert_str_eq(ns.n[4].newv, "10");
+	ck_assert(ns.n[4].applied);
+	ck_assert_str_eq(ns.n[5].key, "log_level");
+	ck_assert_str_eq(ns.n[5].oldv, "info");
+	ck_assert_str_eq(ns.n[5].newv, "debug");
+	ck_assert(ns.n[5].applied);
+
+	/* nothing differs any more among reloadable keys; no callback */
+	ck_assert_int_eq(memd_config_reload(&cur, &cur, NULL, NULL), 0);
+}
+END_TEST
+
+/* --- memd.conf(5) documents the table ----------------------------------- */
+
+static char *read_whole(const char *path)
+{
+	char *buf = NULL;
+	size_t len = 0, n;
+	char chunk[4096];
+	FILE *out, *in = fopen(path, "r");
+
+	if (!in)
+		return NULL;
+	out = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(out);
+	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+		fwrite(chunk, 1, n, out);
+	fclose(in);
+	fclose(out);
+	return buf;
+}
+
+START_TEST(man_page_names_every_key)
+{
+	const char *src = getenv("TP_SOURCE_DIR");
+	char path[PATH_MAX], needle[256], *man, *text, *line, *save = NULL;
+	const char *prev = "";
+	struct memd_config c;
+	int keys = 0;
+
+	/* ctest sets TP_SOURCE_DIR; by hand, run from the repository root */
+	snprintf(path, sizeof(path), "%s/man/memd.conf.5",
+		 src && *src ? src : ".");
+	man = read_whole(path);
+	ck_assert_msg(man, "cannot read %s (set TP_SOURCE_DIR)", path);
+
+	memd_config_defaults(&c);
+	text = print_to_string(&c);
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char key[64], def[128], *entry, *end, *eq;
+		bool reload;
+
+		if (line[0] == '#') {
+			prev = line;
+			continue;
+		}
+		eq = strstr(line, " =");
+		ck_assert_ptr_nonnull(eq);
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - line), line);
+		snprintf(def, sizeof(def), "%s", eq[2] ? eq + 3 : "");
+		/* "# Default: X. Reloaded on SIGHUP." precedes the key */
+		reload = strstr(prev, "Reloaded on SIGHUP");
+
+		snprintf(needle, sizeof(needle), "\n.TP\n.B %s\n", key);
+		entry = strstr(man, needle);
+		ck_assert_msg(entry, "%s does not document '%s'", path, key);
+		/* the entry ends at the next key or section */
+		end = entry + strlen(entry);
+		if (strstr(entry + 1, "\n.TP") &&
+		    strstr(entry + 1, "\n.TP") < end)
+			end = strstr(entry + 1, "\n.TP");
+		if (strstr(entry + 1, "\n.SH") &&
+		    strstr(entry + 1, "\n.SH") < end)
+			end = strstr(entry + 1, "\n.SH");
+		*end = '\0';
+		if (*def)
+			snprintf(needle, sizeof(needle), "Default: \\fB%s\\fR",
+				 def);
+		else
+			snprintf(needle, sizeof(needle), "Default: empty");
+		ck_assert_msg(strstr(entry, needle), "'%s': no '%s' in %s", key,
+			      needle, path);
+		ck_assert_msg(!strstr(entry, "Reloaded on SIGHUP") == !reload,
+			      "'%s': reload rule differs from the table", key);
+		*end = '\n';
+		keys++;
+	}
+	ck_assert_int_eq(keys, 11);
+	free(text);
+	free(man);
+}
+END_TEST
+
+/* The full example of memd.conf(5) is a valid configuration. */
+START_TEST(man_page_example_loads)
+{
+	static const char start[] = "\n.EX\n# /etc/tidepool/memd.conf\n";
+	const char *src = getenv("TP_SOURCE_DIR");
+	char path[PATH_MAX], conf[PATH_MAX], err[512] = "";
+	char *man, *begin, *end;
+	struct memd_config c;
+
+	snprintf(path, sizeof(path), "%s/man/memd.conf.5",
+		 src && *src ? src : ".");
+	man = read_whole(path);
+	ck_assert_msg(man, "cannot read %s (set TP_SOURCE_DIR)", path);
+	begin = strstr(man, start);
+	ck_assert_msg(begin, "no example configuration in %s", path);
+	begin += strlen("\n.EX\n");
+	end = strstr(begin, "\n.EE\n");
+	ck_assert_ptr_nonnull(end);
+	end[1] = '\0';
+	/* the example must not need roff escapes to be copied */
+	ck_assert_ptr_null(strchr(begin, '\\'));
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(
+		load_text(&c, begin, conf, sizeof(conf), err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.fabric_node, "10.20.0.11");
+	ck_assert_str_eq(c.provider, "verbs;ofi_rxm");
+	ck_assert_uint_eq(c.donate_bytes, 51539607552u);
+	ck_assert_uint_eq(c.slab_bytes, 268435456u);
+	ck_assert_int_eq(c.hugepages, MEMD_HUGEPAGES_YES);
+	free(man);
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *tc = tcase_create("values");
+	TCase *tf = tcase_create("files");
+
+	tcase_add_test(tc, defaults_exact_and_valid);
+	tcase_add_loop_test(tc, parse_bytes_cases, 0, ARRAY_SIZE(bytes_cases));
+	tcase_add_loop_test(tc, parse_ms_cases, 0, ARRAY_SIZE(ms_cases));
+	tcase_add_test(tc, parse_null);
+	tcase_add_test(tc, log_levels);
+	tcase_add_loop_test(tc, set_good_values, 0, ARRAY_SIZE(good_cases));
+	tcase_add_loop_test(tc, set_bad_values, 0, ARRAY_SIZE(bad_cases));
+	tcase_add_test(tc, set_unknown_key);
+	tcase_add_test(tc, set_error_buffer_bounds);
+	tcase_add_test(tc, set_quotes_control_bytes);
+	tcase_add_test(tc, validate_cross_keys);
+	tcase_add_test(tc, validate_each_key_bounds);
+	tcase_add_test(tc, print_format);
+	tcase_add_test(tc, reload_applies_reloadable_keys_only);
+	tcase_add_test(tc, man_page_names_every_key);
+	suite_add_tcase(s, tc);
+
+	/* in the runner, not the forked test, so a failed test's files go */
+	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
+	tcase_add_test(tf, load_full_file);
+	tcase_add_test(tf, load_keeps_unnamed_keys);
+	tcase_add_test(tf, load_unknown_key);
+	tcase_add_test(tf, load_bad_value);
+	tcase_add_test(tf, load_hash_comment_hint);
+	tcase_add_test(tf, load_duplicate_key);
+	tcase_add_test(tf, load_bad_section);
+	tcase_add_test(tf, load_syntax_errors);
+	tcase_add_test(tf, load_indented_lines_are_keys);
+	tcase_add_test(tf, load_long_and_nul_lines);
+	tcase_add_test(tf, load_nul_byte);
+	tcase_add_test(tf, load_missing_file);
+	tcase_add_test(tf, load_directory);
+	tcase_add_test(tf, load_unreadable_file);
+	tcase_add_test(tf, load_stops_at_first_error);
+	tcase_add_test(tf, print_roundtrip_defaults);
+	tcase_add_test(tf, print_roundtrip_nondefault);
+	tcase_add_test(tf, man_page_example_loads);
+	suite_add_tcase(s, tf);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
