@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/arena.h - the donated memory: one mapping, pinned and prefaulted,
+ * backed by hugetlbfs pages when the host has enough of them, otherwise by
+ * anonymous memory advised for transparent huge pages. Created once at
+ * start-up (the one place to fail fast), destroyed at exit.
+ */
+#ifndef TP_MEMD_ARENA_H
+#define TP_MEMD_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memd/config.h"
+
+struct memd_arena {
+	void *base;
+	uint64_t len_bytes;
+	bool hugetlb; /* backed by hugetlbfs pages */
+	uint64_t page_bytes; /* hugetlb page size, or the base page size */
+};
+
+/* What the host can back, read from /proc/meminfo and getrlimit. */
+struct memd_host_mem {
+	uint64_t mem_available; /* MemAvailable */
+	uint64_t huge_free; /* HugePages_Free * Hugepagesize */
+	uint64_t huge_page_bytes; /* Hugepagesize */
+	uint64_t memlock_limit; /* RLIMIT_MEMLOCK soft, UINT64_MAX: none */
+	bool can_lock_any; /* CAP_IPC_LOCK (root) */
+};
+
+int memd_host_mem_read(struct memd_host_mem *h);
+
+/*
+ * Decides how len bytes would be backed under policy hp, from h alone
+ * (pure): sets *hugetlb. Returns 0, or -ENOMEM (not enough memory:
+ * err says how much there is), -EPERM (cannot lock that much), with err
+ * saying what to change.
+ */
+int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
+		    enum memd_hugepages hp, bool *hugetlb, char *err,
+		    size_t errlen);
+
+/* Maps, advises, locks and prefaults len bytes as planned. Returns 0 and
+ * *a, or -errno with err explaining. */
+int memd_arena_create(uint64_t len, enum memd_hugepages hp,
+		      struct memd_arena *a, char *err, size_t errlen);
+void memd_arena_destroy(struct memd_arena *a);
+
+#endif

@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/lease.c - slab states, leases and sessions (see lease.h).
+ *
+ * Threads: the control thread (grant, release, renew, expire, detach) and
+ * the reclaim thread (take_reclaim, reclaimed) share the table through its
+ * one mutex. Everything is O(1) per lease except picking the lowest free
+ * slab, a scan of a bitmap (64 slabs per word).
+ *
+ * Invariants:
+ * - A slab is on exactly one of: the free bitmap (FREE), one session's
+ *   lease list (LEASED), the reclaim FIFO (RECLAIMING), nothing (ZEROING).
+ * - live sessions are listed in order of expiry: every renewal sets
+ *   expires = now + ttl + grace with a non-decreasing now, so moving the
+ *   renewed session to the tail keeps the order; expiry pops the head.
+ * - The reclaim FIFO is ordered by reclaim_at for the same reason.
+ */
+#include "memd/lease.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define NIL UINT32_MAX
+
+struct slab {
+	enum memd_slab_state state;
+	uint32_t generation;
+	struct memd_session *owner; /* LEASED */
+	uint32_t next, prev; /* session lease list, or reclaim FIFO (next) */
+	uint64_t reclaim_at_ms;
+};
+
+struct memd_session {
+	uint64_t id;
+	uint64_t expires_ms;
+	uint32_t nleases;
+	uint32_t head; /* first slab of the lease list */
+	bool detached, dead;
+	struct memd_session *next, *prev; /* live list, by expiry */
+};
+
+struct memd_lease_table {
+	pthread_mutex_t lock;
+	uint32_t nslabs;
+	uint64_t life_ms; /* ttl + grace */
+	uint64_t quiesce_ms;
+	struct slab *slab;
+	uint64_t *free_bits; /* bit set = FREE */
+	uint32_t nfree, nleased, nreclaiming, nsessions;
+	uint32_t rq_head, rq_tail; /* reclaim FIFO */
+	struct memd_session *live_head, *live_tail;
+	uint64_t next_id;
+	uint64_t expired_sessions, expired_leases;
+};
+
+static void live_unlink(struct memd_lease_table *t, struct memd_session *s)
+{
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		t->live_head = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	else
+		t->live_tail = s->prev;
+	s->next = s->prev = NULL;
+}
+
+static void live_append(struct memd_lease_table *t, struct memd_session *s)
+{
+	s->prev = t->live_tail;
+	s->next = NULL;
+	if (t->live_tail)
+		t->live_tail->next = s;
+	else
+		t->live_head = s;
+	t->live_tail = s;
+}
+
+static void do_renew_locked(struct memd_lease_table *t, struct memd_session *s,
+			    uint64_t now_ms)
+{
+	uint64_t exp = now_ms + t->life_ms;
+
+	/* A caller's clock never runs backwards, but keep the list order
+	 * even if it did: expiry never moves earlier. */
+	if (exp > s->expires_ms)
+		s->expires_ms = exp;
+	live_unlink(t, s);
+	live_append(t, s);
+}
+
+int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
+			    uint32_t grace_ms, uint32_t quiesce_ms,
+			    struct memd_lease_table **out)
+{
+	struct memd_lease_table *t;
+	size_t words;
+
+	*out = NULL;
+	if (nslabs == 0 || nslabs == NIL || ttl_ms == 0)
+		return -EINVAL;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	words = (nslabs + 63) / 64;
+	t->slab = calloc(nslabs, sizeof(*t->slab));
+	t->free_bits = calloc(words, sizeof(uint64_t));
+	if (!t->slab || !t->free_bits) {
+		free(t->slab);
+		free(t->free_bits);
+		free(t);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&t->lock, NULL);
+	t->nslabs = nslabs;
+	t->life_ms = (uint64_t)ttl_ms + grace_ms;
+	t->quiesce_ms = quiesce_ms;
+	for (uint32_t i = 0; i < nslabs; i++) {
+		t->slab[i].next = t->slab[i].prev = NIL;
+		t->free_bits[i / 64] |= 1ull << (i % 64);
+	}
+	t->nfree = nslabs;
+	t->rq_head = t->rq_tail = NIL;
+	/* Session ids start at a random point so ids of two boots differ. */
+	if (getrandom(&t->next_id, sizeof(t->next_id), 0) !=
+	    sizeof(t->next_id))
+		t->next_id = 1;
+	t->next_id = (t->next_id >> 16) | 1;
+	*out = t;
+	return 0;
+}
+
+void memd_lease_table_destroy(struct memd_lease_table *t)
+{
+	struct memd_session *s, *n;
+
+	if (!t)
+		return;
+	for (s = t->live_head; s; s = n) {
+		n = s->next;
+		free(s);
+	}
+	/* Dead attached sessions are owned by their connections, which are
+	 * gone by now (the caller detached them first). */
+	pthread_mutex_destroy(&t->lock);
+	free(t->slab);
+	free(t->free_bits);
+	free(t);
+}
+
+int memd_session_open(struct memd_lease_table *t, uint64_t now_ms,
+		      struct memd_session **out)
+{
+	struct memd_session *s = calloc(1, sizeof(*s));
+
+	*out = NULL;
+	if (!s)
+		return -ENOMEM;
+	s->head = NIL;
+	pthread_mutex_lock(&t->lock);
+	s->id = t->next_id++;
+	if (s->id == 0)
+		s->id = t->next_id++;
+	live_append(t, s);
+	s->expires_ms = 0;
+	do_renew_locked(t, s, now_ms);
+	t->nsessions++;
+	pthread_mutex_unlock(&t->lock);
+	*out = s;
+	return 0;
+}
+
+uint64_t memd_session_id(const struct memd_session *s)
+{
+	return s->id;
+}
+
+static void session_free_locked(struct memd_lease_table *t,
+				struct memd_session *s)
+{
+	if (!s->dead)
+		live_unlink(t, s);
+	t->nsessions--;
+	free(s);
+}
+
+/* LEASED -> RECLAIMING: off the session's list, onto the reclaim FIFO. */
+static void do_revoke_locked(struct memd_lease_table *t, uint32_t i,
+			     uint64_t now_ms)
+{
+	struct slab *sl = &t->slab[i];
+	struct memd_session *s = sl->owner;
+
+	if (sl->prev != NIL)
+		t->slab[sl->prev].next = sl->next;
+	else
+		s->head = sl->next;
+	if (sl->next != NIL)
+		t->slab[sl->next].prev = sl->prev;
+	s->nleases--;
+	sl->owner = NULL;
+	sl->state = MEMD_SLAB_RECLAIMING;
+	sl->reclaim_at_ms = now_ms + t->quiesce_ms;
+	sl->next = sl->prev = NIL;
+	if (t->rq_tail != NIL)
+		t->slab[t->rq_tail].next = i;
+	else
+		t->rq_head = i;
+	t->rq_tail = i;
+	t->nleased--;
+	t->nreclaiming++;
+}
+
+static void revoke_all_locked(struct memd_lease_table *t,
+			      struct memd_session *s, uint64_t now_ms,
+			      void (*revoked)(uint32_t, void *), void *arg)
+{
+	while (s->head != NIL) {
+		uint32_t i = s->head;
+
+		if (revoked)
+			revoked(i, arg);
+		do_revoke_locked(t, i, now_ms);
+	}
+}
+
+void memd_session_detach(struct memd_lease_table *t, struct memd_session *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&t->lock);
+	if (s->dead)
+		session_free_locked(t, s);
+	else
+		s->detached = true;
+	pthread_mutex_unlock(&t->lock);
+}
+
+void memd_session_close(struct memd_lease_table *t, struct memd_session *s,
+			uint64_t now_ms, void (*revoked)(uint32_t, void *),
+			void *arg)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&t->lock);
+	revoke_all_locked(t, s, now_ms, revoked, arg);
+	session_free_locked(t, s);
+	pthread_mutex_unlock(&t->lock);
+}
+
+int memd_session_renew(struct memd_lease_table *t, struct memd_session *s,
+		       uint64_t now_ms)
+{
+	int n;
+
+	pthread_mutex_lock(&t->lock);
+	if (s->dead) {
+		n = -ESTALE;
+	} else {
+		do_renew_locked(t, s, now_ms);
+		n = (int)s->nleases;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+int memd_lease_grant(struct memd_lease_table *t, struct memd_session *s,
+		     uint64_t now_ms, uint32_t *slab, uint32_t *generation)
+{
+	uint32_t words = (t->nslabs + 63) / 64, i = NIL;
+	struct slab *sl;
+
+	pthread_mutex_lock(&t->lock);
+	if (s->dead) {
+		pthread_mutex_unlock(&t->lock);
+		return -ESTALE;
+	}
+	for (uint32_t w = 0; w < words; w++) {
+		if (t->free_bits[w]) {
+			i = w * 64 + (uint32_t)__builtin_ctzll(t->free_bits[w]);
+			break;
+		}
+	}
+	if (i == NIL) {
+		pthread_mutex_unlock(&t->lock);
+		return -ENOSPC;
+	}
+	t->free_bits[i / 64] &= ~(1ull << (i % 64));
+	sl = &t->slab[i];
+	sl->state = MEMD_SLAB_LEASED;
+	sl->generation++;
+	sl->owner = s;
+	sl->prev = NIL;
+	sl->next = s->head;
+	if (s->head != NIL)
+		t->slab[s->head].prev = i;
+	s->head = i;
+	s->nleases++;
+	t->nfree--;
+	t->nleased++;
+	do_renew_locked(t, s, now_ms);
+	*slab = i;
+	*generation = sl->generation;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
+		       uint32_t slab, uint32_t generation, uint64_t now_ms)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (slab >= t->nslabs || t->slab[slab].state != MEMD_SLAB_LEASED ||
+	    t->slab[slab].generation != generation)
+		ret = -ESTALE;
+	else if (t->slab[slab].owner != s)
+		ret = -EPERM;
+	else
+		do_revoke_locked(t, slab, now_ms);
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
+uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,
+			   void (*revoked)(uint32_t, void *), void *arg)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	while (t->live_head && t->live_head->expires_ms <= now_ms) {
+		struct memd_session *s = t->live_head;
+
+		t->expired_leases += s->nleases;
+		revoke_all_locked(t, s, now_ms, revoked, arg);
+		live_unlink(t, s);
+		s->dead = true;
+		t->expired_sessions++;
+		n++;
+		if (s->detached) {
+			t->nsessions--;
+			free(s);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+bool memd_session_is_dead(struct memd_lease_table *t,
+			  const struct memd_session *s)
+{
+	bool dead;
+
+	pthread_mutex_lock(&t->lock);
+	dead = s->dead;
+	pthread_mutex_unlock(&t->lock);
+	return dead;
+}
+
+uint64_t memd_session_expires_ms(struct memd_lease_table *t,
+				 const struct memd_session *s)
+{
+	uint64_t e;
+
+	pthread_mutex_lock(&t->lock);
+	e = s->expires_ms;
+	pthread_mutex_unlock(&t->lock);
+	return e;
+}
+
+size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
+			       uint32_t *slabs, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	while (n < max && t->rq_head != NIL &&
+	       t->slab[t->rq_head].reclaim_at_ms <= now_ms) {
+		uint32_t i = t->rq_head;
+
+		t->rq_head = t->slab[i].next;
+		if (t->rq_head == NIL)
+			t->rq_tail = NIL;
+		t->slab[i].next = NIL;
+		t->slab[i].state = MEMD_SLAB_ZEROING;
+		slabs[n++] = i;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab)
+{
+	pthread_mutex_lock(&t->lock);
+	if (slab < t->nslabs && t->slab[slab].state == MEMD_SLAB_ZEROING) {
+		t->slab[slab].state = MEMD_SLAB_FREE;
+		t->free_bits[slab / 64] |= 1ull << (slab % 64);
+		t->nreclaiming--;
+		t->nfree++;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
+int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
+				   uint64_t now_ms)
+{
+	int64_t d = -1;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->rq_head != NIL) {
+		uint64_t at = t->slab[t->rq_head].reclaim_at_ms;
+
+		d = at > now_ms ? (int64_t)(at - now_ms) : 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return d;
+}
+
+enum memd_slab_state memd_lease_slab_state(struct memd_lease_table *t,
+					   uint32_t slab)
+{
+	enum memd_slab_state st = MEMD_SLAB_FREE;
+
+	pthread_mutex_lock(&t->lock);
+	if (slab < t->nslabs)
+		st = t->slab[slab].state;
+	pthread_mutex_unlock(&t->lock);
+	return st;
+}
+
+void memd_lease_get_counts(struct memd_lease_table *t,
+			   struct memd_lease_counts *c)
+{
+	pthread_mutex_lock(&t->lock);
+	c->total = t->nslabs;
+	c->free = t->nfree;
+	c->leased = t->nleased;
+	c->reclaiming = t->nreclaiming;
+	c->sessions = t->nsessions;
+	c->expired_sessions = t->expired_sessions;
+	c->expired_leases = t->expired_leases;
+	pthread_mutex_unlock(&t->lock);
+}

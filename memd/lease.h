@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/lease.h - the slab and lease table: which slab is free, leased to
+ * which session, or being reclaimed; session expiry on the monotonic clock.
+ *
+ * Pure bookkeeping: no I/O, no clock reads (callers pass now_ms), no
+ * fabric. One lock inside makes every call safe from any thread (the
+ * control thread grants and renews, the reclaim thread zeroes).
+ *
+ * Slab life:  FREE --grant--> LEASED --release/expiry--> RECLAIMING
+ *             --(now >= reclaim_at) take_reclaim--> ZEROING --done--> FREE
+ * A slab's generation increments at every grant, so (slab, generation)
+ * names one lease for ever within a boot; memd's epoch fences boots.
+ *
+ * Sessions expire at last_renew + ttl + grace; a renewal (heartbeat or
+ * grant) pushes that out for every lease of the session at once. Sessions
+ * whose client has disconnected are kept until they expire, so a killed
+ * client's slabs come back after the TTL, not before.
+ */
+#ifndef TP_MEMD_LEASE_H
+#define TP_MEMD_LEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct memd_lease_table;
+struct memd_session;
+
+enum memd_slab_state {
+	MEMD_SLAB_FREE = 0,
+	MEMD_SLAB_LEASED,
+	MEMD_SLAB_RECLAIMING, /* revoked; zeroed once reclaim_at passes */
+	MEMD_SLAB_ZEROING, /* taken by the reclaimer */
+};
+
+struct memd_lease_counts {
+	uint32_t total, free, leased, reclaiming; /* reclaiming incl. zeroing */
+	uint32_t sessions;
+	uint64_t expired_sessions, expired_leases; /* since creation */
+};
+
+/*
+ * Creates a table of nslabs slabs, all FREE. ttl_ms + grace_ms is how long
+ * a session lives without renewal; quiesce_ms is the delay between revoke
+ * and zeroing. Returns 0 / -EINVAL / -ENOMEM.
+ */
+int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
+			    uint32_t grace_ms, uint32_t quiesce_ms,
+			    struct memd_lease_table **out);
+void memd_lease_table_destroy(struct memd_lease_table *t);
+
+/* Opens a session with a fresh non-zero id. -ENOMEM. */
+int memd_session_open(struct memd_lease_table *t, uint64_t now_ms,
+		      struct memd_session **out);
+uint64_t memd_session_id(const struct memd_session *s);
+/*
+ * Marks the session's client as gone: the session and its leases then live
+ * until they expire, and the pointer must no longer be used by the caller
+ * (the table frees it at expiry).
+ */
+void memd_session_detach(struct memd_lease_table *t, struct memd_session *s);
+/*
+ * Releases every lease of the session and frees it (client said BYE).
+ * revoked(slab, arg) runs for each lease, under the table lock; it must
+ * not call back into the table.
+ */
+void memd_session_close(struct memd_lease_table *t, struct memd_session *s,
+			uint64_t now_ms, void (*revoked)(uint32_t, void *),
+			void *arg);
+/* Renews all of the session's leases. Returns how many it holds, or
+ * -ESTALE when the session has already expired. */
+int memd_session_renew(struct memd_lease_table *t, struct memd_session *s,
+		       uint64_t now_ms);
+
+/*
+ * Leases a free slab to s (renewing s). Lowest-numbered free slab first,
+ * so memory stays compact. Returns 0 with *slab and *generation, or
+ * -ENOSPC when no slab is free, -ESTALE when s has expired.
+ */
+int memd_lease_grant(struct memd_lease_table *t, struct memd_session *s,
+		     uint64_t now_ms, uint32_t *slab, uint32_t *generation);
+/*
+ * Ends the lease (slab, generation) held by s; the slab goes RECLAIMING.
+ * Returns 0, or -ESTALE (no such live lease: wrong generation, not leased,
+ * slab out of range), -EPERM (leased by another session).
+ */
+int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
+		       uint32_t slab, uint32_t generation, uint64_t now_ms);
+/*
+ * Expires every session whose time is up (client gone or silent): its
+ * leases go RECLAIMING and revoked() runs for each (under the lock; it must
+ * not re-enter the table). A detached session is freed; an attached one is
+ * marked dead (memd_session_is_dead) and freed when its owner detaches it.
+ * Returns the number of sessions expired.
+ */
+uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,
+			   void (*revoked)(uint32_t, void *), void *arg);
+/* True once the session has expired: it holds nothing and renews nothing. */
+bool memd_session_is_dead(struct memd_lease_table *t,
+			  const struct memd_session *s);
+/* Monotonic ms at which the session expires unless renewed. */
+uint64_t memd_session_expires_ms(struct memd_lease_table *t,
+				 const struct memd_session *s);
+
+/*
+ * Takes up to max slabs whose quiesce delay is over (RECLAIMING ->
+ * ZEROING) into slabs[]. Returns the count.
+ */
+size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
+			       uint32_t *slabs, size_t max);
+/* ZEROING -> FREE: the slab is zeroed and may be granted again. */
+void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab);
+/* Milliseconds until the next RECLAIMING slab is due (-1: none). */
+int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
+				   uint64_t now_ms);
+
+enum memd_slab_state memd_lease_slab_state(struct memd_lease_table *t,
+					   uint32_t slab);
+void memd_lease_get_counts(struct memd_lease_table *t,
+			   struct memd_lease_counts *c);
+
+#endif

@@ -1,0 +1,1161 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/server.c - the control loop, leases over the fabric, reclaim.
+ *
+ * DESIGN
+ * One epoll loop on memd-ctl owns every connection and is the only thread
+ * that decodes frames, grants, releases, renews and expires. A connection
+ * has bounded buffers: rx holds at most one frame (WIRE_MAX_FRAME); while
+ * more than one frame of replies waits in tx the loop stops reading that
+ * client (backpressure), so a client that never reads costs at most two
+ * frames of memory. A malformed frame gets an ERROR reply and the
+ * connection is closed; bad magic or version closes it at once. Nothing a
+ * peer sends can crash memd or make it allocate without bound.
+ *
+ * A lease is a slab, a fresh memory registration with a random key, and a
+ * generation. Revocation (release, BYE, session expiry) closes the
+ * registration first (from then on no new RMA can reach the slab), then
+ * the slab waits quiesce_ms for transfers the provider had already
+ * accepted, then memd-reclaim zeroes it and only then is it free again.
+ *
+ * memd-fab0 progresses the endpoint: with a manual-progress provider
+ * (tcp) RMA from clients is served only while someone reads the CQ.
+ *
+ * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
+ * pointer held by a connection is attached (detached on close).
+ */
+#include "memd/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/fab.h"
+#include "fabric/hostport.h"
+#include "fabric/wire.h"
+#include "memd/lease.h"
+#include "memd/log.h"
+
+#define TX_HIGH_WATER WIRE_MAX_FRAME
+#define TX_CAP (2 * WIRE_MAX_FRAME)
+#define RX_INITIAL 4096
+#define TICK_MS 100
+
+struct conn {
+	int fd;
+	uint8_t *rx;
+	size_t rx_len, rx_cap;
+	uint8_t *tx;
+	size_t tx_len, tx_off;
+	struct memd_session *session;
+	bool closing; /* close once tx is flushed */
+	bool reading; /* EPOLLIN armed */
+	bool writing; /* EPOLLOUT armed */
+	char peer[64];
+	struct conn *next, *prev;
+};
+
+struct memd_server {
+	struct memd_config cfg;
+	const char *config_path;
+	struct memd_arena *arena;
+	uint64_t epoch;
+	uint64_t start_ms;
+	uint32_t nslabs;
+
+	struct fab_domain *fd;
+	struct fab_ep *ep;
+	uint8_t fab_addr[FAB_ADDR_MAX];
+	size_t fab_addr_len;
+	struct fab_mr **mr; /* per slab; non-NULL while leased */
+	uint64_t *key; /* per slab; valid while leased */
+
+	struct memd_lease_table *lt;
+
+	int lfd, epfd, sigfd;
+	struct conn *conns;
+	uint32_t nconns;
+	bool draining;
+
+	pthread_t fab_thread, reclaim_thread;
+	bool fab_started, reclaim_started;
+	volatile int stop; /* threads stop when set */
+	pthread_mutex_t rlock; /* reclaim wakeups */
+	pthread_cond_t rcond;
+
+	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ */
+/* threads                                                              */
+
+static void *fab_main(void *arg)
+{
+	struct memd_server *s = arg;
+
+	pthread_setname_np(pthread_self(), "memd-fab0");
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		int r = fab_ep_progress(s->ep, TICK_MS);
+
+		if (r < 0 && r != -ETIMEDOUT && r != -EAGAIN) {
+			memd_log(LOG_WARNING, "fabric: progress err=%s",
+				 strerror(-r));
+			usleep(10000);
+		}
+	}
+	return NULL;
+}
+
+static void *reclaim_main(void *arg)
+{
+	struct memd_server *s = arg;
+	uint32_t batch[64];
+
+	pthread_setname_np(pthread_self(), "memd-reclaim");
+	for (;;) {
+		uint64_t t = now_ms();
+		size_t n = memd_lease_take_reclaim(s->lt, t, batch, 64);
+
+		for (size_t i = 0; i < n; i++) {
+			uint8_t *p = (uint8_t *)s->arena->base +
+				     (uint64_t)batch[i] * s->cfg.slab_bytes;
+
+			memset(p, 0, s->cfg.slab_bytes);
+			memd_lease_reclaimed(s->lt, batch[i]);
+			__atomic_add_fetch(&s->ctr.slabs_zeroed, 1,
+					   __ATOMIC_RELAXED);
+			memd_log(LOG_DEBUG, "reclaim: zeroed slab=%u",
+				 batch[i]);
+		}
+		if (n)
+			continue;
+		pthread_mutex_lock(&s->rlock);
+		if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+			pthread_mutex_unlock(&s->rlock);
+			break;
+		}
+		int64_t wait = memd_lease_next_reclaim_ms(s->lt, now_ms());
+		struct timespec ts;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		if (wait < 0 || wait > 1000)
+			wait = 1000;
+		ts.tv_sec += wait / 1000;
+		ts.tv_nsec += (wait % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->rcond, &s->rlock, &ts);
+		pthread_mutex_unlock(&s->rlock);
+	}
+	return NULL;
+}
+
+static void reclaim_kick(struct memd_server *s)
+{
+	pthread_mutex_lock(&s->rlock);
+	pthread_cond_signal(&s->rcond);
+	pthread_mutex_unlock(&s->rlock);
+}
+
+/* Runs under the lease table lock for each revoked lease: from here on the
+ * key opens nothing. */
+static void revoke_mr(uint32_t slab, void *arg)
+{
+	struct memd_server *s = arg;
+	int r = fab_mr_close(s->mr[slab]);
+
+	if (r)
+		memd_log(LOG_ERR, "fabric: mr close slab=%u err=%s", slab,
+			 strerror(-r));
+	s->mr[slab] = NULL;
+	s->key[slab] = 0;
+}
+
+static void count_expired(uint32_t slab, void *arg)
+{
+	struct memd_server *s = arg;
+
+	s->ctr.leases_expired++;
+	revoke_mr(slab, arg);
+}
+
+/* ------------------------------------------------------------------ */
+/* connections                                                          */
+
+static int epoll_mod(struct memd_server *s, struct conn *c)
+{
+	struct epoll_event ev = {
+		.events = (c->reading ? EPOLLIN : 0u) |
+			  (c->writing ? EPOLLOUT : 0u) | EPOLLRDHUP,
+		.data.ptr = c,
+	};
+
+	return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
+}
+
+static void conn_close(struct memd_server *s, struct conn *c,
+		       const char *why)
+{
+	memd_log(LOG_INFO, "ctl: close peer=%s session=%" PRIx64 " why=%s",
+		 c->peer, c->session ? memd_session_id(c->session) : 0, why);
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	if (c->session)
+		memd_session_detach(s->lt, c->session);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->nconns--;
+	free(c->rx);
+	free(c->tx);
+	free(c);
+}
+
+/* Queues one reply frame. -ENOBUFS when the client is not reading. */
+static int conn_send(struct conn *c, const struct wire_msg *m)
+{
+	ssize_t n;
+
+	if (c->tx_off && c->tx_off == c->tx_len)
+		c->tx_off = c->tx_len = 0;
+	if (c->tx_off > 0 && TX_CAP - c->tx_len < WIRE_MAX_FRAME) {
+		memmove(c->tx, c->tx + c->tx_off, c->tx_len - c->tx_off);
+		c->tx_len -= c->tx_off;
+		c->tx_off = 0;
+	}
+	n = wire_encode(m, c->tx + c->tx_len, TX_CAP - c->tx_len);
+	if (n == -ENOSPC)
+		return -ENOBUFS;
+	if (n < 0)
+		return (int)n; /* a bug of ours: logged by the caller */
+	c->tx_len += (size_t)n;
+	return 0;
+}
+
+static void send_error(struct memd_server *s, struct conn *c, uint32_t seq,
+		       int err, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static void send_error(struct memd_server *s, struct conn *c, uint32_t seq,
+		       int err, const char *fmt, ...)
+{
+	static struct wire_msg m; /* memd-ctl only */
+	char text[WIRE_MSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	wire_make_error(&m, seq, err, text);
+	if (conn_send(c, &m))
+		c->closing = true;
+	(void)s;
+}
+
+/* ------------------------------------------------------------------ */
+/* requests                                                             */
+
+static void do_hello(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	const struct wire_hello *h = &req->u.hello;
+	struct wire_hello_ok *ok = &rep->u.hello_ok;
+	int r;
+
+	if (c->session) {
+		send_error(s, c, req->seq, EPROTO, "HELLO sent twice");
+		c->closing = true;
+		return;
+	}
+	if (h->proto_min > WIRE_VERSION || h->proto_max < WIRE_VERSION) {
+		send_error(s, c, req->seq, EPROTONOSUPPORT,
+			   "memd speaks protocol %d, client %u..%u",
+			   WIRE_VERSION, h->proto_min, h->proto_max);
+		c->closing = true;
+		return;
+	}
+	if (s->draining) {
+		send_error(s, c, req->seq, EBUSY, "memd is draining");
+		c->closing = true;
+		return;
+	}
+	r = memd_session_open(s->lt, now_ms(), &c->session);
+	if (r) {
+		send_error(s, c, req->seq, -r, "cannot open a session");
+		c->closing = true;
+		return;
+	}
+	s->ctr.sessions_opened++;
+	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
+		 c->peer, memd_session_id(c->session), h->client);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_HELLO_OK;
+	rep->seq = req->seq;
+	ok->proto = WIRE_VERSION;
+	ok->session_id = memd_session_id(c->session);
+	ok->epoch = s->epoch;
+	ok->ttl_ms = s->cfg.lease_ttl_ms;
+	ok->slab_bytes = s->cfg.slab_bytes;
+	snprintf(ok->provider, sizeof(ok->provider), "%s",
+		 fab_domain_provider(s->fd));
+	ok->addr_len = (uint16_t)s->fab_addr_len;
+	memcpy(ok->addr, s->fab_addr, s->fab_addr_len);
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static uint64_t random_key(void)
+{
+	uint64_t k = 0;
+
+	while (getrandom(&k, sizeof(k), 0) != sizeof(k))
+		;
+	return k;
+}
+
+/* Grants one lease: slab, then a registration with a fresh random key. */
+static int grant_one(struct memd_server *s, struct memd_session *ses,
+		     struct wire_lease *out)
+{
+	uint32_t slab, gen;
+	struct fab_mr *mr = NULL;
+	uint8_t *base;
+	int r;
+
+	r = memd_lease_grant(s->lt, ses, now_ms(), &slab, &gen);
+	if (r)
+		return r;
+	base = (uint8_t *)s->arena->base + (uint64_t)slab * s->cfg.slab_bytes;
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t key = random_key();
+
+		r = fab_mr_reg(s->fd, s->ep, base, s->cfg.slab_bytes,
+			       FAB_ACCESS_REMOTE, key, &mr);
+		if (r != -ENOKEY)
+			break;
+	}
+	if (r) {
+		memd_log(LOG_ERR, "fabric: register slab=%u err=%s", slab,
+			 strerror(-r));
+		memd_lease_release(s->lt, ses, slab, gen, now_ms());
+		return r;
+	}
+	s->mr[slab] = mr;
+	s->key[slab] = fab_mr_key(mr);
+	out->epoch = s->epoch;
+	out->slab = slab;
+	out->generation = gen;
+	out->key = s->key[slab];
+	out->base = fab_mr_remote_base(mr);
+	out->len_bytes = s->cfg.slab_bytes;
+	return 0;
+}
+
+static void do_lease(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	uint32_t want = req->u.lease.nslabs, i;
+	struct memd_lease_counts cnt;
+	int r = 0;
+
+	memd_lease_get_counts(s->lt, &cnt);
+	if (s->draining || want > cnt.free) {
+		s->ctr.leases_refused++;
+		send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
+			   "%s: %u slab(s) asked, %u free of %u (%u being "
+			   "zeroed)",
+			   s->draining ? "memd is draining" : "no free slab",
+			   want, cnt.free, cnt.total, cnt.reclaiming);
+		return;
+	}
+	memset(rep, 0, sizeof(*rep));
+	for (i = 0; i < want; i++) {
+		r = grant_one(s, c->session, &rep->u.lease_ok.lease[i]);
+		if (r)
+			break;
+	}
+	if (r) {
+		/* All or nothing: give back what this request got. */
+		for (uint32_t j = 0; j < i; j++) {
+			struct wire_lease *l = &rep->u.lease_ok.lease[j];
+
+			revoke_mr(l->slab, s);
+			memd_lease_release(s->lt, c->session, l->slab,
+					   l->generation, now_ms());
+		}
+		reclaim_kick(s);
+		s->ctr.leases_refused++;
+		send_error(s, c, req->seq, -r, "lease of %u slab(s) failed: %s",
+			   want, strerror(-r));
+		return;
+	}
+	s->ctr.leases_granted += want;
+	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u",
+		 memd_session_id(c->session), want);
+	rep->type = WIRE_LEASE_OK;
+	rep->seq = req->seq;
+	rep->u.lease_ok.ttl_ms = s->cfg.lease_ttl_ms;
+	rep->u.lease_ok.count = want;
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static void do_release(struct memd_server *s, struct conn *c,
+		       const struct wire_msg *req, struct wire_msg *rep)
+{
+	const struct wire_release *rel = &req->u.release;
+	uint32_t i;
+
+	/* Validate every ref first so a bad one releases nothing. */
+	for (i = 0; i < rel->count; i++) {
+		const struct wire_lease_ref *ref = &rel->ref[i];
+		int bad = 0;
+
+		if (ref->epoch != s->epoch || ref->slab >= s->nslabs ||
+		    !s->mr[ref->slab] ||
+		    memd_lease_slab_state(s->lt, ref->slab) !=
+			    MEMD_SLAB_LEASED)
+			bad = ESTALE;
+		for (uint32_t j = 0; !bad && j < i; j++)
+			if (rel->ref[j].slab == ref->slab)
+				bad = EINVAL;
+		if (bad) {
+			send_error(s, c, req->seq, bad,
+				   "release: lease slab=%u generation=%u "
+				   "epoch=%" PRIx64 " is %s; nothing released",
+				   ref->slab, ref->generation, ref->epoch,
+				   bad == EINVAL ? "listed twice" :
+						   "not live");
+			return;
+		}
+	}
+	for (i = 0; i < rel->count; i++) {
+		const struct wire_lease_ref *ref = &rel->ref[i];
+		struct fab_mr *mr = s->mr[ref->slab];
+		int r;
+
+		/* The registration goes first, but only when this session
+		 * really owns this generation. */
+		r = memd_lease_release(s->lt, c->session, ref->slab,
+				       ref->generation, now_ms());
+		if (r) {
+			send_error(s, c, req->seq, -r,
+				   "release: lease slab=%u generation=%u %s; "
+				   "%u of %u released",
+				   ref->slab, ref->generation,
+				   r == -EPERM ? "belongs to another session" :
+						 "is stale",
+				   i, rel->count);
+			return;
+		}
+		s->mr[ref->slab] = NULL;
+		s->key[ref->slab] = 0;
+		fab_mr_close(mr);
+		s->ctr.leases_released++;
+	}
+	reclaim_kick(s);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_RELEASE_OK;
+	rep->seq = req->seq;
+	rep->u.release_ok.released = rel->count;
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static void fill_status(struct memd_server *s, struct wire_status_ok *st)
+{
+	struct memd_lease_counts cnt;
+
+	memd_lease_get_counts(s->lt, &cnt);
+	memset(st, 0, sizeof(*st));
+	st->epoch = s->epoch;
+	st->uptime_ms = now_ms() - s->start_ms;
+	st->donated_bytes = s->arena->len_bytes;
+	st->slab_bytes = s->cfg.slab_bytes;
+	st->slabs_total = cnt.total;
+	st->slabs_free = cnt.free;
+	st->slabs_leased = cnt.leased;
+	st->slabs_reclaiming = cnt.reclaiming;
+	st->sessions = cnt.sessions;
+	st->flags = (s->arena->hugetlb ? WIRE_STATUS_HUGEPAGES : 0) |
+		    (s->draining ? WIRE_STATUS_DRAINING : 0);
+	st->leases_expired = s->ctr.leases_expired;
+	st->frames_rejected = s->ctr.frames_rejected;
+}
+
+static void handle(struct memd_server *s, struct conn *c,
+		   const struct wire_msg *req)
+{
+	static struct wire_msg rep; /* memd-ctl only; LEASE_OK is ~10 KiB */
+	int r;
+
+	s->ctr.frames_in++;
+	if (req->type != WIRE_HELLO && !c->session) {
+		send_error(s, c, req->seq, EPROTO, "%s before HELLO",
+			   wire_type_name(req->type));
+		c->closing = true;
+		return;
+	}
+	if (c->session && memd_session_is_dead(s->lt, c->session)) {
+		send_error(s, c, req->seq, ESTALE,
+			   "session expired: no heartbeat within the lease "
+			   "TTL; its leases are gone");
+		c->closing = true;
+		return;
+	}
+	switch (req->type) {
+	case WIRE_HELLO:
+		do_hello(s, c, req, &rep);
+		return;
+	case WIRE_LEASE:
+		do_lease(s, c, req, &rep);
+		return;
+	case WIRE_RELEASE:
+		do_release(s, c, req, &rep);
+		return;
+	case WIRE_HEARTBEAT:
+		r = memd_session_renew(s->lt, c->session, now_ms());
+		if (r < 0) {
+			send_error(s, c, req->seq, -r, "session expired");
+			c->closing = true;
+			return;
+		}
+		memset(&rep, 0, sizeof(rep));
+		rep.type = WIRE_HEARTBEAT_OK;
+		rep.seq = req->seq;
+		rep.u.heartbeat_ok.ttl_ms = s->cfg.lease_ttl_ms;
+		rep.u.heartbeat_ok.nleases = (uint32_t)r;
+		rep.u.heartbeat_ok.epoch = s->epoch;
+		break;
+	case WIRE_STATUS:
+		memset(&rep, 0, sizeof(rep));
+		rep.type = WIRE_STATUS_OK;
+		rep.seq = req->seq;
+		fill_status(s, &rep.u.status_ok);
+		break;
+	case WIRE_BYE:
+		memd_session_close(s->lt, c->session, now_ms(), revoke_mr, s);
+		c->session = NULL;
+		reclaim_kick(s);
+		memset(&rep, 0, sizeof(rep));
+		rep.type = WIRE_BYE_OK;
+		rep.seq = req->seq;
+		c->closing = true;
+		break;
+	default:
+		/* A reply type sent to us: decodable, but not a request. */
+		s->ctr.frames_rejected++;
+		send_error(s, c, req->seq, EBADMSG, "%s is not a request",
+			   wire_type_name(req->type));
+		c->closing = true;
+		return;
+	}
+	if (conn_send(c, &rep))
+		c->closing = true;
+}
+
+/* Decodes and handles complete frames in rx while tx has room. */
+static void conn_process(struct memd_server *s, struct conn *c)
+{
+	static struct wire_msg req; /* memd-ctl only */
+	size_t off = 0;
+
+	while (!c->closing && c->tx_len - c->tx_off < TX_HIGH_WATER) {
+		ssize_t n = wire_decode(c->rx + off, c->rx_len - off, &req);
+
+		if (n == -EAGAIN)
+			break;
+		if (n < 0) {
+			s->ctr.frames_rejected++;
+			memd_log(LOG_NOTICE, "ctl: bad frame peer=%s err=%s",
+				 c->peer, strerror((int)-n));
+			if (n == -EMSGSIZE)
+				send_error(s, c, 0, EMSGSIZE,
+					   "frame longer than %u bytes",
+					   WIRE_MAX_FRAME);
+			else if (n == -EBADMSG)
+				send_error(s, c, 0, EBADMSG,
+					   "malformed frame");
+			/* Bad magic or version: not our protocol, no reply. */
+			c->closing = true;
+			if (n != -EMSGSIZE && n != -EBADMSG)
+				c->tx_len = c->tx_off = 0;
+			break;
+		}
+		handle(s, c, &req);
+		off += (size_t)n;
+	}
+	if (off) {
+		memmove(c->rx, c->rx + off, c->rx_len - off);
+		c->rx_len -= off;
+	}
+}
+
+static int conn_flush(struct conn *c)
+{
+	while (c->tx_off < c->tx_len) {
+		ssize_t n = send(c->fd, c->tx + c->tx_off,
+				 c->tx_len - c->tx_off, MSG_NOSIGNAL);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		c->tx_off += (size_t)n;
+	}
+	c->tx_off = c->tx_len = 0;
+	return 0;
+}
+
+/*
+ * Reads what the socket has, growing rx up to one full frame. Returns 0,
+ * 1 when the peer has closed its side (what arrived before still counts),
+ * or -errno.
+ */
+static int conn_read(struct conn *c)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (c->rx_len == c->rx_cap) {
+			size_t cap = c->rx_cap * 2;
+			uint8_t *p;
+
+			if (cap > WIRE_MAX_FRAME)
+				cap = WIRE_MAX_FRAME;
+			if (cap <= c->rx_cap)
+				return 0; /* a whole frame is buffered */
+			p = realloc(c->rx, cap);
+			if (!p)
+				return -ENOMEM;
+			c->rx = p;
+			c->rx_cap = cap;
+		}
+		n = recv(c->fd, c->rx + c->rx_len, c->rx_cap - c->rx_len, 0);
+		if (n == 0)
+			return 1;
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		c->rx_len += (size_t)n;
+		if (c->rx_len < c->rx_cap)
+			return 0;
+	}
+}
+
+/* After any event: process, flush, re-arm or close. */
+static void conn_service(struct memd_server *s, struct conn *c)
+{
+	bool reading, writing;
+	int r;
+
+	conn_process(s, c);
+	r = conn_flush(c);
+	if (r) {
+		conn_close(s, c, "send failed");
+		return;
+	}
+	if (c->closing && c->tx_off == c->tx_len) {
+		conn_close(s, c, "done");
+		return;
+	}
+	reading = !c->closing && c->tx_len - c->tx_off < TX_HIGH_WATER;
+	writing = c->tx_off < c->tx_len;
+	if (reading != c->reading || writing != c->writing) {
+		c->reading = reading;
+		c->writing = writing;
+		if (epoll_mod(s, c))
+			conn_close(s, c, "epoll");
+	}
+}
+
+static void accept_all(struct memd_server *s)
+{
+	for (;;) {
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		struct epoll_event ev;
+		char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
+		struct conn *c;
+		int one = 1;
+		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != EINTR)
+				memd_log(LOG_WARNING, "ctl: accept err=%s",
+					 strerror(errno));
+			return;
+		}
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host),
+			    port, sizeof(port),
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+		if (s->nconns >= s->cfg.max_clients || s->draining) {
+			struct wire_msg m;
+			uint8_t buf[WIRE_HDR_LEN + WIRE_MSG_MAX + 16];
+			ssize_t n;
+
+			wire_make_error(&m, 0, EBUSY,
+					s->draining ? "memd is draining" :
+						      "too many clients");
+			n = wire_encode(&m, buf, sizeof(buf));
+			if (n > 0 && send(fd, buf, (size_t)n,
+					  MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+				memd_log(LOG_DEBUG, "ctl: refuse send err=%s",
+					 strerror(errno));
+			close(fd);
+			s->ctr.conns_refused++;
+			memd_log(LOG_WARNING,
+				 "ctl: refused peer=%s:%s clients=%u max=%u",
+				 host, port, s->nconns, s->cfg.max_clients);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (c)
+			c->rx = malloc(RX_INITIAL);
+		if (c)
+			c->tx = malloc(TX_CAP);
+		if (!c || !c->rx || !c->tx) {
+			if (c) {
+				free(c->rx);
+				free(c->tx);
+			}
+			free(c);
+			close(fd);
+			memd_log(LOG_ERR, "ctl: out of memory for a client");
+			continue;
+		}
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		c->rx_cap = RX_INITIAL;
+		c->reading = true;
+		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
+		ev.events = EPOLLIN | EPOLLRDHUP;
+		ev.data.ptr = c;
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			memd_log(LOG_ERR, "ctl: epoll add err=%s",
+				 strerror(errno));
+			close(fd);
+			free(c->rx);
+			free(c->tx);
+			free(c);
+			continue;
+		}
+		c->next = s->conns;
+		if (s->conns)
+			s->conns->prev = c;
+		s->conns = c;
+		s->nconns++;
+		s->ctr.conns_accepted++;
+		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
+	}
+}
+
+/* Closes the connections of sessions that expired while attached. */
+static void expire_sessions(struct memd_server *s)
+{
+	uint32_t n = memd_lease_expire(s->lt, now_ms(), count_expired, s);
+
+	if (!n)
+		return;
+	memd_log(LOG_NOTICE, "lease: expired sessions=%u", n);
+	reclaim_kick(s);
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->session && memd_session_is_dead(s->lt, c->session)) {
+			memd_log(LOG_NOTICE,
+				 "lease: session=%" PRIx64 " peer=%s expired "
+				 "without heartbeat",
+				 memd_session_id(c->session), c->peer);
+			conn_close(s, c, "session expired");
+		}
+	}
+}
+
+static void reload(struct memd_server *s)
+{
+	struct memd_config nc;
+	char err[512];
+
+	if (!s->config_path) {
+		memd_log(LOG_NOTICE, "config: SIGHUP without a config file; "
+				     "nothing to reload");
+		return;
+	}
+	nc = s->cfg;
+	if (memd_config_load(&nc, s->config_path, err, sizeof(err)) ||
+	    memd_config_validate(&nc, err, sizeof(err))) {
+		memd_log(LOG_ERR, "config: reload failed, keeping the old "
+				  "config: %s",
+			 err);
+		return;
+	}
+	/* Only keys that are safe to change under live leases. */
+	if (nc.log_level != s->cfg.log_level)
+		__atomic_store_n(&memd_log_level, nc.log_level,
+				 __ATOMIC_RELAXED);
+	s->cfg.log_level = nc.log_level;
+	s->cfg.max_clients = nc.max_clients;
+	s->cfg.quiesce_ms = nc.quiesce_ms;
+	if (strcmp(nc.listen, s->cfg.listen) ||
+	    nc.donate_bytes != s->cfg.donate_bytes ||
+	    nc.slab_bytes != s->cfg.slab_bytes ||
+	    strcmp(nc.provider, s->cfg.provider) ||
+	    nc.lease_ttl_ms != s->cfg.lease_ttl_ms ||
+	    nc.lease_grace_ms != s->cfg.lease_grace_ms ||
+	    nc.hugepages != s->cfg.hugepages ||
+	    strcmp(nc.fabric_node, s->cfg.fabric_node))
+		memd_log(LOG_WARNING, "config: keys that need a restart "
+				      "changed; they keep their old values");
+	memd_log(LOG_NOTICE, "config: reloaded path=%s log_level=%s "
+			     "max_clients=%u",
+		 s->config_path, memd_log_level_name(s->cfg.log_level),
+		 s->cfg.max_clients);
+}
+
+/* ------------------------------------------------------------------ */
+/* lifecycle                                                            */
+
+static int listen_on(struct memd_server *s, char *bound, size_t boundlen,
+		     char *err, size_t errlen)
+{
+	char host[MEMD_CONF_STR_MAX], hbuf[INET6_ADDRSTRLEN], pbuf[8];
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char port[8];
+	uint16_t p;
+	int fd = -1, one = 1, r;
+
+	if (wire_split_hostport(s->cfg.listen, host, sizeof(host), &p)) {
+		snprintf(err, errlen, "listen '%s' is not HOST:PORT",
+			 s->cfg.listen);
+		return -EINVAL;
+	}
+	snprintf(port, sizeof(port), "%u", p);
+	r = getaddrinfo(host, port, &hints, &ai);
+	if (r) {
+		snprintf(err, errlen, "listen '%s': %s", s->cfg.listen,
+			 gai_strerror(r));
+		return -EINVAL;
+	}
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 512) ||
+	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
+		r = -errno;
+		snprintf(err, errlen, "listen on %s: %s", s->cfg.listen,
+			 strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return r;
+	}
+	freeaddrinfo(ai);
+	getnameinfo((struct sockaddr *)&ss, sl, hbuf, sizeof(hbuf), pbuf,
+		    sizeof(pbuf), NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(bound, boundlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
+		 hbuf, pbuf);
+	s->lfd = fd;
+	return 0;
+}
+
+static int write_ready_file(const char *path, const char *addr)
+{
+	char tmp[4096];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	fprintf(f, "%s\n", addr);
+	if (fflush(f) || fsync(fileno(f))) {
+		int r = -errno;
+
+		fclose(f);
+		unlink(tmp);
+		return r;
+	}
+	fclose(f);
+	if (rename(tmp, path)) {
+		int r = -errno;
+
+		unlink(tmp);
+		return r;
+	}
+	return 0;
+}
+
+int memd_server_create(const struct memd_config *cfg,
+		       struct memd_arena *arena, const char *config_path,
+		       const char *ready_file, struct memd_server **out,
+		       char *err, size_t errlen)
+{
+	struct memd_server *s;
+	struct fab_opts fo = { 0 };
+	char host[MEMD_CONF_STR_MAX], bound[300];
+	struct epoll_event ev;
+	sigset_t mask;
+	uint16_t port;
+	int r;
+
+	*out = NULL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->config_path = config_path;
+	s->arena = arena;
+	s->lfd = s->epfd = s->sigfd = -1;
+	s->start_ms = now_ms();
+	s->epoch = random_key();
+	s->nslabs = (uint32_t)(arena->len_bytes / cfg->slab_bytes);
+	pthread_mutex_init(&s->rlock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->rcond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	s->mr = calloc(s->nslabs, sizeof(*s->mr));
+	s->key = calloc(s->nslabs, sizeof(*s->key));
+	if (!s->mr || !s->key) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	r = memd_lease_table_create(s->nslabs, cfg->lease_ttl_ms,
+				    cfg->lease_grace_ms, cfg->quiesce_ms,
+				    &s->lt);
+	if (r) {
+		snprintf(err, errlen, "lease table: %s", strerror(-r));
+		goto fail;
+	}
+
+	if (wire_split_hostport(cfg->listen, host, sizeof(host), &port)) {
+		r = -EINVAL;
+		snprintf(err, errlen, "listen '%s' is not HOST:PORT",
+			 cfg->listen);
+		goto fail;
+	}
+	fo.provider = cfg->provider;
+	fo.node = cfg->fabric_node[0] ? cfg->fabric_node : host;
+	r = fab_domain_open(&fo, &s->fd);
+	if (r) {
+		snprintf(err, errlen,
+			 "fabric provider '%s' on node '%s': %s%s",
+			 cfg->provider, fo.node, strerror(-r),
+			 r == -ENODATA ? " (fi_info -l lists the providers "
+					 "here)" :
+					 "");
+		goto fail;
+	}
+	r = fab_ep_open(s->fd, 0, &s->ep);
+	if (!r) {
+		s->fab_addr_len = sizeof(s->fab_addr);
+		r = fab_ep_name(s->ep, s->fab_addr, &s->fab_addr_len);
+	}
+	if (r) {
+		snprintf(err, errlen, "fabric endpoint: %s", strerror(-r));
+		goto fail;
+	}
+	if (s->fab_addr_len > WIRE_ADDR_MAX) {
+		r = -EOVERFLOW;
+		snprintf(err, errlen, "fabric address of %zu bytes is too long",
+			 s->fab_addr_len);
+		goto fail;
+	}
+
+	r = listen_on(s, bound, sizeof(bound), err, errlen);
+	if (r)
+		goto fail;
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	s->sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s->epfd < 0 || s->sigfd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "epoll/signalfd: %s", strerror(errno));
+		goto fail;
+	}
+	ev.events = EPOLLIN;
+	ev.data.ptr = &s->lfd;
+	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev);
+	ev.data.ptr = &s->sigfd;
+	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &ev);
+
+	r = pthread_create(&s->fab_thread, NULL, fab_main, s);
+	if (r) {
+		r = -r;
+		snprintf(err, errlen, "fabric thread: %s", strerror(-r));
+		goto fail;
+	}
+	s->fab_started = true;
+	r = pthread_create(&s->reclaim_thread, NULL, reclaim_main, s);
+	if (r) {
+		r = -r;
+		snprintf(err, errlen, "reclaim thread: %s", strerror(-r));
+		goto fail;
+	}
+	s->reclaim_started = true;
+
+	if (ready_file) {
+		r = write_ready_file(ready_file, bound);
+		if (r) {
+			snprintf(err, errlen, "ready file %s: %s", ready_file,
+				 strerror(-r));
+			goto fail;
+		}
+	}
+	memd_log(LOG_NOTICE,
+		 "memd: ready listen=%s provider=%s mr_mode=%#x donate=%" PRIu64
+		 " slab=%" PRIu64 " slabs=%u hugetlb=%d ttl_ms=%u epoch=%016" PRIx64,
+		 bound, fab_domain_provider(s->fd), fab_domain_mr_mode(s->fd),
+		 arena->len_bytes, cfg->slab_bytes, s->nslabs, arena->hugetlb,
+		 cfg->lease_ttl_ms, s->epoch);
+	*out = s;
+	return 0;
+fail:
+	memd_server_destroy(s);
+	return r;
+}
+
+int memd_server_run(struct memd_server *s)
+{
+	struct epoll_event evs[64];
+
+	pthread_setname_np(pthread_self(), "memd-ctl");
+	while (!s->draining) {
+		int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
+
+		if (n < 0 && errno != EINTR) {
+			memd_log(LOG_ERR, "ctl: epoll_wait err=%s",
+				 strerror(errno));
+			return -errno;
+		}
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &s->lfd) {
+				accept_all(s);
+			} else if (p == &s->sigfd) {
+				struct signalfd_siginfo si;
+
+				while (read(s->sigfd, &si, sizeof(si)) ==
+				       sizeof(si)) {
+					if (si.ssi_signo == SIGHUP) {
+						reload(s);
+						continue;
+					}
+					memd_log(LOG_NOTICE,
+						 "memd: signal=%s draining",
+						 strsignal((int)si.ssi_signo));
+					s->draining = true;
+				}
+			} else {
+				struct conn *c = p;
+				int r = 0;
+
+				if (evs[i].events & (EPOLLIN | EPOLLRDHUP |
+						     EPOLLHUP | EPOLLERR))
+					r = conn_read(c);
+				if (r < 0) {
+					conn_close(s, c, strerror(-r));
+					continue;
+				}
+				if (r == 1) {
+					/* Serve what came before the close
+					 * (a last BYE), then let go. */
+					conn_process(s, c);
+					conn_close(s, c, "peer closed");
+					continue;
+				}
+				conn_service(s, c);
+			}
+		}
+		expire_sessions(s);
+	}
+	/* Drain: every client is told by its socket closing; leases die with
+	 * the process (memory is unmapped, registrations closed). */
+	while (s->conns)
+		conn_close(s, s->conns, "memd stopping");
+	memd_log(LOG_NOTICE, "memd: drained");
+	return 0;
+}
+
+void memd_server_destroy(struct memd_server *s)
+{
+	if (!s)
+		return;
+	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+	if (s->reclaim_started) {
+		reclaim_kick(s);
+		pthread_join(s->reclaim_thread, NULL);
+	}
+	if (s->fab_started)
+		pthread_join(s->fab_thread, NULL);
+	while (s->conns)
+		conn_close(s, s->conns, "memd stopping");
+	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
+		fab_mr_close(s->mr[i]);
+	fab_ep_close(s->ep);
+	fab_domain_close(s->fd);
+	memd_lease_table_destroy(s->lt);
+	if (s->sigfd >= 0)
+		close(s->sigfd);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	pthread_cond_destroy(&s->rcond);
+	pthread_mutex_destroy(&s->rlock);
+	free(s->mr);
+	free(s->key);
+	free(s);
+}

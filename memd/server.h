@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/server.h - memd's control server and data plane: the event loop
+ * that speaks the wire protocol, the fabric endpoint clients RMA into, the
+ * lease table, and the reclaimer that zeroes revoked slabs.
+ *
+ * Threads (all named):
+ *   memd-ctl      the caller of memd_server_run: accepts, reads, decodes,
+ *                 grants/releases/renews, expires sessions, signals.
+ *   memd-fab0     progresses the fabric endpoint (one-sided RMA from
+ *                 clients is served only while it runs).
+ *   memd-reclaim  zeroes slabs once their quiesce delay is over.
+ */
+#ifndef TP_MEMD_SERVER_H
+#define TP_MEMD_SERVER_H
+
+#include <stdint.h>
+
+#include "memd/arena.h"
+#include "memd/config.h"
+
+struct memd_server;
+
+/* Counters: one list, so STATUS, /metrics and the man page agree. */
+#define MEMD_COUNTERS(X)                                                     \
+	X(conns_accepted, "control connections accepted")                    \
+	X(conns_refused, "connections refused over max_clients or draining") \
+	X(frames_in, "control frames decoded")                               \
+	X(frames_rejected, "malformed or oversized frames")                  \
+	X(sessions_opened, "sessions opened")                                \
+	X(leases_granted, "slab leases granted")                             \
+	X(leases_released, "slab leases released by their client")          \
+	X(leases_expired, "slab leases revoked because the session expired") \
+	X(leases_refused, "lease requests refused (no free slab)")           \
+	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")
+
+struct memd_counters {
+#define X(name, help) uint64_t name;
+	MEMD_COUNTERS(X)
+#undef X
+};
+
+/*
+ * Opens the fabric, registers nothing yet (each lease gets its own
+ * registration), binds the control listener and, when ready_file is not
+ * NULL, writes "HOST:PORT\n" to it once listening. The server uses (does
+ * not own) cfg and arena; config_path is re-read on SIGHUP (may be NULL).
+ * Returns 0 and *out, or -errno with err explaining.
+ */
+int memd_server_create(const struct memd_config *cfg,
+		       struct memd_arena *arena, const char *config_path,
+		       const char *ready_file, struct memd_server **out,
+		       char *err, size_t errlen);
+
+/*
+ * Runs the control loop on the calling thread until SIGTERM or SIGINT
+ * (which the caller must have blocked in every thread before
+ * memd_server_create). Returns 0 after a clean drain, -errno on failure.
+ */
+int memd_server_run(struct memd_server *s);
+
+/* Stops the threads, closes every registration, endpoint and socket. */
+void memd_server_destroy(struct memd_server *s);
+
+#endif

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+/* tests/test_lease.c - the slab and lease table, without I/O or clocks. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "memd/lease.h"
+
+static struct memd_lease_table *t;
+
+static void setup(void)
+{
+	/* 4 slabs, ttl 1000, grace 200, quiesce 50 */
+	ck_assert_int_eq(memd_lease_table_create(4, 1000, 200, 50, &t), 0);
+}
+
+static void teardown(void)
+{
+	memd_lease_table_destroy(t);
+	t = NULL;
+}
+
+static void count_revoked(uint32_t slab, void *arg)
+{
+	(void)slab;
+	(*(int *)arg)++;
+}
+
+START_TEST(create_rejects_bad_args)
+{
+	struct memd_lease_table *x = (void *)1;
+
+	ck_assert_int_eq(memd_lease_table_create(0, 1000, 0, 0, &x), -EINVAL);
+	ck_assert_ptr_null(x);
+	ck_assert_int_eq(memd_lease_table_create(4, 0, 0, 0, &x), -EINVAL);
+}
+END_TEST
+
+START_TEST(grant_lowest_first_then_enospc)
+{
+	struct memd_session *s;
+	struct memd_lease_counts c;
+	uint32_t slab, gen;
+
+	ck_assert_int_eq(memd_session_open(t, 0, &s), 0);
+	ck_assert_uint_ne(memd_session_id(s), 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		ck_assert_int_eq(memd_lease_grant(t, s, 0, &slab, &gen), 0);
+		ck_assert_uint_eq(slab, i);
+		ck_assert_uint_eq(gen, 1);
+		ck_assert_int_eq(memd_lease_slab_state(t, i), MEMD_SLAB_LEASED);
+	}
+	ck_assert_int_eq(memd_lease_grant(t, s, 0, &slab, &gen), -ENOSPC);
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.free, 0);
+	ck_assert_uint_eq(c.leased, 4);
+	ck_assert_uint_eq(c.sessions, 1);
+	ck_assert_int_eq(memd_session_renew(t, s, 10), 4);
+	memd_session_close(t, s, 10, NULL, NULL);
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.leased, 0);
+	ck_assert_uint_eq(c.reclaiming, 4);
+	ck_assert_uint_eq(c.sessions, 0);
+}
+END_TEST
+
+START_TEST(release_checks_generation_and_owner)
+{
+	struct memd_session *a, *b;
+	uint32_t slab, gen, slab2, gen2;
+	uint32_t got[4];
+
+	ck_assert_int_eq(memd_session_open(t, 0, &a), 0);
+	ck_assert_int_eq(memd_session_open(t, 0, &b), 0);
+	ck_assert_uint_ne(memd_session_id(a), memd_session_id(b));
+	ck_assert_int_eq(memd_lease_grant(t, a, 0, &slab, &gen), 0);
+	ck_assert_int_eq(memd_lease_release(t, b, slab, gen, 0), -EPERM);
+	ck_assert_int_eq(memd_lease_release(t, a, slab, gen + 1, 0), -ESTALE);
+	ck_assert_int_eq(memd_lease_release(t, a, 99, gen, 0), -ESTALE);
+	ck_assert_int_eq(memd_lease_release(t, a, slab, gen, 0), 0);
+	/* Twice: already reclaiming. */
+	ck_assert_int_eq(memd_lease_release(t, a, slab, gen, 0), -ESTALE);
+	ck_assert_int_eq(memd_lease_slab_state(t, slab), MEMD_SLAB_RECLAIMING);
+	/* Not zeroed yet: a new grant takes another slab. */
+	ck_assert_int_eq(memd_lease_grant(t, b, 0, &slab2, &gen2), 0);
+	ck_assert_uint_ne(slab2, slab);
+	/* Quiesce not over at 49 ms, over at 50. */
+	ck_assert_uint_eq(memd_lease_take_reclaim(t, 49, got, 4), 0);
+	ck_assert_int_eq(memd_lease_next_reclaim_ms(t, 49), 1);
+	ck_assert_uint_eq(memd_lease_take_reclaim(t, 50, got, 4), 1);
+	ck_assert_uint_eq(got[0], slab);
+	ck_assert_int_eq(memd_lease_slab_state(t, slab), MEMD_SLAB_ZEROING);
+	ck_assert_int_eq(memd_lease_next_reclaim_ms(t, 50), -1);
+	memd_lease_reclaimed(t, slab);
+	ck_assert_int_eq(memd_lease_slab_state(t, slab), MEMD_SLAB_FREE);
+	/* Regranted with a new generation: the old name stays dead. */
+	ck_assert_int_eq(memd_lease_grant(t, b, 60, &slab2, &gen2), 0);
+	ck_assert_uint_eq(slab2, slab);
+	ck_assert_uint_eq(gen2, gen + 1);
+	ck_assert_int_eq(memd_lease_release(t, b, slab, gen, 60), -ESTALE);
+	memd_session_close(t, a, 60, NULL, NULL);
+	memd_session_close(t, b, 60, NULL, NULL);
+}
+END_TEST
+
+START_TEST(expiry_follows_renewal)
+{
+	struct memd_session *a, *b;
+	uint32_t slab, gen;
+	int revoked = 0;
+	struct memd_lease_counts c;
+
+	ck_assert_int_eq(memd_session_open(t, 0, &a), 0);
+	ck_assert_int_eq(memd_session_open(t, 0, &b), 0);
+	ck_assert_int_eq(memd_lease_grant(t, a, 0, &slab, &gen), 0);
+	ck_assert_int_eq(memd_lease_grant(t, a, 0, &slab, &gen), 0);
+	ck_assert_int_eq(memd_lease_grant(t, b, 0, &slab, &gen), 0);
+	ck_assert_uint_eq(memd_session_expires_ms(t, a), 1200);
+	/* b renews at 1000; a does not. */
+	ck_assert_int_eq(memd_session_renew(t, b, 1000), 1);
+	ck_assert_uint_eq(memd_lease_expire(t, 1199, count_revoked, &revoked),
+			  0);
+	ck_assert_uint_eq(memd_lease_expire(t, 1200, count_revoked, &revoked),
+			  1);
+	ck_assert_int_eq(revoked, 2);
+	ck_assert(memd_session_is_dead(t, a));
+	ck_assert(!memd_session_is_dead(t, b));
+	ck_assert_int_eq(memd_session_renew(t, a, 1200), -ESTALE);
+	ck_assert_int_eq(memd_lease_grant(t, a, 1200, &slab, &gen), -ESTALE);
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.expired_sessions, 1);
+	ck_assert_uint_eq(c.expired_leases, 2);
+	ck_assert_uint_eq(c.sessions, 2); /* a is dead but still attached */
+	memd_session_detach(t, a); /* frees the dead session */
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.sessions, 1);
+	ck_assert_uint_eq(memd_lease_expire(t, 2200, count_revoked, &revoked),
+			  1);
+	ck_assert_int_eq(revoked, 3);
+	memd_session_detach(t, b);
+}
+END_TEST
+
+START_TEST(detached_session_lives_until_ttl)
+{
+	struct memd_session *a;
+	uint32_t slab, gen;
+	struct memd_lease_counts c;
+	int revoked = 0;
+
+	ck_assert_int_eq(memd_session_open(t, 100, &a), 0);
+	ck_assert_int_eq(memd_lease_grant(t, a, 100, &slab, &gen), 0);
+	memd_session_detach(t, a); /* client killed */
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.leased, 1);
+	ck_assert_uint_eq(memd_lease_expire(t, 1299, count_revoked, &revoked),
+			  0);
+	ck_assert_uint_eq(memd_lease_expire(t, 1300, count_revoked, &revoked),
+			  1);
+	ck_assert_int_eq(revoked, 1);
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.sessions, 0);
+	ck_assert_uint_eq(c.leased, 0);
+	ck_assert_uint_eq(c.reclaiming, 1);
+}
+END_TEST
+
+START_TEST(many_sessions_expire_in_order)
+{
+	struct memd_session *s[100];
+	int revoked = 0;
+
+	for (int i = 0; i < 100; i++) {
+		ck_assert_int_eq(memd_session_open(t, (uint64_t)i, &s[i]), 0);
+		memd_session_detach(t, s[i]);
+	}
+	ck_assert_uint_eq(memd_lease_expire(t, 1200 + 49, count_revoked,
+					    &revoked),
+			  50);
+	ck_assert_uint_eq(memd_lease_expire(t, 5000, count_revoked, &revoked),
+			  50);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("lease");
+	TCase *tc = tcase_create("table");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, create_rejects_bad_args);
+	tcase_add_test(tc, grant_lowest_first_then_enospc);
+	tcase_add_test(tc, release_checks_generation_and_owner);
+	tcase_add_test(tc, expiry_follows_renewal);
+	tcase_add_test(tc, detached_session_lives_until_ttl);
+	tcase_add_test(tc, many_sessions_expire_in_order);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_memd.c - memd's control port under bad input: garbage,
+ * oversized and malformed frames, requests out of order, stale leases,
+ * too many clients; memd must answer or close, and keep serving others.
+ * Also the command line: bad flags and configs exit with their codes.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fabric/wire.h"
+#include "libpool/ctl.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+static struct tu_memd md;
+
+static int raw_connect(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	char *colon = strrchr(md.addr, ':');
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* Reads one reply frame; returns its length, 0 on EOF, -1 on timeout. */
+static ssize_t read_frame(int fd, uint8_t *buf, size_t cap, int timeout_ms)
+{
+	size_t have = 0;
+
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		ssize_t fl = wire_frame_len(buf, have), n;
+
+		if (fl > 0 && have >= (size_t)fl)
+			return fl;
+		if (poll(&pf, 1, timeout_ms) <= 0)
+			return -1;
+		n = recv(fd, buf + have, cap - have, 0);
+		if (n <= 0)
+			return 0;
+		have += (size_t)n;
+	}
+}
+
+/* True when the peer closes within the timeout (after any replies). */
+static int closed_soon(int fd)
+{
+	uint8_t b[4096];
+
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+
+		if (poll(&pf, 1, 10000) <= 0)
+			return 0;
+		if (recv(fd, b, sizeof(b), 0) <= 0)
+			return 1;
+	}
+}
+
+static void send_msg(int fd, struct wire_msg *m)
+{
+	uint8_t buf[WIRE_MAX_FRAME];
+	ssize_t n = wire_encode(m, buf, sizeof(buf));
+
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(fd, buf, (size_t)n, MSG_NOSIGNAL), n);
+}
+
+static int expect_error(int fd, int err)
+{
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_msg m;
+	ssize_t n = read_frame(fd, buf, sizeof(buf), 10000);
+
+	ck_assert_msg(n > 0, "no reply frame (n=%zd)", n);
+	ck_assert_int_eq(wire_decode(buf, (size_t)n, &m), n);
+	ck_assert_msg(m.type == WIRE_ERROR, "reply %s, wanted ERROR",
+		      wire_type_name(m.type));
+	ck_assert_msg(m.u.error.err == err, "ERROR err=%d (%s), wanted %d",
+		      m.u.error.err, m.u.error.msg, err);
+	return 0;
+}
+
+/* memd still serves a real client end to end. */
+static void assert_serving(void)
+{
+	struct pool_opts o = { .addr = md.addr };
+	struct pool *p;
+	struct pool_region *r;
+	uint8_t b[4096], c[4096];
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	ck_assert_int_eq(pool_alloc(p, sizeof(b), &r), 0);
+	tu_pattern_fill(b, sizeof(b), 5, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, b, sizeof(b)), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, c, sizeof(c)), 0);
+	ck_assert_int_eq(memcmp(b, c, sizeof(b)), 0);
+	pool_close(p);
+	ck_assert_int_eq(kill(md.pid, 0), 0);
+}
+
+static void setup(void)
+{
+	int r = tu_memd_start(&md, "max_clients = 16");
+
+	ck_assert_msg(r == 0, "memd: %s", strerror(-r));
+}
+
+static void teardown(void)
+{
+	int st = tu_memd_stop(&md, SIGTERM);
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd exit status %d", st);
+}
+
+START_TEST(garbage_bytes_close_connection)
+{
+	int fd = raw_connect();
+	uint8_t junk[1000];
+
+	tu_pattern_fill(junk, sizeof(junk), 1, 0);
+	ck_assert_int_eq(send(fd, junk, sizeof(junk), MSG_NOSIGNAL), 1000);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+START_TEST(oversized_frame_gets_emsgsize)
+{
+	int fd = raw_connect();
+	uint8_t h[WIRE_HDR_LEN] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0, 0,
+				    1,   0,   0,   0,   0, 0,	 0x10, 0 };
+
+	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD */
+	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
+	expect_error(fd, EMSGSIZE);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+START_TEST(malformed_payload_gets_ebadmsg)
+{
+	int fd = raw_connect();
+	/* HELLO whose string length runs past the payload. */
+	uint8_t f[WIRE_HDR_LEN + 6] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO,
+					0,   0,	  1,   0,   0, 0,
+					6,   0,	  0,   0,   1, 0,
+					1,   0,	  200, 0 };
+
+	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
+	expect_error(fd, EBADMSG);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+START_TEST(requests_before_hello_refused)
+{
+	int fd = raw_connect();
+	struct wire_msg m = { .type = WIRE_LEASE, .seq = 1 };
+
+	m.u.lease.nslabs = 1;
+	send_msg(fd, &m);
+	expect_error(fd, EPROTO);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+START_TEST(protocol_misuse_after_hello)
+{
+	int fd = raw_connect();
+	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_msg rep;
+	ssize_t n;
+
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION;
+	send_msg(fd, &m);
+	n = read_frame(fd, buf, sizeof(buf), 10000);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
+	ck_assert_int_eq(rep.type, WIRE_HELLO_OK);
+
+	/* A stale lease: nothing released, connection kept. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_RELEASE;
+	m.seq = 2;
+	m.u.release.count = 1;
+	m.u.release.ref[0].epoch = rep.u.hello_ok.epoch ^ 1;
+	m.u.release.ref[0].slab = 0;
+	m.u.release.ref[0].generation = 1;
+	send_msg(fd, &m);
+	expect_error(fd, ESTALE);
+
+	/* More slabs than exist. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_LEASE;
+	m.seq = 3;
+	m.u.lease.nslabs = 17;
+	send_msg(fd, &m);
+	expect_error(fd, ENOSPC);
+
+	/* A reply type is not a request: error and close. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_BYE_OK;
+	m.seq = 4;
+	send_msg(fd, &m);
+	expect_error(fd, EBADMSG);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+START_TEST(unsupported_version_refused)
+{
+	int fd = raw_connect();
+	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
+
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION + 1;
+	send_msg(fd, &m);
+	expect_error(fd, EPROTONOSUPPORT);
+	ck_assert(closed_soon(fd));
+	close(fd);
+}
+END_TEST
+
+START_TEST(too_many_clients_refused_then_served)
+{
+	int fds[20];
+
+	/* max_clients = 16: the 17th and later get EBUSY and a close. */
+	for (int i = 0; i < 16; i++)
+		fds[i] = raw_connect();
+	/* Let memd accept the first 16 before the next arrive. */
+	usleep(200000);
+	for (int i = 16; i < 20; i++) {
+		fds[i] = raw_connect();
+		expect_error(fds[i], EBUSY);
+		ck_assert(closed_soon(fds[i]));
+	}
+	for (int i = 0; i < 20; i++)
+		close(fds[i]);
+	/* Slots come back once those clients are gone. */
+	for (int i = 0; i < 100; i++) {
+		struct pool_opts o = { .addr = md.addr };
+		struct pool *p;
+
+		if (pool_connect(&o, &p) == 0) {
+			pool_close(p);
+			break;
+		}
+		usleep(50000);
+	}
+	assert_serving();
+}
+END_TEST
+
+START_TEST(client_stuck_mid_frame_does_not_block_others)
+{
+	int fd = raw_connect();
+	uint8_t h[8] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0, 0 };
+
+	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
+	assert_serving(); /* half a header pending on another connection */
+	close(fd);
+}
+END_TEST
+
+/* Runs memd with args; returns its exit status. */
+static int run_memd(const char *const *args)
+{
+	const char *argv[16];
+	int n = 0, st;
+	pid_t pid;
+
+	argv[n++] = tu_memd_path();
+	while (*args && n < 15)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	pid = fork();
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+
+		dup2(devnull, 1);
+		dup2(devnull, 2);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(command_line_exit_codes)
+{
+	const char *bad_flag[] = { "--no-such-flag", NULL };
+	const char *bad_value[] = { "--donate", "12Q", "--check-config", NULL };
+	const char *bad_set[] = { "--set", "nokey", NULL };
+	const char *ok[] = { "--donate", "64M", "--slab-size", "16M",
+			     "--check-config", NULL };
+	const char *missing[] = { "-c", "/nonexistent/memd.conf",
+				  "--check-config", NULL };
+	const char *too_big[] = { "--listen", "127.0.0.1:0", "--donate",
+				  "1048576G", NULL };
+
+	ck_assert_int_eq(run_memd(bad_flag), 64);
+	ck_assert_int_eq(run_memd(bad_value), 78);
+	ck_assert_int_eq(run_memd(bad_set), 64);
+	ck_assert_int_eq(run_memd(ok), 0);
+	ck_assert_int_eq(run_memd(missing), 78);
+	/* 1 PiB: the host cannot back it; memd refuses (EX_OSERR). */
+	ck_assert_int_eq(run_memd(too_big), 71);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("memd");
+	TCase *tc = tcase_create("control");
+	TCase *cli = tcase_create("cli");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+	signal(SIGPIPE, SIG_IGN);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, garbage_bytes_close_connection);
+	tcase_add_test(tc, oversized_frame_gets_emsgsize);
+	tcase_add_test(tc, malformed_payload_gets_ebadmsg);
+	tcase_add_test(tc, requests_before_hello_refused);
+	tcase_add_test(tc, protocol_misuse_after_hello);
+	tcase_add_test(tc, unsupported_version_refused);
+	tcase_add_test(tc, too_many_clients_refused_then_served);
+	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
+	tcase_add_test(cli, command_line_exit_codes);
+	suite_add_tcase(s, tc);
+	suite_add_tcase(s, cli);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
