@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tidepool/pool.h - libpool, the client of a tidepool memory pool.
+ *
+ * A pool session (struct pool) talks to a memd: it leases slabs of the
+ * donor's DRAM and reads and writes them with one-sided RMA. Regions
+ * (struct pool_region) are byte ranges of any size backed by one or more
+ * slabs. Every function returns 0 (or a count) on success and a negative
+ * errno on failure; pool_strerror() turns it into text.
+ *
+ * Threads: a struct pool and its regions may be used from any number of
+ * threads at once. A region must not be freed while operations on it are
+ * in flight (as with free(3)). A struct pool_op belongs to the thread that
+ * waits on it. The library runs one thread of its own per session
+ * ("pool-hb") that renews leases; it prints nothing unless LIBPOOL_LOG is
+ * set (err, warning, info, debug: messages go to stderr).
+ *
+ * Failure: a lost memd turns into errors within a bounded time: -ENOTCONN
+ * once the session knows memd is gone, -EIO (or -ETIMEDOUT) for an
+ * operation caught in flight. Nothing hangs forever. After such an error
+ * the session's leases are gone; close it.
+ *
+ * See libpool(3).
+ */
+#ifndef TIDEPOOL_POOL_H
+#define TIDEPOOL_POOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exported from libpool.so (built with hidden visibility). */
+#if defined(__GNUC__)
+#define POOL_API __attribute__((visibility("default")))
+#else
+#define POOL_API
+#endif
+
+struct pool;
+struct pool_region;
+struct pool_op;
+
+struct pool_opts {
+	/* memd control address "host:port"; NULL: $LIBPOOL_ADDR, else
+	 * "127.0.0.1:7470". */
+	const char *addr;
+	/* Free-form name shown in memd's logs; NULL: program name + pid. */
+	const char *client_name;
+	/* Per-operation timeout for RPCs and RMA, ms; 0: 5000. */
+	int timeout_ms;
+	/* Posted RMA operations in flight per session; 0: 64. */
+	unsigned max_inflight;
+};
+
+/*
+ * Connects to memd and opens a session. opts may be NULL (defaults).
+ * Returns 0 and *out, or
+ *   -ECONNREFUSED / -EHOSTUNREACH / -ETIMEDOUT  memd not reachable
+ *   -EPROTONOSUPPORT  memd speaks no protocol version we do
+ *   -ENODATA   memd's fabric provider is not available here
+ *   -EINVAL    malformed address
+ */
+POOL_API int pool_connect(const struct pool_opts *opts, struct pool **out);
+
+/*
+ * Releases every region's leases (best effort), stops the session's thread
+ * and frees it. Regions still allocated are freed. NULL is a no-op.
+ * Not thread-safe against other calls on the same pool.
+ */
+POOL_API void pool_close(struct pool *p);
+
+/*
+ * Allocates a region of len bytes (any size > 0). Sizes of half a slab and
+ * more get whole slabs of their own; smaller ones are packed into slabs the
+ * session already holds. Contents of a new region are unspecified but never
+ * another session's data (memd zeroes slabs before leasing them).
+ * Returns 0 and *out, or
+ *   -EINVAL    len is 0
+ *   -ENOSPC    the donor has no free slab
+ *   -ENOMEM    local bookkeeping failed
+ *   -ENOTCONN  the session is lost
+ */
+POOL_API int pool_alloc(struct pool *p, size_t len, struct pool_region **out);
+
+/* Frees a region; its slabs are released once nothing else lives in them.
+ * NULL is a no-op. Returns 0 or -errno (the region is freed regardless). */
+POOL_API int pool_free(struct pool *p, struct pool_region *r);
+
+/* Size in bytes the region was allocated with. */
+POOL_API size_t pool_region_size(const struct pool_region *r);
+
+/*
+ * Copies len bytes at offset off of region r into buf (pool_read) or from
+ * buf (pool_write). Blocks until done. Returns 0, or
+ *   -ERANGE    [off, off+len) is outside the region
+ *   -ENOTCONN  the session is lost (memd gone or leases expired)
+ *   -EIO, -ECONNRESET  the transfer failed
+ *   -ETIMEDOUT the transfer did not finish within the session timeout
+ */
+POOL_API int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
+	      size_t len);
+POOL_API int pool_write(struct pool *p, struct pool_region *r, uint64_t off,
+	       const void *buf, size_t len);
+
+/*
+ * Asynchronous variants: start the transfer and return at once with a
+ * handle in *op. buf must stay valid until pool_wait() returns a result
+ * other than -ETIMEDOUT. Errors at start are returned directly (then no op
+ * is created). Each started op must be waited for exactly once.
+ */
+POOL_API int pool_read_async(struct pool *p, struct pool_region *r, uint64_t off,
+		    void *buf, size_t len, struct pool_op **op);
+POOL_API int pool_write_async(struct pool *p, struct pool_region *r, uint64_t off,
+		     const void *buf, size_t len, struct pool_op **op);
+
+/*
+ * Waits up to timeout_ms (-1: the session timeout) for op. Returns the
+ * op's result (0 or -errno as for pool_read) and frees op, or -ETIMEDOUT
+ * when it is still running (op stays valid: wait again). A session
+ * failure completes every op with an error, so waiting ends.
+ */
+POOL_API int pool_wait(struct pool *p, struct pool_op *op, int timeout_ms);
+
+/* Non-blocking check: 1 when op is done (then pool_wait returns at once),
+ * 0 when still running. */
+POOL_API int pool_test(struct pool *p, struct pool_op *op);
+
+struct pool_stats {
+	uint64_t slabs_held; /* leased by this session now */
+	uint64_t slab_bytes;
+	uint64_t regions;
+	uint64_t bytes_read, bytes_written;
+	uint64_t ops, errors;
+	uint64_t heartbeats; /* successful lease renewals */
+	uint64_t epoch; /* memd's boot epoch */
+};
+/* Fills *st (a consistent-enough snapshot). Returns 0 or -EINVAL. */
+POOL_API int pool_get_stats(struct pool *p, struct pool_stats *st);
+
+/* Static text for a negative errno returned by this library. */
+POOL_API const char *pool_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

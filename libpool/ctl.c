@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libpool/ctl.c - control connection (see ctl.h).
+ *
+ * Threads: any thread may call; calls are serialized by c->lock, so at
+ * most one request is outstanding and a reply is matched by seq alone.
+ * A timeout or a garbled stream leaves the byte stream in an unknown
+ * state, so either marks the connection broken: memd then sees it close
+ * and the session's leases run out their TTL, which is the safe outcome.
+ */
+#include "libpool/ctl.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/hostport.h"
+#include "libpool/log.h"
+
+struct pool_ctl {
+	pthread_mutex_t lock;
+	int fd;
+	bool broken;
+	uint32_t seq;
+	uint8_t buf[WIRE_MAX_FRAME];
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Waits for fd to become ready for events until deadline. */
+static int wait_fd(int fd, short events, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t now = mono_ms();
+		struct pollfd p = { .fd = fd, .events = events };
+		int r;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int)(deadline - now));
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
+		     char *local_host, size_t hostlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV };
+	struct addrinfo *ai = NULL, *a;
+	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[256], port[8];
+	struct pool_ctl *c;
+	uint16_t p;
+	int fd = -1, r, one = 1;
+
+	*out = NULL;
+	if (wire_split_hostport(addr, host, sizeof(host), &p) || p == 0)
+		return -EINVAL;
+	snprintf(port, sizeof(port), "%u", p);
+	r = getaddrinfo(host, port, &hints, &ai);
+	if (r)
+		return r == EAI_NONAME ? -EHOSTUNREACH : -EINVAL;
+	r = -ECONNREFUSED;
+	for (a = ai; a; a = a->ai_next) {
+		fd = socket(a->ai_family,
+			    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			r = -errno;
+			continue;
+		}
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			break;
+		if (errno == EINPROGRESS) {
+			int soerr = 0;
+			socklen_t el = sizeof(soerr);
+
+			r = wait_fd(fd, POLLOUT, deadline);
+			if (!r && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
+					     &el) == 0 && soerr == 0)
+				break;
+			if (!r)
+				r = -soerr;
+		} else {
+			r = -errno;
+		}
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return r;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (local_host &&
+	    (getsockname(fd, (struct sockaddr *)&ss, &sl) ||
+	     getnameinfo((struct sockaddr *)&ss, sl, local_host, hostlen,
+			 NULL, 0, NI_NUMERICHOST))) {
+		close(fd);
+		return -EINVAL;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	c->fd = fd;
+	*out = c;
+	return 0;
+}
+
+void pool_ctl_close(struct pool_ctl *c)
+{
+	if (!c)
+		return;
+	close(c->fd);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+bool pool_ctl_is_broken(struct pool_ctl *c)
+{
+	bool b;
+
+	pthread_mutex_lock(&c->lock);
+	b = c->broken;
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+static int send_all(struct pool_ctl *c, const uint8_t *p, size_t n,
+		    uint64_t deadline)
+{
+	while (n) {
+		ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+
+		if (w > 0) {
+			p += w;
+			n -= (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			int r = wait_fd(c->fd, POLLOUT, deadline);
+
+			if (r)
+				return r;
+			continue;
+		}
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
+/* Reads exactly one frame into c->buf. */
+static ssize_t recv_frame(struct pool_ctl *c, uint64_t deadline)
+{
+	size_t have = 0;
+	ssize_t need = WIRE_HDR_LEN;
+
+	for (;;) {
+		ssize_t n;
+
+		if (have >= (size_t)need) {
+			ssize_t fl = wire_frame_len(c->buf, have);
+
+			if (fl < 0 && fl != -EAGAIN)
+				return -EPROTO;
+			if (fl > 0 && have >= (size_t)fl)
+				return fl;
+			if (fl > 0)
+				need = fl;
+		}
+		n = recv(c->fd, c->buf + have, (size_t)need - have, 0);
+		if (n > 0) {
+			have += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -ENOTCONN;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			int r = wait_fd(c->fd, POLLIN, deadline);
+
+			if (r)
+				return r;
+			continue;
+		}
+		return -ENOTCONN;
+	}
+}
+
+int pool_ctl_call(struct pool_ctl *c, struct wire_msg *req,
+		  struct wire_msg *rep, int expect, int timeout_ms,
+		  char *errtext, size_t errlen)
+{
+	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+	ssize_t n;
+	int r;
+
+	if (errtext && errlen)
+		errtext[0] = '\0';
+	pthread_mutex_lock(&c->lock);
+	if (c->broken) {
+		r = -ENOTCONN;
+		goto out;
+	}
+	req->seq = ++c->seq;
+	n = wire_encode(req, c->buf, sizeof(c->buf));
+	if (n < 0) {
+		r = (int)n; /* our bug: a request out of bounds */
+		goto out;
+	}
+	r = send_all(c, c->buf, (size_t)n, deadline);
+	if (r)
+		goto broken;
+	n = recv_frame(c, deadline);
+	if (n < 0) {
+		r = (int)n;
+		goto broken;
+	}
+	if (wire_decode(c->buf, (size_t)n, rep) != n) {
+		r = -EPROTO;
+		goto broken;
+	}
+	if (rep->type == WIRE_ERROR) {
+		r = rep->u.error.err > 0 ? -rep->u.error.err : -EPROTO;
+		if (errtext)
+			snprintf(errtext, errlen, "%s", rep->u.error.msg);
+		pool_log(LOG_INFO, "ctl: %s refused err=%d msg=%s",
+			 wire_type_name(req->type), rep->u.error.err,
+			 rep->u.error.msg);
+		/* An ERROR with seq 0 is memd closing on us. */
+		if (rep->seq != req->seq)
+			c->broken = true;
+		goto out;
+	}
+	if (rep->seq != req->seq || rep->type != expect) {
+		r = -EPROTO;
+		goto broken;
+	}
+	r = 0;
+	goto out;
+broken:
+	pool_log(LOG_WARNING, "ctl: %s failed err=%s; connection dropped",
+		 wire_type_name(req->type), strerror(-r));
+	c->broken = true;
+	if (r != -ETIMEDOUT && r != -EPROTO)
+		r = -ENOTCONN;
+out:
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}

@@ -1,0 +1,542 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_pool.c - libpool against real memd processes on loopback:
+ * bytes written come back exactly, regions over several slabs, packing,
+ * threads, async, bounds, exhaustion, killed clients and a killed memd.
+ */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/fab.h"
+#include "fabric/wire.h"
+#include "libpool/ctl.h"
+#include "libpool/internal.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+#define MiB (1024u * 1024u)
+#define SLAB (16 * MiB) /* testutil's memd: 256M donated, 16M slabs */
+
+static struct tu_memd md;
+
+static void start_memd(const char *extra)
+{
+	int r = tu_memd_start(&md, extra);
+
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+}
+
+static void stop_memd(void)
+{
+	if (md.pid > 0) {
+		int st = tu_memd_stop(&md, SIGTERM);
+
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "memd did not exit cleanly: status %d", st);
+	}
+}
+
+static struct pool *connect_memd(void)
+{
+	struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+	struct pool *p = NULL;
+	int r = pool_connect(&o, &p);
+
+	ck_assert_msg(r == 0, "pool_connect %s: %s", md.addr, pool_strerror(r));
+	return p;
+}
+
+/* Raw STATUS through the control protocol, as an operator tool would. */
+static struct wire_status_ok memd_status(void)
+{
+	struct pool_ctl *c;
+	struct wire_msg req = { .type = WIRE_HELLO }, rep;
+	int r;
+
+	r = pool_ctl_connect(md.addr, 5000, &c, NULL, 0);
+	ck_assert_int_eq(r, 0);
+	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_VERSION;
+	ck_assert_int_eq(pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000,
+				       NULL, 0),
+			 0);
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_STATUS;
+	ck_assert_int_eq(pool_ctl_call(c, &req, &rep, WIRE_STATUS_OK, 5000,
+				       NULL, 0),
+			 0);
+	pool_ctl_close(c);
+	return rep.u.status_ok;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void write_read_check(struct pool *p, struct pool_region *r,
+			     uint64_t off, size_t len, uint64_t seed)
+{
+	uint8_t *w = malloc(len), *b = malloc(len);
+	ssize_t bad;
+	int ret;
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_ptr_nonnull(b);
+	tu_pattern_fill(w, len, seed, off);
+	ret = pool_write(p, r, off, w, len);
+	ck_assert_msg(ret == 0, "write off=%lu len=%zu: %s",
+		      (unsigned long)off, len, pool_strerror(ret));
+	memset(b, 0xee, len);
+	ret = pool_read(p, r, off, b, len);
+	ck_assert_msg(ret == 0, "read: %s", pool_strerror(ret));
+	bad = tu_pattern_check(b, len, seed, off);
+	ck_assert_msg(bad < 0, "wrong byte at %ld of off=%lu len=%zu",
+		      (long)bad, (unsigned long)off, len);
+	free(w);
+	free(b);
+}
+
+START_TEST(roundtrip_sizes)
+{
+	static const size_t sizes[] = { 1, 7, 4096, 65536 + 3, MiB, 4 * MiB };
+	struct pool *p;
+	struct pool_region *r;
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	ck_assert_uint_eq(pool_region_size(r), SLAB);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		write_read_check(p, r, 0, sizes[i], 11 + i);
+		write_read_check(p, r, SLAB - sizes[i], sizes[i], 21 + i);
+		write_read_check(p, r, (SLAB - sizes[i]) / 3, sizes[i], 31);
+	}
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(region_spans_slabs)
+{
+	struct pool *p;
+	struct pool_region *r, *r2;
+	struct pool_stats st;
+	size_t len = 2 * SLAB + SLAB / 2 + 12345; /* -> 3 whole slabs */
+	uint8_t *w, *b;
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, len, &r), 0);
+	ck_assert_uint_eq(pool_region_nextents(r), 3);
+	/* 1 slab + a small tail: the tail is packed. */
+	ck_assert_int_eq(pool_alloc(p, SLAB + 5000, &r2), 0);
+	ck_assert_uint_eq(pool_region_nextents(r2), 2);
+	pool_get_stats(p, &st);
+	ck_assert_uint_eq(st.slabs_held, 5);
+	w = malloc(len);
+	b = malloc(len);
+	tu_pattern_fill(w, len, 99, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, w, len), 0);
+	memset(b, 0, len);
+	ck_assert_int_eq(pool_read(p, r, 0, b, len), 0);
+	ck_assert_int_eq(tu_pattern_check(b, len, 99, 0), -1);
+	/* Pieces that straddle slab boundaries. */
+	ck_assert_int_eq(pool_read(p, r, SLAB - 100, b, 200), 0);
+	ck_assert_int_eq(tu_pattern_check(b, 200, 99, SLAB - 100), -1);
+	write_read_check(p, r2, SLAB - 10, 5010, 5);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	ck_assert_int_eq(pool_free(p, r2), 0);
+	pool_get_stats(p, &st);
+	ck_assert_uint_eq(st.slabs_held, 0);
+	free(w);
+	free(b);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(small_regions_pack_without_overlap)
+{
+	enum { N = 200 };
+	struct pool *p;
+	struct pool_region *r[N];
+	struct pool_stats st;
+	uint8_t buf[20000];
+
+	start_memd(NULL);
+	p = connect_memd();
+	for (int i = 0; i < N; i++) {
+		size_t len = 1 + (size_t)i * 97 % 19999;
+
+		ck_assert_int_eq(pool_alloc(p, len, &r[i]), 0);
+		tu_pattern_fill(buf, len, 1000 + i, 0);
+		ck_assert_int_eq(pool_write(p, r[i], 0, buf, len), 0);
+	}
+	pool_get_stats(p, &st);
+	ck_assert_uint_eq(st.slabs_held, 1); /* ~2 MiB fit one slab */
+	for (int i = 0; i < N; i += 2)
+		ck_assert_int_eq(pool_free(p, r[i]), 0);
+	for (int i = 1; i < N; i += 2) {
+		size_t len = pool_region_size(r[i]);
+
+		memset(buf, 0, sizeof(buf));
+		ck_assert_int_eq(pool_read(p, r[i], 0, buf, len), 0);
+		ck_assert_int_eq(tu_pattern_check(buf, len, 1000 + i, 0), -1);
+		ck_assert_int_eq(pool_free(p, r[i]), 0);
+	}
+	pool_get_stats(p, &st);
+	ck_assert_uint_eq(st.slabs_held, 0);
+	ck_assert_uint_eq(st.regions, 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(bad_arguments)
+{
+	struct pool *p, *q = (void *)1;
+	struct pool_region *r, *r2 = NULL;
+	struct pool_opts bad = { .addr = "no-port-here" };
+	struct pool_op *op = NULL;
+	char b[16];
+
+	ck_assert_int_eq(pool_connect(&bad, &q), -EINVAL);
+	ck_assert_ptr_null(q);
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, 0, &r), -EINVAL);
+	ck_assert_int_eq(pool_alloc(p, 100, &r), 0);
+	ck_assert_int_eq(pool_read(p, r, 90, b, 11), -ERANGE);
+	ck_assert_int_eq(pool_write(p, r, 101, b, 0), -ERANGE);
+	ck_assert_int_eq(pool_read(p, r, UINT64_MAX, b, 2), -ERANGE);
+	ck_assert_int_eq(pool_read(p, r, 100, b, 0), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, NULL, 5), -EINVAL);
+	ck_assert_int_eq(pool_read_async(p, r, 99, b, 2, &op), -ERANGE);
+	ck_assert_ptr_null(op);
+	/* The whole donation is 16 slabs. */
+	ck_assert_int_eq(pool_alloc(p, 17 * (size_t)SLAB, &r2), -ENOSPC);
+	ck_assert_ptr_null(r2);
+	ck_assert_int_eq(pool_alloc(p, 15 * (size_t)SLAB, &r2), 0);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), -ENOSPC);
+	ck_assert_int_eq(pool_free(p, r2), 0);
+	ck_assert_int_eq(pool_free(p, NULL), 0);
+	ck_assert_str_eq(pool_strerror(-ENOSPC), "no free memory in the pool");
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(async_many_in_flight)
+{
+	enum { N = 300, LEN = 8192 };
+	struct pool *p;
+	struct pool_region *r;
+	struct pool_op *op[N];
+	static uint8_t bufs[N][LEN];
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, (size_t)N * LEN, &r), 0);
+	for (int i = 0; i < N; i++) {
+		tu_pattern_fill(bufs[i], LEN, 7, (uint64_t)i * LEN);
+		ck_assert_int_eq(pool_write_async(p, r, (uint64_t)i * LEN,
+						  bufs[i], LEN, &op[i]),
+				 0);
+	}
+	for (int i = N - 1; i >= 0; i--)
+		ck_assert_int_eq(pool_wait(p, op[i], -1), 0);
+	memset(bufs, 0, sizeof(bufs));
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(pool_read_async(p, r, (uint64_t)i * LEN,
+						 bufs[i], LEN, &op[i]),
+				 0);
+	for (int i = 0; i < N; i++) {
+		while (!pool_test(p, op[i]))
+			;
+		ck_assert_int_eq(pool_wait(p, op[i], 0), 0);
+		ck_assert_int_eq(tu_pattern_check(bufs[i], LEN, 7,
+						  (uint64_t)i * LEN),
+				 -1);
+	}
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+struct thr {
+	struct pool *p;
+	int id;
+	int errors;
+};
+
+static void *thread_main(void *arg)
+{
+	struct thr *t = arg;
+	struct pool_region *r;
+	size_t len = MiB + (size_t)t->id * 4099;
+	uint8_t *b = malloc(len);
+
+	if (!b || pool_alloc(t->p, len, &r)) {
+		t->errors++;
+		free(b);
+		return NULL;
+	}
+	for (int round = 0; round < 20; round++) {
+		uint64_t seed = (uint64_t)t->id << 32 | (uint64_t)round;
+		uint64_t off = (uint64_t)round * 4093 % (len / 2);
+		size_t n = len - off;
+
+		tu_pattern_fill(b, n, seed, off);
+		if (pool_write(t->p, r, off, b, n))
+			t->errors++;
+		memset(b, 0, n);
+		if (pool_read(t->p, r, off, b, n) ||
+		    tu_pattern_check(b, n, seed, off) >= 0)
+			t->errors++;
+	}
+	if (pool_free(t->p, r))
+		t->errors++;
+	free(b);
+	return NULL;
+}
+
+START_TEST(eight_threads_one_session)
+{
+	pthread_t th[8];
+	struct thr t[8];
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	for (int i = 0; i < 8; i++) {
+		t[i] = (struct thr){ .p = p, .id = i };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main,
+						&t[i]),
+				 0);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_msg(t[i].errors == 0, "thread %d: %d errors", i,
+			      t[i].errors);
+	}
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* A raw fabric endpoint of our own, to try keys libpool gave up. */
+static int raw_read(const struct wire_lease *l, uint64_t off, void *buf,
+		    size_t len, struct pool *p)
+{
+	const char *prov;
+	const uint8_t *addr;
+	uint16_t alen;
+	struct fab_opts fo = { 0 };
+	struct fab_domain *d;
+	struct fab_ep *ep;
+	struct fab_op op = { 0 };
+	uint64_t peer;
+	int r;
+
+	pool_session_fabric(p, &prov, &addr, &alen);
+	fo.provider = prov;
+	fo.node = "127.0.0.1";
+	ck_assert_int_eq(fab_domain_open(&fo, &d), 0);
+	ck_assert_int_eq(fab_ep_open(d, 4, &ep), 0);
+	ck_assert_int_eq(fab_ep_av_insert(ep, addr, alen, &peer), 0);
+	r = fab_ep_read(ep, buf, len, NULL, peer, l->base + off, l->key, &op,
+			5000);
+	if (r == 0)
+		r = fab_op_wait(ep, &op, 10000);
+	fab_ep_close(ep);
+	fab_domain_close(d);
+	return r;
+}
+
+START_TEST(freed_lease_key_no_longer_reads)
+{
+	struct pool *p;
+	struct pool_region *r;
+	struct wire_lease l;
+	uint64_t off, len;
+	uint8_t b[4096];
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pattern_fill(b, sizeof(b), 3, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, b, sizeof(b)), 0);
+	ck_assert_int_eq(pool_region_extent(r, 0, &l, &off, &len), 0);
+	/* While leased, the key reads (proves the raw path works)... */
+	memset(b, 0, sizeof(b));
+	ck_assert_int_eq(raw_read(&l, 0, b, sizeof(b), p), 0);
+	ck_assert_int_eq(tu_pattern_check(b, sizeof(b), 3, 0), -1);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	/* ...and once freed it no longer does. */
+	memset(b, 0, sizeof(b));
+	ck_assert_int_lt(raw_read(&l, 0, b, sizeof(b), p), 0);
+	ck_assert_int_ge(tu_pattern_check(b, sizeof(b), 3, 0), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(killed_client_slabs_reclaimed_and_zeroed)
+{
+	struct wire_status_ok st;
+	struct pool *p;
+	struct pool_region *r;
+	int pipefd[2], status;
+	pid_t child;
+	uint8_t *b;
+	char c;
+
+	start_memd("lease_ttl = 1s\nlease_grace = 200ms\nquiesce = 50ms");
+	ck_assert_int_eq(pipe(pipefd), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		/* The whole donation, filled with a pattern, then wait to
+		 * be killed. */
+		struct pool *cp = NULL;
+		struct pool_region *cr;
+		uint8_t *w = malloc(SLAB);
+		struct pool_opts o = { .addr = md.addr };
+
+		if (pool_connect(&o, &cp) || pool_alloc(cp, 16 * (size_t)SLAB,
+							&cr))
+			_exit(1);
+		for (int i = 0; i < 16; i++) {
+			tu_pattern_fill(w, SLAB, 77, (uint64_t)i * SLAB);
+			if (pool_write(cp, cr, (uint64_t)i * SLAB, w, SLAB))
+				_exit(2);
+		}
+		if (write(pipefd[1], "k", 1) != 1)
+			_exit(3);
+		pause();
+		_exit(0);
+	}
+	close(pipefd[1]);
+	ck_assert_int_eq(read(pipefd[0], &c, 1), 1);
+	close(pipefd[0]);
+	st = memd_status();
+	ck_assert_uint_eq(st.slabs_leased, 16);
+	kill(child, SIGKILL);
+	waitpid(child, &status, 0);
+	/* Reclaimed after the TTL: poll, with a generous hang guard. */
+	for (int i = 0; i < 3000; i++) {
+		st = memd_status();
+		if (st.slabs_free == st.slabs_total)
+			break;
+		sleep_ms(10);
+	}
+	ck_assert_uint_eq(st.slabs_free, st.slabs_total);
+	ck_assert_uint_eq(st.leases_expired, 16);
+	/* Every byte the killed client wrote is zero for the next one. */
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, 16 * (size_t)SLAB, &r), 0);
+	b = malloc(SLAB);
+	for (int i = 0; i < 16; i++) {
+		memset(b, 0xab, SLAB);
+		ck_assert_int_eq(pool_read(p, r, (uint64_t)i * SLAB, b, SLAB),
+				 0);
+		for (size_t j = 0; j < SLAB; j += 8)
+			ck_assert_msg(*(uint64_t *)(b + j) == 0,
+				      "slab %d byte %zu not zeroed", i, j);
+	}
+	free(b);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+START_TEST(memd_killed_gives_errors_not_hangs)
+{
+	struct pool *p;
+	struct pool_region *r;
+	struct pool_op *op;
+	uint8_t b[65536];
+	int ret = 0, i;
+
+	start_memd("lease_ttl = 1s\nlease_grace = 200ms");
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	write_read_check(p, r, 0, sizeof(b), 1);
+	kill(md.pid, SIGKILL);
+	waitpid(md.pid, NULL, 0);
+	md.pid = 0;
+	/* Every call returns (no hang), and errors arrive: within about
+	 * one TTL at the latest; 30 s is a hang guard, not a timing goal. */
+	for (i = 0; i < 3000; i++) {
+		ret = pool_read(p, r, 0, b, sizeof(b));
+		if (ret)
+			break;
+		sleep_ms(10);
+	}
+	ck_assert_msg(ret == -ENOTCONN || ret == -EIO || ret == -ECONNRESET ||
+			      ret == -ETIMEDOUT || ret == -ECONNREFUSED,
+		      "read after memd death: %d %s", ret, pool_strerror(ret));
+	/* Once lost, always lost, and fast. */
+	ck_assert_int_eq(pool_write(p, r, 0, b, 10), -ENOTCONN);
+	ck_assert_int_eq(pool_read_async(p, r, 0, b, 10, &op), -ENOTCONN);
+	ck_assert_int_eq(pool_alloc(p, 10, &r), -ENOTCONN);
+	pool_close(p);
+	tu_memd_stop(&md, SIGKILL);
+}
+END_TEST
+
+START_TEST(sigterm_exits_cleanly_with_clients)
+{
+	struct pool *p;
+	struct pool_region *r;
+	int st;
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	st = tu_memd_stop(&md, SIGTERM);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	pool_close(p); /* its memd is gone: still returns */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("pool");
+	TCase *tc = tcase_create("memd");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, roundtrip_sizes);
+	tcase_add_test(tc, region_spans_slabs);
+	tcase_add_test(tc, small_regions_pack_without_overlap);
+	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, async_many_in_flight);
+	tcase_add_test(tc, eight_threads_one_session);
+	tcase_add_test(tc, freed_lease_key_no_longer_reads);
+	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
+	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
+	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
