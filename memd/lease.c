@@ -420,6 +420,13 @@ int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
 	return d;
 }
 
+void memd_lease_set_quiesce(struct memd_lease_table *t, uint32_t quiesce_ms)
+{
+	pthread_mutex_lock(&t->lock);
+	t->quiesce_ms = quiesce_ms;
+	pthread_mutex_unlock(&t->lock);
+}
+
 enum memd_slab_state memd_lease_slab_state(struct memd_lease_table *t,
 					   uint32_t slab)
 {

@@ -115,6 +115,9 @@ void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab);
 int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
 				   uint64_t now_ms);
 
+/* Changes the quiesce delay for slabs revoked from now on (SIGHUP). */
+void memd_lease_set_quiesce(struct memd_lease_table *t, uint32_t quiesce_ms);
+
 enum memd_slab_state memd_lease_slab_state(struct memd_lease_table *t,
 					   uint32_t slab);
 void memd_lease_get_counts(struct memd_lease_table *t,

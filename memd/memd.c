@@ -22,13 +22,12 @@
 #include "memd/log.h"
 #include "memd/server.h"
 
-#define DEFAULT_CONFIG "/etc/tidepool/memd.conf"
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: memd [-c FILE] [options]\n"
-		"  -c, --config FILE      config file (default " DEFAULT_CONFIG
+		"  -c, --config FILE      config file (default " MEMD_CONF_DEFAULT_PATH
 		" if present)\n"
 		"      --listen HOST:PORT control address (port 0: any)\n"
 		"      --donate SIZE      memory to donate (64G, 512M, ...)\n"
@@ -78,17 +77,55 @@ static const struct option longopts[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-/* A flag that sets a config key, kept until the file is read. */
+/* A flag that sets a config key; flags win over the file, on SIGHUP too. */
 struct override {
 	const char *key;
-	char *value; /* owned */
+	const char *value;
 };
+
+struct settings {
+	const char *config_path; /* NULL: built-in defaults only */
+	struct override ov[64];
+	size_t nov;
+};
+
+/* defaults, then the file, then the flags; validated. 0 or -EINVAL. */
+static int build_config(struct memd_config *cfg, char *err, size_t errlen,
+			void *arg)
+{
+	const struct settings *st = arg;
+	size_t n;
+	int r;
+
+	memd_config_defaults(cfg);
+	if (st->config_path) {
+		r = memd_config_load(cfg, st->config_path, err, errlen);
+		if (r)
+			return r;
+	}
+	for (size_t i = 0; i < st->nov; i++) {
+		snprintf(err, errlen, "command line: ");
+		n = strlen(err);
+		r = memd_config_set(cfg, st->ov[i].key, st->ov[i].value,
+				    err + n, errlen - n);
+		if (r)
+			return r;
+	}
+	err[0] = '\0';
+	r = memd_config_validate(cfg, err, errlen);
+	if (r && st->config_path) {
+		char tmp[1024];
+
+		snprintf(tmp, sizeof(tmp), "%s: %s", st->config_path, err);
+		snprintf(err, errlen, "%s", tmp);
+	}
+	return r;
+}
 
 int main(int argc, char **argv)
 {
-	struct override ov[64];
-	size_t nov = 0;
-	const char *config_path = NULL, *ready_file = NULL;
+	static struct settings st;
+	const char *ready_file = NULL;
 	bool check = false, print = false;
 	struct memd_config cfg;
 	struct memd_arena arena;
@@ -103,7 +140,7 @@ int main(int argc, char **argv)
 
 		switch (opt) {
 		case 'c':
-			config_path = optarg;
+			st.config_path = optarg;
 			continue;
 		case 'h':
 			usage(stdout);
@@ -160,13 +197,13 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return EX_USAGE;
 		}
-		if (nov == sizeof(ov) / sizeof(ov[0])) {
+		if (st.nov == sizeof(st.ov) / sizeof(st.ov[0])) {
 			fprintf(stderr, "memd: too many options\n");
 			return EX_USAGE;
 		}
-		ov[nov].key = key;
-		ov[nov].value = val;
-		nov++;
+		st.ov[st.nov].key = key;
+		st.ov[st.nov].value = val;
+		st.nov++;
 	}
 	if (optind < argc) {
 		fprintf(stderr, "memd: unexpected argument '%s'\n",
@@ -175,24 +212,10 @@ int main(int argc, char **argv)
 		return EX_USAGE;
 	}
 
-	memd_config_defaults(&cfg);
-	if (!config_path && access(DEFAULT_CONFIG, F_OK) == 0)
-		config_path = DEFAULT_CONFIG;
-	if (config_path &&
-	    memd_config_load(&cfg, config_path, err, sizeof(err))) {
+	if (!st.config_path && access(MEMD_CONF_DEFAULT_PATH, F_OK) == 0)
+		st.config_path = MEMD_CONF_DEFAULT_PATH;
+	if (build_config(&cfg, err, sizeof(err), &st)) {
 		fprintf(stderr, "memd: %s\n", err);
-		return EX_CONFIG;
-	}
-	for (size_t i = 0; i < nov; i++) {
-		if (memd_config_set(&cfg, ov[i].key, ov[i].value, err,
-				    sizeof(err))) {
-			fprintf(stderr, "memd: command line: %s\n", err);
-			return EX_CONFIG;
-		}
-	}
-	if (memd_config_validate(&cfg, err, sizeof(err))) {
-		fprintf(stderr, "memd: %s%s%s\n", config_path ? config_path : "",
-			config_path ? ": " : "", err);
 		return EX_CONFIG;
 	}
 	if (print) {
@@ -201,7 +224,8 @@ int main(int argc, char **argv)
 	}
 	if (check) {
 		printf("memd: configuration OK%s%s\n",
-		       config_path ? ": " : "", config_path ? config_path : "");
+		       st.config_path ? ": " : "",
+		       st.config_path ? st.config_path : "");
 		return 0;
 	}
 	memd_log_level = cfg.log_level;
@@ -221,8 +245,8 @@ int main(int argc, char **argv)
 		memd_log(LOG_ERR, "memd: cannot back the donation: %s", err);
 		return EX_OSERR;
 	}
-	r = memd_server_create(&cfg, &arena, config_path, ready_file, &srv,
-			       err, sizeof(err));
+	r = memd_server_create(&cfg, &arena, build_config, &st, ready_file,
+			       &srv, err, sizeof(err));
 	if (r) {
 		memd_log(LOG_ERR, "memd: cannot start: %s", err);
 		memd_arena_destroy(&arena);

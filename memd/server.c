@@ -73,7 +73,8 @@ struct conn {
 
 struct memd_server {
 	struct memd_config cfg;
-	const char *config_path;
+	memd_config_builder rebuild;
+	void *rebuild_arg;
 	struct memd_arena *arena;
 	uint64_t epoch;
 	uint64_t start_ms;
@@ -429,64 +430,58 @@ static void do_lease(struct memd_server *s, struct conn *c,
 		c->closing = true;
 }
 
+/*
+ * RELEASE is idempotent (docs/protocol.md): references to leases that are
+ * already gone are skipped; a live lease of another session is left alone
+ * and answered with EPERM after the rest is processed.
+ */
 static void do_release(struct memd_server *s, struct conn *c,
 		       const struct wire_msg *req, struct wire_msg *rep)
 {
 	const struct wire_release *rel = &req->u.release;
-	uint32_t i;
+	uint32_t released = 0, foreign = 0;
 
-	/* Validate every ref first so a bad one releases nothing. */
-	for (i = 0; i < rel->count; i++) {
+	for (uint32_t i = 0; i < rel->count; i++) {
 		const struct wire_lease_ref *ref = &rel->ref[i];
-		int bad = 0;
-
-		if (ref->epoch != s->epoch || ref->slab >= s->nslabs ||
-		    !s->mr[ref->slab] ||
-		    memd_lease_slab_state(s->lt, ref->slab) !=
-			    MEMD_SLAB_LEASED)
-			bad = ESTALE;
-		for (uint32_t j = 0; !bad && j < i; j++)
-			if (rel->ref[j].slab == ref->slab)
-				bad = EINVAL;
-		if (bad) {
-			send_error(s, c, req->seq, bad,
-				   "release: lease slab=%u generation=%u "
-				   "epoch=%" PRIx64 " is %s; nothing released",
-				   ref->slab, ref->generation, ref->epoch,
-				   bad == EINVAL ? "listed twice" :
-						   "not live");
-			return;
-		}
-	}
-	for (i = 0; i < rel->count; i++) {
-		const struct wire_lease_ref *ref = &rel->ref[i];
-		struct fab_mr *mr = s->mr[ref->slab];
+		struct fab_mr *mr;
 		int r;
 
-		/* The registration goes first, but only when this session
-		 * really owns this generation. */
+		if (ref->epoch != s->epoch || ref->slab >= s->nslabs)
+			continue;
+		mr = s->mr[ref->slab];
 		r = memd_lease_release(s->lt, c->session, ref->slab,
 				       ref->generation, now_ms());
-		if (r) {
-			send_error(s, c, req->seq, -r,
-				   "release: lease slab=%u generation=%u %s; "
-				   "%u of %u released",
-				   ref->slab, ref->generation,
-				   r == -EPERM ? "belongs to another session" :
-						 "is stale",
-				   i, rel->count);
-			return;
+		if (r == -EPERM) {
+			foreign++;
+			memd_log(LOG_WARNING,
+				 "lease: release of another session's lease "
+				 "peer=%s session=%" PRIx64 " slab=%u",
+				 c->peer, memd_session_id(c->session),
+				 ref->slab);
+			continue;
 		}
+		if (r)
+			continue; /* already gone: what was asked */
+		/* Released by its owner: the key stops working now. */
 		s->mr[ref->slab] = NULL;
 		s->key[ref->slab] = 0;
 		fab_mr_close(mr);
 		s->ctr.leases_released++;
+		released++;
 	}
-	reclaim_kick(s);
+	if (released)
+		reclaim_kick(s);
+	if (foreign) {
+		send_error(s, c, req->seq, EPERM,
+			   "%u lease(s) belong to another session; %u of "
+			   "yours released",
+			   foreign, released);
+		return;
+	}
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_RELEASE_OK;
 	rep->seq = req->seq;
-	rep->u.release_ok.released = rel->count;
+	rep->u.release_ok.released = released;
 	if (conn_send(c, rep))
 		c->closing = true;
 }
@@ -809,45 +804,41 @@ static void expire_sessions(struct memd_server *s)
 	}
 }
 
+static void reload_note(void *arg, const char *key, const char *old_value,
+			const char *new_value, bool applied)
+{
+	(void)arg;
+	if (applied)
+		memd_log(LOG_NOTICE, "config: reload key=%s old=%s new=%s", key,
+			 old_value, new_value);
+	else
+		memd_log(LOG_WARNING,
+			 "config: key=%s changed (%s -> %s) but needs a "
+			 "restart; keeping %s",
+			 key, old_value, new_value, old_value);
+}
+
+/* SIGHUP: defaults + file + flags again; reloadable keys take effect. */
 static void reload(struct memd_server *s)
 {
-	struct memd_config nc;
-	char err[512];
+	struct memd_config next;
+	char err[1024];
+	int n;
 
-	if (!s->config_path) {
-		memd_log(LOG_NOTICE, "config: SIGHUP without a config file; "
-				     "nothing to reload");
+	if (!s->rebuild) {
+		memd_log(LOG_NOTICE, "config: SIGHUP: nothing to reload");
 		return;
 	}
-	nc = s->cfg;
-	if (memd_config_load(&nc, s->config_path, err, sizeof(err)) ||
-	    memd_config_validate(&nc, err, sizeof(err))) {
-		memd_log(LOG_ERR, "config: reload failed, keeping the old "
+	if (s->rebuild(&next, err, sizeof(err), s->rebuild_arg)) {
+		memd_log(LOG_ERR, "config: reload failed, keeping the running "
 				  "config: %s",
 			 err);
 		return;
 	}
-	/* Only keys that are safe to change under live leases. */
-	if (nc.log_level != s->cfg.log_level)
-		__atomic_store_n(&memd_log_level, nc.log_level,
-				 __ATOMIC_RELAXED);
-	s->cfg.log_level = nc.log_level;
-	s->cfg.max_clients = nc.max_clients;
-	s->cfg.quiesce_ms = nc.quiesce_ms;
-	if (strcmp(nc.listen, s->cfg.listen) ||
-	    nc.donate_bytes != s->cfg.donate_bytes ||
-	    nc.slab_bytes != s->cfg.slab_bytes ||
-	    strcmp(nc.provider, s->cfg.provider) ||
-	    nc.lease_ttl_ms != s->cfg.lease_ttl_ms ||
-	    nc.lease_grace_ms != s->cfg.lease_grace_ms ||
-	    nc.hugepages != s->cfg.hugepages ||
-	    strcmp(nc.fabric_node, s->cfg.fabric_node))
-		memd_log(LOG_WARNING, "config: keys that need a restart "
-				      "changed; they keep their old values");
-	memd_log(LOG_NOTICE, "config: reloaded path=%s log_level=%s "
-			     "max_clients=%u",
-		 s->config_path, memd_log_level_name(s->cfg.log_level),
-		 s->cfg.max_clients);
+	n = memd_config_reload(&s->cfg, &next, reload_note, s);
+	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
+	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
+	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -929,9 +920,9 @@ static int write_ready_file(const char *path, const char *addr)
 }
 
 int memd_server_create(const struct memd_config *cfg,
-		       struct memd_arena *arena, const char *config_path,
-		       const char *ready_file, struct memd_server **out,
-		       char *err, size_t errlen)
+		       struct memd_arena *arena, memd_config_builder rebuild,
+		       void *rebuild_arg, const char *ready_file,
+		       struct memd_server **out, char *err, size_t errlen)
 {
 	struct memd_server *s;
 	struct fab_opts fo = { 0 };
@@ -946,7 +937,8 @@ int memd_server_create(const struct memd_config *cfg,
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
-	s->config_path = config_path;
+	s->rebuild = rebuild;
+	s->rebuild_arg = rebuild_arg;
 	s->arena = arena;
 	s->lfd = s->epfd = s->sigfd = -1;
 	s->start_ms = now_ms();

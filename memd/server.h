@@ -41,16 +41,24 @@ struct memd_counters {
 };
 
 /*
+ * Builds the configuration afresh (defaults, file, flags) for a SIGHUP
+ * reload. Returns 0 or -errno with err explaining.
+ */
+typedef int (*memd_config_builder)(struct memd_config *out, char *err,
+				   size_t errlen, void *arg);
+
+/*
  * Opens the fabric, registers nothing yet (each lease gets its own
  * registration), binds the control listener and, when ready_file is not
- * NULL, writes "HOST:PORT\n" to it once listening. The server uses (does
- * not own) cfg and arena; config_path is re-read on SIGHUP (may be NULL).
+ * NULL, writes "HOST:PORT\n" to it once listening. The server copies cfg
+ * and uses (does not own) arena. On SIGHUP it calls rebuild (may be NULL)
+ * and applies the keys memd.conf(5) marks reloadable.
  * Returns 0 and *out, or -errno with err explaining.
  */
 int memd_server_create(const struct memd_config *cfg,
-		       struct memd_arena *arena, const char *config_path,
-		       const char *ready_file, struct memd_server **out,
-		       char *err, size_t errlen);
+		       struct memd_arena *arena, memd_config_builder rebuild,
+		       void *rebuild_arg, const char *ready_file,
+		       struct memd_server **out, char *err, size_t errlen);
 
 /*
  * Runs the control loop on the calling thread until SIGTERM or SIGINT
