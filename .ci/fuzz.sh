@@ -22,7 +22,7 @@ esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TP_FUZZ_BUILD_DIR:-$root/build-fuzz}
 
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang \
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang \
 	-DCMAKE_BUILD_TYPE=Debug -DTP_FUZZ=ON
 cmake --build "$build" --target fuzz_wire
 
