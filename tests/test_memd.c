@@ -21,6 +21,7 @@
 
 #include "fabric/wire.h"
 #include "libpool/ctl.h"
+#include "libpool/internal.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
 
@@ -240,6 +241,50 @@ START_TEST(protocol_misuse_after_hello)
 }
 END_TEST
 
+START_TEST(release_of_another_sessions_lease_refused)
+{
+	struct pool_opts o = { .addr = md.addr };
+	struct pool *p;
+	struct pool_region *r;
+	struct wire_lease l;
+	uint64_t off, len;
+	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
+	static uint8_t buf[WIRE_MAX_FRAME];
+	uint8_t w[4096], b[4096];
+	int fd;
+	ssize_t n;
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	ck_assert_int_eq(pool_alloc(p, 16u << 20, &r), 0);
+	tu_pattern_fill(w, sizeof(w), 9, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, w, sizeof(w)), 0);
+	ck_assert_int_eq(pool_region_extent(r, 0, &l, &off, &len), 0);
+
+	/* Another session names that exact lease. */
+	fd = raw_connect();
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION;
+	send_msg(fd, &m);
+	n = read_frame(fd, buf, sizeof(buf), 10000);
+	ck_assert_int_gt(n, 0);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_RELEASE;
+	m.seq = 2;
+	m.u.release.count = 1;
+	m.u.release.ref[0].epoch = l.epoch;
+	m.u.release.ref[0].slab = l.slab;
+	m.u.release.ref[0].generation = l.generation;
+	send_msg(fd, &m);
+	expect_error(fd, EPERM);
+	close(fd);
+
+	/* The owner's lease and bytes are untouched. */
+	ck_assert_int_eq(pool_read(p, r, 0, b, sizeof(b)), 0);
+	ck_assert_int_eq(memcmp(w, b, sizeof(b)), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+}
+END_TEST
+
 START_TEST(unsupported_version_refused)
 {
 	int fd = raw_connect();
@@ -359,6 +404,7 @@ int main(void)
 	tcase_add_test(tc, malformed_payload_gets_ebadmsg);
 	tcase_add_test(tc, requests_before_hello_refused);
 	tcase_add_test(tc, protocol_misuse_after_hello);
+	tcase_add_test(tc, release_of_another_sessions_lease_refused);
 	tcase_add_test(tc, unsupported_version_refused);
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
