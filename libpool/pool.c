@@ -205,7 +205,9 @@ static void *hb_main(void *arg)
 			break;
 
 		sent = mono_ms();
-		tmo = p->timeout_ms < (int)period ? p->timeout_ms : (int)period;
+		/* A reply is useful until the leases it renews would lapse
+		 * anyway; a slow memd is not a dead one. */
+		tmo = (int)(p->ttl_ms - p->margin_ms);
 		r = pool_ctl_call(p->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo,
 				  NULL, 0);
 		if (r == 0 && rep.u.heartbeat_ok.epoch != p->epoch)
@@ -491,8 +493,8 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			 p->addr, strerror(-r));
 		goto fail;
 	}
-	req.u.hello.proto_min = WIRE_VERSION;
-	req.u.hello.proto_max = WIRE_VERSION;
+	req.u.hello.proto_min = WIRE_PROTO_MIN;
+	req.u.hello.proto_max = WIRE_PROTO_MAX;
 	if (o.client_name)
 		snprintf(req.u.hello.client, sizeof(req.u.hello.client), "%s",
 			 o.client_name);
@@ -509,6 +511,11 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	if (r) {
 		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
 			 p->addr, strerror(-r), text);
+		goto fail;
+	}
+	if (rep.u.hello_ok.proto < WIRE_PROTO_MIN ||
+	    rep.u.hello_ok.proto > WIRE_PROTO_MAX) {
+		r = -EPROTONOSUPPORT;
 		goto fail;
 	}
 	p->session_id = rep.u.hello_ok.session_id;
@@ -581,6 +588,12 @@ void pool_close(struct pool *p)
 		pthread_mutex_unlock(&p->hb_lock);
 		pthread_join(p->hb, NULL);
 	}
+	/* The endpoint goes first: no RMA of ours may still be running when
+	 * BYE releases the leases (protocol.md). */
+	if (p->ep) {
+		fab_ep_close(p->ep);
+		p->ep = NULL;
+	}
 	/* BYE releases every lease at once; a lost memd reclaims them by
 	 * itself when their TTL runs out. */
 	if (p->ctl && p->session_id && !__atomic_load_n(&p->lost,
@@ -590,8 +603,6 @@ void pool_close(struct pool *p)
 		pool_ctl_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms,
 			      NULL, 0);
 	}
-	if (p->ep)
-		fab_ep_close(p->ep);
 	fab_domain_close(p->fd);
 	pool_ctl_close(p->ctl);
 	while (p->regions) {
@@ -822,6 +833,24 @@ static int op_wait_all(struct pool *p, struct pool_op *op, int timeout_ms)
 	return 0;
 }
 
+/* Errors that say the path to memd is gone, not just this transfer. */
+static bool is_transport_error(int err)
+{
+	switch (err) {
+	case -ECONNRESET:
+	case -ENOTCONN:
+	case -ECONNREFUSED:
+	case -ECONNABORTED:
+	case -EHOSTUNREACH:
+	case -ENETUNREACH:
+	case -EPIPE:
+	case -ESHUTDOWN:
+		return true;
+	default:
+		return false;
+	}
+}
+
 static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		    void *buf, size_t len, bool write, struct pool_op *op)
 {
@@ -914,25 +943,11 @@ unlock:
 	}
 	if (ret)
 		op_release(op);
-	return ret;
-}
-
-/* Errors that say the path to memd is gone, not just this transfer. */
-static bool is_transport_error(int err)
-{
-	switch (err) {
-	case -ECONNRESET:
-	case -ENOTCONN:
-	case -ECONNREFUSED:
-	case -ECONNABORTED:
-	case -EHOSTUNREACH:
-	case -ENETUNREACH:
-	case -EPIPE:
-	case -ESHUTDOWN:
-		return true;
-	default:
-		return false;
+	if (is_transport_error(ret)) {
+		session_fail(p, -ENOTCONN, "posting a transfer failed");
+		ret = -ENOTCONN;
 	}
+	return ret;
 }
 
 /* Completes op (waited or failed): result, stats, resources. */

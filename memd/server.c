@@ -297,10 +297,11 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	if (h->proto_min > WIRE_VERSION || h->proto_max < WIRE_VERSION) {
+	if (h->proto_min > WIRE_PROTO_MAX || h->proto_max < WIRE_PROTO_MIN) {
 		send_error(s, c, req->seq, EPROTONOSUPPORT,
-			   "memd speaks protocol %d, client %u..%u",
-			   WIRE_VERSION, h->proto_min, h->proto_max);
+			   "memd speaks protocol %d..%d, client %u..%u",
+			   WIRE_PROTO_MIN, WIRE_PROTO_MAX, h->proto_min,
+			   h->proto_max);
 		c->closing = true;
 		return;
 	}
@@ -321,7 +322,8 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_HELLO_OK;
 	rep->seq = req->seq;
-	ok->proto = WIRE_VERSION;
+	ok->proto = h->proto_max < WIRE_PROTO_MAX ? h->proto_max :
+						   WIRE_PROTO_MAX;
 	ok->session_id = memd_session_id(c->session);
 	ok->epoch = s->epoch;
 	ok->ttl_ms = s->cfg.lease_ttl_ms;

@@ -199,7 +199,7 @@ START_TEST(protocol_misuse_after_hello)
 	struct wire_msg rep;
 	ssize_t n;
 
-	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION;
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_PROTO_MAX;
 	send_msg(fd, &m);
 	n = read_frame(fd, buf, sizeof(buf), 10000);
 	ck_assert_int_gt(n, 0);
@@ -262,7 +262,7 @@ START_TEST(release_of_another_sessions_lease_refused)
 
 	/* Another session names that exact lease. */
 	fd = raw_connect();
-	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION;
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_PROTO_MAX;
 	send_msg(fd, &m);
 	n = read_frame(fd, buf, sizeof(buf), 10000);
 	ck_assert_int_gt(n, 0);
@@ -290,7 +290,7 @@ START_TEST(unsupported_version_refused)
 	int fd = raw_connect();
 	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
 
-	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_VERSION + 1;
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_PROTO_MAX + 1;
 	send_msg(fd, &m);
 	expect_error(fd, EPROTONOSUPPORT);
 	ck_assert(closed_soon(fd));

@@ -15,10 +15,14 @@
  * ("pool-hb") that renews leases; it prints nothing unless LIBPOOL_LOG is
  * set (err, warning, info, debug: messages go to stderr).
  *
- * Failure: a lost memd turns into errors within a bounded time: -ENOTCONN
- * once the session knows memd is gone, -EIO (or -ETIMEDOUT) for an
- * operation caught in flight. Nothing hangs forever. After such an error
- * the session's leases are gone; close it.
+ * Failure: a lost memd turns into errors within a bounded time, never a
+ * hang. A failed heartbeat, a transport error on any transfer or a
+ * transfer that outlives the session timeout ends the session: its fabric
+ * endpoint is closed (so no buffer is touched after the error returns),
+ * operations in flight complete with -ENOTCONN, and every later call fails
+ * fast with -ENOTCONN. Close the session and connect again. While a lease
+ * renewal is overdue (but the session not yet ended) calls also return
+ * -ENOTCONN; they work again if the renewal then succeeds.
  *
  * See libpool(3).
  */
@@ -60,9 +64,13 @@ struct pool_opts {
  * Connects to memd and opens a session. opts may be NULL (defaults).
  * Returns 0 and *out, or
  *   -ECONNREFUSED / -EHOSTUNREACH / -ETIMEDOUT  memd not reachable
+ *   -ENOTCONN  memd closed the connection without answering
+ *   -EBUSY     memd is draining or has too many clients
  *   -EPROTONOSUPPORT  memd speaks no protocol version we do
+ *   -EPROTO    memd's reply made no sense
  *   -ENODATA   memd's fabric provider is not available here
- *   -EINVAL    malformed address
+ *   -EINVAL    malformed address or options
+ *   -ENOMEM    out of memory
  */
 POOL_API int pool_connect(const struct pool_opts *opts, struct pool **out);
 
@@ -80,9 +88,11 @@ POOL_API void pool_close(struct pool *p);
  * another session's data (memd zeroes slabs before leasing them).
  * Returns 0 and *out, or
  *   -EINVAL    len is 0
- *   -ENOSPC    the donor has no free slab
+ *   -ENOSPC    the donor has too few free slabs
+ *   -EBUSY     memd is draining
  *   -ENOMEM    local bookkeeping failed
  *   -ENOTCONN  the session is lost
+ *   -ETIMEDOUT memd did not answer within the session timeout
  */
 POOL_API int pool_alloc(struct pool *p, size_t len, struct pool_region **out);
 
@@ -97,9 +107,12 @@ POOL_API size_t pool_region_size(const struct pool_region *r);
  * Copies len bytes at offset off of region r into buf (pool_read) or from
  * buf (pool_write). Blocks until done. Returns 0, or
  *   -ERANGE    [off, off+len) is outside the region
- *   -ENOTCONN  the session is lost (memd gone or leases expired)
- *   -EIO, -ECONNRESET  the transfer failed
+ *   -EINVAL    buf is NULL with len > 0
+ *   -ENOTCONN  the session is lost (memd gone, a transport error, or the
+ *              lease renewal is overdue)
+ *   -EIO       the provider failed this transfer (the session goes on)
  *   -ETIMEDOUT the transfer did not finish within the session timeout
+ *              (the session is ended: see Failure above)
  */
 POOL_API int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
 	      size_t len);
@@ -107,10 +120,12 @@ POOL_API int pool_write(struct pool *p, struct pool_region *r, uint64_t off,
 	       const void *buf, size_t len);
 
 /*
- * Asynchronous variants: start the transfer and return at once with a
- * handle in *op. buf must stay valid until pool_wait() returns a result
- * other than -ETIMEDOUT. Errors at start are returned directly (then no op
- * is created). Each started op must be waited for exactly once.
+ * Asynchronous variants: start the transfer and return with a handle in
+ * *op; they block only while the session's in-flight window
+ * (max_inflight) is full. buf must stay valid until pool_wait() returns a
+ * result other than -ETIMEDOUT. Errors at start are returned directly
+ * (then no op is created). Each started op must be waited for until it
+ * returns such a result, and before pool_close().
  */
 POOL_API int pool_read_async(struct pool *p, struct pool_region *r, uint64_t off,
 		    void *buf, size_t len, struct pool_op **op);
