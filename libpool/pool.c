@@ -640,9 +640,10 @@ int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 	*out = NULL;
 	if (len == 0)
 		return -EINVAL;
-	r = session_usable(p);
-	if (r)
-		return r;
+	/* Only a lost session stops an allocation: the grant itself renews
+	 * the session's leases. */
+	if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
 	full = len / p->slab_bytes;
 	rem = len % p->slab_bytes;
 	if (rem >= p->slab_bytes / 2) {

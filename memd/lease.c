@@ -335,6 +335,13 @@ uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,
 	while (t->live_head && t->live_head->expires_ms <= now_ms) {
 		struct memd_session *s = t->live_head;
 
+		if (!s->nleases && !s->detached) {
+			/* Nothing to protect: a connected client that holds
+			 * no lease cannot lose one (a slow start-up, an idle
+			 * tool). Its next grant renews it anyway. */
+			do_renew_locked(t, s, now_ms);
+			continue;
+		}
 		t->expired_leases += s->nleases;
 		revoke_all_locked(t, s, now_ms, revoked, arg);
 		live_unlink(t, s);

@@ -89,9 +89,11 @@ int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
 		       uint32_t slab, uint32_t generation, uint64_t now_ms);
 /*
  * Expires every session whose time is up (client gone or silent): its
- * leases go RECLAIMING and revoked() runs for each (under the lock; it must
- * not re-enter the table). A detached session is freed; an attached one is
- * marked dead (memd_session_is_dead) and freed when its owner detaches it.
+ * leases go RECLAIMING and revoked() runs for each (under the lock; it
+ * must not re-enter the table). A detached session is freed; an attached
+ * one is marked dead (memd_session_is_dead) and freed when its owner
+ * detaches it. A connected session that holds no lease does not expire
+ * (there is nothing to take back): it is renewed instead.
  * Returns the number of sessions expired.
  */
 uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,

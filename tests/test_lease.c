@@ -165,6 +165,27 @@ START_TEST(detached_session_lives_until_ttl)
 }
 END_TEST
 
+START_TEST(connected_session_without_leases_does_not_expire)
+{
+	struct memd_session *a;
+	uint32_t slab, gen;
+	int revoked = 0;
+
+	ck_assert_int_eq(memd_session_open(t, 0, &a), 0);
+	ck_assert_uint_eq(memd_lease_expire(t, 5000, count_revoked, &revoked),
+			  0);
+	ck_assert(!memd_session_is_dead(t, a));
+	ck_assert_uint_eq(memd_session_expires_ms(t, a), 6200);
+	/* Once it holds a lease, silence costs it. */
+	ck_assert_int_eq(memd_lease_grant(t, a, 5000, &slab, &gen), 0);
+	ck_assert_uint_eq(memd_lease_expire(t, 6200, count_revoked, &revoked),
+			  1);
+	ck_assert(memd_session_is_dead(t, a));
+	ck_assert_int_eq(revoked, 1);
+	memd_session_detach(t, a);
+}
+END_TEST
+
 START_TEST(many_sessions_expire_in_order)
 {
 	struct memd_session *s[100];
@@ -195,6 +216,7 @@ int main(void)
 	tcase_add_test(tc, release_checks_generation_and_owner);
 	tcase_add_test(tc, expiry_follows_renewal);
 	tcase_add_test(tc, detached_session_lives_until_ttl);
+	tcase_add_test(tc, connected_session_without_leases_does_not_expire);
 	tcase_add_test(tc, many_sessions_expire_in_order);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
