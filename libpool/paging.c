@@ -1,0 +1,949 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libpool/paging.c - transparent paging: pool_map() (tidepool/pool_map.h).
+ *
+ * DESIGN
+ * A mapping is an anonymous, private range the size of a region,
+ * registered with a userfaultfd in MISSING and WP (write-protect) modes.
+ * The kernel turns each first touch of a page into a message; our thread
+ * answers it:
+ *   - a page that was never written back (no PG_REMOTE) reads as zero: a
+ *     read fault maps the shared zero page (UFFDIO_ZEROPAGE), write-protects
+ *     it and wakes the thread; a write fault copies a zero page in
+ *     unprotected and marks it dirty. No network trip either way.
+ *   - a page the region holds (PG_REMOTE) is fetched with pool_read() into
+ *     our staging pages and installed write-protected (UFFDIO_COPY with
+ *     MODE_WP). A fault at the page after the last fetched run is a
+ *     sequential stream: the run doubles, up to RA_MAX pages.
+ *   - the first write to a write-protected page arrives as a WP fault: the
+ *     page is marked dirty and unprotected (which wakes the writer).
+ * At most max_res pages are resident. Before a fault needs room, the oldest
+ * resident pages (FIFO: userfaultfd shows no accesses after the first) are
+ * evicted in batches: dirty ones are write-protected again, copied to the
+ * staging pages and written back with pool_write_async(); then every victim
+ * is dropped (MADV_DONTNEED), so the next touch faults again.
+ *
+ * Memory: a mapping's bookkeeping (this struct, the page states, the FIFO,
+ * the staging pages) is one mmap(); this file calls neither malloc nor
+ * stdio, because the preload shim routes malloc here. The RMA buffers are
+ * the staging pages only, never the userfaultfd range: libfabric's MR
+ * cache monitors (memhooks, uffd; FI_MR_CACHE_MONITOR) never see a buffer
+ * of ours inside a range another userfaultfd owns, and our MADV_DONTNEED of
+ * the range matches no registration of theirs. So we leave
+ * FI_MR_CACHE_MONITOR alone.
+ *
+ * Threads:
+ *   pool-uffd  one per mapping; owns every field below "handler state"
+ *              and is the only thread that maps, protects or drops pages
+ *              while the mapping is live. All signals blocked.
+ *   callers    touch the range (faults block them until pool-uffd
+ *              answers); pool_map()/pool_unmap() take reg_lock to find a
+ *              mapping; pool_unmap() stops pool-uffd before it touches
+ *              handler state. Counters are atomics.
+ *
+ * Invariants (handler state):
+ *   - PG_RESIDENT pages are exactly the nres entries of the FIFO ring.
+ *   - a resident page without PG_DIRTY is write-protected, so a write to
+ *     it reaches us before it lands (PG_ZERO pages: see zero_install()).
+ *   - a dirty page is write-protected again before it is copied out, and
+ *     dropped only after its write-back completed; a failed write-back
+ *     fails the mapping and drops nothing.
+ *   - once failed, a fault that needs the pool gets SIGBUS (fault_fail()),
+ *     never a page with wrong contents.
+ */
+#include "tidepool/pool_map.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "libpool/log.h"
+#include "libpool/paging.h"
+
+#define PAGE 4096u
+#define PAGE_SHIFT 12
+#define RA_MAX 32u   /* pages fetched at once on a sequential stream */
+#define WB_BATCH 16u /* pages evicted per round */
+#define MSG_BATCH 16
+#define MIN_LOCAL_BYTES (64u * PAGE)
+#define DEFAULT_LOCAL_BYTES (256ull << 20)
+#define NSTAGE (RA_MAX + WB_BATCH + 1) /* fetch, write-back, zeros */
+
+enum {
+	PG_RESIDENT = 1u << 0,
+	PG_DIRTY = 1u << 1,  /* written since last write-back; unprotected */
+	PG_REMOTE = 1u << 2, /* the region holds the page; else it is zero */
+	PG_ZERO = 1u << 3,   /* mapped by UFFDIO_ZEROPAGE, see zero_install() */
+};
+
+struct mapping {
+	struct mapping *next; /* reg_lock */
+	struct pool *p;
+	struct pool_region *r;
+	uint8_t *base;
+	size_t size; /* region bytes */
+	size_t len;  /* mapped bytes: size rounded up to PAGE */
+	size_t npages;
+	size_t meta_bytes; /* this mmap(): struct, arrays, staging */
+	int uffd, stopfd;
+	bool user_only;
+	pthread_t thr;
+
+	/* handler state */
+	uint8_t *state; /* PG_* per page */
+	size_t *ring;	/* FIFO of resident pages */
+	size_t max_res, nres, head;
+	uint8_t *stage_in;   /* RA_MAX pages */
+	uint8_t *stage_out;  /* WB_BATCH pages */
+	const uint8_t *zero; /* one page of zeros */
+	size_t next_seq;     /* page after the last fetched run */
+	unsigned ra;	     /* current read-ahead, pages */
+	int failed; /* read by others after pool-uffd stopped, or atomic */
+	bool fail_logged;
+
+	struct pool_map_stats st; /* atomics */
+};
+
+/* Every live mapping, for pool_unmap() and pool_map_get_stats(). */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct mapping *reg_head;
+
+#define STAT_ADD(m, f, n) __atomic_add_fetch(&(m)->st.f, (n), __ATOMIC_RELAXED)
+
+static size_t round_up(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static uint8_t *page_addr(const struct mapping *m, size_t idx)
+{
+	return m->base + (idx << PAGE_SHIFT);
+}
+
+/*
+ * Copies and inspects pages of the range from pool-uffd. The range's pages
+ * are written by the kernel (UFFDIO_COPY) and by the application under
+ * write protection we manage, an ordering ThreadSanitizer cannot see:
+ * these two are the only places we read the range, so they are not
+ * instrumented (volatile keeps the compiler from calling memcpy, which
+ * TSan intercepts).
+ */
+__attribute__((no_sanitize("thread"))) static void
+page_copy_out(void *dst, const void *src)
+{
+	const volatile uint64_t *s = src;
+	uint64_t *d = dst;
+
+	for (size_t i = 0; i < PAGE / 8; i++)
+		d[i] = s[i];
+}
+
+__attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src)
+{
+	const volatile uint64_t *s = src;
+	uint64_t acc = 0;
+
+	for (size_t i = 0; i < PAGE / 8; i++)
+		acc |= s[i];
+	return acc == 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* userfaultfd                                                          */
+
+static int uffd_wake(struct mapping *m, size_t idx, size_t n)
+{
+	struct uffdio_range rg = {
+		.start = (uintptr_t)page_addr(m, idx),
+		.len = n * PAGE,
+	};
+
+	return ioctl(m->uffd, UFFDIO_WAKE, &rg) ? -errno : 0;
+}
+
+/* Sets (wp) or clears write protection; clearing wakes the writers. */
+static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
+{
+	struct uffdio_writeprotect w = {
+		.range = { .start = (uintptr_t)page_addr(m, idx),
+			   .len = n * PAGE },
+		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	return ioctl(m->uffd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
+}
+
+/* Installs n pages from src at page idx (and wakes their waiters).
+ * Returns 0 or -errno (-EEXIST: a page was already there). */
+static int uffd_copy(struct mapping *m, size_t idx, size_t n,
+		     const uint8_t *src, bool wp)
+{
+	size_t done = 0, len = n * PAGE;
+
+	while (done < len) {
+		struct uffdio_copy c = {
+			.dst = (uintptr_t)page_addr(m, idx) + done,
+			.src = (uintptr_t)src + done,
+			.len = len - done,
+			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
+		};
+
+		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0)
+			return 0;
+		if (c.copy > 0)
+			done += (size_t)c.copy;
+		else if (errno != EAGAIN) /* EAGAIN: mm changing, retry */
+			return -errno;
+	}
+	return 0;
+}
+
+/*
+ * Maps the zero page at idx for a read fault. The page is write-protected
+ * before its waiter is woken, so its first write comes to us. Another
+ * thread may write it between the two ioctls without faulting (the
+ * kernel copies the zero page on its own): that page keeps PG_ZERO and
+ * eviction checks its contents instead of trusting PG_DIRTY.
+ */
+static int zero_install(struct mapping *m, size_t idx)
+{
+	struct uffdio_zeropage z = {
+		.range = { .start = (uintptr_t)page_addr(m, idx), .len = PAGE },
+		.mode = UFFDIO_ZEROPAGE_MODE_DONTWAKE,
+	};
+	int ret;
+
+	while (ioctl(m->uffd, UFFDIO_ZEROPAGE, &z)) {
+		if (errno != EAGAIN || z.zeropage > 0)
+			return -errno;
+	}
+	ret = uffd_protect(m, idx, 1, true);
+	if (ret)
+		return ret;
+	return uffd_wake(m, idx, 1);
+}
+
+/* Opens a userfaultfd: /dev/userfaultfd, else the syscall (kernel-mode
+ * faults need privilege or vm.unprivileged_userfaultfd=1), else the
+ * syscall in user-mode-only mode. LIBPOOL_UFFD_USER_ONLY=1 forces the
+ * last (tests, and reproducing a host without the privilege). */
+static int uffd_open(bool *user_only)
+{
+	const char *force = getenv("LIBPOOL_UFFD_USER_ONLY");
+	int fd, dev;
+
+	*user_only = false;
+	if (!(force && !strcmp(force, "1"))) {
+		dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+		if (dev >= 0) {
+			fd = ioctl(dev, USERFAULTFD_IOC_NEW,
+				   O_CLOEXEC | O_NONBLOCK);
+			close(dev);
+			if (fd >= 0)
+				return fd;
+		}
+		fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+		if (fd >= 0)
+			return fd;
+	}
+	fd = (int)syscall(SYS_userfaultfd,
+			  O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+	if (fd >= 0) {
+		*user_only = true;
+		return fd;
+	}
+	if (errno == ENOSYS || errno == EINVAL)
+		return -EOPNOTSUPP;
+	return -errno;
+}
+
+/* Negotiates the API and registers the range. -EOPNOTSUPP when the
+ * kernel lacks a feature we need. */
+static int uffd_setup(struct mapping *m)
+{
+	const uint64_t need =
+		(1ull << _UFFDIO_COPY) | (1ull << _UFFDIO_ZEROPAGE) |
+		(1ull << _UFFDIO_WAKE) | (1ull << _UFFDIO_WRITEPROTECT);
+	struct uffdio_api api = {
+		.api = UFFD_API,
+		.features =
+			UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP,
+	};
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)m->base, .len = m->len },
+		.mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
+	};
+
+	if (ioctl(m->uffd, UFFDIO_API, &api))
+		return errno == EINVAL ? -EOPNOTSUPP : -errno;
+	if (ioctl(m->uffd, UFFDIO_REGISTER, &reg))
+		return errno == EINVAL ? -EOPNOTSUPP : -errno;
+	if ((reg.ioctls & need) != need)
+		return -EOPNOTSUPP;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* failure                                                              */
+
+/* Whether thread tid blocks or ignores SIGBUS (then it would never leave
+ * its fault). Reads /proc without stdio. */
+static bool sigbus_is_masked(pid_t tid)
+{
+	static const char *const keys[] = { "SigBlk:", "SigIgn:" };
+	const uint64_t bit = 1ull << (SIGBUS - 1);
+	char path[64] = "/proc/self/task/", buf[4096], d[16];
+	size_t got = 0, k = strlen(path);
+	int fd, nd = 0;
+	ssize_t n;
+
+	do {
+		d[nd++] = (char)('0' + tid % 10);
+		tid /= 10;
+	} while (tid > 0 && nd < (int)sizeof(d));
+	while (nd)
+		path[k++] = d[--nd];
+	memcpy(path + k, "/status", sizeof("/status"));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	while (got < sizeof(buf) - 1 &&
+	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	buf[got] = '\0';
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const char *v = strstr(buf, keys[i]);
+
+		if (v && (strtoull(v + strlen(keys[i]), NULL, 16) & bit))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A fault we cannot serve: the thread must not run on with a page of
+ * wrong (or zero) contents. It gets SIGBUS, like a file mapping past the
+ * end of its file. A thread that blocks or ignores SIGBUS would wait in
+ * its fault forever, so then the process is aborted instead.
+ */
+static void fault_fail(struct mapping *m, pid_t tid, size_t idx)
+{
+	int err = m->failed;
+
+	STAT_ADD(m, sigbus, 1);
+	if (!m->fail_logged) {
+		m->fail_logged = true;
+		/* Unconditional: the process is about to see SIGBUS, and
+		 * this line is what explains it. */
+		pool_log_emit(LOG_ERR,
+			      "paging: cannot serve a fault, pool unreachable "
+			      "map=%p page=%zu tid=%d err=%s; raising SIGBUS",
+			      (void *)m->base, idx, (int)tid, strerror(-err));
+	}
+	if (sigbus_is_masked(tid)) {
+		pool_log_emit(LOG_ERR,
+			      "paging: thread %d blocks or ignores SIGBUS; "
+			      "aborting rather than hand it a wrong page",
+			      (int)tid);
+		abort();
+	}
+	if (syscall(SYS_tgkill, getpid(), tid, SIGBUS))
+		pool_log_emit(LOG_ERR, "paging: tgkill tid=%d err=%s", (int)tid,
+			      strerror(errno));
+}
+
+static void mapping_fail(struct mapping *m, int err, const char *why)
+{
+	if (m->failed)
+		return;
+	__atomic_store_n(&m->failed, err, __ATOMIC_RELEASE);
+	__atomic_store_n(&m->st.failed, err, __ATOMIC_RELAXED);
+	pool_log(LOG_ERR, "paging: mapping failed map=%p err=%s why=%s",
+		 (void *)m->base, strerror(-err), why);
+}
+
+/* ------------------------------------------------------------------ */
+/* eviction                                                             */
+
+static void ring_push(struct mapping *m, size_t idx)
+{
+	m->ring[(m->head + m->nres) % m->max_res] = idx;
+	m->nres++;
+	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
+}
+
+static size_t page_bytes(const struct mapping *m, size_t idx)
+{
+	size_t off = idx << PAGE_SHIFT;
+
+	return m->size - off < PAGE ? m->size - off : PAGE;
+}
+
+/*
+ * Writes the listed pages, already copied to stage_out, back to the
+ * region: all started, then all waited for. Returns 0 or the first error.
+ */
+static int write_back(struct mapping *m, const size_t *idx, size_t n)
+{
+	struct pool_op *ops[WB_BATCH];
+	size_t started = 0;
+	int ret = 0;
+
+	for (; started < n; started++) {
+		ret = pool_write_async(m->p, m->r, idx[started] << PAGE_SHIFT,
+				       m->stage_out + started * PAGE,
+				       page_bytes(m, idx[started]),
+				       &ops[started]);
+		if (ret)
+			break;
+	}
+	for (size_t i = 0; i < started; i++) {
+		int r;
+
+		/* -1: the session timeout; past it the session is failed,
+		 * which completes the op. */
+		while ((r = pool_wait(m->p, ops[i], -1)) == -ETIMEDOUT)
+			;
+		if (r && !ret)
+			ret = r;
+	}
+	if (!ret)
+		STAT_ADD(m, writebacks, n);
+	return ret;
+}
+
+/*
+ * Evicts up to n (<= WB_BATCH) of the oldest resident pages. Returns 0 or
+ * -errno (the mapping is then failed and nothing was dropped).
+ */
+static int evict(struct mapping *m, size_t n)
+{
+	size_t victims[WB_BATCH], wb[WB_BATCH];
+	size_t nw = 0;
+	int ret;
+
+	if (n > m->nres)
+		n = m->nres;
+	for (size_t i = 0; i < n; i++) {
+		size_t idx = m->ring[(m->head + i) % m->max_res];
+		uint8_t s = m->state[idx];
+
+		victims[i] = idx;
+		if (s & PG_DIRTY) {
+			/* From here a write waits for us: the copy we
+			 * send is the page's last contents. */
+			ret = uffd_protect(m, idx, 1, true);
+			if (ret) {
+				mapping_fail(m, ret, "write-protect");
+				return ret;
+			}
+		}
+		if (!(s & (PG_DIRTY | PG_ZERO)))
+			continue;
+		if (!(s & PG_DIRTY) && page_is_zero(page_addr(m, idx)))
+			continue;
+		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
+		wb[nw++] = idx;
+	}
+	if (nw) {
+		ret = write_back(m, wb, nw);
+		if (ret) {
+			mapping_fail(m, ret, "write-back");
+			return ret;
+		}
+		for (size_t i = 0; i < nw; i++)
+			m->state[wb[i]] |= PG_REMOTE;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t idx = victims[i];
+
+		/* Failing to drop would only leave the page resident: its
+		 * contents are written back; the budget is what suffers. */
+		if (madvise(page_addr(m, idx), PAGE, MADV_DONTNEED))
+			pool_log(LOG_WARNING, "paging: madvise err=%s",
+				 strerror(errno));
+		m->state[idx] &= (uint8_t)PG_REMOTE;
+	}
+	m->head = (m->head + n) % m->max_res;
+	m->nres -= n;
+	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
+	STAT_ADD(m, evictions, n);
+	return 0;
+}
+
+static int make_room(struct mapping *m, size_t need)
+{
+	while (m->nres + need > m->max_res) {
+		size_t over = m->nres + need - m->max_res;
+		int ret = evict(m, over > WB_BATCH
+					   ? WB_BATCH
+					   : (over < WB_BATCH / 2 ? WB_BATCH / 2
+								  : over));
+
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* faults                                                               */
+
+static bool page_is_present(struct mapping *m, size_t idx)
+{
+	unsigned char v = 0;
+
+	return mincore(page_addr(m, idx), PAGE, &v) == 0 && (v & 1);
+}
+
+/* Fetches page idx and a read-ahead run after it from the region. */
+static int fetch(struct mapping *m, size_t idx, bool write, bool again)
+{
+	size_t n = 1, limit, off, bytes;
+	int ret;
+
+	m->ra = idx == m->next_seq ? (m->ra * 2 > RA_MAX ? RA_MAX : m->ra * 2)
+				   : 1;
+	limit = m->max_res / 4 < m->ra ? m->max_res / 4 : m->ra;
+	while (!again && n < limit && idx + n < m->npages &&
+	       (m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)) == PG_REMOTE)
+		n++;
+	m->next_seq = idx + n;
+	if (!again) {
+		ret = make_room(m, n);
+		if (ret)
+			return ret;
+	}
+	off = idx << PAGE_SHIFT;
+	bytes = m->size - off < n * PAGE ? m->size - off : n * PAGE;
+	ret = pool_read(m->p, m->r, off, m->stage_in, bytes);
+	if (ret) {
+		mapping_fail(m, ret, "fetch");
+		return ret;
+	}
+	if (bytes < n * PAGE)
+		memset(m->stage_in + bytes, 0, n * PAGE - bytes);
+	STAT_ADD(m, fetches, 1);
+	STAT_ADD(m, pages_fetched, n);
+
+	/* A write fault gets its page unprotected and dirty at once: it
+	 * saves the writer a second trip (the WP fault). */
+	if (write) {
+		ret = uffd_copy(m, idx, 1, m->stage_in, false);
+		if (ret == 0 && n > 1)
+			ret = uffd_copy(m, idx + 1, n - 1, m->stage_in + PAGE,
+					true);
+	} else {
+		ret = uffd_copy(m, idx, n, m->stage_in, true);
+	}
+	if (ret) {
+		mapping_fail(m, ret, "UFFDIO_COPY");
+		return ret;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!(m->state[idx + i] & PG_RESIDENT))
+			ring_push(m, idx + i);
+		m->state[idx + i] = PG_RESIDENT | PG_REMOTE;
+	}
+	if (write)
+		m->state[idx] |= PG_DIRTY;
+	return 0;
+}
+
+static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
+{
+	bool again = false;
+	uint8_t s = m->state[idx];
+	int ret;
+
+	if (s & PG_RESIDENT) {
+		/* Another thread's fault on the same page, answered
+		 * already; or the page was dropped behind our back
+		 * (madvise by the application): then serve it again. */
+		if (page_is_present(m, idx)) {
+			uffd_wake(m, idx, 1);
+			return;
+		}
+		again = true;
+	}
+	if (__atomic_load_n(&m->failed, __ATOMIC_ACQUIRE)) {
+		fault_fail(m, tid, idx);
+		return;
+	}
+	STAT_ADD(m, faults, 1);
+	if (s & PG_REMOTE) {
+		ret = fetch(m, idx, write, again);
+		if (ret)
+			fault_fail(m, tid, idx);
+		return;
+	}
+	if (!again) {
+		ret = make_room(m, 1);
+		if (ret) {
+			fault_fail(m, tid, idx);
+			return;
+		}
+	}
+	if (write)
+		ret = uffd_copy(m, idx, 1, m->zero, false);
+	else
+		ret = zero_install(m, idx);
+	if (ret == -EEXIST) { /* raced with nothing we know of: keep it */
+		uffd_wake(m, idx, 1);
+		ret = 0;
+		write = true; /* unknown contents: treat as dirty */
+	}
+	if (ret) {
+		mapping_fail(m, ret, "zero fill");
+		fault_fail(m, tid, idx);
+		return;
+	}
+	STAT_ADD(m, zero_fills, 1);
+	if (!again)
+		ring_push(m, idx);
+	m->state[idx] = PG_RESIDENT | (write ? PG_DIRTY : PG_ZERO);
+}
+
+static void wp_fault(struct mapping *m, size_t idx)
+{
+	int ret;
+
+	if (!(m->state[idx] & PG_RESIDENT)) {
+		/* Evicted while the writer waited: it faults again as a
+		 * missing page. */
+		uffd_wake(m, idx, 1);
+		return;
+	}
+	STAT_ADD(m, wp_faults, 1);
+	/* PG_ZERO goes: the write replaces the zero page with a page of
+	 * its own, tracked as dirty from now on. */
+	m->state[idx] = (uint8_t)((m->state[idx] & ~PG_ZERO) | PG_DIRTY);
+	ret = uffd_protect(m, idx, 1, false);
+	if (ret) {
+		pool_log(LOG_ERR, "paging: unprotect page=%zu err=%s", idx,
+			 strerror(-ret));
+		uffd_wake(m, idx, 1);
+	}
+}
+
+static void *uffd_main(void *arg)
+{
+	struct mapping *m = arg;
+	struct uffd_msg msgs[MSG_BATCH];
+
+	pthread_setname_np(pthread_self(), "pool-uffd");
+	for (;;) {
+		struct pollfd pf[2] = { { .fd = m->uffd, .events = POLLIN },
+					{ .fd = m->stopfd, .events = POLLIN } };
+		ssize_t n;
+
+		if (poll(pf, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			pool_log(LOG_ERR, "paging: poll err=%s",
+				 strerror(errno));
+			break;
+		}
+		if (pf[1].revents)
+			break;
+		n = read(m->uffd, msgs, sizeof(msgs));
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EINTR)
+				continue;
+			pool_log(LOG_ERR, "paging: read uffd err=%s",
+				 strerror(errno));
+			break;
+		}
+		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+			const struct uffd_msg *msg = &msgs[i];
+			uintptr_t a = (uintptr_t)msg->arg.pagefault.address;
+			size_t idx;
+
+			if (msg->event != UFFD_EVENT_PAGEFAULT ||
+			    a < (uintptr_t)m->base ||
+			    a >= (uintptr_t)m->base + m->len)
+				continue;
+			idx = (a - (uintptr_t)m->base) >> PAGE_SHIFT;
+			if (msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
+				wp_fault(m, idx);
+			else
+				missing_fault(
+					m, idx,
+					msg->arg.pagefault.flags &
+						UFFD_PAGEFAULT_FLAG_WRITE,
+					(pid_t)msg->arg.pagefault.feat.ptid);
+		}
+	}
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* public                                                               */
+
+/* "64M", "1G", "65536": bytes, or 0 when malformed. */
+static size_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return 0;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		v <<= 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		v <<= 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		v <<= 40;
+		end++;
+		break;
+	default:
+		break;
+	}
+	if (*end == 'i' || *end == 'B')
+		end++;
+	if (*end == 'B')
+		end++;
+	return *end ? 0 : (size_t)v;
+}
+
+static void mapping_free(struct mapping *m)
+{
+	if (m->base)
+		munmap(m->base, m->len);
+	if (m->uffd >= 0)
+		close(m->uffd);
+	if (m->stopfd >= 0)
+		close(m->stopfd);
+	munmap(m, m->meta_bytes);
+}
+
+int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
+	     unsigned flags, void **addr)
+{
+	size_t size, len, npages, max_res, off_state, off_ring, off_stage, meta;
+	struct mapping *m;
+	sigset_t all, old;
+	int ret;
+
+	if (!addr)
+		return -EINVAL;
+	*addr = NULL;
+	if (!p || !r || (flags & ~POOL_MAP_EXISTING))
+		return -EINVAL;
+	if (!local_bytes) {
+		const char *env = getenv("LIBPOOL_LOCAL_BYTES");
+
+		local_bytes =
+			env && *env ? parse_size(env) : DEFAULT_LOCAL_BYTES;
+	}
+	if (local_bytes < MIN_LOCAL_BYTES)
+		return -EINVAL;
+	size = pool_region_size(r);
+	len = round_up(size, PAGE);
+	npages = len >> PAGE_SHIFT;
+	max_res = local_bytes >> PAGE_SHIFT;
+	if (max_res > npages)
+		max_res = npages;
+
+	off_state = round_up(sizeof(*m), 64);
+	off_ring = round_up(off_state + npages, sizeof(size_t));
+	off_stage = round_up(off_ring + max_res * sizeof(size_t), PAGE);
+	meta = off_stage + NSTAGE * PAGE;
+	m = mmap(NULL, meta, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -ENOMEM;
+	/* mmap() gave zeros: every field not set here starts at 0. */
+	m->meta_bytes = meta;
+	m->uffd = m->stopfd = -1;
+	m->p = p;
+	m->r = r;
+	m->size = size;
+	m->len = len;
+	m->npages = npages;
+	m->max_res = max_res;
+	m->state = (uint8_t *)m + off_state;
+	m->ring = (size_t *)((uint8_t *)m + off_ring);
+	m->stage_in = (uint8_t *)m + off_stage;
+	m->stage_out = m->stage_in + RA_MAX * PAGE;
+	m->zero = m->stage_out + WB_BATCH * PAGE;
+	m->next_seq = SIZE_MAX;
+	m->ra = 1;
+	m->st.max_resident = max_res;
+	if (flags & POOL_MAP_EXISTING)
+		memset(m->state, PG_REMOTE, npages);
+
+	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m->base == MAP_FAILED) {
+		m->base = NULL;
+		ret = -ENOMEM;
+		goto fail;
+	}
+	/* 4 KiB pages only: a huge page would be filled by the kernel
+	 * behind our back (huge pages are future work). */
+	madvise(m->base, len, MADV_NOHUGEPAGE);
+	ret = uffd_open(&m->user_only);
+	if (ret < 0)
+		goto fail;
+	m->uffd = ret;
+	m->st.user_mode_only = m->user_only;
+	ret = uffd_setup(m);
+	if (ret)
+		goto fail;
+	m->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (m->stopfd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
+	 * application must never land on the thread that serves faults. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(&m->thr, NULL, uffd_main, m);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret) {
+		ret = -EAGAIN;
+		goto fail;
+	}
+	pthread_mutex_lock(&reg_lock);
+	m->next = reg_head;
+	reg_head = m;
+	pthread_mutex_unlock(&reg_lock);
+	pool_log(LOG_INFO,
+		 "paging: map addr=%p bytes=%zu local_pages=%zu user_only=%d",
+		 (void *)m->base, len, max_res, (int)m->user_only);
+	*addr = m->base;
+	return 0;
+fail:
+	pool_log(LOG_WARNING, "paging: map failed err=%s", strerror(-ret));
+	mapping_free(m);
+	return ret;
+}
+
+/* Writes back every resident dirty page; pool-uffd is stopped. */
+static int flush_locked_out(struct mapping *m)
+{
+	size_t wb[WB_BATCH], nw = 0;
+	int ret = 0, r;
+
+	for (size_t i = 0; i < m->nres; i++) {
+		size_t idx = m->ring[(m->head + i) % m->max_res];
+		uint8_t s = m->state[idx];
+
+		if (!(s & (PG_DIRTY | PG_ZERO)))
+			continue;
+		if (!(s & PG_DIRTY) && page_is_zero(page_addr(m, idx)))
+			continue;
+		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
+		wb[nw++] = idx;
+		if (nw == WB_BATCH) {
+			r = write_back(m, wb, nw);
+			if (r && !ret)
+				ret = r;
+			nw = 0;
+		}
+	}
+	if (nw) {
+		r = write_back(m, wb, nw);
+		if (r && !ret)
+			ret = r;
+	}
+	return ret;
+}
+
+int pool_unmap(struct pool *p, void *addr, unsigned flags)
+{
+	struct mapping *m, **pp;
+	struct uffdio_range rg;
+	uint64_t one = 1;
+	int ret = 0;
+
+	if (flags != POOL_UNMAP_FLUSH && flags != POOL_UNMAP_DISCARD)
+		return -EINVAL;
+	pthread_mutex_lock(&reg_lock);
+	for (pp = &reg_head; *pp; pp = &(*pp)->next)
+		if ((*pp)->base == addr && (*pp)->p == p)
+			break;
+	m = *pp;
+	if (m)
+		*pp = m->next;
+	pthread_mutex_unlock(&reg_lock);
+	if (!m || !p)
+		return -EINVAL;
+
+	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
+		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
+	pthread_join(m->thr, NULL);
+	/* Without the registration a page we never filled reads as zero
+	 * instead of waiting for a handler that is gone. */
+	rg.start = (uintptr_t)m->base;
+	rg.len = m->len;
+	if (ioctl(m->uffd, UFFDIO_UNREGISTER, &rg))
+		pool_log(LOG_WARNING, "paging: unregister err=%s",
+			 strerror(errno));
+	if (flags == POOL_UNMAP_FLUSH) {
+		/* A failed mapping may hold writes it could not save. */
+		ret = m->failed ? m->failed : flush_locked_out(m);
+	}
+	pool_log(LOG_INFO, "paging: unmap addr=%p flush=%d err=%d",
+		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret);
+	mapping_free(m);
+	return ret;
+}
+
+int pool_map_get_stats(const void *addr, struct pool_map_stats *st)
+{
+	const uint8_t *a = addr;
+	struct mapping *m;
+
+	if (!st)
+		return -EINVAL;
+	pthread_mutex_lock(&reg_lock);
+	for (m = reg_head; m; m = m->next)
+		if (a >= m->base && a < m->base + m->len)
+			break;
+	if (m) {
+		uint64_t *dst = (uint64_t *)st;
+		const uint64_t *src = (const uint64_t *)&m->st;
+
+		/* The leading uint64_t counters, one atomic load each. */
+		for (size_t i = 0;
+		     i < offsetof(struct pool_map_stats, user_mode_only) / 8;
+		     i++)
+			dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+		st->user_mode_only = m->user_only;
+		st->failed = __atomic_load_n(&m->st.failed, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return m ? 0 : -EINVAL;
+}
