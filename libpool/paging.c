@@ -76,7 +76,7 @@
 #define PAGE 4096u
 #define PAGE_SHIFT 12
 #define RA_MAX 32u   /* pages fetched at once on a sequential stream */
-#define WB_BATCH 16u /* pages evicted per round */
+#define WB_BATCH 32u /* pages evicted per round, at most */
 #define MSG_BATCH 16
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
@@ -393,9 +393,20 @@ static size_t page_bytes(const struct mapping *m, size_t idx)
 	return m->size - off < PAGE ? m->size - off : PAGE;
 }
 
+/* Length of the run of consecutive pages starting at v[i]. */
+static size_t run_len(const size_t *v, size_t i, size_t n)
+{
+	size_t k = 1;
+
+	while (i + k < n && v[i + k] == v[i] + k)
+		k++;
+	return k;
+}
+
 /*
- * Writes the listed pages, already copied to stage_out, back to the
- * region: all started, then all waited for. Returns 0 or the first error.
+ * Writes the listed pages (ascending runs coalesce), already copied to
+ * stage_out in that order, back to the region: all started, then all
+ * waited for. Returns 0 or the first error.
  */
 static int write_back(struct mapping *m, const size_t *idx, size_t n)
 {
@@ -403,18 +414,22 @@ static int write_back(struct mapping *m, const size_t *idx, size_t n)
 	size_t started = 0;
 	int ret = 0;
 
-	for (; started < n; started++) {
-		ret = pool_write_async(m->p, m->r, idx[started] << PAGE_SHIFT,
-				       m->stage_out + started * PAGE,
-				       page_bytes(m, idx[started]),
+	for (size_t i = 0; i < n;) {
+		size_t k = run_len(idx, i, n);
+		size_t bytes = (k - 1) * PAGE + page_bytes(m, idx[i + k - 1]);
+
+		ret = pool_write_async(m->p, m->r, idx[i] << PAGE_SHIFT,
+				       m->stage_out + i * PAGE, bytes,
 				       &ops[started]);
 		if (ret)
 			break;
+		started++;
+		i += k;
 	}
 	for (size_t i = 0; i < started; i++) {
 		int r;
 
-		/* -1: the session timeout; past it the session is failed,
+		/* -1: the session timeout; a lost memd fails the session,
 		 * which completes the op. */
 		while ((r = pool_wait(m->p, ops[i], -1)) == -ETIMEDOUT)
 			;
@@ -438,20 +453,32 @@ static int evict(struct mapping *m, size_t n)
 
 	if (n > m->nres)
 		n = m->nres;
+	for (size_t i = 0; i < n; i++)
+		victims[i] = m->ring[(m->head + i) % m->max_res];
+	/* Dirty pages are protected first, in runs (one TLB flush each):
+	 * from then on a write waits for us, so the copy we send is the
+	 * page's last contents. */
+	for (size_t i = 0; i < n;) {
+		size_t k = 1;
+
+		if (!(m->state[victims[i]] & PG_DIRTY)) {
+			i++;
+			continue;
+		}
+		while (i + k < n && victims[i + k] == victims[i] + k &&
+		       (m->state[victims[i + k]] & PG_DIRTY))
+			k++;
+		ret = uffd_protect(m, victims[i], k, true);
+		if (ret) {
+			mapping_fail(m, ret, "write-protect");
+			return ret;
+		}
+		i += k;
+	}
 	for (size_t i = 0; i < n; i++) {
-		size_t idx = m->ring[(m->head + i) % m->max_res];
+		size_t idx = victims[i];
 		uint8_t s = m->state[idx];
 
-		victims[i] = idx;
-		if (s & PG_DIRTY) {
-			/* From here a write waits for us: the copy we
-			 * send is the page's last contents. */
-			ret = uffd_protect(m, idx, 1, true);
-			if (ret) {
-				mapping_fail(m, ret, "write-protect");
-				return ret;
-			}
-		}
 		if (!(s & (PG_DIRTY | PG_ZERO)))
 			continue;
 		if (!(s & PG_DIRTY) && page_is_zero(page_addr(m, idx)))
@@ -468,15 +495,17 @@ static int evict(struct mapping *m, size_t n)
 		for (size_t i = 0; i < nw; i++)
 			m->state[wb[i]] |= PG_REMOTE;
 	}
-	for (size_t i = 0; i < n; i++) {
-		size_t idx = victims[i];
+	for (size_t i = 0; i < n;) {
+		size_t k = run_len(victims, i, n);
 
-		/* Failing to drop would only leave the page resident: its
+		/* Failing to drop would only leave pages resident: their
 		 * contents are written back; the budget is what suffers. */
-		if (madvise(page_addr(m, idx), PAGE, MADV_DONTNEED))
+		if (madvise(page_addr(m, victims[i]), k * PAGE, MADV_DONTNEED))
 			pool_log(LOG_WARNING, "paging: madvise err=%s",
 				 strerror(errno));
-		m->state[idx] &= (uint8_t)PG_REMOTE;
+		for (size_t j = i; j < i + k; j++)
+			m->state[victims[j]] &= (uint8_t)PG_REMOTE;
+		i += k;
 	}
 	m->head = (m->head + n) % m->max_res;
 	m->nres -= n;
