@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fabric/fab.h - the libfabric data plane, behind our own types.
+ *
+ * Only fabric/fab.c includes <rdma/...>. Callers (memd, libpool) see three
+ * opaque objects:
+ *
+ *   fab_domain  provider + fabric + domain. Thread-safe.
+ *   fab_ep      one RDM endpoint with its address vector and completion
+ *               queue. Thread-safe: any thread may post and progress.
+ *   fab_mr      one memory registration. Not thread-safe; one owner.
+ *
+ * Teardown order is the reverse of creation: every fab_mr bound to an
+ * endpoint, then the endpoint, then the domain. An MR is closed before its
+ * buffer is freed.
+ *
+ * Remote addressing. A target registers memory and advertises to clients
+ * (key, base, length) where base = fab_mr_remote_base(): the buffer's
+ * virtual address when the provider uses FI_MR_VIRT_ADDR, else 0 (offset
+ * addressing, e.g. Debian's tcp provider with mr_mode 0). The initiator
+ * always targets base + offset; it never needs to know the mode.
+ *
+ * Errors: every function returns 0 / a count, or -errno. Provider errors
+ * (-FI_E*) are mapped by fab_errno() right where they happen.
+ */
+#ifndef TP_FABRIC_FAB_H
+#define TP_FABRIC_FAB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct fab_domain;
+struct fab_ep;
+struct fab_mr;
+
+/* Largest endpoint address we carry (sockaddr_in6 is 28 bytes). */
+#define FAB_ADDR_MAX 128
+/* Longest provider name we carry ("verbs;ofi_rxm" and friends). */
+#define FAB_PROV_MAX 32
+
+/* Our view of the provider's mr_mode (FI_MR_* mapped to these bits). */
+#define FAB_MR_VIRT_ADDR 0x01u /* remote address is the target's vaddr */
+#define FAB_MR_PROV_KEY 0x02u  /* provider picks the key */
+#define FAB_MR_LOCAL 0x04u     /* local buffers need a registration */
+#define FAB_MR_ALLOCATED 0x08u /* only allocated memory registers */
+#define FAB_MR_ENDPOINT 0x10u  /* MR must be bound to an endpoint */
+
+/* Access of a registration. */
+#define FAB_ACCESS_LOCAL 0x1u  /* local buffer of our own read/write */
+#define FAB_ACCESS_REMOTE 0x2u /* peers may read and write it */
+
+struct fab_opts {
+	/* fi_info name: "tcp" (default when NULL), "net", "shm",
+	 * "verbs;ofi_rxm", ... */
+	const char *provider;
+	const char *node;    /* local address to bind the endpoint, or NULL */
+	const char *service; /* local port, or NULL for an ephemeral one */
+};
+
+/*
+ * Opens the provider named in opts (RDM endpoint, RMA read/write, both
+ * directions). Returns 0 and *out, or
+ *   -ENODATA   no provider of that name offers RDM + RMA here
+ *   -EINVAL    opts is malformed
+ *   -errno     mapped provider error
+ * Honours FI_* environment variables (e.g. FI_TCP_IFACE) as libfabric does.
+ */
+int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out);
+/* Closes the domain. Every ep and MR on it must be closed. NULL is a no-op. */
+void fab_domain_close(struct fab_domain *d);
+/* The provider name libfabric chose, e.g. "tcp;ofi_rxm". */
+const char *fab_domain_provider(const struct fab_domain *d);
+/* FAB_MR_* bits of the provider's mr_mode. */
+unsigned fab_domain_mr_mode(const struct fab_domain *d);
+/* Key size in bytes the provider accepts for requested keys (<= 8). */
+size_t fab_domain_key_size(const struct fab_domain *d);
+/* Largest single RMA transfer the provider allows (bytes). */
+size_t fab_domain_max_msg(const struct fab_domain *d);
+
+/*
+ * Remote base a target advertises for a buffer at vaddr under mr_mode:
+ * vaddr for FAB_MR_VIRT_ADDR, else 0. Pure; what fab_mr_remote_base() uses.
+ */
+uint64_t fab_mr_base_for_mode(unsigned mr_mode, const void *vaddr);
+
+/*
+ * Registers [buf, buf+len) with access FAB_ACCESS_*. requested_key is used
+ * unless the provider picks keys (FAB_MR_PROV_KEY); it is masked to the
+ * provider's key size. ep must be given when the provider has
+ * FAB_MR_ENDPOINT (the MR is then bound to it and enabled), may be NULL
+ * otherwise. Returns 0 and *out, or
+ *   -ENOKEY    requested_key is in use: pick another and retry
+ *   -EINVAL    bad arguments
+ *   -errno     mapped provider error
+ */
+int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
+	       unsigned access, uint64_t requested_key, struct fab_mr **out);
+/* Closes a registration: from its return on, no new RMA can reach the
+ * buffer through its key. NULL is a no-op. Returns 0 or -errno. */
+int fab_mr_close(struct fab_mr *mr);
+uint64_t fab_mr_key(const struct fab_mr *mr);
+/* Local descriptor to pass with operations on this buffer (may be NULL). */
+void *fab_mr_desc(const struct fab_mr *mr);
+/* What a peer adds offsets to (see the top of this file). */
+uint64_t fab_mr_remote_base(const struct fab_mr *mr);
+
+/*
+ * One RMA operation in flight. The caller owns the memory and fills done
+ * and arg; fab fills status and len and sets complete. done runs on
+ * whichever thread progresses the endpoint (it must be short and must not
+ * post to or progress the same endpoint). The object and the data buffer
+ * must live until complete is true (or the endpoint is closed).
+ *
+ * Order at completion: status and len, then done(op), then complete
+ * (release store); after that store fab never touches the op again. So a
+ * thread that sees complete knows done has returned; and done must not
+ * free or reuse the op, nor let another thread do so before that thread
+ * has seen complete (a done that wakes a waiter: the waiter still checks
+ * complete with acquire before it frees the op).
+ */
+struct fab_op {
+	void *prov[8]; /* provider context; private */
+	void (*done)(struct fab_op *op);
+	void *arg;
+	int status; /* 0 or -errno, valid once complete */
+	/* Bytes transferred, valid once complete: the requested length on
+	 * success, 0 on error. */
+	size_t len;
+	struct fab_op *next_live, *prev_live; /* private: posted list */
+	unsigned kind;			      /* private: read or write */
+	volatile int complete; /* set (release) last, read with acquire */
+};
+
+/*
+ * Opens an RDM endpoint with its own AV and CQ. max_inflight bounds posted
+ * but uncompleted operations (0: the provider's tx size, capped at 256).
+ */
+int fab_ep_open(struct fab_domain *d, unsigned max_inflight,
+		struct fab_ep **out);
+/*
+ * Closes the endpoint. Operations still in flight complete with -ECANCELED
+ * (their done callbacks run here); their buffers are no longer touched once
+ * this returns. No other thread may use ep (post, wait, progress) during or
+ * after the call; MRs bound to it (FAB_MR_ENDPOINT) are closed first. NULL
+ * is a no-op.
+ */
+void fab_ep_close(struct fab_ep *ep);
+/* Copies this endpoint's address into addr (*len in: capacity, out: size).
+ * -ENOSPC when it does not fit. */
+int fab_ep_name(struct fab_ep *ep, void *addr, size_t *len);
+/* Inserts a peer address; *peer is what operations take. */
+int fab_ep_av_insert(struct fab_ep *ep, const void *addr, size_t len,
+		     uint64_t *peer);
+/* Forgets a peer (no operation to it may be in flight); *peer handles of
+ * it become invalid. Returns 0 or -errno. */
+int fab_ep_av_remove(struct fab_ep *ep, uint64_t peer);
+
+/*
+ * Posts an RMA read of len bytes from (peer, raddr, key) into buf (desc:
+ * fab_mr_desc() of a registration covering buf, or NULL when the provider
+ * has no FAB_MR_LOCAL). When max_inflight operations are already posted, it
+ * progresses the endpoint until one completes (at most timeout_ms; -1 waits
+ * as long as it takes). Returns 0 when posted (completion comes through
+ * op), or -ETIMEDOUT, -EMSGSIZE (len > max msg), -ESHUTDOWN (endpoint
+ * broken), -errno. Not posted means op is untouched by fab afterwards.
+ *
+ * Completion status, besides 0: -ECANCELED only from fab_ep_close;
+ * -ECONNABORTED when the provider flushed the op because its connection
+ * went down (tcp: the target refused a bad key or range, or died);
+ * -ENOTCONN, -ECONNRESET, -EIO and the like as the provider reports them.
+ * On libfabric 1.17 tcp a refused RMA leaves the connection to that peer
+ * broken for good (every later op: -ENOTCONN); a new endpoint recovers.
+ */
+int fab_ep_read(struct fab_ep *ep, void *buf, size_t len, void *desc,
+		uint64_t peer, uint64_t raddr, uint64_t key, struct fab_op *op,
+		int timeout_ms);
+/* Same, writing len bytes from buf to (peer, raddr, key). The write
+ * completes once the bytes are in the target's memory (delivery complete),
+ * not merely sent. */
+int fab_ep_write(struct fab_ep *ep, const void *buf, size_t len, void *desc,
+		 uint64_t peer, uint64_t raddr, uint64_t key, struct fab_op *op,
+		 int timeout_ms);
+
+/*
+ * Reads completions and runs their callbacks. Waits up to timeout_ms for
+ * at least one event (0: poll once; -1: forever) without burning a core.
+ * Returns the number of operations completed, or -errno. This is also what
+ * a target (memd) must call in a loop: RMA from peers makes progress only
+ * while someone progresses the target's endpoint.
+ */
+int fab_ep_progress(struct fab_ep *ep, int timeout_ms);
+/*
+ * Waits until op completes, progressing the endpoint (several threads may
+ * wait at once; one progresses, the others sleep). Returns op->status once
+ * complete, or -ETIMEDOUT after timeout_ms (-1: forever; 0: one poll) with
+ * op still in flight: wait again, or close the endpoint to reclaim it.
+ */
+int fab_op_wait(struct fab_ep *ep, struct fab_op *op, int timeout_ms);
+
+struct fab_ep_stats {
+	uint64_t reads, writes;		  /* posted */
+	uint64_t read_bytes, write_bytes; /* completed successfully */
+	uint64_t errors;		  /* completions with an error */
+	unsigned inflight;
+};
+void fab_ep_get_stats(struct fab_ep *ep, struct fab_ep_stats *st);
+
+/* Maps a libfabric return (-FI_E*, or a positive FI_E* from an error
+ * completion) to -errno. 0 stays 0. */
+int fab_errno(int fi_ret);
+
+#endif
