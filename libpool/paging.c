@@ -117,6 +117,9 @@ struct mapping {
 	struct pool_map_stats st; /* atomics */
 };
 
+/* Set in pool-uffd threads: see pool_paging_is_engine_thread(). */
+static __thread bool engine_thread;
+
 /* Every live mapping, for pool_unmap() and pool_map_get_stats(). */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *reg_head;
@@ -674,6 +677,7 @@ static void *uffd_main(void *arg)
 	struct mapping *m = arg;
 	struct uffd_msg msgs[MSG_BATCH];
 
+	engine_thread = true;
 	pthread_setname_np(pthread_self(), "pool-uffd");
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = m->uffd, .events = POLLIN },
@@ -948,6 +952,11 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret);
 	mapping_free(m);
 	return ret;
+}
+
+bool pool_paging_is_engine_thread(void)
+{
+	return engine_thread;
 }
 
 int pool_map_get_stats(const void *addr, struct pool_map_stats *st)

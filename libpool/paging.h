@@ -34,4 +34,12 @@ struct pool_map_stats {
  */
 int pool_map_get_stats(const void *addr, struct pool_map_stats *st);
 
+/*
+ * Whether the calling thread is a paging engine thread (pool-uffd). The
+ * preload shim sends such a thread's allocations to libc: memory the
+ * engine (or libfabric under it) allocates must never be pooled memory
+ * that the engine itself would have to fault in.
+ */
+bool pool_paging_is_engine_thread(void);
+
 #endif
