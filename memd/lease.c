@@ -5,7 +5,8 @@
  * Threads: the control thread (grant, release, renew, expire, detach) and
  * the reclaim thread (take_reclaim, reclaimed) share the table through its
  * one mutex. Everything is O(1) per lease except picking the lowest free
- * slab, a scan of a bitmap (64 slabs per word).
+ * slab, a scan of the group's part of a bitmap (64 slabs per word), and
+ * picking the fullest group (a scan of at most a handful of counters).
  *
  * Invariants:
  * - A slab is on exactly one of: the free bitmap (FREE), one session's
@@ -14,6 +15,8 @@
  *   expires = now + ttl + grace with a non-decreasing now, so moving the
  *   renewed session to the tail keeps the order; expiry pops the head.
  * - The reclaim FIFO is ordered by reclaim_at for the same reason.
+ * - gfree[g] is the number of set bits of free_bits in group g; their sum
+ *   is nfree.
  */
 #include "memd/lease.h"
 
@@ -50,6 +53,8 @@ struct memd_lease_table {
 	struct slab *slab;
 	uint64_t *free_bits; /* bit set = FREE */
 	uint32_t nfree, nleased, nreclaiming, nsessions;
+	uint32_t ngroups, group_slabs; /* nslabs == ngroups * group_slabs */
+	uint32_t *gfree;	       /* free slabs per group */
 	uint32_t rq_head, rq_tail; /* reclaim FIFO */
 	struct memd_session *live_head, *live_tail;
 	uint64_t next_id;
@@ -97,11 +102,21 @@ int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
 			    uint32_t grace_ms, uint32_t quiesce_ms,
 			    struct memd_lease_table **out)
 {
+	return memd_lease_table_create_groups(nslabs, 1, ttl_ms, grace_ms,
+					      quiesce_ms, out);
+}
+
+int memd_lease_table_create_groups(uint32_t nslabs, uint32_t ngroups,
+				   uint32_t ttl_ms, uint32_t grace_ms,
+				   uint32_t quiesce_ms,
+				   struct memd_lease_table **out)
+{
 	struct memd_lease_table *t;
 	size_t words;
 
 	*out = NULL;
-	if (nslabs == 0 || nslabs == NIL || ttl_ms == 0)
+	if (nslabs == 0 || nslabs == NIL || ttl_ms == 0 || ngroups == 0 ||
+	    nslabs % ngroups)
 		return -EINVAL;
 	t = calloc(1, sizeof(*t));
 	if (!t)
@@ -109,12 +124,18 @@ int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
 	words = (nslabs + 63) / 64;
 	t->slab = calloc(nslabs, sizeof(*t->slab));
 	t->free_bits = calloc(words, sizeof(uint64_t));
-	if (!t->slab || !t->free_bits) {
+	t->gfree = calloc(ngroups, sizeof(*t->gfree));
+	if (!t->slab || !t->free_bits || !t->gfree) {
 		free(t->slab);
 		free(t->free_bits);
+		free(t->gfree);
 		free(t);
 		return -ENOMEM;
 	}
+	t->ngroups = ngroups;
+	t->group_slabs = nslabs / ngroups;
+	for (uint32_t g = 0; g < ngroups; g++)
+		t->gfree[g] = t->group_slabs;
 	pthread_mutex_init(&t->lock, NULL);
 	t->nslabs = nslabs;
 	t->life_ms = (uint64_t)ttl_ms + grace_ms;
@@ -149,6 +170,7 @@ void memd_lease_table_destroy(struct memd_lease_table *t)
 	pthread_mutex_destroy(&t->lock);
 	free(t->slab);
 	free(t->free_bits);
+	free(t->gfree);
 	free(t);
 }
 
@@ -268,28 +290,68 @@ int memd_session_renew(struct memd_lease_table *t, struct memd_session *s,
 	return n;
 }
 
+/* The group with the most free slabs, lowest first; -1 if none is free. */
+static int do_fullest_group_locked(const struct memd_lease_table *t)
+{
+	int best = -1;
+
+	for (uint32_t g = 0; g < t->ngroups; g++)
+		if (t->gfree[g] && (best < 0 || t->gfree[g] > t->gfree[best]))
+			best = (int)g;
+	return best;
+}
+
+/* Lowest free slab in [lo, hi), or NIL. */
+static uint32_t do_lowest_free_locked(const struct memd_lease_table *t,
+				      uint32_t lo, uint32_t hi)
+{
+	for (uint32_t w = lo / 64; w <= (hi - 1) / 64; w++) {
+		uint64_t bits = t->free_bits[w];
+
+		if (w == lo / 64)
+			bits &= ~0ull << (lo % 64);
+		if (w == (hi - 1) / 64 && hi % 64)
+			bits &= ~(~0ull << (hi % 64));
+		if (bits)
+			return w * 64 + (uint32_t)__builtin_ctzll(bits);
+	}
+	return NIL;
+}
+
 int memd_lease_grant(struct memd_lease_table *t, struct memd_session *s,
 		     uint64_t now_ms, uint32_t *slab, uint32_t *generation)
 {
-	uint32_t words = (t->nslabs + 63) / 64, i = NIL;
+	return memd_lease_grant_in(t, s, now_ms, MEMD_LEASE_ANY_GROUP, slab,
+				   generation);
+}
+
+int memd_lease_grant_in(struct memd_lease_table *t, struct memd_session *s,
+			uint64_t now_ms, int group, uint32_t *slab,
+			uint32_t *generation)
+{
+	uint32_t i = NIL;
 	struct slab *sl;
 
+	if (group < MEMD_LEASE_ANY_GROUP ||
+	    (group >= 0 && (uint32_t)group >= t->ngroups))
+		return -EINVAL;
 	pthread_mutex_lock(&t->lock);
 	if (s->dead) {
 		pthread_mutex_unlock(&t->lock);
 		return -ESTALE;
 	}
-	for (uint32_t w = 0; w < words; w++) {
-		if (t->free_bits[w]) {
-			i = w * 64 + (uint32_t)__builtin_ctzll(t->free_bits[w]);
-			break;
-		}
-	}
+	if (group == MEMD_LEASE_ANY_GROUP)
+		group = do_fullest_group_locked(t);
+	if (group >= 0 && t->gfree[group])
+		i = do_lowest_free_locked(t, (uint32_t)group * t->group_slabs,
+					  ((uint32_t)group + 1) *
+						  t->group_slabs);
 	if (i == NIL) {
 		pthread_mutex_unlock(&t->lock);
 		return -ENOSPC;
 	}
 	t->free_bits[i / 64] &= ~(1ull << (i % 64));
+	t->gfree[group]--;
 	sl = &t->slab[i];
 	sl->state = MEMD_SLAB_LEASED;
 	sl->generation++;
@@ -406,6 +468,7 @@ void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab)
 	if (slab < t->nslabs && t->slab[slab].state == MEMD_SLAB_ZEROING) {
 		t->slab[slab].state = MEMD_SLAB_FREE;
 		t->free_bits[slab / 64] |= 1ull << (slab % 64);
+		t->gfree[slab / t->group_slabs]++;
 		t->nreclaiming--;
 		t->nfree++;
 	}
@@ -458,4 +521,31 @@ void memd_lease_get_counts(struct memd_lease_table *t,
 	c->expired_sessions = t->expired_sessions;
 	c->expired_leases = t->expired_leases;
 	pthread_mutex_unlock(&t->lock);
+}
+
+uint32_t memd_lease_ngroups(const struct memd_lease_table *t)
+{
+	return t->ngroups; /* constant after creation */
+}
+
+int memd_lease_get_group_counts(struct memd_lease_table *t, uint32_t group,
+				struct memd_lease_group_counts *c)
+{
+	if (group >= t->ngroups)
+		return -EINVAL;
+	pthread_mutex_lock(&t->lock);
+	c->total = t->group_slabs;
+	c->free = t->gfree[group];
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+int memd_lease_fullest_group(struct memd_lease_table *t)
+{
+	int g;
+
+	pthread_mutex_lock(&t->lock);
+	g = do_fullest_group_locked(t);
+	pthread_mutex_unlock(&t->lock);
+	return g;
 }

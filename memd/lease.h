@@ -12,6 +12,10 @@
  * A slab's generation increments at every grant, so (slab, generation)
  * names one lease for ever within a boot; memd's epoch fences boots.
  *
+ * Groups: the slabs may be split into equal runs of consecutive slabs
+ * (memd: one group per arena, i.e. per NUMA node). A grant can ask for a
+ * group; the table keeps each group's free count, so picking one is O(1).
+ *
  * Sessions expire at last_renew + ttl + grace; a renewal (heartbeat or
  * grant) pushes that out for every lease of the session at once. Sessions
  * whose client has disconnected are kept until they expire, so a killed
@@ -48,6 +52,15 @@ struct memd_lease_counts {
 int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
 			    uint32_t grace_ms, uint32_t quiesce_ms,
 			    struct memd_lease_table **out);
+/*
+ * The same with the slabs split into ngroups groups of nslabs / ngroups
+ * consecutive slabs each: group g is slabs [g * n, (g + 1) * n).
+ * -EINVAL also when ngroups is 0 or does not divide nslabs.
+ */
+int memd_lease_table_create_groups(uint32_t nslabs, uint32_t ngroups,
+				   uint32_t ttl_ms, uint32_t grace_ms,
+				   uint32_t quiesce_ms,
+				   struct memd_lease_table **out);
 void memd_lease_table_destroy(struct memd_lease_table *t);
 
 /* Opens a session with a fresh non-zero id. -ENOMEM. */
@@ -74,12 +87,24 @@ int memd_session_renew(struct memd_lease_table *t, struct memd_session *s,
 		       uint64_t now_ms);
 
 /*
- * Leases a free slab to s (renewing s). Lowest-numbered free slab first,
- * so memory stays compact. Returns 0 with *slab and *generation, or
- * -ENOSPC when no slab is free, -ESTALE when s has expired.
+ * Leases a free slab to s (renewing s): memd_lease_grant_in() with group
+ * MEMD_LEASE_ANY_GROUP. With one group, the lowest-numbered free slab.
  */
 int memd_lease_grant(struct memd_lease_table *t, struct memd_session *s,
 		     uint64_t now_ms, uint32_t *slab, uint32_t *generation);
+
+#define MEMD_LEASE_ANY_GROUP (-1)
+/*
+ * Leases a free slab of group (0 .. ngroups - 1) to s, renewing s; with
+ * MEMD_LEASE_ANY_GROUP from the group with the most free slabs (the
+ * lowest-numbered group on a tie). Within the group, lowest-numbered free
+ * slab first, so memory stays compact. Returns 0 with *slab and
+ * *generation, or -ENOSPC when the group (any group) has no free slab,
+ * -EINVAL for a group out of range, -ESTALE when s has expired.
+ */
+int memd_lease_grant_in(struct memd_lease_table *t, struct memd_session *s,
+			uint64_t now_ms, int group, uint32_t *slab,
+			uint32_t *generation);
 /*
  * Ends the lease (slab, generation) held by s; the slab goes RECLAIMING.
  * Returns 0, or -ESTALE (no such live lease: wrong generation, not leased,
@@ -124,5 +149,16 @@ enum memd_slab_state memd_lease_slab_state(struct memd_lease_table *t,
 					   uint32_t slab);
 void memd_lease_get_counts(struct memd_lease_table *t,
 			   struct memd_lease_counts *c);
+
+struct memd_lease_group_counts {
+	uint32_t total, free;
+};
+uint32_t memd_lease_ngroups(const struct memd_lease_table *t);
+/* Slabs of group, and how many are free. -EINVAL for no such group. */
+int memd_lease_get_group_counts(struct memd_lease_table *t, uint32_t group,
+				struct memd_lease_group_counts *c);
+/* The group with the most free slabs (lowest on a tie), -1 when no slab
+ * is free at all. */
+int memd_lease_fullest_group(struct memd_lease_table *t);
 
 #endif

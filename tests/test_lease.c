@@ -203,6 +203,78 @@ START_TEST(many_sessions_expire_in_order)
 }
 END_TEST
 
+/* Groups (memd: one per NUMA node's arena) over slabs that straddle
+ * bitmap words: 3 groups of 50 slabs. */
+START_TEST(groups_grant_within_and_fullest)
+{
+	struct memd_lease_table *g;
+	struct memd_lease_group_counts gc;
+	struct memd_session *s;
+	uint32_t slab, gen;
+
+	ck_assert_int_eq(memd_lease_table_create_groups(150, 4, 1000, 0, 0, &g),
+			 -EINVAL);
+	ck_assert_ptr_null(g);
+	ck_assert_int_eq(memd_lease_table_create_groups(150, 0, 1000, 0, 0, &g),
+			 -EINVAL);
+	ck_assert_int_eq(memd_lease_table_create_groups(150, 3, 1000, 0, 0, &g),
+			 0);
+	ck_assert_uint_eq(memd_lease_ngroups(g), 3);
+	ck_assert_uint_eq(memd_lease_ngroups(t), 1);
+	ck_assert_int_eq(memd_session_open(g, 0, &s), 0);
+
+	/* In a group: its lowest free slab, never another group's. */
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 0, 1, &slab, &gen), 0);
+	ck_assert_uint_eq(slab, 50);
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 0, 2, &slab, &gen), 0);
+	ck_assert_uint_eq(slab, 100);
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 0, 3, &slab, &gen), -EINVAL);
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 0, -2, &slab, &gen),
+			 -EINVAL);
+	ck_assert_int_eq(memd_lease_get_group_counts(g, 1, &gc), 0);
+	ck_assert_uint_eq(gc.total, 50);
+	ck_assert_uint_eq(gc.free, 49);
+	ck_assert_int_eq(memd_lease_get_group_counts(g, 3, &gc), -EINVAL);
+
+	/* Any group: the fullest, lowest on a tie: group 0 now. */
+	ck_assert_int_eq(memd_lease_fullest_group(g), 0);
+	ck_assert_int_eq(memd_lease_grant(g, s, 0, &slab, &gen), 0);
+	ck_assert_uint_eq(slab, 0);
+	/* 49 free each: group 0 again (tie), then ... */
+	ck_assert_int_eq(
+		memd_lease_grant_in(g, s, 0, MEMD_LEASE_ANY_GROUP, &slab, &gen),
+		0);
+	ck_assert_uint_eq(slab, 1);
+	/* ... group 1 and 2 have 49, group 0 has 48. */
+	ck_assert_int_eq(memd_lease_fullest_group(g), 1);
+
+	/* Empty group 1 (slabs 51..99, crossing the word at 64). */
+	for (uint32_t i = 51; i < 100; i++) {
+		ck_assert_int_eq(memd_lease_grant_in(g, s, 0, 1, &slab, &gen),
+				 0);
+		ck_assert_uint_eq(slab, i);
+	}
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 0, 1, &slab, &gen), -ENOSPC);
+	ck_assert_int_eq(memd_lease_fullest_group(g), 2);
+
+	/* Freed slabs count for their group once zeroed. */
+	ck_assert_int_eq(memd_lease_release(g, s, 77, 1, 10), 0);
+	ck_assert_int_eq(memd_lease_get_group_counts(g, 1, &gc), 0);
+	ck_assert_uint_eq(gc.free, 0);
+	ck_assert_uint_eq(memd_lease_take_reclaim(g, 10, &slab, 1), 1);
+	ck_assert_uint_eq(slab, 77);
+	memd_lease_reclaimed(g, 77);
+	ck_assert_int_eq(memd_lease_get_group_counts(g, 1, &gc), 0);
+	ck_assert_uint_eq(gc.free, 1);
+	ck_assert_int_eq(memd_lease_grant_in(g, s, 20, 1, &slab, &gen), 0);
+	ck_assert_uint_eq(slab, 77);
+	ck_assert_uint_eq(gen, 2);
+
+	memd_session_close(g, s, 30, NULL, NULL);
+	memd_lease_table_destroy(g);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lease");
@@ -218,6 +290,7 @@ int main(void)
 	tcase_add_test(tc, detached_session_lives_until_ttl);
 	tcase_add_test(tc, connected_session_without_leases_does_not_expire);
 	tcase_add_test(tc, many_sessions_expire_in_order);
+	tcase_add_test(tc, groups_grant_within_and_fullest);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
