@@ -61,6 +61,8 @@
 
 #include <ini.h>
 
+#include "numa/place.h"
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define MEMD_KIB (UINT64_C(1) << 10)
@@ -120,6 +122,8 @@ static int memd_conf_parse_node(const char *in, char *out, size_t outlen,
 				char *what, size_t whatlen);
 static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
 				    char *what, size_t whatlen);
+static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
+				      char *what, size_t whatlen);
 
 static const struct memd_conf_name memd_conf_hugepages_names[] = {
 	{ "auto", MEMD_HUGEPAGES_AUTO },
@@ -209,6 +213,21 @@ static const struct memd_conf_key memd_conf_keys[] = {
 			"enough are free, else anonymous memory advised for "
 			"transparent huge pages. yes: hugetlbfs pages or "
 			"refuse to start. no: anonymous memory only.",
+	},
+	{
+		.name = "numa_nodes",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(numa_nodes),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_numa_nodes,
+		.expect = "nothing, all, or NUMA node numbers and ranges "
+			  "such as 0,2-3 (at most 8 nodes)",
+		.help = "NUMA nodes the donation is split over, evenly: each "
+			"gets its own arena bound to it and its own fabric "
+			"endpoint on the nearest NIC. Empty means one arena "
+			"and no NUMA binding.",
 	},
 	{
 		.name = "lease_ttl",
@@ -911,6 +930,80 @@ static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
 	return 0;
 }
 
+/*
+ * "", "all", or a node list in place_parse_nodelist()'s grammar (blanks
+ * around items allowed). Written back canonical (increasing, no blanks,
+ * runs of three or more as a range: "2,0,1" is "0-2"), so that
+ * --print-config writes a value without blanks that loads back equal.
+ * Which nodes exist is the host's business, checked at start-up.
+ */
+static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
+				      char *what, size_t whatlen)
+{
+	char shown[MEMD_CONF_QUOTE_MAX];
+	int nodes[PLACE_NODE_MAX];
+	size_t used = 0;
+	bool all;
+	ssize_t n, i, j;
+
+	if (!*in) {
+		out[0] = '\0';
+		return 0;
+	}
+	memd_conf_quote(in, shown, sizeof(shown));
+	n = place_parse_nodelist(in, &all, nodes, ARRAY_SIZE(nodes));
+	if (n == -ERANGE) {
+		memd_conf_err(what, whatlen, "'%s' names a node above %d",
+			      shown, PLACE_NODE_MAX - 1);
+		return -EINVAL;
+	}
+	if (n < 0) {
+		memd_conf_err(what, whatlen, "'%s' is not a node list", shown);
+		return -EINVAL;
+	}
+	if (all) {
+		snprintf(out, outlen, "all");
+		return 0;
+	}
+	if (n > MEMD_NUMA_NODES_MAX) {
+		memd_conf_err(what, whatlen,
+			      "'%s' names %zd nodes; memd serves at most %d "
+			      "(one fabric endpoint each)",
+			      shown, n, MEMD_NUMA_NODES_MAX);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n && nodes[j] == nodes[j - 1] + 1; j++)
+			;
+		if (j - i >= 3)
+			used += (size_t)snprintf(out + used, outlen - used,
+						 "%s%d-%d", i ? "," : "",
+						 nodes[i], nodes[j - 1]);
+		else
+			for (ssize_t k = i; k < j; k++)
+				used += (size_t)snprintf(
+					out + used, outlen - used, "%s%d",
+					k ? "," : "", nodes[k]);
+	}
+	return 0;
+}
+
+int memd_config_numa_nodes(const struct memd_config *c, int *nodes)
+{
+	bool all;
+	ssize_t n;
+
+	if (!c->numa_nodes[0])
+		return 0;
+	n = place_parse_nodelist(c->numa_nodes, &all, nodes,
+				 MEMD_NUMA_NODES_MAX);
+	if (all)
+		return -1;
+	/* validated: n is 1 .. MEMD_NUMA_NODES_MAX */
+	assert(n > 0);
+	return (int)n;
+}
+
 void memd_config_defaults(struct memd_config *c)
 {
 	char what[MEMD_CONF_WHAT_MAX];
@@ -976,6 +1069,7 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 	char what[MEMD_CONF_WHAT_MAX], shown[64], a[32], b[32];
 	struct memd_config scratch; /* strings are re-parsed into it */
 	const struct memd_conf_key *k;
+	int nodes[MEMD_NUMA_NODES_MAX], nnodes;
 	size_t i;
 	uint64_t v;
 	int rc;
@@ -1023,6 +1117,20 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 			      "key 'donate': %s is not a multiple of "
 			      "slab_size = %s",
 			      a, b);
+		return -EINVAL;
+	}
+	nnodes = memd_config_numa_nodes(c, nodes);
+	if (nnodes > 1 &&
+	    c->donate_bytes % (c->slab_bytes * (uint64_t)nnodes)) {
+		char per[32];
+
+		memd_conf_format_bytes(c->slab_bytes * (uint64_t)nnodes, per,
+				       sizeof(per));
+		memd_conf_err(err, errlen,
+			      "key 'numa_nodes': donate = %s does not split "
+			      "into whole slabs over %d nodes (slab_size = "
+			      "%s each); make donate a multiple of %s",
+			      a, nnodes, b, per);
 		return -EINVAL;
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {

@@ -20,6 +20,10 @@
 
 #define MEMD_CONF_STR_MAX 256
 
+/* Most NUMA nodes numa_nodes may name: each gets its own arena and fabric
+ * endpoint, and the wire protocol carries at most 8 endpoints. */
+#define MEMD_NUMA_NODES_MAX 8
+
 /* Read when -c is not given, if it exists; else the built-in defaults. */
 #define MEMD_CONF_DEFAULT_PATH "/etc/tidepool/memd.conf"
 
@@ -36,6 +40,10 @@ struct memd_config {
 	uint64_t donate_bytes; /* total donated memory */
 	uint64_t slab_bytes; /* unit of lease; power of two */
 	enum memd_hugepages hugepages;
+	/* "": one arena, no NUMA binding; "all"; or a canonical node list
+	 * such as "0,2-4" (increasing, no blanks, at most
+	 * MEMD_NUMA_NODES_MAX nodes) */
+	char numa_nodes[MEMD_CONF_STR_MAX];
 	uint32_t lease_ttl_ms;
 	uint32_t lease_grace_ms; /* memd reclaims at renew + ttl + grace */
 	uint32_t quiesce_ms; /* lock-delay between revoke and zeroing */
@@ -64,6 +72,14 @@ int memd_config_load(struct memd_config *c, const char *path, char *err,
  * (--set lease-ttl=5s). c is only changed on success. */
 int memd_config_set(struct memd_config *c, const char *key, const char *value,
 		    char *err, size_t errlen);
+
+/*
+ * The nodes numa_nodes lists, in increasing order, written to nodes
+ * (room for MEMD_NUMA_NODES_MAX). Returns their count, 0 for "" (no
+ * NUMA placement), or -1 for "all" (the caller asks the host which nodes
+ * those are). For a config that passed memd_config_validate().
+ */
+int memd_config_numa_nodes(const struct memd_config *c, int *nodes);
 
 /* Cross-key checks (slab divides donation, ttl > grace, ...). 0 or -EINVAL.
  * Also checks every key against its own bounds, for structs filled by

@@ -91,6 +91,7 @@ static void assert_config_eq(const struct memd_config *a,
 	ck_assert_uint_eq(a->donate_bytes, b->donate_bytes);
 	ck_assert_uint_eq(a->slab_bytes, b->slab_bytes);
 	ck_assert_int_eq(a->hugepages, b->hugepages);
+	ck_assert_str_eq(a->numa_nodes, b->numa_nodes);
 	ck_assert_uint_eq(a->lease_ttl_ms, b->lease_ttl_ms);
 	ck_assert_uint_eq(a->lease_grace_ms, b->lease_grace_ms);
 	ck_assert_uint_eq(a->quiesce_ms, b->quiesce_ms);
@@ -108,6 +109,7 @@ static void config_nondefault(struct memd_config *c)
 	c->donate_bytes = 48 * GIB;
 	c->slab_bytes = 256 * MIB;
 	c->hugepages = MEMD_HUGEPAGES_NO;
+	snprintf(c->numa_nodes, sizeof(c->numa_nodes), "0,2");
 	c->lease_ttl_ms = 1500;
 	c->lease_grace_ms = 250;
 	c->quiesce_ms = 0;
@@ -136,6 +138,7 @@ START_TEST(defaults_exact_and_valid)
 	ck_assert_uint_eq(c.donate_bytes, 1073741824u);
 	ck_assert_uint_eq(c.slab_bytes, 67108864u);
 	ck_assert_int_eq(c.hugepages, MEMD_HUGEPAGES_AUTO);
+	ck_assert_str_eq(c.numa_nodes, "");
 	ck_assert_uint_eq(c.lease_ttl_ms, 10000);
 	ck_assert_uint_eq(c.lease_grace_ms, 2000);
 	ck_assert_uint_eq(c.quiesce_ms, 100);
@@ -370,6 +373,19 @@ static const struct good_case good_cases[] = {
 	GN("hugepages", "auto", F_INT, hugepages, MEMD_HUGEPAGES_AUTO),
 	GN("hugepages", "yes", F_INT, hugepages, MEMD_HUGEPAGES_YES),
 	GN("hugepages", "no", F_INT, hugepages, MEMD_HUGEPAGES_NO),
+	GS("numa_nodes", "", numa_nodes, ""),
+	GS("numa_nodes", "0", numa_nodes, "0"),
+	GS("numa_nodes", "all", numa_nodes, "all"),
+	GS("numa_nodes", " all ", numa_nodes, "all"),
+	GS("numa_nodes", "1023", numa_nodes, "1023"),
+	GS("numa_nodes", "0,1", numa_nodes, "0,1"),
+	GS("numa_nodes", "0, 1", numa_nodes, "0,1"),
+	GS("numa_nodes", "0,2-3", numa_nodes, "0,2,3"),
+	GS("numa_nodes", "3,1,2", numa_nodes, "1-3"),
+	GS("numa_nodes", "0-7", numa_nodes, "0-7"),
+	GS("numa_nodes", "7,0-2,4,5", numa_nodes, "0-2,4,5,7"),
+	GS("numa_nodes", "0,0,1-1", numa_nodes, "0,1"),
+	GS("numa-nodes", "8-10", numa_nodes, "8-10"),
 	GN("lease_ttl", "200ms", F_U32, lease_ttl_ms, 200),
 	GN("lease_ttl", "200", F_U32, lease_ttl_ms, 200),
 	GN("lease_ttl", "15s", F_U32, lease_ttl_ms, 15000),
@@ -481,6 +497,20 @@ static const struct bad_case bad_cases[] = {
 	{ "hugepages", "AUTO", "not a choice" },
 	{ "hugepages", "", "not a choice" },
 	{ "hugepages", "1", "not a choice" },
+	{ "numa_nodes", "0-8", "'0-8' names 9 nodes; memd serves at most 8" },
+	{ "numa_nodes", "0,2,4,6,8,10,12,14,16", "names 9 nodes" },
+	{ "numa_nodes", "1024", "'1024' names a node above 1023" },
+	{ "numa_nodes", "0-4096", "names a node above 1023" },
+	{ "numa_nodes", "x", "'x' is not a node list" },
+	{ "numa_nodes", "ALL", "is not a node list" },
+	{ "numa_nodes", "all,0", "is not a node list" },
+	{ "numa_nodes", "-1", "is not a node list" },
+	{ "numa_nodes", "1-", "is not a node list" },
+	{ "numa_nodes", "3-1", "is not a node list" },
+	{ "numa_nodes", "0,,1", "is not a node list" },
+	{ "numa_nodes", ",", "is not a node list" },
+	{ "numa_nodes", " ", "is not a node list" },
+	{ "numa_nodes", "0;1", "is not a node list" },
 	{ "lease_ttl", "199", "out of range" },
 	{ "lease_ttl", "199ms", "out of range" },
 	{ "lease_ttl", "0", "out of range" },
@@ -611,6 +641,48 @@ START_TEST(validate_cross_keys)
 	c.lease_ttl_ms = 200;
 	c.lease_grace_ms = 0;
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	/* numa_nodes: every node gets whole slabs, the same number each */
+	memd_config_defaults(&c);
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "0-2");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'numa_nodes': donate = 1G does not split "
+			      "into whole slabs over 3 nodes (slab_size = "
+			      "64M each); make donate a multiple of 192M");
+	c.donate_bytes = 192 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	c.donate_bytes = 64 * MIB; /* one slab for three nodes */
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "over 3 nodes");
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "5");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	/* "all" is counted on the host, at start-up */
+	c.donate_bytes = GIB;
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "all");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	/* a struct filled by code is held to the same syntax */
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "0-9");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'numa_nodes': '0-9' names 10 nodes");
+}
+END_TEST
+
+START_TEST(numa_nodes_list)
+{
+	struct memd_config c;
+	int nodes[MEMD_NUMA_NODES_MAX];
+
+	memd_config_defaults(&c);
+	ck_assert_int_eq(memd_config_numa_nodes(&c, nodes), 0);
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "all");
+	ck_assert_int_eq(memd_config_numa_nodes(&c, nodes), -1);
+	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "6,1-3");
+	ck_assert_int_eq(memd_config_numa_nodes(&c, nodes), 4);
+	ck_assert_int_eq(nodes[0], 1);
+	ck_assert_int_eq(nodes[1], 2);
+	ck_assert_int_eq(nodes[2], 3);
+	ck_assert_int_eq(nodes[3], 6);
+	ck_assert_int_eq(MEMD_NUMA_NODES_MAX, 8);
 }
 END_TEST
 
@@ -680,6 +752,7 @@ START_TEST(load_full_file)
 		"  donate = 48G ; inline comment\n"
 		"\tslab_size: 256M\n"
 		"hugepages = no\r\n"
+		"numa_nodes = 2 , 0\n"
 		"[ memd ]   ; the same section again\n"
 		"lease_ttl = 1500ms\n"
 		"lease_grace = 250\n"
@@ -973,8 +1046,9 @@ START_TEST(print_roundtrip_nondefault)
 
 	config_nondefault(&c);
 	roundtrip(&c);
-	/* odd sizes and durations print in exact units */
-	c.donate_bytes = 3 * GIB + 5 * MIB;
+	/* odd sizes and durations print in exact units (whole slabs on
+	 * both of numa_nodes) */
+	c.donate_bytes = 3 * GIB + 6 * MIB;
 	c.slab_bytes = MIB;
 	c.lease_ttl_ms = 61001;
 	c.lease_grace_ms = 60000;
@@ -1000,6 +1074,8 @@ START_TEST(print_format)
 	assert_contains(text, "\ndonate = 48G\n");
 	assert_contains(text, "\nslab_size = 256M\n");
 	assert_contains(text, "\nhugepages = no\n");
+	assert_contains(text, "\n# Default: empty. Restart to change.\n"
+			      "numa_nodes = 0,2\n");
 	assert_contains(text, "\nlease_ttl = 1500ms\n");
 	assert_contains(text, "\nlease_grace = 250ms\n");
 	assert_contains(text, "\nquiesce = 0ms\n");
@@ -1027,7 +1103,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 11);
+	ck_assert_int_eq(keys, 12);
 	free(text);
 }
 END_TEST
@@ -1110,6 +1186,24 @@ START_TEST(reload_applies_reloadable_keys_only)
 }
 END_TEST
 
+START_TEST(reload_keeps_numa_nodes)
+{
+	struct memd_config cur, next;
+	struct notes ns = { .count = 0 };
+
+	memd_config_defaults(&cur);
+	next = cur;
+	snprintf(next.numa_nodes, sizeof(next.numa_nodes), "0-3");
+	ck_assert_int_eq(memd_config_reload(&cur, &next, record_note, &ns), 0);
+	ck_assert_str_eq(cur.numa_nodes, "");
+	ck_assert_int_eq(ns.count, 1);
+	ck_assert_str_eq(ns.n[0].key, "numa_nodes");
+	ck_assert_str_eq(ns.n[0].oldv, "");
+	ck_assert_str_eq(ns.n[0].newv, "0-3");
+	ck_assert(!ns.n[0].applied);
+}
+END_TEST
+
 /* --- memd.conf(5) documents the table ----------------------------------- */
 
 static char *read_whole(const char *path)
@@ -1186,7 +1280,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 11);
+	ck_assert_int_eq(keys, 12);
 	free(text);
 	free(man);
 }
@@ -1223,6 +1317,7 @@ START_TEST(man_page_example_loads)
 	ck_assert_uint_eq(c.donate_bytes, 51539607552u);
 	ck_assert_uint_eq(c.slab_bytes, 268435456u);
 	ck_assert_int_eq(c.hugepages, MEMD_HUGEPAGES_YES);
+	ck_assert_str_eq(c.numa_nodes, "0,1");
 	free(man);
 }
 END_TEST
@@ -1247,6 +1342,8 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, validate_each_key_bounds);
 	tcase_add_test(tc, print_format);
 	tcase_add_test(tc, reload_applies_reloadable_keys_only);
+	tcase_add_test(tc, reload_keeps_numa_nodes);
+	tcase_add_test(tc, numa_nodes_list);
 	tcase_add_test(tc, man_page_names_every_key);
 	suite_add_tcase(s, tc);
 
