@@ -31,7 +31,7 @@ rm -rf "$corpus"
 cp -R "$root/tests/fuzz/corpus_wire" "$corpus"
 
 # -max_len leaves room for the largest valid message (a LEASE_OK with
-# WIRE_MAX_LEASES entries, 10264 bytes) and a bit more. libFuzzer's own
+# WIRE_MAX_LEASES entries, 11800 bytes) and a bit more. libFuzzer's own
 # failure status is 77, which this project reads as "skipped": use 1.
 "$build/tests/fuzz/fuzz_wire" -max_total_time="$secs" -max_len=16384 \
 	-timeout=10 -rss_limit_mb=2048 -error_exitcode=1 \

@@ -33,8 +33,11 @@ _Static_assert(WIRE_NAME_MAX <= UINT16_MAX && WIRE_PROV_MAX <= UINT16_MAX &&
 		       WIRE_ADDR_MAX <= UINT16_MAX,
 	       "string and array bounds must fit the u16 length prefix");
 /* The largest message (a full LEASE_OK) must fit one frame. */
-_Static_assert(8 + WIRE_MAX_LEASES * 40 <= WIRE_MAX_PAYLOAD,
+_Static_assert(8 + WIRE_MAX_LEASES * 46 <= WIRE_MAX_PAYLOAD,
 	       "a full LEASE_OK must fit WIRE_MAX_PAYLOAD");
+/* An endpoint index travels as a u16. */
+_Static_assert(WIRE_MAX_ENDPOINTS <= UINT16_MAX && WIRE_MAX_NODES <= UINT16_MAX,
+	       "endpoint and node counts must fit a u16");
 
 /* Header field offsets; see wire.h and docs/protocol.md. */
 enum {
@@ -227,6 +230,36 @@ static int get_str(struct wire_rd *r, char *dst, size_t max)
 }
 
 /*
+ * A NUMA node is an i32 on the wire: -1 (WIRE_NODE_ANY) or 0 ..
+ * WIRE_NODE_MAX - 1, in two's complement. Decoding bounds the raw u32
+ * before converting it, so no out-of-range value is ever converted.
+ */
+static bool node_ok(int32_t node)
+{
+	return node == WIRE_NODE_ANY || (node >= 0 && node < WIRE_NODE_MAX);
+}
+
+static void put_node(struct wire_wr *w, int32_t node)
+{
+	put_u32(w, (uint32_t)node);
+}
+
+static int get_node(struct wire_rd *r, int32_t *node)
+{
+	uint32_t v = get_u32(r);
+
+	if (r->bad)
+		return -EBADMSG;
+	if (v == UINT32_MAX)
+		*node = WIRE_NODE_ANY;
+	else if (v < WIRE_NODE_MAX)
+		*node = (int32_t)v;
+	else
+		return -EBADMSG;
+	return 0;
+}
+
+/*
  * One encoder and one decoder per message, each pair next to the other so
  * that their layouts and bounds can be read against each other.
  */
@@ -251,8 +284,15 @@ static int dec_hello(struct wire_hello *h, struct wire_rd *r)
 
 static int enc_hello_ok(const struct wire_hello_ok *h, struct wire_wr *w)
 {
-	if (h->proto < 1 || h->ttl_ms < 1 || h->addr_len > sizeof(h->addr))
+	uint16_t i;
+
+	if (h->proto < 1 || h->ttl_ms < 1 || h->nendpoints < 1 ||
+	    h->nendpoints > WIRE_MAX_ENDPOINTS)
 		return -EINVAL;
+	for (i = 0; i < h->nendpoints; i++)
+		if (!node_ok(h->ep[i].node) ||
+		    h->ep[i].addr_len > sizeof(h->ep[i].addr))
+			return -EINVAL;
 	put_u16(w, h->proto);
 	put_u64(w, h->session_id);
 	put_u64(w, h->epoch);
@@ -260,12 +300,18 @@ static int enc_hello_ok(const struct wire_hello_ok *h, struct wire_wr *w)
 	put_u64(w, h->slab_bytes);
 	if (put_str(w, h->provider, sizeof(h->provider)) < 0)
 		return -EINVAL;
-	put_blob(w, h->addr, h->addr_len);
+	put_u16(w, h->nendpoints);
+	for (i = 0; i < h->nendpoints; i++) {
+		put_node(w, h->ep[i].node);
+		put_blob(w, h->ep[i].addr, h->ep[i].addr_len);
+	}
 	return 0;
 }
 
 static int dec_hello_ok(struct wire_hello_ok *h, struct wire_rd *r)
 {
+	uint16_t i;
+
 	h->proto = get_u16(r);
 	h->session_id = get_u64(r);
 	h->epoch = get_u64(r);
@@ -275,15 +321,27 @@ static int dec_hello_ok(struct wire_hello_ok *h, struct wire_rd *r)
 		return -EBADMSG;
 	if (get_str(r, h->provider, sizeof(h->provider)) < 0)
 		return -EBADMSG;
-	return get_blob(r, h->addr, sizeof(h->addr), &h->addr_len);
+	h->nendpoints = get_u16(r);
+	if (r->bad || h->nendpoints < 1 || h->nendpoints > WIRE_MAX_ENDPOINTS)
+		return -EBADMSG;
+	for (i = 0; i < h->nendpoints; i++) {
+		struct wire_endpoint *e = &h->ep[i];
+
+		if (get_node(r, &e->node) < 0 ||
+		    get_blob(r, e->addr, sizeof(e->addr), &e->addr_len) < 0)
+			return -EBADMSG;
+	}
+	return 0;
 }
 
 static int enc_lease(const struct wire_lease_req *l, struct wire_wr *w)
 {
-	if (l->nslabs < 1 || l->nslabs > WIRE_MAX_LEASES || l->flags != 0)
+	if (l->nslabs < 1 || l->nslabs > WIRE_MAX_LEASES || l->flags != 0 ||
+	    !node_ok(l->node))
 		return -EINVAL;
 	put_u32(w, l->nslabs);
 	put_u32(w, l->flags);
+	put_node(w, l->node);
 	return 0;
 }
 
@@ -294,7 +352,7 @@ static int dec_lease(struct wire_lease_req *l, struct wire_rd *r)
 	if (r->bad || l->nslabs < 1 || l->nslabs > WIRE_MAX_LEASES ||
 	    l->flags != 0)
 		return -EBADMSG;
-	return 0;
+	return get_node(r, &l->node);
 }
 
 static int enc_lease_ok(const struct wire_lease_ok *l, struct wire_wr *w)
@@ -303,6 +361,10 @@ static int enc_lease_ok(const struct wire_lease_ok *l, struct wire_wr *w)
 
 	if (l->ttl_ms < 1 || l->count > WIRE_MAX_LEASES)
 		return -EINVAL;
+	for (i = 0; i < l->count; i++)
+		if (l->lease[i].endpoint >= WIRE_MAX_ENDPOINTS ||
+		    !node_ok(l->lease[i].node))
+			return -EINVAL;
 	put_u32(w, l->ttl_ms);
 	put_u32(w, l->count);
 	for (i = 0; i < l->count; i++) {
@@ -314,6 +376,8 @@ static int enc_lease_ok(const struct wire_lease_ok *l, struct wire_wr *w)
 		put_u64(w, e->key);
 		put_u64(w, e->base);
 		put_u64(w, e->len_bytes);
+		put_u16(w, e->endpoint);
+		put_node(w, e->node);
 	}
 	return 0;
 }
@@ -335,8 +399,12 @@ static int dec_lease_ok(struct wire_lease_ok *l, struct wire_rd *r)
 		e->key = get_u64(r);
 		e->base = get_u64(r);
 		e->len_bytes = get_u64(r);
+		e->endpoint = get_u16(r);
+		if (r->bad || e->endpoint >= WIRE_MAX_ENDPOINTS ||
+		    get_node(r, &e->node) < 0)
+			return -EBADMSG;
 	}
-	return r->bad ? -EBADMSG : 0;
+	return 0;
 }
 
 static int enc_release(const struct wire_release *l, struct wire_wr *w)
@@ -408,8 +476,13 @@ static int dec_heartbeat_ok(struct wire_heartbeat_ok *h, struct wire_rd *r)
 
 static int enc_status_ok(const struct wire_status_ok *s, struct wire_wr *w)
 {
-	if (s->flags & ~WIRE_STATUS_KNOWN)
+	uint16_t i;
+
+	if ((s->flags & ~WIRE_STATUS_KNOWN) || s->nnodes > WIRE_MAX_NODES)
 		return -EINVAL;
+	for (i = 0; i < s->nnodes; i++)
+		if (!node_ok(s->node[i].node))
+			return -EINVAL;
 	put_u64(w, s->epoch);
 	put_u64(w, s->uptime_ms);
 	put_u64(w, s->donated_bytes);
@@ -422,11 +495,19 @@ static int enc_status_ok(const struct wire_status_ok *s, struct wire_wr *w)
 	put_u32(w, s->flags);
 	put_u64(w, s->leases_expired);
 	put_u64(w, s->frames_rejected);
+	put_u16(w, s->nnodes);
+	for (i = 0; i < s->nnodes; i++) {
+		put_node(w, s->node[i].node);
+		put_u32(w, s->node[i].slabs_total);
+		put_u32(w, s->node[i].slabs_free);
+	}
 	return 0;
 }
 
 static int dec_status_ok(struct wire_status_ok *s, struct wire_rd *r)
 {
+	uint16_t i;
+
 	s->epoch = get_u64(r);
 	s->uptime_ms = get_u64(r);
 	s->donated_bytes = get_u64(r);
@@ -439,9 +520,17 @@ static int dec_status_ok(struct wire_status_ok *s, struct wire_rd *r)
 	s->flags = get_u32(r);
 	s->leases_expired = get_u64(r);
 	s->frames_rejected = get_u64(r);
-	if (r->bad || (s->flags & ~WIRE_STATUS_KNOWN))
+	s->nnodes = get_u16(r);
+	if (r->bad || (s->flags & ~WIRE_STATUS_KNOWN) ||
+	    s->nnodes > WIRE_MAX_NODES)
 		return -EBADMSG;
-	return 0;
+	for (i = 0; i < s->nnodes; i++) {
+		if (get_node(r, &s->node[i].node) < 0)
+			return -EBADMSG;
+		s->node[i].slabs_total = get_u32(r);
+		s->node[i].slabs_free = get_u32(r);
+	}
+	return r->bad ? -EBADMSG : 0;
 }
 
 static int enc_error(const struct wire_error *e, struct wire_wr *w)

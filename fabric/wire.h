@@ -35,6 +35,15 @@
 #define WIRE_MSG_MAX 256 /* error text, incl. NUL */
 #define WIRE_MAX_LEASES 256 /* leases in one LEASE_OK / RELEASE */
 #define WIRE_ERR_MAX 4095 /* ERROR.err is 1 .. WIRE_ERR_MAX */
+#define WIRE_MAX_ENDPOINTS 8 /* fabric endpoints in one HELLO_OK */
+#define WIRE_MAX_NODES 8     /* per-node entries in one STATUS_OK */
+/*
+ * A NUMA node travels as an i32: WIRE_NODE_ANY (-1: any node, or "memd does
+ * no NUMA placement"), else the operating system's node number, 0 ..
+ * WIRE_NODE_MAX - 1 (Linux numbers nodes below 1024).
+ */
+#define WIRE_NODE_ANY (-1)
+#define WIRE_NODE_MAX 1024
 
 /*
  * Message-set versions this codec speaks, negotiated in HELLO (proto_min ..
@@ -67,6 +76,13 @@ struct wire_hello {
 	char client[WIRE_NAME_MAX]; /* free-form, for logs: "pid 123 bench" */
 };
 
+/* One of memd's fabric endpoints: where the leases of one arena live. */
+struct wire_endpoint {
+	int32_t node;	   /* its arena's NUMA node; WIRE_NODE_ANY: not bound */
+	uint16_t addr_len; /* 0 .. WIRE_ADDR_MAX */
+	uint8_t addr[WIRE_ADDR_MAX]; /* fabric address, provider's format */
+};
+
 struct wire_hello_ok {
 	uint16_t proto; /* version chosen, >= 1 */
 	uint64_t session_id;
@@ -74,17 +90,18 @@ struct wire_hello_ok {
 	uint32_t ttl_ms; /* lease TTL, >= 1; renew every ttl_ms / 3 */
 	uint64_t slab_bytes;
 	char provider[WIRE_PROV_MAX]; /* fabric provider memd uses */
-	uint16_t addr_len; /* 0 .. WIRE_ADDR_MAX */
-	uint8_t addr[WIRE_ADDR_MAX]; /* memd's fabric endpoint address */
+	uint16_t nendpoints;	      /* 1 .. WIRE_MAX_ENDPOINTS */
+	struct wire_endpoint ep[WIRE_MAX_ENDPOINTS]; /* a lease names one */
 };
 
 struct wire_lease_req {
 	uint32_t nslabs; /* 1 .. WIRE_MAX_LEASES */
 	uint32_t flags; /* reserved, must be 0 */
+	int32_t node;	/* WIRE_NODE_ANY, or 0 .. WIRE_NODE_MAX - 1 */
 };
 
 /* A leased slab as the client addresses it. (epoch, slab, generation)
- * names the lease; key/base/len are what RMA needs. */
+ * names the lease; key/base/len and the endpoint are what RMA needs. */
 struct wire_lease {
 	uint64_t epoch;
 	uint32_t slab;
@@ -92,6 +109,8 @@ struct wire_lease {
 	uint64_t key;
 	uint64_t base; /* remote address of byte 0 (0 in offset mode) */
 	uint64_t len_bytes;
+	uint16_t endpoint; /* index into HELLO_OK.ep, < WIRE_MAX_ENDPOINTS */
+	int32_t node; /* NUMA node of the slab; WIRE_NODE_ANY: not placed */
 };
 
 struct wire_lease_ok {
@@ -121,6 +140,13 @@ struct wire_heartbeat_ok {
 	uint64_t epoch;
 };
 
+/* Slabs of one of memd's arenas (one per NUMA node it serves). */
+struct wire_node_slabs {
+	int32_t node; /* WIRE_NODE_ANY: memd does no NUMA placement */
+	uint32_t slabs_total;
+	uint32_t slabs_free;
+};
+
 struct wire_status_ok {
 	uint64_t epoch;
 	uint64_t uptime_ms;
@@ -134,6 +160,8 @@ struct wire_status_ok {
 	uint32_t flags; /* WIRE_STATUS_*; unknown bits must be 0 */
 	uint64_t leases_expired; /* since boot */
 	uint64_t frames_rejected; /* malformed, oversized, out of sequence */
+	uint16_t nnodes;	  /* 0 .. WIRE_MAX_NODES */
+	struct wire_node_slabs node[WIRE_MAX_NODES];
 };
 #define WIRE_STATUS_HUGEPAGES 0x1u /* donation backed by hugetlbfs pages */
 #define WIRE_STATUS_DRAINING 0x2u

@@ -259,6 +259,7 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed,
 		memset(req, 0, sizeof(*req));
 		req->type = WIRE_LEASE;
 		req->u.lease.nslabs = k;
+		req->u.lease.node = WIRE_NODE_ANY;
 		r = pool_ctl_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
 				  text, sizeof(text));
 		if (r == 0 && rep->u.lease_ok.count != k)
@@ -531,8 +532,10 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	p->margin_ms = p->ttl_ms / 10 < 1000 ? p->ttl_ms / 10 : 1000;
 	extend_validity(p, mono_ms());
 	memcpy(p->provider, rep.u.hello_ok.provider, sizeof(p->provider));
-	memcpy(p->fab_addr, rep.u.hello_ok.addr, rep.u.hello_ok.addr_len);
-	p->fab_addr_len = rep.u.hello_ok.addr_len;
+	/* Endpoint 0 always exists; memd's others come with NUMA nodes. */
+	memcpy(p->fab_addr, rep.u.hello_ok.ep[0].addr,
+	       rep.u.hello_ok.ep[0].addr_len);
+	p->fab_addr_len = rep.u.hello_ok.ep[0].addr_len;
 
 	/* Bind the fabric where the control connection goes out; providers
 	 * without IP addressing (shm) take no node. */

@@ -362,8 +362,11 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	ok->slab_bytes = s->cfg.slab_bytes;
 	snprintf(ok->provider, sizeof(ok->provider), "%s",
 		 fab_domain_provider(s->fd));
-	ok->addr_len = (uint16_t)s->fab_addr_len;
-	memcpy(ok->addr, s->fab_addr, s->fab_addr_len);
+	/* One endpoint, on no particular node: no NUMA placement yet. */
+	ok->nendpoints = 1;
+	ok->ep[0].node = WIRE_NODE_ANY;
+	ok->ep[0].addr_len = (uint16_t)s->fab_addr_len;
+	memcpy(ok->ep[0].addr, s->fab_addr, s->fab_addr_len);
 	if (conn_send(c, rep))
 		c->closing = true;
 }
@@ -412,6 +415,8 @@ static int grant_one(struct memd_server *s, struct memd_session *ses,
 	out->key = s->key[slab];
 	out->base = fab_mr_remote_base(mr);
 	out->len_bytes = s->cfg.slab_bytes;
+	out->endpoint = 0;
+	out->node = WIRE_NODE_ANY;
 	return 0;
 }
 
@@ -422,6 +427,14 @@ static void do_lease(struct memd_server *s, struct conn *c,
 	struct memd_lease_counts cnt;
 	int r = 0;
 
+	if (req->u.lease.node != WIRE_NODE_ANY) {
+		s->ctr.leases_refused++;
+		send_error(s, c, req->seq, EINVAL,
+			   "lease: node %d: this memd does no NUMA placement "
+			   "(numa_nodes is not set); ask for node -1",
+			   req->u.lease.node);
+		return;
+	}
 	memd_lease_get_counts(s->lt, &cnt);
 	if (s->draining || want > cnt.free) {
 		s->ctr.leases_refused++;
@@ -539,6 +552,10 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 		    (s->draining ? WIRE_STATUS_DRAINING : 0);
 	st->leases_expired = s->ctr.leases_expired;
 	st->frames_rejected = s->ctr.frames_rejected;
+	st->nnodes = 1;
+	st->node[0].node = WIRE_NODE_ANY;
+	st->node[0].slabs_total = cnt.total;
+	st->node[0].slabs_free = cnt.free;
 }
 
 static void handle(struct memd_server *s, struct conn *c,

@@ -226,13 +226,21 @@ START_TEST(protocol_misuse_after_hello)
 	m.type = WIRE_LEASE;
 	m.seq = 3;
 	m.u.lease.nslabs = 17;
+	m.u.lease.node = WIRE_NODE_ANY;
 	send_msg(fd, &m);
 	expect_error(fd, ENOSPC);
+
+	/* A node this memd (no numa_nodes) does not serve. */
+	m.seq = 4;
+	m.u.lease.nslabs = 1;
+	m.u.lease.node = 0;
+	send_msg(fd, &m);
+	expect_error(fd, EINVAL);
 
 	/* A reply type is not a request: error and close. */
 	memset(&m, 0, sizeof(m));
 	m.type = WIRE_BYE_OK;
-	m.seq = 4;
+	m.seq = 5;
 	send_msg(fd, &m);
 	expect_error(fd, EBADMSG);
 	ck_assert(closed_soon(fd));

@@ -139,12 +139,17 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, ho->ttl_ms);
 		tb_u64(t, ho->slab_bytes);
 		tb_str(t, ho->provider);
-		tb_u16(t, ho->addr_len);
-		tb_bytes(t, ho->addr, ho->addr_len);
+		tb_u16(t, ho->nendpoints);
+		for (i = 0; i < ho->nendpoints; i++) {
+			tb_u32(t, (uint32_t)ho->ep[i].node);
+			tb_u16(t, ho->ep[i].addr_len);
+			tb_bytes(t, ho->ep[i].addr, ho->ep[i].addr_len);
+		}
 		break;
 	case WIRE_LEASE:
 		tb_u32(t, m->u.lease.nslabs);
 		tb_u32(t, m->u.lease.flags);
+		tb_u32(t, (uint32_t)m->u.lease.node);
 		break;
 	case WIRE_LEASE_OK:
 		tb_u32(t, m->u.lease_ok.ttl_ms);
@@ -158,6 +163,8 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 			tb_u64(t, l->key);
 			tb_u64(t, l->base);
 			tb_u64(t, l->len_bytes);
+			tb_u16(t, l->endpoint);
+			tb_u32(t, (uint32_t)l->node);
 		}
 		break;
 	case WIRE_RELEASE:
@@ -189,6 +196,12 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, so->flags);
 		tb_u64(t, so->leases_expired);
 		tb_u64(t, so->frames_rejected);
+		tb_u16(t, so->nnodes);
+		for (i = 0; i < so->nnodes; i++) {
+			tb_u32(t, (uint32_t)so->node[i].node);
+			tb_u32(t, so->node[i].slabs_total);
+			tb_u32(t, so->node[i].slabs_free);
+		}
 		break;
 	case WIRE_ERROR:
 		tb_u32(t, (uint32_t)m->u.error.err);
@@ -201,6 +214,14 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 }
 
 /* --- sample messages with every field non-trivial --- */
+
+/* A node for (key, field): -1 now and then, else 0 .. WIRE_NODE_MAX - 1. */
+static int32_t kn(uint64_t key, uint64_t field)
+{
+	uint64_t v = kv(key, field);
+
+	return v % 5 == 0 ? WIRE_NODE_ANY : (int32_t)(v % WIRE_NODE_MAX);
+}
 
 static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 {
@@ -226,12 +247,19 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 		ho->ttl_ms = (uint32_t)kv(key, 5) | 1;
 		ho->slab_bytes = kv(key, 6);
 		snprintf(ho->provider, sizeof(ho->provider), "verbs;ofi_rxm");
-		ho->addr_len = (uint16_t)(17 + key % 100);
-		for (i = 0; i < ho->addr_len; i++) /* zeros included */
-			ho->addr[i] = (uint8_t)(i * 7 + key);
+		ho->nendpoints = (uint16_t)(1 + key % WIRE_MAX_ENDPOINTS);
+		for (n = 0; n < ho->nendpoints; n++) {
+			struct wire_endpoint *e = &ho->ep[n];
+
+			e->node = kn(key, 30 + n);
+			e->addr_len = (uint16_t)(17 + (key + n * 13) % 100);
+			for (i = 0; i < e->addr_len; i++) /* zeros included */
+				e->addr[i] = (uint8_t)(i * 7 + key + n);
+		}
 		break;
 	case WIRE_LEASE:
 		m->u.lease.nslabs = (uint32_t)(1 + key % WIRE_MAX_LEASES);
+		m->u.lease.node = kn(key, 23);
 		break;
 	case WIRE_LEASE_OK:
 		m->u.lease_ok.ttl_ms = (uint32_t)kv(key, 7) | 1;
@@ -246,6 +274,9 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 			l->key = kv(key, 300 + i);
 			l->base = kv(key, 400 + i);
 			l->len_bytes = kv(key, 500 + i);
+			l->endpoint = (uint16_t)(kv(key, 900 + i) %
+						 WIRE_MAX_ENDPOINTS);
+			l->node = kn(key, 1000 + i);
 		}
 		break;
 	case WIRE_RELEASE:
@@ -279,6 +310,12 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 		so->flags = WIRE_STATUS_KNOWN & (uint32_t)key;
 		so->leases_expired = kv(key, 20);
 		so->frames_rejected = kv(key, 21);
+		so->nnodes = (uint16_t)(key % (WIRE_MAX_NODES + 1));
+		for (i = 0; i < so->nnodes; i++) {
+			so->node[i].node = kn(key, 1100 + i);
+			so->node[i].slabs_total = (uint32_t)kv(key, 1200 + i);
+			so->node[i].slabs_free = (uint32_t)kv(key, 1300 + i);
+		}
 		break;
 	case WIRE_ERROR:
 		m->u.error.err = (int32_t)(1 + key % WIRE_ERR_MAX);
@@ -678,18 +715,55 @@ START_TEST(hello_bounds)
 }
 END_TEST
 
+/* The out-of-bounds nodes: every encoder must refuse them. */
+static const int32_t bad_nodes[] = { -2, WIRE_NODE_MAX, WIRE_NODE_MAX + 1,
+				     INT32_MAX, INT32_MIN };
+#define NBAD_NODES (sizeof(bad_nodes) / sizeof(bad_nodes[0]))
+
 START_TEST(hello_ok_bounds)
 {
+	size_t i;
+
+	/* Every endpoint at its largest: the largest HELLO_OK. */
 	sample(WIRE_HELLO_OK, 1, &m);
 	fill_str(m.u.hello_ok.provider, WIRE_PROV_MAX - 1, 2);
-	m.u.hello_ok.addr_len = WIRE_ADDR_MAX;
-	memset(m.u.hello_ok.addr, 0, WIRE_ADDR_MAX); /* NUL is fine in bytes */
-	m.u.hello_ok.addr[WIRE_ADDR_MAX - 1] = 0xee;
-	check_roundtrip(&m);
+	m.u.hello_ok.nendpoints = WIRE_MAX_ENDPOINTS;
+	for (i = 0; i < WIRE_MAX_ENDPOINTS; i++) {
+		struct wire_endpoint *e = &m.u.hello_ok.ep[i];
 
-	m.u.hello_ok.addr_len = WIRE_ADDR_MAX + 1;
+		e->node = i ? (int32_t)(WIRE_NODE_MAX - i) : WIRE_NODE_ANY;
+		e->addr_len = WIRE_ADDR_MAX;
+		memset(e->addr, 0, WIRE_ADDR_MAX); /* NUL is fine in bytes */
+		e->addr[WIRE_ADDR_MAX - 1] = (uint8_t)(0xe0 + i);
+	}
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m),
+			 WIRE_HDR_LEN + 34 + WIRE_PROV_MAX - 1 +
+				 WIRE_MAX_ENDPOINTS * (6 + WIRE_ADDR_MAX));
+	ck_assert_int_eq(WIRE_HDR_LEN + 34 + 31 + 8 * (6 + 128), 16 + 1137);
+
+	/* One endpoint more is one too many, on both sides. */
+	m.u.hello_ok.nendpoints = WIRE_MAX_ENDPOINTS + 1;
 	ck_assert_int_eq(enc(&m), -EINVAL);
-	m.u.hello_ok.addr_len = WIRE_ADDR_MAX;
+	m.u.hello_ok.nendpoints = WIRE_MAX_ENDPOINTS;
+	spec_frame(&m, &tb);
+	tb.b[WIRE_HDR_LEN + 32 + WIRE_PROV_MAX - 1] = WIRE_MAX_ENDPOINTS + 1;
+	tb_bytes(&tb, tb.b + WIRE_HDR_LEN + 34 + WIRE_PROV_MAX - 1,
+		 6 + WIRE_ADDR_MAX);
+	tb_end(&tb);
+	check_tb_rejected();
+	/* None at all: endpoint 0 always exists. */
+	sample(WIRE_HELLO_OK, 1, &m);
+	m.u.hello_ok.nendpoints = 0;
+	memset(m.u.hello_ok.ep, 0, sizeof(m.u.hello_ok.ep));
+	check_both_reject(&m);
+
+	/* An address of 129 bytes in the last endpoint. */
+	sample(WIRE_HELLO_OK, 1, &m);
+	m.u.hello_ok.nendpoints = 2;
+	m.u.hello_ok.ep[1].addr_len = WIRE_ADDR_MAX + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.hello_ok.ep[1].addr_len = WIRE_ADDR_MAX;
 	spec_frame(&m, &tb); /* rewrite the tail as a 129-byte address */
 	tb.n -= 2 + WIRE_ADDR_MAX;
 	tb_u16(&tb, WIRE_ADDR_MAX + 1);
@@ -698,6 +772,20 @@ START_TEST(hello_ok_bounds)
 	tb_end(&tb);
 	check_tb_rejected();
 
+	/* Nodes: -1 and 0 .. 1023 only. */
+	for (i = 0; i < NBAD_NODES; i++) {
+		sample(WIRE_HELLO_OK, 4, &m);
+		m.u.hello_ok.nendpoints = WIRE_MAX_ENDPOINTS;
+		m.u.hello_ok.ep[WIRE_MAX_ENDPOINTS - 1].node = bad_nodes[i];
+		check_both_reject(&m);
+	}
+	sample(WIRE_HELLO_OK, 4, &m);
+	m.u.hello_ok.ep[0].node = WIRE_NODE_MAX - 1;
+	check_roundtrip(&m);
+	m.u.hello_ok.ep[0].node = 0;
+	check_roundtrip(&m);
+
+	/* A 32-byte provider has no room for its NUL. */
 	sample(WIRE_HELLO_OK, 2, &m);
 	memset(m.u.hello_ok.provider, 'p', WIRE_PROV_MAX);
 	ck_assert_int_eq(enc(&m), -EINVAL);
@@ -710,16 +798,21 @@ START_TEST(hello_ok_bounds)
 	tb_u16(&tb, WIRE_PROV_MAX);
 	memset(tb.b + tb.n, 'p', WIRE_PROV_MAX);
 	tb.n += WIRE_PROV_MAX;
+	tb_u16(&tb, 1); /* one endpoint: node -1, no address */
+	tb_u32(&tb, UINT32_MAX);
 	tb_u16(&tb, 0);
 	tb_end(&tb);
 	check_tb_rejected();
 	/* The same frame with a 31-byte provider is fine. */
 	tb.b[WIRE_HDR_LEN + 30] = WIRE_PROV_MAX - 1;
 	memmove(tb.b + WIRE_HDR_LEN + 32 + WIRE_PROV_MAX - 1,
-		tb.b + WIRE_HDR_LEN + 32 + WIRE_PROV_MAX, 2);
+		tb.b + WIRE_HDR_LEN + 32 + WIRE_PROV_MAX, 2 + 6);
 	tb.n--;
 	tb_end(&tb);
 	check_tb_accepted();
+	ck_assert_int_eq(m2.u.hello_ok.nendpoints, 1);
+	ck_assert_int_eq(m2.u.hello_ok.ep[0].node, WIRE_NODE_ANY);
+	ck_assert_int_eq(m2.u.hello_ok.ep[0].addr_len, 0);
 
 	sample(WIRE_HELLO_OK, 3, &m);
 	m.u.hello_ok.proto = 0;
@@ -730,8 +823,107 @@ START_TEST(hello_ok_bounds)
 }
 END_TEST
 
+/* The smallest HELLO_OK, byte by byte as docs/protocol.md draws it. */
+START_TEST(golden_hello_ok)
+{
+	static const uint8_t want[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x81, 0x00, 0x00, /* HELLO_OK */
+		0x07, 0x00, 0x00, 0x00,				/* seq 7 */
+		0x34, 0x00, 0x00, 0x00,				/* len 52 */
+		0x01, 0x00,					/* proto 1 */
+		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, /* session */
+		0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, /* epoch */
+		0x10, 0x27, 0x00, 0x00, /* ttl_ms 10000 */
+		0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, /* 64 MiB */
+		0x03, 0x00, 0x74, 0x63, 0x70, /* provider "tcp" */
+		0x02, 0x00,		      /* nendpoints 2 */
+		0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0xaa, 0xbb, /* node 0 */
+		0x03, 0x00, 0x00, 0x00, 0x01, 0x00, 0xcc,	/* node 3 */
+	};
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_HELLO_OK;
+	m.seq = 7;
+	m.u.hello_ok.proto = 1;
+	m.u.hello_ok.session_id = 0x1817161514131211ull;
+	m.u.hello_ok.epoch = 0x2827262524232221ull;
+	m.u.hello_ok.ttl_ms = 10000;
+	m.u.hello_ok.slab_bytes = 64ull << 20;
+	strcpy(m.u.hello_ok.provider, "tcp");
+	m.u.hello_ok.nendpoints = 2;
+	m.u.hello_ok.ep[0].node = 0;
+	m.u.hello_ok.ep[0].addr_len = 2;
+	m.u.hello_ok.ep[0].addr[0] = 0xaa;
+	m.u.hello_ok.ep[0].addr[1] = 0xbb;
+	m.u.hello_ok.ep[1].node = 3;
+	m.u.hello_ok.ep[1].addr_len = 1;
+	m.u.hello_ok.ep[1].addr[0] = 0xcc;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(want));
+	ck_assert_mem_eq(buf, want, sizeof(want));
+	check_roundtrip(&m);
+}
+END_TEST
+
+/* LEASE with node -1 and with a node, and one LEASE_OK entry, by hand. */
+START_TEST(golden_lease)
+{
+	static const uint8_t lease_any[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x02, 0x00, 0x00, /* LEASE */
+		0x09, 0x00, 0x00, 0x00, 0x0c, 0x00, 0x00, 0x00, /* seq, len */
+		0x03, 0x00, 0x00, 0x00,				/* nslabs 3 */
+		0x00, 0x00, 0x00, 0x00,				/* flags */
+		0xff, 0xff, 0xff, 0xff,				/* node -1 */
+	};
+	static const uint8_t lease_ok[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x82, 0x00, 0x00, /* LEASE_OK */
+		0x09, 0x00, 0x00, 0x00, 0x36, 0x00, 0x00, 0x00, /* len 54 */
+		0x10, 0x27, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, /* ttl, 1 */
+		0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, /* epoch */
+		0x05, 0x00, 0x00, 0x00, 0x06, 0x00, 0x00, 0x00, /* slab, gen */
+		0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, /* key */
+		0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* base */
+		0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, /* len */
+		0x07, 0x00,					/* endpoint 7 */
+		0x02, 0x01, 0x00, 0x00,				/* node 258 */
+	};
+	struct wire_lease *l = &m.u.lease_ok.lease[0];
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_LEASE;
+	m.seq = 9;
+	m.u.lease.nslabs = 3;
+	m.u.lease.node = WIRE_NODE_ANY;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(lease_any));
+	ck_assert_mem_eq(buf, lease_any, sizeof(lease_any));
+	m.u.lease.node = 0x3fe;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(lease_any));
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 8], 0xfe);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 9], 0x03);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 10] | buf[WIRE_HDR_LEN + 11], 0);
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_LEASE_OK;
+	m.seq = 9;
+	m.u.lease_ok.ttl_ms = 10000;
+	m.u.lease_ok.count = 1;
+	l->epoch = 0x2827262524232221ull;
+	l->slab = 5;
+	l->generation = 6;
+	l->key = 0x3837363534333231ull;
+	l->base = 0x1000;
+	l->len_bytes = 64ull << 20;
+	l->endpoint = 7;
+	l->node = 258;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(lease_ok));
+	ck_assert_mem_eq(buf, lease_ok, sizeof(lease_ok));
+	check_roundtrip(&m);
+}
+END_TEST
+
 START_TEST(lease_bounds)
 {
+	size_t i;
+
 	sample(WIRE_LEASE, 1, &m);
 	m.u.lease.nslabs = 1;
 	check_roundtrip(&m);
@@ -748,6 +940,18 @@ START_TEST(lease_bounds)
 	check_both_reject(&m);
 	m.u.lease.flags = 0x80000000u;
 	check_both_reject(&m);
+
+	m.u.lease.flags = 0;
+	m.u.lease.node = WIRE_NODE_ANY;
+	check_roundtrip(&m);
+	m.u.lease.node = 0;
+	check_roundtrip(&m);
+	m.u.lease.node = WIRE_NODE_MAX - 1;
+	check_roundtrip(&m);
+	for (i = 0; i < NBAD_NODES; i++) {
+		m.u.lease.node = bad_nodes[i];
+		check_both_reject(&m);
+	}
 }
 END_TEST
 
@@ -764,9 +968,13 @@ START_TEST(lease_ok_bounds)
 		m.u.lease_ok.lease[i].slab = i;
 		m.u.lease_ok.lease[i].key = kv(2, i);
 		m.u.lease_ok.lease[i].len_bytes = 64ull << 20;
+		m.u.lease_ok.lease[i].endpoint = i % WIRE_MAX_ENDPOINTS;
+		m.u.lease_ok.lease[i].node =
+			i % 3 ? (int32_t)(i * 4) : WIRE_NODE_ANY;
 	}
 	check_roundtrip(&m);
-	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 8 + WIRE_MAX_LEASES * 40);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 8 + WIRE_MAX_LEASES * 46);
+	ck_assert_int_eq(WIRE_HDR_LEN + 8 + 256 * 46, 16 + 11784);
 
 	/* 257 entries, each well-formed, are one too many. */
 	ck_assert_int_eq(WIRE_MAX_LEASES, 256);
@@ -776,13 +984,29 @@ START_TEST(lease_ok_bounds)
 	spec_frame(&m, &tb);
 	tb.b[WIRE_HDR_LEN + 4] = (WIRE_MAX_LEASES + 1) & 0xff;
 	tb.b[WIRE_HDR_LEN + 5] = (WIRE_MAX_LEASES + 1) >> 8;
-	tb_bytes(&tb, tb.b + WIRE_HDR_LEN + 8, 40);
+	tb_bytes(&tb, tb.b + WIRE_HDR_LEN + 8, 46);
 	tb_end(&tb);
 	check_tb_rejected();
 
 	sample(WIRE_LEASE_OK, 3, &m);
 	m.u.lease_ok.ttl_ms = 0;
 	check_both_reject(&m);
+
+	/* The last entry's endpoint and node, at and past their bounds. */
+	sample(WIRE_LEASE_OK, 4, &m);
+	ck_assert_int_eq(m.u.lease_ok.count, 5);
+	m.u.lease_ok.lease[4].endpoint = WIRE_MAX_ENDPOINTS - 1;
+	m.u.lease_ok.lease[4].node = WIRE_NODE_MAX - 1;
+	check_roundtrip(&m);
+	m.u.lease_ok.lease[4].endpoint = WIRE_MAX_ENDPOINTS;
+	check_both_reject(&m);
+	m.u.lease_ok.lease[4].endpoint = UINT16_MAX;
+	check_both_reject(&m);
+	m.u.lease_ok.lease[4].endpoint = 0;
+	for (size_t i = 0; i < NBAD_NODES; i++) {
+		m.u.lease_ok.lease[4].node = bad_nodes[i];
+		check_both_reject(&m);
+	}
 }
 END_TEST
 
@@ -844,6 +1068,31 @@ START_TEST(small_reply_bounds)
 	check_both_reject(&m);
 	m.u.status_ok.flags = 0x80000000u;
 	check_both_reject(&m);
+
+	/* Per-node entries: none, all eight, nine, bad nodes. */
+	sample(WIRE_STATUS_OK, 8, &m);
+	ck_assert_int_eq(m.u.status_ok.nnodes, WIRE_MAX_NODES);
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 74 + 12 * WIRE_MAX_NODES);
+	ck_assert_int_eq(WIRE_HDR_LEN + 74 + 12 * 8, 16 + 170);
+	m.u.status_ok.nnodes = WIRE_MAX_NODES + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.status_ok.nnodes = WIRE_MAX_NODES;
+	spec_frame(&m, &tb);
+	tb.b[WIRE_HDR_LEN + 72] = WIRE_MAX_NODES + 1;
+	tb_bytes(&tb, tb.b + WIRE_HDR_LEN + 74, 12);
+	tb_end(&tb);
+	check_tb_rejected();
+	for (size_t i = 0; i < NBAD_NODES; i++) {
+		sample(WIRE_STATUS_OK, 8, &m);
+		m.u.status_ok.node[WIRE_MAX_NODES - 1].node = bad_nodes[i];
+		check_both_reject(&m);
+	}
+	sample(WIRE_STATUS_OK, 9, &m);
+	m.u.status_ok.nnodes = 0;
+	memset(m.u.status_ok.node, 0, sizeof(m.u.status_ok.node));
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 74);
 }
 END_TEST
 
@@ -977,6 +1226,8 @@ static Suite *wire_suite(void)
 
 	tcase_add_loop_test(tc, roundtrip_every_type, 0, NTYPES);
 	tcase_add_test(tc, golden_hello);
+	tcase_add_test(tc, golden_hello_ok);
+	tcase_add_test(tc, golden_lease);
 	tcase_add_loop_test(tc, truncated_every_length, 0, NTYPES);
 	tcase_add_loop_test(tc, encode_no_space, 0, NTYPES);
 	tcase_add_loop_test(tc, trailing_and_short_payload, 0, NTYPES);
