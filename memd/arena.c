@@ -2,10 +2,17 @@
 /*
  * memd/arena.c - maps the donation (see arena.h). Called from main only.
  *
- * No overcommit: memd checks what the host can back before it maps, then
- * mlock()s everything, which also prefaults it; a donation that cannot be
- * locked is an error at start-up, never a surprise under load. The mapping
- * is MADV_DONTFORK so a fork never shares registered memory.
+ * No overcommit: memd checks what the host (and, for a bound arena, the
+ * node) can back before it maps, then mlock()s everything, which also
+ * prefaults it; a donation that cannot be locked is an error at start-up,
+ * never a surprise under load. The mapping is MADV_DONTFORK so a fork
+ * never shares registered memory.
+ *
+ * NUMA: a bound arena gets MPOL_BIND (place_membind) between mmap and
+ * mlock, so the first touch, which mlock does, already allocates on the
+ * node; nothing has to migrate. hugetlb reservations are not per node, so
+ * the plan checks the node's own free huge pages: a fault on a node
+ * without them would fail the mlock, not fall back.
  */
 #include "memd/arena.h"
 
@@ -17,6 +24,8 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "numa/place.h"
 
 static bool have_ipc_lock(void)
 {
@@ -68,6 +77,51 @@ int memd_host_mem_read(struct memd_host_mem *h)
 	return 0;
 }
 
+int memd_host_mem_read_node(int node, struct memd_host_mem *h)
+{
+	char path[128], line[256];
+	unsigned long long v, mfree = 0, active = 0, inactive = 0, pages = 0;
+	int r = memd_host_mem_read(h), n;
+	FILE *f;
+
+	if (r)
+		return r;
+	snprintf(path, sizeof(path), "/sys/devices/system/node/node%d/meminfo",
+		 node);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	/* "Node 0 MemFree:        123456 kB" */
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "Node %d MemFree: %llu kB", &n, &v) == 2)
+			mfree = v;
+		else if (sscanf(line, "Node %d Active(file): %llu kB", &n,
+				&v) == 2)
+			active = v;
+		else if (sscanf(line, "Node %d Inactive(file): %llu kB", &n,
+				&v) == 2)
+			inactive = v;
+	}
+	fclose(f);
+	v = (mfree + active + inactive) * 1024;
+	if (v < h->mem_available)
+		h->mem_available = v;
+	h->huge_free = 0;
+	if (h->huge_page_bytes) {
+		snprintf(path, sizeof(path),
+			 "/sys/devices/system/node/node%d/hugepages/"
+			 "hugepages-%llukB/free_hugepages",
+			 node, (unsigned long long)(h->huge_page_bytes / 1024));
+		f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%llu", &pages) == 1)
+				h->huge_free = pages * h->huge_page_bytes;
+			fclose(f);
+		}
+	}
+	return 0;
+}
+
 int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 		    enum memd_hugepages hp, bool *hugetlb, char *err,
 		    size_t errlen)
@@ -109,24 +163,38 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 	return 0;
 }
 
-int memd_arena_create(uint64_t len, enum memd_hugepages hp,
+int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 		      struct memd_arena *a, char *err, size_t errlen)
 {
 	struct memd_host_mem h;
+	char why[512];
 	bool hugetlb;
 	void *p;
 	int ret;
 
 	memset(a, 0, sizeof(*a));
-	ret = memd_host_mem_read(&h);
+	a->node = -1;
+	ret = node < 0 ? memd_host_mem_read(&h)
+		       : memd_host_mem_read_node(node, &h);
 	if (ret) {
-		snprintf(err, errlen, "cannot read /proc/meminfo: %s",
-			 strerror(-ret));
+		if (node < 0)
+			snprintf(err, errlen, "cannot read /proc/meminfo: %s",
+				 strerror(-ret));
+		else
+			snprintf(err, errlen,
+				 "cannot read the memory of NUMA node %d "
+				 "(/sys/devices/system/node/node%d): %s",
+				 node, node, strerror(-ret));
 		return ret;
 	}
-	ret = memd_arena_plan(&h, len, hp, &hugetlb, err, errlen);
-	if (ret)
+	ret = memd_arena_plan(&h, len, hp, &hugetlb, why, sizeof(why));
+	if (ret) {
+		if (node < 0)
+			snprintf(err, errlen, "%s", why);
+		else
+			snprintf(err, errlen, "NUMA node %d: %s", node, why);
 		return ret;
+	}
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS |
 			 (hugetlb ? MAP_HUGETLB : 0),
@@ -140,16 +208,38 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp,
 	if (!hugetlb)
 		(void)madvise(p, len, MADV_HUGEPAGE); /* best effort: THP */
 	(void)madvise(p, len, MADV_DONTFORK);
+	if (node >= 0) {
+		ret = place_membind(p, len, node, 0);
+		if (ret) {
+			snprintf(err, errlen,
+				 "cannot bind %" PRIu64 " bytes to NUMA node "
+				 "%d: %s%s",
+				 len, node, strerror(-ret),
+				 ret == -ENXIO ? " (not among this process's "
+						 "allowed memory nodes: "
+						 "cpuset, numactl --membind)"
+					       : "");
+			munmap(p, len);
+			return ret;
+		}
+	}
 	if (mlock(p, len) != 0) {
+		char where[48] = "";
+
 		ret = -errno;
+		if (node >= 0)
+			snprintf(where, sizeof(where), " on NUMA node %d",
+				 node);
 		snprintf(err, errlen,
-			 "mlock of %" PRIu64 " bytes: %s (need CAP_IPC_LOCK "
-			 "or RLIMIT_MEMLOCK >= donate)",
-			 len, strerror(errno));
+			 "mlock of %" PRIu64 " bytes%s: %s (need CAP_IPC_LOCK "
+			 "or RLIMIT_MEMLOCK >= donate%s)",
+			 len, where, strerror(-ret),
+			 node >= 0 ? ", and that much free on the node" : "");
 		munmap(p, len);
 		return ret;
 	}
 	a->base = p;
+	a->node = node;
 	a->len_bytes = len;
 	a->hugetlb = hugetlb;
 	a->page_bytes = hugetlb ? h.huge_page_bytes :

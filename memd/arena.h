@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * memd/arena.h - the donated memory: one mapping, pinned and prefaulted,
- * backed by hugetlbfs pages when the host has enough of them, otherwise by
- * anonymous memory advised for transparent huge pages. Created once at
- * start-up (the one place to fail fast), destroyed at exit.
+ * memd/arena.h - donated memory: one mapping per arena, pinned and
+ * prefaulted, backed by hugetlbfs pages when the host (the node) has
+ * enough of them, otherwise by anonymous memory advised for transparent
+ * huge pages, and bound to a NUMA node when memd is given numa_nodes.
+ * Created once at start-up (the one place to fail fast), destroyed at exit.
  */
 #ifndef TP_MEMD_ARENA_H
 #define TP_MEMD_ARENA_H
@@ -19,6 +20,7 @@ struct memd_arena {
 	uint64_t len_bytes;
 	bool hugetlb; /* backed by hugetlbfs pages */
 	uint64_t page_bytes; /* hugetlb page size, or the base page size */
+	int node; /* NUMA node its pages are bound to; -1: not bound */
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */
@@ -33,6 +35,15 @@ struct memd_host_mem {
 int memd_host_mem_read(struct memd_host_mem *h);
 
 /*
+ * The same for one NUMA node: mem_available becomes the smaller of the
+ * host's MemAvailable and the node's free plus file-cache memory
+ * (/sys/devices/system/node/nodeN/meminfo), huge_free the node's free
+ * huge pages of the default size. -ENOENT when the node has no sysfs
+ * entry.
+ */
+int memd_host_mem_read_node(int node, struct memd_host_mem *h);
+
+/*
  * Decides how len bytes would be backed under policy hp, from h alone
  * (pure): sets *hugetlb. Returns 0, or -ENOMEM (not enough memory:
  * err says how much there is), -EPERM (cannot lock that much), with err
@@ -42,9 +53,13 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 		    enum memd_hugepages hp, bool *hugetlb, char *err,
 		    size_t errlen);
 
-/* Maps, advises, locks and prefaults len bytes as planned. Returns 0 and
- * *a, or -errno with err explaining. */
-int memd_arena_create(uint64_t len, enum memd_hugepages hp,
+/*
+ * Maps, advises, binds (node >= 0: MPOL_BIND to that node, through
+ * place_membind(), before any page is touched), locks and prefaults len
+ * bytes as planned; node -1 binds nothing. Returns 0 and *a, or -errno
+ * with err explaining (-ENXIO: node not usable by this process).
+ */
+int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 		      struct memd_arena *a, char *err, size_t errlen);
 void memd_arena_destroy(struct memd_arena *a);
 

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * memd/memd.c - the memory daemon's entry point: flags, config, the
- * donation, signals, then the server loop (memd/server.c).
+ * memd/memd.c - the memory daemon's entry point: flags, config, the NUMA
+ * nodes, the donation (one arena per node), signals, then the server loop
+ * (memd/server.c).
  *
  * Start-up is the one place that fails fast: a bad flag exits 64
  * (EX_USAGE), a bad config names file, line and key and exits 78
- * (EX_CONFIG), memory the host cannot back exits 71 (EX_OSERR).
+ * (EX_CONFIG) - also a numa_nodes entry this host does not have, and a
+ * bad TIDEPOOL_NIC_NODE / TIDEPOOL_GPU_NODE -, memory the host (a node)
+ * cannot back exits 71 (EX_OSERR).
  */
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -20,8 +24,9 @@
 #include "memd/arena.h"
 #include "memd/config.h"
 #include "memd/log.h"
+#include "memd/nodes.h"
 #include "memd/server.h"
-
+#include "numa/place.h"
 
 static void usage(FILE *f)
 {
@@ -122,14 +127,76 @@ static int build_config(struct memd_config *cfg, char *err, size_t errlen,
 	return r;
 }
 
+/* Where the config came from, for start-up errors about its values. */
+static const char *config_origin(const struct settings *st)
+{
+	return st->config_path ? st->config_path : "command line";
+}
+
+/*
+ * numa_nodes against this host: opens the topology (applying the
+ * TIDEPOOL_*_NODE overrides), resolves the nodes into nodes[] and checks
+ * that donate splits into whole slabs over them. Returns the count (0:
+ * no NUMA placement, *topo stays NULL) or an exit status (negative).
+ */
+static int resolve_nodes(const struct memd_config *cfg,
+			 const struct settings *st, struct place_topo **topo,
+			 int *nodes)
+{
+	const char *bad = NULL;
+	char err[512];
+	int n, r;
+
+	*topo = NULL;
+	if (!cfg->numa_nodes[0])
+		return 0;
+	r = place_topo_open(NULL, topo);
+	if (r) {
+		memd_log(LOG_ERR,
+			 "memd: numa_nodes = %s but the NUMA topology of this "
+			 "host cannot be read: %s",
+			 cfg->numa_nodes, strerror(-r));
+		return -EX_OSERR;
+	}
+	r = place_topo_apply_env(*topo, &bad);
+	if (r) {
+		memd_log(LOG_ERR, "memd: environment variable %s: %s%s",
+			 bad ? bad : "TIDEPOOL_*_NODE", strerror(-r),
+			 r == -ENXIO ? " (names a node this host does not "
+				       "have)"
+				     : "");
+		return -EX_CONFIG;
+	}
+	n = memd_nodes_resolve(*topo, cfg, nodes, MEMD_NUMA_NODES_MAX, err,
+			       sizeof(err));
+	if (n < 0) {
+		memd_log(LOG_ERR, "memd: %s: %s", config_origin(st), err);
+		return -EX_CONFIG;
+	}
+	if (cfg->donate_bytes % (cfg->slab_bytes * (uint64_t)n)) {
+		memd_log(LOG_ERR,
+			 "memd: %s: key 'numa_nodes': donate = %" PRIu64
+			 " bytes does not split into whole slabs over %d "
+			 "nodes (slab_size = %" PRIu64 " bytes each); make "
+			 "donate a multiple of %" PRIu64 " bytes",
+			 config_origin(st), cfg->donate_bytes, n,
+			 cfg->slab_bytes, cfg->slab_bytes * (uint64_t)n);
+		return -EX_CONFIG;
+	}
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	static struct settings st;
+	static struct memd_arena arenas[MEMD_NUMA_NODES_MAX];
 	const char *ready_file = NULL;
 	bool check = false, print = false;
 	struct memd_config cfg;
-	struct memd_arena arena;
 	struct memd_server *srv = NULL;
+	struct place_topo *topo = NULL;
+	int nodes[MEMD_NUMA_NODES_MAX], nnodes, narenas = 0;
+	uint64_t per_arena;
 	char err[1024];
 	sigset_t mask;
 	int opt, r, status = 0;
@@ -222,13 +289,19 @@ int main(int argc, char **argv)
 		memd_config_print(&cfg, stdout);
 		return 0;
 	}
+	memd_log_level = cfg.log_level;
 	if (check) {
+		/* The nodes are the host's business: check them here too,
+		 * before a restart would find out (no memory is touched). */
+		nnodes = resolve_nodes(&cfg, &st, &topo, nodes);
+		place_topo_close(topo);
+		if (nnodes < 0)
+			return -nnodes;
 		printf("memd: configuration OK%s%s\n",
 		       st.config_path ? ": " : "",
 		       st.config_path ? st.config_path : "");
 		return 0;
 	}
-	memd_log_level = cfg.log_level;
 
 	/* Signals are taken by the control loop's signalfd: block them in
 	 * every thread, which inherit this mask. SIGPIPE never kills us. */
@@ -239,24 +312,73 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	r = memd_arena_create(cfg.donate_bytes, cfg.hugepages, &arena, err,
-			      sizeof(err));
-	if (r) {
-		memd_log(LOG_ERR, "memd: cannot back the donation: %s", err);
-		return EX_OSERR;
+	nnodes = resolve_nodes(&cfg, &st, &topo, nodes);
+	if (nnodes < 0) {
+		status = -nnodes;
+		goto out;
 	}
-	r = memd_server_create(&cfg, &arena, build_config, &st, ready_file,
-			       &srv, err, sizeof(err));
+	per_arena = cfg.donate_bytes / (uint64_t)(nnodes ? nnodes : 1);
+	if (nnodes > 1) {
+		/* Each arena checks its node; the limits of the process
+		 * (RLIMIT_MEMLOCK, MemAvailable) hold for the sum. */
+		struct memd_host_mem h;
+		bool huge;
+
+		r = memd_host_mem_read(&h);
+		if (r)
+			snprintf(err, sizeof(err),
+				 "cannot read /proc/meminfo: %s", strerror(-r));
+		else
+			r = memd_arena_plan(&h, cfg.donate_bytes, cfg.hugepages,
+					    &huge, err, sizeof(err));
+		if (r) {
+			memd_log(LOG_ERR, "memd: cannot back the donation: %s",
+				 err);
+			status = EX_OSERR;
+			goto out;
+		}
+	}
+	for (narenas = 0; narenas < (nnodes ? nnodes : 1); narenas++) {
+		int node = nnodes ? nodes[narenas] : -1;
+
+		r = memd_arena_create(per_arena, cfg.hugepages, node,
+				      &arenas[narenas], err, sizeof(err));
+		if (r) {
+			memd_log(LOG_ERR, "memd: cannot back the donation: %s",
+				 err);
+			status = EX_OSERR;
+			goto out;
+		}
+		if (node >= 0) {
+			/* mlock touched every page: they are placed now. */
+			int first = place_memory_node(arenas[narenas].base);
+			int last = place_memory_node(
+				(char *)arenas[narenas].base + per_arena - 1);
+
+			memd_log(first == node && last == node ? LOG_INFO
+							       : LOG_WARNING,
+				 "arena: node=%d bytes=%" PRIu64
+				 " hugetlb=%d placed=%d,%d",
+				 node, per_arena, arenas[narenas].hugetlb,
+				 first, last);
+		}
+	}
+	r = memd_server_create(&cfg, arenas, (uint32_t)narenas, topo,
+			       build_config, &st, ready_file, &srv, err,
+			       sizeof(err));
 	if (r) {
 		memd_log(LOG_ERR, "memd: cannot start: %s", err);
-		memd_arena_destroy(&arena);
-		return r == -EINVAL ? EX_CONFIG : 1;
+		status = r == -EINVAL ? EX_CONFIG : 1;
+		goto out;
 	}
 	r = memd_server_run(srv);
 	if (r)
 		status = 1;
 	memd_server_destroy(srv);
-	memd_arena_destroy(&arena);
 	memd_log(LOG_NOTICE, "memd: exit status=%d", status);
+out:
+	while (narenas-- > 0)
+		memd_arena_destroy(&arenas[narenas]);
+	place_topo_close(topo);
 	return status;
 }

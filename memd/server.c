@@ -18,11 +18,21 @@
  * the slab waits quiesce_ms for transfers the provider had already
  * accepted, then memd-reclaim zeroes it and only then is it free again.
  *
- * memd-fab0 progresses the endpoint: with a manual-progress provider
+ * NUMA: the donation is one arena per configured node (one arena, node
+ * -1, without numa_nodes). Arena a holds slabs [a * per, (a + 1) * per)
+ * of the one lease table, which knows them as group a; each arena has its
+ * own fabric domain and endpoint (bound near its node's NIC) and its own
+ * progress thread memd-fab<a>, pinned to the node's CPUs. A slab is
+ * registered on its arena's domain, so its key opens it only through
+ * that endpoint. A LEASE for node n grants from n's arena; for -1 from
+ * the arena with the most free slabs, spilling to the next fullest.
+ *
+ * memd-fab<a> progresses endpoint a: with a manual-progress provider
  * (tcp) RMA from clients is served only while someone reads the CQ.
  *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
- * pointer held by a connection is attached (detached on close).
+ * pointer held by a connection is attached (detached on close); the
+ * arenas are all per * slab_bytes long.
  */
 #include "memd/server.h"
 
@@ -51,6 +61,14 @@
 #include "fabric/wire.h"
 #include "memd/lease.h"
 #include "memd/log.h"
+#include "memd/nodes.h"
+#include "numa/place.h"
+
+_Static_assert(MEMD_NUMA_NODES_MAX <= WIRE_MAX_ENDPOINTS &&
+		       MEMD_NUMA_NODES_MAX <= WIRE_MAX_NODES,
+	       "every arena needs an endpoint and a STATUS entry on the wire");
+_Static_assert(WIRE_NODE_MAX == PLACE_NODE_MAX,
+	       "the wire carries every node numa/ can name");
 
 #define TX_HIGH_WATER WIRE_MAX_FRAME
 #define TX_CAP (2 * WIRE_MAX_FRAME)
@@ -71,19 +89,39 @@ struct conn {
 	struct conn *next, *prev;
 };
 
+/*
+ * One arena and what serves it: its fabric domain and endpoint, and the
+ * progress thread memd-fab<index>. fence counts that thread's finished
+ * progress calls (under the server's rlock).
+ */
+struct arena_ep {
+	struct memd_server *srv;
+	uint32_t index;
+	struct memd_arena *arena;
+	int node;		  /* arena->node: -1 without NUMA placement */
+	char bind[MEMD_BIND_MAX]; /* address the endpoint is bound to */
+	struct fab_domain *fd;
+	struct fab_ep *ep;
+	uint8_t addr[FAB_ADDR_MAX];
+	size_t addr_len;
+	pthread_t thread;
+	bool started;
+	uint64_t fence;
+};
+
 struct memd_server {
 	struct memd_config cfg;
 	memd_config_builder rebuild;
 	void *rebuild_arg;
-	struct memd_arena *arena;
+	const struct place_topo *topo; /* NULL without NUMA placement */
 	uint64_t epoch;
 	uint64_t start_ms;
 	uint32_t nslabs;
+	uint32_t arena_slabs; /* slabs per arena */
+	uint64_t donated_bytes;
 
-	struct fab_domain *fd;
-	struct fab_ep *ep;
-	uint8_t fab_addr[FAB_ADDR_MAX];
-	size_t fab_addr_len;
+	struct arena_ep aep[MEMD_NUMA_NODES_MAX];
+	uint32_t narenas;
 	struct fab_mr **mr; /* per slab; non-NULL while leased */
 	uint64_t *key; /* per slab; valid while leased */
 
@@ -94,14 +132,13 @@ struct memd_server {
 	uint32_t nconns;
 	bool draining;
 
-	pthread_t fab_thread, reclaim_thread;
-	bool fab_started, reclaim_started;
+	pthread_t reclaim_thread;
+	bool reclaim_started;
 	volatile int stop; /* threads stop when set */
-	pthread_mutex_t rlock; /* reclaim wakeups */
+	pthread_mutex_t rlock; /* reclaim wakeups, progress fences */
 	pthread_cond_t rcond;
-	/* Progress fence: memd-fab0 bumps fence after every progress call,
-	 * under rlock, and broadcasts fence_cond. */
-	uint64_t fence;
+	/* Progress fence: memd-fab<a> bumps aep[a].fence after every
+	 * progress call, under rlock, and broadcasts fence_cond. */
 	pthread_cond_t fence_cond;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
@@ -118,46 +155,83 @@ static uint64_t now_ms(void)
 /* ------------------------------------------------------------------ */
 /* threads                                                              */
 
+/* The arena (and endpoint) that holds a slab. */
+static struct arena_ep *slab_aep(struct memd_server *s, uint32_t slab)
+{
+	return &s->aep[slab / s->arena_slabs];
+}
+
+/* Byte 0 of a slab in memd's address space. */
+static uint8_t *slab_base(struct memd_server *s, uint32_t slab)
+{
+	struct arena_ep *a = slab_aep(s, slab);
+
+	return (uint8_t *)a->arena->base +
+	       (uint64_t)(slab % s->arena_slabs) * s->cfg.slab_bytes;
+}
+
 static void *fab_main(void *arg)
 {
-	struct memd_server *s = arg;
+	struct arena_ep *a = arg;
+	struct memd_server *s = a->srv;
+	char name[16];
 
-	pthread_setname_np(pthread_self(), "memd-fab0");
+	snprintf(name, sizeof(name), "memd-fab%u", a->index);
+	pthread_setname_np(pthread_self(), name);
+	if (s->topo && a->node >= 0) {
+		/* RMA into the node's memory is served from its own CPUs. */
+		int r = place_bind_thread_to_node(s->topo, a->node);
+
+		if (r)
+			memd_log(LOG_WARNING,
+				 "fabric: cannot pin thread=%s node=%d err=%s",
+				 name, a->node, strerror(-r));
+		else
+			memd_log(LOG_DEBUG, "fabric: pinned thread=%s node=%d",
+				 name, a->node);
+	}
 	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-		int r = fab_ep_progress(s->ep, TICK_MS);
+		int r = fab_ep_progress(a->ep, TICK_MS);
 
 		if (r < 0 && r != -ETIMEDOUT && r != -EAGAIN) {
-			memd_log(LOG_WARNING, "fabric: progress err=%s",
-				 strerror(-r));
+			memd_log(LOG_WARNING,
+				 "fabric: progress endpoint=%u err=%s",
+				 a->index, strerror(-r));
 			usleep(10000);
 		}
 		pthread_mutex_lock(&s->rlock);
-		s->fence++;
+		a->fence++;
 		pthread_cond_broadcast(&s->fence_cond);
 		pthread_mutex_unlock(&s->rlock);
 	}
 	pthread_mutex_lock(&s->rlock);
-	s->fence = UINT64_MAX; /* nobody waits on a stopped progress thread */
+	a->fence = UINT64_MAX; /* nobody waits on a stopped progress thread */
 	pthread_cond_broadcast(&s->fence_cond);
 	pthread_mutex_unlock(&s->rlock);
 	return NULL;
 }
 
 /*
- * Waits until memd-fab0 has finished two progress calls that started after
- * this call: whatever the provider did with a slab's memory in a progress
- * call under way when its registration was closed is then over. Together
- * with the quiesce delay this orders the reclaimer's memset after the
- * provider's last access (design.md, "Known limits", says what remains).
+ * Waits until the progress thread of every arena in mask (bit a: arena a)
+ * has finished two progress calls that started after this call: whatever
+ * the provider did with a slab's memory in a progress call under way when
+ * its registration was closed is then over. Together with the quiesce
+ * delay this orders the reclaimer's memset after the provider's last
+ * access (design.md, "Known limits", says what remains).
  */
-static void wait_progress_fence(struct memd_server *s)
+static void wait_progress_fence(struct memd_server *s, uint32_t mask)
 {
-	uint64_t target;
+	uint64_t target[MEMD_NUMA_NODES_MAX];
+	uint32_t a;
 
 	pthread_mutex_lock(&s->rlock);
-	target = s->fence >= UINT64_MAX - 2 ? UINT64_MAX : s->fence + 2;
-	while (s->fence < target)
-		pthread_cond_wait(&s->fence_cond, &s->rlock);
+	for (a = 0; a < s->narenas; a++)
+		target[a] = s->aep[a].fence >= UINT64_MAX - 2
+				    ? UINT64_MAX
+				    : s->aep[a].fence + 2;
+	for (a = 0; a < s->narenas; a++)
+		while ((mask >> a & 1) && s->aep[a].fence < target[a])
+			pthread_cond_wait(&s->fence_cond, &s->rlock);
 	pthread_mutex_unlock(&s->rlock);
 }
 
@@ -170,12 +244,14 @@ static void *reclaim_main(void *arg)
 	for (;;) {
 		uint64_t t = now_ms();
 		size_t n = memd_lease_take_reclaim(s->lt, t, batch, 64);
+		uint32_t mask = 0;
 
+		for (size_t i = 0; i < n; i++)
+			mask |= 1u << slab_aep(s, batch[i])->index;
 		if (n)
-			wait_progress_fence(s);
+			wait_progress_fence(s, mask);
 		for (size_t i = 0; i < n; i++) {
-			uint8_t *p = (uint8_t *)s->arena->base +
-				     (uint64_t)batch[i] * s->cfg.slab_bytes;
+			uint8_t *p = slab_base(s, batch[i]);
 
 			memset(p, 0, s->cfg.slab_bytes);
 			memd_lease_reclaimed(s->lt, batch[i]);
@@ -361,12 +437,13 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	ok->ttl_ms = s->cfg.lease_ttl_ms;
 	ok->slab_bytes = s->cfg.slab_bytes;
 	snprintf(ok->provider, sizeof(ok->provider), "%s",
-		 fab_domain_provider(s->fd));
-	/* One endpoint, on no particular node: no NUMA placement yet. */
-	ok->nendpoints = 1;
-	ok->ep[0].node = WIRE_NODE_ANY;
-	ok->ep[0].addr_len = (uint16_t)s->fab_addr_len;
-	memcpy(ok->ep[0].addr, s->fab_addr, s->fab_addr_len);
+		 fab_domain_provider(s->aep[0].fd));
+	ok->nendpoints = (uint16_t)s->narenas;
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		ok->ep[a].node = s->aep[a].node;
+		ok->ep[a].addr_len = (uint16_t)s->aep[a].addr_len;
+		memcpy(ok->ep[a].addr, s->aep[a].addr, s->aep[a].addr_len);
+	}
 	if (conn_send(c, rep))
 		c->closing = true;
 }
@@ -380,23 +457,29 @@ static uint64_t random_key(void)
 	return k;
 }
 
-/* Grants one lease: slab, then a registration with a fresh random key. */
-static int grant_one(struct memd_server *s, struct memd_session *ses,
+/*
+ * Grants one lease from arena group (MEMD_LEASE_ANY_GROUP: the fullest):
+ * slab, then a registration on that arena's domain with a fresh random
+ * key.
+ */
+static int grant_one(struct memd_server *s, struct memd_session *ses, int group,
 		     struct wire_lease *out)
 {
 	uint32_t slab, gen;
 	struct fab_mr *mr = NULL;
+	struct arena_ep *a;
 	uint8_t *base;
 	int r;
 
-	r = memd_lease_grant(s->lt, ses, now_ms(), &slab, &gen);
+	r = memd_lease_grant_in(s->lt, ses, now_ms(), group, &slab, &gen);
 	if (r)
 		return r;
-	base = (uint8_t *)s->arena->base + (uint64_t)slab * s->cfg.slab_bytes;
+	a = slab_aep(s, slab);
+	base = slab_base(s, slab);
 	for (int tries = 0; tries < 8; tries++) {
 		uint64_t key = random_key();
 
-		r = fab_mr_reg(s->fd, s->ep, base, s->cfg.slab_bytes,
+		r = fab_mr_reg(a->fd, a->ep, base, s->cfg.slab_bytes,
 			       FAB_ACCESS_REMOTE, key, &mr);
 		if (r != -ENOKEY)
 			break;
@@ -415,39 +498,101 @@ static int grant_one(struct memd_server *s, struct memd_session *ses,
 	out->key = s->key[slab];
 	out->base = fab_mr_remote_base(mr);
 	out->len_bytes = s->cfg.slab_bytes;
-	out->endpoint = 0;
-	out->node = WIRE_NODE_ANY;
+	out->endpoint = (uint16_t)a->index;
+	out->node = a->node;
 	return 0;
+}
+
+/* The arena serving node, or -1. */
+static int arena_of_node(const struct memd_server *s, int node)
+{
+	for (uint32_t a = 0; a < s->narenas; a++)
+		if (s->aep[a].node == node)
+			return (int)a;
+	return -1;
+}
+
+/* "0,2" for the error texts: the nodes this memd serves. */
+static void served_nodes(const struct memd_server *s, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (uint32_t a = 0; a < s->narenas && used < len; a++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%d",
+					 a ? "," : "", s->aep[a].node);
 }
 
 static void do_lease(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep)
 {
-	uint32_t want = req->u.lease.nslabs, i;
+	uint32_t want = req->u.lease.nslabs, i, avail;
+	int node = req->u.lease.node, group = MEMD_LEASE_ANY_GROUP;
+	struct memd_lease_group_counts gc;
 	struct memd_lease_counts cnt;
 	int r = 0;
 
-	if (req->u.lease.node != WIRE_NODE_ANY) {
-		s->ctr.leases_refused++;
-		send_error(s, c, req->seq, EINVAL,
-			   "lease: node %d: this memd does no NUMA placement "
-			   "(numa_nodes is not set); ask for node -1",
-			   req->u.lease.node);
-		return;
+	if (node != WIRE_NODE_ANY) {
+		char served[64];
+
+		group = arena_of_node(s, node);
+		if (group < 0 || s->aep[group].node < 0) {
+			s->ctr.leases_refused++;
+			served_nodes(s, served, sizeof(served));
+			memd_log(LOG_NOTICE,
+				 "lease: refused peer=%s session=%" PRIx64
+				 " node=%d why=node not served",
+				 c->peer, memd_session_id(c->session), node);
+			if (s->aep[0].node < 0)
+				send_error(s, c, req->seq, EINVAL,
+					   "lease: node %d: this memd does no "
+					   "NUMA placement (numa_nodes is not "
+					   "set); ask for node -1",
+					   node);
+			else
+				send_error(s, c, req->seq, EINVAL,
+					   "lease: node %d is not served by "
+					   "this memd (numa_nodes: %s)",
+					   node, served);
+			return;
+		}
 	}
 	memd_lease_get_counts(s->lt, &cnt);
-	if (s->draining || want > cnt.free) {
+	avail = cnt.free;
+	if (group >= 0) {
+		memd_lease_get_group_counts(s->lt, (uint32_t)group, &gc);
+		avail = gc.free;
+	}
+	if (s->draining || want > avail) {
 		s->ctr.leases_refused++;
-		send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
-			   "%s: %u slab(s) asked, %u free of %u (%u being "
-			   "zeroed)",
-			   s->draining ? "memd is draining" : "no free slab",
-			   want, cnt.free, cnt.total, cnt.reclaiming);
+		if (group < 0)
+			send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
+				   "%s: %u slab(s) asked, %u free of %u (%u "
+				   "being zeroed)",
+				   s->draining ? "memd is draining"
+					       : "no free slab",
+				   want, cnt.free, cnt.total, cnt.reclaiming);
+		else
+			send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
+				   "%s: %u slab(s) asked on node %d, %u free "
+				   "there; %u free of %u in all (%u being "
+				   "zeroed)",
+				   s->draining ? "memd is draining"
+					       : "no free slab",
+				   want, node, avail, cnt.free, cnt.total,
+				   cnt.reclaiming);
 		return;
 	}
+	/* Any node: stay on the fullest arena while it has slabs, so a
+	 * request lands on one node when it can. */
+	if (group < 0)
+		group = memd_lease_fullest_group(s->lt);
 	memset(rep, 0, sizeof(*rep));
 	for (i = 0; i < want; i++) {
-		r = grant_one(s, c->session, &rep->u.lease_ok.lease[i]);
+		r = grant_one(s, c->session, group, &rep->u.lease_ok.lease[i]);
+		if (r == -ENOSPC && node == WIRE_NODE_ANY)
+			r = grant_one(s, c->session, MEMD_LEASE_ANY_GROUP,
+				      &rep->u.lease_ok.lease[i]);
 		if (r)
 			break;
 	}
@@ -467,8 +612,8 @@ static void do_lease(struct memd_server *s, struct conn *c,
 		return;
 	}
 	s->ctr.leases_granted += want;
-	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u",
-		 memd_session_id(c->session), want);
+	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u node=%d",
+		 memd_session_id(c->session), want, node);
 	rep->type = WIRE_LEASE_OK;
 	rep->seq = req->seq;
 	rep->u.lease_ok.ttl_ms = s->cfg.lease_ttl_ms;
@@ -541,21 +686,30 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 	memset(st, 0, sizeof(*st));
 	st->epoch = s->epoch;
 	st->uptime_ms = now_ms() - s->start_ms;
-	st->donated_bytes = s->arena->len_bytes;
+	st->donated_bytes = s->donated_bytes;
 	st->slab_bytes = s->cfg.slab_bytes;
 	st->slabs_total = cnt.total;
 	st->slabs_free = cnt.free;
 	st->slabs_leased = cnt.leased;
 	st->slabs_reclaiming = cnt.reclaiming;
 	st->sessions = cnt.sessions;
-	st->flags = (s->arena->hugetlb ? WIRE_STATUS_HUGEPAGES : 0) |
-		    (s->draining ? WIRE_STATUS_DRAINING : 0);
+	st->flags = s->draining ? WIRE_STATUS_DRAINING : 0;
+	/* HUGEPAGES: every arena is backed by hugetlbfs pages. */
+	st->flags |= WIRE_STATUS_HUGEPAGES;
+	for (uint32_t a = 0; a < s->narenas; a++)
+		if (!s->aep[a].arena->hugetlb)
+			st->flags &= ~WIRE_STATUS_HUGEPAGES;
 	st->leases_expired = s->ctr.leases_expired;
 	st->frames_rejected = s->ctr.frames_rejected;
-	st->nnodes = 1;
-	st->node[0].node = WIRE_NODE_ANY;
-	st->node[0].slabs_total = cnt.total;
-	st->node[0].slabs_free = cnt.free;
+	st->nnodes = (uint16_t)s->narenas;
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		st->node[a].node = s->aep[a].node;
+		st->node[a].slabs_total = gc.total;
+		st->node[a].slabs_free = gc.free;
+	}
 }
 
 static void handle(struct memd_server *s, struct conn *c,
@@ -970,31 +1124,124 @@ static int write_ready_file(const char *path, const char *addr)
 	return 0;
 }
 
-int memd_server_create(const struct memd_config *cfg,
-		       struct memd_arena *arena, memd_config_builder rebuild,
-		       void *rebuild_arg, const char *ready_file,
-		       struct memd_server **out, char *err, size_t errlen)
+/*
+ * Opens arena a's domain and endpoint, bound where memd_nodes_bind_addr()
+ * says. If the provider cannot bind to a NIC's address (one without IP
+ * addressing), the endpoint falls back to the listen host, as without
+ * NUMA placement.
+ */
+static int open_endpoint(struct memd_server *s, struct arena_ep *a,
+			 const char *listen_host, char *err, size_t errlen)
+{
+	struct fab_opts fo = { .provider = s->cfg.provider };
+	char why[160];
+	int r;
+
+	r = memd_nodes_bind_addr(s->topo, a->node, s->cfg.provider, listen_host,
+				 s->cfg.fabric_node, a->bind, sizeof(a->bind),
+				 why, sizeof(why));
+	if (r) {
+		snprintf(err, errlen, "fabric endpoint %u: address: %s",
+			 a->index, strerror(-r));
+		return r;
+	}
+	fo.node = a->bind;
+	r = fab_domain_open(&fo, &a->fd);
+	if (r == -ENODATA && strcmp(a->bind, listen_host) &&
+	    !s->cfg.fabric_node[0]) {
+		memd_log(LOG_WARNING,
+			 "fabric: endpoint=%u node=%d provider=%s cannot bind "
+			 "%s (%s); binding the listen host %s instead",
+			 a->index, a->node, s->cfg.provider, a->bind, why,
+			 listen_host);
+		snprintf(a->bind, sizeof(a->bind), "%s", listen_host);
+		snprintf(why, sizeof(why),
+			 "fallback: provider refused the "
+			 "NIC's address");
+		fo.node = a->bind;
+		r = fab_domain_open(&fo, &a->fd);
+	}
+	if (r) {
+		snprintf(err, errlen, "fabric provider '%s' on node '%s': %s%s",
+			 s->cfg.provider, fo.node, strerror(-r),
+			 r == -ENODATA ? " (fi_info -l lists the providers "
+					 "here)"
+				       : "");
+		return r;
+	}
+	r = fab_ep_open(a->fd, 0, &a->ep);
+	if (!r) {
+		a->addr_len = sizeof(a->addr);
+		r = fab_ep_name(a->ep, a->addr, &a->addr_len);
+	}
+	if (r) {
+		snprintf(err, errlen, "fabric endpoint %u: %s", a->index,
+			 strerror(-r));
+		return r;
+	}
+	if (a->addr_len > WIRE_ADDR_MAX) {
+		snprintf(err, errlen, "fabric address of %zu bytes is too long",
+			 a->addr_len);
+		return -EOVERFLOW;
+	}
+	memd_log(LOG_NOTICE,
+		 "fabric: endpoint=%u node=%d bind=%s why=%s slabs=%u-%u",
+		 a->index, a->node, a->bind, why, a->index * s->arena_slabs,
+		 (a->index + 1) * s->arena_slabs - 1);
+	return 0;
+}
+
+int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
+		       uint32_t narenas, const struct place_topo *topo,
+		       memd_config_builder rebuild, void *rebuild_arg,
+		       const char *ready_file, struct memd_server **out,
+		       char *err, size_t errlen)
 {
 	struct memd_server *s;
-	struct fab_opts fo = { 0 };
-	char host[MEMD_CONF_STR_MAX], bound[300];
+	char host[MEMD_CONF_STR_MAX], bound[300], nodes[64];
 	struct epoll_event ev;
 	sigset_t mask;
 	uint16_t port;
+	bool hugetlb = true;
 	int r;
 
 	*out = NULL;
+	if (narenas < 1 || narenas > MEMD_NUMA_NODES_MAX) {
+		snprintf(err, errlen, "%u arenas: memd serves 1 to %d", narenas,
+			 MEMD_NUMA_NODES_MAX);
+		return -EINVAL;
+	}
+	for (uint32_t a = 0; a < narenas; a++) {
+		if (arenas[a].len_bytes != arenas[0].len_bytes ||
+		    arenas[a].len_bytes % cfg->slab_bytes ||
+		    arenas[a].len_bytes < cfg->slab_bytes) {
+			snprintf(err, errlen,
+				 "arenas must be equal multiples of "
+				 "slab_size");
+			return -EINVAL;
+		}
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
 	s->rebuild = rebuild;
 	s->rebuild_arg = rebuild_arg;
-	s->arena = arena;
+	s->topo = topo;
 	s->lfd = s->epfd = s->sigfd = -1;
 	s->start_ms = now_ms();
 	s->epoch = random_key();
-	s->nslabs = (uint32_t)(arena->len_bytes / cfg->slab_bytes);
+	s->narenas = narenas;
+	s->arena_slabs = (uint32_t)(arenas[0].len_bytes / cfg->slab_bytes);
+	s->nslabs = s->arena_slabs * narenas;
+	s->donated_bytes = arenas[0].len_bytes * narenas;
+	for (uint32_t a = 0; a < narenas; a++) {
+		s->aep[a].srv = s;
+		s->aep[a].index = a;
+		s->aep[a].arena = &arenas[a];
+		s->aep[a].node = arenas[a].node;
+		hugetlb = hugetlb && arenas[a].hugetlb;
+	}
 	pthread_mutex_init(&s->rlock, NULL);
 	{
 		pthread_condattr_t ca;
@@ -1012,9 +1259,9 @@ int memd_server_create(const struct memd_config *cfg,
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
-	r = memd_lease_table_create(s->nslabs, cfg->lease_ttl_ms,
-				    cfg->lease_grace_ms, cfg->quiesce_ms,
-				    &s->lt);
+	r = memd_lease_table_create_groups(
+		s->nslabs, narenas, cfg->lease_ttl_ms, cfg->lease_grace_ms,
+		cfg->quiesce_ms, &s->lt);
 	if (r) {
 		snprintf(err, errlen, "lease table: %s", strerror(-r));
 		goto fail;
@@ -1026,32 +1273,10 @@ int memd_server_create(const struct memd_config *cfg,
 			 cfg->listen);
 		goto fail;
 	}
-	fo.provider = cfg->provider;
-	fo.node = cfg->fabric_node[0] ? cfg->fabric_node : host;
-	r = fab_domain_open(&fo, &s->fd);
-	if (r) {
-		snprintf(err, errlen,
-			 "fabric provider '%s' on node '%s': %s%s",
-			 cfg->provider, fo.node, strerror(-r),
-			 r == -ENODATA ? " (fi_info -l lists the providers "
-					 "here)" :
-					 "");
-		goto fail;
-	}
-	r = fab_ep_open(s->fd, 0, &s->ep);
-	if (!r) {
-		s->fab_addr_len = sizeof(s->fab_addr);
-		r = fab_ep_name(s->ep, s->fab_addr, &s->fab_addr_len);
-	}
-	if (r) {
-		snprintf(err, errlen, "fabric endpoint: %s", strerror(-r));
-		goto fail;
-	}
-	if (s->fab_addr_len > WIRE_ADDR_MAX) {
-		r = -EOVERFLOW;
-		snprintf(err, errlen, "fabric address of %zu bytes is too long",
-			 s->fab_addr_len);
-		goto fail;
+	for (uint32_t a = 0; a < narenas; a++) {
+		r = open_endpoint(s, &s->aep[a], host, err, errlen);
+		if (r)
+			goto fail;
 	}
 
 	r = listen_on(s, bound, sizeof(bound), err, errlen);
@@ -1074,13 +1299,17 @@ int memd_server_create(const struct memd_config *cfg,
 	ev.data.ptr = &s->sigfd;
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &ev);
 
-	r = pthread_create(&s->fab_thread, NULL, fab_main, s);
-	if (r) {
-		r = -r;
-		snprintf(err, errlen, "fabric thread: %s", strerror(-r));
-		goto fail;
+	for (uint32_t a = 0; a < narenas; a++) {
+		r = pthread_create(&s->aep[a].thread, NULL, fab_main,
+				   &s->aep[a]);
+		if (r) {
+			r = -r;
+			snprintf(err, errlen, "fabric thread %u: %s", a,
+				 strerror(-r));
+			goto fail;
+		}
+		s->aep[a].started = true;
 	}
-	s->fab_started = true;
 	r = pthread_create(&s->reclaim_thread, NULL, reclaim_main, s);
 	if (r) {
 		r = -r;
@@ -1097,12 +1326,15 @@ int memd_server_create(const struct memd_config *cfg,
 			goto fail;
 		}
 	}
+	served_nodes(s, nodes, sizeof(nodes));
 	memd_log(LOG_NOTICE,
 		 "memd: ready listen=%s provider=%s mr_mode=%#x donate=%" PRIu64
-		 " slab=%" PRIu64 " slabs=%u hugetlb=%d ttl_ms=%u epoch=%016" PRIx64,
-		 bound, fab_domain_provider(s->fd), fab_domain_mr_mode(s->fd),
-		 arena->len_bytes, cfg->slab_bytes, s->nslabs, arena->hugetlb,
-		 cfg->lease_ttl_ms, s->epoch);
+		 " slab=%" PRIu64 " slabs=%u hugetlb=%d ttl_ms=%u nodes=%s "
+		 "endpoints=%u epoch=%016" PRIx64,
+		 bound, fab_domain_provider(s->aep[0].fd),
+		 fab_domain_mr_mode(s->aep[0].fd), s->donated_bytes,
+		 cfg->slab_bytes, s->nslabs, hugetlb, cfg->lease_ttl_ms, nodes,
+		 narenas, s->epoch);
 	*out = s;
 	return 0;
 fail:
@@ -1182,14 +1414,18 @@ void memd_server_destroy(struct memd_server *s)
 		reclaim_kick(s);
 		pthread_join(s->reclaim_thread, NULL);
 	}
-	if (s->fab_started)
-		pthread_join(s->fab_thread, NULL);
+	for (uint32_t a = 0; a < s->narenas; a++)
+		if (s->aep[a].started)
+			pthread_join(s->aep[a].thread, NULL);
 	while (s->conns)
 		conn_close(s, s->conns, "memd stopping");
 	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
 		fab_mr_close(s->mr[i]);
-	fab_ep_close(s->ep);
-	fab_domain_close(s->fd);
+	/* Reverse order of creation; the first arena's domain was first. */
+	for (uint32_t a = s->narenas; a-- > 0;) {
+		fab_ep_close(s->aep[a].ep);
+		fab_domain_close(s->aep[a].fd);
+	}
 	memd_lease_table_destroy(s->lt);
 	if (s->sigfd >= 0)
 		close(s->sigfd);

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * memd/server.h - memd's control server and data plane: the event loop
- * that speaks the wire protocol, the fabric endpoint clients RMA into, the
- * lease table, and the reclaimer that zeroes revoked slabs.
+ * that speaks the wire protocol, the fabric endpoints clients RMA into
+ * (one per arena, i.e. per NUMA node served), the lease table, and the
+ * reclaimer that zeroes revoked slabs.
  *
  * Threads (all named):
  *   memd-ctl      the caller of memd_server_run: accepts, reads, decodes,
  *                 grants/releases/renews, expires sessions, signals.
- *   memd-fab0     progresses the fabric endpoint (one-sided RMA from
- *                 clients is served only while it runs).
+ *   memd-fabN     progresses the fabric endpoint of arena N (one-sided RMA
+ *                 from clients is served only while it runs); pinned to
+ *                 the CPUs of the arena's node when it has one.
  *   memd-reclaim  zeroes slabs once their quiesce delay is over.
  */
 #ifndef TP_MEMD_SERVER_H
@@ -20,18 +22,19 @@
 #include "memd/config.h"
 
 struct memd_server;
+struct place_topo;
 
 /* Counters: one list, so STATUS, /metrics and the man page agree. */
-#define MEMD_COUNTERS(X)                                                     \
-	X(conns_accepted, "control connections accepted")                    \
-	X(conns_refused, "connections refused over max_clients or draining") \
-	X(frames_in, "control frames decoded")                               \
-	X(frames_rejected, "malformed or oversized frames")                  \
-	X(sessions_opened, "sessions opened")                                \
-	X(leases_granted, "slab leases granted")                             \
-	X(leases_released, "slab leases released by their client")          \
-	X(leases_expired, "slab leases revoked because the session expired") \
-	X(leases_refused, "lease requests refused (no free slab)")           \
+#define MEMD_COUNTERS(X)                                                       \
+	X(conns_accepted, "control connections accepted")                      \
+	X(conns_refused, "connections refused over max_clients or draining")   \
+	X(frames_in, "control frames decoded")                                 \
+	X(frames_rejected, "malformed or oversized frames")                    \
+	X(sessions_opened, "sessions opened")                                  \
+	X(leases_granted, "slab leases granted")                               \
+	X(leases_released, "slab leases released by their client")             \
+	X(leases_expired, "slab leases revoked because the session expired")   \
+	X(leases_refused, "lease requests refused (no free slab, bad node)")   \
 	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")
 
 struct memd_counters {
@@ -48,17 +51,24 @@ typedef int (*memd_config_builder)(struct memd_config *out, char *err,
 				   size_t errlen, void *arg);
 
 /*
- * Opens the fabric, registers nothing yet (each lease gets its own
- * registration), binds the control listener and, when ready_file is not
- * NULL, writes "HOST:PORT\n" to it once listening. The server copies cfg
- * and uses (does not own) arena. On SIGHUP it calls rebuild (may be NULL)
- * and applies the keys memd.conf(5) marks reloadable.
- * Returns 0 and *out, or -errno with err explaining.
+ * Opens one fabric domain and endpoint per arena (arenas[0 .. narenas),
+ * 1 .. MEMD_NUMA_NODES_MAX of them, all the same size, a multiple of
+ * slab_size), each bound to the address memd_nodes_bind_addr() picks for
+ * the arena's node; registers nothing yet (each lease gets its own
+ * registration); binds the control listener and, when ready_file is not
+ * NULL, writes "HOST:PORT\n" to it once listening. topo is the host
+ * topology when arenas are bound to nodes (NULL otherwise); it is used to
+ * find NICs and to pin the progress threads, and must outlive the server.
+ * The server copies cfg and uses (does not own) the arenas. On SIGHUP it
+ * calls rebuild (may be NULL) and applies the keys memd.conf(5) marks
+ * reloadable. Returns 0 and *out, or -errno with err explaining (-EINVAL:
+ * a configuration value cannot be used here).
  */
-int memd_server_create(const struct memd_config *cfg,
-		       struct memd_arena *arena, memd_config_builder rebuild,
-		       void *rebuild_arg, const char *ready_file,
-		       struct memd_server **out, char *err, size_t errlen);
+int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
+		       uint32_t narenas, const struct place_topo *topo,
+		       memd_config_builder rebuild, void *rebuild_arg,
+		       const char *ready_file, struct memd_server **out,
+		       char *err, size_t errlen);
 
 /*
  * Runs the control loop on the calling thread until SIGTERM or SIGINT
