@@ -20,8 +20,14 @@ uint32_t pool_region_nextents(const struct pool_region *r);
 int pool_region_extent(const struct pool_region *r, uint32_t i,
 		       struct wire_lease *lease, uint64_t *slab_off,
 		       uint64_t *len);
-/* memd's fabric address as the session received it. */
+/* memd's provider and the address of its endpoint 0, as the session
+ * received them. */
 int pool_session_fabric(struct pool *p, const char **provider,
 			const uint8_t **addr, uint16_t *addr_len);
+/* How many endpoints memd announced (1 .. WIRE_MAX_ENDPOINTS). */
+uint16_t pool_session_nendpoints(const struct pool *p);
+/* Endpoint i's node (-1: not placed) and fabric address. 0 or -ERANGE. */
+int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
+			  const uint8_t **addr, uint16_t *addr_len);
 
 #endif

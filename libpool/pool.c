@@ -4,13 +4,18 @@
  *
  * DESIGN
  * A session is a control connection to one memd (libpool/ctl.c), a fabric
- * endpoint that reaches memd's, the slabs it leased, and the regions cut
- * from them. Regions of half a slab or more take whole slabs; the rest of
+ * endpoint whose address vector holds every endpoint memd announced (one
+ * per NUMA node memd serves), the slabs it leased, and the regions cut
+ * from them. Every slab remembers the memd endpoint that serves it (its
+ * lease says which) and the node it is on; RMA to a slab goes to that
+ * endpoint. Regions of half a slab or more take whole slabs; the rest of
  * a region, and small regions, are packed into "packed" slabs in 4 KiB
- * chunks (first fit over a bitmap). A region is a list of extents
- * (slab, offset, length); I/O splits a byte range over extents and into
- * chunks of at most chunk_bytes, posts them all (the endpoint bounds how
- * many are in flight) and waits.
+ * chunks (first fit over a bitmap), and a packed slab is shared only by
+ * regions that asked for the same node (pool_alloc_node), so a region
+ * asked for on node n never lands in a slab leased for "any". A region is
+ * a list of extents (slab, offset, length); I/O splits a byte range over
+ * extents and into chunks of at most chunk_bytes, posts them all (the
+ * endpoint bounds how many are in flight) and waits.
  *
  * Threads:
  *   callers   alloc/free take p->lock (slabs, regions, RPCs); I/O takes
@@ -52,7 +57,8 @@
 #define INLINE_OPS 4
 
 struct slab {
-	struct wire_lease l;
+	struct wire_lease l; /* l.endpoint < p->nendpoints, checked */
+	int want_node;	     /* node the slab was leased for; -1: any */
 	bool packed;
 	uint32_t nchunks, used; /* packed slabs */
 	uint64_t *bits; /* packed: 1 = chunk in use */
@@ -67,6 +73,7 @@ struct extent {
 
 struct pool_region {
 	size_t size;
+	int node; /* of every extent's slab; -1: unknown or mixed */
 	struct pool_region *next, *prev;
 	uint32_t nextents;
 	struct extent ext[];
@@ -93,14 +100,15 @@ struct pool {
 	struct fab_domain *fd;
 	struct fab_ep *ep; /* NULL once the session failed */
 	pthread_rwlock_t ep_rw;
-	uint64_t peer;
 	unsigned mr_mode;
 
 	uint64_t session_id, epoch, slab_bytes;
 	uint32_t ttl_ms, margin_ms;
 	char provider[WIRE_PROV_MAX];
-	uint8_t fab_addr[WIRE_ADDR_MAX];
-	uint16_t fab_addr_len;
+	/* memd's endpoints as HELLO_OK gave them; peer: our AV's handle */
+	struct wire_endpoint mep[WIRE_MAX_ENDPOINTS];
+	uint64_t peer[WIRE_MAX_ENDPOINTS];
+	uint16_t nendpoints;
 
 	pthread_mutex_t lock; /* slabs, regions */
 	struct slab *slabs;
@@ -235,8 +243,22 @@ static void slab_free(struct slab *s)
 	}
 }
 
-/* Leases n slabs; appends them to p->slabs and out[]. Caller holds lock. */
-static int lease_locked(struct pool *p, uint32_t n, bool packed,
+/*
+ * A lease as memd sent it is usable when its endpoint is one HELLO_OK
+ * announced and, for a lease asked on a node, it is on that node.
+ */
+static bool lease_is_usable(const struct pool *p, const struct wire_lease *l,
+			    int node)
+{
+	return l->endpoint < p->nendpoints &&
+	       (node == WIRE_NODE_ANY || l->node == node);
+}
+
+/*
+ * Leases n slabs on node (-1: any); appends them to p->slabs and out[].
+ * Caller holds lock.
+ */
+static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 			struct slab **out)
 {
 	static const uint32_t max = WIRE_MAX_LEASES;
@@ -259,14 +281,32 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed,
 		memset(req, 0, sizeof(*req));
 		req->type = WIRE_LEASE;
 		req->u.lease.nslabs = k;
-		req->u.lease.node = WIRE_NODE_ANY;
+		req->u.lease.node = node;
+		text[0] = '\0';
 		r = pool_ctl_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
 				  text, sizeof(text));
 		if (r == 0 && rep->u.lease_ok.count != k)
 			r = -EPROTO;
+		for (uint32_t i = 0; r == 0 && i < k; i++) {
+			if (!lease_is_usable(p, &rep->u.lease_ok.lease[i],
+					     node)) {
+				pool_log(LOG_ERR,
+					 "alloc: memd sent a lease on endpoint "
+					 "%u node %d for node %d (%u "
+					 "endpoints)",
+					 rep->u.lease_ok.lease[i].endpoint,
+					 rep->u.lease_ok.lease[i].node, node,
+					 p->nendpoints);
+				r = -EPROTO;
+			}
+		}
 		if (r) {
 			if (r == -ENOSPC)
 				pool_log(LOG_INFO, "alloc: %s", text);
+			else if (text[0])
+				pool_log(LOG_WARNING,
+					 "alloc: node=%d refused by memd: %s",
+					 node, text);
 			break;
 		}
 		extend_validity(p, sent);
@@ -286,6 +326,7 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed,
 				continue;
 			}
 			s->l = *l;
+			s->want_node = node;
 			s->packed = packed;
 			s->next = p->slabs;
 			if (p->slabs)
@@ -388,7 +429,8 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-static int pack_locked(struct pool *p, uint64_t len, struct extent *e)
+/* Packs len bytes into a packed slab leased for the same node. */
+static int pack_locked(struct pool *p, uint64_t len, int node, struct extent *e)
 {
 	uint32_t n = (uint32_t)((len + CHUNK_BYTES - 1) / CHUNK_BYTES);
 	struct slab *s, *fresh;
@@ -396,14 +438,15 @@ static int pack_locked(struct pool *p, uint64_t len, struct extent *e)
 	int r;
 
 	for (s = p->slabs; s; s = s->next) {
-		if (!s->packed || s->nchunks - s->used < n)
+		if (!s->packed || s->want_node != node ||
+		    s->nchunks - s->used < n)
 			continue;
 		at = first_fit(s, n);
 		if (at != UINT32_MAX)
 			break;
 	}
 	if (!s) {
-		r = lease_locked(p, 1, true, &fresh);
+		r = lease_locked(p, 1, true, node, &fresh);
 		if (r)
 			return r;
 		s = fresh;
@@ -532,10 +575,8 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	p->margin_ms = p->ttl_ms / 10 < 1000 ? p->ttl_ms / 10 : 1000;
 	extend_validity(p, mono_ms());
 	memcpy(p->provider, rep.u.hello_ok.provider, sizeof(p->provider));
-	/* Endpoint 0 always exists; memd's others come with NUMA nodes. */
-	memcpy(p->fab_addr, rep.u.hello_ok.ep[0].addr,
-	       rep.u.hello_ok.ep[0].addr_len);
-	p->fab_addr_len = rep.u.hello_ok.ep[0].addr_len;
+	p->nendpoints = rep.u.hello_ok.nendpoints;
+	memcpy(p->mep, rep.u.hello_ok.ep, p->nendpoints * sizeof(p->mep[0]));
 
 	/* Bind the fabric where the control connection goes out; providers
 	 * without IP addressing (shm) take no node. */
@@ -555,9 +596,13 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	if (fab_domain_max_msg(p->fd) < p->xfer_bytes)
 		p->xfer_bytes = fab_domain_max_msg(p->fd);
 	r = fab_ep_open(p->fd, p->max_inflight, &p->ep);
-	if (!r)
-		r = fab_ep_av_insert(p->ep, p->fab_addr, p->fab_addr_len,
-				     &p->peer);
+	for (uint16_t i = 0; !r && i < p->nendpoints; i++) {
+		r = fab_ep_av_insert(p->ep, p->mep[i].addr, p->mep[i].addr_len,
+				     &p->peer[i]);
+		if (!r)
+			pool_log(LOG_DEBUG, "session: memd endpoint=%u node=%d",
+				 i, p->mep[i].node);
+	}
 	if (r) {
 		pool_log(LOG_WARNING, "session: fabric endpoint err=%s",
 			 strerror(-r));
@@ -571,8 +616,9 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	p->hb_started = true;
 	pool_log(LOG_INFO,
 		 "session: open session=%" PRIx64 " memd=%s provider=%s "
-		 "slab=%" PRIu64 " ttl_ms=%u",
-		 p->session_id, p->addr, p->provider, p->slab_bytes, p->ttl_ms);
+		 "slab=%" PRIu64 " ttl_ms=%u endpoints=%u",
+		 p->session_id, p->addr, p->provider, p->slab_bytes, p->ttl_ms,
+		 p->nendpoints);
 	*out = p;
 	return 0;
 fail:
@@ -632,6 +678,23 @@ void pool_close(struct pool *p)
 
 int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 {
+	return pool_alloc_node(p, len, WIRE_NODE_ANY, out);
+}
+
+/* The node all of reg's slabs are on, or -1 (none known, or several). */
+static int region_node(const struct pool_region *reg)
+{
+	int node = reg->nextents ? reg->ext[0].slab->l.node : WIRE_NODE_ANY;
+
+	for (uint32_t i = 1; i < reg->nextents; i++)
+		if (reg->ext[i].slab->l.node != node)
+			return WIRE_NODE_ANY;
+	return node;
+}
+
+int pool_alloc_node(struct pool *p, size_t len, int node,
+		    struct pool_region **out)
+{
 	uint64_t full, rem;
 	struct pool_region *reg;
 	struct slab **got = NULL;
@@ -641,7 +704,7 @@ int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 	if (!p || !out)
 		return -EINVAL;
 	*out = NULL;
-	if (len == 0)
+	if (len == 0 || node < WIRE_NODE_ANY || node >= WIRE_NODE_MAX)
 		return -EINVAL;
 	/* Only a lost session stops an allocation: the grant itself renews
 	 * the session's leases. */
@@ -668,7 +731,7 @@ int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 	reg->nextents = n;
 	pthread_mutex_lock(&p->lock);
 	if (full) {
-		r = lease_locked(p, (uint32_t)full, false, got);
+		r = lease_locked(p, (uint32_t)full, false, node, got);
 		if (r) {
 			/* lease_locked tracked what it got before failing. */
 			uint32_t k = 0;
@@ -693,7 +756,7 @@ int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 				len - (full - 1) * p->slab_bytes;
 	}
 	if (rem) {
-		r = pack_locked(p, rem, &reg->ext[full]);
+		r = pack_locked(p, rem, node, &reg->ext[full]);
 		if (r && full) {
 			for (uint64_t i = 0; i < full; i++)
 				unlink_slab_locked(p, got[i]);
@@ -702,6 +765,7 @@ int pool_alloc(struct pool *p, size_t len, struct pool_region **out)
 	}
 unlock:
 	if (!r) {
+		reg->node = region_node(reg);
 		reg->next = p->regions;
 		if (p->regions)
 			p->regions->prev = reg;
@@ -712,7 +776,8 @@ unlock:
 	free(got);
 	if (r) {
 		free(reg);
-		pool_log(LOG_INFO, "alloc: len=%zu err=%s", len, strerror(-r));
+		pool_log(LOG_INFO, "alloc: len=%zu node=%d err=%s", len, node,
+			 strerror(-r));
 		return r;
 	}
 	*out = reg;
@@ -756,6 +821,11 @@ int pool_free(struct pool *p, struct pool_region *reg)
 size_t pool_region_size(const struct pool_region *r)
 {
 	return r ? r->size : 0;
+}
+
+int pool_region_node(const struct pool_region *r)
+{
+	return r ? r->node : WIRE_NODE_ANY;
 }
 
 /* ------------------------------------------------------------------ */
@@ -917,15 +987,14 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 						 take - done :
 						 p->xfer_bytes;
 			uint64_t raddr = e->slab->l.base + at + done;
+			uint64_t peer = p->peer[e->slab->l.endpoint];
 			struct fab_op *f = &op->ops[k];
 
-			ret = write ? fab_ep_write(p->ep, b, piece, desc,
-						   p->peer, raddr,
-						   e->slab->l.key, f,
-						   p->timeout_ms) :
-				      fab_ep_read(p->ep, b, piece, desc,
-						  p->peer, raddr,
-						  e->slab->l.key, f,
+			ret = write ? fab_ep_write(p->ep, b, piece, desc, peer,
+						   raddr, e->slab->l.key, f,
+						   p->timeout_ms)
+				    : fab_ep_read(p->ep, b, piece, desc, peer,
+						  raddr, e->slab->l.key, f,
 						  p->timeout_ms);
 			if (ret)
 				goto unlock;
@@ -1142,7 +1211,23 @@ int pool_session_fabric(struct pool *p, const char **provider,
 			const uint8_t **addr, uint16_t *addr_len)
 {
 	*provider = p->provider;
-	*addr = p->fab_addr;
-	*addr_len = p->fab_addr_len;
+	*addr = p->mep[0].addr;
+	*addr_len = p->mep[0].addr_len;
+	return 0;
+}
+
+uint16_t pool_session_nendpoints(const struct pool *p)
+{
+	return p->nendpoints;
+}
+
+int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
+			  const uint8_t **addr, uint16_t *addr_len)
+{
+	if (i >= p->nendpoints)
+		return -ERANGE;
+	*node = p->mep[i].node;
+	*addr = p->mep[i].addr;
+	*addr_len = p->mep[i].addr_len;
 	return 0;
 }

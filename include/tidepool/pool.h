@@ -96,12 +96,39 @@ POOL_API void pool_close(struct pool *p);
  */
 POOL_API int pool_alloc(struct pool *p, size_t len, struct pool_region **out);
 
+/*
+ * pool_alloc() with the memory on NUMA node `node` of the donor host (the
+ * operating system's node number, as numactl shows it), for a memd that
+ * splits its donation over nodes (memd.conf(5), numa_nodes); node -1 means
+ * any node, and pool_alloc(p, len, out) is pool_alloc_node(p, len, -1,
+ * out). Small regions are packed only into slabs leased for the same
+ * node argument. Each of memd's nodes is served by its own fabric
+ * endpoint, and a region's transfers go to the endpoint of its slabs.
+ * Returns 0 and *out, the errors of pool_alloc(), and
+ *   -EINVAL    node is below -1 or above 1023, or memd does not serve that
+ *              node (memd's reason is logged at level warning, see
+ *              LIBPOOL_LOG)
+ *   -ENOSPC    that node has too few free slabs (others may have some)
+ * Thread-safety: as pool_alloc().
+ */
+POOL_API int pool_alloc_node(struct pool *p, size_t len, int node,
+			     struct pool_region **out);
+
 /* Frees a region; its slabs are released once nothing else lives in them.
  * NULL is a no-op. Returns 0 or -errno (the region is freed regardless). */
 POOL_API int pool_free(struct pool *p, struct pool_region *r);
 
 /* Size in bytes the region was allocated with. */
 POOL_API size_t pool_region_size(const struct pool_region *r);
+
+/*
+ * The NUMA node of the donor host that holds all of r's memory, as memd
+ * reported it when it leased the slabs, or -1 when that is not known (memd
+ * does no NUMA placement, r is NULL) or r spans slabs on several nodes
+ * (possible only for regions from pool_alloc_node(..., -1, ...)). Does not
+ * block; any thread.
+ */
+POOL_API int pool_region_node(const struct pool_region *r);
 
 /*
  * Copies len bytes at offset off of region r into buf (pool_read) or from
