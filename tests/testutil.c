@@ -66,8 +66,16 @@ static void sleep_ms(long ms)
 
 int tu_memd_start(struct tu_memd *m, const char *extra_conf)
 {
+	return tu_memd_start_args(m, extra_conf, NULL);
+}
+
+int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
+		       const char *const *extra_args)
+{
 	char conf[256], ready[256], log[256];
 	const char *bin = tu_memd_path();
+	const char *argv[32];
+	int argc = 0;
 	FILE *f;
 
 	memset(m, 0, sizeof(*m));
@@ -96,8 +104,15 @@ int tu_memd_start(struct tu_memd *m, const char *extra_conf)
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
 		}
-		execl(bin, bin, "-c", conf, "--ready-file", ready,
-		      (char *)NULL);
+		argv[argc++] = bin;
+		argv[argc++] = "-c";
+		argv[argc++] = conf;
+		argv[argc++] = "--ready-file";
+		argv[argc++] = ready;
+		while (extra_args && *extra_args && argc < 31)
+			argv[argc++] = *extra_args++;
+		argv[argc] = NULL;
+		execv(bin, (char *const *)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 3000; i++) { /* up to 30 s on a loaded box */

@@ -41,6 +41,10 @@ struct tu_memd {
  * until it is ready. Returns 0 or -errno (log at dir/memd.log).
  */
 int tu_memd_start(struct tu_memd *m, const char *extra_conf);
+/* The same with extra command-line arguments (NULL-terminated, may be
+ * NULL), which override the config file: "--donate", "96M". */
+int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
+		       const char *const *extra_args);
 /* Sends sig and reaps; returns the exit status as waitpid gives it. */
 int tu_memd_stop(struct tu_memd *m, int sig);
 /* Path of the memd binary (from TP_MEMD) or NULL. */
