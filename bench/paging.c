@@ -62,8 +62,8 @@ static uint64_t random_pages(const uint8_t *a, size_t npages, size_t n)
 		x ^= x << 13;
 		x ^= x >> 7;
 		x ^= x << 17;
-		s += *(const uint64_t *)(a + (x % npages) * PG + (x >> 52) * 8 %
-								 PG);
+		s += *(const uint64_t *)(a + (x % npages) * PG +
+					 (x >> 52) * 8 % PG);
 	}
 	return s;
 }

@@ -29,12 +29,12 @@
 #define WIRE_MAX_PAYLOAD 65536u
 #define WIRE_MAX_FRAME (WIRE_HDR_LEN + WIRE_MAX_PAYLOAD)
 
-#define WIRE_NAME_MAX 64 /* client name, incl. NUL */
-#define WIRE_PROV_MAX 32 /* provider name, incl. NUL */
-#define WIRE_ADDR_MAX 128 /* fabric address bytes */
-#define WIRE_MSG_MAX 256 /* error text, incl. NUL */
-#define WIRE_MAX_LEASES 256 /* leases in one LEASE_OK / RELEASE */
-#define WIRE_ERR_MAX 4095 /* ERROR.err is 1 .. WIRE_ERR_MAX */
+#define WIRE_NAME_MAX 64     /* client name, incl. NUL */
+#define WIRE_PROV_MAX 32     /* provider name, incl. NUL */
+#define WIRE_ADDR_MAX 128    /* fabric address bytes */
+#define WIRE_MSG_MAX 256     /* error text, incl. NUL */
+#define WIRE_MAX_LEASES 256  /* leases in one LEASE_OK / RELEASE */
+#define WIRE_ERR_MAX 4095    /* ERROR.err is 1 .. WIRE_ERR_MAX */
 #define WIRE_MAX_ENDPOINTS 8 /* fabric endpoints in one HELLO_OK */
 #define WIRE_MAX_NODES 8     /* per-node entries in one STATUS_OK */
 /*
@@ -86,7 +86,7 @@ struct wire_endpoint {
 struct wire_hello_ok {
 	uint16_t proto; /* version chosen, >= 1 */
 	uint64_t session_id;
-	uint64_t epoch; /* random per memd boot */
+	uint64_t epoch;	 /* random per memd boot */
 	uint32_t ttl_ms; /* lease TTL, >= 1; renew every ttl_ms / 3 */
 	uint64_t slab_bytes;
 	char provider[WIRE_PROV_MAX]; /* fabric provider memd uses */
@@ -96,8 +96,8 @@ struct wire_hello_ok {
 
 struct wire_lease_req {
 	uint32_t nslabs; /* 1 .. WIRE_MAX_LEASES */
-	uint32_t flags; /* reserved, must be 0 */
-	int32_t node;	/* WIRE_NODE_ANY, or 0 .. WIRE_NODE_MAX - 1 */
+	uint32_t flags;	 /* reserved, must be 0 */
+	int32_t node;	 /* WIRE_NODE_ANY, or 0 .. WIRE_NODE_MAX - 1 */
 };
 
 /* A leased slab as the client addresses it. (epoch, slab, generation)
@@ -115,7 +115,7 @@ struct wire_lease {
 
 struct wire_lease_ok {
 	uint32_t ttl_ms; /* >= 1; the client counts it from its send time */
-	uint32_t count; /* 0 .. WIRE_MAX_LEASES */
+	uint32_t count;	 /* 0 .. WIRE_MAX_LEASES */
 	struct wire_lease lease[WIRE_MAX_LEASES];
 };
 
@@ -131,7 +131,8 @@ struct wire_release {
 };
 
 struct wire_release_ok {
-	uint32_t released; /* 0 .. WIRE_MAX_LEASES: refs that named a live lease */
+	uint32_t
+		released; /* 0 .. WIRE_MAX_LEASES: refs that named a live lease */
 };
 
 struct wire_heartbeat_ok {
@@ -157,8 +158,8 @@ struct wire_status_ok {
 	uint32_t slabs_leased;
 	uint32_t slabs_reclaiming; /* revoked, waiting to be zeroed */
 	uint32_t sessions;
-	uint32_t flags; /* WIRE_STATUS_*; unknown bits must be 0 */
-	uint64_t leases_expired; /* since boot */
+	uint32_t flags;		  /* WIRE_STATUS_*; unknown bits must be 0 */
+	uint64_t leases_expired;  /* since boot */
 	uint64_t frames_rejected; /* malformed, oversized, out of sequence */
 	uint16_t nnodes;	  /* 0 .. WIRE_MAX_NODES */
 	struct wire_node_slabs node[WIRE_MAX_NODES];
@@ -168,14 +169,14 @@ struct wire_status_ok {
 #define WIRE_STATUS_KNOWN (WIRE_STATUS_HUGEPAGES | WIRE_STATUS_DRAINING)
 
 struct wire_error {
-	int32_t err; /* positive Linux errno, 1 .. WIRE_ERR_MAX */
+	int32_t err;		/* positive Linux errno, 1 .. WIRE_ERR_MAX */
 	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
 };
 
 struct wire_msg {
-	uint8_t type; /* enum wire_type */
+	uint8_t type;	/* enum wire_type */
 	uint16_t flags; /* header flags; 0 in version 1 */
-	uint32_t seq; /* a reply echoes its request's seq */
+	uint32_t seq;	/* a reply echoes its request's seq */
 	union {
 		struct wire_hello hello;
 		struct wire_hello_ok hello_ok;

@@ -97,8 +97,10 @@ int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
 			socklen_t el = sizeof(soerr);
 
 			r = wait_fd(fd, POLLOUT, deadline);
-			if (!r && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
-					     &el) == 0 && soerr == 0)
+			if (!r &&
+			    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &el) ==
+				    0 &&
+			    soerr == 0)
 				break;
 			if (!r)
 				r = -soerr;
@@ -112,10 +114,9 @@ int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
 	if (fd < 0)
 		return r;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (local_host &&
-	    (getsockname(fd, (struct sockaddr *)&ss, &sl) ||
-	     getnameinfo((struct sockaddr *)&ss, sl, local_host, hostlen,
-			 NULL, 0, NI_NUMERICHOST))) {
+	if (local_host && (getsockname(fd, (struct sockaddr *)&ss, &sl) ||
+			   getnameinfo((struct sockaddr *)&ss, sl, local_host,
+				       hostlen, NULL, 0, NI_NUMERICHOST))) {
 		close(fd);
 		return -EINVAL;
 	}

@@ -52,9 +52,10 @@ int pool_log_threshold(void)
 
 void pool_log_emit(int level, const char *fmt, ...)
 {
-	static const char *const tag[] = { "emerg", "alert", "crit",
-					   "err",   "warning", "notice",
-					   "info",  "debug" };
+	static const char *const tag[] = {
+		"emerg",   "alert",  "crit", "err",
+		"warning", "notice", "info", "debug"
+	};
 	char line[1024];
 	int n;
 	va_list ap;

@@ -13,10 +13,10 @@ int pool_log_threshold(void);
 void pool_log_emit(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#define pool_log(level, ...)                                                 \
-	do {                                                                 \
-		if ((level) <= pool_log_threshold())                         \
-			pool_log_emit((level), __VA_ARGS__);                 \
+#define pool_log(level, ...)                                                   \
+	do {                                                                   \
+		if ((level) <= pool_log_threshold())                           \
+			pool_log_emit((level), __VA_ARGS__);                   \
 	} while (0)
 
 #endif

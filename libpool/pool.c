@@ -61,7 +61,7 @@ struct slab {
 	int want_node;	     /* node the slab was leased for; -1: any */
 	bool packed;
 	uint32_t nchunks, used; /* packed slabs */
-	uint64_t *bits; /* packed: 1 = chunk in use */
+	uint64_t *bits;		/* packed: 1 = chunk in use */
 	struct slab *next, *prev;
 };
 
@@ -141,9 +141,9 @@ static void extend_validity(struct pool *p, uint64_t sent_ms)
 	uint64_t v = sent_ms + p->ttl_ms - p->margin_ms;
 	uint64_t cur = __atomic_load_n(&p->valid_until_ms, __ATOMIC_RELAXED);
 
-	while (v > cur && !__atomic_compare_exchange_n(
-				  &p->valid_until_ms, &cur, v, false,
-				  __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+	while (v > cur &&
+	       !__atomic_compare_exchange_n(&p->valid_until_ms, &cur, v, false,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
 		;
 }
 
@@ -201,8 +201,8 @@ static void *hb_main(void *arg)
 		}
 		pthread_mutex_lock(&p->hb_lock);
 		while (!p->hb_stop &&
-		       pthread_cond_timedwait(&p->hb_cond, &p->hb_lock,
-					      &ts) != ETIMEDOUT)
+		       pthread_cond_timedwait(&p->hb_cond, &p->hb_lock, &ts) !=
+			       ETIMEDOUT)
 			;
 		if (p->hb_stop) {
 			pthread_mutex_unlock(&p->hb_lock);
@@ -221,9 +221,10 @@ static void *hb_main(void *arg)
 		if (r == 0 && rep.u.heartbeat_ok.epoch != p->epoch)
 			r = -ESTALE; /* a restarted memd: old leases are gone */
 		if (r) {
-			session_fail(p, r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
-				     r == -ESTALE ? "memd expired or restarted" :
-						    "heartbeat failed");
+			session_fail(p,
+				     r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
+				     r == -ESTALE ? "memd expired or restarted"
+						  : "heartbeat failed");
 			break;
 		}
 		extend_validity(p, sent);
@@ -283,8 +284,8 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 		req->u.lease.nslabs = k;
 		req->u.lease.node = node;
 		text[0] = '\0';
-		r = pool_ctl_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
-				  text, sizeof(text));
+		r = pool_ctl_call(p->ctl, req, rep, WIRE_LEASE_OK,
+				  p->timeout_ms, text, sizeof(text));
 		if (r == 0 && rep->u.lease_ok.count != k)
 			r = -EPROTO;
 		for (uint32_t i = 0; r == 0 && i < k; i++) {
@@ -315,7 +316,8 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 			const struct wire_lease *l = &rep->u.lease_ok.lease[i];
 
 			if (s && packed) {
-				s->nchunks = (uint32_t)(l->len_bytes / CHUNK_BYTES);
+				s->nchunks =
+					(uint32_t)(l->len_bytes / CHUNK_BYTES);
 				s->bits = calloc((s->nchunks + 63) / 64, 8);
 			}
 			if (!s || (packed && !s->bits)) {
@@ -353,8 +355,8 @@ static int release_locked(struct pool *p, struct slab **v, uint32_t n)
 	req = malloc(sizeof(*req));
 	rep = malloc(sizeof(*rep));
 	for (uint32_t done = 0; req && rep && done < n;) {
-		uint32_t k = n - done < WIRE_MAX_LEASES ? n - done :
-							  WIRE_MAX_LEASES;
+		uint32_t k =
+			n - done < WIRE_MAX_LEASES ? n - done : WIRE_MAX_LEASES;
 		int r;
 
 		memset(req, 0, sizeof(*req));
@@ -366,10 +368,10 @@ static int release_locked(struct pool *p, struct slab **v, uint32_t n)
 			req->u.release.ref[i].generation =
 				v[done + i]->l.generation;
 		}
-		r = __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE) ?
-			    -ENOTCONN :
-			    pool_ctl_call(p->ctl, req, rep, WIRE_RELEASE_OK,
-					  p->timeout_ms, NULL, 0);
+		r = __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)
+			    ? -ENOTCONN
+			    : pool_ctl_call(p->ctl, req, rep, WIRE_RELEASE_OK,
+					    p->timeout_ms, NULL, 0);
 		if (r && !first)
 			first = r;
 		done += k;
@@ -461,13 +463,14 @@ static int pack_locked(struct pool *p, uint64_t len, int node, struct extent *e)
 }
 
 /* Frees one extent's space; a slab left empty goes into *dead. */
-static void unpack_locked(struct pool *p, struct extent *e,
-			  struct slab **dead, uint32_t *ndead)
+static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
+			  uint32_t *ndead)
 {
 	struct slab *s = e->slab;
 
 	if (s->packed) {
-		uint32_t n = (uint32_t)((e->len + CHUNK_BYTES - 1) / CHUNK_BYTES);
+		uint32_t n =
+			(uint32_t)((e->len + CHUNK_BYTES - 1) / CHUNK_BYTES);
 
 		bits_set(s->bits, (uint32_t)(e->off / CHUNK_BYTES), n, false);
 		s->used -= n;
@@ -645,8 +648,8 @@ void pool_close(struct pool *p)
 	}
 	/* BYE releases every lease at once; a lost memd reclaims them by
 	 * itself when their TTL runs out. */
-	if (p->ctl && p->session_id && !__atomic_load_n(&p->lost,
-							__ATOMIC_ACQUIRE)) {
+	if (p->ctl && p->session_id &&
+	    !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
 		struct wire_msg req = { .type = WIRE_BYE }, rep;
 
 		pool_ctl_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms,
@@ -983,9 +986,9 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		take = e->len - off < len ? e->len - off : len;
 		at = e->off + off;
 		for (uint64_t done = 0; done < take;) {
-			uint64_t piece = take - done < p->xfer_bytes ?
-						 take - done :
-						 p->xfer_bytes;
+			uint64_t piece = take - done < p->xfer_bytes
+						 ? take - done
+						 : p->xfer_bytes;
 			uint64_t raddr = e->slab->l.base + at + done;
 			uint64_t peer = p->peer[e->slab->l.endpoint];
 			struct fab_op *f = &op->ops[k];

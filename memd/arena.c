@@ -70,9 +70,9 @@ int memd_host_mem_read(struct memd_host_mem *h)
 	h->huge_page_bytes = hsize;
 	h->huge_free = hfree * hsize;
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0)
-		h->memlock_limit = rl.rlim_cur == RLIM_INFINITY ?
-					   UINT64_MAX :
-					   (uint64_t)rl.rlim_cur;
+		h->memlock_limit = rl.rlim_cur == RLIM_INFINITY
+					   ? UINT64_MAX
+					   : (uint64_t)rl.rlim_cur;
 	h->can_lock_any = have_ipc_lock();
 	return 0;
 }
@@ -146,16 +146,18 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 		/* Huge pages already reserved are not in MemAvailable, and
 		 * anything more would push the host into swap or OOM. */
 		snprintf(err, errlen,
-			 "cannot donate %" PRIu64 " bytes: the host has only %"
-			 PRIu64 " bytes available (MemAvailable); lower "
+			 "cannot donate %" PRIu64
+			 " bytes: the host has only %" PRIu64
+			 " bytes available (MemAvailable); lower "
 			 "donate",
 			 len, h->mem_available);
 		return -ENOMEM;
 	}
 	if (!h->can_lock_any && h->memlock_limit < len) {
 		snprintf(err, errlen,
-			 "cannot lock %" PRIu64 " bytes: RLIMIT_MEMLOCK is %"
-			 PRIu64 " bytes; raise it (LimitMEMLOCK=infinity in "
+			 "cannot lock %" PRIu64
+			 " bytes: RLIMIT_MEMLOCK is %" PRIu64
+			 " bytes; raise it (LimitMEMLOCK=infinity in "
 			 "the systemd unit, ulimit -l) or grant CAP_IPC_LOCK",
 			 len, h->memlock_limit);
 		return -EPERM;
@@ -196,9 +198,8 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 		return ret;
 	}
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS |
-			 (hugetlb ? MAP_HUGETLB : 0),
-		 -1, 0);
+		 MAP_PRIVATE | MAP_ANONYMOUS | (hugetlb ? MAP_HUGETLB : 0), -1,
+		 0);
 	if (p == MAP_FAILED) {
 		ret = -errno;
 		snprintf(err, errlen, "mmap of %" PRIu64 " bytes%s: %s", len,
@@ -242,8 +243,8 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 	a->node = node;
 	a->len_bytes = len;
 	a->hugetlb = hugetlb;
-	a->page_bytes = hugetlb ? h.huge_page_bytes :
-				  (uint64_t)sysconf(_SC_PAGESIZE);
+	a->page_bytes =
+		hugetlb ? h.huge_page_bytes : (uint64_t)sysconf(_SC_PAGESIZE);
 	return 0;
 }
 

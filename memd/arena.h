@@ -18,18 +18,18 @@
 struct memd_arena {
 	void *base;
 	uint64_t len_bytes;
-	bool hugetlb; /* backed by hugetlbfs pages */
+	bool hugetlb;	     /* backed by hugetlbfs pages */
 	uint64_t page_bytes; /* hugetlb page size, or the base page size */
 	int node; /* NUMA node its pages are bound to; -1: not bound */
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */
 struct memd_host_mem {
-	uint64_t mem_available; /* MemAvailable */
-	uint64_t huge_free; /* HugePages_Free * Hugepagesize */
+	uint64_t mem_available;	  /* MemAvailable */
+	uint64_t huge_free;	  /* HugePages_Free * Hugepagesize */
 	uint64_t huge_page_bytes; /* Hugepagesize */
-	uint64_t memlock_limit; /* RLIMIT_MEMLOCK soft, UINT64_MAX: none */
-	bool can_lock_any; /* CAP_IPC_LOCK (root) */
+	uint64_t memlock_limit;	  /* RLIMIT_MEMLOCK soft, UINT64_MAX: none */
+	bool can_lock_any;	  /* CAP_IPC_LOCK (root) */
 };
 
 int memd_host_mem_read(struct memd_host_mem *h);

@@ -84,14 +84,14 @@
 
 enum memd_conf_type {
 	MEMD_CONF_STRING, /* char[MEMD_CONF_STR_MAX], checked by parse_str */
-	MEMD_CONF_BYTES, /* uint64_t, binary size suffixes */
-	MEMD_CONF_MS, /* uint32_t milliseconds, ms/s/m/h suffixes */
-	MEMD_CONF_UINT, /* uint32_t */
-	MEMD_CONF_ENUM, /* int, one of names[] */
+	MEMD_CONF_BYTES,  /* uint64_t, binary size suffixes */
+	MEMD_CONF_MS,	  /* uint32_t milliseconds, ms/s/m/h suffixes */
+	MEMD_CONF_UINT,	  /* uint32_t */
+	MEMD_CONF_ENUM,	  /* int, one of names[] */
 };
 
 #define MEMD_CONF_RELOAD 0x1u /* SIGHUP applies a new value */
-#define MEMD_CONF_POW2 0x2u /* the value must be a power of two */
+#define MEMD_CONF_POW2 0x2u   /* the value must be a power of two */
 
 struct memd_conf_name {
 	const char *name;
@@ -101,9 +101,9 @@ struct memd_conf_name {
 struct memd_conf_key {
 	const char *name;
 	enum memd_conf_type type;
-	size_t off; /* of the field in struct memd_config */
+	size_t off;	   /* of the field in struct memd_config */
 	uint64_t min, max; /* numbers; for strings, length bounds */
-	const char *def; /* default, in memd.conf syntax */
+	const char *def;   /* default, in memd.conf syntax */
 	unsigned int flags;
 	const struct memd_conf_name *names; /* MEMD_CONF_ENUM; NULL-ended */
 	/*
@@ -553,10 +553,9 @@ static void memd_conf_expect(const struct memd_conf_key *k, char *buf,
 	case MEMD_CONF_ENUM:
 		used = (size_t)snprintf(buf, len, "one of");
 		for (n = k->names; n->name && used < len; n++)
-			used += (size_t)snprintf(buf + used, len - used,
-						 "%s %s",
-						 n == k->names ? "" : ",",
-						 n->name);
+			used += (size_t)snprintf(
+				buf + used, len - used, "%s %s",
+				n == k->names ? "" : ",", n->name);
 		return;
 	}
 }
@@ -849,8 +848,8 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 			if (!memd_conf_is_digit(host[i]) && host[i] != '.')
 				break;
 		/* all digits and dots: an IPv4 address, not a name */
-		if (i == len ? inet_pton(AF_INET, host, &a4) != 1 :
-			       !memd_conf_is_hostname(host)) {
+		if (i == len ? inet_pton(AF_INET, host, &a4) != 1
+			     : !memd_conf_is_hostname(host)) {
 			memd_conf_err(what, whatlen,
 				      "'%s' is not a host name or address",
 				      shown);
@@ -1043,10 +1042,9 @@ int memd_config_set(struct memd_config *c, const char *key, const char *value,
 	k = key[i] ? NULL : memd_conf_find(name);
 	if (!k) {
 		for (i = 0; i < MEMD_CONF_NKEYS && used < sizeof(known); i++)
-			used += (size_t)snprintf(known + used,
-						 sizeof(known) - used, "%s%s",
-						 i ? ", " : "",
-						 memd_conf_keys[i].name);
+			used += (size_t)snprintf(
+				known + used, sizeof(known) - used, "%s%s",
+				i ? ", " : "", memd_conf_keys[i].name);
 		memd_conf_err(err, errlen, "key '%s': unknown key; keys are %s",
 			      memd_conf_quote(key, shown, sizeof(shown)),
 			      known);
@@ -1197,8 +1195,8 @@ void memd_config_print(const struct memd_config *c, FILE *out)
 		memd_conf_print_comment(out, line);
 		/* on a line of its own, so it is never wrapped */
 		fprintf(out, "# Default: %s. %s\n", *k->def ? k->def : "empty",
-			k->flags & MEMD_CONF_RELOAD ? "Reloaded on SIGHUP." :
-						      "Restart to change.");
+			k->flags & MEMD_CONF_RELOAD ? "Reloaded on SIGHUP."
+						    : "Restart to change.");
 		memd_conf_format(c, k, val, sizeof(val));
 		/* no trailing blank after '=' for an empty value */
 		fprintf(out, "%s =%s%s\n", k->name, *val ? " " : "", val);
@@ -1244,8 +1242,8 @@ int memd_config_reload(struct memd_config *cur, const struct memd_config *next,
 struct memd_conf_parse {
 	FILE *fp;
 	const char *path;
-	struct memd_config *cfg; /* the copy being filled */
-	int lineno; /* of the line last handed to libinih */
+	struct memd_config *cfg;   /* the copy being filled */
+	int lineno;		   /* of the line last handed to libinih */
 	int seen[MEMD_CONF_NKEYS]; /* line that set each key, 0: none */
 	int rc; /* first error; then the reader reports end of file */
 	char *err;
@@ -1338,13 +1336,13 @@ static int memd_conf_check_line(struct memd_conf_parse *p, const char *s)
 			return -EINVAL;
 		}
 		if (!memd_conf_is_memd_section(s + 1, (size_t)(e - s - 1))) {
-			memd_conf_parse_fail(p, -EINVAL,
-					     "section '%.*s' is not allowed; "
-					     "keys go at the top or under "
-					     "[memd]",
-					     (int)(e - s + 1),
-					     memd_conf_quote(s, shown,
-							     sizeof(shown)));
+			memd_conf_parse_fail(
+				p, -EINVAL,
+				"section '%.*s' is not allowed; "
+				"keys go at the top or under "
+				"[memd]",
+				(int)(e - s + 1),
+				memd_conf_quote(s, shown, sizeof(shown)));
 			return -EINVAL;
 		}
 		for (e++; memd_conf_is_blank(*e); e++)

@@ -29,16 +29,17 @@
 
 enum memd_hugepages {
 	MEMD_HUGEPAGES_AUTO = 0, /* hugetlbfs pages if the host has enough */
-	MEMD_HUGEPAGES_NO, /* anonymous memory advised for THP */
-	MEMD_HUGEPAGES_YES, /* hugetlbfs pages or refuse to start */
+	MEMD_HUGEPAGES_NO,	 /* anonymous memory advised for THP */
+	MEMD_HUGEPAGES_YES,	 /* hugetlbfs pages or refuse to start */
 };
 
 struct memd_config {
 	char listen[MEMD_CONF_STR_MAX]; /* control server "host:port" */
-	char fabric_node[MEMD_CONF_STR_MAX]; /* fabric bind address; ""=host of listen */
+	char fabric_node
+		[MEMD_CONF_STR_MAX]; /* fabric bind address; ""=host of listen */
 	char provider[MEMD_CONF_STR_MAX]; /* libfabric provider name */
-	uint64_t donate_bytes; /* total donated memory */
-	uint64_t slab_bytes; /* unit of lease; power of two */
+	uint64_t donate_bytes;		  /* total donated memory */
+	uint64_t slab_bytes;		  /* unit of lease; power of two */
 	enum memd_hugepages hugepages;
 	/* "": one arena, no NUMA binding; "all"; or a canonical node list
 	 * such as "0,2-4" (increasing, no blanks, at most
@@ -46,9 +47,9 @@ struct memd_config {
 	char numa_nodes[MEMD_CONF_STR_MAX];
 	uint32_t lease_ttl_ms;
 	uint32_t lease_grace_ms; /* memd reclaims at renew + ttl + grace */
-	uint32_t quiesce_ms; /* lock-delay between revoke and zeroing */
-	uint32_t max_clients; /* concurrent control connections */
-	int log_level; /* syslog level: LOG_ERR .. LOG_DEBUG */
+	uint32_t quiesce_ms;	 /* lock-delay between revoke and zeroing */
+	uint32_t max_clients;	 /* concurrent control connections */
+	int log_level;		 /* syslog level: LOG_ERR .. LOG_DEBUG */
 };
 
 /* Fills every key with its default. */
@@ -84,8 +85,7 @@ int memd_config_numa_nodes(const struct memd_config *c, int *nodes);
 /* Cross-key checks (slab divides donation, ttl > grace, ...). 0 or -EINVAL.
  * Also checks every key against its own bounds, for structs filled by
  * code. */
-int memd_config_validate(const struct memd_config *c, char *err,
-			 size_t errlen);
+int memd_config_validate(const struct memd_config *c, char *err, size_t errlen);
 
 /* Writes every key as "key = value" (an ini memd can read back), each
  * preceded by its help text as a comment. */

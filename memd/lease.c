@@ -55,7 +55,7 @@ struct memd_lease_table {
 	uint32_t nfree, nleased, nreclaiming, nsessions;
 	uint32_t ngroups, group_slabs; /* nslabs == ngroups * group_slabs */
 	uint32_t *gfree;	       /* free slabs per group */
-	uint32_t rq_head, rq_tail; /* reclaim FIFO */
+	uint32_t rq_head, rq_tail;     /* reclaim FIFO */
 	struct memd_session *live_head, *live_tail;
 	uint64_t next_id;
 	uint64_t expired_sessions, expired_leases;
@@ -98,9 +98,8 @@ static void do_renew_locked(struct memd_lease_table *t, struct memd_session *s,
 	live_append(t, s);
 }
 
-int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
-			    uint32_t grace_ms, uint32_t quiesce_ms,
-			    struct memd_lease_table **out)
+int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms, uint32_t grace_ms,
+			    uint32_t quiesce_ms, struct memd_lease_table **out)
 {
 	return memd_lease_table_create_groups(nslabs, 1, ttl_ms, grace_ms,
 					      quiesce_ms, out);
@@ -147,8 +146,7 @@ int memd_lease_table_create_groups(uint32_t nslabs, uint32_t ngroups,
 	t->nfree = nslabs;
 	t->rq_head = t->rq_tail = NIL;
 	/* Session ids start at a random point so ids of two boots differ. */
-	if (getrandom(&t->next_id, sizeof(t->next_id), 0) !=
-	    sizeof(t->next_id))
+	if (getrandom(&t->next_id, sizeof(t->next_id), 0) != sizeof(t->next_id))
 		t->next_id = 1;
 	t->next_id = (t->next_id >> 16) | 1;
 	*out = t;
@@ -475,8 +473,7 @@ void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab)
 	pthread_mutex_unlock(&t->lock);
 }
 
-int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
-				   uint64_t now_ms)
+int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t, uint64_t now_ms)
 {
 	int64_t d = -1;
 

@@ -35,7 +35,7 @@ enum memd_slab_state {
 	MEMD_SLAB_FREE = 0,
 	MEMD_SLAB_LEASED,
 	MEMD_SLAB_RECLAIMING, /* revoked; zeroed once reclaim_at passes */
-	MEMD_SLAB_ZEROING, /* taken by the reclaimer */
+	MEMD_SLAB_ZEROING,    /* taken by the reclaimer */
 };
 
 struct memd_lease_counts {
@@ -49,9 +49,8 @@ struct memd_lease_counts {
  * a session lives without renewal; quiesce_ms is the delay between revoke
  * and zeroing. Returns 0 / -EINVAL / -ENOMEM.
  */
-int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms,
-			    uint32_t grace_ms, uint32_t quiesce_ms,
-			    struct memd_lease_table **out);
+int memd_lease_table_create(uint32_t nslabs, uint32_t ttl_ms, uint32_t grace_ms,
+			    uint32_t quiesce_ms, struct memd_lease_table **out);
 /*
  * The same with the slabs split into ngroups groups of nslabs / ngroups
  * consecutive slabs each: group g is slabs [g * n, (g + 1) * n).
@@ -139,8 +138,7 @@ size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
 /* ZEROING -> FREE: the slab is zeroed and may be granted again. */
 void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab);
 /* Milliseconds until the next RECLAIMING slab is due (-1: none). */
-int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t,
-				   uint64_t now_ms);
+int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t, uint64_t now_ms);
 
 /* Changes the quiesce delay for slabs revoked from now on (SIGHUP). */
 void memd_lease_set_quiesce(struct memd_lease_table *t, uint32_t quiesce_ms);

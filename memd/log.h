@@ -17,11 +17,11 @@ extern int memd_log_level;
 void memd_log_emit(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#define memd_log(level, ...)                                                 \
-	do {                                                                 \
-		if ((level) <= __atomic_load_n(&memd_log_level,              \
-					       __ATOMIC_RELAXED))            \
-			memd_log_emit((level), __VA_ARGS__);                 \
+#define memd_log(level, ...)                                                   \
+	do {                                                                   \
+		if ((level) <=                                                 \
+		    __atomic_load_n(&memd_log_level, __ATOMIC_RELAXED))        \
+			memd_log_emit((level), __VA_ARGS__);                   \
 	} while (0)
 
 #endif

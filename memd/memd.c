@@ -32,8 +32,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: memd [-c FILE] [options]\n"
-		"  -c, --config FILE      config file (default " MEMD_CONF_DEFAULT_PATH
-		" if present)\n"
+		"  -c, --config FILE      config file "
+		"(default " MEMD_CONF_DEFAULT_PATH " if present)\n"
 		"      --listen HOST:PORT control address (port 0: any)\n"
 		"      --donate SIZE      memory to donate (64G, 512M, ...)\n"
 		"      --slab-size SIZE   unit of lease (power of two)\n"
@@ -42,7 +42,8 @@ static void usage(FILE *f)
 		"      --log-level LEVEL  err, warning, notice, info, debug\n"
 		"      --hugepages MODE   auto, yes or no\n"
 		"      --set KEY=VALUE    any memd.conf key\n"
-		"      --ready-file PATH  write HOST:PORT there once listening\n"
+		"      --ready-file PATH  write HOST:PORT there once "
+		"listening\n"
 		"      --check-config     validate the config and exit\n"
 		"      --print-config     print the effective config and exit\n"
 		"  -h, --help             this text\n"

@@ -123,7 +123,7 @@ struct memd_server {
 	struct arena_ep aep[MEMD_NUMA_NODES_MAX];
 	uint32_t narenas;
 	struct fab_mr **mr; /* per slab; non-NULL while leased */
-	uint64_t *key; /* per slab; valid while leased */
+	uint64_t *key;	    /* per slab; valid while leased */
 
 	struct memd_lease_table *lt;
 
@@ -134,7 +134,7 @@ struct memd_server {
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
-	volatile int stop; /* threads stop when set */
+	volatile int stop;     /* threads stop when set */
 	pthread_mutex_t rlock; /* reclaim wakeups, progress fences */
 	pthread_cond_t rcond;
 	/* Progress fence: memd-fab<a> bumps aep[a].fence after every
@@ -328,8 +328,7 @@ static int epoll_mod(struct memd_server *s, struct conn *c)
 	return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
 }
 
-static void conn_close(struct memd_server *s, struct conn *c,
-		       const char *why)
+static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 {
 	memd_log(LOG_INFO, "ctl: close peer=%s session=%" PRIx64 " why=%s",
 		 c->peer, c->session ? memd_session_id(c->session) : 0, why);
@@ -430,8 +429,8 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_HELLO_OK;
 	rep->seq = req->seq;
-	ok->proto = h->proto_max < WIRE_PROTO_MAX ? h->proto_max :
-						   WIRE_PROTO_MAX;
+	ok->proto =
+		h->proto_max < WIRE_PROTO_MAX ? h->proto_max : WIRE_PROTO_MAX;
 	ok->session_id = memd_session_id(c->session);
 	ok->epoch = s->epoch;
 	ok->ttl_ms = s->cfg.lease_ttl_ms;
@@ -803,8 +802,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 					   "frame longer than %u bytes",
 					   WIRE_MAX_FRAME);
 			else if (n == -EBADMSG)
-				send_error(s, c, 0, EBADMSG,
-					   "malformed frame");
+				send_error(s, c, 0, EBADMSG, "malformed frame");
 			/* Bad magic or version: not our protocol, no reply. */
 			c->closing = true;
 			if (n != -EMSGSIZE && n != -EBADMSG)
@@ -933,8 +931,8 @@ static void accept_all(struct memd_server *s)
 			ssize_t n;
 
 			wire_make_error(&m, 0, EBUSY,
-					s->draining ? "memd is draining" :
-						      "too many clients");
+					s->draining ? "memd is draining"
+						    : "too many clients");
 			n = wire_encode(&m, buf, sizeof(buf));
 			if (n > 0 && send(fd, buf, (size_t)n,
 					  MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
@@ -1035,8 +1033,9 @@ static void reload(struct memd_server *s)
 		return;
 	}
 	if (s->rebuild(&next, err, sizeof(err), s->rebuild_arg)) {
-		memd_log(LOG_ERR, "config: reload failed, keeping the running "
-				  "config: %s",
+		memd_log(LOG_ERR,
+			 "config: reload failed, keeping the running "
+			 "config: %s",
 			 err);
 		return;
 	}
@@ -1091,8 +1090,8 @@ static int listen_on(struct memd_server *s, char *bound, size_t boundlen,
 	freeaddrinfo(ai);
 	getnameinfo((struct sockaddr *)&ss, sl, hbuf, sizeof(hbuf), pbuf,
 		    sizeof(pbuf), NI_NUMERICHOST | NI_NUMERICSERV);
-	snprintf(bound, boundlen, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s",
-		 hbuf, pbuf);
+	snprintf(bound, boundlen,
+		 ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", hbuf, pbuf);
 	s->lfd = fd;
 	return 0;
 }

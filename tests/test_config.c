@@ -328,16 +328,16 @@ struct good_case {
 	enum field_kind kind;
 	size_t off;
 	const char *s; /* F_STR */
-	uint64_t v; /* the others */
+	uint64_t v;    /* the others */
 };
 
-#define GS(k, val, f, want)                                             \
-	{                                                               \
-		k, val, F_STR, offsetof(struct memd_config, f), want, 0 \
+#define GS(k, val, f, want)                                                    \
+	{                                                                      \
+		k, val, F_STR, offsetof(struct memd_config, f), want, 0        \
 	}
-#define GN(k, val, kind, f, want)                                         \
-	{                                                                 \
-		k, val, kind, offsetof(struct memd_config, f), NULL, want \
+#define GN(k, val, kind, f, want)                                              \
+	{                                                                      \
+		k, val, kind, offsetof(struct memd_config, f), NULL, want      \
 	}
 
 static const struct good_case good_cases[] = {
@@ -567,9 +567,9 @@ START_TEST(set_unknown_key)
 
 	config_nondefault(&c);
 	before = c;
-	ck_assert_int_eq(memd_config_set(&c, "lease_tll", "5s", err,
-					 sizeof(err)),
-			 -ENOENT);
+	ck_assert_int_eq(
+		memd_config_set(&c, "lease_tll", "5s", err, sizeof(err)),
+		-ENOENT);
 	assert_contains(err, "key 'lease_tll': unknown key");
 	assert_contains(err, "lease_ttl");
 	ck_assert_int_eq(memd_config_set(&c, "", "5s", err, sizeof(err)),
@@ -602,9 +602,9 @@ START_TEST(set_quotes_control_bytes)
 	char err[512];
 
 	memd_config_defaults(&c);
-	ck_assert_int_eq(memd_config_set(&c, "donate", "1\n2\x1b[0m", err,
-					 sizeof(err)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		memd_config_set(&c, "donate", "1\n2\x1b[0m", err, sizeof(err)),
+		-EINVAL);
 	assert_contains(err, "'1?2?[0m'");
 	ck_assert_ptr_null(strchr(err, '\n'));
 }
@@ -1023,9 +1023,9 @@ static void roundtrip(const struct memd_config *c)
 	/* start from something else so every key must be read back */
 	back.max_clients = 5;
 	back.lease_ttl_ms = 777;
-	ck_assert_int_eq(load_text(&back, text, path, sizeof(path), err,
-				   sizeof(err)),
-			 0);
+	ck_assert_int_eq(
+		load_text(&back, text, path, sizeof(path), err, sizeof(err)),
+		0);
 	assert_config_eq(&back, c);
 	ck_assert_int_eq(memd_config_validate(&back, err, sizeof(err)), 0);
 	free(text);

@@ -131,7 +131,7 @@ START_TEST(expiry_follows_renewal)
 	ck_assert_uint_eq(c.expired_sessions, 1);
 	ck_assert_uint_eq(c.expired_leases, 2);
 	ck_assert_uint_eq(c.sessions, 2); /* a is dead but still attached */
-	memd_session_detach(t, a); /* frees the dead session */
+	memd_session_detach(t, a);	  /* frees the dead session */
 	memd_lease_get_counts(t, &c);
 	ck_assert_uint_eq(c.sessions, 1);
 	ck_assert_uint_eq(memd_lease_expire(t, 2200, count_revoked, &revoked),
@@ -195,9 +195,8 @@ START_TEST(many_sessions_expire_in_order)
 		ck_assert_int_eq(memd_session_open(t, (uint64_t)i, &s[i]), 0);
 		memd_session_detach(t, s[i]);
 	}
-	ck_assert_uint_eq(memd_lease_expire(t, 1200 + 49, count_revoked,
-					    &revoked),
-			  50);
+	ck_assert_uint_eq(
+		memd_lease_expire(t, 1200 + 49, count_revoked, &revoked), 50);
 	ck_assert_uint_eq(memd_lease_expire(t, 5000, count_revoked, &revoked),
 			  50);
 }

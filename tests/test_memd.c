@@ -148,8 +148,10 @@ END_TEST
 START_TEST(oversized_frame_gets_emsgsize)
 {
 	int fd = raw_connect();
-	uint8_t h[WIRE_HDR_LEN] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0, 0,
-				    1,   0,   0,   0,   0, 0,	 0x10, 0 };
+	uint8_t h[WIRE_HDR_LEN] = {
+		'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0,	 0,
+		1,   0,	  0,   0,   0, 0,	   0x10, 0
+	};
 
 	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD */
 	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
@@ -377,7 +379,7 @@ START_TEST(command_line_exit_codes)
 	const char *bad_flag[] = { "--no-such-flag", NULL };
 	const char *bad_value[] = { "--donate", "12Q", "--check-config", NULL };
 	const char *bad_set[] = { "--set", "nokey", NULL };
-	const char *ok[] = { "--donate", "64M", "--slab-size", "16M",
+	const char *ok[] = { "--donate",       "64M", "--slab-size", "16M",
 			     "--check-config", NULL };
 	const char *missing[] = { "-c", "/nonexistent/memd.conf",
 				  "--check-config", NULL };

@@ -64,14 +64,12 @@ static struct wire_status_ok memd_status(void)
 	r = pool_ctl_connect(md.addr, 5000, &c, NULL, 0);
 	ck_assert_int_eq(r, 0);
 	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
-	ck_assert_int_eq(pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000,
-				       NULL, 0),
-			 0);
+	ck_assert_int_eq(
+		pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0), 0);
 	memset(&req, 0, sizeof(req));
 	req.type = WIRE_STATUS;
-	ck_assert_int_eq(pool_ctl_call(c, &req, &rep, WIRE_STATUS_OK, 5000,
-				       NULL, 0),
-			 0);
+	ck_assert_int_eq(
+		pool_ctl_call(c, &req, &rep, WIRE_STATUS_OK, 5000, NULL, 0), 0);
 	pool_ctl_close(c);
 	return rep.u.status_ok;
 }
@@ -94,8 +92,8 @@ static void write_read_check(struct pool *p, struct pool_region *r,
 	ck_assert_ptr_nonnull(b);
 	tu_pattern_fill(w, len, seed, off);
 	ret = pool_write(p, r, off, w, len);
-	ck_assert_msg(ret == 0, "write off=%lu len=%zu: %s",
-		      (unsigned long)off, len, pool_strerror(ret));
+	ck_assert_msg(ret == 0, "write off=%lu len=%zu: %s", (unsigned long)off,
+		      len, pool_strerror(ret));
 	memset(b, 0xee, len);
 	ret = pool_read(p, r, off, b, len);
 	ck_assert_msg(ret == 0, "read: %s", pool_strerror(ret));
@@ -265,9 +263,9 @@ START_TEST(async_many_in_flight)
 		while (!pool_test(p, op[i]))
 			;
 		ck_assert_int_eq(pool_wait(p, op[i], 0), 0);
-		ck_assert_int_eq(tu_pattern_check(bufs[i], LEN, 7,
-						  (uint64_t)i * LEN),
-				 -1);
+		ck_assert_int_eq(
+			tu_pattern_check(bufs[i], LEN, 7, (uint64_t)i * LEN),
+			-1);
 	}
 	pool_free(p, r);
 	pool_close(p);
@@ -322,9 +320,8 @@ START_TEST(eight_threads_one_session)
 	p = connect_memd();
 	for (int i = 0; i < 8; i++) {
 		t[i] = (struct thr){ .p = p, .id = i };
-		ck_assert_int_eq(pthread_create(&th[i], NULL, thread_main,
-						&t[i]),
-				 0);
+		ck_assert_int_eq(
+			pthread_create(&th[i], NULL, thread_main, &t[i]), 0);
 	}
 	for (int i = 0; i < 8; i++) {
 		pthread_join(th[i], NULL);
@@ -415,8 +412,8 @@ START_TEST(killed_client_slabs_reclaimed_and_zeroed)
 		uint8_t *w = malloc(MiB);
 		struct pool_opts o = { .addr = md.addr };
 
-		if (pool_connect(&o, &cp) || pool_alloc(cp, 16 * (size_t)SLAB,
-							&cr))
+		if (pool_connect(&o, &cp) ||
+		    pool_alloc(cp, 16 * (size_t)SLAB, &cr))
 			_exit(1);
 		for (int i = 0; i < 16; i++) {
 			uint64_t off = (uint64_t)i * SLAB + (uint64_t)i * MiB;
@@ -455,8 +452,7 @@ START_TEST(killed_client_slabs_reclaimed_and_zeroed)
 		memset(b, 0xab, SLAB);
 		ck_assert_int_eq(pool_read(p, r, (uint64_t)i * SLAB, b, SLAB),
 				 0);
-		ck_assert_msg(memcmp(b, z, SLAB) == 0, "slab %d not zeroed",
-			      i);
+		ck_assert_msg(memcmp(b, z, SLAB) == 0, "slab %d not zeroed", i);
 	}
 	free(z);
 	free(b);

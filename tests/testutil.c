@@ -90,8 +90,9 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 	f = fopen(conf, "w");
 	if (!f)
 		return -errno;
-	fprintf(f, "listen = 127.0.0.1:0\ndonate = 256M\nslab_size = 16M\n"
-		   "log_level = debug\n%s\n",
+	fprintf(f,
+		"listen = 127.0.0.1:0\ndonate = 256M\nslab_size = 16M\n"
+		"log_level = debug\n%s\n",
 		extra_conf ? extra_conf : "");
 	fclose(f);
 	m->pid = fork();

@@ -27,7 +27,8 @@ ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 			 uint64_t off);
 
 /* Exit 77 (skipped) after printing why. */
-void tu_skip(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void tu_skip(const char *fmt, ...)
+	__attribute__((noreturn, format(printf, 1, 2)));
 
 struct tu_memd {
 	pid_t pid;

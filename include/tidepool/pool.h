@@ -141,10 +141,10 @@ POOL_API int pool_region_node(const struct pool_region *r);
  *   -ETIMEDOUT the transfer did not finish within the session timeout
  *              (the session is ended: see Failure above)
  */
-POOL_API int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
-	      size_t len);
+POOL_API int pool_read(struct pool *p, struct pool_region *r, uint64_t off,
+		       void *buf, size_t len);
 POOL_API int pool_write(struct pool *p, struct pool_region *r, uint64_t off,
-	       const void *buf, size_t len);
+			const void *buf, size_t len);
 
 /*
  * Asynchronous variants: start the transfer and return with a handle in
@@ -154,10 +154,12 @@ POOL_API int pool_write(struct pool *p, struct pool_region *r, uint64_t off,
  * (then no op is created). Each started op must be waited for until it
  * returns such a result, and before pool_close().
  */
-POOL_API int pool_read_async(struct pool *p, struct pool_region *r, uint64_t off,
-		    void *buf, size_t len, struct pool_op **op);
-POOL_API int pool_write_async(struct pool *p, struct pool_region *r, uint64_t off,
-		     const void *buf, size_t len, struct pool_op **op);
+POOL_API int pool_read_async(struct pool *p, struct pool_region *r,
+			     uint64_t off, void *buf, size_t len,
+			     struct pool_op **op);
+POOL_API int pool_write_async(struct pool *p, struct pool_region *r,
+			      uint64_t off, const void *buf, size_t len,
+			      struct pool_op **op);
 
 /*
  * Waits up to timeout_ms (-1: the session timeout) for op. Returns the
@@ -178,7 +180,7 @@ struct pool_stats {
 	uint64_t bytes_read, bytes_written;
 	uint64_t ops, errors;
 	uint64_t heartbeats; /* successful lease renewals */
-	uint64_t epoch; /* memd's boot epoch */
+	uint64_t epoch;	     /* memd's boot epoch */
 };
 /* Fills *st (a consistent-enough snapshot). Returns 0 or -EINVAL. */
 POOL_API int pool_get_stats(struct pool *p, struct pool_stats *st);
