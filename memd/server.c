@@ -1168,6 +1168,14 @@ static int open_endpoint(struct memd_server *s, struct arena_ep *a,
 				       : "");
 		return r;
 	}
+	if (a->index == 0 && !strncmp(fab_domain_provider(a->fd), "shm", 3))
+		/* Measured with libfabric 1.17 (tests/test_fab.c): shm's
+		 * fast RMA path checks no keys, so closing a lease's MR
+		 * does not stop a former holder from reading it. */
+		memd_log(LOG_WARNING,
+			 "fabric: provider=shm does not enforce memory keys; "
+			 "revoked leases stay readable by local processes; "
+			 "use it only when every client is trusted");
 	r = fab_ep_open(a->fd, 0, &a->ep);
 	if (!r) {
 		a->addr_len = sizeof(a->addr);
