@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench/run_gpu_prefetch.sh - GPU prefetch benchmark in one go: build (if
+# needed), start a memd on loopback, run gpu_prefetch, print the results.
+# Made to fit a short session on a GPU machine: with the defaults it takes
+# a few minutes after the build.
+#
+# usage: bench/run_gpu_prefetch.sh [BUILD_DIR]   (or BUILD=dir; default
+#        build-gpu-bench at the repository root). Knobs (environment):
+#   BACKEND=auto|cuda|host  auto: cuda when a device is usable, else host
+#   SIZE=256M STAGING=4M COUNT=4 REPS=5 DIRS=fetch,store DEVICE=0
+#   SWEEP=1        also run STAGING x COUNT = {1M,4M,16M} x {2,4,8}
+#   TESTS=1        also run the test_gpu suite (its CUDA round trip runs
+#                  when a device is usable)
+#   REBUILD=1      configure and build even when the binaries exist
+#   OUT_DIR=<BUILD>/gpu-prefetch-results/<time>
+# The build is Release with the CUDA backend when CMake finds the toolkit
+# (/usr/local/cuda or CUDAToolkit_ROOT). memd listens on 127.0.0.1 only
+# and is killed on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+case "${1:-}" in
+-h | --help)
+	sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+esac
+BUILD=${1:-${BUILD:-$ROOT/build-gpu-bench}}
+BACKEND=${BACKEND:-auto}
+SIZE=${SIZE:-256M}
+STAGING=${STAGING:-4M}
+COUNT=${COUNT:-4}
+REPS=${REPS:-5}
+DIRS=${DIRS:-fetch,store}
+DEVICE=${DEVICE:-0}
+SWEEP=${SWEEP:-0}
+TESTS=${TESTS:-0}
+REBUILD=${REBUILD:-0}
+OUT_DIR=${OUT_DIR:-$BUILD/gpu-prefetch-results/$(date +%Y%m%d-%H%M%S)}
+
+die() {
+	echo "run_gpu_prefetch: $*" >&2
+	exit 1
+}
+log() {
+	printf '%s %s\n' "$(date +%T)" "$*" >&2
+}
+
+MEMD=$BUILD/memd/memd
+BENCH=$BUILD/bench/gpu_prefetch
+if [ "$REBUILD" = 1 ] || [ ! -x "$MEMD" ] || [ ! -x "$BENCH" ]; then
+	log "building in $BUILD (Release)"
+	cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+		>"$BUILD.cmake.log" 2>&1 ||
+		die "cmake failed (log: $BUILD.cmake.log)"
+	grep -E 'libpool: CUDA backend' "$BUILD.cmake.log" >&2 || true
+	targets="memd gpu_prefetch"
+	[ "$TESTS" = 1 ] && targets="$targets test_gpu"
+	# shellcheck disable=SC2086
+	make -C "$BUILD" -j"$(nproc)" $targets >"$BUILD.make.log" 2>&1 ||
+		die "build failed (log: $BUILD.make.log)"
+fi
+
+mkdir -p "$OUT_DIR"
+RAW=$OUT_DIR/raw.txt
+TMP=$(mktemp -d /tmp/gpu-prefetch.XXXXXX)
+MEMD_PID=
+cleanup() {
+	if [ -n "$MEMD_PID" ]; then
+		kill "$MEMD_PID" 2>/dev/null || true
+		wait "$MEMD_PID" 2>/dev/null || true
+	fi
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+{
+	echo "# run_gpu_prefetch $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "# host cpus=$(nproc) kernel=$(uname -r) loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+	echo "# backend=$BACKEND size=$SIZE staging=$STAGING count=$COUNT reps=$REPS sweep=$SWEEP"
+	if command -v nvidia-smi >/dev/null; then
+		nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,pcie.link.gen.current,pcie.link.width.current \
+			--format=csv,noheader 2>/dev/null | sed 's/^/# gpu /' || true
+	else
+		echo "# gpu none (nvidia-smi not found)"
+	fi
+} | tee "$RAW"
+
+# memd: donate the region (SIZE) plus room, in 64M slabs.
+size_mib=$(python3 -c "
+import re, sys
+m = re.fullmatch(r'(\d+)([KMGT]?)(?:i?B)?', '$SIZE', re.I) or sys.exit('bad SIZE')
+print(max(1, (int(m.group(1)) << {'': 0, 'K': 10, 'M': 20, 'G': 30, 'T': 40}[m.group(2).upper()]) >> 20))")
+donate=$(((size_mib + 64 + 63) / 64 * 64 + 256))M
+log "starting memd on 127.0.0.1 (donate $donate, 64M slabs)"
+"$MEMD" --listen 127.0.0.1:0 --donate "$donate" --slab-size 64M \
+	--log-level warning --ready-file "$TMP/memd.ready" \
+	>"$OUT_DIR/memd.log" 2>&1 &
+MEMD_PID=$!
+for _ in $(seq 600); do
+	[ -s "$TMP/memd.ready" ] && break
+	kill -0 "$MEMD_PID" 2>/dev/null ||
+		die "memd exited; its log ($OUT_DIR/memd.log):
+$(cat "$OUT_DIR/memd.log")"
+	sleep 0.1
+done
+[ -s "$TMP/memd.ready" ] || die "memd not ready after 60 s (log: $OUT_DIR/memd.log)"
+ADDR=$(head -n1 "$TMP/memd.ready")
+log "memd ready at $ADDR"
+
+run() { # staging count
+	log "gpu_prefetch staging=$1 count=$2"
+	"$BENCH" --addr "$ADDR" --backend "$BACKEND" --device "$DEVICE" \
+		--size "$SIZE" --staging "$1" --count "$2" --reps "$REPS" \
+		--dir "$DIRS" | tee -a "$RAW" ||
+		die "gpu_prefetch failed (memd log: $OUT_DIR/memd.log)"
+}
+
+run "$STAGING" "$COUNT"
+if [ "$SWEEP" = 1 ]; then
+	for s in 1M 4M 16M; do
+		for c in 2 4 8; do
+			[ "$s" = "$STAGING" ] && [ "$c" = "$COUNT" ] && continue
+			run "$s" "$c"
+		done
+	done
+fi
+echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" | tee -a "$RAW"
+kill "$MEMD_PID" 2>/dev/null || true
+wait "$MEMD_PID" 2>/dev/null || true
+MEMD_PID=
+
+if [ "$TESTS" = 1 ]; then
+	log "test_gpu"
+	(cd "$BUILD" && ctest -R test_gpu --output-on-failure) 2>&1 |
+		tee "$OUT_DIR/test_gpu.log" | tail -n 15
+fi
+
+# Summary: the pipeline lines against the targets.
+python3 - "$RAW" <<'EOF' | tee "$OUT_DIR/summary.txt"
+import sys
+print()
+print("%-7s %-5s %8s %5s | %9s %9s %9s | %7s %7s %7s %7s %6s" % (
+    "backend", "dir", "staging", "count", "fabric", "copy", "pipeline",
+    "vs_copy", "overlap", "per_rep", "limit", "pass"))
+lines = [dict(w.split("=", 1) for w in l.split()[1:] if "=" in w)
+         for l in open(sys.argv[1]) if l.startswith("gpu_prefetch ")]
+by = {}
+for kv in lines:
+    by.setdefault((kv["backend"], kv["dir"], kv["staging"], kv["count"]), {})[kv["what"]] = kv
+for (b, d, s, c), w in by.items():
+    p = w.get("pipeline")
+    if not p:
+        continue
+    ok_overlap = float(p["overlap"]) <= 1.1
+    ok_copy = p["limit"] == "fabric" or float(p["vs_copy"]) >= 0.9
+    print("%-7s %-5s %7dK %5s | %9s %9s %9s | %7s %7s %7s %7s %6s" % (
+        b, d, int(s) >> 10, c, w["fabric"]["MBps"], w["copy"]["MBps"],
+        p["MBps"], p["vs_copy"], p["overlap"], p["overlap_rep"],
+        p["limit"], "yes" if ok_overlap and ok_copy else "no"))
+print()
+print("MBps = 1e6 B/s, medians. Targets: overlap = pipeline time / max(fabric,"
+      " copy) <= 1.1 (per_rep: the same ratio per rep, median); vs_copy ="
+      " pipeline / copy throughput >= 0.9 when the copy is the limit.")
+if any(k[0] == "host" for k in by):
+    print("backend=host: host memory stands in for the GPU; not GPU figures.")
+EOF
+log "results: $OUT_DIR (raw: $RAW)"
