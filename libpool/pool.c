@@ -584,7 +584,8 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	/* Bind the fabric where the control connection goes out; providers
 	 * without IP addressing (shm) take no node. */
 	fo.provider = p->provider;
-	fo.node = local;
+	/* shm names endpoints by the node string: memd's name would clash. */
+	fo.node = strncmp(p->provider, "shm", 3) ? local : NULL;
 	r = fab_domain_open(&fo, &p->fd);
 	if (r == -ENODATA) {
 		fo.node = NULL;
