@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench/benchutil.c - parsing, latency percentiles, the depth driver and
+ * the result line shared by the benchmarks (bench/benchutil.h).
+ *
+ * The depth driver keeps a ring of depth slots: it starts every slot, then
+ * finishes the oldest and at once starts it again, so exactly depth
+ * operations are in flight until the phase ends; then it drains. Ops are
+ * reaped in start order, so an op that completed early behind a slower
+ * older one is counted as done when its turn comes: at depth > 1 the
+ * latency is what a caller waiting in order sees, not the wire time.
+ */
+#include "bench/benchutil.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t bench_thread_cpu_ns(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_THREAD, &ru))
+		return 0;
+	return ((uint64_t)ru.ru_utime.tv_sec + (uint64_t)ru.ru_stime.tv_sec) *
+		       1000000000u +
+	       ((uint64_t)ru.ru_utime.tv_usec + (uint64_t)ru.ru_stime.tv_usec) *
+		       1000u;
+}
+
+/* ---- parsing ------------------------------------------------------- */
+
+int bench_parse_size(const char *s, uint64_t *out)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	switch (toupper((unsigned char)*end)) {
+	case 'K':
+		shift = 10;
+		break;
+	case 'M':
+		shift = 20;
+		break;
+	case 'G':
+		shift = 30;
+		break;
+	case 'T':
+		shift = 40;
+		break;
+	default:
+		break;
+	}
+	if (shift) {
+		end++;
+		if (toupper((unsigned char)end[0]) == 'I' &&
+		    toupper((unsigned char)end[1]) == 'B')
+			end += 2;
+		else if (toupper((unsigned char)end[0]) == 'B')
+			end++;
+	} else if (toupper((unsigned char)*end) == 'B') {
+		end++;
+	}
+	if (*end || v == 0)
+		return -EINVAL;
+	if (shift && v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* Splits s at commas into at most max pieces; calls one per piece. */
+static int parse_list(const char *s, unsigned max, unsigned *n,
+		      int (*one)(const char *tok, unsigned i, void *arg),
+		      void *arg)
+{
+	char *copy, *tok, *save = NULL;
+	unsigned k = 0;
+	int r = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	copy = strdup(s);
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (k == max) {
+			r = -E2BIG;
+			break;
+		}
+		r = one(tok, k, arg);
+		if (r)
+			break;
+		k++;
+	}
+	free(copy);
+	if (!r && !k)
+		r = -EINVAL;
+	if (!r)
+		*n = k;
+	return r;
+}
+
+static int one_size(const char *tok, unsigned i, void *arg)
+{
+	return bench_parse_size(tok, (uint64_t *)arg + i);
+}
+
+int bench_parse_sizes(const char *s, uint64_t *v, unsigned max, unsigned *n)
+{
+	return parse_list(s, max, n, one_size, v);
+}
+
+struct uints_arg {
+	unsigned *v;
+	unsigned lim;
+};
+
+static int one_uint(const char *tok, unsigned i, void *arg)
+{
+	struct uints_arg *a = arg;
+	unsigned long x;
+	char *end;
+
+	if (!isdigit((unsigned char)*tok))
+		return -EINVAL;
+	errno = 0;
+	x = strtoul(tok, &end, 10);
+	if (errno || *end || x == 0 || x > a->lim)
+		return -EINVAL;
+	a->v[i] = (unsigned)x;
+	return 0;
+}
+
+int bench_parse_uints(const char *s, unsigned lim, unsigned *v, unsigned max,
+		      unsigned *n)
+{
+	struct uints_arg a = { v, lim };
+
+	return parse_list(s, max, n, one_uint, &a);
+}
+
+int bench_parse_seconds(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !*s)
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !(v > 0) || v > 86400)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int bench_parse_rw(const char *s, bool *read, bool *write)
+{
+	bool r = false, w = false;
+	char *copy, *tok, *save = NULL;
+	int ret = 0;
+
+	if (!s || !*s)
+		return -EINVAL;
+	copy = strdup(s);
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (!strcmp(tok, "read"))
+			r = true;
+		else if (!strcmp(tok, "write"))
+			w = true;
+		else
+			ret = -EINVAL;
+	}
+	free(copy);
+	if (ret || (!r && !w))
+		return -EINVAL;
+	*read = r;
+	*write = w;
+	return 0;
+}
+
+void bench_fmt_size(char *buf, size_t len, uint64_t bytes)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	unsigned u = 0;
+	double v = (double)bytes;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0 || v == (double)(uint64_t)v)
+		snprintf(buf, len, "%.0f %s", v, unit[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit[u]);
+}
+
+/* ---- latency ------------------------------------------------------- */
+
+void bench_lat_init(struct bench_lat *l)
+{
+	memset(l, 0, sizeof(*l));
+}
+
+void bench_lat_fini(struct bench_lat *l)
+{
+	free(l->ns);
+	memset(l, 0, sizeof(*l));
+}
+
+void bench_lat_reset(struct bench_lat *l)
+{
+	l->n = 0;
+	l->dropped = 0;
+	l->sorted = false;
+}
+
+static int lat_reserve(struct bench_lat *l, size_t want)
+{
+	size_t cap = l->cap ? l->cap : 4096;
+	uint64_t *ns;
+
+	if (want <= l->cap)
+		return 0;
+	while (cap < want)
+		cap *= 2;
+	ns = realloc(l->ns, cap * sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	l->ns = ns;
+	l->cap = cap;
+	return 0;
+}
+
+void bench_lat_add(struct bench_lat *l, uint64_t ns)
+{
+	if (l->n == l->cap && lat_reserve(l, l->n + 1)) {
+		l->dropped++;
+		return;
+	}
+	l->ns[l->n++] = ns;
+	l->sorted = false;
+}
+
+int bench_lat_merge(struct bench_lat *dst, const struct bench_lat *src)
+{
+	if (lat_reserve(dst, dst->n + src->n))
+		return -ENOMEM;
+	memcpy(dst->ns + dst->n, src->ns, src->n * sizeof(*src->ns));
+	dst->n += src->n;
+	dst->dropped += src->dropped;
+	dst->sorted = false;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+uint64_t bench_lat_pct(struct bench_lat *l, double p)
+{
+	size_t rank;
+
+	if (!l->n)
+		return 0;
+	if (!l->sorted) {
+		qsort(l->ns, l->n, sizeof(*l->ns), cmp_u64);
+		l->sorted = true;
+	}
+	/* Nearest rank: the smallest sample with at least p% at or below. */
+	rank = (size_t)((p / 100.0) * (double)l->n + 0.999999);
+	if (rank < 1)
+		rank = 1;
+	if (rank > l->n)
+		rank = l->n;
+	return l->ns[rank - 1];
+}
+
+uint64_t bench_lat_mean(const struct bench_lat *l)
+{
+	long double sum = 0;
+
+	if (!l->n)
+		return 0;
+	for (size_t i = 0; i < l->n; i++)
+		sum += l->ns[i];
+	return (uint64_t)(sum / l->n);
+}
+
+/* ---- the depth driver ---------------------------------------------- */
+
+struct phase {
+	const struct bench_engine *e;
+	const struct bench_spec *s;
+	uint64_t nslots; /* distinct offsets in the region */
+	uint64_t seq;	 /* next op's sequence number, for its offset */
+	uint64_t start_ns[BENCH_DEPTH_MAX];
+};
+
+static int phase_start(struct phase *ph, unsigned slot)
+{
+	const struct bench_spec *s = ph->s;
+	uint64_t idx = (ph->seq * s->nlanes + s->lane) % ph->nslots;
+	int r;
+
+	ph->seq++;
+	ph->start_ns[slot] = bench_now_ns();
+	r = ph->e->start(ph->e->ctx, slot, idx * s->size, s->size, s->write);
+	return r;
+}
+
+/*
+ * One phase: runs for seconds or count ops at full depth, then drains.
+ * lat may be NULL (warm-up). Returns 0 or the first error; on error every
+ * op still in flight has been finished.
+ */
+static int run_phase(struct phase *ph, double seconds, uint64_t count,
+		     struct bench_lat *lat, uint64_t *ops, uint64_t *elapsed)
+{
+	const struct bench_engine *e = ph->e;
+	unsigned depth = ph->s->depth;
+	uint64_t t0 = bench_now_ns(), t = t0;
+	uint64_t limit_ns = (uint64_t)(seconds * 1e9);
+	uint64_t posted = 0, done = 0;
+	int err = 0;
+
+	while (posted - done < depth && (count ? posted < count : true)) {
+		err = phase_start(ph, (unsigned)(posted % depth));
+		if (err)
+			break;
+		posted++;
+	}
+	while (done < posted) {
+		unsigned slot = (unsigned)(done % depth);
+		int r = e->finish(e->ctx, slot);
+
+		t = bench_now_ns();
+		done++;
+		if (r && !err)
+			err = r;
+		if (!r && lat)
+			bench_lat_add(lat, t - ph->start_ns[slot]);
+		if (err)
+			continue; /* drain what is in flight */
+		if (count ? posted < count : t - t0 < limit_ns) {
+			err = phase_start(ph, slot);
+			if (!err)
+				posted++;
+		}
+	}
+	*ops = done;
+	*elapsed = t - t0;
+	return err;
+}
+
+int bench_run(const struct bench_engine *e, const struct bench_spec *spec,
+	      struct bench_result *res)
+{
+	struct phase *ph;
+	uint64_t ops, ns, cpu;
+	int r = 0;
+
+	if (!e || !spec || !res || !spec->size || !spec->depth ||
+	    spec->depth > BENCH_DEPTH_MAX || spec->region < spec->size ||
+	    !spec->nlanes || spec->lane >= spec->nlanes ||
+	    (!spec->count && !(spec->seconds > 0)))
+		return -EINVAL;
+	ph = calloc(1, sizeof(*ph));
+	if (!ph)
+		return -ENOMEM;
+	ph->e = e;
+	ph->s = spec;
+	ph->nslots = spec->region / spec->size;
+	bench_lat_reset(&res->lat);
+	res->ops = 0;
+	res->elapsed_ns = 0;
+	res->cpu_ns = 0;
+	if (spec->warmup > 0)
+		r = run_phase(ph, spec->warmup, 0, NULL, &ops, &ns);
+	if (!r) {
+		cpu = bench_thread_cpu_ns();
+		r = run_phase(ph, spec->seconds, spec->count, &res->lat,
+			      &res->ops, &res->elapsed_ns);
+		res->cpu_ns = bench_thread_cpu_ns() - cpu;
+	}
+	free(ph);
+	return r;
+}
+
+void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
+		 unsigned depth, unsigned threads, const char *api,
+		 struct bench_result *res, const char *extra)
+{
+	double secs = (double)res->elapsed_ns / 1e9;
+	double ops_s = secs > 0 ? (double)res->ops / secs : 0;
+	double cpu_us =
+		res->ops ? (double)res->cpu_ns / 1e3 / (double)res->ops : 0;
+
+	fprintf(f,
+		"%s op=%s size=%" PRIu64 " depth=%u threads=%u api=%s "
+		"ops=%" PRIu64 " secs=%.3f ops_s=%.0f MBps=%.1f "
+		"p50_us=%.1f p99_us=%.1f mean_us=%.1f p90_us=%.1f "
+		"p999_us=%.1f cpu_us=%.2f%s%s\n",
+		bench, op, size, depth, threads, api, res->ops, secs, ops_s,
+		ops_s * (double)size / 1e6,
+		(double)bench_lat_pct(&res->lat, 50) / 1e3,
+		(double)bench_lat_pct(&res->lat, 99) / 1e3,
+		(double)bench_lat_mean(&res->lat) / 1e3,
+		(double)bench_lat_pct(&res->lat, 90) / 1e3,
+		(double)bench_lat_pct(&res->lat, 99.9) / 1e3, cpu_us,
+		extra ? " " : "", extra ? extra : "");
+	fflush(f);
+}
+
+void *bench_buf_alloc(size_t len)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	void *p;
+
+	if (page <= 0)
+		page = 4096;
+	if (posix_memalign(&p, (size_t)page, len ? len : 1))
+		return NULL;
+	/* Fault every page in now, not inside a measurement; ask for huge
+	 * pages where the kernel allows so big buffers cost fewer TLB
+	 * misses, as memd's donation does. */
+	madvise(p, len, MADV_HUGEPAGE);
+	memset(p, 0xa5, len);
+	return p;
+}

@@ -1,0 +1,890 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench/poolbench.c - the core data-path benchmark of libpool.
+ *
+ *   poolbench [run]   read/write throughput and latency against a memd,
+ *                     sizes x depths, one result line per point
+ *   poolbench demo    write a pattern over a region, read it back, verify
+ *                     every byte, say how fast (the README's first command)
+ *   poolbench memcpy  the local memcpy baseline at the same sizes
+ *
+ * run keeps `depth` operations in flight from one thread with
+ * pool_read_async/pool_write_async + pool_wait (bench/benchutil.c drives
+ * the ring), or with --threads N runs N threads of sync pool_read/
+ * pool_write. Offsets cycle over one region (--region) so the remote side
+ * is not one hot cache line. Result lines are documented in
+ * bench/README.md.
+ *
+ * Threads: main; with --threads, N measuring threads ("poolbench-N"), each
+ * with its own buffer and latency recorder, sharing the session (libpool
+ * sessions are thread-safe).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/benchutil.h"
+#include "libpool/internal.h"
+#include "tidepool/pool.h"
+
+#define DEFAULT_ADDR "127.0.0.1:7470" /* libpool's own default */
+#define DEFAULT_REGION (256ull << 20)
+#define DEFAULT_SECONDS 2.0
+#define DEFAULT_WARMUP 0.2
+#define DEMO_DEFAULT_SIZE (256ull << 20)
+#define DEMO_CHUNK (64ull << 20) /* local buffer of the demo */
+#define THREADS_MAX 64
+
+enum cmd { CMD_RUN, CMD_DEMO, CMD_MEMCPY };
+
+struct cfg {
+	enum cmd cmd;
+	const char *addr; /* NULL: libpool's default */
+	uint64_t sizes[BENCH_LIST_MAX];
+	unsigned nsizes;
+	unsigned depths[BENCH_LIST_MAX];
+	unsigned ndepths;
+	unsigned threads; /* 0: async from one thread */
+	bool read, write;
+	double seconds;
+	uint64_t count;
+	double warmup;
+	uint64_t region;
+	uint64_t demo_size;
+	unsigned max_inflight;
+};
+
+static void usage(FILE *f)
+{
+	fputs("usage: poolbench [run] [options]  libpool reads and writes\n"
+	      "       poolbench demo [--addr A] [--size SIZE]\n"
+	      "                                  write, read back, verify\n"
+	      "       poolbench memcpy [options] local memcpy baseline\n"
+	      "options:\n"
+	      "  -a, --addr HOST:PORT  memd control address (default:\n"
+	      "                        $LIBPOOL_ADDR, else " DEFAULT_ADDR ")\n"
+	      "  -s, --sizes LIST      bytes per op (default 4K,64K,1M,4M)\n"
+	      "  -d, --depths LIST     ops in flight, async from one thread\n"
+	      "                        (default 1,4,16)\n"
+	      "  -t, --threads N       instead: N threads of sync calls\n"
+	      "      --rw LIST         read, write or read,write (default)\n"
+	      "  -T, --seconds S       measured seconds per point (2)\n"
+	      "  -n, --ops N           measure N ops per point instead\n"
+	      "  -w, --warmup S        unmeasured seconds first (0.2)\n"
+	      "  -r, --region SIZE     remote bytes offsets cycle over (256M)\n"
+	      "      --max-inflight N  libpool RMA pieces in flight\n"
+	      "                        (default: the library's, 64)\n"
+	      "      --size SIZE       demo: region size (default 256M)\n"
+	      "  -h, --help            this text\n"
+	      "Sizes take K, M, G suffixes (binary). One line per point:\n"
+	      "  poolbench op=read size=4096 depth=16 threads=1 api=async\n"
+	      "  ops=.. secs=.. ops_s=.. MBps=.. p50_us=.. p99_us=.. ...\n"
+	      "See bench/README.md.\n",
+	      f);
+}
+
+static int bad_arg(const char *opt, const char *val, const char *want)
+{
+	fprintf(stderr, "poolbench: %s '%s': %s\n", opt, val, want);
+	fprintf(stderr, "poolbench: try 'poolbench --help'\n");
+	return 2;
+}
+
+/* Returns 0, or the exit status for a usage error (2) or help (-1). */
+static int parse_args(int argc, char **argv, struct cfg *c)
+{
+	enum { OPT_RW = 256, OPT_SIZE, OPT_MAX_INFLIGHT };
+	static const struct option longopts[] = {
+		{ "addr", required_argument, NULL, 'a' },
+		{ "sizes", required_argument, NULL, 's' },
+		{ "depths", required_argument, NULL, 'd' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "rw", required_argument, NULL, OPT_RW },
+		{ "seconds", required_argument, NULL, 'T' },
+		{ "ops", required_argument, NULL, 'n' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "region", required_argument, NULL, 'r' },
+		{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
+		{ "size", required_argument, NULL, OPT_SIZE },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	unsigned one[1];
+	unsigned n;
+	int opt;
+
+	memset(c, 0, sizeof(*c));
+	c->cmd = CMD_RUN;
+	c->sizes[0] = 4u << 10;
+	c->sizes[1] = 64u << 10;
+	c->sizes[2] = 1u << 20;
+	c->sizes[3] = 4u << 20;
+	c->nsizes = 4;
+	c->depths[0] = 1;
+	c->depths[1] = 4;
+	c->depths[2] = 16;
+	c->ndepths = 3;
+	c->read = c->write = true;
+	c->seconds = DEFAULT_SECONDS;
+	c->warmup = DEFAULT_WARMUP;
+	c->region = DEFAULT_REGION;
+	c->demo_size = DEMO_DEFAULT_SIZE;
+
+	if (argc > 1 && argv[1][0] != '-') {
+		if (!strcmp(argv[1], "run")) {
+			c->cmd = CMD_RUN;
+		} else if (!strcmp(argv[1], "demo")) {
+			c->cmd = CMD_DEMO;
+		} else if (!strcmp(argv[1], "memcpy")) {
+			c->cmd = CMD_MEMCPY;
+		} else if (!strcmp(argv[1], "help")) {
+			usage(stdout);
+			return -1;
+		} else {
+			fprintf(stderr,
+				"poolbench: unknown command '%s' (run, demo, "
+				"memcpy)\n",
+				argv[1]);
+			return 2;
+		}
+		argv++;
+		argc--;
+	}
+
+	while ((opt = getopt_long(argc, argv, "a:s:d:t:T:n:w:r:h", longopts,
+				  NULL)) != -1) {
+		switch (opt) {
+		case 'a':
+			c->addr = optarg;
+			break;
+		case 's':
+			if (bench_parse_sizes(optarg, c->sizes, BENCH_LIST_MAX,
+					      &c->nsizes))
+				return bad_arg("--sizes", optarg,
+					       "want sizes like 4K,64K,1M");
+			break;
+		case 'd':
+			if (bench_parse_uints(optarg, BENCH_DEPTH_MAX,
+					      c->depths, BENCH_LIST_MAX,
+					      &c->ndepths))
+				return bad_arg(
+					"--depths", optarg,
+					"want depths 1..256 like 1,4,16");
+			break;
+		case 't':
+			if (bench_parse_uints(optarg, THREADS_MAX, one, 1, &n))
+				return bad_arg("--threads", optarg,
+					       "want a count 1..64");
+			c->threads = one[0];
+			break;
+		case OPT_RW:
+			if (bench_parse_rw(optarg, &c->read, &c->write))
+				return bad_arg(
+					"--rw", optarg,
+					"want read, write or read,write");
+			break;
+		case 'T':
+			if (bench_parse_seconds(optarg, &c->seconds))
+				return bad_arg("--seconds", optarg,
+					       "want positive seconds");
+			break;
+		case 'n':
+			if (bench_parse_size(optarg, &c->count))
+				return bad_arg("--ops", optarg,
+					       "want a positive count");
+			break;
+		case 'w':
+			if (!strcmp(optarg, "0"))
+				c->warmup = 0;
+			else if (bench_parse_seconds(optarg, &c->warmup))
+				return bad_arg("--warmup", optarg,
+					       "want seconds (0 for none)");
+			break;
+		case 'r':
+			if (bench_parse_size(optarg, &c->region))
+				return bad_arg("--region", optarg,
+					       "want a size like 256M");
+			break;
+		case OPT_MAX_INFLIGHT:
+			if (bench_parse_uints(optarg, 65536, one, 1, &n))
+				return bad_arg("--max-inflight", optarg,
+					       "want a count 1..65536");
+			c->max_inflight = one[0];
+			break;
+		case OPT_SIZE:
+			if (bench_parse_size(optarg, &c->demo_size))
+				return bad_arg("--size", optarg,
+					       "want a size like 256M");
+			break;
+		case 'h':
+			usage(stdout);
+			return -1;
+		default:
+			fprintf(stderr, "poolbench: try 'poolbench --help'\n");
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "poolbench: unexpected argument '%s'\n",
+			argv[optind]);
+		return 2;
+	}
+	for (unsigned i = 0; i < c->nsizes; i++) {
+		if (c->sizes[i] > c->region) {
+			char s[32], r[32];
+
+			bench_fmt_size(s, sizeof(s), c->sizes[i]);
+			bench_fmt_size(r, sizeof(r), c->region);
+			fprintf(stderr,
+				"poolbench: size %s is larger than the region "
+				"(%s); raise --region\n",
+				s, r);
+			return 2;
+		}
+	}
+	return 0;
+}
+
+static const char *effective_addr(const struct cfg *c)
+{
+	const char *env = getenv("LIBPOOL_ADDR");
+
+	if (c->addr)
+		return c->addr;
+	return env && *env ? env : DEFAULT_ADDR;
+}
+
+/* Connects, or explains why not on stderr. */
+static int connect_pool(const struct cfg *c, struct pool **p)
+{
+	struct pool_opts o = { .addr = c->addr,
+			       .client_name = "poolbench",
+			       .max_inflight = c->max_inflight };
+	const char *addr = effective_addr(c);
+	int r = pool_connect(&o, p);
+
+	if (!r)
+		return 0;
+	fprintf(stderr, "poolbench: cannot connect to memd at %s: %s\n", addr,
+		pool_strerror(r));
+	if (r == -ECONNREFUSED || r == -EHOSTUNREACH || r == -ETIMEDOUT ||
+	    r == -ENOTCONN)
+		fprintf(stderr,
+			"poolbench: is memd running there? Start one with\n"
+			"  memd --listen %s --donate 1G\n"
+			"or point --addr (or LIBPOOL_ADDR) at a running memd."
+			"\n",
+			addr);
+	else if (r == -EINVAL)
+		fprintf(stderr, "poolbench: --addr wants HOST:PORT, e.g. "
+				"127.0.0.1:7470\n");
+	return r;
+}
+
+static int alloc_region(struct pool *p, uint64_t len, struct pool_region **r)
+{
+	char s[32];
+	int ret = pool_alloc(p, len, r);
+
+	if (!ret)
+		return 0;
+	bench_fmt_size(s, sizeof(s), len);
+	fprintf(stderr, "poolbench: cannot allocate a %s region: %s\n", s,
+		pool_strerror(ret));
+	if (ret == -ENOSPC)
+		fprintf(stderr, "poolbench: memd has no room for it; start "
+				"memd with a larger --donate or use a smaller "
+				"size\n");
+	return ret;
+}
+
+/* ---- run: async from one thread ------------------------------------ */
+
+struct pool_eng {
+	struct pool *p;
+	struct pool_region *r;
+	uint8_t *bufs; /* depth buffers of size bytes */
+	size_t size;
+	struct pool_op *ops[BENCH_DEPTH_MAX];
+	int result; /* sync mode: result of the call made by start */
+};
+
+static int async_start(void *ctx, unsigned slot, uint64_t off, size_t len,
+		       bool write)
+{
+	struct pool_eng *e = ctx;
+	uint8_t *buf = e->bufs + (size_t)slot * e->size;
+
+	return write ? pool_write_async(e->p, e->r, off, buf, len,
+					&e->ops[slot])
+		     : pool_read_async(e->p, e->r, off, buf, len,
+				       &e->ops[slot]);
+}
+
+static int async_finish(void *ctx, unsigned slot)
+{
+	struct pool_eng *e = ctx;
+	struct pool_op *op = e->ops[slot];
+	int r;
+
+	e->ops[slot] = NULL;
+	/* -ETIMEDOUT from pool_wait leaves the op running: a benchmark
+	 * cannot usefully go on, but the buffer must outlive it, so wait
+	 * until it is settled (the session fails it in bounded time). */
+	while ((r = pool_wait(e->p, op, -1)) == -ETIMEDOUT)
+		;
+	return r;
+}
+
+/* ---- run: sync from N threads -------------------------------------- */
+
+static int sync_start(void *ctx, unsigned slot, uint64_t off, size_t len,
+		      bool write)
+{
+	struct pool_eng *e = ctx;
+
+	(void)slot;
+	e->result = write ? pool_write(e->p, e->r, off, e->bufs, len)
+			  : pool_read(e->p, e->r, off, e->bufs, len);
+	return 0;
+}
+
+static int sync_finish(void *ctx, unsigned slot)
+{
+	struct pool_eng *e = ctx;
+
+	(void)slot;
+	return e->result;
+}
+
+/* Releases the measuring threads together, or tells them to quit. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int state; /* 0 wait, 1 go, -1 quit */
+};
+
+struct worker {
+	pthread_t tid;
+	struct pool_eng eng;
+	struct bench_spec spec;
+	struct bench_result res;
+	struct gate *gate;
+	int err;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct bench_engine e = { sync_start, sync_finish, &w->eng };
+	char name[16];
+	int state;
+
+	snprintf(name, sizeof(name), "poolbench-%u", w->spec.lane);
+	pthread_setname_np(pthread_self(), name);
+	pthread_mutex_lock(&w->gate->mu);
+	while (!(state = w->gate->state))
+		pthread_cond_wait(&w->gate->cv, &w->gate->mu);
+	pthread_mutex_unlock(&w->gate->mu);
+	w->err = state > 0 ? bench_run(&e, &w->spec, &w->res) : -ECANCELED;
+	return NULL;
+}
+
+static void gate_open(struct gate *g, int state)
+{
+	pthread_mutex_lock(&g->mu);
+	g->state = state;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/*
+ * One point with n threads of sync calls. Fills res: every thread's ops,
+ * CPU time and samples, and the slowest thread's elapsed time.
+ */
+static int run_threads(struct pool *p, struct pool_region *r,
+		       const struct bench_spec *spec, unsigned n,
+		       struct bench_result *res)
+{
+	struct gate gate = { PTHREAD_MUTEX_INITIALIZER,
+			     PTHREAD_COND_INITIALIZER, 0 };
+	struct worker *w;
+	unsigned started = 0;
+	int err = 0;
+
+	res->ops = 0;
+	res->elapsed_ns = 0;
+	res->cpu_ns = 0;
+	w = calloc(n, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	for (unsigned i = 0; i < n; i++) {
+		w[i].eng.p = p;
+		w[i].eng.r = r;
+		w[i].eng.size = spec->size;
+		w[i].spec = *spec;
+		w[i].spec.depth = 1;
+		w[i].spec.lane = i;
+		w[i].spec.nlanes = n;
+		bench_lat_init(&w[i].res.lat);
+		w[i].gate = &gate;
+		w[i].eng.bufs = bench_buf_alloc(spec->size);
+		if (!w[i].eng.bufs)
+			err = -ENOMEM;
+	}
+	for (unsigned i = 0; !err && i < n; i++) {
+		err = -pthread_create(&w[i].tid, NULL, worker_main, &w[i]);
+		if (!err)
+			started++;
+	}
+	gate_open(&gate, err ? -1 : 1);
+	for (unsigned i = 0; i < started; i++) {
+		pthread_join(w[i].tid, NULL);
+		if (err)
+			continue;
+		if (w[i].err)
+			err = w[i].err;
+		res->ops += w[i].res.ops;
+		res->cpu_ns += w[i].res.cpu_ns;
+		if (w[i].res.elapsed_ns > res->elapsed_ns)
+			res->elapsed_ns = w[i].res.elapsed_ns;
+		if (!err && bench_lat_merge(&res->lat, &w[i].res.lat))
+			err = -ENOMEM;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		free(w[i].eng.bufs);
+		bench_lat_fini(&w[i].res.lat);
+	}
+	free(w);
+	return err;
+}
+
+static int cmd_run(const struct cfg *c)
+{
+	struct pool *p = NULL;
+	struct pool_region *r = NULL;
+	struct pool_eng eng = { 0 };
+	struct bench_engine e = { async_start, async_finish, &eng };
+	struct bench_result res;
+	const char *prov = "?";
+	const uint8_t *fa;
+	uint16_t falen;
+	uint64_t maxsize = 0, connect_ns;
+	unsigned maxdepth = 0;
+	char rs[32];
+	int ret;
+
+	if (connect_pool(c, &p))
+		return 1;
+	if (alloc_region(p, c->region, &r)) {
+		pool_close(p);
+		return 1;
+	}
+	pool_session_fabric(p, &prov, &fa, &falen);
+	/* The first RMA sets up the fabric connection; keep it out of the
+	 * first point and report it. */
+	{
+		uint8_t one[4096];
+		uint64_t t = bench_now_ns();
+
+		ret = pool_read(p, r, 0, one, sizeof(one));
+		if (ret) {
+			fprintf(stderr, "poolbench: first read failed: %s\n",
+				pool_strerror(ret));
+			goto out;
+		}
+		connect_ns = bench_now_ns() - t;
+	}
+	bench_fmt_size(rs, sizeof(rs), c->region);
+	printf("# poolbench memd=%s provider=%s region=%s mode=%s "
+	       "seconds=%g warmup=%g xfer=%s connect_ms=%.1f\n",
+	       effective_addr(c), prov, rs,
+	       c->threads ? "sync-threads" : "async", c->seconds, c->warmup,
+	       getenv("LIBPOOL_XFER_BYTES") ? getenv("LIBPOOL_XFER_BYTES")
+					    : "default",
+	       (double)connect_ns / 1e6);
+
+	for (unsigned i = 0; i < c->nsizes; i++)
+		if (c->sizes[i] > maxsize)
+			maxsize = c->sizes[i];
+	for (unsigned i = 0; i < c->ndepths; i++)
+		if (c->depths[i] > maxdepth)
+			maxdepth = c->depths[i];
+	if (!c->threads) {
+		eng.p = p;
+		eng.r = r;
+		eng.bufs = bench_buf_alloc(maxsize * maxdepth);
+		if (!eng.bufs) {
+			fprintf(stderr,
+				"poolbench: out of memory for %u buffers\n",
+				maxdepth);
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	bench_lat_init(&res.lat);
+
+	ret = 0;
+	for (int w = 0; w < 2 && !ret; w++) {
+		const char *op = w ? "write" : "read";
+
+		if ((w && !c->write) || (!w && !c->read))
+			continue;
+		for (unsigned i = 0; i < c->nsizes && !ret; i++) {
+			unsigned nd = c->threads ? 1 : c->ndepths;
+
+			for (unsigned j = 0; j < nd && !ret; j++) {
+				struct bench_spec s = {
+					.size = c->sizes[i],
+					.region = c->region,
+					.depth = c->threads ? c->threads
+							    : c->depths[j],
+					.write = w,
+					.seconds = c->seconds,
+					.count = c->count,
+					.warmup = c->warmup,
+					.lane = 0,
+					.nlanes = 1,
+				};
+
+				if (c->threads) {
+					ret = run_threads(p, r, &s, c->threads,
+							  &res);
+				} else {
+					eng.size = s.size;
+					ret = bench_run(&e, &s, &res);
+				}
+				if (ret) {
+					fprintf(stderr,
+						"poolbench: %s size=%" PRIu64
+						" depth=%u failed: %s\n",
+						op, s.size, s.depth,
+						pool_strerror(ret));
+					break;
+				}
+				bench_print(stdout, "poolbench", op, s.size,
+					    s.depth,
+					    c->threads ? c->threads : 1,
+					    c->threads ? "sync" : "async", &res,
+					    NULL);
+				bench_lat_reset(&res.lat);
+			}
+		}
+	}
+	bench_lat_fini(&res.lat);
+out:
+	free(eng.bufs);
+	pool_free(p, r);
+	pool_close(p);
+	return ret ? 1 : 0;
+}
+
+/* ---- demo ---------------------------------------------------------- */
+
+/* The 8 bytes at offset off (a multiple of 8) of the stream seed. */
+static uint64_t pattern_word(uint64_t seed, uint64_t off)
+{
+	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull + seed;
+
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return x;
+}
+
+static uint8_t pattern_byte(uint64_t seed, uint64_t off)
+{
+	return (uint8_t)(pattern_word(seed, off & ~7ull) >> ((off & 7) * 8));
+}
+
+/* Fills buf with the bytes at [off, off+len) of the stream. */
+static void pattern_fill(uint8_t *buf, size_t len, uint64_t seed, uint64_t off)
+{
+	size_t i = 0;
+
+	for (; i < len && ((off + i) & 7); i++)
+		buf[i] = pattern_byte(seed, off + i);
+	for (; i + 8 <= len; i += 8) {
+		uint64_t x = pattern_word(seed, off + i);
+
+		for (unsigned k = 0; k < 8; k++)
+			buf[i + k] = (uint8_t)(x >> (k * 8));
+	}
+	for (; i < len; i++)
+		buf[i] = pattern_byte(seed, off + i);
+}
+
+/* Counts wrong bytes of buf against the stream; the first in *first. */
+static uint64_t pattern_check(const uint8_t *buf, size_t len, uint64_t seed,
+			      uint64_t off, int64_t *first)
+{
+	uint64_t bad = 0;
+	size_t i = 0;
+
+	*first = -1;
+	for (; i + 8 <= len && !((off + i) & 7); i += 8) {
+		uint64_t x = pattern_word(seed, off + i);
+
+		for (unsigned k = 0; k < 8; k++) {
+			if (buf[i + k] == (uint8_t)(x >> (k * 8)))
+				continue;
+			if (*first < 0)
+				*first = (int64_t)(i + k);
+			bad++;
+		}
+	}
+	for (; i < len; i++) {
+		if (buf[i] == pattern_byte(seed, off + i))
+			continue;
+		if (*first < 0)
+			*first = (int64_t)i;
+		bad++;
+	}
+	return bad;
+}
+
+static void print_rate(const char *what, uint64_t bytes, uint64_t ns)
+{
+	double secs = (double)ns / 1e9;
+	double rate = secs > 0 ? (double)bytes / secs : 0;
+	char s[32];
+
+	bench_fmt_size(s, sizeof(s), bytes);
+	if (rate >= 1e9)
+		printf("  %-6s %s in %.3f s: %.2f GB/s\n", what, s, secs,
+		       rate / 1e9);
+	else
+		printf("  %-6s %s in %.3f s: %.1f MB/s\n", what, s, secs,
+		       rate / 1e6);
+}
+
+static int cmd_demo(const struct cfg *c)
+{
+	uint64_t size = c->demo_size, chunk, seed, bad = 0, t, wns = 0, rns = 0;
+	int64_t first_bad = -1;
+	struct pool *p = NULL;
+	struct pool_region *r = NULL;
+	struct pool_stats st;
+	const char *prov = "?";
+	const uint8_t *fa;
+	uint16_t falen;
+	uint8_t *buf;
+	char s[32], ss[32];
+	int ret = 0;
+
+	chunk = size < DEMO_CHUNK ? size : DEMO_CHUNK;
+	buf = bench_buf_alloc(chunk);
+	if (!buf) {
+		fprintf(stderr,
+			"poolbench: out of memory for a local buffer\n");
+		return 1;
+	}
+	if (connect_pool(c, &p)) {
+		free(buf);
+		return 1;
+	}
+	pool_session_fabric(p, &prov, &fa, &falen);
+	pool_get_stats(p, &st);
+	bench_fmt_size(ss, sizeof(ss), st.slab_bytes);
+	printf("poolbench demo: connected to memd at %s (provider %s, "
+	       "%s slabs)\n",
+	       effective_addr(c), prov, ss);
+	if (alloc_region(p, size, &r)) {
+		ret = 1;
+		goto out;
+	}
+	pool_get_stats(p, &st);
+	bench_fmt_size(s, sizeof(s), size);
+	printf("  region %s allocated (%" PRIu64 " slab%s held)\n", s,
+	       st.slabs_held, st.slabs_held == 1 ? "" : "s");
+
+	/* The first RMA sets up the fabric connection to memd: say what
+	 * that costs rather than hide it in the write rate. */
+	t = bench_now_ns();
+	ret = pool_read(p, r, 0, buf, size < 4096 ? size : 4096);
+	if (ret) {
+		fprintf(stderr, "poolbench: first read failed: %s\n",
+			pool_strerror(ret));
+		goto out;
+	}
+	printf("  fabric connection up in %.1f ms (first RMA)\n",
+	       (double)(bench_now_ns() - t) / 1e6);
+
+	/* A fresh stream every run: bytes left by an earlier run, or the
+	 * zeroes of a fresh slab, cannot pass for this one's. */
+	seed = bench_now_ns() ^ ((uint64_t)getpid() << 32);
+	for (uint64_t off = 0; off < size && !ret; off += chunk) {
+		size_t n = size - off < chunk ? size - off : chunk;
+
+		pattern_fill(buf, n, seed, off);
+		t = bench_now_ns();
+		ret = pool_write(p, r, off, buf, n);
+		wns += bench_now_ns() - t;
+		if (ret)
+			fprintf(stderr,
+				"poolbench: write at offset %" PRIu64
+				" failed: %s\n",
+				off, pool_strerror(ret));
+	}
+	if (ret)
+		goto out;
+	print_rate("write", size, wns);
+
+	for (uint64_t off = 0; off < size && !ret; off += chunk) {
+		size_t n = size - off < chunk ? size - off : chunk;
+		int64_t f;
+		uint64_t b;
+
+		memset(buf, 0, n);
+		t = bench_now_ns();
+		ret = pool_read(p, r, off, buf, n);
+		rns += bench_now_ns() - t;
+		if (ret) {
+			fprintf(stderr,
+				"poolbench: read at offset %" PRIu64
+				" failed: %s\n",
+				off, pool_strerror(ret));
+			break;
+		}
+		b = pattern_check(buf, n, seed, off, &f);
+		if (b && first_bad < 0) {
+			first_bad = (int64_t)off + f;
+			fprintf(stderr,
+				"poolbench: wrong byte at offset %" PRId64
+				": expected 0x%02x, read 0x%02x\n",
+				first_bad,
+				pattern_byte(seed, (uint64_t)first_bad),
+				buf[f]);
+		}
+		bad += b;
+	}
+	if (ret)
+		goto out;
+	print_rate("read", size, rns);
+	if (bad) {
+		printf("  verify FAILED: %" PRIu64 " of %" PRIu64
+		       " bytes wrong (first at offset %" PRId64 ")\n",
+		       bad, size, first_bad);
+		ret = 1;
+	} else {
+		printf("  verify %" PRIu64 " bytes: every byte correct\n",
+		       size);
+	}
+out:
+	free(buf);
+	if (r) {
+		int fr = pool_free(p, r);
+
+		if (fr)
+			fprintf(stderr, "poolbench: freeing the region: %s\n",
+				pool_strerror(fr));
+	}
+	pool_close(p);
+	return ret ? 1 : 0;
+}
+
+/* ---- memcpy baseline ----------------------------------------------- */
+
+struct copy_eng {
+	uint8_t *region;
+	uint8_t *buf;
+};
+
+static int copy_start(void *ctx, unsigned slot, uint64_t off, size_t len,
+		      bool write)
+{
+	struct copy_eng *e = ctx;
+
+	(void)slot;
+	if (write)
+		memcpy(e->region + off, e->buf, len);
+	else
+		memcpy(e->buf, e->region + off, len);
+	/* Keep the copy: the compiler must not drop it as dead. */
+	__asm__ volatile("" : : "r"(e->buf), "r"(e->region) : "memory");
+	return 0;
+}
+
+static int copy_finish(void *ctx, unsigned slot)
+{
+	(void)ctx;
+	(void)slot;
+	return 0;
+}
+
+static int cmd_memcpy(const struct cfg *c)
+{
+	struct copy_eng eng = { 0 };
+	struct bench_engine e = { copy_start, copy_finish, &eng };
+	struct bench_result res;
+	uint64_t maxsize = 0;
+	char rs[32];
+	int ret = 0;
+
+	for (unsigned i = 0; i < c->nsizes; i++)
+		if (c->sizes[i] > maxsize)
+			maxsize = c->sizes[i];
+	eng.region = bench_buf_alloc(c->region);
+	eng.buf = bench_buf_alloc(maxsize);
+	if (!eng.region || !eng.buf) {
+		fprintf(stderr, "poolbench: out of memory for the memcpy "
+				"region\n");
+		free(eng.region);
+		free(eng.buf);
+		return 1;
+	}
+	bench_fmt_size(rs, sizeof(rs), c->region);
+	printf("# memcpy region=%s seconds=%g warmup=%g\n", rs, c->seconds,
+	       c->warmup);
+	bench_lat_init(&res.lat);
+	for (int w = 0; w < 2 && !ret; w++) {
+		if ((w && !c->write) || (!w && !c->read))
+			continue;
+		for (unsigned i = 0; i < c->nsizes && !ret; i++) {
+			struct bench_spec s = {
+				.size = c->sizes[i],
+				.region = c->region,
+				.depth = 1,
+				.write = w,
+				.seconds = c->seconds,
+				.count = c->count,
+				.warmup = c->warmup,
+				.nlanes = 1,
+			};
+
+			ret = bench_run(&e, &s, &res);
+			if (!ret)
+				bench_print(stdout, "memcpy",
+					    w ? "write" : "read", s.size, 1, 1,
+					    "memcpy", &res, NULL);
+		}
+	}
+	bench_lat_fini(&res.lat);
+	free(eng.region);
+	free(eng.buf);
+	return ret ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cfg c;
+	int r = parse_args(argc, argv, &c);
+
+	if (r)
+		return r < 0 ? 0 : r;
+	switch (c.cmd) {
+	case CMD_DEMO:
+		return cmd_demo(&c);
+	case CMD_MEMCPY:
+		return cmd_memcpy(&c);
+	case CMD_RUN:
+	default:
+		return cmd_run(&c);
+	}
+}

@@ -1,0 +1,466 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench/run_poolbench.sh - poolbench with its baselines, side by side.
+#
+# Starts a memd on loopback (free port), then runs REPS repetitions of
+#   poolbench   libpool reads/writes against that memd
+#   rawfab      the same RMA through fabric/fab.h, no memd, no libpool
+#               (target in a thread; again with --target-process)
+#   memcpy      local copies (poolbench memcpy)
+#   iperf3      one TCP stream on loopback (the transport's ceiling)
+#   redis       redis-benchmark GET/SET of the same sizes, -c = depth
+# and prints the medians, the ratios the targets are set on, and
+# machine-readable "median ..." and "ratio ..." lines. Builds nothing.
+#
+# usage: bench/run_poolbench.sh [BUILD_DIR]     (or BUILD=dir; default
+#        build-bench at the repository root)
+#        bench/run_poolbench.sh --summarize RAW.txt...   medians over runs
+# Knobs (environment):
+#   REPS=3 POINT_SECONDS=1 WARMUP=0.1 SIZES=4K,64K,1M,4M DEPTHS=1,4,16
+#   PROC_SIZES=4K,1M (read sizes of the rawfab --target-process baseline)
+#   REDIS_SECONDS=2 IPERF_SECONDS=5 OUT_DIR=<BUILD>/poolbench-results/<time>
+#   POOLBENCH_ARGS / RAWFAB_ARGS: extra arguments for those two
+# Everything listens on 127.0.0.1 only; every server started here is
+# killed on exit. With the defaults it takes about 8 minutes.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-${BUILD:-$ROOT/build-bench}}
+REPS=${REPS:-3}
+POINT_SECONDS=${POINT_SECONDS:-1}
+WARMUP=${WARMUP:-0.1}
+SIZES=${SIZES:-4K,64K,1M,4M}
+DEPTHS=${DEPTHS:-1,4,16}
+PROC_SIZES=${PROC_SIZES:-4K,1M}
+REDIS_SECONDS=${REDIS_SECONDS:-2}
+IPERF_SECONDS=${IPERF_SECONDS:-5}
+OUT_DIR=${OUT_DIR:-$BUILD/poolbench-results/$(date +%Y%m%d-%H%M%S)}
+POOLBENCH_ARGS=${POOLBENCH_ARGS:-}
+RAWFAB_ARGS=${RAWFAB_ARGS:-}
+
+die() {
+	echo "run_poolbench: $*" >&2
+	exit 1
+}
+
+command -v python3 >/dev/null || die "python3 is needed to parse results"
+# The interpreter itself, not a version manager's shim: a pyenv shim costs
+# seconds per call, and this script calls python dozens of times.
+PY=$(python3 -c 'import sys; print(sys.executable)') ||
+	die "python3 does not run"
+
+# Medians, tables and ratios over the result lines of one or more raw.txt
+# files (several runs may be summarised together).
+summarize() {
+	"$PY" - "$@" <<'EOF'
+import fileinput, statistics, sys
+from collections import defaultdict
+
+rows = defaultdict(list)
+comments = []
+for line in fileinput.input(sys.argv[1:]):
+    line = line.strip()
+    if not line:
+        continue
+    if line.startswith("#"):
+        comments.append(line)
+        continue
+    words = line.split()
+    kv = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+    key = (words[0], kv.get("op"), int(kv.get("size", 0)), int(kv.get("depth", 1)))
+    rows[key].append(kv)
+
+FIELDS = ("ops_s", "MBps", "p50_us", "p99_us", "mean_us", "cpu_us")
+
+def med(bench, op, size, depth=1, field="ops_s"):
+    v = [float(r[field]) for r in rows.get((bench, op, size, depth), [])
+         if field in r]
+    return statistics.median(v) if v else None
+
+def spread(bench, op, size, depth, field):
+    v = [float(r[field]) for r in rows.get((bench, op, size, depth), [])
+         if field in r]
+    return (min(v), max(v)) if v else None
+
+def fmt(x, nd=0):
+    if x is None:
+        return "n/a"
+    return f"{x:,.{nd}f}"
+
+# Run-level comments as they are; the per-program headers only for the
+# connection set-up time they carry (median per program).
+connect = defaultdict(list)
+for c in comments:
+    w = c.split()
+    if len(w) > 1 and w[1] in ("poolbench", "rawfab", "memcpy"):
+        kv = dict(x.split("=", 1) for x in w[2:] if "=" in x)
+        if "connect_ms" in kv:
+            name = w[1] + ("_proc" if kv.get("target") == "process" else "")
+            connect[name].append(float(kv["connect_ms"]))
+        continue
+    print(c)
+if connect:
+    print("# connect_ms (first RMA of a session), median: " +
+          " ".join(f"{k}={statistics.median(v):.1f}"
+                   for k, v in sorted(connect.items())))
+print()
+sizes = sorted({k[2] for k in rows if k[0] == "poolbench"})
+depths = sorted({k[3] for k in rows if k[0] == "poolbench"})
+nreps = max((len(v) for v in rows.values()), default=0)
+
+def hsize(b):
+    for u, s in (("M", 20), ("K", 10)):
+        if b >= 1 << s and b % (1 << s) == 0:
+            return f"{b >> s}{u}"
+    return str(b)
+
+for op, rop in (("read", "get"), ("write", "set")):
+    print(f"{op.upper()}S: medians of {nreps} repetitions "
+          f"(ops/s, MB/s = 1e6 B/s, latency us)")
+    print(f"{'':>11} | {'poolbench (libpool + memd)':<35} | "
+          f"{'rawfab, thread target':<26} | {'rawfab, process':<18} | "
+          f"redis {rop.upper()}")
+    print(f"{'size':>5} {'depth':>5} | {'ops/s':>9} {'MB/s':>7} "
+          f"{'p50':>7} {'p99':>8} | {'ops/s':>9} {'MB/s':>7} "
+          f"{'p50':>8} | {'MB/s':>8} {'p50':>8} | {'ops/s':>9} "
+          f"{'MB/s':>7} {'p50':>7}")
+    for s in sizes:
+        for d in depths:
+            print(f"{hsize(s):>5} {d:>5} | "
+                  f"{fmt(med('poolbench', op, s, d)):>9} "
+                  f"{fmt(med('poolbench', op, s, d, 'MBps')):>7} "
+                  f"{fmt(med('poolbench', op, s, d, 'p50_us'), 1):>7} "
+                  f"{fmt(med('poolbench', op, s, d, 'p99_us'), 1):>8} | "
+                  f"{fmt(med('rawfab', op, s, d)):>9} "
+                  f"{fmt(med('rawfab', op, s, d, 'MBps')):>7} "
+                  f"{fmt(med('rawfab', op, s, d, 'p50_us'), 1):>8} | "
+                  f"{fmt(med('rawfab_proc', op, s, d, 'MBps')):>8} "
+                  f"{fmt(med('rawfab_proc', op, s, d, 'p50_us'), 1):>8} | "
+                  f"{fmt(med('redis', rop, s, d)):>9} "
+                  f"{fmt(med('redis', rop, s, d, 'MBps')):>7} "
+                  f"{fmt(med('redis', rop, s, d, 'p50_us'), 1):>7}")
+    print()
+
+print("BASELINES: medians")
+for s in sizes:
+    print(f"  memcpy {hsize(s):>4}: read {fmt(med('memcpy', 'read', s, 1, 'MBps'))} MB/s, "
+          f"write {fmt(med('memcpy', 'write', s, 1, 'MBps'))} MB/s")
+iperf = med("iperf3", "stream", 0, 1, "MBps")
+print(f"  iperf3 single TCP stream on loopback: {fmt(iperf)} MB/s")
+print()
+
+# machine-readable medians
+for (bench, op, size, depth), v in sorted(rows.items()):
+    parts = [f"median bench={bench} op={op} size={size} depth={depth} n={len(v)}"]
+    for f in FIELDS:
+        m = med(bench, op, size, depth, f)
+        if m is not None:
+            parts.append(f"{f}={m:.1f}")
+    print(" ".join(parts))
+print()
+
+def ratio(name, num, den, target=None, higher_is_better=True, note=""):
+    """target None: informational, no pass/fail."""
+    if num is None or den is None or den == 0:
+        print(f"ratio name={name} value=n/a target={target or 'none'} "
+              f"pass=n/a {note}".rstrip())
+        return
+    v = num / den
+    verdict = "n/a"
+    if target:
+        t = float(target.lstrip("<>="))
+        verdict = "yes" if (v >= t if higher_is_better else v <= t) else "no"
+    print(f"ratio name={name} value={v:.2f} target={target or 'none'} "
+          f"pass={verdict} num={num:.1f} den={den:.1f} {note}".rstrip())
+
+K4, M1 = 4096, 1 << 20
+print("RATIOS vs targets (medians)")
+for d in depths:
+    ratio(f"read4k_ops_vs_redis_get_d{d}", med("poolbench", "read", K4, d),
+          med("redis", "get", K4, d), ">=3")
+dmax = max(depths) if depths else 16
+ratio(f"read1m_MBps_vs_iperf3_d{dmax}", med("poolbench", "read", M1, dmax, "MBps"),
+      iperf, ">=0.9")
+best = max(((m, d) for d in depths
+            if (m := med("poolbench", "read", M1, d, "MBps")) is not None),
+           default=(None, 0))
+ratio("read1m_best_MBps_vs_iperf3", best[0], iperf, ">=0.9", note=f"best_depth={best[1]}")
+for d in depths:
+    ratio(f"read1m_MBps_vs_redis_get_d{d}", med("poolbench", "read", M1, d, "MBps"),
+          med("redis", "get", M1, d, "MBps"), ">=1.0")
+ratio("read4k_p50_pool_vs_raw_d1", med("poolbench", "read", K4, 1, "p50_us"),
+      med("rawfab", "read", K4, 1, "p50_us"), "<=1.2", higher_is_better=False)
+ratio("read4k_p50_pool_vs_rawproc_d1", med("poolbench", "read", K4, 1, "p50_us"),
+      med("rawfab_proc", "read", K4, 1, "p50_us"), "<=1.2", higher_is_better=False,
+      note="target_in_a_process_like_memd")
+ratio("read4k_ops_pool_vs_raw_d1", med("poolbench", "read", K4, 1),
+      med("rawfab", "read", K4, 1))
+ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MBps"),
+      med("rawfab", "read", M1, dmax, "MBps"))
+EOF
+}
+case "${1:-}" in
+-h | --help)
+	sed -n '4,25p' "$0" | sed 's/^# \{0,1\}//'
+	exit 0
+	;;
+--summarize)
+	shift
+	[ $# -gt 0 ] || die "--summarize wants raw.txt files"
+	for f in "$@"; do
+		[ -r "$f" ] || die "cannot read $f"
+	done
+	summarize "$@"
+	exit 0
+	;;
+esac
+
+MEMD=$BUILD/memd/memd
+POOLBENCH=$BUILD/bench/poolbench
+RAWFAB=$BUILD/bench/rawfab
+for b in "$MEMD" "$POOLBENCH" "$RAWFAB"; do
+	[ -x "$b" ] || die "$b not found: build first, e.g.
+  cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2"
+done
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive count"
+
+mkdir -p "$OUT_DIR"
+RAW=$OUT_DIR/raw.txt
+SUMMARY=$OUT_DIR/summary.txt
+: >"$RAW"
+TMP=$(mktemp -d /tmp/poolbench.XXXXXX)
+
+# pids of servers we started, killed by pid at exit (never by name)
+PIDS=()
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in "${PIDS[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+	"$PY" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+log() {
+	printf '%s %s\n' "$(date +%T)" "$*" >&2
+}
+
+START_TIME=$(date +%s)
+{
+	echo "# run_poolbench $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	# shellcheck source=/dev/null
+	echo "# host cpus=$(nproc) kernel=$(uname -r) os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" | tr ' ' _)"
+	echo "# libfabric=$(fi_info --version 2>/dev/null | sed -n 's/^libfabric: //p' || echo unknown) loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+	echo "# reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
+	env | grep -E '^(FI_|LIBPOOL_)' | sed 's/^/# env /' || true
+} >>"$RAW"
+
+# ---- memd ---------------------------------------------------------------
+log "starting memd on 127.0.0.1 (1G donated, 64M slabs)"
+"$MEMD" --listen 127.0.0.1:0 --donate 1G --slab-size 64M \
+	--log-level warning --ready-file "$TMP/memd.ready" \
+	>"$OUT_DIR/memd.log" 2>&1 &
+MEMD_PID=$!
+PIDS+=("$MEMD_PID")
+for _ in $(seq 300); do
+	[ -s "$TMP/memd.ready" ] && break
+	kill -0 "$MEMD_PID" 2>/dev/null ||
+		die "memd exited; its log ($OUT_DIR/memd.log):
+$(cat "$OUT_DIR/memd.log")"
+	sleep 0.1
+done
+[ -s "$TMP/memd.ready" ] || die "memd not ready after 30 s (log: $OUT_DIR/memd.log)"
+MEMD_ADDR=$(head -n1 "$TMP/memd.ready")
+log "memd ready at $MEMD_ADDR"
+
+# ---- redis --------------------------------------------------------------
+HAVE_REDIS=0
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
+	REDIS_PORT=$(free_port)
+	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+		--appendonly no --protected-mode yes --loglevel warning \
+		--daemonize no >"$OUT_DIR/redis.log" 2>&1 &
+	PIDS+=("$!")
+	for _ in $(seq 100); do
+		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 &&
+			HAVE_REDIS=1 && break
+		sleep 0.1
+	done
+	[ $HAVE_REDIS = 1 ] || log "redis-server did not come up; skipping redis (log: $OUT_DIR/redis.log)"
+else
+	log "redis-server/redis-benchmark not installed; skipping redis"
+fi
+
+size_bytes() { # 4096, 4K, 64KiB, 1M -> bytes
+	local s=${1^^} shift=0
+	s=${s%B}
+	s=${s%I}
+	case $s in
+	*K) shift=10 ;;
+	*M) shift=20 ;;
+	*G) shift=30 ;;
+	esac
+	[ $shift = 0 ] || s=${s%?}
+	[[ $s =~ ^[0-9]+$ ]] || die "bad size '$1' (want 4K, 64K, 1M, ...)"
+	echo $((s << shift))
+}
+
+# redis-benchmark --csv: "SET","rps","avg_ms","min_ms","p50_ms","p95_ms",
+# "p99_ms","max_ms" -> our line format
+redis_lines() { # size depth csvfile
+	"$PY" - "$1" "$2" "$3" <<'EOF'
+import csv, sys
+size, depth = int(sys.argv[1]), int(sys.argv[2])
+for row in csv.reader(open(sys.argv[3])):
+    if not row or row[0] not in ("SET", "GET"):
+        continue
+    rps = float(row[1])
+    print("redis op=%s size=%d depth=%d threads=1 api=resp ops_s=%.0f "
+          "MBps=%.1f p50_us=%.1f p99_us=%.1f" %
+          (row[0].lower(), size, depth, rps, rps * size / 1e6,
+           float(row[4]) * 1e3, float(row[6]) * 1e3))
+EOF
+}
+
+# -n per (test, size, depth) so that each SET and each GET test runs about
+# REDIS_SECONDS: measured once with a short probe, not guessed.
+declare -A REDIS_N
+redis_calibrate() {
+	local s b d t probe rps
+	for s in ${SIZES//,/ }; do
+		b=$(size_bytes "$s")
+		for d in ${DEPTHS//,/ }; do
+			probe=$((b >= 1048576 ? 40 : 1000))
+			redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get \
+				-d "$b" -c "$d" -P 1 -n "$probe" --csv \
+				>"$TMP/probe.csv" 2>>"$OUT_DIR/redis-benchmark.err" || true
+			for t in set get; do
+				rps=$(redis_lines "$b" "$d" "$TMP/probe.csv" |
+					sed -n "s/^redis op=$t .*ops_s=\([0-9]*\).*/\1/p")
+				if [ -z "$rps" ]; then
+					log "redis-benchmark $t failed at size $s depth $d (see $OUT_DIR/redis-benchmark.err); skipping it"
+					REDIS_N[$t.$b.$d]=0
+					continue
+				fi
+				REDIS_N[$t.$b.$d]=$("$PY" -c "print(max(50, int($rps * $REDIS_SECONDS)))")
+			done
+		done
+	done
+}
+
+# SET first, on the one key every test uses (no -r): GET then returns
+# values of the full size.
+run_redis() { # rep
+	local s b d t n
+	for s in ${SIZES//,/ }; do
+		b=$(size_bytes "$s")
+		for d in ${DEPTHS//,/ }; do
+			for t in set get; do
+				n=${REDIS_N[$t.$b.$d]}
+				[ "$n" -gt 0 ] || continue
+				if redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t "$t" \
+					-d "$b" -c "$d" -P 1 -n "$n" --csv \
+					>"$TMP/redis.csv" 2>>"$OUT_DIR/redis-benchmark.err"; then
+					redis_lines "$b" "$d" "$TMP/redis.csv" |
+						sed "s/\$/ rep=$1/" >>"$RAW"
+				else
+					log "redis-benchmark $t size=$s depth=$d failed"
+				fi
+			done
+		done
+	done
+}
+
+run_iperf() { # rep
+	local port pid ok=0
+	command -v iperf3 >/dev/null || {
+		log "iperf3 not installed; skipping it"
+		return 0
+	}
+	port=$(free_port)
+	iperf3 -s -1 -B 127.0.0.1 -p "$port" >"$TMP/iperf-server.log" 2>&1 &
+	pid=$!
+	PIDS+=("$pid")
+	for _ in $(seq 50); do
+		if iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" -J \
+			>"$TMP/iperf.json" 2>/dev/null; then
+			ok=1
+			break
+		fi
+		# refused while the server starts: try again
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	wait "$pid" 2>/dev/null || true
+	if [ $ok = 0 ]; then
+		log "iperf3 failed (server log: $(tr '\n' ' ' <"$TMP/iperf-server.log"))"
+		return 0
+	fi
+	"$PY" - "$TMP/iperf.json" "$1" >>"$RAW" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+bps = j["end"]["sum_received"]["bits_per_second"]
+secs = j["end"]["sum_received"]["seconds"]
+print("iperf3 op=stream size=0 depth=1 threads=1 api=tcp secs=%.3f "
+      "MBps=%.1f rep=%s" % (secs, bps / 8 / 1e6, sys.argv[2]))
+EOF
+}
+
+tag() { # rep: appends rep=N to result lines, keeps comments
+	sed "/^#/!s/\$/ rep=$1/"
+}
+
+if [ $HAVE_REDIS = 1 ]; then
+	log "calibrating redis-benchmark request counts (~${REDIS_SECONDS}s per SET or GET test)"
+	redis_calibrate
+fi
+
+for rep in $(seq "$REPS"); do
+	log "rep $rep/$REPS: poolbench"
+	# shellcheck disable=SC2086
+	"$POOLBENCH" run --addr "$MEMD_ADDR" --sizes "$SIZES" --depths "$DEPTHS" \
+		--seconds "$POINT_SECONDS" --warmup "$WARMUP" $POOLBENCH_ARGS |
+		tag "$rep" >>"$RAW" || die "poolbench failed (memd log: $OUT_DIR/memd.log)"
+	log "rep $rep/$REPS: rawfab"
+	# shellcheck disable=SC2086
+	"$RAWFAB" --sizes "$SIZES" --depths "$DEPTHS" --seconds "$POINT_SECONDS" \
+		--warmup "$WARMUP" $RAWFAB_ARGS | tag "$rep" >>"$RAW" ||
+		die "rawfab failed"
+	log "rep $rep/$REPS: rawfab --target-process"
+	# The target in its own process, as memd is: separates what the
+	# process boundary costs from what libpool costs.
+	# shellcheck disable=SC2086
+	"$RAWFAB" --target-process --rw read --sizes "$PROC_SIZES" \
+		--depths "$DEPTHS" --seconds "$POINT_SECONDS" \
+		--warmup "$WARMUP" $RAWFAB_ARGS |
+		sed 's/^rawfab /rawfab_proc /' | tag "$rep" >>"$RAW" ||
+		die "rawfab --target-process failed"
+	log "rep $rep/$REPS: memcpy"
+	"$POOLBENCH" memcpy --sizes "$SIZES" --seconds 0.5 --warmup "$WARMUP" |
+		tag "$rep" >>"$RAW"
+	log "rep $rep/$REPS: iperf3"
+	run_iperf "$rep"
+	if [ $HAVE_REDIS = 1 ]; then
+		log "rep $rep/$REPS: redis"
+		run_redis "$rep"
+	fi
+done
+echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,) elapsed_s=$(($(date +%s) - START_TIME))" >>"$RAW"
+
+# ---- summary ------------------------------------------------------------
+summarize "$RAW" >"$SUMMARY"
+
+cat "$SUMMARY"
+log "results: $SUMMARY (raw lines: $RAW); took $(($(date +%s) - START_TIME)) s"
