@@ -864,8 +864,12 @@ static int op_result(struct pool_op *op)
 	for (size_t i = 0; i < op->n; i++) {
 		int s = op->ops[i].status;
 
+		/* -ETIMEDOUT from pool_wait means "still running, wait
+		 * again"; a transfer the provider timed out is -ETIME. */
 		if (s && !r)
-			r = s == -ECANCELED ? -ENOTCONN : s;
+			r = s == -ECANCELED   ? -ENOTCONN
+			    : s == -ETIMEDOUT ? -ETIME
+					      : s;
 	}
 	return r;
 }

@@ -163,8 +163,9 @@ POOL_API int pool_write_async(struct pool *p, struct pool_region *r,
 
 /*
  * Waits up to timeout_ms (-1: the session timeout) for op. Returns the
- * op's result (0 or -errno as for pool_read) and frees op, or -ETIMEDOUT
- * when it is still running (op stays valid: wait again). A session
+ * op's result (0 or -errno as for pool_read; a transfer the provider timed
+ * out is -ETIME) and frees op, or -ETIMEDOUT only when it is still running
+ * (op stays valid: wait again). A session
  * failure completes every op with an error, so waiting ends.
  */
 POOL_API int pool_wait(struct pool *p, struct pool_op *op, int timeout_ms);
