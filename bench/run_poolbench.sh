@@ -233,8 +233,11 @@ TMP=$(mktemp -d /tmp/poolbench.XXXXXX)
 
 # pids of servers we started, killed by pid at exit (never by name)
 PIDS=()
+# The program running now (see run_cmd): a signal must not wait for it to end.
+CUR=
 cleanup() {
 	local p
+	[ -z "$CUR" ] || kill "$CUR" 2>/dev/null || true
 	for p in "${PIDS[@]}"; do
 		kill "$p" 2>/dev/null || true
 	done
@@ -245,6 +248,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# Runs a program in the background and waits for it: bash runs a trap only
+# once a foreground program is done, but a wait is interrupted at once.
+run_cmd() {
+	local rc=0
+	"$@" &
+	CUR=$!
+	wait "$CUR" || rc=$?
+	CUR=
+	return $rc
+}
 
 free_port() {
 	"$PY" -c 'import socket
@@ -343,7 +357,7 @@ redis_calibrate() {
 		b=$(size_bytes "$s")
 		for d in ${DEPTHS//,/ }; do
 			probe=$((b >= 1048576 ? 40 : 1000))
-			redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get \
+			run_cmd redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t set,get \
 				-d "$b" -c "$d" -P 1 -n "$probe" --csv \
 				>"$TMP/probe.csv" 2>>"$OUT_DIR/redis-benchmark.err" || true
 			for t in set get; do
@@ -370,7 +384,7 @@ run_redis() { # rep
 			for t in set get; do
 				n=${REDIS_N[$t.$b.$d]}
 				[ "$n" -gt 0 ] || continue
-				if redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t "$t" \
+				if run_cmd redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -t "$t" \
 					-d "$b" -c "$d" -P 1 -n "$n" --csv \
 					>"$TMP/redis.csv" 2>>"$OUT_DIR/redis-benchmark.err"; then
 					redis_lines "$b" "$d" "$TMP/redis.csv" |
@@ -394,7 +408,7 @@ run_iperf() { # rep
 	pid=$!
 	PIDS+=("$pid")
 	for _ in $(seq 50); do
-		if iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" -J \
+		if run_cmd iperf3 -c 127.0.0.1 -p "$port" -t "$IPERF_SECONDS" -J \
 			>"$TMP/iperf.json" 2>/dev/null; then
 			ok=1
 			break
@@ -430,26 +444,30 @@ fi
 for rep in $(seq "$REPS"); do
 	log "rep $rep/$REPS: poolbench"
 	# shellcheck disable=SC2086
-	"$POOLBENCH" run --addr "$MEMD_ADDR" --sizes "$SIZES" --depths "$DEPTHS" \
-		--seconds "$POINT_SECONDS" --warmup "$WARMUP" $POOLBENCH_ARGS |
-		tag "$rep" >>"$RAW" || die "poolbench failed (memd log: $OUT_DIR/memd.log)"
+	run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" --sizes "$SIZES" \
+		--depths "$DEPTHS" --seconds "$POINT_SECONDS" \
+		--warmup "$WARMUP" $POOLBENCH_ARGS >"$TMP/out" ||
+		die "poolbench failed (memd log: $OUT_DIR/memd.log)"
+	tag "$rep" <"$TMP/out" >>"$RAW"
 	log "rep $rep/$REPS: rawfab"
 	# shellcheck disable=SC2086
-	"$RAWFAB" --sizes "$SIZES" --depths "$DEPTHS" --seconds "$POINT_SECONDS" \
-		--warmup "$WARMUP" $RAWFAB_ARGS | tag "$rep" >>"$RAW" ||
-		die "rawfab failed"
+	run_cmd "$RAWFAB" --sizes "$SIZES" --depths "$DEPTHS" \
+		--seconds "$POINT_SECONDS" --warmup "$WARMUP" $RAWFAB_ARGS \
+		>"$TMP/out" || die "rawfab failed"
+	tag "$rep" <"$TMP/out" >>"$RAW"
 	log "rep $rep/$REPS: rawfab --target-process"
 	# The target in its own process, as memd is: separates what the
 	# process boundary costs from what libpool costs.
 	# shellcheck disable=SC2086
-	"$RAWFAB" --target-process --rw read --sizes "$PROC_SIZES" \
+	run_cmd "$RAWFAB" --target-process --rw read --sizes "$PROC_SIZES" \
 		--depths "$DEPTHS" --seconds "$POINT_SECONDS" \
-		--warmup "$WARMUP" $RAWFAB_ARGS |
-		sed 's/^rawfab /rawfab_proc /' | tag "$rep" >>"$RAW" ||
+		--warmup "$WARMUP" $RAWFAB_ARGS >"$TMP/out" ||
 		die "rawfab --target-process failed"
+	sed 's/^rawfab /rawfab_proc /' "$TMP/out" | tag "$rep" >>"$RAW"
 	log "rep $rep/$REPS: memcpy"
-	"$POOLBENCH" memcpy --sizes "$SIZES" --seconds 0.5 --warmup "$WARMUP" |
-		tag "$rep" >>"$RAW"
+	run_cmd "$POOLBENCH" memcpy --sizes "$SIZES" --seconds 0.5 \
+		--warmup "$WARMUP" >"$TMP/out" || die "poolbench memcpy failed"
+	tag "$rep" <"$TMP/out" >>"$RAW"
 	log "rep $rep/$REPS: iperf3"
 	run_iperf "$rep"
 	if [ $HAVE_REDIS = 1 ]; then
