@@ -36,29 +36,17 @@ static struct tu_memd md;
 
 static void start_memd(const char *extra)
 {
-	int r = tu_memd_start(&md, extra);
-
-	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+	tu_memd_start_ok(&md, extra);
 }
 
 static void stop_memd(void)
 {
-	if (md.pid > 0) {
-		int st = tu_memd_stop(&md, SIGTERM);
-
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-			      "memd did not exit cleanly: status %d", st);
-	}
+	tu_memd_stop_ok(&md);
 }
 
 static struct pool *connect_memd(void)
 {
-	struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
-	struct pool *p = NULL;
-	int r = pool_connect(&o, &p);
-
-	ck_assert_msg(r == 0, "pool_connect %s: %s", md.addr, pool_strerror(r));
-	return p;
+	return tu_pool_connect(&md);
 }
 
 static struct pool_gpu *open_host(struct pool *p, size_t staging,

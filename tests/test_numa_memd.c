@@ -72,12 +72,7 @@ static void stop(void)
 
 static struct pool *connect_memd(void)
 {
-	struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
-	struct pool *p = NULL;
-	int r = pool_connect(&o, &p);
-
-	ck_assert_msg(r == 0, "pool_connect %s: %s", md.addr, pool_strerror(r));
-	return p;
+	return tu_pool_connect(&md);
 }
 
 /* A raw control session: HELLO_OK into *hello. */

@@ -6,6 +6,8 @@
  */
 #include "tests/testutil.h"
 
+#include <check.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +19,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tidepool/pool.h"
 
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
 {
@@ -187,4 +191,32 @@ int tu_memd_stop(struct tu_memd *m, int sig)
 	m->pid = 0;
 	cleanup_dir(m);
 	return st;
+}
+
+void tu_memd_start_ok(struct tu_memd *m, const char *extra_conf)
+{
+	int r = tu_memd_start(m, extra_conf);
+
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+}
+
+void tu_memd_stop_ok(struct tu_memd *m)
+{
+	int st;
+
+	if (m->pid <= 0)
+		return;
+	st = tu_memd_stop(m, SIGTERM);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd did not exit cleanly: status %d", st);
+}
+
+struct pool *tu_pool_connect(const struct tu_memd *m)
+{
+	struct pool_opts o = { .addr = m->addr, .timeout_ms = 5000 };
+	struct pool *p = NULL;
+	int r = pool_connect(&o, &p);
+
+	ck_assert_msg(r == 0, "pool_connect %s: %s", m->addr, pool_strerror(r));
+	return p;
 }

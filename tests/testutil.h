@@ -48,6 +48,14 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		       const char *const *extra_args);
 /* Sends sig and reaps; returns the exit status as waitpid gives it. */
 int tu_memd_stop(struct tu_memd *m, int sig);
+struct pool;
+/* Like tu_memd_start, but fails the running Check test on error. */
+void tu_memd_start_ok(struct tu_memd *m, const char *extra_conf);
+/* SIGTERM; fails the running test unless memd exits 0. No-op if gone. */
+void tu_memd_stop_ok(struct tu_memd *m);
+/* pool_connect to m (5 s timeout); fails the running test on error. */
+struct pool *tu_pool_connect(const struct tu_memd *m);
+
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
 
