@@ -51,7 +51,20 @@
  * framing and changes only if the header itself does.
  */
 #define WIRE_PROTO_MIN 1
-#define WIRE_PROTO_MAX 1
+#define WIRE_PROTO_MAX 2
+
+/* Protocol 2 (docs/protocol.md, docs/cluster.md): authentication, the
+ * registry's placement and admin requests, donors joining a registry. */
+#define WIRE_NONCE_LEN 32     /* AUTH / AUTH_CHALLENGE nonces */
+#define WIRE_MAC_LEN 32	      /* HMAC-SHA-256 proofs and ticket MACs */
+#define WIRE_PASS_MAX 192     /* sealed donor pass (opaque to clients) */
+#define WIRE_BOX_MAX 96	      /* a key sealed with the session key */
+#define WIRE_HOSTPORT_MAX 128 /* "host:port", incl. NUL */
+#define WIRE_MAX_GRANTS 16    /* donor grants in one PLACE_OK */
+#define WIRE_NO_GRANT 0xffu   /* PLACE_OK layout: no replica */
+#define WIRE_MAX_TENANTS 1024 /* tenant entries in one DONOR_REPORT */
+#define WIRE_MAX_REDEEMED 256 /* grant ids in one DONOR_REPORT */
+#define WIRE_JSON_MAX 65000u  /* ADMIN / ADMIN_OK text */
 
 /* Request types are < 0x80; a reply is its request | 0x80; 0xff is ERROR. */
 enum wire_type {
@@ -61,12 +74,29 @@ enum wire_type {
 	WIRE_HEARTBEAT = 0x04,
 	WIRE_STATUS = 0x05,
 	WIRE_BYE = 0x06,
+	/* protocol 2 */
+	WIRE_AUTH = 0x07,
+	WIRE_AUTH_PROOF = 0x08,
+	WIRE_PLACE = 0x09,
+	WIRE_LEASE_GRANT = 0x0a,
+	WIRE_HEARTBEAT2 = 0x0b,
+	WIRE_DONOR_JOIN = 0x0c,
+	WIRE_DONOR_REPORT = 0x0d,
+	WIRE_ADMIN = 0x0e,
 	WIRE_HELLO_OK = 0x81,
 	WIRE_LEASE_OK = 0x82,
 	WIRE_RELEASE_OK = 0x83,
 	WIRE_HEARTBEAT_OK = 0x84,
 	WIRE_STATUS_OK = 0x85,
 	WIRE_BYE_OK = 0x86,
+	WIRE_AUTH_CHALLENGE = 0x87, /* reply to AUTH */
+	WIRE_AUTH_OK = 0x88,
+	WIRE_PLACE_OK = 0x89,
+	WIRE_LEASE_GRANT_OK = 0x8a, /* layout of LEASE_OK */
+	WIRE_HEARTBEAT2_OK = 0x8b,  /* layout of HEARTBEAT_OK */
+	WIRE_DONOR_JOIN_OK = 0x8c,
+	WIRE_DONOR_REPORT_OK = 0x8d,
+	WIRE_ADMIN_OK = 0x8e,
 	WIRE_ERROR = 0xff,
 };
 
@@ -168,6 +198,158 @@ struct wire_status_ok {
 #define WIRE_STATUS_DRAINING 0x2u
 #define WIRE_STATUS_KNOWN (WIRE_STATUS_HUGEPAGES | WIRE_STATUS_DRAINING)
 
+/* ---- protocol 2 ------------------------------------------------------ */
+
+/*
+ * AUTH opens the challenge-response (docs/cluster.md, "Authentication"):
+ * principal is a tenant name, "@admin" or "@donor"; pass is empty when
+ * the principal authenticates with its own key (at the registry), else the
+ * sealed donor pass the registry issued (at a donor).
+ */
+struct wire_auth {
+	char principal[WIRE_NAME_MAX];
+	uint8_t cnonce[WIRE_NONCE_LEN];
+	uint16_t pass_len; /* 0 .. WIRE_PASS_MAX */
+	uint8_t pass[WIRE_PASS_MAX];
+};
+
+struct wire_auth_challenge {
+	uint8_t snonce[WIRE_NONCE_LEN];
+};
+
+struct wire_auth_proof {
+	uint8_t mac[WIRE_MAC_LEN];
+};
+
+enum wire_role {
+	WIRE_ROLE_TENANT = 1,
+	WIRE_ROLE_ADMIN = 2,
+	WIRE_ROLE_DONOR = 3,
+};
+#define WIRE_AUTH_REGISTRY 0x1u /* AUTH_OK.flags: this memd is the registry */
+#define WIRE_AUTH_KNOWN WIRE_AUTH_REGISTRY
+
+struct wire_auth_ok {
+	uint8_t mac[WIRE_MAC_LEN]; /* the server's proof */
+	uint8_t role;		   /* enum wire_role */
+	uint32_t flags;		   /* WIRE_AUTH_*; unknown bits must be 0 */
+	uint32_t tenant_id;	   /* 0 unless role is TENANT */
+	uint32_t pass_ttl_ms;	   /* 0 when no pass follows */
+	uint16_t pass_len;	   /* 0 .. WIRE_PASS_MAX */
+	uint8_t pass[WIRE_PASS_MAX];
+	uint16_t box_len; /* 0 .. WIRE_BOX_MAX: the pass key, sealed */
+	uint8_t box[WIRE_BOX_MAX];
+};
+
+#define WIRE_PLACE_REPLICA 0x1u /* PLACE.flags: a second copy elsewhere */
+#define WIRE_PLACE_KNOWN WIRE_PLACE_REPLICA
+
+struct wire_place {
+	uint32_t nslabs; /* 1 .. WIRE_MAX_LEASES */
+	uint32_t flags;	 /* WIRE_PLACE_*; unknown bits must be 0 */
+	int32_t node;	 /* as LEASE.node */
+};
+
+/* A grant ticket: what a donor needs to lease slabs to a tenant, MAC'd by
+ * the registry with the cluster's ticket key. Fixed layout, 80 bytes. */
+struct wire_ticket {
+	uint64_t grant_id;
+	uint64_t registry_epoch;
+	uint32_t tenant_id;
+	uint32_t donor_id;
+	uint64_t donor_epoch;
+	uint32_t nslabs; /* 1 .. WIRE_MAX_LEASES */
+	int32_t node;
+	uint64_t expires_ms; /* registry's CLOCK_REALTIME, ms since 1970 */
+	uint8_t mac[WIRE_MAC_LEN];
+};
+
+struct wire_grant {
+	uint32_t donor_id;
+	uint64_t donor_epoch;
+	char addr[WIRE_HOSTPORT_MAX]; /* donor's control address */
+	struct wire_ticket ticket;    /* ticket.nslabs slabs there */
+};
+
+/* Slab k of the placed region comes from grant layout[k].primary (the
+ * next slab leased with it) and, with REPLICA, from layout[k].replica. */
+struct wire_layout {
+	uint8_t primary; /* < ngrants */
+	uint8_t replica; /* < ngrants, or WIRE_NO_GRANT */
+};
+
+struct wire_place_ok {
+	uint64_t registry_epoch;
+	uint16_t ngrants; /* 1 .. WIRE_MAX_GRANTS */
+	struct wire_grant grant[WIRE_MAX_GRANTS];
+	uint16_t nslabs; /* 1 .. WIRE_MAX_LEASES */
+	struct wire_layout layout[WIRE_MAX_LEASES];
+};
+
+struct wire_lease_grant {
+	struct wire_ticket ticket;
+};
+
+/* HEARTBEAT2: HEARTBEAT with the client's RMA counters (for /metrics). */
+struct wire_heartbeat2 {
+	uint64_t bytes_read;
+	uint64_t bytes_written;
+	uint64_t ops;
+};
+
+struct wire_donor_join {
+	char name[WIRE_NAME_MAX];     /* donor's stable name (hostname) */
+	char addr[WIRE_HOSTPORT_MAX]; /* where clients reach it */
+	uint64_t epoch;
+	uint64_t slab_bytes;
+	uint32_t slabs_total;
+	uint16_t nnodes; /* 0 .. WIRE_MAX_NODES */
+	struct wire_node_slabs node[WIRE_MAX_NODES];
+};
+
+struct wire_donor_join_ok {
+	uint32_t donor_id;
+	uint64_t registry_epoch;
+	uint32_t report_ms; /* >= 1: send DONOR_REPORT at least this often */
+	uint32_t flags;	    /* WIRE_DONOR_DRAIN */
+};
+#define WIRE_DONOR_DRAIN 0x1u /* JOIN_OK / REPORT_OK: lease nothing new */
+#define WIRE_DONOR_KNOWN WIRE_DONOR_DRAIN
+
+struct wire_tenant_usage {
+	uint32_t tenant_id;
+	uint32_t slabs;	   /* leased to this tenant's sessions */
+	uint32_t sessions; /* live sessions of this tenant */
+};
+
+struct wire_donor_report {
+	uint32_t donor_id;
+	uint64_t epoch;
+	uint32_t slabs_free;
+	uint32_t slabs_leased;
+	uint32_t slabs_reclaiming;
+	uint32_t flags; /* WIRE_STATUS_DRAINING */
+	uint64_t bytes_read, bytes_written; /* clients' RMA, since boot */
+	uint16_t ntenants;		    /* 0 .. WIRE_MAX_TENANTS */
+	struct wire_tenant_usage tenant[WIRE_MAX_TENANTS];
+	uint16_t nredeemed; /* 0 .. WIRE_MAX_REDEEMED */
+	uint64_t redeemed[WIRE_MAX_REDEEMED]; /* grant ids since last ack */
+};
+
+struct wire_donor_report_ok {
+	uint64_t registry_epoch;
+	uint32_t flags; /* WIRE_DONOR_* */
+};
+
+/* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not
+ * copy it: json points into the decoded frame's buffer (valid while that
+ * buffer is) and is NOT NUL-terminated; the encoder reads json_len bytes
+ * from json. 1 .. WIRE_JSON_MAX bytes, no NUL. */
+struct wire_admin {
+	const char *json;
+	uint32_t json_len;
+};
+
 struct wire_error {
 	int32_t err;		/* positive Linux errno, 1 .. WIRE_ERR_MAX */
 	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
@@ -187,6 +369,20 @@ struct wire_msg {
 		struct wire_heartbeat_ok heartbeat_ok;
 		struct wire_status_ok status_ok;
 		struct wire_error error;
+		/* protocol 2 */
+		struct wire_auth auth;
+		struct wire_auth_challenge auth_challenge;
+		struct wire_auth_proof auth_proof;
+		struct wire_auth_ok auth_ok;
+		struct wire_place place;
+		struct wire_place_ok place_ok;
+		struct wire_lease_grant lease_grant;
+		struct wire_heartbeat2 heartbeat2;
+		struct wire_donor_join donor_join;
+		struct wire_donor_join_ok donor_join_ok;
+		struct wire_donor_report donor_report;
+		struct wire_donor_report_ok donor_report_ok;
+		struct wire_admin admin; /* ADMIN and ADMIN_OK */
 	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK carry no payload */
 };
 

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,7 @@
 
 #include "fabric/fab.h"
 #include "fabric/wire.h"
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
 
@@ -96,7 +97,7 @@ struct pool {
 	unsigned max_inflight;
 	size_t xfer_bytes;
 
-	struct pool_ctl *ctl;
+	struct rpc *ctl;
 	struct fab_domain *fd;
 	struct fab_ep *ep; /* NULL once the session failed */
 	pthread_rwlock_t ep_rw;
@@ -166,6 +167,21 @@ static void session_fail(struct pool *p, int err, const char *why)
 	pthread_rwlock_unlock(&p->ep_rw);
 }
 
+/* The control connection's reports, into the library's log. */
+static void rpc_log(void *arg, int level, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	(void)arg;
+	if (level > pool_log_threshold())
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	pool_log_emit(level, "%s", line);
+}
+
 /* 0 when leases may be used now, else -ENOTCONN. */
 static int session_usable(struct pool *p)
 {
@@ -216,8 +232,8 @@ static void *hb_main(void *arg)
 		/* A reply is useful until the leases it renews would lapse
 		 * anyway; a slow memd is not a dead one. */
 		tmo = (int)(p->ttl_ms - p->margin_ms);
-		r = pool_ctl_call(p->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo,
-				  NULL, 0);
+		r = rpc_call(p->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo, NULL,
+			     0);
 		if (r == 0 && rep.u.heartbeat_ok.epoch != p->epoch)
 			r = -ESTALE; /* a restarted memd: old leases are gone */
 		if (r) {
@@ -284,8 +300,8 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 		req->u.lease.nslabs = k;
 		req->u.lease.node = node;
 		text[0] = '\0';
-		r = pool_ctl_call(p->ctl, req, rep, WIRE_LEASE_OK,
-				  p->timeout_ms, text, sizeof(text));
+		r = rpc_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
+			     text, sizeof(text));
 		if (r == 0 && rep->u.lease_ok.count != k)
 			r = -EPROTO;
 		for (uint32_t i = 0; r == 0 && i < k; i++) {
@@ -370,8 +386,8 @@ static int release_locked(struct pool *p, struct slab **v, uint32_t n)
 		}
 		r = __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)
 			    ? -ENOTCONN
-			    : pool_ctl_call(p->ctl, req, rep, WIRE_RELEASE_OK,
-					    p->timeout_ms, NULL, 0);
+			    : rpc_call(p->ctl, req, rep, WIRE_RELEASE_OK,
+				       p->timeout_ms, NULL, 0);
 		if (r && !first)
 			first = r;
 		done += k;
@@ -533,13 +549,13 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	pthread_rwlock_init(&p->ep_rw, &ra);
 	pthread_rwlockattr_destroy(&ra);
 
-	r = pool_ctl_connect(p->addr, p->timeout_ms, &p->ctl, local,
-			     sizeof(local));
+	r = rpc_connect(p->addr, p->timeout_ms, &p->ctl, local, sizeof(local));
 	if (r) {
 		pool_log(LOG_WARNING, "session: connect memd=%s err=%s",
 			 p->addr, strerror(-r));
 		goto fail;
 	}
+	rpc_set_log(p->ctl, rpc_log, NULL);
 	req.u.hello.proto_min = WIRE_PROTO_MIN;
 	req.u.hello.proto_max = WIRE_PROTO_MAX;
 	if (o.client_name)
@@ -553,8 +569,8 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	for (char *c = req.u.hello.client; *c; c++)
 		if (*c < 0x20 || *c > 0x7e)
 			*c = '?';
-	r = pool_ctl_call(p->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms,
-			  text, sizeof(text));
+	r = rpc_call(p->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms, text,
+		     sizeof(text));
 	if (r) {
 		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
 			 p->addr, strerror(-r), text);
@@ -653,11 +669,11 @@ void pool_close(struct pool *p)
 	    !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
 		struct wire_msg req = { .type = WIRE_BYE }, rep;
 
-		pool_ctl_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms,
-			      NULL, 0);
+		rpc_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms, NULL,
+			 0);
 	}
 	fab_domain_close(p->fd);
-	pool_ctl_close(p->ctl);
+	rpc_close(p->ctl);
 	while (p->regions) {
 		struct pool_region *r = p->regions;
 

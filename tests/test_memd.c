@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "fabric/wire.h"
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"

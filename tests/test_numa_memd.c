@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "fabric/wire.h"
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "memd/arena.h"
 #include "memd/config.h"
@@ -76,35 +76,35 @@ static struct pool *connect_memd(void)
 }
 
 /* A raw control session: HELLO_OK into *hello. */
-static struct pool_ctl *raw_session(struct wire_hello_ok *hello)
+static struct rpc *raw_session(struct wire_hello_ok *hello)
 {
 	struct wire_msg req = { .type = WIRE_HELLO }, rep;
-	struct pool_ctl *c;
+	struct rpc *c;
 
-	ck_assert_int_eq(pool_ctl_connect(md.addr, 5000, &c, NULL, 0), 0);
+	ck_assert_int_eq(rpc_connect(md.addr, 5000, &c, NULL, 0), 0);
 	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0), 0);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0),
+			 0);
 	*hello = rep.u.hello_ok;
 	return c;
 }
 
-static struct wire_status_ok raw_status(struct pool_ctl *c)
+static struct wire_status_ok raw_status(struct rpc *c)
 {
 	struct wire_msg req = { .type = WIRE_STATUS }, rep;
 
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_STATUS_OK, 5000, NULL, 0), 0);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_STATUS_OK, 5000, NULL, 0),
+			 0);
 	return rep.u.status_ok;
 }
 
 static struct wire_status_ok memd_status(void)
 {
 	struct wire_hello_ok h;
-	struct pool_ctl *c = raw_session(&h);
+	struct rpc *c = raw_session(&h);
 	struct wire_status_ok st = raw_status(c);
 
-	pool_ctl_close(c);
+	rpc_close(c);
 	return st;
 }
 
@@ -468,7 +468,7 @@ START_TEST(without_numa_nodes_nodes_are_minus_one)
 {
 	struct wire_hello_ok h;
 	struct wire_status_ok st;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool *p;
 	struct pool_region *r, *small;
 
@@ -482,7 +482,7 @@ START_TEST(without_numa_nodes_nodes_are_minus_one)
 	ck_assert_int_eq(st.node[0].node, WIRE_NODE_ANY);
 	ck_assert_uint_eq(st.node[0].slabs_total, NSLABS);
 	ck_assert_uint_eq(st.node[0].slabs_free, NSLABS);
-	pool_ctl_close(c);
+	rpc_close(c);
 
 	p = connect_memd();
 	ck_assert_int_eq(pool_session_nendpoints(p), 1);
@@ -514,7 +514,7 @@ START_TEST(one_node_leases_say_their_node)
 	int n0 = host_node[0];
 	struct wire_hello_ok h;
 	struct wire_status_ok st;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool *p;
 	struct pool_region *whole, *any, *a0, *b0, *a_any;
 
@@ -528,7 +528,7 @@ START_TEST(one_node_leases_say_their_node)
 	ck_assert_int_eq(st.node[0].node, n0);
 	ck_assert_uint_eq(st.node[0].slabs_total, NSLABS);
 	ck_assert_uint_eq(st.slabs_total, NSLABS);
-	pool_ctl_close(c);
+	rpc_close(c);
 	/* The kernel, not memd, says where the donation is: all of it
 	 * bound to the node and present there (locked and prefaulted). */
 	assert_arena_on(md.pid, n0, NSLABS * (uint64_t)SLAB);
@@ -580,7 +580,7 @@ START_TEST(unserved_node_is_einval_with_memds_reason)
 	struct wire_hello_ok h;
 	struct wire_status_ok st;
 	struct wire_msg req = { .type = WIRE_LEASE }, rep;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool_region *r = (void *)1;
 	struct pool *p;
 	char text[WIRE_MSG_MAX];
@@ -622,13 +622,13 @@ START_TEST(unserved_node_is_einval_with_memds_reason)
 	c = raw_session(&h);
 	req.u.lease.nslabs = 1;
 	req.u.lease.node = absent;
-	ck_assert_int_eq(pool_ctl_call(c, &req, &rep, WIRE_LEASE_OK, 5000, text,
-				       sizeof(text)),
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_LEASE_OK, 5000, text,
+				  sizeof(text)),
 			 -EINVAL);
 	ck_assert_msg(strstr(text, want), "%s", text);
 	req.u.lease.node = n0;
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_LEASE_OK, 5000, NULL, 0), 0);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_LEASE_OK, 5000, NULL, 0),
+			 0);
 	ck_assert_int_eq(rep.u.lease_ok.lease[0].node, n0);
 	ck_assert_int_eq(rep.u.lease_ok.lease[0].endpoint, 0);
 	/* (the closed session's slab may still be being zeroed) */
@@ -636,7 +636,7 @@ START_TEST(unserved_node_is_einval_with_memds_reason)
 	ck_assert_uint_eq(st.slabs_leased, 1);
 	ck_assert_uint_eq(st.node[0].slabs_free,
 			  NSLABS - 1 - st.slabs_reclaiming);
-	pool_ctl_close(c);
+	rpc_close(c);
 	stop();
 }
 END_TEST
@@ -650,7 +650,7 @@ START_TEST(all_nodes)
 	const char *args[] = { "--donate", donate, NULL };
 	struct wire_hello_ok h;
 	struct wire_status_ok st;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool *p;
 
 	if (nhost > MEMD_NUMA_NODES_MAX) {
@@ -671,7 +671,7 @@ START_TEST(all_nodes)
 		ck_assert_int_eq(st.node[i].node, host_node[i]);
 		ck_assert_uint_eq(st.node[i].slabs_total, 2);
 	}
-	pool_ctl_close(c);
+	rpc_close(c);
 	p = connect_memd();
 	ck_assert_int_eq(pool_session_nendpoints(p), n);
 	for (int i = 0; i < n; i++) {
@@ -775,7 +775,7 @@ START_TEST(two_arenas_in_process)
 	struct memd_config cfg;
 	struct wire_hello_ok h;
 	struct wire_status_ok st;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool *p;
 	pthread_t th;
 	sigset_t mask;
@@ -839,7 +839,7 @@ START_TEST(two_arenas_in_process)
 	ck_assert_int_eq(st.node[1].node, nb);
 	ck_assert_uint_eq(st.node[1].slabs_total, 4);
 	ck_assert_uint_eq(st.node[1].slabs_free, 4);
-	pool_ctl_close(c);
+	rpc_close(c);
 
 	ck_assert_int_eq(pool_connect(&o, &p), 0);
 	ck_assert_int_eq(pool_session_nendpoints(p), 2);

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "fabric/wire.h"
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "numa/place.h"
 #include "tests/testutil.h"
@@ -201,7 +201,7 @@ START_TEST(two_nodes_two_arenas_two_endpoints)
 	struct wire_msg req = { .type = WIRE_HELLO }, rep;
 	struct pool_opts o = { .timeout_ms = 5000 };
 	struct pool_region *r0, *r1, *any;
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct pool *p;
 	struct wire_lease l;
 	uint64_t off, len;
@@ -215,14 +215,14 @@ START_TEST(two_nodes_two_arenas_two_endpoints)
 	ck_assert(thread_on_node(md.pid, "memd-fab0", n0));
 	ck_assert(thread_on_node(md.pid, "memd-fab1", n1));
 
-	ck_assert_int_eq(pool_ctl_connect(md.addr, 5000, &c, NULL, 0), 0);
+	ck_assert_int_eq(rpc_connect(md.addr, 5000, &c, NULL, 0), 0);
 	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0), 0);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0),
+			 0);
 	ck_assert_int_eq(rep.u.hello_ok.nendpoints, 2);
 	ck_assert_int_eq(rep.u.hello_ok.ep[0].node, n0);
 	ck_assert_int_eq(rep.u.hello_ok.ep[1].node, n1);
-	pool_ctl_close(c);
+	rpc_close(c);
 
 	o.addr = md.addr;
 	ck_assert_int_eq(pool_connect(&o, &p), 0);

@@ -17,7 +17,7 @@
 
 #include "fabric/fab.h"
 #include "fabric/wire.h"
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
@@ -45,20 +45,20 @@ static struct pool *connect_memd(void)
 /* Raw STATUS through the control protocol, as an operator tool would. */
 static struct wire_status_ok memd_status(void)
 {
-	struct pool_ctl *c;
+	struct rpc *c;
 	struct wire_msg req = { .type = WIRE_HELLO }, rep;
 	int r;
 
-	r = pool_ctl_connect(md.addr, 5000, &c, NULL, 0);
+	r = rpc_connect(md.addr, 5000, &c, NULL, 0);
 	ck_assert_int_eq(r, 0);
 	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0), 0);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0),
+			 0);
 	memset(&req, 0, sizeof(req));
 	req.type = WIRE_STATUS;
-	ck_assert_int_eq(
-		pool_ctl_call(c, &req, &rep, WIRE_STATUS_OK, 5000, NULL, 0), 0);
-	pool_ctl_close(c);
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_STATUS_OK, 5000, NULL, 0),
+			 0);
+	rpc_close(c);
 	return rep.u.status_ok;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * libpool/ctl.c - control connection (see ctl.h).
+ * fabric/rpc.c - the blocking client end of a control connection (rpc.h):
+ * libpool's sessions, memd's link to its registry, poolctl.
  *
  * Threads: any thread may call; calls are serialized by c->lock, so at
  * most one request is outstanding and a reply is matched by seq alone.
@@ -8,7 +9,7 @@
  * state, so either marks the connection broken: memd then sees it close
  * and the session's leases run out their TTL, which is the safe outcome.
  */
-#include "libpool/ctl.h"
+#include "fabric/rpc.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -20,20 +21,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fabric/hostport.h"
-#include "libpool/log.h"
 
-struct pool_ctl {
+struct rpc {
 	pthread_mutex_t lock;
 	int fd;
 	bool broken;
 	uint32_t seq;
+	rpc_log_fn log; /* may be NULL */
+	void *log_arg;
 	uint8_t buf[WIRE_MAX_FRAME];
 };
+
+void rpc_set_log(struct rpc *c, rpc_log_fn fn, void *arg)
+{
+	pthread_mutex_lock(&c->lock);
+	c->log = fn;
+	c->log_arg = arg;
+	pthread_mutex_unlock(&c->lock);
+}
 
 static uint64_t mono_ms(void)
 {
@@ -61,8 +72,8 @@ static int wait_fd(int fd, short events, uint64_t deadline)
 	}
 }
 
-int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
-		     char *local_host, size_t hostlen)
+int rpc_connect(const char *addr, int timeout_ms, struct rpc **out,
+		char *local_host, size_t hostlen)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV };
@@ -71,7 +82,7 @@ int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
 	struct sockaddr_storage ss;
 	socklen_t sl = sizeof(ss);
 	char host[256], port[8];
-	struct pool_ctl *c;
+	struct rpc *c;
 	uint16_t p;
 	int fd = -1, r, one = 1;
 
@@ -131,7 +142,7 @@ int pool_ctl_connect(const char *addr, int timeout_ms, struct pool_ctl **out,
 	return 0;
 }
 
-void pool_ctl_close(struct pool_ctl *c)
+void rpc_close(struct rpc *c)
 {
 	if (!c)
 		return;
@@ -140,7 +151,7 @@ void pool_ctl_close(struct pool_ctl *c)
 	free(c);
 }
 
-bool pool_ctl_is_broken(struct pool_ctl *c)
+bool rpc_is_broken(struct rpc *c)
 {
 	bool b;
 
@@ -150,7 +161,7 @@ bool pool_ctl_is_broken(struct pool_ctl *c)
 	return b;
 }
 
-static int send_all(struct pool_ctl *c, const uint8_t *p, size_t n,
+static int send_all(struct rpc *c, const uint8_t *p, size_t n,
 		    uint64_t deadline)
 {
 	while (n) {
@@ -176,7 +187,7 @@ static int send_all(struct pool_ctl *c, const uint8_t *p, size_t n,
 }
 
 /* Reads exactly one frame into c->buf. */
-static ssize_t recv_frame(struct pool_ctl *c, uint64_t deadline)
+static ssize_t recv_frame(struct rpc *c, uint64_t deadline)
 {
 	size_t have = 0;
 	ssize_t need = WIRE_HDR_LEN;
@@ -214,9 +225,8 @@ static ssize_t recv_frame(struct pool_ctl *c, uint64_t deadline)
 	}
 }
 
-int pool_ctl_call(struct pool_ctl *c, struct wire_msg *req,
-		  struct wire_msg *rep, int expect, int timeout_ms,
-		  char *errtext, size_t errlen)
+int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
+	     int expect, int timeout_ms, char *errtext, size_t errlen)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
 	ssize_t n;
@@ -251,9 +261,11 @@ int pool_ctl_call(struct pool_ctl *c, struct wire_msg *req,
 		r = rep->u.error.err > 0 ? -rep->u.error.err : -EPROTO;
 		if (errtext)
 			snprintf(errtext, errlen, "%s", rep->u.error.msg);
-		pool_log(LOG_INFO, "ctl: %s refused err=%d msg=%s",
-			 wire_type_name(req->type), rep->u.error.err,
-			 rep->u.error.msg);
+		if (c->log)
+			c->log(c->log_arg, LOG_INFO,
+			       "rpc: %s refused err=%d msg=%s",
+			       wire_type_name(req->type), rep->u.error.err,
+			       rep->u.error.msg);
 		/* An ERROR with seq 0 is memd closing on us. */
 		if (rep->seq != req->seq)
 			c->broken = true;
@@ -266,8 +278,10 @@ int pool_ctl_call(struct pool_ctl *c, struct wire_msg *req,
 	r = 0;
 	goto out;
 broken:
-	pool_log(LOG_WARNING, "ctl: %s failed err=%s; connection dropped",
-		 wire_type_name(req->type), strerror(-r));
+	if (c->log)
+		c->log(c->log_arg, LOG_WARNING,
+		       "rpc: %s failed err=%s; connection dropped",
+		       wire_type_name(req->type), strerror(-r));
 	c->broken = true;
 	if (r != -ETIMEDOUT && r != -EPROTO)
 		r = -ENOTCONN;
