@@ -8,7 +8,7 @@ pkgs=(
 	libfabric-dev libfabric-bin
 	libnuma-dev libhwloc-dev hwloc
 	libinih-dev check
-	libsodium-dev libmicrohttpd-dev libsystemd-dev
+	libsodium-dev libmicrohttpd-dev libsystemd-dev libjansson-dev
 	clang libclang-rt-14-dev clang-format
 	iperf3 redis-server redis-tools
 	groff-base iproute2 iptables procps util-linux

@@ -421,6 +421,14 @@ ssize_t wire_decode(const void *buf, size_t len, struct wire_msg *m);
  */
 ssize_t wire_encode(const struct wire_msg *m, void *buf, size_t cap);
 
+/*
+ * The bytes a ticket's MAC covers: every field but mac, in wire order and
+ * encoding (the first WIRE_TICKET_BODY_LEN bytes of its 80-byte wire form).
+ */
+#define WIRE_TICKET_BODY_LEN 48
+void wire_ticket_body(const struct wire_ticket *t,
+		      uint8_t out[WIRE_TICKET_BODY_LEN]);
+
 /* "HELLO", "LEASE_OK", ... or "UNKNOWN". */
 const char *wire_type_name(uint8_t type);
 

@@ -1,0 +1,172 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/registry.h - the pool's directory, kept by the memd that runs with
+ * `registry = yes` (docs/cluster.md): tenants (name, key, quota), donors
+ * (identity, address, state, what they report), placement of new slabs
+ * over donors under quotas, and the admin requests poolctl sends.
+ *
+ * No sockets. Callers pass the clocks that decide anything: now_ms
+ * (monotonic: donor liveness, grant expiry) and now_unix_ms
+ * (CLOCK_REALTIME: ticket and pass expiry, which donors check against
+ * their own clocks). The registry reads CLOCK_REALTIME itself only for
+ * the display timestamps of donor states (since_unix_ms). One mutex inside: any thread (memd-ctl
+ * places and takes reports, the metrics thread reads).
+ *
+ * Durable state (tenants with their keys and quotas, donor identities and
+ * their drain flags, the id counters) lives in STATE_DIR/registry.json. A
+ * change is written to a temporary file, fsync'ed and renamed over the old
+ * one (and the directory fsync'ed) BEFORE it is applied in memory: when
+ * the write fails the call returns -EIO and nothing changed. Usage is
+ * soft state: the sum of what donors report (DONOR_REPORT) plus grants
+ * issued and not yet redeemed; after a restart it is rebuilt from the
+ * donors' reports, never read from disk.
+ */
+#ifndef TP_MEMD_REGISTRY_H
+#define TP_MEMD_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fabric/auth.h"
+#include "fabric/wire.h"
+
+struct memd_registry;
+
+struct memd_registry_opts {
+	const char *state_dir; /* must exist; registry.json lives there */
+	uint64_t slab_bytes;   /* every donor must use this slab size */
+	uint32_t report_ms;    /* donors report this often; down after 3x */
+	uint32_t ticket_ttl_ms; /* grant tickets expire after this (30 s) */
+	uint32_t pass_ttl_ms;	/* donor passes expire after this */
+	/* the cluster keys (tickets are signed with keys->ticket) */
+	const struct auth_cluster_keys *keys;
+};
+
+/*
+ * Loads STATE_DIR/registry.json (a missing file is an empty registry; a
+ * corrupt one is an error, never silently replaced) and starts a new
+ * registry epoch (random). Returns 0 and *out, or -errno with err naming
+ * the file and the problem (-EINVAL: corrupt or wrong version, -EACCES,
+ * -ENOTDIR, -ENOENT for a missing state_dir, -ENOMEM).
+ */
+int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
+		       struct memd_registry **out, char *err, size_t errlen);
+void memd_registry_close(struct memd_registry *r);
+uint64_t memd_registry_epoch(const struct memd_registry *r);
+
+/* Authentication: a tenant's id and key by name. 0 or -ENOENT. */
+int memd_registry_tenant_key(struct memd_registry *r, const char *name,
+			     uint32_t *id, uint8_t key[AUTH_KEY_LEN]);
+
+/*
+ * A donor joins (or rejoins after a restart: same name, new epoch). Its
+ * identity (name -> donor id) is durable; its address, epoch and capacity
+ * are not. A donor joining under a name that is up with another epoch
+ * replaces that incarnation (whose leases are lost). Fills *ok. Returns 0,
+ * -EINVAL (slab size differs from the registry's; err says both), -EIO
+ * (could not persist a new identity), -ENOSPC (too many donors).
+ */
+int memd_registry_donor_join(struct memd_registry *r,
+			     const struct wire_donor_join *j, uint64_t now_ms,
+			     struct wire_donor_join_ok *ok, char *err,
+			     size_t errlen);
+/*
+ * A donor's report: its free slabs, per-tenant usage and the grants it
+ * redeemed since its last acknowledged report. Fills *ok (the drain flag
+ * tells the donor to lease nothing new). -ESTALE: unknown donor id or an
+ * epoch other than the one it joined with (the donor must join again).
+ */
+int memd_registry_donor_report(struct memd_registry *r,
+			       const struct wire_donor_report *rep,
+			       uint64_t now_ms, struct wire_donor_report_ok *ok,
+			       char *err, size_t errlen);
+/* The donor's link to us closed: marks that incarnation down at once,
+ * with why as the reason. Unknown (id, epoch): no-op. */
+void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
+			      uint64_t epoch, uint64_t now_ms, const char *why);
+/* Marks donors that missed 3 reports down; drops expired grants. Call
+ * every ~100 ms. */
+void memd_registry_tick(struct memd_registry *r, uint64_t now_ms);
+
+/*
+ * Places req->nslabs slabs (twice as many with WIRE_PLACE_REPLICA, the
+ * copy of each slab on another donor) for tenant_id, and fills *out with
+ * one signed ticket per donor used and the per-slab layout. Atomic with
+ * respect to every other place: the quota check and the reservation are
+ * one step, so concurrent requests cannot overshoot. Striping: each slab
+ * goes to the up donor with the most free slabs left (after this
+ * request's earlier slabs; lowest id on a tie), so large regions spread
+ * over donors; a draining or down donor gets nothing. Returns 0, or
+ *   -EDQUOT  (used + reserved + asked) * slab_bytes > quota; err says all
+ *            three
+ *   -ENOSPC  not enough free slabs on up donors (or no second donor for
+ *            a replica); err says how many are free
+ *   -EINVAL  bad flags or nslabs, node no up donor serves
+ *   -ENOENT  no such tenant (removed since it authenticated)
+ */
+int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
+			const struct wire_place *req, uint64_t now_ms,
+			uint64_t now_unix_ms, struct wire_place_ok *out,
+			char *err, size_t errlen);
+
+/*
+ * A donor pass for a tenant that just authenticated: fills *p (random key,
+ * expiry now_unix_ms + pass_ttl_ms) . 0 or -ENOENT.
+ */
+int memd_registry_make_pass(struct memd_registry *r, uint32_t tenant_id,
+			    uint64_t now_unix_ms, struct auth_pass *p);
+
+/*
+ * One admin request (docs/cluster.md, "Admin requests": a JSON object
+ * with "cmd"), from an authenticated "@admin" session whose session key
+ * is session_key (tenant-add's key_box is sealed with it). Writes the
+ * JSON reply (NUL-terminated) to out and returns its length, or -errno
+ * with err for the ERROR text:
+ *   -EINVAL  malformed JSON, unknown cmd, a missing or bad field
+ *   -ENOENT  no such tenant / donor
+ *   -EEXIST  tenant-add of an existing name
+ *   -EBUSY   tenant-remove of a tenant that still holds memory
+ *   -EIO     the state file could not be written (nothing changed)
+ *   -ENOSPC  out too small
+ */
+int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
+			const uint8_t session_key[AUTH_KEY_LEN], uint64_t now_ms,
+			uint64_t now_unix_ms, char *out, size_t cap, char *err,
+			size_t errlen);
+
+/* For /metrics: a snapshot of every tenant and donor. */
+struct memd_registry_tenant_info {
+	uint32_t id;
+	char name[WIRE_NAME_MAX];
+	uint64_t quota_bytes;
+	uint64_t used_bytes;	 /* reported by donors */
+	uint64_t reserved_bytes; /* granted, not yet redeemed */
+};
+enum memd_donor_state {
+	MEMD_DONOR_UP = 0,
+	MEMD_DONOR_DRAINING,
+	MEMD_DONOR_DOWN,
+};
+struct memd_registry_donor_info {
+	uint32_t id;
+	char name[WIRE_NAME_MAX];
+	char addr[WIRE_HOSTPORT_MAX];
+	enum memd_donor_state state;
+	char reason[128];
+	uint64_t since_unix_ms; /* when state last changed */
+	uint64_t epoch;
+	uint32_t slabs_total, slabs_free, slabs_leased;
+	uint64_t bytes_read, bytes_written;
+};
+void memd_registry_foreach_tenant(
+	struct memd_registry *r,
+	void (*fn)(void *arg, const struct memd_registry_tenant_info *t),
+	void *arg);
+void memd_registry_foreach_donor(
+	struct memd_registry *r,
+	void (*fn)(void *arg, const struct memd_registry_donor_info *d),
+	void *arg);
+const char *memd_donor_state_name(enum memd_donor_state s);
+
+#endif
