@@ -35,7 +35,12 @@ struct place_topo;
 	X(leases_released, "slab leases released by their client")             \
 	X(leases_expired, "slab leases revoked because the session expired")   \
 	X(leases_refused, "lease requests refused (no free slab, bad node)")   \
-	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")
+	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")  \
+	X(auth_failures, "authentications refused, and requests before one")   \
+	X(places, "placements granted (registry)")                             \
+	X(places_refused, "placements refused: quota, space (registry)")       \
+	X(tickets_refused, "grant tickets refused: forged, stale, replayed")   \
+	X(admin_requests, "admin requests answered")
 
 struct memd_counters {
 #define X(name, help) uint64_t name;
