@@ -129,54 +129,26 @@ static void advertised(struct memd_donor *d, const char *local_host, char *out,
 }
 
 /* HELLO + AUTH as "@donor". 0 or -errno (-EACCES: wrong cluster secret). */
-static int handshake(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
-		     struct wire_msg *rep, char *text, size_t textlen)
+static int handshake(struct memd_donor *d, struct rpc *c, char *text,
+		     size_t textlen)
 {
-	uint8_t cn[WIRE_NONCE_LEN], sn[WIRE_NONCE_LEN], mac[WIRE_MAC_LEN];
-	uint64_t sid, epoch;
+	struct wire_hello_ok hello;
+	struct wire_auth_ok ok;
+	uint8_t skey[AUTH_KEY_LEN];
+	char client[WIRE_NAME_MAX];
 	int r;
 
-	memset(req, 0, sizeof(*req));
-	req->type = WIRE_HELLO;
-	req->u.hello.proto_min = 2;
-	req->u.hello.proto_max = WIRE_PROTO_MAX;
-	snprintf(req->u.hello.client, sizeof(req->u.hello.client),
-		 "memd-donor %s", d->name);
-	r = rpc_call(c, req, rep, WIRE_HELLO_OK, CALL_TIMEOUT_MS, text,
-		     textlen);
-	if (r)
-		return r;
-	sid = rep->u.hello_ok.session_id;
-	epoch = rep->u.hello_ok.epoch;
-
-	auth_random(cn, sizeof(cn));
-	memset(req, 0, sizeof(*req));
-	req->type = WIRE_AUTH;
-	snprintf(req->u.auth.principal, sizeof(req->u.auth.principal),
-		 "@donor");
-	memcpy(req->u.auth.cnonce, cn, sizeof(cn));
-	r = rpc_call(c, req, rep, WIRE_AUTH_CHALLENGE, CALL_TIMEOUT_MS, text,
-		     textlen);
-	if (r)
-		return r;
-	memcpy(sn, rep->u.auth_challenge.snonce, sizeof(sn));
-
-	memset(req, 0, sizeof(*req));
-	req->type = WIRE_AUTH_PROOF;
-	auth_client_proof(d->o.donor_key, "@donor", sid, epoch, cn, sn,
-			  req->u.auth_proof.mac);
-	r = rpc_call(c, req, rep, WIRE_AUTH_OK, CALL_TIMEOUT_MS, text, textlen);
-	if (r)
-		return r;
-	auth_server_proof(d->o.donor_key, "@donor", sid, epoch, cn, sn, mac);
-	if (!auth_mac_equal(mac, rep->u.auth_ok.mac) ||
-	    rep->u.auth_ok.role != WIRE_ROLE_DONOR) {
-		snprintf(text, textlen,
-			 "the registry could not prove it holds the cluster "
-			 "secret");
-		return -EACCES;
+	snprintf(client, sizeof(client), "memd-donor %s", d->name);
+	r = rpc_hello(c, client, 2, CALL_TIMEOUT_MS, &hello, text, textlen);
+	if (!r)
+		r = rpc_auth(c, &hello, "@donor", d->o.donor_key, NULL, 0,
+			     CALL_TIMEOUT_MS, &ok, skey, text, textlen);
+	if (!r && ok.role != WIRE_ROLE_DONOR) {
+		snprintf(text, textlen, "the registry gave role %u, not donor",
+			 ok.role);
+		r = -EPROTO;
 	}
-	return 0;
+	return r;
 }
 
 static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
@@ -278,7 +250,7 @@ static void *donor_main(void *arg)
 				sizeof(local));
 		if (!r) {
 			rpc_set_log(c, rpc_log_to_memd, d);
-			r = handshake(d, c, req, rep, text, sizeof(text));
+			r = handshake(d, c, text, sizeof(text));
 		}
 		if (!r)
 			r = join(d, c, local, req, rep, text, sizeof(text));
