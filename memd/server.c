@@ -30,6 +30,11 @@
  * memd-fab<a> progresses endpoint a: with a manual-progress provider
  * (tcp) RMA from clients is served only while someone reads the CQ.
  *
+ * memd-metrics (memd/metrics.c, only with metrics_listen) answers GET
+ * /metrics from write_metrics(): it reads the counters with relaxed
+ * atomics (every increment is one), the lease table under its lock, and
+ * fields fixed at creation. memd_server_destroy stops it first.
+ *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
  * pointer held by a connection is attached (detached on close); the
  * arenas are all per * slab_bytes long.
@@ -61,6 +66,8 @@
 #include "fabric/wire.h"
 #include "memd/lease.h"
 #include "memd/log.h"
+#include "memd/metrics.h"
+#include "memd/notify.h"
 #include "memd/nodes.h"
 #include "numa/place.h"
 
@@ -74,6 +81,12 @@ _Static_assert(WIRE_NODE_MAX == PLACE_NODE_MAX,
 #define TX_CAP (2 * WIRE_MAX_FRAME)
 #define RX_INITIAL 4096
 #define TICK_MS 100
+
+/* Counters are written on memd-ctl (memd-reclaim adds slabs_zeroed) and
+ * read on memd-metrics; each is a statistic of its own, so relaxed
+ * atomics are all the ordering they need. */
+#define CTR_ADD(s, name, n)                                                    \
+	__atomic_add_fetch(&(s)->ctr.name, (n), __ATOMIC_RELAXED)
 
 struct conn {
 	int fd;
@@ -142,6 +155,9 @@ struct memd_server {
 	pthread_cond_t fence_cond;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
+
+	struct memd_metrics *metrics; /* GET /metrics; NULL: not asked for */
+	char bound[300];	      /* listen address, port 0 resolved */
 };
 
 static uint64_t now_ms(void)
@@ -310,7 +326,7 @@ static void count_expired(uint32_t slab, void *arg)
 {
 	struct memd_server *s = arg;
 
-	s->ctr.leases_expired++;
+	CTR_ADD(s, leases_expired, 1);
 	revoke_mr(slab, arg);
 }
 
@@ -423,7 +439,7 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	s->ctr.sessions_opened++;
+	CTR_ADD(s, sessions_opened, 1);
 	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
 		 c->peer, memd_session_id(c->session), h->client);
 	memset(rep, 0, sizeof(*rep));
@@ -536,7 +552,7 @@ static void do_lease(struct memd_server *s, struct conn *c,
 
 		group = arena_of_node(s, node);
 		if (group < 0 || s->aep[group].node < 0) {
-			s->ctr.leases_refused++;
+			CTR_ADD(s, leases_refused, 1);
 			served_nodes(s, served, sizeof(served));
 			memd_log(LOG_NOTICE,
 				 "lease: refused peer=%s session=%" PRIx64
@@ -563,7 +579,7 @@ static void do_lease(struct memd_server *s, struct conn *c,
 		avail = gc.free;
 	}
 	if (s->draining || want > avail) {
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		if (group < 0)
 			send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
 				   "%s: %u slab(s) asked, %u free of %u (%u "
@@ -605,12 +621,12 @@ static void do_lease(struct memd_server *s, struct conn *c,
 					   l->generation, now_ms());
 		}
 		reclaim_kick(s);
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		send_error(s, c, req->seq, -r, "lease of %u slab(s) failed: %s",
 			   want, strerror(-r));
 		return;
 	}
-	s->ctr.leases_granted += want;
+	CTR_ADD(s, leases_granted, want);
 	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u node=%d",
 		 memd_session_id(c->session), want, node);
 	rep->type = WIRE_LEASE_OK;
@@ -657,7 +673,7 @@ static void do_release(struct memd_server *s, struct conn *c,
 		s->mr[ref->slab] = NULL;
 		s->key[ref->slab] = 0;
 		fab_mr_close(mr);
-		s->ctr.leases_released++;
+		CTR_ADD(s, leases_released, 1);
 		released++;
 	}
 	if (released)
@@ -717,7 +733,7 @@ static void handle(struct memd_server *s, struct conn *c,
 	static struct wire_msg rep; /* memd-ctl only; LEASE_OK is ~10 KiB */
 	int r;
 
-	s->ctr.frames_in++;
+	CTR_ADD(s, frames_in, 1);
 	if (req->type != WIRE_HELLO && !c->session) {
 		send_error(s, c, req->seq, EPROTO, "%s before HELLO",
 			   wire_type_name(req->type));
@@ -772,7 +788,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		break;
 	default:
 		/* A reply type sent to us: decodable, but not a request. */
-		s->ctr.frames_rejected++;
+		CTR_ADD(s, frames_rejected, 1);
 		send_error(s, c, req->seq, EBADMSG, "%s is not a request",
 			   wire_type_name(req->type));
 		c->closing = true;
@@ -794,7 +810,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {
-			s->ctr.frames_rejected++;
+			CTR_ADD(s, frames_rejected, 1);
 			memd_log(LOG_NOTICE, "ctl: bad frame peer=%s err=%s",
 				 c->peer, strerror((int)-n));
 			if (n == -EMSGSIZE)
@@ -939,7 +955,7 @@ static void accept_all(struct memd_server *s)
 				memd_log(LOG_DEBUG, "ctl: refuse send err=%s",
 					 strerror(errno));
 			close(fd);
-			s->ctr.conns_refused++;
+			CTR_ADD(s, conns_refused, 1);
 			memd_log(LOG_WARNING,
 				 "ctl: refused peer=%s:%s clients=%u max=%u",
 				 host, port, s->nconns, s->cfg.max_clients);
@@ -981,7 +997,7 @@ static void accept_all(struct memd_server *s)
 			s->conns->prev = c;
 		s->conns = c;
 		s->nconns++;
-		s->ctr.conns_accepted++;
+		CTR_ADD(s, conns_accepted, 1);
 		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
 	}
 }
@@ -1032,17 +1048,141 @@ static void reload(struct memd_server *s)
 		memd_log(LOG_NOTICE, "config: SIGHUP: nothing to reload");
 		return;
 	}
+	/* the service manager waits for READY=1 after RELOADING=1 */
+	memd_notify("RELOADING=1\nMONOTONIC_USEC=%" PRIu64
+		    "\nSTATUS=Reloading the configuration",
+		    memd_notify_monotonic_usec());
 	if (s->rebuild(&next, err, sizeof(err), s->rebuild_arg)) {
 		memd_log(LOG_ERR,
 			 "config: reload failed, keeping the running "
 			 "config: %s",
 			 err);
+		memd_notify("READY=1\nSTATUS=Reload failed, running config "
+			    "kept: %s",
+			    err);
 		return;
 	}
 	n = memd_config_reload(&s->cfg, &next, reload_note, s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
 	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
+	memd_notify("READY=1\nSTATUS=Serving on %s; reloaded, %d key(s) "
+		    "applied",
+		    s->bound, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* metrics                                                              */
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(struct memd_metrics_buf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			memd_metrics_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			memd_metrics_printf(b, "\\n");
+		else
+			memd_metrics_printf(b, "%c", *v);
+	}
+}
+
+static void put_head(struct memd_metrics_buf *b, const char *name,
+		     const char *type, const char *help)
+{
+	memd_metrics_printf(b, "# HELP tidepool_memd_%s %s\n", name, help);
+	memd_metrics_printf(b, "# TYPE tidepool_memd_%s %s\n", name, type);
+}
+
+static void put_gauge(struct memd_metrics_buf *b, const char *name,
+		      const char *help, uint64_t v)
+{
+	put_head(b, name, "gauge", help);
+	memd_metrics_printf(b, "tidepool_memd_%s %" PRIu64 "\n", name, v);
+}
+
+/*
+ * The exposition of GET /metrics, on memd-metrics. It reads only what is
+ * safe from that thread: the lease table (its own lock), the counters
+ * (relaxed atomics), and fields fixed at creation (slab size, donation,
+ * arenas, provider, start time). memd(8), METRICS, lists every name.
+ */
+static void write_metrics(struct memd_metrics_buf *b, void *arg)
+{
+	struct memd_server *s = arg;
+	struct memd_lease_counts cnt;
+	uint64_t slab = s->cfg.slab_bytes, up_ms = now_ms() - s->start_ms;
+
+	memd_lease_get_counts(s->lt, &cnt);
+
+	put_head(b, "info", "gauge",
+		 "memd's version, data-plane provider and cluster mode.");
+	memd_metrics_printf(b, "tidepool_memd_info{version=\"");
+	put_label(b, TP_VERSION);
+	memd_metrics_printf(b, "\",provider=\"");
+	put_label(b, fab_domain_provider(s->aep[0].fd));
+	memd_metrics_printf(b, "\",mode=\"%s\"} 1\n",
+			    memd_mode_name(memd_config_mode(&s->cfg)));
+	put_head(b, "uptime_seconds", "gauge", "Seconds since memd started.");
+	memd_metrics_printf(b,
+			    "tidepool_memd_uptime_seconds %" PRIu64 ".%03u\n",
+			    up_ms / 1000, (unsigned int)(up_ms % 1000));
+
+	put_gauge(b, "slab_bytes", "Size of one slab, the unit of lease.",
+		  slab);
+	put_gauge(b, "capacity_bytes", "Memory donated to the pool.",
+		  s->donated_bytes);
+	put_gauge(b, "leased_bytes", "Memory in slabs leased to sessions.",
+		  (uint64_t)cnt.leased * slab);
+	put_gauge(b, "free_bytes", "Memory in free slabs, ready to lease.",
+		  (uint64_t)cnt.free * slab);
+	put_gauge(b, "reclaiming_bytes",
+		  "Memory in revoked slabs waiting to be zeroed.",
+		  (uint64_t)cnt.reclaiming * slab);
+	put_gauge(b, "sessions", "Open client sessions.", cnt.sessions);
+
+#define X(name, help)                                                          \
+	put_head(b, #name "_total", "counter", help ".");                      \
+	memd_metrics_printf(b, "tidepool_memd_" #name "_total %" PRIu64 "\n",  \
+			    __atomic_load_n(&s->ctr.name, __ATOMIC_RELAXED));
+	MEMD_COUNTERS(X)
+#undef X
+	put_head(b, "sessions_expired_total", "counter",
+		 "Sessions that expired without a heartbeat.");
+	memd_metrics_printf(
+		b, "tidepool_memd_sessions_expired_total %" PRIu64 "\n",
+		cnt.expired_sessions);
+
+	put_head(b, "arena_slabs", "gauge",
+		 "Slabs of each arena (node -1: no NUMA placement).");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(b,
+				    "tidepool_memd_arena_slabs{arena=\"%u\","
+				    "node=\"%d\"} %u\n",
+				    a, s->aep[a].node, gc.total);
+	}
+	put_head(b, "arena_free_slabs", "gauge", "Free slabs of each arena.");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_arena_free_slabs{arena=\"%u\","
+			"node=\"%d\"} %u\n",
+			a, s->aep[a].node, gc.free);
+	}
+
+	/*
+	 * CLUSTER METRICS HOOK: per-tenant usage (used bytes and sessions
+	 * per tenant, from the registry's and the donor's tenant tables) and
+	 * RMA bytes read/written go here, each name also in memd(8),
+	 * METRICS. Only data memd-metrics may read safely (a lock or
+	 * relaxed atomics); no sample without a real value.
+	 */
 }
 
 /* ------------------------------------------------------------------ */
@@ -1096,7 +1236,10 @@ static int listen_on(struct memd_server *s, char *bound, size_t boundlen,
 	return 0;
 }
 
-static int write_ready_file(const char *path, const char *addr)
+/* "HOST:PORT\n" of the control server, then "metrics HOST:PORT\n" when
+ * /metrics is served (memd(8), --ready-file). */
+static int write_ready_file(const char *path, const char *addr,
+			    const char *metrics_addr)
 {
 	char tmp[4096];
 	FILE *f;
@@ -1106,6 +1249,8 @@ static int write_ready_file(const char *path, const char *addr)
 	if (!f)
 		return -errno;
 	fprintf(f, "%s\n", addr);
+	if (metrics_addr)
+		fprintf(f, "metrics %s\n", metrics_addr);
 	if (fflush(f) || fsync(fileno(f))) {
 		int r = -errno;
 
@@ -1325,8 +1470,19 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	}
 	s->reclaim_started = true;
 
+	if (cfg->metrics_listen[0]) {
+		r = memd_metrics_start(cfg->metrics_listen, write_metrics, s,
+				       &s->metrics, err, errlen);
+		if (r)
+			goto fail;
+		memd_log(LOG_NOTICE, "metrics: listen=%s path=/metrics",
+			 memd_metrics_addr(s->metrics));
+	}
+	snprintf(s->bound, sizeof(s->bound), "%s", bound);
 	if (ready_file) {
-		r = write_ready_file(ready_file, bound);
+		r = write_ready_file(ready_file, bound,
+				     s->metrics ? memd_metrics_addr(s->metrics)
+						: NULL);
 		if (r) {
 			snprintf(err, errlen, "ready file %s: %s", ready_file,
 				 strerror(-r));
@@ -1347,6 +1503,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 fail:
 	memd_server_destroy(s);
 	return r;
+}
+
+const char *memd_server_addr(const struct memd_server *s)
+{
+	return s->bound;
 }
 
 int memd_server_run(struct memd_server *s)
@@ -1379,6 +1540,10 @@ int memd_server_run(struct memd_server *s)
 					memd_log(LOG_NOTICE,
 						 "memd: signal=%s draining",
 						 strsignal((int)si.ssi_signo));
+					memd_notify(
+						"STOPPING=1\nSTATUS="
+						"Draining (%s)",
+						strsignal((int)si.ssi_signo));
 					s->draining = true;
 				}
 			} else {
@@ -1416,6 +1581,8 @@ void memd_server_destroy(struct memd_server *s)
 {
 	if (!s)
 		return;
+	/* first: it reads the lease table and the endpoints */
+	memd_metrics_stop(s->metrics);
 	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
 	if (s->reclaim_started) {
 		reclaim_kick(s);
