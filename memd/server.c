@@ -30,6 +30,11 @@
  * memd-fab<a> progresses endpoint a: with a manual-progress provider
  * (tcp) RMA from clients is served only while someone reads the CQ.
  *
+ * memd-metrics (memd/metrics.c, only with metrics_listen) answers GET
+ * /metrics from write_metrics(): it reads the counters with relaxed
+ * atomics (every increment is one), the lease table under its lock, and
+ * fields fixed at creation. memd_server_destroy stops it first.
+ *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
  * pointer held by a connection is attached (detached on close); the
  * arenas are all per * slab_bytes long.
@@ -66,6 +71,8 @@
 #include "memd/donor.h"
 #include "memd/lease.h"
 #include "memd/log.h"
+#include "memd/metrics.h"
+#include "memd/notify.h"
 #include "memd/nodes.h"
 #include "memd/registry.h"
 #include "numa/place.h"
@@ -80,6 +87,12 @@ _Static_assert(WIRE_NODE_MAX == PLACE_NODE_MAX,
 #define TX_CAP (2 * WIRE_MAX_FRAME)
 #define RX_INITIAL 4096
 #define TICK_MS 100
+
+/* Counters are written on memd-ctl (memd-reclaim adds slabs_zeroed) and
+ * read on memd-metrics; each is a statistic of its own, so relaxed
+ * atomics are all the ordering they need. */
+#define CTR_ADD(s, name, n)                                                    \
+	__atomic_add_fetch(&(s)->ctr.name, (n), __ATOMIC_RELAXED)
 
 struct conn {
 	int fd;
@@ -169,7 +182,6 @@ struct memd_server {
 	struct auth_cluster_keys keys;
 	struct memd_registry *reg; /* MODE_REGISTRY */
 	struct memd_donor *donor;  /* MODE_REGISTRY and MODE_DONOR */
-	char bound[WIRE_HOSTPORT_MAX];
 	/* redeemed tickets: (grant_id ^ registry_epoch) -> expiry, open
 	 * addressing; memd-ctl only */
 	struct redeemed {
@@ -177,6 +189,8 @@ struct memd_server {
 	} * redeemed;
 	uint32_t nredeemed;
 	uint64_t rma_read, rma_written; /* clients' HEARTBEAT2 totals */
+	struct memd_metrics *metrics;	/* GET /metrics; NULL: not asked for */
+	char bound[300];		/* listen address, port 0 resolved */
 };
 
 #define REDEEMED_CAP 65536u /* tickets remembered (power of two) */
@@ -348,7 +362,7 @@ static void count_expired(uint32_t slab, void *arg)
 {
 	struct memd_server *s = arg;
 
-	s->ctr.leases_expired++;
+	CTR_ADD(s, leases_expired, 1);
 	revoke_mr(slab, arg);
 }
 
@@ -476,7 +490,7 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	s->ctr.sessions_opened++;
+	CTR_ADD(s, sessions_opened, 1);
 	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
 		 c->peer, memd_session_id(c->session), h->client);
 	memset(rep, 0, sizeof(*rep));
@@ -596,7 +610,7 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 
 		group = arena_of_node(s, node);
 		if (group < 0 || s->aep[group].node < 0) {
-			s->ctr.leases_refused++;
+			CTR_ADD(s, leases_refused, 1);
 			served_nodes(s, served, sizeof(served));
 			memd_log(LOG_NOTICE,
 				 "lease: refused peer=%s session=%" PRIx64
@@ -623,7 +637,7 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 		avail = gc.free;
 	}
 	if (s->draining || want > avail) {
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		if (group < 0)
 			send_error(s, c, seq, s->draining ? EBUSY : ENOSPC,
 				   "%s: %u slab(s) asked, %u free of %u (%u "
@@ -665,12 +679,12 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 					   l->generation, now_ms());
 		}
 		reclaim_kick(s);
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		send_error(s, c, seq, -r, "lease of %u slab(s) failed: %s",
 			   want, strerror(-r));
 		return r;
 	}
-	s->ctr.leases_granted += want;
+	CTR_ADD(s, leases_granted, want);
 	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u node=%d",
 		 memd_session_id(c->session), want, node);
 	rep->type = reply_type;
@@ -688,7 +702,7 @@ static void do_lease(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep)
 {
 	if (s->mode != MODE_STANDALONE) {
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		send_error(s, c, req->seq, EACCES,
 			   "lease: this memd is part of a pool: leases need a "
 			   "ticket from the registry (PLACE, then "
@@ -735,7 +749,7 @@ static void do_release(struct memd_server *s, struct conn *c,
 		s->mr[ref->slab] = NULL;
 		s->key[ref->slab] = 0;
 		fab_mr_close(mr);
-		s->ctr.leases_released++;
+		CTR_ADD(s, leases_released, 1);
 		released++;
 	}
 	if (released)
@@ -889,7 +903,7 @@ static void do_auth(struct memd_server *s, struct conn *c,
 static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
 			const char *why)
 {
-	s->ctr.auth_failures++;
+	CTR_ADD(s, auth_failures, 1);
 	memd_log(LOG_WARNING, "auth: refused peer=%s principal=%s why=%s",
 		 c->peer, c->principal, why);
 	send_error(s, c, seq, EACCES, "authentication failed");
@@ -990,7 +1004,7 @@ static void do_place(struct memd_server *s, struct conn *c,
 	r = memd_registry_place(s->reg, c->tenant_id, &req->u.place, now_ms(),
 				unix_ms(), &rep->u.place_ok, err, sizeof(err));
 	if (r) {
-		s->ctr.places_refused++;
+		CTR_ADD(s, places_refused, 1);
 		memd_log(LOG_INFO,
 			 "place: refused tenant=%s n=%u flags=%#x err=%s: %s",
 			 c->principal, req->u.place.nslabs, req->u.place.flags,
@@ -998,7 +1012,7 @@ static void do_place(struct memd_server *s, struct conn *c,
 		send_error(s, c, req->seq, -r, "%s", err);
 		return;
 	}
-	s->ctr.places++;
+	CTR_ADD(s, places, 1);
 	rep->type = WIRE_PLACE_OK;
 	rep->seq = req->seq;
 	if (conn_send(c, rep))
@@ -1063,7 +1077,7 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 		return;
 	}
 	if (!auth_ticket_verify(s->keys.ticket, t)) {
-		s->ctr.tickets_refused++;
+		CTR_ADD(s, tickets_refused, 1);
 		memd_log(LOG_WARNING,
 			 "ticket: bad MAC peer=%s tenant=%s grant=%" PRIu64,
 			 c->peer, c->principal, t->grant_id);
@@ -1072,7 +1086,7 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 		return;
 	}
 	if (t->tenant_id != c->tenant_id) {
-		s->ctr.tickets_refused++;
+		CTR_ADD(s, tickets_refused, 1);
 		memd_log(LOG_WARNING,
 			 "ticket: tenant %u's ticket from tenant %u peer=%s",
 			 t->tenant_id, c->tenant_id, c->peer);
@@ -1083,7 +1097,7 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 	joined = memd_donor_state(s->donor, &donor_id, &reg_epoch, &drain);
 	if (!joined || t->donor_id != donor_id || t->donor_epoch != s->epoch ||
 	    t->registry_epoch != reg_epoch) {
-		s->ctr.tickets_refused++;
+		CTR_ADD(s, tickets_refused, 1);
 		send_error(s, c, req->seq, ESTALE,
 			   "ticket: for donor %u epoch %016" PRIx64
 			   " of registry %016" PRIx64 "; this is donor %u "
@@ -1094,21 +1108,21 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 		return;
 	}
 	if (now_unix > t->expires_ms + TICKET_SKEW_MS) {
-		s->ctr.tickets_refused++;
+		CTR_ADD(s, tickets_refused, 1);
 		send_error(s, c, req->seq, ESTALE,
 			   "ticket: expired %" PRIu64 " ms ago: place again",
 			   now_unix - t->expires_ms);
 		return;
 	}
 	if (drain) {
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		send_error(s, c, req->seq, EBUSY,
 			   "lease_grant: this donor is draining");
 		return;
 	}
 	r = redeem_once(s, t, now_unix);
 	if (r) {
-		s->ctr.tickets_refused++;
+		CTR_ADD(s, tickets_refused, 1);
 		send_error(s, c, req->seq, r == -EALREADY ? EACCES : EBUSY,
 			   r == -EALREADY ? "ticket: already redeemed"
 					  : "ticket: too many tickets in "
@@ -1301,7 +1315,7 @@ static void do_admin(struct memd_server *s, struct conn *c,
 		send_error(s, c, req->seq, -n, "%s", err);
 		return;
 	}
-	s->ctr.admin_requests++;
+	CTR_ADD(s, admin_requests, 1);
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_ADMIN_OK;
 	rep->seq = req->seq;
@@ -1348,7 +1362,7 @@ static void handle(struct memd_server *s, struct conn *c,
 	static struct wire_msg rep; /* memd-ctl only; PLACE_OK is ~5 KiB */
 	bool v2 = req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN;
 
-	s->ctr.frames_in++;
+	CTR_ADD(s, frames_in, 1);
 	if (req->type != WIRE_HELLO && !c->session) {
 		send_error(s, c, req->seq, EPROTO, "%s before HELLO",
 			   wire_type_name(req->type));
@@ -1372,7 +1386,7 @@ static void handle(struct memd_server *s, struct conn *c,
 	if (s->mode != MODE_STANDALONE && c->auth != AUTH_DONE &&
 	    req->type != WIRE_HELLO && req->type != WIRE_AUTH &&
 	    req->type != WIRE_AUTH_PROOF) {
-		s->ctr.auth_failures++;
+		CTR_ADD(s, auth_failures, 1);
 		memd_log(LOG_NOTICE, "auth: %s before authentication peer=%s",
 			 wire_type_name(req->type), c->peer);
 		send_error(s, c, req->seq, EACCES,
@@ -1434,7 +1448,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		break;
 	default:
 		/* A reply type sent to us: decodable, but not a request. */
-		s->ctr.frames_rejected++;
+		CTR_ADD(s, frames_rejected, 1);
 		send_error(s, c, req->seq, EBADMSG, "%s is not a request",
 			   wire_type_name(req->type));
 		c->closing = true;
@@ -1456,7 +1470,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {
-			s->ctr.frames_rejected++;
+			CTR_ADD(s, frames_rejected, 1);
 			memd_log(LOG_NOTICE, "ctl: bad frame peer=%s err=%s",
 				 c->peer, strerror((int)-n));
 			if (n == -EMSGSIZE)
@@ -1601,7 +1615,7 @@ static void accept_all(struct memd_server *s)
 				memd_log(LOG_DEBUG, "ctl: refuse send err=%s",
 					 strerror(errno));
 			close(fd);
-			s->ctr.conns_refused++;
+			CTR_ADD(s, conns_refused, 1);
 			memd_log(LOG_WARNING,
 				 "ctl: refused peer=%s:%s clients=%u max=%u",
 				 host, port, s->nconns, s->cfg.max_clients);
@@ -1643,7 +1657,7 @@ static void accept_all(struct memd_server *s)
 			s->conns->prev = c;
 		s->conns = c;
 		s->nconns++;
-		s->ctr.conns_accepted++;
+		CTR_ADD(s, conns_accepted, 1);
 		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
 	}
 }
@@ -1696,17 +1710,266 @@ static void reload(struct memd_server *s)
 		memd_log(LOG_NOTICE, "config: SIGHUP: nothing to reload");
 		return;
 	}
+	/* the service manager waits for READY=1 after RELOADING=1 */
+	memd_notify("RELOADING=1\nMONOTONIC_USEC=%" PRIu64
+		    "\nSTATUS=Reloading the configuration",
+		    memd_notify_monotonic_usec());
 	if (s->rebuild(&next, err, sizeof(err), s->rebuild_arg)) {
 		memd_log(LOG_ERR,
 			 "config: reload failed, keeping the running "
 			 "config: %s",
 			 err);
+		memd_notify("READY=1\nSTATUS=Reload failed, running config "
+			    "kept: %s",
+			    err);
 		return;
 	}
 	n = memd_config_reload(&s->cfg, &next, reload_note, s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
 	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
+	memd_notify("READY=1\nSTATUS=Serving on %s; reloaded, %d key(s) "
+		    "applied",
+		    s->bound, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* metrics                                                              */
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(struct memd_metrics_buf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			memd_metrics_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			memd_metrics_printf(b, "\\n");
+		else
+			memd_metrics_printf(b, "%c", *v);
+	}
+}
+
+static void put_head(struct memd_metrics_buf *b, const char *name,
+		     const char *type, const char *help)
+{
+	memd_metrics_printf(b, "# HELP tidepool_memd_%s %s\n", name, help);
+	memd_metrics_printf(b, "# TYPE tidepool_memd_%s %s\n", name, type);
+}
+
+static void put_gauge(struct memd_metrics_buf *b, const char *name,
+		      const char *help, uint64_t v)
+{
+	put_head(b, name, "gauge", help);
+	memd_metrics_printf(b, "tidepool_memd_%s %" PRIu64 "\n", name, v);
+}
+
+/* Per-tenant usage of this memd's slabs (tenant 0: standalone sessions,
+ * which authenticate as nobody). */
+static void write_tenant_metrics(struct memd_metrics_buf *b,
+				 struct memd_server *s)
+{
+	struct memd_tenant_usage *u = malloc(WIRE_MAX_TENANTS * sizeof(*u));
+	size_t n = u ? memd_lease_tenant_usage(s->lt, u, WIRE_MAX_TENANTS) : 0;
+
+	put_head(b, "tenant_leased_bytes", "gauge",
+		 "Memory of this memd leased to each tenant's sessions "
+		 "(tenant_id 0: standalone sessions).");
+	for (size_t i = 0; i < n; i++)
+		memd_metrics_printf(b,
+				    "tidepool_memd_tenant_leased_bytes{"
+				    "tenant_id=\"%u\"} %" PRIu64 "\n",
+				    u[i].tenant_id,
+				    (uint64_t)u[i].slabs * s->cfg.slab_bytes);
+	put_head(b, "tenant_sessions", "gauge",
+		 "Live sessions of each tenant on this memd.");
+	for (size_t i = 0; i < n; i++)
+		memd_metrics_printf(b,
+				    "tidepool_memd_tenant_sessions{"
+				    "tenant_id=\"%u\"} %u\n",
+				    u[i].tenant_id, u[i].sessions);
+	free(u);
+}
+
+struct reg_metrics {
+	struct memd_metrics_buf *b;
+	int what;
+};
+
+static void reg_tenant_metric(void *arg,
+			      const struct memd_registry_tenant_info *t)
+{
+	struct reg_metrics *m = arg;
+	static const char *const names[] = { "quota_bytes", "used_bytes",
+					     "reserved_bytes" };
+	uint64_t v = m->what == 0   ? t->quota_bytes
+		     : m->what == 1 ? t->used_bytes
+				    : t->reserved_bytes;
+
+	memd_metrics_printf(m->b, "tidepool_registry_tenant_%s{tenant=\"",
+			    names[m->what]);
+	put_label(m->b, t->name);
+	memd_metrics_printf(m->b, "\",tenant_id=\"%u\"} %" PRIu64 "\n", t->id,
+			    v);
+}
+
+struct reg_donor_metrics {
+	struct memd_metrics_buf *b;
+	uint64_t slab_bytes;
+	int what;
+};
+
+static void reg_donor_metric(void *arg,
+			     const struct memd_registry_donor_info *d)
+{
+	struct reg_donor_metrics *m = arg;
+
+	if (m->what == 0) {
+		memd_metrics_printf(m->b,
+				    "tidepool_registry_donor_state{donor=\"");
+		put_label(m->b, d->name);
+		memd_metrics_printf(m->b, "\",state=\"%s\"} 1\n",
+				    memd_donor_state_name(d->state));
+	} else {
+		memd_metrics_printf(m->b,
+				    "tidepool_registry_donor_%s_bytes{donor=\"",
+				    m->what == 1 ? "capacity" : "free");
+		put_label(m->b, d->name);
+		memd_metrics_printf(m->b, "\"} %" PRIu64 "\n",
+				    (uint64_t)(m->what == 1 ? d->slabs_total
+							    : d->slabs_free) *
+					    m->slab_bytes);
+	}
+}
+
+/* The registry's view: tenants' quotas and usage, donors' states. */
+static void write_registry_metrics(struct memd_metrics_buf *b,
+				   struct memd_server *s)
+{
+	static const char *const th[] = {
+		"Quota of each tenant.",
+		"Memory each tenant holds, as donors report it.",
+		"Memory granted to each tenant and not yet redeemed.",
+	};
+	static const char *const tn[] = { "tenant_quota_bytes",
+					  "tenant_used_bytes",
+					  "tenant_reserved_bytes" };
+	static const char *const dh[] = {
+		"State of each donor (up, draining, down).",
+		"Memory each donor donates.",
+		"Free memory of each donor, as it reports it.",
+	};
+	static const char *const dn[] = { "donor_state", "donor_capacity_bytes",
+					  "donor_free_bytes" };
+
+	for (int w = 0; w < 3; w++) {
+		struct reg_metrics m = { .b = b, .what = w };
+
+		memd_metrics_printf(b,
+				    "# HELP tidepool_registry_%s %s\n"
+				    "# TYPE tidepool_registry_%s gauge\n",
+				    tn[w], th[w], tn[w]);
+		memd_registry_foreach_tenant(s->reg, reg_tenant_metric, &m);
+	}
+	for (int w = 0; w < 3; w++) {
+		struct reg_donor_metrics m = { .b = b,
+					       .slab_bytes = s->cfg.slab_bytes,
+					       .what = w };
+
+		memd_metrics_printf(b,
+				    "# HELP tidepool_registry_%s %s\n"
+				    "# TYPE tidepool_registry_%s gauge\n",
+				    dn[w], dh[w], dn[w]);
+		memd_registry_foreach_donor(s->reg, reg_donor_metric, &m);
+	}
+}
+
+/*
+ * The exposition of GET /metrics, on memd-metrics. It reads only what is
+ * safe from that thread: the lease table (its own lock), the counters
+ * (relaxed atomics), and fields fixed at creation (slab size, donation,
+ * arenas, provider, start time). memd(8), METRICS, lists every name.
+ */
+static void write_metrics(struct memd_metrics_buf *b, void *arg)
+{
+	struct memd_server *s = arg;
+	struct memd_lease_counts cnt;
+	uint64_t slab = s->cfg.slab_bytes, up_ms = now_ms() - s->start_ms;
+
+	memd_lease_get_counts(s->lt, &cnt);
+
+	put_head(b, "info", "gauge",
+		 "memd's version, data-plane provider and cluster mode.");
+	memd_metrics_printf(b, "tidepool_memd_info{version=\"");
+	put_label(b, TP_VERSION);
+	memd_metrics_printf(b, "\",provider=\"");
+	put_label(b, fab_domain_provider(s->aep[0].fd));
+	memd_metrics_printf(b, "\",mode=\"%s\"} 1\n",
+			    memd_mode_name(memd_config_mode(&s->cfg)));
+	put_head(b, "uptime_seconds", "gauge", "Seconds since memd started.");
+	memd_metrics_printf(b,
+			    "tidepool_memd_uptime_seconds %" PRIu64 ".%03u\n",
+			    up_ms / 1000, (unsigned int)(up_ms % 1000));
+
+	put_gauge(b, "slab_bytes", "Size of one slab, the unit of lease.",
+		  slab);
+	put_gauge(b, "capacity_bytes", "Memory donated to the pool.",
+		  s->donated_bytes);
+	put_gauge(b, "leased_bytes", "Memory in slabs leased to sessions.",
+		  (uint64_t)cnt.leased * slab);
+	put_gauge(b, "free_bytes", "Memory in free slabs, ready to lease.",
+		  (uint64_t)cnt.free * slab);
+	put_gauge(b, "reclaiming_bytes",
+		  "Memory in revoked slabs waiting to be zeroed.",
+		  (uint64_t)cnt.reclaiming * slab);
+	put_gauge(b, "sessions", "Open client sessions.", cnt.sessions);
+
+#define X(name, help)                                                          \
+	put_head(b, #name "_total", "counter", help ".");                      \
+	memd_metrics_printf(b, "tidepool_memd_" #name "_total %" PRIu64 "\n",  \
+			    __atomic_load_n(&s->ctr.name, __ATOMIC_RELAXED));
+	MEMD_COUNTERS(X)
+#undef X
+	put_head(b, "sessions_expired_total", "counter",
+		 "Sessions that expired without a heartbeat.");
+	memd_metrics_printf(
+		b, "tidepool_memd_sessions_expired_total %" PRIu64 "\n",
+		cnt.expired_sessions);
+
+	put_head(b, "arena_slabs", "gauge",
+		 "Slabs of each arena (node -1: no NUMA placement).");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(b,
+				    "tidepool_memd_arena_slabs{arena=\"%u\","
+				    "node=\"%d\"} %u\n",
+				    a, s->aep[a].node, gc.total);
+	}
+	put_head(b, "arena_free_slabs", "gauge", "Free slabs of each arena.");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_arena_free_slabs{arena=\"%u\","
+			"node=\"%d\"} %u\n",
+			a, s->aep[a].node, gc.free);
+	}
+
+	put_head(b, "rma_bytes_total", "counter",
+		 "Bytes clients moved by one-sided RMA, as they report them in "
+		 "their heartbeats (HEARTBEAT2).");
+	memd_metrics_printf(
+		b, "tidepool_memd_rma_bytes_total{dir=\"read\"} %" PRIu64 "\n",
+		__atomic_load_n(&s->rma_read, __ATOMIC_RELAXED));
+	memd_metrics_printf(
+		b, "tidepool_memd_rma_bytes_total{dir=\"write\"} %" PRIu64 "\n",
+		__atomic_load_n(&s->rma_written, __ATOMIC_RELAXED));
+	write_tenant_metrics(b, s);
+	if (s->reg)
+		write_registry_metrics(b, s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1760,7 +2023,10 @@ static int listen_on(struct memd_server *s, char *bound, size_t boundlen,
 	return 0;
 }
 
-static int write_ready_file(const char *path, const char *addr)
+/* "HOST:PORT\n" of the control server, then "metrics HOST:PORT\n" when
+ * /metrics is served (memd(8), --ready-file). */
+static int write_ready_file(const char *path, const char *addr,
+			    const char *metrics_addr)
 {
 	char tmp[4096];
 	FILE *f;
@@ -1770,6 +2036,8 @@ static int write_ready_file(const char *path, const char *addr)
 	if (!f)
 		return -errno;
 	fprintf(f, "%s\n", addr);
+	if (metrics_addr)
+		fprintf(f, "metrics %s\n", metrics_addr);
 	if (fflush(f) || fsync(fileno(f))) {
 		int r = -errno;
 
@@ -2113,8 +2381,19 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	if (r)
 		goto fail;
 
+	if (cfg->metrics_listen[0]) {
+		r = memd_metrics_start(cfg->metrics_listen, write_metrics, s,
+				       &s->metrics, err, errlen);
+		if (r)
+			goto fail;
+		memd_log(LOG_NOTICE, "metrics: listen=%s path=/metrics",
+			 memd_metrics_addr(s->metrics));
+	}
+	snprintf(s->bound, sizeof(s->bound), "%s", bound);
 	if (ready_file) {
-		r = write_ready_file(ready_file, bound);
+		r = write_ready_file(ready_file, bound,
+				     s->metrics ? memd_metrics_addr(s->metrics)
+						: NULL);
 		if (r) {
 			snprintf(err, errlen, "ready file %s: %s", ready_file,
 				 strerror(-r));
@@ -2135,6 +2414,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 fail:
 	memd_server_destroy(s);
 	return r;
+}
+
+const char *memd_server_addr(const struct memd_server *s)
+{
+	return s->bound;
 }
 
 int memd_server_run(struct memd_server *s)
@@ -2167,6 +2451,10 @@ int memd_server_run(struct memd_server *s)
 					memd_log(LOG_NOTICE,
 						 "memd: signal=%s draining",
 						 strsignal((int)si.ssi_signo));
+					memd_notify(
+						"STOPPING=1\nSTATUS="
+						"Draining (%s)",
+						strsignal((int)si.ssi_signo));
 					__atomic_store_n(&s->draining, true,
 							 __ATOMIC_RELAXED);
 				}
@@ -2209,6 +2497,8 @@ void memd_server_destroy(struct memd_server *s)
 		return;
 	memd_donor_stop(s->donor); /* first: it reads the lease table */
 	s->donor = NULL;
+	/* first: it reads the lease table and the endpoints */
+	memd_metrics_stop(s->metrics);
 	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
 	if (s->reclaim_started) {
 		reclaim_kick(s);

@@ -164,7 +164,12 @@ static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
 
 		f = fopen(ready, "r");
 		if (f) {
+			/* "HOST:PORT\n", then "metrics HOST:PORT\n" when
+			 * /metrics is served; the file appears whole */
 			int ok = fscanf(f, "%63s", m->addr) == 1;
+
+			if (ok && fscanf(f, " metrics %63s", m->metrics) != 1)
+				m->metrics[0] = '\0';
 
 			fclose(f);
 			if (ok)

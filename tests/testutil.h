@@ -32,9 +32,10 @@ void tu_skip(const char *fmt, ...)
 
 struct tu_memd {
 	pid_t pid;
-	char addr[64];	/* "127.0.0.1:PORT" once ready */
-	char dir[128];	/* scratch dir: config, ready file, log */
-	char netns[32]; /* network namespace to run in; "" = ours */
+	char addr[64];	  /* "127.0.0.1:PORT" once ready */
+	char metrics[64]; /* "HOST:PORT" of /metrics; "" when not served */
+	char dir[128];	  /* scratch dir: config, ready file, log */
+	char netns[32];	  /* network namespace to run in; "" = ours */
 };
 
 /*
