@@ -1117,16 +1117,26 @@ static int host_node(bool last)
 	return n;
 }
 
-/* The numa_maps line of the mapping that holds addr. */
+/* The numa_maps line of the mapping that holds addr (numa_maps names a
+ * mapping by its start only, and the kernel merges neighbours with the
+ * same policy: find the start in /proc/self/maps). */
 static bool numa_maps_line(const void *addr, char *line, size_t len)
 {
-	FILE *f = fopen("/proc/self/numa_maps", "r");
-	unsigned long want = (unsigned long)(uintptr_t)addr & ~4095ul;
+	unsigned long a = (unsigned long)(uintptr_t)addr, lo, hi, start = 0;
 	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
 
 	ck_assert_ptr_nonnull(f);
+	while (!start && fgets(line, (int)len, f))
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi)
+			start = lo;
+	fclose(f);
+	if (!start)
+		return false;
+	f = fopen("/proc/self/numa_maps", "r");
+	ck_assert_ptr_nonnull(f);
 	while (!found && fgets(line, (int)len, f))
-		found = strtoul(line, NULL, 16) == want;
+		found = strtoul(line, NULL, 16) == start;
 	fclose(f);
 	return found;
 }
