@@ -138,7 +138,7 @@ static int handshake(struct memd_donor *d, struct rpc *c, char *text,
 	char client[WIRE_NAME_MAX];
 	int r;
 
-	snprintf(client, sizeof(client), "memd-donor %s", d->name);
+	snprintf(client, sizeof(client), "memd-donor %.52s", d->name);
 	r = rpc_hello(c, client, 2, CALL_TIMEOUT_MS, &hello, text, textlen);
 	if (!r)
 		r = rpc_auth(c, &hello, "@donor", d->o.donor_key, NULL, 0,

@@ -2214,13 +2214,13 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 		else if (!strcmp(host, "::"))
 			snprintf(self, sizeof(self), "[::1]:%u", port);
 		else
-			snprintf(self, sizeof(self), "%s", s->bound);
+			snprintf(self, sizeof(self), "%.127s", s->bound);
 		o.registry = self;
 	} else {
 		o.registry = s->cfg.registry;
 	}
 	if (s->cfg.donor_name[0]) {
-		snprintf(name, sizeof(name), "%s", s->cfg.donor_name);
+		snprintf(name, sizeof(name), "%.63s", s->cfg.donor_name);
 	} else {
 		/* Host name and port: stable for one config, and distinct
 		 * for several memds on one host. */
@@ -2234,7 +2234,7 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 			      (*p >= '0' && *p <= '9') || *p == '-' ||
 			      *p == '.' || *p == '_'))
 				*p = '_';
-		snprintf(name, sizeof(name), "%s-%u", hn, port);
+		snprintf(name, sizeof(name), "%.55s-%u", hn, port);
 	}
 	o.name = name;
 	memcpy(o.donor_key, s->keys.donor, sizeof(o.donor_key));

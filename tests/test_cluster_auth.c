@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,8 @@ static void suite_setup(void)
 {
 	const char *args[] = { "--set", "registry=yes", "--set", NULL,
 			       "--set", NULL,	       "--set", "donor_name=r0",
-			       "--set", "report_interval=100ms", NULL };
+			       "--set", "report_interval=100ms", "--donate",
+			       "128M", NULL };
 	char a1[300], a2[400];
 	int r;
 
@@ -86,7 +88,7 @@ static void suite_setup(void)
 	snprintf(a2, sizeof(a2), "state_dir=%s", state);
 	args[3] = a1;
 	args[5] = a2;
-	r = tu_memd_start_args(&reg, "donate = 128M", args);
+	r = tu_memd_start_args(&reg, NULL, args);
 	if (r) {
 		fprintf(stderr, "registry memd did not start: %s\n",
 			strerror(-r));
