@@ -50,6 +50,10 @@
  *     fails the mapping and drops nothing.
  *   - once failed, a fault that needs the pool gets SIGBUS (fault_fail()),
  *     never a page with wrong contents.
+ *
+ * fork(): a child's copy of a mapping has no handler; pages whose data is
+ * only in the region are PROT_NONE there (fork_child_fence()), the rest
+ * is the child's private copy. pool_unmap() in the child frees the copy.
  */
 #include "tidepool/pool_map.h"
 
@@ -113,6 +117,7 @@ struct mapping {
 	unsigned ra;	     /* current read-ahead, pages */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
 	bool fail_logged;
+	bool inherited; /* a fork() child's copy: no thread, see fork_child */
 
 	struct pool_map_stats st; /* atomics */
 };
@@ -123,6 +128,7 @@ static __thread bool engine_thread;
 /* Every live mapping, for pool_unmap() and pool_map_get_stats(). */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *reg_head;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 #define STAT_ADD(m, f, n) __atomic_add_fetch(&(m)->st.f, (n), __ATOMIC_RELAXED)
 
@@ -725,6 +731,90 @@ static void *uffd_main(void *arg)
 }
 
 /* ------------------------------------------------------------------ */
+/* fork                                                                 */
+
+/*
+ * A fork() child gets a copy of the range without our userfaultfd (we do
+ * not ask for UFFD_FEATURE_EVENT_FORK): its resident pages are the
+ * child's private copy, right as they were; a missing page the region
+ * never held reads as zero, which is its value. A page evicted to the
+ * region would read as zero too, silently wrong, and the child cannot
+ * fetch it (the session is the parent's, and the parent goes on writing
+ * the region). Such pages are made PROT_NONE: touching one in the child
+ * is SIGSEGV, never wrong bytes. The state array is the parent's at the
+ * fork; pool-uffd sets PG_REMOTE before it drops a page, and a page in
+ * flight (state and presence disagree) is fenced too.
+ */
+static void fence_range(struct mapping *m, size_t idx, size_t n)
+{
+	if (mprotect(page_addr(m, idx), n * PAGE, PROT_NONE) == 0)
+		return;
+	/* Out of VMAs (vm.max_map_count): fence everything instead. */
+	if (mprotect(m->base, m->len, PROT_NONE))
+		pool_log_emit(LOG_ERR,
+			      "paging: fork child cannot fence map=%p err=%s",
+			      (void *)m->base, strerror(errno));
+}
+
+static void fork_child_fence(struct mapping *m)
+{
+	unsigned char vec[1024];
+	size_t run = 0, start = 0;
+
+	m->inherited = true;
+	/* These are the parent's: writing stopfd would stop its thread. */
+	close(m->stopfd);
+	close(m->uffd);
+	m->stopfd = m->uffd = -1;
+	for (size_t c = 0; c < m->npages; c += sizeof(vec)) {
+		size_t n = m->npages - c < sizeof(vec) ? m->npages - c
+						       : sizeof(vec);
+
+		if (mincore(page_addr(m, c), n * PAGE, vec))
+			memset(vec, 0, n); /* unknown: fence what is remote */
+		for (size_t i = 0; i < n; i++) {
+			uint8_t s = m->state[c + i];
+			bool fence = (s & PG_REMOTE) &&
+				     (!(s & PG_RESIDENT) || !(vec[i] & 1));
+
+			if (fence) {
+				if (!run)
+					start = c + i;
+				run++;
+			} else if (run) {
+				fence_range(m, start, run);
+				run = 0;
+			}
+		}
+	}
+	if (run)
+		fence_range(m, start, run);
+}
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&reg_lock);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void atfork_child(void)
+{
+	for (struct mapping *m = reg_head; m; m = m->next)
+		if (!m->inherited)
+			fork_child_fence(m);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void atfork_register(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ------------------------------------------------------------------ */
 /* public                                                               */
 
 /* "64M", "1G", "65536": bytes, or 0 when malformed. */
@@ -800,6 +890,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	}
 	if (local_bytes < MIN_LOCAL_BYTES)
 		return -EINVAL;
+	pthread_once(&atfork_once, atfork_register);
 	size = pool_region_size(r);
 	len = round_up(size, PAGE);
 	npages = len >> PAGE_SHIFT;
@@ -933,6 +1024,12 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	pthread_mutex_unlock(&reg_lock);
 	if (!m || !p)
 		return -EINVAL;
+	if (m->inherited) {
+		/* A fork child's copy: no thread to stop, and the session
+		 * (the parent's) is not ours to write to. */
+		mapping_free(m);
+		return flags == POOL_UNMAP_FLUSH ? -ENOTCONN : 0;
+	}
 
 	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
 		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
@@ -948,8 +1045,17 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 		/* A failed mapping may hold writes it could not save. */
 		ret = m->failed ? m->failed : flush_locked_out(m);
 	}
-	pool_log(LOG_INFO, "paging: unmap addr=%p flush=%d err=%d",
-		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret);
+	pool_log(LOG_INFO,
+		 "paging: unmap addr=%p flush=%d err=%d faults=%llu "
+		 "zero_fills=%llu fetches=%llu pages_fetched=%llu "
+		 "evictions=%llu writebacks=%llu",
+		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret,
+		 (unsigned long long)m->st.faults,
+		 (unsigned long long)m->st.zero_fills,
+		 (unsigned long long)m->st.fetches,
+		 (unsigned long long)m->st.pages_fetched,
+		 (unsigned long long)m->st.evictions,
+		 (unsigned long long)m->st.writebacks);
 	mapping_free(m);
 	return ret;
 }
