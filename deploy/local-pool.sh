@@ -27,6 +27,7 @@
 set -euo pipefail
 
 ndonors=2
+demo_quota=256M
 size=256M
 slab=16M
 base=7470
@@ -205,6 +206,25 @@ done
 
 started=1
 
+# The demo tenant, through poolctl when it is at hand (next to memd, or
+# on PATH): the pool is then ready for a client at once.
+poolctl=$(dirname "$memd")/poolctl
+[ -x "$poolctl" ] || poolctl=$(command -v poolctl || true)
+pc=""
+if [ -n "$poolctl" ]; then
+	pc="$poolctl -a $registry_addr -s $dir/cluster.secret"
+	for _ in $(seq 1 50); do # the registry's own donor joins first
+		$pc donors >/dev/null 2>&1 && break
+		sleep 0.1
+	done
+	if ! $pc tenant add demo --quota "$demo_quota" \
+		--secret-file "$dir/tenant-demo.secret" >"$dir/poolctl.log" 2>&1; then
+		echo "local-pool: poolctl could not add the tenant demo:" >&2
+		cat "$dir/poolctl.log" >&2
+		exit 1
+	fi
+fi
+
 # --- how to use it ------------------------------------------------------
 echo "tidepool local pool in $dir ($((ndonors + 1)) memds, $size each," \
 	"slab $slab)"
@@ -222,10 +242,18 @@ cat <<EOF
 cluster secret  $dir/cluster.secret   (mode 600; every memd and poolctl)
 tenant secret   $dir/tenant-demo.secret   (for a tenant named demo)
 
-Administer the pool with poolctl(8) as @admin, giving it the registry
-address and the cluster secret file (see poolctl --help for the flags):
-add the tenant demo with a quota (tenant-add, quota-set), then look at
-status, donors and tenants.
+Administer the pool with poolctl(8) as @admin:
+
+  alias poolctl='${pc:-poolctl -a $registry_addr -s $dir/cluster.secret}'
+  poolctl status; poolctl donors; poolctl tenants
+EOF
+if [ -z "$pc" ]; then
+	echo "  poolctl tenant add demo --quota $demo_quota --secret-file $dir/tenant-demo.secret"
+	echo "  (poolctl was not found: the tenant demo is not added yet)"
+else
+	echo "  (the tenant demo is added, quota $demo_quota)"
+fi
+cat <<EOF
 
 Then connect a client (libpool(3)) as that tenant:
 

@@ -1201,14 +1201,9 @@ static void do_donor(struct memd_server *s, struct conn *c,
 					     now_ms(), &rep->u.donor_join_ok,
 					     err, sizeof(err));
 		if (!r) {
+			/* the registry logs the join */
 			c->donor_id = rep->u.donor_join_ok.donor_id;
 			c->donor_epoch = req->u.donor_join.epoch;
-			memd_log(LOG_NOTICE,
-				 "registry: donor joined name=%s id=%u "
-				 "addr=%s epoch=%016" PRIx64 " slabs=%u",
-				 req->u.donor_join.name, c->donor_id,
-				 req->u.donor_join.addr, c->donor_epoch,
-				 req->u.donor_join.slabs_total);
 		}
 		rep->type = WIRE_DONOR_JOIN_OK;
 	} else {
