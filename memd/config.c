@@ -365,7 +365,8 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.expect = "nothing, or 1 to 63 letters, digits, '_', '.' "
 			  "and '-'",
 		.help = "Name of this donor in the pool; the registry gives "
-			"each name a durable donor id. Empty: the host name.",
+			"each name a durable donor id. Empty: the host name "
+			"and the control port (host-7470).",
 	},
 	{
 		.name = "report_interval",

@@ -703,7 +703,7 @@ static void do_lease(struct memd_server *s, struct conn *c,
 {
 	if (s->mode != MODE_STANDALONE) {
 		CTR_ADD(s, leases_refused, 1);
-		send_error(s, c, req->seq, EACCES,
+		send_error(s, c, req->seq, EOPNOTSUPP,
 			   "lease: this memd is part of a pool: leases need a "
 			   "ticket from the registry (PLACE, then "
 			   "LEASE_GRANT)");
