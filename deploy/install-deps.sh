@@ -9,6 +9,7 @@ pkgs=(
 	libnuma-dev libhwloc-dev hwloc
 	libinih-dev check
 	libsodium-dev libmicrohttpd-dev libsystemd-dev libjansson-dev
+	libxxhash-dev
 	clang libclang-rt-14-dev clang-format
 	iperf3 redis-server redis-tools
 	groff-base iproute2 iptables procps util-linux

@@ -83,6 +83,21 @@ _Static_assert(4 + 8 + 4 * 4 + 8 + 8 + 2 + 12 * WIRE_MAX_TENANTS + 2 +
 	       "a full DONOR_REPORT must fit WIRE_MAX_PAYLOAD");
 _Static_assert(2 + WIRE_JSON_MAX <= WIRE_MAX_PAYLOAD,
 	       "a full ADMIN must fit WIRE_MAX_PAYLOAD");
+/* KV tier: the largest request (COMMIT), the largest reply (LOOKUP_OK with
+ * every location) and a full DONORS_OK. */
+_Static_assert(WIRE_KV_BATCH <= UINT16_MAX && WIRE_KV_MAX_LOCS <= UINT16_MAX &&
+		       WIRE_MAX_DONORS <= UINT16_MAX,
+	       "KV counts must fit a u16");
+_Static_assert(2 + WIRE_KV_BATCH * (WIRE_KV_KEY_LEN + 16) <= WIRE_MAX_PAYLOAD,
+	       "a full KV_COMMIT must fit WIRE_MAX_PAYLOAD");
+_Static_assert(2 + WIRE_KV_BATCH * (4 + 8 * 3 + 4 * 2) + 2 +
+			       WIRE_KV_MAX_LOCS * 26 <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full KV_LOOKUP_OK must fit WIRE_MAX_PAYLOAD");
+_Static_assert(2 + WIRE_MAX_DONORS * (4 + 8 + 2 + (WIRE_NAME_MAX - 1) + 2 +
+				      (WIRE_HOSTPORT_MAX - 1)) <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full DONORS_OK must fit WIRE_MAX_PAYLOAD");
 
 /* Header field offsets; see wire.h and docs/protocol.md. */
 enum {
@@ -1065,9 +1080,258 @@ static int dec_admin(struct wire_admin *a, struct wire_rd *r)
 	return memchr(a->json, '\0', n) ? -EBADMSG : 0;
 }
 
+/* ---- KV tier and DONORS ----------------------------------------------- */
+
+/* The fields each KV type carries (wire.h, protocol.md "KV tier"). */
+enum {
+	KVF_FLAGS = 0x01,     /* u32 flags before count (KV_PIN) */
+	KVF_KEY = 0x02,	      /* 32 raw bytes */
+	KVF_VALUE_LEN = 0x04, /* u64 */
+	KVF_GEN = 0x08,	      /* u64 */
+	KVF_CSUM = 0x10,      /* u64 */
+	KVF_STATUS = 0x20,    /* i32 */
+	KVF_LOCS = 0x40,      /* first_loc, nchunks per item; nlocs + loc[] */
+	KVF_NOITEMS = 0x80,   /* count only (EXISTS_OK) */
+};
+
+static unsigned int kv_fields(uint8_t type)
+{
+	switch (type) {
+	case WIRE_KV_RESERVE:
+		return KVF_KEY | KVF_VALUE_LEN;
+	case WIRE_KV_COMMIT:
+		return KVF_KEY | KVF_GEN | KVF_CSUM;
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+		return KVF_KEY;
+	case WIRE_KV_DONE:
+		return KVF_KEY | KVF_GEN;
+	case WIRE_KV_PIN:
+		return KVF_FLAGS | KVF_KEY;
+	case WIRE_KV_RESERVE_OK:
+		return KVF_STATUS | KVF_GEN | KVF_LOCS;
+	case WIRE_KV_LOOKUP_OK:
+		return KVF_STATUS | KVF_VALUE_LEN | KVF_GEN | KVF_CSUM |
+		       KVF_LOCS;
+	case WIRE_KV_COMMIT_OK:
+	case WIRE_KV_DONE_OK:
+	case WIRE_KV_DELETE_OK:
+	case WIRE_KV_PIN_OK:
+		return KVF_STATUS;
+	case WIRE_KV_EXISTS_OK:
+		return KVF_NOITEMS;
+	}
+	return 0;
+}
+
+static bool is_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/*
+ * The bounds of a KV message as a whole, the same for both directions: a
+ * field the type does not carry is zero (decode leaves it so), statuses
+ * are 0 or -1 .. -WIRE_ERR_MAX, every item's locations lie inside nlocs,
+ * and only an item with status 0 names any.
+ */
+static bool kv_ok(uint8_t type, const struct wire_kv *k)
+{
+	unsigned int f = kv_fields(type);
+	uint16_t i;
+
+	if (f & KVF_FLAGS ? k->flags & ~WIRE_KV_KNOWN : k->flags)
+		return false;
+	if (k->count > WIRE_KV_BATCH || (!(f & KVF_NOITEMS) && k->count < 1))
+		return false;
+	if (f & KVF_LOCS ? k->nlocs > WIRE_KV_MAX_LOCS : k->nlocs != 0)
+		return false;
+	for (i = 0; i < k->count; i++) {
+		const struct wire_kv_item *it = &k->item[i];
+
+		if ((!(f & KVF_KEY) && !is_zero(it->key, sizeof(it->key))) ||
+		    (!(f & KVF_VALUE_LEN) && it->value_len) ||
+		    (!(f & KVF_GEN) && it->generation) ||
+		    (!(f & KVF_CSUM) && it->checksum) ||
+		    (!(f & KVF_STATUS) && it->status))
+			return false;
+		if (it->status > 0 || it->status < -WIRE_ERR_MAX)
+			return false;
+		if (!(f & KVF_LOCS)) {
+			if (it->first_loc || it->nchunks)
+				return false;
+			continue;
+		}
+		if (it->status == 0 ? it->nchunks < 1
+				    : it->nchunks || it->first_loc)
+			return false;
+		if ((uint64_t)it->first_loc + it->nchunks > k->nlocs)
+			return false;
+	}
+	for (i = 0; i < k->nlocs; i++)
+		if (k->loc[i].endpoint >= WIRE_MAX_ENDPOINTS ||
+		    k->loc[i].block_bytes <= WIRE_KV_HEADER_LEN)
+			return false;
+	return true;
+}
+
+/* A status is an i32: 0, or a negative errno in two's complement. */
+static void put_status(struct wire_wr *w, int32_t st)
+{
+	put_u32(w, (uint32_t)st);
+}
+
+static int32_t get_status(struct wire_rd *r)
+{
+	uint32_t v = get_u32(r);
+
+	if (v == 0)
+		return 0;
+	if (v > UINT32_MAX - WIRE_ERR_MAX) /* -WIRE_ERR_MAX .. -1 */
+		return -(int32_t)(UINT32_MAX - v + 1);
+	r->bad = true; /* positive, or beyond -WIRE_ERR_MAX */
+	return 0;
+}
+
+static int enc_kv(uint8_t type, const struct wire_kv *k, struct wire_wr *w)
+{
+	unsigned int f = kv_fields(type);
+	uint16_t i;
+
+	if (!kv_ok(type, k))
+		return -EINVAL;
+	if (f & KVF_FLAGS)
+		put_u32(w, k->flags);
+	put_u16(w, k->count);
+	for (i = 0; i < k->count && !(f & KVF_NOITEMS); i++) {
+		const struct wire_kv_item *it = &k->item[i];
+
+		if (f & KVF_KEY)
+			put_raw(w, it->key, WIRE_KV_KEY_LEN);
+		if (f & KVF_VALUE_LEN)
+			put_u64(w, it->value_len);
+		if (f & KVF_GEN)
+			put_u64(w, it->generation);
+		if (f & KVF_CSUM)
+			put_u64(w, it->checksum);
+		if (f & KVF_STATUS)
+			put_status(w, it->status);
+		if (f & KVF_LOCS) {
+			put_u32(w, it->first_loc);
+			put_u32(w, it->nchunks);
+		}
+	}
+	if (!(f & KVF_LOCS))
+		return 0;
+	put_u16(w, k->nlocs);
+	for (i = 0; i < k->nlocs; i++) {
+		put_u64(w, k->loc[i].raddr);
+		put_u64(w, k->loc[i].rkey);
+		put_u64(w, k->loc[i].block_bytes);
+		put_u16(w, k->loc[i].endpoint);
+	}
+	return 0;
+}
+
+static int dec_kv(uint8_t type, struct wire_kv *k, struct wire_rd *r)
+{
+	unsigned int f = kv_fields(type);
+	uint16_t i;
+
+	if (f & KVF_FLAGS)
+		k->flags = get_u32(r);
+	k->count = get_u16(r);
+	if (r->bad || k->count > WIRE_KV_BATCH)
+		return -EBADMSG;
+	for (i = 0; i < k->count && !(f & KVF_NOITEMS); i++) {
+		struct wire_kv_item *it = &k->item[i];
+
+		if (f & KVF_KEY)
+			get_raw(r, it->key, WIRE_KV_KEY_LEN);
+		if (f & KVF_VALUE_LEN)
+			it->value_len = get_u64(r);
+		if (f & KVF_GEN)
+			it->generation = get_u64(r);
+		if (f & KVF_CSUM)
+			it->checksum = get_u64(r);
+		if (f & KVF_STATUS)
+			it->status = get_status(r);
+		if (f & KVF_LOCS) {
+			it->first_loc = get_u32(r);
+			it->nchunks = get_u32(r);
+		}
+	}
+	if (f & KVF_LOCS) {
+		k->nlocs = get_u16(r);
+		if (r->bad || k->nlocs > WIRE_KV_MAX_LOCS)
+			return -EBADMSG;
+		for (i = 0; i < k->nlocs; i++) {
+			k->loc[i].raddr = get_u64(r);
+			k->loc[i].rkey = get_u64(r);
+			k->loc[i].block_bytes = get_u64(r);
+			k->loc[i].endpoint = get_u16(r);
+		}
+	}
+	return !r->bad && kv_ok(type, k) ? 0 : -EBADMSG;
+}
+
+/* DONORS_OK: distinct ids and names (clients hash over the names). */
+static bool donors_ok_ok(const struct wire_donors_ok *d)
+{
+	if (d->count > WIRE_MAX_DONORS)
+		return false;
+	for (uint16_t i = 0; i < d->count; i++)
+		for (uint16_t j = 0; j < i; j++)
+			if (d->donor[i].donor_id == d->donor[j].donor_id ||
+			    !strncmp(d->donor[i].name, d->donor[j].name,
+				     WIRE_NAME_MAX))
+				return false;
+	return true;
+}
+
+static int enc_donors_ok(const struct wire_donors_ok *d, struct wire_wr *w)
+{
+	if (!donors_ok_ok(d))
+		return -EINVAL;
+	put_u16(w, d->count);
+	for (uint16_t i = 0; i < d->count; i++) {
+		const struct wire_donor_entry *e = &d->donor[i];
+
+		put_u32(w, e->donor_id);
+		put_u64(w, e->epoch);
+		if (put_name(w, e->name, sizeof(e->name)) < 0 ||
+		    put_name(w, e->addr, sizeof(e->addr)) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+static int dec_donors_ok(struct wire_donors_ok *d, struct wire_rd *r)
+{
+	d->count = get_u16(r);
+	if (r->bad || d->count > WIRE_MAX_DONORS)
+		return -EBADMSG;
+	for (uint16_t i = 0; i < d->count; i++) {
+		struct wire_donor_entry *e = &d->donor[i];
+
+		e->donor_id = get_u32(r);
+		e->epoch = get_u64(r);
+		if (r->bad || get_name(r, e->name, sizeof(e->name)) < 0 ||
+		    get_name(r, e->addr, sizeof(e->addr)) < 0)
+			return -EBADMSG;
+	}
+	return donors_ok_ok(d) ? 0 : -EBADMSG;
+}
+
 /*
  * Payload of m: validated, and written when w->p is set. -EINVAL for an
- * unknown type or a bound broken. The four payload-less types write
+ * unknown type or a bound broken. The five payload-less types write
  * nothing and ignore the union.
  */
 static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
@@ -1124,10 +1388,28 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
 		return enc_admin(&m->u.admin, w);
+	case WIRE_KV_RESERVE:
+	case WIRE_KV_COMMIT:
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_DONE:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+	case WIRE_KV_PIN:
+	case WIRE_KV_RESERVE_OK:
+	case WIRE_KV_COMMIT_OK:
+	case WIRE_KV_LOOKUP_OK:
+	case WIRE_KV_DONE_OK:
+	case WIRE_KV_EXISTS_OK:
+	case WIRE_KV_DELETE_OK:
+	case WIRE_KV_PIN_OK:
+		return enc_kv(m->type, &m->u.kv, w);
+	case WIRE_DONORS_OK:
+		return enc_donors_ok(&m->u.donors_ok, w);
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
 	case WIRE_BYE_OK:
+	case WIRE_DONORS:
 		return 0;
 	}
 	return -EINVAL;
@@ -1213,10 +1495,30 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	case WIRE_ADMIN_OK:
 		rc = dec_admin(&m->u.admin, r);
 		break;
+	case WIRE_KV_RESERVE:
+	case WIRE_KV_COMMIT:
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_DONE:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+	case WIRE_KV_PIN:
+	case WIRE_KV_RESERVE_OK:
+	case WIRE_KV_COMMIT_OK:
+	case WIRE_KV_LOOKUP_OK:
+	case WIRE_KV_DONE_OK:
+	case WIRE_KV_EXISTS_OK:
+	case WIRE_KV_DELETE_OK:
+	case WIRE_KV_PIN_OK:
+		rc = dec_kv(m->type, &m->u.kv, r);
+		break;
+	case WIRE_DONORS_OK:
+		rc = dec_donors_ok(&m->u.donors_ok, r);
+		break;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
 	case WIRE_BYE_OK:
+	case WIRE_DONORS:
 		rc = 0;
 		break;
 	default:
@@ -1365,6 +1667,38 @@ const char *wire_type_name(uint8_t type)
 		return "DONOR_REPORT_OK";
 	case WIRE_ADMIN_OK:
 		return "ADMIN_OK";
+	case WIRE_KV_RESERVE:
+		return "KV_RESERVE";
+	case WIRE_KV_RESERVE_OK:
+		return "KV_RESERVE_OK";
+	case WIRE_KV_COMMIT:
+		return "KV_COMMIT";
+	case WIRE_KV_COMMIT_OK:
+		return "KV_COMMIT_OK";
+	case WIRE_KV_LOOKUP:
+		return "KV_LOOKUP";
+	case WIRE_KV_LOOKUP_OK:
+		return "KV_LOOKUP_OK";
+	case WIRE_KV_DONE:
+		return "KV_DONE";
+	case WIRE_KV_DONE_OK:
+		return "KV_DONE_OK";
+	case WIRE_KV_EXISTS:
+		return "KV_EXISTS";
+	case WIRE_KV_EXISTS_OK:
+		return "KV_EXISTS_OK";
+	case WIRE_KV_DELETE:
+		return "KV_DELETE";
+	case WIRE_KV_DELETE_OK:
+		return "KV_DELETE_OK";
+	case WIRE_KV_PIN:
+		return "KV_PIN";
+	case WIRE_KV_PIN_OK:
+		return "KV_PIN_OK";
+	case WIRE_DONORS:
+		return "DONORS";
+	case WIRE_DONORS_OK:
+		return "DONORS_OK";
 	case WIRE_ERROR:
 		return "ERROR";
 	}

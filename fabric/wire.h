@@ -385,8 +385,8 @@ struct wire_admin {
 
 /*
  * KV tier (docs/kv.md). One batch layout serves every KV request and
- * reply; each message type carries only the fields it uses (protocol.md
- * lists them per type), the rest decode as zero.
+ * reply; each message type carries only the fields it uses, in the order
+ * of struct wire_kv_item (protocol.md lists them per type):
  *   KV_RESERVE   key, value_len          -> status, generation, locs
  *   KV_COMMIT    key, generation, checksum -> status
  *   KV_LOOKUP    key                     -> status, value_len,
@@ -395,8 +395,16 @@ struct wire_admin {
  *   KV_EXISTS    key                     -> count = present prefix
  *   KV_DELETE    key                     -> status
  *   KV_PIN       key (flags: PIN/UNPIN)  -> status
- * status is a negative errno or 0 (an i32 on the wire).
+ * A field a type does not carry must be zero for wire_encode (-EINVAL
+ * otherwise) and decodes as zero, so decode(encode(m)) == m. status is 0
+ * or a negative errno, -WIRE_ERR_MAX .. 0 (an i32 on the wire). In a
+ * reply with locs (RESERVE_OK, LOOKUP_OK) an item with status 0 names
+ * nchunks >= 1 locations loc[first_loc .. first_loc + nchunks), inside
+ * nlocs; an item with another status names none (first_loc and nchunks
+ * 0). A reply has as many items as its request, in the same order
+ * (EXISTS_OK: none; its count is the present prefix, 0 .. WIRE_KV_BATCH).
  */
+#define WIRE_KV_HEADER_LEN 64 /* block header, memd/kvstore.h */
 struct wire_kv_item {
 	uint8_t key[WIRE_KV_KEY_LEN];
 	uint64_t value_len;
@@ -409,8 +417,8 @@ struct wire_kv_item {
 /* Where one chunk's block lives: RMA address (as with leases: base +
  * offset in the provider's addressing), key of the KV slab's
  * registration (given only to sessions of the slab's tenant), size of
- * the block (64-byte header + payload room), endpoint index into
- * HELLO_OK.ep. */
+ * the block (64-byte header + payload room, > WIRE_KV_HEADER_LEN),
+ * endpoint index into HELLO_OK.ep (< WIRE_MAX_ENDPOINTS). */
 struct wire_kv_loc {
 	uint64_t raddr;
 	uint64_t rkey;
@@ -422,7 +430,7 @@ struct wire_kv_loc {
 #define WIRE_KV_KNOWN WIRE_KV_UNPIN
 
 struct wire_kv {
-	uint32_t flags; /* KV_PIN: WIRE_KV_UNPIN; else 0 */
+	uint32_t flags; /* KV_PIN: WIRE_KV_*; every other type: 0 */
 	uint16_t count; /* 1 .. WIRE_KV_BATCH (EXISTS_OK: prefix, 0 ..) */
 	struct wire_kv_item item[WIRE_KV_BATCH];
 	uint16_t nlocs; /* RESERVE_OK, LOOKUP_OK: 0 .. WIRE_KV_MAX_LOCS */
@@ -430,7 +438,8 @@ struct wire_kv {
 };
 
 /* DONORS (a tenant at the registry): the donors that are up, for
- * choosing KV homes by rendezvous hashing over their names. */
+ * choosing KV homes by rendezvous hashing over their names. Distinct ids
+ * and distinct names; name and addr are non-empty. */
 struct wire_donor_entry {
 	uint32_t donor_id;
 	uint64_t epoch;
@@ -476,8 +485,8 @@ struct wire_msg {
 		struct wire_donor_report_ok donor_report_ok;
 		struct wire_admin admin; /* ADMIN and ADMIN_OK */
 		struct wire_kv kv;	 /* every KV_* request and reply */
-		struct wire_donors_ok donors_ok; /* DONORS has no payload */
-	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK carry no payload */
+		struct wire_donors_ok donors_ok;
+	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS carry no payload */
 };
 
 /*

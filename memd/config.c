@@ -403,6 +403,64 @@ static const struct memd_conf_key memd_conf_keys[] = {
 			"(GET /metrics). Empty: none. Port 0 binds a free "
 			"port; --ready-file reports which.",
 	},
+	/* The KV tier (docs/kv.md). */
+	{
+		.name = "kv_share",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(kv_share),
+		.min = 0,
+		.max = 100,
+		.def = "50",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "Percent of the donation one tenant's KV store may "
+			"hold on this memd; past it the tenant's blocks are "
+			"evicted. 0 turns the KV tier off.",
+	},
+	{
+		.name = "kv_read_lease",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(kv_lease_ms),
+		.min = 100,
+		.max = 60 * MEMD_MS_PER_S,
+		.def = "2s",
+		.help = "How long a KV lookup keeps the blocks it returns from "
+			"eviction and reuse while the client reads them.",
+	},
+	{
+		.name = "kv_reserve_ttl",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(kv_reserve_ms),
+		.min = 100,
+		.max = 10 * MEMD_MS_PER_M,
+		.def = "10s",
+		.help = "How long a KV put may take between reserve and "
+			"commit; an uncommitted reservation is then dropped "
+			"and its blocks freed.",
+	},
+	{
+		.name = "kv_spill_dir",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(kv_spill_dir),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "Directory where evicted KV blocks are written, and "
+			"read back on demand and after a restart. Empty: "
+			"evicted blocks are gone. Needs kv_spill_size.",
+	},
+	{
+		.name = "kv_spill_size",
+		.type = MEMD_CONF_BYTES,
+		.off = FIELD(kv_spill_bytes),
+		.min = 0,
+		.max = MEMD_PIB,
+		.def = "0",
+		.help = "Most bytes of spill files in kv_spill_dir; the oldest "
+			"are deleted beyond it. Required with kv_spill_dir.",
+	},
 };
 
 #undef FIELD
@@ -1423,6 +1481,20 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 			      "address (listen); give /metrics a port of its "
 			      "own",
 			      c->metrics_listen);
+		return -EINVAL;
+	}
+	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {
+		memd_conf_format_bytes(c->kv_spill_bytes, a, sizeof(a));
+		if (c->kv_spill_dir[0])
+			memd_conf_err(err, errlen,
+				      "key 'kv_spill_dir': %s needs a size cap "
+				      "(kv_spill_size)",
+				      c->kv_spill_dir);
+		else
+			memd_conf_err(err, errlen,
+				      "key 'kv_spill_size': %s without "
+				      "kv_spill_dir",
+				      a);
 		return -EINVAL;
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {

@@ -51,6 +51,13 @@ struct memd_config {
 	uint32_t max_clients;	 /* concurrent control connections */
 	int log_level;		 /* syslog level: LOG_ERR .. LOG_DEBUG */
 
+	/* The KV tier (docs/kv.md). Only kv_share is reloadable. */
+	uint32_t kv_share;	/* % of the donation one tenant's KV may hold */
+	uint32_t kv_lease_ms;	/* read lease of a KV lookup */
+	uint32_t kv_reserve_ms; /* life of an uncommitted KV reservation */
+	char kv_spill_dir[MEMD_CONF_STR_MAX]; /* "": no spill */
+	uint64_t kv_spill_bytes;	      /* cap on the spill files */
+
 	/* The cluster (docs/cluster.md). None of these is reloadable. */
 	/* "": standalone; "yes": registry; "host:port": donor of it */
 	char registry[MEMD_CONF_STR_MAX];

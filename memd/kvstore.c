@@ -1861,7 +1861,8 @@ int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *res)
 	closedir(top);
 	if (r)
 		goto out;
-	qsort(files, nfiles, sizeof(*files), scan_file_cmp);
+	if (nfiles) /* qsort(NULL, 0, ...) is undefined behaviour */
+		qsort(files, nfiles, sizeof(*files), scan_file_cmp);
 	for (size_t i = 0; i < nfiles; i++) {
 		struct kv_tenant *t = tenant_get(kv, files[i].tenant);
 		struct kv_entry *e;

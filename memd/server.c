@@ -35,9 +35,21 @@
  * atomics (every increment is one), the lease table under its lock, and
  * fields fixed at creation. memd_server_destroy stops it first.
  *
- * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
- * pointer held by a connection is attached (detached on close); the
- * arenas are all per * slab_bytes long.
+ * KV tier (docs/kv.md): one store (memd/kvstore) holds every tenant's
+ * KV index; memd-ctl is its only caller, except memd-metrics reading its
+ * statistics. The store asks for memory through kv_slab_get: a free slab
+ * leased to the tenant's internal KV session (one per tenant, opened on
+ * first use, renewed every tick so it never expires, counted as the
+ * tenant's usage in donor reports), registered with a random key like a
+ * lease, within the tenant's kv_share of the donation. kv_slab_put gives
+ * it back through the normal path: close the registration, release the
+ * lease, quiesce, zero. A KV location is built from the slab's own
+ * registration and only ever for a session of the slab's tenant.
+ *
+ * Invariants: srv->mr[i] != NULL iff slab i is LEASED (to a client
+ * session or to a KV session); kvs[i].used iff slab i is a KV slab; every
+ * session pointer held by a connection is attached (detached on close);
+ * the arenas are all per * slab_bytes long.
  */
 #include "memd/server.h"
 
@@ -69,6 +81,7 @@
 #include "fabric/hostport.h"
 #include "fabric/wire.h"
 #include "memd/donor.h"
+#include "memd/kvstore.h"
 #include "memd/lease.h"
 #include "memd/log.h"
 #include "memd/metrics.h"
@@ -191,6 +204,23 @@ struct memd_server {
 	uint64_t rma_read, rma_written; /* clients' HEARTBEAT2 totals */
 	struct memd_metrics *metrics;	/* GET /metrics; NULL: not asked for */
 	char bound[300];		/* listen address, port 0 resolved */
+
+	/* KV tier. kv and kvs: memd-ctl only (memd-metrics reads kv's
+	 * statistics, which has its own lock). kvt: written on memd-ctl
+	 * under kvlock, read under it by memd-metrics and memd-donor. */
+	struct memd_kv *kv;
+	struct kv_slab {
+		uint32_t generation; /* of its lease to the KV session */
+		uint32_t tenant_id;
+		bool used;
+	} * kvs; /* per slab */
+	pthread_mutex_t kvlock;
+	struct kv_tenant {
+		uint32_t tenant_id;
+		uint32_t slabs; /* KV slabs it holds (memd-ctl) */
+		struct memd_session *ses;
+	} * kvt;
+	uint32_t nkvt, kvt_cap;
 };
 
 #define REDEEMED_CAP 65536u /* tickets remembered (power of two) */
@@ -366,6 +396,28 @@ static void count_expired(uint32_t slab, void *arg)
 	revoke_mr(slab, arg);
 }
 
+/* How many of the sessions memd_lease_tenant_usage() counts for tenant
+ * are KV sessions (0 or 1). Any thread. */
+static uint32_t kv_sessions_of(struct memd_server *s, uint32_t tenant)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&s->kvlock);
+	for (uint32_t i = 0; i < s->nkvt; i++)
+		if (s->kvt[i].tenant_id == tenant)
+			n = 1;
+	pthread_mutex_unlock(&s->kvlock);
+	return n;
+}
+
+/* Client sessions: every open session but the KV sessions. */
+static uint32_t client_sessions(struct memd_server *s, uint32_t sessions)
+{
+	uint32_t k = __atomic_load_n(&s->nkvt, __ATOMIC_RELAXED);
+
+	return sessions > k ? sessions - k : 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* connections                                                          */
 
@@ -524,6 +576,21 @@ static uint64_t random_key(void)
 	return k;
 }
 
+/* A registration of the whole slab on its arena's domain, with a fresh
+ * random key (retried while the provider says the key is taken). */
+static int register_slab(struct memd_server *s, uint32_t slab,
+			 struct fab_mr **mr)
+{
+	struct arena_ep *a = slab_aep(s, slab);
+	int r = -ENOKEY;
+
+	for (int tries = 0; tries < 8 && r == -ENOKEY; tries++)
+		r = fab_mr_reg(a->fd, a->ep, slab_base(s, slab),
+			       s->cfg.slab_bytes, FAB_ACCESS_REMOTE,
+			       random_key(), mr);
+	return r;
+}
+
 /*
  * Grants one lease from arena group (MEMD_LEASE_ANY_GROUP: the fullest):
  * slab, then a registration on that arena's domain with a fresh random
@@ -535,22 +602,13 @@ static int grant_one(struct memd_server *s, struct memd_session *ses, int group,
 	uint32_t slab, gen;
 	struct fab_mr *mr = NULL;
 	struct arena_ep *a;
-	uint8_t *base;
 	int r;
 
 	r = memd_lease_grant_in(s->lt, ses, now_ms(), group, &slab, &gen);
 	if (r)
 		return r;
 	a = slab_aep(s, slab);
-	base = slab_base(s, slab);
-	for (int tries = 0; tries < 8; tries++) {
-		uint64_t key = random_key();
-
-		r = fab_mr_reg(a->fd, a->ep, base, s->cfg.slab_bytes,
-			       FAB_ACCESS_REMOTE, key, &mr);
-		if (r != -ENOKEY)
-			break;
-	}
+	r = register_slab(s, slab, &mr);
 	if (r) {
 		memd_log(LOG_ERR, "fabric: register slab=%u err=%s", slab,
 			 strerror(-r));
@@ -785,7 +843,7 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 	st->slabs_free = cnt.free;
 	st->slabs_leased = cnt.leased;
 	st->slabs_reclaiming = cnt.reclaiming;
-	st->sessions = cnt.sessions;
+	st->sessions = client_sessions(s, cnt.sessions);
 	st->flags = s->draining ? WIRE_STATUS_DRAINING : 0;
 	/* HUGEPAGES: every arena is backed by hugetlbfs pages. */
 	st->flags |= WIRE_STATUS_HUGEPAGES;
@@ -1345,17 +1403,412 @@ static void donor_snapshot(void *arg, struct wire_donor_report *rep)
 			continue; /* sessions that never authenticated */
 		rep->tenant[rep->ntenants].tenant_id = u[i].tenant_id;
 		rep->tenant[rep->ntenants].slabs = u[i].slabs;
-		rep->tenant[rep->ntenants].sessions = u[i].sessions;
+		/* KV memory counts, the KV session does not */
+		rep->tenant[rep->ntenants].sessions =
+			u[i].sessions - kv_sessions_of(s, u[i].tenant_id);
 		rep->ntenants++;
 	}
 	free(u);
+}
+
+/* ------------------------------------------------------------------ */
+/* KV tier (docs/kv.md)                                                 */
+
+/* The tenant's KV entry, opening its KV session when create is set.
+ * NULL: none (or no memory for one). memd-ctl only. */
+static struct kv_tenant *kv_tenant(struct memd_server *s, uint32_t tenant,
+				   bool create)
+{
+	struct memd_session *ses;
+	struct kv_tenant *t;
+
+	for (uint32_t i = 0; i < s->nkvt; i++)
+		if (s->kvt[i].tenant_id == tenant)
+			return &s->kvt[i];
+	if (!create || memd_session_open(s->lt, now_ms(), &ses))
+		return NULL;
+	memd_session_set_tenant(s->lt, ses, tenant);
+	pthread_mutex_lock(&s->kvlock);
+	if (s->nkvt == s->kvt_cap) {
+		uint32_t cap = s->kvt_cap ? 2 * s->kvt_cap : 8;
+
+		t = realloc(s->kvt, cap * sizeof(*t));
+		if (!t) {
+			pthread_mutex_unlock(&s->kvlock);
+			memd_session_close(s->lt, ses, now_ms(), revoke_mr, s);
+			return NULL;
+		}
+		s->kvt = t;
+		s->kvt_cap = cap;
+	}
+	t = &s->kvt[s->nkvt];
+	*t = (struct kv_tenant){ .tenant_id = tenant, .ses = ses };
+	__atomic_store_n(&s->nkvt, s->nkvt + 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&s->kvlock);
+	memd_log(LOG_INFO, "kv: store opened tenant=%u session=%" PRIx64,
+		 tenant, memd_session_id(ses));
+	return t;
+}
+
+/* Slabs one tenant's KV store may hold: kv_share percent of the slabs. */
+static uint32_t kv_share_slabs(const struct memd_server *s)
+{
+	return (uint32_t)((uint64_t)s->nslabs * s->cfg.kv_share / 100);
+}
+
+/* The store's slab_get: runs on memd-ctl, under the store's lock. */
+static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
+		       uint8_t **base)
+{
+	struct memd_server *s = arg;
+	struct kv_tenant *t = kv_tenant(s, tenant, true);
+	uint32_t slab, gen, id;
+	struct fab_mr *mr = NULL;
+	uint64_t reg_epoch;
+	bool drain = false;
+	int group, r;
+
+	if (!t)
+		return -ENOMEM;
+	if (s->donor)
+		memd_donor_state(s->donor, &id, &reg_epoch, &drain);
+	if (t->slabs >= kv_share_slabs(s) || s->draining || drain)
+		return -ENOSPC;
+	group = memd_lease_fullest_group(s->lt);
+	if (group < 0)
+		return -ENOSPC;
+	r = memd_lease_grant_in(s->lt, t->ses, now_ms(), group, &slab, &gen);
+	if (r)
+		return r == -ENOSPC ? -ENOSPC : r;
+	r = register_slab(s, slab, &mr);
+	if (r) {
+		memd_log(LOG_ERR, "fabric: register kv slab=%u err=%s", slab,
+			 strerror(-r));
+		memd_lease_release(s->lt, t->ses, slab, gen, now_ms());
+		reclaim_kick(s);
+		return r;
+	}
+	s->mr[slab] = mr;
+	s->key[slab] = fab_mr_key(mr);
+	s->kvs[slab] = (struct kv_slab){ .generation = gen,
+					 .tenant_id = tenant,
+					 .used = true };
+	t->slabs++;
+	CTR_ADD(s, kv_slabs_taken, 1);
+	memd_log(LOG_DEBUG, "kv: slab taken tenant=%u slab=%u held=%u", tenant,
+		 slab, t->slabs);
+	if (s->donor)
+		memd_donor_kick(s->donor);
+	*slabp = slab;
+	*base = slab_base(s, slab);
+	return 0;
+}
+
+/* The store's slab_put: the slab goes the way of a released lease. */
+static void kv_slab_put(void *arg, uint32_t slab)
+{
+	struct memd_server *s = arg;
+	struct kv_slab *k = &s->kvs[slab];
+	struct kv_tenant *t = kv_tenant(s, k->tenant_id, false);
+
+	if (!k->used || !t) {
+		memd_log(LOG_ERR, "kv: slab=%u given back but not a kv slab",
+			 slab);
+		return;
+	}
+	revoke_mr(slab, s);
+	if (memd_lease_release(s->lt, t->ses, slab, k->generation, now_ms()))
+		memd_log(LOG_ERR, "kv: release slab=%u tenant=%u failed", slab,
+			 k->tenant_id);
+	k->used = false;
+	t->slabs--;
+	CTR_ADD(s, kv_slabs_returned, 1);
+	memd_log(LOG_DEBUG, "kv: slab returned tenant=%u slab=%u held=%u",
+		 k->tenant_id, slab, t->slabs);
+	reclaim_kick(s);
+	if (s->donor)
+		memd_donor_kick(s->donor);
+}
+
+/* KV sessions never expire: renewed on every tick, before expiry runs. */
+static void kv_renew(struct memd_server *s)
+{
+	for (uint32_t i = 0; i < s->nkvt; i++)
+		if (memd_session_renew(s->lt, s->kvt[i].ses, now_ms()) < 0)
+			memd_log(LOG_ERR, "kv: session of tenant=%u expired",
+				 s->kvt[i].tenant_id);
+}
+
+static int kv_open(struct memd_server *s, char *err, size_t errlen)
+{
+	struct memd_kv_options o = {
+		.slab_bytes = s->cfg.slab_bytes,
+		.epoch = s->epoch,
+		.reserve_ms = s->cfg.kv_reserve_ms,
+		.lease_ms = s->cfg.kv_lease_ms,
+		.slab_get = kv_slab_get,
+		.slab_put = kv_slab_put,
+		.slab_arg = s,
+		.spill_dir =
+			s->cfg.kv_spill_dir[0] ? s->cfg.kv_spill_dir : NULL,
+		.spill_bytes = s->cfg.kv_spill_bytes,
+		.policy = MEMD_KV_POLICY_S3FIFO,
+	};
+	struct memd_kv_scan_result sr = { 0 };
+	int r;
+
+	s->kvs = calloc(s->nslabs, sizeof(*s->kvs));
+	if (!s->kvs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	r = memd_kv_create(&o, &s->kv);
+	if (r) {
+		snprintf(err, errlen, "kv store%s%s: %s",
+			 o.spill_dir ? " with kv_spill_dir " : "",
+			 o.spill_dir ? o.spill_dir : "", strerror(-r));
+		return r;
+	}
+	r = memd_kv_scan_spill(s->kv, &sr);
+	if (r) {
+		snprintf(err, errlen, "kv_spill_dir %s: %s", o.spill_dir,
+			 strerror(-r));
+		return r;
+	}
+	if (o.spill_dir)
+		memd_log(LOG_NOTICE,
+			 "kv: spill dir=%s files=%" PRIu64 " bytes=%" PRIu64
+			 " deleted=%" PRIu64 " dropped=%" PRIu64,
+			 o.spill_dir, sr.files, sr.bytes, sr.deleted,
+			 sr.dropped);
+	return 0;
+}
+
+/*
+ * One KV location for a session of tenant: the block's RMA address in the
+ * slab's registration. -EIO (logged) if the slab is not that tenant's KV
+ * slab: the store's bookkeeping and ours disagree, and no key of another
+ * tenant's slab may leave memd.
+ */
+static int kv_fill_loc(struct memd_server *s, uint32_t tenant,
+		       const struct memd_kv_loc *l, struct wire_kv_loc *out)
+{
+	if (l->slab >= s->nslabs || !s->kvs[l->slab].used ||
+	    s->kvs[l->slab].tenant_id != tenant || !s->mr[l->slab]) {
+		memd_log(LOG_ERR,
+			 "kv: location slab=%u is not a kv slab of tenant=%u",
+			 l->slab, tenant);
+		return -EIO;
+	}
+	out->raddr = fab_mr_remote_base(s->mr[l->slab]) + l->offset;
+	out->rkey = s->key[l->slab];
+	out->block_bytes = l->block_bytes;
+	out->endpoint = (uint16_t)slab_aep(s, l->slab)->index;
+	return 0;
+}
+
+static void do_kv(struct memd_server *s, struct conn *c,
+		  const struct wire_msg *req, struct wire_msg *rep)
+{
+	static struct memd_kv_item items[WIRE_KV_BATCH]; /* memd-ctl only */
+	static struct memd_kv_loc locs[WIRE_KV_MAX_LOCS];
+	static uint8_t keys[WIRE_KV_BATCH][MEMD_KV_KEY_BYTES];
+	const struct wire_kv *in = &req->u.kv;
+	struct wire_kv *out = &rep->u.kv;
+	uint32_t tenant = c->tenant_id;
+	uint64_t now = now_ms();
+	size_t n = in->count;
+	uint32_t j;
+	ssize_t r;
+
+	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
+		CTR_ADD(s, kv_refused, 1);
+		send_error(s, c, req->seq, EACCES,
+			   "%s: only a tenant session uses the KV tier",
+			   wire_type_name(req->type));
+		return;
+	}
+	if (!s->cfg.kv_share) {
+		CTR_ADD(s, kv_refused, 1);
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "%s: the KV tier is off on this memd (kv_share = "
+			   "0)",
+			   wire_type_name(req->type));
+		return;
+	}
+	memset(items, 0, n * sizeof(items[0]));
+	for (size_t i = 0; i < n; i++) {
+		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
+		memcpy(keys[i], in->item[i].key, MEMD_KV_KEY_BYTES);
+		items[i].value_len = in->item[i].value_len;
+		items[i].generation = in->item[i].generation;
+		items[i].checksum = in->item[i].checksum;
+	}
+	switch (req->type) {
+	case WIRE_KV_RESERVE:
+		r = memd_kv_reserve(s->kv, tenant, items, n, locs,
+				    WIRE_KV_MAX_LOCS, now);
+		break;
+	case WIRE_KV_COMMIT:
+		r = memd_kv_commit(s->kv, tenant, items, n, now);
+		break;
+	case WIRE_KV_LOOKUP:
+		r = memd_kv_lookup(s->kv, tenant, items, n, locs,
+				   WIRE_KV_MAX_LOCS, now);
+		break;
+	case WIRE_KV_DONE:
+		r = memd_kv_done(s->kv, tenant, items, n, now);
+		break;
+	case WIRE_KV_EXISTS:
+		r = memd_kv_exists(s->kv, tenant,
+				   (const uint8_t(*)[MEMD_KV_KEY_BYTES])keys,
+				   n);
+		break;
+	case WIRE_KV_DELETE:
+		r = memd_kv_delete(s->kv, tenant, items, n, now);
+		break;
+	default: /* WIRE_KV_PIN */
+		r = in->flags & WIRE_KV_UNPIN
+			    ? memd_kv_unpin(s->kv, tenant, items, n)
+			    : memd_kv_pin(s->kv, tenant, items, n, now);
+		break;
+	}
+	if (r < 0) { /* the batch itself: cannot happen for a decoded one */
+		send_error(s, c, req->seq, (int)-r, "%s: %s",
+			   wire_type_name(req->type), strerror((int)-r));
+		return;
+	}
+	CTR_ADD(s, kv_requests, 1);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = (uint8_t)(req->type | 0x80);
+	rep->seq = req->seq;
+	if (req->type == WIRE_KV_EXISTS) {
+		out->count = (uint16_t)r;
+		goto send;
+	}
+	out->count = (uint16_t)n;
+	for (size_t i = 0; i < n; i++) {
+		const struct memd_kv_item *it = &items[i];
+		struct wire_kv_item *o = &out->item[i];
+		bool ok = it->status == 0;
+
+		o->status = it->status;
+		switch (req->type) {
+		case WIRE_KV_RESERVE:
+			o->generation = ok || it->status == -EEXIST
+						? it->generation
+						: 0;
+			if (ok)
+				CTR_ADD(s, kv_reserved, 1);
+			break;
+		case WIRE_KV_LOOKUP:
+			if (ok) {
+				o->value_len = it->value_len;
+				o->generation = it->generation;
+				o->checksum = it->checksum;
+			}
+			if (ok)
+				CTR_ADD(s, kv_hits, 1);
+			else
+				CTR_ADD(s, kv_misses, 1);
+			break;
+		case WIRE_KV_COMMIT:
+			if (ok)
+				CTR_ADD(s, kv_committed, 1);
+			break;
+		case WIRE_KV_DELETE:
+			if (ok)
+				CTR_ADD(s, kv_deleted, 1);
+			break;
+		}
+		if (!ok || (req->type != WIRE_KV_RESERVE &&
+			    req->type != WIRE_KV_LOOKUP))
+			continue;
+		/* This key's chunks, packed after the previous key's. */
+		o->first_loc = out->nlocs;
+		o->nchunks = it->nchunks;
+		for (j = 0; j < it->nchunks; j++)
+			if (kv_fill_loc(s, tenant, &locs[it->first_loc + j],
+					&out->loc[out->nlocs + j]))
+				break;
+		if (j < it->nchunks) {
+			memset(o, 0, sizeof(*o));
+			o->status = -EIO;
+			memset(&out->loc[out->nlocs], 0,
+			       j * sizeof(out->loc[0]));
+			continue;
+		}
+		out->nlocs = (uint16_t)(out->nlocs + j);
+	}
+send:
+	if (conn_send(c, rep)) {
+		memd_log(LOG_ERR, "kv: reply %s does not encode",
+			 wire_type_name(rep->type));
+		c->closing = true;
+	}
+}
+
+/* DONORS: the up donors, for rendezvous hashing (protocol.md). */
+struct donors_list {
+	struct wire_donors_ok *out;
+	uint32_t up;
+};
+
+static void donors_one(void *arg, const struct memd_registry_donor_info *d)
+{
+	struct donors_list *l = arg;
+	struct wire_donor_entry *e;
+
+	if (d->state != MEMD_DONOR_UP)
+		return;
+	if (l->up++ >= WIRE_MAX_DONORS)
+		return;
+	e = &l->out->donor[l->out->count++];
+	e->donor_id = d->id;
+	e->epoch = d->epoch;
+	snprintf(e->name, sizeof(e->name), "%s", d->name);
+	snprintf(e->addr, sizeof(e->addr), "%s", d->addr);
+}
+
+static void do_donors(struct memd_server *s, struct conn *c,
+		      const struct wire_msg *req, struct wire_msg *rep)
+{
+	struct donors_list l = { .out = &rep->u.donors_ok };
+
+	if (!s->reg) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "donors: this memd is not the registry%s",
+			   s->mode == MODE_STANDALONE
+				   ? " (standalone: it is the only donor)"
+				   : "");
+		return;
+	}
+	if (c->role != WIRE_ROLE_TENANT) {
+		send_error(s, c, req->seq, EACCES,
+			   "donors: only a tenant session asks");
+		return;
+	}
+	memset(rep, 0, sizeof(*rep));
+	memd_registry_foreach_donor(s->reg, donors_one, &l);
+	if (l.up > WIRE_MAX_DONORS) {
+		send_error(s, c, req->seq, EOVERFLOW,
+			   "donors: %u donors are up, more than one reply "
+			   "holds (%d)",
+			   l.up, WIRE_MAX_DONORS);
+		return;
+	}
+	rep->type = WIRE_DONORS_OK;
+	rep->seq = req->seq;
+	if (conn_send(c, rep))
+		c->closing = true;
 }
 
 static void handle(struct memd_server *s, struct conn *c,
 		   const struct wire_msg *req)
 {
 	static struct wire_msg rep; /* memd-ctl only; PLACE_OK is ~5 KiB */
-	bool v2 = req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN;
+	bool v2 = (req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN) ||
+		  (req->type >= WIRE_KV_RESERVE && req->type <= WIRE_DONORS);
 
 	CTR_ADD(s, frames_in, 1);
 	if (req->type != WIRE_HELLO && !c->session) {
@@ -1423,6 +1876,18 @@ static void handle(struct memd_server *s, struct conn *c,
 		return;
 	case WIRE_ADMIN:
 		do_admin(s, c, req, &rep);
+		return;
+	case WIRE_KV_RESERVE:
+	case WIRE_KV_COMMIT:
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_DONE:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+	case WIRE_KV_PIN:
+		do_kv(s, c, req, &rep);
+		return;
+	case WIRE_DONORS:
+		do_donors(s, c, req, &rep);
 		return;
 	case WIRE_STATUS:
 		memset(&rep, 0, sizeof(rep));
@@ -1776,13 +2241,66 @@ static void write_tenant_metrics(struct memd_metrics_buf *b,
 				    u[i].tenant_id,
 				    (uint64_t)u[i].slabs * s->cfg.slab_bytes);
 	put_head(b, "tenant_sessions", "gauge",
-		 "Live sessions of each tenant on this memd.");
+		 "Live client sessions of each tenant on this memd.");
 	for (size_t i = 0; i < n; i++)
 		memd_metrics_printf(b,
 				    "tidepool_memd_tenant_sessions{"
 				    "tenant_id=\"%u\"} %u\n",
-				    u[i].tenant_id, u[i].sessions);
+				    u[i].tenant_id,
+				    u[i].sessions -
+					    kv_sessions_of(s, u[i].tenant_id));
 	free(u);
+}
+
+/* The KV statistics that only grow are counters; the rest are gauges. */
+static bool kv_stat_is_counter(const char *name)
+{
+	static const char *const counters[] = { "hits",		"misses",
+						"evictions",	"spills",
+						"spill_errors", "reloads",
+						"expired" };
+
+	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+		if (!strcmp(name, counters[i]))
+			return true;
+	return false;
+}
+
+/* Per-tenant statistics of the KV store (memd/kvstore.h's X-macro). */
+static void write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
+{
+	uint32_t ids[WIRE_MAX_TENANTS], n = 0;
+	struct memd_kv_stats *st;
+
+	pthread_mutex_lock(&s->kvlock);
+	for (uint32_t i = 0; i < s->nkvt && n < WIRE_MAX_TENANTS; i++)
+		ids[n++] = s->kvt[i].tenant_id;
+	pthread_mutex_unlock(&s->kvlock);
+	st = calloc(n ? n : 1, sizeof(*st));
+	if (!st)
+		return;
+	for (uint32_t i = 0; i < n; i++)
+		memd_kv_get_stats(s->kv, ids[i], &st[i]);
+#define X(name, help)                                                          \
+	{                                                                      \
+		bool ctr = kv_stat_is_counter(#name);                          \
+		const char *sfx = ctr ? "_total" : "";                         \
+		memd_metrics_printf(b,                                         \
+				    "# HELP tidepool_memd_kv_tenant_" #name    \
+				    "%s KV store of each tenant: " help        \
+				    ".\n# TYPE tidepool_memd_kv_tenant_" #name \
+				    "%s %s\n",                                 \
+				    sfx, sfx, ctr ? "counter" : "gauge");      \
+		for (uint32_t i = 0; i < n; i++)                               \
+			memd_metrics_printf(b,                                 \
+					    "tidepool_memd_kv_tenant_" #name   \
+					    "%s{tenant_id=\"%u\"} %" PRIu64    \
+					    "\n",                              \
+					    sfx, ids[i], st[i].name);          \
+	}
+	MEMD_KV_STATS(X)
+#undef X
+	free(st);
 }
 
 struct reg_metrics {
@@ -1916,7 +2434,8 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 	put_gauge(b, "reclaiming_bytes",
 		  "Memory in revoked slabs waiting to be zeroed.",
 		  (uint64_t)cnt.reclaiming * slab);
-	put_gauge(b, "sessions", "Open client sessions.", cnt.sessions);
+	put_gauge(b, "sessions", "Open client sessions.",
+		  client_sessions(s, cnt.sessions));
 
 #define X(name, help)                                                          \
 	put_head(b, #name "_total", "counter", help ".");                      \
@@ -1963,6 +2482,7 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 		b, "tidepool_memd_rma_bytes_total{dir=\"write\"} %" PRIu64 "\n",
 		__atomic_load_n(&s->rma_written, __ATOMIC_RELAXED));
 	write_tenant_metrics(b, s);
+	write_kv_metrics(b, s);
 	if (s->reg)
 		write_registry_metrics(b, s);
 }
@@ -2294,6 +2814,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		hugetlb = hugetlb && arenas[a].hugetlb;
 	}
 	pthread_mutex_init(&s->rlock, NULL);
+	pthread_mutex_init(&s->kvlock, NULL);
 	{
 		pthread_condattr_t ca;
 
@@ -2335,6 +2856,9 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		goto fail;
 	snprintf(s->bound, sizeof(s->bound), "%s", bound);
 	r = cluster_open(s, err, errlen);
+	if (r)
+		goto fail;
+	r = kv_open(s, err, errlen);
 	if (r)
 		goto fail;
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -2474,7 +2998,9 @@ int memd_server_run(struct memd_server *s)
 				conn_service(s, c);
 			}
 		}
+		kv_renew(s);
 		expire_sessions(s);
+		memd_kv_expire(s->kv, now_ms());
 		if (s->reg)
 			memd_registry_tick(s->reg, now_ms());
 	}
@@ -2504,6 +3030,9 @@ void memd_server_destroy(struct memd_server *s)
 			pthread_join(s->aep[a].thread, NULL);
 	while (s->conns)
 		conn_close(s, s->conns, "memd stopping");
+	/* Gives every KV slab back (closing its registration) while the
+	 * lease table and the domains still exist. */
+	memd_kv_destroy(s->kv);
 	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
 		fab_mr_close(s->mr[i]);
 	/* Reverse order of creation; the first arena's domain was first. */
@@ -2524,6 +3053,9 @@ void memd_server_destroy(struct memd_server *s)
 	pthread_cond_destroy(&s->rcond);
 	pthread_cond_destroy(&s->fence_cond);
 	pthread_mutex_destroy(&s->rlock);
+	pthread_mutex_destroy(&s->kvlock);
+	free(s->kvs);
+	free(s->kvt);
 	free(s->mr);
 	free(s->key);
 	free(s);

@@ -13,7 +13,8 @@
  *                 the CPUs of the arena's node when it has one.
  *   memd-reclaim  zeroes slabs once their quiesce delay is over.
  *   memd-metrics  answers GET /metrics (memd/metrics.h), when
- *                 metrics_listen is set; reads counters and lease counts.
+ *                 metrics_listen is set; reads counters, lease counts and
+ *                 the KV store's per-tenant statistics.
  */
 #ifndef TP_MEMD_SERVER_H
 #define TP_MEMD_SERVER_H
@@ -42,7 +43,16 @@ struct place_topo;
 	X(places, "placements granted (registry)")                             \
 	X(places_refused, "placements refused: quota, space (registry)")       \
 	X(tickets_refused, "grant tickets refused: forged, stale, replayed")   \
-	X(admin_requests, "admin requests answered")
+	X(admin_requests, "admin requests answered")                           \
+	X(kv_requests, "KV requests answered (one batch each)")                \
+	X(kv_refused, "KV requests refused whole: role, KV tier off")          \
+	X(kv_reserved, "KV keys reserved for a put")                           \
+	X(kv_committed, "KV keys committed")                                   \
+	X(kv_hits, "KV lookups that found their key")                          \
+	X(kv_misses, "KV lookups that missed")                                 \
+	X(kv_deleted, "KV keys deleted")                                       \
+	X(kv_slabs_taken, "slabs taken for tenants' KV stores")                \
+	X(kv_slabs_returned, "slabs tenants' KV stores gave back")
 
 struct memd_counters {
 #define X(name, help) uint64_t name;

@@ -97,6 +97,11 @@ static void assert_config_eq(const struct memd_config *a,
 	ck_assert_uint_eq(a->quiesce_ms, b->quiesce_ms);
 	ck_assert_uint_eq(a->max_clients, b->max_clients);
 	ck_assert_int_eq(a->log_level, b->log_level);
+	ck_assert_uint_eq(a->kv_share, b->kv_share);
+	ck_assert_uint_eq(a->kv_lease_ms, b->kv_lease_ms);
+	ck_assert_uint_eq(a->kv_reserve_ms, b->kv_reserve_ms);
+	ck_assert_str_eq(a->kv_spill_dir, b->kv_spill_dir);
+	ck_assert_uint_eq(a->kv_spill_bytes, b->kv_spill_bytes);
 	ck_assert_str_eq(a->registry, b->registry);
 	ck_assert_str_eq(a->cluster_secret_file, b->cluster_secret_file);
 	ck_assert_str_eq(a->state_dir, b->state_dir);
@@ -123,6 +128,11 @@ static void config_nondefault(struct memd_config *c)
 	c->quiesce_ms = 0;
 	c->max_clients = 77;
 	c->log_level = LOG_DEBUG;
+	c->kv_share = 25;
+	c->kv_lease_ms = 500;
+	c->kv_reserve_ms = 30000;
+	snprintf(c->kv_spill_dir, sizeof(c->kv_spill_dir), "/srv/tp-spill");
+	c->kv_spill_bytes = 100 * GIB;
 	snprintf(c->registry, sizeof(c->registry), "[fd00::1]:7471");
 	snprintf(c->cluster_secret_file, sizeof(c->cluster_secret_file),
 		 "/etc/tidepool/cluster.secret");
@@ -161,6 +171,11 @@ START_TEST(defaults_exact_and_valid)
 	ck_assert_uint_eq(c.quiesce_ms, 100);
 	ck_assert_uint_eq(c.max_clients, 1024);
 	ck_assert_int_eq(c.log_level, LOG_INFO);
+	ck_assert_uint_eq(c.kv_share, 50);
+	ck_assert_uint_eq(c.kv_lease_ms, 2000);
+	ck_assert_uint_eq(c.kv_reserve_ms, 10000);
+	ck_assert_str_eq(c.kv_spill_dir, "");
+	ck_assert_uint_eq(c.kv_spill_bytes, 0);
 	ck_assert_str_eq(c.registry, "");
 	ck_assert_str_eq(c.cluster_secret_file, "");
 	ck_assert_str_eq(c.state_dir, "/var/lib/tidepool");
@@ -464,6 +479,16 @@ static const struct good_case good_cases[] = {
 	GS("metrics_listen", "127.0.0.1:0", metrics_listen, "127.0.0.1:0"),
 	GS("metrics_listen", "0.0.0.0:9470", metrics_listen, "0.0.0.0:9470"),
 	GS("metrics-listen", "[::]:9470", metrics_listen, "[::]:9470"),
+	GN("kv_share", "0", F_U32, kv_share, 0),
+	GN("kv-share", "100", F_U32, kv_share, 100),
+	GN("kv_read_lease", "100ms", F_U32, kv_lease_ms, 100),
+	GN("kv_read_lease", "1m", F_U32, kv_lease_ms, 60000),
+	GN("kv_reserve_ttl", "100", F_U32, kv_reserve_ms, 100),
+	GN("kv_reserve_ttl", "10m", F_U32, kv_reserve_ms, 600000),
+	GS("kv_spill_dir", "", kv_spill_dir, ""),
+	GS("kv_spill_dir", "/nvme/tp-spill", kv_spill_dir, "/nvme/tp-spill"),
+	GN("kv_spill_size", "0", F_U64, kv_spill_bytes, 0),
+	GN("kv_spill_size", "2T", F_U64, kv_spill_bytes, 2199023255552u),
 };
 
 START_TEST(set_good_values)
@@ -627,6 +652,15 @@ static const struct bad_case bad_cases[] = {
 	{ "metrics_listen", "9470", "is not HOST:PORT" },
 	{ "metrics_listen", "::1:9470", "is not HOST:PORT" },
 	{ "metrics_listen", "localhost:http", "is not HOST:PORT" },
+	{ "kv_share", "101", "out of range" },
+	{ "kv_share", "-1", "not a whole number" },
+	{ "kv_read_lease", "99ms", "out of range" },
+	{ "kv_read_lease", "61s", "out of range" },
+	{ "kv_reserve_ttl", "11m", "out of range" },
+	{ "kv_spill_dir", "spill", "not an absolute path" },
+	{ "kv_spill_dir", "/a b", "holds a blank" },
+	{ "kv_spill_size", "2P", "out of range" },
+	{ "kv_spill_size", "lots", "not a size" },
 };
 
 START_TEST(set_bad_values)
@@ -726,6 +760,20 @@ START_TEST(validate_cross_keys)
 	ck_assert_str_eq(err, "key 'lease_grace': 10s must be less than "
 			      "lease_ttl = 10s");
 	c.lease_grace_ms = 9999;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	/* a spill directory and its size cap come together */
+	snprintf(c.kv_spill_dir, sizeof(c.kv_spill_dir), "/srv/spill");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'kv_spill_dir': /srv/spill needs a size "
+			      "cap (kv_spill_size)");
+	c.kv_spill_bytes = 64 * MIB;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	c.kv_spill_dir[0] = '\0';
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'kv_spill_size': 64M without "
+			      "kv_spill_dir");
+	c.kv_spill_bytes = 0;
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
 
 	c.lease_ttl_ms = 200;
@@ -897,6 +945,11 @@ START_TEST(load_full_file)
 		"report_interval = 250ms\n"
 		"pass_ttl = 90s\n"
 		"metrics_listen = [::1]:9470\n"
+		"kv_share = 25\n"
+		"kv_read_lease = 500ms\n"
+		"kv_reserve_ttl = 30s\n"
+		"kv_spill_dir = /srv/tp-spill\n"
+		"kv_spill_size = 100G\n"
 		"fabric_node = 10.1.2.3"; /* no final newline */
 	struct memd_config c, want;
 	char path[PATH_MAX], err[512] = "";
@@ -1231,6 +1284,13 @@ START_TEST(print_format)
 	assert_contains(text, "\n# Default: 10m. Restart to change.\n"
 			      "pass_ttl = 90s\n");
 	assert_contains(text, "\nmetrics_listen = [::1]:9470\n");
+	assert_contains(text, "\n# Default: 50. Reloaded on SIGHUP.\n"
+			      "kv_share = 25\n");
+	assert_contains(text, "\nkv_read_lease = 500ms\n");
+	assert_contains(text, "\nkv_reserve_ttl = 30s\n");
+	assert_contains(text, "\nkv_spill_dir = /srv/tp-spill\n");
+	assert_contains(text, "\n# Default: 0. Restart to change.\n"
+			      "kv_spill_size = 100G\n");
 	/* the help of each key, with its default and reload rule */
 	assert_contains(text, "\n# Default: 64M. Restart to change.\n"
 			      "slab_size = 256M\n");
@@ -1253,7 +1313,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 20);
+	ck_assert_int_eq(keys, 25);
 	free(text);
 }
 END_TEST
@@ -1298,17 +1358,20 @@ START_TEST(reload_applies_reloadable_keys_only)
 	next.donate_bytes = 2 * GIB;
 	snprintf(next.listen, sizeof(next.listen), "127.0.0.1:9");
 	next.lease_grace_ms = 3000;
+	next.kv_share = 10;
+	next.kv_reserve_ms = 1000;
 
-	ck_assert_int_eq(memd_config_reload(&cur, &next, record_note, &ns), 3);
+	ck_assert_int_eq(memd_config_reload(&cur, &next, record_note, &ns), 4);
 	want = next;
 	want.donate_bytes = GIB;
 	snprintf(want.listen, sizeof(want.listen), "127.0.0.1:7470");
 	want.lease_grace_ms = 2000;
+	want.kv_reserve_ms = 10000;
 	assert_config_eq(&cur, &want);
 	ck_assert_int_eq(memd_config_validate(&cur, err, sizeof(err)), 0);
 
 	/* in table order */
-	ck_assert_int_eq(ns.count, 6);
+	ck_assert_int_eq(ns.count, 8);
 	ck_assert_str_eq(ns.n[0].key, "listen");
 	ck_assert_str_eq(ns.n[0].oldv, "127.0.0.1:7470");
 	ck_assert_str_eq(ns.n[0].newv, "127.0.0.1:9");
@@ -1330,6 +1393,11 @@ START_TEST(reload_applies_reloadable_keys_only)
 	ck_assert_str_eq(ns.n[5].oldv, "info");
 	ck_assert_str_eq(ns.n[5].newv, "debug");
 	ck_assert(ns.n[5].applied);
+	ck_assert_str_eq(ns.n[6].key, "kv_share");
+	ck_assert_str_eq(ns.n[6].newv, "10");
+	ck_assert(ns.n[6].applied);
+	ck_assert_str_eq(ns.n[7].key, "kv_reserve_ttl");
+	ck_assert(!ns.n[7].applied);
 
 	/* nothing differs any more among reloadable keys; no callback */
 	ck_assert_int_eq(memd_config_reload(&cur, &cur, NULL, NULL), 0);
@@ -1452,7 +1520,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 20);
+	ck_assert_int_eq(keys, 25);
 	free(text);
 	free(man);
 }

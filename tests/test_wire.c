@@ -51,6 +51,23 @@ static const uint8_t all_types[] = {
 	WIRE_DONOR_REPORT_OK,
 	WIRE_ADMIN,
 	WIRE_ADMIN_OK,
+	/* protocol 2: KV tier and the donor list */
+	WIRE_KV_RESERVE,
+	WIRE_KV_COMMIT,
+	WIRE_KV_LOOKUP,
+	WIRE_KV_DONE,
+	WIRE_KV_EXISTS,
+	WIRE_KV_DELETE,
+	WIRE_KV_PIN,
+	WIRE_DONORS,
+	WIRE_KV_RESERVE_OK,
+	WIRE_KV_COMMIT_OK,
+	WIRE_KV_LOOKUP_OK,
+	WIRE_KV_DONE_OK,
+	WIRE_KV_EXISTS_OK,
+	WIRE_KV_DELETE_OK,
+	WIRE_KV_PIN_OK,
+	WIRE_DONORS_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -193,6 +210,100 @@ static void tb_heartbeat_ok(struct tb *t, const struct wire_heartbeat_ok *h)
 	tb_u64(t, h->epoch);
 }
 
+/*
+ * The KV payloads, straight from protocol.md's tables: the per-type item
+ * layouts and the location list.
+ */
+static void tb_kv_items(struct tb *t, const struct wire_kv *k, bool key,
+			bool vlen, bool gen, bool csum, bool status, bool locs)
+{
+	uint32_t i;
+
+	tb_u16(t, k->count);
+	for (i = 0; i < k->count; i++) {
+		const struct wire_kv_item *it = &k->item[i];
+
+		if (key)
+			tb_bytes(t, it->key, WIRE_KV_KEY_LEN);
+		if (vlen)
+			tb_u64(t, it->value_len);
+		if (gen)
+			tb_u64(t, it->generation);
+		if (csum)
+			tb_u64(t, it->checksum);
+		if (status)
+			tb_u32(t, (uint32_t)it->status);
+		if (locs) {
+			tb_u32(t, it->first_loc);
+			tb_u32(t, it->nchunks);
+		}
+	}
+	if (!locs)
+		return;
+	tb_u16(t, k->nlocs);
+	for (i = 0; i < k->nlocs; i++) {
+		tb_u64(t, k->loc[i].raddr);
+		tb_u64(t, k->loc[i].rkey);
+		tb_u64(t, k->loc[i].block_bytes);
+		tb_u16(t, k->loc[i].endpoint);
+	}
+}
+
+static bool spec_kv(const struct wire_msg *m, struct tb *t)
+{
+	const struct wire_kv *k = &m->u.kv;
+	uint32_t i;
+
+	switch (m->type) {
+	case WIRE_KV_RESERVE:
+		tb_kv_items(t, k, 1, 1, 0, 0, 0, 0);
+		return true;
+	case WIRE_KV_COMMIT:
+		tb_kv_items(t, k, 1, 0, 1, 1, 0, 0);
+		return true;
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+		tb_kv_items(t, k, 1, 0, 0, 0, 0, 0);
+		return true;
+	case WIRE_KV_DONE:
+		tb_kv_items(t, k, 1, 0, 1, 0, 0, 0);
+		return true;
+	case WIRE_KV_PIN:
+		tb_u32(t, k->flags);
+		tb_kv_items(t, k, 1, 0, 0, 0, 0, 0);
+		return true;
+	case WIRE_KV_RESERVE_OK:
+		tb_kv_items(t, k, 0, 0, 1, 0, 1, 1);
+		return true;
+	case WIRE_KV_LOOKUP_OK:
+		tb_kv_items(t, k, 0, 1, 1, 1, 1, 1);
+		return true;
+	case WIRE_KV_COMMIT_OK:
+	case WIRE_KV_DONE_OK:
+	case WIRE_KV_DELETE_OK:
+	case WIRE_KV_PIN_OK:
+		tb_kv_items(t, k, 0, 0, 0, 0, 1, 0);
+		return true;
+	case WIRE_KV_EXISTS_OK:
+		tb_u16(t, k->count);
+		return true;
+	case WIRE_DONORS_OK:
+		tb_u16(t, m->u.donors_ok.count);
+		for (i = 0; i < m->u.donors_ok.count; i++) {
+			const struct wire_donor_entry *e =
+				&m->u.donors_ok.donor[i];
+
+			tb_u32(t, e->donor_id);
+			tb_u64(t, e->epoch);
+			tb_str(t, e->name);
+			tb_str(t, e->addr);
+		}
+		return true;
+	}
+	return false;
+}
+
 /* The protocol-2 payloads (spec_frame's second half). */
 static void spec_payload2(const struct wire_msg *m, struct tb *t)
 {
@@ -202,6 +313,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 	const struct wire_donor_report *dr = &m->u.donor_report;
 	uint32_t i;
 
+	if (spec_kv(m, t))
+		return;
 	switch (m->type) {
 	case WIRE_AUTH:
 		tb_str(t, m->u.auth.principal);
@@ -463,6 +576,78 @@ static void make_place_ok(struct wire_place_ok *p, uint64_t key,
 /* ADMIN / ADMIN_OK text lives here (the message only points at it). */
 static char sample_json[WIRE_JSON_MAX + 1];
 
+/*
+ * A valid KV message of type for key: count items (1 .. 64 by key) with
+ * the fields the type carries; replies with locations give every item
+ * with status 0 its own run of locations, failures none.
+ */
+static void sample_kv(uint8_t type, uint64_t key, struct wire_kv *k)
+{
+	bool locs = type == WIRE_KV_RESERVE_OK || type == WIRE_KV_LOOKUP_OK;
+	bool reply = type & 0x80;
+	uint32_t i, j;
+
+	k->count = (uint16_t)(1 + key % WIRE_KV_BATCH);
+	if (type == WIRE_KV_EXISTS_OK) {
+		k->count = (uint16_t)(key % (WIRE_KV_BATCH + 1));
+		return;
+	}
+	if (type == WIRE_KV_PIN)
+		k->flags = WIRE_KV_KNOWN & (uint32_t)key;
+	for (i = 0; i < k->count; i++) {
+		struct wire_kv_item *it = &k->item[i];
+
+		if (!reply)
+			fill_bytes(it->key, WIRE_KV_KEY_LEN, key,
+				   3000 + 40 * i);
+		if (type == WIRE_KV_RESERVE || type == WIRE_KV_LOOKUP_OK)
+			it->value_len = kv(key, 5000 + i);
+		if (type == WIRE_KV_COMMIT || type == WIRE_KV_DONE ||
+		    type == WIRE_KV_RESERVE_OK || type == WIRE_KV_LOOKUP_OK)
+			it->generation = kv(key, 5100 + i);
+		if (type == WIRE_KV_COMMIT || type == WIRE_KV_LOOKUP_OK)
+			it->checksum = kv(key, 5200 + i);
+		if (!reply)
+			continue;
+		/* every third key fails, with an errno by key */
+		if ((key + i) % 3 == 0)
+			it->status = -(int32_t)(1 + kv(key, 5300 + i) %
+							    WIRE_ERR_MAX);
+		if (!locs || it->status)
+			continue;
+		it->first_loc = k->nlocs;
+		it->nchunks = (uint32_t)(1 + (key + i) % 5);
+		for (j = 0; j < it->nchunks; j++) {
+			struct wire_kv_loc *l = &k->loc[k->nlocs++];
+
+			l->raddr = kv(key, 6000 + k->nlocs);
+			l->rkey = kv(key, 7000 + k->nlocs);
+			l->block_bytes = WIRE_KV_HEADER_LEN + 1 +
+					 kv(key, 8000 + k->nlocs) % (1u << 30);
+			l->endpoint = (uint16_t)(kv(key, 9000 + k->nlocs) %
+						 WIRE_MAX_ENDPOINTS);
+		}
+	}
+}
+
+static void sample_donors_ok(uint64_t key, struct wire_donors_ok *d)
+{
+	uint32_t i;
+
+	d->count = (uint16_t)(key % (WIRE_MAX_DONORS + 1));
+	for (i = 0; i < d->count; i++) {
+		struct wire_donor_entry *e = &d->donor[i];
+
+		e->donor_id = 1 + i + 1000 * (uint32_t)(key % 7);
+		e->epoch = kv(key, 9600 + i);
+		snprintf(e->name, sizeof(e->name), "host-%u.%llx", i,
+			 (unsigned long long)kv(key, 9700));
+		snprintf(e->addr, sizeof(e->addr), "10.0.%u.%u:%u", i,
+			 (unsigned)(key % 256),
+			 (unsigned)(1024 + kv(key, 9800 + i) % 60000));
+	}
+}
+
 static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 {
 	struct wire_auth_ok *ao = &m->u.auth_ok;
@@ -574,7 +759,13 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 			(unsigned long long)kv(key, 91));
 		m->u.admin.json = sample_json;
 		break;
+	case WIRE_DONORS_OK:
+		sample_donors_ok(key, &m->u.donors_ok);
+		break;
 	default:
+		if ((type & 0x7f) >= WIRE_KV_RESERVE &&
+		    (type & 0x7f) <= WIRE_KV_PIN)
+			sample_kv(type, key, &m->u.kv);
 		break;
 	}
 }
@@ -1046,13 +1237,29 @@ START_TEST(type_names)
 			 "DONOR_REPORT_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_ADMIN), "ADMIN");
 	ck_assert_str_eq(wire_type_name(WIRE_ADMIN_OK), "ADMIN_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_RESERVE), "KV_RESERVE");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_COMMIT), "KV_COMMIT");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_LOOKUP), "KV_LOOKUP");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_DONE), "KV_DONE");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_EXISTS), "KV_EXISTS");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_DELETE), "KV_DELETE");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_PIN), "KV_PIN");
+	ck_assert_str_eq(wire_type_name(WIRE_DONORS), "DONORS");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_RESERVE_OK), "KV_RESERVE_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_COMMIT_OK), "KV_COMMIT_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_LOOKUP_OK), "KV_LOOKUP_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_DONE_OK), "KV_DONE_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_EXISTS_OK), "KV_EXISTS_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_DELETE_OK), "KV_DELETE_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_PIN_OK), "KV_PIN_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_DONORS_OK), "DONORS_OK");
 }
 END_TEST
 
 START_TEST(payloadless_types)
 {
 	static const uint8_t empty[] = { WIRE_HEARTBEAT, WIRE_STATUS, WIRE_BYE,
-					 WIRE_BYE_OK };
+					 WIRE_BYE_OK, WIRE_DONORS };
 	size_t i;
 
 	for (i = 0; i < sizeof(empty); i++) {
@@ -2476,6 +2683,348 @@ START_TEST(admin_bounds)
 }
 END_TEST
 
+/* --- KV tier and DONORS ------------------------------------------------- */
+
+static const uint8_t kv_types[] = {
+	WIRE_KV_RESERVE,   WIRE_KV_COMMIT,     WIRE_KV_LOOKUP,
+	WIRE_KV_DONE,	   WIRE_KV_EXISTS,     WIRE_KV_DELETE,
+	WIRE_KV_PIN,	   WIRE_KV_RESERVE_OK, WIRE_KV_COMMIT_OK,
+	WIRE_KV_LOOKUP_OK, WIRE_KV_DONE_OK,    WIRE_KV_EXISTS_OK,
+	WIRE_KV_DELETE_OK, WIRE_KV_PIN_OK,
+};
+#define NKV_TYPES (sizeof(kv_types) / sizeof(kv_types[0]))
+
+/* KV_COMMIT of one key and LOOKUP_OK of a hit in two chunks, byte by
+ * byte as protocol.md shows them. */
+START_TEST(golden_kv)
+{
+	static const uint8_t commit[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x11, 0x00, 0x00, /* COMMIT */
+		0x07, 0x00, 0x00, 0x00, 0x32, 0x00, 0x00, 0x00, /* seq 7, 50 */
+		0x01, 0x00,					/* count 1 */
+		0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, /* key */
+		0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, /* (raw, */
+		0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, /* 32 */
+		0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, /* bytes) */
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* gen */
+		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, /* checksum */
+	};
+	static const uint8_t lookup_ok[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x92, 0x00, 0x00, /* LOOKUP_OK */
+		0x07, 0x00, 0x00, 0x00, 0x80, 0x00, 0x00, 0x00, /* seq 7, 128 */
+		0x02, 0x00,					/* count 2 */
+		0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, /* 32 MiB */
+		0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, /* gen */
+		0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, /* checksum */
+		0x00, 0x00, 0x00, 0x00,				/* status 0 */
+		0x00, 0x00, 0x00, 0x00, 0x02, 0x00, 0x00, 0x00, /* locs 0, 2 */
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* miss: */
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* zeros */
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* and */
+		0xfe, 0xff, 0xff, 0xff,				/* -ENOENT */
+		0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* no locs */
+		0x02, 0x00,					/* nlocs 2 */
+		0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* raddr */
+		0x99, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, /* rkey */
+		0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, /* 16 MiB */
+		0x00, 0x00,					/* ep 0 */
+		0x00, 0x10, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, /* raddr */
+		0x99, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, /* rkey */
+		0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, /* 16 MiB */
+		0x01, 0x00,					/* ep 1 */
+	};
+	int i;
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_COMMIT;
+	m.seq = 7;
+	m.u.kv.count = 1;
+	for (i = 0; i < WIRE_KV_KEY_LEN; i++)
+		m.u.kv.item[0].key[i] = (uint8_t)i;
+	m.u.kv.item[0].generation = 0x0102030405060708ull;
+	m.u.kv.item[0].checksum = 0x0123456789abcdefull;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(commit));
+	ck_assert_mem_eq(buf, commit, sizeof(commit));
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_LOOKUP_OK;
+	m.seq = 7;
+	m.u.kv.count = 2;
+	m.u.kv.item[0].value_len = 32u << 20;
+	m.u.kv.item[0].generation = 0x0102030405060708ull;
+	m.u.kv.item[0].checksum = 0x0123456789abcdefull;
+	m.u.kv.item[0].nchunks = 2;
+	m.u.kv.item[1].status = -ENOENT;
+	m.u.kv.nlocs = 2;
+	for (i = 0; i < 2; i++) {
+		m.u.kv.loc[i].raddr = 0x1000 + ((uint64_t)i << 24);
+		m.u.kv.loc[i].rkey = 0x2233445566778899ull;
+		m.u.kv.loc[i].block_bytes = 16u << 20;
+		m.u.kv.loc[i].endpoint = (uint16_t)i;
+	}
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(lookup_ok));
+	ck_assert_mem_eq(buf, lookup_ok, sizeof(lookup_ok));
+	check_roundtrip(&m);
+	check_truncations(&m);
+}
+END_TEST
+
+START_TEST(kv_count_bounds)
+{
+	uint8_t type = kv_types[_i];
+	bool exists_ok = type == WIRE_KV_EXISTS_OK;
+
+	sample(type, 1, &m);
+	memset(&m.u.kv, 0, sizeof(m.u.kv));
+	m.u.kv.count = 1;
+	if (type == WIRE_KV_RESERVE_OK || type == WIRE_KV_LOOKUP_OK)
+		m.u.kv.item[0].status = -ENOENT; /* no locations */
+	if (exists_ok)
+		m.u.kv.count = 0;
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	/* The most keys, with their fields; one more is refused. */
+	sample(type, WIRE_KV_BATCH - 1, &m);
+	ck_assert_uint_eq(m.u.kv.count,
+			  exists_ok ? WIRE_KV_BATCH - 1 : WIRE_KV_BATCH);
+	m.u.kv.count = WIRE_KV_BATCH;
+	check_roundtrip(&m);
+	/* (there is no item 65 to write: the spec frame's count is patched) */
+	spec_frame(&m, &tb);
+	tb_patch16(type == WIRE_KV_PIN ? 4 : 0, WIRE_KV_BATCH + 1);
+	check_tb_rejected();
+	m.u.kv.count = WIRE_KV_BATCH + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.kv.count = UINT16_MAX;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	if (!exists_ok) {
+		m.u.kv.count = 0;
+		check_both_reject(&m);
+	}
+}
+END_TEST
+
+/* Fields a type does not carry must be zero: encode refuses them (they
+ * would not come back), and there are no bytes on the wire for them. */
+START_TEST(kv_field_sets)
+{
+	uint8_t type = kv_types[_i];
+	bool locs = type == WIRE_KV_RESERVE_OK || type == WIRE_KV_LOOKUP_OK;
+	bool pin = type == WIRE_KV_PIN;
+	bool reply = type & 0x80;
+	struct wire_kv_item *it = &m.u.kv.item[0];
+
+	sample(type, 5, &m); /* key 5: item 0 succeeds, item 1 fails */
+	check_roundtrip(&m);
+	if (reply && type != WIRE_KV_EXISTS_OK) {
+		it->key[31] = 1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->key[31] = 0;
+	}
+	if (type != WIRE_KV_RESERVE && type != WIRE_KV_LOOKUP_OK) {
+		it->value_len = 1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->value_len = 0;
+	}
+	if (type != WIRE_KV_COMMIT && type != WIRE_KV_LOOKUP_OK) {
+		it->checksum = 1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->checksum = 0;
+	}
+	if (!reply || type == WIRE_KV_EXISTS_OK) {
+		it->status = -1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->status = 0;
+	}
+	if (!locs) {
+		it->nchunks = 1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->nchunks = 0;
+		it->first_loc = 1;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		it->first_loc = 0;
+		m.u.kv.nlocs = 1;
+		m.u.kv.loc[0].block_bytes = 1u << 20;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		m.u.kv.nlocs = 0;
+		m.u.kv.loc[0].block_bytes = 0;
+	}
+	if (!pin) {
+		m.u.kv.flags = WIRE_KV_UNPIN;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		m.u.kv.flags = 0;
+	}
+	check_roundtrip(&m);
+}
+END_TEST
+
+START_TEST(kv_pin_flags)
+{
+	sample(WIRE_KV_PIN, 2, &m);
+	m.u.kv.flags = WIRE_KV_UNPIN;
+	check_roundtrip(&m);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN], 1);
+	m.u.kv.flags = 0;
+	check_roundtrip(&m);
+	m.u.kv.flags = WIRE_KV_KNOWN + 1;
+	check_both_reject(&m);
+	m.u.kv.flags = 0x80000000u;
+	check_both_reject(&m);
+}
+END_TEST
+
+START_TEST(kv_status_bounds)
+{
+	static const uint8_t types[] = { WIRE_KV_COMMIT_OK, WIRE_KV_PIN_OK,
+					 WIRE_KV_LOOKUP_OK };
+	size_t t;
+
+	for (t = 0; t < sizeof(types); t++) {
+		sample(types[t], 3, &m); /* item 0 fails (key 3) */
+		ck_assert_int_lt(m.u.kv.item[0].status, 0);
+		m.u.kv.item[0].status = -WIRE_ERR_MAX;
+		check_roundtrip(&m);
+		m.u.kv.item[0].status = -1;
+		check_roundtrip(&m);
+		m.u.kv.item[0].status = -WIRE_ERR_MAX - 1;
+		check_both_reject(&m);
+		m.u.kv.item[0].status = 1;
+		check_both_reject(&m);
+		m.u.kv.item[0].status = INT32_MIN;
+		check_both_reject(&m);
+		m.u.kv.item[0].status = INT32_MAX;
+		check_both_reject(&m);
+	}
+}
+END_TEST
+
+/* Every item's locations lie inside nlocs; only a success names any. */
+START_TEST(kv_loc_bounds)
+{
+	uint8_t type = _i ? WIRE_KV_LOOKUP_OK : WIRE_KV_RESERVE_OK;
+	struct wire_kv *k = &m.u.kv;
+	uint32_t i;
+
+	sample(type, 4, &m); /* items 0, 1 succeed, item 2 fails */
+	ck_assert_int_eq(k->item[0].status, 0);
+	ck_assert_int_ne(k->item[2].status, 0);
+	check_roundtrip(&m);
+
+	/* A success without locations, a failure with some. */
+	k->item[0].nchunks = 0;
+	check_both_reject(&m);
+	sample(type, 4, &m);
+	k->item[2].nchunks = 1;
+	check_both_reject(&m);
+	sample(type, 4, &m);
+	k->item[2].first_loc = 1;
+	check_both_reject(&m);
+
+	/* Past the end of loc[], by a little or by wrapping around. */
+	sample(type, 4, &m);
+	k->item[0].first_loc = k->nlocs - k->item[0].nchunks + 1;
+	check_both_reject(&m);
+	k->item[0].first_loc = UINT32_MAX;
+	check_both_reject(&m);
+	k->item[0].first_loc = 0;
+	k->item[0].nchunks = UINT32_MAX;
+	check_both_reject(&m);
+	/* Ranges may share locations (the codec checks bounds, not use). */
+	sample(type, 4, &m);
+	k->item[1].first_loc = 0;
+	k->item[1].nchunks = 1;
+	check_roundtrip(&m);
+
+	/* A location's endpoint and block size. */
+	sample(type, 4, &m);
+	k->loc[0].endpoint = WIRE_MAX_ENDPOINTS - 1;
+	k->loc[0].block_bytes = WIRE_KV_HEADER_LEN + 1;
+	check_roundtrip(&m);
+	k->loc[0].endpoint = WIRE_MAX_ENDPOINTS;
+	check_both_reject(&m);
+	k->loc[0].endpoint = 0;
+	k->loc[0].block_bytes = WIRE_KV_HEADER_LEN;
+	check_both_reject(&m);
+	k->loc[0].block_bytes = 0;
+	check_both_reject(&m);
+
+	/* The most locations fit one frame; one more is refused. */
+	memset(k, 0, sizeof(*k));
+	k->count = WIRE_KV_BATCH;
+	for (i = 0; i < WIRE_KV_BATCH; i++) {
+		k->item[i].first_loc = i * (WIRE_KV_MAX_LOCS / WIRE_KV_BATCH);
+		k->item[i].nchunks = WIRE_KV_MAX_LOCS / WIRE_KV_BATCH;
+		k->item[i].generation = kv(9, i);
+		if (type == WIRE_KV_LOOKUP_OK)
+			k->item[i].value_len = k->item[i].checksum = kv(10, i);
+	}
+	k->nlocs = WIRE_KV_MAX_LOCS;
+	for (i = 0; i < WIRE_KV_MAX_LOCS; i++) {
+		k->loc[i].raddr = kv(11, i);
+		k->loc[i].rkey = kv(12, i);
+		k->loc[i].block_bytes = UINT64_MAX;
+		k->loc[i].endpoint = (uint16_t)(i % WIRE_MAX_ENDPOINTS);
+	}
+	check_roundtrip(&m);
+	ck_assert_int_le(enc(&m), WIRE_MAX_FRAME);
+	spec_frame(&m, &tb);
+	tb_patch16(2 + (size_t)WIRE_KV_BATCH *
+				   (type == WIRE_KV_LOOKUP_OK ? 36 : 20),
+		   WIRE_KV_MAX_LOCS + 1);
+	check_tb_rejected();
+	k->nlocs = WIRE_KV_MAX_LOCS + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+}
+END_TEST
+
+START_TEST(donors_ok_bounds)
+{
+	struct wire_donors_ok *d = &m.u.donors_ok;
+
+	/* None up is a valid answer. */
+	sample(WIRE_DONORS_OK, WIRE_MAX_DONORS + 1, &m);
+	ck_assert_uint_eq(d->count, 0);
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 2);
+
+	/* The most donors, with the longest names, fit one frame. */
+	sample(WIRE_DONORS_OK, WIRE_MAX_DONORS, &m);
+	ck_assert_uint_eq(d->count, WIRE_MAX_DONORS);
+	for (uint16_t i = 0; i < d->count; i++) {
+		fill_str(d->donor[i].name, WIRE_NAME_MAX - 1, 100 + i);
+		d->donor[i].name[0] = (char)('A' + i % 26);
+		d->donor[i].name[1] = (char)('a' + i / 26);
+		fill_str(d->donor[i].addr, WIRE_HOSTPORT_MAX - 1, 200 + i);
+	}
+	check_roundtrip(&m);
+	check_truncations(&m);
+	d->count = WIRE_MAX_DONORS + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+
+	/* Names non-empty; ids and names distinct. */
+	sample(WIRE_DONORS_OK, 3, &m);
+	check_roundtrip(&m);
+	d->donor[1].name[0] = '\0';
+	check_both_reject(&m);
+	sample(WIRE_DONORS_OK, 3, &m);
+	d->donor[2].addr[0] = '\0';
+	check_both_reject(&m);
+	sample(WIRE_DONORS_OK, 3, &m);
+	d->donor[2].donor_id = d->donor[0].donor_id;
+	check_both_reject(&m);
+	sample(WIRE_DONORS_OK, 3, &m);
+	memcpy(d->donor[1].name, d->donor[0].name, WIRE_NAME_MAX);
+	check_both_reject(&m);
+	/* A name must end inside its array. */
+	sample(WIRE_DONORS_OK, 3, &m);
+	memset(d->donor[0].name, 'x', WIRE_NAME_MAX);
+	ck_assert_int_eq(enc(&m), -EINVAL);
+}
+END_TEST
+
 static Suite *wire_suite(void)
 {
 	Suite *s = suite_create("wire");
@@ -2520,6 +3069,13 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, donor_join_bounds);
 	tcase_add_test(tc, donor_report_bounds);
 	tcase_add_test(tc, admin_bounds);
+	tcase_add_test(tc, golden_kv);
+	tcase_add_loop_test(tc, kv_count_bounds, 0, NKV_TYPES);
+	tcase_add_loop_test(tc, kv_field_sets, 0, NKV_TYPES);
+	tcase_add_test(tc, kv_pin_flags);
+	tcase_add_test(tc, kv_status_bounds);
+	tcase_add_loop_test(tc, kv_loc_bounds, 0, 2);
+	tcase_add_test(tc, donors_ok_bounds);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,820 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_kv_memd.c - the KV tier's memd side against real memd
+ * processes on loopback: put (reserve, RMA write of header + payload,
+ * commit) and get (lookup, RMA read, verification of every header and of
+ * the checksum, done) done by hand with fabric/rpc.h and fabric/fab.h,
+ * exactly as docs/kv.md tells a client to; exists, delete, pin, an
+ * uncommitted reservation that expires, bad requests, two tenants of a
+ * registry that never see each other's keys, and a warm restart from the
+ * spill directory.
+ *
+ * Values derive from their keys (tu_pattern_fill with the key's seed), so
+ * a wrong, stale or foreign byte fails the test. The checksum is XXH3-64
+ * of the whole value (docs/kv.md, "What a client does").
+ *
+ * Single-threaded; each test starts the memds it needs.
+ */
+#include <check.h>
+
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "fabric/auth.h"
+#include "fabric/fab.h"
+#include "fabric/hostport.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
+#include "memd/kvstore.h"
+#include "tests/testutil.h"
+
+#define TMO 5000
+#define SLAB (2ull << 20)
+#define MIB (1ull << 20)
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* ---- a minimal KV client ------------------------------------------- */
+
+struct kvc {
+	struct rpc *rpc;
+	struct wire_hello_ok hello;
+	uint32_t tenant_id;
+	struct fab_domain *fd;
+	struct fab_ep *ep;
+	uint64_t peer[WIRE_MAX_ENDPOINTS];
+	uint8_t *stage; /* one block: header + payload */
+	size_t stage_len;
+	struct fab_mr *lmr; /* FAB_MR_LOCAL providers */
+};
+
+static struct wire_msg req, rep; /* big: static, single-threaded */
+
+static void kvc_fabric(struct kvc *c, const char *local)
+{
+	struct fab_opts fo = { .provider = c->hello.provider, .node = local };
+	int r = fab_domain_open(&fo, &c->fd);
+
+	if (r == -ENODATA) {
+		fo.node = NULL;
+		r = fab_domain_open(&fo, &c->fd);
+	}
+	ck_assert_msg(r == 0, "fabric %s: %s", c->hello.provider, strerror(-r));
+	ck_assert_int_eq(fab_ep_open(c->fd, 0, &c->ep), 0);
+	for (uint16_t i = 0; i < c->hello.nendpoints; i++)
+		ck_assert_int_eq(fab_ep_av_insert(c->ep, c->hello.ep[i].addr,
+						  c->hello.ep[i].addr_len,
+						  &c->peer[i]),
+				 0);
+	c->stage_len = c->hello.slab_bytes;
+	c->stage = aligned_alloc(4096, c->stage_len);
+	ck_assert_ptr_nonnull(c->stage);
+	if (fab_domain_mr_mode(c->fd) & FAB_MR_LOCAL)
+		ck_assert_int_eq(fab_mr_reg(c->fd, c->ep, c->stage,
+					    c->stage_len, FAB_ACCESS_LOCAL, 0,
+					    &c->lmr),
+				 0);
+}
+
+/* A session with HELLO done (protocol 2); at a registry, authenticated
+ * as tenant with the key in secret_file. */
+static struct kvc *kvc_open(const char *addr, const char *tenant,
+			    const char *secret_file)
+{
+	struct kvc *c = calloc(1, sizeof(*c));
+	char local[64], err[256];
+	int r;
+
+	ck_assert_ptr_nonnull(c);
+	r = rpc_connect(addr, TMO, &c->rpc, local, sizeof(local));
+	ck_assert_msg(r == 0, "connect %s: %s", addr, strerror(-r));
+	r = rpc_hello(c->rpc, "test_kv_memd", 2, TMO, &c->hello, err,
+		      sizeof(err));
+	ck_assert_msg(r == 0, "hello: %s %s", strerror(-r), err);
+	ck_assert_uint_eq(c->hello.proto, 2);
+	if (tenant) {
+		uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN], skey[32];
+		struct wire_auth_ok ok;
+		int n = auth_read_secret_file(secret_file, secret, err,
+					      sizeof(err));
+
+		ck_assert_msg(n > 0, "%s", err);
+		auth_tenant_key(secret, (size_t)n, key);
+		r = rpc_auth(c->rpc, &c->hello, tenant, key, NULL, 0, TMO, &ok,
+			     skey, err, sizeof(err));
+		ck_assert_msg(r == 0, "auth %s: %s %s", tenant, strerror(-r),
+			      err);
+		c->tenant_id = ok.tenant_id;
+	}
+	kvc_fabric(c, local);
+	return c;
+}
+
+static void kvc_close(struct kvc *c)
+{
+	fab_mr_close(c->lmr);
+	fab_ep_close(c->ep);
+	fab_domain_close(c->fd);
+	free(c->stage);
+	rpc_close(c->rpc);
+	free(c);
+}
+
+/* Key i of a set named by seed; a value's bytes come from the key. */
+static void make_key(uint8_t key[WIRE_KV_KEY_LEN], uint64_t seed, uint64_t i)
+{
+	tu_pattern_fill(key, WIRE_KV_KEY_LEN, seed * 1000003 + i, 0);
+}
+
+static uint64_t key_seed(const uint8_t key[WIRE_KV_KEY_LEN])
+{
+	uint64_t v;
+
+	memcpy(&v, key, sizeof(v));
+	return v ^ 0x5eedull;
+}
+
+static uint8_t *make_value(const uint8_t key[WIRE_KV_KEY_LEN], size_t len)
+{
+	uint8_t *v = malloc(len);
+
+	ck_assert_ptr_nonnull(v);
+	tu_pattern_fill(v, len, key_seed(key), 0);
+	return v;
+}
+
+/* One KV request of n keys; rep gets the reply. 0 or -errno of ERROR. */
+static int kv_call(struct kvc *c, uint8_t type, uint32_t flags,
+		   const uint8_t (*keys)[WIRE_KV_KEY_LEN], size_t n,
+		   const uint64_t *value_len, const uint64_t *gen,
+		   const uint64_t *csum)
+{
+	char err[WIRE_MSG_MAX];
+
+	memset(&req, 0, sizeof(req));
+	req.type = type;
+	req.u.kv.flags = flags;
+	req.u.kv.count = (uint16_t)n;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(req.u.kv.item[i].key, keys[i], WIRE_KV_KEY_LEN);
+		if (value_len)
+			req.u.kv.item[i].value_len = value_len[i];
+		if (gen)
+			req.u.kv.item[i].generation = gen[i];
+		if (csum)
+			req.u.kv.item[i].checksum = csum[i];
+	}
+	return rpc_call(c->rpc, &req, &rep, type | 0x80, TMO, err, sizeof(err));
+}
+
+static int rma(struct kvc *c, bool write, size_t len,
+	       const struct wire_kv_loc *l)
+{
+	struct fab_op op = { 0 };
+	void *desc = c->lmr ? fab_mr_desc(c->lmr) : NULL;
+	int r = write ? fab_ep_write(c->ep, c->stage, len, desc,
+				     c->peer[l->endpoint], l->raddr, l->rkey,
+				     &op, TMO)
+		      : fab_ep_read(c->ep, c->stage, len, desc,
+				    c->peer[l->endpoint], l->raddr, l->rkey,
+				    &op, TMO);
+
+	if (r)
+		return r;
+	return fab_op_wait(c->ep, &op, TMO);
+}
+
+static uint64_t payload_per_chunk(const struct kvc *c)
+{
+	return c->hello.slab_bytes - MEMD_KV_HEADER_BYTES;
+}
+
+/*
+ * A put as docs/kv.md says: reserve, write every chunk (header +
+ * payload), commit. Returns the commit status, the reserve status when
+ * that is not 0 (-EEXIST: present), or an RMA error.
+ */
+static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+		  const uint8_t *val, uint64_t len)
+{
+	uint64_t P = payload_per_chunk(c), csum = XXH3_64bits(val, len), gen;
+	struct wire_kv_item it;
+	struct wire_kv_loc locs[WIRE_KV_MAX_LOCS];
+	int r = kv_call(c, WIRE_KV_RESERVE, 0,
+			(const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, &len, NULL,
+			NULL);
+
+	ck_assert_int_eq(r, 0);
+	it = rep.u.kv.item[0];
+	if (it.status)
+		return it.status;
+	gen = it.generation;
+	ck_assert_uint_eq(it.nchunks, len <= P ? 1 : (len + P - 1) / P);
+	memcpy(locs, &rep.u.kv.loc[it.first_loc], it.nchunks * sizeof(locs[0]));
+	for (uint32_t i = 0; i < it.nchunks; i++) {
+		struct memd_kv_header h = {
+			.magic = MEMD_KV_MAGIC,
+			.tenant_id = c->tenant_id,
+			.generation = gen,
+			.value_len = (uint32_t)len,
+			.chunk = (uint16_t)i,
+			.nchunks = (uint16_t)it.nchunks,
+			.checksum = csum,
+		};
+		uint64_t off = i * P, n = len - off < P ? len - off : P;
+
+		ck_assert_uint_le(MEMD_KV_HEADER_BYTES + n,
+				  locs[i].block_bytes);
+		memcpy(h.key, key, WIRE_KV_KEY_LEN);
+		memd_kv_header_encode(&h, c->stage);
+		memcpy(c->stage + MEMD_KV_HEADER_BYTES, val + off, n);
+		r = rma(c, true, MEMD_KV_HEADER_BYTES + n, &locs[i]);
+		if (r)
+			return r;
+	}
+	r = kv_call(c, WIRE_KV_COMMIT, 0,
+		    (const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, NULL, &gen,
+		    &csum);
+	ck_assert_int_eq(r, 0);
+	return rep.u.kv.item[0].status;
+}
+
+/*
+ * A get: lookup (read lease), RMA-read every chunk, verify each header
+ * and the checksum, done. Returns the value's length with *out (malloc'd)
+ * or -ENOENT (miss) or -EBADMSG (a header or the checksum is wrong: a
+ * client counts it as a miss; the tests count it as a failure).
+ */
+static int64_t kv_get(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+		      uint8_t **out)
+{
+	uint64_t P = payload_per_chunk(c), len, gen, csum;
+	struct wire_kv_loc locs[WIRE_KV_MAX_LOCS];
+	struct wire_kv_item it;
+	uint8_t *val;
+	int64_t ret;
+	int r = kv_call(c, WIRE_KV_LOOKUP, 0,
+			(const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, NULL, NULL,
+			NULL);
+
+	ck_assert_int_eq(r, 0);
+	it = rep.u.kv.item[0];
+	if (it.status)
+		return it.status;
+	len = it.value_len;
+	gen = it.generation;
+	csum = it.checksum;
+	memcpy(locs, &rep.u.kv.loc[it.first_loc], it.nchunks * sizeof(locs[0]));
+	val = malloc(len ? len : 1);
+	ck_assert_ptr_nonnull(val);
+	ret = (int64_t)len;
+	for (uint32_t i = 0; i < it.nchunks && ret >= 0; i++) {
+		struct memd_kv_header h;
+		uint64_t off = i * P, n = len - off < P ? len - off : P;
+
+		r = rma(c, false, MEMD_KV_HEADER_BYTES + n, &locs[i]);
+		ck_assert_msg(r == 0, "rma read: %s", strerror(-r));
+		memd_kv_header_decode(c->stage, &h);
+		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != c->tenant_id ||
+		    memcmp(h.key, key, WIRE_KV_KEY_LEN) ||
+		    h.generation != gen || h.value_len != len || h.chunk != i ||
+		    h.nchunks != it.nchunks || h.checksum != csum)
+			ret = -EBADMSG;
+		else
+			memcpy(val + off, c->stage + MEMD_KV_HEADER_BYTES, n);
+	}
+	if (ret >= 0 && XXH3_64bits(val, len) != csum)
+		ret = -EBADMSG;
+	r = kv_call(c, WIRE_KV_DONE, 0, (const uint8_t(*)[WIRE_KV_KEY_LEN])key,
+		    1, NULL, &gen, NULL);
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	if (ret < 0)
+		free(val);
+	else
+		*out = val;
+	return ret;
+}
+
+/* Gets key's value: len bytes, byte-exact. */
+static void get_check(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+		      uint64_t len)
+{
+	uint8_t *got = NULL;
+
+	ck_assert_int_eq(kv_get(c, key, &got), (int64_t)len);
+	ck_assert_int_eq(tu_pattern_check(got, len, key_seed(key), 0), -1);
+	free(got);
+}
+
+/* Puts key's value of len bytes and gets it back. */
+static void put_get(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+		    uint64_t len)
+{
+	uint8_t *v = make_value(key, len);
+	int r = kv_put(c, key, v, len);
+
+	ck_assert_msg(r == 0, "put of %llu bytes: %s", (unsigned long long)len,
+		      strerror(-r));
+	free(v);
+	get_check(c, key, len);
+}
+
+/* ---- a standalone memd ---------------------------------------------- */
+
+static struct tu_memd md;
+
+static void start_standalone(const char *extra, const char *donate)
+{
+	const char *args[] = { "--set", "slab_size=2M", "--donate", donate,
+			       NULL };
+	int r = tu_memd_start_args(&md, extra, args);
+
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
+}
+
+START_TEST(put_get_sizes)
+{
+	struct kvc *c;
+	uint8_t key[WIRE_KV_KEY_LEN];
+	static const uint64_t sizes[] = { 1, MIB, SLAB - 64, SLAB - 63,
+					  32 * MIB };
+
+	/* 64 slabs, 32 for the tenant: room for all of them at once */
+	start_standalone(NULL, "128M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		make_key(key, 1, i);
+		put_get(c, key, sizes[i]);
+	}
+	/* A second put of a present key is idempotent: -EEXIST, and the
+	 * value is still the first one. */
+	make_key(key, 1, 1);
+	ck_assert_int_eq(kv_put(c, key, (const uint8_t *)"x", 1), -EEXIST);
+	ck_assert_int_eq(rep.u.kv.item[0].nchunks, 0);
+	ck_assert_uint_ne(rep.u.kv.item[0].generation, 0);
+	get_check(c, key, MIB);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		make_key(key, 1, i);
+		get_check(c, key, sizes[i]);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(exists_delete_pin)
+{
+	uint8_t keys[8][WIRE_KV_KEY_LEN];
+	uint8_t *got;
+	struct kvc *c;
+
+	start_standalone(NULL, "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (int i = 0; i < 8; i++)
+		make_key(keys[i], 2, (uint64_t)i);
+	for (int i = 0; i < 5; i++)
+		put_get(c, keys[i], 1000 + 777 * (uint64_t)i);
+
+	/* exists: the longest present prefix */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_EXISTS, 0,
+				 (const uint8_t(*)[32])keys, 8, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_uint_eq(rep.u.kv.count, 5);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_EXISTS, 0,
+				 (const uint8_t(*)[32])keys[5], 3, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_uint_eq(rep.u.kv.count, 0);
+
+	/* delete: then a miss, and a second delete says so */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])keys[2], 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(kv_get(c, keys[2], &got), -ENOENT);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])keys[2], 2, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ENOENT);
+	ck_assert_int_eq(rep.u.kv.item[1].status, 0); /* keys[3] */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_EXISTS, 0,
+				 (const uint8_t(*)[32])keys, 8, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_uint_eq(rep.u.kv.count, 2);
+
+	/* pin: present keys only; unpin once per pin */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_PIN, 0, (const uint8_t(*)[32])keys,
+				 3, NULL, NULL, NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(rep.u.kv.item[1].status, 0);
+	ck_assert_int_eq(rep.u.kv.item[2].status, -ENOENT);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_PIN, WIRE_KV_UNPIN,
+				 (const uint8_t(*)[32])keys, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_PIN, WIRE_KV_UNPIN,
+				 (const uint8_t(*)[32])keys, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -EINVAL);
+	get_check(c, keys[1], 1777); /* pinned: still served */
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(uncommitted_reservation_expires)
+{
+	uint8_t key[WIRE_KV_KEY_LEN], *got;
+	uint64_t len = 3 * MIB, gen0, gen1;
+	struct kvc *c;
+	int i;
+
+	start_standalone("kv_reserve_ttl = 200ms\n", "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	make_key(key, 3, 0);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])key, 1, &len, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	gen0 = rep.u.kv.item[0].generation;
+	/* held by the put under way; not visible to a get */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])key, 1, &len, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -EBUSY);
+	ck_assert_int_eq(kv_get(c, key, &got), -ENOENT);
+
+	/* memd drops it by itself at its deadline; until then the key
+	 * stays busy (polled: no timing is asserted) */
+	for (i = 0; i < 1000; i++) {
+		ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+					 (const uint8_t(*)[32])key, 1, &len,
+					 NULL, NULL),
+				 0);
+		if (rep.u.kv.item[0].status != -EBUSY)
+			break;
+		sleep_ms(10);
+	}
+	/* Reserving again works, with a new generation, and the old one
+	 * can no longer be committed. */
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	gen1 = rep.u.kv.item[0].generation;
+	ck_assert_uint_ne(gen0, gen1);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_COMMIT, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, &gen0,
+				 &gen0),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ESTALE);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* A raw frame on a fresh HELLO'd socket: the reply's ERROR code. */
+static int raw_kv_error(const char *addr, const uint8_t *frame, size_t len)
+{
+	struct wire_msg m = { .type = WIRE_HELLO };
+	uint8_t buf[WIRE_MAX_FRAME];
+	char host[64];
+	uint16_t port;
+	struct addrinfo *ai;
+	char ps[8];
+	ssize_t n, got = 0;
+	int fd, err = 0;
+
+	ck_assert_int_eq(wire_split_hostport(addr, host, sizeof(host), &port),
+			 0);
+	snprintf(ps, sizeof(ps), "%u", port);
+	ck_assert_int_eq(getaddrinfo(host, ps, NULL, &ai), 0);
+	fd = socket(ai->ai_family, SOCK_STREAM, 0);
+	ck_assert_int_eq(connect(fd, ai->ai_addr, ai->ai_addrlen), 0);
+	freeaddrinfo(ai);
+	m.u.hello.proto_min = 2;
+	m.u.hello.proto_max = 2;
+	n = wire_encode(&m, buf, sizeof(buf));
+	ck_assert_int_eq(send(fd, buf, (size_t)n, 0), n);
+	ck_assert_int_eq(send(fd, frame, len, 0), (ssize_t)len);
+	/* HELLO_OK, then the answer to the frame */
+	for (int replies = 0; replies < 2;) {
+		n = recv(fd, buf + got, sizeof(buf) - (size_t)got, 0);
+		ck_assert_int_gt(n, 0);
+		got += n;
+		while (got > 0) {
+			ssize_t k = wire_decode(buf, (size_t)got, &m);
+
+			if (k == -EAGAIN)
+				break;
+			ck_assert_int_gt(k, 0);
+			if (replies++ == 1)
+				err = m.type == WIRE_ERROR ? m.u.error.err : 0;
+			memmove(buf, buf + k, (size_t)(got - k));
+			got -= k;
+		}
+	}
+	close(fd);
+	return err;
+}
+
+START_TEST(bad_requests)
+{
+	uint8_t keys[3][WIRE_KV_KEY_LEN], frame[64];
+	uint64_t lens[3] = { (64 << 20) + 1, 0, 100 }, gen = 12345, csum = 1;
+	struct kvc *c;
+
+	start_standalone(NULL, "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (int i = 0; i < 3; i++)
+		make_key(keys[i], 4, (uint64_t)i);
+
+	/* oversized and empty values: per-key errors, the rest proceeds */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])keys, 3, lens, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -EMSGSIZE);
+	ck_assert_int_eq(rep.u.kv.item[1].status, -EINVAL);
+	ck_assert_int_eq(rep.u.kv.item[2].status, 0);
+	ck_assert_uint_eq(rep.u.kv.item[2].nchunks, 1);
+	ck_assert_uint_eq(rep.u.kv.nlocs, 1);
+
+	/* unknown generations and keys */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_COMMIT, 0,
+				 (const uint8_t(*)[32])keys[2], 1, NULL, &gen,
+				 &csum),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ESTALE);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_COMMIT, 0,
+				 (const uint8_t(*)[32])keys[0], 1, NULL, &gen,
+				 &csum),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ENOENT);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DONE, 0,
+				 (const uint8_t(*)[32])keys[0], 1, NULL, &gen,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ENOENT);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])keys[2], 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, -EBUSY);
+
+	/* a batch of no keys, and one of 65, never reach the store */
+	memset(frame, 0, sizeof(frame));
+	memcpy(frame, "TDPL", 4);
+	frame[4] = WIRE_VERSION;
+	frame[5] = WIRE_KV_LOOKUP;
+	frame[8] = 9;  /* seq */
+	frame[12] = 2; /* len: just the count */
+	ck_assert_int_eq(raw_kv_error(md.addr, frame, WIRE_HDR_LEN + 2),
+			 EBADMSG);
+	frame[WIRE_HDR_LEN] = WIRE_KV_BATCH + 1;
+	ck_assert_int_eq(raw_kv_error(md.addr, frame, WIRE_HDR_LEN + 2),
+			 EBADMSG);
+	/* DONORS: only the registry knows the donors */
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_DONORS;
+	ck_assert_int_eq(
+		rpc_call(c->rpc, &req, &rep, WIRE_DONORS_OK, TMO, NULL, 0),
+		-EOPNOTSUPP);
+	/* and memd still serves */
+	put_get(c, keys[1], 4096);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(kv_tier_off)
+{
+	uint8_t key[WIRE_KV_KEY_LEN];
+	struct kvc *c;
+
+	start_standalone("kv_share = 0\n", "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	make_key(key, 5, 0);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_LOOKUP, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 -EOPNOTSUPP);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* ---- two tenants of one registry ------------------------------------- */
+
+START_TEST(tenants_never_share)
+{
+	const char *args[] = {
+		"--set", "registry=yes", "--set",    NULL,
+		"--set", NULL,		 "--set",    "donor_name=r0",
+		"--set", "slab_size=2M", "--donate", "64M",
+		NULL
+	};
+	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
+	char a1[300], a2[400], out[8192];
+	uint8_t key[WIRE_KV_KEY_LEN], *va, *vb, *got = NULL;
+	uint64_t la = 5000, lb = 3 * MIB;
+	struct kvc *a, *b;
+	uint64_t rkey_a;
+	int i, r;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-kvt-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	r = tu_memd_start_args(&md, NULL, args);
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"up\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
+			 0);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
+			 0);
+	a = kvc_open(md.addr, "a", sec_a);
+	b = kvc_open(md.addr, "b", sec_b);
+	ck_assert_uint_ne(a->tenant_id, b->tenant_id);
+
+	/* DONORS: the registry's own donor part, up */
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_DONORS;
+	ck_assert_int_eq(
+		rpc_call(a->rpc, &req, &rep, WIRE_DONORS_OK, TMO, NULL, 0), 0);
+	ck_assert_uint_eq(rep.u.donors_ok.count, 1);
+	ck_assert_str_eq(rep.u.donors_ok.donor[0].name, "r0");
+
+	/* the same key, two values: each tenant gets its own */
+	make_key(key, 6, 0);
+	va = make_value(key, la);
+	vb = malloc(lb);
+	ck_assert_ptr_nonnull(vb);
+	tu_pattern_fill(vb, lb, key_seed(key) + 1, 0);
+	ck_assert_int_eq(kv_put(a, key, va, la), 0);
+	ck_assert_int_eq(kv_get(b, key, &got), -ENOENT);
+	ck_assert_int_eq(kv_call(b, WIRE_KV_EXISTS, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_uint_eq(rep.u.kv.count, 0);
+	ck_assert_int_eq(kv_get(a, key, &got), (int64_t)la);
+	ck_assert_int_eq(tu_pattern_check(got, la, key_seed(key), 0), -1);
+	free(got);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_LOOKUP, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	rkey_a = rep.u.kv.loc[0].rkey;
+	ck_assert_int_eq(kv_put(b, key, vb, lb), 0);
+	ck_assert_int_eq(kv_get(b, key, &got), (int64_t)lb);
+	ck_assert_int_eq(tu_pattern_check(got, lb, key_seed(key) + 1, 0), -1);
+	free(got);
+	ck_assert_int_eq(kv_call(b, WIRE_KV_LOOKUP, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	for (uint16_t j = 0; j < rep.u.kv.nlocs; j++)
+		ck_assert_uint_ne(rep.u.kv.loc[j].rkey, rkey_a);
+	ck_assert_int_eq(kv_get(a, key, &got), (int64_t)la);
+	ck_assert_int_eq(tu_pattern_check(got, la, key_seed(key), 0), -1);
+	free(got);
+	/* b deletes its key; a's stays */
+	ck_assert_int_eq(kv_call(b, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(kv_get(b, key, &got), -ENOENT);
+	ck_assert_int_eq(kv_get(a, key, &got), (int64_t)la);
+	free(got);
+
+	free(va);
+	free(vb);
+	kvc_close(a);
+	kvc_close(b);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
+/* ---- warm restart from the spill directory --------------------------- */
+
+START_TEST(warm_restart)
+{
+	char spill[64], conf[256];
+	uint8_t keys[8][WIRE_KV_KEY_LEN], *got;
+	int hits = 0;
+	struct kvc *c;
+
+	snprintf(spill, sizeof(spill), "/tmp/tp-kvspill-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(spill));
+	/* 32 slabs of 2M, a quarter for the tenant: 8 blocks of 2M */
+	snprintf(conf, sizeof(conf),
+		 "kv_share = 25\nkv_spill_dir = %s\nkv_spill_size = 256M\n",
+		 spill);
+	start_standalone(conf, "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	/* 1 MiB values take a 2 MiB block each: 16 evict 8 */
+	for (int i = 0; i < 16; i++) {
+		make_key(keys[i % 8], 7, (uint64_t)i);
+		put_get(c, keys[i % 8], MIB + (uint64_t)i);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+
+	start_standalone(conf, "64M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN];
+		int64_t n;
+
+		make_key(key, 7, (uint64_t)i);
+		n = kv_get(c, key, &got);
+		if (n == -ENOENT)
+			continue;
+		ck_assert_int_eq(n, (int64_t)(MIB + (uint64_t)i));
+		ck_assert_int_eq(
+			tu_pattern_check(got, (size_t)n, key_seed(key), 0), -1);
+		free(got);
+		hits++;
+	}
+	/* the 8 evicted (spilled) keys came back; the resident ones died
+	 * with the first memd */
+	ck_assert_int_eq(hits, 8);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", spill);
+}
+END_TEST
+
+static Suite *kv_memd_suite(void)
+{
+	Suite *s = suite_create("kv_memd");
+	TCase *tc = tcase_create("kv");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, put_get_sizes);
+	tcase_add_test(tc, exists_delete_pin);
+	tcase_add_test(tc, uncommitted_reservation_expires);
+	tcase_add_test(tc, bad_requests);
+	tcase_add_test(tc, kv_tier_off);
+	tcase_add_test(tc, tenants_never_share);
+	tcase_add_test(tc, warm_restart);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(kv_memd_suite());
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set");
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
