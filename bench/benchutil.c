@@ -272,7 +272,8 @@ int bench_lat_merge(struct bench_lat *dst, const struct bench_lat *src)
 {
 	if (lat_reserve(dst, dst->n + src->n))
 		return -ENOMEM;
-	memcpy(dst->ns + dst->n, src->ns, src->n * sizeof(*src->ns));
+	if (src->n) /* an empty recorder may have no array at all */
+		memcpy(dst->ns + dst->n, src->ns, src->n * sizeof(*src->ns));
 	dst->n += src->n;
 	dst->dropped += src->dropped;
 	dst->sorted = false;
