@@ -3,32 +3,41 @@
  * libpool/pool.c - sessions, regions and RMA (tidepool/pool.h).
  *
  * DESIGN
- * A session is a control connection to one memd (libpool/ctl.c), a fabric
- * endpoint whose address vector holds every endpoint memd announced (one
- * per NUMA node memd serves), the slabs it leased, and the regions cut
- * from them. Every slab remembers the memd endpoint that serves it (its
- * lease says which) and the node it is on; RMA to a slab goes to that
- * endpoint. Regions of half a slab or more take whole slabs; the rest of
- * a region, and small regions, are packed into "packed" slabs in 4 KiB
- * chunks (first fit over a bitmap), and a packed slab is shared only by
- * regions that asked for the same node (pool_alloc_node), so a region
- * asked for on node n never lands in a slab leased for "any". A region is
- * a list of extents (slab, offset, length); I/O splits a byte range over
- * extents and into chunks of at most chunk_bytes, posts them all (the
- * endpoint bounds how many are in flight) and waits.
+ * A session (struct pool) holds one or more donor links (struct plink).
+ * A link is everything we have with one memd: its control connection
+ * (fabric/rpc), a fabric domain and endpoint whose address vector holds
+ * every endpoint that memd announced (one per NUMA node it serves), its
+ * session id, epoch and lease TTL, and its own heartbeat thread. A
+ * standalone session is one link to the memd at pool_opts.addr, opened
+ * at connect. Every slab belongs to one link and remembers the memd
+ * endpoint that serves it (its lease says which) and the node it is on;
+ * RMA to a slab goes to that endpoint of that link. Regions of half a
+ * slab or more take whole slabs; the rest of a region, and small regions,
+ * are packed into "packed" slabs in 4 KiB chunks (first fit over a
+ * bitmap), and a packed slab is shared only by regions that asked for the
+ * same node (pool_alloc_node), so a region asked for on node n never
+ * lands in a slab leased for "any". A region is a list of extents (slab,
+ * offset, length); I/O splits a byte range over extents and into pieces
+ * of at most xfer_bytes, posts them all (each link's endpoint bounds how
+ * many are in flight) and waits. Every posted piece carries its link in
+ * fab_op.arg.
  *
  * Threads:
- *   callers   alloc/free take p->lock (slabs, regions, RPCs); I/O takes
- *             p->ep_rw shared while it posts or waits, never p->lock.
- *   pool-hb   renews the session's leases every ttl/3 and fails the
- *             session when memd is gone.
- * Failing a session (session_fail) records the error, then takes ep_rw
- * exclusively and closes the endpoint: every operation still in flight
- * completes with an error and no buffer is touched afterwards. A caller
- * never holds ep_rw when it fails the session.
+ *   callers   alloc/free take p->lock (links, slabs, regions, RPCs); I/O
+ *             takes a link's ep_rw shared while it posts to or waits on
+ *             that link, never p->lock, and holds one link's ep_rw at a
+ *             time.
+ *   pool-hb   one per link: renews the link's leases every ttl/3 and
+ *             fails the link when its memd is gone.
+ * Failing a link (link_fail) records the error, then takes its ep_rw
+ * exclusively and closes its endpoint: every operation still in flight
+ * there completes with an error and no buffer is touched afterwards. A
+ * caller never holds a link's ep_rw when it fails that link. A failed
+ * link stays failed: regions with slabs on it get -ENOTCONN for ranges
+ * there; other links are not affected. Links live until pool_close.
  *
  * Lease validity: memd never reclaims before last renewal + ttl + grace;
- * we stop using leases at heartbeat send time + ttl - margin
+ * we stop using a link's leases at heartbeat send time + ttl - margin
  * (valid_until_ms), so a silent memd costs errors, never wrong bytes.
  */
 #include "tidepool/pool.h"
@@ -57,9 +66,47 @@
 #define DEFAULT_XFER (1u << 20) /* largest single RMA we post */
 #define INLINE_OPS 4
 
+struct pool;
+
+/* One memd we hold a session with. Fields above `next` are set before
+ * the link is published in p->links and never change afterwards. */
+struct plink {
+	struct pool *p;
+	char addr[WIRE_HOSTPORT_MAX];
+	uint32_t donor_id; /* 0: standalone */
+	uint64_t donor_epoch;
+	uint16_t proto; /* negotiated protocol version */
+	struct rpc *ctl;
+	struct fab_domain *fd;
+	unsigned mr_mode;
+	uint64_t session_id, epoch;
+	uint32_t ttl_ms, margin_ms;
+	char provider[WIRE_PROV_MAX];
+	/* memd's endpoints as HELLO_OK gave them; peer: our AV's handle */
+	struct wire_endpoint mep[WIRE_MAX_ENDPOINTS];
+	uint64_t peer[WIRE_MAX_ENDPOINTS];
+	uint16_t nendpoints;
+
+	struct plink *next; /* p->links, under p->lock */
+	uint64_t nslabs;    /* under p->lock */
+
+	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
+	pthread_rwlock_t ep_rw;
+	uint64_t valid_until_ms; /* atomic */
+	int lost; /* atomic: 0, or the -errno that ended the link */
+
+	pthread_t hb;
+	bool hb_started;
+	pthread_mutex_t hb_lock;
+	pthread_cond_t hb_cond;
+	bool hb_stop;
+	uint64_t st_heartbeats; /* atomic */
+};
+
 struct slab {
-	struct wire_lease l; /* l.endpoint < p->nendpoints, checked */
-	int want_node;	     /* node the slab was leased for; -1: any */
+	struct wire_lease l; /* l.endpoint < link->nendpoints, checked */
+	struct plink *link;
+	int want_node; /* node the slab was leased for; -1: any */
 	bool packed;
 	uint32_t nchunks, used; /* packed slabs */
 	uint64_t *bits;		/* packed: 1 = chunk in use */
@@ -80,53 +127,44 @@ struct pool_region {
 	struct extent ext[];
 };
 
+/* A local registration of an op's buffer in one link's domain. */
+struct op_mr {
+	struct plink *link;
+	struct fab_mr *mr;
+};
+
 struct pool_op {
 	struct pool *p;
 	size_t n;
-	struct fab_op *ops;
+	struct fab_op *ops; /* ops[i].arg: the piece's struct plink */
 	struct fab_op inline_ops[INLINE_OPS];
-	struct fab_mr *lmr; /* local registration (FAB_MR_LOCAL) */
+	/* FAB_MR_LOCAL: the buffer registered in each link's domain, the
+	 * first link's in lmr, others' in xmr[0 .. nxmr-1] */
+	struct op_mr lmr;
+	struct op_mr *xmr;
+	unsigned nxmr;
+	void *buf;
 	uint64_t bytes;
 	bool write;
 	bool heap; /* pool_op itself was malloc'd */
 };
 
 struct pool {
-	char addr[256];
+	char addr[WIRE_HOSTPORT_MAX];
+	char client[WIRE_NAME_MAX];
 	int timeout_ms;
 	unsigned max_inflight;
-	size_t xfer_bytes;
+	size_t xfer_bytes; /* atomic: only ever lowered */
+	uint64_t slab_bytes;
 
-	struct rpc *ctl;
-	struct fab_domain *fd;
-	struct fab_ep *ep; /* NULL once the session failed */
-	pthread_rwlock_t ep_rw;
-	unsigned mr_mode;
-
-	uint64_t session_id, epoch, slab_bytes;
-	uint32_t ttl_ms, margin_ms;
-	char provider[WIRE_PROV_MAX];
-	/* memd's endpoints as HELLO_OK gave them; peer: our AV's handle */
-	struct wire_endpoint mep[WIRE_MAX_ENDPOINTS];
-	uint64_t peer[WIRE_MAX_ENDPOINTS];
-	uint16_t nendpoints;
-
-	pthread_mutex_t lock; /* slabs, regions */
+	pthread_mutex_t lock; /* links, slabs, regions */
+	struct plink *links;  /* in the order they were opened */
 	struct slab *slabs;
 	uint64_t nslabs, nregions;
 	struct pool_region *regions;
 
-	uint64_t valid_until_ms; /* atomic */
-	int lost; /* atomic: 0, or the -errno that ended the session */
-
-	pthread_t hb;
-	bool hb_started;
-	pthread_mutex_t hb_lock;
-	pthread_cond_t hb_cond;
-	bool hb_stop;
-
 	/* atomics */
-	uint64_t st_read, st_written, st_ops, st_errors, st_heartbeats;
+	uint64_t st_read, st_written, st_ops, st_errors;
 };
 
 static uint64_t mono_ms(void)
@@ -137,34 +175,40 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void extend_validity(struct pool *p, uint64_t sent_ms)
+static void extend_validity(struct plink *lk, uint64_t sent_ms)
 {
-	uint64_t v = sent_ms + p->ttl_ms - p->margin_ms;
-	uint64_t cur = __atomic_load_n(&p->valid_until_ms, __ATOMIC_RELAXED);
+	uint64_t v = sent_ms + lk->ttl_ms - lk->margin_ms;
+	uint64_t cur = __atomic_load_n(&lk->valid_until_ms, __ATOMIC_RELAXED);
 
 	while (v > cur &&
-	       !__atomic_compare_exchange_n(&p->valid_until_ms, &cur, v, false,
+	       !__atomic_compare_exchange_n(&lk->valid_until_ms, &cur, v, false,
 					    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
 		;
 }
 
-/* Ends the session: from now on every call fails with -ENOTCONN. */
-static void session_fail(struct pool *p, int err, const char *why)
+static bool link_is_lost(struct plink *lk)
+{
+	return __atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Ends the link: from now on every use of it fails with -ENOTCONN. */
+static void link_fail(struct plink *lk, int err, const char *why)
 {
 	int expected = 0;
 
-	if (__atomic_compare_exchange_n(&p->lost, &expected, err, false,
+	if (__atomic_compare_exchange_n(&lk->lost, &expected, err, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		pool_log(LOG_ERR,
-			 "session: lost session=%" PRIx64 " memd=%s err=%s "
-			 "why=%s",
-			 p->session_id, p->addr, strerror(-err), why);
-	pthread_rwlock_wrlock(&p->ep_rw);
-	if (p->ep) {
-		fab_ep_close(p->ep);
-		p->ep = NULL;
+			 "session: lost session=%" PRIx64 " memd=%s donor=%u "
+			 "err=%s why=%s",
+			 lk->session_id, lk->addr, lk->donor_id, strerror(-err),
+			 why);
+	pthread_rwlock_wrlock(&lk->ep_rw);
+	if (lk->ep) {
+		fab_ep_close(lk->ep);
+		lk->ep = NULL;
 	}
-	pthread_rwlock_unlock(&p->ep_rw);
+	pthread_rwlock_unlock(&lk->ep_rw);
 }
 
 /* The control connection's reports, into the library's log. */
@@ -182,12 +226,15 @@ static void rpc_log(void *arg, int level, const char *fmt, ...)
 	pool_log_emit(level, "%s", line);
 }
 
-/* 0 when leases may be used now, else -ENOTCONN. */
-static int session_usable(struct pool *p)
+/* 0 when lk's leases may be used now, else -ENOTCONN. *now caches the
+ * clock over one operation (0: not read yet). */
+static int link_usable(struct plink *lk, uint64_t *now)
 {
-	if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
-	if (mono_ms() >= __atomic_load_n(&p->valid_until_ms, __ATOMIC_ACQUIRE))
+	if (!*now)
+		*now = mono_ms();
+	if (*now >= __atomic_load_n(&lk->valid_until_ms, __ATOMIC_ACQUIRE))
 		return -ENOTCONN; /* renewal overdue: leases may be gone */
 	return 0;
 }
@@ -197,8 +244,8 @@ static int session_usable(struct pool *p)
 
 static void *hb_main(void *arg)
 {
-	struct pool *p = arg;
-	uint32_t period = p->ttl_ms / 3;
+	struct plink *lk = arg;
+	uint32_t period = lk->ttl_ms / 3;
 
 	pthread_setname_np(pthread_self(), "pool-hb");
 	for (;;) {
@@ -215,38 +262,254 @@ static void *hb_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		pthread_mutex_lock(&p->hb_lock);
-		while (!p->hb_stop &&
-		       pthread_cond_timedwait(&p->hb_cond, &p->hb_lock, &ts) !=
-			       ETIMEDOUT)
+		pthread_mutex_lock(&lk->hb_lock);
+		while (!lk->hb_stop &&
+		       pthread_cond_timedwait(&lk->hb_cond, &lk->hb_lock,
+					      &ts) != ETIMEDOUT)
 			;
-		if (p->hb_stop) {
-			pthread_mutex_unlock(&p->hb_lock);
+		if (lk->hb_stop) {
+			pthread_mutex_unlock(&lk->hb_lock);
 			break;
 		}
-		pthread_mutex_unlock(&p->hb_lock);
-		if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+		pthread_mutex_unlock(&lk->hb_lock);
+		if (link_is_lost(lk))
 			break;
 
 		sent = mono_ms();
 		/* A reply is useful until the leases it renews would lapse
 		 * anyway; a slow memd is not a dead one. */
-		tmo = (int)(p->ttl_ms - p->margin_ms);
-		r = rpc_call(p->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo, NULL,
+		tmo = (int)(lk->ttl_ms - lk->margin_ms);
+		r = rpc_call(lk->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo, NULL,
 			     0);
-		if (r == 0 && rep.u.heartbeat_ok.epoch != p->epoch)
+		if (r == 0 && rep.u.heartbeat_ok.epoch != lk->epoch)
 			r = -ESTALE; /* a restarted memd: old leases are gone */
 		if (r) {
-			session_fail(p,
-				     r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
-				     r == -ESTALE ? "memd expired or restarted"
-						  : "heartbeat failed");
+			link_fail(lk, r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
+				  r == -ESTALE ? "memd expired or restarted"
+					       : "heartbeat failed");
 			break;
 		}
-		extend_validity(p, sent);
-		__atomic_add_fetch(&p->st_heartbeats, 1, __ATOMIC_RELAXED);
+		extend_validity(lk, sent);
+		__atomic_add_fetch(&lk->st_heartbeats, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* links                                                                */
+
+/* Stops lk's heartbeat thread (idempotent). */
+static void link_stop_hb(struct plink *lk)
+{
+	if (!lk->hb_started)
+		return;
+	pthread_mutex_lock(&lk->hb_lock);
+	lk->hb_stop = true;
+	pthread_cond_signal(&lk->hb_cond);
+	pthread_mutex_unlock(&lk->hb_lock);
+	pthread_join(lk->hb, NULL);
+	lk->hb_started = false;
+}
+
+/*
+ * Closes lk and frees it. The endpoint goes first: no RMA of ours may
+ * still be running when BYE releases the leases (protocol.md); a lost
+ * memd reclaims them by itself when their TTL runs out. NULL is a no-op.
+ */
+static void link_close(struct plink *lk)
+{
+	if (!lk)
+		return;
+	link_stop_hb(lk);
+	if (lk->ep) {
+		fab_ep_close(lk->ep);
+		lk->ep = NULL;
+	}
+	if (lk->ctl && lk->session_id && !link_is_lost(lk)) {
+		struct wire_msg req = { .type = WIRE_BYE }, rep;
+
+		rpc_call(lk->ctl, &req, &rep, WIRE_BYE_OK, lk->p->timeout_ms,
+			 NULL, 0);
+	}
+	fab_domain_close(lk->fd);
+	rpc_close(lk->ctl);
+	pthread_rwlock_destroy(&lk->ep_rw);
+	pthread_cond_destroy(&lk->hb_cond);
+	pthread_mutex_destroy(&lk->hb_lock);
+	free(lk);
+}
+
+static struct plink *link_new(struct pool *p, const char *addr)
+{
+	struct plink *lk = calloc(1, sizeof(*lk));
+	pthread_condattr_t ca;
+	pthread_rwlockattr_t ra;
+
+	if (!lk)
+		return NULL;
+	lk->p = p;
+	/* Callers pass at most WIRE_HOSTPORT_MAX - 1 bytes. */
+	memcpy(lk->addr, addr, strnlen(addr, sizeof(lk->addr) - 1));
+	pthread_mutex_init(&lk->hb_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&lk->hb_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(
+		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&lk->ep_rw, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	return lk;
+}
+
+/* HELLO on lk->ctl; fills the link's session fields from HELLO_OK. */
+static int link_hello(struct plink *lk)
+{
+	struct pool *p = lk->p;
+	struct wire_msg req = { .type = WIRE_HELLO }, rep;
+	char text[WIRE_MSG_MAX];
+	int r;
+
+	req.u.hello.proto_min = WIRE_PROTO_MIN;
+	req.u.hello.proto_max = WIRE_PROTO_MAX;
+	memcpy(req.u.hello.client, p->client, sizeof(req.u.hello.client));
+	r = rpc_call(lk->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms, text,
+		     sizeof(text));
+	if (r) {
+		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
+			 lk->addr, strerror(-r), text);
+		return r;
+	}
+	if (rep.u.hello_ok.proto < WIRE_PROTO_MIN ||
+	    rep.u.hello_ok.proto > WIRE_PROTO_MAX)
+		return -EPROTONOSUPPORT;
+	lk->proto = rep.u.hello_ok.proto;
+	lk->session_id = rep.u.hello_ok.session_id;
+	lk->epoch = rep.u.hello_ok.epoch;
+	lk->ttl_ms = rep.u.hello_ok.ttl_ms;
+	if (lk->ttl_ms < 30 || rep.u.hello_ok.slab_bytes < CHUNK_BYTES ||
+	    rep.u.hello_ok.slab_bytes % CHUNK_BYTES)
+		return -EPROTO;
+	if (!p->slab_bytes)
+		p->slab_bytes = rep.u.hello_ok.slab_bytes;
+	if (rep.u.hello_ok.slab_bytes != p->slab_bytes) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s slab=%" PRIu64 " but the pool's "
+			 "is %" PRIu64,
+			 lk->addr, rep.u.hello_ok.slab_bytes, p->slab_bytes);
+		return -EPROTO;
+	}
+	/* Stop using leases a tenth of the TTL (at most 1 s) early. */
+	lk->margin_ms = lk->ttl_ms / 10 < 1000 ? lk->ttl_ms / 10 : 1000;
+	memcpy(lk->provider, rep.u.hello_ok.provider, sizeof(lk->provider));
+	lk->nendpoints = rep.u.hello_ok.nendpoints;
+	memcpy(lk->mep, rep.u.hello_ok.ep, lk->nendpoints * sizeof(lk->mep[0]));
+	return 0;
+}
+
+/* The fabric side of lk (domain bound where local is, endpoint, AV). */
+static int link_fabric(struct plink *lk, const char *local)
+{
+	struct pool *p = lk->p;
+	struct fab_opts fo = { 0 };
+	size_t max, cur;
+	int r;
+
+	/* Bind the fabric where the control connection goes out; providers
+	 * without IP addressing (shm) take no node. */
+	fo.provider = lk->provider;
+	/* shm names endpoints by the node string: memd's name would clash. */
+	fo.node = strncmp(lk->provider, "shm", 3) ? local : NULL;
+	r = fab_domain_open(&fo, &lk->fd);
+	if (r == -ENODATA) {
+		fo.node = NULL;
+		r = fab_domain_open(&fo, &lk->fd);
+	}
+	if (r) {
+		pool_log(LOG_WARNING, "session: fabric provider=%s err=%s",
+			 lk->provider, strerror(-r));
+		return r;
+	}
+	lk->mr_mode = fab_domain_mr_mode(lk->fd);
+	/* Pieces are cut to p->xfer_bytes before the link is chosen: it is
+	 * the smallest maximum of all links, lowered before a link with a
+	 * smaller one gets slabs. */
+	max = fab_domain_max_msg(lk->fd);
+	cur = __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
+	while (max < cur &&
+	       !__atomic_compare_exchange_n(&p->xfer_bytes, &cur, max, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	r = fab_ep_open(lk->fd, p->max_inflight, &lk->ep);
+	for (uint16_t i = 0; !r && i < lk->nendpoints; i++) {
+		r = fab_ep_av_insert(lk->ep, lk->mep[i].addr,
+				     lk->mep[i].addr_len, &lk->peer[i]);
+		if (!r)
+			pool_log(LOG_DEBUG,
+				 "session: memd=%s endpoint=%u node=%d",
+				 lk->addr, i, lk->mep[i].node);
+	}
+	if (r)
+		pool_log(LOG_WARNING, "session: fabric endpoint err=%s",
+			 strerror(-r));
+	return r;
+}
+
+/*
+ * Opens a link to the memd at addr: control connection, HELLO, fabric,
+ * heartbeat. Does not publish it. Returns 0 and *out, or -errno.
+ */
+static int link_open(struct pool *p, const char *addr, struct plink **out)
+{
+	char local[64];
+	struct plink *lk;
+	int r;
+
+	*out = NULL;
+	lk = link_new(p, addr);
+	if (!lk)
+		return -ENOMEM;
+	r = rpc_connect(addr, p->timeout_ms, &lk->ctl, local, sizeof(local));
+	if (r) {
+		pool_log(LOG_WARNING, "session: connect memd=%s err=%s", addr,
+			 strerror(-r));
+		goto fail;
+	}
+	rpc_set_log(lk->ctl, rpc_log, NULL);
+	r = link_hello(lk);
+	if (r)
+		goto fail;
+	extend_validity(lk, mono_ms());
+	r = link_fabric(lk, local);
+	if (r)
+		goto fail;
+	r = pthread_create(&lk->hb, NULL, hb_main, lk);
+	if (r) {
+		r = -r;
+		goto fail;
+	}
+	lk->hb_started = true;
+	pool_log(LOG_INFO,
+		 "session: open session=%" PRIx64 " memd=%s provider=%s "
+		 "slab=%" PRIu64 " ttl_ms=%u endpoints=%u proto=%u",
+		 lk->session_id, lk->addr, lk->provider, p->slab_bytes,
+		 lk->ttl_ms, lk->nendpoints, lk->proto);
+	*out = lk;
+	return 0;
+fail:
+	link_close(lk);
+	return r;
+}
+
+/* Appends lk to p->links. Caller holds lock (or owns p alone). */
+static void link_publish_locked(struct pool *p, struct plink *lk)
+{
+	struct plink **at = &p->links;
+
+	while (*at)
+		at = &(*at)->next;
+	*at = lk;
 }
 
 /* ------------------------------------------------------------------ */
@@ -262,21 +525,87 @@ static void slab_free(struct slab *s)
 
 /*
  * A lease as memd sent it is usable when its endpoint is one HELLO_OK
- * announced and, for a lease asked on a node, it is on that node.
+ * announced, its length is the pool's slab size and, for a lease asked
+ * on a node, it is on that node.
  */
-static bool lease_is_usable(const struct pool *p, const struct wire_lease *l,
+static bool lease_is_usable(const struct plink *lk, const struct wire_lease *l,
 			    int node)
 {
-	return l->endpoint < p->nendpoints &&
+	return l->endpoint < lk->nendpoints &&
+	       l->len_bytes == lk->p->slab_bytes &&
 	       (node == WIRE_NODE_ANY || l->node == node);
 }
 
+/* Tracks a new slab of lk; appends it to p->slabs. Caller holds lock. */
+static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
+				    const struct wire_lease *l, bool packed,
+				    int node)
+{
+	struct slab *s = calloc(1, sizeof(*s));
+
+	if (s && packed) {
+		s->nchunks = (uint32_t)(l->len_bytes / CHUNK_BYTES);
+		s->bits = calloc((s->nchunks + 63) / 64, 8);
+	}
+	if (!s || (packed && !s->bits)) {
+		/* Not tracked means not released by us: memd reclaims it
+		 * when the session ends. */
+		slab_free(s);
+		return NULL;
+	}
+	s->l = *l;
+	s->link = lk;
+	s->want_node = node;
+	s->packed = packed;
+	s->next = p->slabs;
+	if (p->slabs)
+		p->slabs->prev = s;
+	p->slabs = s;
+	p->nslabs++;
+	lk->nslabs++;
+	return s;
+}
+
 /*
- * Leases n slabs on node (-1: any); appends them to p->slabs and out[].
- * Caller holds lock.
+ * Checks and tracks the leases of one LEASE_OK / LEASE_GRANT_OK: k slabs
+ * asked on node, stored to out[0 .. k-1]. Returns 0, -EPROTO (a lease we
+ * cannot use; nothing tracked) or -ENOMEM (out[] has NULL holes).
  */
-static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
-			struct slab **out)
+static int leases_take_locked(struct pool *p, struct plink *lk,
+			      const struct wire_lease_ok *ok, uint32_t k,
+			      bool packed, int node, struct slab **out)
+{
+	int r = 0;
+
+	if (ok->count != k)
+		return -EPROTO;
+	for (uint32_t i = 0; i < k; i++) {
+		if (!lease_is_usable(lk, &ok->lease[i], node)) {
+			pool_log(LOG_ERR,
+				 "alloc: memd=%s sent a lease on endpoint %u "
+				 "node %d len %" PRIu64 " for node %d (%u "
+				 "endpoints)",
+				 lk->addr, ok->lease[i].endpoint,
+				 ok->lease[i].node, ok->lease[i].len_bytes,
+				 node, lk->nendpoints);
+			return -EPROTO;
+		}
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		out[i] = slab_add_locked(p, lk, &ok->lease[i], packed, node);
+		if (!out[i])
+			r = -ENOMEM;
+	}
+	return r;
+}
+
+/*
+ * Leases n slabs on node (-1: any) from lk with LEASE; appends them to
+ * p->slabs and out[] (which the caller zeroed: a slab that could not be
+ * tracked leaves a NULL). Caller holds lock.
+ */
+static int lease_locked(struct pool *p, struct plink *lk, uint32_t n,
+			bool packed, int node, struct slab **out)
 {
 	static const uint32_t max = WIRE_MAX_LEASES;
 	struct wire_msg *req, *rep;
@@ -300,23 +629,8 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 		req->u.lease.nslabs = k;
 		req->u.lease.node = node;
 		text[0] = '\0';
-		r = rpc_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
+		r = rpc_call(lk->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
 			     text, sizeof(text));
-		if (r == 0 && rep->u.lease_ok.count != k)
-			r = -EPROTO;
-		for (uint32_t i = 0; r == 0 && i < k; i++) {
-			if (!lease_is_usable(p, &rep->u.lease_ok.lease[i],
-					     node)) {
-				pool_log(LOG_ERR,
-					 "alloc: memd sent a lease on endpoint "
-					 "%u node %d for node %d (%u "
-					 "endpoints)",
-					 rep->u.lease_ok.lease[i].endpoint,
-					 rep->u.lease_ok.lease[i].node, node,
-					 p->nendpoints);
-				r = -EPROTO;
-			}
-		}
 		if (r) {
 			if (r == -ENOSPC)
 				pool_log(LOG_INFO, "alloc: %s", text);
@@ -326,33 +640,11 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 					 node, text);
 			break;
 		}
-		extend_validity(p, sent);
-		for (uint32_t i = 0; i < k; i++) {
-			struct slab *s = calloc(1, sizeof(*s));
-			const struct wire_lease *l = &rep->u.lease_ok.lease[i];
-
-			if (s && packed) {
-				s->nchunks =
-					(uint32_t)(l->len_bytes / CHUNK_BYTES);
-				s->bits = calloc((s->nchunks + 63) / 64, 8);
-			}
-			if (!s || (packed && !s->bits)) {
-				/* Not tracked means not released by us:
-				 * memd reclaims it when the session ends. */
-				slab_free(s);
-				r = -ENOMEM;
-				continue;
-			}
-			s->l = *l;
-			s->want_node = node;
-			s->packed = packed;
-			s->next = p->slabs;
-			if (p->slabs)
-				p->slabs->prev = s;
-			p->slabs = s;
-			p->nslabs++;
-			out[got + i] = s;
-		}
+		r = leases_take_locked(p, lk, &rep->u.lease_ok, k, packed, node,
+				       out + got);
+		if (r == -EPROTO)
+			break;
+		extend_validity(lk, sent);
 		got += k;
 		if (r)
 			break;
@@ -362,44 +654,78 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 	return r;
 }
 
-/* Releases slabs (already unlinked by the caller). Caller holds lock. */
+/* Leases n slabs for a region of the session. Caller holds lock. */
+static int lease_any_locked(struct pool *p, uint32_t n, bool packed, int node,
+			    struct slab **out)
+{
+	return lease_locked(p, p->links, n, packed, node, out);
+}
+
+/* One RELEASE of k refs to lk; a lost link's leases are memd's to
+ * reclaim, which is not our error. */
+static int release_send(struct pool *p, struct plink *lk, struct wire_msg *req,
+			struct wire_msg *rep, uint32_t k)
+{
+	int r;
+
+	if (link_is_lost(lk))
+		return 0;
+	req->type = WIRE_RELEASE;
+	req->u.release.count = k;
+	r = rpc_call(lk->ctl, req, rep, WIRE_RELEASE_OK, p->timeout_ms, NULL,
+		     0);
+	return r == -ENOTCONN ? 0 : r;
+}
+
+/*
+ * Releases slabs (already unlinked by the caller), in RELEASE batches per
+ * link, and frees them. Caller holds lock.
+ */
 static int release_locked(struct pool *p, struct slab **v, uint32_t n)
 {
 	struct wire_msg *req, *rep;
-	int first = 0;
+	int first = 0, r;
 
 	req = malloc(sizeof(*req));
 	rep = malloc(sizeof(*rep));
-	for (uint32_t done = 0; req && rep && done < n;) {
-		uint32_t k =
-			n - done < WIRE_MAX_LEASES ? n - done : WIRE_MAX_LEASES;
-		int r;
-
-		memset(req, 0, sizeof(*req));
-		req->type = WIRE_RELEASE;
-		req->u.release.count = k;
-		for (uint32_t i = 0; i < k; i++) {
-			req->u.release.ref[i].epoch = v[done + i]->l.epoch;
-			req->u.release.ref[i].slab = v[done + i]->l.slab;
-			req->u.release.ref[i].generation =
-				v[done + i]->l.generation;
-		}
-		r = __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)
-			    ? -ENOTCONN
-			    : rpc_call(p->ctl, req, rep, WIRE_RELEASE_OK,
-				       p->timeout_ms, NULL, 0);
-		if (r && !first)
-			first = r;
-		done += k;
-	}
 	if (!req || !rep)
 		first = -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		struct plink *lk;
+		uint32_t k = 0;
+
+		if (!v[i])
+			continue;
+		lk = v[i]->link;
+		for (uint32_t j = i; j < n; j++) {
+			if (!v[j] || v[j]->link != lk)
+				continue;
+			if (req && rep) {
+				if (!k)
+					memset(req, 0, sizeof(*req));
+				req->u.release.ref[k].epoch = v[j]->l.epoch;
+				req->u.release.ref[k].slab = v[j]->l.slab;
+				req->u.release.ref[k].generation =
+					v[j]->l.generation;
+				k++;
+			}
+			lk->nslabs--;
+			slab_free(v[j]);
+			v[j] = NULL;
+			if (k == WIRE_MAX_LEASES) {
+				r = release_send(p, lk, req, rep, k);
+				first = first ? first : r;
+				k = 0;
+			}
+		}
+		if (k) {
+			r = release_send(p, lk, req, rep, k);
+			first = first ? first : r;
+		}
+	}
 	free(req);
 	free(rep);
-	for (uint32_t i = 0; i < n; i++)
-		slab_free(v[i]);
-	/* A lost session's leases are memd's to reclaim: not our error. */
-	return first == -ENOTCONN ? 0 : first;
+	return first;
 }
 
 static void unlink_slab_locked(struct pool *p, struct slab *s)
@@ -447,24 +773,25 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-/* Packs len bytes into a packed slab leased for the same node. */
+/* Packs len bytes into a packed slab of a live link leased for the same
+ * node. */
 static int pack_locked(struct pool *p, uint64_t len, int node, struct extent *e)
 {
 	uint32_t n = (uint32_t)((len + CHUNK_BYTES - 1) / CHUNK_BYTES);
-	struct slab *s, *fresh;
+	struct slab *s, *fresh = NULL;
 	uint32_t at = UINT32_MAX;
 	int r;
 
 	for (s = p->slabs; s; s = s->next) {
 		if (!s->packed || s->want_node != node ||
-		    s->nchunks - s->used < n)
+		    s->nchunks - s->used < n || link_is_lost(s->link))
 			continue;
 		at = first_fit(s, n);
 		if (at != UINT32_MAX)
 			break;
 	}
 	if (!s) {
-		r = lease_locked(p, 1, true, node, &fresh);
+		r = lease_any_locked(p, 1, true, node, &fresh);
 		if (r)
 			return r;
 		s = fresh;
@@ -503,13 +830,9 @@ static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
 int pool_connect(const struct pool_opts *opts, struct pool **out)
 {
 	struct pool_opts o = { 0 };
-	struct wire_msg req = { .type = WIRE_HELLO }, rep;
-	struct fab_opts fo = { 0 };
-	char local[64], text[WIRE_MSG_MAX];
+	struct plink *lk;
 	const char *env;
 	struct pool *p;
-	pthread_condattr_t ca;
-	pthread_rwlockattr_t ra;
 	int r;
 
 	if (!out)
@@ -537,108 +860,21 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_mutex_init(&p->hb_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->hb_cond, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_rwlockattr_init(&ra);
-	pthread_rwlockattr_setkind_np(
-		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&p->ep_rw, &ra);
-	pthread_rwlockattr_destroy(&ra);
-
-	r = rpc_connect(p->addr, p->timeout_ms, &p->ctl, local, sizeof(local));
-	if (r) {
-		pool_log(LOG_WARNING, "session: connect memd=%s err=%s",
-			 p->addr, strerror(-r));
-		goto fail;
-	}
-	rpc_set_log(p->ctl, rpc_log, NULL);
-	req.u.hello.proto_min = WIRE_PROTO_MIN;
-	req.u.hello.proto_max = WIRE_PROTO_MAX;
 	if (o.client_name)
-		snprintf(req.u.hello.client, sizeof(req.u.hello.client), "%s",
-			 o.client_name);
+		snprintf(p->client, sizeof(p->client), "%s", o.client_name);
 	else
-		snprintf(req.u.hello.client, sizeof(req.u.hello.client),
-			 "%s pid %d", program_invocation_short_name,
-			 (int)getpid());
+		snprintf(p->client, sizeof(p->client), "%s pid %d",
+			 program_invocation_short_name, (int)getpid());
 	/* Printable bytes only: the name ends up in memd's log lines. */
-	for (char *c = req.u.hello.client; *c; c++)
+	for (char *c = p->client; *c; c++)
 		if (*c < 0x20 || *c > 0x7e)
 			*c = '?';
-	r = rpc_call(p->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms, text,
-		     sizeof(text));
-	if (r) {
-		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
-			 p->addr, strerror(-r), text);
-		goto fail;
-	}
-	if (rep.u.hello_ok.proto < WIRE_PROTO_MIN ||
-	    rep.u.hello_ok.proto > WIRE_PROTO_MAX) {
-		r = -EPROTONOSUPPORT;
-		goto fail;
-	}
-	p->session_id = rep.u.hello_ok.session_id;
-	p->epoch = rep.u.hello_ok.epoch;
-	p->ttl_ms = rep.u.hello_ok.ttl_ms;
-	p->slab_bytes = rep.u.hello_ok.slab_bytes;
-	if (p->ttl_ms < 30 || p->slab_bytes < CHUNK_BYTES ||
-	    p->slab_bytes % CHUNK_BYTES) {
-		r = -EPROTO;
-		goto fail;
-	}
-	/* Stop using leases a tenth of the TTL (at most 1 s) early. */
-	p->margin_ms = p->ttl_ms / 10 < 1000 ? p->ttl_ms / 10 : 1000;
-	extend_validity(p, mono_ms());
-	memcpy(p->provider, rep.u.hello_ok.provider, sizeof(p->provider));
-	p->nendpoints = rep.u.hello_ok.nendpoints;
-	memcpy(p->mep, rep.u.hello_ok.ep, p->nendpoints * sizeof(p->mep[0]));
+	pthread_mutex_init(&p->lock, NULL);
 
-	/* Bind the fabric where the control connection goes out; providers
-	 * without IP addressing (shm) take no node. */
-	fo.provider = p->provider;
-	/* shm names endpoints by the node string: memd's name would clash. */
-	fo.node = strncmp(p->provider, "shm", 3) ? local : NULL;
-	r = fab_domain_open(&fo, &p->fd);
-	if (r == -ENODATA) {
-		fo.node = NULL;
-		r = fab_domain_open(&fo, &p->fd);
-	}
-	if (r) {
-		pool_log(LOG_WARNING, "session: fabric provider=%s err=%s",
-			 p->provider, strerror(-r));
+	r = link_open(p, p->addr, &lk);
+	if (r)
 		goto fail;
-	}
-	p->mr_mode = fab_domain_mr_mode(p->fd);
-	if (fab_domain_max_msg(p->fd) < p->xfer_bytes)
-		p->xfer_bytes = fab_domain_max_msg(p->fd);
-	r = fab_ep_open(p->fd, p->max_inflight, &p->ep);
-	for (uint16_t i = 0; !r && i < p->nendpoints; i++) {
-		r = fab_ep_av_insert(p->ep, p->mep[i].addr, p->mep[i].addr_len,
-				     &p->peer[i]);
-		if (!r)
-			pool_log(LOG_DEBUG, "session: memd endpoint=%u node=%d",
-				 i, p->mep[i].node);
-	}
-	if (r) {
-		pool_log(LOG_WARNING, "session: fabric endpoint err=%s",
-			 strerror(-r));
-		goto fail;
-	}
-	r = pthread_create(&p->hb, NULL, hb_main, p);
-	if (r) {
-		r = -r;
-		goto fail;
-	}
-	p->hb_started = true;
-	pool_log(LOG_INFO,
-		 "session: open session=%" PRIx64 " memd=%s provider=%s "
-		 "slab=%" PRIu64 " ttl_ms=%u endpoints=%u",
-		 p->session_id, p->addr, p->provider, p->slab_bytes, p->ttl_ms,
-		 p->nendpoints);
+	link_publish_locked(p, lk);
 	*out = p;
 	return 0;
 fail:
@@ -650,30 +886,14 @@ void pool_close(struct pool *p)
 {
 	if (!p)
 		return;
-	if (p->hb_started) {
-		pthread_mutex_lock(&p->hb_lock);
-		p->hb_stop = true;
-		pthread_cond_signal(&p->hb_cond);
-		pthread_mutex_unlock(&p->hb_lock);
-		pthread_join(p->hb, NULL);
-	}
-	/* The endpoint goes first: no RMA of ours may still be running when
-	 * BYE releases the leases (protocol.md). */
-	if (p->ep) {
-		fab_ep_close(p->ep);
-		p->ep = NULL;
-	}
-	/* BYE releases every lease at once; a lost memd reclaims them by
-	 * itself when their TTL runs out. */
-	if (p->ctl && p->session_id &&
-	    !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
-		struct wire_msg req = { .type = WIRE_BYE }, rep;
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		link_stop_hb(lk);
+	while (p->links) {
+		struct plink *lk = p->links;
 
-		rpc_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms, NULL,
-			 0);
+		p->links = lk->next;
+		link_close(lk);
 	}
-	fab_domain_close(p->fd);
-	rpc_close(p->ctl);
 	while (p->regions) {
 		struct pool_region *r = p->regions;
 
@@ -686,9 +906,6 @@ void pool_close(struct pool *p)
 		p->slabs = s->next;
 		slab_free(s);
 	}
-	pthread_rwlock_destroy(&p->ep_rw);
-	pthread_cond_destroy(&p->hb_cond);
-	pthread_mutex_destroy(&p->hb_lock);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -712,6 +929,19 @@ static int region_node(const struct pool_region *reg)
 	return node;
 }
 
+/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
+static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
+{
+	uint32_t k = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		if (got[i]) {
+			unlink_slab_locked(p, got[i]);
+			got[k++] = got[i];
+		}
+	release_locked(p, got, k);
+}
+
 int pool_alloc_node(struct pool *p, size_t len, int node,
 		    struct pool_region **out)
 {
@@ -719,7 +949,7 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 	struct pool_region *reg;
 	struct slab **got = NULL;
 	uint32_t n;
-	int r;
+	int r = 0;
 
 	if (!p || !out)
 		return -EINVAL;
@@ -728,7 +958,7 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 		return -EINVAL;
 	/* Only a lost session stops an allocation: the grant itself renews
 	 * the session's leases. */
-	if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+	if (link_is_lost(p->links))
 		return -ENOTCONN;
 	full = len / p->slab_bytes;
 	rem = len % p->slab_bytes;
@@ -751,17 +981,10 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 	reg->nextents = n;
 	pthread_mutex_lock(&p->lock);
 	if (full) {
-		r = lease_locked(p, (uint32_t)full, false, node, got);
+		r = lease_any_locked(p, (uint32_t)full, false, node, got);
 		if (r) {
-			/* lease_locked tracked what it got before failing. */
-			uint32_t k = 0;
-
-			for (uint64_t i = 0; i < full; i++)
-				if (got[i]) {
-					unlink_slab_locked(p, got[i]);
-					got[k++] = got[i];
-				}
-			release_locked(p, got, k);
+			/* What was tracked before the failure goes back. */
+			drop_slabs_locked(p, got, full);
 			goto unlock;
 		}
 		for (uint64_t i = 0; i < full; i++) {
@@ -777,11 +1000,8 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 	}
 	if (rem) {
 		r = pack_locked(p, rem, node, &reg->ext[full]);
-		if (r && full) {
-			for (uint64_t i = 0; i < full; i++)
-				unlink_slab_locked(p, got[i]);
-			release_locked(p, got, (uint32_t)full);
-		}
+		if (r && full)
+			drop_slabs_locked(p, got, full);
 	}
 unlock:
 	if (!r) {
@@ -852,8 +1072,8 @@ int pool_region_node(const struct pool_region *r)
 /* public: I/O                                                          */
 
 /* Number of RMA pieces [off, off+len) of r splits into. */
-static size_t count_pieces(const struct pool *p, const struct pool_region *r,
-			   uint64_t off, uint64_t len)
+static size_t count_pieces(const struct pool_region *r, uint64_t off,
+			   uint64_t len, size_t xfer)
 {
 	size_t n = 0;
 
@@ -866,34 +1086,34 @@ static size_t count_pieces(const struct pool *p, const struct pool_region *r,
 			continue;
 		}
 		take = e->len - off < len ? e->len - off : len;
-		n += (take + p->xfer_bytes - 1) / p->xfer_bytes;
+		n += (take + xfer - 1) / xfer;
 		len -= take;
 		off = 0;
 	}
 	return n;
 }
 
-static int op_result(struct pool_op *op)
+static int map_status(int s)
 {
-	int r = 0;
+	/* -ETIMEDOUT from pool_wait means "still running, wait again"; a
+	 * transfer the provider timed out is -ETIME. */
+	return s == -ECANCELED ? -ENOTCONN : s == -ETIMEDOUT ? -ETIME : s;
+}
 
-	for (size_t i = 0; i < op->n; i++) {
-		int s = op->ops[i].status;
-
-		/* -ETIMEDOUT from pool_wait means "still running, wait
-		 * again"; a transfer the provider timed out is -ETIME. */
-		if (s && !r)
-			r = s == -ECANCELED   ? -ENOTCONN
-			    : s == -ETIMEDOUT ? -ETIME
-					      : s;
-	}
-	return r;
+static __attribute__((noinline)) void op_release_mrs(struct pool_op *op)
+{
+	if (op->lmr.mr)
+		fab_mr_close(op->lmr.mr);
+	for (unsigned i = 0; i < op->nxmr; i++)
+		fab_mr_close(op->xmr[i].mr);
+	if (op->nxmr)
+		free(op->xmr);
 }
 
 static void op_release(struct pool_op *op)
 {
-	if (op->lmr)
-		fab_mr_close(op->lmr);
+	if (__builtin_expect(op->lmr.mr || op->nxmr, 0))
+		op_release_mrs(op);
 	if (op->ops != op->inline_ops)
 		free(op->ops);
 	if (op->heap)
@@ -901,34 +1121,97 @@ static void op_release(struct pool_op *op)
 }
 
 /*
+ * The local descriptor of op's buffer for RMA on lk: NULL unless lk's
+ * provider wants local registrations (FAB_MR_LOCAL), then a registration
+ * in lk's domain made on first use. Caller holds lk->ep_rw with lk->ep
+ * open.
+ */
+static int op_desc(struct pool_op *op, struct plink *lk, void **desc)
+{
+	struct op_mr *m;
+	int r;
+
+	*desc = NULL;
+	if (!(lk->mr_mode & FAB_MR_LOCAL))
+		return 0;
+	if (op->lmr.mr && op->lmr.link == lk) {
+		*desc = fab_mr_desc(op->lmr.mr);
+		return 0;
+	}
+	for (unsigned i = 0; i < op->nxmr; i++)
+		if (op->xmr[i].link == lk) {
+			*desc = fab_mr_desc(op->xmr[i].mr);
+			return 0;
+		}
+	if (op->lmr.mr) {
+		m = realloc(op->nxmr ? op->xmr : NULL,
+			    (op->nxmr + 1) * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		op->xmr = m;
+		m = &op->xmr[op->nxmr];
+	} else {
+		m = &op->lmr;
+	}
+	r = fab_mr_reg(lk->fd, lk->ep, op->buf, op->bytes, FAB_ACCESS_LOCAL, 0,
+		       &m->mr);
+	if (r)
+		return r;
+	m->link = lk;
+	if (m != &op->lmr)
+		op->nxmr++;
+	*desc = fab_mr_desc(m->mr);
+	return 0;
+}
+
+/*
  * Waits for every piece of op. Returns 0 when all completed (results in
  * the pieces), -ETIMEDOUT when one is still running at the deadline.
  */
-static int op_wait_all(struct pool *p, struct pool_op *op, int timeout_ms)
+static int op_wait_all(struct pool_op *op, int timeout_ms)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+	struct plink *cur = NULL;
+	int ret = 0;
 
-	pthread_rwlock_rdlock(&p->ep_rw);
 	for (size_t i = 0; i < op->n; i++) {
 		struct fab_op *f = &op->ops[i];
+		struct plink *lk = f->arg;
 		uint64_t now;
 		int r;
 
 		if (__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
 			continue;
-		if (!p->ep)
-			break; /* closed: fab_ep_close completed everything */
+		if (lk != cur) {
+			if (cur)
+				pthread_rwlock_unlock(&cur->ep_rw);
+			pthread_rwlock_rdlock(&lk->ep_rw);
+			cur = lk;
+		}
+		if (!lk->ep)
+			continue; /* closed: fab_ep_close completed it */
 		now = mono_ms();
-		r = fab_op_wait(p->ep, f,
+		r = fab_op_wait(lk->ep, f,
 				now >= deadline ? 0 : (int)(deadline - now));
 		if (r == -ETIMEDOUT &&
 		    !__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE)) {
-			pthread_rwlock_unlock(&p->ep_rw);
-			return -ETIMEDOUT;
+			ret = -ETIMEDOUT;
+			break;
 		}
 	}
-	pthread_rwlock_unlock(&p->ep_rw);
-	return 0;
+	if (cur)
+		pthread_rwlock_unlock(&cur->ep_rw);
+	return ret;
+}
+
+/* Fails every link that still has a piece of op in flight: closing the
+ * endpoint is what guarantees the provider will not touch the buffer
+ * after we return. */
+static void op_fail_pending(struct pool_op *op, const char *why)
+{
+	for (size_t i = 0; i < op->n; i++)
+		if (!__atomic_load_n(&op->ops[i].complete, __ATOMIC_ACQUIRE))
+			link_fail(op->ops[i].arg, -ETIMEDOUT, why);
 }
 
 /* Errors that say the path to memd is gone, not just this transfer. */
@@ -952,28 +1235,30 @@ static bool is_transport_error(int err)
 static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		    void *buf, size_t len, bool write, struct pool_op *op)
 {
+	struct plink *cur = NULL;
 	uint8_t *b = buf;
 	void *desc = NULL;
-	size_t k = 0, n;
+	uint64_t now = 0;
+	size_t k = 0, n, xfer;
 	int ret;
 
 	op->p = p;
 	op->heap = false;
 	op->write = write;
+	op->buf = buf;
 	op->bytes = len;
 	op->ops = op->inline_ops;
 	op->n = 0;
-	op->lmr = NULL;
+	op->lmr.mr = NULL; /* lmr.link is valid only with lmr.mr */
+	op->nxmr = 0;	   /* xmr is valid only with nxmr */
 	if (!p || !r || (!buf && len))
 		return -EINVAL;
 	if (off > r->size || len > r->size - off)
 		return -ERANGE;
-	ret = session_usable(p);
-	if (ret)
-		return ret;
 	if (len == 0)
-		return 0;
-	n = count_pieces(p, r, off, len);
+		return link_usable(r->ext[0].slab->link, &now);
+	xfer = __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
+	n = count_pieces(r, off, len, xfer);
 	if (n > INLINE_OPS) {
 		op->ops = calloc(n, sizeof(*op->ops));
 		if (!op->ops) {
@@ -984,41 +1269,48 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		memset(op->inline_ops, 0, sizeof(op->inline_ops));
 	}
 
-	pthread_rwlock_rdlock(&p->ep_rw);
-	if (!p->ep) {
-		ret = -ENOTCONN;
-		goto unlock;
-	}
-	if (p->mr_mode & FAB_MR_LOCAL) {
-		ret = fab_mr_reg(p->fd, p->ep, buf, len, FAB_ACCESS_LOCAL, 0,
-				 &op->lmr);
-		if (ret)
-			goto unlock;
-		desc = fab_mr_desc(op->lmr);
-	}
 	for (uint32_t i = 0; i < r->nextents && len; i++) {
 		const struct extent *e = &r->ext[i];
+		const struct slab *s = e->slab;
 		uint64_t take, at;
 
 		if (off >= e->len) {
 			off -= e->len;
 			continue;
 		}
+		if (s->link != cur) {
+			if (cur)
+				pthread_rwlock_unlock(&cur->ep_rw);
+			cur = s->link;
+			ret = link_usable(cur, &now);
+			if (ret) {
+				cur = NULL;
+				goto unlock;
+			}
+			pthread_rwlock_rdlock(&cur->ep_rw);
+			if (!cur->ep) {
+				ret = -ENOTCONN;
+				goto unlock;
+			}
+			ret = op_desc(op, cur, &desc);
+			if (ret)
+				goto unlock;
+		}
 		take = e->len - off < len ? e->len - off : len;
 		at = e->off + off;
 		for (uint64_t done = 0; done < take;) {
-			uint64_t piece = take - done < p->xfer_bytes
-						 ? take - done
-						 : p->xfer_bytes;
-			uint64_t raddr = e->slab->l.base + at + done;
-			uint64_t peer = p->peer[e->slab->l.endpoint];
+			uint64_t piece =
+				take - done < xfer ? take - done : xfer;
+			uint64_t raddr = s->l.base + at + done;
+			uint64_t peer = cur->peer[s->l.endpoint];
 			struct fab_op *f = &op->ops[k];
 
-			ret = write ? fab_ep_write(p->ep, b, piece, desc, peer,
-						   raddr, e->slab->l.key, f,
+			f->arg = cur;
+			ret = write ? fab_ep_write(cur->ep, b, piece, desc,
+						   peer, raddr, s->l.key, f,
 						   p->timeout_ms)
-				    : fab_ep_read(p->ep, b, piece, desc, peer,
-						  raddr, e->slab->l.key, f,
+				    : fab_ep_read(cur->ep, b, piece, desc, peer,
+						  raddr, s->l.key, f,
 						  p->timeout_ms);
 			if (ret)
 				goto unlock;
@@ -1032,16 +1324,18 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 	}
 	ret = 0;
 unlock:
-	pthread_rwlock_unlock(&p->ep_rw);
+	if (cur)
+		pthread_rwlock_unlock(&cur->ep_rw);
 	if (ret && op->n) {
 		/* Pieces already posted still own buf: settle them first. */
-		if (op_wait_all(p, op, p->timeout_ms) == -ETIMEDOUT)
-			session_fail(p, -ETIMEDOUT, "transfer timed out");
+		if (op_wait_all(op, p->timeout_ms) == -ETIMEDOUT)
+			op_fail_pending(op, "transfer timed out");
 	}
 	if (ret)
 		op_release(op);
 	if (is_transport_error(ret)) {
-		session_fail(p, -ENOTCONN, "posting a transfer failed");
+		if (cur)
+			link_fail(cur, -ENOTCONN, "posting a transfer failed");
 		ret = -ENOTCONN;
 	}
 	return ret;
@@ -1050,15 +1344,28 @@ unlock:
 /* Completes op (waited or failed): result, stats, resources. */
 static int io_finish(struct pool *p, struct pool_op *op)
 {
-	int r = op_result(op);
+	int r = 0;
 
-	if (is_transport_error(r)) {
-		/* Every later call must fail fast too, not only the ones
-		 * that happen to reach the dead connection. */
-		session_fail(p, -ENOTCONN, "transfer failed");
-		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
-		r = -ENOTCONN;
+	for (size_t i = 0; i < op->n; i++) {
+		int s = op->ops[i].status;
+
+		if (!s)
+			continue;
+		s = map_status(s);
+		if (is_transport_error(s)) {
+			struct plink *lk = op->ops[i].arg;
+
+			/* Every later call on that link must fail fast too,
+			 * not only the ones that reach the dead connection. */
+			if (!link_is_lost(lk))
+				link_fail(lk, -ENOTCONN, "transfer failed");
+			s = -ENOTCONN;
+		}
+		if (!r)
+			r = s;
 	}
+	if (r == -ENOTCONN)
+		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
 
 	__atomic_add_fetch(&p->st_ops, 1, __ATOMIC_RELAXED);
 	if (r)
@@ -1078,10 +1385,8 @@ static int io_sync(struct pool *p, struct pool_region *r, uint64_t off,
 
 	if (ret)
 		return ret;
-	if (op_wait_all(p, &op, p->timeout_ms) == -ETIMEDOUT) {
-		/* Closing the endpoint is what guarantees the provider
-		 * will not write into buf after we return. */
-		session_fail(p, -ETIMEDOUT, "transfer timed out");
+	if (op_wait_all(&op, p->timeout_ms) == -ETIMEDOUT) {
+		op_fail_pending(&op, "transfer timed out");
 		io_finish(p, &op);
 		return -ETIMEDOUT;
 	}
@@ -1140,7 +1445,7 @@ int pool_wait(struct pool *p, struct pool_op *op, int timeout_ms)
 		return -EINVAL;
 	if (timeout_ms < 0)
 		timeout_ms = p->timeout_ms;
-	if (op_wait_all(p, op, timeout_ms) == -ETIMEDOUT)
+	if (op_wait_all(op, timeout_ms) == -ETIMEDOUT)
 		return -ETIMEDOUT;
 	return io_finish(p, op);
 }
@@ -1152,15 +1457,17 @@ int pool_test(struct pool *p, struct pool_op *op)
 	if (!p || !op || op->p != p)
 		return -EINVAL;
 	for (size_t i = 0; i < op->n; i++) {
+		struct plink *lk = op->ops[i].arg;
+
 		if (__atomic_load_n(&op->ops[i].complete, __ATOMIC_ACQUIRE))
 			continue;
 		if (progressed)
 			return 0;
 		/* Nobody else may be progressing: do it once here. */
-		pthread_rwlock_rdlock(&p->ep_rw);
-		if (p->ep)
-			fab_ep_progress(p->ep, 0);
-		pthread_rwlock_unlock(&p->ep_rw);
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		if (lk->ep)
+			fab_ep_progress(lk->ep, 0);
+		pthread_rwlock_unlock(&lk->ep_rw);
 		progressed = true;
 		i--; /* look at this piece again */
 	}
@@ -1175,14 +1482,16 @@ int pool_get_stats(struct pool *p, struct pool_stats *st)
 	pthread_mutex_lock(&p->lock);
 	st->slabs_held = p->nslabs;
 	st->regions = p->nregions;
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		st->heartbeats +=
+			__atomic_load_n(&lk->st_heartbeats, __ATOMIC_RELAXED);
+	st->epoch = p->links ? p->links->epoch : 0;
 	pthread_mutex_unlock(&p->lock);
 	st->slab_bytes = p->slab_bytes;
 	st->bytes_read = __atomic_load_n(&p->st_read, __ATOMIC_RELAXED);
 	st->bytes_written = __atomic_load_n(&p->st_written, __ATOMIC_RELAXED);
 	st->ops = __atomic_load_n(&p->st_ops, __ATOMIC_RELAXED);
 	st->errors = __atomic_load_n(&p->st_errors, __ATOMIC_RELAXED);
-	st->heartbeats = __atomic_load_n(&p->st_heartbeats, __ATOMIC_RELAXED);
-	st->epoch = p->epoch;
 	return 0;
 }
 
@@ -1234,24 +1543,26 @@ int pool_region_extent(const struct pool_region *r, uint32_t i,
 int pool_session_fabric(struct pool *p, const char **provider,
 			const uint8_t **addr, uint16_t *addr_len)
 {
-	*provider = p->provider;
-	*addr = p->mep[0].addr;
-	*addr_len = p->mep[0].addr_len;
+	if (!p->links)
+		return -ENOTCONN;
+	*provider = p->links->provider;
+	*addr = p->links->mep[0].addr;
+	*addr_len = p->links->mep[0].addr_len;
 	return 0;
 }
 
 uint16_t pool_session_nendpoints(const struct pool *p)
 {
-	return p->nendpoints;
+	return p->links ? p->links->nendpoints : 0;
 }
 
 int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
 			  const uint8_t **addr, uint16_t *addr_len)
 {
-	if (i >= p->nendpoints)
+	if (!p->links || i >= p->links->nendpoints)
 		return -ERANGE;
-	*node = p->mep[i].node;
-	*addr = p->mep[i].addr;
-	*addr_len = p->mep[i].addr_len;
+	*node = p->links->mep[i].node;
+	*addr = p->links->mep[i].addr;
+	*addr_len = p->links->mep[i].addr_len;
 	return 0;
 }
