@@ -56,17 +56,22 @@ void auth_random(void *buf, size_t len);
  * Reads a secret file: its bytes minus one trailing newline (so `openssl
  * rand -hex 32 > f` and `head -c 32 /dev/urandom > f` both work). The file
  * must be a regular file not readable or writable by group or others
- * (like ssh keys). Returns the secret's length, or
- *   -ENOENT / -EACCES / -EISDIR   cannot open or read it
- *   -EPERM    its mode lets group or others read or write it
- *   -EINVAL   shorter than AUTH_SECRET_MIN or longer than AUTH_SECRET_MAX
- * with err naming the file and the problem. secret has room for
- * AUTH_SECRET_MAX bytes; it is wiped on failure.
+ * (like ssh keys), named directly (a symbolic link is refused, so whoever
+ * can write a directory on the way cannot point it at another file).
+ * Returns the secret's length, or
+ *   -ENOENT / -EACCES / -EISDIR / -errno   cannot open or read it
+ *   -ELOOP    path is a symbolic link
+ *   -EPERM    its mode lets group or others read, write or run it
+ *   -EINVAL   not a regular file, or (after the newline is stripped)
+ *             shorter than AUTH_SECRET_MIN or longer than AUTH_SECRET_MAX
+ * with err (may be NULL) naming the file and the problem, never its bytes.
+ * secret has room for AUTH_SECRET_MAX bytes; it is wiped on failure.
  */
 int auth_read_secret_file(const char *path, uint8_t *secret, char *err,
 			  size_t errlen);
 
-/* The tenant key of a tenant secret (BLAKE2b, keyed by a fixed label). */
+/* The tenant key of a tenant secret (BLAKE2b, keyed by a fixed label;
+ * fabric/auth.c gives the exact construction of every key and MAC). */
 void auth_tenant_key(const uint8_t *secret, size_t len,
 		     uint8_t key[AUTH_KEY_LEN]);
 
@@ -103,9 +108,11 @@ void auth_session_key(const uint8_t key[AUTH_KEY_LEN], const char *principal,
 /*
  * Authenticated encryption (crypto_secretbox, random nonce in front):
  * auth_seal writes nonce || box of len bytes to out (AUTH_SEAL_OVERHEAD +
- * len bytes) and returns that length, or -ENOSPC. auth_open returns the
- * plaintext length, or -EBADMSG (wrong key, tampered, too short) or
- * -ENOSPC (cap too small).
+ * len bytes) and returns that length, or -ENOSPC (cap too small, or the
+ * result would not fit an int); in and out must not overlap. auth_open
+ * returns the plaintext length, or -EBADMSG (wrong key, tampered, too
+ * short) or -ENOSPC (cap too small); out is written only when the box is
+ * authentic.
  */
 #define AUTH_SEAL_OVERHEAD 40 /* 24 nonce + 16 MAC */
 int auth_seal(const uint8_t key[AUTH_KEY_LEN], const void *in, size_t len,
@@ -125,11 +132,13 @@ struct auth_pass {
 	uint64_t expires_ms;
 	uint8_t key[AUTH_KEY_LEN];
 };
-/* Returns the sealed length or -ENOSPC. */
+/* Returns the sealed length (at most WIRE_PASS_MAX), or -EINVAL (tenant
+ * empty or not NUL-terminated inside its array) or -ENOSPC (cap). */
 int auth_pass_seal(const uint8_t pass_key[AUTH_KEY_LEN],
 		   const struct auth_pass *p, uint8_t *out, size_t cap);
-/* 0, or -EBADMSG (not sealed with this key, tampered, malformed). Does
- * not check expiry: the caller compares expires_ms with its clock. */
+/* 0, or -EBADMSG (not sealed with this key, tampered, malformed; *p is
+ * then zeroed). Does not check expiry: the caller compares expires_ms with
+ * its clock. */
 int auth_pass_open(const uint8_t pass_key[AUTH_KEY_LEN], const uint8_t *in,
 		   size_t len, struct auth_pass *p);
 
