@@ -1386,22 +1386,3 @@ void wire_make_error(struct wire_msg *m, uint32_t seq, int err,
 	if (text)
 		strncpy(m->u.error.msg, text, sizeof(m->u.error.msg) - 1);
 }
-
-/*
- * The ticket body: 48 bytes, all little-endian, in struct order -- grant_id
- * u64, registry_epoch u64, tenant_id u32, donor_id u32, donor_epoch u64,
- * nslabs u32, node i32 (two's complement), expires_ms u64. The ticket's
- * MAC (fabric/auth.c) covers exactly these bytes.
- */
-void wire_ticket_body(const struct wire_ticket *t,
-		      uint8_t out[WIRE_TICKET_BODY_LEN])
-{
-	st64(out, t->grant_id);
-	st64(out + 8, t->registry_epoch);
-	st32(out + 16, t->tenant_id);
-	st32(out + 20, t->donor_id);
-	st64(out + 24, t->donor_epoch);
-	st32(out + 32, t->nslabs);
-	st32(out + 36, (uint32_t)t->node);
-	st64(out + 40, t->expires_ms);
-}
