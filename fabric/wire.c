@@ -18,7 +18,9 @@
  *   encoder refuses with -EINVAL. Hence encode(decode(b)) == b for every
  *   accepted frame b, and everything encode produces decodes.
  * - decode zeroes *m before filling it, so it is deterministic down to
- *   padding and unused array tails; messages compare with memcmp.
+ *   padding and unused array tails; messages compare with memcmp. The one
+ *   pointer, ADMIN's json, points into the buffer decoded (no copy of up
+ *   to 64 KiB into every struct wire_msg).
  * - No access goes past the caller's buffer: every get checks what is left
  *   of the payload, and every count is bounded before it drives a loop.
  */
@@ -38,6 +40,49 @@ _Static_assert(8 + WIRE_MAX_LEASES * 46 <= WIRE_MAX_PAYLOAD,
 /* An endpoint index travels as a u16. */
 _Static_assert(WIRE_MAX_ENDPOINTS <= UINT16_MAX && WIRE_MAX_NODES <= UINT16_MAX,
 	       "endpoint and node counts must fit a u16");
+
+/* Protocol 2. Lengths and counts that travel as u16. */
+_Static_assert(WIRE_PASS_MAX <= UINT16_MAX && WIRE_BOX_MAX <= UINT16_MAX &&
+		       WIRE_HOSTPORT_MAX <= UINT16_MAX &&
+		       WIRE_JSON_MAX <= UINT16_MAX &&
+		       WIRE_MAX_GRANTS <= UINT16_MAX &&
+		       WIRE_MAX_LEASES <= UINT16_MAX &&
+		       WIRE_MAX_TENANTS <= UINT16_MAX &&
+		       WIRE_MAX_REDEEMED <= UINT16_MAX,
+	       "protocol 2 lengths and counts must fit a u16");
+/* A layout entry names a grant in a u8, and WIRE_NO_GRANT is none. */
+_Static_assert(WIRE_MAX_GRANTS <= WIRE_NO_GRANT && WIRE_NO_GRANT <= UINT8_MAX,
+	       "grant indices must fit a u8 below WIRE_NO_GRANT");
+/* A ticket: 48 bytes of body, then the MAC. */
+_Static_assert(WIRE_TICKET_BODY_LEN == 8 + 8 + 4 + 4 + 8 + 4 + 4 + 8,
+	       "ticket body layout");
+#define TICKET_WIRE_LEN (WIRE_TICKET_BODY_LEN + WIRE_MAC_LEN)
+_Static_assert(TICKET_WIRE_LEN == 80, "a ticket is 80 bytes on the wire");
+/* The largest message of each protocol-2 type must fit one frame. */
+_Static_assert(2 + (WIRE_NAME_MAX - 1) + WIRE_NONCE_LEN + 2 + WIRE_PASS_MAX <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full AUTH must fit WIRE_MAX_PAYLOAD");
+_Static_assert(WIRE_MAC_LEN + 1 + 4 + 4 + 4 + 2 + WIRE_PASS_MAX + 2 +
+			       WIRE_BOX_MAX <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full AUTH_OK must fit WIRE_MAX_PAYLOAD");
+_Static_assert(8 + 2 +
+			       WIRE_MAX_GRANTS *
+				       (4 + 8 + 2 + (WIRE_HOSTPORT_MAX - 1) +
+					TICKET_WIRE_LEN) +
+			       2 + 2 * WIRE_MAX_LEASES <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full PLACE_OK must fit WIRE_MAX_PAYLOAD");
+_Static_assert(2 + (WIRE_NAME_MAX - 1) + 2 + (WIRE_HOSTPORT_MAX - 1) + 8 + 8 +
+			       4 + 2 + 12 * WIRE_MAX_NODES <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full DONOR_JOIN must fit WIRE_MAX_PAYLOAD");
+_Static_assert(4 + 8 + 4 * 4 + 8 + 8 + 2 + 12 * WIRE_MAX_TENANTS + 2 +
+			       8 * WIRE_MAX_REDEEMED <=
+		       WIRE_MAX_PAYLOAD,
+	       "a full DONOR_REPORT must fit WIRE_MAX_PAYLOAD");
+_Static_assert(2 + WIRE_JSON_MAX <= WIRE_MAX_PAYLOAD,
+	       "a full ADMIN must fit WIRE_MAX_PAYLOAD");
 
 /* Header field offsets; see wire.h and docs/protocol.md. */
 enum {
@@ -165,6 +210,13 @@ static bool rd_has(struct wire_rd *r, size_t n)
 		return false;
 	}
 	return true;
+}
+
+static uint8_t get_u8(struct wire_rd *r)
+{
+	if (!rd_has(r, 1))
+		return 0;
+	return r->p[r->off++];
 }
 
 static uint16_t get_u16(struct wire_rd *r)
@@ -552,6 +604,467 @@ static int dec_error(struct wire_error *e, struct wire_rd *r)
 	return get_str(r, e->msg, sizeof(e->msg));
 }
 
+/* ---- protocol 2 ------------------------------------------------------ */
+
+/* Fixed-size byte arrays (nonces, MACs) travel raw, without a length. */
+static void put_raw(struct wire_wr *w, const uint8_t *src, size_t n)
+{
+	if (w->p)
+		memcpy(w->p + w->off, src, n);
+	w->off += n;
+}
+
+static void get_raw(struct wire_rd *r, uint8_t *dst, size_t n)
+{
+	if (!rd_has(r, n))
+		return;
+	memcpy(dst, r->p + r->off, n);
+	r->off += n;
+}
+
+/* A string that must also be non-empty (principals, names, addresses). */
+static int put_name(struct wire_wr *w, const char *s, size_t max)
+{
+	if (s[0] == '\0')
+		return -EINVAL;
+	return put_str(w, s, max);
+}
+
+static int get_name(struct wire_rd *r, char *dst, size_t max)
+{
+	if (get_str(r, dst, max) < 0 || dst[0] == '\0')
+		return -EBADMSG;
+	return 0;
+}
+
+static int enc_auth(const struct wire_auth *a, struct wire_wr *w)
+{
+	if (a->pass_len > WIRE_PASS_MAX)
+		return -EINVAL;
+	if (put_name(w, a->principal, sizeof(a->principal)) < 0)
+		return -EINVAL;
+	put_raw(w, a->cnonce, WIRE_NONCE_LEN);
+	put_blob(w, a->pass, a->pass_len);
+	return 0;
+}
+
+static int dec_auth(struct wire_auth *a, struct wire_rd *r)
+{
+	if (get_name(r, a->principal, sizeof(a->principal)) < 0)
+		return -EBADMSG;
+	get_raw(r, a->cnonce, WIRE_NONCE_LEN);
+	return get_blob(r, a->pass, WIRE_PASS_MAX, &a->pass_len);
+}
+
+/*
+ * AUTH_OK: a donor pass comes with its key (box) and its lifetime, and
+ * only to a tenant; tenant_id means something only for a tenant. Fields
+ * that mean nothing must be zero, like reserved ones.
+ */
+static bool auth_ok_ok(const struct wire_auth_ok *a)
+{
+	bool has_pass = a->pass_len > 0;
+
+	if (a->role < WIRE_ROLE_TENANT || a->role > WIRE_ROLE_DONOR ||
+	    (a->flags & ~WIRE_AUTH_KNOWN) || a->pass_len > WIRE_PASS_MAX ||
+	    a->box_len > WIRE_BOX_MAX)
+		return false;
+	if (a->role != WIRE_ROLE_TENANT && (a->tenant_id != 0 || has_pass))
+		return false;
+	return (a->pass_ttl_ms > 0) == has_pass && (a->box_len > 0) == has_pass;
+}
+
+static int enc_auth_ok(const struct wire_auth_ok *a, struct wire_wr *w)
+{
+	if (!auth_ok_ok(a))
+		return -EINVAL;
+	put_raw(w, a->mac, WIRE_MAC_LEN);
+	put_u8(w, a->role);
+	put_u32(w, a->flags);
+	put_u32(w, a->tenant_id);
+	put_u32(w, a->pass_ttl_ms);
+	put_blob(w, a->pass, a->pass_len);
+	put_blob(w, a->box, a->box_len);
+	return 0;
+}
+
+static int dec_auth_ok(struct wire_auth_ok *a, struct wire_rd *r)
+{
+	get_raw(r, a->mac, WIRE_MAC_LEN);
+	a->role = get_u8(r);
+	a->flags = get_u32(r);
+	a->tenant_id = get_u32(r);
+	a->pass_ttl_ms = get_u32(r);
+	if (r->bad || get_blob(r, a->pass, WIRE_PASS_MAX, &a->pass_len) < 0 ||
+	    get_blob(r, a->box, WIRE_BOX_MAX, &a->box_len) < 0)
+		return -EBADMSG;
+	return auth_ok_ok(a) ? 0 : -EBADMSG;
+}
+
+static int enc_place(const struct wire_place *p, struct wire_wr *w)
+{
+	if (p->nslabs < 1 || p->nslabs > WIRE_MAX_LEASES ||
+	    (p->flags & ~WIRE_PLACE_KNOWN) || !node_ok(p->node))
+		return -EINVAL;
+	put_u32(w, p->nslabs);
+	put_u32(w, p->flags);
+	put_node(w, p->node);
+	return 0;
+}
+
+static int dec_place(struct wire_place *p, struct wire_rd *r)
+{
+	p->nslabs = get_u32(r);
+	p->flags = get_u32(r);
+	if (r->bad || p->nslabs < 1 || p->nslabs > WIRE_MAX_LEASES ||
+	    (p->flags & ~WIRE_PLACE_KNOWN))
+		return -EBADMSG;
+	return get_node(r, &p->node);
+}
+
+/*
+ * A ticket is WIRE_TICKET_BODY_LEN bytes of body, which its MAC covers,
+ * then the MAC: 80 bytes, no length prefix. put_ticket_body is also what
+ * wire_ticket_body() exports, so the MAC'd bytes are the wire bytes.
+ */
+static void put_ticket_body(struct wire_wr *w, const struct wire_ticket *t)
+{
+	put_u64(w, t->grant_id);
+	put_u64(w, t->registry_epoch);
+	put_u32(w, t->tenant_id);
+	put_u32(w, t->donor_id);
+	put_u64(w, t->donor_epoch);
+	put_u32(w, t->nslabs);
+	put_node(w, t->node);
+	put_u64(w, t->expires_ms);
+}
+
+static bool ticket_ok(const struct wire_ticket *t)
+{
+	return t->nslabs >= 1 && t->nslabs <= WIRE_MAX_LEASES &&
+	       node_ok(t->node);
+}
+
+static int enc_ticket(const struct wire_ticket *t, struct wire_wr *w)
+{
+	if (!ticket_ok(t))
+		return -EINVAL;
+	put_ticket_body(w, t);
+	put_raw(w, t->mac, WIRE_MAC_LEN);
+	return 0;
+}
+
+static int dec_ticket(struct wire_ticket *t, struct wire_rd *r)
+{
+	t->grant_id = get_u64(r);
+	t->registry_epoch = get_u64(r);
+	t->tenant_id = get_u32(r);
+	t->donor_id = get_u32(r);
+	t->donor_epoch = get_u64(r);
+	t->nslabs = get_u32(r);
+	if (r->bad || t->nslabs < 1 || t->nslabs > WIRE_MAX_LEASES ||
+	    get_node(r, &t->node) < 0)
+		return -EBADMSG;
+	t->expires_ms = get_u64(r);
+	get_raw(r, t->mac, WIRE_MAC_LEN);
+	return r->bad ? -EBADMSG : 0;
+}
+
+/*
+ * PLACE_OK must be usable as it stands: one grant per donor, each grant's
+ * ticket for that donor and this registry incarnation, and the layout
+ * naming grant g exactly ticket.nslabs times (primaries and replicas
+ * together), since slab k takes the next slab leased under its grant. A
+ * replica is never on its primary's grant.
+ */
+static bool place_ok_ok(const struct wire_place_ok *p)
+{
+	uint32_t used[WIRE_MAX_GRANTS] = { 0 };
+	uint16_t i, j;
+
+	if (p->ngrants < 1 || p->ngrants > WIRE_MAX_GRANTS || p->nslabs < 1 ||
+	    p->nslabs > WIRE_MAX_LEASES)
+		return false;
+	for (i = 0; i < p->ngrants; i++) {
+		const struct wire_grant *g = &p->grant[i];
+
+		if (!ticket_ok(&g->ticket) ||
+		    g->ticket.donor_id != g->donor_id ||
+		    g->ticket.donor_epoch != g->donor_epoch ||
+		    g->ticket.registry_epoch != p->registry_epoch)
+			return false;
+		for (j = 0; j < i; j++)
+			if (p->grant[j].donor_id == g->donor_id)
+				return false;
+	}
+	for (i = 0; i < p->nslabs; i++) {
+		const struct wire_layout *l = &p->layout[i];
+
+		if (l->primary >= p->ngrants)
+			return false;
+		used[l->primary]++;
+		if (l->replica == WIRE_NO_GRANT)
+			continue;
+		if (l->replica >= p->ngrants || l->replica == l->primary)
+			return false;
+		used[l->replica]++;
+	}
+	for (i = 0; i < p->ngrants; i++)
+		if (used[i] != p->grant[i].ticket.nslabs)
+			return false;
+	return true;
+}
+
+static int enc_place_ok(const struct wire_place_ok *p, struct wire_wr *w)
+{
+	uint16_t i;
+
+	if (!place_ok_ok(p))
+		return -EINVAL;
+	put_u64(w, p->registry_epoch);
+	put_u16(w, p->ngrants);
+	for (i = 0; i < p->ngrants; i++) {
+		const struct wire_grant *g = &p->grant[i];
+
+		put_u32(w, g->donor_id);
+		put_u64(w, g->donor_epoch);
+		if (put_name(w, g->addr, sizeof(g->addr)) < 0)
+			return -EINVAL;
+		enc_ticket(&g->ticket, w);
+	}
+	put_u16(w, p->nslabs);
+	for (i = 0; i < p->nslabs; i++) {
+		put_u8(w, p->layout[i].primary);
+		put_u8(w, p->layout[i].replica);
+	}
+	return 0;
+}
+
+static int dec_place_ok(struct wire_place_ok *p, struct wire_rd *r)
+{
+	uint16_t i;
+
+	p->registry_epoch = get_u64(r);
+	p->ngrants = get_u16(r);
+	if (r->bad || p->ngrants < 1 || p->ngrants > WIRE_MAX_GRANTS)
+		return -EBADMSG;
+	for (i = 0; i < p->ngrants; i++) {
+		struct wire_grant *g = &p->grant[i];
+
+		g->donor_id = get_u32(r);
+		g->donor_epoch = get_u64(r);
+		if (r->bad || get_name(r, g->addr, sizeof(g->addr)) < 0 ||
+		    dec_ticket(&g->ticket, r) < 0)
+			return -EBADMSG;
+	}
+	p->nslabs = get_u16(r);
+	if (r->bad || p->nslabs < 1 || p->nslabs > WIRE_MAX_LEASES)
+		return -EBADMSG;
+	for (i = 0; i < p->nslabs; i++) {
+		p->layout[i].primary = get_u8(r);
+		p->layout[i].replica = get_u8(r);
+	}
+	return !r->bad && place_ok_ok(p) ? 0 : -EBADMSG;
+}
+
+static int enc_lease_grant(const struct wire_lease_grant *l, struct wire_wr *w)
+{
+	return enc_ticket(&l->ticket, w);
+}
+
+static int dec_lease_grant(struct wire_lease_grant *l, struct wire_rd *r)
+{
+	return dec_ticket(&l->ticket, r);
+}
+
+static int enc_heartbeat2(const struct wire_heartbeat2 *h, struct wire_wr *w)
+{
+	put_u64(w, h->bytes_read);
+	put_u64(w, h->bytes_written);
+	put_u64(w, h->ops);
+	return 0;
+}
+
+static int dec_heartbeat2(struct wire_heartbeat2 *h, struct wire_rd *r)
+{
+	h->bytes_read = get_u64(r);
+	h->bytes_written = get_u64(r);
+	h->ops = get_u64(r);
+	return r->bad ? -EBADMSG : 0;
+}
+
+static int enc_donor_join(const struct wire_donor_join *j, struct wire_wr *w)
+{
+	uint16_t i;
+
+	if (j->nnodes > WIRE_MAX_NODES)
+		return -EINVAL;
+	for (i = 0; i < j->nnodes; i++)
+		if (!node_ok(j->node[i].node))
+			return -EINVAL;
+	if (put_name(w, j->name, sizeof(j->name)) < 0 ||
+	    put_name(w, j->addr, sizeof(j->addr)) < 0)
+		return -EINVAL;
+	put_u64(w, j->epoch);
+	put_u64(w, j->slab_bytes);
+	put_u32(w, j->slabs_total);
+	put_u16(w, j->nnodes);
+	for (i = 0; i < j->nnodes; i++) {
+		put_node(w, j->node[i].node);
+		put_u32(w, j->node[i].slabs_total);
+		put_u32(w, j->node[i].slabs_free);
+	}
+	return 0;
+}
+
+static int dec_donor_join(struct wire_donor_join *j, struct wire_rd *r)
+{
+	uint16_t i;
+
+	if (get_name(r, j->name, sizeof(j->name)) < 0 ||
+	    get_name(r, j->addr, sizeof(j->addr)) < 0)
+		return -EBADMSG;
+	j->epoch = get_u64(r);
+	j->slab_bytes = get_u64(r);
+	j->slabs_total = get_u32(r);
+	j->nnodes = get_u16(r);
+	if (r->bad || j->nnodes > WIRE_MAX_NODES)
+		return -EBADMSG;
+	for (i = 0; i < j->nnodes; i++) {
+		if (get_node(r, &j->node[i].node) < 0)
+			return -EBADMSG;
+		j->node[i].slabs_total = get_u32(r);
+		j->node[i].slabs_free = get_u32(r);
+	}
+	return r->bad ? -EBADMSG : 0;
+}
+
+static int enc_donor_join_ok(const struct wire_donor_join_ok *j,
+			     struct wire_wr *w)
+{
+	if (j->report_ms < 1 || (j->flags & ~WIRE_DONOR_KNOWN))
+		return -EINVAL;
+	put_u32(w, j->donor_id);
+	put_u64(w, j->registry_epoch);
+	put_u32(w, j->report_ms);
+	put_u32(w, j->flags);
+	return 0;
+}
+
+static int dec_donor_join_ok(struct wire_donor_join_ok *j, struct wire_rd *r)
+{
+	j->donor_id = get_u32(r);
+	j->registry_epoch = get_u64(r);
+	j->report_ms = get_u32(r);
+	j->flags = get_u32(r);
+	if (r->bad || j->report_ms < 1 || (j->flags & ~WIRE_DONOR_KNOWN))
+		return -EBADMSG;
+	return 0;
+}
+
+static int enc_donor_report(const struct wire_donor_report *d,
+			    struct wire_wr *w)
+{
+	uint16_t i;
+
+	if ((d->flags & ~WIRE_STATUS_KNOWN) || d->ntenants > WIRE_MAX_TENANTS ||
+	    d->nredeemed > WIRE_MAX_REDEEMED)
+		return -EINVAL;
+	put_u32(w, d->donor_id);
+	put_u64(w, d->epoch);
+	put_u32(w, d->slabs_free);
+	put_u32(w, d->slabs_leased);
+	put_u32(w, d->slabs_reclaiming);
+	put_u32(w, d->flags);
+	put_u64(w, d->bytes_read);
+	put_u64(w, d->bytes_written);
+	put_u16(w, d->ntenants);
+	for (i = 0; i < d->ntenants; i++) {
+		put_u32(w, d->tenant[i].tenant_id);
+		put_u32(w, d->tenant[i].slabs);
+		put_u32(w, d->tenant[i].sessions);
+	}
+	put_u16(w, d->nredeemed);
+	for (i = 0; i < d->nredeemed; i++)
+		put_u64(w, d->redeemed[i]);
+	return 0;
+}
+
+static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
+{
+	uint16_t i;
+
+	d->donor_id = get_u32(r);
+	d->epoch = get_u64(r);
+	d->slabs_free = get_u32(r);
+	d->slabs_leased = get_u32(r);
+	d->slabs_reclaiming = get_u32(r);
+	d->flags = get_u32(r);
+	d->bytes_read = get_u64(r);
+	d->bytes_written = get_u64(r);
+	d->ntenants = get_u16(r);
+	if (r->bad || (d->flags & ~WIRE_STATUS_KNOWN) ||
+	    d->ntenants > WIRE_MAX_TENANTS)
+		return -EBADMSG;
+	for (i = 0; i < d->ntenants; i++) {
+		d->tenant[i].tenant_id = get_u32(r);
+		d->tenant[i].slabs = get_u32(r);
+		d->tenant[i].sessions = get_u32(r);
+	}
+	d->nredeemed = get_u16(r);
+	if (r->bad || d->nredeemed > WIRE_MAX_REDEEMED)
+		return -EBADMSG;
+	for (i = 0; i < d->nredeemed; i++)
+		d->redeemed[i] = get_u64(r);
+	return r->bad ? -EBADMSG : 0;
+}
+
+static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
+			       struct wire_wr *w)
+{
+	if (d->flags & ~WIRE_DONOR_KNOWN)
+		return -EINVAL;
+	put_u64(w, d->registry_epoch);
+	put_u32(w, d->flags);
+	return 0;
+}
+
+static int dec_donor_report_ok(struct wire_donor_report_ok *d,
+			       struct wire_rd *r)
+{
+	d->registry_epoch = get_u64(r);
+	d->flags = get_u32(r);
+	if (r->bad || (d->flags & ~WIRE_DONOR_KNOWN))
+		return -EBADMSG;
+	return 0;
+}
+
+/*
+ * ADMIN / ADMIN_OK: u16 length + JSON text, 1 .. WIRE_JSON_MAX bytes, no
+ * NUL. The decoder points json at the text inside the caller's frame
+ * instead of copying up to 64 KiB into every struct wire_msg.
+ */
+static int enc_admin(const struct wire_admin *a, struct wire_wr *w)
+{
+	if (a->json_len < 1 || a->json_len > WIRE_JSON_MAX || !a->json ||
+	    memchr(a->json, '\0', a->json_len))
+		return -EINVAL;
+	put_blob(w, a->json, (uint16_t)a->json_len);
+	return 0;
+}
+
+static int dec_admin(struct wire_admin *a, struct wire_rd *r)
+{
+	uint16_t n = get_u16(r);
+
+	if (r->bad || n < 1 || n > WIRE_JSON_MAX || !rd_has(r, n))
+		return -EBADMSG;
+	a->json = (const char *)(r->p + r->off);
+	a->json_len = n;
+	r->off += n;
+	return memchr(a->json, '\0', n) ? -EBADMSG : 0;
+}
+
 /*
  * Payload of m: validated, and written when w->p is set. -EINVAL for an
  * unknown type or a bound broken. The four payload-less types write
@@ -578,6 +1091,39 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 		return enc_status_ok(&m->u.status_ok, w);
 	case WIRE_ERROR:
 		return enc_error(&m->u.error, w);
+	case WIRE_AUTH:
+		return enc_auth(&m->u.auth, w);
+	case WIRE_AUTH_CHALLENGE:
+		put_raw(w, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
+		return 0;
+	case WIRE_AUTH_PROOF:
+		put_raw(w, m->u.auth_proof.mac, WIRE_MAC_LEN);
+		return 0;
+	case WIRE_AUTH_OK:
+		return enc_auth_ok(&m->u.auth_ok, w);
+	case WIRE_PLACE:
+		return enc_place(&m->u.place, w);
+	case WIRE_PLACE_OK:
+		return enc_place_ok(&m->u.place_ok, w);
+	case WIRE_LEASE_GRANT:
+		return enc_lease_grant(&m->u.lease_grant, w);
+	case WIRE_LEASE_GRANT_OK:
+		return enc_lease_ok(&m->u.lease_ok, w);
+	case WIRE_HEARTBEAT2:
+		return enc_heartbeat2(&m->u.heartbeat2, w);
+	case WIRE_HEARTBEAT2_OK:
+		return enc_heartbeat_ok(&m->u.heartbeat_ok, w);
+	case WIRE_DONOR_JOIN:
+		return enc_donor_join(&m->u.donor_join, w);
+	case WIRE_DONOR_JOIN_OK:
+		return enc_donor_join_ok(&m->u.donor_join_ok, w);
+	case WIRE_DONOR_REPORT:
+		return enc_donor_report(&m->u.donor_report, w);
+	case WIRE_DONOR_REPORT_OK:
+		return enc_donor_report_ok(&m->u.donor_report_ok, w);
+	case WIRE_ADMIN:
+	case WIRE_ADMIN_OK:
+		return enc_admin(&m->u.admin, w);
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
@@ -618,6 +1164,54 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 		break;
 	case WIRE_ERROR:
 		rc = dec_error(&m->u.error, r);
+		break;
+	case WIRE_AUTH:
+		rc = dec_auth(&m->u.auth, r);
+		break;
+	case WIRE_AUTH_CHALLENGE:
+		get_raw(r, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
+		rc = 0;
+		break;
+	case WIRE_AUTH_PROOF:
+		get_raw(r, m->u.auth_proof.mac, WIRE_MAC_LEN);
+		rc = 0;
+		break;
+	case WIRE_AUTH_OK:
+		rc = dec_auth_ok(&m->u.auth_ok, r);
+		break;
+	case WIRE_PLACE:
+		rc = dec_place(&m->u.place, r);
+		break;
+	case WIRE_PLACE_OK:
+		rc = dec_place_ok(&m->u.place_ok, r);
+		break;
+	case WIRE_LEASE_GRANT:
+		rc = dec_lease_grant(&m->u.lease_grant, r);
+		break;
+	case WIRE_LEASE_GRANT_OK:
+		rc = dec_lease_ok(&m->u.lease_ok, r);
+		break;
+	case WIRE_HEARTBEAT2:
+		rc = dec_heartbeat2(&m->u.heartbeat2, r);
+		break;
+	case WIRE_HEARTBEAT2_OK:
+		rc = dec_heartbeat_ok(&m->u.heartbeat_ok, r);
+		break;
+	case WIRE_DONOR_JOIN:
+		rc = dec_donor_join(&m->u.donor_join, r);
+		break;
+	case WIRE_DONOR_JOIN_OK:
+		rc = dec_donor_join_ok(&m->u.donor_join_ok, r);
+		break;
+	case WIRE_DONOR_REPORT:
+		rc = dec_donor_report(&m->u.donor_report, r);
+		break;
+	case WIRE_DONOR_REPORT_OK:
+		rc = dec_donor_report_ok(&m->u.donor_report_ok, r);
+		break;
+	case WIRE_ADMIN:
+	case WIRE_ADMIN_OK:
+		rc = dec_admin(&m->u.admin, r);
 		break;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
@@ -704,6 +1298,14 @@ ssize_t wire_encode(const struct wire_msg *m, void *buf, size_t cap)
 	return (ssize_t)w.off;
 }
 
+void wire_ticket_body(const struct wire_ticket *t,
+		      uint8_t out[WIRE_TICKET_BODY_LEN])
+{
+	struct wire_wr w = { .p = out, .off = 0 };
+
+	put_ticket_body(&w, t);
+}
+
 const char *wire_type_name(uint8_t type)
 {
 	switch (type) {
@@ -731,6 +1333,38 @@ const char *wire_type_name(uint8_t type)
 		return "STATUS_OK";
 	case WIRE_BYE_OK:
 		return "BYE_OK";
+	case WIRE_AUTH:
+		return "AUTH";
+	case WIRE_AUTH_PROOF:
+		return "AUTH_PROOF";
+	case WIRE_PLACE:
+		return "PLACE";
+	case WIRE_LEASE_GRANT:
+		return "LEASE_GRANT";
+	case WIRE_HEARTBEAT2:
+		return "HEARTBEAT2";
+	case WIRE_DONOR_JOIN:
+		return "DONOR_JOIN";
+	case WIRE_DONOR_REPORT:
+		return "DONOR_REPORT";
+	case WIRE_ADMIN:
+		return "ADMIN";
+	case WIRE_AUTH_CHALLENGE:
+		return "AUTH_CHALLENGE";
+	case WIRE_AUTH_OK:
+		return "AUTH_OK";
+	case WIRE_PLACE_OK:
+		return "PLACE_OK";
+	case WIRE_LEASE_GRANT_OK:
+		return "LEASE_GRANT_OK";
+	case WIRE_HEARTBEAT2_OK:
+		return "HEARTBEAT2_OK";
+	case WIRE_DONOR_JOIN_OK:
+		return "DONOR_JOIN_OK";
+	case WIRE_DONOR_REPORT_OK:
+		return "DONOR_REPORT_OK";
+	case WIRE_ADMIN_OK:
+		return "ADMIN_OK";
 	case WIRE_ERROR:
 		return "ERROR";
 	}
@@ -751,23 +1385,4 @@ void wire_make_error(struct wire_msg *m, uint32_t seq, int err,
 	m->u.error.err = e;
 	if (text)
 		strncpy(m->u.error.msg, text, sizeof(m->u.error.msg) - 1);
-}
-
-/*
- * The ticket body: 48 bytes, all little-endian, in struct order -- grant_id
- * u64, registry_epoch u64, tenant_id u32, donor_id u32, donor_epoch u64,
- * nslabs u32, node i32 (two's complement), expires_ms u64. The ticket's
- * MAC (fabric/auth.c) covers exactly these bytes.
- */
-void wire_ticket_body(const struct wire_ticket *t,
-		      uint8_t out[WIRE_TICKET_BODY_LEN])
-{
-	st64(out, t->grant_id);
-	st64(out + 8, t->registry_epoch);
-	st32(out + 16, t->tenant_id);
-	st32(out + 20, t->donor_id);
-	st64(out + 24, t->donor_epoch);
-	st32(out + 32, t->nslabs);
-	st32(out + 36, (uint32_t)t->node);
-	st64(out + 40, t->expires_ms);
 }

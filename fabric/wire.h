@@ -9,11 +9,13 @@
  *   u32 magic 'TDPL'  u8 version  u8 type  u16 flags  u32 seq  u32 len
  *
  * Every length and count inside a payload is bounded by the limits below;
- * a payload must be consumed exactly (no trailing bytes). Strings and byte
- * arrays travel as u16 length + bytes (no NUL on the wire). encode and
+ * a payload must be consumed exactly (no trailing bytes). Strings and
+ * variable byte arrays travel as u16 length + bytes (no NUL on the wire);
+ * fixed-size byte arrays (nonces, MACs, tickets) travel raw. encode and
  * decode check the same bounds, so encode(decode(b)) == b for every
  * accepted frame b, and decode(encode(m)) == m for every m whose strings
- * and arrays are zero-padded (as decode leaves them).
+ * and arrays are zero-padded (as decode leaves them), ADMIN's json
+ * pointer aside (it points into the buffer decoded; see struct wire_admin).
  */
 #ifndef TP_FABRIC_WIRE_H
 #define TP_FABRIC_WIRE_H
@@ -207,7 +209,7 @@ struct wire_status_ok {
  * sealed donor pass the registry issued (at a donor).
  */
 struct wire_auth {
-	char principal[WIRE_NAME_MAX];
+	char principal[WIRE_NAME_MAX]; /* non-empty */
 	uint8_t cnonce[WIRE_NONCE_LEN];
 	uint16_t pass_len; /* 0 .. WIRE_PASS_MAX */
 	uint8_t pass[WIRE_PASS_MAX];
@@ -229,6 +231,8 @@ enum wire_role {
 #define WIRE_AUTH_REGISTRY 0x1u /* AUTH_OK.flags: this memd is the registry */
 #define WIRE_AUTH_KNOWN WIRE_AUTH_REGISTRY
 
+/* A pass comes only to a tenant and never alone: pass_len, pass_ttl_ms
+ * and box_len are all non-zero, or all zero. */
 struct wire_auth_ok {
 	uint8_t mac[WIRE_MAC_LEN]; /* the server's proof */
 	uint8_t role;		   /* enum wire_role */
@@ -267,7 +271,7 @@ struct wire_ticket {
 struct wire_grant {
 	uint32_t donor_id;
 	uint64_t donor_epoch;
-	char addr[WIRE_HOSTPORT_MAX]; /* donor's control address */
+	char addr[WIRE_HOSTPORT_MAX]; /* donor's control address, non-empty */
 	struct wire_ticket ticket;    /* ticket.nslabs slabs there */
 };
 
@@ -278,6 +282,10 @@ struct wire_layout {
 	uint8_t replica; /* < ngrants, or WIRE_NO_GRANT */
 };
 
+/* Consistent as a whole (else -EINVAL / -EBADMSG): grants on distinct
+ * donors, each grant's ticket for its donor_id and donor_epoch and for
+ * registry_epoch, and layout[] naming grant g (as primary or replica)
+ * exactly grant[g].ticket.nslabs times. */
 struct wire_place_ok {
 	uint64_t registry_epoch;
 	uint16_t ngrants; /* 1 .. WIRE_MAX_GRANTS */
@@ -298,6 +306,7 @@ struct wire_heartbeat2 {
 };
 
 struct wire_donor_join {
+	/* both non-empty */
 	char name[WIRE_NAME_MAX];     /* donor's stable name (hostname) */
 	char addr[WIRE_HOSTPORT_MAX]; /* where clients reach it */
 	uint64_t epoch;
@@ -328,11 +337,11 @@ struct wire_donor_report {
 	uint32_t slabs_free;
 	uint32_t slabs_leased;
 	uint32_t slabs_reclaiming;
-	uint32_t flags; /* WIRE_STATUS_DRAINING */
+	uint32_t flags; /* WIRE_STATUS_* (DRAINING); unknown bits must be 0 */
 	uint64_t bytes_read, bytes_written; /* clients' RMA, since boot */
 	uint16_t ntenants;		    /* 0 .. WIRE_MAX_TENANTS */
 	struct wire_tenant_usage tenant[WIRE_MAX_TENANTS];
-	uint16_t nredeemed; /* 0 .. WIRE_MAX_REDEEMED */
+	uint16_t nredeemed;		      /* 0 .. WIRE_MAX_REDEEMED */
 	uint64_t redeemed[WIRE_MAX_REDEEMED]; /* grant ids since last ack */
 };
 
@@ -344,7 +353,9 @@ struct wire_donor_report_ok {
 /* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not
  * copy it: json points into the decoded frame's buffer (valid while that
  * buffer is) and is NOT NUL-terminated; the encoder reads json_len bytes
- * from json. 1 .. WIRE_JSON_MAX bytes, no NUL. */
+ * from json, which must not overlap the buffer encoded into. 1 ..
+ * WIRE_JSON_MAX bytes, no NUL. So two decoded ADMINs compare with memcmp
+ * only when decoded from the same buffer: compare json's bytes. */
 struct wire_admin {
 	const char *json;
 	uint32_t json_len;
@@ -405,7 +416,8 @@ ssize_t wire_frame_len(const void *buf, size_t len);
  * a payload not consumed exactly.
  *
  * *m is zeroed before it is filled, so decoding is deterministic (padding
- * and unused array tails included) and messages compare with memcmp. On
+ * and unused array tails included) and messages compare with memcmp
+ * (ADMIN / ADMIN_OK: json points into buf, see struct wire_admin). On
  * -EMSGSIZE and -EBADMSG, *m holds the header's type, flags and seq with a
  * zero payload, so the caller can answer ERROR to that seq; on the other
  * errors *m is unspecified.

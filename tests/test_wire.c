@@ -21,10 +21,36 @@
 #include <string.h>
 
 static const uint8_t all_types[] = {
-	WIRE_HELLO,	 WIRE_LEASE,	    WIRE_RELEASE,   WIRE_HEARTBEAT,
-	WIRE_STATUS,	 WIRE_BYE,	    WIRE_HELLO_OK,  WIRE_LEASE_OK,
-	WIRE_RELEASE_OK, WIRE_HEARTBEAT_OK, WIRE_STATUS_OK, WIRE_BYE_OK,
+	WIRE_HELLO,
+	WIRE_LEASE,
+	WIRE_RELEASE,
+	WIRE_HEARTBEAT,
+	WIRE_STATUS,
+	WIRE_BYE,
+	WIRE_HELLO_OK,
+	WIRE_LEASE_OK,
+	WIRE_RELEASE_OK,
+	WIRE_HEARTBEAT_OK,
+	WIRE_STATUS_OK,
+	WIRE_BYE_OK,
 	WIRE_ERROR,
+	/* protocol 2 */
+	WIRE_AUTH,
+	WIRE_AUTH_CHALLENGE,
+	WIRE_AUTH_PROOF,
+	WIRE_AUTH_OK,
+	WIRE_PLACE,
+	WIRE_PLACE_OK,
+	WIRE_LEASE_GRANT,
+	WIRE_LEASE_GRANT_OK,
+	WIRE_HEARTBEAT2,
+	WIRE_HEARTBEAT2_OK,
+	WIRE_DONOR_JOIN,
+	WIRE_DONOR_JOIN_OK,
+	WIRE_DONOR_REPORT,
+	WIRE_DONOR_REPORT_OK,
+	WIRE_ADMIN,
+	WIRE_ADMIN_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -118,6 +144,171 @@ static void tb_end(struct tb *t)
 	t->b[15] = plen >> 24;
 }
 
+/* A ticket: 48 bytes of body, then the MAC (docs/protocol.md). */
+static void tb_ticket(struct tb *t, const struct wire_ticket *k)
+{
+	tb_u64(t, k->grant_id);
+	tb_u64(t, k->registry_epoch);
+	tb_u32(t, k->tenant_id);
+	tb_u32(t, k->donor_id);
+	tb_u64(t, k->donor_epoch);
+	tb_u32(t, k->nslabs);
+	tb_u32(t, (uint32_t)k->node);
+	tb_u64(t, k->expires_ms);
+	tb_bytes(t, k->mac, WIRE_MAC_LEN);
+}
+
+static void tb_grant(struct tb *t, const struct wire_grant *g)
+{
+	tb_u32(t, g->donor_id);
+	tb_u64(t, g->donor_epoch);
+	tb_str(t, g->addr);
+	tb_ticket(t, &g->ticket);
+}
+
+static void tb_lease_ok(struct tb *t, const struct wire_lease_ok *lo)
+{
+	uint32_t i;
+
+	tb_u32(t, lo->ttl_ms);
+	tb_u32(t, lo->count);
+	for (i = 0; i < lo->count; i++) {
+		const struct wire_lease *l = &lo->lease[i];
+
+		tb_u64(t, l->epoch);
+		tb_u32(t, l->slab);
+		tb_u32(t, l->generation);
+		tb_u64(t, l->key);
+		tb_u64(t, l->base);
+		tb_u64(t, l->len_bytes);
+		tb_u16(t, l->endpoint);
+		tb_u32(t, (uint32_t)l->node);
+	}
+}
+
+static void tb_heartbeat_ok(struct tb *t, const struct wire_heartbeat_ok *h)
+{
+	tb_u32(t, h->ttl_ms);
+	tb_u32(t, h->nleases);
+	tb_u64(t, h->epoch);
+}
+
+/* The protocol-2 payloads (spec_frame's second half). */
+static void spec_payload2(const struct wire_msg *m, struct tb *t)
+{
+	const struct wire_auth_ok *ao = &m->u.auth_ok;
+	const struct wire_place_ok *po = &m->u.place_ok;
+	const struct wire_donor_join *dj = &m->u.donor_join;
+	const struct wire_donor_report *dr = &m->u.donor_report;
+	uint32_t i;
+
+	switch (m->type) {
+	case WIRE_AUTH:
+		tb_str(t, m->u.auth.principal);
+		tb_bytes(t, m->u.auth.cnonce, WIRE_NONCE_LEN);
+		tb_u16(t, m->u.auth.pass_len);
+		tb_bytes(t, m->u.auth.pass, m->u.auth.pass_len);
+		break;
+	case WIRE_AUTH_CHALLENGE:
+		tb_bytes(t, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
+		break;
+	case WIRE_AUTH_PROOF:
+		tb_bytes(t, m->u.auth_proof.mac, WIRE_MAC_LEN);
+		break;
+	case WIRE_AUTH_OK:
+		tb_bytes(t, ao->mac, WIRE_MAC_LEN);
+		tb_u8(t, ao->role);
+		tb_u32(t, ao->flags);
+		tb_u32(t, ao->tenant_id);
+		tb_u32(t, ao->pass_ttl_ms);
+		tb_u16(t, ao->pass_len);
+		tb_bytes(t, ao->pass, ao->pass_len);
+		tb_u16(t, ao->box_len);
+		tb_bytes(t, ao->box, ao->box_len);
+		break;
+	case WIRE_PLACE:
+		tb_u32(t, m->u.place.nslabs);
+		tb_u32(t, m->u.place.flags);
+		tb_u32(t, (uint32_t)m->u.place.node);
+		break;
+	case WIRE_PLACE_OK:
+		tb_u64(t, po->registry_epoch);
+		tb_u16(t, po->ngrants);
+		for (i = 0; i < po->ngrants; i++)
+			tb_grant(t, &po->grant[i]);
+		tb_u16(t, po->nslabs);
+		for (i = 0; i < po->nslabs; i++) {
+			tb_u8(t, po->layout[i].primary);
+			tb_u8(t, po->layout[i].replica);
+		}
+		break;
+	case WIRE_LEASE_GRANT:
+		tb_ticket(t, &m->u.lease_grant.ticket);
+		break;
+	case WIRE_LEASE_GRANT_OK:
+		tb_lease_ok(t, &m->u.lease_ok);
+		break;
+	case WIRE_HEARTBEAT2:
+		tb_u64(t, m->u.heartbeat2.bytes_read);
+		tb_u64(t, m->u.heartbeat2.bytes_written);
+		tb_u64(t, m->u.heartbeat2.ops);
+		break;
+	case WIRE_HEARTBEAT2_OK:
+		tb_heartbeat_ok(t, &m->u.heartbeat_ok);
+		break;
+	case WIRE_DONOR_JOIN:
+		tb_str(t, dj->name);
+		tb_str(t, dj->addr);
+		tb_u64(t, dj->epoch);
+		tb_u64(t, dj->slab_bytes);
+		tb_u32(t, dj->slabs_total);
+		tb_u16(t, dj->nnodes);
+		for (i = 0; i < dj->nnodes; i++) {
+			tb_u32(t, (uint32_t)dj->node[i].node);
+			tb_u32(t, dj->node[i].slabs_total);
+			tb_u32(t, dj->node[i].slabs_free);
+		}
+		break;
+	case WIRE_DONOR_JOIN_OK:
+		tb_u32(t, m->u.donor_join_ok.donor_id);
+		tb_u64(t, m->u.donor_join_ok.registry_epoch);
+		tb_u32(t, m->u.donor_join_ok.report_ms);
+		tb_u32(t, m->u.donor_join_ok.flags);
+		break;
+	case WIRE_DONOR_REPORT:
+		tb_u32(t, dr->donor_id);
+		tb_u64(t, dr->epoch);
+		tb_u32(t, dr->slabs_free);
+		tb_u32(t, dr->slabs_leased);
+		tb_u32(t, dr->slabs_reclaiming);
+		tb_u32(t, dr->flags);
+		tb_u64(t, dr->bytes_read);
+		tb_u64(t, dr->bytes_written);
+		tb_u16(t, dr->ntenants);
+		for (i = 0; i < dr->ntenants; i++) {
+			tb_u32(t, dr->tenant[i].tenant_id);
+			tb_u32(t, dr->tenant[i].slabs);
+			tb_u32(t, dr->tenant[i].sessions);
+		}
+		tb_u16(t, dr->nredeemed);
+		for (i = 0; i < dr->nredeemed; i++)
+			tb_u64(t, dr->redeemed[i]);
+		break;
+	case WIRE_DONOR_REPORT_OK:
+		tb_u64(t, m->u.donor_report_ok.registry_epoch);
+		tb_u32(t, m->u.donor_report_ok.flags);
+		break;
+	case WIRE_ADMIN:
+	case WIRE_ADMIN_OK:
+		tb_u16(t, (uint16_t)m->u.admin.json_len);
+		if (m->u.admin.json)
+			tb_bytes(t, m->u.admin.json, m->u.admin.json_len);
+		break;
+	default: /* payload-less types */
+		break;
+	}
+}
+
 /* The frame the spec says m must become. */
 static void spec_frame(const struct wire_msg *m, struct tb *t)
 {
@@ -152,20 +343,7 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, (uint32_t)m->u.lease.node);
 		break;
 	case WIRE_LEASE_OK:
-		tb_u32(t, m->u.lease_ok.ttl_ms);
-		tb_u32(t, m->u.lease_ok.count);
-		for (i = 0; i < m->u.lease_ok.count; i++) {
-			const struct wire_lease *l = &m->u.lease_ok.lease[i];
-
-			tb_u64(t, l->epoch);
-			tb_u32(t, l->slab);
-			tb_u32(t, l->generation);
-			tb_u64(t, l->key);
-			tb_u64(t, l->base);
-			tb_u64(t, l->len_bytes);
-			tb_u16(t, l->endpoint);
-			tb_u32(t, (uint32_t)l->node);
-		}
+		tb_lease_ok(t, &m->u.lease_ok);
 		break;
 	case WIRE_RELEASE:
 		tb_u32(t, m->u.release.count);
@@ -179,9 +357,7 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, m->u.release_ok.released);
 		break;
 	case WIRE_HEARTBEAT_OK:
-		tb_u32(t, m->u.heartbeat_ok.ttl_ms);
-		tb_u32(t, m->u.heartbeat_ok.nleases);
-		tb_u64(t, m->u.heartbeat_ok.epoch);
+		tb_heartbeat_ok(t, &m->u.heartbeat_ok);
 		break;
 	case WIRE_STATUS_OK:
 		tb_u64(t, so->epoch);
@@ -207,7 +383,8 @@ static void spec_frame(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, (uint32_t)m->u.error.err);
 		tb_str(t, m->u.error.msg);
 		break;
-	default: /* payload-less types */
+	default:
+		spec_payload2(m, t);
 		break;
 	}
 	tb_end(t);
@@ -221,6 +398,185 @@ static int32_t kn(uint64_t key, uint64_t field)
 	uint64_t v = kv(key, field);
 
 	return v % 5 == 0 ? WIRE_NODE_ANY : (int32_t)(v % WIRE_NODE_MAX);
+}
+
+static void fill_bytes(uint8_t *p, size_t n, uint64_t key, uint64_t field)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) /* zeros included */
+		p[i] = (uint8_t)kv(key, field + i);
+}
+
+/* A valid ticket for (key, field); the caller may pin the ids. */
+static void sample_ticket(struct wire_ticket *k, uint64_t key, uint64_t field)
+{
+	k->grant_id = kv(key, field);
+	k->registry_epoch = kv(key, field + 1);
+	k->tenant_id = (uint32_t)kv(key, field + 2);
+	k->donor_id = (uint32_t)kv(key, field + 3);
+	k->donor_epoch = kv(key, field + 4);
+	k->nslabs = (uint32_t)(1 + kv(key, field + 5) % WIRE_MAX_LEASES);
+	k->node = kn(key, field + 6);
+	k->expires_ms = kv(key, field + 7);
+	fill_bytes(k->mac, WIRE_MAC_LEN, key, field + 8);
+}
+
+/*
+ * A consistent PLACE_OK: ngrants grants on distinct donors, nslabs >=
+ * ngrants slabs striped round-robin (replica on the next grant), each
+ * ticket counting exactly the layout entries that name its grant.
+ */
+static void make_place_ok(struct wire_place_ok *p, uint64_t key,
+			  uint16_t ngrants, uint16_t nslabs, bool replica)
+{
+	uint16_t g, k;
+
+	memset(p, 0, sizeof(*p));
+	p->registry_epoch = kv(key, 40);
+	p->ngrants = ngrants;
+	p->nslabs = nslabs;
+	for (g = 0; g < ngrants; g++) {
+		struct wire_grant *gr = &p->grant[g];
+
+		sample_ticket(&gr->ticket, key, 3000 + 100 * g);
+		gr->donor_id = (uint32_t)kv(key, 41) + g;
+		gr->donor_epoch = kv(key, 42 + g);
+		gr->ticket.donor_id = gr->donor_id;
+		gr->ticket.donor_epoch = gr->donor_epoch;
+		gr->ticket.registry_epoch = p->registry_epoch;
+		gr->ticket.nslabs = 0;
+		snprintf(gr->addr, sizeof(gr->addr),
+			 "donor-%u.%llx.example:7070", g,
+			 (unsigned long long)kv(key, 43));
+	}
+	for (k = 0; k < nslabs; k++) {
+		p->layout[k].primary = (uint8_t)(k % ngrants);
+		p->layout[k].replica =
+			replica ? (uint8_t)((k + 1) % ngrants) : WIRE_NO_GRANT;
+		p->grant[p->layout[k].primary].ticket.nslabs++;
+		if (replica)
+			p->grant[p->layout[k].replica].ticket.nslabs++;
+	}
+}
+
+/* ADMIN / ADMIN_OK text lives here (the message only points at it). */
+static char sample_json[WIRE_JSON_MAX + 1];
+
+static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
+{
+	struct wire_auth_ok *ao = &m->u.auth_ok;
+	struct wire_donor_join *dj = &m->u.donor_join;
+	struct wire_donor_report *dr = &m->u.donor_report;
+	uint32_t i;
+	uint16_t ng;
+
+	switch (type) {
+	case WIRE_AUTH:
+		snprintf(m->u.auth.principal, sizeof(m->u.auth.principal),
+			 "tenant-%llx", (unsigned long long)kv(key, 50));
+		fill_bytes(m->u.auth.cnonce, WIRE_NONCE_LEN, key, 51);
+		m->u.auth.pass_len = (uint16_t)(key % (WIRE_PASS_MAX + 1));
+		fill_bytes(m->u.auth.pass, m->u.auth.pass_len, key, 90);
+		break;
+	case WIRE_AUTH_CHALLENGE:
+		fill_bytes(m->u.auth_challenge.snonce, WIRE_NONCE_LEN, key, 52);
+		break;
+	case WIRE_AUTH_PROOF:
+		fill_bytes(m->u.auth_proof.mac, WIRE_MAC_LEN, key, 53);
+		break;
+	case WIRE_AUTH_OK:
+		fill_bytes(ao->mac, WIRE_MAC_LEN, key, 54);
+		ao->role = (uint8_t)(WIRE_ROLE_TENANT + key % 3);
+		ao->flags = WIRE_AUTH_KNOWN & (uint32_t)(key >> 1);
+		if (ao->role != WIRE_ROLE_TENANT)
+			break;
+		ao->tenant_id = (uint32_t)kv(key, 55);
+		if (key % 2)
+			break; /* a tenant at a donor: no pass */
+		ao->pass_ttl_ms = (uint32_t)kv(key, 56) | 1;
+		ao->pass_len = (uint16_t)(1 + key % WIRE_PASS_MAX);
+		fill_bytes(ao->pass, ao->pass_len, key, 400);
+		ao->box_len = (uint16_t)(1 + key % WIRE_BOX_MAX);
+		fill_bytes(ao->box, ao->box_len, key, 700);
+		break;
+	case WIRE_PLACE:
+		m->u.place.nslabs = (uint32_t)(1 + key % WIRE_MAX_LEASES);
+		m->u.place.flags = WIRE_PLACE_KNOWN & (uint32_t)key;
+		m->u.place.node = kn(key, 57);
+		break;
+	case WIRE_PLACE_OK:
+		ng = (uint16_t)(1 + key % WIRE_MAX_GRANTS);
+		make_place_ok(&m->u.place_ok, key, ng,
+			      (uint16_t)(ng + key % 37), ng > 1 && key % 2);
+		break;
+	case WIRE_LEASE_GRANT:
+		sample_ticket(&m->u.lease_grant.ticket, key, 58);
+		break;
+	case WIRE_HEARTBEAT2:
+		m->u.heartbeat2.bytes_read = kv(key, 70);
+		m->u.heartbeat2.bytes_written = kv(key, 71);
+		m->u.heartbeat2.ops = kv(key, 72);
+		break;
+	case WIRE_DONOR_JOIN:
+		snprintf(dj->name, sizeof(dj->name), "host-%llx",
+			 (unsigned long long)kv(key, 73));
+		snprintf(dj->addr, sizeof(dj->addr), "10.%u.%u.%u:%u",
+			 (unsigned)(key % 256), (unsigned)(key / 256 % 256),
+			 (unsigned)(kv(key, 74) % 256),
+			 (unsigned)(1024 + kv(key, 75) % 60000));
+		dj->epoch = kv(key, 76);
+		dj->slab_bytes = kv(key, 77);
+		dj->slabs_total = (uint32_t)kv(key, 78);
+		dj->nnodes = (uint16_t)(key % (WIRE_MAX_NODES + 1));
+		for (i = 0; i < dj->nnodes; i++) {
+			dj->node[i].node = kn(key, 1400 + i);
+			dj->node[i].slabs_total = (uint32_t)kv(key, 1500 + i);
+			dj->node[i].slabs_free = (uint32_t)kv(key, 1600 + i);
+		}
+		break;
+	case WIRE_DONOR_JOIN_OK:
+		m->u.donor_join_ok.donor_id = (uint32_t)kv(key, 79);
+		m->u.donor_join_ok.registry_epoch = kv(key, 80);
+		m->u.donor_join_ok.report_ms = (uint32_t)kv(key, 81) | 1;
+		m->u.donor_join_ok.flags = WIRE_DONOR_KNOWN & (uint32_t)key;
+		break;
+	case WIRE_DONOR_REPORT:
+		dr->donor_id = (uint32_t)kv(key, 82);
+		dr->epoch = kv(key, 83);
+		dr->slabs_free = (uint32_t)kv(key, 84);
+		dr->slabs_leased = (uint32_t)kv(key, 85);
+		dr->slabs_reclaiming = (uint32_t)kv(key, 86);
+		dr->flags = WIRE_STATUS_KNOWN & (uint32_t)key;
+		dr->bytes_read = kv(key, 87);
+		dr->bytes_written = kv(key, 88);
+		dr->ntenants = (uint16_t)(key % 50);
+		for (i = 0; i < dr->ntenants; i++) {
+			dr->tenant[i].tenant_id = (uint32_t)kv(key, 1700 + i);
+			dr->tenant[i].slabs = (uint32_t)kv(key, 1800 + i);
+			dr->tenant[i].sessions = (uint32_t)kv(key, 1900 + i);
+		}
+		dr->nredeemed = (uint16_t)(key % 21);
+		for (i = 0; i < dr->nredeemed; i++)
+			dr->redeemed[i] = kv(key, 2000 + i);
+		break;
+	case WIRE_DONOR_REPORT_OK:
+		m->u.donor_report_ok.registry_epoch = kv(key, 89);
+		m->u.donor_report_ok.flags = WIRE_DONOR_KNOWN & (uint32_t)key;
+		break;
+	case WIRE_ADMIN:
+	case WIRE_ADMIN_OK:
+		m->u.admin.json_len = (uint32_t)snprintf(
+			sample_json, sizeof(sample_json),
+			"{\"cmd\": \"quota-set\", \"name\": \"t%llx\", "
+			"\"quota_bytes\": %llu}",
+			(unsigned long long)kv(key, 90),
+			(unsigned long long)kv(key, 91));
+		m->u.admin.json = sample_json;
+		break;
+	default:
+		break;
+	}
 }
 
 static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
@@ -262,6 +618,7 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 		m->u.lease.node = kn(key, 23);
 		break;
 	case WIRE_LEASE_OK:
+	case WIRE_LEASE_GRANT_OK:
 		m->u.lease_ok.ttl_ms = (uint32_t)kv(key, 7) | 1;
 		n = (uint32_t)(1 + key % 9);
 		m->u.lease_ok.count = n;
@@ -293,6 +650,7 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 		m->u.release_ok.released = (uint32_t)(key % WIRE_MAX_LEASES);
 		break;
 	case WIRE_HEARTBEAT_OK:
+	case WIRE_HEARTBEAT2_OK:
 		m->u.heartbeat_ok.ttl_ms = (uint32_t)kv(key, 8) | 1;
 		m->u.heartbeat_ok.nleases = (uint32_t)kv(key, 9);
 		m->u.heartbeat_ok.epoch = kv(key, 10);
@@ -324,6 +682,7 @@ static void sample(uint8_t type, uint64_t key, struct wire_msg *m)
 			 (unsigned long long)kv(key, 22));
 		break;
 	default:
+		sample2(type, key, m);
 		break;
 	}
 }
@@ -338,6 +697,31 @@ static ssize_t enc(const struct wire_msg *msg)
 	return wire_encode(msg, buf, sizeof(buf));
 }
 
+static bool is_admin(uint8_t type)
+{
+	return type == WIRE_ADMIN || type == WIRE_ADMIN_OK;
+}
+
+/*
+ * a == b as decode defines it: memcmp, except that ADMIN's json is a
+ * pointer into whichever buffer was decoded, so its bytes are compared.
+ */
+static bool msg_eq(const struct wire_msg *a, const struct wire_msg *b)
+{
+	static struct wire_msg ca, cb;
+
+	if (!is_admin(a->type))
+		return memcmp(a, b, sizeof(*a)) == 0;
+	if (a->type != b->type || a->u.admin.json_len != b->u.admin.json_len ||
+	    !a->u.admin.json || !b->u.admin.json ||
+	    memcmp(a->u.admin.json, b->u.admin.json, a->u.admin.json_len))
+		return false;
+	ca = *a;
+	cb = *b;
+	ca.u.admin.json = cb.u.admin.json = NULL;
+	return memcmp(&ca, &cb, sizeof(ca)) == 0;
+}
+
 /* Encoded bytes equal the spec's; decode gives m back; re-encode is equal. */
 static void check_roundtrip(const struct wire_msg *msg)
 {
@@ -350,7 +734,9 @@ static void check_roundtrip(const struct wire_msg *msg)
 	ck_assert_int_eq(wire_frame_len(buf, (size_t)n), n);
 	memset(&m2, 0xa5, sizeof(m2));
 	ck_assert_int_eq(wire_decode(buf, (size_t)n, &m2), n);
-	ck_assert_int_eq(memcmp(msg, &m2, sizeof(m2)), 0);
+	ck_assert(msg_eq(msg, &m2));
+	if (is_admin(msg->type)) /* no copy: json points into the frame */
+		ck_assert_ptr_eq(m2.u.admin.json, buf + WIRE_HDR_LEN + 2);
 	ck_assert_int_eq(wire_encode(&m2, buf2, sizeof(buf2)), n);
 	ck_assert_mem_eq(buf, buf2, (size_t)n);
 }
@@ -643,6 +1029,23 @@ START_TEST(type_names)
 	ck_assert_str_eq(wire_type_name(WIRE_STATUS_OK), "STATUS_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_BYE_OK), "BYE_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_ERROR), "ERROR");
+	ck_assert_str_eq(wire_type_name(WIRE_AUTH), "AUTH");
+	ck_assert_str_eq(wire_type_name(WIRE_AUTH_CHALLENGE), "AUTH_CHALLENGE");
+	ck_assert_str_eq(wire_type_name(WIRE_AUTH_PROOF), "AUTH_PROOF");
+	ck_assert_str_eq(wire_type_name(WIRE_AUTH_OK), "AUTH_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_PLACE), "PLACE");
+	ck_assert_str_eq(wire_type_name(WIRE_PLACE_OK), "PLACE_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_LEASE_GRANT), "LEASE_GRANT");
+	ck_assert_str_eq(wire_type_name(WIRE_LEASE_GRANT_OK), "LEASE_GRANT_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_HEARTBEAT2), "HEARTBEAT2");
+	ck_assert_str_eq(wire_type_name(WIRE_HEARTBEAT2_OK), "HEARTBEAT2_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_DONOR_JOIN), "DONOR_JOIN");
+	ck_assert_str_eq(wire_type_name(WIRE_DONOR_JOIN_OK), "DONOR_JOIN_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_DONOR_REPORT), "DONOR_REPORT");
+	ck_assert_str_eq(wire_type_name(WIRE_DONOR_REPORT_OK),
+			 "DONOR_REPORT_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_ADMIN), "ADMIN");
+	ck_assert_str_eq(wire_type_name(WIRE_ADMIN_OK), "ADMIN_OK");
 }
 END_TEST
 
@@ -1219,6 +1622,860 @@ START_TEST(make_error)
 }
 END_TEST
 
+/* --- protocol 2 --------------------------------------------------------- */
+
+/* Patches the u16 at payload offset off of tb. */
+static void tb_patch16(size_t off, uint16_t v)
+{
+	tb.b[WIRE_HDR_LEN + off] = v & 0xff;
+	tb.b[WIRE_HDR_LEN + off + 1] = v >> 8;
+}
+
+/* Inserts n bytes of p at payload offset off of tb (len patched). */
+static void tb_insert(size_t off, const void *p, size_t n)
+{
+	uint8_t *at = tb.b + WIRE_HDR_LEN + off;
+
+	memmove(at + n, at, tb.n - WIRE_HDR_LEN - off);
+	memcpy(at, p, n);
+	tb.n += n;
+	tb_end(&tb);
+}
+
+/* Every prefix of a valid frame is -EAGAIN; every shorter payload (len
+ * saying so) is -EBADMSG; one byte more in the payload is -EBADMSG. */
+static void check_truncations(const struct wire_msg *msg)
+{
+	ssize_t n = enc(msg), k;
+	size_t full;
+
+	ck_assert_int_gt(n, 0);
+	for (k = 0; k < n; k++)
+		ck_assert_int_eq(wire_decode(buf, (size_t)k, &m2), -EAGAIN);
+	spec_frame(msg, &tb);
+	full = tb.n;
+	ck_assert_int_eq(full, n);
+	for (tb.n = WIRE_HDR_LEN; tb.n < full; tb.n++) {
+		tb_end(&tb);
+		check_tb_rejected();
+	}
+	tb.n = full;
+	tb_u8(&tb, 0);
+	tb_end(&tb);
+	check_tb_rejected();
+}
+
+START_TEST(golden_auth)
+{
+	static const uint8_t want[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x07, 0x00, 0x00, /* AUTH */
+		0x05, 0x00, 0x00, 0x00, 0x2a, 0x00, 0x00, 0x00, /* seq 5, 42 */
+		0x03, 0x00, 0x61, 0x63, 0x6d,			/* "acm" */
+		0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, /* cnonce */
+		0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, /* (raw, */
+		0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, /* no */
+		0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f, /* length) */
+		0x03, 0x00, 0xf0, 0x00, 0xf2, /* pass: 3 bytes */
+	};
+	int i;
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_AUTH;
+	m.seq = 5;
+	strcpy(m.u.auth.principal, "acm");
+	for (i = 0; i < WIRE_NONCE_LEN; i++)
+		m.u.auth.cnonce[i] = (uint8_t)i;
+	m.u.auth.pass_len = 3;
+	m.u.auth.pass[0] = 0xf0;
+	m.u.auth.pass[2] = 0xf2;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(want));
+	ck_assert_mem_eq(buf, want, sizeof(want));
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	/* Without a pass: principal, nonce, a zero length. */
+	m.u.auth.pass_len = 0;
+	memset(m.u.auth.pass, 0, sizeof(m.u.auth.pass));
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 5 + 32 + 2);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 37] | buf[WIRE_HDR_LEN + 38], 0);
+	check_roundtrip(&m);
+}
+END_TEST
+
+/* The ticket inside LEASE_GRANT, byte by byte, and wire_ticket_body. */
+START_TEST(golden_lease_grant)
+{
+	static const uint8_t want[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x0a, 0x00, 0x00, /* GRANT */
+		0x0b, 0x00, 0x00, 0x00, 0x50, 0x00, 0x00, 0x00, /* seq, 80 */
+		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, /* grant_id */
+		0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, /* reg epoch */
+		0x31, 0x32, 0x33, 0x34,				/* tenant */
+		0x41, 0x42, 0x43, 0x44,				/* donor */
+		0x51, 0x52, 0x53, 0x54, 0x55, 0x56, 0x57, 0x58, /* d. epoch */
+		0x00, 0x01, 0x00, 0x00,				/* nslabs 256 */
+		0xff, 0xff, 0xff, 0xff,				/* node -1 */
+		0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0x68, /* expires */
+		0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, /* mac */
+		0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf,
+		0xb0, 0xb1, 0xb2, 0xb3, 0xb4, 0xb5, 0xb6, 0xb7,
+		0xb8, 0xb9, 0xba, 0xbb, 0xbc, 0xbd, 0xbe, 0xbf,
+	};
+	struct wire_ticket *t = &m.u.lease_grant.ticket;
+	uint8_t body[WIRE_TICKET_BODY_LEN + 1];
+	int i;
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_LEASE_GRANT;
+	m.seq = 11;
+	t->grant_id = 0x1817161514131211ull;
+	t->registry_epoch = 0x2827262524232221ull;
+	t->tenant_id = 0x34333231;
+	t->donor_id = 0x44434241;
+	t->donor_epoch = 0x5857565554535251ull;
+	t->nslabs = 256;
+	t->node = WIRE_NODE_ANY;
+	t->expires_ms = 0x6867666564636261ull;
+	for (i = 0; i < WIRE_MAC_LEN; i++)
+		t->mac[i] = (uint8_t)(0xa0 + i);
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(want));
+	ck_assert_mem_eq(buf, want, sizeof(want));
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	/* The MAC covers the 48 body bytes as they travel, and nothing else. */
+	memset(body, 0x5a, sizeof(body));
+	wire_ticket_body(t, body);
+	ck_assert_mem_eq(body, want + WIRE_HDR_LEN, WIRE_TICKET_BODY_LEN);
+	ck_assert_int_eq(body[WIRE_TICKET_BODY_LEN], 0x5a);
+	memset(t->mac, 0, WIRE_MAC_LEN);
+	wire_ticket_body(t, body);
+	ck_assert_mem_eq(body, want + WIRE_HDR_LEN, WIRE_TICKET_BODY_LEN);
+	t->node = 5;
+	wire_ticket_body(t, body);
+	ck_assert_int_eq(body[36], 5);
+	ck_assert_int_eq(body[37] | body[38] | body[39], 0);
+}
+END_TEST
+
+/* Two grants with a replica each way; every byte as protocol.md draws it. */
+START_TEST(golden_place_ok)
+{
+	static const uint8_t grant_head[2][4 + 8 + 2 + 6] = {
+		{ 0x07, 0x00, 0x00, 0x00, 0x71, 0,   0,	  0,   0,   0,
+		  0,	0,    0x06, 0x00, 'a',	':', '7', '0', '7', '0' },
+		{ 0x09, 0x00, 0x00, 0x00, 0x72, 0,   0,	  0,   0,   0,
+		  0,	0,    0x06, 0x00, 'b',	':', '7', '0', '7', '0' },
+	};
+	static const uint8_t layout[] = {
+		0x03, 0x00,		/* nslabs 3 */
+		0x00, 0x01, 0x01, 0x00, /* (0, 1), (1, 0) */
+		0x00, 0xff,		/* (0, none) */
+	};
+	struct wire_place_ok *p = &m.u.place_ok;
+	size_t off;
+	int g;
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_PLACE_OK;
+	m.seq = 3;
+	p->registry_epoch = 0x0807060504030201ull;
+	p->ngrants = 2;
+	for (g = 0; g < 2; g++) {
+		struct wire_grant *gr = &p->grant[g];
+
+		gr->donor_id = g ? 9 : 7;
+		gr->donor_epoch = g ? 0x72 : 0x71;
+		strcpy(gr->addr, g ? "b:7070" : "a:7070");
+		gr->ticket.grant_id = 100 + (uint64_t)g;
+		gr->ticket.registry_epoch = p->registry_epoch;
+		gr->ticket.tenant_id = 4;
+		gr->ticket.donor_id = gr->donor_id;
+		gr->ticket.donor_epoch = gr->donor_epoch;
+		gr->ticket.nslabs = g ? 2 : 3;
+		gr->ticket.node = g;
+		gr->ticket.expires_ms = 1700000000000ull;
+		memset(gr->ticket.mac, 0xc0 + g, WIRE_MAC_LEN);
+	}
+	p->nslabs = 3;
+	p->layout[0] = (struct wire_layout){ 0, 1 };
+	p->layout[1] = (struct wire_layout){ 1, 0 };
+	p->layout[2] = (struct wire_layout){ 0, WIRE_NO_GRANT };
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 10 + 2 * (20 + 80) + 8);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN], 0x01);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 7], 0x08);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 8], 2); /* ngrants */
+	ck_assert_int_eq(buf[WIRE_HDR_LEN + 9], 0);
+	off = WIRE_HDR_LEN + 10;
+	for (g = 0; g < 2; g++) {
+		uint8_t body[WIRE_TICKET_BODY_LEN];
+
+		ck_assert_mem_eq(buf + off, grant_head[g], 20);
+		wire_ticket_body(&p->grant[g].ticket, body);
+		ck_assert_mem_eq(buf + off + 20, body, WIRE_TICKET_BODY_LEN);
+		ck_assert_int_eq(buf[off + 20 + 32], (g ? 2 : 3)); /* nslabs */
+		ck_assert_int_eq(buf[off + 20 + 48], 0xc0 + g);	   /* mac[0] */
+		ck_assert_int_eq(buf[off + 20 + 79], 0xc0 + g);	   /* mac[31] */
+		off += 100;
+	}
+	ck_assert_mem_eq(buf + off, layout, sizeof(layout));
+	check_roundtrip(&m);
+	check_truncations(&m);
+}
+END_TEST
+
+START_TEST(golden_admin)
+{
+	static const uint8_t want[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x0e, 0x00, 0x00, /* ADMIN */
+		0x02, 0x00, 0x00, 0x00, 0x12, 0x00, 0x00, 0x00, /* seq, 18 */
+		0x10, 0x00, '{',  '"',	'c',  'm',  'd',  '"',	/* 16 bytes */
+		':',  '"',  'd',  'o',	'n',  'o',  'r',  's',	'"', '}',
+	};
+	static const char json[] = "{\"cmd\":\"donors\"}";
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_ADMIN;
+	m.seq = 2;
+	m.u.admin.json = json;
+	m.u.admin.json_len = (uint32_t)strlen(json);
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(want));
+	ck_assert_mem_eq(buf, want, sizeof(want));
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	/* Decoding points into the frame, not NUL-terminated, no copy. */
+	memcpy(buf2, want, sizeof(want));
+	ck_assert_int_eq(wire_decode(buf2, sizeof(want), &m2), sizeof(want));
+	ck_assert_ptr_eq(m2.u.admin.json, (const char *)buf2 + 18);
+	ck_assert_int_eq(m2.u.admin.json_len, 16);
+	/* ADMIN_OK: the same layout. */
+	m.type = WIRE_ADMIN_OK;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(want));
+	ck_assert_int_eq(buf[5], 0x8e);
+	ck_assert_mem_eq(buf + 6, want + 6, sizeof(want) - 6);
+}
+END_TEST
+
+/* A string field at payload offset off, at its longest (max - 1 bytes in
+ * m), must round-trip; one byte longer on the wire must not decode. */
+static void check_str_limit(const struct wire_msg *msg, size_t off)
+{
+	uint16_t n;
+
+	check_roundtrip(msg);
+	spec_frame(msg, &tb);
+	n = (uint16_t)(tb.b[WIRE_HDR_LEN + off] | tb.b[WIRE_HDR_LEN + off + 1]
+							  << 8);
+	tb_patch16(off, (uint16_t)(n + 1));
+	tb_insert(off + 2 + n, "x", 1);
+	check_tb_rejected();
+}
+
+START_TEST(auth_bounds)
+{
+	sample(WIRE_AUTH, 1, &m);
+	fill_str(m.u.auth.principal, WIRE_NAME_MAX - 1, 4);
+	m.u.auth.pass_len = WIRE_PASS_MAX;
+	fill_bytes(m.u.auth.pass, WIRE_PASS_MAX, 4, 9);
+	check_str_limit(&m, 0);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 2 + 63 + 32 + 2 + 192);
+
+	/* A principal that fills the array has no room for its NUL. */
+	memset(m.u.auth.principal, 'p', WIRE_NAME_MAX);
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	/* An empty principal names nobody. */
+	m.u.auth.principal[0] = '\0';
+	check_both_reject(&m);
+
+	/* A pass one byte over WIRE_PASS_MAX. */
+	sample(WIRE_AUTH, 2, &m);
+	m.u.auth.pass_len = WIRE_PASS_MAX + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.auth.pass_len = WIRE_PASS_MAX;
+	spec_frame(&m, &tb);
+	tb_patch16(tb.n - WIRE_HDR_LEN - WIRE_PASS_MAX - 2, WIRE_PASS_MAX + 1);
+	tb_u8(&tb, 0);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	/* Principal with a NUL inside. */
+	sample(WIRE_AUTH, 3, &m);
+	strcpy(m.u.auth.principal, "ab");
+	spec_frame(&m, &tb);
+	tb.b[WIRE_HDR_LEN + 3] = '\0';
+	check_tb_rejected();
+}
+END_TEST
+
+START_TEST(auth_ok_bounds)
+{
+	struct wire_auth_ok *a = &m.u.auth_ok;
+	static const uint8_t bad_roles[] = { 0, 4, 0x80, 0xff };
+	size_t i, pass_off;
+
+	/* Minimal: an admin, no tenant, no pass. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_AUTH_OK;
+	a->role = WIRE_ROLE_ADMIN;
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 32 + 1 + 12 + 2 + 2);
+	a->role = WIRE_ROLE_DONOR;
+	a->flags = WIRE_AUTH_REGISTRY;
+	check_roundtrip(&m);
+
+	/* Full: a tenant at the registry with the largest pass and box. */
+	sample(WIRE_AUTH_OK, 3, &m);
+	ck_assert_int_eq(a->role, WIRE_ROLE_TENANT);
+	a->flags = WIRE_AUTH_KNOWN;
+	a->pass_ttl_ms = UINT32_MAX;
+	a->pass_len = WIRE_PASS_MAX;
+	a->box_len = WIRE_BOX_MAX;
+	fill_bytes(a->pass, WIRE_PASS_MAX, 3, 1);
+	fill_bytes(a->box, WIRE_BOX_MAX, 3, 2);
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 45 + 2 + 192 + 2 + 96);
+
+	/* pass and box one byte over their limits */
+	a->pass_len = WIRE_PASS_MAX + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	a->pass_len = WIRE_PASS_MAX;
+	a->box_len = WIRE_BOX_MAX + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	a->box_len = WIRE_BOX_MAX;
+	spec_frame(&m, &tb);
+	pass_off = 45;
+	tb_patch16(pass_off, WIRE_PASS_MAX + 1);
+	tb_insert(pass_off + 2 + WIRE_PASS_MAX, "p", 1);
+	check_tb_rejected();
+	spec_frame(&m, &tb);
+	tb_patch16(pass_off + 2 + WIRE_PASS_MAX, WIRE_BOX_MAX + 1);
+	tb_u8(&tb, 0);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	for (i = 0; i < sizeof(bad_roles); i++) {
+		sample(WIRE_AUTH_OK, 2, &m);
+		a->role = bad_roles[i];
+		check_both_reject(&m);
+	}
+	sample(WIRE_AUTH_OK, 2, &m);
+	a->flags = WIRE_AUTH_KNOWN + 1;
+	check_both_reject(&m);
+	a->flags = 0x80000000u;
+	check_both_reject(&m);
+
+	/* tenant_id only for a tenant; a pass only for a tenant. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_AUTH_OK;
+	a->role = WIRE_ROLE_DONOR;
+	a->tenant_id = 1;
+	check_both_reject(&m);
+	a->role = WIRE_ROLE_TENANT;
+	check_roundtrip(&m);
+	a->pass_len = a->box_len = 1;
+	a->pass_ttl_ms = 1;
+	check_roundtrip(&m);
+	a->role = WIRE_ROLE_ADMIN;
+	a->tenant_id = 0;
+	check_both_reject(&m);
+
+	/* pass, pass_ttl_ms and box come together or not at all. */
+	a->role = WIRE_ROLE_TENANT;
+	a->pass_ttl_ms = 0;
+	check_both_reject(&m);
+	a->pass_ttl_ms = 1;
+	a->box_len = 0;
+	check_both_reject(&m);
+	a->box_len = 1;
+	a->pass_len = 0;
+	check_both_reject(&m);
+	a->box_len = 0;
+	check_both_reject(&m); /* a lifetime, but no pass */
+	a->pass_ttl_ms = 0;
+	check_roundtrip(&m);
+}
+END_TEST
+
+START_TEST(small_v2_bounds)
+{
+	size_t i;
+
+	/* AUTH_CHALLENGE and AUTH_PROOF: exactly 32 raw bytes. */
+	sample(WIRE_AUTH_CHALLENGE, 1, &m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + WIRE_NONCE_LEN);
+	ck_assert_mem_eq(buf + WIRE_HDR_LEN, m.u.auth_challenge.snonce,
+			 WIRE_NONCE_LEN);
+	check_truncations(&m);
+	sample(WIRE_AUTH_PROOF, 1, &m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + WIRE_MAC_LEN);
+	ck_assert_mem_eq(buf + WIRE_HDR_LEN, m.u.auth_proof.mac, WIRE_MAC_LEN);
+	check_truncations(&m);
+
+	/* PLACE: as LEASE, with the REPLICA flag. */
+	sample(WIRE_PLACE, 1, &m);
+	m.u.place.nslabs = 1;
+	m.u.place.flags = 0;
+	m.u.place.node = WIRE_NODE_ANY;
+	check_roundtrip(&m);
+	m.u.place.nslabs = WIRE_MAX_LEASES;
+	m.u.place.flags = WIRE_PLACE_REPLICA;
+	m.u.place.node = WIRE_NODE_MAX - 1;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 12);
+	m.u.place.nslabs = 0;
+	check_both_reject(&m);
+	m.u.place.nslabs = WIRE_MAX_LEASES + 1;
+	check_both_reject(&m);
+	m.u.place.nslabs = 1;
+	m.u.place.flags = WIRE_PLACE_KNOWN + 1;
+	check_both_reject(&m);
+	m.u.place.flags = 0x80000000u;
+	check_both_reject(&m);
+	m.u.place.flags = 0;
+	for (i = 0; i < NBAD_NODES; i++) {
+		m.u.place.node = bad_nodes[i];
+		check_both_reject(&m);
+	}
+
+	/* HEARTBEAT2: any counters. */
+	sample(WIRE_HEARTBEAT2, 1, &m);
+	m.u.heartbeat2.bytes_read = UINT64_MAX;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 24);
+	memset(&m.u.heartbeat2, 0, sizeof(m.u.heartbeat2));
+	check_roundtrip(&m);
+
+	/* HEARTBEAT2_OK: the bounds of HEARTBEAT_OK. */
+	sample(WIRE_HEARTBEAT2_OK, 1, &m);
+	m.u.heartbeat_ok.ttl_ms = 1;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	m.u.heartbeat_ok.ttl_ms = 0;
+	check_both_reject(&m);
+
+	/* DONOR_JOIN_OK and DONOR_REPORT_OK. */
+	sample(WIRE_DONOR_JOIN_OK, 1, &m);
+	m.u.donor_join_ok.report_ms = 1;
+	m.u.donor_join_ok.flags = WIRE_DONOR_KNOWN;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 20);
+	m.u.donor_join_ok.report_ms = 0;
+	check_both_reject(&m);
+	m.u.donor_join_ok.report_ms = 1;
+	m.u.donor_join_ok.flags = WIRE_DONOR_KNOWN + 1;
+	check_both_reject(&m);
+	m.u.donor_join_ok.flags = 0x80000000u;
+	check_both_reject(&m);
+
+	sample(WIRE_DONOR_REPORT_OK, 1, &m);
+	m.u.donor_report_ok.flags = WIRE_DONOR_DRAIN;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 12);
+	m.u.donor_report_ok.flags = 0;
+	check_roundtrip(&m);
+	m.u.donor_report_ok.flags = WIRE_DONOR_KNOWN + 1;
+	check_both_reject(&m);
+}
+END_TEST
+
+/* A ticket's own bounds, in LEASE_GRANT. */
+START_TEST(ticket_bounds)
+{
+	struct wire_ticket *t = &m.u.lease_grant.ticket;
+	size_t i;
+
+	sample(WIRE_LEASE_GRANT, 1, &m);
+	t->nslabs = 1;
+	t->node = 0;
+	check_roundtrip(&m);
+	t->nslabs = WIRE_MAX_LEASES;
+	t->node = WIRE_NODE_MAX - 1;
+	t->grant_id = t->expires_ms = UINT64_MAX;
+	check_roundtrip(&m);
+	t->nslabs = 0;
+	check_both_reject(&m);
+	t->nslabs = WIRE_MAX_LEASES + 1;
+	check_both_reject(&m);
+	t->nslabs = UINT32_MAX;
+	check_both_reject(&m);
+	t->nslabs = 1;
+	for (i = 0; i < NBAD_NODES; i++) {
+		t->node = bad_nodes[i];
+		check_both_reject(&m);
+	}
+}
+END_TEST
+
+/* LEASE_GRANT_OK has LEASE_OK's layout and bounds. */
+START_TEST(lease_grant_ok_bounds)
+{
+	uint32_t i;
+
+	sample(WIRE_LEASE_GRANT_OK, 1, &m);
+	m.u.lease_ok.count = 0;
+	memset(m.u.lease_ok.lease, 0, sizeof(m.u.lease_ok.lease));
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 8);
+
+	sample(WIRE_LEASE_GRANT_OK, 2, &m);
+	m.u.lease_ok.count = WIRE_MAX_LEASES;
+	for (i = 0; i < WIRE_MAX_LEASES; i++) {
+		m.u.lease_ok.lease[i].slab = i;
+		m.u.lease_ok.lease[i].endpoint = i % WIRE_MAX_ENDPOINTS;
+		m.u.lease_ok.lease[i].node = (int32_t)(i % 4);
+	}
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 8 + WIRE_MAX_LEASES * 46);
+	/* The same bytes as LEASE_OK, but for the type. */
+	m.type = WIRE_LEASE_OK;
+	ck_assert_int_eq(wire_encode(&m, buf2, sizeof(buf2)),
+			 WIRE_HDR_LEN + 8 + WIRE_MAX_LEASES * 46);
+	m.type = WIRE_LEASE_GRANT_OK;
+	enc(&m);
+	ck_assert_int_eq(buf[5], WIRE_LEASE_GRANT_OK);
+	ck_assert_mem_eq(buf + 6, buf2 + 6,
+			 WIRE_HDR_LEN - 6 + 8 + WIRE_MAX_LEASES * 46);
+
+	m.u.lease_ok.count = WIRE_MAX_LEASES + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.lease_ok.count = WIRE_MAX_LEASES;
+	spec_frame(&m, &tb);
+	tb.b[WIRE_HDR_LEN + 4] = (WIRE_MAX_LEASES + 1) & 0xff;
+	tb.b[WIRE_HDR_LEN + 5] = (WIRE_MAX_LEASES + 1) >> 8;
+	tb_bytes(&tb, tb.b + WIRE_HDR_LEN + 8, 46);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	sample(WIRE_LEASE_GRANT_OK, 3, &m);
+	m.u.lease_ok.ttl_ms = 0;
+	check_both_reject(&m);
+	sample(WIRE_LEASE_GRANT_OK, 4, &m);
+	m.u.lease_ok.lease[0].endpoint = WIRE_MAX_ENDPOINTS;
+	check_both_reject(&m);
+	sample(WIRE_LEASE_GRANT_OK, 4, &m);
+	m.u.lease_ok.lease[0].node = WIRE_NODE_MAX;
+	check_both_reject(&m);
+}
+END_TEST
+
+START_TEST(place_ok_bounds)
+{
+	struct wire_place_ok *p = &m.u.place_ok;
+	struct wire_grant extra;
+	size_t layout_off;
+	uint16_t g;
+
+	/* Minimal: one grant, one slab. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_PLACE_OK;
+	make_place_ok(p, 1, 1, 1, false);
+	check_roundtrip(&m);
+	check_truncations(&m);
+
+	/* Largest: 16 grants with 127-byte addresses, 256 slabs, replicas. */
+	make_place_ok(p, 2, WIRE_MAX_GRANTS, WIRE_MAX_LEASES, true);
+	for (g = 0; g < WIRE_MAX_GRANTS; g++)
+		fill_str(p->grant[g].addr, WIRE_HOSTPORT_MAX - 1, 10 + g);
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 10 +
+					  WIRE_MAX_GRANTS * (14 + 127 + 80) +
+					  2 + 2 * WIRE_MAX_LEASES);
+	check_str_limit(&m, 10 + 12); /* grant[0].addr */
+
+	/* 17 grants, otherwise consistent: the count alone refuses it. */
+	make_place_ok(p, 3, WIRE_MAX_GRANTS, WIRE_MAX_GRANTS, false);
+	p->ngrants = WIRE_MAX_GRANTS + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	p->ngrants = WIRE_MAX_GRANTS;
+	spec_frame(&m, &tb);
+	extra = p->grant[0];
+	extra.donor_id = 0x5eed;
+	extra.ticket.donor_id = 0x5eed;
+	layout_off = tb.n - WIRE_HDR_LEN - 2 - 2 * WIRE_MAX_GRANTS;
+	tb_patch16(8, WIRE_MAX_GRANTS + 1);
+	{
+		struct tb one = { .n = 0 };
+		uint8_t slab[2] = { WIRE_MAX_GRANTS, WIRE_NO_GRANT };
+
+		tb_grant(&one, &extra);
+		tb_insert(layout_off, one.b, one.n);
+		layout_off += one.n;
+		tb_patch16(layout_off, WIRE_MAX_GRANTS + 1);
+		tb_u8(&tb, slab[0]);
+		tb_u8(&tb, slab[1]);
+		tb_end(&tb);
+	}
+	check_tb_rejected();
+
+	/* No grant, no slab: both refused. */
+	make_place_ok(p, 4, 2, 4, false);
+	p->ngrants = 0;
+	check_both_reject(&m);
+	make_place_ok(p, 4, 2, 4, false);
+	p->nslabs = 0;
+	p->grant[0].ticket.nslabs = p->grant[1].ticket.nslabs = 0;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+
+	/* 257 slabs over two grants (129 + 128): the count alone refuses. */
+	make_place_ok(p, 5, 2, WIRE_MAX_LEASES, false);
+	p->nslabs = WIRE_MAX_LEASES + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	p->nslabs = WIRE_MAX_LEASES;
+	p->grant[0].ticket.nslabs++;
+	spec_frame(&m, &tb);
+	tb_patch16(tb.n - WIRE_HDR_LEN - 2 - 2 * WIRE_MAX_LEASES,
+		   WIRE_MAX_LEASES + 1);
+	tb_u8(&tb, 0);
+	tb_u8(&tb, WIRE_NO_GRANT);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	/* Layout indices. */
+	make_place_ok(p, 6, 3, 9, true);
+	check_roundtrip(&m);
+	p->layout[8].primary = 3; /* == ngrants */
+	check_both_reject(&m);
+	make_place_ok(p, 6, 3, 9, true);
+	p->layout[8].replica = 3;
+	check_both_reject(&m);
+	make_place_ok(p, 6, 3, 9, true);
+	p->layout[8].replica = 0xfe;
+	check_both_reject(&m);
+	make_place_ok(p, 6, 3, 9, true);
+	p->grant[p->layout[8].replica].ticket.nslabs--;
+	p->grant[p->layout[8].primary].ticket.nslabs++;
+	p->layout[8].replica = p->layout[8].primary; /* same grant twice */
+	check_both_reject(&m);
+	make_place_ok(p, 6, 3, 9, true);
+	p->grant[p->layout[8].replica].ticket.nslabs--;
+	p->layout[8].replica = WIRE_NO_GRANT; /* one slab without a copy */
+	check_roundtrip(&m);
+
+	/* Ticket counts must match the layout exactly. */
+	make_place_ok(p, 7, 3, 9, false);
+	p->grant[1].ticket.nslabs++;
+	check_both_reject(&m);
+	make_place_ok(p, 7, 3, 9, false);
+	p->grant[2].ticket.nslabs--;
+	check_both_reject(&m);
+	make_place_ok(p, 7, 3, 3, false);
+	p->layout[2].primary = 0; /* grant 2 named by no slab */
+	p->grant[0].ticket.nslabs++;
+	check_both_reject(&m);
+	make_place_ok(p, 7, 3, 9, false);
+	p->grant[0].ticket.nslabs = 0; /* an invalid ticket first */
+	check_both_reject(&m);
+
+	/* Grants and their tickets agree; donors are distinct. */
+	make_place_ok(p, 8, 4, 8, false);
+	p->grant[3].ticket.donor_id++;
+	check_both_reject(&m);
+	make_place_ok(p, 8, 4, 8, false);
+	p->grant[3].ticket.donor_epoch++;
+	check_both_reject(&m);
+	make_place_ok(p, 8, 4, 8, false);
+	p->grant[3].ticket.registry_epoch++;
+	check_both_reject(&m);
+	make_place_ok(p, 8, 4, 8, false);
+	p->grant[3].donor_id = p->grant[1].donor_id;
+	p->grant[3].ticket.donor_id = p->grant[1].donor_id;
+	check_both_reject(&m);
+	make_place_ok(p, 8, 4, 8, false);
+	p->grant[3].ticket.node = WIRE_NODE_MAX;
+	check_both_reject(&m);
+
+	/* An empty address, and one that fills its array. */
+	make_place_ok(p, 9, 2, 2, false);
+	p->grant[1].addr[0] = '\0';
+	check_both_reject(&m);
+	make_place_ok(p, 9, 2, 2, false);
+	memset(p->grant[1].addr, 'a', WIRE_HOSTPORT_MAX);
+	ck_assert_int_eq(enc(&m), -EINVAL);
+}
+END_TEST
+
+START_TEST(donor_join_bounds)
+{
+	struct wire_donor_join *d = &m.u.donor_join;
+	size_t i;
+
+	/* Minimal: one-byte name and address, no nodes. */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_DONOR_JOIN;
+	strcpy(d->name, "h");
+	strcpy(d->addr, "a");
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 2 + 1 + 2 + 1 + 22);
+
+	/* Largest: 63 + 127 bytes and eight nodes. */
+	sample(WIRE_DONOR_JOIN, 8, &m);
+	ck_assert_int_eq(d->nnodes, WIRE_MAX_NODES);
+	fill_str(d->name, WIRE_NAME_MAX - 1, 5);
+	fill_str(d->addr, WIRE_HOSTPORT_MAX - 1, 6);
+	check_str_limit(&m, 0);
+	check_str_limit(&m, 2 + WIRE_NAME_MAX - 1);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 2 + 63 + 2 + 127 + 22 + 96);
+
+	d->nnodes = WIRE_MAX_NODES + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	d->nnodes = WIRE_MAX_NODES;
+	spec_frame(&m, &tb);
+	tb.b[tb.n - 12 * WIRE_MAX_NODES - 2] = WIRE_MAX_NODES + 1;
+	tb_bytes(&tb, tb.b + tb.n - 12, 12);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	for (i = 0; i < NBAD_NODES; i++) {
+		sample(WIRE_DONOR_JOIN, 8, &m);
+		d->node[WIRE_MAX_NODES - 1].node = bad_nodes[i];
+		check_both_reject(&m);
+	}
+	sample(WIRE_DONOR_JOIN, 2, &m);
+	d->name[0] = '\0';
+	check_both_reject(&m);
+	sample(WIRE_DONOR_JOIN, 2, &m);
+	d->addr[0] = '\0';
+	check_both_reject(&m);
+	sample(WIRE_DONOR_JOIN, 2, &m);
+	memset(d->name, 'n', WIRE_NAME_MAX);
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	sample(WIRE_DONOR_JOIN, 2, &m);
+	memset(d->addr, 'a', WIRE_HOSTPORT_MAX);
+	ck_assert_int_eq(enc(&m), -EINVAL);
+}
+END_TEST
+
+START_TEST(donor_report_bounds)
+{
+	struct wire_donor_report *d = &m.u.donor_report;
+	size_t red_off;
+	uint32_t i;
+
+	/* Minimal: nothing to report. */
+	sample(WIRE_DONOR_REPORT, 1, &m);
+	d->ntenants = d->nredeemed = 0;
+	memset(d->tenant, 0, sizeof(d->tenant));
+	memset(d->redeemed, 0, sizeof(d->redeemed));
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 48);
+
+	/* Largest: 1024 tenants and 256 redeemed grants fit one frame. */
+	d->ntenants = WIRE_MAX_TENANTS;
+	d->nredeemed = WIRE_MAX_REDEEMED;
+	d->flags = WIRE_STATUS_KNOWN;
+	for (i = 0; i < WIRE_MAX_TENANTS; i++) {
+		d->tenant[i].tenant_id = i + 1;
+		d->tenant[i].slabs = (uint32_t)kv(12, i);
+		d->tenant[i].sessions = i % 7;
+	}
+	for (i = 0; i < WIRE_MAX_REDEEMED; i++)
+		d->redeemed[i] = kv(13, i);
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 48 + 12 * 1024 + 8 * 256);
+	ck_assert_int_le(48 + 12 * 1024 + 8 * 256, WIRE_MAX_PAYLOAD);
+
+	/* One more tenant (encode; decode with a well-formed 1025th). */
+	d->ntenants = WIRE_MAX_TENANTS + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	d->ntenants = WIRE_MAX_TENANTS;
+	spec_frame(&m, &tb);
+	tb_patch16(44, WIRE_MAX_TENANTS + 1); /* ntenants */
+	tb_insert(46 + 12 * WIRE_MAX_TENANTS, tb.b + WIRE_HDR_LEN + 46, 12);
+	check_tb_rejected();
+
+	/* One more redeemed id. */
+	d->nredeemed = WIRE_MAX_REDEEMED + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	d->nredeemed = WIRE_MAX_REDEEMED;
+	spec_frame(&m, &tb);
+	red_off = 46 + 12 * WIRE_MAX_TENANTS; /* nredeemed */
+	tb_patch16(red_off, WIRE_MAX_REDEEMED + 1);
+	tb_u64(&tb, 77);
+	tb_end(&tb);
+	check_tb_rejected();
+
+	sample(WIRE_DONOR_REPORT, 2, &m);
+	d->flags = WIRE_STATUS_KNOWN + 1;
+	check_both_reject(&m);
+	d->flags = 0x80000000u;
+	check_both_reject(&m);
+}
+END_TEST
+
+START_TEST(admin_bounds)
+{
+	static char big[WIRE_JSON_MAX + 2];
+	int t;
+
+	for (t = 0; t < 2; t++) {
+		memset(&m, 0, sizeof(m));
+		m.type = t ? WIRE_ADMIN_OK : WIRE_ADMIN;
+		m.u.admin.json = "{";
+		m.u.admin.json_len = 1;
+		check_roundtrip(&m);
+		ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 3);
+
+		/* The largest text fits one frame. */
+		memset(big, ' ', sizeof(big));
+		big[0] = '{';
+		big[WIRE_JSON_MAX - 1] = '}';
+		m.u.admin.json = big;
+		m.u.admin.json_len = WIRE_JSON_MAX;
+		check_roundtrip(&m);
+		ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 2 + WIRE_JSON_MAX);
+
+		/* One byte more: refused, though the frame would fit. */
+		m.u.admin.json_len = WIRE_JSON_MAX + 1;
+		check_both_reject(&m);
+		ck_assert_int_le(tb.n, WIRE_MAX_FRAME);
+		m.u.admin.json_len = UINT32_MAX;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+
+		/* Empty, missing, or with a NUL anywhere. */
+		m.u.admin.json_len = 0;
+		check_both_reject(&m);
+		m.u.admin.json = NULL;
+		m.u.admin.json_len = 5;
+		ck_assert_int_eq(enc(&m), -EINVAL);
+		m.u.admin.json = "{\0\"a\"}";
+		m.u.admin.json_len = 6;
+		check_both_reject(&m);
+		m.u.admin.json = "{}\0";
+		m.u.admin.json_len = 3;
+		check_both_reject(&m);
+		m.u.admin.json = "\0{}";
+		check_both_reject(&m);
+		/* A NUL after json_len is not part of the text. */
+		m.u.admin.json = "{}";
+		m.u.admin.json_len = 2;
+		check_roundtrip(&m);
+		check_truncations(&m);
+	}
+
+	/* A rejected ADMIN leaves no pointer behind. */
+	tb_hdr(&tb, 1, WIRE_ADMIN, 0, 9);
+	tb_u16(&tb, 3);
+	tb_bytes(&tb, "{\0}", 3);
+	tb_end(&tb);
+	memset(&m2, 0xa5, sizeof(m2));
+	check_tb_rejected();
+	ck_assert_ptr_null(m2.u.admin.json);
+	ck_assert_int_eq(m2.u.admin.json_len, 0);
+	ck_assert_int_eq(m2.seq, 9);
+}
+END_TEST
+
 static Suite *wire_suite(void)
 {
 	Suite *s = suite_create("wire");
@@ -1250,6 +2507,19 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, embedded_nul);
 	tcase_add_test(tc, string_bytes_after_nul_ignored);
 	tcase_add_test(tc, make_error);
+	tcase_add_test(tc, golden_auth);
+	tcase_add_test(tc, golden_lease_grant);
+	tcase_add_test(tc, golden_place_ok);
+	tcase_add_test(tc, golden_admin);
+	tcase_add_test(tc, auth_bounds);
+	tcase_add_test(tc, auth_ok_bounds);
+	tcase_add_test(tc, small_v2_bounds);
+	tcase_add_test(tc, ticket_bounds);
+	tcase_add_test(tc, lease_grant_ok_bounds);
+	tcase_add_test(tc, place_ok_bounds);
+	tcase_add_test(tc, donor_join_bounds);
+	tcase_add_test(tc, donor_report_bounds);
+	tcase_add_test(tc, admin_bounds);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -12,12 +12,17 @@
  *   either a frame length or one of its documented errors.
  * - An accepted frame of n bytes re-encodes to exactly those n bytes, and
  *   decoding that gives back the same struct (memcmp: decode zeroes *m, so
- *   it is deterministic down to padding).
+ *   it is deterministic down to padding; ADMIN's json points into the
+ *   buffer decoded, so there the pointer is set aside and the text
+ *   compared).
  * - An accepted frame is -EAGAIN one byte short, and encoding it into one
  *   byte less than it needs is -ENOSPC.
  * - Read as a raw struct wire_msg, the input either fails to encode with
  *   -EINVAL, or encodes to a frame that decodes and re-encodes identically:
- *   encode never produces what decode refuses.
+ *   encode never produces what decode refuses. ADMIN's json pointer cannot
+ *   come from the input (encode would follow it anywhere): it is pointed
+ *   at a buffer of WIRE_JSON_MAX bytes holding the input's remainder, with
+ *   json_len as the input says.
  */
 #include "fabric/wire.h"
 
@@ -31,11 +36,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct wire_msg m, m2;
 static uint8_t out[WIRE_MAX_FRAME];
+static uint8_t out2[WIRE_MAX_FRAME];
+static char json[WIRE_JSON_MAX];
 
 static void fail(const char *what, ssize_t got, ssize_t want)
 {
 	fprintf(stderr, "fuzz_wire: %s: got %zd want %zd\n", what, got, want);
 	abort();
+}
+
+static bool is_admin(uint8_t type)
+{
+	return type == WIRE_ADMIN || type == WIRE_ADMIN_OK;
+}
+
+/* Decoded messages are equal: memcmp, but ADMIN's json by its bytes. */
+static bool msg_eq(const struct wire_msg *a, const struct wire_msg *b)
+{
+	static struct wire_msg ca, cb;
+
+	if (!is_admin(a->type))
+		return memcmp(a, b, sizeof(*a)) == 0;
+	if (a->type != b->type || a->u.admin.json_len != b->u.admin.json_len ||
+	    memcmp(a->u.admin.json, b->u.admin.json, a->u.admin.json_len))
+		return false;
+	ca = *a;
+	cb = *b;
+	ca.u.admin.json = cb.u.admin.json = NULL;
+	return memcmp(&ca, &cb, sizeof(ca)) == 0;
 }
 
 static bool is_decode_error(ssize_t rc)
@@ -62,6 +90,11 @@ static void check_frame(const uint8_t *data, size_t size)
 	}
 	if (fl != n)
 		fail("frame_len of an accepted frame", fl, n);
+	if (is_admin(m.type) &&
+	    (m.u.admin.json != (const char *)data + WIRE_HDR_LEN + 2 ||
+	     m.u.admin.json_len + WIRE_HDR_LEN + 2 != (size_t)n))
+		fail("ADMIN json outside its frame",
+		     (ssize_t)m.u.admin.json_len, n);
 
 	rc = wire_encode(&m, out, sizeof(out));
 	if (rc != n)
@@ -72,7 +105,7 @@ static void check_frame(const uint8_t *data, size_t size)
 	rc = wire_decode(out, (size_t)n, &m2);
 	if (rc != n)
 		fail("decode of re-encoded frame", rc, n);
-	if (memcmp(&m, &m2, sizeof(m)) != 0)
+	if (!msg_eq(&m, &m2))
 		fail("decode of re-encoded frame differs", -1, 0);
 
 	rc = wire_decode(data, (size_t)n - 1, &m2);
@@ -89,6 +122,16 @@ static void check_struct(const uint8_t *data, size_t size)
 
 	memset(&m, 0, sizeof(m));
 	memcpy(&m, data, size < sizeof(m) ? size : sizeof(m));
+	if (is_admin(m.type)) {
+		size_t rest = size > sizeof(m) ? size - sizeof(m) : 0;
+
+		if (rest > sizeof(json))
+			rest = sizeof(json);
+		memset(json, '{', sizeof(json));
+		if (rest)
+			memcpy(json, data + sizeof(m), rest);
+		m.u.admin.json = json;
+	}
 	n = wire_encode(&m, out, sizeof(out));
 	if (n < 0) {
 		if (n != -EINVAL)
@@ -101,13 +144,14 @@ static void check_struct(const uint8_t *data, size_t size)
 	/*
 	 * m may hold bytes encode ignores (after a string's NUL, in the
 	 * union of a payload-less type), so compare m2's encoding, not m.
+	 * m2 (ADMIN: its json) points into out, so re-encode into out2.
 	 */
 	memcpy(&m, &m2, sizeof(m));
-	rc = wire_encode(&m, out, sizeof(out));
-	if (rc != n)
+	rc = wire_encode(&m, out2, sizeof(out2));
+	if (rc != n || memcmp(out, out2, (size_t)n) != 0)
 		fail("re-encode of a decoded struct", rc, n);
-	rc = wire_decode(out, (size_t)n, &m2);
-	if (rc != n || memcmp(&m, &m2, sizeof(m)) != 0)
+	rc = wire_decode(out2, (size_t)n, &m2);
+	if (rc != n || !msg_eq(&m, &m2))
 		fail("decode of a re-encoded struct differs", rc, n);
 }
 
