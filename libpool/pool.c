@@ -36,6 +36,17 @@
  * link stays failed: regions with slabs on it get -ENOTCONN for ranges
  * there; other links are not affected. Links live until pool_close.
  *
+ * Cluster sessions (docs/cluster.md): pool_connect authenticates as the
+ * tenant at the registry (p->reg, no fabric, no heartbeat: it is not on
+ * the data path) and keeps the donor pass and its key. An allocation is
+ * PLACEd at the registry; each grant is redeemed with LEASE_GRANT on the
+ * link to that donor incarnation (donor_id + donor_epoch, not lost),
+ * opened on first use with AUTH(tenant, pass); the slabs are assembled by
+ * PLACE_OK.layout. Replicated regions have a second slab per extent (a
+ * packed pair for small ones): writes post to both copies and succeed if
+ * one live copy was written; reads use the first live copy; an op that
+ * lost a copy is started again on the live ones (io_restart).
+ *
  * Lease validity: memd never reclaims before last renewal + ttl + grace;
  * we stop using a link's leases at heartbeat send time + ttl - margin
  * (valid_until_ms), so a silent memd costs errors, never wrong bytes.
@@ -53,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/auth.h"
 #include "fabric/fab.h"
 #include "fabric/wire.h"
 #include "fabric/rpc.h"
@@ -65,6 +77,9 @@
 #define DEFAULT_INFLIGHT 64
 #define DEFAULT_XFER (1u << 20) /* largest single RMA we post */
 #define INLINE_OPS 4
+#define IO_TRIES 3 /* starts of one replicated op: one per copy lost, +1 */
+/* Get a new donor pass when less than this is left of the old one. */
+#define PASS_RENEW_MS 10000
 
 struct pool;
 
@@ -76,6 +91,10 @@ struct plink {
 	uint32_t donor_id; /* 0: standalone */
 	uint64_t donor_epoch;
 	uint16_t proto; /* negotiated protocol version */
+	/* HEARTBEAT2 (with our RMA counters) instead of HEARTBEAT: links
+	 * that authenticated (protocol 2). Standalone memd negotiates 2 but
+	 * does not take HEARTBEAT2 yet, and closes on what it does not take. */
+	bool hb2;
 	struct rpc *ctl;
 	struct fab_domain *fd;
 	unsigned mr_mode;
@@ -108,6 +127,11 @@ struct slab {
 	struct plink *link;
 	int want_node; /* node the slab was leased for; -1: any */
 	bool packed;
+	/* packed slabs of replicated regions come in pairs: the primary
+	 * (bits, used) and its mirror, a slab on another donor where every
+	 * chunk has the same offset; the mirror is never packed into */
+	struct slab *mirror;
+	bool is_mirror;
 	uint32_t nchunks, used; /* packed slabs */
 	uint64_t *bits;		/* packed: 1 = chunk in use */
 	struct slab *next, *prev;
@@ -115,13 +139,15 @@ struct slab {
 
 struct extent {
 	struct slab *slab;
-	uint64_t off; /* within the slab */
+	struct slab *replica; /* the second copy, same offset; or NULL */
+	uint64_t off;	      /* within the slab */
 	uint64_t len;
 };
 
 struct pool_region {
 	size_t size;
-	int node; /* of every extent's slab; -1: unknown or mixed */
+	int node;	 /* of every extent's slab; -1: unknown or mixed */
+	bool replicated; /* every extent has a replica */
 	struct pool_region *next, *prev;
 	uint32_t nextents;
 	struct extent ext[];
@@ -135,8 +161,14 @@ struct op_mr {
 
 struct pool_op {
 	struct pool *p;
+	struct pool_region *r;
+	uint64_t off;
 	size_t n;
-	struct fab_op *ops; /* ops[i].arg: the piece's struct plink */
+	/* ops[i].arg: the piece's struct plink. A paired op (a write to a
+	 * replicated region) has two pieces per range, ops[2i] to the
+	 * primary and ops[2i+1] to the replica; a dead copy's piece is
+	 * complete with -ENOTCONN from the start. */
+	struct fab_op *ops;
 	struct fab_op inline_ops[INLINE_OPS];
 	/* FAB_MR_LOCAL: the buffer registered in each link's domain, the
 	 * first link's in lmr, others' in xmr[0 .. nxmr-1] */
@@ -146,7 +178,9 @@ struct pool_op {
 	void *buf;
 	uint64_t bytes;
 	bool write;
-	bool heap; /* pool_op itself was malloc'd */
+	bool paired;
+	bool heap;	/* pool_op itself was malloc'd */
+	unsigned tries; /* starts so far (replicated regions retry) */
 };
 
 struct pool {
@@ -157,7 +191,20 @@ struct pool {
 	size_t xfer_bytes; /* atomic: only ever lowered */
 	uint64_t slab_bytes;
 
-	pthread_mutex_t lock; /* links, slabs, regions */
+	/* Cluster sessions (docs/cluster.md): the registry connection, our
+	 * tenant's key and the donor pass; all under lock. */
+	bool cluster;
+	struct rpc *reg;
+	struct wire_hello_ok reg_hello;
+	char tenant[WIRE_NAME_MAX];
+	uint8_t tenant_key[AUTH_KEY_LEN];
+	uint8_t pass[WIRE_PASS_MAX];
+	uint16_t pass_len;
+	uint8_t pass_key[AUTH_KEY_LEN];
+	uint64_t pass_until_ms; /* monotonic */
+	uint32_t pass_ttl_ms;
+
+	pthread_mutex_t lock; /* links, slabs, regions, registry */
 	struct plink *links;  /* in the order they were opened */
 	struct slab *slabs;
 	uint64_t nslabs, nregions;
@@ -228,7 +275,8 @@ static void rpc_log(void *arg, int level, const char *fmt, ...)
 
 /* 0 when lk's leases may be used now, else -ENOTCONN. *now caches the
  * clock over one operation (0: not read yet). */
-static int link_usable(struct plink *lk, uint64_t *now)
+static inline __attribute__((always_inline)) int link_usable(struct plink *lk,
+							     uint64_t *now)
 {
 	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
@@ -275,12 +323,27 @@ static void *hb_main(void *arg)
 		if (link_is_lost(lk))
 			break;
 
+		if (lk->hb2) {
+			/* HEARTBEAT2 tells memd what RMA we did (its
+			 * /metrics): the endpoint's own counters. */
+			struct fab_ep_stats es = { 0 };
+
+			pthread_rwlock_rdlock(&lk->ep_rw);
+			if (lk->ep)
+				fab_ep_get_stats(lk->ep, &es);
+			pthread_rwlock_unlock(&lk->ep_rw);
+			req.type = WIRE_HEARTBEAT2;
+			req.u.heartbeat2.bytes_read = es.read_bytes;
+			req.u.heartbeat2.bytes_written = es.write_bytes;
+			req.u.heartbeat2.ops = es.reads + es.writes;
+		}
 		sent = mono_ms();
 		/* A reply is useful until the leases it renews would lapse
 		 * anyway; a slow memd is not a dead one. */
 		tmo = (int)(lk->ttl_ms - lk->margin_ms);
-		r = rpc_call(lk->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo, NULL,
-			     0);
+		r = rpc_call(lk->ctl, &req, &rep,
+			     lk->hb2 ? WIRE_HEARTBEAT2_OK : WIRE_HEARTBEAT_OK,
+			     tmo, NULL, 0);
 		if (r == 0 && rep.u.heartbeat_ok.epoch != lk->epoch)
 			r = -ESTALE; /* a restarted memd: old leases are gone */
 		if (r) {
@@ -363,49 +426,61 @@ static struct plink *link_new(struct pool *p, const char *addr)
 	return lk;
 }
 
-/* HELLO on lk->ctl; fills the link's session fields from HELLO_OK. */
-static int link_hello(struct plink *lk)
+/* Takes the session fields of lk from its HELLO_OK. */
+static int link_take_hello(struct plink *lk, const struct wire_hello_ok *ok)
 {
 	struct pool *p = lk->p;
-	struct wire_msg req = { .type = WIRE_HELLO }, rep;
-	char text[WIRE_MSG_MAX];
-	int r;
 
-	req.u.hello.proto_min = WIRE_PROTO_MIN;
-	req.u.hello.proto_max = WIRE_PROTO_MAX;
-	memcpy(req.u.hello.client, p->client, sizeof(req.u.hello.client));
-	r = rpc_call(lk->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms, text,
-		     sizeof(text));
-	if (r) {
-		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
-			 lk->addr, strerror(-r), text);
-		return r;
-	}
-	if (rep.u.hello_ok.proto < WIRE_PROTO_MIN ||
-	    rep.u.hello_ok.proto > WIRE_PROTO_MAX)
-		return -EPROTONOSUPPORT;
-	lk->proto = rep.u.hello_ok.proto;
-	lk->session_id = rep.u.hello_ok.session_id;
-	lk->epoch = rep.u.hello_ok.epoch;
-	lk->ttl_ms = rep.u.hello_ok.ttl_ms;
-	if (lk->ttl_ms < 30 || rep.u.hello_ok.slab_bytes < CHUNK_BYTES ||
-	    rep.u.hello_ok.slab_bytes % CHUNK_BYTES)
+	lk->proto = ok->proto;
+	lk->session_id = ok->session_id;
+	lk->epoch = ok->epoch;
+	lk->ttl_ms = ok->ttl_ms;
+	if (lk->ttl_ms < 30 || ok->slab_bytes < CHUNK_BYTES ||
+	    ok->slab_bytes % CHUNK_BYTES || ok->nendpoints < 1 ||
+	    ok->nendpoints > WIRE_MAX_ENDPOINTS)
 		return -EPROTO;
 	if (!p->slab_bytes)
-		p->slab_bytes = rep.u.hello_ok.slab_bytes;
-	if (rep.u.hello_ok.slab_bytes != p->slab_bytes) {
+		p->slab_bytes = ok->slab_bytes;
+	if (ok->slab_bytes != p->slab_bytes) {
 		pool_log(LOG_ERR,
 			 "session: memd=%s slab=%" PRIu64 " but the pool's "
 			 "is %" PRIu64,
-			 lk->addr, rep.u.hello_ok.slab_bytes, p->slab_bytes);
+			 lk->addr, ok->slab_bytes, p->slab_bytes);
 		return -EPROTO;
 	}
 	/* Stop using leases a tenth of the TTL (at most 1 s) early. */
 	lk->margin_ms = lk->ttl_ms / 10 < 1000 ? lk->ttl_ms / 10 : 1000;
-	memcpy(lk->provider, rep.u.hello_ok.provider, sizeof(lk->provider));
-	lk->nendpoints = rep.u.hello_ok.nendpoints;
-	memcpy(lk->mep, rep.u.hello_ok.ep, lk->nendpoints * sizeof(lk->mep[0]));
+	memcpy(lk->provider, ok->provider, sizeof(lk->provider));
+	lk->nendpoints = ok->nendpoints;
+	memcpy(lk->mep, ok->ep, lk->nendpoints * sizeof(lk->mep[0]));
 	return 0;
+}
+
+/*
+ * A memd in cluster mode refuses every request before AUTH (EACCES). A
+ * session without a tenant finds out here, at connect, with one STATUS,
+ * rather than at its first allocation.
+ */
+static int link_probe_open(struct plink *lk)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	int r = -ENOMEM;
+
+	if (req && rep) {
+		req->type = WIRE_STATUS;
+		r = rpc_call(lk->ctl, req, rep, WIRE_STATUS_OK,
+			     lk->p->timeout_ms, NULL, 0);
+	}
+	free(req);
+	free(rep);
+	if (r == -EACCES)
+		pool_log(LOG_ERR,
+			 "session: memd=%s requires authentication: set "
+			 "LIBPOOL_TENANT and LIBPOOL_SECRET_FILE (or "
+			 "pool_opts.tenant and secret_file)",
+			 lk->addr);
+	return r;
 }
 
 /* The fabric side of lk (domain bound where local is, endpoint, AV). */
@@ -456,20 +531,36 @@ static int link_fabric(struct plink *lk, const char *local)
 	return r;
 }
 
+/* How a link authenticates; NULL: it does not (standalone memd). */
+struct link_auth {
+	const char *principal;
+	const uint8_t *key; /* AUTH_KEY_LEN bytes */
+	const uint8_t *pass;
+	uint16_t pass_len;
+	uint32_t donor_id;
+	uint64_t donor_epoch;
+};
+
 /*
- * Opens a link to the memd at addr: control connection, HELLO, fabric,
+ * Opens a link to the memd at addr: control connection, HELLO, AUTH when
+ * au is given (else a check that memd does not want it), fabric,
  * heartbeat. Does not publish it. Returns 0 and *out, or -errno.
  */
-static int link_open(struct pool *p, const char *addr, struct plink **out)
+static int link_open(struct pool *p, const char *addr,
+		     const struct link_auth *au, struct plink **out)
 {
-	char local[64];
+	struct wire_hello_ok *hok = NULL;
+	char local[64], text[WIRE_MSG_MAX];
 	struct plink *lk;
 	int r;
 
 	*out = NULL;
 	lk = link_new(p, addr);
-	if (!lk)
-		return -ENOMEM;
+	hok = malloc(sizeof(*hok));
+	if (!lk || !hok) {
+		r = -ENOMEM;
+		goto fail;
+	}
 	r = rpc_connect(addr, p->timeout_ms, &lk->ctl, local, sizeof(local));
 	if (r) {
 		pool_log(LOG_WARNING, "session: connect memd=%s err=%s", addr,
@@ -477,9 +568,41 @@ static int link_open(struct pool *p, const char *addr, struct plink **out)
 		goto fail;
 	}
 	rpc_set_log(lk->ctl, rpc_log, NULL);
-	r = link_hello(lk);
+	r = rpc_hello(lk->ctl, WIRE_PROTO_MIN, WIRE_PROTO_MAX, p->client,
+		      p->timeout_ms, hok, text, sizeof(text));
+	if (r) {
+		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s", addr,
+			 strerror(-r), text);
+		goto fail;
+	}
+	r = link_take_hello(lk, hok);
 	if (r)
 		goto fail;
+	if (au) {
+		struct wire_auth_ok *aok = malloc(sizeof(*aok));
+		uint8_t sk[AUTH_KEY_LEN];
+
+		r = aok ? rpc_auth(lk->ctl, hok, au->principal, au->key,
+				   au->pass, au->pass_len, p->timeout_ms, aok,
+				   sk, text, sizeof(text))
+			: -ENOMEM;
+		explicit_bzero(sk, sizeof(sk));
+		free(aok);
+		if (r) {
+			pool_log(LOG_ERR,
+				 "session: authentication at donor=%u memd=%s "
+				 "err=%s %s",
+				 au->donor_id, addr, strerror(-r), text);
+			goto fail;
+		}
+		lk->donor_id = au->donor_id;
+		lk->donor_epoch = au->donor_epoch;
+		lk->hb2 = true;
+	} else if (lk->proto >= 2) {
+		r = link_probe_open(lk);
+		if (r)
+			goto fail;
+	}
 	extend_validity(lk, mono_ms());
 	r = link_fabric(lk, local);
 	if (r)
@@ -491,13 +614,16 @@ static int link_open(struct pool *p, const char *addr, struct plink **out)
 	}
 	lk->hb_started = true;
 	pool_log(LOG_INFO,
-		 "session: open session=%" PRIx64 " memd=%s provider=%s "
-		 "slab=%" PRIu64 " ttl_ms=%u endpoints=%u proto=%u",
-		 lk->session_id, lk->addr, lk->provider, p->slab_bytes,
-		 lk->ttl_ms, lk->nendpoints, lk->proto);
+		 "session: open session=%" PRIx64 " memd=%s donor=%u "
+		 "provider=%s slab=%" PRIu64 " ttl_ms=%u endpoints=%u "
+		 "proto=%u",
+		 lk->session_id, lk->addr, lk->donor_id, lk->provider,
+		 p->slab_bytes, lk->ttl_ms, lk->nendpoints, lk->proto);
+	free(hok);
 	*out = lk;
 	return 0;
 fail:
+	free(hok);
 	link_close(lk);
 	return r;
 }
@@ -654,13 +780,6 @@ static int lease_locked(struct pool *p, struct plink *lk, uint32_t n,
 	return r;
 }
 
-/* Leases n slabs for a region of the session. Caller holds lock. */
-static int lease_any_locked(struct pool *p, uint32_t n, bool packed, int node,
-			    struct slab **out)
-{
-	return lease_locked(p, p->links, n, packed, node, out);
-}
-
 /* One RELEASE of k refs to lk; a lost link's leases are memd's to
  * reclaim, which is not our error. */
 static int release_send(struct pool *p, struct plink *lk, struct wire_msg *req,
@@ -740,6 +859,338 @@ static void unlink_slab_locked(struct pool *p, struct slab *s)
 	p->nslabs--;
 }
 
+/* ------------------------------------------------------------------ */
+/* cluster sessions: the registry, donor links, placement               */
+
+/*
+ * (Re)connects to the registry at p->addr: HELLO, AUTH as the tenant,
+ * and takes the donor pass and its key from AUTH_OK. Replaces p->reg.
+ * Caller holds lock (or owns p alone).
+ */
+static int reg_connect_locked(struct pool *p)
+{
+	struct wire_auth_ok *aok = malloc(sizeof(*aok));
+	struct wire_hello_ok *hok = malloc(sizeof(*hok));
+	uint8_t sk[AUTH_KEY_LEN], pk[AUTH_KEY_LEN];
+	char text[WIRE_MSG_MAX];
+	struct rpc *c = NULL;
+	uint64_t sent = mono_ms();
+	int r;
+
+	if (!aok || !hok) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = rpc_connect(p->addr, p->timeout_ms, &c, NULL, 0);
+	if (r) {
+		pool_log(LOG_WARNING, "session: connect registry=%s err=%s",
+			 p->addr, strerror(-r));
+		goto out;
+	}
+	rpc_set_log(c, rpc_log, NULL);
+	r = rpc_hello(c, WIRE_PROTO_MIN, WIRE_PROTO_MAX, p->client,
+		      p->timeout_ms, hok, text, sizeof(text));
+	if (!r && hok->proto < 2) {
+		snprintf(text, sizeof(text),
+			 "memd speaks protocol %u, which has no tenants",
+			 hok->proto);
+		r = -EOPNOTSUPP;
+	}
+	if (!r)
+		r = rpc_auth(c, hok, p->tenant, p->tenant_key, NULL, 0,
+			     p->timeout_ms, aok, sk, text, sizeof(text));
+	if (r == -EOPNOTSUPP) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s is standalone: it has no tenants "
+			 "(unset LIBPOOL_TENANT / pool_opts.tenant): %s",
+			 p->addr, text);
+		goto out;
+	}
+	if (r) {
+		pool_log(LOG_ERR,
+			 "session: authentication as tenant=%s at memd=%s "
+			 "err=%s %s",
+			 p->tenant, p->addr, strerror(-r), text);
+		goto out;
+	}
+	if (!(aok->flags & WIRE_AUTH_REGISTRY) ||
+	    aok->role != WIRE_ROLE_TENANT) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s is not the registry: connect to "
+			 "the registry of the pool",
+			 p->addr);
+		r = -EINVAL;
+		goto out;
+	}
+	if (!aok->pass_len || !aok->pass_ttl_ms ||
+	    auth_open(sk, aok->box, aok->box_len, pk, sizeof(pk)) !=
+		    AUTH_KEY_LEN) {
+		pool_log(LOG_ERR,
+			 "session: registry=%s sent no usable donor pass",
+			 p->addr);
+		r = -EPROTO;
+		goto out;
+	}
+	if (hok->slab_bytes < CHUNK_BYTES || hok->slab_bytes % CHUNK_BYTES ||
+	    (p->slab_bytes && hok->slab_bytes != p->slab_bytes)) {
+		r = -EPROTO;
+		goto out;
+	}
+	p->slab_bytes = hok->slab_bytes;
+	p->reg_hello = *hok;
+	memcpy(p->pass, aok->pass, aok->pass_len);
+	p->pass_len = aok->pass_len;
+	memcpy(p->pass_key, pk, sizeof(pk));
+	p->pass_ttl_ms = aok->pass_ttl_ms;
+	p->pass_until_ms = sent + aok->pass_ttl_ms;
+	rpc_close(p->reg);
+	p->reg = c;
+	c = NULL;
+	pool_log(LOG_INFO,
+		 "session: registry=%s tenant=%s tenant_id=%u pass_ttl_ms=%u",
+		 p->addr, p->tenant, aok->tenant_id, aok->pass_ttl_ms);
+out:
+	explicit_bzero(sk, sizeof(sk));
+	explicit_bzero(pk, sizeof(pk));
+	if (aok)
+		explicit_bzero(aok, sizeof(*aok));
+	free(aok);
+	free(hok);
+	rpc_close(c);
+	return r;
+}
+
+/*
+ * A call to the registry; a broken connection (a registry restarted) is
+ * opened again, once. Caller holds lock.
+ */
+static int reg_call_locked(struct pool *p, struct wire_msg *req,
+			   struct wire_msg *rep, int expect, char *text,
+			   size_t textlen)
+{
+	int r = -ENOTCONN;
+
+	for (int i = 0; i < 2 && r == -ENOTCONN; i++) {
+		if (!p->reg || rpc_is_broken(p->reg)) {
+			r = reg_connect_locked(p);
+			if (r)
+				return r;
+		}
+		r = rpc_call(p->reg, req, rep, expect, p->timeout_ms, text,
+			     textlen);
+	}
+	return r;
+}
+
+/* The link to a granted donor incarnation: one we have and that is not
+ * lost, else a new one (with a fresh pass when ours runs out soon).
+ * Caller holds lock. */
+static int donor_link_locked(struct pool *p, const struct wire_grant *g,
+			     struct plink **out)
+{
+	uint32_t renew = p->pass_ttl_ms / 4 < PASS_RENEW_MS ? p->pass_ttl_ms / 4
+							    : PASS_RENEW_MS;
+	struct link_auth au;
+	struct plink *lk;
+	int r;
+
+	for (lk = p->links; lk; lk = lk->next)
+		if (lk->donor_id == g->donor_id &&
+		    lk->donor_epoch == g->donor_epoch && !link_is_lost(lk)) {
+			*out = lk;
+			return 0;
+		}
+	if (mono_ms() + renew >= p->pass_until_ms) {
+		r = reg_connect_locked(p);
+		if (r)
+			return r;
+	}
+	au = (struct link_auth){ .principal = p->tenant,
+				 .key = p->pass_key,
+				 .pass = p->pass,
+				 .pass_len = p->pass_len,
+				 .donor_id = g->donor_id,
+				 .donor_epoch = g->donor_epoch };
+	r = link_open(p, g->addr, &au, &lk);
+	if (r)
+		return r;
+	link_publish_locked(p, lk);
+	*out = lk;
+	return 0;
+}
+
+/* PLACE_OK makes sense for k slabs (replica: with a second copy on
+ * another donor each). */
+static bool place_ok_is_sane(const struct wire_place_ok *ok, uint32_t k,
+			     bool replica)
+{
+	uint32_t uses[WIRE_MAX_GRANTS] = { 0 };
+
+	if (ok->ngrants < 1 || ok->ngrants > WIRE_MAX_GRANTS || ok->nslabs != k)
+		return false;
+	for (uint32_t i = 0; i < k; i++) {
+		const struct wire_layout *l = &ok->layout[i];
+
+		if (l->primary >= ok->ngrants)
+			return false;
+		uses[l->primary]++;
+		if (!replica) {
+			if (l->replica != WIRE_NO_GRANT)
+				return false;
+			continue;
+		}
+		if (l->replica >= ok->ngrants ||
+		    ok->grant[l->replica].donor_id ==
+			    ok->grant[l->primary].donor_id)
+			return false;
+		uses[l->replica]++;
+	}
+	for (uint16_t g = 0; g < ok->ngrants; g++)
+		if (uses[g] != ok->grant[g].ticket.nslabs)
+			return false;
+	return true;
+}
+
+/*
+ * One PLACE of k (<= WIRE_MAX_LEASES) slabs at the registry, redeemed at
+ * the donors it names; slab i goes to out[i] (and its copy to rep[i]).
+ * On failure nothing stays tracked. Caller holds lock.
+ */
+static int place_once_locked(struct pool *p, uint32_t k, bool packed, int node,
+			     bool replica, struct slab **out, struct slab **rep)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *ok = malloc(sizeof(*ok));
+	struct wire_msg *lr = malloc(sizeof(*lr));
+	struct slab **gs = calloc(2 * (size_t)k, sizeof(*gs));
+	uint32_t base[WIRE_MAX_GRANTS], next[WIRE_MAX_GRANTS] = { 0 };
+	const struct wire_place_ok *po;
+	char text[WIRE_MSG_MAX];
+	uint32_t total = 0;
+	int r;
+
+	if (!req || !ok || !lr || !gs) {
+		r = -ENOMEM;
+		goto out;
+	}
+	req->type = WIRE_PLACE;
+	req->u.place.nslabs = k;
+	req->u.place.flags = replica ? WIRE_PLACE_REPLICA : 0;
+	req->u.place.node = node;
+	r = reg_call_locked(p, req, ok, WIRE_PLACE_OK, text, sizeof(text));
+	if (r) {
+		if (r == -EDQUOT || r == -ENOSPC)
+			pool_log(LOG_INFO, "alloc: registry: %s", text);
+		else if (text[0])
+			pool_log(LOG_WARNING,
+				 "alloc: node=%d refused by registry: %s", node,
+				 text);
+		goto out;
+	}
+	po = &ok->u.place_ok;
+	if (!place_ok_is_sane(po, k, replica)) {
+		pool_log(LOG_ERR, "alloc: registry=%s sent a bad placement",
+			 p->addr);
+		r = -EPROTO;
+		goto out;
+	}
+	for (uint16_t g = 0; g < po->ngrants; g++) {
+		const struct wire_grant *gr = &po->grant[g];
+		uint32_t n = gr->ticket.nslabs;
+		struct plink *lk;
+		uint64_t sent;
+
+		base[g] = total;
+		total += n;
+		r = donor_link_locked(p, gr, &lk);
+		if (r)
+			goto out;
+		memset(req, 0, sizeof(*req));
+		req->type = WIRE_LEASE_GRANT;
+		req->u.lease_grant.ticket = gr->ticket;
+		sent = mono_ms();
+		r = rpc_call(lk->ctl, req, lr, WIRE_LEASE_GRANT_OK,
+			     p->timeout_ms, text, sizeof(text));
+		if (r) {
+			pool_log(r == -ENOSPC || r == -ESTALE ? LOG_INFO
+							      : LOG_WARNING,
+				 "alloc: donor=%u memd=%s refused a grant "
+				 "err=%s %s",
+				 gr->donor_id, lk->addr, strerror(-r), text);
+			goto out;
+		}
+		r = leases_take_locked(p, lk, &lr->u.lease_ok, n, packed, node,
+				       gs + base[g]);
+		if (r)
+			goto out;
+		extend_validity(lk, sent);
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		const struct wire_layout *l = &po->layout[i];
+
+		out[i] = gs[base[l->primary] + next[l->primary]++];
+		if (replica)
+			rep[i] = gs[base[l->replica] + next[l->replica]++];
+	}
+	r = 0;
+out:
+	if (r && gs) {
+		uint32_t m = 0;
+
+		for (uint32_t i = 0; i < total; i++)
+			if (gs[i]) {
+				unlink_slab_locked(p, gs[i]);
+				gs[m++] = gs[i];
+			}
+		release_locked(p, gs, m);
+	}
+	free(gs);
+	free(lr);
+	free(ok);
+	free(req);
+	return r;
+}
+
+/* PLACE of n slabs in batches the protocol allows; a grant that went
+ * stale (a donor restarted, a ticket expired) is placed again, once. */
+static int place_locked(struct pool *p, uint32_t n, bool packed, int node,
+			bool replica, struct slab **out, struct slab **rep)
+{
+	bool retried = false;
+
+	for (uint32_t done = 0; done < n;) {
+		uint32_t k =
+			n - done < WIRE_MAX_LEASES ? n - done : WIRE_MAX_LEASES;
+		int r = place_once_locked(p, k, packed, node, replica,
+					  out + done, rep ? rep + done : NULL);
+
+		if (r == -ESTALE && !retried) {
+			retried = true;
+			continue;
+		}
+		if (r)
+			return r;
+		done += k;
+	}
+	return 0;
+}
+
+/*
+ * Leases n slabs for a region of the session (and with replica a second
+ * copy of each, on another donor, in rep[]). out[] and rep[] are zeroed
+ * by the caller; on failure what is non-NULL there is tracked and the
+ * caller drops it. Caller holds lock.
+ */
+static int lease_any_locked(struct pool *p, uint32_t n, bool packed, int node,
+			    bool replica, struct slab **out, struct slab **rep)
+{
+	if (p->cluster)
+		return place_locked(p, n, packed, node, replica, out, rep);
+	if (replica)
+		return -EOPNOTSUPP;
+	return lease_locked(p, p->links, n, packed, node, out);
+}
+
 static bool bit_get(const uint64_t *b, uint32_t i)
 {
 	return b[i / 64] >> (i % 64) & 1;
@@ -773,39 +1224,72 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-/* Packs len bytes into a packed slab of a live link leased for the same
- * node. */
-static int pack_locked(struct pool *p, uint64_t len, int node, struct extent *e)
+/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
+static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
+{
+	uint32_t k = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		if (got[i]) {
+			unlink_slab_locked(p, got[i]);
+			got[k++] = got[i];
+		}
+	release_locked(p, got, k);
+}
+
+/* s can take n more chunks for a region on node (replica: with a mirror). */
+static bool slab_can_pack(struct slab *s, uint32_t n, int node, bool replica)
+{
+	return s->packed && !s->is_mirror && s->want_node == node &&
+	       (s->mirror != NULL) == replica && s->nchunks - s->used >= n &&
+	       !link_is_lost(s->link) &&
+	       !(s->mirror && link_is_lost(s->mirror->link));
+}
+
+/*
+ * Packs len bytes into a packed slab of a live link leased for the same
+ * node (replica: a slab pair whose both links are live).
+ */
+static int pack_locked(struct pool *p, uint64_t len, int node, bool replica,
+		       struct extent *e)
 {
 	uint32_t n = (uint32_t)((len + CHUNK_BYTES - 1) / CHUNK_BYTES);
-	struct slab *s, *fresh = NULL;
+	struct slab *s, *fresh = NULL, *mirror = NULL;
 	uint32_t at = UINT32_MAX;
 	int r;
 
 	for (s = p->slabs; s; s = s->next) {
-		if (!s->packed || s->want_node != node ||
-		    s->nchunks - s->used < n || link_is_lost(s->link))
+		if (!slab_can_pack(s, n, node, replica))
 			continue;
 		at = first_fit(s, n);
 		if (at != UINT32_MAX)
 			break;
 	}
 	if (!s) {
-		r = lease_any_locked(p, 1, true, node, &fresh);
-		if (r)
+		r = lease_any_locked(p, 1, true, node, replica, &fresh,
+				     replica ? &mirror : NULL);
+		if (r) {
+			struct slab *v[2] = { fresh, mirror };
+
+			drop_slabs_locked(p, v, 2);
 			return r;
+		}
 		s = fresh;
+		s->mirror = mirror;
+		if (mirror)
+			mirror->is_mirror = true;
 		at = 0;
 	}
 	bits_set(s->bits, at, n, true);
 	s->used += n;
 	e->slab = s;
+	e->replica = s->mirror;
 	e->off = (uint64_t)at * CHUNK_BYTES;
 	e->len = len;
 	return 0;
 }
 
-/* Frees one extent's space; a slab left empty goes into *dead. */
+/* Frees one extent's space; slabs left empty go into *dead. */
 static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
 			  uint32_t *ndead)
 {
@@ -822,10 +1306,63 @@ static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
 	}
 	unlink_slab_locked(p, s);
 	dead[(*ndead)++] = s;
+	if (e->replica) {
+		unlink_slab_locked(p, e->replica);
+		dead[(*ndead)++] = e->replica;
+	}
 }
 
 /* ------------------------------------------------------------------ */
 /* public: sessions                                                     */
+
+/* The tenant's name and key (from its secret file). */
+static int tenant_init(struct pool *p, const char *tenant, const char *file)
+{
+	uint8_t *secret;
+	char err[256];
+	size_t len = strlen(tenant);
+	int r;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = tenant[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+		      c == '-'))
+			len = 0; /* not a tenant name */
+	}
+	if (len == 0 || len >= WIRE_NAME_MAX) {
+		pool_log(LOG_ERR,
+			 "session: tenant name must be 1-63 of A-Z a-z 0-9 _ "
+			 ". -");
+		return -EINVAL;
+	}
+	if (!file || !*file) {
+		pool_log(LOG_ERR,
+			 "session: tenant=%s needs a secret file "
+			 "(LIBPOOL_SECRET_FILE or "
+			 "pool_opts.secret_file)",
+			 tenant);
+		return -EINVAL;
+	}
+	r = auth_init();
+	if (r)
+		return r;
+	secret = malloc(AUTH_SECRET_MAX);
+	if (!secret)
+		return -ENOMEM;
+	r = auth_read_secret_file(file, secret, err, sizeof(err));
+	if (r < 0) {
+		pool_log(LOG_ERR, "session: tenant=%s: %s", tenant, err);
+		free(secret);
+		return r;
+	}
+	auth_tenant_key(secret, (size_t)r, p->tenant_key);
+	explicit_bzero(secret, AUTH_SECRET_MAX);
+	free(secret);
+	memcpy(p->tenant, tenant, len + 1);
+	return 0;
+}
 
 int pool_connect(const struct pool_opts *opts, struct pool **out)
 {
@@ -871,10 +1408,23 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			*c = '?';
 	pthread_mutex_init(&p->lock, NULL);
 
-	r = link_open(p, p->addr, &lk);
-	if (r)
-		goto fail;
-	link_publish_locked(p, lk);
+	if (!o.tenant)
+		o.tenant = getenv("LIBPOOL_TENANT");
+	if (!o.secret_file)
+		o.secret_file = getenv("LIBPOOL_SECRET_FILE");
+	if (o.tenant && *o.tenant) {
+		r = tenant_init(p, o.tenant, o.secret_file);
+		if (!r)
+			r = reg_connect_locked(p);
+		if (r)
+			goto fail;
+		p->cluster = true;
+	} else {
+		r = link_open(p, p->addr, NULL, &lk);
+		if (r)
+			goto fail;
+		link_publish_locked(p, lk);
+	}
 	*out = p;
 	return 0;
 fail:
@@ -906,6 +1456,9 @@ void pool_close(struct pool *p)
 		p->slabs = s->next;
 		slab_free(s);
 	}
+	rpc_close(p->reg);
+	explicit_bzero(p->tenant_key, sizeof(p->tenant_key));
+	explicit_bzero(p->pass_key, sizeof(p->pass_key));
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -929,36 +1482,34 @@ static int region_node(const struct pool_region *reg)
 	return node;
 }
 
-/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
-static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
-{
-	uint32_t k = 0;
-
-	for (uint64_t i = 0; i < n; i++)
-		if (got[i]) {
-			unlink_slab_locked(p, got[i]);
-			got[k++] = got[i];
-		}
-	release_locked(p, got, k);
-}
-
 int pool_alloc_node(struct pool *p, size_t len, int node,
 		    struct pool_region **out)
 {
-	uint64_t full, rem;
+	return pool_alloc_ex(p, len, node, 0, out);
+}
+
+int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
+		  struct pool_region **out)
+{
+	bool replica = flags & POOL_ALLOC_REPLICA;
+	struct slab **got = NULL, **rgot = NULL;
 	struct pool_region *reg;
-	struct slab **got = NULL;
+	uint64_t full, rem;
 	uint32_t n;
 	int r = 0;
 
 	if (!p || !out)
 		return -EINVAL;
 	*out = NULL;
-	if (len == 0 || node < WIRE_NODE_ANY || node >= WIRE_NODE_MAX)
+	if (len == 0 || node < WIRE_NODE_ANY || node >= WIRE_NODE_MAX ||
+	    (flags & ~POOL_ALLOC_REPLICA))
 		return -EINVAL;
+	if (replica && !p->cluster)
+		return -EOPNOTSUPP; /* one memd: no second donor */
 	/* Only a lost session stops an allocation: the grant itself renews
-	 * the session's leases. */
-	if (link_is_lost(p->links))
+	 * the session's leases. A cluster session places on donors that
+	 * are up, whatever happened to others. */
+	if (!p->cluster && link_is_lost(p->links))
 		return -ENOTCONN;
 	full = len / p->slab_bytes;
 	rem = len % p->slab_bytes;
@@ -970,25 +1521,34 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 		return -ENOSPC;
 	n = (uint32_t)full + (rem ? 1 : 0);
 	reg = calloc(1, sizeof(*reg) + n * sizeof(reg->ext[0]));
-	if (full)
+	if (full) {
 		got = calloc(full, sizeof(*got));
-	if (!reg || (full && !got)) {
+		if (replica)
+			rgot = calloc(full, sizeof(*rgot));
+	}
+	if (!reg || (full && !got) || (full && replica && !rgot)) {
 		free(reg);
 		free(got);
+		free(rgot);
 		return -ENOMEM;
 	}
 	reg->size = len;
 	reg->nextents = n;
+	reg->replicated = replica;
 	pthread_mutex_lock(&p->lock);
 	if (full) {
-		r = lease_any_locked(p, (uint32_t)full, false, node, got);
+		r = lease_any_locked(p, (uint32_t)full, false, node, replica,
+				     got, rgot);
 		if (r) {
 			/* What was tracked before the failure goes back. */
 			drop_slabs_locked(p, got, full);
+			if (rgot)
+				drop_slabs_locked(p, rgot, full);
 			goto unlock;
 		}
 		for (uint64_t i = 0; i < full; i++) {
 			reg->ext[i].slab = got[i];
+			reg->ext[i].replica = rgot ? rgot[i] : NULL;
 			reg->ext[i].off = 0;
 			reg->ext[i].len = p->slab_bytes;
 		}
@@ -999,9 +1559,12 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 				len - (full - 1) * p->slab_bytes;
 	}
 	if (rem) {
-		r = pack_locked(p, rem, node, &reg->ext[full]);
-		if (r && full)
+		r = pack_locked(p, rem, node, replica, &reg->ext[full]);
+		if (r && full) {
 			drop_slabs_locked(p, got, full);
+			if (rgot)
+				drop_slabs_locked(p, rgot, full);
+		}
 	}
 unlock:
 	if (!r) {
@@ -1014,10 +1577,11 @@ unlock:
 	}
 	pthread_mutex_unlock(&p->lock);
 	free(got);
+	free(rgot);
 	if (r) {
 		free(reg);
-		pool_log(LOG_INFO, "alloc: len=%zu node=%d err=%s", len, node,
-			 strerror(-r));
+		pool_log(LOG_INFO, "alloc: len=%zu node=%d flags=%#x err=%s",
+			 len, node, flags, strerror(-r));
 		return r;
 	}
 	*out = reg;
@@ -1026,7 +1590,7 @@ unlock:
 
 int pool_free(struct pool *p, struct pool_region *reg)
 {
-	struct slab *dead_inline[8], **dead = dead_inline;
+	struct slab *dead_inline[16], **dead = dead_inline;
 	uint32_t ndead = 0;
 	int r = 0;
 
@@ -1035,7 +1599,7 @@ int pool_free(struct pool *p, struct pool_region *reg)
 	if (!p)
 		return -EINVAL;
 	if (reg->nextents > 8) {
-		dead = calloc(reg->nextents, sizeof(*dead));
+		dead = calloc(2 * (size_t)reg->nextents, sizeof(*dead));
 		if (!dead)
 			return -ENOMEM;
 	}
@@ -1232,6 +1796,68 @@ static bool is_transport_error(int err)
 	}
 }
 
+/*
+ * Posts one piece of a paired op to slab s (at its offset at) as op's
+ * next piece. The caller holds *cur's ep_rw (or *cur is NULL); a piece on
+ * another link switches to that link's, checking the link first. (The
+ * one-copy path in io_start does the same inline.)
+ */
+static __attribute__((noinline)) int
+post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
+	   uint64_t *now, const struct slab *s, uint64_t at, uint8_t *b,
+	   uint64_t len)
+{
+	struct plink *lk = s->link;
+	struct fab_op *f = &op->ops[op->n];
+	uint64_t peer, raddr = s->l.base + at;
+	int r;
+
+	if (lk != *cur) {
+		if (*cur)
+			pthread_rwlock_unlock(&(*cur)->ep_rw);
+		*cur = NULL;
+		r = link_usable(lk, now);
+		if (r)
+			return r;
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		*cur = lk;
+		if (!lk->ep)
+			return -ENOTCONN;
+		r = op_desc(op, lk, desc);
+		if (r)
+			return r;
+	}
+	peer = lk->peer[s->l.endpoint];
+	f->arg = lk;
+	r = op->write ? fab_ep_write(lk->ep, b, len, *desc, peer, raddr,
+				     s->l.key, f, p->timeout_ms)
+		      : fab_ep_read(lk->ep, b, len, *desc, peer, raddr,
+				    s->l.key, f, p->timeout_ms);
+	if (r)
+		return r;
+	op->n++;
+	return 0;
+}
+
+/* A piece for a copy that is dead for good: complete, -ENOTCONN. */
+static void dead_piece(struct pool_op *op, const struct slab *s)
+{
+	struct fab_op *f = &op->ops[op->n++];
+
+	f->arg = s->link;
+	f->status = -ENOTCONN;
+	f->complete = 1;
+}
+
+/* The copy of e to read: the first whose link is usable. */
+static const struct slab *read_copy(const struct extent *e, uint64_t *now)
+{
+	if (e->replica && link_usable(e->slab->link, now) &&
+	    !link_usable(e->replica->link, now))
+		return e->replica;
+	return e->slab;
+}
+
 static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		    void *buf, size_t len, bool write, struct pool_op *op)
 {
@@ -1239,12 +1865,15 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 	uint8_t *b = buf;
 	void *desc = NULL;
 	uint64_t now = 0;
-	size_t k = 0, n, xfer;
+	size_t n, xfer;
 	int ret;
 
 	op->p = p;
+	op->r = r;
+	op->off = off;
 	op->heap = false;
 	op->write = write;
+	op->paired = false;
 	op->buf = buf;
 	op->bytes = len;
 	op->ops = op->inline_ops;
@@ -1256,9 +1885,10 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 	if (off > r->size || len > r->size - off)
 		return -ERANGE;
 	if (len == 0)
-		return link_usable(r->ext[0].slab->link, &now);
+		return link_usable(read_copy(&r->ext[0], &now)->link, &now);
+	op->paired = write && r->replicated;
 	xfer = __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
-	n = count_pieces(r, off, len, xfer);
+	n = count_pieces(r, off, len, xfer) << op->paired;
 	if (n > INLINE_OPS) {
 		op->ops = calloc(n, sizeof(*op->ops));
 		if (!op->ops) {
@@ -1278,44 +1908,67 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 			off -= e->len;
 			continue;
 		}
-		if (s->link != cur) {
-			if (cur)
-				pthread_rwlock_unlock(&cur->ep_rw);
-			cur = s->link;
-			ret = link_usable(cur, &now);
-			if (ret) {
-				cur = NULL;
-				goto unlock;
-			}
-			pthread_rwlock_rdlock(&cur->ep_rw);
-			if (!cur->ep) {
-				ret = -ENOTCONN;
-				goto unlock;
-			}
-			ret = op_desc(op, cur, &desc);
-			if (ret)
-				goto unlock;
-		}
+		if (!write && e->replica)
+			s = read_copy(e, &now);
 		take = e->len - off < len ? e->len - off : len;
 		at = e->off + off;
 		for (uint64_t done = 0; done < take;) {
 			uint64_t piece =
 				take - done < xfer ? take - done : xfer;
-			uint64_t raddr = s->l.base + at + done;
-			uint64_t peer = cur->peer[s->l.endpoint];
-			struct fab_op *f = &op->ops[k];
 
-			f->arg = cur;
-			ret = write ? fab_ep_write(cur->ep, b, piece, desc,
-						   peer, raddr, s->l.key, f,
-						   p->timeout_ms)
-				    : fab_ep_read(cur->ep, b, piece, desc, peer,
-						  raddr, s->l.key, f,
-						  p->timeout_ms);
-			if (ret)
-				goto unlock;
-			k++;
-			op->n = k;
+			if (!op->paired) {
+				/* The common case, kept lean: one copy. */
+				struct fab_op *f = &op->ops[op->n];
+				uint64_t raddr = s->l.base + at + done;
+
+				if (s->link != cur) {
+					if (cur)
+						pthread_rwlock_unlock(
+							&cur->ep_rw);
+					cur = NULL;
+					ret = link_usable(s->link, &now);
+					if (ret)
+						goto unlock;
+					cur = s->link;
+					pthread_rwlock_rdlock(&cur->ep_rw);
+					if (!cur->ep) {
+						ret = -ENOTCONN;
+						goto unlock;
+					}
+					ret = op_desc(op, cur, &desc);
+					if (ret)
+						goto unlock;
+				}
+				f->arg = cur;
+				ret = write ? fab_ep_write(
+						      cur->ep, b, piece, desc,
+						      cur->peer[s->l.endpoint],
+						      raddr, s->l.key, f,
+						      p->timeout_ms)
+					    : fab_ep_read(
+						      cur->ep, b, piece, desc,
+						      cur->peer[s->l.endpoint],
+						      raddr, s->l.key, f,
+						      p->timeout_ms);
+				if (ret)
+					goto unlock;
+				op->n++;
+			} else {
+				for (int c = 0; c < 2; c++) {
+					const struct slab *cs =
+						c ? e->replica : e->slab;
+
+					if (link_is_lost(cs->link)) {
+						dead_piece(op, cs);
+						continue;
+					}
+					ret = post_piece(p, op, &cur, &desc,
+							 &now, cs, at + done, b,
+							 piece);
+					if (ret)
+						goto unlock;
+				}
+			}
 			b += piece;
 			done += piece;
 		}
@@ -1341,56 +1994,176 @@ unlock:
 	return ret;
 }
 
-/* Completes op (waited or failed): result, stats, resources. */
-static int io_finish(struct pool *p, struct pool_op *op)
+/* The status of one piece; a transport error fails its link. */
+static int piece_status(struct fab_op *f)
+{
+	int s = f->status;
+
+	if (!s)
+		return 0;
+	s = map_status(s);
+	if (is_transport_error(s)) {
+		struct plink *lk = f->arg;
+
+		/* Every later call on that link must fail fast too, not
+		 * only the ones that reach the dead connection. */
+		if (!link_is_lost(lk))
+			link_fail(lk, -ENOTCONN, "transfer failed");
+		s = -ENOTCONN;
+	}
+	return s;
+}
+
+/*
+ * The result of a completed op. A paired range is written when one copy
+ * was and the other is dead for good (its link failed: -ENOTCONN); any
+ * other failure of a copy is the op's error, as the copies may differ.
+ */
+static int op_settle(struct pool_op *op)
 {
 	int r = 0;
 
-	for (size_t i = 0; i < op->n; i++) {
-		int s = op->ops[i].status;
+	if (!op->paired) {
+		for (size_t i = 0; i < op->n; i++) {
+			int s = piece_status(&op->ops[i]);
 
-		if (!s)
-			continue;
-		s = map_status(s);
-		if (is_transport_error(s)) {
-			struct plink *lk = op->ops[i].arg;
-
-			/* Every later call on that link must fail fast too,
-			 * not only the ones that reach the dead connection. */
-			if (!link_is_lost(lk))
-				link_fail(lk, -ENOTCONN, "transfer failed");
-			s = -ENOTCONN;
+			if (s && !r)
+				r = s;
 		}
-		if (!r)
-			r = s;
+		return r;
 	}
-	if (r == -ENOTCONN)
-		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
+	for (size_t i = 0; i + 1 < op->n; i += 2) {
+		int a = piece_status(&op->ops[i]);
+		int b = piece_status(&op->ops[i + 1]);
+		int e;
 
+		if (!a && !b)
+			continue;
+		if ((!a && b == -ENOTCONN) || (!b && a == -ENOTCONN))
+			continue;
+		e = a && a != -ENOTCONN	  ? a
+		    : b && b != -ENOTCONN ? b
+					  : -ENOTCONN;
+		if (!r)
+			r = e;
+	}
+	return r;
+}
+
+/*
+ * Starts op again after a copy of a replicated region was lost: the
+ * start picks the live copies. Returns 0 (op in flight again) or the
+ * error; op->heap is kept. At most IO_TRIES starts in all.
+ */
+static int io_restart(struct pool *p, struct pool_op *op)
+{
+	bool heap = op->heap;
+	int r = -ENOTCONN;
+
+	while (r == -ENOTCONN && op->tries < IO_TRIES) {
+		unsigned tries = op->tries + 1;
+
+		r = io_start(p, op->r, op->off, op->buf, op->bytes, op->write,
+			     op);
+		op->tries = tries;
+	}
+	op->heap = heap;
+	return r;
+}
+
+static void io_count(struct pool *p, const struct pool_op *op, int r)
+{
 	__atomic_add_fetch(&p->st_ops, 1, __ATOMIC_RELAXED);
 	if (r)
 		__atomic_add_fetch(&p->st_errors, 1, __ATOMIC_RELAXED);
 	else
 		__atomic_add_fetch(op->write ? &p->st_written : &p->st_read,
 				   op->bytes, __ATOMIC_RELAXED);
+}
+
+/*
+ * Completes op (waited or failed): result, stats, resources. With again
+ * (a caller that can wait once more), a replicated region's op that lost
+ * a copy starts again on the live ones: then *again is true and op is in
+ * flight.
+ */
+static __attribute__((noinline)) int
+io_finish_restart(struct pool *p, struct pool_op *op, bool *again)
+{
+	bool heap = op->heap;
+	int r;
+
+	op->heap = false;
+	op_release(op);
+	op->heap = heap;
+	r = io_restart(p, op);
+	if (!r) {
+		*again = true;
+		return 0;
+	}
+	/* Nothing in flight, nothing held: io_start released it. */
+	io_count(p, op, r);
+	if (heap)
+		free(op);
+	return r;
+}
+
+static int io_finish(struct pool *p, struct pool_op *op, bool *again)
+{
+	int r = op_settle(op);
+
+	if (__builtin_expect(r == -ENOTCONN, 0)) {
+		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
+		if (again && op->r->replicated && op->tries < IO_TRIES)
+			return io_finish_restart(p, op, again);
+	}
+	io_count(p, op, r);
 	op_release(op);
 	return r;
+}
+
+/* Starts an op; a replicated region retries on its live copies. */
+static int io_begin(struct pool *p, struct pool_region *r, uint64_t off,
+		    void *buf, size_t len, bool write, struct pool_op *op)
+{
+	int ret;
+
+	op->tries = 1;
+	ret = io_start(p, r, off, buf, len, write, op);
+	if (ret == -ENOTCONN && r && r->replicated)
+		ret = io_restart(p, op);
+	return ret;
+}
+
+/* Waits for op and finishes it, restarting as io_finish says. */
+static int io_wait(struct pool *p, struct pool_op *op, int timeout_ms)
+{
+	for (;;) {
+		bool again = false;
+		int r;
+
+		if (op_wait_all(op, timeout_ms) == -ETIMEDOUT)
+			return -ETIMEDOUT;
+		r = io_finish(p, op, &again);
+		if (!again)
+			return r;
+	}
 }
 
 static int io_sync(struct pool *p, struct pool_region *r, uint64_t off,
 		   void *buf, size_t len, bool write)
 {
 	struct pool_op op;
-	int ret = io_start(p, r, off, buf, len, write, &op);
+	int ret = io_begin(p, r, off, buf, len, write, &op);
 
 	if (ret)
 		return ret;
-	if (op_wait_all(&op, p->timeout_ms) == -ETIMEDOUT) {
+	ret = io_wait(p, &op, p->timeout_ms);
+	if (ret == -ETIMEDOUT) {
 		op_fail_pending(&op, "transfer timed out");
-		io_finish(p, &op);
-		return -ETIMEDOUT;
+		io_finish(p, &op, NULL);
 	}
-	return io_finish(p, &op);
+	return ret;
 }
 
 int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
@@ -1417,7 +2190,7 @@ static int io_async(struct pool *p, struct pool_region *r, uint64_t off,
 	op = malloc(sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	ret = io_start(p, r, off, buf, len, write, op);
+	ret = io_begin(p, r, off, buf, len, write, op);
 	if (ret) {
 		free(op);
 		return ret;
@@ -1445,9 +2218,7 @@ int pool_wait(struct pool *p, struct pool_op *op, int timeout_ms)
 		return -EINVAL;
 	if (timeout_ms < 0)
 		timeout_ms = p->timeout_ms;
-	if (op_wait_all(op, timeout_ms) == -ETIMEDOUT)
-		return -ETIMEDOUT;
-	return io_finish(p, op);
+	return io_wait(p, op, timeout_ms);
 }
 
 int pool_test(struct pool *p, struct pool_op *op)
@@ -1515,6 +2286,13 @@ const char *pool_strerror(int err)
 		return "stale lease (memd restarted or lease expired)";
 	case -EPROTO:
 		return "protocol error talking to memd";
+	case -EACCES:
+		return "authentication failed or not allowed (tenant, secret)";
+	case -EDQUOT:
+		return "the tenant's quota does not allow this allocation";
+	case -EOPNOTSUPP:
+		return "not supported by this session (replicas need a "
+		       "cluster)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}
@@ -1565,4 +2343,35 @@ int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
 	*addr = p->links->mep[i].addr;
 	*addr_len = p->links->mep[i].addr_len;
 	return 0;
+}
+
+bool pool_session_is_cluster(const struct pool *p)
+{
+	return p->cluster;
+}
+
+int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
+		     uint32_t *donor_id, const char **addr)
+{
+	const struct slab *s;
+
+	if (i >= r->nextents || copy > 1)
+		return -ERANGE;
+	s = copy ? r->ext[i].replica : r->ext[i].slab;
+	if (!s)
+		return -ENOENT;
+	*donor_id = s->link->donor_id;
+	*addr = s->link->addr;
+	return 0;
+}
+
+uint32_t pool_session_nlinks(struct pool *p)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		n++;
+	pthread_mutex_unlock(&p->lock);
+	return n;
 }
