@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/auth.h"
 #include "fabric/hostport.h"
 
 struct rpc {
@@ -287,5 +288,83 @@ broken:
 		r = -ENOTCONN;
 out:
 	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
+	      int timeout_ms, struct wire_hello_ok *out, char *err,
+	      size_t errlen)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	int r = -ENOMEM;
+
+	if (req && rep) {
+		req->type = WIRE_HELLO;
+		req->u.hello.proto_min = proto_min;
+		req->u.hello.proto_max = WIRE_PROTO_MAX;
+		snprintf(req->u.hello.client, sizeof(req->u.hello.client), "%s",
+			 client ? client : "");
+		r = rpc_call(c, req, rep, WIRE_HELLO_OK, timeout_ms, err,
+			     errlen);
+		if (!r)
+			*out = rep->u.hello_ok;
+	}
+	free(req);
+	free(rep);
+	return r;
+}
+
+int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello,
+	     const char *principal, const uint8_t key[32], const uint8_t *pass,
+	     size_t pass_len, int timeout_ms, struct wire_auth_ok *ok,
+	     uint8_t session_key[32], char *err, size_t errlen)
+{
+	uint8_t cn[WIRE_NONCE_LEN], sn[WIRE_NONCE_LEN], mac[WIRE_MAC_LEN];
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	int r = -ENOMEM;
+
+	if (!req || !rep)
+		goto out;
+	if (pass_len > WIRE_PASS_MAX || strlen(principal) >= WIRE_NAME_MAX) {
+		r = -EINVAL;
+		goto out;
+	}
+	auth_random(cn, sizeof(cn));
+	req->type = WIRE_AUTH;
+	snprintf(req->u.auth.principal, sizeof(req->u.auth.principal), "%s",
+		 principal);
+	memcpy(req->u.auth.cnonce, cn, sizeof(cn));
+	req->u.auth.pass_len = (uint16_t)pass_len;
+	if (pass_len)
+		memcpy(req->u.auth.pass, pass, pass_len);
+	r = rpc_call(c, req, rep, WIRE_AUTH_CHALLENGE, timeout_ms, err, errlen);
+	if (r)
+		goto out;
+	memcpy(sn, rep->u.auth_challenge.snonce, sizeof(sn));
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_AUTH_PROOF;
+	auth_client_proof(key, principal, hello->session_id, hello->epoch, cn,
+			  sn, req->u.auth_proof.mac);
+	r = rpc_call(c, req, rep, WIRE_AUTH_OK, timeout_ms, err, errlen);
+	if (r)
+		goto out;
+	auth_server_proof(key, principal, hello->session_id, hello->epoch, cn,
+			  sn, mac);
+	if (!auth_mac_equal(mac, rep->u.auth_ok.mac)) {
+		if (err)
+			snprintf(err, errlen,
+				 "memd could not prove it knows the key of "
+				 "'%s'",
+				 principal);
+		r = -EACCES;
+		goto out;
+	}
+	*ok = rep->u.auth_ok;
+	auth_session_key(key, principal, cn, sn, session_key);
+out:
+	free(req);
+	free(rep);
 	return r;
 }

@@ -42,6 +42,28 @@ void rpc_set_log(struct rpc *c, rpc_log_fn fn, void *arg);
 int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 	     int expect, int timeout_ms, char *errtext, size_t errlen);
 
+/*
+ * HELLO: offers protocols proto_min .. WIRE_PROTO_MAX, names the client
+ * (may be NULL) and fills *out with HELLO_OK. 0 or the errors of
+ * rpc_call (memd's text in err).
+ */
+int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
+	      int timeout_ms, struct wire_hello_ok *out, char *err,
+	      size_t errlen);
+
+/*
+ * The client side of the handshake (docs/cluster.md): AUTH as principal
+ * (with a donor pass when pass_len > 0, whose key is key), AUTH_PROOF,
+ * and a check of memd's proof. hello is the session's HELLO_OK. Fills
+ * *ok and the session key. Returns 0, -EACCES (refused, or memd could not
+ * prove it knows key), -EOPNOTSUPP (a standalone memd), or the errors of
+ * rpc_call, with memd's text in err.
+ */
+int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello,
+	     const char *principal, const uint8_t key[32], const uint8_t *pass,
+	     size_t pass_len, int timeout_ms, struct wire_auth_ok *ok,
+	     uint8_t session_key[32], char *err, size_t errlen);
+
 /* True once the connection has failed. */
 bool rpc_is_broken(struct rpc *c);
 
