@@ -528,10 +528,13 @@ static int setup(struct ctx *x)
 			x->c.size, pool_strerror(r));
 		return r;
 	}
-	printf("# gpu_prefetch backend=%s device=%d pci=%s size=%" PRIu64
+	printf("# gpu_prefetch backend=%s device=%d pci=%s numa_node=%d "
+	       "numa_cpus=%s numa_applied=%d direct=%d size=%" PRIu64
 	       " staging=%" PRIu64 " count=%u reps=%u%s\n",
 	       x->backend, st.device, st.pci_bus_id[0] ? st.pci_bus_id : "-",
-	       x->c.size, x->c.staging, x->c.count, x->c.reps,
+	       st.numa_node, st.numa_cpus[0] ? st.numa_cpus : "-",
+	       st.numa_applied, st.direct, x->c.size, x->c.staging, x->c.count,
+	       x->c.reps,
 	       st.backend == POOL_GPU_HOST
 		       ? " (host backend: host memory stands in for the GPU; "
 			 "these are not GPU figures)"

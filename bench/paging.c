@@ -1,25 +1,51 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench/paging.c - preview of bench/paging: a sequential scan and random
- * page reads over a pool_map() mapping with 100/50/25% of it resident,
- * against the same loops over plain local memory (the baseline, same
- * run). One result line per configuration, medians of --runs runs.
+ * bench/paging.c - transparent paging (pool_map) against all-local memory:
+ * three workloads at 100/75/50/25% of their working set resident, and the
+ * same workloads on plain anonymous memory, in one run. Results:
+ * docs/bench/paging.md.
  *
- *   paging-bench ADDR [MiB] [runs]
+ *   paging ADDR [MiB] [runs]
  *
- * ADDR is a running memd ("127.0.0.1:7470"). Uses the public API only.
+ * ADDR is a running memd ("127.0.0.1:7470"); MiB the working set (default
+ * 32); runs the repetitions per point (default 5, medians reported).
+ *
+ * Each workload runs as a program would, from a fresh range (first-touch
+ * faults are part of both the pooled and the all-local time):
+ *   seq    fill the array, then 4 sequential passes of 8-byte loads
+ *   rand   fill the array, then one 8-byte load at each of 4x npages
+ *          pseudo-random pages
+ *   qsort  fill with pseudo-random 64-bit keys, then quicksort them
+ *          (checked sorted afterwards, untimed)
+ * The all-local range has 4 KiB pages (MADV_NOHUGEPAGE), as pool_map's.
+ * The pooled variant maps a new region each run (a fresh pool_map of a
+ * new region reads as zero, like anonymous memory). One result line per
+ * workload and budget: median seconds, the slowdown against all-local
+ * (ratio of medians), and the paging counters of the median run (faults,
+ * fetches, pages fetched, read-ahead pages per fetch, evictions,
+ * write-backs, faults per second).
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
+#include "libpool/paging.h"
 #include "tidepool/pool.h"
 #include "tidepool/pool_map.h"
 
 #define PG 4096u
+#define MAX_RUNS 15
+#define SEQ_PASSES 4
+#define RAND_PER_PAGE 4
+
+enum { W_SEQ, W_RAND, W_QSORT, NWORK };
+enum { NPCT = 4 };
+static const int pct[NPCT] = { 100, 75, 50, 25 };
+static const char *const wname[NWORK] = { "seq", "rand", "qsort" };
 
 static double now_s(void)
 {
@@ -29,6 +55,116 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static uint64_t xorshift(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static void fill(uint64_t *a, size_t n)
+{
+	uint64_t x = 88172645463325252ull;
+
+	for (size_t i = 0; i < n; i++)
+		a[i] = xorshift(&x);
+}
+
+static uint64_t seq(const uint64_t *a, size_t n)
+{
+	uint64_t s = 0;
+
+	for (int p = 0; p < SEQ_PASSES; p++)
+		for (size_t i = 0; i < n; i++)
+			s += a[i];
+	return s;
+}
+
+static uint64_t rand_pages(const uint64_t *a, size_t n)
+{
+	size_t npages = n * 8 / PG;
+	uint64_t x = 0x2545f4914f6cdd1dull, s = 0;
+
+	for (size_t i = 0; i < npages * RAND_PER_PAGE; i++) {
+		uint64_t r = xorshift(&x);
+
+		s += a[(r % npages) * (PG / 8) + (r >> 55)];
+	}
+	return s;
+}
+
+static void swap(uint64_t *a, uint64_t *b)
+{
+	uint64_t t = *a;
+
+	*a = *b;
+	*b = t;
+}
+
+/* Quicksort: Hoare partition around a median of three, the smaller side
+ * recursed into, insertion sort below 16 keys. */
+static void quicksort(uint64_t *a, size_t n)
+{
+	while (n > 16) {
+		size_t m = n / 2, i = 0, j = n - 1;
+		uint64_t pivot;
+
+		if (a[m] < a[0])
+			swap(&a[m], &a[0]);
+		if (a[n - 1] < a[0])
+			swap(&a[n - 1], &a[0]);
+		if (a[n - 1] < a[m])
+			swap(&a[n - 1], &a[m]);
+		pivot = a[m];
+		for (;;) {
+			while (a[i] < pivot)
+				i++;
+			while (a[j] > pivot)
+				j--;
+			if (i >= j)
+				break;
+			swap(&a[i++], &a[j--]);
+		}
+		if (j + 1 < n - j - 1) {
+			quicksort(a, j + 1);
+			a += j + 1;
+			n -= j + 1;
+		} else {
+			quicksort(a + j + 1, n - j - 1);
+			n = j + 1;
+		}
+	}
+	for (size_t i = 1; i < n; i++)
+		for (size_t k = i; k > 0 && a[k] < a[k - 1]; k--)
+			swap(&a[k], &a[k - 1]);
+}
+
+/* Runs workload w on a; returns seconds. Exits on a wrong result. */
+static double work(int w, uint64_t *a, size_t n, uint64_t *sink)
+{
+	double t = now_s(), dt;
+
+	fill(a, n);
+	if (w == W_SEQ)
+		*sink += seq(a, n);
+	else if (w == W_RAND)
+		*sink += rand_pages(a, n);
+	else
+		quicksort(a, n);
+	dt = now_s() - t;
+	if (w == W_QSORT) {
+		for (size_t i = 1; i < n; i++) {
+			if (a[i - 1] > a[i]) {
+				fprintf(stderr, "qsort: not sorted at %zu\n",
+					i);
+				exit(1);
+			}
+		}
+	}
+	return dt;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -36,48 +172,26 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n)
+/* Index of the median of v (by value). */
+static int median_idx(const double *v, int n)
 {
-	qsort(v, (size_t)n, sizeof(*v), cmp_d);
-	return v[n / 2];
-}
+	double s[MAX_RUNS];
 
-/* One pass over every 8 bytes; the sum keeps the loads. */
-static uint64_t scan(const uint8_t *a, size_t len)
-{
-	const uint64_t *w = (const uint64_t *)a;
-	uint64_t s = 0;
-
-	for (size_t i = 0; i < len / 8; i++)
-		s += w[i];
-	return s;
-}
-
-/* n reads at pseudo-random pages (one 8-byte load each). */
-static uint64_t random_pages(const uint8_t *a, size_t npages, size_t n)
-{
-	uint64_t x = 88172645463325252ull, s = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		s += *(const uint64_t *)(a + (x % npages) * PG +
-					 (x >> 52) * 8 % PG);
-	}
-	return s;
+	memcpy(s, v, sizeof(*v) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(*s), cmp_d);
+	for (int i = 0; i < n; i++)
+		if (v[i] == s[n / 2])
+			return i;
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	static const int pct[] = { 100, 50, 25 };
 	struct pool_opts o = { 0 };
-	size_t mib = 32, len, npages, nrand;
-	struct pool_region *r;
-	int runs = 3, ret;
-	uint8_t *local;
-	struct pool *p;
+	size_t mib = 32, len, n;
 	uint64_t sink = 0;
+	struct pool *p;
+	int runs = 5, ret;
 
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s ADDR [MiB] [runs]\n", argv[0]);
@@ -88,89 +202,97 @@ int main(int argc, char **argv)
 		mib = strtoul(argv[2], NULL, 0);
 	if (argc > 3)
 		runs = atoi(argv[3]);
-	if (runs < 1 || runs > 15 || mib < 1)
+	if (runs < 1 || runs > MAX_RUNS || mib < 1) {
+		fprintf(stderr, "paging: MiB >= 1, 1 <= runs <= %d\n",
+			MAX_RUNS);
 		return 2;
+	}
 	len = mib << 20;
-	npages = len / PG;
-	nrand = npages;
-
+	n = len / 8;
 	ret = pool_connect(&o, &p);
 	if (ret) {
 		fprintf(stderr, "pool_connect %s: %s\n", o.addr,
 			pool_strerror(ret));
 		return 1;
 	}
-	ret = pool_alloc(p, len, &r);
-	if (ret) {
-		fprintf(stderr, "pool_alloc: %s\n", pool_strerror(ret));
-		return 1;
-	}
-	local = malloc(len);
-	if (!local)
-		return 1;
-	for (size_t i = 0; i < len; i++)
-		local[i] = (uint8_t)(i * 131 + (i >> 12));
-	ret = pool_write(p, r, 0, local, len);
-	if (ret) {
-		fprintf(stderr, "pool_write: %s\n", pool_strerror(ret));
-		return 1;
-	}
+	printf("# paging bytes=%zu runs=%d seq_passes=%d rand_loads=%zu\n", len,
+	       runs, SEQ_PASSES, len / PG * RAND_PER_PAGE);
 
-	/* Baseline: the same loops on local memory. */
-	{
-		double seq[15], rnd[15];
+	/*
+	 * Run k of every configuration of a workload back to back (all-local
+	 * first), so a change of load on a shared machine hits them alike.
+	 */
+	for (int w = 0; w < NWORK; w++) {
+		struct pool_map_stats st[NPCT][MAX_RUNS];
+		double base[MAX_RUNS], t[NPCT][MAX_RUNS], b;
 
 		for (int k = 0; k < runs; k++) {
-			double t = now_s();
+			uint64_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE,
+					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 
-			sink += scan(local, len);
-			seq[k] = now_s() - t;
-			t = now_s();
-			sink += random_pages(local, npages, nrand);
-			rnd[k] = now_s() - t;
-		}
-		printf("paging local=all-local bytes=%zu seq_MBps=%.0f "
-		       "rand_ns=%.0f runs=%d\n",
-		       len, (double)len / median(seq, runs) / 1e6,
-		       median(rnd, runs) * 1e9 / (double)nrand, runs);
-	}
-	for (size_t c = 0; c < sizeof(pct) / sizeof(pct[0]); c++) {
-		size_t budget = len / 100 * (size_t)pct[c];
-		double seq[15], rnd[15];
-
-		for (int k = 0; k < runs; k++) {
-			uint8_t *a;
-			double t;
-
-			/* A fresh mapping each run: the scan starts cold
-			 * (every page fetched once, read-ahead on). */
-			ret = pool_map(p, r, budget, POOL_MAP_EXISTING,
-				       (void **)&a);
-			if (ret) {
-				fprintf(stderr, "pool_map: %s\n",
-					pool_strerror(ret));
+			if (a == MAP_FAILED) {
+				perror("mmap");
 				return 1;
 			}
-			t = now_s();
-			sink += scan(a, len);
-			seq[k] = now_s() - t;
-			t = now_s();
-			sink += random_pages(a, npages, nrand);
-			rnd[k] = now_s() - t;
-			if (memcmp(a, local, PG)) {
-				fprintf(stderr, "wrong bytes\n");
-				return 1;
+			/* 4 KiB pages, as pool_map has: like with like. */
+			madvise(a, len, MADV_NOHUGEPAGE);
+			base[k] = work(w, a, n, &sink);
+			munmap(a, len);
+			for (int c = 0; c < NPCT; c++) {
+				/* Whole pages, rounded up: 100% must hold
+				 * the whole set (one page short, a FIFO
+				 * misses every page of every pass). */
+				size_t budget =
+					(len * (size_t)pct[c] / 100 + PG - 1) /
+					PG * PG;
+				struct pool_region *r;
+
+				ret = pool_alloc(p, len, &r);
+				if (ret == 0)
+					ret = pool_map(p, r, budget, 0,
+						       (void **)&a);
+				if (ret) {
+					fprintf(stderr, "pool_alloc/map: %s\n",
+						pool_strerror(ret));
+					return 1;
+				}
+				t[c][k] = work(w, a, n, &sink);
+				pool_map_get_stats(a, &st[c][k]);
+				pool_unmap(p, a, POOL_UNMAP_DISCARD);
+				pool_free(p, r);
 			}
-			pool_unmap(p, a, POOL_UNMAP_DISCARD);
 		}
-		printf("paging local=%d%% bytes=%zu seq_MBps=%.0f "
-		       "rand_ns=%.0f runs=%d\n",
-		       pct[c], len, (double)len / median(seq, runs) / 1e6,
-		       median(rnd, runs) * 1e9 / (double)nrand, runs);
+		b = base[median_idx(base, runs)];
+		printf("paging work=%s local=all-local s=%.4f slowdown=1.00\n",
+		       wname[w], b);
+		for (int c = 0; c < NPCT; c++) {
+			int mi = median_idx(t[c], runs);
+			const struct pool_map_stats *m = &st[c][mi];
+			double lo = t[c][0], hi = t[c][0];
+
+			for (int k = 1; k < runs; k++) {
+				lo = t[c][k] < lo ? t[c][k] : lo;
+				hi = t[c][k] > hi ? t[c][k] : hi;
+			}
+			printf("paging work=%s local=%d%% s=%.4f "
+			       "slowdown=%.2f faults=%llu fetches=%llu "
+			       "pages_fetched=%llu ra_pages=%.1f "
+			       "evictions=%llu writebacks=%llu "
+			       "faults_per_s=%.0f min_s=%.4f max_s=%.4f\n",
+			       wname[w], pct[c], t[c][mi], t[c][mi] / b,
+			       (unsigned long long)m->faults,
+			       (unsigned long long)m->fetches,
+			       (unsigned long long)m->pages_fetched,
+			       m->fetches ? (double)m->pages_fetched /
+						    (double)m->fetches
+					  : 0.0,
+			       (unsigned long long)m->evictions,
+			       (unsigned long long)m->writebacks,
+			       (double)m->faults / t[c][mi], lo, hi);
+		}
+		fflush(stdout);
 	}
 	fprintf(stderr, "(sink %llu)\n", (unsigned long long)sink);
-	free(local);
-	pool_free(p, r);
 	pool_close(p);
 	return 0;
 }

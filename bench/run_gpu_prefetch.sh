@@ -3,8 +3,9 @@
 #
 # bench/run_gpu_prefetch.sh - GPU prefetch benchmark in one go: build (if
 # needed), start a memd on loopback, run gpu_prefetch, print the results.
-# Made to fit a short session on a GPU machine: with the defaults it takes
-# a few minutes after the build.
+# Made to fit a short session on a GPU machine: the whole run stops
+# starting configurations once DEADLINE_S is near (default 420 s, build
+# included), so it ends well inside a 10-minute command limit.
 #
 # usage: bench/run_gpu_prefetch.sh [BUILD_DIR]   (or BUILD=dir; default
 #        build-gpu-bench at the repository root). Knobs (environment):
@@ -14,16 +15,23 @@
 #   TESTS=1        also run the test_gpu suite (its CUDA round trip runs
 #                  when a device is usable)
 #   REBUILD=1      configure and build even when the binaries exist
-#   OUT_DIR=<BUILD>/gpu-prefetch-results/<time>
+#   BUILD_ONLY=1   build, check the prerequisites, and stop
+#   DEADLINE_S=420 no new configuration starts later than this (seconds
+#                  since the script started); each run is also killed at it
+#   OUT_DIR=$OUT/gpu-prefetch when $OUT is set (the device machine's
+#          result folder), else <BUILD>/gpu-prefetch-results/<time>
 # The build is Release with the CUDA backend when CMake finds the toolkit
 # (/usr/local/cuda or CUDAToolkit_ROOT). memd listens on 127.0.0.1 only
-# and is killed on exit.
+# and is killed on exit. The benchmark runs with LIBPOOL_LOG=info, so
+# bench.log says which NUMA node the engine chose and whether the path is
+# staged or direct (FI_HMEM); topology.txt has what nvidia-smi and the
+# kernel say, to check that choice against.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 case "${1:-}" in
 -h | --help)
-	sed -n '4,21p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 esac
@@ -38,7 +46,14 @@ DEVICE=${DEVICE:-0}
 SWEEP=${SWEEP:-0}
 TESTS=${TESTS:-0}
 REBUILD=${REBUILD:-0}
-OUT_DIR=${OUT_DIR:-$BUILD/gpu-prefetch-results/$(date +%Y%m%d-%H%M%S)}
+BUILD_ONLY=${BUILD_ONLY:-0}
+DEADLINE_S=${DEADLINE_S:-420}
+if [ -n "${OUT:-}" ]; then
+	OUT_DIR=${OUT_DIR:-$OUT/gpu-prefetch}
+else
+	OUT_DIR=${OUT_DIR:-$BUILD/gpu-prefetch-results/$(date +%Y%m%d-%H%M%S)}
+fi
+START=$SECONDS
 
 die() {
 	echo "run_gpu_prefetch: $*" >&2
@@ -48,22 +63,55 @@ log() {
 	printf '%s %s\n' "$(date +%T)" "$*" >&2
 }
 
+# Seconds left before DEADLINE_S (0 when past it).
+left() {
+	local l=$((DEADLINE_S - (SECONDS - START)))
+	echo $((l > 0 ? l : 0))
+}
+
+# What the build needs; says all that is missing at once.
+preflight() {
+	local missing=
+	for t in cmake make cc pkg-config python3 timeout; do
+		command -v "$t" >/dev/null || missing="$missing $t"
+	done
+	if command -v pkg-config >/dev/null; then
+		for m in 'libfabric >= 1.17' inih hwloc libsodium jansson \
+			libmicrohttpd libsystemd; do
+			pkg-config --exists "$m" || missing="$missing pkg:${m%% *}"
+		done
+	fi
+	[ -e /usr/include/numa.h ] || missing="$missing numa.h(libnuma-dev)"
+	[ "$TESTS" = 1 ] && ! pkg-config --exists check 2>/dev/null &&
+		missing="$missing pkg:check"
+	[ -z "$missing" ] || die "cannot build here, missing:$missing"
+}
+
+mkdir -p "$OUT_DIR"
 MEMD=$BUILD/memd/memd
 BENCH=$BUILD/bench/gpu_prefetch
-if [ "$REBUILD" = 1 ] || [ ! -x "$MEMD" ] || [ ! -x "$BENCH" ]; then
+if [ "$REBUILD" = 1 ] || [ ! -x "$MEMD" ] || [ ! -x "$BENCH" ] ||
+	{ [ "$TESTS" = 1 ] && [ ! -x "$BUILD/tests/test_gpu" ]; }; then
+	preflight
 	log "building in $BUILD (Release)"
+	mkdir -p "$BUILD"
 	cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-		>"$BUILD.cmake.log" 2>&1 ||
-		die "cmake failed (log: $BUILD.cmake.log)"
-	grep -E 'libpool: CUDA backend' "$BUILD.cmake.log" >&2 || true
+		>"$OUT_DIR/cmake.log" 2>&1 ||
+		die "cmake failed (log: $OUT_DIR/cmake.log)"
+	grep -E 'libpool: CUDA backend' "$OUT_DIR/cmake.log" >&2 || true
 	targets="memd gpu_prefetch"
 	[ "$TESTS" = 1 ] && targets="$targets test_gpu"
 	# shellcheck disable=SC2086
-	make -C "$BUILD" -j"$(nproc)" $targets >"$BUILD.make.log" 2>&1 ||
-		die "build failed (log: $BUILD.make.log)"
+	timeout "$(left)" make -C "$BUILD" -j"$(nproc)" $targets \
+		>"$OUT_DIR/make.log" 2>&1 ||
+		die "build failed or past DEADLINE_S (log: $OUT_DIR/make.log)"
+	log "built in $((SECONDS - START)) s"
+fi
+if [ "$BUILD_ONLY" = 1 ]; then
+	log "BUILD_ONLY=1: built $MEMD and $BENCH"
+	exit 0
 fi
 
-mkdir -p "$OUT_DIR"
 RAW=$OUT_DIR/raw.txt
 TMP=$(mktemp -d /tmp/gpu-prefetch.XXXXXX)
 MEMD_PID=
@@ -87,7 +135,26 @@ trap 'exit 130' INT TERM
 	else
 		echo "# gpu none (nvidia-smi not found)"
 	fi
+	echo "# numa nodes=$(cat /sys/devices/system/node/online 2>/dev/null || echo ?) TIDEPOOL_GPU_NODE=${TIDEPOOL_GPU_NODE:-}"
 } | tee "$RAW"
+
+# Where the GPU sits, as the driver and the kernel see it: to check the
+# engine's NUMA choice (bench.log, the '# gpu_prefetch' lines) against.
+{
+	if command -v nvidia-smi >/dev/null; then
+		nvidia-smi topo -m 2>&1 || true
+		for b in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader 2>/dev/null); do
+			d=$(echo "$b" | sed 's/^0000//' | tr 'A-F' 'a-f')
+			echo "$b numa_node=$(cat "/sys/bus/pci/devices/$d/numa_node" 2>/dev/null || echo ?) local_cpulist=$(cat "/sys/bus/pci/devices/$d/local_cpulist" 2>/dev/null || echo ?)"
+		done
+	fi
+	for n in /sys/devices/system/node/node[0-9]*; do
+		[ -e "$n/cpulist" ] && echo "$(basename "$n") cpus=$(cat "$n/cpulist")"
+	done
+} >"$OUT_DIR/topology.txt" 2>&1 || true
+if command -v lstopo-no-graphics >/dev/null; then
+	lstopo-no-graphics --of xml "$OUT_DIR/host-topology.xml" 2>/dev/null || true
+fi
 
 # memd: donate the region (SIZE) plus room, in 64M slabs.
 size_mib=$(python3 -c "
@@ -112,11 +179,21 @@ ADDR=$(head -n1 "$TMP/memd.ready")
 log "memd ready at $ADDR"
 
 run() { # staging count
-	log "gpu_prefetch staging=$1 count=$2"
-	"$BENCH" --addr "$ADDR" --backend "$BACKEND" --device "$DEVICE" \
+	local t
+	t=$(left)
+	if [ "$t" -lt 20 ]; then
+		log "skipping staging=$1 count=$2: DEADLINE_S is near"
+		echo "# skipped staging=$1 count=$2 (deadline)" >>"$RAW"
+		return 0
+	fi
+	log "gpu_prefetch staging=$1 count=$2 (at most $t s)"
+	echo "## staging=$1 count=$2" >>"$OUT_DIR/bench.log"
+	LIBPOOL_LOG=${LIBPOOL_LOG:-info} timeout "$t" \
+		"$BENCH" --addr "$ADDR" --backend "$BACKEND" --device "$DEVICE" \
 		--size "$SIZE" --staging "$1" --count "$2" --reps "$REPS" \
-		--dir "$DIRS" | tee -a "$RAW" ||
-		die "gpu_prefetch failed (memd log: $OUT_DIR/memd.log)"
+		--dir "$DIRS" 2>>"$OUT_DIR/bench.log" | tee -a "$RAW" ||
+		die "gpu_prefetch failed or timed out (logs: $OUT_DIR/bench.log, $OUT_DIR/memd.log):
+$(tail -n 20 "$OUT_DIR/bench.log")"
 }
 
 run "$STAGING" "$COUNT"
@@ -128,15 +205,23 @@ if [ "$SWEEP" = 1 ]; then
 		done
 	done
 fi
+grep -E 'gpu: (open|numa|direct)' "$OUT_DIR/bench.log" |
+	sed 's/libpool\[[0-9]*\] //' | sort | uniq -c |
+	sed 's/^/# /' | tee -a "$RAW" || true
 echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" | tee -a "$RAW"
 kill "$MEMD_PID" 2>/dev/null || true
 wait "$MEMD_PID" 2>/dev/null || true
 MEMD_PID=
 
 if [ "$TESTS" = 1 ]; then
-	log "test_gpu"
-	(cd "$BUILD" && ctest -R test_gpu --output-on-failure) 2>&1 |
-		tee "$OUT_DIR/test_gpu.log" | tail -n 15
+	if [ "$(left)" -lt 60 ]; then
+		log "skipping test_gpu: DEADLINE_S is near"
+	else
+		log "test_gpu"
+		(cd "$BUILD" && TP_SOURCE_DIR=$ROOT timeout "$(left)" \
+			ctest -R 'test_gpu' --output-on-failure) 2>&1 |
+			tee "$OUT_DIR/test_gpu.log" | tail -n 15
+	fi
 fi
 
 # Summary: the pipeline lines against the targets.
@@ -168,4 +253,4 @@ print("MBps = 1e6 B/s, medians. Targets: overlap = pipeline time / max(fabric,"
 if any(k[0] == "host" for k in by):
     print("backend=host: host memory stands in for the GPU; not GPU figures.")
 EOF
-log "results: $OUT_DIR (raw: $RAW)"
+log "results: $OUT_DIR (raw: $RAW) in $((SECONDS - START)) s"

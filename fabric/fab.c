@@ -109,6 +109,7 @@ struct fab_domain {
 	size_t key_size;
 	size_t max_msg;
 	char prov[FAB_PROV_MAX];
+	unsigned hmem; /* FAB_HMEM_* asked for and granted (FI_HMEM) */
 };
 
 struct fab_mr {
@@ -270,6 +271,8 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 	prov_name = opts->provider ? opts->provider : "tcp";
 	if (!prov_name[0] || strlen(prov_name) >= FAB_PROV_MAX)
 		return -EINVAL;
+	if (opts->hmem & ~FAB_HMEM_CUDA)
+		return -EINVAL;
 
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -295,6 +298,10 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 	}
 	if (opts->node || opts->service)
 		flags |= FI_SOURCE;
+	if (opts->hmem) { /* device memory: see fab_domain_has_hmem() */
+		hints->caps |= FI_HMEM;
+		hints->domain_attr->mr_mode |= FI_MR_HMEM;
+	}
 
 	ret = fab_errno(fi_getinfo(FAB_FI_VERSION, opts->node, opts->service,
 				   flags, hints, &d->info));
@@ -308,6 +315,8 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 		goto close_fabric;
 
 	d->mr_mode = mr_mode_from_fi(d->info->domain_attr->mr_mode);
+	if (d->info->caps & FI_HMEM)
+		d->hmem = opts->hmem;
 	d->key_size = d->info->domain_attr->mr_key_size;
 	if (d->key_size == 0 || d->key_size > sizeof(uint64_t))
 		d->key_size = sizeof(uint64_t);
@@ -1163,4 +1172,73 @@ void fab_ep_get_stats(struct fab_ep *ep, struct fab_ep_stats *st)
 	*st = ep->stats;
 	st->inflight = ep->inflight;
 	pthread_mutex_unlock(&ep->mu);
+}
+
+/* ---- device memory (FI_HMEM) -------------------------------------- */
+
+bool fab_domain_has_hmem(const struct fab_domain *d, unsigned iface)
+{
+	return d && (iface == 0 || (iface & ~d->hmem) == 0);
+}
+
+int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
+		    size_t len, unsigned access, unsigned iface, int device,
+		    uint64_t requested_key, struct fab_mr **out)
+{
+	struct fi_mr_attr attr = { 0 };
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct fab_mr *m;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!d || !buf || !len || !access ||
+	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE)) ||
+	    (iface != 0 && iface != FAB_HMEM_CUDA) || device < 0)
+		return -EINVAL;
+	if (!fab_domain_has_hmem(d, iface))
+		return -EOPNOTSUPP;
+	if ((d->mr_mode & FAB_MR_ENDPOINT) && !ep)
+		return -EINVAL;
+	if (ep && ep->d != d)
+		return -EINVAL;
+	attr.mr_iov = &iov;
+	attr.iov_count = 1;
+	if (access & FAB_ACCESS_LOCAL)
+		attr.access |= FI_READ | FI_WRITE;
+	if (access & FAB_ACCESS_REMOTE)
+		attr.access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	if (!(d->mr_mode & FAB_MR_PROV_KEY))
+		attr.requested_key = requested_key & key_mask(d->key_size);
+	attr.iface = iface == FAB_HMEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
+	attr.device.cuda = device;
+
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	ret = fab_errno(fi_mr_regattr(d->domain, &attr, 0, &m->mr));
+	if (ret)
+		goto free_m;
+	if (d->mr_mode & FAB_MR_ENDPOINT) {
+		ret = fab_errno(fi_mr_bind(m->mr, &ep->ep->fid, 0));
+		if (!ret)
+			ret = fab_errno(fi_mr_enable(m->mr));
+		if (ret)
+			goto close_mr;
+	}
+	m->key = fi_mr_key(m->mr);
+	if (m->key == FI_KEY_NOTAVAIL) {
+		ret = -EOPNOTSUPP; /* FI_MR_RAW only: see fab_mr_reg() */
+		goto close_mr;
+	}
+	m->remote_base = fab_mr_base_for_mode(d->mr_mode, buf);
+	*out = m;
+	return 0;
+
+close_mr:
+	fi_close(&m->mr->fid);
+free_m:
+	free(m);
+	return ret;
 }

@@ -56,6 +56,9 @@ struct fab_opts {
 	const char *provider;
 	const char *node;    /* local address to bind the endpoint, or NULL */
 	const char *service; /* local port, or NULL for an ephemeral one */
+	/* FAB_HMEM_* interfaces the domain must move directly (FI_HMEM, see
+	 * "Device memory" below); 0: host memory only, as before. */
+	unsigned hmem;
 };
 
 /*
@@ -205,6 +208,35 @@ struct fab_ep_stats {
 	unsigned inflight;
 };
 void fab_ep_get_stats(struct fab_ep *ep, struct fab_ep_stats *st);
+
+/* --- Device memory (FI_HMEM) ------------------------------------------
+ *
+ * A provider with FI_HMEM reads and writes device memory (GPU HBM) itself:
+ * verbs with GPUDirect RDMA or dma-buf, efa, cxi. Ask for it with
+ * fab_opts.hmem; a provider that cannot do it for those interfaces is not
+ * chosen (fab_domain_open() returns -ENODATA, e.g. tcp on libfabric 1.17),
+ * so a caller that can live without it opens a second domain without.
+ * Device buffers are registered with their interface and device ordinal:
+ * pass fab_mr_desc() of that registration with every operation on them.
+ */
+#define FAB_HMEM_CUDA 0x1u /* FI_HMEM_CUDA: CUDA device memory */
+
+/*
+ * Whether d moves memory of interface iface directly: FAB_HMEM_CUDA when
+ * d was opened with it in fab_opts.hmem and the provider granted FI_HMEM;
+ * 0 (host memory) always. Pure.
+ */
+bool fab_domain_has_hmem(const struct fab_domain *d, unsigned iface);
+/*
+ * As fab_mr_reg(), for memory of interface iface (0: host memory, i.e.
+ * FI_HMEM_SYSTEM; FAB_HMEM_CUDA: device memory of CUDA ordinal device),
+ * through fi_mr_regattr. Returns 0 and *out, or
+ *   -EOPNOTSUPP  iface is not host memory and d lacks it (has_hmem)
+ *   -EINVAL, -ENOKEY, -errno as fab_mr_reg()
+ */
+int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
+		    size_t len, unsigned access, unsigned iface, int device,
+		    uint64_t requested_key, struct fab_mr **out);
 
 /* Maps a libfabric return (-FI_E*, or a positive FI_E* from an error
  * completion) to -errno. 0 stays 0. */

@@ -292,14 +292,15 @@ out:
 	return r;
 }
 
-int rpc_hello(struct rpc *c, uint16_t proto_min, uint16_t proto_max,
-	      const char *client, int timeout_ms, struct wire_hello_ok *ok,
-	      char *errtext, size_t errlen)
+int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
+	      int timeout_ms, struct wire_hello_ok *ok, char *errtext,
+	      size_t errlen)
 {
+	const uint16_t proto_max = WIRE_PROTO_MAX;
 	struct wire_msg *req, *rep;
 	int r;
 
-	if (proto_min < 1 || proto_min > proto_max)
+	if (proto_min < WIRE_PROTO_MIN || proto_min > proto_max)
 		return -EINVAL;
 	req = calloc(1, sizeof(*req));
 	rep = malloc(sizeof(*rep));

@@ -48,15 +48,16 @@ int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 bool rpc_is_broken(struct rpc *c);
 
 /*
- * HELLO offering protocols proto_min .. proto_max with client (a name for
- * memd's logs, cut to WIRE_NAME_MAX - 1 bytes; bytes outside printable
- * ASCII become '?'). Returns 0 with HELLO_OK in *ok, the errors of
- * rpc_call, or -EPROTONOSUPPORT when memd chose a version outside the
- * range we offered.
+ * HELLO offering protocols proto_min .. WIRE_PROTO_MAX with client (a
+ * name for memd's logs, may be NULL; cut to WIRE_NAME_MAX - 1 bytes;
+ * bytes outside printable ASCII become '?'). Returns 0 with HELLO_OK in
+ * *out, -EINVAL (proto_min outside WIRE_PROTO_MIN .. WIRE_PROTO_MAX), the
+ * errors of rpc_call (memd's text in err), or -EPROTONOSUPPORT when memd
+ * chose a version outside the range we offered.
  */
-int rpc_hello(struct rpc *c, uint16_t proto_min, uint16_t proto_max,
-	      const char *client, int timeout_ms, struct wire_hello_ok *ok,
-	      char *errtext, size_t errlen);
+int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
+	      int timeout_ms, struct wire_hello_ok *out, char *err,
+	      size_t errlen);
 
 /*
  * The protocol-2 handshake after HELLO_OK (docs/cluster.md, "Handshake"):

@@ -67,6 +67,11 @@
 #define WIRE_MAX_TENANTS 1024 /* tenant entries in one DONOR_REPORT */
 #define WIRE_MAX_REDEEMED 256 /* grant ids in one DONOR_REPORT */
 #define WIRE_JSON_MAX 65000u  /* ADMIN / ADMIN_OK text */
+/* KV tier (docs/kv.md) */
+#define WIRE_KV_KEY_LEN 32
+#define WIRE_KV_BATCH 64      /* keys in one KV request */
+#define WIRE_KV_MAX_LOCS 1024 /* chunk locations in one KV reply */
+#define WIRE_MAX_DONORS 64    /* entries in one DONORS_OK */
 
 /* Request types are < 0x80; a reply is its request | 0x80; 0xff is ERROR. */
 enum wire_type {
@@ -85,6 +90,15 @@ enum wire_type {
 	WIRE_DONOR_JOIN = 0x0c,
 	WIRE_DONOR_REPORT = 0x0d,
 	WIRE_ADMIN = 0x0e,
+	/* protocol 2, KV tier (docs/kv.md) and donor list */
+	WIRE_KV_RESERVE = 0x10,
+	WIRE_KV_COMMIT = 0x11,
+	WIRE_KV_LOOKUP = 0x12,
+	WIRE_KV_DONE = 0x13,
+	WIRE_KV_EXISTS = 0x14,
+	WIRE_KV_DELETE = 0x15,
+	WIRE_KV_PIN = 0x16,
+	WIRE_DONORS = 0x17,
 	WIRE_HELLO_OK = 0x81,
 	WIRE_LEASE_OK = 0x82,
 	WIRE_RELEASE_OK = 0x83,
@@ -99,6 +113,14 @@ enum wire_type {
 	WIRE_DONOR_JOIN_OK = 0x8c,
 	WIRE_DONOR_REPORT_OK = 0x8d,
 	WIRE_ADMIN_OK = 0x8e,
+	WIRE_KV_RESERVE_OK = 0x90,
+	WIRE_KV_COMMIT_OK = 0x91,
+	WIRE_KV_LOOKUP_OK = 0x92,
+	WIRE_KV_DONE_OK = 0x93,
+	WIRE_KV_EXISTS_OK = 0x94,
+	WIRE_KV_DELETE_OK = 0x95,
+	WIRE_KV_PIN_OK = 0x96,
+	WIRE_DONORS_OK = 0x97,
 	WIRE_ERROR = 0xff,
 };
 
@@ -361,6 +383,65 @@ struct wire_admin {
 	uint32_t json_len;
 };
 
+/*
+ * KV tier (docs/kv.md). One batch layout serves every KV request and
+ * reply; each message type carries only the fields it uses (protocol.md
+ * lists them per type), the rest decode as zero.
+ *   KV_RESERVE   key, value_len          -> status, generation, locs
+ *   KV_COMMIT    key, generation, checksum -> status
+ *   KV_LOOKUP    key                     -> status, value_len,
+ *                                           generation, checksum, locs
+ *   KV_DONE      key, generation         -> status
+ *   KV_EXISTS    key                     -> count = present prefix
+ *   KV_DELETE    key                     -> status
+ *   KV_PIN       key (flags: PIN/UNPIN)  -> status
+ * status is a negative errno or 0 (an i32 on the wire).
+ */
+struct wire_kv_item {
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t value_len;
+	uint64_t generation;
+	uint64_t checksum;
+	int32_t status;
+	uint32_t first_loc, nchunks; /* replies with locs: loc[] range */
+};
+
+/* Where one chunk's block lives: RMA address (as with leases: base +
+ * offset in the provider's addressing), key of the KV slab's
+ * registration (given only to sessions of the slab's tenant), size of
+ * the block (64-byte header + payload room), endpoint index into
+ * HELLO_OK.ep. */
+struct wire_kv_loc {
+	uint64_t raddr;
+	uint64_t rkey;
+	uint64_t block_bytes;
+	uint16_t endpoint;
+};
+
+#define WIRE_KV_UNPIN 0x1u /* KV_PIN.flags: remove a pin instead */
+#define WIRE_KV_KNOWN WIRE_KV_UNPIN
+
+struct wire_kv {
+	uint32_t flags; /* KV_PIN: WIRE_KV_UNPIN; else 0 */
+	uint16_t count; /* 1 .. WIRE_KV_BATCH (EXISTS_OK: prefix, 0 ..) */
+	struct wire_kv_item item[WIRE_KV_BATCH];
+	uint16_t nlocs; /* RESERVE_OK, LOOKUP_OK: 0 .. WIRE_KV_MAX_LOCS */
+	struct wire_kv_loc loc[WIRE_KV_MAX_LOCS];
+};
+
+/* DONORS (a tenant at the registry): the donors that are up, for
+ * choosing KV homes by rendezvous hashing over their names. */
+struct wire_donor_entry {
+	uint32_t donor_id;
+	uint64_t epoch;
+	char name[WIRE_NAME_MAX];
+	char addr[WIRE_HOSTPORT_MAX];
+};
+struct wire_donors_ok {
+	uint16_t count; /* 0 .. WIRE_MAX_DONORS */
+	struct wire_donor_entry donor[WIRE_MAX_DONORS];
+};
+
 struct wire_error {
 	int32_t err;		/* positive Linux errno, 1 .. WIRE_ERR_MAX */
 	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
@@ -394,6 +475,8 @@ struct wire_msg {
 		struct wire_donor_report donor_report;
 		struct wire_donor_report_ok donor_report_ok;
 		struct wire_admin admin; /* ADMIN and ADMIN_OK */
+		struct wire_kv kv;	 /* every KV_* request and reply */
+		struct wire_donors_ok donors_ok; /* DONORS has no payload */
 	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK carry no payload */
 };
 

@@ -58,9 +58,21 @@
  *               g->lock.
  * Lock order: g->lock before the host device's lock.
  *
- * Not here yet: direct RMA into device memory (FI_HMEM) and NUMA placement
- * of the staging ring; see direct_path_available() and staging_alloc(),
- * and docs/gpu.md.
+ * Direct path (FI_HMEM): when the session's provider reports FI_HMEM
+ * (direct_choose()), the engine opens its own fabric endpoint to memd's
+ * endpoints, registers each transfer's device range with its HMEM
+ * interface, and a chunk (cut at lease boundaries, from
+ * pool_region_extent()) is one RMA straight between the lease and the
+ * device: READY (waiting for the start event, as a copy would) -> FABRIC
+ * -> DONE, no staging buffer, no copy. The done event is recorded on the
+ * copy stream once every chunk has completed. A transfer whose device
+ * range cannot be registered is staged instead.
+ *
+ * NUMA (numa_choose()): the staging ring is allocated on the device's node
+ * (place_alloc_on_node(), then pinned by the backend: cudaHostRegister or
+ * mlock) and the worker pins itself to that node's CPUs
+ * (place_bind_thread_to_node()). numa/ is the only code that talks to
+ * hwloc and libnuma.
  */
 #include "tidepool/pool_gpu.h"
 
@@ -77,8 +89,11 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "fabric/fab.h"
 #include "libpool/gpu.h"
+#include "libpool/internal.h"
 #include "libpool/log.h"
+#include "numa/place.h"
 
 #define DEFAULT_STAGING (4u << 20)
 #define DEFAULT_COUNT 4u
@@ -101,6 +116,11 @@ struct slot {
 	bool last;	/* last chunk of x */
 	bool abandoned; /* stage timed out; x no longer counts it */
 	uint64_t deadline_ms;
+	bool placed; /* buf from place_alloc_on_node() + host_register */
+	/* direct path: the RMA goes between the lease and x->dev itself */
+	bool direct;
+	uint64_t peer, raddr, key;
+	struct fab_op fop;
 };
 
 struct pool_gpu_xfer {
@@ -119,6 +139,12 @@ struct pool_gpu_xfer {
 	bool all_issued;   /* every chunk has had a slot */
 	bool started;	   /* start_ev seen complete */
 	unsigned inflight; /* chunks not DONE, not abandoned */
+	bool direct;	   /* RMA straight to/from dev (set at submit) */
+	bool registered;   /* direct: registration tried */
+	struct fab_mr *mr; /* direct: dev's registration, or NULL */
+	void *desc;
+	uint32_t ext;	    /* direct: extent of the next chunk */
+	uint64_t ext_start; /* direct: its offset in the region */
 
 	int err; /* atomic: 0, or the first error (CAS) */
 	/* under g->lock */
@@ -137,9 +163,26 @@ struct pool_gpu {
 	char bus_id[20];
 	size_t staging_bytes;
 	unsigned count;
-	int numa_node;
 	int timeout_ms;
 	void *copy_stream;
+
+	/* NUMA placement (numa_choose) */
+	int numa_node;	    /* chosen node, -1: none */
+	bool numa_explicit; /* asked for by number: failures are errors */
+	bool numa_apply;    /* this host: bind the ring, pin the worker */
+	bool numa_pinned;   /* the worker pinned itself */
+	char numa_cpus[128];
+	struct place_topo *place; /* until the worker has pinned itself */
+
+	/* direct path (direct_choose) */
+	bool direct;
+	unsigned hmem_iface; /* FAB_HMEM_CUDA, or 0 for host "device" memory */
+	struct fab_domain *fd;
+	struct fab_ep *fep;
+	uint64_t peer[WIRE_MAX_ENDPOINTS];
+	uint16_t npeers;
+	size_t max_msg;
+	uint64_t mr_key; /* worker only: keys for device registrations */
 
 	pthread_t worker;
 	bool worker_started;
@@ -165,7 +208,7 @@ struct pool_gpu {
 
 	/* atomics */
 	uint64_t st_xfers, st_errors, st_cancelled, st_fetched, st_stored;
-	uint64_t st_chunks, st_overlapped;
+	uint64_t st_chunks, st_overlapped, st_direct_xfers;
 	unsigned st_fabric_max, st_copy_max, st_abandoned;
 
 	struct slot slots[];
@@ -524,6 +567,19 @@ static void host_pinned_free(struct gpu_dev *d, void *p)
 	host_unmap(p);
 }
 
+static int host_host_register(struct gpu_dev *d, void *p, size_t len)
+{
+	if (mlock(p, len)) /* best effort, as host_map() */
+		pool_log(LOG_DEBUG, "gpu: host staging not locked len=%zu",
+			 len);
+	return 0;
+}
+
+static void host_host_unregister(struct gpu_dev *d, void *p, size_t len)
+{
+	munlock(p, len);
+}
+
 static int host_dev_alloc(struct gpu_dev *d, size_t len, void **out)
 {
 	return host_map(len, false, out);
@@ -641,6 +697,8 @@ static const struct gpu_backend host_backend = {
 	.pci_bus_id = host_pci_bus_id,
 	.pinned_alloc = host_pinned_alloc,
 	.pinned_free = host_pinned_free,
+	.host_register = host_host_register,
+	.host_unregister = host_host_unregister,
 	.dev_alloc = host_dev_alloc,
 	.dev_free = host_dev_free,
 	.stream_create = host_stream_create,
@@ -692,28 +750,306 @@ int pool_gpu_probe(enum pool_gpu_backend kind)
 	return n;
 }
 
-/*
- * Direct RMA into device memory (FI_HMEM) would skip the staging ring.
- * fabric/fab.h cannot yet say whether the provider supports FI_HMEM nor
- * register device memory (it needs fab_domain_has_hmem() and a
- * registration taking an HMEM interface and device), so the staged path
- * is the only one; see docs/gpu.md.
- */
-static bool direct_path_available(struct pool_gpu *g)
+static int force_hmem; /* gpu_test_force_hmem() */
+
+void gpu_test_force_hmem(int on)
 {
-	return false;
+	__atomic_store_n(&force_hmem, on != 0, __ATOMIC_RELAXED);
+}
+
+void *gpu_test_staging_buf(struct pool_gpu *g, unsigned i)
+{
+	return g && i < g->count ? g->slots[i].buf : NULL;
+}
+
+/* ================================================================== */
+/* NUMA placement                                                       */
+
+/*
+ * Chooses the node of the staging ring and the worker (see
+ * pool_gpu_opts.numa_node) from g->bus_id or o->pci_bus_id. When the
+ * placement is to be applied (the topology is this host's), g->place
+ * stays open for the worker to pin itself. Returns 0 (also when nothing
+ * is placed: logged at info) or -errno for a request that cannot hold.
+ */
+static int numa_choose(struct pool_gpu *g, const struct pool_gpu_opts *o)
+{
+	const char *bus = o->pci_bus_id[0] ? o->pci_bus_id : g->bus_id;
+	const char *bad = NULL, *why = NULL;
+	struct place_topo *t = NULL;
+	int node = -1, r;
+
+	g->numa_node = -1;
+	if (o->numa_node == POOL_GPU_NUMA_OFF) {
+		pool_log(LOG_INFO, "gpu: numa: placement off (numa_node=off); "
+				   "staging and worker not placed");
+		return 0;
+	}
+	g->numa_explicit = o->numa_node >= 0;
+	r = place_topo_open(o->topology_xml, &t);
+	if (r) {
+		pool_log(g->numa_explicit || o->topology_xml ? LOG_WARNING
+							     : LOG_INFO,
+			 "gpu: numa: no topology xml=%s err=%s%s",
+			 o->topology_xml ? o->topology_xml : "(this host)",
+			 strerror(-r),
+			 g->numa_explicit || o->topology_xml
+				 ? ""
+				 : "; staging and worker not placed");
+		return g->numa_explicit || o->topology_xml ? r : 0;
+	}
+	r = place_topo_apply_env(t, &bad);
+	if (r) {
+		pool_log(LOG_WARNING, "gpu: numa: bad %s err=%s",
+			 bad ? bad : "TIDEPOOL_GPU_NODE", strerror(-r));
+		goto out;
+	}
+	if (g->numa_explicit) {
+		node = o->numa_node;
+		if (!place_topo_has_node(t, node)) {
+			pool_log(LOG_WARNING, "gpu: numa: no node %d here",
+				 node);
+			r = -ENXIO;
+			goto out;
+		}
+	} else if (!bus[0]) {
+		why = "the device has no PCI bus id (see pci_bus_id)";
+	} else if (place_topo_nnodes(t) < 2) {
+		why = "this machine has one NUMA node";
+	} else {
+		node = place_gpu_node(t, bus);
+		if (node == -ENODATA)
+			why = "hwloc gives the device no single node "
+			      "(set TIDEPOOL_GPU_NODE or numa_node)";
+		else if (node == -ENOENT)
+			why = "no PCI device at that bus id in the topology";
+		else if (node < 0)
+			why = strerror(-node);
+	}
+	if (node < 0) {
+		pool_log(LOG_INFO,
+			 "gpu: numa: node unknown pci=%s: %s; staging and "
+			 "worker not placed",
+			 bus[0] ? bus : "-", why);
+		goto out;
+	}
+	g->numa_node = node;
+	r = place_node_cpulist(t, node, g->numa_cpus, sizeof(g->numa_cpus));
+	if (r < 0 && r != -ENOSPC) /* -ENOSPC: truncated, still useful */
+		g->numa_cpus[0] = '\0';
+	r = 0;
+	if (!place_topo_is_host(t)) {
+		pool_log(LOG_INFO,
+			 "gpu: numa: node=%d cpus=%s pci=%s from topology %s: "
+			 "computed, not applied (not this host)",
+			 node, g->numa_cpus, bus[0] ? bus : "-",
+			 o->topology_xml ? o->topology_xml : "$HWLOC_XMLFILE");
+		goto out;
+	}
+	g->numa_apply = true;
+	g->place = t;
+	t = NULL;
+out:
+	place_topo_close(t);
+	return r;
 }
 
 /*
- * Placement hook: the numa/ integration will allocate the ring on
- * g->numa_node here (place_alloc_on_node(), then pin it with the
- * backend) instead of the backend's own pinned allocation. Until then the
- * node is recorded and reported (stats.numa_applied = 0), and the pages
- * land where the OS puts them.
+ * One staging buffer: on the chosen node (bound there, then pinned by
+ * the backend), else the backend's own pinned allocation, as without
+ * NUMA. An automatic placement that fails is logged and given up.
  */
-static int staging_alloc(struct pool_gpu *g, size_t len, void **out)
+static int staging_alloc(struct pool_gpu *g, struct slot *s)
 {
-	return g->be->pinned_alloc(g->dev, len, out);
+	size_t len = g->staging_bytes;
+	void *p = NULL;
+	int r;
+
+	if (g->numa_apply) {
+		r = place_alloc_on_node(len, g->numa_node, PLACE_MEM_POPULATE,
+					&p);
+		if (!r) {
+			r = g->be->host_register(g->dev, p, len);
+			if (r)
+				place_free(p, len);
+		}
+		if (!r) {
+			s->buf = p;
+			s->placed = true;
+			return 0;
+		}
+		pool_log(g->numa_explicit ? LOG_WARNING : LOG_INFO,
+			 "gpu: numa: staging not placed node=%d len=%zu err=%s",
+			 g->numa_node, len, strerror(-r));
+		if (g->numa_explicit)
+			return r;
+		g->numa_apply = false;
+	}
+	return g->be->pinned_alloc(g->dev, len, &s->buf);
+}
+
+static void staging_free(struct pool_gpu *g, struct slot *s)
+{
+	if (!s->buf)
+		return;
+	if (s->placed) {
+		g->be->host_unregister(g->dev, s->buf, g->staging_bytes);
+		place_free(s->buf, g->staging_bytes);
+	} else {
+		g->be->pinned_free(g->dev, s->buf);
+	}
+	s->buf = NULL;
+}
+
+/* ================================================================== */
+/* direct path (FI_HMEM)                                                */
+
+/*
+ * Decides the path: direct when the session's provider reports FI_HMEM
+ * (a domain asked for FAB_HMEM_CUDA opens), or gpu_test_force_hmem() says
+ * to act as if; then opens the engine's own endpoint to every memd
+ * endpoint. Returns 0 (direct or not), or -errno when
+ * POOL_GPU_DIRECT_ON cannot be honoured.
+ */
+static int direct_choose(struct pool_gpu *g, const struct pool_gpu_opts *o)
+{
+	struct fab_opts fo = { 0 };
+	const uint8_t *addr;
+	uint16_t alen;
+	const char *prov;
+	bool forced = __atomic_load_n(&force_hmem, __ATOMIC_RELAXED);
+	int r, node;
+
+	if (o->direct == POOL_GPU_DIRECT_OFF)
+		return 0;
+	pool_session_fabric(g->p, &prov, &addr, &alen);
+	fo.provider = prov;
+	fo.hmem = FAB_HMEM_CUDA;
+	r = fab_domain_open(&fo, &g->fd);
+	if (r == -ENODATA && forced) {
+		fo.hmem = 0;
+		r = fab_domain_open(&fo, &g->fd);
+	}
+	if (r) {
+		g->fd = NULL;
+		pool_log(LOG_INFO, "gpu: direct: provider=%s %s%s; staging",
+			 prov, r == -ENODATA ? "reports no FI_HMEM" : "err=",
+			 r == -ENODATA ? "" : strerror(-r));
+		return o->direct == POOL_GPU_DIRECT_ON ? -EOPNOTSUPP : 0;
+	}
+	g->hmem_iface = g->kind == POOL_GPU_CUDA ? FAB_HMEM_CUDA : 0;
+	g->max_msg = fab_domain_max_msg(g->fd);
+	g->npeers = pool_session_nendpoints(g->p);
+	r = fab_ep_open(g->fd, g->count, &g->fep);
+	for (uint16_t i = 0; !r && i < g->npeers; i++) {
+		r = pool_session_endpoint(g->p, i, &node, &addr, &alen);
+		if (!r)
+			r = fab_ep_av_insert(g->fep, addr, alen, &g->peer[i]);
+	}
+	if (r) {
+		pool_log(LOG_WARNING,
+			 "gpu: direct: endpoint provider=%s err=%s",
+			 fab_domain_provider(g->fd), strerror(-r));
+		fab_ep_close(g->fep);
+		fab_domain_close(g->fd);
+		g->fep = NULL;
+		g->fd = NULL;
+		return o->direct == POOL_GPU_DIRECT_ON ? r : 0;
+	}
+	g->direct = true;
+	pool_log(LOG_INFO, "gpu: direct: provider=%s hmem=%s%s",
+		 fab_domain_provider(g->fd),
+		 fab_domain_has_hmem(g->fd, FAB_HMEM_CUDA) ? "cuda" : "none",
+		 forced ? " (forced by a test)" : "");
+	return 0;
+}
+
+/*
+ * Registers x's device range for direct RMA where the provider needs it
+ * (FAB_MR_LOCAL, or device memory under FI_HMEM). On failure x is staged
+ * instead: it has no chunk yet. Worker only.
+ */
+static void direct_register(struct pool_gpu *g, struct pool_gpu_xfer *x)
+{
+	int r = 0;
+
+	x->registered = true;
+	if (!(fab_domain_mr_mode(g->fd) & FAB_MR_LOCAL) && !g->hmem_iface)
+		return;
+	for (int tries = 0; tries < 8; tries++) {
+		r = fab_mr_reg_hmem(g->fd, g->fep, x->dev, x->len,
+				    FAB_ACCESS_LOCAL, g->hmem_iface, g->device,
+				    ++g->mr_key, &x->mr);
+		if (r != -ENOKEY)
+			break;
+	}
+	if (r) {
+		pool_log(LOG_INFO,
+			 "gpu: direct: device range not registered len=%zu "
+			 "err=%s; staging this transfer",
+			 x->len, strerror(-r));
+		x->direct = false;
+		return;
+	}
+	x->desc = fab_mr_desc(x->mr);
+}
+
+/*
+ * Where the next direct chunk of x goes: the lease under region offset
+ * x->off + x->issued. Shortens *len to the end of that lease's piece and
+ * to the provider's largest message. Worker only.
+ */
+static int direct_target(struct pool_gpu *g, struct pool_gpu_xfer *x,
+			 size_t *len, uint64_t *peer, uint64_t *raddr,
+			 uint64_t *key)
+{
+	uint64_t pos = x->off + x->issued, slab_off, elen, in;
+	struct wire_lease l;
+
+	for (;;) {
+		if (pool_region_extent(x->r, x->ext, &l, &slab_off, &elen))
+			return -EIO; /* shorter than its size: a bug */
+		if (pos < x->ext_start + elen)
+			break;
+		x->ext_start += elen;
+		x->ext++;
+	}
+	in = pos - x->ext_start;
+	if (*len > elen - in)
+		*len = elen - in;
+	if (*len > g->max_msg)
+		*len = g->max_msg;
+	if (l.endpoint >= g->npeers)
+		return -EPROTO;
+	*peer = g->peer[l.endpoint];
+	*raddr = l.base + slab_off + in;
+	*key = l.key;
+	return 0;
+}
+
+static int post_direct(struct pool_gpu *g, struct slot *s)
+{
+	struct pool_gpu_xfer *x = s->x;
+	uint8_t *buf = x->dev + s->xoff;
+	int r;
+
+	memset(&s->fop, 0, sizeof(s->fop));
+	r = x->store ? fab_ep_write(g->fep, buf, s->len, x->desc, s->peer,
+				    s->raddr, s->key, &s->fop, g->timeout_ms)
+		     : fab_ep_read(g->fep, buf, s->len, x->desc, s->peer,
+				   s->raddr, s->key, &s->fop, g->timeout_ms);
+	if (r)
+		return r;
+	s->st = S_FABRIC;
+	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
+	g->nfabric++;
+	stat_max(&g->st_fabric_max, g->nfabric);
+	return 0;
+}
+
+static bool direct_path_available(struct pool_gpu *g)
+{
+	return g->direct;
 }
 
 /* ================================================================== */
@@ -814,6 +1150,11 @@ static void maybe_complete(struct pool_gpu *g, struct pool_gpu_xfer *x)
 	else
 		__atomic_add_fetch(x->store ? &g->st_stored : &g->st_fetched,
 				   x->len, __ATOMIC_RELAXED);
+	if (!err && x->direct)
+		__atomic_add_fetch(&g->st_direct_xfers, 1, __ATOMIC_RELAXED);
+	/* Nothing of x is in flight (abandoned stages aside). */
+	fab_mr_close(x->mr);
+	x->mr = NULL;
 	if (err && err != -ECANCELED)
 		pool_log(LOG_INFO, "gpu: transfer failed dir=%s len=%zu err=%s",
 			 x->store ? "store" : "fetch", x->len, strerror(-err));
@@ -852,6 +1193,18 @@ static struct slot *slot_at(struct pool_gpu *g, uint64_t seq)
 	return &g->slots[seq % g->count];
 }
 
+/* Every chunk of direct transfer x has landed: its done event (nothing
+ * of x is on the copy stream, so it completes with what is there). */
+static void direct_done_event(struct pool_gpu *g, struct pool_gpu_xfer *x)
+{
+	int r = g->be->event_record(g->dev, x->done_ev, g->copy_stream);
+
+	if (r)
+		xfer_fail(x, r);
+	else
+		publish(g, x, true, false);
+}
+
 /* The chunk of s is over (done, dropped or failed): give x its due. */
 static void slot_finish(struct pool_gpu *g, struct slot *s)
 {
@@ -861,6 +1214,8 @@ static void slot_finish(struct pool_gpu *g, struct slot *s)
 	s->x = NULL;
 	if (x) {
 		x->inflight--;
+		if (x->direct && !x->inflight && x->all_issued && !xfer_err(x))
+			direct_done_event(g, x);
 		maybe_complete(g, x);
 	}
 }
@@ -903,7 +1258,10 @@ static bool other_in_stage(struct pool_gpu *g, struct slot *self, enum stage st)
 		if (st == S_COPY &&
 		    g->be->event_query(g->dev, o->ev) == -EAGAIN)
 			return true;
-		if (st == S_FABRIC && pool_test(g->p, o->op) == 0)
+		if (st == S_FABRIC &&
+		    (o->direct ? !__atomic_load_n(&o->fop.complete,
+						  __ATOMIC_ACQUIRE)
+			       : pool_test(g->p, o->op) == 0))
 			return true;
 	}
 	return false;
@@ -945,6 +1303,7 @@ static bool issue_chunks(struct pool_gpu *g)
 
 	for (;;) {
 		struct pool_gpu_xfer *x = next_to_issue(g);
+		uint64_t peer = 0, raddr = 0, key = 0;
 		struct slot *s;
 		size_t len;
 		int r;
@@ -962,21 +1321,37 @@ static bool issue_chunks(struct pool_gpu *g)
 			}
 			break;
 		}
-		s = slot_at(g, g->head++);
 		len = x->len - x->issued < g->staging_bytes ? x->len - x->issued
 							    : g->staging_bytes;
+		if (x->direct && !x->registered)
+			direct_register(g, x);
+		if (x->direct) {
+			r = direct_target(g, x, &len, &peer, &raddr, &key);
+			if (r) {
+				xfer_fail(x, r);
+				maybe_complete(g, x);
+				moved = true;
+				continue;
+			}
+		}
+		s = slot_at(g, g->head++);
 		s->x = x;
 		s->xoff = x->issued;
 		s->len = len;
 		s->op = NULL;
 		s->abandoned = false;
+		s->direct = x->direct;
+		s->peer = peer;
+		s->raddr = raddr;
+		s->key = key;
 		x->issued += len;
 		s->last = x->issued == x->len;
 		x->all_issued = s->last;
 		x->inflight++;
 		__atomic_add_fetch(&g->st_chunks, 1, __ATOMIC_RELAXED);
 		moved = true;
-		if (x->store || !len) {
+		/* Direct chunks wait for the start event, as copies do. */
+		if (x->store || !len || s->direct) {
 			s->st = S_READY;
 			continue;
 		}
@@ -1022,6 +1397,16 @@ static bool advance_copies(struct pool_gpu *g)
 			}
 			x->started = true;
 		}
+		if (s->direct) {
+			r = post_direct(g, s);
+			g->copy_seq++;
+			moved = true;
+			if (r)
+				slot_fail(g, s, r);
+			else if (s->last)
+				publish(g, x, false, true);
+			continue;
+		}
 		dst = x->store ? s->buf : x->dev + s->xoff;
 		src = x->store ? x->dev + s->xoff : s->buf;
 		r = s->len ? g->be->memcpy_async(g->dev, dst, src, s->len,
@@ -1065,7 +1450,7 @@ static void fabric_done(struct pool_gpu *g, struct slot *s, int r)
 		slot_fail(g, s, r);
 		return;
 	}
-	if (x->store)
+	if (x->store || s->direct)
 		slot_finish(g, s);
 	else
 		s->st = S_READY;
@@ -1103,19 +1488,35 @@ static void copy_done(struct pool_gpu *g, struct slot *s, int r)
 }
 
 /* Looks at every stage in flight once. */
+/* Whether the RMA of s (S_FABRIC) has completed; *res is its result. */
+static bool fabric_complete(struct pool_gpu *g, struct slot *s, int *res)
+{
+	if (s->direct) {
+		if (!__atomic_load_n(&s->fop.complete, __ATOMIC_ACQUIRE))
+			return false;
+		*res = s->fop.status;
+		return true;
+	}
+	if (pool_test(g->p, s->op) != 1)
+		return false;
+	/* Complete, so this returns its result (never "still running")
+	 * and frees it. */
+	*res = pool_wait(g->p, s->op, 0);
+	return true;
+}
+
 static bool poll_stages(struct pool_gpu *g, uint64_t now)
 {
 	bool moved = false;
 
+	if (g->fep && g->nfabric) /* the direct path's own endpoint */
+		fab_ep_progress(g->fep, 0);
 	for (uint64_t q = g->tail; q < g->head; q++) {
 		struct slot *s = slot_at(g, q);
 		int r;
 
 		if (s->st == S_FABRIC) {
-			if (pool_test(g->p, s->op) == 1) {
-				/* Complete, so this returns its result
-				 * (never "still running") and frees it. */
-				r = pool_wait(g->p, s->op, 0);
+			if (fabric_complete(g, s, &r)) {
 				fabric_done(g, s, r);
 				moved = true;
 			} else if (!s->abandoned && now >= s->deadline_ms) {
@@ -1275,6 +1676,19 @@ static void *worker_main(void *arg)
 	/* Our polls sleep a few microseconds: without this the kernel may
 	 * stretch each sleep by its default slack of 50 us. */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+	if (g->numa_apply) {
+		r = place_bind_thread_to_node(g->place, g->numa_node);
+		if (r) {
+			pool_log(g->numa_explicit ? LOG_WARNING : LOG_INFO,
+				 "gpu: numa: worker not pinned node=%d err=%s",
+				 g->numa_node, strerror(-r));
+			if (g->numa_explicit) {
+				worker_started(g, r);
+				return NULL;
+			}
+		}
+		g->numa_pinned = !r; /* read after worker_started() */
+	}
 	r = g->be->bind_thread(g->dev);
 	worker_started(g, r);
 	if (r)
@@ -1308,6 +1722,7 @@ static void settle_abandoned(struct pool_gpu *g)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)g->timeout_ms;
 	bool left;
+	int r;
 
 	do {
 		struct timespec ts = { 0, 1000000 };
@@ -1318,8 +1733,9 @@ static void settle_abandoned(struct pool_gpu *g)
 
 			if (!s->abandoned || s->st == S_DONE)
 				continue;
-			if (s->st == S_FABRIC && pool_test(g->p, s->op) == 1) {
-				pool_wait(g->p, s->op, 0);
+			if (s->direct && s->st == S_FABRIC)
+				fab_ep_progress(g->fep, 0);
+			if (s->st == S_FABRIC && fabric_complete(g, s, &r)) {
 				fabric_done(g, s, 0);
 			} else if (s->st == S_COPY &&
 				   g->be->event_query(g->dev, s->ev) !=
@@ -1335,7 +1751,9 @@ static void settle_abandoned(struct pool_gpu *g)
 	for (uint64_t q = g->tail; q < g->head; q++) {
 		struct slot *s = slot_at(g, q);
 
-		if (s->abandoned && s->st != S_DONE) {
+		/* A direct RMA ends when pool_gpu_close() closes the
+		 * endpoint; it never used the staging buffer. */
+		if (s->abandoned && s->st != S_DONE && !s->direct) {
 			pool_log(LOG_ERR,
 				 "gpu: close: a stage never ended; "
 				 "leaking its staging buffer len=%zu",
@@ -1349,18 +1767,33 @@ static void settle_abandoned(struct pool_gpu *g)
 /* ================================================================== */
 /* public: engines                                                      */
 
+/* 1 when the ring is on numa_node and the worker pinned to its CPUs. */
+static int numa_applied(const struct pool_gpu *g)
+{
+	return g->numa_apply && g->numa_pinned;
+}
+
 void pool_gpu_opts_init(struct pool_gpu_opts *o)
 {
 	if (!o)
 		return;
 	memset(o, 0, sizeof(*o));
 	o->backend = POOL_GPU_AUTO;
-	o->numa_node = -1;
+	o->numa_node = POOL_GPU_NUMA_AUTO;
+	o->direct = POOL_GPU_DIRECT_AUTO;
 }
 
 static int opts_check(const struct pool_gpu_opts *o)
 {
-	if (o->device < 0 || o->numa_node < -1 || o->timeout_ms < 0)
+	struct place_pci_addr a;
+
+	if (o->device < 0 || o->numa_node < POOL_GPU_NUMA_OFF ||
+	    o->numa_node >= PLACE_NODE_MAX || o->timeout_ms < 0)
+		return -EINVAL;
+	if (o->direct < POOL_GPU_DIRECT_AUTO || o->direct > POOL_GPU_DIRECT_ON)
+		return -EINVAL;
+	if (!memchr(o->pci_bus_id, '\0', sizeof(o->pci_bus_id)) ||
+	    (o->pci_bus_id[0] && place_pci_parse(o->pci_bus_id, &a)))
 		return -EINVAL;
 	if (o->staging_bytes && (o->staging_bytes < POOL_GPU_STAGING_MIN ||
 				 o->staging_bytes > POOL_GPU_STAGING_MAX))
@@ -1407,7 +1840,7 @@ int pool_gpu_open(struct pool *p, const struct pool_gpu_opts *opts,
 	g->device = o.device;
 	g->staging_bytes = o.staging_bytes ? o.staging_bytes : DEFAULT_STAGING;
 	g->count = o.staging_count;
-	g->numa_node = o.numa_node;
+	g->numa_node = -1;
 	g->timeout_ms = o.timeout_ms ? o.timeout_ms : DEFAULT_TIMEOUT_MS;
 	pthread_mutex_init(&g->lock, NULL);
 	cond_init_mono(&g->cond);
@@ -1419,11 +1852,17 @@ int pool_gpu_open(struct pool *p, const struct pool_gpu_opts *opts,
 		goto fail;
 	}
 	be->pci_bus_id(g->dev, g->bus_id, sizeof(g->bus_id));
-	r = be->stream_create(g->dev, &g->copy_stream);
+	r = numa_choose(g, &o);
+	if (!r)
+		r = direct_choose(g, &o);
+	if (!r)
+		r = be->stream_create(g->dev, &g->copy_stream);
 	if (r)
 		goto fail;
+	/* The ring exists on the direct path too: for transfers whose
+	 * device range cannot be registered. */
 	for (unsigned i = 0; i < g->count; i++) {
-		r = staging_alloc(g, g->staging_bytes, &g->slots[i].buf);
+		r = staging_alloc(g, &g->slots[i]);
 		if (!r)
 			r = be->event_create(g->dev, &g->slots[i].ev);
 		if (r)
@@ -1442,12 +1881,15 @@ int pool_gpu_open(struct pool *p, const struct pool_gpu_opts *opts,
 	pthread_mutex_unlock(&g->lock);
 	if (r)
 		goto fail;
+	place_topo_close(g->place); /* the worker has pinned itself */
+	g->place = NULL;
 	pool_log(LOG_INFO,
 		 "gpu: open backend=%s device=%d pci=%s staging=%zux%u "
-		 "numa_node=%d (placement not applied) direct=%d "
+		 "numa_node=%d cpus=%s numa_applied=%d direct=%d "
 		 "timeout_ms=%d",
 		 be->name, g->device, g->bus_id[0] ? g->bus_id : "-",
 		 g->staging_bytes, g->count, g->numa_node,
+		 g->numa_cpus[0] ? g->numa_cpus : "-", numa_applied(g),
 		 direct_path_available(g), g->timeout_ms);
 	*out = g;
 	return 0;
@@ -1471,6 +1913,10 @@ void pool_gpu_close(struct pool_gpu *g)
 		pthread_join(g->worker, NULL);
 		settle_abandoned(g);
 	}
+	/* Direct RMA still in flight (abandoned) ends here, cancelled. */
+	fab_ep_close(g->fep);
+	fab_domain_close(g->fd);
+	place_topo_close(g->place);
 	while (g->done) {
 		struct pool_gpu_xfer *x = g->done;
 
@@ -1483,8 +1929,7 @@ void pool_gpu_close(struct pool_gpu *g)
 		for (unsigned i = 0; i < g->count; i++) {
 			if (g->slots[i].ev)
 				g->be->event_destroy(g->dev, g->slots[i].ev);
-			if (g->slots[i].buf)
-				g->be->pinned_free(g->dev, g->slots[i].buf);
+			staging_free(g, &g->slots[i]);
 		}
 		if (g->copy_stream)
 			g->be->stream_destroy(g->dev, g->copy_stream);
@@ -1525,6 +1970,7 @@ static int submit(struct pool_gpu *g, struct pool_region *r, uint64_t off,
 	x->dev = dev;
 	x->len = len;
 	x->store = store;
+	x->direct = g->direct && len;
 	ret = ev_get(g, &x->start_ev);
 	if (!ret)
 		ret = ev_get(g, &x->done_ev);
@@ -1784,8 +2230,11 @@ int pool_gpu_get_stats(struct pool_gpu *g, struct pool_gpu_stats *st)
 	st->staging_bytes = g->staging_bytes;
 	st->staging_count = g->count;
 	st->numa_node = g->numa_node;
-	st->numa_applied = 0;
+	st->numa_applied = numa_applied(g);
+	snprintf(st->numa_cpus, sizeof(st->numa_cpus), "%s", g->numa_cpus);
 	st->direct = direct_path_available(g);
+	st->direct_xfers =
+		__atomic_load_n(&g->st_direct_xfers, __ATOMIC_RELAXED);
 	st->xfers = __atomic_load_n(&g->st_xfers, __ATOMIC_RELAXED);
 	st->errors = __atomic_load_n(&g->st_errors, __ATOMIC_RELAXED);
 	st->cancelled = __atomic_load_n(&g->st_cancelled, __ATOMIC_RELAXED);

@@ -39,6 +39,10 @@ struct gpu_backend {
 
 	int (*pinned_alloc)(struct gpu_dev *d, size_t len, void **out);
 	void (*pinned_free)(struct gpu_dev *d, void *p);
+	/* Pins memory the caller allocated (cudaHostRegister portable; host:
+	 * mlock, best effort) / undoes it before the caller frees it. */
+	int (*host_register)(struct gpu_dev *d, void *p, size_t len);
+	void (*host_unregister)(struct gpu_dev *d, void *p, size_t len);
 	int (*dev_alloc)(struct gpu_dev *d, size_t len, void **out);
 	void (*dev_free)(struct gpu_dev *d, void *p);
 
@@ -62,6 +66,18 @@ struct gpu_backend {
 	 * -ETIMEDOUT when still pending. */
 	int (*event_wait)(struct gpu_dev *d, void *ev, int64_t timeout_us);
 };
+
+/*
+ * Test hooks (tp_pool_internal; libpool.so does not export them).
+ * gpu_test_force_hmem(true): engines opened afterwards behave as if the
+ * session's provider reported FI_HMEM, so the direct path runs on tcp
+ * with the host backend (its "device" memory is host memory). Not
+ * thread-safe against pool_gpu_open().
+ * gpu_test_staging_buf(): staging buffer i of g (NULL past the ring).
+ */
+struct pool_gpu;
+void gpu_test_force_hmem(int on);
+void *gpu_test_staging_buf(struct pool_gpu *g, unsigned i);
 
 /* The CUDA backend (gpu_cuda.c), compiled when CMake found the toolkit. */
 #ifdef TP_HAVE_CUDA

@@ -55,6 +55,8 @@
 	X(cudaMalloc)                                                          \
 	X(cudaHostAlloc)                                                       \
 	X(cudaFreeHost)                                                        \
+	X(cudaHostRegister)                                                    \
+	X(cudaHostUnregister)                                                  \
 	X(cudaDeviceGetPCIBusId)                                               \
 	X(cudaStreamCreateWithFlags)                                           \
 	X(cudaStreamDestroy)                                                   \
@@ -263,6 +265,27 @@ static void cuda_pinned_free(struct gpu_dev *d, void *p)
 	leave(d, saved);
 }
 
+static int cuda_host_register(struct gpu_dev *d, void *p, size_t len)
+{
+	int saved, r = enter(d, &saved);
+
+	if (!r)
+		r = cu_errno(
+			rt.cudaHostRegister(p, len, cudaHostRegisterPortable),
+			"cudaHostRegister");
+	leave(d, saved);
+	return r;
+}
+
+static void cuda_host_unregister(struct gpu_dev *d, void *p, size_t len)
+{
+	int saved;
+
+	if (!enter(d, &saved))
+		cu_errno(rt.cudaHostUnregister(p), "cudaHostUnregister");
+	leave(d, saved);
+}
+
 static int cuda_dev_alloc(struct gpu_dev *d, size_t len, void **out)
 {
 	int saved, r = enter(d, &saved);
@@ -425,6 +448,8 @@ const struct gpu_backend gpu_cuda_backend = {
 	.pci_bus_id = cuda_pci_bus_id,
 	.pinned_alloc = cuda_pinned_alloc,
 	.pinned_free = cuda_pinned_free,
+	.host_register = cuda_host_register,
+	.host_unregister = cuda_host_unregister,
 	.dev_alloc = cuda_dev_alloc,
 	.dev_free = cuda_dev_free,
 	.stream_create = cuda_stream_create,

@@ -10,11 +10,14 @@
  *   - a page that was never written back (no PG_REMOTE) reads as zero: a
  *     read fault maps the shared zero page (UFFDIO_ZEROPAGE), write-protects
  *     it and wakes the thread; a write fault copies a zero page in
- *     unprotected and marks it dirty. No network trip either way.
+ *     unprotected and marks it dirty, and on a sequential stream of such
+ *     faults a run of zero pages after it (zero_fill()). No network trip
+ *     either way.
  *   - a page the region holds (PG_REMOTE) is fetched with pool_read() into
  *     our staging pages and installed write-protected (UFFDIO_COPY with
- *     MODE_WP). A fault at the page after the last fetched run is a
- *     sequential stream: the run doubles, up to RA_MAX pages.
+ *     MODE_WP). A fault just above or below the last run fetched for
+ *     one of NSTREAM streams continues it: its run doubles, up to RA_MAX
+ *     pages (quicksort's partition is two streams going opposite ways).
  *   - the first write to a write-protected page arrives as a WP fault: the
  *     page is marked dirty and unprotected (which wakes the writer).
  * At most max_res pages are resident. Before a fault needs room, the oldest
@@ -50,6 +53,10 @@
  *     fails the mapping and drops nothing.
  *   - once failed, a fault that needs the pool gets SIGBUS (fault_fail()),
  *     never a page with wrong contents.
+ *
+ * fork(): a child's copy of a mapping has no handler; pages whose data is
+ * only in the region are PROT_NONE there (fork_child_fence()), the rest
+ * is the child's private copy. pool_unmap() in the child frees the copy.
  */
 #include "tidepool/pool_map.h"
 
@@ -80,13 +87,27 @@
 #define MSG_BATCH 16
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
-#define NSTAGE (RA_MAX + WB_BATCH + 1) /* fetch, write-back, zeros */
+#define NSTREAM 4 /* read-ahead streams followed at once */
+#define NSTAGE (RA_MAX + WB_BATCH + RA_MAX) /* fetch, write-back, zeros */
 
 enum {
 	PG_RESIDENT = 1u << 0,
 	PG_DIRTY = 1u << 1,  /* written since last write-back; unprotected */
 	PG_REMOTE = 1u << 2, /* the region holds the page; else it is zero */
-	PG_ZERO = 1u << 3,   /* mapped by UFFDIO_ZEROPAGE, see zero_install() */
+	PG_ZERO =
+		1u << 3, /* zero when mapped: see zero_install(), zero_fill() */
+};
+
+/*
+ * A sequential fault stream, up or down: the pages just outside the last
+ * run fetched for it are where it goes on. Quicksort's partition is two
+ * streams in opposite directions; a merge is several up.
+ */
+struct stream {
+	size_t up, down; /* page above / below the last run */
+	unsigned ra;	 /* pages fetched at once, doubling up to RA_MAX */
+	int dir;	 /* +1 up, -1 down, 0 not known yet */
+	uint64_t used;	 /* for replacing the least recently used */
 };
 
 struct mapping {
@@ -108,11 +129,14 @@ struct mapping {
 	size_t max_res, nres, head;
 	uint8_t *stage_in;   /* RA_MAX pages */
 	uint8_t *stage_out;  /* WB_BATCH pages */
-	const uint8_t *zero; /* one page of zeros */
-	size_t next_seq;     /* page after the last fetched run */
-	unsigned ra;	     /* current read-ahead, pages */
+	const uint8_t *zero; /* RA_MAX pages of zeros */
+	struct stream streams[NSTREAM];
+	uint64_t stream_clock;
+	size_t zero_next; /* page after the last zero fill-ahead run */
+	unsigned zero_ra; /* its length, doubling up to RA_MAX */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
 	bool fail_logged;
+	bool inherited; /* a fork() child's copy: no thread, see fork_child */
 
 	struct pool_map_stats st; /* atomics */
 };
@@ -123,6 +147,7 @@ static __thread bool engine_thread;
 /* Every live mapping, for pool_unmap() and pool_map_get_stats(). */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *reg_head;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 #define STAT_ADD(m, f, n) __atomic_add_fetch(&(m)->st.f, (n), __ATOMIC_RELAXED)
 
@@ -396,6 +421,24 @@ static size_t page_bytes(const struct mapping *m, size_t idx)
 	return m->size - off < PAGE ? m->size - off : PAGE;
 }
 
+/*
+ * Whether resident page idx must be written back before it is dropped.
+ * PG_ZERO pages were zero when mapped and the region holds nothing for
+ * them: if they are still zero, dropping them loses nothing (they read as
+ * zero again), whatever PG_DIRTY says.
+ */
+static bool page_needs_writeback(const struct mapping *m, size_t idx)
+{
+	uint8_t s = m->state[idx];
+
+	if (!(s & (PG_DIRTY | PG_ZERO)))
+		return false;
+	if ((s & PG_ZERO) && !(s & PG_REMOTE) &&
+	    page_is_zero(page_addr(m, idx)))
+		return false;
+	return true;
+}
+
 /* Length of the run of consecutive pages starting at v[i]. */
 static size_t run_len(const size_t *v, size_t i, size_t n)
 {
@@ -480,11 +523,8 @@ static int evict(struct mapping *m, size_t n)
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t idx = victims[i];
-		uint8_t s = m->state[idx];
 
-		if (!(s & (PG_DIRTY | PG_ZERO)))
-			continue;
-		if (!(s & PG_DIRTY) && page_is_zero(page_addr(m, idx)))
+		if (!page_needs_writeback(m, idx))
 			continue;
 		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
 		wb[nw++] = idx;
@@ -542,25 +582,68 @@ static bool page_is_present(struct mapping *m, size_t idx)
 	return mincore(page_addr(m, idx), PAGE, &v) == 0 && (v & 1);
 }
 
-/* Fetches page idx and a read-ahead run after it from the region. */
+/*
+ * The stream a fault at idx continues (its read-ahead doubles), or the
+ * least recently used one, restarted at idx with one page.
+ */
+static struct stream *stream_at(struct mapping *m, size_t idx)
+{
+	struct stream *s, *lru = &m->streams[0];
+
+	for (s = m->streams; s < m->streams + NSTREAM; s++) {
+		int dir = 0;
+
+		if (s->dir >= 0 && s->ra && idx == s->up)
+			dir = 1;
+		else if (s->dir <= 0 && s->ra && idx == s->down)
+			dir = -1;
+		if (dir) {
+			s->dir = dir;
+			s->ra = s->ra * 2 > RA_MAX ? RA_MAX : s->ra * 2;
+			s->used = ++m->stream_clock;
+			return s;
+		}
+		if (s->used < lru->used)
+			lru = s;
+	}
+	lru->dir = 0;
+	lru->ra = 1;
+	lru->used = ++m->stream_clock;
+	return lru;
+}
+
+static bool page_is_fetchable(const struct mapping *m, size_t idx)
+{
+	return (m->state[idx] & (PG_RESIDENT | PG_REMOTE)) == PG_REMOTE;
+}
+
+/* Fetches page idx and a read-ahead run next to it (above it, or below
+ * it on a stream going down) from the region. */
 static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 {
-	size_t n = 1, limit, off, bytes;
+	struct stream *st = stream_at(m, idx);
+	size_t lo = idx, n = 1, limit, off, bytes, at;
 	int ret;
 
-	m->ra = idx == m->next_seq ? (m->ra * 2 > RA_MAX ? RA_MAX : m->ra * 2)
-				   : 1;
-	limit = m->max_res / 4 < m->ra ? m->max_res / 4 : m->ra;
-	while (!again && n < limit && idx + n < m->npages &&
-	       (m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)) == PG_REMOTE)
-		n++;
-	m->next_seq = idx + n;
+	limit = m->max_res / 4 < st->ra ? m->max_res / 4 : st->ra;
+	if (!again && st->dir >= 0) {
+		while (n < limit && idx + n < m->npages &&
+		       page_is_fetchable(m, idx + n))
+			n++;
+	} else if (!again) {
+		while (n < limit && lo > 0 && page_is_fetchable(m, lo - 1)) {
+			lo--;
+			n++;
+		}
+	}
+	st->up = lo + n;
+	st->down = lo ? lo - 1 : SIZE_MAX;
 	if (!again) {
 		ret = make_room(m, n);
 		if (ret)
 			return ret;
 	}
-	off = idx << PAGE_SHIFT;
+	off = lo << PAGE_SHIFT;
 	bytes = m->size - off < n * PAGE ? m->size - off : n * PAGE;
 	ret = pool_read(m->p, m->r, off, m->stage_in, bytes);
 	if (ret) {
@@ -573,26 +656,80 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	STAT_ADD(m, pages_fetched, n);
 
 	/* A write fault gets its page unprotected and dirty at once: it
-	 * saves the writer a second trip (the WP fault). */
-	if (write) {
-		ret = uffd_copy(m, idx, 1, m->stage_in, false);
-		if (ret == 0 && n > 1)
-			ret = uffd_copy(m, idx + 1, n - 1, m->stage_in + PAGE,
-					true);
-	} else {
-		ret = uffd_copy(m, idx, n, m->stage_in, true);
-	}
+	 * saves the writer a second trip (the WP fault). The faulting
+	 * page goes last: installing it wakes its thread. */
+	at = idx - lo;
+	ret = 0;
+	if (at)
+		ret = uffd_copy(m, lo, at, m->stage_in, true);
+	if (ret == 0 && at + 1 < n)
+		ret = uffd_copy(m, idx + 1, n - at - 1,
+				m->stage_in + (at + 1) * PAGE, true);
+	if (ret == 0)
+		ret = uffd_copy(m, idx, 1, m->stage_in + at * PAGE, !write);
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (!(m->state[idx + i] & PG_RESIDENT))
-			ring_push(m, idx + i);
-		m->state[idx + i] = PG_RESIDENT | PG_REMOTE;
+	for (size_t i = lo; i < lo + n; i++) {
+		if (!(m->state[i] & PG_RESIDENT))
+			ring_push(m, i);
+		m->state[i] = PG_RESIDENT | PG_REMOTE;
 	}
 	if (write)
 		m->state[idx] |= PG_DIRTY;
+	return 0;
+}
+
+/*
+ * A write fault on a page the region never held: the page, and on a
+ * sequential stream of such faults the run of untouched pages after it,
+ * are mapped as zeros, unprotected, so a program filling fresh memory
+ * takes one fault per run instead of one per page. The run's pages are
+ * PG_DIRTY | PG_ZERO: protected before eviction like any dirty page, and
+ * written back only if they are no longer zero.
+ */
+static int zero_fill(struct mapping *m, size_t idx)
+{
+	size_t n = 1, limit;
+	int ret;
+
+	/* A stream may skip pages it does not write (a sparse fill). */
+	if (idx >= m->zero_next && idx - m->zero_next < RA_MAX)
+		m->zero_ra = m->zero_ra * 2 > RA_MAX ? RA_MAX : m->zero_ra * 2;
+	else
+		m->zero_ra = 1;
+	limit = m->max_res / 4 < m->zero_ra ? m->max_res / 4 : m->zero_ra;
+	while (n < limit && idx + n < m->npages &&
+	       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))
+		n++;
+	m->zero_next = idx + n;
+	ret = make_room(m, n);
+	if (ret)
+		return ret;
+	ret = uffd_copy(m, idx, 1, m->zero, false);
+	if (ret == -EEXIST) {
+		/* Raced with nothing we know of: keep it, as dirty. */
+		uffd_wake(m, idx, 1);
+		n = 1;
+		ret = 0;
+	}
+	if (ret)
+		return ret;
+	ring_push(m, idx);
+	m->state[idx] = PG_RESIDENT | PG_DIRTY;
+	/* The run: missing pages only pool-uffd fills, so any error here
+	 * is the kernel's, and pages it did map would be untracked. */
+	if (n > 1) {
+		ret = uffd_copy(m, idx + 1, n - 1, m->zero, false);
+		if (ret)
+			return ret;
+		for (size_t i = idx + 1; i < idx + n; i++) {
+			ring_push(m, i);
+			m->state[i] = PG_RESIDENT | PG_DIRTY | PG_ZERO;
+		}
+	}
+	STAT_ADD(m, zero_fills, n);
 	return 0;
 }
 
@@ -621,6 +758,14 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 		ret = fetch(m, idx, write, again);
 		if (ret)
 			fault_fail(m, tid, idx);
+		return;
+	}
+	if (write && !again) {
+		ret = zero_fill(m, idx);
+		if (ret) {
+			mapping_fail(m, ret, "zero fill");
+			fault_fail(m, tid, idx);
+		}
 		return;
 	}
 	if (!again) {
@@ -725,6 +870,90 @@ static void *uffd_main(void *arg)
 }
 
 /* ------------------------------------------------------------------ */
+/* fork                                                                 */
+
+/*
+ * A fork() child gets a copy of the range without our userfaultfd (we do
+ * not ask for UFFD_FEATURE_EVENT_FORK): its resident pages are the
+ * child's private copy, right as they were; a missing page the region
+ * never held reads as zero, which is its value. A page evicted to the
+ * region would read as zero too, silently wrong, and the child cannot
+ * fetch it (the session is the parent's, and the parent goes on writing
+ * the region). Such pages are made PROT_NONE: touching one in the child
+ * is SIGSEGV, never wrong bytes. The state array is the parent's at the
+ * fork; pool-uffd sets PG_REMOTE before it drops a page, and a page in
+ * flight (state and presence disagree) is fenced too.
+ */
+static void fence_range(struct mapping *m, size_t idx, size_t n)
+{
+	if (mprotect(page_addr(m, idx), n * PAGE, PROT_NONE) == 0)
+		return;
+	/* Out of VMAs (vm.max_map_count): fence everything instead. */
+	if (mprotect(m->base, m->len, PROT_NONE))
+		pool_log_emit(LOG_ERR,
+			      "paging: fork child cannot fence map=%p err=%s",
+			      (void *)m->base, strerror(errno));
+}
+
+static void fork_child_fence(struct mapping *m)
+{
+	unsigned char vec[1024];
+	size_t run = 0, start = 0;
+
+	m->inherited = true;
+	/* These are the parent's: writing stopfd would stop its thread. */
+	close(m->stopfd);
+	close(m->uffd);
+	m->stopfd = m->uffd = -1;
+	for (size_t c = 0; c < m->npages; c += sizeof(vec)) {
+		size_t n = m->npages - c < sizeof(vec) ? m->npages - c
+						       : sizeof(vec);
+
+		if (mincore(page_addr(m, c), n * PAGE, vec))
+			memset(vec, 0, n); /* unknown: fence what is remote */
+		for (size_t i = 0; i < n; i++) {
+			uint8_t s = m->state[c + i];
+			bool fence = (s & PG_REMOTE) &&
+				     (!(s & PG_RESIDENT) || !(vec[i] & 1));
+
+			if (fence) {
+				if (!run)
+					start = c + i;
+				run++;
+			} else if (run) {
+				fence_range(m, start, run);
+				run = 0;
+			}
+		}
+	}
+	if (run)
+		fence_range(m, start, run);
+}
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&reg_lock);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void atfork_child(void)
+{
+	for (struct mapping *m = reg_head; m; m = m->next)
+		if (!m->inherited)
+			fork_child_fence(m);
+	pthread_mutex_unlock(&reg_lock);
+}
+
+static void atfork_register(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* ------------------------------------------------------------------ */
 /* public                                                               */
 
 /* "64M", "1G", "65536": bytes, or 0 when malformed. */
@@ -800,6 +1029,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	}
 	if (local_bytes < MIN_LOCAL_BYTES)
 		return -EINVAL;
+	pthread_once(&atfork_once, atfork_register);
 	size = pool_region_size(r);
 	len = round_up(size, PAGE);
 	npages = len >> PAGE_SHIFT;
@@ -828,9 +1058,8 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
 	m->stage_out = m->stage_in + RA_MAX * PAGE;
-	m->zero = m->stage_out + WB_BATCH * PAGE;
-	m->next_seq = SIZE_MAX;
-	m->ra = 1;
+	m->zero = m->stage_out + WB_BATCH * PAGE; /* mmap: zeros */
+	m->zero_next = SIZE_MAX;
 	m->st.max_resident = max_res;
 	if (flags & POOL_MAP_EXISTING)
 		memset(m->state, PG_REMOTE, npages);
@@ -891,11 +1120,8 @@ static int flush_locked_out(struct mapping *m)
 
 	for (size_t i = 0; i < m->nres; i++) {
 		size_t idx = m->ring[(m->head + i) % m->max_res];
-		uint8_t s = m->state[idx];
 
-		if (!(s & (PG_DIRTY | PG_ZERO)))
-			continue;
-		if (!(s & PG_DIRTY) && page_is_zero(page_addr(m, idx)))
+		if (!page_needs_writeback(m, idx))
 			continue;
 		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
 		wb[nw++] = idx;
@@ -933,6 +1159,12 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	pthread_mutex_unlock(&reg_lock);
 	if (!m || !p)
 		return -EINVAL;
+	if (m->inherited) {
+		/* A fork child's copy: no thread to stop, and the session
+		 * (the parent's) is not ours to write to. */
+		mapping_free(m);
+		return flags == POOL_UNMAP_FLUSH ? -ENOTCONN : 0;
+	}
 
 	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
 		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
@@ -948,8 +1180,17 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 		/* A failed mapping may hold writes it could not save. */
 		ret = m->failed ? m->failed : flush_locked_out(m);
 	}
-	pool_log(LOG_INFO, "paging: unmap addr=%p flush=%d err=%d",
-		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret);
+	pool_log(LOG_INFO,
+		 "paging: unmap addr=%p flush=%d err=%d faults=%llu "
+		 "zero_fills=%llu fetches=%llu pages_fetched=%llu "
+		 "evictions=%llu writebacks=%llu",
+		 (void *)m->base, flags == POOL_UNMAP_FLUSH, ret,
+		 (unsigned long long)m->st.faults,
+		 (unsigned long long)m->st.zero_fills,
+		 (unsigned long long)m->st.fetches,
+		 (unsigned long long)m->st.pages_fetched,
+		 (unsigned long long)m->st.evictions,
+		 (unsigned long long)m->st.writebacks);
 	mapping_free(m);
 	return ret;
 }

@@ -568,8 +568,8 @@ static int link_open(struct pool *p, const char *addr,
 		goto fail;
 	}
 	rpc_set_log(lk->ctl, rpc_log, NULL);
-	r = rpc_hello(lk->ctl, WIRE_PROTO_MIN, WIRE_PROTO_MAX, p->client,
-		      p->timeout_ms, hok, text, sizeof(text));
+	r = rpc_hello(lk->ctl, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok,
+		      text, sizeof(text));
 	if (r) {
 		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s", addr,
 			 strerror(-r), text);
@@ -888,8 +888,8 @@ static int reg_connect_locked(struct pool *p)
 		goto out;
 	}
 	rpc_set_log(c, rpc_log, NULL);
-	r = rpc_hello(c, WIRE_PROTO_MIN, WIRE_PROTO_MAX, p->client,
-		      p->timeout_ms, hok, text, sizeof(text));
+	r = rpc_hello(c, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok, text,
+		      sizeof(text));
 	if (!r && hok->proto < 2) {
 		snprintf(text, sizeof(text),
 			 "memd speaks protocol %u, which has no tenants",

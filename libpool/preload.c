@@ -32,8 +32,10 @@
  *
  * fork: the table lock is taken around fork() (pthread_atfork). The child
  * has no session (its threads did not fork): its new allocations go to
- * libc, and it must not touch pooled memory it inherited (pages not
- * resident at the fork read as zero there) - fork+exec is fine.
+ * libc. Of pooled memory it inherited, the pages resident at the fork are
+ * its private copy; pages whose data only the pool held are PROT_NONE
+ * there (paging.c), so touching one is SIGSEGV, never wrong bytes.
+ * free() in the child releases its copy, never the parent's region.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -81,6 +83,7 @@ static struct {
 	uintptr_t lo, hi;     /* every pooled allocation is inside */
 	size_t (*libc_usable)(void *);
 	bool atfork;
+	bool forked; /* a fork() child: p is the parent's session */
 } ctx = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static __thread int in_shim __attribute__((tls_model("initial-exec")));
@@ -140,11 +143,42 @@ static void atfork_child(void)
 {
 	/* The session's threads did not come along: the child allocates
 	 * from libc only. Its inherited pooled pointers stay in the table
-	 * so free() recognises them (and leaves them alone). */
+	 * so free() recognises them and releases the child's copy only
+	 * (paging.c fenced the pages the child cannot have). */
 	if (ctx.state == CTX_ON)
 		__atomic_store_n(&ctx.state, CTX_OFF, __ATOMIC_RELAXED);
-	ctx.p = NULL;
+	ctx.forked = true;
 	pthread_mutex_unlock(&ctx.lock);
+}
+
+/*
+ * libfabric's psm providers link libinfinipath and libpsm2, whose
+ * constructors (run before ours, at load) catch SIGSEGV, SIGBUS, SIGILL,
+ * SIGFPE and SIGABRT to print a backtrace and exit(1). Under the shim
+ * that would change how an unmodified program dies, and turn the SIGBUS
+ * of a fault the pool cannot serve into exit status 1. Handlers that live
+ * in those libraries go back to the default; any other is left alone.
+ */
+__attribute__((constructor)) static void restore_crash_signals(void)
+{
+	static const int sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction sa;
+		Dl_info info;
+		void *h;
+
+		if (sigaction(sigs[i], NULL, &sa))
+			continue;
+		h = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction
+					       : (void *)sa.sa_handler;
+		if (h == (void *)SIG_DFL || h == (void *)SIG_IGN ||
+		    !dladdr(h, &info) || !info.dli_fname)
+			continue;
+		if (strstr(info.dli_fname, "libinfinipath") ||
+		    strstr(info.dli_fname, "libpsm"))
+			signal(sigs[i], SIG_DFL);
+	}
 }
 
 /* Connects on first use; ctx.lock held, in_shim set. */
@@ -292,15 +326,13 @@ static bool pooled_free(void *ptr)
 	}
 	e = ctx.table[i];
 	ctx.table[i].addr = NULL;
-	child = ctx.p == NULL;
+	child = ctx.forked;
 	pthread_mutex_unlock(&ctx.lock);
-	if (child) { /* a fork child: the session is the parent's */
-		munmap(e.addr, (e.bytes + PAGE - 1) & ~(size_t)(PAGE - 1));
-		return true;
-	}
 	in_shim++;
 	pool_unmap(ctx.p, e.addr, POOL_UNMAP_DISCARD);
-	pool_free(ctx.p, e.r);
+	/* A fork child's region is the parent's: only the copy goes. */
+	if (!child)
+		pool_free(ctx.p, e.r);
 	in_shim--;
 	return true;
 }
@@ -389,14 +421,37 @@ EXPORT void *realloc(void *ptr, size_t n)
 		free(ptr);
 		return NULL;
 	}
+	if (n < __atomic_load_n(&ctx.min_bytes, __ATOMIC_RELAXED)) {
+		/* Below the threshold: back to libc, and the region (and
+		 * its pool-uffd thread) goes. */
+		a = __libc_malloc(n);
+		if (!a)
+			return NULL;
+		memcpy(a, ptr, n);
+		free(ptr);
+		return a;
+	}
 	if (n <= old)
-		return ptr; /* shrinking keeps the region */
+		return ptr; /* shrinking above the threshold keeps the region */
 	a = malloc(n);
 	if (!a)
 		return NULL;
 	memcpy(a, ptr, old);
 	free(ptr);
 	return a;
+}
+
+EXPORT void *reallocarray(void *ptr, size_t nmemb, size_t size)
+{
+	size_t n;
+
+	/* glibc's own reallocarray calls its internal realloc, which
+	 * would not know a pooled pointer: it must be ours. */
+	if (__builtin_mul_overflow(nmemb, size, &n)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return realloc(ptr, n);
 }
 
 EXPORT void *memalign(size_t align, size_t n)

@@ -61,6 +61,7 @@
 
 #include <ini.h>
 
+#include "fabric/hostport.h"
 #include "numa/place.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -124,6 +125,17 @@ static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
 				    char *what, size_t whatlen);
 static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 				      char *what, size_t whatlen);
+static int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
+				    char *what, size_t whatlen);
+static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
+				char *what, size_t whatlen);
+static int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
+				     char *what, size_t whatlen);
+static int memd_conf_parse_donor_name(const char *in, char *out, size_t outlen,
+				      char *what, size_t whatlen);
+static int memd_conf_parse_metrics_listen(const char *in, char *out,
+					  size_t outlen, char *what,
+					  size_t whatlen);
 
 static const struct memd_conf_name memd_conf_hugepages_names[] = {
 	{ "auto", MEMD_HUGEPAGES_AUTO },
@@ -281,6 +293,115 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.flags = MEMD_CONF_RELOAD,
 		.names = memd_conf_log_level_names,
 		.help = "Least important message memd writes to stderr.",
+	},
+	/* The cluster (docs/cluster.md). None is reloadable: a memd's role
+	 * and identity in the pool are fixed for its lifetime. */
+	{
+		.name = "registry",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(registry),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_registry,
+		.expect = "nothing, yes, or the registry's HOST:PORT "
+			  "(port 1 to 65535)",
+		.help = "Role of this memd. Empty: standalone, one memd is "
+			"the whole pool and nobody authenticates. yes: the "
+			"registry of a pool, which also donates. HOST:PORT: a "
+			"donor of the registry there. The last two need "
+			"cluster_secret_file.",
+	},
+	{
+		.name = "cluster_secret_file",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(cluster_secret_file),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "File holding the pool's cluster secret, shared by "
+			"every memd of the pool and by its operators (mode "
+			"0600). Required when registry is set.",
+	},
+	{
+		.name = "state_dir",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(state_dir),
+		.min = 1,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "/var/lib/tidepool",
+		.parse_str = memd_conf_parse_path,
+		.expect = "an absolute path without blanks, ';' or '#'",
+		.help = "Directory of the registry's durable state "
+			"(registry.json: tenants, quotas, donor ids). Used "
+			"when registry = yes.",
+	},
+	{
+		.name = "advertise",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(advertise),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_advertise,
+		.expect = "nothing, or HOST:PORT with a port from 1 to 65535 "
+			  "and a host that is not a wildcard address",
+		.help = "Control address a donor gives the registry, which "
+			"hands it to clients. Empty: listen, with a wildcard "
+			"host replaced by the address the donor reaches the "
+			"registry from.",
+	},
+	{
+		.name = "donor_name",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(donor_name),
+		.min = 0,
+		.max = 63,
+		.def = "",
+		.parse_str = memd_conf_parse_donor_name,
+		.expect = "nothing, or 1 to 63 letters, digits, '_', '.' "
+			  "and '-'",
+		.help = "Name of this donor in the pool; the registry gives "
+			"each name a durable donor id. Empty: the host name "
+			"and the control port (host-7470).",
+	},
+	{
+		.name = "report_interval",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(report_interval_ms),
+		.min = 100,
+		.max = 60 * MEMD_MS_PER_S,
+		.def = "1s",
+		.help = "Longest time between two reports of a donor to the "
+			"registry (free slabs, usage per tenant). A donor "
+			"also reports at once after a grant or release.",
+	},
+	{
+		.name = "pass_ttl",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(pass_ttl_ms),
+		.min = 10 * MEMD_MS_PER_S,
+		.max = 24 * MEMD_MS_PER_H,
+		.def = "10m",
+		.help = "Lifetime of the donor pass a registry gives an "
+			"authenticated tenant session, with which it opens "
+			"sessions on donors.",
+	},
+	{
+		.name = "metrics_listen",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(metrics_listen),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_metrics_listen,
+		.expect = "nothing, or HOST:PORT with a port from 0 to 65535",
+		.help = "Address of the HTTP server for Prometheus metrics "
+			"(GET /metrics). Empty: none. Port 0 binds a free "
+			"port; --ready-file reports which.",
 	},
 };
 
@@ -987,6 +1108,163 @@ static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 	return 0;
 }
 
+/* An address the host of HOST:PORT names no one host by. */
+static bool memd_conf_is_wildcard(const char *host)
+{
+	struct in6_addr a6;
+	struct in_addr a4;
+
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return a4.s_addr == htonl(INADDR_ANY);
+	return inet_pton(AF_INET6, host, &a6) == 1 &&
+	       IN6_IS_ADDR_UNSPECIFIED(&a6);
+}
+
+/*
+ * HOST:PORT for the cluster keys, split by wire_split_hostport() (what
+ * the code that connects will use), with the host checked like listen's
+ * and the port made of digits only. Writes it unchanged to out.
+ */
+static int memd_conf_hostport(const char *in, char *out, size_t outlen,
+			      bool port0_ok, bool wildcard_ok, char *what,
+			      size_t whatlen)
+{
+	char shown[MEMD_CONF_QUOTE_MAX], host[MEMD_CONF_STR_MAX];
+	char canon[MEMD_CONF_STR_MAX];
+	const char *digits = strrchr(in, ':');
+	uint16_t port;
+
+	memd_conf_quote(in, shown, sizeof(shown));
+	if (wire_split_hostport(in, host, sizeof(host), &port) || !digits ||
+	    strspn(digits + 1, "0123456789") != strlen(digits + 1)) {
+		memd_conf_err(what, whatlen,
+			      "'%s' is not HOST:PORT (an IPv6 address goes in "
+			      "brackets)",
+			      shown);
+		return -EINVAL;
+	}
+	if (memd_conf_check_host(host, strlen(host), canon, sizeof(canon), what,
+				 whatlen))
+		return -EINVAL;
+	if (!port && !port0_ok) {
+		memd_conf_err(what, whatlen, "'%s': port 0 names no port",
+			      shown);
+		return -EINVAL;
+	}
+	if (!wildcard_ok && memd_conf_is_wildcard(canon)) {
+		memd_conf_err(what, whatlen,
+			      "'%s' is a wildcard address; give one that "
+			      "others can reach",
+			      shown);
+		return -EINVAL;
+	}
+	snprintf(out, outlen, "%s", in);
+	return 0;
+}
+
+static int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
+				    char *what, size_t whatlen)
+{
+	if (!*in || !strcmp(in, "yes")) {
+		snprintf(out, outlen, "%s", in);
+		return 0;
+	}
+	return memd_conf_hostport(in, out, outlen, false, false, what, whatlen);
+}
+
+static int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
+				     char *what, size_t whatlen)
+{
+	if (!*in) {
+		out[0] = '\0';
+		return 0;
+	}
+	return memd_conf_hostport(in, out, outlen, false, false, what, whatlen);
+}
+
+static int memd_conf_parse_metrics_listen(const char *in, char *out,
+					  size_t outlen, char *what,
+					  size_t whatlen)
+{
+	if (!*in) {
+		out[0] = '\0';
+		return 0;
+	}
+	return memd_conf_hostport(in, out, outlen, true, true, what, whatlen);
+}
+
+/*
+ * An absolute path; blanks and comment characters are refused so that
+ * --print-config writes a value that loads back equal.
+ */
+static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
+				char *what, size_t whatlen)
+{
+	char shown[MEMD_CONF_QUOTE_MAX];
+	const char *p;
+
+	memd_conf_quote(in, shown, sizeof(shown));
+	if (*in && *in != '/') {
+		memd_conf_err(what, whatlen, "'%s' is not an absolute path",
+			      shown);
+		return -EINVAL;
+	}
+	for (p = in; *p; p++) {
+		unsigned char ch = (unsigned char)*p;
+
+		if (ch <= ' ' || ch == 0x7f || ch == ';' || ch == '#') {
+			memd_conf_err(what, whatlen,
+				      "'%s' holds a blank, control character, "
+				      "';' or '#'",
+				      shown);
+			return -EINVAL;
+		}
+	}
+	snprintf(out, outlen, "%s", in);
+	return 0;
+}
+
+/* The same alphabet as tenant names (docs/cluster.md). */
+static int memd_conf_parse_donor_name(const char *in, char *out, size_t outlen,
+				      char *what, size_t whatlen)
+{
+	char shown[MEMD_CONF_QUOTE_MAX];
+	const char *p;
+
+	for (p = in; *p; p++) {
+		if (!memd_conf_is_alnum(*p) && !strchr("_.-", *p)) {
+			memd_conf_err(
+				what, whatlen, "'%s' is not a donor name",
+				memd_conf_quote(in, shown, sizeof(shown)));
+			return -EINVAL;
+		}
+	}
+	snprintf(out, outlen, "%s", in);
+	return 0;
+}
+
+enum memd_mode memd_config_mode(const struct memd_config *c)
+{
+	if (!c->registry[0])
+		return MEMD_MODE_STANDALONE;
+	if (!strcmp(c->registry, "yes"))
+		return MEMD_MODE_REGISTRY;
+	return MEMD_MODE_DONOR;
+}
+
+const char *memd_mode_name(enum memd_mode mode)
+{
+	switch (mode) {
+	case MEMD_MODE_STANDALONE:
+		return "standalone";
+	case MEMD_MODE_REGISTRY:
+		return "registry";
+	case MEMD_MODE_DONOR:
+		return "donor";
+	}
+	return "unknown";
+}
+
 int memd_config_numa_nodes(const struct memd_config *c, int *nodes)
 {
 	bool all;
@@ -1028,7 +1306,7 @@ int memd_config_set(struct memd_config *c, const char *key, const char *value,
 		    char *err, size_t errlen)
 {
 	char name[64], shown[MEMD_CONF_QUOTE_MAX], what[MEMD_CONF_WHAT_MAX];
-	char known[256];
+	char known[512];
 	const struct memd_conf_key *k;
 	size_t i, used = 0;
 	int rc;
@@ -1129,6 +1407,22 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 			      "into whole slabs over %d nodes (slab_size = "
 			      "%s each); make donate a multiple of %s",
 			      a, nnodes, b, per);
+		return -EINVAL;
+	}
+	if (c->registry[0] && !c->cluster_secret_file[0]) {
+		memd_conf_err(err, errlen,
+			      "key 'registry': registry = %s needs "
+			      "cluster_secret_file",
+			      c->registry);
+		return -EINVAL;
+	}
+	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&
+	    strcmp(strrchr(c->listen, ':'), ":0")) {
+		memd_conf_err(err, errlen,
+			      "key 'metrics_listen': %s is the control "
+			      "address (listen); give /metrics a port of its "
+			      "own",
+			      c->metrics_listen);
 		return -EINVAL;
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {

@@ -50,7 +50,30 @@ struct memd_config {
 	uint32_t quiesce_ms;	 /* lock-delay between revoke and zeroing */
 	uint32_t max_clients;	 /* concurrent control connections */
 	int log_level;		 /* syslog level: LOG_ERR .. LOG_DEBUG */
+
+	/* The cluster (docs/cluster.md). None of these is reloadable. */
+	/* "": standalone; "yes": registry; "host:port": donor of it */
+	char registry[MEMD_CONF_STR_MAX];
+	char cluster_secret_file[MEMD_CONF_STR_MAX]; /* absolute path or "" */
+	char state_dir[MEMD_CONF_STR_MAX];  /* registry.json lives here */
+	char advertise[MEMD_CONF_STR_MAX];  /* "": listen; else host:port */
+	char donor_name[MEMD_CONF_STR_MAX]; /* "": the host name */
+	uint32_t report_interval_ms;	    /* donor -> registry, at least */
+	uint32_t pass_ttl_ms;		    /* lifetime of a donor pass */
+	char metrics_listen[MEMD_CONF_STR_MAX]; /* "": no /metrics */
 };
+
+/* The role memd.conf's registry key gives this memd. */
+enum memd_mode {
+	MEMD_MODE_STANDALONE = 0, /* registry = (empty) */
+	MEMD_MODE_REGISTRY,	  /* registry = yes */
+	MEMD_MODE_DONOR,	  /* registry = host:port */
+};
+
+/* The mode of a config that passed memd_config_validate(). */
+enum memd_mode memd_config_mode(const struct memd_config *c);
+/* "standalone", "registry" or "donor". */
+const char *memd_mode_name(enum memd_mode mode);
 
 /* Fills every key with its default. */
 void memd_config_defaults(struct memd_config *c);

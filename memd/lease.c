@@ -38,6 +38,7 @@ struct slab {
 
 struct memd_session {
 	uint64_t id;
+	uint32_t tenant; /* 0: none (standalone) */
 	uint64_t expires_ms;
 	uint32_t nleases;
 	uint32_t head; /* first slab of the lease list */
@@ -545,4 +546,63 @@ int memd_lease_fullest_group(struct memd_lease_table *t)
 	g = do_fullest_group_locked(t);
 	pthread_mutex_unlock(&t->lock);
 	return g;
+}
+
+void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
+			     uint32_t tenant_id)
+{
+	pthread_mutex_lock(&t->lock);
+	s->tenant = tenant_id;
+	pthread_mutex_unlock(&t->lock);
+}
+
+size_t memd_lease_tenant_usage(struct memd_lease_table *t,
+			       struct memd_tenant_usage *out, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (struct memd_session *s = t->live_head; s; s = s->next) {
+		size_t i;
+
+		if (s->dead)
+			continue;
+		for (i = 0; i < n && out[i].tenant_id != s->tenant; i++)
+			;
+		if (i == n) {
+			if (n == max)
+				continue; /* the caller's bound: counted as
+					   * truncated by it */
+			out[n].tenant_id = s->tenant;
+			out[n].slabs = out[n].sessions = 0;
+			n++;
+		}
+		out[i].slabs += s->nleases;
+		out[i].sessions++;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+void memd_lease_foreach(struct memd_lease_table *t,
+			void (*fn)(void *arg, const struct memd_lease_info *l),
+			void *arg)
+{
+	pthread_mutex_lock(&t->lock);
+	for (struct memd_session *s = t->live_head; s; s = s->next) {
+		if (s->dead)
+			continue;
+		for (uint32_t i = s->head; i != NIL; i = t->slab[i].next) {
+			struct memd_lease_info li = {
+				.slab = i,
+				.generation = t->slab[i].generation,
+				.session_id = s->id,
+				.tenant_id = s->tenant,
+				.expires_ms = s->expires_ms,
+			};
+
+			fn(arg, &li);
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
 }

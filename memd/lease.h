@@ -159,4 +159,35 @@ int memd_lease_get_group_counts(struct memd_lease_table *t, uint32_t group,
  * is free at all. */
 int memd_lease_fullest_group(struct memd_lease_table *t);
 
+/*
+ * Tenants (docs/cluster.md): a session belongs to the tenant it
+ * authenticated as (0: none, a standalone memd). Set once, after AUTH.
+ */
+void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
+			     uint32_t tenant_id);
+
+struct memd_tenant_usage {
+	uint32_t tenant_id;
+	uint32_t slabs;	   /* leased by its live sessions */
+	uint32_t sessions; /* live (not expired) sessions */
+};
+/*
+ * Usage per tenant over live sessions, at most max entries (tenants
+ * beyond max are left out). Returns the count. One consistent snapshot.
+ */
+size_t memd_lease_tenant_usage(struct memd_lease_table *t,
+			       struct memd_tenant_usage *out, size_t max);
+
+struct memd_lease_info {
+	uint32_t slab, generation;
+	uint64_t session_id;
+	uint32_t tenant_id;
+	uint64_t expires_ms; /* the session's, monotonic */
+};
+/* Calls fn for every live lease, under the table lock (fn must not call
+ * back into the table). */
+void memd_lease_foreach(struct memd_lease_table *t,
+			void (*fn)(void *arg, const struct memd_lease_info *l),
+			void *arg);
+
 #endif

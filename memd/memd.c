@@ -9,6 +9,10 @@
  * (EX_CONFIG) - also a numa_nodes entry this host does not have, and a
  * bad TIDEPOOL_NIC_NODE / TIDEPOOL_GPU_NODE -, memory the host (a node)
  * cannot back exits 71 (EX_OSERR).
+ *
+ * Under systemd (Type=notify) memd tells the service manager when it is
+ * ready (READY=1, here, once the control port listens), reloading and
+ * stopping (memd/server.c); see memd/notify.h.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,6 +29,7 @@
 #include "memd/config.h"
 #include "memd/log.h"
 #include "memd/nodes.h"
+#include "memd/notify.h"
 #include "memd/server.h"
 #include "numa/place.h"
 
@@ -372,6 +377,11 @@ int main(int argc, char **argv)
 		status = r == -EINVAL ? EX_CONFIG : 1;
 		goto out;
 	}
+	/* The same moment as the ready file: the control port listens. */
+	memd_notify("READY=1\nSTATUS=Serving on %s (%s), donating %" PRIu64
+		    " bytes",
+		    memd_server_addr(srv),
+		    memd_mode_name(memd_config_mode(&cfg)), cfg.donate_bytes);
 	r = memd_server_run(srv);
 	if (r)
 		status = 1;

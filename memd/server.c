@@ -30,6 +30,11 @@
  * memd-fab<a> progresses endpoint a: with a manual-progress provider
  * (tcp) RMA from clients is served only while someone reads the CQ.
  *
+ * memd-metrics (memd/metrics.c, only with metrics_listen) answers GET
+ * /metrics from write_metrics(): it reads the counters with relaxed
+ * atomics (every increment is one), the lease table under its lock, and
+ * fields fixed at creation. memd_server_destroy stops it first.
+ *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED; every session
  * pointer held by a connection is attached (detached on close); the
  * arenas are all per * slab_bytes long.
@@ -56,12 +61,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+#include <sodium.h>
+
+#include "fabric/auth.h"
 #include "fabric/fab.h"
 #include "fabric/hostport.h"
 #include "fabric/wire.h"
+#include "memd/donor.h"
 #include "memd/lease.h"
 #include "memd/log.h"
+#include "memd/metrics.h"
+#include "memd/notify.h"
 #include "memd/nodes.h"
+#include "memd/registry.h"
 #include "numa/place.h"
 
 _Static_assert(MEMD_NUMA_NODES_MAX <= WIRE_MAX_ENDPOINTS &&
@@ -75,6 +88,12 @@ _Static_assert(WIRE_NODE_MAX == PLACE_NODE_MAX,
 #define RX_INITIAL 4096
 #define TICK_MS 100
 
+/* Counters are written on memd-ctl (memd-reclaim adds slabs_zeroed) and
+ * read on memd-metrics; each is a statistic of its own, so relaxed
+ * atomics are all the ordering they need. */
+#define CTR_ADD(s, name, n)                                                    \
+	__atomic_add_fetch(&(s)->ctr.name, (n), __ATOMIC_RELAXED)
+
 struct conn {
 	int fd;
 	uint8_t *rx;
@@ -82,9 +101,24 @@ struct conn {
 	uint8_t *tx;
 	size_t tx_len, tx_off;
 	struct memd_session *session;
-	bool closing; /* close once tx is flushed */
-	bool reading; /* EPOLLIN armed */
-	bool writing; /* EPOLLOUT armed */
+	/* Authentication (docs/cluster.md). auth is AUTH_NONE until AUTH,
+	 * CHALLENGED until a good AUTH_PROOF, then DONE with role set. */
+	enum { AUTH_NONE = 0, AUTH_CHALLENGED, AUTH_DONE } auth;
+	uint8_t role; /* enum wire_role, once DONE */
+	char principal[WIRE_NAME_MAX];
+	uint32_t tenant_id;	    /* role TENANT */
+	uint8_t key[AUTH_KEY_LEN];  /* the principal's (or the pass) key */
+	uint8_t skey[AUTH_KEY_LEN]; /* session key, once DONE */
+	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
+	const char *auth_fail; /* why the proof will fail; NULL: it may pass */
+	bool via_pass;	       /* authenticated with a donor pass */
+	uint16_t proto;	       /* negotiated in HELLO */
+	uint32_t donor_id;     /* at the registry: a joined donor's link */
+	uint64_t donor_epoch;
+	uint64_t hb_read, hb_written; /* last HEARTBEAT2 counters */
+	bool closing;		      /* close once tx is flushed */
+	bool reading;		      /* EPOLLIN armed */
+	bool writing;		      /* EPOLLOUT armed */
 	char peer[64];
 	struct conn *next, *prev;
 };
@@ -142,7 +176,25 @@ struct memd_server {
 	pthread_cond_t fence_cond;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
+
+	/* cluster (docs/cluster.md) */
+	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
+	struct auth_cluster_keys keys;
+	struct memd_registry *reg; /* MODE_REGISTRY */
+	struct memd_donor *donor;  /* MODE_REGISTRY and MODE_DONOR */
+	/* redeemed tickets: (grant_id ^ registry_epoch) -> expiry, open
+	 * addressing; memd-ctl only */
+	struct redeemed {
+		uint64_t grant_id, registry_epoch, expires_ms;
+	} * redeemed;
+	uint32_t nredeemed;
+	uint64_t rma_read, rma_written; /* clients' HEARTBEAT2 totals */
+	struct memd_metrics *metrics;	/* GET /metrics; NULL: not asked for */
+	char bound[300];		/* listen address, port 0 resolved */
 };
+
+#define REDEEMED_CAP 65536u /* tickets remembered (power of two) */
+#define TICKET_SKEW_MS 60000u
 
 static uint64_t now_ms(void)
 {
@@ -310,7 +362,7 @@ static void count_expired(uint32_t slab, void *arg)
 {
 	struct memd_server *s = arg;
 
-	s->ctr.leases_expired++;
+	CTR_ADD(s, leases_expired, 1);
 	revoke_mr(slab, arg);
 }
 
@@ -334,6 +386,13 @@ static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 		 c->peer, c->session ? memd_session_id(c->session) : 0, why);
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
+	if (c->donor_id && s->reg)
+		memd_registry_donor_lost(s->reg, c->donor_id, c->donor_epoch,
+					 now_ms(),
+					 "its link to the registry "
+					 "closed");
+	sodium_memzero(c->key, sizeof(c->key));
+	sodium_memzero(c->skey, sizeof(c->skey));
 	if (c->session)
 		memd_session_detach(s->lt, c->session);
 	if (c->prev)
@@ -412,6 +471,14 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
+	if (s->mode != MODE_STANDALONE && h->proto_max < 2) {
+		send_error(s, c, req->seq, EPROTONOSUPPORT,
+			   "this memd is part of a pool and needs protocol 2 "
+			   "(authentication); the client speaks %u..%u",
+			   h->proto_min, h->proto_max);
+		c->closing = true;
+		return;
+	}
 	if (s->draining) {
 		send_error(s, c, req->seq, EBUSY, "memd is draining");
 		c->closing = true;
@@ -423,7 +490,7 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	s->ctr.sessions_opened++;
+	CTR_ADD(s, sessions_opened, 1);
 	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
 		 c->peer, memd_session_id(c->session), h->client);
 	memset(rep, 0, sizeof(*rep));
@@ -431,6 +498,7 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	rep->seq = req->seq;
 	ok->proto =
 		h->proto_max < WIRE_PROTO_MAX ? h->proto_max : WIRE_PROTO_MAX;
+	c->proto = ok->proto;
 	ok->session_id = memd_session_id(c->session);
 	ok->epoch = s->epoch;
 	ok->ttl_ms = s->cfg.lease_ttl_ms;
@@ -522,11 +590,17 @@ static void served_nodes(const struct memd_server *s, char *buf, size_t len)
 					 a ? "," : "", s->aep[a].node);
 }
 
-static void do_lease(struct memd_server *s, struct conn *c,
-		     const struct wire_msg *req, struct wire_msg *rep)
+/*
+ * Grants want slabs on node (all or nothing) to c's session and answers
+ * seq with reply_type (LEASE_OK or LEASE_GRANT_OK) or ERROR. Returns 0
+ * when granted.
+ */
+static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
+			 uint32_t want, int node, uint8_t reply_type,
+			 struct wire_msg *rep)
 {
-	uint32_t want = req->u.lease.nslabs, i, avail;
-	int node = req->u.lease.node, group = MEMD_LEASE_ANY_GROUP;
+	uint32_t i, avail;
+	int group = MEMD_LEASE_ANY_GROUP;
 	struct memd_lease_group_counts gc;
 	struct memd_lease_counts cnt;
 	int r = 0;
@@ -536,24 +610,24 @@ static void do_lease(struct memd_server *s, struct conn *c,
 
 		group = arena_of_node(s, node);
 		if (group < 0 || s->aep[group].node < 0) {
-			s->ctr.leases_refused++;
+			CTR_ADD(s, leases_refused, 1);
 			served_nodes(s, served, sizeof(served));
 			memd_log(LOG_NOTICE,
 				 "lease: refused peer=%s session=%" PRIx64
 				 " node=%d why=node not served",
 				 c->peer, memd_session_id(c->session), node);
 			if (s->aep[0].node < 0)
-				send_error(s, c, req->seq, EINVAL,
+				send_error(s, c, seq, EINVAL,
 					   "lease: node %d: this memd does no "
 					   "NUMA placement (numa_nodes is not "
 					   "set); ask for node -1",
 					   node);
 			else
-				send_error(s, c, req->seq, EINVAL,
+				send_error(s, c, seq, EINVAL,
 					   "lease: node %d is not served by "
 					   "this memd (numa_nodes: %s)",
 					   node, served);
-			return;
+			return -EINVAL;
 		}
 	}
 	memd_lease_get_counts(s->lt, &cnt);
@@ -563,16 +637,16 @@ static void do_lease(struct memd_server *s, struct conn *c,
 		avail = gc.free;
 	}
 	if (s->draining || want > avail) {
-		s->ctr.leases_refused++;
+		CTR_ADD(s, leases_refused, 1);
 		if (group < 0)
-			send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
+			send_error(s, c, seq, s->draining ? EBUSY : ENOSPC,
 				   "%s: %u slab(s) asked, %u free of %u (%u "
 				   "being zeroed)",
 				   s->draining ? "memd is draining"
 					       : "no free slab",
 				   want, cnt.free, cnt.total, cnt.reclaiming);
 		else
-			send_error(s, c, req->seq, s->draining ? EBUSY : ENOSPC,
+			send_error(s, c, seq, s->draining ? EBUSY : ENOSPC,
 				   "%s: %u slab(s) asked on node %d, %u free "
 				   "there; %u free of %u in all (%u being "
 				   "zeroed)",
@@ -580,7 +654,7 @@ static void do_lease(struct memd_server *s, struct conn *c,
 					       : "no free slab",
 				   want, node, avail, cnt.free, cnt.total,
 				   cnt.reclaiming);
-		return;
+		return s->draining ? -EBUSY : -ENOSPC;
 	}
 	/* Any node: stay on the fullest arena while it has slabs, so a
 	 * request lands on one node when it can. */
@@ -605,20 +679,38 @@ static void do_lease(struct memd_server *s, struct conn *c,
 					   l->generation, now_ms());
 		}
 		reclaim_kick(s);
-		s->ctr.leases_refused++;
-		send_error(s, c, req->seq, -r, "lease of %u slab(s) failed: %s",
+		CTR_ADD(s, leases_refused, 1);
+		send_error(s, c, seq, -r, "lease of %u slab(s) failed: %s",
 			   want, strerror(-r));
-		return;
+		return r;
 	}
-	s->ctr.leases_granted += want;
+	CTR_ADD(s, leases_granted, want);
 	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u node=%d",
 		 memd_session_id(c->session), want, node);
-	rep->type = WIRE_LEASE_OK;
-	rep->seq = req->seq;
+	rep->type = reply_type;
+	rep->seq = seq;
 	rep->u.lease_ok.ttl_ms = s->cfg.lease_ttl_ms;
 	rep->u.lease_ok.count = want;
 	if (conn_send(c, rep))
 		c->closing = true;
+	if (s->donor)
+		memd_donor_kick(s->donor);
+	return 0;
+}
+
+static void do_lease(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	if (s->mode != MODE_STANDALONE) {
+		CTR_ADD(s, leases_refused, 1);
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "lease: this memd is part of a pool: leases need a "
+			   "ticket from the registry (PLACE, then "
+			   "LEASE_GRANT)");
+		return;
+	}
+	grant_request(s, c, req->seq, req->u.lease.nslabs, req->u.lease.node,
+		      WIRE_LEASE_OK, rep);
 }
 
 /*
@@ -657,11 +749,13 @@ static void do_release(struct memd_server *s, struct conn *c,
 		s->mr[ref->slab] = NULL;
 		s->key[ref->slab] = 0;
 		fab_mr_close(mr);
-		s->ctr.leases_released++;
+		CTR_ADD(s, leases_released, 1);
 		released++;
 	}
 	if (released)
 		reclaim_kick(s);
+	if (released && s->donor)
+		memd_donor_kick(s->donor);
 	if (foreign) {
 		send_error(s, c, req->seq, EPERM,
 			   "%u lease(s) belong to another session; %u of "
@@ -711,13 +805,564 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* protocol 2: authentication, placement, donors, admin                */
+
+static uint64_t unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static bool principal_is_tenant_name(const char *p)
+{
+	size_t n = strlen(p);
+
+	if (n < 1 || n > WIRE_NAME_MAX - 1)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(p[i] >= 'a' && p[i] <= 'z') &&
+		    !(p[i] >= 'A' && p[i] <= 'Z') &&
+		    !(p[i] >= '0' && p[i] <= '9') && p[i] != '_' &&
+		    p[i] != '.' && p[i] != '-')
+			return false;
+	return true;
+}
+
+/*
+ * AUTH: pick the key the proof must be made with, and challenge. An
+ * unknown principal or a bad pass still gets a challenge (with a random
+ * key), so the answer never tells which tenant names exist.
+ */
+static void do_auth(struct memd_server *s, struct conn *c,
+		    const struct wire_msg *req, struct wire_msg *rep)
+{
+	const struct wire_auth *a = &req->u.auth;
+
+	if (s->mode == MODE_STANDALONE) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "memd is standalone: it has no tenants and needs "
+			   "no authentication");
+		return;
+	}
+	if (c->auth != AUTH_NONE) {
+		send_error(s, c, req->seq, EPROTO, "AUTH sent twice");
+		c->closing = true;
+		return;
+	}
+	snprintf(c->principal, sizeof(c->principal), "%s", a->principal);
+	memcpy(c->cnonce, a->cnonce, sizeof(c->cnonce));
+	auth_random(c->snonce, sizeof(c->snonce));
+	auth_random(c->key, sizeof(c->key));
+	c->auth_fail = NULL;
+	c->tenant_id = 0;
+	c->via_pass = a->pass_len > 0;
+	if (a->pass_len) {
+		struct auth_pass pass;
+
+		if (auth_pass_open(s->keys.pass, a->pass, a->pass_len, &pass))
+			c->auth_fail = "donor pass not sealed by this pool";
+		else if (strcmp(pass.tenant, a->principal))
+			c->auth_fail = "donor pass is another tenant's";
+		else if (unix_ms() > pass.expires_ms + TICKET_SKEW_MS)
+			c->auth_fail = "donor pass expired";
+		else {
+			memcpy(c->key, pass.key, sizeof(c->key));
+			c->role = WIRE_ROLE_TENANT;
+			c->tenant_id = pass.tenant_id;
+		}
+		sodium_memzero(&pass, sizeof(pass));
+	} else if (!strcmp(a->principal, "@admin")) {
+		memcpy(c->key, s->keys.admin, sizeof(c->key));
+		c->role = WIRE_ROLE_ADMIN;
+	} else if (!strcmp(a->principal, "@donor")) {
+		memcpy(c->key, s->keys.donor, sizeof(c->key));
+		c->role = WIRE_ROLE_DONOR;
+	} else if (!principal_is_tenant_name(a->principal)) {
+		c->auth_fail = "not a valid principal name";
+	} else if (!s->reg) {
+		c->auth_fail = "a tenant key authenticates at the registry; "
+			       "at a donor it needs a donor pass";
+	} else if (memd_registry_tenant_key(s->reg, a->principal, &c->tenant_id,
+					    c->key)) {
+		c->auth_fail = "no such tenant";
+	} else {
+		c->role = WIRE_ROLE_TENANT;
+	}
+	c->auth = AUTH_CHALLENGED;
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_AUTH_CHALLENGE;
+	rep->seq = req->seq;
+	memcpy(rep->u.auth_challenge.snonce, c->snonce, sizeof(c->snonce));
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
+			const char *why)
+{
+	CTR_ADD(s, auth_failures, 1);
+	memd_log(LOG_WARNING, "auth: refused peer=%s principal=%s why=%s",
+		 c->peer, c->principal, why);
+	send_error(s, c, seq, EACCES, "authentication failed");
+	c->closing = true;
+	c->auth = AUTH_NONE;
+	c->role = 0;
+}
+
+static void do_auth_proof(struct memd_server *s, struct conn *c,
+			  const struct wire_msg *req, struct wire_msg *rep)
+{
+	struct wire_auth_ok *ok = &rep->u.auth_ok;
+	uint64_t sid = memd_session_id(c->session);
+	uint8_t mac[WIRE_MAC_LEN];
+
+	if (c->auth != AUTH_CHALLENGED) {
+		send_error(s, c, req->seq, EPROTO,
+			   "AUTH_PROOF without a pending AUTH");
+		c->closing = true;
+		return;
+	}
+	auth_client_proof(c->key, c->principal, sid, s->epoch, c->cnonce,
+			  c->snonce, mac);
+	if (!auth_mac_equal(mac, req->u.auth_proof.mac)) {
+		auth_refuse(s, c, req->seq,
+			    c->auth_fail ? c->auth_fail : "wrong key");
+		return;
+	}
+	if (c->auth_fail) { /* cannot happen: the key was random */
+		auth_refuse(s, c, req->seq, c->auth_fail);
+		return;
+	}
+	c->auth = AUTH_DONE;
+	auth_session_key(c->key, c->principal, c->cnonce, c->snonce, c->skey);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_AUTH_OK;
+	rep->seq = req->seq;
+	auth_server_proof(c->key, c->principal, sid, s->epoch, c->cnonce,
+			  c->snonce, ok->mac);
+	ok->role = c->role;
+	ok->flags = s->reg ? WIRE_AUTH_REGISTRY : 0;
+	ok->tenant_id = c->tenant_id;
+	if (c->role == WIRE_ROLE_TENANT) {
+		memd_session_set_tenant(s->lt, c->session, c->tenant_id);
+		if (s->reg && !c->via_pass) {
+			struct auth_pass pass;
+			int n;
+
+			if (memd_registry_make_pass(s->reg, c->tenant_id,
+						    unix_ms(), &pass)) {
+				auth_refuse(s, c, req->seq,
+					    "tenant removed meanwhile");
+				return;
+			}
+			n = auth_pass_seal(s->keys.pass, &pass, ok->pass,
+					   sizeof(ok->pass));
+			if (n > 0) {
+				ok->pass_len = (uint16_t)n;
+				n = auth_seal(c->skey, pass.key,
+					      sizeof(pass.key), ok->box,
+					      sizeof(ok->box));
+			}
+			if (n <= 0) {
+				auth_refuse(s, c, req->seq,
+					    "cannot seal a donor pass");
+				return;
+			}
+			ok->box_len = (uint16_t)n;
+			ok->pass_ttl_ms = s->cfg.pass_ttl_ms;
+			sodium_memzero(&pass, sizeof(pass));
+		}
+	}
+	memd_log(LOG_INFO,
+		 "auth: ok peer=%s session=%" PRIx64 " principal=%s role=%u "
+		 "tenant=%u",
+		 c->peer, sid, c->principal, c->role, c->tenant_id);
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static void do_place(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	char err[WIRE_MSG_MAX] = "";
+	int r;
+
+	if (!s->reg) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "place: this memd is not the registry");
+		return;
+	}
+	if (c->role != WIRE_ROLE_TENANT) {
+		send_error(s, c, req->seq, EACCES,
+			   "place: only a tenant session places memory");
+		return;
+	}
+	memset(rep, 0, sizeof(*rep));
+	r = memd_registry_place(s->reg, c->tenant_id, &req->u.place, now_ms(),
+				unix_ms(), &rep->u.place_ok, err, sizeof(err));
+	if (r) {
+		CTR_ADD(s, places_refused, 1);
+		memd_log(LOG_INFO,
+			 "place: refused tenant=%s n=%u flags=%#x err=%s: %s",
+			 c->principal, req->u.place.nslabs, req->u.place.flags,
+			 strerror(-r), err);
+		send_error(s, c, req->seq, -r, "%s", err);
+		return;
+	}
+	CTR_ADD(s, places, 1);
+	rep->type = WIRE_PLACE_OK;
+	rep->seq = req->seq;
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+/* Remembers a redeemed ticket. -EALREADY when it was redeemed before,
+ * -EBUSY when the table is full of unexpired tickets. */
+static int redeem_once(struct memd_server *s, const struct wire_ticket *t,
+		       uint64_t now_unix)
+{
+	uint32_t mask = REDEEMED_CAP - 1;
+	uint32_t h = (uint32_t)((t->grant_id ^ t->registry_epoch) *
+					0x9e3779b97f4a7c15ull >>
+				40) &
+		     mask;
+	int64_t free_slot = -1;
+
+	for (uint32_t i = 0; i < REDEEMED_CAP; i++) {
+		struct redeemed *e = &s->redeemed[(h + i) & mask];
+
+		if (!e->expires_ms) {
+			if (free_slot < 0)
+				free_slot = (h + i) & mask;
+			break;
+		}
+		if (e->grant_id == t->grant_id &&
+		    e->registry_epoch == t->registry_epoch)
+			return -EALREADY;
+		if (free_slot < 0 && e->expires_ms + TICKET_SKEW_MS < now_unix)
+			free_slot = (h + i) & mask; /* expired: reuse */
+	}
+	if (free_slot < 0)
+		return -EBUSY;
+	if (!s->redeemed[free_slot].expires_ms)
+		s->nredeemed++;
+	s->redeemed[free_slot] = (struct redeemed){
+		.grant_id = t->grant_id,
+		.registry_epoch = t->registry_epoch,
+		.expires_ms = t->expires_ms,
+	};
+	return 0;
+}
+
+static void do_lease_grant(struct memd_server *s, struct conn *c,
+			   const struct wire_msg *req, struct wire_msg *rep)
+{
+	const struct wire_ticket *t = &req->u.lease_grant.ticket;
+	uint64_t reg_epoch = 0, now_unix = unix_ms();
+	uint32_t donor_id = 0;
+	bool drain = false, joined;
+	int r;
+
+	if (s->mode == MODE_STANDALONE) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "lease_grant: memd is standalone; use LEASE");
+		return;
+	}
+	if (c->role != WIRE_ROLE_TENANT) {
+		send_error(s, c, req->seq, EACCES,
+			   "lease_grant: only a tenant session leases");
+		return;
+	}
+	if (!auth_ticket_verify(s->keys.ticket, t)) {
+		CTR_ADD(s, tickets_refused, 1);
+		memd_log(LOG_WARNING,
+			 "ticket: bad MAC peer=%s tenant=%s grant=%" PRIu64,
+			 c->peer, c->principal, t->grant_id);
+		send_error(s, c, req->seq, EACCES,
+			   "ticket: not signed by this pool's registry");
+		return;
+	}
+	if (t->tenant_id != c->tenant_id) {
+		CTR_ADD(s, tickets_refused, 1);
+		memd_log(LOG_WARNING,
+			 "ticket: tenant %u's ticket from tenant %u peer=%s",
+			 t->tenant_id, c->tenant_id, c->peer);
+		send_error(s, c, req->seq, EACCES,
+			   "ticket: issued to another tenant");
+		return;
+	}
+	joined = memd_donor_state(s->donor, &donor_id, &reg_epoch, &drain);
+	if (!joined || t->donor_id != donor_id || t->donor_epoch != s->epoch ||
+	    t->registry_epoch != reg_epoch) {
+		CTR_ADD(s, tickets_refused, 1);
+		send_error(s, c, req->seq, ESTALE,
+			   "ticket: for donor %u epoch %016" PRIx64
+			   " of registry %016" PRIx64 "; this is donor %u "
+			   "epoch %016" PRIx64 " of registry %016" PRIx64
+			   ": place again",
+			   t->donor_id, t->donor_epoch, t->registry_epoch,
+			   donor_id, s->epoch, reg_epoch);
+		return;
+	}
+	if (now_unix > t->expires_ms + TICKET_SKEW_MS) {
+		CTR_ADD(s, tickets_refused, 1);
+		send_error(s, c, req->seq, ESTALE,
+			   "ticket: expired %" PRIu64 " ms ago: place again",
+			   now_unix - t->expires_ms);
+		return;
+	}
+	if (drain) {
+		CTR_ADD(s, leases_refused, 1);
+		send_error(s, c, req->seq, EBUSY,
+			   "lease_grant: this donor is draining");
+		return;
+	}
+	r = redeem_once(s, t, now_unix);
+	if (r) {
+		CTR_ADD(s, tickets_refused, 1);
+		send_error(s, c, req->seq, r == -EALREADY ? EACCES : EBUSY,
+			   r == -EALREADY ? "ticket: already redeemed"
+					  : "ticket: too many tickets in "
+					    "flight; retry");
+		return;
+	}
+	r = grant_request(s, c, req->seq, t->nslabs, t->node,
+			  WIRE_LEASE_GRANT_OK, rep);
+	if (r)
+		return; /* the ticket is spent; its reservation expires */
+	if (memd_donor_redeemed(s->donor, t->grant_id))
+		memd_log(LOG_WARNING,
+			 "donor: redeemed-grant queue full; the registry "
+			 "counts grant %" PRIu64 " until it expires",
+			 t->grant_id);
+}
+
+static void do_heartbeat(struct memd_server *s, struct conn *c,
+			 const struct wire_msg *req, struct wire_msg *rep)
+{
+	int r = memd_session_renew(s->lt, c->session, now_ms());
+
+	if (r < 0) {
+		send_error(s, c, req->seq, -r, "session expired");
+		c->closing = true;
+		return;
+	}
+	if (req->type == WIRE_HEARTBEAT2) {
+		const struct wire_heartbeat2 *h = &req->u.heartbeat2;
+
+		/* Totals since the client's session began: add the growth. */
+		if (h->bytes_read >= c->hb_read)
+			__atomic_add_fetch(&s->rma_read,
+					   h->bytes_read - c->hb_read,
+					   __ATOMIC_RELAXED);
+		if (h->bytes_written >= c->hb_written)
+			__atomic_add_fetch(&s->rma_written,
+					   h->bytes_written - c->hb_written,
+					   __ATOMIC_RELAXED);
+		c->hb_read = h->bytes_read;
+		c->hb_written = h->bytes_written;
+	}
+	memset(rep, 0, sizeof(*rep));
+	rep->type = req->type == WIRE_HEARTBEAT2 ? WIRE_HEARTBEAT2_OK
+						 : WIRE_HEARTBEAT_OK;
+	rep->seq = req->seq;
+	rep->u.heartbeat_ok.ttl_ms = s->cfg.lease_ttl_ms;
+	rep->u.heartbeat_ok.nleases = (uint32_t)r;
+	rep->u.heartbeat_ok.epoch = s->epoch;
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+static void do_donor(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	char err[WIRE_MSG_MAX] = "";
+	int r;
+
+	if (!s->reg) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "%s: this memd is not the registry",
+			   wire_type_name(req->type));
+		return;
+	}
+	if (c->role != WIRE_ROLE_DONOR) {
+		send_error(s, c, req->seq, EACCES,
+			   "%s: only a donor (principal @donor) joins",
+			   wire_type_name(req->type));
+		return;
+	}
+	memset(rep, 0, sizeof(*rep));
+	rep->seq = req->seq;
+	if (req->type == WIRE_DONOR_JOIN) {
+		r = memd_registry_donor_join(s->reg, &req->u.donor_join,
+					     now_ms(), &rep->u.donor_join_ok,
+					     err, sizeof(err));
+		if (!r) {
+			c->donor_id = rep->u.donor_join_ok.donor_id;
+			c->donor_epoch = req->u.donor_join.epoch;
+			memd_log(LOG_NOTICE,
+				 "registry: donor joined name=%s id=%u "
+				 "addr=%s epoch=%016" PRIx64 " slabs=%u",
+				 req->u.donor_join.name, c->donor_id,
+				 req->u.donor_join.addr, c->donor_epoch,
+				 req->u.donor_join.slabs_total);
+		}
+		rep->type = WIRE_DONOR_JOIN_OK;
+	} else {
+		r = memd_registry_donor_report(
+			s->reg, &req->u.donor_report, now_ms(),
+			&rep->u.donor_report_ok, err, sizeof(err));
+		rep->type = WIRE_DONOR_REPORT_OK;
+	}
+	if (r) {
+		send_error(s, c, req->seq, -r, "%s", err);
+		return;
+	}
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+/* ADMIN "leases": this memd's own leases, as JSON. */
+struct leases_json {
+	struct memd_server *s;
+	char *out;
+	size_t cap, len;
+	uint64_t now;
+	bool first, full;
+};
+
+static void leases_json_one(void *arg, const struct memd_lease_info *l)
+{
+	struct leases_json *j = arg;
+	int n;
+
+	if (j->full)
+		return;
+	n = snprintf(j->out + j->len, j->cap - j->len,
+		     "%s{\"slab\":%u,\"generation\":%u,\"node\":%d,"
+		     "\"tenant_id\":%u,\"session\":\"%016" PRIx64 "\","
+		     "\"expires_in_ms\":%" PRId64 "}",
+		     j->first ? "" : ",", l->slab, l->generation,
+		     slab_aep(j->s, l->slab)->node, l->tenant_id, l->session_id,
+		     (int64_t)(l->expires_ms - j->now));
+	if (n < 0 || (size_t)n >= j->cap - j->len - 64) {
+		j->full = true;
+		return;
+	}
+	j->len += (size_t)n;
+	j->first = false;
+}
+
+static int admin_leases(struct memd_server *s, char *out, size_t cap)
+{
+	struct leases_json j = {
+		.s = s, .out = out, .cap = cap, .now = now_ms(), .first = true
+	};
+	int n = snprintf(out, cap,
+			 "{\"epoch\":\"%016" PRIx64 "\",\"slab_bytes\":%" PRIu64
+			 ",\"listen\":\"%s\",\"leases\":[",
+			 s->epoch, s->cfg.slab_bytes, s->bound);
+
+	j.len = (size_t)n;
+	memd_lease_foreach(s->lt, leases_json_one, &j);
+	n = snprintf(out + j.len, cap - j.len, "],\"truncated\":%s}",
+		     j.full ? "true" : "false");
+	return (int)(j.len + (size_t)n);
+}
+
+/* True when the request's "cmd" is cmd (malformed JSON: false, and the
+ * registry, or the not-a-registry error, answers it). */
+static bool admin_cmd_is(const struct wire_admin *a, const char *cmd)
+{
+	json_t *o = json_loadb(a->json, a->json_len, 0, NULL);
+	const char *v = json_string_value(json_object_get(o, "cmd"));
+	bool is = v && !strcmp(v, cmd);
+
+	json_decref(o);
+	return is;
+}
+
+static void do_admin(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	static char out[WIRE_JSON_MAX + 1]; /* memd-ctl only */
+	const struct wire_admin *a = &req->u.admin;
+	char err[WIRE_MSG_MAX] = "";
+	int n;
+
+	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_ADMIN) {
+		send_error(s, c, req->seq, EACCES,
+			   "admin: needs the principal @admin");
+		return;
+	}
+	/* "leases" is every memd's own; the rest is the registry's. */
+	if (admin_cmd_is(a, "leases")) {
+		n = admin_leases(s, out, sizeof(out));
+	} else if (!s->reg) {
+		send_error(s, c, req->seq, EOPNOTSUPP,
+			   "admin: this memd is not the registry (only "
+			   "\"leases\" is served here)");
+		return;
+	} else {
+		n = memd_registry_admin(s->reg, a->json, a->json_len, c->skey,
+					now_ms(), unix_ms(), out, sizeof(out),
+					err, sizeof(err));
+	}
+	if (n < 0) {
+		send_error(s, c, req->seq, -n, "%s", err);
+		return;
+	}
+	CTR_ADD(s, admin_requests, 1);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_ADMIN_OK;
+	rep->seq = req->seq;
+	rep->u.admin.json = out;
+	rep->u.admin.json_len = (uint32_t)n;
+	if (conn_send(c, rep))
+		c->closing = true;
+}
+
+/* memd-donor's report: counters and tenants from the lease table. */
+static void donor_snapshot(void *arg, struct wire_donor_report *rep)
+{
+	struct memd_server *s = arg;
+	struct memd_tenant_usage *u = malloc(WIRE_MAX_TENANTS * sizeof(*u));
+	struct memd_lease_counts cnt;
+	size_t n = 0;
+
+	memd_lease_get_counts(s->lt, &cnt);
+	rep->slabs_free = cnt.free;
+	rep->slabs_leased = cnt.leased;
+	rep->slabs_reclaiming = cnt.reclaiming;
+	rep->flags = __atomic_load_n(&s->draining, __ATOMIC_RELAXED)
+			     ? WIRE_STATUS_DRAINING
+			     : 0;
+	rep->bytes_read = __atomic_load_n(&s->rma_read, __ATOMIC_RELAXED);
+	rep->bytes_written = __atomic_load_n(&s->rma_written, __ATOMIC_RELAXED);
+	if (u)
+		n = memd_lease_tenant_usage(s->lt, u, WIRE_MAX_TENANTS);
+	rep->ntenants = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!u[i].tenant_id)
+			continue; /* sessions that never authenticated */
+		rep->tenant[rep->ntenants].tenant_id = u[i].tenant_id;
+		rep->tenant[rep->ntenants].slabs = u[i].slabs;
+		rep->tenant[rep->ntenants].sessions = u[i].sessions;
+		rep->ntenants++;
+	}
+	free(u);
+}
+
 static void handle(struct memd_server *s, struct conn *c,
 		   const struct wire_msg *req)
 {
-	static struct wire_msg rep; /* memd-ctl only; LEASE_OK is ~10 KiB */
-	int r;
+	static struct wire_msg rep; /* memd-ctl only; PLACE_OK is ~5 KiB */
+	bool v2 = req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN;
 
-	s->ctr.frames_in++;
+	CTR_ADD(s, frames_in, 1);
 	if (req->type != WIRE_HELLO && !c->session) {
 		send_error(s, c, req->seq, EPROTO, "%s before HELLO",
 			   wire_type_name(req->type));
@@ -728,6 +1373,26 @@ static void handle(struct memd_server *s, struct conn *c,
 		send_error(s, c, req->seq, ESTALE,
 			   "session expired: no heartbeat within the lease "
 			   "TTL; its leases are gone");
+		c->closing = true;
+		return;
+	}
+	if (v2 && c->proto < 2) {
+		send_error(s, c, req->seq, EPROTO,
+			   "%s is not in protocol %u (negotiated in HELLO)",
+			   wire_type_name(req->type), c->proto);
+		c->closing = true;
+		return;
+	}
+	if (s->mode != MODE_STANDALONE && c->auth != AUTH_DONE &&
+	    req->type != WIRE_HELLO && req->type != WIRE_AUTH &&
+	    req->type != WIRE_AUTH_PROOF) {
+		CTR_ADD(s, auth_failures, 1);
+		memd_log(LOG_NOTICE, "auth: %s before authentication peer=%s",
+			 wire_type_name(req->type), c->peer);
+		send_error(s, c, req->seq, EACCES,
+			   "%s before authentication: this memd is part of a "
+			   "pool; authenticate first (tenant and secret)",
+			   wire_type_name(req->type));
 		c->closing = true;
 		return;
 	}
@@ -742,19 +1407,28 @@ static void handle(struct memd_server *s, struct conn *c,
 		do_release(s, c, req, &rep);
 		return;
 	case WIRE_HEARTBEAT:
-		r = memd_session_renew(s->lt, c->session, now_ms());
-		if (r < 0) {
-			send_error(s, c, req->seq, -r, "session expired");
-			c->closing = true;
-			return;
-		}
-		memset(&rep, 0, sizeof(rep));
-		rep.type = WIRE_HEARTBEAT_OK;
-		rep.seq = req->seq;
-		rep.u.heartbeat_ok.ttl_ms = s->cfg.lease_ttl_ms;
-		rep.u.heartbeat_ok.nleases = (uint32_t)r;
-		rep.u.heartbeat_ok.epoch = s->epoch;
-		break;
+	case WIRE_HEARTBEAT2:
+		do_heartbeat(s, c, req, &rep);
+		return;
+	case WIRE_AUTH:
+		do_auth(s, c, req, &rep);
+		return;
+	case WIRE_AUTH_PROOF:
+		do_auth_proof(s, c, req, &rep);
+		return;
+	case WIRE_PLACE:
+		do_place(s, c, req, &rep);
+		return;
+	case WIRE_LEASE_GRANT:
+		do_lease_grant(s, c, req, &rep);
+		return;
+	case WIRE_DONOR_JOIN:
+	case WIRE_DONOR_REPORT:
+		do_donor(s, c, req, &rep);
+		return;
+	case WIRE_ADMIN:
+		do_admin(s, c, req, &rep);
+		return;
 	case WIRE_STATUS:
 		memset(&rep, 0, sizeof(rep));
 		rep.type = WIRE_STATUS_OK;
@@ -765,6 +1439,8 @@ static void handle(struct memd_server *s, struct conn *c,
 		memd_session_close(s->lt, c->session, now_ms(), revoke_mr, s);
 		c->session = NULL;
 		reclaim_kick(s);
+		if (s->donor)
+			memd_donor_kick(s->donor);
 		memset(&rep, 0, sizeof(rep));
 		rep.type = WIRE_BYE_OK;
 		rep.seq = req->seq;
@@ -772,7 +1448,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		break;
 	default:
 		/* A reply type sent to us: decodable, but not a request. */
-		s->ctr.frames_rejected++;
+		CTR_ADD(s, frames_rejected, 1);
 		send_error(s, c, req->seq, EBADMSG, "%s is not a request",
 			   wire_type_name(req->type));
 		c->closing = true;
@@ -794,7 +1470,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 		if (n == -EAGAIN)
 			break;
 		if (n < 0) {
-			s->ctr.frames_rejected++;
+			CTR_ADD(s, frames_rejected, 1);
 			memd_log(LOG_NOTICE, "ctl: bad frame peer=%s err=%s",
 				 c->peer, strerror((int)-n));
 			if (n == -EMSGSIZE)
@@ -939,7 +1615,7 @@ static void accept_all(struct memd_server *s)
 				memd_log(LOG_DEBUG, "ctl: refuse send err=%s",
 					 strerror(errno));
 			close(fd);
-			s->ctr.conns_refused++;
+			CTR_ADD(s, conns_refused, 1);
 			memd_log(LOG_WARNING,
 				 "ctl: refused peer=%s:%s clients=%u max=%u",
 				 host, port, s->nconns, s->cfg.max_clients);
@@ -981,7 +1657,7 @@ static void accept_all(struct memd_server *s)
 			s->conns->prev = c;
 		s->conns = c;
 		s->nconns++;
-		s->ctr.conns_accepted++;
+		CTR_ADD(s, conns_accepted, 1);
 		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
 	}
 }
@@ -995,6 +1671,8 @@ static void expire_sessions(struct memd_server *s)
 		return;
 	memd_log(LOG_NOTICE, "lease: expired sessions=%u", n);
 	reclaim_kick(s);
+	if (s->donor)
+		memd_donor_kick(s->donor);
 	for (struct conn *c = s->conns, *next; c; c = next) {
 		next = c->next;
 		if (c->session && memd_session_is_dead(s->lt, c->session)) {
@@ -1032,17 +1710,266 @@ static void reload(struct memd_server *s)
 		memd_log(LOG_NOTICE, "config: SIGHUP: nothing to reload");
 		return;
 	}
+	/* the service manager waits for READY=1 after RELOADING=1 */
+	memd_notify("RELOADING=1\nMONOTONIC_USEC=%" PRIu64
+		    "\nSTATUS=Reloading the configuration",
+		    memd_notify_monotonic_usec());
 	if (s->rebuild(&next, err, sizeof(err), s->rebuild_arg)) {
 		memd_log(LOG_ERR,
 			 "config: reload failed, keeping the running "
 			 "config: %s",
 			 err);
+		memd_notify("READY=1\nSTATUS=Reload failed, running config "
+			    "kept: %s",
+			    err);
 		return;
 	}
 	n = memd_config_reload(&s->cfg, &next, reload_note, s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
 	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
+	memd_notify("READY=1\nSTATUS=Serving on %s; reloaded, %d key(s) "
+		    "applied",
+		    s->bound, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* metrics                                                              */
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void put_label(struct memd_metrics_buf *b, const char *v)
+{
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			memd_metrics_printf(b, "\\%c", *v);
+		else if (*v == '\n')
+			memd_metrics_printf(b, "\\n");
+		else
+			memd_metrics_printf(b, "%c", *v);
+	}
+}
+
+static void put_head(struct memd_metrics_buf *b, const char *name,
+		     const char *type, const char *help)
+{
+	memd_metrics_printf(b, "# HELP tidepool_memd_%s %s\n", name, help);
+	memd_metrics_printf(b, "# TYPE tidepool_memd_%s %s\n", name, type);
+}
+
+static void put_gauge(struct memd_metrics_buf *b, const char *name,
+		      const char *help, uint64_t v)
+{
+	put_head(b, name, "gauge", help);
+	memd_metrics_printf(b, "tidepool_memd_%s %" PRIu64 "\n", name, v);
+}
+
+/* Per-tenant usage of this memd's slabs (tenant 0: standalone sessions,
+ * which authenticate as nobody). */
+static void write_tenant_metrics(struct memd_metrics_buf *b,
+				 struct memd_server *s)
+{
+	struct memd_tenant_usage *u = malloc(WIRE_MAX_TENANTS * sizeof(*u));
+	size_t n = u ? memd_lease_tenant_usage(s->lt, u, WIRE_MAX_TENANTS) : 0;
+
+	put_head(b, "tenant_leased_bytes", "gauge",
+		 "Memory of this memd leased to each tenant's sessions "
+		 "(tenant_id 0: standalone sessions).");
+	for (size_t i = 0; i < n; i++)
+		memd_metrics_printf(b,
+				    "tidepool_memd_tenant_leased_bytes{"
+				    "tenant_id=\"%u\"} %" PRIu64 "\n",
+				    u[i].tenant_id,
+				    (uint64_t)u[i].slabs * s->cfg.slab_bytes);
+	put_head(b, "tenant_sessions", "gauge",
+		 "Live sessions of each tenant on this memd.");
+	for (size_t i = 0; i < n; i++)
+		memd_metrics_printf(b,
+				    "tidepool_memd_tenant_sessions{"
+				    "tenant_id=\"%u\"} %u\n",
+				    u[i].tenant_id, u[i].sessions);
+	free(u);
+}
+
+struct reg_metrics {
+	struct memd_metrics_buf *b;
+	int what;
+};
+
+static void reg_tenant_metric(void *arg,
+			      const struct memd_registry_tenant_info *t)
+{
+	struct reg_metrics *m = arg;
+	static const char *const names[] = { "quota_bytes", "used_bytes",
+					     "reserved_bytes" };
+	uint64_t v = m->what == 0   ? t->quota_bytes
+		     : m->what == 1 ? t->used_bytes
+				    : t->reserved_bytes;
+
+	memd_metrics_printf(m->b, "tidepool_registry_tenant_%s{tenant=\"",
+			    names[m->what]);
+	put_label(m->b, t->name);
+	memd_metrics_printf(m->b, "\",tenant_id=\"%u\"} %" PRIu64 "\n", t->id,
+			    v);
+}
+
+struct reg_donor_metrics {
+	struct memd_metrics_buf *b;
+	uint64_t slab_bytes;
+	int what;
+};
+
+static void reg_donor_metric(void *arg,
+			     const struct memd_registry_donor_info *d)
+{
+	struct reg_donor_metrics *m = arg;
+
+	if (m->what == 0) {
+		memd_metrics_printf(m->b,
+				    "tidepool_registry_donor_state{donor=\"");
+		put_label(m->b, d->name);
+		memd_metrics_printf(m->b, "\",state=\"%s\"} 1\n",
+				    memd_donor_state_name(d->state));
+	} else {
+		memd_metrics_printf(m->b,
+				    "tidepool_registry_donor_%s_bytes{donor=\"",
+				    m->what == 1 ? "capacity" : "free");
+		put_label(m->b, d->name);
+		memd_metrics_printf(m->b, "\"} %" PRIu64 "\n",
+				    (uint64_t)(m->what == 1 ? d->slabs_total
+							    : d->slabs_free) *
+					    m->slab_bytes);
+	}
+}
+
+/* The registry's view: tenants' quotas and usage, donors' states. */
+static void write_registry_metrics(struct memd_metrics_buf *b,
+				   struct memd_server *s)
+{
+	static const char *const th[] = {
+		"Quota of each tenant.",
+		"Memory each tenant holds, as donors report it.",
+		"Memory granted to each tenant and not yet redeemed.",
+	};
+	static const char *const tn[] = { "tenant_quota_bytes",
+					  "tenant_used_bytes",
+					  "tenant_reserved_bytes" };
+	static const char *const dh[] = {
+		"State of each donor (up, draining, down).",
+		"Memory each donor donates.",
+		"Free memory of each donor, as it reports it.",
+	};
+	static const char *const dn[] = { "donor_state", "donor_capacity_bytes",
+					  "donor_free_bytes" };
+
+	for (int w = 0; w < 3; w++) {
+		struct reg_metrics m = { .b = b, .what = w };
+
+		memd_metrics_printf(b,
+				    "# HELP tidepool_registry_%s %s\n"
+				    "# TYPE tidepool_registry_%s gauge\n",
+				    tn[w], th[w], tn[w]);
+		memd_registry_foreach_tenant(s->reg, reg_tenant_metric, &m);
+	}
+	for (int w = 0; w < 3; w++) {
+		struct reg_donor_metrics m = { .b = b,
+					       .slab_bytes = s->cfg.slab_bytes,
+					       .what = w };
+
+		memd_metrics_printf(b,
+				    "# HELP tidepool_registry_%s %s\n"
+				    "# TYPE tidepool_registry_%s gauge\n",
+				    dn[w], dh[w], dn[w]);
+		memd_registry_foreach_donor(s->reg, reg_donor_metric, &m);
+	}
+}
+
+/*
+ * The exposition of GET /metrics, on memd-metrics. It reads only what is
+ * safe from that thread: the lease table (its own lock), the counters
+ * (relaxed atomics), and fields fixed at creation (slab size, donation,
+ * arenas, provider, start time). memd(8), METRICS, lists every name.
+ */
+static void write_metrics(struct memd_metrics_buf *b, void *arg)
+{
+	struct memd_server *s = arg;
+	struct memd_lease_counts cnt;
+	uint64_t slab = s->cfg.slab_bytes, up_ms = now_ms() - s->start_ms;
+
+	memd_lease_get_counts(s->lt, &cnt);
+
+	put_head(b, "info", "gauge",
+		 "memd's version, data-plane provider and cluster mode.");
+	memd_metrics_printf(b, "tidepool_memd_info{version=\"");
+	put_label(b, TP_VERSION);
+	memd_metrics_printf(b, "\",provider=\"");
+	put_label(b, fab_domain_provider(s->aep[0].fd));
+	memd_metrics_printf(b, "\",mode=\"%s\"} 1\n",
+			    memd_mode_name(memd_config_mode(&s->cfg)));
+	put_head(b, "uptime_seconds", "gauge", "Seconds since memd started.");
+	memd_metrics_printf(b,
+			    "tidepool_memd_uptime_seconds %" PRIu64 ".%03u\n",
+			    up_ms / 1000, (unsigned int)(up_ms % 1000));
+
+	put_gauge(b, "slab_bytes", "Size of one slab, the unit of lease.",
+		  slab);
+	put_gauge(b, "capacity_bytes", "Memory donated to the pool.",
+		  s->donated_bytes);
+	put_gauge(b, "leased_bytes", "Memory in slabs leased to sessions.",
+		  (uint64_t)cnt.leased * slab);
+	put_gauge(b, "free_bytes", "Memory in free slabs, ready to lease.",
+		  (uint64_t)cnt.free * slab);
+	put_gauge(b, "reclaiming_bytes",
+		  "Memory in revoked slabs waiting to be zeroed.",
+		  (uint64_t)cnt.reclaiming * slab);
+	put_gauge(b, "sessions", "Open client sessions.", cnt.sessions);
+
+#define X(name, help)                                                          \
+	put_head(b, #name "_total", "counter", help ".");                      \
+	memd_metrics_printf(b, "tidepool_memd_" #name "_total %" PRIu64 "\n",  \
+			    __atomic_load_n(&s->ctr.name, __ATOMIC_RELAXED));
+	MEMD_COUNTERS(X)
+#undef X
+	put_head(b, "sessions_expired_total", "counter",
+		 "Sessions that expired without a heartbeat.");
+	memd_metrics_printf(
+		b, "tidepool_memd_sessions_expired_total %" PRIu64 "\n",
+		cnt.expired_sessions);
+
+	put_head(b, "arena_slabs", "gauge",
+		 "Slabs of each arena (node -1: no NUMA placement).");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(b,
+				    "tidepool_memd_arena_slabs{arena=\"%u\","
+				    "node=\"%d\"} %u\n",
+				    a, s->aep[a].node, gc.total);
+	}
+	put_head(b, "arena_free_slabs", "gauge", "Free slabs of each arena.");
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		struct memd_lease_group_counts gc;
+
+		memd_lease_get_group_counts(s->lt, a, &gc);
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_arena_free_slabs{arena=\"%u\","
+			"node=\"%d\"} %u\n",
+			a, s->aep[a].node, gc.free);
+	}
+
+	put_head(b, "rma_bytes_total", "counter",
+		 "Bytes clients moved by one-sided RMA, as they report them in "
+		 "their heartbeats (HEARTBEAT2).");
+	memd_metrics_printf(
+		b, "tidepool_memd_rma_bytes_total{dir=\"read\"} %" PRIu64 "\n",
+		__atomic_load_n(&s->rma_read, __ATOMIC_RELAXED));
+	memd_metrics_printf(
+		b, "tidepool_memd_rma_bytes_total{dir=\"write\"} %" PRIu64 "\n",
+		__atomic_load_n(&s->rma_written, __ATOMIC_RELAXED));
+	write_tenant_metrics(b, s);
+	if (s->reg)
+		write_registry_metrics(b, s);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1096,7 +2023,10 @@ static int listen_on(struct memd_server *s, char *bound, size_t boundlen,
 	return 0;
 }
 
-static int write_ready_file(const char *path, const char *addr)
+/* "HOST:PORT\n" of the control server, then "metrics HOST:PORT\n" when
+ * /metrics is served (memd(8), --ready-file). */
+static int write_ready_file(const char *path, const char *addr,
+			    const char *metrics_addr)
 {
 	char tmp[4096];
 	FILE *f;
@@ -1106,6 +2036,8 @@ static int write_ready_file(const char *path, const char *addr)
 	if (!f)
 		return -errno;
 	fprintf(f, "%s\n", addr);
+	if (metrics_addr)
+		fprintf(f, "metrics %s\n", metrics_addr);
 	if (fflush(f) || fsync(fileno(f))) {
 		int r = -errno;
 
@@ -1196,6 +2128,123 @@ static int open_endpoint(struct memd_server *s, struct arena_ep *a,
 		 a->index, a->node, a->bind, why, a->index * s->arena_slabs,
 		 (a->index + 1) * s->arena_slabs - 1);
 	return 0;
+}
+
+/*
+ * Registry and donor modes (docs/cluster.md): the cluster keys from the
+ * secret file, the registry's directory. Standalone: nothing.
+ */
+static int cluster_open(struct memd_server *s, char *err, size_t errlen)
+{
+	uint8_t *secret;
+	int n, r;
+
+	if (!s->cfg.registry[0])
+		return 0;
+	s->mode = strcmp(s->cfg.registry, "yes") ? MODE_DONOR : MODE_REGISTRY;
+	if (auth_init()) {
+		snprintf(err, errlen, "libsodium failed to initialize");
+		return -EIO;
+	}
+	secret = sodium_malloc(AUTH_SECRET_MAX);
+	if (!secret) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	n = auth_read_secret_file(s->cfg.cluster_secret_file, secret, err,
+				  errlen);
+	if (n < 0) {
+		sodium_free(secret);
+		return n;
+	}
+	auth_cluster_keys(secret, (size_t)n, &s->keys);
+	sodium_free(secret);
+	s->redeemed = calloc(REDEEMED_CAP, sizeof(*s->redeemed));
+	if (!s->redeemed) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	if (s->mode == MODE_REGISTRY) {
+		struct memd_registry_opts ro = {
+			.state_dir = s->cfg.state_dir,
+			.slab_bytes = s->cfg.slab_bytes,
+			.report_ms = s->cfg.report_interval_ms,
+			.ticket_ttl_ms = 30000,
+			.pass_ttl_ms = s->cfg.pass_ttl_ms,
+			.keys = &s->keys,
+		};
+
+		r = memd_registry_open(&ro, now_ms(), &s->reg, err, errlen);
+		if (r)
+			return r;
+		memd_log(LOG_NOTICE,
+			 "registry: open state_dir=%s "
+			 "registry_epoch=%016" PRIx64,
+			 s->cfg.state_dir, memd_registry_epoch(s->reg));
+	}
+	return 0;
+}
+
+/* memd-donor: the link to the registry (ours, in registry mode). */
+static int donor_start(struct memd_server *s, char *err, size_t errlen)
+{
+	struct memd_donor_opts o = {
+		.advertise = s->cfg.advertise,
+		.listen = s->bound,
+		.epoch = s->epoch,
+		.slab_bytes = s->cfg.slab_bytes,
+		.slabs_total = s->nslabs,
+		.snapshot = donor_snapshot,
+		.arg = s,
+	};
+	char self[WIRE_HOSTPORT_MAX], name[WIRE_NAME_MAX], host[256];
+	uint16_t port = 0;
+
+	if (s->mode == MODE_STANDALONE)
+		return 0;
+	if (wire_split_hostport(s->bound, host, sizeof(host), &port)) {
+		snprintf(err, errlen, "bound address '%s' is not HOST:PORT",
+			 s->bound);
+		return -EINVAL;
+	}
+	if (s->mode == MODE_REGISTRY) {
+		/* Our own donor part joins us over loopback. */
+		if (!strcmp(host, "0.0.0.0") || !host[0])
+			snprintf(self, sizeof(self), "127.0.0.1:%u", port);
+		else if (!strcmp(host, "::"))
+			snprintf(self, sizeof(self), "[::1]:%u", port);
+		else
+			snprintf(self, sizeof(self), "%.127s", s->bound);
+		o.registry = self;
+	} else {
+		o.registry = s->cfg.registry;
+	}
+	if (s->cfg.donor_name[0]) {
+		snprintf(name, sizeof(name), "%.63s", s->cfg.donor_name);
+	} else {
+		/* Host name and port: stable for one config, and distinct
+		 * for several memds on one host. */
+		char hn[WIRE_NAME_MAX] = "memd";
+
+		gethostname(hn, sizeof(hn) - 8);
+		hn[sizeof(hn) - 8] = '\0';
+		for (char *p = hn; *p; p++)
+			if (!((*p >= 'a' && *p <= 'z') ||
+			      (*p >= 'A' && *p <= 'Z') ||
+			      (*p >= '0' && *p <= '9') || *p == '-' ||
+			      *p == '.' || *p == '_'))
+				*p = '_';
+		snprintf(name, sizeof(name), "%.55s-%u", hn, port);
+	}
+	o.name = name;
+	memcpy(o.donor_key, s->keys.donor, sizeof(o.donor_key));
+	o.nnodes = (uint16_t)s->narenas;
+	for (uint32_t a = 0; a < s->narenas; a++) {
+		o.node[a].node = s->aep[a].node;
+		o.node[a].slabs_total = s->arena_slabs;
+		o.node[a].slabs_free = s->arena_slabs;
+	}
+	return memd_donor_start(&o, &s->donor, err, errlen);
 }
 
 int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
@@ -1289,6 +2338,10 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	r = listen_on(s, bound, sizeof(bound), err, errlen);
 	if (r)
 		goto fail;
+	snprintf(s->bound, sizeof(s->bound), "%s", bound);
+	r = cluster_open(s, err, errlen);
+	if (r)
+		goto fail;
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -1324,9 +2377,23 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		goto fail;
 	}
 	s->reclaim_started = true;
+	r = donor_start(s, err, errlen);
+	if (r)
+		goto fail;
 
+	if (cfg->metrics_listen[0]) {
+		r = memd_metrics_start(cfg->metrics_listen, write_metrics, s,
+				       &s->metrics, err, errlen);
+		if (r)
+			goto fail;
+		memd_log(LOG_NOTICE, "metrics: listen=%s path=/metrics",
+			 memd_metrics_addr(s->metrics));
+	}
+	snprintf(s->bound, sizeof(s->bound), "%s", bound);
 	if (ready_file) {
-		r = write_ready_file(ready_file, bound);
+		r = write_ready_file(ready_file, bound,
+				     s->metrics ? memd_metrics_addr(s->metrics)
+						: NULL);
 		if (r) {
 			snprintf(err, errlen, "ready file %s: %s", ready_file,
 				 strerror(-r));
@@ -1347,6 +2414,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 fail:
 	memd_server_destroy(s);
 	return r;
+}
+
+const char *memd_server_addr(const struct memd_server *s)
+{
+	return s->bound;
 }
 
 int memd_server_run(struct memd_server *s)
@@ -1379,7 +2451,12 @@ int memd_server_run(struct memd_server *s)
 					memd_log(LOG_NOTICE,
 						 "memd: signal=%s draining",
 						 strsignal((int)si.ssi_signo));
-					s->draining = true;
+					memd_notify(
+						"STOPPING=1\nSTATUS="
+						"Draining (%s)",
+						strsignal((int)si.ssi_signo));
+					__atomic_store_n(&s->draining, true,
+							 __ATOMIC_RELAXED);
 				}
 			} else {
 				struct conn *c = p;
@@ -1403,6 +2480,8 @@ int memd_server_run(struct memd_server *s)
 			}
 		}
 		expire_sessions(s);
+		if (s->reg)
+			memd_registry_tick(s->reg, now_ms());
 	}
 	/* Drain: every client is told by its socket closing; leases die with
 	 * the process (memory is unmapped, registrations closed). */
@@ -1416,6 +2495,10 @@ void memd_server_destroy(struct memd_server *s)
 {
 	if (!s)
 		return;
+	memd_donor_stop(s->donor); /* first: it reads the lease table */
+	s->donor = NULL;
+	/* first: it reads the lease table and the endpoints */
+	memd_metrics_stop(s->metrics);
 	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
 	if (s->reclaim_started) {
 		reclaim_kick(s);
@@ -1434,6 +2517,9 @@ void memd_server_destroy(struct memd_server *s)
 		fab_domain_close(s->aep[a].fd);
 	}
 	memd_lease_table_destroy(s->lt);
+	memd_registry_close(s->reg);
+	free(s->redeemed);
+	sodium_memzero(&s->keys, sizeof(s->keys));
 	if (s->sigfd >= 0)
 		close(s->sigfd);
 	if (s->epfd >= 0)

@@ -12,6 +12,8 @@
  *                 from clients is served only while it runs); pinned to
  *                 the CPUs of the arena's node when it has one.
  *   memd-reclaim  zeroes slabs once their quiesce delay is over.
+ *   memd-metrics  answers GET /metrics (memd/metrics.h), when
+ *                 metrics_listen is set; reads counters and lease counts.
  */
 #ifndef TP_MEMD_SERVER_H
 #define TP_MEMD_SERVER_H
@@ -35,7 +37,12 @@ struct place_topo;
 	X(leases_released, "slab leases released by their client")             \
 	X(leases_expired, "slab leases revoked because the session expired")   \
 	X(leases_refused, "lease requests refused (no free slab, bad node)")   \
-	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")
+	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")  \
+	X(auth_failures, "authentications refused, and requests before one")   \
+	X(places, "placements granted (registry)")                             \
+	X(places_refused, "placements refused: quota, space (registry)")       \
+	X(tickets_refused, "grant tickets refused: forged, stale, replayed")   \
+	X(admin_requests, "admin requests answered")
 
 struct memd_counters {
 #define X(name, help) uint64_t name;
@@ -55,8 +62,10 @@ typedef int (*memd_config_builder)(struct memd_config *out, char *err,
  * 1 .. MEMD_NUMA_NODES_MAX of them, all the same size, a multiple of
  * slab_size), each bound to the address memd_nodes_bind_addr() picks for
  * the arena's node; registers nothing yet (each lease gets its own
- * registration); binds the control listener and, when ready_file is not
- * NULL, writes "HOST:PORT\n" to it once listening. topo is the host
+ * registration); binds the control listener, starts the /metrics server
+ * when cfg->metrics_listen is set, and, when ready_file is not NULL,
+ * writes "HOST:PORT\n" to it once listening, followed by
+ * "metrics HOST:PORT\n" when /metrics is served. topo is the host
  * topology when arenas are bound to nodes (NULL otherwise); it is used to
  * find NICs and to pin the progress threads, and must outlive the server.
  * The server copies cfg and uses (does not own) the arenas. On SIGHUP it
@@ -76,6 +85,10 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
  * memd_server_create). Returns 0 after a clean drain, -errno on failure.
  */
 int memd_server_run(struct memd_server *s);
+
+/* The control address, "HOST:PORT" with port 0 resolved (what the ready
+ * file says). Valid until memd_server_destroy. */
+const char *memd_server_addr(const struct memd_server *s);
 
 /* Stops the threads, closes every registration, endpoint and socket. */
 void memd_server_destroy(struct memd_server *s);

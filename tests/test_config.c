@@ -97,6 +97,14 @@ static void assert_config_eq(const struct memd_config *a,
 	ck_assert_uint_eq(a->quiesce_ms, b->quiesce_ms);
 	ck_assert_uint_eq(a->max_clients, b->max_clients);
 	ck_assert_int_eq(a->log_level, b->log_level);
+	ck_assert_str_eq(a->registry, b->registry);
+	ck_assert_str_eq(a->cluster_secret_file, b->cluster_secret_file);
+	ck_assert_str_eq(a->state_dir, b->state_dir);
+	ck_assert_str_eq(a->advertise, b->advertise);
+	ck_assert_str_eq(a->donor_name, b->donor_name);
+	ck_assert_uint_eq(a->report_interval_ms, b->report_interval_ms);
+	ck_assert_uint_eq(a->pass_ttl_ms, b->pass_ttl_ms);
+	ck_assert_str_eq(a->metrics_listen, b->metrics_listen);
 }
 
 /* A valid config where every key differs from its default. */
@@ -115,6 +123,15 @@ static void config_nondefault(struct memd_config *c)
 	c->quiesce_ms = 0;
 	c->max_clients = 77;
 	c->log_level = LOG_DEBUG;
+	snprintf(c->registry, sizeof(c->registry), "[fd00::1]:7471");
+	snprintf(c->cluster_secret_file, sizeof(c->cluster_secret_file),
+		 "/etc/tidepool/cluster.secret");
+	snprintf(c->state_dir, sizeof(c->state_dir), "/srv/tp-state");
+	snprintf(c->advertise, sizeof(c->advertise), "donor-7.example:7470");
+	snprintf(c->donor_name, sizeof(c->donor_name), "rack2.donor-7_a");
+	c->report_interval_ms = 250;
+	c->pass_ttl_ms = 90000;
+	snprintf(c->metrics_listen, sizeof(c->metrics_listen), "[::1]:9470");
 }
 
 static void assert_contains(const char *haystack, const char *needle)
@@ -144,6 +161,15 @@ START_TEST(defaults_exact_and_valid)
 	ck_assert_uint_eq(c.quiesce_ms, 100);
 	ck_assert_uint_eq(c.max_clients, 1024);
 	ck_assert_int_eq(c.log_level, LOG_INFO);
+	ck_assert_str_eq(c.registry, "");
+	ck_assert_str_eq(c.cluster_secret_file, "");
+	ck_assert_str_eq(c.state_dir, "/var/lib/tidepool");
+	ck_assert_str_eq(c.advertise, "");
+	ck_assert_str_eq(c.donor_name, "");
+	ck_assert_uint_eq(c.report_interval_ms, 1000);
+	ck_assert_uint_eq(c.pass_ttl_ms, 600000);
+	ck_assert_str_eq(c.metrics_listen, "");
+	ck_assert_int_eq(memd_config_mode(&c), MEMD_MODE_STANDALONE);
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
 	ck_assert_str_eq(err, "");
 }
@@ -407,6 +433,37 @@ static const struct good_case good_cases[] = {
 	GN("log_level", "notice", F_INT, log_level, LOG_NOTICE),
 	GN("log_level", "info", F_INT, log_level, LOG_INFO),
 	GN("log-level", "debug", F_INT, log_level, LOG_DEBUG),
+	GS("registry", "", registry, ""),
+	GS("registry", "yes", registry, "yes"),
+	GS("registry", "10.0.0.1:7470", registry, "10.0.0.1:7470"),
+	GS("registry", "[fd00::1]:1", registry, "[fd00::1]:1"),
+	GS("registry", "reg.pool-a.example:65535", registry,
+	   "reg.pool-a.example:65535"),
+	GS("cluster_secret_file", "", cluster_secret_file, ""),
+	GS("cluster-secret-file", "/etc/tidepool/cluster.secret",
+	   cluster_secret_file, "/etc/tidepool/cluster.secret"),
+	GS("state_dir", "/var/lib/tidepool", state_dir, "/var/lib/tidepool"),
+	GS("state_dir", "/", state_dir, "/"),
+	GS("advertise", "", advertise, ""),
+	GS("advertise", "10.1.2.3:7470", advertise, "10.1.2.3:7470"),
+	GS("advertise", "[fe80::1%ib0]:7470", advertise, "[fe80::1%ib0]:7470"),
+	GS("donor_name", "", donor_name, ""),
+	GS("donor_name", "a", donor_name, "a"),
+	GS("donor_name", "Rack_2.node-07", donor_name, "Rack_2.node-07"),
+	GS("donor_name",
+	   "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk",
+	   donor_name,
+	   "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijk"),
+	GN("report_interval", "100ms", F_U32, report_interval_ms, 100),
+	GN("report_interval", "1s", F_U32, report_interval_ms, 1000),
+	GN("report-interval", "1m", F_U32, report_interval_ms, 60000),
+	GN("pass_ttl", "10s", F_U32, pass_ttl_ms, 10000),
+	GN("pass_ttl", "10m", F_U32, pass_ttl_ms, 600000),
+	GN("pass_ttl", "24h", F_U32, pass_ttl_ms, 86400000),
+	GS("metrics_listen", "", metrics_listen, ""),
+	GS("metrics_listen", "127.0.0.1:0", metrics_listen, "127.0.0.1:0"),
+	GS("metrics_listen", "0.0.0.0:9470", metrics_listen, "0.0.0.0:9470"),
+	GS("metrics-listen", "[::]:9470", metrics_listen, "[::]:9470"),
 };
 
 START_TEST(set_good_values)
@@ -537,6 +594,39 @@ static const struct bad_case bad_cases[] = {
 	{ "log_level", "INFO", "not a choice" },
 	{ "log_level", "warn", "not a choice" },
 	{ "log_level", "7", "not a choice" },
+	{ "registry", "no", "is not HOST:PORT" },
+	{ "registry", "YES", "is not HOST:PORT" },
+	{ "registry", "10.0.0.1", "is not HOST:PORT" },
+	{ "registry", "10.0.0.1:0", "port 0 names no port" },
+	{ "registry", "10.0.0.1:65536", "is not HOST:PORT" },
+	{ "registry", "10.0.0.1: 80", "is not HOST:PORT" },
+	{ "registry", "fd00::1:7470", "is not HOST:PORT" },
+	{ "registry", "0.0.0.0:7470", "wildcard address" },
+	{ "registry", "[::]:7470", "wildcard address" },
+	{ "registry", "bad host:7470", "not a host name or address" },
+	{ "cluster_secret_file", "cluster.secret", "not an absolute path" },
+	{ "cluster_secret_file", "/etc/a b", "holds a blank" },
+	{ "cluster_secret_file", "/etc/a;b", "holds a blank" },
+	{ "cluster_secret_file", "/etc/a#b", "holds a blank" },
+	{ "state_dir", "", "must not be empty" },
+	{ "state_dir", "var/lib", "not an absolute path" },
+	{ "advertise", "10.1.2.3", "is not HOST:PORT" },
+	{ "advertise", "10.1.2.3:0", "port 0 names no port" },
+	{ "advertise", "0.0.0.0:7470", "wildcard address" },
+	{ "donor_name", "a b", "not a donor name" },
+	{ "donor_name", "a/b", "not a donor name" },
+	{ "donor_name", "@admin", "not a donor name" },
+	{ "donor_name",
+	  "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijkl",
+	  "longer than 63" },
+	{ "report_interval", "99ms", "out of range" },
+	{ "report_interval", "61s", "out of range" },
+	{ "report_interval", "soon", "not a duration" },
+	{ "pass_ttl", "9s", "out of range" },
+	{ "pass_ttl", "25h", "out of range" },
+	{ "metrics_listen", "9470", "is not HOST:PORT" },
+	{ "metrics_listen", "::1:9470", "is not HOST:PORT" },
+	{ "metrics_listen", "localhost:http", "is not HOST:PORT" },
 };
 
 START_TEST(set_bad_values)
@@ -664,6 +754,36 @@ START_TEST(validate_cross_keys)
 	snprintf(c.numa_nodes, sizeof(c.numa_nodes), "0-9");
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "key 'numa_nodes': '0-9' names 10 nodes");
+
+	/* the cluster modes need the cluster secret */
+	memd_config_defaults(&c);
+	snprintf(c.registry, sizeof(c.registry), "yes");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'registry': registry = yes needs "
+			      "cluster_secret_file");
+	snprintf(c.cluster_secret_file, sizeof(c.cluster_secret_file),
+		 "/etc/tidepool/cluster.secret");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_config_mode(&c), MEMD_MODE_REGISTRY);
+	snprintf(c.registry, sizeof(c.registry), "reg:7470");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_config_mode(&c), MEMD_MODE_DONOR);
+	ck_assert_str_eq(memd_mode_name(MEMD_MODE_DONOR), "donor");
+	c.cluster_secret_file[0] = '\0';
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'registry': registry = reg:7470 needs "
+			      "cluster_secret_file");
+
+	/* /metrics needs a port of its own (port 0 picks one) */
+	memd_config_defaults(&c);
+	snprintf(c.metrics_listen, sizeof(c.metrics_listen), "%s", c.listen);
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'metrics_listen': 127.0.0.1:7470 is the "
+			      "control address (listen); give /metrics a port "
+			      "of its own");
+	snprintf(c.listen, sizeof(c.listen), "127.0.0.1:0");
+	snprintf(c.metrics_listen, sizeof(c.metrics_listen), "127.0.0.1:0");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
 }
 END_TEST
 
@@ -727,6 +847,16 @@ START_TEST(validate_each_key_bounds)
 	memset(c.provider, 'a', sizeof(c.provider));
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "key 'provider': not terminated");
+
+	memd_config_defaults(&c);
+	c.pass_ttl_ms = 5000;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'pass_ttl': '5s' is out of range");
+
+	memd_config_defaults(&c);
+	snprintf(c.donor_name, sizeof(c.donor_name), "no spaces");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'donor_name': 'no spaces' is not a donor");
 }
 END_TEST
 
@@ -759,6 +889,14 @@ START_TEST(load_full_file)
 		"quiesce = 0\n"
 		"max_clients = 77\n"
 		"log_level = debug\n"
+		"registry = [fd00::1]:7471\n"
+		"cluster_secret_file = /etc/tidepool/cluster.secret\n"
+		"state_dir = /srv/tp-state   ; comment\n"
+		"advertise = donor-7.example:7470\n"
+		"donor_name = rack2.donor-7_a\n"
+		"report_interval = 250ms\n"
+		"pass_ttl = 90s\n"
+		"metrics_listen = [::1]:9470\n"
 		"fabric_node = 10.1.2.3"; /* no final newline */
 	struct memd_config c, want;
 	char path[PATH_MAX], err[512] = "";
@@ -1081,6 +1219,18 @@ START_TEST(print_format)
 	assert_contains(text, "\nquiesce = 0ms\n");
 	assert_contains(text, "\nmax_clients = 77\n");
 	assert_contains(text, "\nlog_level = debug\n");
+	assert_contains(text, "\nregistry = [fd00::1]:7471\n");
+	assert_contains(text, "\ncluster_secret_file = "
+			      "/etc/tidepool/cluster.secret\n");
+	assert_contains(text, "\n# Default: /var/lib/tidepool. Restart to "
+			      "change.\nstate_dir = /srv/tp-state\n");
+	assert_contains(text, "\nadvertise = donor-7.example:7470\n");
+	assert_contains(text, "\ndonor_name = rack2.donor-7_a\n");
+	assert_contains(text, "\n# Default: 1s. Restart to change.\n"
+			      "report_interval = 250ms\n");
+	assert_contains(text, "\n# Default: 10m. Restart to change.\n"
+			      "pass_ttl = 90s\n");
+	assert_contains(text, "\nmetrics_listen = [::1]:9470\n");
 	/* the help of each key, with its default and reload rule */
 	assert_contains(text, "\n# Default: 64M. Restart to change.\n"
 			      "slab_size = 256M\n");
@@ -1103,7 +1253,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 12);
+	ck_assert_int_eq(keys, 20);
 	free(text);
 }
 END_TEST
@@ -1204,6 +1354,28 @@ START_TEST(reload_keeps_numa_nodes)
 }
 END_TEST
 
+/* A memd's role and identity in the pool are fixed for its lifetime. */
+START_TEST(reload_keeps_cluster_keys)
+{
+	struct memd_config cur, next, want;
+	struct notes ns = { .count = 0 };
+
+	memd_config_defaults(&cur);
+	want = cur;
+	config_nondefault(&next);
+	/* only the cluster keys differ */
+	memcpy(&next, &cur, offsetof(struct memd_config, registry));
+	ck_assert_int_eq(memd_config_reload(&cur, &next, record_note, &ns), 0);
+	assert_config_eq(&cur, &want);
+	ck_assert_int_eq(ns.count, 8);
+	ck_assert_str_eq(ns.n[0].key, "registry");
+	ck_assert_str_eq(ns.n[0].newv, "[fd00::1]:7471");
+	ck_assert_str_eq(ns.n[7].key, "metrics_listen");
+	for (int i = 0; i < ns.count; i++)
+		ck_assert_msg(!ns.n[i].applied, "%s applied", ns.n[i].key);
+}
+END_TEST
+
 /* --- memd.conf(5) documents the table ----------------------------------- */
 
 static char *read_whole(const char *path)
@@ -1280,7 +1452,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 12);
+	ck_assert_int_eq(keys, 20);
 	free(text);
 	free(man);
 }
@@ -1343,6 +1515,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, print_format);
 	tcase_add_test(tc, reload_applies_reloadable_keys_only);
 	tcase_add_test(tc, reload_keeps_numa_nodes);
+	tcase_add_test(tc, reload_keeps_cluster_keys);
 	tcase_add_test(tc, numa_nodes_list);
 	tcase_add_test(tc, man_page_names_every_key);
 	suite_add_tcase(s, tc);

@@ -335,6 +335,85 @@ START_TEST(t_domain_bad_opts)
 }
 END_TEST
 
+/* FI_HMEM: tcp (libfabric 1.17) cannot move device memory, so asking for
+ * it finds no provider, and a plain domain says it has none; host memory
+ * registers through the HMEM call as through fab_mr_reg(). */
+START_TEST(t_hmem_tcp)
+{
+	struct fab_opts o = { .provider = "tcp", .node = "127.0.0.1" };
+	struct fab_domain *d = (void *)1;
+	struct fab_mr *m = (void *)1;
+	uint8_t *buf = aligned_alloc(4096, 65536);
+
+	ck_assert_ptr_nonnull(buf);
+	o.hmem = 0x80;
+	ck_assert_int_eq(fab_domain_open(&o, &d), -EINVAL);
+	ck_assert_ptr_null(d);
+	o.hmem = FAB_HMEM_CUDA;
+	ck_assert_int_eq(fab_domain_open(&o, &d), -ENODATA);
+	ck_assert_ptr_null(d);
+	o.hmem = 0;
+	ck_assert_int_eq(fab_domain_open(&o, &d), 0);
+	ck_assert(!fab_domain_has_hmem(d, FAB_HMEM_CUDA));
+	ck_assert(fab_domain_has_hmem(d, 0));
+	ck_assert(!fab_domain_has_hmem(NULL, 0));
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, buf, 65536, FAB_ACCESS_LOCAL,
+					 FAB_HMEM_CUDA, 0, 7, &m),
+			 -EOPNOTSUPP);
+	ck_assert_ptr_null(m);
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, buf, 65536, FAB_ACCESS_LOCAL,
+					 0x40, 0, 7, &m),
+			 -EINVAL);
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, buf, 65536, FAB_ACCESS_LOCAL,
+					 0, -1, 7, &m),
+			 -EINVAL);
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, NULL, 65536, FAB_ACCESS_LOCAL,
+					 0, 0, 7, &m),
+			 -EINVAL);
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, buf, 65536, FAB_ACCESS_LOCAL,
+					 0, 0, 7, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(fab_mr_reg_hmem(d, NULL, buf, 65536,
+					 FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE,
+					 0, 0, 7, &m),
+			 0);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_uint_eq(fab_mr_remote_base(m),
+			  fab_mr_base_for_mode(fab_domain_mr_mode(d), buf));
+	ck_assert_int_eq(fab_mr_close(m), 0);
+	fab_domain_close(d);
+	free(buf);
+}
+END_TEST
+
+/* A target buffer registered through fab_mr_reg_hmem() (host memory) is
+ * reachable by RMA with its key, like one from fab_mr_reg(). */
+START_TEST(t_hmem_system_rma)
+{
+	uint8_t *buf = aligned_alloc(4096, 65536);
+	struct fab_mr *m = NULL;
+	struct lbuf b;
+	uint64_t key = random_key();
+
+	ck_assert_ptr_nonnull(buf);
+	tu_pattern_fill(buf, 65536, key, 0);
+	ck_assert_int_eq(fab_mr_reg_hmem(tgt.d, tgt.ep, buf, 65536,
+					 FAB_ACCESS_REMOTE, 0, 0, key, &m),
+			 0);
+	lbuf_get(&b, 65536);
+	ck_assert_int_eq(rma_sync(false, b.p, 65536, b.desc,
+				  fab_mr_remote_base(m), fab_mr_key(m),
+				  WAIT_MS),
+			 0);
+	ck_assert_int_eq(tu_pattern_check(b.p, 65536, key, 0), -1);
+	lbuf_put(&b);
+	target_pause(&tgt);
+	ck_assert_int_eq(fab_mr_close(m), 0);
+	target_resume(&tgt);
+	free(buf);
+}
+END_TEST
+
 /* ---- RMA on one provider ------------------------------------------- */
 
 /* The domain reports the mode the header promises for this provider. */
@@ -877,6 +956,7 @@ static void add_rma_tests(TCase *tc)
 	tcase_add_test(tc, t_wait_timeout);
 	tcase_add_test(tc, t_close_inflight);
 	tcase_add_test(tc, t_threads);
+	tcase_add_test(tc, t_hmem_system_rma);
 }
 
 static Suite *fab_suite(bool with_shm)
@@ -888,6 +968,7 @@ static Suite *fab_suite(bool with_shm)
 	tcase_add_test(tc, t_base_for_mode);
 	tcase_add_test(tc, t_errno);
 	tcase_add_test(tc, t_domain_bad_opts);
+	tcase_add_test(tc, t_hmem_tcp);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("rma");

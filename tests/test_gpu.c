@@ -12,6 +12,9 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -22,6 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libpool/gpu.h"
+#include "libpool/internal.h"
+#include "numa/place.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
 #include "tidepool/pool_gpu.h"
@@ -33,6 +39,7 @@
 #define REGION (BIG + 2 * MiB + 3) /* 4 whole slabs + a packed tail */
 
 static struct tu_memd md;
+static char topo_dir[PATH_MAX]; /* ../shared/topologies, "" if absent */
 
 static void start_memd(const char *extra)
 {
@@ -794,9 +801,14 @@ START_TEST(bad_arguments)
 	o.staging_bytes = (size_t)POOL_GPU_STAGING_MAX + 1;
 	ck_assert_int_eq(pool_gpu_open(p, &o, &g2), -EINVAL);
 	o.staging_bytes = 0;
-	o.numa_node = -2;
+	o.numa_node = -3; /* -2 is POOL_GPU_NUMA_OFF */
 	ck_assert_int_eq(pool_gpu_open(p, &o, &g2), -EINVAL);
 	o.numa_node = -1;
+	memset(o.pci_bus_id, '0', sizeof(o.pci_bus_id)); /* unterminated */
+	ck_assert_int_eq(pool_gpu_open(p, &o, &g2), -EINVAL);
+	snprintf(o.pci_bus_id, sizeof(o.pci_bus_id), "0000:3b:00");
+	ck_assert_int_eq(pool_gpu_open(p, &o, &g2), -EINVAL);
+	o.pci_bus_id[0] = '\0';
 	o.timeout_ms = -1;
 	ck_assert_int_eq(pool_gpu_open(p, &o, &g2), -EINVAL);
 	o.timeout_ms = 0;
@@ -812,7 +824,7 @@ START_TEST(bad_arguments)
 	ck_assert_ptr_null(g2);
 
 	o.backend = POOL_GPU_HOST;
-	o.numa_node = 0; /* recorded, not applied */
+	o.numa_node = POOL_GPU_NUMA_OFF; /* placement: numa_* tests */
 	ck_assert_int_eq(pool_gpu_open(p, &o, &g), 0);
 	ck_assert_int_eq(pool_gpu_fetch(NULL, r, 0, b, 1, NULL, &x), -EINVAL);
 	ck_assert_ptr_null(x);
@@ -843,8 +855,9 @@ START_TEST(bad_arguments)
 	ck_assert_int_eq(pool_gpu_get_stats(g, NULL), -EINVAL);
 	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
 	ck_assert_int_eq(st.backend, POOL_GPU_HOST);
-	ck_assert_int_eq(st.numa_node, 0);
+	ck_assert_int_eq(st.numa_node, -1);
 	ck_assert_int_eq(st.numa_applied, 0);
+	ck_assert_str_eq(st.numa_cpus, "");
 	ck_assert_int_eq(st.direct, 0);
 	ck_assert_uint_eq(st.staging_bytes, 4 * MiB);
 	ck_assert_uint_eq(st.staging_count, 4);
@@ -985,6 +998,498 @@ START_TEST(cuda_round_trip)
 }
 END_TEST
 
+/* --- NUMA placement ------------------------------------------------------ */
+
+/* Opens a host engine placed by opts; returns pool_gpu_open()'s result
+ * and, on success, the stats in *st (the engine is closed again). */
+static int open_placed(struct pool *p, const char *xml, const char *bus,
+		       int node, struct pool_gpu_stats *st)
+{
+	char path[PATH_MAX + 64];
+	struct pool_gpu_opts o;
+	struct pool_gpu *g = NULL;
+	int r;
+
+	pool_gpu_opts_init(&o);
+	o.backend = POOL_GPU_HOST;
+	o.staging_bytes = 64 * KiB;
+	o.staging_count = 2;
+	o.numa_node = node;
+	if (bus)
+		snprintf(o.pci_bus_id, sizeof(o.pci_bus_id), "%s", bus);
+	if (xml) {
+		snprintf(path, sizeof(path), "%s/%s", topo_dir, xml);
+		o.topology_xml = path;
+	}
+	memset(st, 0x7f, sizeof(*st));
+	r = pool_gpu_open(p, &o, &g);
+	if (r) {
+		ck_assert_ptr_null(g);
+		return r;
+	}
+	ck_assert_int_eq(pool_gpu_get_stats(g, st), 0);
+	pool_gpu_close(g);
+	return 0;
+}
+
+static void expect_placed(struct pool *p, const char *xml, const char *bus,
+			  int node, int want_node, const char *want_cpus)
+{
+	struct pool_gpu_stats st;
+	int r = open_placed(p, xml, bus, node, &st);
+
+	ck_assert_msg(r == 0, "%s bus=%s node=%d: %s", xml, bus, node,
+		      pool_strerror(r));
+	ck_assert_msg(st.numa_node == want_node, "%s bus=%s: node %d, want %d",
+		      xml, bus, st.numa_node, want_node);
+	ck_assert_str_eq(st.numa_cpus, want_cpus);
+	/* Another machine's topology: computed, never applied. */
+	ck_assert_int_eq(st.numa_applied, 0);
+}
+
+/* The node and CPUs chosen for a GPU bus id on recorded machines: the
+ * DGX-2 (nvml0-7 on node 0, CPUs 0-1; nvml8-15 on node 1, CPUs 24-25)
+ * and the POWER8 (domains 2,3 on node 0; a,b on node 1). */
+START_TEST(numa_from_topology)
+{
+	struct pool_gpu_stats st;
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	expect_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", -1, 0, "0-1");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:5e:00.0", -1, 0, "0-1");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:b7:00.0", -1, 1, "24-25");
+	expect_placed(p, "nvidiaDGX2.xml", "00000000:E7:00.0", -1, 1, "24-25");
+	expect_placed(p, "power8gpudistances.xml", "0002:01:00.0", -1, 0,
+		      "0-1,8-9,16-17,24-25");
+	expect_placed(p, "power8gpudistances.xml", "000a:01:00.0", -1, 1,
+		      "80-81,88-89,96-97,104-105");
+	/* Unknown device, no bus id, placement off: nothing chosen, the
+	 * engine still opens (as without NUMA). */
+	expect_placed(p, "nvidiaDGX2.xml", "0000:01:00.0", -1, -1, "");
+	expect_placed(p, "nvidiaDGX2.xml", NULL, -1, -1, "");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:b7:00.0", POOL_GPU_NUMA_OFF,
+		      -1, "");
+	/* The explicit override beats the topology. */
+	expect_placed(p, "nvidiaDGX2.xml", "0000:b7:00.0", 0, 0, "0-1");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", 1, 1, "24-25");
+	ck_assert_int_eq(
+		open_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", 2, &st),
+		-ENXIO);
+	/* So does TIDEPOOL_GPU_NODE, per bus id or for every GPU. */
+	setenv("TIDEPOOL_GPU_NODE", "0000:b7:00.0=0", 1);
+	expect_placed(p, "nvidiaDGX2.xml", "0000:b7:00.0", -1, 0, "0-1");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:5e:00.0", -1, 0, "0-1");
+	setenv("TIDEPOOL_GPU_NODE", "1", 1);
+	expect_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", -1, 1, "24-25");
+	expect_placed(p, "nvidiaDGX2.xml", "0000:01:00.0", -1, 1, "24-25");
+	setenv("TIDEPOOL_GPU_NODE", "9", 1);
+	ck_assert_int_eq(
+		open_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", -1, &st),
+		-ENXIO);
+	setenv("TIDEPOOL_GPU_NODE", "0000:34:00.0=", 1);
+	ck_assert_int_eq(
+		open_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", -1, &st),
+		-EINVAL);
+	unsetenv("TIDEPOOL_GPU_NODE");
+	/* Bad requests. */
+	ck_assert_int_eq(open_placed(p, "no-such.xml", "0000:34:00.0", -1, &st),
+			 -ENOENT);
+	ck_assert_int_eq(open_placed(p, "nvidiaDGX2.xml", "34:00.9", -1, &st),
+			 -EINVAL);
+	ck_assert_int_eq(open_placed(p, "nvidiaDGX2.xml", "b7:00.0", -3, &st),
+			 -EINVAL);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* The first or the last node of this host. */
+static int host_node(bool last)
+{
+	struct place_topo *t = NULL;
+	int n;
+
+	ck_assert_int_eq(place_topo_open(NULL, &t), 0);
+	n = place_topo_node_id(t, last ? place_topo_nnodes(t) - 1 : 0);
+	place_topo_close(t);
+	return n;
+}
+
+/* The numa_maps line of the mapping that holds addr (numa_maps names a
+ * mapping by its start only, and the kernel merges neighbours with the
+ * same policy: find the start in /proc/self/maps). */
+static bool numa_maps_line(const void *addr, char *line, size_t len)
+{
+	unsigned long a = (unsigned long)(uintptr_t)addr, lo, hi, start = 0;
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	ck_assert_ptr_nonnull(f);
+	while (!start && fgets(line, (int)len, f))
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi)
+			start = lo;
+	fclose(f);
+	if (!start)
+		return false;
+	f = fopen("/proc/self/numa_maps", "r");
+	ck_assert_ptr_nonnull(f);
+	while (!found && fgets(line, (int)len, f))
+		found = strtoul(line, NULL, 16) == start;
+	fclose(f);
+	return found;
+}
+
+/* Cpus_allowed_list of this process's thread called comm. */
+static bool thread_cpus(const char *comm, char *out, size_t len)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	bool found = false;
+
+	ck_assert_ptr_nonnull(d);
+	while (!found && (e = readdir(d))) {
+		char path[300], buf[256];
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		buf[0] = '\0';
+		if (!fgets(buf, sizeof(buf), f))
+			buf[0] = '\0';
+		fclose(f);
+		buf[strcspn(buf, "\n")] = '\0';
+		if (strcmp(buf, comm))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(buf, sizeof(buf), f))
+			if (!strncmp(buf, "Cpus_allowed_list:", 18)) {
+				char *v = buf + 18;
+
+				v += strspn(v, " \t");
+				v[strcspn(v, "\n")] = '\0';
+				snprintf(out, len, "%s", v);
+				found = true;
+			}
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
+/* The CPUs of node that this process may use, as a set of numbers. */
+static void node_cpus_allowed(int node, bool *set, size_t max)
+{
+	struct place_topo *t = NULL;
+	int cpus[PLACE_NODE_MAX];
+	cpu_set_t mine;
+	ssize_t n;
+
+	memset(set, 0, max);
+	ck_assert_int_eq(place_topo_open(NULL, &t), 0);
+	n = place_node_cpus(t, node, cpus, PLACE_NODE_MAX);
+	place_topo_close(t);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+	for (ssize_t i = 0; i < n && i < PLACE_NODE_MAX; i++)
+		if ((size_t)cpus[i] < max && CPU_ISSET(cpus[i], &mine))
+			set[cpus[i]] = true;
+}
+
+/*
+ * Opens an engine placed on node (explicitly, or through
+ * TIDEPOOL_GPU_NODE for a made-up bus id when via_env), and checks on
+ * this host: the staging buffers' policy in numa_maps is bind:node, their
+ * pages are on node, the worker's CPUs are the node's, and bytes still
+ * come back exactly.
+ */
+static void check_bound(struct pool *p, int node, bool via_env)
+{
+	struct pool_gpu_opts o;
+	struct pool_gpu_stats st;
+	struct pool_gpu *g = NULL;
+	struct pool_region *r;
+	char line[4096], want[32], cpus[256];
+	bool expect[PLACE_NODE_MAX], got[PLACE_NODE_MAX] = { false };
+	int nodes[PLACE_NODE_MAX];
+	ssize_t n;
+	bool all;
+
+	pool_gpu_opts_init(&o);
+	o.backend = POOL_GPU_HOST;
+	o.staging_bytes = 256 * KiB;
+	o.staging_count = 3;
+	if (via_env) {
+		char v[64];
+
+		snprintf(o.pci_bus_id, sizeof(o.pci_bus_id), "0000:7e:1f.7");
+		snprintf(v, sizeof(v), "0000:7e:1f.7=%d", node);
+		setenv("TIDEPOOL_GPU_NODE", v, 1);
+	} else {
+		o.numa_node = node;
+	}
+	ck_assert_int_eq(pool_gpu_open(p, &o, &g), 0);
+	unsetenv("TIDEPOOL_GPU_NODE");
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_int_eq(st.numa_node, node);
+	ck_assert_int_eq(st.numa_applied, 1);
+	snprintf(want, sizeof(want), " bind:%d ", node);
+	for (unsigned i = 0; i < 3; i++) {
+		void *buf = gpu_test_staging_buf(g, i);
+
+		ck_assert_ptr_nonnull(buf);
+		ck_assert_msg(numa_maps_line(buf, line, sizeof(line)),
+			      "staging %u not in numa_maps", i);
+		ck_assert_msg(strstr(line, want), "staging %u: %s", i, line);
+		ck_assert_int_eq(place_memory_node(buf), node);
+		ck_assert_int_eq(
+			place_memory_node((uint8_t *)buf + 256 * KiB - 1),
+			node);
+	}
+	ck_assert_ptr_null(gpu_test_staging_buf(g, 3));
+	/* The worker runs on the node's CPUs (those this process may use). */
+	ck_assert(thread_cpus("pool-gpu", cpus, sizeof(cpus)));
+	n = place_parse_nodelist(cpus, &all, nodes, PLACE_NODE_MAX);
+	ck_assert_msg(n > 0, "Cpus_allowed_list %s", cpus);
+	for (ssize_t i = 0; i < n; i++)
+		got[nodes[i]] = true;
+	node_cpus_allowed(node, expect, PLACE_NODE_MAX);
+	ck_assert_msg(!memcmp(got, expect, sizeof(got)),
+		      "worker CPUs %s are not node %d's (stats: %s)", cpus,
+		      node, st.numa_cpus);
+	ck_assert_int_eq(pool_alloc(p, 3 * MiB + 5, &r), 0);
+	store_then_fetch(p, g, r, 1, 3 * MiB + 3, 61);
+	pool_free(p, r);
+	pool_gpu_close(g);
+}
+
+/* Real binding on this host's first node: runs on any host, one node
+ * included (the node asked for by number). */
+START_TEST(numa_binds_staging)
+{
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	check_bound(p, host_node(false), false);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* --bind: on the last node of a host with several, explicitly and by the
+ * device's bus id (TIDEPOOL_GPU_NODE). */
+START_TEST(numa_binds_other_node)
+{
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	check_bound(p, host_node(true), false);
+	check_bound(p, host_node(true), true);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* --- the direct path (FI_HMEM) ------------------------------------------ */
+
+/* tcp reports no FI_HMEM: staged, and DIRECT_ON is refused. */
+START_TEST(direct_not_on_tcp)
+{
+	struct pool_gpu_opts o;
+	struct pool_gpu_stats st;
+	struct pool_gpu *g;
+	struct pool_region *r;
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, 2 * MiB, &r), 0);
+	g = open_host(p, 256 * KiB, 2, 0);
+	store_then_fetch(p, g, r, 0, 2 * MiB, 71);
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_int_eq(st.direct, 0);
+	ck_assert_uint_eq(st.direct_xfers, 0);
+	ck_assert_uint_eq(st.chunks, 16); /* 2 x 8 through the ring */
+	pool_gpu_close(g);
+	pool_gpu_opts_init(&o);
+	o.backend = POOL_GPU_HOST;
+	o.direct = POOL_GPU_DIRECT_ON;
+	g = (void *)1;
+	ck_assert_int_eq(pool_gpu_open(p, &o, &g), -EOPNOTSUPP);
+	ck_assert_ptr_null(g);
+	o.direct = 3;
+	ck_assert_int_eq(pool_gpu_open(p, &o, &g), -EINVAL);
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* Region offset where the extent holding off ends. */
+static uint64_t extent_end(struct pool_region *r, uint64_t off)
+{
+	uint64_t at = 0, slab_off, len;
+	struct wire_lease l;
+
+	for (uint32_t i = 0; pool_region_extent(r, i, &l, &slab_off, &len) == 0;
+	     i++) {
+		if (off < at + len)
+			return at + len;
+		at += len;
+	}
+	ck_abort_msg("offset %lu beyond the extents", (unsigned long)off);
+	return 0;
+}
+
+/*
+ * With "the provider has FI_HMEM" forced, transfers go straight between
+ * the leases and the (host) device memory: bytes exact across lease
+ * boundaries, chunks cut at those boundaries (so counted differently from
+ * the staged path), the stream still gates the RMA, cancellation works.
+ */
+START_TEST(direct_forced)
+{
+	const size_t stage = 4 * MiB;
+	struct pool_gpu_stats st;
+	struct pool_gpu *g;
+	struct pool_gpu_xfer *x;
+	struct pool_region *r;
+	struct pool *p;
+	struct gate gt;
+	uint64_t b, chunks;
+	uint8_t *dev;
+	void *s, *ev;
+
+	gpu_test_force_hmem(1);
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, REGION, &r), 0);
+	ck_assert_uint_gt(pool_region_nextents(r), 1);
+	g = open_host(p, stage, 3, 0);
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_int_eq(st.direct, 1);
+
+	store_then_fetch(p, g, r, 0, REGION, 81);
+	store_then_fetch(p, g, r, 5, 1, 82);
+	b = extent_end(r, 0);
+	store_then_fetch(p, g, r, b - 100, 200, 83);
+	store_then_fetch(p, g, r, b - 3 * MiB, 6 * MiB + 1, 84);
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_uint_eq(st.direct_xfers, 8);
+	ck_assert_uint_eq(st.errors, 0);
+	/* A 200-byte transfer across a lease boundary is two chunks here
+	 * (one in the ring): the RMA went to the leases directly. */
+	chunks = st.chunks;
+	store_then_fetch(p, g, r, b - 100, 200, 85);
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_uint_eq(st.chunks - chunks, 4);
+
+	/* The fetch's RMA waits for the work before it on its stream. */
+	dev = dev_alloc(g, 2 * MiB);
+	tu_pattern_fill(dev, 2 * MiB, 90, b - MiB);
+	ck_assert_int_eq(pool_write(p, r, b - MiB, dev, 2 * MiB), 0);
+	memset(dev, 0x33, 2 * MiB);
+	gate_init(&gt);
+	ck_assert_int_eq(pool_gpu_stream_create(g, &s), 0);
+	ck_assert_int_eq(pool_gpu_stream_host_fn(g, s, gate_fn, &gt), 0);
+	ck_assert_int_eq(pool_gpu_fetch(g, r, b - MiB, dev, 2 * MiB, s, &x), 0);
+	sleep_ms(300);
+	ck_assert_int_eq(pool_gpu_xfer_test(x), 0);
+	for (size_t i = 0; i < 2 * MiB; i += 4093)
+		ck_assert_uint_eq(dev[i], 0x33);
+	gate_open(&gt);
+	ck_assert_int_eq(pool_gpu_xfer_event(x, 60000, &ev), 0);
+	ck_assert_ptr_nonnull(ev);
+	ck_assert_int_eq(pool_gpu_stream_wait_event(g, s, ev), 0);
+	ck_assert_int_eq(wait_guarded(x, 60000), 0);
+	ck_assert_int_eq(tu_pattern_check(dev, 2 * MiB, 90, b - MiB), -1);
+
+	/* Cancelled while its stream is held: nothing lands. */
+	gate_init(&gt);
+	memset(dev, 0x44, 2 * MiB);
+	ck_assert_int_eq(pool_gpu_stream_host_fn(g, s, gate_fn, &gt), 0);
+	ck_assert_int_eq(pool_gpu_fetch(g, r, 0, dev, 2 * MiB, s, &x), 0);
+	ck_assert_int_eq(pool_gpu_xfer_cancel(x), 0);
+	ck_assert_int_eq(wait_guarded(x, 60000), -ECANCELED);
+	gate_open(&gt);
+	ck_assert_int_eq(pool_gpu_stream_sync(g, s, 60000), 0);
+	for (size_t i = 0; i < 2 * MiB; i += 4093)
+		ck_assert_uint_eq(dev[i], 0x44);
+	pool_gpu_stream_destroy(g, s);
+	pool_gpu_dev_free(g, dev);
+	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
+	ck_assert_uint_eq(st.cancelled, 1);
+	pool_gpu_close(g);
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* $TP_SOURCE_DIR/../shared/topologies, when it holds the DGX-2 export. */
+static void topologies_find(void)
+{
+	const char *src = getenv("TP_SOURCE_DIR");
+	char probe[PATH_MAX + 32];
+
+	topo_dir[0] = '\0';
+	if (!src)
+		return;
+	snprintf(topo_dir, sizeof(topo_dir), "%s/../shared/topologies", src);
+	snprintf(probe, sizeof(probe), "%s/nvidiaDGX2.xml", topo_dir);
+	if (access(probe, R_OK))
+		topo_dir[0] = '\0';
+}
+
+/* test_gpu --bind (ctest test_gpu_bind): placement on another node than
+ * the first; needs two NUMA nodes, exits 77 saying why on smaller hosts. */
+static int run_bind(void)
+{
+	struct place_topo *t = NULL;
+	Suite *s;
+	TCase *tc;
+	SRunner *sr;
+	int n, failed;
+
+	unsetenv("HWLOC_XMLFILE");
+	unsetenv("TIDEPOOL_GPU_NODE");
+	n = place_topo_open(NULL, &t);
+	if (n) {
+		fprintf(stderr, "cannot load this host's topology: %s\n",
+			strerror(-n));
+		return EXIT_FAILURE;
+	}
+	n = place_topo_nnodes(t);
+	place_topo_close(t);
+	if (n < 2)
+		tu_skip("placing the staging ring on another node needs at "
+			"least 2 NUMA nodes and this host has %d; test_gpu "
+			"ran the same checks on node 0 (numa_binds_staging)",
+			n);
+	s = suite_create("gpu-bind");
+	tc = tcase_create("bind");
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, numa_binds_other_node);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 int main(int argc, char **argv)
 {
 	Suite *s;
@@ -999,6 +1504,9 @@ int main(int argc, char **argv)
 	}
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
+	if (argc == 2 && !strcmp(argv[1], "--bind"))
+		return run_bind();
+	topologies_find();
 	s = suite_create("gpu");
 	tc = tcase_create("host");
 	cu = tcase_create("cuda");
@@ -1014,6 +1522,14 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, frozen_memd_times_out_then_recovers);
 	tcase_add_test(tc, close_with_transfers_in_flight);
 	tcase_add_test(tc, bad_arguments);
+	tcase_add_test(tc, numa_binds_staging);
+	tcase_add_test(tc, direct_not_on_tcp);
+	tcase_add_test(tc, direct_forced);
+	if (topo_dir[0])
+		tcase_add_test(tc, numa_from_topology);
+	else
+		printf("SKIP numa_from_topology: no recorded topologies in "
+		       "$TP_SOURCE_DIR/../shared/topologies\n");
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(cu, 300);
 	tcase_add_test(cu, cuda_without_device);

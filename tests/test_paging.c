@@ -140,6 +140,74 @@ START_TEST(sequential_and_random)
 }
 END_TEST
 
+/* Page i's first word: seed 3 when i % 4, else still zero. */
+static void check_word(const uint8_t *a, size_t i)
+{
+	static const uint8_t zero[8];
+
+	if (i % 4)
+		ck_assert_msg(tu_pattern_check(a + i * PG, 8, 3, i * PG) < 0,
+			      "page %zu", i);
+	else
+		ck_assert_msg(!memcmp(a + i * PG, zero, 8), "page %zu", i);
+}
+
+/*
+ * Fresh pages written in order are mapped a run at a time (zero
+ * fill-ahead), and pages of such a run left zero are dropped without a
+ * write-back; two streams going opposite ways (quicksort's partition)
+ * are both read ahead.
+ */
+START_TEST(streams_fill_and_read_ahead)
+{
+	const size_t size = 8 * MiB, local = 1 * MiB, npages = size / PG;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	/* One word in each page but every 4th page stays zero. */
+	for (size_t i = 0; i < npages; i++)
+		if (i % 4)
+			tu_pattern_fill(a + i * PG, 8, 3, i * PG);
+	st = stats(a);
+	ck_assert_uint_le(st.faults, npages / 8);
+	ck_assert_uint_ge(st.zero_fills, npages * 3 / 4);
+	ck_assert_uint_le(st.zero_fills, npages);
+	ck_assert_uint_eq(st.fetches, 0);
+	/* Evicted so far: only the written pages went back. */
+	ck_assert_uint_le(st.writebacks, st.evictions * 3 / 4 + 32);
+	for (size_t i = 0; i < npages; i++)
+		check_word(a, i);
+	ck_assert_int_eq(stats(a).failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_free(p, r);
+
+	/* Up from the bottom and down from the top at once. */
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 4, 0);
+	for (size_t i = 0; i < npages / 2; i++) {
+		size_t up = i * PG, down = (npages - 1 - i) * PG;
+
+		ck_assert_int_lt(tu_pattern_check(a + up, 8, 4, up), 0);
+		ck_assert_int_lt(tu_pattern_check(a + down, 8, 4, down), 0);
+	}
+	st = stats(a);
+	ck_assert_uint_gt(st.fetches, 0);
+	/* Both streams fetched runs, not pages. */
+	ck_assert_uint_ge(st.pages_fetched, 8 * st.fetches);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 START_TEST(existing_region)
 {
 	const size_t size = 4 * MiB + 100; /* a partial last page */
@@ -487,6 +555,7 @@ int main(void)
 		tu_skip("%s", why);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, sequential_and_random);
+	tcase_add_test(tc, streams_fill_and_read_ahead);
 	tcase_add_test(tc, existing_region);
 	tcase_add_test(tc, zero_pages_cost_no_fetch);
 	tcase_add_test(tc, dirty_pages_survive_eviction);

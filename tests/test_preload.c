@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/test_preload.c - libpool-preload.so (LD_PRELOAD) against a real
- * memd: an unmodified program (this binary run as "prog": plain malloc
- * family, no tidepool API) and sort(1) on a file bigger than the local
- * budget print byte-identical output with and without the shim; an
+ * memd: unmodified programs (this binary run as "prog", "realloc" and
+ * "threads": plain malloc family, no tidepool API; sort(1); python3
+ * hashing a 200 MiB bytearray) with a local budget far below their
+ * working set print byte-identical output with and without the shim;
+ * fork() children keep their resident copy and fault on the rest; memd
+ * killed under a program is SIGBUS (or SIGABRT), never wrong bytes; an
  * unreachable pool gives one warning and plain libc, or, with
  * LIBPOOL_REQUIRED=1, a failed process. Not run in sanitizer builds.
  */
@@ -11,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +100,195 @@ static int prog_main(void)
 	free(f);
 	printf("done\n");
 	return 0;
+}
+
+/* realloc across the threshold and back, contents checked at each step:
+ * small (libc) -> large (pooled) -> larger (another region) -> small
+ * (libc again), through realloc and reallocarray. */
+static int prog_realloc(void)
+{
+	static const size_t sizes[] = { 1000,	 3 * MiB + 5, 9 * MiB + 77,
+					2 * MiB, 300,	      5 * MiB };
+	size_t have = 0;
+	uint8_t *a = NULL;
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		size_t n = sizes[k], keep = have < n ? have : n;
+		ssize_t bad;
+
+		a = k % 2 ? reallocarray(a, n / 4 + 1, 4) : realloc(a, n);
+		if (!a)
+			return 10;
+		/* The bytes kept are the old ones; the new tail is ours. */
+		bad = tu_pattern_check(a, keep, 20, 0);
+		if (bad >= 0) {
+			printf("step %zu: wrong byte at %zd\n", k, bad);
+			return 11;
+		}
+		if (n > have)
+			tu_pattern_fill(a + have, n - have, 20, have);
+		have = n;
+		if (tu_pattern_check(a, have, 20, 0) >= 0)
+			return 12;
+		printf("step %zu size=%zu sum=%016llx\n", k, n,
+		       (unsigned long long)sum(a, n));
+	}
+	free(a);
+	return 0;
+}
+
+/* Threads faulting one large buffer at once: each writes its own quarter
+ * and a word of its own in every page of a shared eighth, then all read
+ * everything. */
+#define NTHREADS 4
+static uint8_t *mt_buf;
+static size_t mt_len;
+static pthread_barrier_t mt_bar;
+static uint64_t mt_sum[NTHREADS];
+
+static void *mt_main(void *arg)
+{
+	size_t t = (size_t)(uintptr_t)arg, part = mt_len / NTHREADS;
+	uint64_t s = 0;
+
+	tu_pattern_fill(mt_buf + t * part, part, 30 + t, t * part);
+	pthread_barrier_wait(&mt_bar);
+	/* Shared pages: the first eighth of quarter 0, word t of each. */
+	for (size_t pg = 0; pg < part / 8; pg += 4096)
+		((uint64_t *)(mt_buf + pg))[t] = pg * NTHREADS + t;
+	pthread_barrier_wait(&mt_bar);
+	/* Everyone reads everything, from a different start. */
+	for (size_t i = 0; i < mt_len; i += 8) {
+		size_t off = (i + t * part) % mt_len;
+
+		s += *(const uint64_t *)(mt_buf + off) * (off | 1);
+	}
+	mt_sum[t] = s;
+	return NULL;
+}
+
+static int prog_threads(void)
+{
+	pthread_t th[NTHREADS];
+
+	mt_len = 24 * MiB;
+	mt_buf = malloc(mt_len);
+	if (!mt_buf)
+		return 20;
+	pthread_barrier_init(&mt_bar, NULL, NTHREADS);
+	for (size_t t = 0; t < NTHREADS; t++)
+		if (pthread_create(&th[t], NULL, mt_main, (void *)(uintptr_t)t))
+			return 21;
+	for (size_t t = 0; t < NTHREADS; t++)
+		pthread_join(th[t], NULL);
+	for (size_t t = 0; t < NTHREADS; t++) {
+		/* All read the same bytes: the sums differ by order only
+		 * if a read was wrong (addition is commutative). */
+		if (mt_sum[t] != mt_sum[0])
+			return 22;
+		printf("thread %zu sum=%016llx\n", t,
+		       (unsigned long long)mt_sum[t]);
+	}
+	printf("buf=%016llx\n", (unsigned long long)sum(mt_buf, mt_len));
+	free(mt_buf);
+	return 0;
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uctx)
+{
+	uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)mt_buf;
+
+	(void)sig;
+	(void)uctx;
+	/* A fenced page of the inherited buffer: the fork semantics. */
+	_exit(a >= lo && a < lo + mt_len && si->si_code == SEGV_ACCERR ? 42
+								       : 43);
+}
+
+/*
+ * fork() under the shim: a (2 MiB) fits the budget (4 MiB) and is the
+ * child's copy entirely: it reads and rewrites it. Of b (16 MiB) only
+ * the pages resident at the fork are the child's: the last page reads
+ * right, the first (evicted to the pool) is SIGSEGV, never zeros. The
+ * parent's data is untouched by the child's writes.
+ */
+static int prog_fork(void)
+{
+	const size_t na = 2 * MiB, nb = 16 * MiB;
+	uint8_t *a = malloc(na), *b = malloc(nb);
+	pid_t pid;
+	int st;
+
+	if (!a || !b)
+		return 30;
+	tu_pattern_fill(a, na, 41, 0);
+	tu_pattern_fill(b, nb, 42, 0);
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		return 31;
+	if (pid == 0) {
+		struct sigaction sa = { .sa_sigaction = on_segv,
+					.sa_flags = SA_SIGINFO };
+		volatile uint8_t v;
+
+		if (tu_pattern_check(a, na, 41, 0) >= 0)
+			_exit(32);
+		tu_pattern_fill(a, na, 51, 0);
+		if (tu_pattern_check(a, na, 51, 0) >= 0)
+			_exit(33);
+		if (tu_pattern_check(b + nb - 4096, 4096, 42, nb - 4096) >= 0)
+			_exit(34);
+		tu_pattern_fill(b + nb - 4096, 4096, 52, 0);
+		free(a); /* the child's copy only */
+		mt_buf = b;
+		mt_len = nb;
+		sigaction(SIGSEGV, &sa, NULL);
+		v = b[0];
+		/* Reaching here: an evicted page read without a fault. */
+		_exit(v == tu_pattern_byte(42, 0) ? 35 : 36);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return 37;
+	printf("child status=%d exit=%d\n", st,
+	       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	if (tu_pattern_check(a, na, 41, 0) >= 0 ||
+	    tu_pattern_check(b, nb, 42, 0) >= 0)
+		return 38;
+	printf("parent a=%016llx b=%016llx\n", (unsigned long long)sum(a, na),
+	       (unsigned long long)sum(b, nb));
+	free(a);
+	free(b);
+	return 0;
+}
+
+/*
+ * memd is killed (by us: TP_KILL_PID) while our 8 MiB buffer lives
+ * mostly in the pool; reading it back must end in SIGBUS (or, when
+ * TP_BLOCK_SIGBUS=1 and the thread blocks SIGBUS, SIGABRT). Exit 5:
+ * served after memd died (impossible); 6: a wrong byte.
+ */
+static int prog_memdkill(void)
+{
+	const size_t n = 8 * MiB;
+	const char *pid = getenv("TP_KILL_PID"),
+		   *block = getenv("TP_BLOCK_SIGBUS");
+	uint8_t *a = malloc(n);
+
+	if (!a || !pid)
+		return 40;
+	tu_pattern_fill(a, n, 60, 0);
+	if (block && !strcmp(block, "1")) {
+		sigset_t s;
+
+		sigemptyset(&s);
+		sigaddset(&s, SIGBUS);
+		pthread_sigmask(SIG_BLOCK, &s, NULL);
+	}
+	if (kill((pid_t)atoi(pid), SIGKILL))
+		return 41;
+	usleep(300 * 1000);
+	return tu_pattern_check(a, n, 60, 0) < 0 ? 5 : 6;
 }
 
 /* ------------------------------------------------------------------ */
@@ -185,6 +378,44 @@ static int count(const char *path, const char *needle)
 	}
 	free(b);
 	return k;
+}
+
+/* Sum of every "key=N" in path (the shim's LIBPOOL_LOG=info lines). */
+static unsigned long long total(const char *path, const char *key)
+{
+	size_t n, klen = strlen(key);
+	char *b = slurp(path, &n), *at = b;
+	unsigned long long t = 0;
+
+	while ((at = strstr(at, key))) {
+		at += klen;
+		t += strtoull(at, NULL, 10);
+	}
+	free(b);
+	return t;
+}
+
+/* Largest "paging: map ... bytes=N" in path. */
+static unsigned long long largest_map(const char *path)
+{
+	static const char key[] = "paging: map addr=";
+	size_t n;
+	char *b = slurp(path, &n), *at = b;
+	unsigned long long best = 0;
+
+	while ((at = strstr(at, key))) {
+		char *v = strstr(at, " bytes=");
+		unsigned long long x;
+
+		at += sizeof(key) - 1;
+		if (!v)
+			break;
+		x = strtoull(v + 7, NULL, 10);
+		if (x > best)
+			best = x;
+	}
+	free(b);
+	return best;
 }
 
 static void path(char *buf, size_t len, const char *name)
@@ -327,6 +558,192 @@ START_TEST(unreachable_pool)
 }
 END_TEST
 
+/*
+ * Runs this binary as "mode" plain and under the shim with env, both must
+ * exit 0 with identical output; the shim's log goes to *err_out (a path
+ * in tmpdir). memd must be started.
+ */
+static void same_as_plain(const char *mode, const char *const *env,
+			  char *err_out, size_t err_len)
+{
+	char exe[4096], o1[128], o2[128], e1[128];
+	char *argv[] = { exe, (char *)mode, NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int st;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	path(o1, sizeof(o1), "plain.out");
+	path(e1, sizeof(e1), "plain.err");
+	path(o2, sizeof(o2), "shim.out");
+	path(err_out, err_len, "shim.err");
+	st = run(argv, NULL, o1, e1, false, NULL);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain %s: %d", mode,
+		      st);
+	st = run(argv, NULL, o2, err_out, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim %s: %d", mode,
+		      st);
+	assert_same(o1, o2);
+}
+
+START_TEST(realloc_across_threshold)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("realloc", env, err, sizeof(err));
+	/* 3M (realloc), 9M (reallocarray), 5M: three regions; the 2M
+	 * shrink keeps the 9M one and 300 bytes goes back to libc. */
+	ck_assert_int_eq(count(err, "paging: map addr="), 3);
+	ck_assert_int_eq(count(err, "paging: unmap addr="), 3);
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
+START_TEST(threads_fault_at_once)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("threads", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "paging: map addr="), 1);
+	/* 24 MiB through a 1 MiB budget: evicted and fetched again. */
+	ck_assert_uint_ge(total(err, " evictions="), 5000);
+	ck_assert_uint_ge(total(err, " pages_fetched="), 5000);
+	stop();
+}
+END_TEST
+
+START_TEST(fork_child_copy)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char exe[4096], o[128], e[128];
+	char *argv[] = { exe, "fork", NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t len;
+	char *out;
+	int st;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	start();
+	path(o, sizeof(o), "shim.out");
+	path(e, sizeof(e), "shim.err");
+	st = run(argv, NULL, o, e, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim fork: %d", st);
+	out = slurp(o, &len);
+	/* 42: the evicted page faulted (SIGSEGV on a fenced page). */
+	ck_assert_msg(strstr(out, "child status=10752 exit=42\n"),
+		      "child: %s (35/36: an evicted page read without a "
+		      "fault; 32-34: a resident page read wrong)",
+		      out);
+	ck_assert_ptr_nonnull(strstr(out, "parent a="));
+	free(out);
+	ck_assert_int_eq(count(e, "paging: map addr="), 2);
+	stop();
+}
+END_TEST
+
+static void memd_killed(bool block, int want_sig, const char *want_msg)
+{
+	char exe[4096], o[128], e[128], pid[64];
+	const char *env[] = { "LIBPOOL_LOCAL_BYTES=256K", pid,
+			      block ? "TP_BLOCK_SIGBUS=1" : NULL, NULL };
+	char *argv[] = { exe, "memdkill", NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int st;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	start();
+	snprintf(pid, sizeof(pid), "TP_KILL_PID=%d", (int)md.pid);
+	path(o, sizeof(o), "shim.out");
+	path(e, sizeof(e), "shim.err");
+	st = run(argv, NULL, o, e, true, env);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == want_sig,
+		      "status %d: want signal %d (exit 5: served after memd "
+		      "died; 6: a wrong byte)",
+		      st, want_sig);
+	ck_assert_int_eq(count(e, "cannot serve a fault, pool unreachable"), 1);
+	ck_assert_int_eq(count(e, want_msg), 1);
+	tu_memd_stop(&md, SIGKILL); /* reaps the memd the program killed */
+	stop();
+}
+
+START_TEST(memd_killed_sigbus)
+{
+	memd_killed(false, SIGBUS, "raising SIGBUS");
+}
+END_TEST
+
+START_TEST(memd_killed_sigbus_blocked)
+{
+	memd_killed(true, SIGABRT, "aborting rather than hand it a wrong");
+}
+END_TEST
+
+/* The python3 to run: /usr/bin/python3 (Debian's), else one on PATH. */
+static const char *python3(void)
+{
+	return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3"
+						     : "python3";
+}
+
+START_TEST(python_hashes_a_large_bytearray)
+{
+	/* 200 MiB filled from a seeded generator in 64 KiB pieces (those
+	 * stay in libc), scattered edits, then hashed: with an 8 MiB
+	 * budget every page is evicted and fetched back. */
+	static const char script[] =
+		"import hashlib, random\n"
+		"n = 200 << 20\n"
+		"b = bytearray(n)\n"
+		"r = random.Random(6)\n"
+		"for i in range(0, n, 1 << 16):\n"
+		"    b[i:i + (1 << 16)] = r.randbytes(1 << 16)\n"
+		"for i in range(0, n, 4099 * 61):\n"
+		"    b[i] ^= 0x5a\n"
+		"print(len(b), hashlib.sha256(b).hexdigest(), b[12345], "
+		"b[n - 1])\n"
+		"del b\n";
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=8M",
+					   "LIBPOOL_LOG=info", NULL };
+	char o1[128], o2[128], e1[128], e2[128];
+	char *argv[] = { (char *)python3(), "-c", (char *)script, NULL };
+	size_t len;
+	char *out;
+	int st;
+
+	start();
+	path(o1, sizeof(o1), "plain.out");
+	path(e1, sizeof(e1), "plain.err");
+	path(o2, sizeof(o2), "shim.out");
+	path(e2, sizeof(e2), "shim.err");
+	st = run(argv, NULL, o1, e1, false, NULL);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain python3: %d",
+		      st);
+	out = slurp(o1, &len);
+	ck_assert_msg(!strncmp(out, "209715200 ", 10), "python3 said: %s", out);
+	free(out);
+	st = run(argv, NULL, o2, e2, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim python3: %d",
+		      st);
+	assert_same(o1, o2);
+	/* The bytearray itself was pooled, and went through the pool. */
+	ck_assert_uint_ge(largest_map(e2), 200ull << 20);
+	ck_assert_uint_ge(total(e2, " evictions="), 40000);
+	ck_assert_uint_ge(total(e2, " pages_fetched="), 40000);
+	stop();
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s;
@@ -336,6 +753,14 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && !strcmp(argv[1], "prog"))
 		return prog_main();
+	if (argc > 1 && !strcmp(argv[1], "realloc"))
+		return prog_realloc();
+	if (argc > 1 && !strcmp(argv[1], "threads"))
+		return prog_threads();
+	if (argc > 1 && !strcmp(argv[1], "fork"))
+		return prog_fork();
+	if (argc > 1 && !strcmp(argv[1], "memdkill"))
+		return prog_memdkill();
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -351,6 +776,12 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, unmodified_program);
 	tcase_add_test(tc, sort_bigger_than_budget);
 	tcase_add_test(tc, unreachable_pool);
+	tcase_add_test(tc, realloc_across_threshold);
+	tcase_add_test(tc, threads_fault_at_once);
+	tcase_add_test(tc, fork_child_copy);
+	tcase_add_test(tc, memd_killed_sigbus);
+	tcase_add_test(tc, memd_killed_sigbus_blocked);
+	tcase_add_test(tc, python_hashes_a_large_bytearray);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

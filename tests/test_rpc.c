@@ -209,7 +209,7 @@ START_TEST(hello_and_auth_ok)
 	fake_start(&f, SC_OK, key);
 	c = fake_connect(&f);
 	ck_assert_int_eq(
-		rpc_hello(c, 1, 2, "test\x01rpc", 2000, &hok, err, sizeof(err)),
+		rpc_hello(c, "test\x01rpc", 1, 2000, &hok, err, sizeof(err)),
 		0);
 	ck_assert_uint_eq(hok.proto, 2);
 	ck_assert_uint_eq(hok.session_id, SESSION_ID);
@@ -242,7 +242,7 @@ START_TEST(auth_wrong_key_is_eacces)
 	key_of("tenant secret number two", other);
 	fake_start(&f, SC_WRONG_KEY, other);
 	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, 1, 2, NULL, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
 	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
 				  err, sizeof(err)),
 			 -EACCES);
@@ -264,7 +264,7 @@ START_TEST(auth_server_bad_proof_is_eacces)
 	key_of("tenant secret number one", key);
 	fake_start(&f, SC_BAD_PROOF, key);
 	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, 1, 2, NULL, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
 	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
 				  err, sizeof(err)),
 			 -EACCES);
@@ -291,7 +291,7 @@ START_TEST(auth_refusals)
 
 	fake_start(&f, SC_STANDALONE, key);
 	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, 1, 2, NULL, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
 	ck_assert_int_eq(
 		rpc_auth(c, &hok, "", key, NULL, 0, 2000, &aok, sk, NULL, 0),
 		-EINVAL);
@@ -313,10 +313,9 @@ START_TEST(auth_refusals)
 
 	fake_start(&f, SC_PROTO3, key);
 	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, 1, 2, NULL, 2000, &hok, NULL, 0),
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0),
 			 -EPROTONOSUPPORT);
-	ck_assert_int_eq(rpc_hello(c, 2, 1, NULL, 2000, &hok, NULL, 0),
-			 -EINVAL);
+	ck_assert_int_eq(rpc_hello(c, NULL, 0, 2000, &hok, NULL, 0), -EINVAL);
 	fake_stop(&f, c);
 }
 END_TEST

@@ -15,11 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/auth.h"
+#include "fabric/rpc.h"
 #include "tidepool/pool.h"
 
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
@@ -61,6 +64,21 @@ const char *tu_memd_path(void)
 	return p && *p ? p : NULL;
 }
 
+/* setns(CLONE_NEWNET) into /var/run/netns/NAME for the calling thread. */
+static int ns_join(const char *name)
+{
+	char path[128];
+	int fd, r;
+
+	snprintf(path, sizeof(path), "/var/run/netns/%s", name);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = setns(fd, CLONE_NEWNET) ? -errno : 0;
+	close(fd);
+	return r;
+}
+
 static void sleep_ms(long ms)
 {
 	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
@@ -73,8 +91,23 @@ int tu_memd_start(struct tu_memd *m, const char *extra_conf)
 	return tu_memd_start_args(m, extra_conf, NULL);
 }
 
+static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
+		      const char *extra_conf, const char *const *extra_args);
+
 int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		       const char *const *extra_args)
+{
+	return memd_spawn(m, NULL, NULL, extra_conf, extra_args);
+}
+
+int tu_memd_start_ns(struct tu_memd *m, const char *ns, const char *host,
+		     const char *extra_conf, const char *const *extra_args)
+{
+	return memd_spawn(m, ns, host, extra_conf, extra_args);
+}
+
+static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
+		      const char *extra_conf, const char *const *extra_args)
 {
 	char conf[256], ready[256], log[256];
 	const char *bin = tu_memd_path();
@@ -85,6 +118,8 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 	memset(m, 0, sizeof(*m));
 	if (!bin)
 		return -ENOENT;
+	if (ns)
+		snprintf(m->netns, sizeof(m->netns), "%s", ns);
 	snprintf(m->dir, sizeof(m->dir), "/tmp/tp-test-XXXXXX");
 	if (!mkdtemp(m->dir))
 		return -errno;
@@ -95,9 +130,9 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 	if (!f)
 		return -errno;
 	fprintf(f,
-		"listen = 127.0.0.1:0\ndonate = 256M\nslab_size = 16M\n"
+		"listen = %s:0\ndonate = 256M\nslab_size = 16M\n"
 		"log_level = debug\n%s\n",
-		extra_conf ? extra_conf : "");
+		host ? host : "127.0.0.1", extra_conf ? extra_conf : "");
 	fclose(f);
 	m->pid = fork();
 	if (m->pid < 0)
@@ -108,6 +143,10 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		if (fd >= 0) {
 			dup2(fd, STDERR_FILENO);
 			dup2(fd, STDOUT_FILENO);
+		}
+		if (ns && ns_join(ns)) {
+			perror("setns");
+			_exit(126);
 		}
 		argv[argc++] = bin;
 		argv[argc++] = "-c";
@@ -125,7 +164,12 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 
 		f = fopen(ready, "r");
 		if (f) {
+			/* "HOST:PORT\n", then "metrics HOST:PORT\n" when
+			 * /metrics is served; the file appears whole */
 			int ok = fscanf(f, "%63s", m->addr) == 1;
+
+			if (ok && fscanf(f, " metrics %63s", m->metrics) != 1)
+				m->metrics[0] = '\0';
 
 			fclose(f);
 			if (ok)
@@ -219,4 +263,210 @@ struct pool *tu_pool_connect(const struct tu_memd *m)
 
 	ck_assert_msg(r == 0, "pool_connect %s: %s", m->addr, pool_strerror(r));
 	return p;
+}
+
+int tu_sh(const char *fmt, ...)
+{
+	char cmd[1024];
+	va_list ap;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -EIO;
+}
+
+int tu_net_create(struct tu_net *net, int nhosts)
+{
+	static unsigned seq;
+
+	memset(net, 0, sizeof(*net));
+	if (geteuid() != 0)
+		return -EPERM;
+	if (nhosts < 1 || nhosts > TU_NET_MAX)
+		return -EINVAL;
+	net->id = ((unsigned)getpid() * 8u + seq++) % 200u + 20u;
+	snprintf(net->sw, sizeof(net->sw), "tpsw%u", net->id);
+	if (tu_sh("ip netns add %s 2>/dev/null && "
+		  "ip -n %s link add br0 type bridge && "
+		  "ip -n %s link set br0 up && ip -n %s link set lo up",
+		  net->sw, net->sw, net->sw, net->sw)) {
+		tu_net_destroy(net);
+		return -ENOTSUP;
+	}
+	for (int i = 0; i < nhosts; i++) {
+		snprintf(net->ns[i], sizeof(net->ns[i]), "tp%uh%d", net->id, i);
+		snprintf(net->ip[i], sizeof(net->ip[i]), "10.77.%u.%d", net->id,
+			 i + 1);
+		net->n = i + 1;
+		if (tu_sh("ip netns add %s && ip -n %s link set lo up && "
+			  "ip link add tp%uv%d netns %s type veth peer name "
+			  "eth0 netns %s && "
+			  "ip -n %s link set tp%uv%d master br0 up && "
+			  "ip -n %s addr add %s/24 dev eth0 && "
+			  "ip -n %s link set eth0 up",
+			  net->ns[i], net->ns[i], net->id, i, net->sw,
+			  net->ns[i], net->sw, net->id, i, net->ns[i],
+			  net->ip[i], net->ns[i])) {
+			tu_net_destroy(net);
+			return -ENOTSUP;
+		}
+	}
+	/* STP is off on a new bridge: ports forward at once. */
+	return 0;
+}
+
+void tu_net_destroy(struct tu_net *net)
+{
+	/* Deleting a namespace deletes its end of each veth pair, and with
+	 * it the peer. */
+	for (int i = 0; i < net->n; i++)
+		tu_sh("ip netns del %s 2>/dev/null", net->ns[i]);
+	if (net->sw[0])
+		tu_sh("ip netns del %s 2>/dev/null", net->sw);
+	net->n = 0;
+	net->sw[0] = '\0';
+}
+
+int tu_net_enter(const struct tu_net *net, int host)
+{
+	if (host < 0 || host >= net->n)
+		return -EINVAL;
+	return ns_join(net->ns[host]);
+}
+
+int tu_net_partition(const struct tu_net *net, int a, int b, bool on)
+{
+	const char *op = on ? "-I" : "-D";
+
+	if (a < 0 || a >= net->n || b < 0 || b >= net->n)
+		return -EINVAL;
+	return tu_sh("ip netns exec %s iptables %s INPUT -s %s -j DROP && "
+		     "ip netns exec %s iptables %s OUTPUT -d %s -j DROP",
+		     net->ns[a], op, net->ip[b], net->ns[a], op, net->ip[b]);
+}
+
+int tu_secret_file(const char *dir, const char *name, char *path)
+{
+	uint8_t raw[32];
+	char hex[65];
+	int fd;
+
+	auth_init();
+	auth_random(raw, sizeof(raw));
+	auth_hex(raw, sizeof(raw), hex);
+	snprintf(path, 256, "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, hex, 64) != 64 || write(fd, "\n", 1) != 1) {
+		close(fd);
+		return -EIO;
+	}
+	close(fd);
+	return 0;
+}
+
+/* An "@admin" session to addr: 0 and *out, with its session key. */
+static int admin_session(const char *addr, const char *cluster_secret,
+			 struct rpc **out, uint8_t skey[AUTH_KEY_LEN],
+			 char *err, size_t errlen)
+{
+	uint8_t secret[AUTH_SECRET_MAX];
+	struct auth_cluster_keys keys;
+	struct wire_hello_ok hello;
+	struct wire_auth_ok ok;
+	char local[64];
+	int n, r;
+
+	auth_init();
+	n = auth_read_secret_file(cluster_secret, secret, err, errlen);
+	if (n < 0)
+		return n;
+	auth_cluster_keys(secret, (size_t)n, &keys);
+	r = rpc_connect(addr, 5000, out, local, sizeof(local));
+	if (r)
+		return r;
+	r = rpc_hello(*out, "tests admin", 2, 5000, &hello, err, errlen);
+	if (!r)
+		r = rpc_auth(*out, &hello, "@admin", keys.admin, NULL, 0, 5000,
+			     &ok, skey, err, errlen);
+	if (r) {
+		rpc_close(*out);
+		*out = NULL;
+	}
+	return r;
+}
+
+static int admin_call(struct rpc *c, const char *json, char *out, size_t cap)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	int r = -ENOMEM;
+
+	if (req && rep) {
+		req->type = WIRE_ADMIN;
+		req->u.admin.json = json;
+		req->u.admin.json_len = (uint32_t)strlen(json);
+		out[0] = '\0';
+		r = rpc_call(c, req, rep, WIRE_ADMIN_OK, 10000, out, cap);
+		if (!r)
+			snprintf(out, cap, "%.*s", (int)rep->u.admin.json_len,
+				 rep->u.admin.json);
+	}
+	free(req);
+	free(rep);
+	return r;
+}
+
+int tu_admin(const char *addr, const char *cluster_secret, const char *json,
+	     char *out, size_t cap)
+{
+	uint8_t skey[AUTH_KEY_LEN];
+	struct rpc *c;
+	int r = admin_session(addr, cluster_secret, &c, skey, out, cap);
+
+	if (r)
+		return r;
+	r = admin_call(c, json, out, cap);
+	rpc_close(c);
+	return r;
+}
+
+int tu_tenant_add(const char *addr, const char *cluster_secret,
+		  const char *tenant, const char *secret_file,
+		  uint64_t quota_bytes)
+{
+	uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN], skey[AUTH_KEY_LEN];
+	uint8_t box[AUTH_KEY_LEN + AUTH_SEAL_OVERHEAD];
+	char hex[2 * sizeof(box) + 1], json[512], out[1024];
+	struct rpc *c;
+	int n, r;
+
+	auth_init();
+	n = auth_read_secret_file(secret_file, secret, out, sizeof(out));
+	if (n < 0)
+		return n;
+	auth_tenant_key(secret, (size_t)n, key);
+	r = admin_session(addr, cluster_secret, &c, skey, out, sizeof(out));
+	if (r)
+		return r;
+	n = auth_seal(skey, key, sizeof(key), box, sizeof(box));
+	if (n < 0) {
+		rpc_close(c);
+		return n;
+	}
+	auth_hex(box, (size_t)n, hex);
+	snprintf(json, sizeof(json),
+		 "{\"cmd\":\"tenant-add\",\"name\":\"%s\",\"quota_bytes\":%llu,"
+		 "\"key_box\":\"%s\"}",
+		 tenant, (unsigned long long)quota_bytes, hex);
+	r = admin_call(c, json, out, sizeof(out));
+	if (r)
+		fprintf(stderr, "tenant-add %s: %s: %s\n", tenant, strerror(-r),
+			out);
+	rpc_close(c);
+	return r;
 }

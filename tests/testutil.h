@@ -32,8 +32,10 @@ void tu_skip(const char *fmt, ...)
 
 struct tu_memd {
 	pid_t pid;
-	char addr[64]; /* "127.0.0.1:PORT" once ready */
-	char dir[128]; /* scratch dir: config, ready file, log */
+	char addr[64];	  /* "127.0.0.1:PORT" once ready */
+	char metrics[64]; /* "HOST:PORT" of /metrics; "" when not served */
+	char dir[128];	  /* scratch dir: config, ready file, log */
+	char netns[32];	  /* network namespace to run in; "" = ours */
 };
 
 /*
@@ -55,6 +57,55 @@ void tu_memd_start_ok(struct tu_memd *m, const char *extra_conf);
 void tu_memd_stop_ok(struct tu_memd *m);
 /* pool_connect to m (5 s timeout); fails the running test on error. */
 struct pool *tu_pool_connect(const struct tu_memd *m);
+
+/*
+ * tu_memd_start_args() inside network namespace ns (tu_net_*), listening
+ * on host (that namespace's address) with an ephemeral port.
+ */
+int tu_memd_start_ns(struct tu_memd *m, const char *ns, const char *host,
+		     const char *extra_conf, const char *const *extra_args);
+
+/*
+ * A small network of namespaces for multi-host tests: hosts 0 .. n-1, each
+ * its own network namespace with one veth interface "eth0" at
+ * 10.77.<net>.<host + 1>/24, all plugged into a bridge in a switch
+ * namespace. Nothing touches the caller's namespace. Needs root and
+ * `ip` (iproute2); -EPERM when not root, -ENOTSUP when namespaces or
+ * veth/bridge devices are missing (callers skip).
+ */
+#define TU_NET_MAX 8
+struct tu_net {
+	int n;
+	unsigned id; /* makes names unique per process */
+	char sw[32];
+	char ns[TU_NET_MAX][32];
+	char ip[TU_NET_MAX][20];
+};
+int tu_net_create(struct tu_net *net, int nhosts);
+void tu_net_destroy(struct tu_net *net);
+/* Moves the calling process into host's namespace (call while it is
+ * single-threaded: setns(CLONE_NEWNET) applies to the calling thread). */
+int tu_net_enter(const struct tu_net *net, int host);
+/* Cuts (on) or heals (off) all traffic between hosts a and b, with
+ * iptables DROP rules in a's namespace. 0 or -EIO. */
+int tu_net_partition(const struct tu_net *net, int a, int b, bool on);
+/* Runs a shell command line; 0 when it exits 0, else -EIO. */
+int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * Cluster helpers (docs/cluster.md). tu_secret_file writes 32 random bytes
+ * as hex to dir/name, mode 0600, and its path to path (room for 256).
+ * tu_admin sends one ADMIN request as "@admin" (key from the cluster
+ * secret file) to addr and copies the JSON reply, NUL-terminated, to out.
+ * Both return 0 or -errno (tu_admin: memd's refusal, text in out).
+ * tu_tenant_add adds a tenant whose secret is in secret_file.
+ */
+int tu_secret_file(const char *dir, const char *name, char *path);
+int tu_admin(const char *addr, const char *cluster_secret, const char *json,
+	     char *out, size_t cap);
+int tu_tenant_add(const char *addr, const char *cluster_secret,
+		  const char *tenant, const char *secret_file,
+		  uint64_t quota_bytes);
 
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);

@@ -16,6 +16,16 @@
  * A buffer is reused only after its copy has completed, so with N >= 2
  * buffers the fabric moves chunk k+1 while PCIe moves chunk k.
  *
+ * Direct path: when the session's fabric provider reports FI_HMEM (it
+ * can read and write device memory itself: GPUDirect RDMA), a transfer
+ * skips the staging buffers: one RMA per chunk straight between the pool
+ * and dev_ptr (pool_gpu_opts.direct, stats.direct).
+ *
+ * NUMA: the staging buffers are allocated on the NUMA node of the
+ * device's PCI bus id and the worker thread runs on that node's CPUs
+ * (pool_gpu_opts.numa_node; TIDEPOOL_GPU_NODE overrides the node hwloc
+ * reports).
+ *
  * Backends: POOL_GPU_CUDA uses the CUDA runtime, which libpool loads at
  * run time (dlopen of libcudart.so.13, else libcudart.so; LIBPOOL_CUDART
  * names another file): libpool has no link-time CUDA dependency and runs
@@ -36,7 +46,8 @@
  *    copy starts only after every piece of work enqueued on `stream`
  *    before the call has completed: a fetch never overwrites dev_ptr
  *    under earlier kernels that still read it, and a store copies what
- *    earlier work on `stream` wrote. The fabric side starts at once.
+ *    earlier work on `stream` wrote. The fabric side starts at once
+ *    (direct path: after that work too).
  *  - Nothing else is enqueued on `stream`. The copies run on the engine's
  *    own copy stream, in chunk order; the transfers of one engine are
  *    started in the order they were submitted.
@@ -88,6 +99,15 @@ enum pool_gpu_backend {
 #define POOL_GPU_COUNT_MIN 2u
 #define POOL_GPU_COUNT_MAX 64u
 
+/* pool_gpu_opts.numa_node, besides a node number >= 0 */
+#define POOL_GPU_NUMA_AUTO (-1) /* the device's node (the default) */
+#define POOL_GPU_NUMA_OFF (-2)	/* no placement: the OS decides */
+
+/* pool_gpu_opts.direct */
+#define POOL_GPU_DIRECT_AUTO 0 /* direct when the provider has FI_HMEM */
+#define POOL_GPU_DIRECT_OFF 1  /* always through the staging ring */
+#define POOL_GPU_DIRECT_ON 2   /* direct, or pool_gpu_open() fails */
+
 struct pool_gpu_opts {
 	enum pool_gpu_backend backend; /* default POOL_GPU_AUTO */
 	int device; /* device ordinal (cudaSetDevice); default 0 */
@@ -96,17 +116,34 @@ struct pool_gpu_opts {
 	size_t staging_bytes;
 	/* Staging buffers, POOL_GPU_COUNT_MIN .. POOL_GPU_COUNT_MAX; 0: 4. */
 	unsigned staging_count;
-	/* NUMA node for the staging buffers, -1: leave it to the OS (the
-	 * default of pool_gpu_opts_init()). Recorded, not yet applied: the
-	 * placement comes with the numa/ integration (libpool(3)). */
+	/* NUMA node of the staging buffers and the worker thread.
+	 * POOL_GPU_NUMA_AUTO (pool_gpu_opts_init()): the node of the
+	 * device's PCI bus id in this host's hwloc topology, or what
+	 * TIDEPOOL_GPU_NODE says for it; when that is unknown, or the host
+	 * has one node, nothing is placed (logged at LIBPOOL_LOG=info).
+	 * POOL_GPU_NUMA_OFF: nothing is placed. A node >= 0: that node, for
+	 * machines that misreport locality (-ENXIO if it does not exist). */
 	int numa_node;
 	/* Bound on each stage of a chunk (one RMA, one device copy), ms;
 	 * 0: 5000 (libpool's default session timeout). */
 	int timeout_ms;
+	/* PCI bus id to place by ("0000:3b:00.0"); "" (default): the
+	 * device's own (CUDA: cudaDeviceGetPCIBusId; the host backend has
+	 * none). For a runtime that reports a wrong id, or to give the host
+	 * backend a position in a topology. */
+	char pci_bus_id[20];
+	/* hwloc XML export to place by instead of this host (NULL, the
+	 * default: this host, or $HWLOC_XMLFILE). The placement is then
+	 * computed and reported (stats) but not applied: nothing binds to
+	 * another machine's nodes. For tests and what-if. */
+	const char *topology_xml;
+	/* POOL_GPU_DIRECT_*: RMA straight into device memory, no staging,
+	 * when the session's provider reports FI_HMEM. Default AUTO. */
+	int direct;
 };
 
-/* Fills *o with the defaults (numa_node = -1, everything else 0). Use it
- * rather than zeroing: a zeroed numa_node means node 0. */
+/* Fills *o with the defaults (numa_node = POOL_GPU_NUMA_AUTO, everything
+ * else 0). Use it rather than zeroing: a zeroed numa_node means node 0. */
 POOL_API void pool_gpu_opts_init(struct pool_gpu_opts *o);
 
 /*
@@ -125,13 +162,21 @@ POOL_API int pool_gpu_probe(enum pool_gpu_backend backend);
  * Opens an engine on session p with opts (NULL: pool_gpu_opts_init()
  * defaults): the backend, device, staging ring, copy stream and worker
  * thread. Returns 0 and *out, or
- *   -EINVAL     p or out is NULL, or an option is out of range
+ *   -EINVAL     p or out is NULL, an option is out of range or
+ *               malformed (pci_bus_id), or TIDEPOOL_GPU_NODE is malformed
+ *   -ENXIO      numa_node (or TIDEPOOL_GPU_NODE) names no node here
+ *   -ENOENT     topology_xml does not exist (other -errno: not loadable)
+ *   -EOPNOTSUPP direct is POOL_GPU_DIRECT_ON and the provider lacks
+ *               FI_HMEM
  *   -ENODEV     no such device, or no usable device (AUTO, CUDA)
  *   -ENOENT     POOL_GPU_CUDA: the CUDA runtime library is not found
  *   -EOPNOTSUPP POOL_GPU_CUDA: built without CUDA
  *   -ENOMEM     staging buffers or bookkeeping could not be allocated
  *   -EAGAIN     a thread could not be created
  *   -EIO        the CUDA runtime failed otherwise
+ * An explicit numa_node that cannot be applied on this host (memory not
+ * bindable there, no usable CPU of it) fails too, with that -errno;
+ * placement by POOL_GPU_NUMA_AUTO that fails is logged and skipped.
  * On failure *out is NULL.
  */
 POOL_API int pool_gpu_open(struct pool *p, const struct pool_gpu_opts *opts,
@@ -248,15 +293,19 @@ struct pool_gpu_stats {
 	char pci_bus_id[20]; /* CUDA: "0000:3b:00.0"; host: "" */
 	size_t staging_bytes;
 	unsigned staging_count;
-	int numa_node;	  /* as asked for; -1: none */
-	int numa_applied; /* 0: placement not applied (see numa_node) */
-	int direct; /* 1: direct RMA into device memory (FI_HMEM); 0 now */
+	int numa_node;	     /* node chosen for staging and worker; -1: none */
+	int numa_applied;    /* 1: staging bound to numa_node and the worker
+			   * pinned to its CPUs; 0: not (see the log) */
+	char numa_cpus[128]; /* numa_node's CPUs as a cpulist, "0-7,16-23";
+			      * "" when no node was chosen */
+	int direct;	     /* 1: direct RMA into device memory (FI_HMEM) */
 	/* counters */
 	uint64_t xfers;	    /* completed, any result */
 	uint64_t errors;    /* completed with an error other than -ECANCELED */
 	uint64_t cancelled; /* completed with -ECANCELED */
 	uint64_t bytes_fetched, bytes_stored; /* of successful transfers */
 	uint64_t chunks;		      /* chunks through the ring */
+	uint64_t direct_xfers; /* transfers that went direct (no staging) */
 	/* overlap: stage completions the worker saw while another chunk was
 	 * confirmed still in the other stage (an RMA still running while a
 	 * copy ended, or a copy still running while an RMA ended) */

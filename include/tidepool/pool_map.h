@@ -28,8 +28,11 @@
  *    file mapping); if that thread blocks or ignores SIGBUS, the process
  *    is aborted. Memory never silently reads wrong.
  *  - The range must not be munmap()ed, mremap()ed or madvise()d by the
- *    caller; fork() children do not inherit its contents (the child sees
- *    missing pages with no handler: do not touch it there).
+ *    caller. A fork() child gets a private copy of the pages resident at
+ *    the fork (and zeros where the region never held data); pages whose
+ *    data only the region held are PROT_NONE there (SIGSEGV when
+ *    touched, never wrong bytes). In the child, pool_unmap() releases
+ *    the copy: DISCARD returns 0, FLUSH -ENOTCONN.
  */
 #ifndef TIDEPOOL_POOL_MAP_H
 #define TIDEPOOL_POOL_MAP_H
@@ -78,7 +81,9 @@ POOL_API int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
  *              POOL_UNMAP_FLUSH and POOL_UNMAP_DISCARD
  *   -ENOTCONN (or another pool_write() error)  FLUSH could not write back
  *              every dirty page, or the mapping had already failed: the
- *              region may lack some of what was written
+ *              region may lack some of what was written; or FLUSH of a
+ *              mapping inherited across fork() (the child's copy is
+ *              released, the region is the parent's)
  */
 POOL_API int pool_unmap(struct pool *p, void *addr, unsigned flags);
 

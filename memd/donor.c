@@ -1,0 +1,390 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/donor.c - a donor's link to its registry (see donor.h).
+ *
+ * DESIGN
+ * One thread, blocking calls (fabric/rpc) with timeouts. States:
+ *   connect -> HELLO -> AUTH "@donor" -> DONOR_JOIN -> report loop
+ * Any failure closes the connection and starts over after a backoff of
+ * 100 ms doubling to 2 s; a report answered ESTALE (the registry restarted
+ * or marked us down) joins again on the same connection.
+ *
+ * Redeemed grant ids wait in a FIFO until a report that carried them is
+ * acknowledged; a report carries the oldest WIRE_MAX_REDEEMED. The ids are
+ * taken BEFORE the usage snapshot: memd-ctl grants the leases before it
+ * queues the id, so a reported id's slabs are always in the reported
+ * counts (the registry never counts them zero times; it may count an id
+ * queued after the ids were taken twice, for one report interval, which
+ * errs on refusing, never on overshooting a quota).
+ */
+#include "memd/donor.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fabric/hostport.h"
+#include "fabric/rpc.h"
+#include "memd/log.h"
+
+#define QUEUE_MAX 4096
+#define CALL_TIMEOUT_MS 5000
+#define KICK_COALESCE_MS 50
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 2000
+
+struct memd_donor {
+	struct memd_donor_opts o;
+	char registry[WIRE_HOSTPORT_MAX];
+	char name[WIRE_NAME_MAX];
+	char advertise[WIRE_HOSTPORT_MAX];
+	char listen[WIRE_HOSTPORT_MAX];
+
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, kicked;
+	uint32_t report_ms; /* memd-donor only: from DONOR_JOIN_OK */
+
+	/* under lock */
+	bool joined;
+	uint32_t donor_id;
+	uint64_t registry_epoch;
+	bool drain;
+	uint64_t queue[QUEUE_MAX]; /* ring of redeemed ids */
+	uint32_t qhead, qlen;
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void rpc_log_to_memd(void *arg, int level, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	(void)arg;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	memd_log(level, "donor: %s", line);
+}
+
+/* Sleeps up to ms, or until stop (returns true) or a kick. */
+static bool wait_ms(struct memd_donor *d, uint64_t ms, bool wake_on_kick)
+{
+	struct timespec ts;
+	bool stop;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&d->lock);
+	while (!d->stop && !(wake_on_kick && d->kicked) &&
+	       pthread_cond_timedwait(&d->cond, &d->lock, &ts) != ETIMEDOUT)
+		;
+	stop = d->stop;
+	pthread_mutex_unlock(&d->lock);
+	return stop;
+}
+
+/*
+ * The address clients reach us at: advertise, else listen; a wildcard
+ * listen host becomes the address our connection to the registry leaves
+ * from.
+ */
+static void advertised(struct memd_donor *d, const char *local_host, char *out,
+		       size_t len)
+{
+	char host[WIRE_HOSTPORT_MAX];
+	uint16_t port = 0;
+
+	if (d->advertise[0]) {
+		snprintf(out, len, "%s", d->advertise);
+		return;
+	}
+	if (wire_split_hostport(d->listen, host, sizeof(host), &port) ||
+	    !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !host[0]) {
+		if (strchr(local_host, ':'))
+			snprintf(out, len, "[%s]:%u", local_host, port);
+		else
+			snprintf(out, len, "%s:%u", local_host, port);
+		return;
+	}
+	snprintf(out, len, "%s", d->listen);
+}
+
+/* HELLO + AUTH as "@donor". 0 or -errno (-EACCES: wrong cluster secret). */
+static int handshake(struct memd_donor *d, struct rpc *c, char *text,
+		     size_t textlen)
+{
+	struct wire_hello_ok hello;
+	struct wire_auth_ok ok;
+	uint8_t skey[AUTH_KEY_LEN];
+	char client[WIRE_NAME_MAX];
+	int r;
+
+	snprintf(client, sizeof(client), "memd-donor %.52s", d->name);
+	r = rpc_hello(c, client, 2, CALL_TIMEOUT_MS, &hello, text, textlen);
+	if (!r)
+		r = rpc_auth(c, &hello, "@donor", d->o.donor_key, NULL, 0,
+			     CALL_TIMEOUT_MS, &ok, skey, text, textlen);
+	if (!r && ok.role != WIRE_ROLE_DONOR) {
+		snprintf(text, textlen, "the registry gave role %u, not donor",
+			 ok.role);
+		r = -EPROTO;
+	}
+	return r;
+}
+
+static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
+		struct wire_msg *req, struct wire_msg *rep, char *text,
+		size_t textlen)
+{
+	struct wire_donor_join *j = &req->u.donor_join;
+	int r;
+
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_DONOR_JOIN;
+	snprintf(j->name, sizeof(j->name), "%s", d->name);
+	advertised(d, local_host, j->addr, sizeof(j->addr));
+	j->epoch = d->o.epoch;
+	j->slab_bytes = d->o.slab_bytes;
+	j->slabs_total = d->o.slabs_total;
+	j->nnodes = d->o.nnodes;
+	memcpy(j->node, d->o.node, sizeof(j->node));
+	r = rpc_call(c, req, rep, WIRE_DONOR_JOIN_OK, CALL_TIMEOUT_MS, text,
+		     textlen);
+	if (r)
+		return r;
+	pthread_mutex_lock(&d->lock);
+	if (d->joined &&
+	    d->registry_epoch != rep->u.donor_join_ok.registry_epoch)
+		d->qlen = 0; /* a new registry knows none of those grants */
+	d->joined = true;
+	d->donor_id = rep->u.donor_join_ok.donor_id;
+	d->registry_epoch = rep->u.donor_join_ok.registry_epoch;
+	d->drain = rep->u.donor_join_ok.flags & WIRE_DONOR_DRAIN;
+	pthread_mutex_unlock(&d->lock);
+	d->report_ms = rep->u.donor_join_ok.report_ms;
+	memd_log(LOG_NOTICE,
+		 "donor: joined registry=%s donor_id=%u name=%s addr=%s "
+		 "registry_epoch=%016" PRIx64 " drain=%d",
+		 d->registry, rep->u.donor_join_ok.donor_id, d->name,
+		 req->u.donor_join.addr, rep->u.donor_join_ok.registry_epoch,
+		 d->drain);
+	return 0;
+}
+
+/* One report. Returns 0, -ESTALE (join again) or another -errno. */
+static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
+		  struct wire_msg *rep, char *text, size_t textlen)
+{
+	struct wire_donor_report *dr = &req->u.donor_report;
+	uint32_t taken;
+	bool drain;
+	int r;
+
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_DONOR_REPORT;
+	pthread_mutex_lock(&d->lock);
+	dr->donor_id = d->donor_id;
+	taken = d->qlen < WIRE_MAX_REDEEMED ? d->qlen : WIRE_MAX_REDEEMED;
+	for (uint32_t i = 0; i < taken; i++)
+		dr->redeemed[i] = d->queue[(d->qhead + i) % QUEUE_MAX];
+	dr->nredeemed = (uint16_t)taken;
+	d->kicked = false;
+	pthread_mutex_unlock(&d->lock);
+	dr->epoch = d->o.epoch;
+	d->o.snapshot(d->o.arg, dr);
+	r = rpc_call(c, req, rep, WIRE_DONOR_REPORT_OK, CALL_TIMEOUT_MS, text,
+		     textlen);
+	if (r)
+		return r;
+	pthread_mutex_lock(&d->lock);
+	/* The ids taken are the oldest ones: drop them. */
+	d->qhead = (d->qhead + taken) % QUEUE_MAX;
+	d->qlen -= taken;
+	drain = rep->u.donor_report_ok.flags & WIRE_DONOR_DRAIN;
+	if (drain != d->drain)
+		memd_log(LOG_NOTICE, "donor: registry says drain=%d", drain);
+	d->drain = drain;
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
+static void *donor_main(void *arg)
+{
+	struct memd_donor *d = arg;
+	struct wire_msg *req = malloc(sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	uint64_t backoff = BACKOFF_MIN_MS;
+	int last_err = 0;
+
+	pthread_setname_np(pthread_self(), "memd-donor");
+	if (!req || !rep) {
+		memd_log(LOG_ERR, "donor: out of memory; not joining");
+		goto out;
+	}
+	for (;;) {
+		char local[128] = "", text[WIRE_MSG_MAX] = "";
+		struct rpc *c = NULL;
+		uint64_t last = 0;
+		int r;
+
+		r = rpc_connect(d->registry, CALL_TIMEOUT_MS, &c, local,
+				sizeof(local));
+		if (!r) {
+			rpc_set_log(c, rpc_log_to_memd, d);
+			r = handshake(d, c, text, sizeof(text));
+		}
+		if (!r)
+			r = join(d, c, local, req, rep, text, sizeof(text));
+		while (!r) {
+			uint64_t now = mono_ms(), due;
+			bool kicked;
+
+			backoff = BACKOFF_MIN_MS;
+			last_err = 0;
+			pthread_mutex_lock(&d->lock);
+			kicked = d->kicked;
+			pthread_mutex_unlock(&d->lock);
+			due = kicked ? last + KICK_COALESCE_MS
+				     : last + d->report_ms;
+			if (last && now < due) {
+				if (wait_ms(d, due - now, !kicked))
+					goto stopped;
+				continue;
+			}
+			r = report(d, c, req, rep, text, sizeof(text));
+			last = mono_ms();
+			if (r == -ESTALE) {
+				memd_log(LOG_NOTICE,
+					 "donor: registry answered ESTALE "
+					 "(%s); joining again",
+					 text);
+				r = join(d, c, local, req, rep, text,
+					 sizeof(text));
+			}
+		}
+		if (r != last_err)
+			memd_log(r == -EACCES ? LOG_ERR : LOG_WARNING,
+				 "donor: registry=%s err=%s%s%s; retrying",
+				 d->registry, strerror(-r), text[0] ? ": " : "",
+				 text);
+		last_err = r;
+		rpc_close(c);
+		if (wait_ms(d, backoff, false))
+			break;
+		backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+						       : backoff * 2;
+		continue;
+	stopped:
+		rpc_close(c);
+		break;
+	}
+out:
+	free(req);
+	free(rep);
+	return NULL;
+}
+
+int memd_donor_start(const struct memd_donor_opts *o, struct memd_donor **out,
+		     char *err, size_t errlen)
+{
+	struct memd_donor *d;
+	pthread_condattr_t ca;
+	int r;
+
+	*out = NULL;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	d->o = *o;
+	snprintf(d->registry, sizeof(d->registry), "%s", o->registry);
+	snprintf(d->name, sizeof(d->name), "%s", o->name);
+	snprintf(d->advertise, sizeof(d->advertise), "%s",
+		 o->advertise ? o->advertise : "");
+	snprintf(d->listen, sizeof(d->listen), "%s", o->listen);
+	d->report_ms = 1000;
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&d->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	r = pthread_create(&d->thread, NULL, donor_main, d);
+	if (r) {
+		snprintf(err, errlen, "donor thread: %s", strerror(r));
+		pthread_cond_destroy(&d->cond);
+		pthread_mutex_destroy(&d->lock);
+		free(d);
+		return -r;
+	}
+	*out = d;
+	return 0;
+}
+
+void memd_donor_stop(struct memd_donor *d)
+{
+	if (!d)
+		return;
+	pthread_mutex_lock(&d->lock);
+	d->stop = true;
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	pthread_join(d->thread, NULL);
+	pthread_cond_destroy(&d->cond);
+	pthread_mutex_destroy(&d->lock);
+	free(d);
+}
+
+void memd_donor_kick(struct memd_donor *d)
+{
+	pthread_mutex_lock(&d->lock);
+	d->kicked = true;
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
+bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
+		      uint64_t *registry_epoch, bool *drain)
+{
+	bool joined;
+
+	pthread_mutex_lock(&d->lock);
+	joined = d->joined;
+	*donor_id = d->donor_id;
+	*registry_epoch = d->registry_epoch;
+	*drain = d->drain;
+	pthread_mutex_unlock(&d->lock);
+	return joined;
+}
+
+int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->qlen == QUEUE_MAX)
+		r = -EBUSY;
+	else
+		d->queue[(d->qhead + d->qlen++) % QUEUE_MAX] = grant_id;
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}

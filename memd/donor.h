@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/donor.h - a donor's link to its registry (docs/cluster.md,
+ * "Donors"): the thread memd-donor connects, authenticates as "@donor",
+ * joins, and reports (at least every report_ms, and soon after
+ * memd_donor_kick), reconnecting with backoff whenever the registry is
+ * away. The memd keeps serving while it is: the link only matters for
+ * new tickets.
+ *
+ * memd-ctl asks the link what a ticket must match (memd_donor_state) and
+ * queues the grants it redeemed (memd_donor_redeemed); the link sends them
+ * in its next report and forgets them once the registry acknowledged it.
+ * One mutex inside; the snapshot callback runs on memd-donor.
+ */
+#ifndef TP_MEMD_DONOR_H
+#define TP_MEMD_DONOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fabric/auth.h"
+#include "fabric/wire.h"
+
+struct memd_donor;
+
+struct memd_donor_opts {
+	const char *registry;  /* "host:port" of the registry */
+	const char *name;      /* donor name (durable identity) */
+	const char *advertise; /* "host:port" for clients; "" = listen */
+	const char *listen;    /* memd's bound control address */
+	uint8_t donor_key[AUTH_KEY_LEN];
+	uint64_t epoch;
+	uint64_t slab_bytes;
+	uint32_t slabs_total;
+	uint16_t nnodes;
+	struct wire_node_slabs node[WIRE_MAX_NODES];
+	/*
+	 * Fills rep's counters and tenants (not donor_id, epoch, redeemed):
+	 * called on memd-donor for every report, after the redeemed ids were
+	 * taken, so a redeemed grant is always in the counts it travels with.
+	 */
+	void (*snapshot)(void *arg, struct wire_donor_report *rep);
+	void *arg;
+};
+
+/* Starts memd-donor. 0, or -errno with err. */
+int memd_donor_start(const struct memd_donor_opts *o, struct memd_donor **out,
+		     char *err, size_t errlen);
+void memd_donor_stop(struct memd_donor *d);
+
+/* Report soon (coalesced: at most one report per 50 ms). Any thread. */
+void memd_donor_kick(struct memd_donor *d);
+
+/*
+ * What a ticket must match: false while not joined; else the donor id and
+ * the registry epoch of the current membership, and whether the registry
+ * asked us to drain.
+ */
+bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
+		      uint64_t *registry_epoch, bool *drain);
+
+/* Queues a redeemed grant id for the next report. -EBUSY when the queue
+ * (4096 ids) is full because the registry has not acknowledged reports. */
+int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id);
+
+#endif

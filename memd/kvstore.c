@@ -1,0 +1,1917 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/kvstore.c - the donor's per-tenant KV block store (see kvstore.h
+ * for the contract, the eviction policy and the spill format).
+ *
+ * Threads: none of its own. Every entry point takes the store's mutex;
+ * memd's control thread is the expected caller. The slab callbacks and
+ * spill file I/O run under the mutex.
+ *
+ * Objects:
+ * - a tenant: a hash index of entries (chained, keyed by SipHash of the
+ *   32-byte key with a random per-store key, so a tenant cannot flood a
+ *   bucket), its slabs, and its FIFOs: small S, main M, ghost G, reserved
+ *   R and deleting D (entries off the index, freed when their leases end);
+ * - a slab: one size class while it has blocks in use, a stack of free
+ *   block numbers, on its tenant's partial list of the class (some block
+ *   free), on the tenant's empty list (all free, about to go back to the
+ *   owner or to be re-cut), or on no list (full);
+ * - an entry: a key's state in memory (mem), its place in one FIFO
+ *   (queue), whether a spill file exists (spilled; the store-wide spill
+ *   FIFO orders those files oldest first).
+ *
+ * Invariants:
+ * - mem COMMITTED <=> queue S or M; RESERVED <=> queue R; DELETING <=>
+ *   queue D and off the index; mem NONE => queue G or none, no blocks.
+ * - An entry with mem NONE, no queue, no spill file and not busy is freed
+ *   (entry_maybe_free); busy marks the one entry an operation is filling,
+ *   so evictions it causes (ghost and spill trimming) cannot free it.
+ * - An entry is on its tenant's leased list iff leases > 0.
+ * - A slab on the empty list has nfree == nblocks and is handed back at
+ *   the end of the operation (tenant_release_empty) unless an allocation
+ *   re-cuts it first.
+ */
+#include "memd/kvstore.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define NCLASS_MAX 17 /* 64 KiB << 16 == 4 GiB */
+#define TAG_BYTES 8
+#define TAG_HASH_BYTES 16 /* crypto_generichash's minimum output */
+#define SPILL_OVERHEAD (MEMD_KV_HEADER_BYTES + TAG_BYTES)
+#define HEX_KEY_CHARS (2 * MEMD_KV_KEY_BYTES)
+
+_Static_assert(TAG_HASH_BYTES >= crypto_generichash_BYTES_MIN,
+	       "libsodium's BLAKE2b output floor");
+_Static_assert(((uint64_t)MEMD_KV_CLASS_MIN_BYTES << (NCLASS_MAX - 1)) ==
+		       MEMD_KV_SLAB_MAX_BYTES,
+	       "classes cover every slab size");
+
+enum mem_state { MEM_NONE, MEM_RESERVED, MEM_COMMITTED, MEM_DELETING };
+enum queue_id { Q_NONE, Q_SMALL, Q_MAIN, Q_GHOST, Q_RESERVED, Q_DELETING };
+enum slab_list { L_FULL, L_PARTIAL, L_EMPTY };
+
+struct kv_slab {
+	uint32_t id;
+	uint32_t cls;
+	uint8_t *base;
+	uint32_t nblocks, nfree;
+	uint32_t *free; /* free block numbers, nfree of them */
+	uint32_t idx;	/* in tenant->slabs[] */
+	enum slab_list list;
+	struct kv_slab *prev, *next;
+};
+
+struct kv_chunk {
+	struct kv_slab *slab;
+	uint32_t block;
+};
+
+struct kv_entry;
+struct kv_fifo {
+	struct kv_entry *head, *tail; /* head: newest */
+	uint64_t count, bytes;
+};
+
+struct kv_tenant;
+struct kv_entry {
+	struct kv_entry *hnext;
+	struct kv_entry *qprev, *qnext; /* in queue */
+	struct kv_entry *lprev, *lnext; /* tenant's leased list */
+	struct kv_entry *sprev, *snext; /* store's spill FIFO */
+	struct kv_tenant *t;
+	uint8_t key[MEMD_KV_KEY_BYTES];
+	uint8_t mem, queue, freq;
+	bool busy, hashed, to_main, spilled;
+	uint32_t pins, leases;
+	uint32_t nchunks;
+	uint64_t generation, value_len, checksum;
+	uint64_t bytes; /* of its blocks */
+	uint64_t deadline_ms, lease_until_ms;
+	uint64_t spill_file_bytes;
+	struct kv_chunk *chunks; /* &one when nchunks == 1 */
+	struct kv_chunk one;
+};
+
+struct kv_tenant {
+	uint32_t id;
+	struct kv_entry **bucket;
+	uint32_t nbuckets; /* power of two */
+	uint64_t nhashed;
+	struct kv_slab **slabs;
+	uint32_t nslabs, slabs_cap;
+	struct kv_slab *partial[NCLASS_MAX];
+	struct kv_slab *empty;
+	struct kv_fifo small, main, ghost, reserved, deleting;
+	struct kv_entry *leased;
+	uint64_t bytes_used, spilled, spill_bytes;
+	struct memd_kv_stats st; /* the counters; gauges are computed */
+};
+
+struct memd_kv {
+	pthread_mutex_t lock;
+	struct memd_kv_options o;
+	char *spill_dir;
+	uint32_t nclasses;
+	uint64_t payload_max; /* slab_bytes - header */
+	uint64_t next_gen;
+	uint8_t hkey[crypto_shorthash_KEYBYTES];
+	struct kv_tenant **tenants;
+	size_t ntenants, tenants_cap;
+	struct kv_entry *spill_head, *spill_tail; /* head: oldest */
+	uint64_t spill_used;
+};
+
+/* ---- header codec ---- */
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t get_le32(const uint8_t *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+void memd_kv_header_encode(const struct memd_kv_header *h,
+			   uint8_t out[MEMD_KV_HEADER_BYTES])
+{
+	put_le32(out + 0, h->magic);
+	put_le32(out + 4, h->tenant_id);
+	memcpy(out + 8, h->key, MEMD_KV_KEY_BYTES);
+	put_le64(out + 40, h->generation);
+	put_le32(out + 48, h->value_len);
+	put_le16(out + 52, h->chunk);
+	put_le16(out + 54, h->nchunks);
+	put_le64(out + 56, h->checksum);
+}
+
+void memd_kv_header_decode(const uint8_t in[MEMD_KV_HEADER_BYTES],
+			   struct memd_kv_header *h)
+{
+	h->magic = get_le32(in + 0);
+	h->tenant_id = get_le32(in + 4);
+	memcpy(h->key, in + 8, MEMD_KV_KEY_BYTES);
+	h->generation = get_le64(in + 40);
+	h->value_len = get_le32(in + 48);
+	h->chunk = get_le16(in + 52);
+	h->nchunks = get_le16(in + 54);
+	h->checksum = get_le64(in + 56);
+}
+
+/* ---- geometry ---- */
+
+static uint64_t class_bytes(uint32_t cls)
+{
+	return (uint64_t)MEMD_KV_CLASS_MIN_BYTES << cls;
+}
+
+/* The smallest class whose blocks hold bytes (header included). */
+static uint32_t class_for(uint64_t bytes)
+{
+	uint32_t cls = 0;
+
+	while (class_bytes(cls) < bytes)
+		cls++;
+	return cls;
+}
+
+static uint32_t nchunks_for(const struct memd_kv *kv, uint64_t len)
+{
+	return (uint32_t)((len + kv->payload_max - 1) / kv->payload_max);
+}
+
+/* Payload bytes of chunk i of a len-byte value. */
+static uint64_t chunk_part(const struct memd_kv *kv, uint64_t len, uint32_t i)
+{
+	uint64_t off = (uint64_t)i * kv->payload_max;
+	uint64_t left = len - off;
+
+	return left < kv->payload_max ? left : kv->payload_max;
+}
+
+int memd_kv_nchunks(const struct memd_kv *kv, uint64_t value_len)
+{
+	if (value_len == 0)
+		return -EINVAL;
+	if (value_len > kv->o.value_max_bytes)
+		return -EMSGSIZE;
+	return (int)nchunks_for(kv, value_len);
+}
+
+static uint8_t *chunk_block(const struct kv_chunk *c)
+{
+	return c->slab->base + (uint64_t)c->block * class_bytes(c->slab->cls);
+}
+
+/* ---- FIFOs ---- */
+
+static struct kv_fifo *fifo_of(struct kv_tenant *t, uint8_t q)
+{
+	switch (q) {
+	case Q_SMALL:
+		return &t->small;
+	case Q_MAIN:
+		return &t->main;
+	case Q_GHOST:
+		return &t->ghost;
+	case Q_RESERVED:
+		return &t->reserved;
+	case Q_DELETING:
+		return &t->deleting;
+	}
+	return NULL;
+}
+
+static void queue_push(struct kv_entry *e, uint8_t q)
+{
+	struct kv_fifo *f = fifo_of(e->t, q);
+
+	e->queue = q;
+	e->qprev = NULL;
+	e->qnext = f->head;
+	if (f->head)
+		f->head->qprev = e;
+	else
+		f->tail = e;
+	f->head = e;
+	f->count++;
+	f->bytes += e->bytes;
+}
+
+static void queue_remove(struct kv_entry *e)
+{
+	struct kv_fifo *f = fifo_of(e->t, e->queue);
+
+	if (!f)
+		return;
+	if (e->qprev)
+		e->qprev->qnext = e->qnext;
+	else
+		f->head = e->qnext;
+	if (e->qnext)
+		e->qnext->qprev = e->qprev;
+	else
+		f->tail = e->qprev;
+	f->count--;
+	f->bytes -= e->bytes;
+	e->qprev = e->qnext = NULL;
+	e->queue = Q_NONE;
+}
+
+static void queue_move(struct kv_entry *e, uint8_t q)
+{
+	queue_remove(e);
+	queue_push(e, q);
+}
+
+/* ---- index ---- */
+
+static uint64_t key_hash(const struct memd_kv *kv, const uint8_t *key)
+{
+	uint8_t h[crypto_shorthash_BYTES];
+
+	crypto_shorthash(h, key, MEMD_KV_KEY_BYTES, kv->hkey);
+	return get_le64(h);
+}
+
+static struct kv_entry *index_find(const struct memd_kv *kv,
+				   const struct kv_tenant *t,
+				   const uint8_t *key)
+{
+	struct kv_entry *e = t->bucket[key_hash(kv, key) & (t->nbuckets - 1)];
+
+	while (e && memcmp(e->key, key, MEMD_KV_KEY_BYTES))
+		e = e->hnext;
+	return e;
+}
+
+static void index_grow(const struct memd_kv *kv, struct kv_tenant *t)
+{
+	uint32_t n = t->nbuckets * 2;
+	struct kv_entry **b;
+
+	if (n == 0 || !(b = calloc(n, sizeof(*b))))
+		return; /* a longer chain is slower, not wrong */
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		struct kv_entry *e = t->bucket[i], *next;
+
+		for (; e; e = next) {
+			uint64_t h = key_hash(kv, e->key) & (n - 1);
+
+			next = e->hnext;
+			e->hnext = b[h];
+			b[h] = e;
+		}
+	}
+	free(t->bucket);
+	t->bucket = b;
+	t->nbuckets = n;
+}
+
+static void index_insert(const struct memd_kv *kv, struct kv_tenant *t,
+			 struct kv_entry *e)
+{
+	uint64_t h;
+
+	if (t->nhashed >= t->nbuckets)
+		index_grow(kv, t);
+	h = key_hash(kv, e->key) & (t->nbuckets - 1);
+	e->hnext = t->bucket[h];
+	t->bucket[h] = e;
+	e->hashed = true;
+	t->nhashed++;
+}
+
+static void index_remove(const struct memd_kv *kv, struct kv_tenant *t,
+			 struct kv_entry *e)
+{
+	struct kv_entry **pp =
+		&t->bucket[key_hash(kv, e->key) & (t->nbuckets - 1)];
+
+	if (!e->hashed)
+		return;
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	e->hnext = NULL;
+	e->hashed = false;
+	t->nhashed--;
+}
+
+/* ---- slabs and blocks ---- */
+
+static void slab_unlink(struct kv_tenant *t, struct kv_slab *s)
+{
+	struct kv_slab **head = s->list == L_PARTIAL ? &t->partial[s->cls]
+				: s->list == L_EMPTY ? &t->empty
+						     : NULL;
+
+	if (!head)
+		return;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		*head = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->prev = s->next = NULL;
+	s->list = L_FULL;
+}
+
+static void slab_link(struct kv_tenant *t, struct kv_slab *s,
+		      enum slab_list list)
+{
+	struct kv_slab **head =
+		list == L_PARTIAL ? &t->partial[s->cls] : &t->empty;
+
+	s->list = list;
+	s->prev = NULL;
+	s->next = *head;
+	if (*head)
+		(*head)->prev = s;
+	*head = s;
+}
+
+/* Borrows a slab from the owner onto the tenant's empty list. */
+static int slab_acquire(struct memd_kv *kv, struct kv_tenant *t)
+{
+	uint32_t id = 0;
+	uint8_t *base = NULL;
+	struct kv_slab *s;
+	int r;
+
+	if (t->nslabs == t->slabs_cap) {
+		uint32_t cap = t->slabs_cap ? t->slabs_cap * 2 : 8;
+		struct kv_slab **v = realloc(t->slabs, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		t->slabs = v;
+		t->slabs_cap = cap;
+	}
+	r = kv->o.slab_get(kv->o.slab_arg, t->id, &id, &base);
+	if (r)
+		return r < 0 ? r : -EIO;
+	if (!base) {
+		kv->o.slab_put(kv->o.slab_arg, id);
+		return -EFAULT;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s)
+		s->free = malloc((kv->o.slab_bytes / MEMD_KV_CLASS_MIN_BYTES) *
+				 sizeof(uint32_t));
+	if (!s || !s->free) {
+		free(s);
+		kv->o.slab_put(kv->o.slab_arg, id);
+		return -ENOMEM;
+	}
+	s->id = id;
+	s->base = base;
+	s->idx = t->nslabs;
+	t->slabs[t->nslabs++] = s;
+	slab_link(t, s, L_EMPTY);
+	return 0;
+}
+
+/* Cuts an empty slab into blocks of cls; block 0 is handed out first. */
+static void slab_cut(struct memd_kv *kv, struct kv_tenant *t, struct kv_slab *s,
+		     uint32_t cls)
+{
+	slab_unlink(t, s);
+	s->cls = cls;
+	s->nblocks = (uint32_t)(kv->o.slab_bytes / class_bytes(cls));
+	for (uint32_t i = 0; i < s->nblocks; i++)
+		s->free[i] = s->nblocks - 1 - i;
+	s->nfree = s->nblocks;
+	slab_link(t, s, L_PARTIAL);
+}
+
+static void slab_release(struct memd_kv *kv, struct kv_tenant *t,
+			 struct kv_slab *s)
+{
+	slab_unlink(t, s);
+	t->slabs[s->idx] = t->slabs[--t->nslabs];
+	t->slabs[s->idx]->idx = s->idx;
+	kv->o.slab_put(kv->o.slab_arg, s->id);
+	free(s->free);
+	free(s);
+}
+
+static void tenant_release_empty(struct memd_kv *kv, struct kv_tenant *t)
+{
+	while (t->empty)
+		slab_release(kv, t, t->empty);
+}
+
+static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
+{
+	struct kv_slab *s = c->slab;
+
+	s->free[s->nfree++] = c->block;
+	if (s->nfree == s->nblocks) {
+		slab_unlink(t, s);
+		slab_link(t, s, L_EMPTY);
+	} else if (s->nfree == 1) {
+		slab_link(t, s, L_PARTIAL);
+	}
+}
+
+static bool evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms);
+
+/*
+ * A block of cls for t: a free one, else an empty slab re-cut, else a new
+ * slab from the owner, else evictions until one of those appears.
+ */
+static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
+		       uint64_t now_ms, struct kv_chunk *c)
+{
+	for (;;) {
+		struct kv_slab *s = t->partial[cls];
+		int r;
+
+		if (s) {
+			c->slab = s;
+			c->block = s->free[--s->nfree];
+			if (s->nfree == 0)
+				slab_unlink(t, s);
+			return 0;
+		}
+		if (t->empty) {
+			slab_cut(kv, t, t->empty, cls);
+			continue;
+		}
+		r = slab_acquire(kv, t);
+		if (r == 0)
+			continue;
+		if (r != -ENOSPC)
+			return r;
+		if (!evict_one(kv, t, now_ms))
+			return -ENOSPC;
+	}
+}
+
+static void entry_free_blocks(struct kv_entry *e)
+{
+	struct kv_tenant *t = e->t;
+
+	for (uint32_t i = 0; i < e->nchunks; i++)
+		block_free(t, &e->chunks[i]);
+	t->bytes_used -= e->bytes;
+	if (e->chunks != &e->one)
+		free(e->chunks);
+	e->chunks = NULL;
+	e->nchunks = 0;
+	e->bytes = 0;
+}
+
+/* Gives e blocks for a len-byte value. e must be on no FIFO. */
+static int entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e,
+			      uint64_t len, uint64_t now_ms)
+{
+	uint32_t n = nchunks_for(kv, len);
+	struct kv_chunk *c = n == 1 ? &e->one : calloc(n, sizeof(*c));
+	uint64_t bytes = 0;
+
+	if (!c)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t cls = class_for(MEMD_KV_HEADER_BYTES +
+					 chunk_part(kv, len, i));
+		int r = block_alloc(kv, e->t, cls, now_ms, &c[i]);
+
+		if (r) {
+			while (i--)
+				block_free(e->t, &c[i]);
+			if (c != &e->one)
+				free(c);
+			return r;
+		}
+		bytes += class_bytes(cls);
+	}
+	e->chunks = c;
+	e->nchunks = n;
+	e->bytes = bytes;
+	e->t->bytes_used += bytes;
+	return 0;
+}
+
+/* ---- entries ---- */
+
+static struct kv_entry *entry_new(struct memd_kv *kv, struct kv_tenant *t,
+				  const uint8_t *key)
+{
+	struct kv_entry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->t = t;
+	memcpy(e->key, key, MEMD_KV_KEY_BYTES);
+	index_insert(kv, t, e);
+	return e;
+}
+
+static void lease_clear(struct kv_entry *e)
+{
+	struct kv_tenant *t = e->t;
+
+	if (!e->leases)
+		return;
+	if (e->lprev)
+		e->lprev->lnext = e->lnext;
+	else
+		t->leased = e->lnext;
+	if (e->lnext)
+		e->lnext->lprev = e->lprev;
+	e->lprev = e->lnext = NULL;
+	e->leases = 0;
+}
+
+static void lease_take(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
+{
+	uint64_t until = now_ms + kv->o.lease_ms;
+
+	if (e->leases++ == 0) {
+		e->lprev = NULL;
+		e->lnext = e->t->leased;
+		if (e->t->leased)
+			e->t->leased->lprev = e;
+		e->t->leased = e;
+		e->lease_until_ms = until;
+	} else if (until > e->lease_until_ms) {
+		e->lease_until_ms = until;
+	}
+}
+
+static bool lease_is_live(const struct kv_entry *e, uint64_t now_ms)
+{
+	return e->leases && now_ms < e->lease_until_ms;
+}
+
+static void entry_maybe_free(struct memd_kv *kv, struct kv_entry *e)
+{
+	if (e->busy || e->mem != MEM_NONE || e->queue != Q_NONE || e->spilled)
+		return;
+	index_remove(kv, e->t, e);
+	free(e);
+}
+
+static uint64_t next_generation(struct memd_kv *kv)
+{
+	uint64_t g = kv->next_gen++;
+
+	if (g == 0)
+		g = kv->next_gen++;
+	return g;
+}
+
+/* ---- spill files ---- */
+
+static void key_hex(const uint8_t *key, char out[HEX_KEY_CHARS + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (int i = 0; i < MEMD_KV_KEY_BYTES; i++) {
+		out[2 * i] = digits[key[i] >> 4];
+		out[2 * i + 1] = digits[key[i] & 15];
+	}
+	out[HEX_KEY_CHARS] = 0;
+}
+
+static bool key_unhex(const char *s, uint8_t key[MEMD_KV_KEY_BYTES])
+{
+	if (strlen(s) != HEX_KEY_CHARS)
+		return false;
+	for (int i = 0; i < HEX_KEY_CHARS; i++) {
+		int c = s[i], v;
+
+		if (c >= '0' && c <= '9')
+			v = c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v = c - 'a' + 10;
+		else
+			return false;
+		if (i % 2 == 0)
+			key[i / 2] = (uint8_t)(v << 4);
+		else
+			key[i / 2] |= (uint8_t)v;
+	}
+	return true;
+}
+
+static int spill_path(const struct memd_kv *kv, uint32_t tenant,
+		      const uint8_t *key, bool tmp, char *out, size_t size)
+{
+	char hex[HEX_KEY_CHARS + 1];
+	int n;
+
+	if (!key) {
+		n = snprintf(out, size, "%s/%u", kv->spill_dir, tenant);
+	} else {
+		key_hex(key, hex);
+		n = snprintf(out, size, "%s/%u/%s%s%s", kv->spill_dir, tenant,
+			     tmp ? "." : "", hex, tmp ? ".tmp" : "");
+	}
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static void tag_final(crypto_generichash_state *st, uint8_t tag[TAG_BYTES])
+{
+	uint8_t h[TAG_HASH_BYTES];
+
+	crypto_generichash_final(st, h, sizeof(h));
+	memcpy(tag, h, TAG_BYTES);
+}
+
+static int write_all(int fd, const uint8_t *p, uint64_t len)
+{
+	while (len) {
+		size_t n = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t w = write(fd, p, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		len -= (uint64_t)w;
+	}
+	return 0;
+}
+
+static int pread_all(int fd, uint8_t *p, uint64_t len, uint64_t off)
+{
+	while (len) {
+		size_t n = len > (1u << 30) ? (1u << 30) : (size_t)len;
+		ssize_t r = pread(fd, p, n, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		p += r;
+		len -= (uint64_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Removes e's spill file from the FIFO (and the disk, with unlink_file). */
+static void spill_forget(struct memd_kv *kv, struct kv_entry *e,
+			 bool unlink_file)
+{
+	char path[PATH_MAX];
+
+	if (!e->spilled)
+		return;
+	if (e->sprev)
+		e->sprev->snext = e->snext;
+	else
+		kv->spill_head = e->snext;
+	if (e->snext)
+		e->snext->sprev = e->sprev;
+	else
+		kv->spill_tail = e->sprev;
+	e->sprev = e->snext = NULL;
+	kv->spill_used -= e->spill_file_bytes;
+	e->t->spilled--;
+	e->t->spill_bytes -= e->spill_file_bytes;
+	e->spilled = false;
+	if (unlink_file &&
+	    spill_path(kv, e->t->id, e->key, false, path, sizeof(path)) == 0)
+		unlink(path);
+}
+
+static void spill_append(struct memd_kv *kv, struct kv_entry *e,
+			 uint64_t file_bytes)
+{
+	e->spilled = true;
+	e->spill_file_bytes = file_bytes;
+	e->snext = NULL;
+	e->sprev = kv->spill_tail;
+	if (kv->spill_tail)
+		kv->spill_tail->snext = e;
+	else
+		kv->spill_head = e;
+	kv->spill_tail = e;
+	kv->spill_used += file_bytes;
+	e->t->spilled++;
+	e->t->spill_bytes += file_bytes;
+}
+
+/* Deletes the oldest spill files until need more bytes fit the cap. */
+static uint64_t spill_trim(struct memd_kv *kv, uint64_t need)
+{
+	uint64_t n = 0;
+
+	while (kv->spill_head && kv->spill_used + need > kv->o.spill_bytes) {
+		struct kv_entry *e = kv->spill_head;
+
+		spill_forget(kv, e, true);
+		entry_maybe_free(kv, e);
+		n++;
+	}
+	return n;
+}
+
+static int fsync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int r = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd))
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/* Writes e (COMMITTED, in memory) to its spill file. */
+static int spill_write(struct memd_kv *kv, struct kv_entry *e)
+{
+	struct kv_tenant *t = e->t;
+	uint64_t file_bytes = e->value_len + SPILL_OVERHEAD;
+	char dir[PATH_MAX], tmp[PATH_MAX], path[PATH_MAX];
+	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES];
+	struct memd_kv_header h = {
+		.magic = MEMD_KV_MAGIC,
+		.tenant_id = t->id,
+		.generation = e->generation,
+		.value_len = (uint32_t)e->value_len,
+		.chunk = 0,
+		.nchunks = (uint16_t)e->nchunks,
+		.checksum = e->checksum,
+	};
+	crypto_generichash_state st;
+	int fd, r;
+
+	if (file_bytes > kv->o.spill_bytes)
+		return -EFBIG;
+	if ((r = spill_path(kv, t->id, NULL, false, dir, sizeof(dir))) ||
+	    (r = spill_path(kv, t->id, e->key, true, tmp, sizeof(tmp))) ||
+	    (r = spill_path(kv, t->id, e->key, false, path, sizeof(path))))
+		return r;
+	spill_trim(kv, file_bytes);
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		return -errno;
+	memcpy(h.key, e->key, MEMD_KV_KEY_BYTES);
+	memd_kv_header_encode(&h, hb);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	crypto_generichash_init(&st, NULL, 0, TAG_HASH_BYTES);
+	crypto_generichash_update(&st, hb, sizeof(hb));
+	r = write_all(fd, hb, sizeof(hb));
+	for (uint32_t i = 0; r == 0 && i < e->nchunks; i++) {
+		const uint8_t *p =
+			chunk_block(&e->chunks[i]) + MEMD_KV_HEADER_BYTES;
+		uint64_t part = chunk_part(kv, e->value_len, i);
+
+		crypto_generichash_update(&st, p, part);
+		r = write_all(fd, p, part);
+	}
+	if (r == 0) {
+		tag_final(&st, tag);
+		r = write_all(fd, tag, sizeof(tag));
+	}
+	if (r == 0 && fsync(fd))
+		r = -errno;
+	if (close(fd) && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path))
+		r = -errno;
+	if (r) {
+		unlink(tmp);
+		return r;
+	}
+	fsync_dir(dir); /* the rename is done; a failed sync risks only it */
+	spill_append(kv, e, file_bytes);
+	return 0;
+}
+
+static void queue_committed(struct memd_kv *kv, struct kv_entry *e)
+{
+	bool main = kv->o.policy == MEMD_KV_POLICY_S3FIFO && e->to_main;
+
+	e->to_main = false;
+	e->freq = 0;
+	queue_push(e, main ? Q_MAIN : Q_SMALL);
+}
+
+/*
+ * Loads a spilled entry (mem NONE) back into fresh blocks with a new
+ * generation. -ENOENT when the file is gone or fails verification (it is
+ * deleted), -ENOSPC when no room can be made, other -errno from I/O.
+ */
+static int entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
+{
+	struct kv_tenant *t = e->t;
+	char path[PATH_MAX];
+	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES], want[TAG_BYTES];
+	struct memd_kv_header h;
+	crypto_generichash_state st;
+	struct stat sb;
+	uint64_t gen;
+	int fd, r;
+
+	if ((r = spill_path(kv, t->id, e->key, false, path, sizeof(path))))
+		return r;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		spill_forget(kv, e, false);
+		return -ENOENT;
+	}
+	r = fstat(fd, &sb) ? -errno : pread_all(fd, hb, sizeof(hb), 0);
+	if (r == 0) {
+		memd_kv_header_decode(hb, &h);
+		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != t->id ||
+		    memcmp(h.key, e->key, MEMD_KV_KEY_BYTES) || h.chunk != 0 ||
+		    h.value_len == 0 || h.value_len > kv->o.value_max_bytes ||
+		    (uint64_t)sb.st_size != h.value_len + SPILL_OVERHEAD)
+			r = -EBADMSG;
+	}
+	if (r)
+		goto bad_file;
+	e->busy = true; /* evictions below may trim its spill file */
+	r = entry_alloc_blocks(kv, e, h.value_len, now_ms);
+	if (r) {
+		e->busy = false;
+		close(fd);
+		return r;
+	}
+	crypto_generichash_init(&st, NULL, 0, TAG_HASH_BYTES);
+	crypto_generichash_update(&st, hb, sizeof(hb));
+	for (uint32_t i = 0; r == 0 && i < e->nchunks; i++) {
+		uint8_t *p = chunk_block(&e->chunks[i]) + MEMD_KV_HEADER_BYTES;
+		uint64_t part = chunk_part(kv, h.value_len, i);
+
+		r = pread_all(fd, p, part,
+			      MEMD_KV_HEADER_BYTES +
+				      (uint64_t)i * kv->payload_max);
+		crypto_generichash_update(&st, p, part);
+	}
+	if (r == 0)
+		r = pread_all(fd, tag, sizeof(tag),
+			      MEMD_KV_HEADER_BYTES + h.value_len);
+	tag_final(&st, want);
+	if (r == 0 && sodium_memcmp(tag, want, sizeof(tag)))
+		r = -EBADMSG;
+	e->busy = false;
+	if (r) {
+		entry_free_blocks(e);
+		goto bad_file;
+	}
+	close(fd);
+	gen = next_generation(kv);
+	for (uint32_t i = 0; i < e->nchunks; i++) {
+		struct memd_kv_header ch = h;
+
+		ch.generation = gen;
+		ch.chunk = (uint16_t)i;
+		ch.nchunks = (uint16_t)e->nchunks;
+		memd_kv_header_encode(&ch, chunk_block(&e->chunks[i]));
+	}
+	e->mem = MEM_COMMITTED;
+	e->generation = gen;
+	e->value_len = h.value_len;
+	e->checksum = h.checksum;
+	if (e->queue == Q_GHOST)
+		queue_remove(e);
+	e->to_main = true; /* asked for again after its eviction */
+	queue_committed(kv, e);
+	t->st.reloads++;
+	return 0;
+
+bad_file:
+	close(fd);
+	/* corrupt or unreadable: never served, so no reason to keep it */
+	if (e->spilled)
+		spill_forget(kv, e, true);
+	return -ENOENT;
+}
+
+/* ---- eviction ---- */
+
+static bool is_evictable(const struct kv_entry *e, uint64_t now_ms)
+{
+	return e->pins == 0 && !lease_is_live(e, now_ms);
+}
+
+static void ghost_trim(struct memd_kv *kv, struct kv_tenant *t)
+{
+	uint64_t cap = t->small.count + t->main.count;
+
+	if (cap == 0)
+		cap = 1;
+	while (t->ghost.count > cap) {
+		struct kv_entry *g = t->ghost.tail;
+
+		queue_remove(g);
+		entry_maybe_free(kv, g);
+	}
+}
+
+/* Evicts e (COMMITTED, evictable): spill, free its blocks, maybe ghost. */
+static void evict_entry(struct memd_kv *kv, struct kv_entry *e, bool ghost)
+{
+	struct kv_tenant *t = e->t;
+
+	if (kv->spill_dir && !e->spilled) {
+		if (spill_write(kv, e) == 0)
+			t->st.spills++;
+		else
+			t->st.spill_errors++;
+	}
+	queue_remove(e);
+	lease_clear(e); /* lapsed ones only: live ones are not evicted */
+	entry_free_blocks(e);
+	e->mem = MEM_NONE;
+	e->generation = 0;
+	e->freq = 0;
+	e->pins = 0;
+	t->st.evictions++;
+	if (ghost && kv->o.policy == MEMD_KV_POLICY_S3FIFO) {
+		queue_push(e, Q_GHOST);
+		ghost_trim(kv, t);
+	}
+	entry_maybe_free(kv, e);
+}
+
+static bool evict_any(struct memd_kv *kv, struct kv_fifo *f, bool ghost,
+		      uint64_t now_ms)
+{
+	for (struct kv_entry *e = f->tail; e; e = e->qprev) {
+		if (is_evictable(e, now_ms)) {
+			evict_entry(kv, e, ghost);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* One S3-FIFO eviction in t (see kvstore.h). False: nothing evictable. */
+static bool evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms)
+{
+	uint64_t budget;
+
+	if (kv->o.policy == MEMD_KV_POLICY_FIFO)
+		return evict_any(kv, &t->small, false, now_ms);
+	budget = 4 * (t->small.count + t->main.count) + 4;
+	while (budget-- && (t->small.count || t->main.count)) {
+		struct kv_fifo *s = &t->small, *m = &t->main;
+		bool from_small =
+			s->count &&
+			(m->count == 0 || s->bytes * 10 >= s->bytes + m->bytes);
+		struct kv_entry *e = from_small ? s->tail : m->tail;
+
+		if (!is_evictable(e, now_ms)) {
+			queue_move(e, e->queue);
+		} else if (from_small && e->freq >= 1) {
+			queue_move(e, Q_MAIN);
+		} else if (!from_small && e->freq >= 1) {
+			e->freq--;
+			queue_move(e, Q_MAIN);
+		} else {
+			evict_entry(kv, e, from_small);
+			return true;
+		}
+	}
+	/* the walk only met pinned or leased entries: take any other one */
+	return evict_any(kv, &t->small, true, now_ms) ||
+	       evict_any(kv, &t->main, false, now_ms);
+}
+
+/* ---- tenants ---- */
+
+static struct kv_tenant *tenant_find(struct memd_kv *kv, uint32_t id)
+{
+	for (size_t i = 0; i < kv->ntenants; i++)
+		if (kv->tenants[i]->id == id)
+			return kv->tenants[i];
+	return NULL;
+}
+
+static struct kv_tenant *tenant_get(struct memd_kv *kv, uint32_t id)
+{
+	struct kv_tenant *t = tenant_find(kv, id);
+
+	if (t)
+		return t;
+	if (kv->ntenants == kv->tenants_cap) {
+		size_t cap = kv->tenants_cap ? kv->tenants_cap * 2 : 4;
+		struct kv_tenant **v = realloc(kv->tenants, cap * sizeof(*v));
+
+		if (!v)
+			return NULL;
+		kv->tenants = v;
+		kv->tenants_cap = cap;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->nbuckets = 64;
+	t->bucket = calloc(t->nbuckets, sizeof(*t->bucket));
+	if (!t->bucket) {
+		free(t);
+		return NULL;
+	}
+	t->id = id;
+	kv->tenants[kv->ntenants++] = t;
+	return t;
+}
+
+static void entry_destroy(struct kv_entry *e)
+{
+	if (e->chunks)
+		entry_free_blocks(e);
+	free(e);
+}
+
+static void tenant_destroy(struct memd_kv *kv, struct kv_tenant *t)
+{
+	struct kv_entry *e, *next;
+
+	for (uint32_t i = 0; i < t->nbuckets; i++) {
+		for (e = t->bucket[i]; e; e = next) {
+			next = e->hnext;
+			entry_destroy(e);
+		}
+	}
+	for (e = t->deleting.head; e; e = next) {
+		next = e->qnext;
+		entry_destroy(e);
+	}
+	while (t->nslabs)
+		slab_release(kv, t, t->slabs[t->nslabs - 1]);
+	free(t->slabs);
+	free(t->bucket);
+	free(t);
+}
+
+/* ---- create / destroy ---- */
+
+int memd_kv_create(const struct memd_kv_options *o, struct memd_kv **out)
+{
+	struct memd_kv *kv;
+	int r;
+
+	*out = NULL;
+	if (!o || !o->slab_get || !o->slab_put ||
+	    o->slab_bytes < MEMD_KV_CLASS_MIN_BYTES ||
+	    o->slab_bytes > MEMD_KV_SLAB_MAX_BYTES ||
+	    (o->slab_bytes & (o->slab_bytes - 1)) ||
+	    o->value_max_bytes > MEMD_KV_VALUE_MAX_BYTES ||
+	    (o->spill_dir && !o->spill_dir[0]) ||
+	    !o->spill_dir != !o->spill_bytes ||
+	    (o->policy != MEMD_KV_POLICY_S3FIFO &&
+	     o->policy != MEMD_KV_POLICY_FIFO))
+		return -EINVAL;
+	if (sodium_init() < 0)
+		return -EIO;
+	kv = calloc(1, sizeof(*kv));
+	if (!kv)
+		return -ENOMEM;
+	kv->o = *o;
+	if (!kv->o.reserve_ms)
+		kv->o.reserve_ms = 10000;
+	if (!kv->o.lease_ms)
+		kv->o.lease_ms = 2000;
+	if (!kv->o.value_max_bytes)
+		kv->o.value_max_bytes = MEMD_KV_VALUE_DEFAULT_MAX_BYTES;
+	kv->o.spill_dir = NULL;
+	if (o->spill_dir) {
+		kv->spill_dir = strdup(o->spill_dir);
+		if (!kv->spill_dir) {
+			free(kv);
+			return -ENOMEM;
+		}
+		if (mkdir(kv->spill_dir, 0700) && errno != EEXIST) {
+			r = -errno;
+			free(kv->spill_dir);
+			free(kv);
+			return r;
+		}
+	}
+	kv->nclasses = class_for(o->slab_bytes) + 1;
+	kv->payload_max = o->slab_bytes - MEMD_KV_HEADER_BYTES;
+	kv->next_gen = o->epoch;
+	crypto_shorthash_keygen(kv->hkey);
+	r = pthread_mutex_init(&kv->lock, NULL);
+	if (r) {
+		free(kv->spill_dir);
+		free(kv);
+		return -r;
+	}
+	*out = kv;
+	return 0;
+}
+
+void memd_kv_destroy(struct memd_kv *kv)
+{
+	if (!kv)
+		return;
+	for (size_t i = 0; i < kv->ntenants; i++)
+		tenant_destroy(kv, kv->tenants[i]);
+	free(kv->tenants);
+	pthread_mutex_destroy(&kv->lock);
+	free(kv->spill_dir);
+	free(kv);
+}
+
+/* ---- batch operations ---- */
+
+static int batch_check(const struct memd_kv *kv, const void *items, size_t n,
+		       const struct memd_kv_loc *locs, size_t max_locs)
+{
+	if (!kv || !items || n == 0 || (!locs && max_locs))
+		return -EINVAL;
+	return 0;
+}
+
+static void fill_locs(const struct kv_entry *e, struct memd_kv_item *it,
+		      struct memd_kv_loc *locs, size_t *nl)
+{
+	it->first_loc = (uint32_t)*nl;
+	it->nchunks = e->nchunks;
+	for (uint32_t i = 0; i < e->nchunks; i++) {
+		const struct kv_chunk *c = &e->chunks[i];
+		uint64_t bb = class_bytes(c->slab->cls);
+
+		locs[*nl] = (struct memd_kv_loc){
+			.slab = c->slab->id,
+			.chunk = i,
+			.offset = (uint64_t)c->block * bb,
+			.block_bytes = bb,
+		};
+		(*nl)++;
+	}
+}
+
+static void drop_reserved(struct memd_kv *kv, struct kv_entry *e)
+{
+	queue_remove(e);
+	entry_free_blocks(e);
+	e->mem = MEM_NONE;
+	e->generation = 0;
+	e->to_main = false;
+	e->t->st.expired++;
+	entry_maybe_free(kv, e);
+}
+
+static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
+		       struct memd_kv_item *it, struct memd_kv_loc *locs,
+		       size_t max_locs, size_t *nl, uint64_t now_ms)
+{
+	struct kv_entry *e;
+	int nc, r;
+
+	nc = memd_kv_nchunks(kv, it->value_len);
+	if (nc < 0)
+		return nc;
+	e = index_find(kv, t, it->key);
+	if (e && e->mem == MEM_RESERVED && now_ms >= e->deadline_ms) {
+		drop_reserved(kv, e);
+		e = index_find(kv, t, it->key);
+	}
+	if (e && e->mem == MEM_COMMITTED) {
+		it->generation = e->generation;
+		return -EEXIST;
+	}
+	if (e && e->mem == MEM_RESERVED)
+		return -EBUSY;
+	if (e && e->spilled)
+		return -EEXIST;
+	if (*nl + (size_t)nc > max_locs)
+		return -ENOBUFS;
+	if (!e && !(e = entry_new(kv, t, it->key)))
+		return -ENOMEM;
+	if (e->queue == Q_GHOST) {
+		queue_remove(e);
+		e->to_main = true;
+	}
+	e->busy = true;
+	r = entry_alloc_blocks(kv, e, it->value_len, now_ms);
+	e->busy = false;
+	if (r) {
+		e->to_main = false;
+		entry_maybe_free(kv, e);
+		return r;
+	}
+	e->mem = MEM_RESERVED;
+	e->generation = next_generation(kv);
+	e->value_len = it->value_len;
+	e->checksum = 0;
+	e->deadline_ms = now_ms + kv->o.reserve_ms;
+	queue_push(e, Q_RESERVED);
+	it->generation = e->generation;
+	fill_locs(e, it, locs, nl);
+	return 0;
+}
+
+ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
+			struct memd_kv_item *items, size_t n,
+			struct memd_kv_loc *locs, size_t max_locs,
+			uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	size_t nl = 0;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, locs, max_locs);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_get(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		struct memd_kv_item *it = &items[i];
+
+		it->first_loc = (uint32_t)nl;
+		it->nchunks = 0;
+		it->generation = 0;
+		it->status =
+			t ? reserve_one(kv, t, it, locs, max_locs, &nl, now_ms)
+			  : -ENOMEM;
+		ok += it->status == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+static int commit_one(struct memd_kv *kv, struct kv_tenant *t,
+		      struct memd_kv_item *it, uint64_t now_ms)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+
+	if (!e || (e->mem != MEM_RESERVED && e->mem != MEM_COMMITTED))
+		return -ENOENT;
+	if (e->generation != it->generation)
+		return -ESTALE;
+	if (e->mem == MEM_COMMITTED)
+		return -EALREADY;
+	if (now_ms >= e->deadline_ms) {
+		drop_reserved(kv, e);
+		return -ETIMEDOUT;
+	}
+	queue_remove(e);
+	e->mem = MEM_COMMITTED;
+	e->checksum = it->checksum;
+	queue_committed(kv, e);
+	return 0;
+}
+
+ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		items[i].status =
+			t ? commit_one(kv, t, &items[i], now_ms) : -ENOENT;
+		ok += items[i].status == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+/* Makes a spilled entry resident. 0, or -ENOENT / -ENOSPC / -errno. */
+static int ensure_resident(struct memd_kv *kv, struct kv_entry *e,
+			   uint64_t now_ms)
+{
+	int r;
+
+	if (e->mem == MEM_COMMITTED)
+		return 0;
+	if (e->mem != MEM_NONE || !e->spilled)
+		return -ENOENT;
+	r = entry_load(kv, e, now_ms);
+	if (r)
+		entry_maybe_free(kv, e);
+	return r;
+}
+
+static int lookup_one(struct memd_kv *kv, struct kv_tenant *t,
+		      struct memd_kv_item *it, struct memd_kv_loc *locs,
+		      size_t max_locs, size_t *nl, uint64_t now_ms)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+	uint64_t need;
+
+	if (!e ||
+	    !(e->mem == MEM_COMMITTED || (e->mem == MEM_NONE && e->spilled)))
+		return -ENOENT;
+	need = e->mem == MEM_COMMITTED
+		       ? e->nchunks
+		       : nchunks_for(kv, e->spill_file_bytes - SPILL_OVERHEAD);
+	if (*nl + need > max_locs)
+		return -ENOBUFS;
+	if (ensure_resident(kv, e, now_ms))
+		return -ENOENT;
+	if (e->freq < 3)
+		e->freq++;
+	lease_take(kv, e, now_ms);
+	it->value_len = e->value_len;
+	it->generation = e->generation;
+	it->checksum = e->checksum;
+	fill_locs(e, it, locs, nl);
+	return 0;
+}
+
+ssize_t memd_kv_lookup(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n,
+		       struct memd_kv_loc *locs, size_t max_locs,
+		       uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	size_t nl = 0;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, locs, max_locs);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_get(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		struct memd_kv_item *it = &items[i];
+
+		it->first_loc = (uint32_t)nl;
+		it->nchunks = 0;
+		it->status =
+			t ? lookup_one(kv, t, it, locs, max_locs, &nl, now_ms)
+			  : -ENOMEM;
+		if (t && it->status == 0)
+			t->st.hits++;
+		else if (t && it->status == -ENOENT)
+			t->st.misses++;
+		ok += it->status == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+/* Frees a DELETING entry whose last lease has ended. */
+static void deleting_free(struct kv_entry *e)
+{
+	queue_remove(e);
+	lease_clear(e);
+	entry_destroy(e);
+}
+
+static int done_one(struct memd_kv *kv, struct kv_tenant *t,
+		    struct memd_kv_item *it)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+
+	if (!e || e->mem != MEM_COMMITTED || e->generation != it->generation) {
+		struct kv_entry *d = t->deleting.head;
+
+		while (d && (memcmp(d->key, it->key, MEMD_KV_KEY_BYTES) ||
+			     d->generation != it->generation))
+			d = d->qnext;
+		if (d)
+			e = d;
+		else if (!e || e->mem != MEM_COMMITTED)
+			return -ENOENT;
+		else
+			return -ESTALE;
+	}
+	if (!e->leases)
+		return -EALREADY;
+	if (e->leases > 1) {
+		e->leases--;
+		return 0;
+	}
+	lease_clear(e);
+	if (e->mem == MEM_DELETING)
+		deleting_free(e);
+	return 0;
+}
+
+ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
+		     struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	(void)now_ms;
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		items[i].status = t ? done_one(kv, t, &items[i]) : -ENOENT;
+		ok += items[i].status == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
+		       const uint8_t (*keys)[MEMD_KV_KEY_BYTES], size_t n)
+{
+	struct kv_tenant *t;
+	ssize_t i = 0;
+
+	if (!kv || !keys || n == 0)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (; t && (size_t)i < n; i++) {
+		struct kv_entry *e = index_find(kv, t, keys[i]);
+
+		if (!e || !(e->mem == MEM_COMMITTED ||
+			    (e->mem == MEM_NONE && e->spilled)))
+			break;
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return i;
+}
+
+static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
+		      struct memd_kv_item *it, uint64_t now_ms)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+
+	if (!e)
+		return -ENOENT;
+	if (e->mem == MEM_RESERVED)
+		return -EBUSY;
+	if (e->mem == MEM_NONE && !e->spilled)
+		return -ENOENT; /* only a ghost */
+	spill_forget(kv, e, true);
+	if (e->mem == MEM_NONE) {
+		queue_remove(e); /* ghost */
+		entry_maybe_free(kv, e);
+		return 0;
+	}
+	queue_remove(e);
+	index_remove(kv, t, e);
+	e->pins = 0;
+	if (lease_is_live(e, now_ms)) {
+		e->mem = MEM_DELETING;
+		queue_push(e, Q_DELETING);
+		return 0;
+	}
+	lease_clear(e);
+	entry_destroy(e);
+	return 0;
+}
+
+ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		items[i].status =
+			t ? delete_one(kv, t, &items[i], now_ms) : -ENOENT;
+		ok += items[i].status == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+ssize_t memd_kv_pin(struct memd_kv *kv, uint32_t tenant,
+		    struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		struct kv_entry *e = t ? index_find(kv, t, items[i].key) : NULL;
+		int s = e ? ensure_resident(kv, e, now_ms) : -ENOENT;
+
+		if (s == 0)
+			e->pins++;
+		items[i].status = s;
+		ok += s == 0;
+	}
+	if (t)
+		tenant_release_empty(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+ssize_t memd_kv_unpin(struct memd_kv *kv, uint32_t tenant,
+		      struct memd_kv_item *items, size_t n)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		struct kv_entry *e = t ? index_find(kv, t, items[i].key) : NULL;
+		int s;
+
+		if (!e || e->mem != MEM_COMMITTED)
+			s = -ENOENT;
+		else if (!e->pins)
+			s = -EINVAL;
+		else
+			s = (e->pins--, 0);
+		items[i].status = s;
+		ok += s == 0;
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
+size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants; i++) {
+		struct kv_tenant *t = kv->tenants[i];
+		struct kv_entry *e, *next;
+
+		for (e = t->reserved.head; e; e = next) {
+			next = e->qnext;
+			if (now_ms >= e->deadline_ms) {
+				drop_reserved(kv, e);
+				n++;
+			}
+		}
+		for (e = t->leased; e; e = next) {
+			next = e->lnext;
+			if (now_ms < e->lease_until_ms)
+				continue;
+			n++;
+			if (e->mem == MEM_DELETING)
+				deleting_free(e);
+			else
+				lease_clear(e);
+		}
+		tenant_release_empty(kv, t);
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
+/* ---- warm restart ---- */
+
+struct scan_file {
+	uint32_t tenant;
+	uint8_t key[MEMD_KV_KEY_BYTES];
+	uint64_t bytes;
+	struct timespec mtime;
+};
+
+static int scan_file_cmp(const void *a, const void *b)
+{
+	const struct scan_file *x = a, *y = b;
+
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	return 0;
+}
+
+/* Verifies one spill file: 0 (valid, *bytes), -EBADMSG, or -errno. */
+static int scan_verify(const struct memd_kv *kv, int dirfd, const char *name,
+		       uint32_t tenant, const uint8_t *key, uint8_t *buf,
+		       size_t bufsize, struct scan_file *f)
+{
+	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES], want[TAG_BYTES];
+	struct memd_kv_header h;
+	crypto_generichash_state st;
+	struct stat sb;
+	uint64_t off = 0, left;
+	int fd, r;
+
+	memset(want, 0, sizeof(want));
+
+	fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ELOOP ? -EBADMSG : -errno;
+	r = fstat(fd, &sb) ? -errno : 0;
+	if (r == 0 &&
+	    (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < SPILL_OVERHEAD + 1))
+		r = -EBADMSG;
+	if (r == 0)
+		r = pread_all(fd, hb, sizeof(hb), 0);
+	if (r == 0) {
+		memd_kv_header_decode(hb, &h);
+		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != tenant ||
+		    memcmp(h.key, key, MEMD_KV_KEY_BYTES) || h.chunk != 0 ||
+		    h.value_len == 0 || h.value_len > kv->o.value_max_bytes ||
+		    (uint64_t)sb.st_size != h.value_len + SPILL_OVERHEAD)
+			r = -EBADMSG;
+	}
+	if (r == 0) {
+		crypto_generichash_init(&st, NULL, 0, TAG_HASH_BYTES);
+		crypto_generichash_update(&st, hb, sizeof(hb));
+		off = MEMD_KV_HEADER_BYTES;
+		left = h.value_len;
+		while (r == 0 && left) {
+			size_t n = left < bufsize ? (size_t)left : bufsize;
+
+			r = pread_all(fd, buf, n, off);
+			crypto_generichash_update(&st, buf, n);
+			off += n;
+			left -= n;
+		}
+		tag_final(&st, want);
+	}
+	if (r == 0)
+		r = pread_all(fd, tag, sizeof(tag), off);
+	if (r == 0 && sodium_memcmp(tag, want, sizeof(tag)))
+		r = -EBADMSG;
+	if (r == -EIO) /* short: the file changed size under us */
+		r = -EBADMSG;
+	close(fd);
+	if (r == 0) {
+		f->tenant = tenant;
+		memcpy(f->key, key, MEMD_KV_KEY_BYTES);
+		f->bytes = (uint64_t)sb.st_size;
+		f->mtime = sb.st_mtim;
+	}
+	return r;
+}
+
+static bool parse_tenant(const char *s, uint32_t *out)
+{
+	unsigned long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > UINT32_MAX)
+		return false;
+	*out = (uint32_t)v;
+	return true;
+}
+
+/* Scans one tenant directory, appending valid files to *files. */
+static int scan_tenant_dir(struct memd_kv *kv, int topfd, const char *name,
+			   uint32_t tenant, struct scan_file **files,
+			   size_t *nfiles, size_t *cap, uint8_t *buf,
+			   size_t bufsize, struct memd_kv_scan_result *res)
+{
+	int fd = openat(topfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *d;
+	DIR *dir;
+	int r = 0;
+
+	if (fd < 0)
+		return -errno;
+	dir = fdopendir(fd);
+	if (!dir) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while ((d = readdir(dir))) {
+		uint8_t key[MEMD_KV_KEY_BYTES];
+		struct scan_file f;
+		int v;
+
+		if (!strcmp(d->d_name, ".") || !strcmp(d->d_name, ".."))
+			continue;
+		if (d->d_type == DT_DIR)
+			continue;
+		if (!key_unhex(d->d_name, key)) {
+			/* a temp file of a spill cut short, or a stranger */
+			if (unlinkat(fd, d->d_name, 0) == 0)
+				res->deleted++;
+			continue;
+		}
+		v = scan_verify(kv, fd, d->d_name, tenant, key, buf, bufsize,
+				&f);
+		if (v == -EBADMSG) {
+			if (unlinkat(fd, d->d_name, 0) == 0)
+				res->deleted++;
+			continue;
+		}
+		if (v)
+			continue; /* unreadable now (EMFILE...): left alone */
+		if (*nfiles == *cap) {
+			size_t c = *cap ? *cap * 2 : 64;
+			struct scan_file *p = realloc(*files, c * sizeof(*p));
+
+			if (!p) {
+				r = -ENOMEM;
+				break;
+			}
+			*files = p;
+			*cap = c;
+		}
+		(*files)[(*nfiles)++] = f;
+	}
+	closedir(dir);
+	return r;
+}
+
+int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *res)
+{
+	struct memd_kv_scan_result local;
+	struct scan_file *files = NULL;
+	size_t nfiles = 0, cap = 0;
+	const size_t bufsize = 1u << 20;
+	uint8_t *buf;
+	struct dirent *d;
+	DIR *top;
+	int r = 0;
+
+	if (!res)
+		res = &local;
+	memset(res, 0, sizeof(*res));
+	if (!kv)
+		return -EINVAL;
+	if (!kv->spill_dir)
+		return 0;
+	buf = malloc(bufsize);
+	if (!buf)
+		return -ENOMEM;
+	pthread_mutex_lock(&kv->lock);
+	top = opendir(kv->spill_dir);
+	if (!top) {
+		r = -errno;
+		goto out;
+	}
+	while (r == 0 && (d = readdir(top))) {
+		uint32_t tenant;
+
+		if (d->d_type != DT_DIR && d->d_type != DT_UNKNOWN)
+			continue;
+		if (!parse_tenant(d->d_name, &tenant))
+			continue;
+		r = scan_tenant_dir(kv, dirfd(top), d->d_name, tenant, &files,
+				    &nfiles, &cap, buf, bufsize, res);
+		if (r == -ENOTDIR)
+			r = 0;
+	}
+	closedir(top);
+	if (r)
+		goto out;
+	qsort(files, nfiles, sizeof(*files), scan_file_cmp);
+	for (size_t i = 0; i < nfiles; i++) {
+		struct kv_tenant *t = tenant_get(kv, files[i].tenant);
+		struct kv_entry *e;
+
+		if (!t) {
+			r = -ENOMEM;
+			break;
+		}
+		e = index_find(kv, t, files[i].key);
+		if (e && e->spilled)
+			continue;
+		if (!e && !(e = entry_new(kv, t, files[i].key))) {
+			r = -ENOMEM;
+			break;
+		}
+		spill_append(kv, e, files[i].bytes);
+		res->files++;
+		res->bytes += files[i].bytes;
+	}
+	if (r == 0) {
+		uint64_t before = kv->spill_used;
+
+		res->dropped = spill_trim(kv, 0);
+		res->files -= res->dropped;
+		res->bytes -= before - kv->spill_used;
+	}
+out:
+	pthread_mutex_unlock(&kv->lock);
+	free(files);
+	free(buf);
+	return r;
+}
+
+void memd_kv_get_stats(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_stats *st)
+{
+	struct kv_tenant *t;
+
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	if (t) {
+		*st = t->st;
+		st->slabs = t->nslabs;
+		st->bytes_held = (uint64_t)t->nslabs * kv->o.slab_bytes;
+		st->bytes_used = t->bytes_used;
+		st->entries = t->small.count + t->main.count;
+		st->reserved = t->reserved.count;
+		st->spilled = t->spilled;
+		st->spill_bytes = t->spill_bytes;
+	}
+	pthread_mutex_unlock(&kv->lock);
+}

@@ -1,0 +1,331 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * memd/kvstore.h - the donor's KV store: per tenant, an index of 32-byte
+ * keys over blocks cut from slabs of memory that the owner (memd's server)
+ * lends it (docs/kv.md).
+ *
+ * Pure bookkeeping: no sockets, no fabric, no clock reads (callers pass a
+ * monotonic now_ms). The one exception is the optional spill directory,
+ * which the store reads and writes itself, under its lock (see Spill). One
+ * mutex inside makes every call safe from any thread; the slab callbacks
+ * run under it and must not call back into the store.
+ *
+ * Memory. The store asks its owner for slabs (slab_get, per tenant; the
+ * owner says -ENOSPC when the tenant's share or the donor is full) and
+ * gives a slab back (slab_put) as soon as it holds no block. A slab
+ * belongs to one tenant and one size class; class k cuts it into blocks
+ * of 64 KiB << k, up to slab_bytes. A block is a 64-byte header (struct
+ * memd_kv_header, written by the client over RMA, or by the store when it
+ * reloads a spilled entry) followed by payload.
+ *
+ * Values and chunks. A value of L bytes (1 .. value_max_bytes) whose
+ * payload fits one block of the largest class (L <= slab_bytes - 64) lives
+ * in one block of the smallest class that holds 64 + L bytes. A larger
+ * value is chunked: with P = slab_bytes - 64, chunk i holds value bytes
+ * [i * P, min(L, (i + 1) * P)); every chunk but the last is a block of the
+ * largest class, the last a block of the smallest class that fits its
+ * part. Each chunk's header carries the whole value's length, its chunk
+ * number and the chunk count.
+ *
+ * Entries. key -> RESERVED (blocks allocated, waiting for the client's
+ * RMA write and commit, dropped at its deadline) -> COMMITTED (served).
+ * Every reservation, and every reload from spill, gets a fresh generation:
+ * a counter seeded from the caller's 64-bit epoch (memd's random boot
+ * epoch), so a (key, generation) pair names one incarnation of one value.
+ * The checksum is the client's, kept and returned, never interpreted.
+ *
+ * Read leases. A lookup takes a read lease on each entry it returns, until
+ * now + lease_ms; eviction skips an entry with a live lease, and a delete
+ * of such an entry is deferred (the key disappears at once, its blocks are
+ * freed when the leases end). Leases are counted per entry with the
+ * latest deadline: done() ends one, expire() ends them all once the
+ * latest deadline has passed. Since leases are not told apart, a late
+ * done() for a lapsed lease can end a newer reader's lease early; the
+ * client's header and checksum checks turn any reuse under that reader
+ * into a miss, never into wrong bytes.
+ *
+ * Eviction: S3-FIFO (Yang et al., SOSP '23) per tenant, over COMMITTED
+ * entries, run when the tenant needs a block of some class, has no free
+ * block of that class and no empty slab, and slab_get says -ENOSPC:
+ *  - a committed entry enters the small FIFO S, or the main FIFO M when
+ *    its key is in the ghost FIFO G (it was evicted from S recently) or
+ *    when it is reloaded from spill;
+ *  - a hit (lookup) raises the entry's 2-bit frequency (0..3);
+ *  - to evict: when S holds at least 10% of the bytes of S + M, take S's
+ *    oldest entry: with frequency >= 1 it moves to M's head (a second
+ *    life), else it is evicted and its key enters G. Otherwise take M's
+ *    oldest entry: with frequency >= 1 it goes back to M's head with its
+ *    frequency decremented, else it is evicted (its key is not ghosted);
+ *  - G remembers at most as many keys as the tenant has resident entries,
+ *    oldest forgotten first;
+ *  - pinned entries and entries with live read leases are skipped (moved
+ *    to the head of their FIFO); if the policy's walk finds no victim, any
+ *    evictable entry is taken; if there is none, the put gets -ENOSPC.
+ * One-shot keys pass through S without pushing reused ones out of M: the
+ * policy is scan-resistant. Evictions continue until a block of the
+ * needed class is free or a slab is empty (which is re-cut for the class
+ * needed), so a tenant whose memory is cut for other classes may lose
+ * several entries for one block. Tenants never evict each other: a
+ * tenant's eviction only looks at its own entries.
+ *
+ * Spill (optional: spill_dir and spill_bytes set). An evicted entry is
+ * written to <spill_dir>/<tenant>/<key hex> (temp file, fsync, rename,
+ * fsync of the directory) unless a spill file for it already exists; the
+ * oldest spill files are deleted to keep their total under spill_bytes. A
+ * file is a header (chunk 0, the generation at spill time, the client's
+ * checksum), the value, and an 8-byte integrity tag: BLAKE2b (libsodium's
+ * crypto_generichash at its minimum 16-byte output, first 8 bytes kept)
+ * over header and value. The store computes the tag only when it writes
+ * or reads a spill file, never on the hot path. A lookup (or pin) of a
+ * key that is not in memory but has a spill file loads it back into fresh
+ * blocks (evicting as needed), writes the headers with a new generation
+ * and serves it; the file stays, so evicting it again costs no write.
+ * memd_kv_scan_spill() at start verifies every file and deletes what
+ * fails, so a restarted memd serves spilled keys again (warm restart).
+ * Spill I/O runs under the store's lock.
+ */
+#ifndef TP_MEMD_KVSTORE_H
+#define TP_MEMD_KVSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MEMD_KV_KEY_BYTES 32
+#define MEMD_KV_HEADER_BYTES 64
+#define MEMD_KV_MAGIC 0x31764b54u /* "TKv1" as little-endian bytes */
+#define MEMD_KV_CLASS_MIN_BYTES (64u << 10)
+#define MEMD_KV_SLAB_MAX_BYTES (4ull << 30)
+#define MEMD_KV_VALUE_MAX_BYTES (1u << 30) /* hard cap on value_max */
+#define MEMD_KV_VALUE_DEFAULT_MAX_BYTES (64u << 20)
+
+/*
+ * The block header, 64 bytes, little-endian on the wire and in memory
+ * (clients write and verify it over RMA, so it is always handled through
+ * memd_kv_header_encode/decode, never by casting memory):
+ *
+ *   0 magic u32   4 tenant_id u32   8 key[32]   40 generation u64
+ *  48 value_len u32 (the whole value)  52 chunk u16  54 nchunks u16
+ *  56 checksum u64 (the client's, over the whole value)
+ *
+ * docs/kv.md lists the same fields; value_len, chunk and nchunks are
+ * narrower than u64/u32 so that the checksum fits in 64 bytes (values are
+ * capped at MEMD_KV_VALUE_MAX_BYTES, at most 16401 chunks).
+ */
+struct memd_kv_header {
+	uint32_t magic;
+	uint32_t tenant_id;
+	uint8_t key[MEMD_KV_KEY_BYTES];
+	uint64_t generation;
+	uint32_t value_len;
+	uint16_t chunk;
+	uint16_t nchunks;
+	uint64_t checksum;
+};
+_Static_assert(sizeof(struct memd_kv_header) == MEMD_KV_HEADER_BYTES,
+	       "the KV block header is 64 bytes");
+
+void memd_kv_header_encode(const struct memd_kv_header *h,
+			   uint8_t out[MEMD_KV_HEADER_BYTES]);
+void memd_kv_header_decode(const uint8_t in[MEMD_KV_HEADER_BYTES],
+			   struct memd_kv_header *h);
+
+enum memd_kv_policy {
+	MEMD_KV_POLICY_S3FIFO = 0,
+	MEMD_KV_POLICY_FIFO, /* plain FIFO: a baseline for tests and benches */
+};
+
+struct memd_kv_options {
+	uint64_t slab_bytes;	  /* power of two, 64 KiB .. 4 GiB */
+	uint64_t epoch;		  /* seeds generations; memd's boot epoch */
+	uint32_t reserve_ms;	  /* RESERVED lifetime; 0: 10000 */
+	uint32_t lease_ms;	  /* read lease; 0: 2000 */
+	uint32_t value_max_bytes; /* 0: 64 MiB; at most 1 GiB */
+	/*
+	 * Lends the store a slab for tenant: 0 with *slab (the owner's id)
+	 * and *base (slab_bytes of writable memory, until slab_put), or
+	 * -ENOSPC when the tenant's share or the donor is full; any other
+	 * negative errno fails the operation that needed memory.
+	 */
+	int (*slab_get)(void *arg, uint32_t tenant, uint32_t *slab,
+			uint8_t **base);
+	/* Takes back a slab the store no longer uses (its blocks are free). */
+	void (*slab_put)(void *arg, uint32_t slab);
+	void *slab_arg;
+	const char *spill_dir; /* NULL: no spill; copied */
+	uint64_t spill_bytes;  /* cap on the spill files' total size */
+	enum memd_kv_policy policy;
+};
+
+struct memd_kv;
+
+/*
+ * Creates a store. Returns 0, -EINVAL (slab_bytes not a power of two in
+ * range, a callback missing, value_max_bytes over the cap, spill_dir
+ * without spill_bytes or the reverse, an unknown policy), -ENOMEM. The
+ * spill directory is created if missing (-errno from mkdir). Call
+ * memd_kv_scan_spill() before serving to pick up an earlier run's files.
+ */
+int memd_kv_create(const struct memd_kv_options *o, struct memd_kv **out);
+/* Gives every slab back (slab_put) and frees the store; spill files stay.
+ * NULL is a no-op. */
+void memd_kv_destroy(struct memd_kv *kv);
+
+/*
+ * The number of chunks a value of value_len bytes takes, or -EINVAL (0),
+ * -EMSGSIZE (over value_max_bytes).
+ */
+int memd_kv_nchunks(const struct memd_kv *kv, uint64_t value_len);
+
+/* Where one chunk lives: slab (the owner's id), block offset (the header's
+ * first byte) within the slab, block size (header + payload room). */
+struct memd_kv_loc {
+	uint32_t slab;
+	uint32_t chunk;
+	uint64_t offset;
+	uint64_t block_bytes;
+};
+
+/*
+ * One key of a batch. Which fields are read (in) and written (out)
+ * depends on the call; status is always written.
+ */
+struct memd_kv_item {
+	uint8_t key[MEMD_KV_KEY_BYTES]; /* in */
+	uint64_t value_len;		/* reserve: in; lookup: out */
+	uint64_t generation; /* commit, done: in; reserve, lookup: out */
+	uint64_t checksum;   /* commit: in; lookup: out */
+	uint32_t first_loc, nchunks; /* reserve, lookup: out: locs[] */
+	int status;		     /* out: 0 or -errno, per call */
+};
+
+/*
+ * Batch calls. Every one returns the number of items whose status is 0,
+ * or -EINVAL for the whole batch (n == 0, items NULL, locs NULL with
+ * max_locs > 0) with nothing done. Per-key outcomes are in status.
+ */
+
+/*
+ * Reserves blocks for each (key, value_len): a RESERVED entry with a fresh
+ * generation and a deadline of now + reserve_ms, its chunks' locations in
+ * locs[first_loc .. first_loc + nchunks). status:
+ *  0         reserved: write every chunk (header + payload), then commit;
+ *  -EEXIST   the key is present (committed, in memory or spilled): puts
+ *            are idempotent, nothing to write (generation: the committed
+ *            one, 0 when only spilled);
+ *  -EBUSY    another put holds the key RESERVED (a key deleted under read
+ *            leases is off the index at once: it can be put again);
+ *  -ENOSPC   the tenant's share is full and nothing can be evicted;
+ *  -EINVAL   value_len 0;  -EMSGSIZE  value_len over value_max_bytes;
+ *  -ENOBUFS  locs[] has no room for this key's chunks;
+ *  other     the slab_get callback's error.
+ */
+ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
+			struct memd_kv_item *items, size_t n,
+			struct memd_kv_loc *locs, size_t max_locs,
+			uint64_t now_ms);
+/*
+ * Commits (key, generation) with the client's checksum: RESERVED ->
+ * COMMITTED. status: 0; -ENOENT (no such key: never reserved, dropped,
+ * deleted); -ESTALE (the key has another generation: the reservation was
+ * replaced); -EALREADY (this generation is already committed);
+ * -ETIMEDOUT (the reservation's deadline has passed: it is dropped now).
+ */
+ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n, uint64_t now_ms);
+/*
+ * Looks keys up, loading spilled ones back; each hit takes a read lease
+ * until now + lease_ms and fills value_len, generation, checksum and its
+ * chunks' locations. status: 0 hit; -ENOENT miss (absent, RESERVED, or a
+ * spill file that failed verification or found no room); -ENOBUFS locs[]
+ * has no room (no lease taken). Counts hits and misses.
+ */
+ssize_t memd_kv_lookup(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n,
+		       struct memd_kv_loc *locs, size_t max_locs,
+		       uint64_t now_ms);
+/*
+ * Ends one read lease per (key, generation). status: 0; -ENOENT (no such
+ * key); -ESTALE (another generation); -EALREADY (no lease left: lapsed).
+ * An entry deleted while leased is freed when its last lease ends.
+ */
+ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
+		     struct memd_kv_item *items, size_t n, uint64_t now_ms);
+/*
+ * The number of leading keys of keys[0 .. n) that are present (committed
+ * in memory, or spilled). No leases, no statistics, no reload. -EINVAL for
+ * n == 0 or keys NULL.
+ */
+ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
+		       const uint8_t (*keys)[MEMD_KV_KEY_BYTES], size_t n);
+/*
+ * Deletes keys (and their spill files). status: 0 (deleted; freed later
+ * if read leases are live); -ENOENT; -EBUSY (RESERVED: a put is under
+ * way). Pins do not prevent a delete.
+ */
+ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n, uint64_t now_ms);
+/*
+ * Pins keys (loading spilled ones back): a pinned entry is never evicted.
+ * Pins nest. status: 0; -ENOENT (not present, or a spill file that failed
+ * verification); -ENOSPC (spilled, and no room to load it); other errors
+ * of slab_get.
+ */
+ssize_t memd_kv_pin(struct memd_kv *kv, uint32_t tenant,
+		    struct memd_kv_item *items, size_t n, uint64_t now_ms);
+/* Removes one pin per key. status: 0; -ENOENT; -EINVAL (not pinned). */
+ssize_t memd_kv_unpin(struct memd_kv *kv, uint32_t tenant,
+		      struct memd_kv_item *items, size_t n);
+
+/*
+ * Drops RESERVED entries whose deadline is <= now_ms, ends read leases
+ * whose latest deadline is <= now_ms, frees deleted entries whose leases
+ * are over, gives empty slabs back. Returns how many of those it did.
+ */
+size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms);
+
+struct memd_kv_scan_result {
+	uint64_t files, bytes; /* indexed */
+	uint64_t deleted;      /* failed verification, or stale temp files */
+	uint64_t dropped;      /* valid but over spill_bytes (oldest) */
+};
+/*
+ * Indexes the spill directory: verifies every <tenant>/<key hex> file
+ * (name, size, header, integrity tag) and deletes what fails, and
+ * leftover temp files; then deletes the oldest files (by mtime) beyond
+ * spill_bytes. Keys already known to the store are left alone. Returns 0
+ * (also when no spill directory is configured), or -errno when the
+ * directory cannot be read.
+ */
+int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *r);
+
+/* Per-tenant statistics (an X-macro, so exporters never drift). */
+#define MEMD_KV_STATS(X)                                                       \
+	X(slabs, "slabs held")                                                 \
+	X(bytes_held, "bytes of slabs held")                                   \
+	X(bytes_used, "bytes of blocks in use (reserved + committed)")         \
+	X(entries, "committed entries in memory")                              \
+	X(reserved, "reserved entries")                                        \
+	X(spilled, "spill files")                                              \
+	X(spill_bytes, "bytes of spill files")                                 \
+	X(hits, "lookups served")                                              \
+	X(misses, "lookups missed")                                            \
+	X(evictions, "entries evicted from memory")                            \
+	X(spills, "spill files written")                                       \
+	X(spill_errors, "spill files that could not be written")               \
+	X(reloads, "entries loaded back from spill")                           \
+	X(expired, "reservations dropped at their deadline")
+
+struct memd_kv_stats {
+#define MEMD_KV_STAT_FIELD(name, help) uint64_t name;
+	MEMD_KV_STATS(MEMD_KV_STAT_FIELD)
+#undef MEMD_KV_STAT_FIELD
+};
+
+/* The tenant's statistics (all zero for a tenant the store has never
+ * seen). One consistent snapshot. */
+void memd_kv_get_stats(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_stats *st);
+
+#endif

@@ -1,0 +1,540 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_cluster_auth.c - authentication and tenant isolation at a
+ * registry memd on loopback (docs/cluster.md): wrong secret, unknown
+ * tenant, replayed handshake, requests before authentication, forged,
+ * foreign and replayed tickets, another tenant's lease reference, donor
+ * passes, quotas. Every refusal must leave memd serving.
+ *
+ * One registry memd (which also donates: its own donor part "r0" joins
+ * it) is started once for the whole suite by an unchecked fixture.
+ */
+#include <check.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/auth.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
+#include "tests/testutil.h"
+
+#define SLAB (16ull << 20)
+#define TMO 5000
+
+static struct tu_memd reg;
+static char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
+{
+	uint8_t secret[AUTH_SECRET_MAX];
+	char err[256];
+	int n = auth_read_secret_file(path, secret, err, sizeof(err));
+
+	ck_assert_msg(n > 0, "%s", err);
+	auth_tenant_key(secret, (size_t)n, key);
+}
+
+/* Waits until the registry lists its own donor r0 as up. */
+static int wait_r0_up(void)
+{
+	char out[8192];
+
+	for (int i = 0; i < 1000; i++) {
+		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"r0\"") && strstr(out, "\"up\""))
+			return 0;
+		sleep_ms(20);
+	}
+	fprintf(stderr, "r0 never came up: %s\n", out);
+	return -ETIMEDOUT;
+}
+
+static void suite_setup(void)
+{
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "report_interval=100ms",
+			       "--donate", "128M",
+			       NULL };
+	char a1[300], a2[400];
+	int r;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-cauth-XXXXXX");
+	if (!mkdtemp(dir))
+		abort();
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	if (tu_secret_file(dir, "cluster.secret", cluster) ||
+	    tu_secret_file(dir, "a.secret", sec_a) ||
+	    tu_secret_file(dir, "b.secret", sec_b))
+		abort();
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	r = tu_memd_start_args(&reg, NULL, args);
+	if (r) {
+		fprintf(stderr, "registry memd did not start: %s\n",
+			strerror(-r));
+		abort();
+	}
+	if (wait_r0_up() ||
+	    tu_tenant_add(reg.addr, cluster, "a", sec_a, 64 * SLAB) ||
+	    tu_tenant_add(reg.addr, cluster, "b", sec_b, 2 * SLAB))
+		abort();
+}
+
+static void suite_teardown(void)
+{
+	tu_memd_stop(&reg, SIGTERM);
+	tu_sh("rm -rf %s", dir);
+}
+
+/* A connection with HELLO done; hello filled. */
+static struct rpc *hello(struct wire_hello_ok *h)
+{
+	char local[64], err[256];
+	struct rpc *c;
+	int r = rpc_connect(reg.addr, TMO, &c, local, sizeof(local));
+
+	ck_assert_msg(r == 0, "connect: %s", strerror(-r));
+	r = rpc_hello(c, "test_cluster_auth", 2, TMO, h, err, sizeof(err));
+	ck_assert_msg(r == 0, "hello: %s %s", strerror(-r), err);
+	ck_assert_uint_eq(h->proto, 2);
+	return c;
+}
+
+/* An authenticated tenant session; key from the secret file. */
+static struct rpc *tenant(const char *name, const char *secret,
+			  struct wire_auth_ok *ok, uint8_t skey[32])
+{
+	struct wire_hello_ok h;
+	uint8_t key[AUTH_KEY_LEN];
+	char err[256];
+	struct rpc *c = hello(&h);
+	int r;
+
+	tenant_key(secret, key);
+	r = rpc_auth(c, &h, name, key, NULL, 0, TMO, ok, skey, err,
+		     sizeof(err));
+	ck_assert_msg(r == 0, "auth %s: %s %s", name, strerror(-r), err);
+	ck_assert_uint_eq(ok->role, WIRE_ROLE_TENANT);
+	ck_assert(ok->flags & WIRE_AUTH_REGISTRY);
+	return c;
+}
+
+static int call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
+		int expect, char *err, size_t errlen)
+{
+	return rpc_call(c, req, rep, expect, TMO, err, errlen);
+}
+
+/* memd still answers a fresh, correct session. */
+static void assert_memd_serves(void)
+{
+	struct wire_auth_ok ok;
+	uint8_t skey[32];
+	struct rpc *c = tenant("a", sec_a, &ok, skey);
+	struct wire_msg req = { .type = WIRE_STATUS }, rep;
+	char err[256];
+
+	ck_assert_int_eq(call(c, &req, &rep, WIRE_STATUS_OK, err, sizeof(err)),
+			 0);
+	rpc_close(c);
+}
+
+static struct wire_msg *msg(void)
+{
+	struct wire_msg *m = calloc(1, sizeof(*m));
+
+	ck_assert_ptr_nonnull(m);
+	return m;
+}
+
+START_TEST(wrong_secret_and_unknown_tenant)
+{
+	char path[256], err[256];
+	struct wire_hello_ok h;
+	struct wire_auth_ok ok;
+	uint8_t key[32], skey[32];
+	struct wire_msg req = { .type = WIRE_STATUS }, rep;
+	struct rpc *c;
+	int r;
+
+	ck_assert_int_eq(tu_secret_file(dir, "wrong.secret", path), 0);
+	tenant_key(path, key);
+	c = hello(&h);
+	r = rpc_auth(c, &h, "a", key, NULL, 0, TMO, &ok, skey, err,
+		     sizeof(err));
+	ck_assert_int_eq(r, -EACCES);
+	ck_assert_str_eq(err, "authentication failed");
+	/* memd closed the connection. */
+	ck_assert_int_ne(call(c, &req, &rep, WIRE_STATUS_OK, NULL, 0), 0);
+	rpc_close(c);
+
+	/* An unknown tenant gets the very same answer. */
+	c = hello(&h);
+	r = rpc_auth(c, &h, "nobody", key, NULL, 0, TMO, &ok, skey, err,
+		     sizeof(err));
+	ck_assert_int_eq(r, -EACCES);
+	ck_assert_str_eq(err, "authentication failed");
+	rpc_close(c);
+	assert_memd_serves();
+}
+END_TEST
+
+START_TEST(replayed_handshake)
+{
+	struct wire_msg *req = msg(), *rep = msg();
+	uint8_t key[32], cn[WIRE_NONCE_LEN] = { 7 }, proof[WIRE_MAC_LEN];
+	struct wire_hello_ok h;
+	char err[256];
+	struct rpc *c;
+
+	tenant_key(sec_a, key);
+	/* A good handshake, recorded as an eavesdropper would. */
+	c = hello(&h);
+	req->type = WIRE_AUTH;
+	strcpy(req->u.auth.principal, "a");
+	memcpy(req->u.auth.cnonce, cn, sizeof(cn));
+	ck_assert_int_eq(
+		call(c, req, rep, WIRE_AUTH_CHALLENGE, err, sizeof(err)), 0);
+	auth_client_proof(key, "a", h.session_id, h.epoch, cn,
+			  rep->u.auth_challenge.snonce, proof);
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_AUTH_PROOF;
+	memcpy(req->u.auth_proof.mac, proof, sizeof(proof));
+	ck_assert_int_eq(call(c, req, rep, WIRE_AUTH_OK, err, sizeof(err)), 0);
+	rpc_close(c);
+
+	/* Replayed on a new connection: same AUTH, same proof. */
+	c = hello(&h);
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_AUTH;
+	strcpy(req->u.auth.principal, "a");
+	memcpy(req->u.auth.cnonce, cn, sizeof(cn));
+	ck_assert_int_eq(
+		call(c, req, rep, WIRE_AUTH_CHALLENGE, err, sizeof(err)), 0);
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_AUTH_PROOF;
+	memcpy(req->u.auth_proof.mac, proof, sizeof(proof));
+	ck_assert_int_eq(call(c, req, rep, WIRE_AUTH_OK, err, sizeof(err)),
+			 -EACCES);
+	rpc_close(c);
+	/* A proof without AUTH is out of sequence. */
+	c = hello(&h);
+	ck_assert_int_eq(call(c, req, rep, WIRE_AUTH_OK, err, sizeof(err)),
+			 -EPROTO);
+	rpc_close(c);
+	free(req);
+	free(rep);
+	assert_memd_serves();
+}
+END_TEST
+
+START_TEST(requests_before_auth)
+{
+	static const uint8_t types[] = { WIRE_STATUS, WIRE_LEASE,
+					 WIRE_PLACE,  WIRE_HEARTBEAT,
+					 WIRE_ADMIN,  WIRE_DONOR_REPORT };
+	struct wire_msg *req = msg(), *rep = msg();
+	struct wire_hello_ok h;
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(types); i++) {
+		struct rpc *c = hello(&h);
+
+		memset(req, 0, sizeof(*req));
+		req->type = types[i];
+		if (types[i] == WIRE_LEASE)
+			req->u.lease.nslabs = 1, req->u.lease.node = -1;
+		if (types[i] == WIRE_PLACE)
+			req->u.place.nslabs = 1, req->u.place.node = -1;
+		if (types[i] == WIRE_ADMIN)
+			req->u.admin.json = "{\"cmd\":\"status\"}",
+			req->u.admin.json_len = 16;
+		if (types[i] == WIRE_DONOR_REPORT)
+			req->u.donor_report.epoch = 1;
+		err[0] = '\0';
+		ck_assert_int_eq(
+			call(c, req, rep, types[i] | 0x80, err, sizeof(err)),
+			-EACCES);
+		ck_assert_msg(strstr(err, "before authentication"), "%s", err);
+		rpc_close(c);
+	}
+	/* A client that only speaks protocol 1 cannot join a pool. */
+	{
+		char local[64];
+		struct rpc *c;
+
+		ck_assert_int_eq(
+			rpc_connect(reg.addr, TMO, &c, local, sizeof(local)),
+			0);
+		memset(req, 0, sizeof(*req));
+		req->type = WIRE_HELLO;
+		req->u.hello.proto_min = 1;
+		req->u.hello.proto_max = 1;
+		ck_assert_int_eq(
+			call(c, req, rep, WIRE_HELLO_OK, err, sizeof(err)),
+			-EPROTONOSUPPORT);
+		rpc_close(c);
+	}
+	free(req);
+	free(rep);
+	assert_memd_serves();
+}
+END_TEST
+
+/* PLACE nslabs for a session; the first grant's ticket. */
+static int place(struct rpc *c, uint32_t nslabs, struct wire_ticket *t,
+		 char *err, size_t errlen)
+{
+	struct wire_msg *req = msg(), *rep = msg();
+	int r;
+
+	req->type = WIRE_PLACE;
+	req->u.place.nslabs = nslabs;
+	req->u.place.node = -1;
+	r = call(c, req, rep, WIRE_PLACE_OK, err, errlen);
+	if (!r && t)
+		*t = rep->u.place_ok.grant[0].ticket;
+	free(req);
+	free(rep);
+	return r;
+}
+
+/* A tenant session at the donor (the registry's own donor part) with the
+ * pass its registry session got. */
+static struct rpc *donor_session(const char *name, const char *secret,
+				 const char *as)
+{
+	struct wire_auth_ok ok, ok2;
+	uint8_t skey[32], pkey[64], skey2[32];
+	struct wire_hello_ok h;
+	char err[256];
+	struct rpc *rc = tenant(name, secret, &ok, skey), *c;
+	int r;
+
+	ck_assert_uint_gt(ok.pass_len, 0);
+	ck_assert_int_eq(
+		auth_open(skey, ok.box, ok.box_len, pkey, sizeof(pkey)),
+		AUTH_KEY_LEN);
+	rpc_close(rc);
+	c = hello(&h);
+	r = rpc_auth(c, &h, as, pkey, ok.pass, ok.pass_len, TMO, &ok2, skey2,
+		     err, sizeof(err));
+	if (r) {
+		rpc_close(c);
+		return NULL;
+	}
+	ck_assert_uint_eq(ok2.role, WIRE_ROLE_TENANT);
+	ck_assert_uint_eq(ok2.tenant_id, ok.tenant_id);
+	return c;
+}
+
+static int lease_grant(struct rpc *c, const struct wire_ticket *t,
+		       struct wire_msg *rep, char *err, size_t errlen)
+{
+	struct wire_msg *req = msg();
+	int r;
+
+	req->type = WIRE_LEASE_GRANT;
+	req->u.lease_grant.ticket = *t;
+	r = call(c, req, rep, WIRE_LEASE_GRANT_OK, err, errlen);
+	free(req);
+	return r;
+}
+
+START_TEST(tickets_forged_foreign_replayed)
+{
+	struct wire_msg *rep = msg();
+	struct wire_auth_ok ok;
+	struct wire_ticket t, bad;
+	uint8_t skey[32];
+	char err[256];
+	struct rpc *ra = tenant("a", sec_a, &ok, skey);
+	struct rpc *da = donor_session("a", sec_a, "a");
+	struct rpc *db = donor_session("b", sec_b, "b");
+
+	ck_assert_ptr_nonnull(da);
+	ck_assert_ptr_nonnull(db);
+	ck_assert_int_eq(place(ra, 1, &t, err, sizeof(err)), 0);
+
+	/* Tenant b presents a's ticket. */
+	ck_assert_int_eq(lease_grant(db, &t, rep, err, sizeof(err)), -EACCES);
+	ck_assert_msg(strstr(err, "another tenant"), "%s", err);
+	/* Forged: any field changed, or the MAC. */
+	bad = t;
+	bad.nslabs = 8;
+	ck_assert_int_eq(lease_grant(da, &bad, rep, err, sizeof(err)), -EACCES);
+	bad = t;
+	bad.mac[5] ^= 1;
+	ck_assert_int_eq(lease_grant(da, &bad, rep, err, sizeof(err)), -EACCES);
+	bad = t;
+	bad.tenant_id = ok.tenant_id + 1;
+	ck_assert_int_eq(lease_grant(db, &bad, rep, err, sizeof(err)), -EACCES);
+	/* The real one works once, and only once. */
+	ck_assert_int_eq(lease_grant(da, &t, rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep->u.lease_ok.count, 1);
+	ck_assert_int_eq(lease_grant(da, &t, rep, err, sizeof(err)), -EACCES);
+	ck_assert_msg(strstr(err, "already redeemed"), "%s", err);
+	rpc_close(ra);
+	rpc_close(da);
+	rpc_close(db);
+	free(rep);
+	assert_memd_serves();
+}
+END_TEST
+
+START_TEST(foreign_lease_reference)
+{
+	struct wire_msg *rep = msg(), *req = msg();
+	struct wire_auth_ok ok;
+	struct wire_ticket t;
+	struct wire_lease l;
+	uint8_t skey[32];
+	char err[256];
+	struct rpc *ra = tenant("a", sec_a, &ok, skey);
+	struct rpc *da = donor_session("a", sec_a, "a");
+	struct rpc *db = donor_session("b", sec_b, "b");
+
+	ck_assert_int_eq(place(ra, 1, &t, err, sizeof(err)), 0);
+	ck_assert_int_eq(lease_grant(da, &t, rep, err, sizeof(err)), 0);
+	l = rep->u.lease_ok.lease[0];
+	/* b names a's lease: refused, and a's lease lives on. */
+	req->type = WIRE_RELEASE;
+	req->u.release.count = 1;
+	req->u.release.ref[0] = (struct wire_lease_ref){
+		.epoch = l.epoch, .slab = l.slab, .generation = l.generation
+	};
+	ck_assert_int_eq(call(db, req, rep, WIRE_RELEASE_OK, err, sizeof(err)),
+			 -EPERM);
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_HEARTBEAT;
+	ck_assert_int_eq(
+		call(da, req, rep, WIRE_HEARTBEAT_OK, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep->u.heartbeat_ok.nleases, 1);
+	/* A pass is bound to its tenant: a's pass presented as b fails. */
+	ck_assert_ptr_null(donor_session("a", sec_a, "b"));
+	/* Leases without a ticket are refused in a pool. */
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_LEASE;
+	req->u.lease.nslabs = 1;
+	req->u.lease.node = -1;
+	ck_assert_int_eq(call(db, req, rep, WIRE_LEASE_OK, err, sizeof(err)),
+			 -EOPNOTSUPP);
+	rpc_close(ra);
+	rpc_close(da);
+	rpc_close(db);
+	free(req);
+	free(rep);
+	assert_memd_serves();
+}
+END_TEST
+
+START_TEST(quota_edquot)
+{
+	struct wire_auth_ok ok;
+	uint8_t skey[32];
+	char err[256];
+	struct rpc *rb = tenant("b", sec_b, &ok, skey);
+
+	/* b's quota is 2 slabs; tickets count as reserved until redeemed or
+	 * expired, so a third slab is over quota at once. */
+	ck_assert_int_eq(place(rb, 2, NULL, err, sizeof(err)), 0);
+	ck_assert_int_eq(place(rb, 1, NULL, err, sizeof(err)), -EDQUOT);
+	ck_assert_msg(strstr(err, "quota"), "%s", err);
+	rpc_close(rb);
+	assert_memd_serves();
+}
+END_TEST
+
+struct racer {
+	uint32_t granted;
+};
+
+static void *race(void *arg)
+{
+	struct racer *rc = arg;
+	struct wire_auth_ok ok;
+	uint8_t skey[32];
+	char err[256];
+	struct rpc *c = tenant("a", sec_a, &ok, skey);
+
+	for (int i = 0; i < 40; i++)
+		if (place(c, 1, NULL, err, sizeof(err)) == 0)
+			rc->granted++;
+	rpc_close(c);
+	return NULL;
+}
+
+START_TEST(quota_concurrent_places_never_overshoot)
+{
+	struct racer rc[6] = { 0 };
+	pthread_t th[6];
+	uint32_t total = 0;
+
+	/* a's quota is 64 slabs; 6 x 40 asks, each 1 slab (tickets stay
+	 * reserved for their TTL, so nothing is given back meanwhile). */
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, race, &rc[i]), 0);
+	for (int i = 0; i < 6; i++) {
+		pthread_join(th[i], NULL);
+		total += rc[i].granted;
+	}
+	ck_assert_uint_le(total, 64);
+	ck_assert_uint_gt(total, 0);
+	assert_memd_serves();
+}
+END_TEST
+
+static Suite *suite(void)
+{
+	Suite *s = suite_create("cluster_auth");
+	TCase *tc = tcase_create("auth");
+
+	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, wrong_secret_and_unknown_tenant);
+	tcase_add_test(tc, replayed_handshake);
+	tcase_add_test(tc, requests_before_auth);
+	tcase_add_test(tc, tickets_forged_foreign_replayed);
+	tcase_add_test(tc, foreign_lease_reference);
+	tcase_add_test(tc, quota_edquot);
+	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set");
+	sr = srunner_create(suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

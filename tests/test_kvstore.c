@@ -1,0 +1,1490 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_kvstore.c - the donor's KV block store, in process: slabs are
+ * malloc'd by a test owner with per-tenant shares, clocks are explicit,
+ * the test plays the client (writes headers and payloads at the reserved
+ * locations, reads and verifies them after lookups). Every value is
+ * derived from (tenant, key), so any wrong, stale or foreign byte fails.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "memd/kvstore.h"
+#include "tests/testutil.h"
+
+#define MIB (1ull << 20)
+#define KIB (1ull << 10)
+#define HDR MEMD_KV_HEADER_BYTES
+#define NTENANTS 8
+#define LEASE_MS 2000
+#define RESERVE_MS 1000
+
+/* ---- the owner: slabs and per-tenant shares ---- */
+
+struct owner {
+	uint64_t slab_bytes;
+	uint32_t nslabs;
+	uint8_t **mem;
+	int *holder; /* tenant, or -1 */
+	uint32_t share[NTENANTS], held[NTENANTS];
+	uint64_t gets, puts;
+};
+
+static struct owner *owner_new(uint64_t slab_bytes, uint32_t nslabs)
+{
+	struct owner *o = calloc(1, sizeof(*o));
+
+	ck_assert_ptr_nonnull(o);
+	o->slab_bytes = slab_bytes;
+	o->nslabs = nslabs;
+	o->mem = calloc(nslabs, sizeof(*o->mem));
+	o->holder = malloc(nslabs * sizeof(*o->holder));
+	ck_assert(o->mem && o->holder);
+	for (uint32_t i = 0; i < nslabs; i++)
+		o->holder[i] = -1;
+	return o;
+}
+
+static void owner_free(struct owner *o)
+{
+	for (uint32_t i = 0; i < o->nslabs; i++)
+		free(o->mem[i]);
+	free(o->mem);
+	free(o->holder);
+	free(o);
+}
+
+static int owner_get(void *arg, uint32_t tenant, uint32_t *slab, uint8_t **base)
+{
+	struct owner *o = arg;
+
+	if (tenant >= NTENANTS)
+		return -EINVAL;
+	if (o->held[tenant] >= o->share[tenant])
+		return -ENOSPC;
+	for (uint32_t i = 0; i < o->nslabs; i++) {
+		if (o->holder[i] != -1)
+			continue;
+		if (!o->mem[i] && !(o->mem[i] = malloc(o->slab_bytes)))
+			return -ENOMEM;
+		memset(o->mem[i], 0xa5, o->slab_bytes);
+		o->holder[i] = (int)tenant;
+		o->held[tenant]++;
+		o->gets++;
+		*slab = i;
+		*base = o->mem[i];
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+static void owner_put(void *arg, uint32_t slab)
+{
+	struct owner *o = arg;
+
+	ck_assert_uint_lt(slab, o->nslabs);
+	ck_assert_int_ne(o->holder[slab], -1);
+	o->held[o->holder[slab]]--;
+	o->holder[slab] = -1;
+	o->puts++;
+	/* poison: a block read after its slab went back is caught */
+	memset(o->mem[slab], 0x5a, o->slab_bytes);
+}
+
+static uint32_t owner_held_total(const struct owner *o)
+{
+	uint32_t n = 0;
+
+	for (int t = 0; t < NTENANTS; t++)
+		n += o->held[t];
+	return n;
+}
+
+static struct memd_kv_options opts(struct owner *o)
+{
+	return (struct memd_kv_options){
+		.slab_bytes = o->slab_bytes,
+		.epoch = 1000,
+		.reserve_ms = RESERVE_MS,
+		.lease_ms = LEASE_MS,
+		.slab_get = owner_get,
+		.slab_put = owner_put,
+		.slab_arg = o,
+	};
+}
+
+static struct memd_kv *store_new(struct owner *o, const char *spill_dir,
+				 uint64_t spill_bytes, enum memd_kv_policy pol)
+{
+	struct memd_kv_options op = opts(o);
+	struct memd_kv *kv;
+
+	op.spill_dir = spill_dir;
+	op.spill_bytes = spill_bytes;
+	op.policy = pol;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), 0);
+	return kv;
+}
+
+/* ---- keys and values ---- */
+
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static void make_key(uint64_t n, uint8_t key[MEMD_KV_KEY_BYTES])
+{
+	for (int i = 0; i < 4; i++) {
+		uint64_t w = mix(n * 4 + (uint64_t)i);
+
+		memcpy(key + 8 * i, &w, 8);
+	}
+}
+
+static uint64_t value_seed(uint32_t tenant, const uint8_t *key)
+{
+	uint64_t s;
+
+	memcpy(&s, key, 8);
+	return mix(s ^ mix(tenant));
+}
+
+static uint64_t value_checksum(uint32_t tenant, const uint8_t *key,
+			       uint64_t len)
+{
+	return mix(value_seed(tenant, key) ^ len);
+}
+
+static uint8_t *slab_base(struct owner *o, uint32_t slab)
+{
+	ck_assert_uint_lt(slab, o->nslabs);
+	return o->mem[slab];
+}
+
+/* The client's RMA write: every chunk's header and payload. */
+static void client_write(struct owner *o, uint32_t tenant,
+			 const struct memd_kv_item *it,
+			 const struct memd_kv_loc *locs)
+{
+	uint64_t pmax = o->slab_bytes - HDR, seed;
+
+	seed = value_seed(tenant, it->key);
+	for (uint32_t i = 0; i < it->nchunks; i++) {
+		const struct memd_kv_loc *l = &locs[it->first_loc + i];
+		uint64_t off = i * pmax, part = it->value_len - off;
+		struct memd_kv_header h = {
+			.magic = MEMD_KV_MAGIC,
+			.tenant_id = tenant,
+			.generation = it->generation,
+			.value_len = (uint32_t)it->value_len,
+			.chunk = (uint16_t)i,
+			.nchunks = (uint16_t)it->nchunks,
+			.checksum =
+				value_checksum(tenant, it->key, it->value_len),
+		};
+		uint8_t *b = slab_base(o, l->slab) + l->offset;
+
+		if (part > pmax)
+			part = pmax;
+		ck_assert_uint_eq(l->chunk, i);
+		ck_assert_uint_le(HDR + part, l->block_bytes);
+		ck_assert_uint_le(l->offset + l->block_bytes, o->slab_bytes);
+		ck_assert_int_eq(o->holder[l->slab], (int)tenant);
+		memcpy(h.key, it->key, MEMD_KV_KEY_BYTES);
+		memd_kv_header_encode(&h, b);
+		tu_pattern_fill(b + HDR, part, seed, off);
+	}
+}
+
+/*
+ * The client's verification of a lookup: every header names this tenant,
+ * key, generation and chunk, every payload byte is the key's. Returns a
+ * description of the first problem, or NULL.
+ */
+static const char *client_check(struct owner *o, uint32_t tenant,
+				const struct memd_kv_item *it,
+				const struct memd_kv_loc *locs)
+{
+	uint64_t pmax = o->slab_bytes - HDR, seed;
+	uint64_t want_chunks = (it->value_len + pmax - 1) / pmax;
+
+	if (it->nchunks != want_chunks)
+		return "chunk count";
+	if (it->checksum != value_checksum(tenant, it->key, it->value_len))
+		return "checksum";
+	seed = value_seed(tenant, it->key);
+	for (uint32_t i = 0; i < it->nchunks; i++) {
+		const struct memd_kv_loc *l = &locs[it->first_loc + i];
+		uint64_t off = i * pmax, part = it->value_len - off;
+		struct memd_kv_header h;
+		const uint8_t *b;
+
+		if (part > pmax)
+			part = pmax;
+		if (l->slab >= o->nslabs || o->holder[l->slab] != (int)tenant)
+			return "slab not the tenant's";
+		if (l->chunk != i || HDR + part > l->block_bytes ||
+		    l->offset + l->block_bytes > o->slab_bytes)
+			return "location";
+		b = o->mem[l->slab] + l->offset;
+		memd_kv_header_decode(b, &h);
+		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != tenant ||
+		    memcmp(h.key, it->key, MEMD_KV_KEY_BYTES) ||
+		    h.generation != it->generation ||
+		    h.value_len != it->value_len || h.chunk != i ||
+		    h.nchunks != it->nchunks || h.checksum != it->checksum)
+			return "header";
+		if (tu_pattern_check(b + HDR, part, seed, off) != -1)
+			return "payload";
+	}
+	return NULL;
+}
+
+static void item_key(struct memd_kv_item *it, uint64_t n)
+{
+	memset(it, 0, sizeof(*it));
+	make_key(n, it->key);
+}
+
+/* Reserve + write + commit of key n. Returns the first non-zero status. */
+static int put(struct memd_kv *kv, struct owner *o, uint32_t tenant, uint64_t n,
+	       uint64_t len, uint64_t now)
+{
+	static struct memd_kv_loc locs[20000];
+	struct memd_kv_item it;
+
+	item_key(&it, n);
+	it.value_len = len;
+	ck_assert_int_ge(memd_kv_reserve(kv, tenant, &it, 1, locs, 20000, now),
+			 0);
+	if (it.status)
+		return it.status;
+	client_write(o, tenant, &it, locs);
+	it.checksum = value_checksum(tenant, it.key, len);
+	ck_assert_int_ge(memd_kv_commit(kv, tenant, &it, 1, now), 0);
+	return it.status;
+}
+
+/* Lookup + verify (+ done) of key n; a hit must verify. */
+static int get(struct memd_kv *kv, struct owner *o, uint32_t tenant, uint64_t n,
+	       uint64_t now, bool done)
+{
+	static struct memd_kv_loc locs[20000];
+	struct memd_kv_item it;
+	const char *bad;
+
+	item_key(&it, n);
+	ck_assert_int_ge(memd_kv_lookup(kv, tenant, &it, 1, locs, 20000, now),
+			 0);
+	if (it.status)
+		return it.status;
+	bad = client_check(o, tenant, &it, locs);
+	ck_assert_msg(!bad, "key %llu tenant %u: %s", (unsigned long long)n,
+		      tenant, bad);
+	if (done) {
+		ck_assert_int_eq(memd_kv_done(kv, tenant, &it, 1, now), 1);
+		ck_assert_int_eq(it.status, 0);
+	}
+	return 0;
+}
+
+static int one(ssize_t (*fn)(struct memd_kv *, uint32_t, struct memd_kv_item *,
+			     size_t, uint64_t),
+	       struct memd_kv *kv, uint32_t tenant, uint64_t n, uint64_t gen,
+	       uint64_t now)
+{
+	struct memd_kv_item it;
+
+	item_key(&it, n);
+	it.generation = gen;
+	ck_assert_int_ge(fn(kv, tenant, &it, 1, now), 0);
+	return it.status;
+}
+
+static int pin(struct memd_kv *kv, uint32_t tenant, uint64_t n, uint64_t now)
+{
+	return one(memd_kv_pin, kv, tenant, n, 0, now);
+}
+
+static int unpin(struct memd_kv *kv, uint32_t tenant, uint64_t n)
+{
+	struct memd_kv_item it;
+
+	item_key(&it, n);
+	ck_assert_int_ge(memd_kv_unpin(kv, tenant, &it, 1), 0);
+	return it.status;
+}
+
+static int del(struct memd_kv *kv, uint32_t tenant, uint64_t n, uint64_t now)
+{
+	return one(memd_kv_delete, kv, tenant, n, 0, now);
+}
+
+static bool exists1(struct memd_kv *kv, uint32_t tenant, uint64_t n)
+{
+	uint8_t k[1][MEMD_KV_KEY_BYTES];
+
+	make_key(n, k[0]);
+	return memd_kv_exists(kv, tenant, (const uint8_t(*)[32])k, 1) == 1;
+}
+
+static struct memd_kv_stats stats(struct memd_kv *kv, uint32_t tenant)
+{
+	struct memd_kv_stats st;
+
+	memd_kv_get_stats(kv, tenant, &st);
+	return st;
+}
+
+/* ---- spill directory helpers ---- */
+
+static char spill_dir[128];
+
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void spill_setup(void)
+{
+	snprintf(spill_dir, sizeof(spill_dir), "/tmp/tp-kvstore-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(spill_dir));
+}
+
+static void spill_teardown(void)
+{
+	nftw(spill_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void spill_file(uint32_t tenant, uint64_t n, char *out, size_t size)
+{
+	uint8_t key[MEMD_KV_KEY_BYTES];
+	char hex[65];
+
+	make_key(n, key);
+	for (int i = 0; i < 32; i++)
+		sprintf(hex + 2 * i, "%02x", key[i]);
+	snprintf(out, size, "%s/%u/%s", spill_dir, tenant, hex);
+}
+
+static bool spill_exists(uint32_t tenant, uint64_t n)
+{
+	char p[PATH_MAX];
+
+	spill_file(tenant, n, p, sizeof(p));
+	return access(p, F_OK) == 0;
+}
+
+/* Sum of the sizes of the files in <spill_dir>/<tenant>. */
+static uint64_t spill_dir_bytes(uint32_t tenant, uint64_t *nfiles)
+{
+	char p[PATH_MAX], f[PATH_MAX * 2];
+	struct dirent *d;
+	uint64_t sum = 0;
+	struct stat sb;
+	DIR *dir;
+
+	*nfiles = 0;
+	snprintf(p, sizeof(p), "%s/%u", spill_dir, tenant);
+	dir = opendir(p);
+	if (!dir)
+		return 0;
+	while ((d = readdir(dir))) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(f, sizeof(f), "%s/%s", p, d->d_name);
+		ck_assert_int_eq(stat(f, &sb), 0);
+		sum += (uint64_t)sb.st_size;
+		(*nfiles)++;
+	}
+	closedir(dir);
+	return sum;
+}
+
+/* ---- tests ---- */
+
+START_TEST(header_codec_is_little_endian_and_exact)
+{
+	struct memd_kv_header h = {
+		.magic = MEMD_KV_MAGIC,
+		.tenant_id = 0x01020304,
+		.generation = 0x1112131415161718ull,
+		.value_len = 0x21222324,
+		.chunk = 0x3132,
+		.nchunks = 0x4142,
+		.checksum = 0x5152535455565758ull,
+	}, d;
+	uint8_t b[HDR];
+
+	for (int i = 0; i < 32; i++)
+		h.key[i] = (uint8_t)(0x80 + i);
+	memd_kv_header_encode(&h, b);
+	ck_assert_int_eq(memcmp(b, "TKv1", 4), 0);
+	ck_assert_uint_eq(b[4], 0x04);
+	ck_assert_uint_eq(b[7], 0x01);
+	ck_assert_uint_eq(b[8], 0x80);
+	ck_assert_uint_eq(b[39], 0x80 + 31);
+	ck_assert_uint_eq(b[40], 0x18);
+	ck_assert_uint_eq(b[47], 0x11);
+	ck_assert_uint_eq(b[48], 0x24);
+	ck_assert_uint_eq(b[51], 0x21);
+	ck_assert_uint_eq(b[52], 0x32);
+	ck_assert_uint_eq(b[54], 0x42);
+	ck_assert_uint_eq(b[56], 0x58);
+	ck_assert_uint_eq(b[63], 0x51);
+	memd_kv_header_decode(b, &d);
+	ck_assert_int_eq(memcmp(&h, &d, sizeof(h)), 0);
+}
+END_TEST
+
+START_TEST(create_rejects_bad_options)
+{
+	struct owner *o = owner_new(MIB, 1);
+	struct memd_kv_options op = opts(o);
+	struct memd_kv *kv = (void *)1;
+
+	op.slab_bytes = 96 * KIB;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+	op.slab_bytes = 32 * KIB;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	op.slab_bytes = 8ull << 30;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	op = opts(o);
+	op.slab_put = NULL;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	op = opts(o);
+	op.value_max_bytes = (1u << 30) + 1;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	op = opts(o);
+	op.spill_dir = "/tmp";
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL); /* no cap */
+	op = opts(o);
+	op.spill_bytes = MIB;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL); /* no dir */
+	op = opts(o);
+	op.policy = (enum memd_kv_policy)7;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), -EINVAL);
+	ck_assert_int_eq(memd_kv_create(NULL, &kv), -EINVAL);
+	memd_kv_destroy(NULL);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(round_trip_sizes_and_chunks)
+{
+	struct owner *o = owner_new(MIB, 80);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	static const struct {
+		uint64_t len;
+		uint32_t nchunks;
+		uint64_t first_block, last_block;
+	} c[] = {
+		{ 1, 1, 64 * KIB, 64 * KIB },
+		{ 64 * KIB - HDR, 1, 64 * KIB, 64 * KIB }, /* payload exactly */
+		{ 64 * KIB - HDR + 1, 1, 128 * KIB, 128 * KIB },
+		{ MIB - HDR, 1, MIB, MIB }, /* the largest class, exactly */
+		{ MIB - HDR + 1, 2, MIB, 64 * KIB },
+		{ 64 * MIB, 65, MIB, 64 * KIB }, /* 64 * (MIB - 64) + 4096 */
+	};
+	static struct memd_kv_loc locs[200];
+	struct memd_kv_item it[6];
+	size_t n = sizeof(c) / sizeof(c[0]);
+	struct memd_kv_stats st;
+
+	o->share[1] = 80;
+	memset(it, 0, sizeof(it));
+	for (size_t i = 0; i < n; i++) {
+		make_key(i, it[i].key);
+		it[i].value_len = c[i].len;
+		ck_assert_int_eq(memd_kv_nchunks(kv, c[i].len),
+				 (int)c[i].nchunks);
+	}
+	/* one batch for all six */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, n, locs, 200, 0), 6);
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(it[i].status, 0);
+		ck_assert_uint_eq(it[i].nchunks, c[i].nchunks);
+		ck_assert_uint_eq(locs[it[i].first_loc].block_bytes,
+				  c[i].first_block);
+		ck_assert_uint_eq(
+			locs[it[i].first_loc + it[i].nchunks - 1].block_bytes,
+			c[i].last_block);
+		ck_assert_uint_ne(it[i].generation, 0);
+		for (size_t j = 0; j < i; j++)
+			ck_assert_uint_ne(it[i].generation, it[j].generation);
+		client_write(o, 1, &it[i], locs);
+		it[i].checksum = value_checksum(1, it[i].key, c[i].len);
+	}
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.reserved, 6);
+	ck_assert_uint_eq(st.entries, 0);
+	/* reserved is not present */
+	ck_assert(!exists1(kv, 1, 0));
+	ck_assert_int_eq(get(kv, o, 1, 0, 1, true), -ENOENT);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, n, 1), 6);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(get(kv, o, 1, i, 2, true), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.entries, 6);
+	ck_assert_uint_eq(st.reserved, 0);
+	ck_assert_uint_eq(st.hits, 6);
+	ck_assert_uint_eq(st.misses, 1);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.slabs, o->held[1]);
+	ck_assert_uint_eq(st.bytes_held, o->held[1] * MIB);
+	/* a put of a present key is idempotent: present, nothing to write */
+	ck_assert_int_eq(put(kv, o, 1, 5, 64 * MIB, 3), -EEXIST);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(reserved_expires_and_frees_space)
+{
+	struct owner *o = owner_new(MIB, 4);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	static struct memd_kv_loc locs[4];
+	struct memd_kv_item a, b;
+
+	o->share[1] = 1;
+	item_key(&a, 1);
+	a.value_len = MIB - HDR;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &a, 1, locs, 4, 0), 1);
+	item_key(&b, 2);
+	b.value_len = 100;
+	/* a reservation is not evictable: the share is full */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 10), 0);
+	ck_assert_int_eq(b.status, -ENOSPC);
+	/* a commit after the deadline fails and drops the reservation */
+	a.checksum = 7;
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &a, 1, RESERVE_MS), 0);
+	ck_assert_int_eq(a.status, -ETIMEDOUT);
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(stats(kv, 1).expired, 1);
+	/* expire() drops one at its deadline, not before */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &a, 1, locs, 4, 2000), 1);
+	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_uint_eq(memd_kv_expire(kv, 2000 + RESERVE_MS - 1), 0);
+	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_uint_eq(memd_kv_expire(kv, 2000 + RESERVE_MS), 1);
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &a, 1, 2000 + RESERVE_MS), 0);
+	ck_assert_int_eq(a.status, -ENOENT);
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 3001), 1);
+	ck_assert_uint_eq(stats(kv, 1).expired, 2);
+	ck_assert_uint_eq(stats(kv, 1).reserved, 1);
+	/* a reservation past its deadline does not block a new put */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 3001), 0);
+	ck_assert_int_eq(b.status, -EBUSY);
+	ck_assert_int_eq(put(kv, o, 1, 2, 100, 3001 + RESERVE_MS), 0);
+	ck_assert_int_eq(get(kv, o, 1, 2, 5000, true), 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(read_lease_blocks_eviction_and_delete)
+{
+	struct owner *o = owner_new(MIB, 4);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	static struct memd_kv_loc locs[4];
+	struct memd_kv_item a;
+
+	o->share[1] = 1;
+	ck_assert_int_eq(put(kv, o, 1, 1, MIB - HDR, 0), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 0, false), 0); /* lease until 2000 */
+	ck_assert_int_eq(put(kv, o, 1, 2, MIB - HDR, 10), -ENOSPC);
+	item_key(&a, 1);
+	ck_assert_int_eq(memd_kv_lookup(kv, 1, &a, 1, locs, 4, 20), 1);
+	ck_assert_ptr_null(client_check(o, 1, &a, locs));
+	/* two leases: one done is not enough */
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 30), 1);
+	ck_assert_int_eq(put(kv, o, 1, 2, MIB - HDR, 30), -ENOSPC);
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 30), 1);
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 30), 0);
+	ck_assert_int_eq(a.status, -EALREADY);
+	a.generation++;
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 30), 0);
+	ck_assert_int_eq(a.status, -ESTALE);
+	/* no lease left: key 1 is evicted for key 2 */
+	ck_assert_int_eq(put(kv, o, 1, 2, MIB - HDR, 40), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 40, true), -ENOENT);
+	ck_assert_uint_eq(stats(kv, 1).evictions, 1);
+
+	/* delete under a lease: gone at once, freed when the lease ends */
+	item_key(&a, 2);
+	ck_assert_int_eq(memd_kv_lookup(kv, 1, &a, 1, locs, 4, 50), 1);
+	ck_assert_int_eq(del(kv, 1, 2, 60), 0);
+	ck_assert(!exists1(kv, 1, 2));
+	ck_assert_int_eq(get(kv, o, 1, 2, 60, true), -ENOENT);
+	ck_assert_int_eq(del(kv, 1, 2, 60), -ENOENT);
+	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_int_eq(put(kv, o, 1, 3, MIB - HDR, 70), -ENOSPC);
+	ck_assert_ptr_null(client_check(o, 1, &a, locs));
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 80), 1);
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_int_eq(put(kv, o, 1, 3, MIB - HDR, 90), 0);
+
+	/* a lease that lapses: expire() ends it, then eviction proceeds */
+	ck_assert_int_eq(get(kv, o, 1, 3, 100, false), 0);
+	ck_assert_int_eq(put(kv, o, 1, 4, MIB - HDR, 200), -ENOSPC);
+	ck_assert_uint_eq(memd_kv_expire(kv, 100 + LEASE_MS - 1), 0);
+	ck_assert_int_eq(put(kv, o, 1, 4, MIB - HDR, 100 + LEASE_MS - 1),
+			 -ENOSPC);
+	ck_assert_uint_eq(memd_kv_expire(kv, 100 + LEASE_MS), 1);
+	ck_assert_int_eq(put(kv, o, 1, 4, MIB - HDR, 100 + LEASE_MS), 0);
+
+	/* deleted under a lease that lapses: expire() frees it */
+	ck_assert_int_eq(get(kv, o, 1, 4, 5000, false), 0);
+	ck_assert_int_eq(del(kv, 1, 4, 5001), 0);
+	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_uint_eq(memd_kv_expire(kv, 5000 + LEASE_MS), 1);
+	ck_assert_uint_eq(o->held[1], 0);
+	/* and a lapsed lease needs no expire() to stop blocking eviction */
+	ck_assert_int_eq(put(kv, o, 1, 5, MIB - HDR, 9000), 0);
+	ck_assert_int_eq(get(kv, o, 1, 5, 9000, false), 0);
+	ck_assert_int_eq(put(kv, o, 1, 6, MIB - HDR, 9000 + LEASE_MS), 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(pins_block_eviction)
+{
+	struct owner *o = owner_new(MIB, 4);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+
+	o->share[1] = 1;
+	ck_assert_int_eq(pin(kv, 1, 1, 0), -ENOENT);
+	ck_assert_int_eq(put(kv, o, 1, 1, MIB - HDR, 0), 0);
+	ck_assert_int_eq(pin(kv, 1, 1, 0), 0);
+	ck_assert_int_eq(pin(kv, 1, 1, 0), 0);
+	ck_assert_int_eq(put(kv, o, 1, 2, 1000, 10), -ENOSPC);
+	ck_assert_int_eq(unpin(kv, 1, 1), 0);
+	ck_assert_int_eq(put(kv, o, 1, 2, 1000, 10), -ENOSPC);
+	ck_assert_int_eq(unpin(kv, 1, 1), 0);
+	ck_assert_int_eq(unpin(kv, 1, 1), -EINVAL);
+	ck_assert_int_eq(unpin(kv, 1, 9), -ENOENT);
+	ck_assert_int_eq(put(kv, o, 1, 2, 1000, 10), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 20, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 1, 2, 20, true), 0);
+	/* a pinned entry can still be deleted */
+	ck_assert_int_eq(pin(kv, 1, 2, 30), 0);
+	ck_assert_int_eq(del(kv, 1, 2, 30), 0);
+	ck_assert_uint_eq(o->held[1], 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+/*
+ * A hot set of 16 keys, looked up (and put back on a miss) every round,
+ * then 80 one-shot keys put once each: more than the tenant's 64 blocks.
+ * Returns the hot set's hits.
+ */
+static uint64_t hot_hits_under_scan(enum memd_kv_policy pol)
+{
+	struct owner *o = owner_new(MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, pol);
+	uint64_t now = 0, oneshot = 1000, hits;
+
+	o->share[1] = 4; /* 4 slabs of 16 blocks of 64 KiB */
+	for (int round = 0; round < 30; round++) {
+		for (uint64_t h = 0; h < 16; h++, now++)
+			if (get(kv, o, 1, h, now, true) == -ENOENT)
+				ck_assert_int_eq(put(kv, o, 1, h, 1000, now),
+						 0);
+		for (int i = 0; i < 80; i++, now++)
+			ck_assert_int_eq(put(kv, o, 1, oneshot++, 1000, now),
+					 0);
+	}
+	hits = stats(kv, 1).hits;
+	ck_assert_uint_le(o->held[1], 4);
+	memd_kv_destroy(kv);
+	owner_free(o);
+	return hits;
+}
+
+START_TEST(s3fifo_is_scan_resistant)
+{
+	uint64_t s3 = hot_hits_under_scan(MEMD_KV_POLICY_S3FIFO);
+	uint64_t fifo = hot_hits_under_scan(MEMD_KV_POLICY_FIFO);
+
+	printf("hot-set hits under a scan: S3-FIFO %llu, FIFO %llu of %d\n",
+	       (unsigned long long)s3, (unsigned long long)fifo, 30 * 16);
+	ck_assert_uint_gt(s3, fifo);
+	/* the hot set settles in main after two rounds and stays there */
+	ck_assert_uint_ge(s3, 16 * 27);
+}
+END_TEST
+
+START_TEST(tenants_are_isolated)
+{
+	struct owner *o = owner_new(MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	static struct memd_kv_loc la[4], lb[4];
+	struct memd_kv_item a, b;
+	struct memd_kv_stats sa, sb;
+
+	o->share[1] = 2;
+	o->share[2] = 2;
+	for (uint64_t k = 0; k < 20; k++)
+		ck_assert_int_eq(put(kv, o, 2, k, 5000 + k, k), 0);
+	for (uint64_t k = 100; k < 400; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 5000 + k, k), 0);
+	for (uint64_t k = 0; k < 20; k++)
+		ck_assert_int_eq(get(kv, o, 2, k, 500, true), 0);
+	sa = stats(kv, 1);
+	sb = stats(kv, 2);
+	ck_assert_uint_eq(sb.evictions, 0);
+	ck_assert_uint_eq(sb.entries, 20);
+	ck_assert_uint_ge(sa.evictions, 300 - 32);
+	ck_assert_uint_le(o->held[1], 2);
+	/* tenant 2 does not see tenant 1's keys */
+	ck_assert_int_eq(get(kv, o, 2, 399, 500, true), -ENOENT);
+	/* the same key in two tenants: two entries, two values */
+	ck_assert_int_eq(put(kv, o, 1, 7, 3000, 600), 0);
+	ck_assert_int_eq(put(kv, o, 2, 7, 3000, 600), -EEXIST);
+	ck_assert_int_eq(put(kv, o, 2, 777, 3000, 600), 0);
+	ck_assert_int_eq(put(kv, o, 1, 777, 3000, 600), 0);
+	item_key(&a, 777);
+	item_key(&b, 777);
+	ck_assert_int_eq(memd_kv_lookup(kv, 1, &a, 1, la, 4, 700), 1);
+	ck_assert_int_eq(memd_kv_lookup(kv, 2, &b, 1, lb, 4, 700), 1);
+	ck_assert_ptr_null(client_check(o, 1, &a, la));
+	ck_assert_ptr_null(client_check(o, 2, &b, lb));
+	ck_assert_uint_ne(la[0].slab, lb[0].slab);
+	ck_assert_uint_ne(a.generation, b.generation);
+	ck_assert_uint_ne(a.checksum, b.checksum);
+	/* deleting one leaves the other */
+	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 700), 1);
+	ck_assert_int_eq(del(kv, 1, 777, 800), 0);
+	ck_assert_int_eq(get(kv, o, 2, 777, 800, false), 0);
+	ck_assert_ptr_null(client_check(o, 2, &b, lb));
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(spill_reload_and_warm_restart)
+{
+	struct owner *o = owner_new(MIB, 16);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_scan_result sr;
+	struct memd_kv_stats st;
+	bool had_file[61];
+	int nfiles = 0, hits = 0;
+	uint64_t now = 0;
+
+	o->share[1] = 4;
+	/* a chunked value first: three blocks of 1 MiB */
+	ck_assert_int_eq(put(kv, o, 1, 1000, 5 * MIB / 2, now++), 0);
+	for (uint64_t k = 0; k < 60; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 100 * KIB + k, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_gt(st.evictions, 0);
+	ck_assert_uint_eq(st.spills, st.evictions);
+	ck_assert_uint_eq(st.spill_errors, 0);
+	ck_assert_uint_eq(st.spilled, st.spills);
+	ck_assert(spill_exists(1, 1000));
+	ck_assert(spill_exists(1, 0));
+	/* an evicted key is loaded back and served, with a new generation */
+	ck_assert(exists1(kv, 1, 1000));
+	ck_assert_int_eq(get(kv, o, 1, 1000, now++, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 0, now++, true), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.reloads, 2);
+	ck_assert_uint_le(o->held[1], 4);
+
+	/* warm restart: a new store finds the files and serves them */
+	for (uint64_t k = 0; k <= 60; k++) {
+		had_file[k] = spill_exists(1, k == 60 ? 1000 : k);
+		nfiles += had_file[k];
+	}
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	kv = store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.files, (uint64_t)nfiles);
+	ck_assert_uint_eq(sr.deleted, 0);
+	ck_assert_uint_eq(sr.dropped, 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.spilled, (uint64_t)nfiles);
+	ck_assert_uint_eq(st.spill_bytes, sr.bytes);
+	for (uint64_t k = 0; k <= 60; k++) {
+		uint64_t key = k == 60 ? 1000 : k;
+		int r = get(kv, o, 1, key, now++, true);
+
+		ck_assert_int_eq(r, had_file[k] ? 0 : -ENOENT);
+		hits += r == 0;
+	}
+	ck_assert_int_eq(hits, nfiles);
+	ck_assert_int_ge(hits, 61 - 32); /* at most 32 were only resident */
+	/* a second scan leaves known files alone */
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.files, 0);
+	/* delete removes the spill file too */
+	ck_assert_int_eq(del(kv, 1, 1000, now), 0);
+	ck_assert(!spill_exists(1, 1000));
+	ck_assert_int_eq(get(kv, o, 1, 1000, now, true), -ENOENT);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to)
+{
+	char buf[4096];
+	ssize_t n;
+	int in = open(from, O_RDONLY), out;
+
+	ck_assert_int_ge(in, 0);
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	ck_assert_int_ge(out, 0);
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		ck_assert_int_eq(write(out, buf, (size_t)n), n);
+	close(in);
+	close(out);
+}
+
+START_TEST(corrupt_spill_files_are_deleted_at_scan)
+{
+	struct owner *o = owner_new(MIB, 8);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 64 * MIB, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_scan_result sr;
+	char p[PATH_MAX], q[PATH_MAX];
+	uint8_t byte;
+	int fd;
+
+	o->share[1] = 1;
+	for (uint64_t k = 0; k < 6; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, MIB - HDR - k, k), 0);
+	for (uint64_t k = 0; k < 5; k++)
+		ck_assert(spill_exists(1, k));
+	memd_kv_destroy(kv);
+
+	/* 0: a payload byte flipped */
+	spill_file(1, 0, p, sizeof(p));
+	fd = open(p, O_RDWR);
+	ck_assert_int_eq(pread(fd, &byte, 1, 5000), 1);
+	byte ^= 1;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, 5000), 1);
+	close(fd);
+	/* 1: truncated */
+	spill_file(1, 1, p, sizeof(p));
+	ck_assert_int_eq(truncate(p, 1000), 0);
+	/* 2: the integrity tag flipped */
+	spill_file(1, 2, p, sizeof(p));
+	fd = open(p, O_RDWR);
+	ck_assert_int_eq(pread(fd, &byte, 1, MIB - 2 + 4), 1);
+	byte ^= 0x80;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, MIB - 2 + 4), 1);
+	close(fd);
+	/* 3 under another key's name; 4 under another tenant */
+	spill_file(1, 3, p, sizeof(p));
+	spill_file(1, 99, q, sizeof(q));
+	copy_file(p, q);
+	spill_file(1, 4, p, sizeof(p));
+	snprintf(q, sizeof(q), "%s/2", spill_dir);
+	ck_assert_int_eq(mkdir(q, 0700), 0);
+	spill_file(2, 4, q, sizeof(q));
+	copy_file(p, q);
+	/* a temp file left by a crash, and a stranger */
+	snprintf(q, sizeof(q), "%s/1/.abc.tmp", spill_dir);
+	copy_file(p, q);
+	snprintf(q, sizeof(q), "%s/1/notes", spill_dir);
+	copy_file(p, q);
+
+	kv = store_new(o, spill_dir, 64 * MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.deleted, 7);
+	ck_assert_uint_eq(sr.files, 2); /* keys 3 and 4 */
+	ck_assert(!spill_exists(1, 0));
+	ck_assert(!spill_exists(1, 1));
+	ck_assert(!spill_exists(1, 2));
+	ck_assert(!spill_exists(1, 99));
+	ck_assert(!spill_exists(2, 4));
+	for (uint64_t k = 0; k < 3; k++)
+		ck_assert_int_eq(get(kv, o, 1, k, 100, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 1, 99, 100, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 2, 4, 100, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 1, 3, 100, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 4, 100, true), 0);
+
+	/* a file corrupted after the scan is caught at reload, and deleted */
+	memd_kv_destroy(kv);
+	kv = store_new(o, spill_dir, 64 * MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.files, 2);
+	spill_file(1, 3, p, sizeof(p));
+	fd = open(p, O_RDWR);
+	ck_assert_int_eq(pread(fd, &byte, 1, 70000), 1);
+	byte ^= 4;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, 70000), 1);
+	close(fd);
+	ck_assert_int_eq(get(kv, o, 1, 3, 200, true), -ENOENT);
+	ck_assert(!spill_exists(1, 3));
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_int_eq(get(kv, o, 1, 4, 200, true), 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(spill_cap_is_enforced)
+{
+	struct owner *o = owner_new(MIB, 8);
+	uint64_t file = MIB - HDR + HDR + 8; /* header + value + tag */
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 3 * file + 100, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_scan_result sr;
+	uint64_t nfiles, bytes;
+
+	o->share[1] = 1;
+	for (uint64_t k = 0; k < 10; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, MIB - HDR, k), 0);
+	bytes = spill_dir_bytes(1, &nfiles);
+	ck_assert_uint_eq(nfiles, 3);
+	ck_assert_uint_le(bytes, 3 * file + 100);
+	for (uint64_t k = 0; k < 6; k++)
+		ck_assert(!spill_exists(1, k));
+	for (uint64_t k = 6; k < 9; k++)
+		ck_assert(spill_exists(1, k));
+	ck_assert_uint_eq(stats(kv, 1).spilled, 3);
+	ck_assert_int_eq(get(kv, o, 1, 0, 100, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 1, 8, 100, true), 0);
+	/* the reload evicted 9 (spilled), which pushed out the oldest, 6 */
+	ck_assert(!spill_exists(1, 6));
+	ck_assert(spill_exists(1, 9));
+	bytes = spill_dir_bytes(1, &nfiles);
+	ck_assert_uint_eq(nfiles, 3);
+	memd_kv_destroy(kv);
+
+	/* a smaller cap at restart drops files down to it */
+	kv = store_new(o, spill_dir, 2 * file, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.dropped, 1);
+	ck_assert_uint_eq(sr.files, 2);
+	ck_assert_uint_eq(sr.bytes, 2 * file);
+	bytes = spill_dir_bytes(1, &nfiles);
+	ck_assert_uint_eq(nfiles, 2);
+	ck_assert_uint_eq(bytes, 2 * file);
+	/* a value bigger than the whole cap is not spilled */
+	memd_kv_destroy(kv);
+	kv = store_new(o, spill_dir, MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(put(kv, o, 1, 50, MIB - HDR, 0), 0);
+	ck_assert_int_eq(put(kv, o, 1, 51, MIB - HDR, 0), 0);
+	ck_assert_uint_eq(stats(kv, 1).spill_errors, 1);
+	ck_assert(!spill_exists(1, 50));
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(bad_inputs_get_clear_errors)
+{
+	struct owner *o = owner_new(MIB, 4);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	static struct memd_kv_loc locs[100];
+	struct memd_kv_item it[3];
+	uint8_t keys[1][32] = { { 0 } };
+	uint64_t gen;
+
+	o->share[1] = 4;
+	memset(it, 0, sizeof(it));
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 0, locs, 100, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, NULL, 1, locs, 100, 0),
+			 -EINVAL);
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 1, NULL, 100, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_lookup(kv, 1, it, 0, locs, 100, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, 0, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_done(kv, 1, NULL, 1, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_delete(kv, 1, it, 0, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_pin(kv, 1, it, 0, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_unpin(kv, 1, it, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_exists(kv, 1, (const uint8_t(*)[32])keys, 0),
+			 -EINVAL);
+	ck_assert_int_eq(memd_kv_exists(kv, 1, NULL, 1), -EINVAL);
+	ck_assert_int_eq(memd_kv_nchunks(kv, 0), -EINVAL);
+	ck_assert_int_eq(memd_kv_nchunks(kv, 64 * MIB + 1), -EMSGSIZE);
+
+	/* per key: empty and oversized values, a duplicate in the batch */
+	item_key(&it[0], 1);
+	item_key(&it[1], 2);
+	item_key(&it[2], 1);
+	it[0].value_len = 0;
+	it[1].value_len = 64 * MIB + 1;
+	it[2].value_len = 10;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 3, locs, 100, 0), 1);
+	ck_assert_int_eq(it[0].status, -EINVAL);
+	ck_assert_int_eq(it[1].status, -EMSGSIZE);
+	ck_assert_int_eq(it[2].status, 0);
+	it[0].value_len = 10;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 1, locs, 100, 0), 0);
+	ck_assert_int_eq(it[0].status, -EBUSY);
+	/* commit: unknown key, wrong generation, twice */
+	gen = it[2].generation;
+	item_key(&it[0], 3);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, 1, 0), 0);
+	ck_assert_int_eq(it[0].status, -ENOENT);
+	it[2].generation = gen + 1;
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &it[2], 1, 0), 0);
+	ck_assert_int_eq(it[2].status, -ESTALE);
+	it[2].generation = gen;
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &it[2], 1, 0), 1);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &it[2], 1, 0), 0);
+	ck_assert_int_eq(it[2].status, -EALREADY);
+	/* commits, dones and deletes of an unknown tenant */
+	ck_assert_int_eq(memd_kv_commit(kv, 5, &it[2], 1, 0), 0);
+	ck_assert_int_eq(it[2].status, -ENOENT);
+	ck_assert_int_eq(memd_kv_done(kv, 1, &it[2], 1, 0), 0);
+	ck_assert_int_eq(it[2].status, -EALREADY);
+	ck_assert_int_eq(memd_kv_done(kv, 1, it, 1, 0), 0);
+	ck_assert_int_eq(it[0].status, -ENOENT);
+	/* no room for the locations: -ENOBUFS, no lease, nothing reserved */
+	ck_assert_int_eq(memd_kv_lookup(kv, 1, &it[2], 1, locs, 0, 0), 0);
+	ck_assert_int_eq(it[2].status, -ENOBUFS);
+	item_key(&it[0], 4);
+	it[0].value_len = 3 * MIB;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 1, locs, 3, 0), 0);
+	ck_assert_int_eq(it[0].status, -ENOBUFS);
+	ck_assert_int_eq(del(kv, 1, 1, 0), 0); /* freed at once: no lease */
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(stats(kv, 1).bytes_used, 0);
+	/* a tenant the owner gives nothing */
+	ck_assert_int_eq(put(kv, o, 3, 1, 10, 0), -ENOSPC);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+START_TEST(exists_is_the_longest_present_prefix)
+{
+	struct owner *o = owner_new(MIB, 4);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	uint8_t keys[6][32];
+
+	o->share[1] = 4;
+	for (uint64_t k = 0; k < 6; k++) {
+		make_key(k, keys[k]);
+		if (k != 3)
+			ck_assert_int_eq(put(kv, o, 1, k, 100, 0), 0);
+	}
+	ck_assert_int_eq(memd_kv_exists(kv, 1, (const uint8_t(*)[32])keys, 6),
+			 3);
+	ck_assert_int_eq(memd_kv_exists(kv, 1, (const uint8_t(*)[32])keys, 2),
+			 2);
+	ck_assert_int_eq(memd_kv_exists(kv, 2, (const uint8_t(*)[32])keys, 6),
+			 0);
+	ck_assert_int_eq(put(kv, o, 1, 3, 100, 0), 0);
+	ck_assert_int_eq(memd_kv_exists(kv, 1, (const uint8_t(*)[32])keys, 6),
+			 6);
+	/* no leases were taken: everything can be deleted at once */
+	for (uint64_t k = 0; k < 6; k++)
+		ck_assert_int_eq(del(kv, 1, k, 0), 0);
+	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(stats(kv, 1).hits, 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+/* ---- the randomized model-based test ---- */
+
+#define M_KEYS 120
+#define M_LEASES 8
+#define M_PENDING 4
+
+enum m_state { M_ABSENT, M_PRESENT, M_DELETED };
+
+struct m_key {
+	enum m_state state;
+	uint32_t pins;
+	bool pending; /* an uncommitted reservation made by the test */
+	uint64_t pending_until;
+};
+
+struct m_lease {
+	bool used;
+	uint32_t tenant;
+	uint64_t until;
+	struct memd_kv_item it;
+	struct memd_kv_loc locs[8];
+};
+
+struct m_pending {
+	bool used;
+	uint32_t tenant;
+	uint64_t k, until;
+	struct memd_kv_item it;
+};
+
+static uint64_t rng_state;
+
+static uint64_t rnd(uint64_t n)
+{
+	rng_state = mix(rng_state);
+	return rng_state % n;
+}
+
+static uint64_t m_len(uint32_t tenant, uint64_t k)
+{
+	uint64_t r = mix(k * 31 + tenant) % 100;
+	uint64_t s = mix(k ^ 0xabcdef);
+
+	if (r < 70)
+		return 1 + s % (60 * KIB);
+	if (r < 90)
+		return 60 * KIB + s % (190 * KIB);
+	return 250 * KIB + s % (450 * KIB); /* 1 to 3 chunks of 256 KiB */
+}
+
+START_TEST(model_based_random_ops)
+{
+	struct owner *o = owner_new(256 * KIB, 16);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 4 * MIB, MEMD_KV_POLICY_S3FIFO);
+	static struct m_key m[3][M_KEYS];
+	static struct m_lease leases[M_LEASES];
+	static struct m_pending pend[M_PENDING];
+	static struct memd_kv_loc locs[64];
+	uint64_t now = 0, hits = 0, nops = 6000;
+	uint64_t counts[10] = { 0 };
+
+	rng_state = 20240901;
+	memset(m, 0, sizeof(m));
+	memset(leases, 0, sizeof(leases));
+	memset(pend, 0, sizeof(pend));
+	o->share[1] = 6;
+	o->share[2] = 6;
+	for (uint64_t op = 0; op < nops; op++) {
+		uint32_t t = 1 + (uint32_t)rnd(2);
+		uint64_t k = rnd(M_KEYS);
+		struct m_key *mk = &m[t][k];
+		uint64_t what = rnd(100);
+		struct memd_kv_item it;
+		const char *bad;
+		int r;
+
+		now += rnd(40);
+		item_key(&it, k);
+		if (what < 30) { /* put: reserve, write, maybe commit later */
+			it.value_len = m_len(t, k);
+			ck_assert_int_ge(
+				memd_kv_reserve(kv, t, &it, 1, locs, 64, now),
+				0);
+			r = it.status;
+			if (r == -EEXIST)
+				ck_assert_int_eq(mk->state, M_PRESENT);
+			if (r == -EBUSY)
+				ck_assert(mk->pending &&
+					  now < mk->pending_until);
+			else
+				ck_assert(!mk->pending ||
+					  now >= mk->pending_until);
+			ck_assert(r == 0 || r == -EEXIST || r == -EBUSY ||
+				  r == -ENOSPC);
+			if (r == 0) {
+				int slot = (int)rnd(M_PENDING);
+
+				client_write(o, t, &it, locs);
+				it.checksum =
+					value_checksum(t, it.key, it.value_len);
+				/* an older reservation of this key expired */
+				for (int i = 0; i < M_PENDING; i++)
+					if (pend[i].used &&
+					    pend[i].tenant == t &&
+					    pend[i].k == k)
+						pend[i].used = false;
+				mk->pending = false;
+				if (rnd(4) == 0 && !pend[slot].used) {
+					/* committed later, or never */
+					pend[slot].used = true;
+					pend[slot].tenant = t;
+					pend[slot].k = k;
+					pend[slot].until = now + RESERVE_MS;
+					pend[slot].it = it;
+					mk->pending = true;
+					mk->pending_until = now + RESERVE_MS;
+				} else {
+					ck_assert_int_eq(memd_kv_commit(kv, t,
+									&it, 1,
+									now),
+							 1);
+					mk->state = M_PRESENT;
+				}
+			}
+			counts[0]++;
+		} else if (what < 60) { /* get, maybe holding the lease */
+			int slot = (int)rnd(M_LEASES);
+
+			ck_assert_int_ge(
+				memd_kv_lookup(kv, t, &it, 1, locs, 64, now),
+				0);
+			r = it.status;
+			ck_assert(r == 0 || r == -ENOENT);
+			if (r == 0) {
+				ck_assert_int_eq(mk->state, M_PRESENT);
+				bad = client_check(o, t, &it, locs);
+				ck_assert_msg(!bad, "op %llu: %s",
+					      (unsigned long long)op, bad);
+				hits++;
+				if (!leases[slot].used && rnd(2)) {
+					leases[slot].used = true;
+					leases[slot].tenant = t;
+					leases[slot].until = now + LEASE_MS;
+					leases[slot].it = it;
+					memcpy(leases[slot].locs,
+					       locs + it.first_loc,
+					       it.nchunks * sizeof(*locs));
+					leases[slot].it.first_loc = 0;
+				} else {
+					ck_assert_int_eq(memd_kv_done(kv, t,
+								      &it, 1,
+								      now),
+							 1);
+				}
+			} else {
+				ck_assert(mk->pins == 0);
+			}
+			counts[1]++;
+		} else if (what < 68) { /* end (after checking) a held lease */
+			struct m_lease *l = &leases[rnd(M_LEASES)];
+
+			if (l->used) {
+				if (now < l->until) {
+					bad = client_check(o, l->tenant, &l->it,
+							   l->locs);
+					ck_assert_msg(
+						!bad, "op %llu: leased: %s",
+						(unsigned long long)op, bad);
+				}
+				memd_kv_done(kv, l->tenant, &l->it, 1, now);
+				l->used = false;
+			}
+			counts[2]++;
+		} else if (what < 74) { /* commit a pending reservation */
+			struct m_pending *p = &pend[rnd(M_PENDING)];
+
+			if (p->used) {
+				struct m_key *pk = &m[p->tenant][p->k];
+
+				ck_assert_int_ge(memd_kv_commit(kv, p->tenant,
+								&p->it, 1, now),
+						 0);
+				r = p->it.status;
+				if (now < p->until) {
+					ck_assert_int_eq(r, 0);
+					pk->state = M_PRESENT;
+				} else {
+					ck_assert(r == -ETIMEDOUT ||
+						  r == -ENOENT);
+				}
+				pk->pending = false;
+				p->used = false;
+			}
+			counts[3]++;
+		} else if (what < 80) { /* delete */
+			r = del(kv, t, k, now);
+			if (r == -EBUSY)
+				ck_assert(mk->pending &&
+					  now < mk->pending_until);
+			if (r == 0) {
+				ck_assert_int_eq(mk->state, M_PRESENT);
+				mk->state = M_DELETED;
+				mk->pins = 0;
+			}
+			if (r == -ENOENT)
+				ck_assert(mk->state != M_PRESENT ||
+					  mk->pins == 0);
+			counts[4]++;
+		} else if (what < 85) { /* pin */
+			if (mk->pins < 2) {
+				r = pin(kv, t, k, now);
+				if (r == 0) {
+					ck_assert_int_eq(mk->state, M_PRESENT);
+					mk->pins++;
+				}
+			}
+			counts[5]++;
+		} else if (what < 92) { /* unpin */
+			r = unpin(kv, t, k);
+			ck_assert_int_eq(r, mk->pins ? 0 : r);
+			if (mk->pins)
+				mk->pins--;
+			else
+				ck_assert(r == -EINVAL || r == -ENOENT);
+			counts[6]++;
+		} else if (what < 96) { /* exists over a run of keys */
+			uint8_t keys[4][32];
+			uint64_t base = rnd(M_KEYS - 4);
+			ssize_t n;
+
+			for (int i = 0; i < 4; i++)
+				make_key(base + (uint64_t)i, keys[i]);
+			n = memd_kv_exists(kv, t, (const uint8_t(*)[32])keys,
+					   4);
+			ck_assert_int_ge(n, 0);
+			for (ssize_t i = 0; i < n; i++)
+				ck_assert_int_eq(m[t][base + (uint64_t)i].state,
+						 M_PRESENT);
+			if (n < 4)
+				ck_assert_uint_eq(m[t][base + (uint64_t)n].pins,
+						  0);
+			counts[7]++;
+		} else { /* time passes */
+			now += rnd(600);
+			memd_kv_expire(kv, now);
+			counts[8]++;
+		}
+		ck_assert_uint_le(o->held[1], 6);
+		ck_assert_uint_le(o->held[2], 6);
+	}
+	printf("model: %llu ops (%llu puts, %llu gets, %llu deletes, "
+	       "%llu expiries), %llu verified hits, %llu evictions, "
+	       "%llu reloads\n",
+	       (unsigned long long)nops, (unsigned long long)counts[0],
+	       (unsigned long long)counts[1], (unsigned long long)counts[4],
+	       (unsigned long long)counts[8], (unsigned long long)hits,
+	       (unsigned long long)(stats(kv, 1).evictions +
+				    stats(kv, 2).evictions),
+	       (unsigned long long)(stats(kv, 1).reloads +
+				    stats(kv, 2).reloads));
+	ck_assert_uint_gt(hits, 500);
+	ck_assert_uint_gt(stats(kv, 1).evictions, 50);
+	ck_assert_uint_gt(stats(kv, 1).reloads + stats(kv, 2).reloads, 10);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
+/* ---- threads: the one lock makes concurrent callers safe ---- */
+
+struct thread_arg {
+	struct memd_kv *kv;
+	struct owner *o;
+	uint32_t tenant;
+	uint64_t base;
+	int wrong;
+};
+
+static pthread_mutex_t client_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *thread_main(void *p)
+{
+	struct thread_arg *a = p;
+	struct memd_kv_loc locs[4];
+
+	for (uint64_t i = 0; i < 2000; i++) {
+		struct memd_kv_item it;
+		uint64_t k = a->base + i % 50;
+
+		item_key(&it, k);
+		it.value_len = 1000 + k;
+		if (memd_kv_reserve(a->kv, a->tenant, &it, 1, locs, 4, i) ==
+		    1) {
+			/* the owner's memory is shared test state */
+			pthread_mutex_lock(&client_lock);
+			client_write(a->o, a->tenant, &it, locs);
+			pthread_mutex_unlock(&client_lock);
+			it.checksum =
+				value_checksum(a->tenant, it.key, it.value_len);
+			memd_kv_commit(a->kv, a->tenant, &it, 1, i);
+		}
+		item_key(&it, a->base + (i * 7) % 50);
+		if (memd_kv_lookup(a->kv, a->tenant, &it, 1, locs, 4, i) == 1) {
+			pthread_mutex_lock(&client_lock);
+			a->wrong += client_check(a->o, a->tenant, &it, locs) !=
+				    NULL;
+			pthread_mutex_unlock(&client_lock);
+			memd_kv_done(a->kv, a->tenant, &it, 1, i);
+		}
+	}
+	return NULL;
+}
+
+START_TEST(concurrent_callers)
+{
+	struct owner *o = owner_new(MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	struct thread_arg a[4];
+	pthread_t th[4];
+
+	o->share[1] = 1; /* 16 blocks for 100 keys: constant eviction */
+	o->share[2] = 2;
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct thread_arg){ kv, o, 1 + (uint32_t)(i % 2),
+					    (uint64_t)i * 1000, 0 };
+		ck_assert_int_eq(
+			pthread_create(&th[i], NULL, thread_main, &a[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ck_assert_int_eq(a[i].wrong, 0);
+	}
+	ck_assert_uint_gt(stats(kv, 1).evictions, 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+static Suite *kvstore_suite(void)
+{
+	Suite *s = suite_create("kvstore");
+	TCase *tc = tcase_create("core");
+	TCase *ts = tcase_create("spill");
+
+	tcase_add_test(tc, header_codec_is_little_endian_and_exact);
+	tcase_add_test(tc, create_rejects_bad_options);
+	tcase_add_test(tc, round_trip_sizes_and_chunks);
+	tcase_add_test(tc, reserved_expires_and_frees_space);
+	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
+	tcase_add_test(tc, pins_block_eviction);
+	tcase_add_test(tc, s3fifo_is_scan_resistant);
+	tcase_add_test(tc, tenants_are_isolated);
+	tcase_add_test(tc, bad_inputs_get_clear_errors);
+	tcase_add_test(tc, exists_is_the_longest_present_prefix);
+	tcase_add_test(tc, concurrent_callers);
+	suite_add_tcase(s, tc);
+	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
+	tcase_add_test(ts, spill_reload_and_warm_restart);
+	tcase_add_test(ts, corrupt_spill_files_are_deleted_at_scan);
+	tcase_add_test(ts, spill_cap_is_enforced);
+	tcase_add_test(ts, model_based_random_ops);
+	suite_add_tcase(s, ts);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(kvstore_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
