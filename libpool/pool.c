@@ -2158,12 +2158,19 @@ static int io_sync(struct pool *p, struct pool_region *r, uint64_t off,
 
 	if (ret)
 		return ret;
-	ret = io_wait(p, &op, p->timeout_ms);
-	if (ret == -ETIMEDOUT) {
+	for (;;) {
+		bool again = false;
+
+		ret = io_wait(p, &op, p->timeout_ms);
+		if (ret != -ETIMEDOUT)
+			return ret;
+		/* Closing the stuck links' endpoints completes the op; a
+		 * replicated region then goes on from its live copies. */
 		op_fail_pending(&op, "transfer timed out");
-		io_finish(p, &op, NULL);
+		ret = io_finish(p, &op, &again);
+		if (!again)
+			return ret == -ENOTCONN ? -ETIMEDOUT : ret;
 	}
-	return ret;
 }
 
 int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
