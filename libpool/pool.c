@@ -92,8 +92,7 @@ struct plink {
 	uint64_t donor_epoch;
 	uint16_t proto; /* negotiated protocol version */
 	/* HEARTBEAT2 (with our RMA counters) instead of HEARTBEAT: links
-	 * that authenticated (protocol 2). Standalone memd negotiates 2 but
-	 * does not take HEARTBEAT2 yet, and closes on what it does not take. */
+	 * that negotiated protocol 2 */
 	bool hb2;
 	struct rpc *ctl;
 	struct fab_domain *fd;
@@ -578,6 +577,7 @@ static int link_open(struct pool *p, const char *addr,
 	r = link_take_hello(lk, hok);
 	if (r)
 		goto fail;
+	lk->hb2 = lk->proto >= 2;
 	if (au) {
 		struct wire_auth_ok *aok = malloc(sizeof(*aok));
 		uint8_t sk[AUTH_KEY_LEN];
@@ -597,7 +597,6 @@ static int link_open(struct pool *p, const char *addr,
 		}
 		lk->donor_id = au->donor_id;
 		lk->donor_epoch = au->donor_epoch;
-		lk->hb2 = true;
 	} else if (lk->proto >= 2) {
 		r = link_probe_open(lk);
 		if (r)
