@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * fabric/rpc.c - the blocking client end of a control connection (rpc.h):
- * libpool's sessions, memd's link to its registry, poolctl.
+ * libpool's sessions, memd's link to its registry, poolctl. rpc_hello and
+ * rpc_auth are the handshake every one of them does (docs/cluster.md).
  *
  * Threads: any thread may call; calls are serialized by c->lock, so at
  * most one request is outstanding and a reply is matched by seq alone.
@@ -292,78 +293,125 @@ out:
 }
 
 int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
-	      int timeout_ms, struct wire_hello_ok *out, char *err,
+	      int timeout_ms, struct wire_hello_ok *ok, char *errtext,
 	      size_t errlen)
 {
-	struct wire_msg *req = calloc(1, sizeof(*req));
-	struct wire_msg *rep = malloc(sizeof(*rep));
-	int r = -ENOMEM;
+	const uint16_t proto_max = WIRE_PROTO_MAX;
+	struct wire_msg *req, *rep;
+	int r;
 
-	if (req && rep) {
-		req->type = WIRE_HELLO;
-		req->u.hello.proto_min = proto_min;
-		req->u.hello.proto_max = WIRE_PROTO_MAX;
-		snprintf(req->u.hello.client, sizeof(req->u.hello.client), "%s",
-			 client ? client : "");
-		r = rpc_call(c, req, rep, WIRE_HELLO_OK, timeout_ms, err,
-			     errlen);
-		if (!r)
-			*out = rep->u.hello_ok;
+	if (proto_min < WIRE_PROTO_MIN || proto_min > proto_max)
+		return -EINVAL;
+	req = calloc(1, sizeof(*req));
+	rep = malloc(sizeof(*rep));
+	if (!req || !rep) {
+		free(req);
+		free(rep);
+		return -ENOMEM;
 	}
+	req->type = WIRE_HELLO;
+	req->u.hello.proto_min = proto_min;
+	req->u.hello.proto_max = proto_max;
+	snprintf(req->u.hello.client, sizeof(req->u.hello.client), "%s",
+		 client ? client : "");
+	/* Printable bytes only: the name ends up in memd's log lines. */
+	for (char *p = req->u.hello.client; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
+	r = rpc_call(c, req, rep, WIRE_HELLO_OK, timeout_ms, errtext, errlen);
+	if (!r && (rep->u.hello_ok.proto < proto_min ||
+		   rep->u.hello_ok.proto > proto_max)) {
+		if (errtext)
+			snprintf(errtext, errlen,
+				 "memd chose protocol %u outside %u..%u",
+				 rep->u.hello_ok.proto, proto_min, proto_max);
+		r = -EPROTONOSUPPORT;
+	}
+	if (!r)
+		*ok = rep->u.hello_ok;
 	free(req);
 	free(rep);
 	return r;
 }
 
-int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello,
-	     const char *principal, const uint8_t key[32], const uint8_t *pass,
-	     size_t pass_len, int timeout_ms, struct wire_auth_ok *ok,
-	     uint8_t session_key[32], char *err, size_t errlen)
+int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello_ok,
+	     const char *principal, const uint8_t key[AUTH_KEY_LEN],
+	     const uint8_t *pass, size_t pass_len, int timeout_ms,
+	     struct wire_auth_ok *ok, uint8_t session_key[AUTH_KEY_LEN],
+	     char *errtext, size_t errlen)
 {
-	uint8_t cn[WIRE_NONCE_LEN], sn[WIRE_NONCE_LEN], mac[WIRE_MAC_LEN];
-	struct wire_msg *req = calloc(1, sizeof(*req));
-	struct wire_msg *rep = malloc(sizeof(*rep));
-	int r = -ENOMEM;
+	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
+	uint8_t want[WIRE_MAC_LEN];
+	struct wire_msg *req, *rep;
+	size_t plen = principal ? strlen(principal) : 0;
+	int r;
 
-	if (!req || !rep)
-		goto out;
-	if (pass_len > WIRE_PASS_MAX || strlen(principal) >= WIRE_NAME_MAX) {
-		r = -EINVAL;
+	if (errtext && errlen)
+		errtext[0] = '\0';
+	if (plen == 0 || plen >= WIRE_NAME_MAX || pass_len > WIRE_PASS_MAX ||
+	    (pass_len && !pass))
+		return -EINVAL;
+	if (hello_ok->proto < 2)
+		return -EPROTONOSUPPORT;
+	r = auth_init();
+	if (r)
+		return r;
+	req = calloc(1, sizeof(*req));
+	rep = malloc(sizeof(*rep));
+	if (!req || !rep) {
+		r = -ENOMEM;
 		goto out;
 	}
-	auth_random(cn, sizeof(cn));
+	auth_random(cnonce, sizeof(cnonce));
 	req->type = WIRE_AUTH;
-	snprintf(req->u.auth.principal, sizeof(req->u.auth.principal), "%s",
-		 principal);
-	memcpy(req->u.auth.cnonce, cn, sizeof(cn));
+	memcpy(req->u.auth.principal, principal, plen);
+	memcpy(req->u.auth.cnonce, cnonce, sizeof(cnonce));
 	req->u.auth.pass_len = (uint16_t)pass_len;
 	if (pass_len)
 		memcpy(req->u.auth.pass, pass, pass_len);
-	r = rpc_call(c, req, rep, WIRE_AUTH_CHALLENGE, timeout_ms, err, errlen);
+	r = rpc_call(c, req, rep, WIRE_AUTH_CHALLENGE, timeout_ms, errtext,
+		     errlen);
 	if (r)
 		goto out;
-	memcpy(sn, rep->u.auth_challenge.snonce, sizeof(sn));
+	memcpy(snonce, rep->u.auth_challenge.snonce, sizeof(snonce));
+
 	memset(req, 0, sizeof(*req));
 	req->type = WIRE_AUTH_PROOF;
-	auth_client_proof(key, principal, hello->session_id, hello->epoch, cn,
-			  sn, req->u.auth_proof.mac);
-	r = rpc_call(c, req, rep, WIRE_AUTH_OK, timeout_ms, err, errlen);
+	auth_client_proof(key, principal, hello_ok->session_id, hello_ok->epoch,
+			  cnonce, snonce, req->u.auth_proof.mac);
+	r = rpc_call(c, req, rep, WIRE_AUTH_OK, timeout_ms, errtext, errlen);
 	if (r)
 		goto out;
-	auth_server_proof(key, principal, hello->session_id, hello->epoch, cn,
-			  sn, mac);
-	if (!auth_mac_equal(mac, rep->u.auth_ok.mac)) {
-		if (err)
-			snprintf(err, errlen,
-				 "memd could not prove it knows the key of "
-				 "'%s'",
+	auth_server_proof(key, principal, hello_ok->session_id, hello_ok->epoch,
+			  cnonce, snonce, want);
+	if (!auth_mac_equal(want, rep->u.auth_ok.mac)) {
+		/* memd does not hold the key: it may be anyone. */
+		if (errtext)
+			snprintf(errtext, errlen,
+				 "memd's proof is wrong: it does not hold the "
+				 "key of %s",
 				 principal);
+		pthread_mutex_lock(&c->lock);
+		c->broken = true;
+		pthread_mutex_unlock(&c->lock);
 		r = -EACCES;
 		goto out;
 	}
+	if (rep->u.auth_ok.role < WIRE_ROLE_TENANT ||
+	    rep->u.auth_ok.role > WIRE_ROLE_DONOR ||
+	    (rep->u.auth_ok.flags & ~WIRE_AUTH_KNOWN)) {
+		if (errtext)
+			snprintf(errtext, errlen,
+				 "AUTH_OK with role %u flags %#x",
+				 rep->u.auth_ok.role, rep->u.auth_ok.flags);
+		r = -EPROTO;
+		goto out;
+	}
+	auth_session_key(key, principal, cnonce, snonce, session_key);
 	*ok = rep->u.auth_ok;
-	auth_session_key(key, principal, cn, sn, session_key);
 out:
+	if (req)
+		memset(req, 0, sizeof(*req)); /* the proof */
 	free(req);
 	free(rep);
 	return r;

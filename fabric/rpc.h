@@ -10,7 +10,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
+#include "fabric/auth.h"
 #include "fabric/wire.h"
 
 struct rpc;
@@ -42,29 +44,45 @@ void rpc_set_log(struct rpc *c, rpc_log_fn fn, void *arg);
 int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 	     int expect, int timeout_ms, char *errtext, size_t errlen);
 
+/* True once the connection has failed. */
+bool rpc_is_broken(struct rpc *c);
+
 /*
- * HELLO: offers protocols proto_min .. WIRE_PROTO_MAX, names the client
- * (may be NULL) and fills *out with HELLO_OK. 0 or the errors of
- * rpc_call (memd's text in err).
+ * HELLO offering protocols proto_min .. WIRE_PROTO_MAX with client (a
+ * name for memd's logs, may be NULL; cut to WIRE_NAME_MAX - 1 bytes;
+ * bytes outside printable ASCII become '?'). Returns 0 with HELLO_OK in
+ * *out, -EINVAL (proto_min outside WIRE_PROTO_MIN .. WIRE_PROTO_MAX), the
+ * errors of rpc_call (memd's text in err), or -EPROTONOSUPPORT when memd
+ * chose a version outside the range we offered.
  */
 int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,
 	      int timeout_ms, struct wire_hello_ok *out, char *err,
 	      size_t errlen);
 
 /*
- * The client side of the handshake (docs/cluster.md): AUTH as principal
- * (with a donor pass when pass_len > 0, whose key is key), AUTH_PROOF,
- * and a check of memd's proof. hello is the session's HELLO_OK. Fills
- * *ok and the session key. Returns 0, -EACCES (refused, or memd could not
- * prove it knows key), -EOPNOTSUPP (a standalone memd), or the errors of
- * rpc_call, with memd's text in err.
+ * The protocol-2 handshake after HELLO_OK (docs/cluster.md, "Handshake"):
+ * AUTH(principal, fresh client nonce, pass) -> AUTH_CHALLENGE ->
+ * AUTH_PROOF -> AUTH_OK, proving we hold key and checking that memd holds
+ * it too (its proof in AUTH_OK). hello_ok is this connection's HELLO_OK.
+ * pass is the sealed donor pass (pass_len bytes, at most WIRE_PASS_MAX)
+ * when authenticating to a donor with one, else NULL and 0. Returns 0
+ * with AUTH_OK in *ok and the connection's session key in session_key
+ * (both sides derive it; it seals keys sent over this connection), or
+ *   -EACCES    memd refused (wrong key, unknown principal, bad or expired
+ *              pass), or its proof was wrong (it does not hold key: it is
+ *              not who it claims to be; the connection is then unusable,
+ *              close it)
+ *   -EOPNOTSUPP memd is standalone (no authentication there)
+ *   -EPROTONOSUPPORT hello_ok chose protocol 1, which has no AUTH
+ *   -EINVAL    principal empty or too long, pass too long
+ *   -EPROTO    AUTH_OK made no sense (unknown role or flags)
+ *   and the errors of rpc_call. errtext receives memd's text or ours.
+ * Nothing secret is logged or copied to errtext.
  */
-int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello,
-	     const char *principal, const uint8_t key[32], const uint8_t *pass,
-	     size_t pass_len, int timeout_ms, struct wire_auth_ok *ok,
-	     uint8_t session_key[32], char *err, size_t errlen);
-
-/* True once the connection has failed. */
-bool rpc_is_broken(struct rpc *c);
+int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello_ok,
+	     const char *principal, const uint8_t key[AUTH_KEY_LEN],
+	     const uint8_t *pass, size_t pass_len, int timeout_ms,
+	     struct wire_auth_ok *ok, uint8_t session_key[AUTH_KEY_LEN],
+	     char *errtext, size_t errlen);
 
 #endif

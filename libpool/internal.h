@@ -6,6 +6,7 @@
 #ifndef TP_LIBPOOL_INTERNAL_H
 #define TP_LIBPOOL_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "fabric/wire.h"
@@ -29,5 +30,16 @@ uint16_t pool_session_nendpoints(const struct pool *p);
 /* Endpoint i's node (-1: not placed) and fabric address. 0 or -ERANGE. */
 int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
 			  const uint8_t **addr, uint16_t *addr_len);
+/* True for a cluster session (authenticated at a registry). */
+bool pool_session_is_cluster(const struct pool *p);
+/*
+ * Which donor holds copy `copy` (0: primary, 1: replica) of piece i of r:
+ * its donor id (0 in a standalone session) and control address. Returns
+ * 0, -ERANGE, or -ENOENT (no such copy).
+ */
+int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
+		     uint32_t *donor_id, const char **addr);
+/* Links the session holds (failed ones included). */
+uint32_t pool_session_nlinks(struct pool *p);
 
 #endif

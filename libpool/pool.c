@@ -3,32 +3,52 @@
  * libpool/pool.c - sessions, regions and RMA (tidepool/pool.h).
  *
  * DESIGN
- * A session is a control connection to one memd (libpool/ctl.c), a fabric
- * endpoint whose address vector holds every endpoint memd announced (one
- * per NUMA node memd serves), the slabs it leased, and the regions cut
- * from them. Every slab remembers the memd endpoint that serves it (its
- * lease says which) and the node it is on; RMA to a slab goes to that
- * endpoint. Regions of half a slab or more take whole slabs; the rest of
- * a region, and small regions, are packed into "packed" slabs in 4 KiB
- * chunks (first fit over a bitmap), and a packed slab is shared only by
- * regions that asked for the same node (pool_alloc_node), so a region
- * asked for on node n never lands in a slab leased for "any". A region is
- * a list of extents (slab, offset, length); I/O splits a byte range over
- * extents and into chunks of at most chunk_bytes, posts them all (the
- * endpoint bounds how many are in flight) and waits.
+ * A session (struct pool) holds one or more donor links (struct plink).
+ * A link is everything we have with one memd: its control connection
+ * (fabric/rpc), a fabric domain and endpoint whose address vector holds
+ * every endpoint that memd announced (one per NUMA node it serves), its
+ * session id, epoch and lease TTL, and its own heartbeat thread. A
+ * standalone session is one link to the memd at pool_opts.addr, opened
+ * at connect. Every slab belongs to one link and remembers the memd
+ * endpoint that serves it (its lease says which) and the node it is on;
+ * RMA to a slab goes to that endpoint of that link. Regions of half a
+ * slab or more take whole slabs; the rest of a region, and small regions,
+ * are packed into "packed" slabs in 4 KiB chunks (first fit over a
+ * bitmap), and a packed slab is shared only by regions that asked for the
+ * same node (pool_alloc_node), so a region asked for on node n never
+ * lands in a slab leased for "any". A region is a list of extents (slab,
+ * offset, length); I/O splits a byte range over extents and into pieces
+ * of at most xfer_bytes, posts them all (each link's endpoint bounds how
+ * many are in flight) and waits. Every posted piece carries its link in
+ * fab_op.arg.
  *
  * Threads:
- *   callers   alloc/free take p->lock (slabs, regions, RPCs); I/O takes
- *             p->ep_rw shared while it posts or waits, never p->lock.
- *   pool-hb   renews the session's leases every ttl/3 and fails the
- *             session when memd is gone.
- * Failing a session (session_fail) records the error, then takes ep_rw
- * exclusively and closes the endpoint: every operation still in flight
- * completes with an error and no buffer is touched afterwards. A caller
- * never holds ep_rw when it fails the session.
+ *   callers   alloc/free take p->lock (links, slabs, regions, RPCs); I/O
+ *             takes a link's ep_rw shared while it posts to or waits on
+ *             that link, never p->lock, and holds one link's ep_rw at a
+ *             time.
+ *   pool-hb   one per link: renews the link's leases every ttl/3 and
+ *             fails the link when its memd is gone.
+ * Failing a link (link_fail) records the error, then takes its ep_rw
+ * exclusively and closes its endpoint: every operation still in flight
+ * there completes with an error and no buffer is touched afterwards. A
+ * caller never holds a link's ep_rw when it fails that link. A failed
+ * link stays failed: regions with slabs on it get -ENOTCONN for ranges
+ * there; other links are not affected. Links live until pool_close.
+ *
+ * Cluster sessions (docs/cluster.md): pool_connect authenticates as the
+ * tenant at the registry (p->reg, no fabric, no heartbeat: it is not on
+ * the data path) and keeps the donor pass and its key. An allocation is
+ * PLACEd at the registry; each grant is redeemed with LEASE_GRANT on the
+ * link to that donor incarnation (donor_id + donor_epoch, not lost),
+ * opened on first use with AUTH(tenant, pass); the slabs are assembled by
+ * PLACE_OK.layout. Replicated regions have a second slab per extent (a
+ * packed pair for small ones): writes post to both copies and succeed if
+ * one live copy was written; reads use the first live copy; an op that
+ * lost a copy is started again on the live ones (io_restart).
  *
  * Lease validity: memd never reclaims before last renewal + ttl + grace;
- * we stop using leases at heartbeat send time + ttl - margin
+ * we stop using a link's leases at heartbeat send time + ttl - margin
  * (valid_until_ms), so a silent memd costs errors, never wrong bytes.
  */
 #include "tidepool/pool.h"
@@ -44,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/auth.h"
 #include "fabric/fab.h"
 #include "fabric/wire.h"
 #include "fabric/rpc.h"
@@ -56,54 +77,27 @@
 #define DEFAULT_INFLIGHT 64
 #define DEFAULT_XFER (1u << 20) /* largest single RMA we post */
 #define INLINE_OPS 4
+#define IO_TRIES 3 /* starts of one replicated op: one per copy lost, +1 */
+/* Get a new donor pass when less than this is left of the old one. */
+#define PASS_RENEW_MS 10000
 
-struct slab {
-	struct wire_lease l; /* l.endpoint < p->nendpoints, checked */
-	int want_node;	     /* node the slab was leased for; -1: any */
-	bool packed;
-	uint32_t nchunks, used; /* packed slabs */
-	uint64_t *bits;		/* packed: 1 = chunk in use */
-	struct slab *next, *prev;
-};
+struct pool;
 
-struct extent {
-	struct slab *slab;
-	uint64_t off; /* within the slab */
-	uint64_t len;
-};
-
-struct pool_region {
-	size_t size;
-	int node; /* of every extent's slab; -1: unknown or mixed */
-	struct pool_region *next, *prev;
-	uint32_t nextents;
-	struct extent ext[];
-};
-
-struct pool_op {
+/* One memd we hold a session with. Fields above `next` are set before
+ * the link is published in p->links and never change afterwards. */
+struct plink {
 	struct pool *p;
-	size_t n;
-	struct fab_op *ops;
-	struct fab_op inline_ops[INLINE_OPS];
-	struct fab_mr *lmr; /* local registration (FAB_MR_LOCAL) */
-	uint64_t bytes;
-	bool write;
-	bool heap; /* pool_op itself was malloc'd */
-};
-
-struct pool {
-	char addr[256];
-	int timeout_ms;
-	unsigned max_inflight;
-	size_t xfer_bytes;
-
+	char addr[WIRE_HOSTPORT_MAX];
+	uint32_t donor_id; /* 0: standalone */
+	uint64_t donor_epoch;
+	uint16_t proto; /* negotiated protocol version */
+	/* HEARTBEAT2 (with our RMA counters) instead of HEARTBEAT: links
+	 * that negotiated protocol 2 */
+	bool hb2;
 	struct rpc *ctl;
 	struct fab_domain *fd;
-	struct fab_ep *ep; /* NULL once the session failed */
-	pthread_rwlock_t ep_rw;
 	unsigned mr_mode;
-
-	uint64_t session_id, epoch, slab_bytes;
+	uint64_t session_id, epoch;
 	uint32_t ttl_ms, margin_ms;
 	char provider[WIRE_PROV_MAX];
 	/* memd's endpoints as HELLO_OK gave them; peer: our AV's handle */
@@ -111,22 +105,112 @@ struct pool {
 	uint64_t peer[WIRE_MAX_ENDPOINTS];
 	uint16_t nendpoints;
 
-	pthread_mutex_t lock; /* slabs, regions */
-	struct slab *slabs;
-	uint64_t nslabs, nregions;
-	struct pool_region *regions;
+	struct plink *next; /* p->links, under p->lock */
+	uint64_t nslabs;    /* under p->lock */
 
+	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
+	pthread_rwlock_t ep_rw;
 	uint64_t valid_until_ms; /* atomic */
-	int lost; /* atomic: 0, or the -errno that ended the session */
+	int lost; /* atomic: 0, or the -errno that ended the link */
 
 	pthread_t hb;
 	bool hb_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
 	bool hb_stop;
+	uint64_t st_heartbeats; /* atomic */
+};
+
+struct slab {
+	struct wire_lease l; /* l.endpoint < link->nendpoints, checked */
+	struct plink *link;
+	int want_node; /* node the slab was leased for; -1: any */
+	bool packed;
+	/* packed slabs of replicated regions come in pairs: the primary
+	 * (bits, used) and its mirror, a slab on another donor where every
+	 * chunk has the same offset; the mirror is never packed into */
+	struct slab *mirror;
+	bool is_mirror;
+	uint32_t nchunks, used; /* packed slabs */
+	uint64_t *bits;		/* packed: 1 = chunk in use */
+	struct slab *next, *prev;
+};
+
+struct extent {
+	struct slab *slab;
+	struct slab *replica; /* the second copy, same offset; or NULL */
+	uint64_t off;	      /* within the slab */
+	uint64_t len;
+};
+
+struct pool_region {
+	size_t size;
+	int node;	 /* of every extent's slab; -1: unknown or mixed */
+	bool replicated; /* every extent has a replica */
+	struct pool_region *next, *prev;
+	uint32_t nextents;
+	struct extent ext[];
+};
+
+/* A local registration of an op's buffer in one link's domain. */
+struct op_mr {
+	struct plink *link;
+	struct fab_mr *mr;
+};
+
+struct pool_op {
+	struct pool *p;
+	struct pool_region *r;
+	uint64_t off;
+	size_t n;
+	/* ops[i].arg: the piece's struct plink. A paired op (a write to a
+	 * replicated region) has two pieces per range, ops[2i] to the
+	 * primary and ops[2i+1] to the replica; a dead copy's piece is
+	 * complete with -ENOTCONN from the start. */
+	struct fab_op *ops;
+	struct fab_op inline_ops[INLINE_OPS];
+	/* FAB_MR_LOCAL: the buffer registered in each link's domain, the
+	 * first link's in lmr, others' in xmr[0 .. nxmr-1] */
+	struct op_mr lmr;
+	struct op_mr *xmr;
+	unsigned nxmr;
+	void *buf;
+	uint64_t bytes;
+	bool write;
+	bool paired;
+	bool heap;	/* pool_op itself was malloc'd */
+	unsigned tries; /* starts so far (replicated regions retry) */
+};
+
+struct pool {
+	char addr[WIRE_HOSTPORT_MAX];
+	char client[WIRE_NAME_MAX];
+	int timeout_ms;
+	unsigned max_inflight;
+	size_t xfer_bytes; /* atomic: only ever lowered */
+	uint64_t slab_bytes;
+
+	/* Cluster sessions (docs/cluster.md): the registry connection, our
+	 * tenant's key and the donor pass; all under lock. */
+	bool cluster;
+	struct rpc *reg;
+	struct wire_hello_ok reg_hello;
+	char tenant[WIRE_NAME_MAX];
+	uint8_t tenant_key[AUTH_KEY_LEN];
+	uint8_t pass[WIRE_PASS_MAX];
+	uint16_t pass_len;
+	uint8_t pass_key[AUTH_KEY_LEN];
+	uint64_t pass_until_ms; /* monotonic */
+	uint32_t pass_ttl_ms;
+
+	pthread_mutex_t lock; /* links, slabs, regions, registry */
+	struct plink *links;  /* in the order they were opened */
+	struct slab *slabs;
+	uint64_t nslabs, nregions;
+	struct pool_region *regions;
 
 	/* atomics */
-	uint64_t st_read, st_written, st_ops, st_errors, st_heartbeats;
+	uint64_t st_read, st_written, st_ops, st_errors;
 };
 
 static uint64_t mono_ms(void)
@@ -137,34 +221,40 @@ static uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void extend_validity(struct pool *p, uint64_t sent_ms)
+static void extend_validity(struct plink *lk, uint64_t sent_ms)
 {
-	uint64_t v = sent_ms + p->ttl_ms - p->margin_ms;
-	uint64_t cur = __atomic_load_n(&p->valid_until_ms, __ATOMIC_RELAXED);
+	uint64_t v = sent_ms + lk->ttl_ms - lk->margin_ms;
+	uint64_t cur = __atomic_load_n(&lk->valid_until_ms, __ATOMIC_RELAXED);
 
 	while (v > cur &&
-	       !__atomic_compare_exchange_n(&p->valid_until_ms, &cur, v, false,
+	       !__atomic_compare_exchange_n(&lk->valid_until_ms, &cur, v, false,
 					    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
 		;
 }
 
-/* Ends the session: from now on every call fails with -ENOTCONN. */
-static void session_fail(struct pool *p, int err, const char *why)
+static bool link_is_lost(struct plink *lk)
+{
+	return __atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE) != 0;
+}
+
+/* Ends the link: from now on every use of it fails with -ENOTCONN. */
+static void link_fail(struct plink *lk, int err, const char *why)
 {
 	int expected = 0;
 
-	if (__atomic_compare_exchange_n(&p->lost, &expected, err, false,
+	if (__atomic_compare_exchange_n(&lk->lost, &expected, err, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		pool_log(LOG_ERR,
-			 "session: lost session=%" PRIx64 " memd=%s err=%s "
-			 "why=%s",
-			 p->session_id, p->addr, strerror(-err), why);
-	pthread_rwlock_wrlock(&p->ep_rw);
-	if (p->ep) {
-		fab_ep_close(p->ep);
-		p->ep = NULL;
+			 "session: lost session=%" PRIx64 " memd=%s donor=%u "
+			 "err=%s why=%s",
+			 lk->session_id, lk->addr, lk->donor_id, strerror(-err),
+			 why);
+	pthread_rwlock_wrlock(&lk->ep_rw);
+	if (lk->ep) {
+		fab_ep_close(lk->ep);
+		lk->ep = NULL;
 	}
-	pthread_rwlock_unlock(&p->ep_rw);
+	pthread_rwlock_unlock(&lk->ep_rw);
 }
 
 /* The control connection's reports, into the library's log. */
@@ -182,12 +272,16 @@ static void rpc_log(void *arg, int level, const char *fmt, ...)
 	pool_log_emit(level, "%s", line);
 }
 
-/* 0 when leases may be used now, else -ENOTCONN. */
-static int session_usable(struct pool *p)
+/* 0 when lk's leases may be used now, else -ENOTCONN. *now caches the
+ * clock over one operation (0: not read yet). */
+static inline __attribute__((always_inline)) int link_usable(struct plink *lk,
+							     uint64_t *now)
 {
-	if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
-	if (mono_ms() >= __atomic_load_n(&p->valid_until_ms, __ATOMIC_ACQUIRE))
+	if (!*now)
+		*now = mono_ms();
+	if (*now >= __atomic_load_n(&lk->valid_until_ms, __ATOMIC_ACQUIRE))
 		return -ENOTCONN; /* renewal overdue: leases may be gone */
 	return 0;
 }
@@ -197,8 +291,8 @@ static int session_usable(struct pool *p)
 
 static void *hb_main(void *arg)
 {
-	struct pool *p = arg;
-	uint32_t period = p->ttl_ms / 3;
+	struct plink *lk = arg;
+	uint32_t period = lk->ttl_ms / 3;
 
 	pthread_setname_np(pthread_self(), "pool-hb");
 	for (;;) {
@@ -215,38 +309,332 @@ static void *hb_main(void *arg)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		pthread_mutex_lock(&p->hb_lock);
-		while (!p->hb_stop &&
-		       pthread_cond_timedwait(&p->hb_cond, &p->hb_lock, &ts) !=
-			       ETIMEDOUT)
+		pthread_mutex_lock(&lk->hb_lock);
+		while (!lk->hb_stop &&
+		       pthread_cond_timedwait(&lk->hb_cond, &lk->hb_lock,
+					      &ts) != ETIMEDOUT)
 			;
-		if (p->hb_stop) {
-			pthread_mutex_unlock(&p->hb_lock);
+		if (lk->hb_stop) {
+			pthread_mutex_unlock(&lk->hb_lock);
 			break;
 		}
-		pthread_mutex_unlock(&p->hb_lock);
-		if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+		pthread_mutex_unlock(&lk->hb_lock);
+		if (link_is_lost(lk))
 			break;
 
+		if (lk->hb2) {
+			/* HEARTBEAT2 tells memd what RMA we did (its
+			 * /metrics): the endpoint's own counters. */
+			struct fab_ep_stats es = { 0 };
+
+			pthread_rwlock_rdlock(&lk->ep_rw);
+			if (lk->ep)
+				fab_ep_get_stats(lk->ep, &es);
+			pthread_rwlock_unlock(&lk->ep_rw);
+			req.type = WIRE_HEARTBEAT2;
+			req.u.heartbeat2.bytes_read = es.read_bytes;
+			req.u.heartbeat2.bytes_written = es.write_bytes;
+			req.u.heartbeat2.ops = es.reads + es.writes;
+		}
 		sent = mono_ms();
 		/* A reply is useful until the leases it renews would lapse
 		 * anyway; a slow memd is not a dead one. */
-		tmo = (int)(p->ttl_ms - p->margin_ms);
-		r = rpc_call(p->ctl, &req, &rep, WIRE_HEARTBEAT_OK, tmo, NULL,
-			     0);
-		if (r == 0 && rep.u.heartbeat_ok.epoch != p->epoch)
+		tmo = (int)(lk->ttl_ms - lk->margin_ms);
+		r = rpc_call(lk->ctl, &req, &rep,
+			     lk->hb2 ? WIRE_HEARTBEAT2_OK : WIRE_HEARTBEAT_OK,
+			     tmo, NULL, 0);
+		if (r == 0 && rep.u.heartbeat_ok.epoch != lk->epoch)
 			r = -ESTALE; /* a restarted memd: old leases are gone */
 		if (r) {
-			session_fail(p,
-				     r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
-				     r == -ESTALE ? "memd expired or restarted"
-						  : "heartbeat failed");
+			link_fail(lk, r == -ETIMEDOUT ? -ETIMEDOUT : -ENOTCONN,
+				  r == -ESTALE ? "memd expired or restarted"
+					       : "heartbeat failed");
 			break;
 		}
-		extend_validity(p, sent);
-		__atomic_add_fetch(&p->st_heartbeats, 1, __ATOMIC_RELAXED);
+		extend_validity(lk, sent);
+		__atomic_add_fetch(&lk->st_heartbeats, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* links                                                                */
+
+/* Stops lk's heartbeat thread (idempotent). */
+static void link_stop_hb(struct plink *lk)
+{
+	if (!lk->hb_started)
+		return;
+	pthread_mutex_lock(&lk->hb_lock);
+	lk->hb_stop = true;
+	pthread_cond_signal(&lk->hb_cond);
+	pthread_mutex_unlock(&lk->hb_lock);
+	pthread_join(lk->hb, NULL);
+	lk->hb_started = false;
+}
+
+/*
+ * Closes lk and frees it. The endpoint goes first: no RMA of ours may
+ * still be running when BYE releases the leases (protocol.md); a lost
+ * memd reclaims them by itself when their TTL runs out. NULL is a no-op.
+ */
+static void link_close(struct plink *lk)
+{
+	if (!lk)
+		return;
+	link_stop_hb(lk);
+	if (lk->ep) {
+		fab_ep_close(lk->ep);
+		lk->ep = NULL;
+	}
+	if (lk->ctl && lk->session_id && !link_is_lost(lk)) {
+		struct wire_msg req = { .type = WIRE_BYE }, rep;
+
+		rpc_call(lk->ctl, &req, &rep, WIRE_BYE_OK, lk->p->timeout_ms,
+			 NULL, 0);
+	}
+	fab_domain_close(lk->fd);
+	rpc_close(lk->ctl);
+	pthread_rwlock_destroy(&lk->ep_rw);
+	pthread_cond_destroy(&lk->hb_cond);
+	pthread_mutex_destroy(&lk->hb_lock);
+	free(lk);
+}
+
+static struct plink *link_new(struct pool *p, const char *addr)
+{
+	struct plink *lk = calloc(1, sizeof(*lk));
+	pthread_condattr_t ca;
+	pthread_rwlockattr_t ra;
+
+	if (!lk)
+		return NULL;
+	lk->p = p;
+	/* Callers pass at most WIRE_HOSTPORT_MAX - 1 bytes. */
+	memcpy(lk->addr, addr, strnlen(addr, sizeof(lk->addr) - 1));
+	pthread_mutex_init(&lk->hb_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&lk->hb_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(
+		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&lk->ep_rw, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	return lk;
+}
+
+/* Takes the session fields of lk from its HELLO_OK. */
+static int link_take_hello(struct plink *lk, const struct wire_hello_ok *ok)
+{
+	struct pool *p = lk->p;
+
+	lk->proto = ok->proto;
+	lk->session_id = ok->session_id;
+	lk->epoch = ok->epoch;
+	lk->ttl_ms = ok->ttl_ms;
+	if (lk->ttl_ms < 30 || ok->slab_bytes < CHUNK_BYTES ||
+	    ok->slab_bytes % CHUNK_BYTES || ok->nendpoints < 1 ||
+	    ok->nendpoints > WIRE_MAX_ENDPOINTS)
+		return -EPROTO;
+	if (!p->slab_bytes)
+		p->slab_bytes = ok->slab_bytes;
+	if (ok->slab_bytes != p->slab_bytes) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s slab=%" PRIu64 " but the pool's "
+			 "is %" PRIu64,
+			 lk->addr, ok->slab_bytes, p->slab_bytes);
+		return -EPROTO;
+	}
+	/* Stop using leases a tenth of the TTL (at most 1 s) early. */
+	lk->margin_ms = lk->ttl_ms / 10 < 1000 ? lk->ttl_ms / 10 : 1000;
+	memcpy(lk->provider, ok->provider, sizeof(lk->provider));
+	lk->nendpoints = ok->nendpoints;
+	memcpy(lk->mep, ok->ep, lk->nendpoints * sizeof(lk->mep[0]));
+	return 0;
+}
+
+/*
+ * A memd in cluster mode refuses every request before AUTH (EACCES). A
+ * session without a tenant finds out here, at connect, with one STATUS,
+ * rather than at its first allocation.
+ */
+static int link_probe_open(struct plink *lk)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	int r = -ENOMEM;
+
+	if (req && rep) {
+		req->type = WIRE_STATUS;
+		r = rpc_call(lk->ctl, req, rep, WIRE_STATUS_OK,
+			     lk->p->timeout_ms, NULL, 0);
+	}
+	free(req);
+	free(rep);
+	if (r == -EACCES)
+		pool_log(LOG_ERR,
+			 "session: memd=%s requires authentication: set "
+			 "LIBPOOL_TENANT and LIBPOOL_SECRET_FILE (or "
+			 "pool_opts.tenant and secret_file)",
+			 lk->addr);
+	return r;
+}
+
+/* The fabric side of lk (domain bound where local is, endpoint, AV). */
+static int link_fabric(struct plink *lk, const char *local)
+{
+	struct pool *p = lk->p;
+	struct fab_opts fo = { 0 };
+	size_t max, cur;
+	int r;
+
+	/* Bind the fabric where the control connection goes out; providers
+	 * without IP addressing (shm) take no node. */
+	fo.provider = lk->provider;
+	/* shm names endpoints by the node string: memd's name would clash. */
+	fo.node = strncmp(lk->provider, "shm", 3) ? local : NULL;
+	r = fab_domain_open(&fo, &lk->fd);
+	if (r == -ENODATA) {
+		fo.node = NULL;
+		r = fab_domain_open(&fo, &lk->fd);
+	}
+	if (r) {
+		pool_log(LOG_WARNING, "session: fabric provider=%s err=%s",
+			 lk->provider, strerror(-r));
+		return r;
+	}
+	lk->mr_mode = fab_domain_mr_mode(lk->fd);
+	/* Pieces are cut to p->xfer_bytes before the link is chosen: it is
+	 * the smallest maximum of all links, lowered before a link with a
+	 * smaller one gets slabs. */
+	max = fab_domain_max_msg(lk->fd);
+	cur = __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
+	while (max < cur &&
+	       !__atomic_compare_exchange_n(&p->xfer_bytes, &cur, max, false,
+					    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	r = fab_ep_open(lk->fd, p->max_inflight, &lk->ep);
+	for (uint16_t i = 0; !r && i < lk->nendpoints; i++) {
+		r = fab_ep_av_insert(lk->ep, lk->mep[i].addr,
+				     lk->mep[i].addr_len, &lk->peer[i]);
+		if (!r)
+			pool_log(LOG_DEBUG,
+				 "session: memd=%s endpoint=%u node=%d",
+				 lk->addr, i, lk->mep[i].node);
+	}
+	if (r)
+		pool_log(LOG_WARNING, "session: fabric endpoint err=%s",
+			 strerror(-r));
+	return r;
+}
+
+/* How a link authenticates; NULL: it does not (standalone memd). */
+struct link_auth {
+	const char *principal;
+	const uint8_t *key; /* AUTH_KEY_LEN bytes */
+	const uint8_t *pass;
+	uint16_t pass_len;
+	uint32_t donor_id;
+	uint64_t donor_epoch;
+};
+
+/*
+ * Opens a link to the memd at addr: control connection, HELLO, AUTH when
+ * au is given (else a check that memd does not want it), fabric,
+ * heartbeat. Does not publish it. Returns 0 and *out, or -errno.
+ */
+static int link_open(struct pool *p, const char *addr,
+		     const struct link_auth *au, struct plink **out)
+{
+	struct wire_hello_ok *hok = NULL;
+	char local[64], text[WIRE_MSG_MAX];
+	struct plink *lk;
+	int r;
+
+	*out = NULL;
+	lk = link_new(p, addr);
+	hok = malloc(sizeof(*hok));
+	if (!lk || !hok) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = rpc_connect(addr, p->timeout_ms, &lk->ctl, local, sizeof(local));
+	if (r) {
+		pool_log(LOG_WARNING, "session: connect memd=%s err=%s", addr,
+			 strerror(-r));
+		goto fail;
+	}
+	rpc_set_log(lk->ctl, rpc_log, NULL);
+	r = rpc_hello(lk->ctl, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok,
+		      text, sizeof(text));
+	if (r) {
+		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s", addr,
+			 strerror(-r), text);
+		goto fail;
+	}
+	r = link_take_hello(lk, hok);
+	if (r)
+		goto fail;
+	lk->hb2 = lk->proto >= 2;
+	if (au) {
+		struct wire_auth_ok *aok = malloc(sizeof(*aok));
+		uint8_t sk[AUTH_KEY_LEN];
+
+		r = aok ? rpc_auth(lk->ctl, hok, au->principal, au->key,
+				   au->pass, au->pass_len, p->timeout_ms, aok,
+				   sk, text, sizeof(text))
+			: -ENOMEM;
+		explicit_bzero(sk, sizeof(sk));
+		free(aok);
+		if (r) {
+			pool_log(LOG_ERR,
+				 "session: authentication at donor=%u memd=%s "
+				 "err=%s %s",
+				 au->donor_id, addr, strerror(-r), text);
+			goto fail;
+		}
+		lk->donor_id = au->donor_id;
+		lk->donor_epoch = au->donor_epoch;
+	} else if (lk->proto >= 2) {
+		r = link_probe_open(lk);
+		if (r)
+			goto fail;
+	}
+	extend_validity(lk, mono_ms());
+	r = link_fabric(lk, local);
+	if (r)
+		goto fail;
+	r = pthread_create(&lk->hb, NULL, hb_main, lk);
+	if (r) {
+		r = -r;
+		goto fail;
+	}
+	lk->hb_started = true;
+	pool_log(LOG_INFO,
+		 "session: open session=%" PRIx64 " memd=%s donor=%u "
+		 "provider=%s slab=%" PRIu64 " ttl_ms=%u endpoints=%u "
+		 "proto=%u",
+		 lk->session_id, lk->addr, lk->donor_id, lk->provider,
+		 p->slab_bytes, lk->ttl_ms, lk->nendpoints, lk->proto);
+	free(hok);
+	*out = lk;
+	return 0;
+fail:
+	free(hok);
+	link_close(lk);
+	return r;
+}
+
+/* Appends lk to p->links. Caller holds lock (or owns p alone). */
+static void link_publish_locked(struct pool *p, struct plink *lk)
+{
+	struct plink **at = &p->links;
+
+	while (*at)
+		at = &(*at)->next;
+	*at = lk;
 }
 
 /* ------------------------------------------------------------------ */
@@ -262,21 +650,87 @@ static void slab_free(struct slab *s)
 
 /*
  * A lease as memd sent it is usable when its endpoint is one HELLO_OK
- * announced and, for a lease asked on a node, it is on that node.
+ * announced, its length is the pool's slab size and, for a lease asked
+ * on a node, it is on that node.
  */
-static bool lease_is_usable(const struct pool *p, const struct wire_lease *l,
+static bool lease_is_usable(const struct plink *lk, const struct wire_lease *l,
 			    int node)
 {
-	return l->endpoint < p->nendpoints &&
+	return l->endpoint < lk->nendpoints &&
+	       l->len_bytes == lk->p->slab_bytes &&
 	       (node == WIRE_NODE_ANY || l->node == node);
 }
 
+/* Tracks a new slab of lk; appends it to p->slabs. Caller holds lock. */
+static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
+				    const struct wire_lease *l, bool packed,
+				    int node)
+{
+	struct slab *s = calloc(1, sizeof(*s));
+
+	if (s && packed) {
+		s->nchunks = (uint32_t)(l->len_bytes / CHUNK_BYTES);
+		s->bits = calloc((s->nchunks + 63) / 64, 8);
+	}
+	if (!s || (packed && !s->bits)) {
+		/* Not tracked means not released by us: memd reclaims it
+		 * when the session ends. */
+		slab_free(s);
+		return NULL;
+	}
+	s->l = *l;
+	s->link = lk;
+	s->want_node = node;
+	s->packed = packed;
+	s->next = p->slabs;
+	if (p->slabs)
+		p->slabs->prev = s;
+	p->slabs = s;
+	p->nslabs++;
+	lk->nslabs++;
+	return s;
+}
+
 /*
- * Leases n slabs on node (-1: any); appends them to p->slabs and out[].
- * Caller holds lock.
+ * Checks and tracks the leases of one LEASE_OK / LEASE_GRANT_OK: k slabs
+ * asked on node, stored to out[0 .. k-1]. Returns 0, -EPROTO (a lease we
+ * cannot use; nothing tracked) or -ENOMEM (out[] has NULL holes).
  */
-static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
-			struct slab **out)
+static int leases_take_locked(struct pool *p, struct plink *lk,
+			      const struct wire_lease_ok *ok, uint32_t k,
+			      bool packed, int node, struct slab **out)
+{
+	int r = 0;
+
+	if (ok->count != k)
+		return -EPROTO;
+	for (uint32_t i = 0; i < k; i++) {
+		if (!lease_is_usable(lk, &ok->lease[i], node)) {
+			pool_log(LOG_ERR,
+				 "alloc: memd=%s sent a lease on endpoint %u "
+				 "node %d len %" PRIu64 " for node %d (%u "
+				 "endpoints)",
+				 lk->addr, ok->lease[i].endpoint,
+				 ok->lease[i].node, ok->lease[i].len_bytes,
+				 node, lk->nendpoints);
+			return -EPROTO;
+		}
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		out[i] = slab_add_locked(p, lk, &ok->lease[i], packed, node);
+		if (!out[i])
+			r = -ENOMEM;
+	}
+	return r;
+}
+
+/*
+ * Leases n slabs on node (-1: any) from lk with LEASE; appends them to
+ * p->slabs and out[] (which the caller zeroed: a slab that could not be
+ * tracked leaves a NULL). Caller holds lock.
+ */
+static int lease_locked(struct pool *p, struct plink *lk, uint32_t n,
+			bool packed, int node, struct slab **out)
 {
 	static const uint32_t max = WIRE_MAX_LEASES;
 	struct wire_msg *req, *rep;
@@ -300,23 +754,8 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 		req->u.lease.nslabs = k;
 		req->u.lease.node = node;
 		text[0] = '\0';
-		r = rpc_call(p->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
+		r = rpc_call(lk->ctl, req, rep, WIRE_LEASE_OK, p->timeout_ms,
 			     text, sizeof(text));
-		if (r == 0 && rep->u.lease_ok.count != k)
-			r = -EPROTO;
-		for (uint32_t i = 0; r == 0 && i < k; i++) {
-			if (!lease_is_usable(p, &rep->u.lease_ok.lease[i],
-					     node)) {
-				pool_log(LOG_ERR,
-					 "alloc: memd sent a lease on endpoint "
-					 "%u node %d for node %d (%u "
-					 "endpoints)",
-					 rep->u.lease_ok.lease[i].endpoint,
-					 rep->u.lease_ok.lease[i].node, node,
-					 p->nendpoints);
-				r = -EPROTO;
-			}
-		}
 		if (r) {
 			if (r == -ENOSPC)
 				pool_log(LOG_INFO, "alloc: %s", text);
@@ -326,33 +765,11 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 					 node, text);
 			break;
 		}
-		extend_validity(p, sent);
-		for (uint32_t i = 0; i < k; i++) {
-			struct slab *s = calloc(1, sizeof(*s));
-			const struct wire_lease *l = &rep->u.lease_ok.lease[i];
-
-			if (s && packed) {
-				s->nchunks =
-					(uint32_t)(l->len_bytes / CHUNK_BYTES);
-				s->bits = calloc((s->nchunks + 63) / 64, 8);
-			}
-			if (!s || (packed && !s->bits)) {
-				/* Not tracked means not released by us:
-				 * memd reclaims it when the session ends. */
-				slab_free(s);
-				r = -ENOMEM;
-				continue;
-			}
-			s->l = *l;
-			s->want_node = node;
-			s->packed = packed;
-			s->next = p->slabs;
-			if (p->slabs)
-				p->slabs->prev = s;
-			p->slabs = s;
-			p->nslabs++;
-			out[got + i] = s;
-		}
+		r = leases_take_locked(p, lk, &rep->u.lease_ok, k, packed, node,
+				       out + got);
+		if (r == -EPROTO)
+			break;
+		extend_validity(lk, sent);
 		got += k;
 		if (r)
 			break;
@@ -362,44 +779,71 @@ static int lease_locked(struct pool *p, uint32_t n, bool packed, int node,
 	return r;
 }
 
-/* Releases slabs (already unlinked by the caller). Caller holds lock. */
+/* One RELEASE of k refs to lk; a lost link's leases are memd's to
+ * reclaim, which is not our error. */
+static int release_send(struct pool *p, struct plink *lk, struct wire_msg *req,
+			struct wire_msg *rep, uint32_t k)
+{
+	int r;
+
+	if (link_is_lost(lk))
+		return 0;
+	req->type = WIRE_RELEASE;
+	req->u.release.count = k;
+	r = rpc_call(lk->ctl, req, rep, WIRE_RELEASE_OK, p->timeout_ms, NULL,
+		     0);
+	return r == -ENOTCONN ? 0 : r;
+}
+
+/*
+ * Releases slabs (already unlinked by the caller), in RELEASE batches per
+ * link, and frees them. Caller holds lock.
+ */
 static int release_locked(struct pool *p, struct slab **v, uint32_t n)
 {
 	struct wire_msg *req, *rep;
-	int first = 0;
+	int first = 0, r;
 
 	req = malloc(sizeof(*req));
 	rep = malloc(sizeof(*rep));
-	for (uint32_t done = 0; req && rep && done < n;) {
-		uint32_t k =
-			n - done < WIRE_MAX_LEASES ? n - done : WIRE_MAX_LEASES;
-		int r;
-
-		memset(req, 0, sizeof(*req));
-		req->type = WIRE_RELEASE;
-		req->u.release.count = k;
-		for (uint32_t i = 0; i < k; i++) {
-			req->u.release.ref[i].epoch = v[done + i]->l.epoch;
-			req->u.release.ref[i].slab = v[done + i]->l.slab;
-			req->u.release.ref[i].generation =
-				v[done + i]->l.generation;
-		}
-		r = __atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)
-			    ? -ENOTCONN
-			    : rpc_call(p->ctl, req, rep, WIRE_RELEASE_OK,
-				       p->timeout_ms, NULL, 0);
-		if (r && !first)
-			first = r;
-		done += k;
-	}
 	if (!req || !rep)
 		first = -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		struct plink *lk;
+		uint32_t k = 0;
+
+		if (!v[i])
+			continue;
+		lk = v[i]->link;
+		for (uint32_t j = i; j < n; j++) {
+			if (!v[j] || v[j]->link != lk)
+				continue;
+			if (req && rep) {
+				if (!k)
+					memset(req, 0, sizeof(*req));
+				req->u.release.ref[k].epoch = v[j]->l.epoch;
+				req->u.release.ref[k].slab = v[j]->l.slab;
+				req->u.release.ref[k].generation =
+					v[j]->l.generation;
+				k++;
+			}
+			lk->nslabs--;
+			slab_free(v[j]);
+			v[j] = NULL;
+			if (k == WIRE_MAX_LEASES) {
+				r = release_send(p, lk, req, rep, k);
+				first = first ? first : r;
+				k = 0;
+			}
+		}
+		if (k) {
+			r = release_send(p, lk, req, rep, k);
+			first = first ? first : r;
+		}
+	}
 	free(req);
 	free(rep);
-	for (uint32_t i = 0; i < n; i++)
-		slab_free(v[i]);
-	/* A lost session's leases are memd's to reclaim: not our error. */
-	return first == -ENOTCONN ? 0 : first;
+	return first;
 }
 
 static void unlink_slab_locked(struct pool *p, struct slab *s)
@@ -412,6 +856,338 @@ static void unlink_slab_locked(struct pool *p, struct slab *s)
 		s->next->prev = s->prev;
 	s->next = s->prev = NULL;
 	p->nslabs--;
+}
+
+/* ------------------------------------------------------------------ */
+/* cluster sessions: the registry, donor links, placement               */
+
+/*
+ * (Re)connects to the registry at p->addr: HELLO, AUTH as the tenant,
+ * and takes the donor pass and its key from AUTH_OK. Replaces p->reg.
+ * Caller holds lock (or owns p alone).
+ */
+static int reg_connect_locked(struct pool *p)
+{
+	struct wire_auth_ok *aok = malloc(sizeof(*aok));
+	struct wire_hello_ok *hok = malloc(sizeof(*hok));
+	uint8_t sk[AUTH_KEY_LEN], pk[AUTH_KEY_LEN];
+	char text[WIRE_MSG_MAX];
+	struct rpc *c = NULL;
+	uint64_t sent = mono_ms();
+	int r;
+
+	if (!aok || !hok) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = rpc_connect(p->addr, p->timeout_ms, &c, NULL, 0);
+	if (r) {
+		pool_log(LOG_WARNING, "session: connect registry=%s err=%s",
+			 p->addr, strerror(-r));
+		goto out;
+	}
+	rpc_set_log(c, rpc_log, NULL);
+	r = rpc_hello(c, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok, text,
+		      sizeof(text));
+	if (!r && hok->proto < 2) {
+		snprintf(text, sizeof(text),
+			 "memd speaks protocol %u, which has no tenants",
+			 hok->proto);
+		r = -EOPNOTSUPP;
+	}
+	if (!r)
+		r = rpc_auth(c, hok, p->tenant, p->tenant_key, NULL, 0,
+			     p->timeout_ms, aok, sk, text, sizeof(text));
+	if (r == -EOPNOTSUPP) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s is standalone: it has no tenants "
+			 "(unset LIBPOOL_TENANT / pool_opts.tenant): %s",
+			 p->addr, text);
+		goto out;
+	}
+	if (r) {
+		pool_log(LOG_ERR,
+			 "session: authentication as tenant=%s at memd=%s "
+			 "err=%s %s",
+			 p->tenant, p->addr, strerror(-r), text);
+		goto out;
+	}
+	if (!(aok->flags & WIRE_AUTH_REGISTRY) ||
+	    aok->role != WIRE_ROLE_TENANT) {
+		pool_log(LOG_ERR,
+			 "session: memd=%s is not the registry: connect to "
+			 "the registry of the pool",
+			 p->addr);
+		r = -EINVAL;
+		goto out;
+	}
+	if (!aok->pass_len || !aok->pass_ttl_ms ||
+	    auth_open(sk, aok->box, aok->box_len, pk, sizeof(pk)) !=
+		    AUTH_KEY_LEN) {
+		pool_log(LOG_ERR,
+			 "session: registry=%s sent no usable donor pass",
+			 p->addr);
+		r = -EPROTO;
+		goto out;
+	}
+	if (hok->slab_bytes < CHUNK_BYTES || hok->slab_bytes % CHUNK_BYTES ||
+	    (p->slab_bytes && hok->slab_bytes != p->slab_bytes)) {
+		r = -EPROTO;
+		goto out;
+	}
+	p->slab_bytes = hok->slab_bytes;
+	p->reg_hello = *hok;
+	memcpy(p->pass, aok->pass, aok->pass_len);
+	p->pass_len = aok->pass_len;
+	memcpy(p->pass_key, pk, sizeof(pk));
+	p->pass_ttl_ms = aok->pass_ttl_ms;
+	p->pass_until_ms = sent + aok->pass_ttl_ms;
+	rpc_close(p->reg);
+	p->reg = c;
+	c = NULL;
+	pool_log(LOG_INFO,
+		 "session: registry=%s tenant=%s tenant_id=%u pass_ttl_ms=%u",
+		 p->addr, p->tenant, aok->tenant_id, aok->pass_ttl_ms);
+out:
+	explicit_bzero(sk, sizeof(sk));
+	explicit_bzero(pk, sizeof(pk));
+	if (aok)
+		explicit_bzero(aok, sizeof(*aok));
+	free(aok);
+	free(hok);
+	rpc_close(c);
+	return r;
+}
+
+/*
+ * A call to the registry; a broken connection (a registry restarted) is
+ * opened again, once. Caller holds lock.
+ */
+static int reg_call_locked(struct pool *p, struct wire_msg *req,
+			   struct wire_msg *rep, int expect, char *text,
+			   size_t textlen)
+{
+	int r = -ENOTCONN;
+
+	for (int i = 0; i < 2 && r == -ENOTCONN; i++) {
+		if (!p->reg || rpc_is_broken(p->reg)) {
+			r = reg_connect_locked(p);
+			if (r)
+				return r;
+		}
+		r = rpc_call(p->reg, req, rep, expect, p->timeout_ms, text,
+			     textlen);
+	}
+	return r;
+}
+
+/* The link to a granted donor incarnation: one we have and that is not
+ * lost, else a new one (with a fresh pass when ours runs out soon).
+ * Caller holds lock. */
+static int donor_link_locked(struct pool *p, const struct wire_grant *g,
+			     struct plink **out)
+{
+	uint32_t renew = p->pass_ttl_ms / 4 < PASS_RENEW_MS ? p->pass_ttl_ms / 4
+							    : PASS_RENEW_MS;
+	struct link_auth au;
+	struct plink *lk;
+	int r;
+
+	for (lk = p->links; lk; lk = lk->next)
+		if (lk->donor_id == g->donor_id &&
+		    lk->donor_epoch == g->donor_epoch && !link_is_lost(lk)) {
+			*out = lk;
+			return 0;
+		}
+	if (mono_ms() + renew >= p->pass_until_ms) {
+		r = reg_connect_locked(p);
+		if (r)
+			return r;
+	}
+	au = (struct link_auth){ .principal = p->tenant,
+				 .key = p->pass_key,
+				 .pass = p->pass,
+				 .pass_len = p->pass_len,
+				 .donor_id = g->donor_id,
+				 .donor_epoch = g->donor_epoch };
+	r = link_open(p, g->addr, &au, &lk);
+	if (r)
+		return r;
+	link_publish_locked(p, lk);
+	*out = lk;
+	return 0;
+}
+
+/* PLACE_OK makes sense for k slabs (replica: with a second copy on
+ * another donor each). */
+static bool place_ok_is_sane(const struct wire_place_ok *ok, uint32_t k,
+			     bool replica)
+{
+	uint32_t uses[WIRE_MAX_GRANTS] = { 0 };
+
+	if (ok->ngrants < 1 || ok->ngrants > WIRE_MAX_GRANTS || ok->nslabs != k)
+		return false;
+	for (uint32_t i = 0; i < k; i++) {
+		const struct wire_layout *l = &ok->layout[i];
+
+		if (l->primary >= ok->ngrants)
+			return false;
+		uses[l->primary]++;
+		if (!replica) {
+			if (l->replica != WIRE_NO_GRANT)
+				return false;
+			continue;
+		}
+		if (l->replica >= ok->ngrants ||
+		    ok->grant[l->replica].donor_id ==
+			    ok->grant[l->primary].donor_id)
+			return false;
+		uses[l->replica]++;
+	}
+	for (uint16_t g = 0; g < ok->ngrants; g++)
+		if (uses[g] != ok->grant[g].ticket.nslabs)
+			return false;
+	return true;
+}
+
+/*
+ * One PLACE of k (<= WIRE_MAX_LEASES) slabs at the registry, redeemed at
+ * the donors it names; slab i goes to out[i] (and its copy to rep[i]).
+ * On failure nothing stays tracked. Caller holds lock.
+ */
+static int place_once_locked(struct pool *p, uint32_t k, bool packed, int node,
+			     bool replica, struct slab **out, struct slab **rep)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *ok = malloc(sizeof(*ok));
+	struct wire_msg *lr = malloc(sizeof(*lr));
+	struct slab **gs = calloc(2 * (size_t)k, sizeof(*gs));
+	uint32_t base[WIRE_MAX_GRANTS], next[WIRE_MAX_GRANTS] = { 0 };
+	const struct wire_place_ok *po;
+	char text[WIRE_MSG_MAX];
+	uint32_t total = 0;
+	int r;
+
+	if (!req || !ok || !lr || !gs) {
+		r = -ENOMEM;
+		goto out;
+	}
+	req->type = WIRE_PLACE;
+	req->u.place.nslabs = k;
+	req->u.place.flags = replica ? WIRE_PLACE_REPLICA : 0;
+	req->u.place.node = node;
+	r = reg_call_locked(p, req, ok, WIRE_PLACE_OK, text, sizeof(text));
+	if (r) {
+		if (r == -EDQUOT || r == -ENOSPC)
+			pool_log(LOG_INFO, "alloc: registry: %s", text);
+		else if (text[0])
+			pool_log(LOG_WARNING,
+				 "alloc: node=%d refused by registry: %s", node,
+				 text);
+		goto out;
+	}
+	po = &ok->u.place_ok;
+	if (!place_ok_is_sane(po, k, replica)) {
+		pool_log(LOG_ERR, "alloc: registry=%s sent a bad placement",
+			 p->addr);
+		r = -EPROTO;
+		goto out;
+	}
+	for (uint16_t g = 0; g < po->ngrants; g++) {
+		const struct wire_grant *gr = &po->grant[g];
+		uint32_t n = gr->ticket.nslabs;
+		struct plink *lk;
+		uint64_t sent;
+
+		base[g] = total;
+		total += n;
+		r = donor_link_locked(p, gr, &lk);
+		if (r)
+			goto out;
+		memset(req, 0, sizeof(*req));
+		req->type = WIRE_LEASE_GRANT;
+		req->u.lease_grant.ticket = gr->ticket;
+		sent = mono_ms();
+		r = rpc_call(lk->ctl, req, lr, WIRE_LEASE_GRANT_OK,
+			     p->timeout_ms, text, sizeof(text));
+		if (r) {
+			pool_log(r == -ENOSPC || r == -ESTALE ? LOG_INFO
+							      : LOG_WARNING,
+				 "alloc: donor=%u memd=%s refused a grant "
+				 "err=%s %s",
+				 gr->donor_id, lk->addr, strerror(-r), text);
+			goto out;
+		}
+		r = leases_take_locked(p, lk, &lr->u.lease_ok, n, packed, node,
+				       gs + base[g]);
+		if (r)
+			goto out;
+		extend_validity(lk, sent);
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		const struct wire_layout *l = &po->layout[i];
+
+		out[i] = gs[base[l->primary] + next[l->primary]++];
+		if (replica)
+			rep[i] = gs[base[l->replica] + next[l->replica]++];
+	}
+	r = 0;
+out:
+	if (r && gs) {
+		uint32_t m = 0;
+
+		for (uint32_t i = 0; i < total; i++)
+			if (gs[i]) {
+				unlink_slab_locked(p, gs[i]);
+				gs[m++] = gs[i];
+			}
+		release_locked(p, gs, m);
+	}
+	free(gs);
+	free(lr);
+	free(ok);
+	free(req);
+	return r;
+}
+
+/* PLACE of n slabs in batches the protocol allows; a grant that went
+ * stale (a donor restarted, a ticket expired) is placed again, once. */
+static int place_locked(struct pool *p, uint32_t n, bool packed, int node,
+			bool replica, struct slab **out, struct slab **rep)
+{
+	bool retried = false;
+
+	for (uint32_t done = 0; done < n;) {
+		uint32_t k =
+			n - done < WIRE_MAX_LEASES ? n - done : WIRE_MAX_LEASES;
+		int r = place_once_locked(p, k, packed, node, replica,
+					  out + done, rep ? rep + done : NULL);
+
+		if (r == -ESTALE && !retried) {
+			retried = true;
+			continue;
+		}
+		if (r)
+			return r;
+		done += k;
+	}
+	return 0;
+}
+
+/*
+ * Leases n slabs for a region of the session (and with replica a second
+ * copy of each, on another donor, in rep[]). out[] and rep[] are zeroed
+ * by the caller; on failure what is non-NULL there is tracked and the
+ * caller drops it. Caller holds lock.
+ */
+static int lease_any_locked(struct pool *p, uint32_t n, bool packed, int node,
+			    bool replica, struct slab **out, struct slab **rep)
+{
+	if (p->cluster)
+		return place_locked(p, n, packed, node, replica, out, rep);
+	if (replica)
+		return -EOPNOTSUPP;
+	return lease_locked(p, p->links, n, packed, node, out);
 }
 
 static bool bit_get(const uint64_t *b, uint32_t i)
@@ -447,38 +1223,72 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-/* Packs len bytes into a packed slab leased for the same node. */
-static int pack_locked(struct pool *p, uint64_t len, int node, struct extent *e)
+/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
+static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
+{
+	uint32_t k = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		if (got[i]) {
+			unlink_slab_locked(p, got[i]);
+			got[k++] = got[i];
+		}
+	release_locked(p, got, k);
+}
+
+/* s can take n more chunks for a region on node (replica: with a mirror). */
+static bool slab_can_pack(struct slab *s, uint32_t n, int node, bool replica)
+{
+	return s->packed && !s->is_mirror && s->want_node == node &&
+	       (s->mirror != NULL) == replica && s->nchunks - s->used >= n &&
+	       !link_is_lost(s->link) &&
+	       !(s->mirror && link_is_lost(s->mirror->link));
+}
+
+/*
+ * Packs len bytes into a packed slab of a live link leased for the same
+ * node (replica: a slab pair whose both links are live).
+ */
+static int pack_locked(struct pool *p, uint64_t len, int node, bool replica,
+		       struct extent *e)
 {
 	uint32_t n = (uint32_t)((len + CHUNK_BYTES - 1) / CHUNK_BYTES);
-	struct slab *s, *fresh;
+	struct slab *s, *fresh = NULL, *mirror = NULL;
 	uint32_t at = UINT32_MAX;
 	int r;
 
 	for (s = p->slabs; s; s = s->next) {
-		if (!s->packed || s->want_node != node ||
-		    s->nchunks - s->used < n)
+		if (!slab_can_pack(s, n, node, replica))
 			continue;
 		at = first_fit(s, n);
 		if (at != UINT32_MAX)
 			break;
 	}
 	if (!s) {
-		r = lease_locked(p, 1, true, node, &fresh);
-		if (r)
+		r = lease_any_locked(p, 1, true, node, replica, &fresh,
+				     replica ? &mirror : NULL);
+		if (r) {
+			struct slab *v[2] = { fresh, mirror };
+
+			drop_slabs_locked(p, v, 2);
 			return r;
+		}
 		s = fresh;
+		s->mirror = mirror;
+		if (mirror)
+			mirror->is_mirror = true;
 		at = 0;
 	}
 	bits_set(s->bits, at, n, true);
 	s->used += n;
 	e->slab = s;
+	e->replica = s->mirror;
 	e->off = (uint64_t)at * CHUNK_BYTES;
 	e->len = len;
 	return 0;
 }
 
-/* Frees one extent's space; a slab left empty goes into *dead. */
+/* Frees one extent's space; slabs left empty go into *dead. */
 static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
 			  uint32_t *ndead)
 {
@@ -495,21 +1305,70 @@ static void unpack_locked(struct pool *p, struct extent *e, struct slab **dead,
 	}
 	unlink_slab_locked(p, s);
 	dead[(*ndead)++] = s;
+	if (e->replica) {
+		unlink_slab_locked(p, e->replica);
+		dead[(*ndead)++] = e->replica;
+	}
 }
 
 /* ------------------------------------------------------------------ */
 /* public: sessions                                                     */
 
+/* The tenant's name and key (from its secret file). */
+static int tenant_init(struct pool *p, const char *tenant, const char *file)
+{
+	uint8_t *secret;
+	char err[256];
+	size_t len = strlen(tenant);
+	int r;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = tenant[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+		      c == '-'))
+			len = 0; /* not a tenant name */
+	}
+	if (len == 0 || len >= WIRE_NAME_MAX) {
+		pool_log(LOG_ERR,
+			 "session: tenant name must be 1-63 of A-Z a-z 0-9 _ "
+			 ". -");
+		return -EINVAL;
+	}
+	if (!file || !*file) {
+		pool_log(LOG_ERR,
+			 "session: tenant=%s needs a secret file "
+			 "(LIBPOOL_SECRET_FILE or "
+			 "pool_opts.secret_file)",
+			 tenant);
+		return -EINVAL;
+	}
+	r = auth_init();
+	if (r)
+		return r;
+	secret = malloc(AUTH_SECRET_MAX);
+	if (!secret)
+		return -ENOMEM;
+	r = auth_read_secret_file(file, secret, err, sizeof(err));
+	if (r < 0) {
+		pool_log(LOG_ERR, "session: tenant=%s: %s", tenant, err);
+		free(secret);
+		return r;
+	}
+	auth_tenant_key(secret, (size_t)r, p->tenant_key);
+	explicit_bzero(secret, AUTH_SECRET_MAX);
+	free(secret);
+	memcpy(p->tenant, tenant, len + 1);
+	return 0;
+}
+
 int pool_connect(const struct pool_opts *opts, struct pool **out)
 {
 	struct pool_opts o = { 0 };
-	struct wire_msg req = { .type = WIRE_HELLO }, rep;
-	struct fab_opts fo = { 0 };
-	char local[64], text[WIRE_MSG_MAX];
+	struct plink *lk;
 	const char *env;
 	struct pool *p;
-	pthread_condattr_t ca;
-	pthread_rwlockattr_t ra;
 	int r;
 
 	if (!out)
@@ -537,108 +1396,34 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_mutex_init(&p->hb_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->hb_cond, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_rwlockattr_init(&ra);
-	pthread_rwlockattr_setkind_np(
-		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-	pthread_rwlock_init(&p->ep_rw, &ra);
-	pthread_rwlockattr_destroy(&ra);
-
-	r = rpc_connect(p->addr, p->timeout_ms, &p->ctl, local, sizeof(local));
-	if (r) {
-		pool_log(LOG_WARNING, "session: connect memd=%s err=%s",
-			 p->addr, strerror(-r));
-		goto fail;
-	}
-	rpc_set_log(p->ctl, rpc_log, NULL);
-	req.u.hello.proto_min = WIRE_PROTO_MIN;
-	req.u.hello.proto_max = WIRE_PROTO_MAX;
 	if (o.client_name)
-		snprintf(req.u.hello.client, sizeof(req.u.hello.client), "%s",
-			 o.client_name);
+		snprintf(p->client, sizeof(p->client), "%s", o.client_name);
 	else
-		snprintf(req.u.hello.client, sizeof(req.u.hello.client),
-			 "%s pid %d", program_invocation_short_name,
-			 (int)getpid());
+		snprintf(p->client, sizeof(p->client), "%s pid %d",
+			 program_invocation_short_name, (int)getpid());
 	/* Printable bytes only: the name ends up in memd's log lines. */
-	for (char *c = req.u.hello.client; *c; c++)
+	for (char *c = p->client; *c; c++)
 		if (*c < 0x20 || *c > 0x7e)
 			*c = '?';
-	r = rpc_call(p->ctl, &req, &rep, WIRE_HELLO_OK, p->timeout_ms, text,
-		     sizeof(text));
-	if (r) {
-		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s",
-			 p->addr, strerror(-r), text);
-		goto fail;
-	}
-	if (rep.u.hello_ok.proto < WIRE_PROTO_MIN ||
-	    rep.u.hello_ok.proto > WIRE_PROTO_MAX) {
-		r = -EPROTONOSUPPORT;
-		goto fail;
-	}
-	p->session_id = rep.u.hello_ok.session_id;
-	p->epoch = rep.u.hello_ok.epoch;
-	p->ttl_ms = rep.u.hello_ok.ttl_ms;
-	p->slab_bytes = rep.u.hello_ok.slab_bytes;
-	if (p->ttl_ms < 30 || p->slab_bytes < CHUNK_BYTES ||
-	    p->slab_bytes % CHUNK_BYTES) {
-		r = -EPROTO;
-		goto fail;
-	}
-	/* Stop using leases a tenth of the TTL (at most 1 s) early. */
-	p->margin_ms = p->ttl_ms / 10 < 1000 ? p->ttl_ms / 10 : 1000;
-	extend_validity(p, mono_ms());
-	memcpy(p->provider, rep.u.hello_ok.provider, sizeof(p->provider));
-	p->nendpoints = rep.u.hello_ok.nendpoints;
-	memcpy(p->mep, rep.u.hello_ok.ep, p->nendpoints * sizeof(p->mep[0]));
+	pthread_mutex_init(&p->lock, NULL);
 
-	/* Bind the fabric where the control connection goes out; providers
-	 * without IP addressing (shm) take no node. */
-	fo.provider = p->provider;
-	/* shm names endpoints by the node string: memd's name would clash. */
-	fo.node = strncmp(p->provider, "shm", 3) ? local : NULL;
-	r = fab_domain_open(&fo, &p->fd);
-	if (r == -ENODATA) {
-		fo.node = NULL;
-		r = fab_domain_open(&fo, &p->fd);
-	}
-	if (r) {
-		pool_log(LOG_WARNING, "session: fabric provider=%s err=%s",
-			 p->provider, strerror(-r));
-		goto fail;
-	}
-	p->mr_mode = fab_domain_mr_mode(p->fd);
-	if (fab_domain_max_msg(p->fd) < p->xfer_bytes)
-		p->xfer_bytes = fab_domain_max_msg(p->fd);
-	r = fab_ep_open(p->fd, p->max_inflight, &p->ep);
-	for (uint16_t i = 0; !r && i < p->nendpoints; i++) {
-		r = fab_ep_av_insert(p->ep, p->mep[i].addr, p->mep[i].addr_len,
-				     &p->peer[i]);
+	if (!o.tenant)
+		o.tenant = getenv("LIBPOOL_TENANT");
+	if (!o.secret_file)
+		o.secret_file = getenv("LIBPOOL_SECRET_FILE");
+	if (o.tenant && *o.tenant) {
+		r = tenant_init(p, o.tenant, o.secret_file);
 		if (!r)
-			pool_log(LOG_DEBUG, "session: memd endpoint=%u node=%d",
-				 i, p->mep[i].node);
+			r = reg_connect_locked(p);
+		if (r)
+			goto fail;
+		p->cluster = true;
+	} else {
+		r = link_open(p, p->addr, NULL, &lk);
+		if (r)
+			goto fail;
+		link_publish_locked(p, lk);
 	}
-	if (r) {
-		pool_log(LOG_WARNING, "session: fabric endpoint err=%s",
-			 strerror(-r));
-		goto fail;
-	}
-	r = pthread_create(&p->hb, NULL, hb_main, p);
-	if (r) {
-		r = -r;
-		goto fail;
-	}
-	p->hb_started = true;
-	pool_log(LOG_INFO,
-		 "session: open session=%" PRIx64 " memd=%s provider=%s "
-		 "slab=%" PRIu64 " ttl_ms=%u endpoints=%u",
-		 p->session_id, p->addr, p->provider, p->slab_bytes, p->ttl_ms,
-		 p->nendpoints);
 	*out = p;
 	return 0;
 fail:
@@ -650,30 +1435,14 @@ void pool_close(struct pool *p)
 {
 	if (!p)
 		return;
-	if (p->hb_started) {
-		pthread_mutex_lock(&p->hb_lock);
-		p->hb_stop = true;
-		pthread_cond_signal(&p->hb_cond);
-		pthread_mutex_unlock(&p->hb_lock);
-		pthread_join(p->hb, NULL);
-	}
-	/* The endpoint goes first: no RMA of ours may still be running when
-	 * BYE releases the leases (protocol.md). */
-	if (p->ep) {
-		fab_ep_close(p->ep);
-		p->ep = NULL;
-	}
-	/* BYE releases every lease at once; a lost memd reclaims them by
-	 * itself when their TTL runs out. */
-	if (p->ctl && p->session_id &&
-	    !__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE)) {
-		struct wire_msg req = { .type = WIRE_BYE }, rep;
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		link_stop_hb(lk);
+	while (p->links) {
+		struct plink *lk = p->links;
 
-		rpc_call(p->ctl, &req, &rep, WIRE_BYE_OK, p->timeout_ms, NULL,
-			 0);
+		p->links = lk->next;
+		link_close(lk);
 	}
-	fab_domain_close(p->fd);
-	rpc_close(p->ctl);
 	while (p->regions) {
 		struct pool_region *r = p->regions;
 
@@ -686,9 +1455,9 @@ void pool_close(struct pool *p)
 		p->slabs = s->next;
 		slab_free(s);
 	}
-	pthread_rwlock_destroy(&p->ep_rw);
-	pthread_cond_destroy(&p->hb_cond);
-	pthread_mutex_destroy(&p->hb_lock);
+	rpc_close(p->reg);
+	explicit_bzero(p->tenant_key, sizeof(p->tenant_key));
+	explicit_bzero(p->pass_key, sizeof(p->pass_key));
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -715,20 +1484,31 @@ static int region_node(const struct pool_region *reg)
 int pool_alloc_node(struct pool *p, size_t len, int node,
 		    struct pool_region **out)
 {
-	uint64_t full, rem;
+	return pool_alloc_ex(p, len, node, 0, out);
+}
+
+int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
+		  struct pool_region **out)
+{
+	bool replica = flags & POOL_ALLOC_REPLICA;
+	struct slab **got = NULL, **rgot = NULL;
 	struct pool_region *reg;
-	struct slab **got = NULL;
+	uint64_t full, rem;
 	uint32_t n;
-	int r;
+	int r = 0;
 
 	if (!p || !out)
 		return -EINVAL;
 	*out = NULL;
-	if (len == 0 || node < WIRE_NODE_ANY || node >= WIRE_NODE_MAX)
+	if (len == 0 || node < WIRE_NODE_ANY || node >= WIRE_NODE_MAX ||
+	    (flags & ~POOL_ALLOC_REPLICA))
 		return -EINVAL;
+	if (replica && !p->cluster)
+		return -EOPNOTSUPP; /* one memd: no second donor */
 	/* Only a lost session stops an allocation: the grant itself renews
-	 * the session's leases. */
-	if (__atomic_load_n(&p->lost, __ATOMIC_ACQUIRE))
+	 * the session's leases. A cluster session places on donors that
+	 * are up, whatever happened to others. */
+	if (!p->cluster && link_is_lost(p->links))
 		return -ENOTCONN;
 	full = len / p->slab_bytes;
 	rem = len % p->slab_bytes;
@@ -740,32 +1520,34 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 		return -ENOSPC;
 	n = (uint32_t)full + (rem ? 1 : 0);
 	reg = calloc(1, sizeof(*reg) + n * sizeof(reg->ext[0]));
-	if (full)
+	if (full) {
 		got = calloc(full, sizeof(*got));
-	if (!reg || (full && !got)) {
+		if (replica)
+			rgot = calloc(full, sizeof(*rgot));
+	}
+	if (!reg || (full && !got) || (full && replica && !rgot)) {
 		free(reg);
 		free(got);
+		free(rgot);
 		return -ENOMEM;
 	}
 	reg->size = len;
 	reg->nextents = n;
+	reg->replicated = replica;
 	pthread_mutex_lock(&p->lock);
 	if (full) {
-		r = lease_locked(p, (uint32_t)full, false, node, got);
+		r = lease_any_locked(p, (uint32_t)full, false, node, replica,
+				     got, rgot);
 		if (r) {
-			/* lease_locked tracked what it got before failing. */
-			uint32_t k = 0;
-
-			for (uint64_t i = 0; i < full; i++)
-				if (got[i]) {
-					unlink_slab_locked(p, got[i]);
-					got[k++] = got[i];
-				}
-			release_locked(p, got, k);
+			/* What was tracked before the failure goes back. */
+			drop_slabs_locked(p, got, full);
+			if (rgot)
+				drop_slabs_locked(p, rgot, full);
 			goto unlock;
 		}
 		for (uint64_t i = 0; i < full; i++) {
 			reg->ext[i].slab = got[i];
+			reg->ext[i].replica = rgot ? rgot[i] : NULL;
 			reg->ext[i].off = 0;
 			reg->ext[i].len = p->slab_bytes;
 		}
@@ -776,11 +1558,11 @@ int pool_alloc_node(struct pool *p, size_t len, int node,
 				len - (full - 1) * p->slab_bytes;
 	}
 	if (rem) {
-		r = pack_locked(p, rem, node, &reg->ext[full]);
+		r = pack_locked(p, rem, node, replica, &reg->ext[full]);
 		if (r && full) {
-			for (uint64_t i = 0; i < full; i++)
-				unlink_slab_locked(p, got[i]);
-			release_locked(p, got, (uint32_t)full);
+			drop_slabs_locked(p, got, full);
+			if (rgot)
+				drop_slabs_locked(p, rgot, full);
 		}
 	}
 unlock:
@@ -794,10 +1576,11 @@ unlock:
 	}
 	pthread_mutex_unlock(&p->lock);
 	free(got);
+	free(rgot);
 	if (r) {
 		free(reg);
-		pool_log(LOG_INFO, "alloc: len=%zu node=%d err=%s", len, node,
-			 strerror(-r));
+		pool_log(LOG_INFO, "alloc: len=%zu node=%d flags=%#x err=%s",
+			 len, node, flags, strerror(-r));
 		return r;
 	}
 	*out = reg;
@@ -806,7 +1589,7 @@ unlock:
 
 int pool_free(struct pool *p, struct pool_region *reg)
 {
-	struct slab *dead_inline[8], **dead = dead_inline;
+	struct slab *dead_inline[16], **dead = dead_inline;
 	uint32_t ndead = 0;
 	int r = 0;
 
@@ -815,7 +1598,7 @@ int pool_free(struct pool *p, struct pool_region *reg)
 	if (!p)
 		return -EINVAL;
 	if (reg->nextents > 8) {
-		dead = calloc(reg->nextents, sizeof(*dead));
+		dead = calloc(2 * (size_t)reg->nextents, sizeof(*dead));
 		if (!dead)
 			return -ENOMEM;
 	}
@@ -852,8 +1635,8 @@ int pool_region_node(const struct pool_region *r)
 /* public: I/O                                                          */
 
 /* Number of RMA pieces [off, off+len) of r splits into. */
-static size_t count_pieces(const struct pool *p, const struct pool_region *r,
-			   uint64_t off, uint64_t len)
+static size_t count_pieces(const struct pool_region *r, uint64_t off,
+			   uint64_t len, size_t xfer)
 {
 	size_t n = 0;
 
@@ -866,34 +1649,34 @@ static size_t count_pieces(const struct pool *p, const struct pool_region *r,
 			continue;
 		}
 		take = e->len - off < len ? e->len - off : len;
-		n += (take + p->xfer_bytes - 1) / p->xfer_bytes;
+		n += (take + xfer - 1) / xfer;
 		len -= take;
 		off = 0;
 	}
 	return n;
 }
 
-static int op_result(struct pool_op *op)
+static int map_status(int s)
 {
-	int r = 0;
+	/* -ETIMEDOUT from pool_wait means "still running, wait again"; a
+	 * transfer the provider timed out is -ETIME. */
+	return s == -ECANCELED ? -ENOTCONN : s == -ETIMEDOUT ? -ETIME : s;
+}
 
-	for (size_t i = 0; i < op->n; i++) {
-		int s = op->ops[i].status;
-
-		/* -ETIMEDOUT from pool_wait means "still running, wait
-		 * again"; a transfer the provider timed out is -ETIME. */
-		if (s && !r)
-			r = s == -ECANCELED   ? -ENOTCONN
-			    : s == -ETIMEDOUT ? -ETIME
-					      : s;
-	}
-	return r;
+static __attribute__((noinline)) void op_release_mrs(struct pool_op *op)
+{
+	if (op->lmr.mr)
+		fab_mr_close(op->lmr.mr);
+	for (unsigned i = 0; i < op->nxmr; i++)
+		fab_mr_close(op->xmr[i].mr);
+	if (op->nxmr)
+		free(op->xmr);
 }
 
 static void op_release(struct pool_op *op)
 {
-	if (op->lmr)
-		fab_mr_close(op->lmr);
+	if (__builtin_expect(op->lmr.mr || op->nxmr, 0))
+		op_release_mrs(op);
 	if (op->ops != op->inline_ops)
 		free(op->ops);
 	if (op->heap)
@@ -901,34 +1684,97 @@ static void op_release(struct pool_op *op)
 }
 
 /*
+ * The local descriptor of op's buffer for RMA on lk: NULL unless lk's
+ * provider wants local registrations (FAB_MR_LOCAL), then a registration
+ * in lk's domain made on first use. Caller holds lk->ep_rw with lk->ep
+ * open.
+ */
+static int op_desc(struct pool_op *op, struct plink *lk, void **desc)
+{
+	struct op_mr *m;
+	int r;
+
+	*desc = NULL;
+	if (!(lk->mr_mode & FAB_MR_LOCAL))
+		return 0;
+	if (op->lmr.mr && op->lmr.link == lk) {
+		*desc = fab_mr_desc(op->lmr.mr);
+		return 0;
+	}
+	for (unsigned i = 0; i < op->nxmr; i++)
+		if (op->xmr[i].link == lk) {
+			*desc = fab_mr_desc(op->xmr[i].mr);
+			return 0;
+		}
+	if (op->lmr.mr) {
+		m = realloc(op->nxmr ? op->xmr : NULL,
+			    (op->nxmr + 1) * sizeof(*m));
+		if (!m)
+			return -ENOMEM;
+		op->xmr = m;
+		m = &op->xmr[op->nxmr];
+	} else {
+		m = &op->lmr;
+	}
+	r = fab_mr_reg(lk->fd, lk->ep, op->buf, op->bytes, FAB_ACCESS_LOCAL, 0,
+		       &m->mr);
+	if (r)
+		return r;
+	m->link = lk;
+	if (m != &op->lmr)
+		op->nxmr++;
+	*desc = fab_mr_desc(m->mr);
+	return 0;
+}
+
+/*
  * Waits for every piece of op. Returns 0 when all completed (results in
  * the pieces), -ETIMEDOUT when one is still running at the deadline.
  */
-static int op_wait_all(struct pool *p, struct pool_op *op, int timeout_ms)
+static int op_wait_all(struct pool_op *op, int timeout_ms)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
+	struct plink *cur = NULL;
+	int ret = 0;
 
-	pthread_rwlock_rdlock(&p->ep_rw);
 	for (size_t i = 0; i < op->n; i++) {
 		struct fab_op *f = &op->ops[i];
+		struct plink *lk = f->arg;
 		uint64_t now;
 		int r;
 
 		if (__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
 			continue;
-		if (!p->ep)
-			break; /* closed: fab_ep_close completed everything */
+		if (lk != cur) {
+			if (cur)
+				pthread_rwlock_unlock(&cur->ep_rw);
+			pthread_rwlock_rdlock(&lk->ep_rw);
+			cur = lk;
+		}
+		if (!lk->ep)
+			continue; /* closed: fab_ep_close completed it */
 		now = mono_ms();
-		r = fab_op_wait(p->ep, f,
+		r = fab_op_wait(lk->ep, f,
 				now >= deadline ? 0 : (int)(deadline - now));
 		if (r == -ETIMEDOUT &&
 		    !__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE)) {
-			pthread_rwlock_unlock(&p->ep_rw);
-			return -ETIMEDOUT;
+			ret = -ETIMEDOUT;
+			break;
 		}
 	}
-	pthread_rwlock_unlock(&p->ep_rw);
-	return 0;
+	if (cur)
+		pthread_rwlock_unlock(&cur->ep_rw);
+	return ret;
+}
+
+/* Fails every link that still has a piece of op in flight: closing the
+ * endpoint is what guarantees the provider will not touch the buffer
+ * after we return. */
+static void op_fail_pending(struct pool_op *op, const char *why)
+{
+	for (size_t i = 0; i < op->n; i++)
+		if (!__atomic_load_n(&op->ops[i].complete, __ATOMIC_ACQUIRE))
+			link_fail(op->ops[i].arg, -ETIMEDOUT, why);
 }
 
 /* Errors that say the path to memd is gone, not just this transfer. */
@@ -949,31 +1795,99 @@ static bool is_transport_error(int err)
 	}
 }
 
+/*
+ * Posts one piece of a paired op to slab s (at its offset at) as op's
+ * next piece. The caller holds *cur's ep_rw (or *cur is NULL); a piece on
+ * another link switches to that link's, checking the link first. (The
+ * one-copy path in io_start does the same inline.)
+ */
+static __attribute__((noinline)) int
+post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
+	   uint64_t *now, const struct slab *s, uint64_t at, uint8_t *b,
+	   uint64_t len)
+{
+	struct plink *lk = s->link;
+	struct fab_op *f = &op->ops[op->n];
+	uint64_t peer, raddr = s->l.base + at;
+	int r;
+
+	if (lk != *cur) {
+		if (*cur)
+			pthread_rwlock_unlock(&(*cur)->ep_rw);
+		*cur = NULL;
+		r = link_usable(lk, now);
+		if (r)
+			return r;
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		*cur = lk;
+		if (!lk->ep)
+			return -ENOTCONN;
+		r = op_desc(op, lk, desc);
+		if (r)
+			return r;
+	}
+	peer = lk->peer[s->l.endpoint];
+	f->arg = lk;
+	r = op->write ? fab_ep_write(lk->ep, b, len, *desc, peer, raddr,
+				     s->l.key, f, p->timeout_ms)
+		      : fab_ep_read(lk->ep, b, len, *desc, peer, raddr,
+				    s->l.key, f, p->timeout_ms);
+	if (r)
+		return r;
+	op->n++;
+	return 0;
+}
+
+/* A piece for a copy that is dead for good: complete, -ENOTCONN. */
+static void dead_piece(struct pool_op *op, const struct slab *s)
+{
+	struct fab_op *f = &op->ops[op->n++];
+
+	f->arg = s->link;
+	f->status = -ENOTCONN;
+	f->complete = 1;
+}
+
+/* The copy of e to read: the first whose link is usable. */
+static const struct slab *read_copy(const struct extent *e, uint64_t *now)
+{
+	if (e->replica && link_usable(e->slab->link, now) &&
+	    !link_usable(e->replica->link, now))
+		return e->replica;
+	return e->slab;
+}
+
 static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		    void *buf, size_t len, bool write, struct pool_op *op)
 {
+	struct plink *cur = NULL;
 	uint8_t *b = buf;
 	void *desc = NULL;
-	size_t k = 0, n;
+	uint64_t now = 0;
+	size_t n, xfer;
 	int ret;
 
 	op->p = p;
+	op->r = r;
+	op->off = off;
 	op->heap = false;
 	op->write = write;
+	op->paired = false;
+	op->buf = buf;
 	op->bytes = len;
 	op->ops = op->inline_ops;
 	op->n = 0;
-	op->lmr = NULL;
+	op->lmr.mr = NULL; /* lmr.link is valid only with lmr.mr */
+	op->nxmr = 0;	   /* xmr is valid only with nxmr */
 	if (!p || !r || (!buf && len))
 		return -EINVAL;
 	if (off > r->size || len > r->size - off)
 		return -ERANGE;
-	ret = session_usable(p);
-	if (ret)
-		return ret;
 	if (len == 0)
-		return 0;
-	n = count_pieces(p, r, off, len);
+		return link_usable(read_copy(&r->ext[0], &now)->link, &now);
+	op->paired = write && r->replicated;
+	xfer = __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
+	n = count_pieces(r, off, len, xfer) << op->paired;
 	if (n > INLINE_OPS) {
 		op->ops = calloc(n, sizeof(*op->ops));
 		if (!op->ops) {
@@ -984,46 +1898,76 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 		memset(op->inline_ops, 0, sizeof(op->inline_ops));
 	}
 
-	pthread_rwlock_rdlock(&p->ep_rw);
-	if (!p->ep) {
-		ret = -ENOTCONN;
-		goto unlock;
-	}
-	if (p->mr_mode & FAB_MR_LOCAL) {
-		ret = fab_mr_reg(p->fd, p->ep, buf, len, FAB_ACCESS_LOCAL, 0,
-				 &op->lmr);
-		if (ret)
-			goto unlock;
-		desc = fab_mr_desc(op->lmr);
-	}
 	for (uint32_t i = 0; i < r->nextents && len; i++) {
 		const struct extent *e = &r->ext[i];
+		const struct slab *s = e->slab;
 		uint64_t take, at;
 
 		if (off >= e->len) {
 			off -= e->len;
 			continue;
 		}
+		if (!write && e->replica)
+			s = read_copy(e, &now);
 		take = e->len - off < len ? e->len - off : len;
 		at = e->off + off;
 		for (uint64_t done = 0; done < take;) {
-			uint64_t piece = take - done < p->xfer_bytes
-						 ? take - done
-						 : p->xfer_bytes;
-			uint64_t raddr = e->slab->l.base + at + done;
-			uint64_t peer = p->peer[e->slab->l.endpoint];
-			struct fab_op *f = &op->ops[k];
+			uint64_t piece =
+				take - done < xfer ? take - done : xfer;
 
-			ret = write ? fab_ep_write(p->ep, b, piece, desc, peer,
-						   raddr, e->slab->l.key, f,
-						   p->timeout_ms)
-				    : fab_ep_read(p->ep, b, piece, desc, peer,
-						  raddr, e->slab->l.key, f,
-						  p->timeout_ms);
-			if (ret)
-				goto unlock;
-			k++;
-			op->n = k;
+			if (!op->paired) {
+				/* The common case, kept lean: one copy. */
+				struct fab_op *f = &op->ops[op->n];
+				uint64_t raddr = s->l.base + at + done;
+
+				if (s->link != cur) {
+					if (cur)
+						pthread_rwlock_unlock(
+							&cur->ep_rw);
+					cur = NULL;
+					ret = link_usable(s->link, &now);
+					if (ret)
+						goto unlock;
+					cur = s->link;
+					pthread_rwlock_rdlock(&cur->ep_rw);
+					if (!cur->ep) {
+						ret = -ENOTCONN;
+						goto unlock;
+					}
+					ret = op_desc(op, cur, &desc);
+					if (ret)
+						goto unlock;
+				}
+				f->arg = cur;
+				ret = write ? fab_ep_write(
+						      cur->ep, b, piece, desc,
+						      cur->peer[s->l.endpoint],
+						      raddr, s->l.key, f,
+						      p->timeout_ms)
+					    : fab_ep_read(
+						      cur->ep, b, piece, desc,
+						      cur->peer[s->l.endpoint],
+						      raddr, s->l.key, f,
+						      p->timeout_ms);
+				if (ret)
+					goto unlock;
+				op->n++;
+			} else {
+				for (int c = 0; c < 2; c++) {
+					const struct slab *cs =
+						c ? e->replica : e->slab;
+
+					if (link_is_lost(cs->link)) {
+						dead_piece(op, cs);
+						continue;
+					}
+					ret = post_piece(p, op, &cur, &desc,
+							 &now, cs, at + done, b,
+							 piece);
+					if (ret)
+						goto unlock;
+				}
+			}
 			b += piece;
 			done += piece;
 		}
@@ -1032,60 +1976,200 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 	}
 	ret = 0;
 unlock:
-	pthread_rwlock_unlock(&p->ep_rw);
+	if (cur)
+		pthread_rwlock_unlock(&cur->ep_rw);
 	if (ret && op->n) {
 		/* Pieces already posted still own buf: settle them first. */
-		if (op_wait_all(p, op, p->timeout_ms) == -ETIMEDOUT)
-			session_fail(p, -ETIMEDOUT, "transfer timed out");
+		if (op_wait_all(op, p->timeout_ms) == -ETIMEDOUT)
+			op_fail_pending(op, "transfer timed out");
 	}
 	if (ret)
 		op_release(op);
 	if (is_transport_error(ret)) {
-		session_fail(p, -ENOTCONN, "posting a transfer failed");
+		if (cur)
+			link_fail(cur, -ENOTCONN, "posting a transfer failed");
 		ret = -ENOTCONN;
 	}
 	return ret;
 }
 
-/* Completes op (waited or failed): result, stats, resources. */
-static int io_finish(struct pool *p, struct pool_op *op)
+/* The status of one piece; a transport error fails its link. */
+static int piece_status(struct fab_op *f)
 {
-	int r = op_result(op);
+	int s = f->status;
 
-	if (is_transport_error(r)) {
-		/* Every later call must fail fast too, not only the ones
-		 * that happen to reach the dead connection. */
-		session_fail(p, -ENOTCONN, "transfer failed");
-		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
-		r = -ENOTCONN;
+	if (!s)
+		return 0;
+	s = map_status(s);
+	if (is_transport_error(s)) {
+		struct plink *lk = f->arg;
+
+		/* Every later call on that link must fail fast too, not
+		 * only the ones that reach the dead connection. */
+		if (!link_is_lost(lk))
+			link_fail(lk, -ENOTCONN, "transfer failed");
+		s = -ENOTCONN;
 	}
+	return s;
+}
 
+/*
+ * The result of a completed op. A paired range is written when one copy
+ * was and the other is dead for good (its link failed: -ENOTCONN); any
+ * other failure of a copy is the op's error, as the copies may differ.
+ */
+static int op_settle(struct pool_op *op)
+{
+	int r = 0;
+
+	if (!op->paired) {
+		for (size_t i = 0; i < op->n; i++) {
+			int s = piece_status(&op->ops[i]);
+
+			if (s && !r)
+				r = s;
+		}
+		return r;
+	}
+	for (size_t i = 0; i + 1 < op->n; i += 2) {
+		int a = piece_status(&op->ops[i]);
+		int b = piece_status(&op->ops[i + 1]);
+		int e;
+
+		if (!a && !b)
+			continue;
+		if ((!a && b == -ENOTCONN) || (!b && a == -ENOTCONN))
+			continue;
+		e = a && a != -ENOTCONN	  ? a
+		    : b && b != -ENOTCONN ? b
+					  : -ENOTCONN;
+		if (!r)
+			r = e;
+	}
+	return r;
+}
+
+/*
+ * Starts op again after a copy of a replicated region was lost: the
+ * start picks the live copies. Returns 0 (op in flight again) or the
+ * error; op->heap is kept. At most IO_TRIES starts in all.
+ */
+static int io_restart(struct pool *p, struct pool_op *op)
+{
+	bool heap = op->heap;
+	int r = -ENOTCONN;
+
+	while (r == -ENOTCONN && op->tries < IO_TRIES) {
+		unsigned tries = op->tries + 1;
+
+		r = io_start(p, op->r, op->off, op->buf, op->bytes, op->write,
+			     op);
+		op->tries = tries;
+	}
+	op->heap = heap;
+	return r;
+}
+
+static void io_count(struct pool *p, const struct pool_op *op, int r)
+{
 	__atomic_add_fetch(&p->st_ops, 1, __ATOMIC_RELAXED);
 	if (r)
 		__atomic_add_fetch(&p->st_errors, 1, __ATOMIC_RELAXED);
 	else
 		__atomic_add_fetch(op->write ? &p->st_written : &p->st_read,
 				   op->bytes, __ATOMIC_RELAXED);
+}
+
+/*
+ * Completes op (waited or failed): result, stats, resources. With again
+ * (a caller that can wait once more), a replicated region's op that lost
+ * a copy starts again on the live ones: then *again is true and op is in
+ * flight.
+ */
+static __attribute__((noinline)) int
+io_finish_restart(struct pool *p, struct pool_op *op, bool *again)
+{
+	bool heap = op->heap;
+	int r;
+
+	op->heap = false;
+	op_release(op);
+	op->heap = heap;
+	r = io_restart(p, op);
+	if (!r) {
+		*again = true;
+		return 0;
+	}
+	/* Nothing in flight, nothing held: io_start released it. */
+	io_count(p, op, r);
+	if (heap)
+		free(op);
+	return r;
+}
+
+static int io_finish(struct pool *p, struct pool_op *op, bool *again)
+{
+	int r = op_settle(op);
+
+	if (__builtin_expect(r == -ENOTCONN, 0)) {
+		pool_log(LOG_WARNING, "io: transfer err=%s", strerror(-r));
+		if (again && op->r->replicated && op->tries < IO_TRIES)
+			return io_finish_restart(p, op, again);
+	}
+	io_count(p, op, r);
 	op_release(op);
 	return r;
+}
+
+/* Starts an op; a replicated region retries on its live copies. */
+static int io_begin(struct pool *p, struct pool_region *r, uint64_t off,
+		    void *buf, size_t len, bool write, struct pool_op *op)
+{
+	int ret;
+
+	op->tries = 1;
+	ret = io_start(p, r, off, buf, len, write, op);
+	if (ret == -ENOTCONN && r && r->replicated)
+		ret = io_restart(p, op);
+	return ret;
+}
+
+/* Waits for op and finishes it, restarting as io_finish says. */
+static int io_wait(struct pool *p, struct pool_op *op, int timeout_ms)
+{
+	for (;;) {
+		bool again = false;
+		int r;
+
+		if (op_wait_all(op, timeout_ms) == -ETIMEDOUT)
+			return -ETIMEDOUT;
+		r = io_finish(p, op, &again);
+		if (!again)
+			return r;
+	}
 }
 
 static int io_sync(struct pool *p, struct pool_region *r, uint64_t off,
 		   void *buf, size_t len, bool write)
 {
 	struct pool_op op;
-	int ret = io_start(p, r, off, buf, len, write, &op);
+	int ret = io_begin(p, r, off, buf, len, write, &op);
 
 	if (ret)
 		return ret;
-	if (op_wait_all(p, &op, p->timeout_ms) == -ETIMEDOUT) {
-		/* Closing the endpoint is what guarantees the provider
-		 * will not write into buf after we return. */
-		session_fail(p, -ETIMEDOUT, "transfer timed out");
-		io_finish(p, &op);
-		return -ETIMEDOUT;
+	for (;;) {
+		bool again = false;
+
+		ret = io_wait(p, &op, p->timeout_ms);
+		if (ret != -ETIMEDOUT)
+			return ret;
+		/* Closing the stuck links' endpoints completes the op; a
+		 * replicated region then goes on from its live copies. */
+		op_fail_pending(&op, "transfer timed out");
+		ret = io_finish(p, &op, &again);
+		if (!again)
+			return ret == -ENOTCONN ? -ETIMEDOUT : ret;
 	}
-	return io_finish(p, &op);
 }
 
 int pool_read(struct pool *p, struct pool_region *r, uint64_t off, void *buf,
@@ -1112,7 +2196,7 @@ static int io_async(struct pool *p, struct pool_region *r, uint64_t off,
 	op = malloc(sizeof(*op));
 	if (!op)
 		return -ENOMEM;
-	ret = io_start(p, r, off, buf, len, write, op);
+	ret = io_begin(p, r, off, buf, len, write, op);
 	if (ret) {
 		free(op);
 		return ret;
@@ -1140,9 +2224,7 @@ int pool_wait(struct pool *p, struct pool_op *op, int timeout_ms)
 		return -EINVAL;
 	if (timeout_ms < 0)
 		timeout_ms = p->timeout_ms;
-	if (op_wait_all(p, op, timeout_ms) == -ETIMEDOUT)
-		return -ETIMEDOUT;
-	return io_finish(p, op);
+	return io_wait(p, op, timeout_ms);
 }
 
 int pool_test(struct pool *p, struct pool_op *op)
@@ -1152,15 +2234,17 @@ int pool_test(struct pool *p, struct pool_op *op)
 	if (!p || !op || op->p != p)
 		return -EINVAL;
 	for (size_t i = 0; i < op->n; i++) {
+		struct plink *lk = op->ops[i].arg;
+
 		if (__atomic_load_n(&op->ops[i].complete, __ATOMIC_ACQUIRE))
 			continue;
 		if (progressed)
 			return 0;
 		/* Nobody else may be progressing: do it once here. */
-		pthread_rwlock_rdlock(&p->ep_rw);
-		if (p->ep)
-			fab_ep_progress(p->ep, 0);
-		pthread_rwlock_unlock(&p->ep_rw);
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		if (lk->ep)
+			fab_ep_progress(lk->ep, 0);
+		pthread_rwlock_unlock(&lk->ep_rw);
 		progressed = true;
 		i--; /* look at this piece again */
 	}
@@ -1175,14 +2259,16 @@ int pool_get_stats(struct pool *p, struct pool_stats *st)
 	pthread_mutex_lock(&p->lock);
 	st->slabs_held = p->nslabs;
 	st->regions = p->nregions;
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		st->heartbeats +=
+			__atomic_load_n(&lk->st_heartbeats, __ATOMIC_RELAXED);
+	st->epoch = p->links ? p->links->epoch : 0;
 	pthread_mutex_unlock(&p->lock);
 	st->slab_bytes = p->slab_bytes;
 	st->bytes_read = __atomic_load_n(&p->st_read, __ATOMIC_RELAXED);
 	st->bytes_written = __atomic_load_n(&p->st_written, __ATOMIC_RELAXED);
 	st->ops = __atomic_load_n(&p->st_ops, __ATOMIC_RELAXED);
 	st->errors = __atomic_load_n(&p->st_errors, __ATOMIC_RELAXED);
-	st->heartbeats = __atomic_load_n(&p->st_heartbeats, __ATOMIC_RELAXED);
-	st->epoch = p->epoch;
 	return 0;
 }
 
@@ -1206,6 +2292,13 @@ const char *pool_strerror(int err)
 		return "stale lease (memd restarted or lease expired)";
 	case -EPROTO:
 		return "protocol error talking to memd";
+	case -EACCES:
+		return "authentication failed or not allowed (tenant, secret)";
+	case -EDQUOT:
+		return "the tenant's quota does not allow this allocation";
+	case -EOPNOTSUPP:
+		return "not supported by this session (replicas need a "
+		       "cluster)";
 	default:
 		return err < 0 ? strerror(-err) : "not an error code";
 	}
@@ -1234,24 +2327,57 @@ int pool_region_extent(const struct pool_region *r, uint32_t i,
 int pool_session_fabric(struct pool *p, const char **provider,
 			const uint8_t **addr, uint16_t *addr_len)
 {
-	*provider = p->provider;
-	*addr = p->mep[0].addr;
-	*addr_len = p->mep[0].addr_len;
+	if (!p->links)
+		return -ENOTCONN;
+	*provider = p->links->provider;
+	*addr = p->links->mep[0].addr;
+	*addr_len = p->links->mep[0].addr_len;
 	return 0;
 }
 
 uint16_t pool_session_nendpoints(const struct pool *p)
 {
-	return p->nendpoints;
+	return p->links ? p->links->nendpoints : 0;
 }
 
 int pool_session_endpoint(const struct pool *p, uint16_t i, int *node,
 			  const uint8_t **addr, uint16_t *addr_len)
 {
-	if (i >= p->nendpoints)
+	if (!p->links || i >= p->links->nendpoints)
 		return -ERANGE;
-	*node = p->mep[i].node;
-	*addr = p->mep[i].addr;
-	*addr_len = p->mep[i].addr_len;
+	*node = p->links->mep[i].node;
+	*addr = p->links->mep[i].addr;
+	*addr_len = p->links->mep[i].addr_len;
 	return 0;
+}
+
+bool pool_session_is_cluster(const struct pool *p)
+{
+	return p->cluster;
+}
+
+int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
+		     uint32_t *donor_id, const char **addr)
+{
+	const struct slab *s;
+
+	if (i >= r->nextents || copy > 1)
+		return -ERANGE;
+	s = copy ? r->ext[i].replica : r->ext[i].slab;
+	if (!s)
+		return -ENOENT;
+	*donor_id = s->link->donor_id;
+	*addr = s->link->addr;
+	return 0;
+}
+
+uint32_t pool_session_nlinks(struct pool *p)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		n++;
+	pthread_mutex_unlock(&p->lock);
+	return n;
 }

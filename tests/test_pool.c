@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -500,6 +501,85 @@ START_TEST(sigterm_exits_cleanly_with_clients)
 }
 END_TEST
 
+/* A secret file in dir with mode; returns its path (static buffer). */
+static const char *secret_file(const char *dir, const char *name, int mode)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("a tenant secret of enough bytes\n", f);
+	fclose(f);
+	ck_assert_int_eq(chmod(path, (mode_t)mode), 0);
+	return path;
+}
+
+START_TEST(standalone_alloc_ex_and_tenant_errors)
+{
+	struct pool_opts o = { 0 };
+	struct pool_region *r = NULL;
+	struct wire_lease l;
+	uint64_t off, len;
+	struct pool *p, *q;
+	uint32_t donor;
+	const char *addr;
+	char b[64], c[64], none[256];
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert(!pool_session_is_cluster(p));
+	ck_assert_int_eq(pool_alloc_ex(p, 4096, -1, POOL_ALLOC_REPLICA, &r),
+			 -EOPNOTSUPP);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(pool_alloc_ex(p, 4096, -1, 0x2, &r), -EINVAL);
+	ck_assert_int_eq(pool_alloc_ex(p, 2 * (size_t)SLAB + 100, -1, 0, &r),
+			 0);
+	for (unsigned i = 0; i < sizeof(b); i++)
+		b[i] = (char)(i * 13 + 1);
+	ck_assert_int_eq(pool_write(p, r, 2 * (uint64_t)SLAB, b, sizeof(b)), 0);
+	ck_assert_int_eq(pool_read(p, r, 2 * (uint64_t)SLAB, c, sizeof(c)), 0);
+	ck_assert_mem_eq(b, c, sizeof(b));
+	/* Every piece is on the one memd, with no second copy. */
+	for (uint32_t i = 0; i < pool_region_nextents(r); i++) {
+		ck_assert_int_eq(pool_region_extent(r, i, &l, &off, &len), 0);
+		ck_assert_int_eq(pool_region_copy(r, i, 0, &donor, &addr), 0);
+		ck_assert_uint_eq(donor, 0);
+		ck_assert_str_eq(addr, md.addr);
+		ck_assert_int_eq(pool_region_copy(r, i, 1, &donor, &addr),
+				 -ENOENT);
+	}
+	ck_assert_uint_eq(pool_session_nlinks(p), 1);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+
+	/* A tenant is checked before anything goes on the wire. */
+	o.addr = md.addr;
+	o.tenant = "bad name";
+	o.secret_file = secret_file(md.dir, "ok.secret", 0600);
+	ck_assert_int_eq(pool_connect(&o, &q), -EINVAL);
+	o.tenant = "acme";
+	o.secret_file = "";
+	unsetenv("LIBPOOL_SECRET_FILE");
+	ck_assert_int_eq(pool_connect(&o, &q), -EINVAL);
+	snprintf(none, sizeof(none), "%s/none.secret", md.dir);
+	o.secret_file = none;
+	ck_assert_int_eq(pool_connect(&o, &q), -ENOENT);
+	o.secret_file = secret_file(md.dir, "open.secret", 0644);
+	ck_assert_int_eq(pool_connect(&o, &q), -EPERM);
+	ck_assert_ptr_null(q);
+	/* The environment names the tenant when opts do not. */
+	setenv("LIBPOOL_TENANT", "bad/name", 1);
+	o.tenant = NULL;
+	ck_assert_int_eq(pool_connect(&o, &q), -EINVAL);
+	unsetenv("LIBPOOL_TENANT");
+	ck_assert_str_eq(pool_strerror(-EDQUOT),
+			 "the tenant's quota does not allow this allocation");
+	stop_memd();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("pool");
@@ -520,6 +600,7 @@ int main(void)
 	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
 	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
 	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);
+	tcase_add_test(tc, standalone_alloc_ex_and_tenant_errors);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

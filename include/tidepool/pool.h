@@ -2,27 +2,35 @@
 /*
  * tidepool/pool.h - libpool, the client of a tidepool memory pool.
  *
- * A pool session (struct pool) talks to a memd: it leases slabs of the
- * donor's DRAM and reads and writes them with one-sided RMA. Regions
- * (struct pool_region) are byte ranges of any size backed by one or more
- * slabs. Every function returns 0 (or a count) on success and a negative
+ * A pool session (struct pool) leases slabs of donors' DRAM and reads and
+ * writes them with one-sided RMA. A standalone session talks to one memd.
+ * A cluster session (pool_opts.tenant) authenticates as a tenant at the
+ * pool's registry, which places allocations on donor memds; the session
+ * then holds one link (control connection, fabric endpoint, heartbeat)
+ * per donor it uses. Regions (struct pool_region) are byte ranges of any
+ * size backed by one or more slabs, possibly on several donors, and with
+ * POOL_ALLOC_REPLICA a second copy of each slab on another donor. Every function returns 0 (or a count) on success and a negative
  * errno on failure; pool_strerror() turns it into text.
  *
  * Threads: a struct pool and its regions may be used from any number of
  * threads at once. A region must not be freed while operations on it are
  * in flight (as with free(3)). A struct pool_op belongs to the thread that
- * waits on it. The library runs one thread of its own per session
+ * waits on it. The library runs one thread of its own per memd link
  * ("pool-hb") that renews leases; it prints nothing unless LIBPOOL_LOG is
  * set (err, warning, info, debug: messages go to stderr).
  *
  * Failure: a lost memd turns into errors within a bounded time, never a
  * hang. A failed heartbeat, a transport error on any transfer or a
- * transfer that outlives the session timeout ends the session: its fabric
- * endpoint is closed (so no buffer is touched after the error returns),
- * operations in flight complete with -ENOTCONN, and every later call fails
- * fast with -ENOTCONN. Close the session and connect again. While a lease
- * renewal is overdue (but the session not yet ended) calls also return
- * -ENOTCONN; they work again if the renewal then succeeds.
+ * transfer that outlives the session timeout ends that memd's link: its
+ * fabric endpoint is closed (so no buffer is touched after the error
+ * returns), operations in flight there complete with -ENOTCONN, and every
+ * later call that touches memory on that memd fails fast with -ENOTCONN.
+ * In a standalone session that is the whole session: close it and connect
+ * again. In a cluster session only ranges on the lost donor fail (a
+ * replica serves them where one was asked for); other regions keep
+ * working and new allocations go to donors that are up. While a lease
+ * renewal is overdue (but the link not yet ended) calls on that link also
+ * return -ENOTCONN; they work again if the renewal then succeeds.
  *
  * See libpool(3).
  */
@@ -56,20 +64,36 @@ struct pool_opts {
 	const char *client_name;
 	/* Per-operation timeout for RPCs and RMA, ms; 0: 5000. */
 	int timeout_ms;
-	/* Posted RMA operations in flight per session; 0: 64. */
+	/* Posted RMA operations in flight per memd link; 0: 64. */
 	unsigned max_inflight;
+	/* Tenant name for a cluster session; NULL: $LIBPOOL_TENANT; unset
+	 * or empty: a standalone session (no authentication). */
+	const char *tenant;
+	/* File with the tenant's secret (mode 0600 or stricter); NULL:
+	 * $LIBPOOL_SECRET_FILE. Needed with a tenant. */
+	const char *secret_file;
 };
 
 /*
  * Connects to memd and opens a session. opts may be NULL (defaults).
- * Returns 0 and *out, or
+ * Without a tenant the session is standalone: addr is the one memd. With
+ * a tenant, addr is the pool's registry: the session authenticates there
+ * (challenge-response with the key derived from the secret file; the
+ * secret never leaves this host) and checks that the registry knows the
+ * key too. Returns 0 and *out, or
  *   -ECONNREFUSED / -EHOSTUNREACH / -ETIMEDOUT  memd not reachable
  *   -ENOTCONN  memd closed the connection without answering
  *   -EBUSY     memd is draining or has too many clients
  *   -EPROTONOSUPPORT  memd speaks no protocol version we do
  *   -EPROTO    memd's reply made no sense
  *   -ENODATA   memd's fabric provider is not available here
- *   -EINVAL    malformed address or options
+ *   -EINVAL    malformed address or options, a tenant without a secret
+ *              file or with a bad name, a tenant session at a donor
+ *   -EACCES    wrong secret or unknown tenant; the registry could not
+ *              prove it knows the tenant's key; without a tenant, a memd
+ *              that requires one (set LIBPOOL_TENANT, LIBPOOL_SECRET_FILE)
+ *   -EOPNOTSUPP a tenant was given but memd is standalone (no tenants)
+ *   -ENOENT / -EPERM  the secret file is missing / readable by others
  *   -ENOMEM    out of memory
  */
 POOL_API int pool_connect(const struct pool_opts *opts, struct pool **out);
@@ -113,6 +137,28 @@ POOL_API int pool_alloc(struct pool *p, size_t len, struct pool_region **out);
  */
 POOL_API int pool_alloc_node(struct pool *p, size_t len, int node,
 			     struct pool_region **out);
+
+/*
+ * pool_alloc_node() with flags: POOL_ALLOC_REPLICA keeps a second copy of
+ * every slab on another donor (cluster sessions only). Writes go to both
+ * copies and succeed when at least one live copy was written; a copy
+ * whose donor is lost is dead for good, and reads come from the first
+ * live copy (falling back to the other when a donor is lost during the
+ * read). Quotas count both copies. pool_alloc_node(p, len, node, out) is
+ * pool_alloc_ex(p, len, node, 0, out).
+ * Returns 0 and *out, the errors of pool_alloc_node(), and
+ *   -EINVAL     unknown flags
+ *   -EOPNOTSUPP POOL_ALLOC_REPLICA in a standalone session
+ *   -EDQUOT     the tenant's quota does not allow len more bytes (the
+ *               registry's text is logged at level info)
+ *   -ENOSPC     no donor (for a replica: no two donors) has room
+ *   -EACCES     a donor refused the session or the grant
+ *   -ESTALE     a donor restarted while we placed: try again
+ * Thread-safety: as pool_alloc().
+ */
+#define POOL_ALLOC_REPLICA 0x1u
+POOL_API int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
+			   struct pool_region **out);
 
 /* Frees a region; its slabs are released once nothing else lives in them.
  * NULL is a no-op. Returns 0 or -errno (the region is freed regardless). */
@@ -180,8 +226,8 @@ struct pool_stats {
 	uint64_t regions;
 	uint64_t bytes_read, bytes_written;
 	uint64_t ops, errors;
-	uint64_t heartbeats; /* successful lease renewals */
-	uint64_t epoch;	     /* memd's boot epoch */
+	uint64_t heartbeats; /* successful lease renewals, all links */
+	uint64_t epoch;	     /* boot epoch of the first memd linked (0: none) */
 };
 /* Fills *st (a consistent-enough snapshot). Returns 0 or -EINVAL. */
 POOL_API int pool_get_stats(struct pool *p, struct pool_stats *st);

@@ -1,0 +1,362 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_cluster_pool.c - libpool as a cluster client (docs/cluster.md,
+ * "Client (libpool)"): a registry memd (r0, which donates too) and two
+ * donor memds (d1, d2) on loopback, tenants added through ADMIN. Regions
+ * are striped over donors and read back exactly; a replicated region
+ * survives a donor SIGKILLed with exact reads, while a region without a
+ * replica there fails with -ENOTCONN and regions elsewhere keep working;
+ * quotas give -EDQUOT; a wrong secret is -EACCES.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "libpool/internal.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+#define SLAB (16ull << 20) /* testutil's memd slab size */
+
+static struct tu_memd reg, don[2];
+static char dir[64], cluster[256], sec_a[256], sec_b[256], sec_q[256];
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Waits until the registry lists every name in names as up. */
+static int wait_up(const char *const *names, int n)
+{
+	char out[16384];
+
+	for (int i = 0; i < 1500; i++) {
+		int ok = 0;
+
+		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)))
+			for (int k = 0; k < n; k++) {
+				char want[64];
+				const char *at;
+
+				snprintf(want, sizeof(want), "\"%s\"",
+					 names[k]);
+				at = strstr(out, want);
+				ok += at &&
+				      strstr(at, "\"state\":\"up\"") != NULL;
+			}
+		if (ok == n)
+			return 0;
+		sleep_ms(20);
+	}
+	fprintf(stderr, "donors never came up: %s\n", out);
+	return -ETIMEDOUT;
+}
+
+static void start_donor(int i)
+{
+	char a1[300], a2[300], a3[64];
+	const char *args[] = {
+		"--set", NULL,	     "--set", NULL,    "--set",
+		NULL,	 "--donate", "128M",  "--set", "report_interval=100ms",
+		NULL
+	};
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	snprintf(a3, sizeof(a3), "donor_name=d%d", i + 1);
+	args[1] = a1;
+	args[3] = a2;
+	args[5] = a3;
+	ck_assert_int_eq(
+		tu_memd_start_args(&don[i],
+				   "lease_ttl = 2s\nlease_grace = 500ms", args),
+		0);
+}
+
+static void setup(void)
+{
+	static const char *const names[] = { "r0", "d1", "d2" };
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "report_interval=100ms",
+			       "--donate", "128M",
+			       NULL };
+	char a1[300], a2[300], state[128];
+
+	snprintf(dir, sizeof(dir), "/tmp/tp-cpool-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	ck_assert_int_eq(
+		tu_memd_start_args(&reg, "lease_ttl = 2s\nlease_grace = 500ms",
+				   args),
+		0);
+	start_donor(0);
+	start_donor(1);
+	ck_assert_int_eq(wait_up(names, 3), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "a", sec_a, 64 * SLAB), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "q", sec_q, 2 * SLAB),
+			 0);
+}
+
+static void teardown(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (don[i].pid > 0)
+			tu_memd_stop(&don[i], SIGTERM);
+	tu_memd_stop(&reg, SIGTERM);
+	tu_sh("rm -rf %s", dir);
+}
+
+static struct pool *connect_as(const char *tenant, const char *secret, int *err)
+{
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = tenant,
+			       .secret_file = secret };
+	struct pool *p = NULL;
+
+	*err = pool_connect(&o, &p);
+	return p;
+}
+
+/* Writes the pattern seed over all of r, in 1 MiB pieces. */
+static void fill(struct pool *p, struct pool_region *r, uint64_t seed)
+{
+	size_t len = pool_region_size(r), step = 1 << 20;
+	uint8_t *b = malloc(step);
+
+	for (size_t off = 0; off < len; off += step) {
+		size_t n = len - off < step ? len - off : step;
+
+		tu_pattern_fill(b, n, seed, off);
+		ck_assert_int_eq(pool_write(p, r, off, b, n), 0);
+	}
+	free(b);
+}
+
+/* Reads all of r back; 0 when every byte is seed's pattern, else the
+ * first error. */
+static int check(struct pool *p, struct pool_region *r, uint64_t seed)
+{
+	size_t len = pool_region_size(r), step = 1 << 20;
+	uint8_t *b = malloc(step);
+	int ret = 0;
+
+	for (size_t off = 0; off < len && !ret; off += step) {
+		size_t n = len - off < step ? len - off : step;
+
+		memset(b, 0, n);
+		ret = pool_read(p, r, off, b, n);
+		if (!ret)
+			ck_assert_int_eq(tu_pattern_check(b, n, seed, off), -1);
+	}
+	free(b);
+	return ret;
+}
+
+/* Bitmask of copy `copy`'s donors over r's pieces (bit = donor id). */
+static uint32_t donors_of(const struct pool_region *r, unsigned copy)
+{
+	uint32_t mask = 0, id;
+	const char *addr;
+
+	for (uint32_t i = 0; i < pool_region_nextents(r); i++)
+		if (!pool_region_copy(r, i, copy, &id, &addr)) {
+			ck_assert_uint_lt(id, 32);
+			mask |= 1u << id;
+		}
+	return mask;
+}
+
+START_TEST(striped_regions_read_back_exactly)
+{
+	struct pool_region *big, *small;
+	struct pool_stats st;
+	struct pool *p;
+	int err;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert(pool_session_is_cluster(p));
+	/* 6 slabs over 3 donors of 8: the registry spreads them. */
+	ck_assert_int_eq(pool_alloc(p, 6 * SLAB - 12345, &big), 0);
+	ck_assert_int_eq(pool_alloc(p, 3000, &small), 0);
+	ck_assert_int_ge(__builtin_popcount(donors_of(big, 0)), 2);
+	ck_assert_int_eq(donors_of(big, 1), 0);
+	ck_assert_uint_ge(pool_session_nlinks(p), 2);
+	fill(p, big, 11);
+	fill(p, small, 12);
+	ck_assert_int_eq(check(p, big, 11), 0);
+	ck_assert_int_eq(check(p, small, 12), 0);
+	ck_assert_int_eq(pool_get_stats(p, &st), 0);
+	ck_assert_uint_eq(st.regions, 2);
+	ck_assert_uint_eq(st.slab_bytes, SLAB);
+	ck_assert_uint_ge(st.slabs_held, 7);
+	ck_assert_int_eq(pool_free(p, big), 0);
+	ck_assert_int_eq(pool_free(p, small), 0);
+	pool_close(p);
+}
+END_TEST
+
+START_TEST(replica_survives_a_killed_donor)
+{
+	struct pool_region *rep, *rsmall, *plain[4];
+	uint32_t id, victim_id = 0;
+	int err, victim = -1;
+	const char *addr;
+	struct pool *p;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(
+		pool_alloc_ex(p, 3 * SLAB, -1, POOL_ALLOC_REPLICA, &rep), 0);
+	ck_assert_int_eq(
+		pool_alloc_ex(p, 5000, -1, POOL_ALLOC_REPLICA, &rsmall), 0);
+	/* Every piece has two copies, on different donors. */
+	for (uint32_t i = 0; i < pool_region_nextents(rep); i++) {
+		uint32_t a, b;
+
+		ck_assert_int_eq(pool_region_copy(rep, i, 0, &a, &addr), 0);
+		ck_assert_int_eq(pool_region_copy(rep, i, 1, &b, &addr), 0);
+		ck_assert_uint_ne(a, b);
+	}
+	ck_assert_int_eq(pool_region_copy(rsmall, 0, 1, &id, &addr), 0);
+	/* Plain regions of one slab each, until one sits on each donor. */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pool_alloc(p, SLAB, &plain[i]), 0);
+	fill(p, rep, 21);
+	fill(p, rsmall, 22);
+	for (int i = 0; i < 4; i++)
+		fill(p, plain[i], 30 + (uint64_t)i);
+
+	/* The victim: a donor (not the registry) holding a copy of rep. */
+	for (int k = 0; k < 2 && victim < 0; k++)
+		for (uint32_t i = 0; i < pool_region_nextents(rep); i++)
+			for (unsigned c = 0; c < 2; c++)
+				if (!pool_region_copy(rep, i, c, &id, &addr) &&
+				    !strcmp(addr, don[k].addr)) {
+					victim = k;
+					victim_id = id;
+				}
+	ck_assert_int_ge(victim, 0);
+	ck_assert_int_eq(tu_memd_stop(&don[victim], SIGKILL) != 0, 1);
+	don[victim].pid = 0;
+
+	/* Replicated regions read back exactly, and take new bytes. */
+	ck_assert_int_eq(check(p, rep, 21), 0);
+	ck_assert_int_eq(check(p, rsmall, 22), 0);
+	fill(p, rep, 23);
+	ck_assert_int_eq(check(p, rep, 23), 0);
+	/* Plain regions: on the victim -ENOTCONN, elsewhere exact. */
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pool_region_copy(plain[i], 0, 0, &id, &addr),
+				 0);
+		if (id == victim_id)
+			ck_assert_int_eq(check(p, plain[i], 30 + (uint64_t)i),
+					 -ENOTCONN);
+		else
+			ck_assert_int_eq(check(p, plain[i], 30 + (uint64_t)i),
+					 0);
+	}
+	/* New allocations go to donors that are up. */
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pool_free(p, plain[i]), 0);
+	ck_assert_int_eq(pool_alloc(p, 2 * SLAB, &plain[0]), 0);
+	ck_assert_uint_eq(donors_of(plain[0], 0) & (1u << victim_id), 0);
+	fill(p, plain[0], 40);
+	ck_assert_int_eq(check(p, plain[0], 40), 0);
+	ck_assert_int_eq(pool_free(p, plain[0]), 0);
+	ck_assert_int_eq(pool_free(p, rep), 0);
+	ck_assert_int_eq(pool_free(p, rsmall), 0);
+	pool_close(p);
+}
+END_TEST
+
+START_TEST(quota_is_edquot)
+{
+	struct pool_region *r = NULL, *r2 = NULL;
+	struct pool *p;
+	int err;
+
+	p = connect_as("q", sec_q, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(pool_alloc(p, 3 * SLAB, &r), -EDQUOT);
+	ck_assert_ptr_null(r);
+	/* Both copies count: 2 slabs with replicas are 4. */
+	ck_assert_int_eq(pool_alloc_ex(p, 2 * SLAB, -1, POOL_ALLOC_REPLICA, &r),
+			 -EDQUOT);
+	ck_assert_int_eq(pool_alloc(p, 2 * SLAB, &r), 0);
+	ck_assert_int_eq(pool_alloc(p, 100, &r2), -EDQUOT);
+	fill(p, r, 50);
+	ck_assert_int_eq(check(p, r, 50), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+}
+END_TEST
+
+START_TEST(wrong_secret_and_no_tenant_are_eacces)
+{
+	struct pool_opts o = { .addr = reg.addr };
+	struct pool *p = (void *)1;
+	int err;
+
+	p = connect_as("a", sec_b, &err); /* b's secret is not a's */
+	ck_assert_int_eq(err, -EACCES);
+	ck_assert_ptr_null(p);
+	p = connect_as("nobody", sec_a, &err);
+	ck_assert_int_eq(err, -EACCES);
+	unsetenv("LIBPOOL_TENANT");
+	ck_assert_int_eq(pool_connect(&o, &p), -EACCES);
+	ck_assert_ptr_null(p);
+	o.addr = don[0].addr; /* a donor wants authentication as well */
+	ck_assert_int_eq(pool_connect(&o, &p), -EACCES);
+	/* The pool still serves tenant a. */
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	pool_close(p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cluster_pool");
+	TCase *tc = tcase_create("cluster");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, striped_regions_read_back_exactly);
+	tcase_add_test(tc, replica_survives_a_killed_donor);
+	tcase_add_test(tc, quota_is_edquot);
+	tcase_add_test(tc, wrong_secret_and_no_tenant_are_eacces);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_rpc.c - fabric/rpc's handshake helpers (rpc_hello, rpc_auth)
+ * against a scripted memd: a thread on a loopback TCP port that decodes
+ * each request and answers as the scenario says, checking what the client
+ * sent (its proof, its pass) with fabric/auth.h.
+ */
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fabric/auth.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
+
+enum scenario {
+	SC_OK,	       /* memd holds the client's key */
+	SC_WRONG_KEY,  /* memd holds another key: refuses the proof */
+	SC_BAD_PROOF,  /* memd answers with a wrong server proof */
+	SC_PROTO3,     /* HELLO_OK with a version we did not offer */
+	SC_STANDALONE, /* AUTH is EOPNOTSUPP */
+};
+
+struct fake {
+	enum scenario sc;
+	uint8_t key[AUTH_KEY_LEN];
+	int lfd;
+	uint16_t port;
+	pthread_t thr;
+	/* what the server saw / derived */
+	char principal[WIRE_NAME_MAX];
+	uint8_t pass[WIRE_PASS_MAX];
+	uint16_t pass_len;
+	uint8_t session_key[AUTH_KEY_LEN];
+	bool proof_ok;
+};
+
+static const uint64_t SESSION_ID = 0x1234abcdull, EPOCH = 0xfeedbeef01ull;
+
+static int read_full(int fd, uint8_t *b, size_t n)
+{
+	while (n) {
+		ssize_t r = read(fd, b, n);
+
+		if (r <= 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int send_msg(int fd, struct wire_msg *m)
+{
+	static uint8_t buf[WIRE_MAX_FRAME];
+	ssize_t n = wire_encode(m, buf, sizeof(buf));
+
+	ck_assert_int_gt(n, 0);
+	return write(fd, buf, (size_t)n) == n ? 0 : -1;
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+	static uint8_t buf[WIRE_MAX_FRAME];
+	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
+	struct wire_msg *m = malloc(sizeof(*m)), *rep = malloc(sizeof(*rep));
+	int fd = accept(f->lfd, NULL, NULL);
+
+	for (; fd >= 0;) {
+		ssize_t fl;
+
+		if (read_full(fd, buf, WIRE_HDR_LEN))
+			break;
+		fl = wire_frame_len(buf, WIRE_HDR_LEN);
+		if (fl < WIRE_HDR_LEN || read_full(fd, buf + WIRE_HDR_LEN,
+						   (size_t)fl - WIRE_HDR_LEN))
+			break;
+		if (wire_decode(buf, (size_t)fl, m) != fl)
+			break;
+		memset(rep, 0, sizeof(*rep));
+		rep->seq = m->seq;
+		switch (m->type) {
+		case WIRE_HELLO:
+			rep->type = WIRE_HELLO_OK;
+			rep->u.hello_ok.proto = f->sc == SC_PROTO3 ? 3 : 2;
+			rep->u.hello_ok.session_id = SESSION_ID;
+			rep->u.hello_ok.epoch = EPOCH;
+			rep->u.hello_ok.ttl_ms = 1000;
+			rep->u.hello_ok.slab_bytes = 1 << 20;
+			strcpy(rep->u.hello_ok.provider, "tcp");
+			rep->u.hello_ok.nendpoints = 1;
+			rep->u.hello_ok.ep[0].node = -1;
+			rep->u.hello_ok.ep[0].addr_len = 16;
+			break;
+		case WIRE_AUTH:
+			if (f->sc == SC_STANDALONE) {
+				wire_make_error(rep, m->seq, -EOPNOTSUPP,
+						"memd is standalone");
+				break;
+			}
+			memcpy(f->principal, m->u.auth.principal,
+			       sizeof(f->principal));
+			memcpy(cnonce, m->u.auth.cnonce, sizeof(cnonce));
+			f->pass_len = m->u.auth.pass_len;
+			memcpy(f->pass, m->u.auth.pass, sizeof(f->pass));
+			auth_random(snonce, sizeof(snonce));
+			rep->type = WIRE_AUTH_CHALLENGE;
+			memcpy(rep->u.auth_challenge.snonce, snonce,
+			       sizeof(snonce));
+			break;
+		case WIRE_AUTH_PROOF: {
+			uint8_t want[WIRE_MAC_LEN];
+
+			auth_client_proof(f->key, f->principal, SESSION_ID,
+					  EPOCH, cnonce, snonce, want);
+			f->proof_ok = auth_mac_equal(want, m->u.auth_proof.mac);
+			if (!f->proof_ok) {
+				wire_make_error(rep, 0, -EACCES,
+						"authentication failed");
+				break;
+			}
+			rep->type = WIRE_AUTH_OK;
+			auth_server_proof(f->key, f->principal, SESSION_ID,
+					  EPOCH, cnonce, snonce,
+					  rep->u.auth_ok.mac);
+			if (f->sc == SC_BAD_PROOF)
+				rep->u.auth_ok.mac[7] ^= 0x40;
+			rep->u.auth_ok.role = WIRE_ROLE_TENANT;
+			rep->u.auth_ok.tenant_id = 7;
+			rep->u.auth_ok.flags = WIRE_AUTH_REGISTRY;
+			auth_session_key(f->key, f->principal, cnonce, snonce,
+					 f->session_key);
+			break;
+		}
+		default:
+			wire_make_error(rep, m->seq, -EINVAL, "unexpected");
+			break;
+		}
+		if (send_msg(fd, rep))
+			break;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(m);
+	free(rep);
+	return NULL;
+}
+
+static void fake_start(struct fake *f, enum scenario sc,
+		       const uint8_t key[AUTH_KEY_LEN])
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+
+	memset(f, 0, sizeof(*f));
+	f->sc = sc;
+	memcpy(f->key, key, AUTH_KEY_LEN);
+	f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(f->lfd, 0);
+	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f->lfd, 1), 0);
+	ck_assert_int_eq(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+	f->port = ntohs(sa.sin_port);
+	ck_assert_int_eq(pthread_create(&f->thr, NULL, fake_main, f), 0);
+}
+
+static struct rpc *fake_connect(struct fake *f)
+{
+	char addr[64];
+	struct rpc *c;
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u", f->port);
+	ck_assert_int_eq(rpc_connect(addr, 2000, &c, NULL, 0), 0);
+	return c;
+}
+
+static void fake_stop(struct fake *f, struct rpc *c)
+{
+	rpc_close(c);
+	pthread_join(f->thr, NULL);
+	close(f->lfd);
+}
+
+static void key_of(const char *secret, uint8_t key[AUTH_KEY_LEN])
+{
+	auth_tenant_key((const uint8_t *)secret, strlen(secret), key);
+}
+
+START_TEST(hello_and_auth_ok)
+{
+	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN], pass[100];
+	struct wire_hello_ok hok;
+	struct wire_auth_ok aok;
+	char err[WIRE_MSG_MAX];
+	struct fake f;
+	struct rpc *c;
+
+	key_of("tenant secret number one", key);
+	for (unsigned i = 0; i < sizeof(pass); i++)
+		pass[i] = (uint8_t)(i * 7 + 3);
+	fake_start(&f, SC_OK, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(
+		rpc_hello(c, "test\x01rpc", 1, 2000, &hok, err, sizeof(err)),
+		0);
+	ck_assert_uint_eq(hok.proto, 2);
+	ck_assert_uint_eq(hok.session_id, SESSION_ID);
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, pass, sizeof(pass),
+				  2000, &aok, sk, err, sizeof(err)),
+			 0);
+	ck_assert(f.proof_ok);
+	ck_assert_str_eq(f.principal, "acme");
+	ck_assert_uint_eq(f.pass_len, sizeof(pass));
+	ck_assert_mem_eq(f.pass, pass, sizeof(pass));
+	ck_assert_mem_eq(sk, f.session_key, AUTH_KEY_LEN);
+	ck_assert_uint_eq(aok.role, WIRE_ROLE_TENANT);
+	ck_assert_uint_eq(aok.tenant_id, 7);
+	ck_assert_uint_eq(aok.flags, WIRE_AUTH_REGISTRY);
+	ck_assert(!rpc_is_broken(c));
+	fake_stop(&f, c);
+}
+END_TEST
+
+START_TEST(auth_wrong_key_is_eacces)
+{
+	uint8_t key[AUTH_KEY_LEN], other[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
+	struct wire_hello_ok hok;
+	struct wire_auth_ok aok;
+	char err[WIRE_MSG_MAX];
+	struct fake f;
+	struct rpc *c;
+
+	key_of("tenant secret number one", key);
+	key_of("tenant secret number two", other);
+	fake_start(&f, SC_WRONG_KEY, other);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
+				  err, sizeof(err)),
+			 -EACCES);
+	ck_assert(!f.proof_ok);
+	ck_assert_str_eq(err, "authentication failed");
+	fake_stop(&f, c);
+}
+END_TEST
+
+START_TEST(auth_server_bad_proof_is_eacces)
+{
+	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
+	struct wire_hello_ok hok;
+	struct wire_auth_ok aok;
+	char err[WIRE_MSG_MAX];
+	struct fake f;
+	struct rpc *c;
+
+	key_of("tenant secret number one", key);
+	fake_start(&f, SC_BAD_PROOF, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
+				  err, sizeof(err)),
+			 -EACCES);
+	ck_assert(f.proof_ok); /* we proved; memd did not */
+	ck_assert_ptr_nonnull(strstr(err, "proof"));
+	ck_assert(rpc_is_broken(c));
+	fake_stop(&f, c);
+}
+END_TEST
+
+START_TEST(auth_refusals)
+{
+	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN], pass[WIRE_PASS_MAX + 1];
+	struct wire_hello_ok hok;
+	struct wire_auth_ok aok;
+	char longname[WIRE_NAME_MAX + 1];
+	struct fake f;
+	struct rpc *c;
+
+	key_of("tenant secret number one", key);
+	memset(pass, 1, sizeof(pass));
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+
+	fake_start(&f, SC_STANDALONE, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
+	ck_assert_int_eq(
+		rpc_auth(c, &hok, "", key, NULL, 0, 2000, &aok, sk, NULL, 0),
+		-EINVAL);
+	ck_assert_int_eq(rpc_auth(c, &hok, longname, key, NULL, 0, 2000, &aok,
+				  sk, NULL, 0),
+			 -EINVAL);
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, pass, sizeof(pass),
+				  2000, &aok, sk, NULL, 0),
+			 -EINVAL);
+	hok.proto = 1;
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
+				  NULL, 0),
+			 -EPROTONOSUPPORT);
+	hok.proto = 2;
+	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
+				  NULL, 0),
+			 -EOPNOTSUPP);
+	fake_stop(&f, c);
+
+	fake_start(&f, SC_PROTO3, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0),
+			 -EPROTONOSUPPORT);
+	ck_assert_int_eq(rpc_hello(c, NULL, 0, 2000, &hok, NULL, 0), -EINVAL);
+	fake_stop(&f, c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("rpc");
+	TCase *tc = tcase_create("handshake");
+	SRunner *sr;
+	int failed;
+
+	if (auth_init()) {
+		fprintf(stderr, "libsodium does not initialize\n");
+		return 1;
+	}
+	tcase_add_test(tc, hello_and_auth_ok);
+	tcase_add_test(tc, auth_wrong_key_is_eacces);
+	tcase_add_test(tc, auth_server_bad_proof_is_eacces);
+	tcase_add_test(tc, auth_refusals);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
