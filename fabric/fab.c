@@ -136,6 +136,7 @@ struct fab_ep {
 	pthread_cond_t prog_cv;	 /* broadcast after each leader batch */
 	bool leader;		 /* a thread is reading the CQ */
 	uint64_t prog_gen;	 /* bumped whenever a leader steps down */
+	uint64_t wakes;		 /* fab_ep_wake calls (atomic) */
 };
 
 /* ---- errors -------------------------------------------------------- */
@@ -967,10 +968,26 @@ static int ep_progress_turn(struct fab_ep *ep, int64_t deadline)
  * what it completed itself, so it may wait out its whole timeout and
  * return 0 while others complete operations.
  */
+int fab_ep_wake(struct fab_ep *ep)
+{
+	if (!ep)
+		return -EINVAL;
+	__atomic_add_fetch(&ep->wakes, 1, __ATOMIC_RELEASE);
+	/* Interrupts a leader blocked in fi_cq_sread; a leader that polls
+	 * (no wait object) naps at most FAB_POLL_SLEEP_MAX_NS at a time. */
+	if (ep->cq_can_block)
+		fi_cq_signal(ep->cq);
+	/* A follower sleeps on prog_cv in slices; wake it too. */
+	pthread_mutex_lock(&ep->prog_mu);
+	pthread_cond_broadcast(&ep->prog_cv);
+	pthread_mutex_unlock(&ep->prog_mu);
+	return 0;
+}
+
 int fab_ep_progress(struct fab_ep *ep, int timeout_ms)
 {
 	int64_t deadline;
-	uint64_t gen;
+	uint64_t gen, wakes;
 	int ncomp = 0, ret;
 
 	if (!ep)
@@ -994,6 +1011,7 @@ int fab_ep_progress(struct fab_ep *ep, int timeout_ms)
 
 	deadline = deadline_after_ms(timeout_ms);
 	gen = __atomic_load_n(&ep->prog_gen, __ATOMIC_RELAXED);
+	wakes = __atomic_load_n(&ep->wakes, __ATOMIC_ACQUIRE);
 	for (;;) {
 		/* Stop once a turn (ours or another thread's) completed
 		 * something, or at the deadline. */
@@ -1005,6 +1023,8 @@ int fab_ep_progress(struct fab_ep *ep, int timeout_ms)
 			return ret;
 		if (ncomp > 0)
 			return ncomp;
+		if (__atomic_load_n(&ep->wakes, __ATOMIC_ACQUIRE) != wakes)
+			return 0; /* fab_ep_wake */
 		gen = __atomic_load_n(&ep->prog_gen, __ATOMIC_RELAXED);
 		if (now_ns() >= deadline)
 			return 0;

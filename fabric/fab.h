@@ -193,6 +193,15 @@ int fab_ep_write(struct fab_ep *ep, const void *buf, size_t len, void *desc,
  * while someone progresses the target's endpoint.
  */
 int fab_ep_progress(struct fab_ep *ep, int timeout_ms);
+
+/*
+ * Makes a fab_ep_progress() call blocked on ep return soon, whether or not
+ * anything completed (memd's reclaimer uses it to get its progress fence
+ * without waiting out the progress thread's timeout). Any thread; a wake
+ * with nobody waiting makes the next blocking wait return early at most
+ * once. 0 or -EINVAL.
+ */
+int fab_ep_wake(struct fab_ep *ep);
 /*
  * Waits until op completes, progressing the endpoint (several threads may
  * wait at once; one progresses, the others sleep). Returns op->status once

@@ -311,9 +311,28 @@ static void wait_progress_fence(struct memd_server *s, uint32_t mask)
 		target[a] = s->aep[a].fence >= UINT64_MAX - 2
 				    ? UINT64_MAX
 				    : s->aep[a].fence + 2;
-	for (a = 0; a < s->narenas; a++)
-		while ((mask >> a & 1) && s->aep[a].fence < target[a])
-			pthread_cond_wait(&s->fence_cond, &s->rlock);
+	for (a = 0; a < s->narenas; a++) {
+		while ((mask >> a & 1) && s->aep[a].fence < target[a]) {
+			struct timespec ts;
+
+			/* An idle progress thread sleeps TICK_MS in the
+			 * provider: wake it rather than wait that out, so a
+			 * freed slab is free again in microseconds, not
+			 * 2 * TICK_MS (docs/bench/registry.md). */
+			pthread_mutex_unlock(&s->rlock);
+			fab_ep_wake(s->aep[a].ep);
+			pthread_mutex_lock(&s->rlock);
+			if (s->aep[a].fence >= target[a])
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 2000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&s->fence_cond, &s->rlock, &ts);
+		}
+	}
 	pthread_mutex_unlock(&s->rlock);
 }
 
@@ -342,8 +361,16 @@ static void *reclaim_main(void *arg)
 			memd_log(LOG_DEBUG, "reclaim: zeroed slab=%u",
 				 batch[i]);
 		}
-		if (n)
+		if (n) {
+			/* Free again: tell the registry now, not at the next
+			 * periodic report, or it refuses placements meanwhile. */
+			struct memd_donor *d =
+				__atomic_load_n(&s->donor, __ATOMIC_ACQUIRE);
+
+			if (d)
+				memd_donor_kick(d);
 			continue;
+		}
 		pthread_mutex_lock(&s->rlock);
 		if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
 			pthread_mutex_unlock(&s->rlock);
@@ -2759,7 +2786,14 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 		o.node[a].slabs_total = s->arena_slabs;
 		o.node[a].slabs_free = s->arena_slabs;
 	}
-	return memd_donor_start(&o, &s->donor, err, errlen);
+	{
+		struct memd_donor *d;
+		int r = memd_donor_start(&o, &d, err, errlen);
+
+		if (!r) /* memd-reclaim reads it too */
+			__atomic_store_n(&s->donor, d, __ATOMIC_RELEASE);
+		return r;
+	}
 }
 
 int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
@@ -2821,8 +2855,8 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		pthread_condattr_init(&ca);
 		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 		pthread_cond_init(&s->rcond, &ca);
+		pthread_cond_init(&s->fence_cond, &ca);
 		pthread_condattr_destroy(&ca);
-		pthread_cond_init(&s->fence_cond, NULL);
 	}
 	s->mr = calloc(s->nslabs, sizeof(*s->mr));
 	s->key = calloc(s->nslabs, sizeof(*s->key));
@@ -3016,8 +3050,6 @@ void memd_server_destroy(struct memd_server *s)
 {
 	if (!s)
 		return;
-	memd_donor_stop(s->donor); /* first: it reads the lease table */
-	s->donor = NULL;
 	/* first: it reads the lease table and the endpoints */
 	memd_metrics_stop(s->metrics);
 	__atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
@@ -3028,6 +3060,10 @@ void memd_server_destroy(struct memd_server *s)
 	for (uint32_t a = 0; a < s->narenas; a++)
 		if (s->aep[a].started)
 			pthread_join(s->aep[a].thread, NULL);
+	/* After memd-reclaim (which kicks it), before the lease table goes
+	 * (its reports read it). */
+	memd_donor_stop(s->donor);
+	s->donor = NULL;
 	while (s->conns)
 		conn_close(s, s->conns, "memd stopping");
 	/* Gives every KV slab back (closing its registration) while the
