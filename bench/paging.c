@@ -5,10 +5,12 @@
  * same workloads on plain anonymous memory, in one run. Results:
  * docs/bench/paging.md.
  *
- *   paging ADDR [MiB] [runs]
+ *   paging ADDR [MiB] [runs] [work] [pct]
  *
  * ADDR is a running memd ("127.0.0.1:7470"); MiB the working set (default
- * 32); runs the repetitions per point (default 5, medians reported).
+ * 32); runs the repetitions per point (default 5, medians reported); work
+ * one workload (seq, rand or qsort; default all three); pct one budget
+ * (100, 75, 50 or 25; default all four). all-local always runs.
  *
  * Each workload runs as a program would, from a fresh range (first-touch
  * faults are part of both the pooled and the all-local time):
@@ -191,10 +193,11 @@ int main(int argc, char **argv)
 	size_t mib = 32, len, n;
 	uint64_t sink = 0;
 	struct pool *p;
-	int runs = 5, ret;
+	int runs = 5, only_w = -1, only_pct = -1, ret;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ADDR [MiB] [runs]\n", argv[0]);
+		fprintf(stderr, "usage: %s ADDR [MiB] [runs] [work] [pct]\n",
+			argv[0]);
 		return 2;
 	}
 	o.addr = argv[1];
@@ -202,6 +205,24 @@ int main(int argc, char **argv)
 		mib = strtoul(argv[2], NULL, 0);
 	if (argc > 3)
 		runs = atoi(argv[3]);
+	if (argc > 4) {
+		for (int w = 0; w < NWORK; w++)
+			if (!strcmp(argv[4], wname[w]))
+				only_w = w;
+		if (only_w < 0) {
+			fprintf(stderr, "paging: work is seq, rand or qsort\n");
+			return 2;
+		}
+	}
+	if (argc > 5) {
+		for (int c = 0; c < NPCT; c++)
+			if (atoi(argv[5]) == pct[c])
+				only_pct = c;
+		if (only_pct < 0) {
+			fprintf(stderr, "paging: pct is 100, 75, 50 or 25\n");
+			return 2;
+		}
+	}
 	if (runs < 1 || runs > MAX_RUNS || mib < 1) {
 		fprintf(stderr, "paging: MiB >= 1, 1 <= runs <= %d\n",
 			MAX_RUNS);
@@ -226,6 +247,8 @@ int main(int argc, char **argv)
 		struct pool_map_stats st[NPCT][MAX_RUNS];
 		double base[MAX_RUNS], t[NPCT][MAX_RUNS], b;
 
+		if (only_w >= 0 && w != only_w)
+			continue;
 		for (int k = 0; k < runs; k++) {
 			uint64_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE,
 					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -239,6 +262,8 @@ int main(int argc, char **argv)
 			base[k] = work(w, a, n, &sink);
 			munmap(a, len);
 			for (int c = 0; c < NPCT; c++) {
+				if (only_pct >= 0 && c != only_pct)
+					continue;
 				/* Whole pages, rounded up: 100% must hold
 				 * the whole set (one page short, a FIFO
 				 * misses every page of every pass). */
@@ -266,10 +291,15 @@ int main(int argc, char **argv)
 		printf("paging work=%s local=all-local s=%.4f slowdown=1.00\n",
 		       wname[w], b);
 		for (int c = 0; c < NPCT; c++) {
-			int mi = median_idx(t[c], runs);
-			const struct pool_map_stats *m = &st[c][mi];
-			double lo = t[c][0], hi = t[c][0];
+			int mi;
+			const struct pool_map_stats *m;
+			double lo, hi;
 
+			if (only_pct >= 0 && c != only_pct)
+				continue;
+			mi = median_idx(t[c], runs);
+			m = &st[c][mi];
+			lo = hi = t[c][0];
 			for (int k = 1; k < runs; k++) {
 				lo = t[c][k] < lo ? t[c][k] : lo;
 				hi = t[c][k] > hi ? t[c][k] : hi;

@@ -20,11 +20,19 @@
  *     pages (quicksort's partition is two streams going opposite ways).
  *   - the first write to a write-protected page arrives as a WP fault: the
  *     page is marked dirty and unprotected (which wakes the writer).
+ *   - when most pages fetched protected take a WP fault soon after (a
+ *     sort, an update pass), fetches install their pages unprotected and
+ *     dirty instead (fetch_wants_dirty()): a needless write-back costs
+ *     less than a WP fault per page.
  * At most max_res pages are resident. Before a fault needs room, the oldest
  * resident pages (FIFO: userfaultfd shows no accesses after the first) are
- * evicted in batches: dirty ones are write-protected again, copied to the
- * staging pages and written back with pool_write_async(); then every victim
- * is dropped (MADV_DONTNEED), so the next touch faults again.
+ * evicted in batches of max_res / 8 (up to WB_BATCH), sorted by address:
+ * dirty ones are write-protected again in as few ranges as possible,
+ * copied to the staging pages and written back with pool_write_async();
+ * then every victim is dropped (one process_madvise(MADV_DONTNEED) for the
+ * batch), so the next touch faults again. Few, large page-table changes
+ * matter: each ends in a TLB flush, per page for a range of up to 33
+ * pages, and a flush is costly on a virtual machine (docs/bench/paging.md).
  *
  * Memory: a mapping's bookkeeping (this struct, the page states, the FIFO,
  * the staging pages) is one mmap(); this file calls neither malloc nor
@@ -75,6 +83,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "libpool/log.h"
@@ -82,8 +91,8 @@
 
 #define PAGE 4096u
 #define PAGE_SHIFT 12
-#define RA_MAX 32u   /* pages fetched at once on a sequential stream */
-#define WB_BATCH 32u /* pages evicted per round, at most */
+#define RA_MAX 32u    /* pages fetched at once on a sequential stream */
+#define WB_BATCH 128u /* pages evicted per round, at most */
 #define MSG_BATCH 16
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
@@ -120,6 +129,7 @@ struct mapping {
 	size_t npages;
 	size_t meta_bytes; /* this mmap(): struct, arrays, staging */
 	int uffd, stopfd;
+	int pidfd; /* ours, for process_madvise(); -1: madvise() per run */
 	bool user_only;
 	pthread_t thr;
 
@@ -127,11 +137,16 @@ struct mapping {
 	uint8_t *state; /* PG_* per page */
 	size_t *ring;	/* FIFO of resident pages */
 	size_t max_res, nres, head;
+	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
 	uint8_t *stage_in;   /* RA_MAX pages */
 	uint8_t *stage_out;  /* WB_BATCH pages */
 	const uint8_t *zero; /* RA_MAX pages of zeros */
 	struct stream streams[NSTREAM];
 	uint64_t stream_clock;
+	/* Whether fetched pages get written (fetch_wants_dirty()): pages
+	 * installed protected, how many of them took a WP fault since, and
+	 * fetches made. Decayed by halving. */
+	uint64_t wr_seen, wr_hits, nfetch;
 	size_t zero_next; /* page after the last zero fill-ahead run */
 	unsigned zero_ra; /* its length, doubling up to RA_MAX */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
@@ -487,8 +502,112 @@ static int write_back(struct mapping *m, const size_t *idx, size_t n)
 	return ret;
 }
 
+/* Sorts v[0..n) ascending (shell sort: no malloc, n <= WB_BATCH). */
+static void sort_pages(size_t *v, size_t n)
+{
+	for (size_t gap = n / 2; gap > 0; gap /= 2) {
+		for (size_t i = gap; i < n; i++) {
+			size_t x = v[i], j = i;
+
+			for (; j >= gap && v[j - gap] > x; j -= gap)
+				v[j] = v[j - gap];
+			v[j] = x;
+		}
+	}
+}
+
+/* Longest gap between two dirty victims that one write-protect may span. */
+#define WP_GAP_MAX 64u
+
 /*
- * Evicts up to n (<= WB_BATCH) of the oldest resident pages. Returns 0 or
+ * Write-protects the dirty pages among the sorted victims v[0..n), in as
+ * few ranges as it can: a range goes on across pages that are not
+ * resident, or resident and clean (protected already: unchanged), but not
+ * across a dirty page that stays. Why few: each call ends in a TLB flush,
+ * and a kernel flushes a range of at most 33 pages
+ * (tlb_single_page_flush_ceiling) one page at a time, a larger one at
+ * once; on a paravirtualised guest a page's flush costs about as much as
+ * the whole (docs/bench/paging.md).
+ */
+static int protect_dirty(struct mapping *m, const size_t *v, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t first, last, j;
+		int ret;
+
+		if (!(m->state[v[i]] & PG_DIRTY)) {
+			i++;
+			continue;
+		}
+		first = last = v[i];
+		for (j = i + 1; j < n && v[j] - last <= WP_GAP_MAX; j++) {
+			bool ok = true;
+
+			for (size_t g = last + 1; g < v[j] && ok; g++)
+				ok = (m->state[g] & (PG_RESIDENT | PG_DIRTY)) !=
+				     (PG_RESIDENT | PG_DIRTY);
+			if (!ok)
+				break;
+			if (m->state[v[j]] & PG_DIRTY)
+				last = v[j];
+		}
+		ret = uffd_protect(m, first, last - first + 1, true);
+		if (ret) {
+			mapping_fail(m, ret, "write-protect");
+			return ret;
+		}
+		i = j;
+	}
+	return 0;
+}
+
+/*
+ * Drops the sorted victims v[0..n) (MADV_DONTNEED), each run of
+ * consecutive pages one range. One process_madvise() of all the ranges
+ * costs one TLB flush for the batch (Linux 6.13+ takes any advice for the
+ * calling process, and flushes a batch at once); where the kernel refuses
+ * it, one madvise() per range. Failing to drop leaves pages resident:
+ * their contents are safe, the budget is what suffers.
+ */
+static void drop_pages(struct mapping *m, const size_t *v, size_t n)
+{
+	struct iovec iov[WB_BATCH];
+	size_t niov = 0, bytes = 0;
+
+	for (size_t i = 0; i < n;) {
+		size_t k = run_len(v, i, n);
+
+		iov[niov].iov_base = page_addr(m, v[i]);
+		iov[niov].iov_len = k * PAGE;
+		bytes += k * PAGE;
+		niov++;
+		i += k;
+	}
+	if (m->pidfd >= 0) {
+		long r = syscall(SYS_process_madvise, m->pidfd, iov, niov,
+				 MADV_DONTNEED, 0u);
+
+		if (r == (long)bytes)
+			return;
+		/* Older kernel (EINVAL: advice not taken for a process),
+		 * or a partial drop: madvise() does it, now and later.
+		 * A second MADV_DONTNEED of a page is harmless. */
+		pool_log(LOG_INFO,
+			 "paging: process_madvise ret=%ld err=%s; madvise "
+			 "per range from now on",
+			 r, r < 0 ? strerror(errno) : "short");
+		close(m->pidfd);
+		m->pidfd = -1;
+	}
+	for (size_t i = 0; i < niov; i++)
+		if (madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED))
+			pool_log(LOG_WARNING, "paging: madvise err=%s",
+				 strerror(errno));
+}
+
+/*
+ * Evicts up to n (<= WB_BATCH) of the oldest resident pages, in address
+ * order (fewer, larger ranges to protect, write and drop). Returns 0 or
  * -errno (the mapping is then failed and nothing was dropped).
  */
 static int evict(struct mapping *m, size_t n)
@@ -501,26 +620,12 @@ static int evict(struct mapping *m, size_t n)
 		n = m->nres;
 	for (size_t i = 0; i < n; i++)
 		victims[i] = m->ring[(m->head + i) % m->max_res];
-	/* Dirty pages are protected first, in runs (one TLB flush each):
-	 * from then on a write waits for us, so the copy we send is the
-	 * page's last contents. */
-	for (size_t i = 0; i < n;) {
-		size_t k = 1;
-
-		if (!(m->state[victims[i]] & PG_DIRTY)) {
-			i++;
-			continue;
-		}
-		while (i + k < n && victims[i + k] == victims[i] + k &&
-		       (m->state[victims[i + k]] & PG_DIRTY))
-			k++;
-		ret = uffd_protect(m, victims[i], k, true);
-		if (ret) {
-			mapping_fail(m, ret, "write-protect");
-			return ret;
-		}
-		i += k;
-	}
+	sort_pages(victims, n);
+	/* Dirty pages are protected first: from then on a write waits
+	 * for us, so the copy we send is the page's last contents. */
+	ret = protect_dirty(m, victims, n);
+	if (ret)
+		return ret;
 	for (size_t i = 0; i < n; i++) {
 		size_t idx = victims[i];
 
@@ -538,18 +643,9 @@ static int evict(struct mapping *m, size_t n)
 		for (size_t i = 0; i < nw; i++)
 			m->state[wb[i]] |= PG_REMOTE;
 	}
-	for (size_t i = 0; i < n;) {
-		size_t k = run_len(victims, i, n);
-
-		/* Failing to drop would only leave pages resident: their
-		 * contents are written back; the budget is what suffers. */
-		if (madvise(page_addr(m, victims[i]), k * PAGE, MADV_DONTNEED))
-			pool_log(LOG_WARNING, "paging: madvise err=%s",
-				 strerror(errno));
-		for (size_t j = i; j < i + k; j++)
-			m->state[victims[j]] &= (uint8_t)PG_REMOTE;
-		i += k;
-	}
+	drop_pages(m, victims, n);
+	for (size_t i = 0; i < n; i++)
+		m->state[victims[i]] &= (uint8_t)PG_REMOTE;
 	m->head = (m->head + n) % m->max_res;
 	m->nres -= n;
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
@@ -557,14 +653,15 @@ static int evict(struct mapping *m, size_t n)
 	return 0;
 }
 
+/* Evicts in rounds of m->batch pages (more when more are needed at
+ * once) until need more pages fit. */
 static int make_room(struct mapping *m, size_t need)
 {
 	while (m->nres + need > m->max_res) {
 		size_t over = m->nres + need - m->max_res;
-		int ret = evict(m, over > WB_BATCH
-					   ? WB_BATCH
-					   : (over < WB_BATCH / 2 ? WB_BATCH / 2
-								  : over));
+		int ret = evict(m, over > WB_BATCH   ? WB_BATCH
+				   : over < m->batch ? m->batch
+						     : over);
 
 		if (ret)
 			return ret;
@@ -617,12 +714,37 @@ static bool page_is_fetchable(const struct mapping *m, size_t idx)
 	return (m->state[idx] & (PG_RESIDENT | PG_REMOTE)) == PG_REMOTE;
 }
 
+/* Fetches before a pattern of writes is trusted; every how many fetches
+ * one installs its pages protected anyway, to keep measuring it. */
+#define WR_MIN_SEEN (4 * RA_MAX)
+#define WR_PROBE_EVERY 4
+#define WR_DECAY_AT 2048
+
+/*
+ * Whether this fetch installs its pages unprotected and dirty. A program
+ * that writes most of the pages it reads back in (a sort, an update
+ * pass) would otherwise take one WP fault per page after the fetch: a
+ * trip through pool-uffd and a page-table update each, where writing
+ * back a page that did not change costs a share of one RMA write. When
+ * at least half of the pages recently installed protected took a WP
+ * fault, pages are installed dirty, except on every WR_PROBE_EVERY-th
+ * fetch, which goes on measuring.
+ */
+static bool fetch_wants_dirty(struct mapping *m)
+{
+	m->nfetch++;
+	if (m->wr_seen < WR_MIN_SEEN || m->wr_hits * 2 < m->wr_seen)
+		return false;
+	return m->nfetch % WR_PROBE_EVERY != 0;
+}
+
 /* Fetches page idx and a read-ahead run next to it (above it, or below
  * it on a stream going down) from the region. */
 static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 {
 	struct stream *st = stream_at(m, idx);
 	size_t lo = idx, n = 1, limit, off, bytes, at;
+	bool dirty;
 	int ret;
 
 	limit = m->max_res / 4 < st->ra ? m->max_res / 4 : st->ra;
@@ -656,17 +778,27 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	STAT_ADD(m, pages_fetched, n);
 
 	/* A write fault gets its page unprotected and dirty at once: it
-	 * saves the writer a second trip (the WP fault). The faulting
-	 * page goes last: installing it wakes its thread. */
+	 * saves the writer a second trip (the WP fault); so do all pages
+	 * when the program writes what it reads (fetch_wants_dirty()). The
+	 * faulting page goes last: installing it wakes its thread. */
+	dirty = fetch_wants_dirty(m);
+	if (!dirty) {
+		m->wr_seen += n - (write ? 1 : 0);
+		if (m->wr_seen >= WR_DECAY_AT) {
+			m->wr_seen /= 2;
+			m->wr_hits /= 2;
+		}
+	}
 	at = idx - lo;
 	ret = 0;
 	if (at)
-		ret = uffd_copy(m, lo, at, m->stage_in, true);
+		ret = uffd_copy(m, lo, at, m->stage_in, !dirty);
 	if (ret == 0 && at + 1 < n)
 		ret = uffd_copy(m, idx + 1, n - at - 1,
-				m->stage_in + (at + 1) * PAGE, true);
+				m->stage_in + (at + 1) * PAGE, !dirty);
 	if (ret == 0)
-		ret = uffd_copy(m, idx, 1, m->stage_in + at * PAGE, !write);
+		ret = uffd_copy(m, idx, 1, m->stage_in + at * PAGE,
+				!(dirty || write));
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
@@ -674,7 +806,7 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	for (size_t i = lo; i < lo + n; i++) {
 		if (!(m->state[i] & PG_RESIDENT))
 			ring_push(m, i);
-		m->state[i] = PG_RESIDENT | PG_REMOTE;
+		m->state[i] = PG_RESIDENT | PG_REMOTE | (dirty ? PG_DIRTY : 0);
 	}
 	if (write)
 		m->state[idx] |= PG_DIRTY;
@@ -806,6 +938,8 @@ static void wp_fault(struct mapping *m, size_t idx)
 		return;
 	}
 	STAT_ADD(m, wp_faults, 1);
+	if ((m->state[idx] & (PG_REMOTE | PG_DIRTY | PG_ZERO)) == PG_REMOTE)
+		m->wr_hits++; /* a fetched page, installed protected */
 	/* PG_ZERO goes: the write replaces the zero page with a page of
 	 * its own, tracked as dirty from now on. */
 	m->state[idx] = (uint8_t)((m->state[idx] & ~PG_ZERO) | PG_DIRTY);
@@ -904,7 +1038,9 @@ static void fork_child_fence(struct mapping *m)
 	/* These are the parent's: writing stopfd would stop its thread. */
 	close(m->stopfd);
 	close(m->uffd);
-	m->stopfd = m->uffd = -1;
+	if (m->pidfd >= 0)
+		close(m->pidfd);
+	m->stopfd = m->uffd = m->pidfd = -1;
 	for (size_t c = 0; c < m->npages; c += sizeof(vec)) {
 		size_t n = m->npages - c < sizeof(vec) ? m->npages - c
 						       : sizeof(vec);
@@ -1005,6 +1141,8 @@ static void mapping_free(struct mapping *m)
 		close(m->uffd);
 	if (m->stopfd >= 0)
 		close(m->stopfd);
+	if (m->pidfd >= 0)
+		close(m->pidfd);
 	munmap(m, m->meta_bytes);
 }
 
@@ -1047,13 +1185,16 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 		return -ENOMEM;
 	/* mmap() gave zeros: every field not set here starts at 0. */
 	m->meta_bytes = meta;
-	m->uffd = m->stopfd = -1;
+	m->uffd = m->stopfd = m->pidfd = -1;
 	m->p = p;
 	m->r = r;
 	m->size = size;
 	m->len = len;
 	m->npages = npages;
 	m->max_res = max_res;
+	m->batch = max_res / 8 < 8 ? 8 : max_res / 8;
+	if (m->batch > WB_BATCH)
+		m->batch = WB_BATCH;
 	m->state = (uint8_t *)m + off_state;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
@@ -1087,6 +1228,9 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 		ret = -errno;
 		goto fail;
 	}
+	/* For process_madvise() on ourselves (drop_pages()); without it,
+	 * madvise() per range. */
+	m->pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u);
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
 	sigfillset(&all);
