@@ -143,7 +143,8 @@ static const char *wait_state(const char *name, const char *st,
 static struct pool *connect_tenant(const char *name, const char *secret)
 {
 	struct pool_opts o = { .addr = regaddr,
-			       .timeout_ms = 3000,
+			       .timeout_ms =
+				       20000, /* sanitizer builds are slow */
 			       .tenant = name,
 			       .secret_file = secret };
 	struct pool *p = NULL;
