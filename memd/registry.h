@@ -34,9 +34,9 @@
 struct memd_registry;
 
 struct memd_registry_opts {
-	const char *state_dir; /* must exist; registry.json lives there */
-	uint64_t slab_bytes;   /* every donor must use this slab size */
-	uint32_t report_ms;    /* donors report this often; down after 3x */
+	const char *state_dir;	/* must exist; registry.json lives there */
+	uint64_t slab_bytes;	/* every donor must use this slab size */
+	uint32_t report_ms;	/* donors report this often; down after 3x */
 	uint32_t ticket_ttl_ms; /* grant tickets expire after this (30 s) */
 	uint32_t pass_ttl_ms;	/* donor passes expire after this */
 	/* the cluster keys (tickets are signed with keys->ticket) */
@@ -131,9 +131,9 @@ int memd_registry_make_pass(struct memd_registry *r, uint32_t tenant_id,
  *   -ENOSPC  out too small
  */
 int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
-			const uint8_t session_key[AUTH_KEY_LEN], uint64_t now_ms,
-			uint64_t now_unix_ms, char *out, size_t cap, char *err,
-			size_t errlen);
+			const uint8_t session_key[AUTH_KEY_LEN],
+			uint64_t now_ms, uint64_t now_unix_ms, char *out,
+			size_t cap, char *err, size_t errlen);
 
 /* For /metrics: a snapshot of every tenant and donor. */
 struct memd_registry_tenant_info {
