@@ -763,6 +763,16 @@ static void put_commit(struct kv_run *r, struct kv_batch *b)
 	}
 }
 
+/* What a put of key k cannot store whatever the donor says. */
+static int put_check(const struct pool_kv_op *op, uint32_t k)
+{
+	if (!op->values[k] || !op->lens[k])
+		return -EINVAL;
+	if (op->lens[k] > POOL_KV_VALUE_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
+
 static ssize_t run_put(struct kv_run *r)
 {
 	uint32_t *retry = NULL;
@@ -782,8 +792,11 @@ static ssize_t run_put(struct kv_run *r)
 		if (!gn)
 			continue;
 		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn; i++)
-				r->status[g[i]] = -ENOTCONN;
+			for (uint32_t i = 0; i < gn; i++) {
+				int bad = put_check(r->op, g[i]);
+
+				r->status[g[i]] = bad ? bad : -ENOTCONN;
+			}
 			continue;
 		}
 		while ((at < gn || ncarry) && !rc) {
@@ -794,13 +807,9 @@ static ssize_t run_put(struct kv_run *r)
 			n = ncarry;
 			while (n < WIRE_KV_BATCH && at < gn) {
 				uint32_t k = g[at++];
-				size_t len = r->op->lens[k];
 
-				if (!r->op->values[k] || !len)
-					r->status[k] = -EINVAL;
-				else if (len > POOL_KV_VALUE_MAX)
-					r->status[k] = -EMSGSIZE;
-				else
+				r->status[k] = put_check(r->op, k);
+				if (!r->status[k])
 					batch[n++] = k;
 			}
 			if (!n)
