@@ -1720,3 +1720,31 @@ void wire_make_error(struct wire_msg *m, uint32_t seq, int err,
 	if (text)
 		strncpy(m->u.error.msg, text, sizeof(m->u.error.msg) - 1);
 }
+
+/* ---- the KV block header (wire.h) ---- */
+
+void wire_kv_header_encode(const struct wire_kv_header *h,
+			   uint8_t out[WIRE_KV_HEADER_LEN])
+{
+	st32(out + 0, h->magic);
+	st32(out + 4, h->tenant_id);
+	memcpy(out + 8, h->key, WIRE_KV_KEY_LEN);
+	st64(out + 40, h->generation);
+	st32(out + 48, h->value_len);
+	st16(out + 52, h->chunk);
+	st16(out + 54, h->nchunks);
+	st64(out + 56, h->checksum);
+}
+
+void wire_kv_header_decode(const uint8_t in[WIRE_KV_HEADER_LEN],
+			   struct wire_kv_header *h)
+{
+	h->magic = le32(in + 0);
+	h->tenant_id = le32(in + 4);
+	memcpy(h->key, in + 8, WIRE_KV_KEY_LEN);
+	h->generation = le64(in + 40);
+	h->value_len = le32(in + 48);
+	h->chunk = le16(in + 52);
+	h->nchunks = le16(in + 54);
+	h->checksum = le64(in + 56);
+}

@@ -404,7 +404,7 @@ struct wire_admin {
  * 0). A reply has as many items as its request, in the same order
  * (EXISTS_OK: none; its count is the present prefix, 0 .. WIRE_KV_BATCH).
  */
-#define WIRE_KV_HEADER_LEN 64 /* block header, memd/kvstore.h */
+#define WIRE_KV_HEADER_LEN 64 /* block header, below */
 struct wire_kv_item {
 	uint8_t key[WIRE_KV_KEY_LEN];
 	uint64_t value_len;
@@ -425,6 +425,38 @@ struct wire_kv_loc {
 	uint64_t block_bytes;
 	uint16_t endpoint;
 };
+
+/*
+ * The header of every KV block (docs/kv.md), 64 bytes, little-endian in
+ * the block: clients write it over RMA with the payload and verify it
+ * when they read, the donor's store (memd/kvstore) writes it when it
+ * reloads a spilled value. Always handled through wire_kv_header_encode
+ * and _decode, never by casting memory:
+ *
+ *   0 magic u32   4 tenant_id u32   8 key[32]   40 generation u64
+ *  48 value_len u32 (the whole value)  52 chunk u16  54 nchunks u16
+ *  56 checksum u64 (the client's XXH3-64 over the whole value)
+ *
+ * value_len, chunk and nchunks are narrower than u64/u32 so that the
+ * checksum fits in 64 bytes (values are capped at 1 GiB).
+ */
+#define WIRE_KV_MAGIC 0x31764b54u /* "TKv1" as little-endian bytes */
+struct wire_kv_header {
+	uint32_t magic;
+	uint32_t tenant_id;
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t generation;
+	uint32_t value_len;
+	uint16_t chunk;
+	uint16_t nchunks;
+	uint64_t checksum;
+};
+void wire_kv_header_encode(const struct wire_kv_header *h,
+			   uint8_t out[WIRE_KV_HEADER_LEN]);
+void wire_kv_header_decode(const uint8_t in[WIRE_KV_HEADER_LEN],
+			   struct wire_kv_header *h);
+_Static_assert(sizeof(struct wire_kv_header) == WIRE_KV_HEADER_LEN,
+	       "the KV block header is 64 bytes");
 
 #define WIRE_KV_UNPIN 0x1u /* KV_PIN.flags: remove a pin instead */
 #define WIRE_KV_KNOWN WIRE_KV_UNPIN

@@ -7,6 +7,7 @@
 #define TP_LIBPOOL_INTERNAL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fabric/wire.h"
@@ -41,5 +42,67 @@ int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
 		     uint32_t *donor_id, const char **addr);
 /* Links the session holds (failed ones included). */
 uint32_t pool_session_nlinks(struct pool *p);
+
+/*
+ * For other modules of libpool (the KV tier, kv.c): the session's links.
+ * A link (struct plink, pool.c) lives until pool_close, so a pointer to
+ * one may be kept; once lost it stays lost (pool_link_is_lost) and a new
+ * pool_link_get opens another.
+ */
+struct plink;
+struct fab_op;
+struct fab_mr;
+
+/* Something that lives on the session and is destroyed first by
+ * pool_close (e.g. a KV handle); destroy must not call into p. */
+struct pool_attached {
+	struct pool_attached *next;
+	void (*destroy)(struct pool_attached *a);
+};
+void pool_attach(struct pool *p, struct pool_attached *a);
+
+int pool_timeout_ms(const struct pool *p);
+uint64_t pool_slab_bytes(const struct pool *p);
+/* Largest single RMA transfer for every link of p. */
+size_t pool_xfer_bytes(struct pool *p);
+/* DONORS at the registry into *rep (DONORS_OK). -EOPNOTSUPP standalone. */
+int pool_donors(struct pool *p, struct wire_msg *rep);
+/*
+ * The link to donor incarnation (donor_id, epoch) at addr, opened (with
+ * the donor pass) on first use; in a standalone session the one link
+ * whatever the arguments. 0 and *out, -ENOTCONN (standalone link lost),
+ * or the errors of opening a link.
+ */
+int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
+		  const char *addr, struct plink **out);
+bool pool_link_is_lost(struct plink *lk);
+void pool_link_fail(struct plink *lk, int err, const char *why);
+uint32_t pool_link_tenant_id(const struct plink *lk);
+uint16_t pool_link_nendpoints(const struct plink *lk);
+const char *pool_link_addr(const struct plink *lk);
+/* rpc_call on lk's control connection with the session timeout; a
+ * broken connection or a timeout fails the link. */
+int pool_link_call(struct plink *lk, struct wire_msg *req, struct wire_msg *rep,
+		   int expect, char *text, size_t textlen);
+/* A local registration of buf in lk's domain when its provider needs one
+ * (FAB_MR_LOCAL), else *mr = NULL. 0 or -errno. */
+int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr);
+/* Posts one RMA (f->arg becomes lk) to lk's memd endpoint. 0 when
+ * posted; -ENOTCONN (link lost, or the post broke it), -EPROTO (no such
+ * endpoint), -errno. */
+int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
+		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
+		   struct fab_op *f);
+/* Waits for f (posted on lk) up to timeout_ms; a transfer still running
+ * then fails the link (which completes it). Returns f's status, mapped as
+ * pool_wait does (-ENOTCONN for a lost link). */
+int pool_link_wait(struct plink *lk, struct fab_op *f, int timeout_ms);
+
+/* The KV tier (kv.c): the name of key's home donor ("standalone" in a
+ * standalone session). 0, -ENOENT (no donor up) or -EBADF. */
+struct pool_kv;
+struct pool_kv_key;
+int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
+		 size_t cap);
 
 #endif

@@ -90,7 +90,8 @@ struct plink {
 	char addr[WIRE_HOSTPORT_MAX];
 	uint32_t donor_id; /* 0: standalone */
 	uint64_t donor_epoch;
-	uint16_t proto; /* negotiated protocol version */
+	uint16_t proto;	    /* negotiated protocol version */
+	uint32_t tenant_id; /* AUTH_OK.tenant_id at this memd; 0 standalone */
 	/* HEARTBEAT2 (with our RMA counters) instead of HEARTBEAT: links
 	 * that negotiated protocol 2 */
 	bool hb2;
@@ -208,6 +209,9 @@ struct pool {
 	struct slab *slabs;
 	uint64_t nslabs, nregions;
 	struct pool_region *regions;
+
+	/* objects that live on the session (KV handles), under lock */
+	struct pool_attached *attached;
 
 	/* atomics */
 	uint64_t st_read, st_written, st_ops, st_errors;
@@ -587,6 +591,8 @@ static int link_open(struct pool *p, const char *addr,
 				   sk, text, sizeof(text))
 			: -ENOMEM;
 		explicit_bzero(sk, sizeof(sk));
+		if (!r)
+			lk->tenant_id = aok->tenant_id;
 		free(aok);
 		if (r) {
 			pool_log(LOG_ERR,
@@ -981,11 +987,12 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 	return r;
 }
 
-/* The link to a granted donor incarnation: one we have and that is not
- * lost, else a new one (with a fresh pass when ours runs out soon).
- * Caller holds lock. */
-static int donor_link_locked(struct pool *p, const struct wire_grant *g,
-			     struct plink **out)
+/* The link to a donor incarnation (donor_id, epoch at addr): one we have
+ * and that is not lost, else a new one (with a fresh pass when ours runs
+ * out soon). Caller holds lock. */
+static int donor_link_open_locked(struct pool *p, uint32_t donor_id,
+				  uint64_t epoch, const char *addr,
+				  struct plink **out)
 {
 	uint32_t renew = p->pass_ttl_ms / 4 < PASS_RENEW_MS ? p->pass_ttl_ms / 4
 							    : PASS_RENEW_MS;
@@ -994,8 +1001,8 @@ static int donor_link_locked(struct pool *p, const struct wire_grant *g,
 	int r;
 
 	for (lk = p->links; lk; lk = lk->next)
-		if (lk->donor_id == g->donor_id &&
-		    lk->donor_epoch == g->donor_epoch && !link_is_lost(lk)) {
+		if (lk->donor_id == donor_id && lk->donor_epoch == epoch &&
+		    !link_is_lost(lk)) {
 			*out = lk;
 			return 0;
 		}
@@ -1008,14 +1015,22 @@ static int donor_link_locked(struct pool *p, const struct wire_grant *g,
 				 .key = p->pass_key,
 				 .pass = p->pass,
 				 .pass_len = p->pass_len,
-				 .donor_id = g->donor_id,
-				 .donor_epoch = g->donor_epoch };
-	r = link_open(p, g->addr, &au, &lk);
+				 .donor_id = donor_id,
+				 .donor_epoch = epoch };
+	r = link_open(p, addr, &au, &lk);
 	if (r)
 		return r;
 	link_publish_locked(p, lk);
 	*out = lk;
 	return 0;
+}
+
+/* The link to a granted donor incarnation. Caller holds lock. */
+static int donor_link_locked(struct pool *p, const struct wire_grant *g,
+			     struct plink **out)
+{
+	return donor_link_open_locked(p, g->donor_id, g->donor_epoch, g->addr,
+				      out);
 }
 
 /* PLACE_OK makes sense for k slabs (replica: with a second copy on
@@ -1435,6 +1450,13 @@ void pool_close(struct pool *p)
 {
 	if (!p)
 		return;
+	/* Attached objects (KV handles) go first: they use the links. */
+	while (p->attached) {
+		struct pool_attached *a = p->attached;
+
+		p->attached = a->next;
+		a->destroy(a);
+	}
 	for (struct plink *lk = p->links; lk; lk = lk->next)
 		link_stop_hb(lk);
 	while (p->links) {
@@ -2380,4 +2402,175 @@ uint32_t pool_session_nlinks(struct pool *p)
 		n++;
 	pthread_mutex_unlock(&p->lock);
 	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* links for other modules of libpool (the KV tier)                     */
+
+void pool_attach(struct pool *p, struct pool_attached *a)
+{
+	pthread_mutex_lock(&p->lock);
+	a->next = p->attached;
+	p->attached = a;
+	pthread_mutex_unlock(&p->lock);
+}
+
+int pool_timeout_ms(const struct pool *p)
+{
+	return p->timeout_ms;
+}
+
+uint64_t pool_slab_bytes(const struct pool *p)
+{
+	return p->slab_bytes;
+}
+
+size_t pool_xfer_bytes(struct pool *p)
+{
+	return __atomic_load_n(&p->xfer_bytes, __ATOMIC_RELAXED);
+}
+
+int pool_donors(struct pool *p, struct wire_msg *rep)
+{
+	struct wire_msg *req;
+	char text[WIRE_MSG_MAX];
+	int r;
+
+	if (!p->cluster)
+		return -EOPNOTSUPP;
+	req = calloc(1, sizeof(*req));
+	if (!req)
+		return -ENOMEM;
+	req->type = WIRE_DONORS;
+	text[0] = '\0';
+	pthread_mutex_lock(&p->lock);
+	r = reg_call_locked(p, req, rep, WIRE_DONORS_OK, text, sizeof(text));
+	pthread_mutex_unlock(&p->lock);
+	free(req);
+	if (r)
+		pool_log(LOG_WARNING, "kv: DONORS at registry=%s err=%s %s",
+			 p->addr, strerror(-r), text);
+	return r;
+}
+
+int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
+		  const char *addr, struct plink **out)
+{
+	int r;
+
+	*out = NULL;
+	if (!p->cluster) {
+		if (link_is_lost(p->links))
+			return -ENOTCONN;
+		*out = p->links;
+		return 0;
+	}
+	pthread_mutex_lock(&p->lock);
+	r = donor_link_open_locked(p, donor_id, epoch, addr, out);
+	pthread_mutex_unlock(&p->lock);
+	return r;
+}
+
+bool pool_link_is_lost(struct plink *lk)
+{
+	return link_is_lost(lk);
+}
+
+void pool_link_fail(struct plink *lk, int err, const char *why)
+{
+	link_fail(lk, err, why);
+}
+
+uint32_t pool_link_tenant_id(const struct plink *lk)
+{
+	return lk->tenant_id;
+}
+
+uint16_t pool_link_nendpoints(const struct plink *lk)
+{
+	return lk->nendpoints;
+}
+
+const char *pool_link_addr(const struct plink *lk)
+{
+	return lk->addr;
+}
+
+int pool_link_call(struct plink *lk, struct wire_msg *req, struct wire_msg *rep,
+		   int expect, char *text, size_t textlen)
+{
+	int r;
+
+	if (link_is_lost(lk))
+		return -ENOTCONN;
+	r = rpc_call(lk->ctl, req, rep, expect, lk->p->timeout_ms, text,
+		     textlen);
+	if (r == -ENOTCONN || r == -EPROTO)
+		link_fail(lk, -ENOTCONN, "control connection lost");
+	else if (r == -ETIMEDOUT)
+		link_fail(lk, -ETIMEDOUT, "request timed out");
+	return r;
+}
+
+int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
+{
+	int r = -ENOTCONN;
+
+	*mr = NULL;
+	if (!(lk->mr_mode & FAB_MR_LOCAL))
+		return 0;
+	pthread_rwlock_rdlock(&lk->ep_rw);
+	if (lk->ep)
+		r = fab_mr_reg(lk->fd, lk->ep, buf, len, FAB_ACCESS_LOCAL, 0,
+			       mr);
+	pthread_rwlock_unlock(&lk->ep_rw);
+	return r;
+}
+
+int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
+		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
+		   struct fab_op *f)
+{
+	int r = -ENOTCONN;
+
+	f->arg = lk;
+	if (endpoint >= lk->nendpoints)
+		return -EPROTO;
+	if (link_is_lost(lk))
+		return -ENOTCONN;
+	pthread_rwlock_rdlock(&lk->ep_rw);
+	if (lk->ep)
+		r = write ? fab_ep_write(lk->ep, buf, len, desc,
+					 lk->peer[endpoint], raddr, rkey, f,
+					 lk->p->timeout_ms)
+			  : fab_ep_read(lk->ep, buf, len, desc,
+					lk->peer[endpoint], raddr, rkey, f,
+					lk->p->timeout_ms);
+	pthread_rwlock_unlock(&lk->ep_rw);
+	if (is_transport_error(r)) {
+		link_fail(lk, -ENOTCONN, "posting a transfer failed");
+		r = -ENOTCONN;
+	}
+	return r;
+}
+
+int pool_link_wait(struct plink *lk, struct fab_op *f, int timeout_ms)
+{
+	int r = 0;
+
+	if (!__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE)) {
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		if (lk->ep)
+			r = fab_op_wait(lk->ep, f, timeout_ms);
+		pthread_rwlock_unlock(&lk->ep_rw);
+		if (r == -ETIMEDOUT &&
+		    !__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
+			/* Closing the endpoint completes f: the provider
+			 * no longer touches its buffer. */
+			link_fail(lk, -ETIMEDOUT, "transfer timed out");
+	}
+	/* closed meanwhile: fab_ep_close completed it */
+	if (!__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	return piece_status(f);
 }

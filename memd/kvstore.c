@@ -132,39 +132,7 @@ struct memd_kv {
 	uint64_t spill_used;
 };
 
-/* ---- header codec ---- */
-
-static void put_le16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_le16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get_le32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
+/* ---- little-endian ---- */
 
 static uint64_t get_le64(const uint8_t *p)
 {
@@ -173,32 +141,6 @@ static uint64_t get_le64(const uint8_t *p)
 	for (int i = 7; i >= 0; i--)
 		v = v << 8 | p[i];
 	return v;
-}
-
-void memd_kv_header_encode(const struct memd_kv_header *h,
-			   uint8_t out[MEMD_KV_HEADER_BYTES])
-{
-	put_le32(out + 0, h->magic);
-	put_le32(out + 4, h->tenant_id);
-	memcpy(out + 8, h->key, MEMD_KV_KEY_BYTES);
-	put_le64(out + 40, h->generation);
-	put_le32(out + 48, h->value_len);
-	put_le16(out + 52, h->chunk);
-	put_le16(out + 54, h->nchunks);
-	put_le64(out + 56, h->checksum);
-}
-
-void memd_kv_header_decode(const uint8_t in[MEMD_KV_HEADER_BYTES],
-			   struct memd_kv_header *h)
-{
-	h->magic = get_le32(in + 0);
-	h->tenant_id = get_le32(in + 4);
-	memcpy(h->key, in + 8, MEMD_KV_KEY_BYTES);
-	h->generation = get_le64(in + 40);
-	h->value_len = get_le32(in + 48);
-	h->chunk = get_le16(in + 52);
-	h->nchunks = get_le16(in + 54);
-	h->checksum = get_le64(in + 56);
 }
 
 /* ---- geometry ---- */
@@ -816,7 +758,7 @@ static int spill_write(struct memd_kv *kv, struct kv_entry *e)
 	uint64_t file_bytes = e->value_len + SPILL_OVERHEAD;
 	char dir[PATH_MAX], tmp[PATH_MAX], path[PATH_MAX];
 	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES];
-	struct memd_kv_header h = {
+	struct wire_kv_header h = {
 		.magic = MEMD_KV_MAGIC,
 		.tenant_id = t->id,
 		.generation = e->generation,
@@ -838,7 +780,7 @@ static int spill_write(struct memd_kv *kv, struct kv_entry *e)
 	if (mkdir(dir, 0700) && errno != EEXIST)
 		return -errno;
 	memcpy(h.key, e->key, MEMD_KV_KEY_BYTES);
-	memd_kv_header_encode(&h, hb);
+	wire_kv_header_encode(&h, hb);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
@@ -891,7 +833,7 @@ static int entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	struct kv_tenant *t = e->t;
 	char path[PATH_MAX];
 	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES], want[TAG_BYTES];
-	struct memd_kv_header h;
+	struct wire_kv_header h;
 	crypto_generichash_state st;
 	struct stat sb;
 	uint64_t gen;
@@ -906,7 +848,7 @@ static int entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	}
 	r = fstat(fd, &sb) ? -errno : pread_all(fd, hb, sizeof(hb), 0);
 	if (r == 0) {
-		memd_kv_header_decode(hb, &h);
+		wire_kv_header_decode(hb, &h);
 		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != t->id ||
 		    memcmp(h.key, e->key, MEMD_KV_KEY_BYTES) || h.chunk != 0 ||
 		    h.value_len == 0 || h.value_len > kv->o.value_max_bytes ||
@@ -947,12 +889,12 @@ static int entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	close(fd);
 	gen = next_generation(kv);
 	for (uint32_t i = 0; i < e->nchunks; i++) {
-		struct memd_kv_header ch = h;
+		struct wire_kv_header ch = h;
 
 		ch.generation = gen;
 		ch.chunk = (uint16_t)i;
 		ch.nchunks = (uint16_t)e->nchunks;
-		memd_kv_header_encode(&ch, chunk_block(&e->chunks[i]));
+		wire_kv_header_encode(&ch, chunk_block(&e->chunks[i]));
 	}
 	e->mem = MEM_COMMITTED;
 	e->generation = gen;
@@ -1688,7 +1630,7 @@ static int scan_verify(const struct memd_kv *kv, int dirfd, const char *name,
 		       size_t bufsize, struct scan_file *f)
 {
 	uint8_t hb[MEMD_KV_HEADER_BYTES], tag[TAG_BYTES], want[TAG_BYTES];
-	struct memd_kv_header h;
+	struct wire_kv_header h;
 	crypto_generichash_state st;
 	struct stat sb;
 	uint64_t off = 0, left;
@@ -1706,7 +1648,7 @@ static int scan_verify(const struct memd_kv *kv, int dirfd, const char *name,
 	if (r == 0)
 		r = pread_all(fd, hb, sizeof(hb), 0);
 	if (r == 0) {
-		memd_kv_header_decode(hb, &h);
+		wire_kv_header_decode(hb, &h);
 		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != tenant ||
 		    memcmp(h.key, key, MEMD_KV_KEY_BYTES) || h.chunk != 0 ||
 		    h.value_len == 0 || h.value_len > kv->o.value_max_bytes ||

@@ -15,7 +15,7 @@
  * gives a slab back (slab_put) as soon as it holds no block. A slab
  * belongs to one tenant and one size class; class k cuts it into blocks
  * of 64 KiB << k, up to slab_bytes. A block is a 64-byte header (struct
- * memd_kv_header, written by the client over RMA, or by the store when it
+ * wire_kv_header, written by the client over RMA, or by the store when it
  * reloads a spilled entry) followed by payload.
  *
  * Values and chunks. A value of L bytes (1 .. value_max_bytes) whose
@@ -92,44 +92,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "fabric/wire.h"
+
 #define MEMD_KV_KEY_BYTES 32
-#define MEMD_KV_HEADER_BYTES 64
-#define MEMD_KV_MAGIC 0x31764b54u /* "TKv1" as little-endian bytes */
+#define MEMD_KV_HEADER_BYTES WIRE_KV_HEADER_LEN
+#define MEMD_KV_MAGIC WIRE_KV_MAGIC /* "TKv1" as little-endian bytes */
 #define MEMD_KV_CLASS_MIN_BYTES (64u << 10)
 #define MEMD_KV_SLAB_MAX_BYTES (4ull << 30)
 #define MEMD_KV_VALUE_MAX_BYTES (1u << 30) /* hard cap on value_max */
 #define MEMD_KV_VALUE_DEFAULT_MAX_BYTES (64u << 20)
 
-/*
- * The block header, 64 bytes, little-endian on the wire and in memory
- * (clients write and verify it over RMA, so it is always handled through
- * memd_kv_header_encode/decode, never by casting memory):
- *
- *   0 magic u32   4 tenant_id u32   8 key[32]   40 generation u64
- *  48 value_len u32 (the whole value)  52 chunk u16  54 nchunks u16
- *  56 checksum u64 (the client's, over the whole value)
- *
- * docs/kv.md lists the same fields; value_len, chunk and nchunks are
- * narrower than u64/u32 so that the checksum fits in 64 bytes (values are
- * capped at MEMD_KV_VALUE_MAX_BYTES, at most 16401 chunks).
- */
-struct memd_kv_header {
-	uint32_t magic;
-	uint32_t tenant_id;
-	uint8_t key[MEMD_KV_KEY_BYTES];
-	uint64_t generation;
-	uint32_t value_len;
-	uint16_t chunk;
-	uint16_t nchunks;
-	uint64_t checksum;
-};
-_Static_assert(sizeof(struct memd_kv_header) == MEMD_KV_HEADER_BYTES,
-	       "the KV block header is 64 bytes");
-
-void memd_kv_header_encode(const struct memd_kv_header *h,
-			   uint8_t out[MEMD_KV_HEADER_BYTES]);
-void memd_kv_header_decode(const uint8_t in[MEMD_KV_HEADER_BYTES],
-			   struct memd_kv_header *h);
+/* The block header (struct wire_kv_header, 64 bytes, little-endian) and
+ * its codec live in fabric/wire.h: clients write and verify the same
+ * bytes over RMA. */
 
 enum memd_kv_policy {
 	MEMD_KV_POLICY_S3FIFO = 0,

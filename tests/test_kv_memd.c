@@ -227,7 +227,7 @@ static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	ck_assert_uint_eq(it.nchunks, len <= P ? 1 : (len + P - 1) / P);
 	memcpy(locs, &rep.u.kv.loc[it.first_loc], it.nchunks * sizeof(locs[0]));
 	for (uint32_t i = 0; i < it.nchunks; i++) {
-		struct memd_kv_header h = {
+		struct wire_kv_header h = {
 			.magic = MEMD_KV_MAGIC,
 			.tenant_id = c->tenant_id,
 			.generation = gen,
@@ -241,7 +241,7 @@ static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 		ck_assert_uint_le(MEMD_KV_HEADER_BYTES + n,
 				  locs[i].block_bytes);
 		memcpy(h.key, key, WIRE_KV_KEY_LEN);
-		memd_kv_header_encode(&h, c->stage);
+		wire_kv_header_encode(&h, c->stage);
 		memcpy(c->stage + MEMD_KV_HEADER_BYTES, val + off, n);
 		r = rma(c, true, MEMD_KV_HEADER_BYTES + n, &locs[i]);
 		if (r)
@@ -284,12 +284,12 @@ static int64_t kv_get(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	ck_assert_ptr_nonnull(val);
 	ret = (int64_t)len;
 	for (uint32_t i = 0; i < it.nchunks && ret >= 0; i++) {
-		struct memd_kv_header h;
+		struct wire_kv_header h;
 		uint64_t off = i * P, n = len - off < P ? len - off : P;
 
 		r = rma(c, false, MEMD_KV_HEADER_BYTES + n, &locs[i]);
 		ck_assert_msg(r == 0, "rma read: %s", strerror(-r));
-		memd_kv_header_decode(c->stage, &h);
+		wire_kv_header_decode(c->stage, &h);
 		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != c->tenant_id ||
 		    memcmp(h.key, key, WIRE_KV_KEY_LEN) ||
 		    h.generation != gen || h.value_len != len || h.chunk != i ||

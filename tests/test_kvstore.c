@@ -186,7 +186,7 @@ static void client_write(struct owner *o, uint32_t tenant,
 	for (uint32_t i = 0; i < it->nchunks; i++) {
 		const struct memd_kv_loc *l = &locs[it->first_loc + i];
 		uint64_t off = i * pmax, part = it->value_len - off;
-		struct memd_kv_header h = {
+		struct wire_kv_header h = {
 			.magic = MEMD_KV_MAGIC,
 			.tenant_id = tenant,
 			.generation = it->generation,
@@ -205,7 +205,7 @@ static void client_write(struct owner *o, uint32_t tenant,
 		ck_assert_uint_le(l->offset + l->block_bytes, o->slab_bytes);
 		ck_assert_int_eq(o->holder[l->slab], (int)tenant);
 		memcpy(h.key, it->key, MEMD_KV_KEY_BYTES);
-		memd_kv_header_encode(&h, b);
+		wire_kv_header_encode(&h, b);
 		tu_pattern_fill(b + HDR, part, seed, off);
 	}
 }
@@ -230,7 +230,7 @@ static const char *client_check(struct owner *o, uint32_t tenant,
 	for (uint32_t i = 0; i < it->nchunks; i++) {
 		const struct memd_kv_loc *l = &locs[it->first_loc + i];
 		uint64_t off = i * pmax, part = it->value_len - off;
-		struct memd_kv_header h;
+		struct wire_kv_header h;
 		const uint8_t *b;
 
 		if (part > pmax)
@@ -241,7 +241,7 @@ static const char *client_check(struct owner *o, uint32_t tenant,
 		    l->offset + l->block_bytes > o->slab_bytes)
 			return "location";
 		b = o->mem[l->slab] + l->offset;
-		memd_kv_header_decode(b, &h);
+		wire_kv_header_decode(b, &h);
 		if (h.magic != MEMD_KV_MAGIC || h.tenant_id != tenant ||
 		    memcmp(h.key, it->key, MEMD_KV_KEY_BYTES) ||
 		    h.generation != it->generation ||
@@ -423,7 +423,7 @@ static uint64_t spill_dir_bytes(uint32_t tenant, uint64_t *nfiles)
 
 START_TEST(header_codec_is_little_endian_and_exact)
 {
-	struct memd_kv_header h = {
+	struct wire_kv_header h = {
 		.magic = MEMD_KV_MAGIC,
 		.tenant_id = 0x01020304,
 		.generation = 0x1112131415161718ull,
@@ -436,7 +436,7 @@ START_TEST(header_codec_is_little_endian_and_exact)
 
 	for (int i = 0; i < 32; i++)
 		h.key[i] = (uint8_t)(0x80 + i);
-	memd_kv_header_encode(&h, b);
+	wire_kv_header_encode(&h, b);
 	ck_assert_int_eq(memcmp(b, "TKv1", 4), 0);
 	ck_assert_uint_eq(b[4], 0x04);
 	ck_assert_uint_eq(b[7], 0x01);
@@ -450,7 +450,7 @@ START_TEST(header_codec_is_little_endian_and_exact)
 	ck_assert_uint_eq(b[54], 0x42);
 	ck_assert_uint_eq(b[56], 0x58);
 	ck_assert_uint_eq(b[63], 0x51);
-	memd_kv_header_decode(b, &d);
+	wire_kv_header_decode(b, &d);
 	ck_assert_int_eq(memcmp(&h, &d, sizeof(h)), 0);
 }
 END_TEST

@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# bench/run_kvbench.sh - the KV tier against recomputing and against redis.
+#
+# For each of REPS repetitions and each workload (shared, oneshot,
+# multiturn), runs kvbench three times on an empty tier:
+#   tidepool  a standalone memd on loopback (CAP donated, kv_share 100)
+#   redis     a redis-server on loopback (maxmemory CAP, allkeys-lru)
+#   none      local HBM only
+# (memd is restarted and redis flushed before every run), then prints
+# medians per (tier, workload) and the one-shot cost of the tier against
+# no tier. Builds nothing.
+#
+# usage: bench/run_kvbench.sh [BUILD_DIR]   (or BUILD=dir; default
+#        build-bench at the repository root)
+#        bench/run_kvbench.sh --summarize RAW.txt...
+# Knobs (environment): REPS=3 CAP=2560M SLAB=64M LAYERS=1 PROMPTS=60
+#   SESSIONS=16 TURNS=4 HBM=5 TPS=10000 WORKLOADS="shared oneshot multiturn"
+#   ONESHOT_PROMPTS=10 OUT_DIR=<BUILD>/kvbench-results/<time>
+# Everything listens on 127.0.0.1; servers started here are killed on exit.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+die() {
+	echo "run_kvbench: $*" >&2
+	exit 1
+}
+command -v python3 >/dev/null || die "python3 is needed to parse results"
+
+summarize() {
+	python3 - "$@" <<'EOF'
+import fileinput, statistics, sys
+from collections import defaultdict
+
+rows = defaultdict(list)
+for line in fileinput.input(sys.argv[1:]):
+    line = line.strip()
+    if line.startswith("#"):
+        print(line)
+        continue
+    if not line.startswith("KVBENCH"):
+        continue
+    kv = dict(w.split("=", 1) for w in line.split()[1:])
+    rows[(kv["workload"], kv["tier"])].append(kv)
+
+def med(w, t, f):
+    v = [float(r[f]) for r in rows.get((w, t), []) if f in r]
+    return statistics.median(v) if v else float("nan")
+
+def rng(w, t, f):
+    v = [float(r[f]) for r in rows.get((w, t), []) if f in r]
+    return (min(v), max(v)) if v else (float("nan"),) * 2
+
+print(f"{'workload':<10} {'tier':<9} {'runs':>4} {'hit':>6} {'local':>6} "
+      f"{'tier':>6} {'get MB/s':>9} {'put MB/s':>9} {'GB got':>7} "
+      f"{'GB put':>7} {'exists ms':>9} {'TTFT s':>7} {'recompute s':>11} "
+      f"{'TTFT/recomp':>11}")
+for w in ("shared", "oneshot", "multiturn"):
+    for t in ("tidepool", "redis", "none"):
+        if (w, t) not in rows:
+            continue
+        ttft, rec = med(w, t, "ttft_s"), med(w, t, "ttft_recompute_s")
+        print(f"{w:<10} {t:<9} {len(rows[(w, t)]):>4} "
+              f"{med(w, t, 'hit'):>6.3f} {med(w, t, 'local_hit'):>6.3f} "
+              f"{med(w, t, 'tier_hit'):>6.3f} {med(w, t, 'get_MBps'):>9.0f} "
+              f"{med(w, t, 'put_MBps'):>9.0f} "
+              f"{med(w, t, 'get_bytes') / 1e9:>7.2f} "
+              f"{med(w, t, 'put_bytes') / 1e9:>7.2f} "
+              f"{med(w, t, 'exists_ms'):>9.3f} {ttft:>7.3f} {rec:>11.3f} "
+              f"{ttft / rec:>11.3f}")
+for t in ("tidepool", "redis"):
+    if ("oneshot", t) in rows:
+        lo, hi = rng("oneshot", t, "crit_overhead_pct")
+        print(f"median oneshot_cost_pct tier={t} "
+              f"value={med('oneshot', t, 'crit_overhead_pct'):.3f} "
+              f"range={lo:.3f}..{hi:.3f} (exists + starting the put, "
+              f"against prefill)")
+for w in ("shared", "multiturn"):
+    for t in ("tidepool", "redis"):
+        if (w, t) in rows and (w, "none") in rows:
+            print(f"median ttft_vs_hbm_only workload={w} tier={t} "
+                  f"value={med(w, t, 'ttft_s') / med(w, 'none', 'ttft_s'):.3f}")
+EOF
+}
+
+if [ "${1:-}" = --summarize ]; then
+	shift
+	summarize "$@"
+	exit 0
+fi
+
+BUILD=${1:-${BUILD:-$ROOT/build-bench}}
+REPS=${REPS:-3}
+CAP=${CAP:-2560M}
+SLAB=${SLAB:-64M}
+LAYERS=${LAYERS:-1}
+PROMPTS=${PROMPTS:-60}
+ONESHOT_PROMPTS=${ONESHOT_PROMPTS:-10}
+SESSIONS=${SESSIONS:-16}
+TURNS=${TURNS:-4}
+HBM=${HBM:-5}
+TPS=${TPS:-10000}
+WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
+OUT_DIR=${OUT_DIR:-$BUILD/kvbench-results/$(date +%Y%m%d-%H%M%S)}
+
+MEMD=$BUILD/memd/memd
+KVBENCH=$BUILD/bench/kvbench
+for b in "$MEMD" "$KVBENCH"; do
+	[ -x "$b" ] || die "$b not found: build first, e.g.
+  cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2 memd kvbench"
+done
+command -v redis-server >/dev/null || die "redis-server is needed (the baseline)"
+
+mkdir -p "$OUT_DIR"
+RAW=$OUT_DIR/raw.txt
+: >"$RAW"
+TMP=$(mktemp -d /tmp/kvbench.XXXXXX)
+MEMD_PID=
+REDIS_PID=
+cleanup() {
+	[ -z "$MEMD_PID" ] || kill "$MEMD_PID" 2>/dev/null || true
+	[ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+free_port() {
+	python3 -c 'import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_memd() {
+	rm -f "$TMP/memd.ready"
+	"$MEMD" --listen 127.0.0.1:0 --donate "$CAP" --slab-size "$SLAB" \
+		--log-level warning --ready-file "$TMP/memd.ready" \
+		--set kv_share=100 >>"$OUT_DIR/memd.log" 2>&1 &
+	MEMD_PID=$!
+	for _ in $(seq 600); do
+		[ -s "$TMP/memd.ready" ] && break
+		kill -0 "$MEMD_PID" 2>/dev/null || die "memd exited (log: $OUT_DIR/memd.log)"
+		sleep 0.1
+	done
+	[ -s "$TMP/memd.ready" ] || die "memd not ready (log: $OUT_DIR/memd.log)"
+	ADDR=$(head -n1 "$TMP/memd.ready")
+}
+
+stop_memd() {
+	kill "$MEMD_PID" 2>/dev/null || true
+	wait "$MEMD_PID" 2>/dev/null || true
+	MEMD_PID=
+}
+
+REDIS_PORT=$(free_port)
+redis_cap=$(python3 -c "
+s = '$CAP'; m = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
+print(int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s))")
+{
+	echo "# run_kvbench $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	echo "# host cpus=$(nproc) kernel=$(uname -r) redis=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
+	echo "# loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS oneshot_prompts=$ONESHOT_PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM tps=$TPS"
+} >>"$RAW"
+
+for rep in $(seq "$REPS"); do
+	for w in $WORKLOADS; do
+		n=$PROMPTS
+		[ "$w" = oneshot ] && n=$ONESHOT_PROMPTS
+		args=(--workload "$w" --layers "$LAYERS" --prompts "$n"
+			--sessions "$SESSIONS" --turns "$TURNS"
+			--hbm-prefixes "$HBM" --tps "$TPS" --seed "$rep")
+
+		log "rep $rep/$REPS $w: tidepool"
+		start_memd
+		"$KVBENCH" --tier tidepool --addr "$ADDR" "${args[@]}" | tee -a "$RAW"
+		stop_memd
+
+		log "rep $rep/$REPS $w: redis"
+		redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
+			--appendonly no --maxmemory "$redis_cap" \
+			--maxmemory-policy allkeys-lru --loglevel warning \
+			>>"$OUT_DIR/redis.log" 2>&1 &
+		REDIS_PID=$!
+		for _ in $(seq 100); do
+			redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
+			sleep 0.1
+		done
+		"$KVBENCH" --tier redis --redis "127.0.0.1:$REDIS_PORT" "${args[@]}" |
+			tee -a "$RAW"
+		kill "$REDIS_PID"
+		wait "$REDIS_PID" 2>/dev/null || true
+		REDIS_PID=
+
+		log "rep $rep/$REPS $w: none"
+		"$KVBENCH" --tier none "${args[@]}" | tee -a "$RAW"
+	done
+done
+echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" >>"$RAW"
+summarize "$RAW" | tee "$OUT_DIR/summary.txt"

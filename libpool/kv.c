@@ -1,0 +1,1683 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libpool/kv.c - the KV tier's client (tidepool/kv.h, docs/kv.md).
+ *
+ * DESIGN
+ * A KV handle (struct pool_kv) sits on a pool session and talks to each
+ * key's home donor over the session's link to it (pool.c opens and keeps
+ * links; this file only asks for them: pool_link_get, _call, _post,
+ * _wait). The homes: a standalone session has one, its memd; a cluster
+ * session knows the donors that are up (DONORS at the registry, kept in
+ * a refcounted, immutable table that is fetched again every refresh_ms,
+ * and soon after a link to a donor fails) and picks for each key the
+ * donor with the highest score XXH3-64(key, seed = XXH3-64(name)):
+ * rendezvous hashing, so a key's home moves only when its donor leaves
+ * or a donor with a higher score joins. A donor whose link failed is not
+ * tried again for KV_RETRY_MS: its keys are misses (get) or -ENOTCONN
+ * (put) at once.
+ *
+ * One operation (struct pool_kv_op, a batch of keys of one kind) runs
+ * in one thread: the caller's for the synchronous calls, a "pool-kv"
+ * worker's for the asynchronous ones. It groups the keys by home and
+ * cuts each group into wire batches of at most WIRE_KV_BATCH keys:
+ *
+ *   put     XXH3-64 of each value; per batch KV_RESERVE, then the RMA
+ *           writes of every chunk (a 64-byte header from the batch's
+ *           header buffer, the payload straight from the caller's value,
+ *           in pieces of at most the session's xfer size), all posted
+ *           before the next batch's reserve; then wait for everything and
+ *           KV_COMMIT, per batch, the keys whose writes all succeeded.
+ *   get     per batch KV_LOOKUP (read leases), then the RMA reads of
+ *           every chunk's header into the batch's header buffer and of
+ *           its payload straight into the caller's buffer, posted before
+ *           the next batch's lookup; then wait, verify every header
+ *           (magic, tenant, key, generation, length, chunk, nchunks,
+ *           checksum), XXH3-64 of the value and the lease's deadline, and
+ *           KV_DONE per batch. Anything wrong is a miss.
+ *   exists  KV_EXISTS per batch, in key order within a home; the answer
+ *           is the smallest index of a key some home said is missing.
+ *   delete, pin, unpin: one request per batch, the statuses as memd
+ *           gives them.
+ *
+ * A reply's location list is bounded (WIRE_KV_MAX_LOCS); keys that did
+ * not fit (-ENOBUFS) go into the next batch. Posted fab_ops live in their
+ * batch until the whole op has waited for them; a transfer that times out
+ * fails its link (pool.c closes the endpoint, which completes it), so no
+ * buffer is touched after the operation returns.
+ *
+ * Threads: any number of callers; kv->lock guards the donor table
+ * pointer and the op list; kv->qlock the work queue and completions;
+ * refresh_lock makes one thread at a time fetch DONORS. Links are found
+ * through the table's atomic link pointers (a link lives until
+ * pool_close, so a stale pointer is never dangling: at worst lost).
+ */
+#include "tidepool/kv.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+#include <xxhash.h>
+
+#include "fabric/fab.h"
+#include "fabric/wire.h"
+#include "libpool/internal.h"
+#include "libpool/log.h"
+
+#define KV_OPEN 0x6b76706fu   /* "opvk" */
+#define KV_CLOSED 0x6b766364u /* "dcvk" */
+#define KV_DEFAULT_THREADS 2
+#define KV_MAX_THREADS 64
+#define KV_DEFAULT_REFRESH_MS 5000
+#define KV_DEFAULT_LEASE_MS 2000
+#define KV_RETRY_MS 1000 /* no new link to a failed donor before this */
+#define KV_HDR WIRE_KV_HEADER_LEN
+
+static const char kv_salt_tag[] = "tidepool kv salt v1";
+
+enum kv_kind { KV_PUT, KV_GET, KV_EXISTS, KV_DELETE, KV_PIN, KV_UNPIN };
+
+struct kv_donor {
+	uint32_t id;
+	uint64_t epoch;
+	uint64_t seed; /* XXH3-64 of name: the rendezvous seed */
+	char name[WIRE_NAME_MAX];
+	char addr[WIRE_HOSTPORT_MAX];
+	struct plink *link; /* atomic; NULL: none yet, or lost */
+	uint64_t retry_ms;  /* atomic: no new link before (monotonic) */
+};
+
+/* Immutable but for each donor's link and retry_ms; refs under kv->lock. */
+struct kv_donors {
+	unsigned refs;
+	uint32_t n;
+	struct kv_donor d[];
+};
+
+struct pool_kv_op {
+	struct pool_kv *kv;
+	enum kv_kind kind;
+	size_t n;
+	const struct pool_kv_key *keys;
+	const void *const *values; /* put */
+	const size_t *lens;	   /* put */
+	void *const *bufs;	   /* get */
+	const size_t *caps;	   /* get */
+	size_t *out_lens;	   /* get */
+	int *status;		   /* may be NULL but for get */
+	ssize_t result;
+	bool done; /* under kv->qlock */
+	struct pool_kv_op *qnext;
+	struct pool_kv_op *prev, *next; /* kv->ops, under kv->lock */
+};
+
+struct pool_kv {
+	struct pool_attached att; /* on the session: pool_close frees us */
+	uint32_t magic;		  /* atomic: KV_OPEN or KV_CLOSED */
+	struct pool *p;
+	bool cluster;
+	unsigned refresh_ms, lease_ms;
+
+	pthread_mutex_t lock;
+	struct kv_donors *donors;
+	struct pool_kv_op *ops; /* every async op not yet waited for */
+	pthread_mutex_t refresh_lock;
+	uint64_t refresh_at_ms; /* atomic */
+
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;	 /* work queued, or stop */
+	pthread_cond_t donecond; /* an op completed */
+	struct pool_kv_op *qhead, *qtail;
+	bool stop;
+	int efd;
+	unsigned nthreads;
+	pthread_t *threads;
+
+	/* atomics */
+	uint64_t st_puts, st_put_bytes, st_gets, st_hits, st_get_bytes;
+	uint64_t st_bad, st_refresh;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void count(uint64_t *c, uint64_t v)
+{
+	__atomic_add_fetch(c, v, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------ */
+/* keys                                                                 */
+
+static void le32_put(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Hashes n tokens, little-endian u32 each, into st. */
+static void hash_tokens(crypto_generichash_state *st, const uint32_t *tok,
+			size_t n)
+{
+	uint8_t buf[1024];
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		le32_put(buf + k, tok[i]);
+		k += 4;
+		if (k == sizeof(buf)) {
+			crypto_generichash_update(st, buf, k);
+			k = 0;
+		}
+	}
+	if (k)
+		crypto_generichash_update(st, buf, k);
+}
+
+ssize_t pool_kv_prefix_keys(const char *tenant, const char *model,
+			    const uint32_t *tokens, size_t ntokens,
+			    size_t chunk_tokens, struct pool_kv_key *keys,
+			    size_t max)
+{
+	uint8_t prev[POOL_KV_KEY_BYTES], len[4];
+	crypto_generichash_state st;
+	size_t nchunks, i;
+
+	if (!chunk_tokens)
+		chunk_tokens = POOL_KV_CHUNK_TOKENS;
+	nchunks = ntokens / chunk_tokens;
+	if (nchunks > max)
+		nchunks = max;
+	if (!nchunks)
+		return 0;
+	if (!tenant || !model || !tokens || !keys)
+		return -EINVAL;
+	if (sodium_init() < 0)
+		return -ENOMEM;
+	crypto_generichash_init(&st, NULL, 0, sizeof(prev));
+	crypto_generichash_update(&st, (const uint8_t *)kv_salt_tag,
+				  sizeof(kv_salt_tag) - 1);
+	le32_put(len, (uint32_t)strlen(tenant));
+	crypto_generichash_update(&st, len, 4);
+	crypto_generichash_update(&st, (const uint8_t *)tenant, strlen(tenant));
+	le32_put(len, (uint32_t)strlen(model));
+	crypto_generichash_update(&st, len, 4);
+	crypto_generichash_update(&st, (const uint8_t *)model, strlen(model));
+	crypto_generichash_final(&st, prev, sizeof(prev));
+	for (i = 0; i < nchunks; i++) {
+		crypto_generichash_init(&st, NULL, 0, sizeof(prev));
+		crypto_generichash_update(&st, prev, sizeof(prev));
+		hash_tokens(&st, tokens + i * chunk_tokens, chunk_tokens);
+		crypto_generichash_final(&st, keys[i].b, POOL_KV_KEY_BYTES);
+		memcpy(prev, keys[i].b, sizeof(prev));
+	}
+	return (ssize_t)nchunks;
+}
+
+/* ------------------------------------------------------------------ */
+/* homes                                                                */
+
+static uint64_t home_score(const struct kv_donor *d, const uint8_t *key)
+{
+	return XXH3_64bits_withSeed(key, POOL_KV_KEY_BYTES, d->seed);
+}
+
+/* Index of key's home in t: the highest score, ties to the greater name
+ * (names are distinct). */
+static uint32_t home_of(const struct kv_donors *t, const uint8_t *key)
+{
+	uint32_t best = 0;
+	uint64_t bs = 0;
+
+	if (t->n < 2)
+		return 0;
+	for (uint32_t i = 0; i < t->n; i++) {
+		uint64_t s = home_score(&t->d[i], key);
+
+		if (i == 0 || s > bs ||
+		    (s == bs && strcmp(t->d[i].name, t->d[best].name) > 0)) {
+			best = i;
+			bs = s;
+		}
+	}
+	return best;
+}
+
+static void donors_put_locked(struct kv_donors *t)
+{
+	if (t && --t->refs == 0)
+		free(t);
+}
+
+static void donors_put(struct pool_kv *kv, struct kv_donors *t)
+{
+	pthread_mutex_lock(&kv->lock);
+	donors_put_locked(t);
+	pthread_mutex_unlock(&kv->lock);
+}
+
+/* Fetches DONORS and installs a new table, keeping the links of donor
+ * incarnations that stay. */
+static int donors_refresh(struct pool_kv *kv)
+{
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	const struct wire_donors_ok *ok;
+	struct kv_donors *t = NULL, *old;
+	int r;
+
+	if (!rep)
+		return -ENOMEM;
+	r = pool_donors(kv->p, rep);
+	if (r)
+		goto out;
+	ok = &rep->u.donors_ok;
+	t = calloc(1, sizeof(*t) + ok->count * sizeof(t->d[0]));
+	if (!t) {
+		r = -ENOMEM;
+		goto out;
+	}
+	t->refs = 1;
+	t->n = ok->count;
+	for (uint32_t i = 0; i < t->n; i++) {
+		struct kv_donor *d = &t->d[i];
+
+		d->id = ok->donor[i].donor_id;
+		d->epoch = ok->donor[i].epoch;
+		memcpy(d->name, ok->donor[i].name, sizeof(d->name));
+		memcpy(d->addr, ok->donor[i].addr, sizeof(d->addr));
+		d->name[sizeof(d->name) - 1] = '\0';
+		d->addr[sizeof(d->addr) - 1] = '\0';
+		d->seed = XXH3_64bits(d->name, strlen(d->name));
+	}
+	pthread_mutex_lock(&kv->lock);
+	old = kv->donors;
+	for (uint32_t i = 0; old && i < t->n; i++)
+		for (uint32_t j = 0; j < old->n; j++)
+			if (old->d[j].id == t->d[i].id &&
+			    old->d[j].epoch == t->d[i].epoch) {
+				t->d[i].link = __atomic_load_n(
+					&old->d[j].link, __ATOMIC_ACQUIRE);
+				t->d[i].retry_ms = __atomic_load_n(
+					&old->d[j].retry_ms, __ATOMIC_RELAXED);
+			}
+	kv->donors = t;
+	donors_put_locked(old);
+	pthread_mutex_unlock(&kv->lock);
+	count(&kv->st_refresh, 1);
+	pool_log(LOG_DEBUG, "kv: %u donors up", t->n);
+out:
+	free(rep);
+	return r;
+}
+
+/* The current table, with a reference; fetched again first when due. */
+static struct kv_donors *donors_get(struct pool_kv *kv)
+{
+	struct kv_donors *t;
+
+	if (kv->cluster &&
+	    now_ms() >= __atomic_load_n(&kv->refresh_at_ms, __ATOMIC_RELAXED) &&
+	    !pthread_mutex_trylock(&kv->refresh_lock)) {
+		uint64_t now = now_ms();
+
+		if (now >=
+		    __atomic_load_n(&kv->refresh_at_ms, __ATOMIC_RELAXED)) {
+			int r = donors_refresh(kv);
+			uint64_t wait = r && kv->refresh_ms > KV_RETRY_MS
+						? KV_RETRY_MS
+						: kv->refresh_ms;
+
+			__atomic_store_n(&kv->refresh_at_ms, now_ms() + wait,
+					 __ATOMIC_RELAXED);
+		}
+		pthread_mutex_unlock(&kv->refresh_lock);
+	}
+	pthread_mutex_lock(&kv->lock);
+	t = kv->donors;
+	if (t)
+		t->refs++;
+	pthread_mutex_unlock(&kv->lock);
+	return t;
+}
+
+/* A donor's link failed: fetch the donor list again soon. */
+static void donor_failed(struct pool_kv *kv, struct kv_donor *d)
+{
+	uint64_t now = now_ms();
+
+	__atomic_store_n(&d->retry_ms, now + KV_RETRY_MS, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->link, NULL, __ATOMIC_RELEASE);
+	if (kv->cluster)
+		__atomic_store_n(&kv->refresh_at_ms, now, __ATOMIC_RELAXED);
+}
+
+/* The link to donor d, opened on first use. 0 or -ENOTCONN. */
+static int donor_link(struct pool_kv *kv, struct kv_donor *d,
+		      struct plink **out)
+{
+	struct plink *lk = __atomic_load_n(&d->link, __ATOMIC_ACQUIRE);
+	int r;
+
+	if (lk && !pool_link_is_lost(lk)) {
+		*out = lk;
+		return 0;
+	}
+	if (lk)
+		donor_failed(kv, d);
+	if (now_ms() < __atomic_load_n(&d->retry_ms, __ATOMIC_RELAXED))
+		return -ENOTCONN;
+	r = pool_link_get(kv->p, d->id, d->epoch, d->addr, &lk);
+	if (r) {
+		pool_log(LOG_WARNING, "kv: donor=%s addr=%s unreachable err=%s",
+			 d->name, d->addr, strerror(-r));
+		donor_failed(kv, d);
+		return -ENOTCONN;
+	}
+	__atomic_store_n(&d->link, lk, __ATOMIC_RELEASE);
+	*out = lk;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* batches                                                              */
+
+/* One wire batch on one link, and what it posted. */
+struct kv_batch {
+	struct kv_batch *next;
+	struct plink *lk;
+	struct kv_donor *donor;
+	uint32_t nkeys;
+	uint32_t key[WIRE_KV_BATCH]; /* indices into the op's keys */
+	int st[WIRE_KV_BATCH];	     /* 0 while fine so far */
+	uint64_t gen[WIRE_KV_BATCH];
+	uint64_t csum[WIRE_KV_BATCH];
+	uint64_t vlen[WIRE_KV_BATCH];
+	uint32_t nch[WIRE_KV_BATCH];
+	bool leased[WIRE_KV_BATCH];	      /* get: DONE owed */
+	uint32_t op_first[WIRE_KV_BATCH + 1]; /* ops[] range of each key */
+	uint32_t nposted[WIRE_KV_BATCH];      /* of that range, posted */
+	uint32_t hdr_first[WIRE_KV_BATCH];
+	uint64_t t0_ms; /* get: when the lookup was sent */
+	struct fab_op *ops;
+	uint8_t *hdr; /* 64 bytes per chunk */
+	struct fab_mr *hdr_mr;
+	struct fab_mr *val_mr[WIRE_KV_BATCH];
+};
+
+static void batch_free(struct kv_batch *b)
+{
+	if (!b)
+		return;
+	fab_mr_close(b->hdr_mr);
+	for (uint32_t i = 0; i < b->nkeys; i++)
+		fab_mr_close(b->val_mr[i]);
+	free(b->ops);
+	free(b->hdr);
+	free(b);
+}
+
+/* Per-run state of one op. */
+struct kv_run {
+	struct pool_kv *kv;
+	struct pool_kv_op *op;
+	struct kv_donors *t;
+	int *status;	  /* op->status or our own */
+	uint32_t *home;	  /* per key, index into t (UINT32_MAX: none) */
+	uint32_t *order;  /* keys sorted by home, stable */
+	uint32_t *gstart; /* t->n + 1 group bounds in order[] */
+	struct wire_msg *req, *rep;
+	uint64_t payload; /* P: value bytes per chunk */
+	size_t xfer;
+	int timeout_ms;
+	struct kv_batch *batches, **tail;
+};
+
+/* Groups the op's keys by home. */
+static int run_group(struct kv_run *r)
+{
+	size_t n = r->op->n;
+	uint32_t nd = r->t ? r->t->n : 0;
+
+	r->home = malloc(n * sizeof(*r->home));
+	r->order = malloc(n * sizeof(*r->order));
+	r->gstart = calloc((size_t)nd + 2, sizeof(*r->gstart));
+	if (!r->home || !r->order || !r->gstart)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		r->home[i] = nd ? home_of(r->t, r->op->keys[i].b) : UINT32_MAX;
+		if (nd)
+			r->gstart[r->home[i] + 1]++;
+	}
+	for (uint32_t h = 0; h < nd; h++)
+		r->gstart[h + 1] += r->gstart[h];
+	{
+		uint32_t *at = calloc((size_t)nd + 1, sizeof(*at));
+
+		if (!at)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			if (nd)
+				r->order[r->gstart[r->home[i]] +
+					 at[r->home[i]]++] = (uint32_t)i;
+		free(at);
+	}
+	return 0;
+}
+
+/* Fills the request's items with the batch's keys. */
+static void req_keys(struct kv_run *r, uint8_t type, uint32_t flags,
+		     const uint32_t *idx, uint32_t n)
+{
+	struct wire_msg *q = r->req;
+
+	q->type = type;
+	q->flags = 0;
+	q->u.kv.flags = flags;
+	q->u.kv.count = (uint16_t)n;
+	q->u.kv.nlocs = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		memset(&q->u.kv.item[i], 0, sizeof(q->u.kv.item[i]));
+		memcpy(q->u.kv.item[i].key, r->op->keys[idx[i]].b,
+		       WIRE_KV_KEY_LEN);
+	}
+}
+
+/* The call; a reply with the wrong item count is -EPROTO. */
+static int kv_call(struct kv_run *r, struct kv_batch *b, uint8_t type)
+{
+	int rc = pool_link_call(b->lk, r->req, r->rep, type | 0x80, NULL, 0);
+
+	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
+		donor_failed(r->kv, b->donor);
+	if (!rc && type != WIRE_KV_EXISTS && r->rep->u.kv.count != b->nkeys)
+		rc = -EPROTO;
+	return rc;
+}
+
+/* Location range of reply item it, checked. */
+static const struct wire_kv_loc *item_locs(const struct wire_msg *rep,
+					   const struct wire_kv_item *it,
+					   uint32_t want)
+{
+	if (it->nchunks != want || it->first_loc > rep->u.kv.nlocs ||
+	    it->nchunks > rep->u.kv.nlocs - it->first_loc)
+		return NULL;
+	return &rep->u.kv.loc[it->first_loc];
+}
+
+static uint32_t chunks_of(const struct kv_run *r, uint64_t len)
+{
+	return len <= r->payload
+		       ? 1
+		       : (uint32_t)((len + r->payload - 1) / r->payload);
+}
+
+static uint32_t pieces_of(const struct kv_run *r, uint64_t part)
+{
+	return 1 + (uint32_t)((part + r->xfer - 1) / r->xfer);
+}
+
+static uint64_t part_of(const struct kv_run *r, uint64_t len, uint32_t c)
+{
+	uint64_t off = (uint64_t)c * r->payload;
+
+	return len - off < r->payload ? len - off : r->payload;
+}
+
+/*
+ * Posts the header and payload transfers of key j of b (reserve or
+ * lookup reply item it with locations loc). write: put, from the value;
+ * else get, into the caller's buffer. Sets b->st[j] on failure.
+ */
+static void post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
+		     const struct wire_kv_loc *loc, bool write)
+{
+	uint32_t k = b->key[j], nch = b->nch[j];
+	struct fab_op *ops = b->ops + b->op_first[j];
+	uint8_t *val = write ? (uint8_t *)r->op->values[k] : r->op->bufs[k];
+	uint64_t len = b->vlen[j];
+	void *hdesc = b->hdr_mr ? fab_mr_desc(b->hdr_mr) : NULL, *vdesc = NULL;
+	int rc;
+
+	rc = pool_link_mr(b->lk, val, len, &b->val_mr[j]);
+	if (rc)
+		goto fail;
+	vdesc = b->val_mr[j] ? fab_mr_desc(b->val_mr[j]) : NULL;
+	for (uint32_t c = 0; c < nch; c++) {
+		uint64_t part = part_of(r, len, c), off = c * r->payload;
+		uint8_t *h = b->hdr + (size_t)(b->hdr_first[j] + c) * KV_HDR;
+
+		if (loc[c].block_bytes < KV_HDR + part ||
+		    loc[c].endpoint >= pool_link_nendpoints(b->lk)) {
+			rc = -EPROTO;
+			goto fail;
+		}
+		if (write) {
+			struct wire_kv_header hd = {
+				.magic = WIRE_KV_MAGIC,
+				.tenant_id = pool_link_tenant_id(b->lk),
+				.generation = b->gen[j],
+				.value_len = (uint32_t)len,
+				.chunk = (uint16_t)c,
+				.nchunks = (uint16_t)nch,
+				.checksum = b->csum[j],
+			};
+
+			memcpy(hd.key, r->op->keys[k].b, WIRE_KV_KEY_LEN);
+			wire_kv_header_encode(&hd, h);
+		}
+		rc = pool_link_post(b->lk, write, h, KV_HDR, hdesc,
+				    loc[c].endpoint, loc[c].raddr, loc[c].rkey,
+				    &ops[b->nposted[j]]);
+		if (rc)
+			goto fail;
+		b->nposted[j]++;
+		for (uint64_t done = 0; done < part;) {
+			uint64_t n =
+				part - done < r->xfer ? part - done : r->xfer;
+
+			rc = pool_link_post(b->lk, write, val + off + done, n,
+					    vdesc, loc[c].endpoint,
+					    loc[c].raddr + KV_HDR + done,
+					    loc[c].rkey, &ops[b->nposted[j]]);
+			if (rc)
+				goto fail;
+			b->nposted[j]++;
+			done += n;
+		}
+	}
+	return;
+fail:
+	b->st[j] = rc == -EPROTO ? -EPROTO : -ENOTCONN;
+	if (rc == -ENOTCONN)
+		donor_failed(r->kv, b->donor);
+}
+
+/*
+ * After a reserve or lookup reply: sizes b's transfer arrays for the
+ * keys whose item status is 0 and that pass the checks (set by the
+ * caller in b->nch / b->vlen; b->st[j] != 0 skips a key).
+ */
+static int batch_alloc(struct kv_run *r, struct kv_batch *b)
+{
+	uint32_t nops = 0, nhdr = 0;
+
+	for (uint32_t j = 0; j < b->nkeys; j++) {
+		b->op_first[j] = nops;
+		b->hdr_first[j] = nhdr;
+		if (b->st[j])
+			continue;
+		for (uint32_t c = 0; c < b->nch[j]; c++)
+			nops += pieces_of(r, part_of(r, b->vlen[j], c));
+		nhdr += b->nch[j];
+	}
+	b->op_first[b->nkeys] = nops;
+	if (!nops)
+		return 0;
+	b->ops = calloc(nops, sizeof(*b->ops));
+	b->hdr = aligned_alloc(64, (size_t)nhdr * KV_HDR);
+	if (!b->ops || !b->hdr)
+		return -ENOMEM;
+	return pool_link_mr(b->lk, b->hdr, (size_t)nhdr * KV_HDR, &b->hdr_mr);
+}
+
+/* Waits for every transfer b posted; a failed transfer fails its key. */
+static void batch_wait(struct kv_run *r, struct kv_batch *b)
+{
+	uint64_t deadline = now_ms() + (uint64_t)r->timeout_ms;
+
+	for (uint32_t j = 0; j < b->nkeys; j++) {
+		for (uint32_t i = b->op_first[j];
+		     i < b->op_first[j] + b->nposted[j]; i++) {
+			uint64_t now = now_ms();
+			int s = pool_link_wait(
+				b->lk, &b->ops[i],
+				now >= deadline ? 0 : (int)(deadline - now));
+
+			if (s && !b->st[j])
+				b->st[j] = s == -EIO ? -EIO : -ENOTCONN;
+		}
+		/* posts that never happened (a post failed midway) */
+		if (!b->st[j] &&
+		    b->op_first[j + 1] - b->op_first[j] > b->nposted[j])
+			b->st[j] = -ENOTCONN;
+	}
+	if (pool_link_is_lost(b->lk))
+		donor_failed(r->kv, b->donor);
+}
+
+static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
+				  struct plink *lk)
+{
+	struct kv_batch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->lk = lk;
+	b->donor = d;
+	*r->tail = b;
+	r->tail = &b->next;
+	return b;
+}
+
+/* ------------------------------------------------------------------ */
+/* put                                                                  */
+
+/* Reserves and posts one batch of group keys g[0 .. n); keys that did
+ * not fit the reply go back to *retry. */
+static int put_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
+		     const uint32_t *g, uint32_t n, uint32_t *retry,
+		     uint32_t *nretry)
+{
+	struct kv_batch *b = batch_new(r, d, lk);
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	b->nkeys = n;
+	memcpy(b->key, g, n * sizeof(*g));
+	req_keys(r, WIRE_KV_RESERVE, 0, g, n);
+	for (uint32_t j = 0; j < n; j++) {
+		b->vlen[j] = r->op->lens[g[j]];
+		b->csum[j] = XXH3_64bits(r->op->values[g[j]], b->vlen[j]);
+		r->req->u.kv.item[j].value_len = b->vlen[j];
+	}
+	rc = kv_call(r, b, WIRE_KV_RESERVE);
+	for (uint32_t j = 0; j < n; j++) {
+		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
+
+		b->st[j] = rc ? rc : it->status;
+		if (!rc && it->status == -ENOBUFS && j > 0) {
+			retry[(*nretry)++] = g[j];
+			b->st[j] = 1; /* not this batch's */
+			continue;
+		}
+		if (b->st[j] == -ENOBUFS)
+			b->st[j] = -EMSGSIZE; /* alone, still too many */
+		if (b->st[j])
+			continue;
+		b->gen[j] = it->generation;
+		b->nch[j] = chunks_of(r, b->vlen[j]);
+		if (!item_locs(r->rep, it, b->nch[j]))
+			b->st[j] = -EPROTO;
+	}
+	if (rc)
+		return 0;
+	rc = batch_alloc(r, b);
+	if (rc)
+		return rc;
+	for (uint32_t j = 0; j < n; j++) {
+		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
+
+		if (!b->st[j])
+			post_key(r, b, j, &r->rep->u.kv.loc[it->first_loc],
+				 true);
+	}
+	return 0;
+}
+
+/* Commits the keys of b whose writes all succeeded. */
+static void put_commit(struct kv_run *r, struct kv_batch *b)
+{
+	uint32_t idx[WIRE_KV_BATCH], pos[WIRE_KV_BATCH], m = 0;
+	int rc;
+
+	for (uint32_t j = 0; j < b->nkeys; j++)
+		if (!b->st[j]) {
+			idx[m] = b->key[j];
+			pos[m++] = j;
+		}
+	if (!m)
+		return;
+	req_keys(r, WIRE_KV_COMMIT, 0, idx, m);
+	for (uint32_t i = 0; i < m; i++) {
+		r->req->u.kv.item[i].generation = b->gen[pos[i]];
+		r->req->u.kv.item[i].checksum = b->csum[pos[i]];
+	}
+	rc = pool_link_call(b->lk, r->req, r->rep, WIRE_KV_COMMIT_OK, NULL, 0);
+	if (!rc && r->rep->u.kv.count != m)
+		rc = -EPROTO;
+	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
+		donor_failed(r->kv, b->donor);
+	for (uint32_t i = 0; i < m; i++) {
+		int s = rc ? rc : r->rep->u.kv.item[i].status;
+
+		if (s == -EALREADY)
+			s = 0; /* committed already: stored */
+		else if (s == -ENOENT)
+			s = -ETIMEDOUT; /* the reservation was dropped */
+		b->st[pos[i]] = s;
+	}
+}
+
+/* What a put of key k cannot store whatever the donor says. */
+static int put_check(const struct pool_kv_op *op, uint32_t k)
+{
+	if (!op->values[k] || !op->lens[k])
+		return -EINVAL;
+	if (op->lens[k] > POOL_KV_VALUE_MAX)
+		return -EMSGSIZE;
+	return 0;
+}
+
+static ssize_t run_put(struct kv_run *r)
+{
+	uint32_t *retry = NULL;
+	ssize_t stored = 0;
+	int rc = 0;
+
+	retry = malloc(WIRE_KV_BATCH * sizeof(*retry));
+	if (!retry)
+		return -ENOMEM;
+	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
+		struct kv_donor *d = &r->t->d[h];
+		uint32_t *g = r->order + r->gstart[h];
+		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
+		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
+		struct plink *lk;
+
+		if (!gn)
+			continue;
+		if (donor_link(r->kv, d, &lk)) {
+			for (uint32_t i = 0; i < gn; i++) {
+				int bad = put_check(r->op, g[i]);
+
+				r->status[g[i]] = bad ? bad : -ENOTCONN;
+			}
+			continue;
+		}
+		while ((at < gn || ncarry) && !rc) {
+			uint32_t batch[WIRE_KV_BATCH], n = 0, nretry = 0;
+
+			/* keys that did not fit come first */
+			memcpy(batch, carry, ncarry * sizeof(*carry));
+			n = ncarry;
+			while (n < WIRE_KV_BATCH && at < gn) {
+				uint32_t k = g[at++];
+
+				r->status[k] = put_check(r->op, k);
+				if (!r->status[k])
+					batch[n++] = k;
+			}
+			if (!n)
+				break;
+			rc = put_batch(r, d, lk, batch, n, retry, &nretry);
+			memcpy(carry, retry, nretry * sizeof(*retry));
+			ncarry = nretry;
+		}
+	}
+	free(retry);
+	for (struct kv_batch *b = r->batches; b; b = b->next)
+		batch_wait(r, b);
+	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		put_commit(r, b);
+		for (uint32_t j = 0; j < b->nkeys; j++) {
+			uint32_t k = b->key[j];
+
+			if (b->st[j] == 1)
+				continue; /* retried in a later batch */
+			r->status[k] = b->st[j];
+			if (!b->st[j] || b->st[j] == -EEXIST) {
+				stored++;
+				if (!b->st[j]) {
+					count(&r->kv->st_puts, 1);
+					count(&r->kv->st_put_bytes,
+					      r->op->lens[k]);
+				}
+			}
+		}
+	}
+	return rc ? rc : stored;
+}
+
+/* ------------------------------------------------------------------ */
+/* get                                                                  */
+
+static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
+		     const uint32_t *g, uint32_t n, uint32_t *retry,
+		     uint32_t *nretry)
+{
+	struct kv_batch *b = batch_new(r, d, lk);
+	int rc;
+
+	if (!b)
+		return -ENOMEM;
+	b->nkeys = n;
+	memcpy(b->key, g, n * sizeof(*g));
+	req_keys(r, WIRE_KV_LOOKUP, 0, g, n);
+	b->t0_ms = now_ms();
+	rc = kv_call(r, b, WIRE_KV_LOOKUP);
+	for (uint32_t j = 0; j < n; j++) {
+		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
+		uint32_t k = g[j];
+
+		b->st[j] = rc ? -ENOENT : it->status;
+		if (rc)
+			continue;
+		if (it->status == -ENOBUFS && j > 0) {
+			retry[(*nretry)++] = k;
+			b->st[j] = 1;
+			continue;
+		}
+		if (it->status) {
+			b->st[j] = -ENOENT;
+			continue;
+		}
+		b->leased[j] = true;
+		b->gen[j] = it->generation;
+		b->csum[j] = it->checksum;
+		b->vlen[j] = it->value_len;
+		r->op->out_lens[k] = it->value_len;
+		if (!it->value_len || it->value_len > UINT32_MAX) {
+			b->st[j] = -ENOENT;
+			count(&r->kv->st_bad, 1);
+			continue;
+		}
+		if (it->value_len > r->op->caps[k]) {
+			b->st[j] = -ENOBUFS;
+			continue;
+		}
+		b->nch[j] = chunks_of(r, b->vlen[j]);
+		if (!item_locs(r->rep, it, b->nch[j])) {
+			b->st[j] = -ENOENT;
+			count(&r->kv->st_bad, 1);
+		}
+	}
+	if (rc)
+		return 0;
+	rc = batch_alloc(r, b);
+	if (rc)
+		return rc;
+	for (uint32_t j = 0; j < n; j++) {
+		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
+
+		if (!b->st[j])
+			post_key(r, b, j, &r->rep->u.kv.loc[it->first_loc],
+				 false);
+	}
+	return 0;
+}
+
+/* Checks key j of b after its reads: every header, the checksum, the
+ * lease. */
+static int get_verify(struct kv_run *r, struct kv_batch *b, uint32_t j,
+		      uint64_t done_ms)
+{
+	uint32_t k = b->key[j];
+
+	if (done_ms > b->t0_ms + r->kv->lease_ms)
+		return -ENOENT; /* read outlived the lease: space may be reused */
+	for (uint32_t c = 0; c < b->nch[j]; c++) {
+		struct wire_kv_header h;
+
+		wire_kv_header_decode(
+			b->hdr + (size_t)(b->hdr_first[j] + c) * KV_HDR, &h);
+		if (h.magic != WIRE_KV_MAGIC ||
+		    h.tenant_id != pool_link_tenant_id(b->lk) ||
+		    memcmp(h.key, r->op->keys[k].b, WIRE_KV_KEY_LEN) ||
+		    h.generation != b->gen[j] || h.value_len != b->vlen[j] ||
+		    h.chunk != c || h.nchunks != b->nch[j] ||
+		    h.checksum != b->csum[j])
+			return -EBADMSG;
+	}
+	if (XXH3_64bits(r->op->bufs[k], b->vlen[j]) != b->csum[j])
+		return -EBADMSG;
+	return 0;
+}
+
+/* Ends b's read leases. */
+static void get_done(struct kv_run *r, struct kv_batch *b)
+{
+	uint32_t idx[WIRE_KV_BATCH], pos[WIRE_KV_BATCH], m = 0;
+
+	for (uint32_t j = 0; j < b->nkeys; j++)
+		if (b->leased[j]) {
+			idx[m] = b->key[j];
+			pos[m++] = j;
+		}
+	if (!m || pool_link_is_lost(b->lk))
+		return;
+	req_keys(r, WIRE_KV_DONE, 0, idx, m);
+	for (uint32_t i = 0; i < m; i++)
+		r->req->u.kv.item[i].generation = b->gen[pos[i]];
+	/* The leases lapse anyway: the statuses do not matter. */
+	if (pool_link_call(b->lk, r->req, r->rep, WIRE_KV_DONE_OK, NULL, 0) ==
+	    -ENOTCONN)
+		donor_failed(r->kv, b->donor);
+}
+
+static ssize_t run_get(struct kv_run *r)
+{
+	uint32_t retry[WIRE_KV_BATCH];
+	ssize_t hits = 0;
+	int rc = 0;
+
+	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
+		struct kv_donor *d = &r->t->d[h];
+		uint32_t *g = r->order + r->gstart[h];
+		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
+		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
+		struct plink *lk;
+
+		if (!gn)
+			continue;
+		if (donor_link(r->kv, d, &lk)) {
+			for (uint32_t i = 0; i < gn; i++)
+				r->status[g[i]] = -ENOENT; /* loss: a miss */
+			continue;
+		}
+		while ((at < gn || ncarry) && !rc) {
+			uint32_t batch[WIRE_KV_BATCH], n, nretry = 0;
+
+			memcpy(batch, carry, ncarry * sizeof(*carry));
+			n = ncarry;
+			while (n < WIRE_KV_BATCH && at < gn)
+				batch[n++] = g[at++];
+			rc = get_batch(r, d, lk, batch, n, retry, &nretry);
+			memcpy(carry, retry, nretry * sizeof(*retry));
+			ncarry = nretry;
+		}
+	}
+	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		uint64_t done_ms;
+
+		batch_wait(r, b);
+		done_ms = now_ms();
+		for (uint32_t j = 0; j < b->nkeys; j++) {
+			uint32_t k = b->key[j];
+			int s = b->st[j];
+
+			if (s == 1)
+				continue;
+			if (!s) {
+				s = get_verify(r, b, j, done_ms);
+				if (s == -EBADMSG) {
+					count(&r->kv->st_bad, 1);
+					pool_log(LOG_WARNING,
+						 "kv: a block failed its "
+						 "checks (a miss) donor=%s",
+						 b->donor->name);
+				}
+			}
+			if (s && s != -ENOBUFS)
+				s = -ENOENT; /* anything wrong: a miss */
+			r->status[k] = s;
+			if (!s) {
+				hits++;
+				count(&r->kv->st_get_bytes, b->vlen[j]);
+			}
+		}
+		get_done(r, b);
+	}
+	count(&r->kv->st_gets, r->op->n);
+	count(&r->kv->st_hits, (uint64_t)hits);
+	return rc ? rc : hits;
+}
+
+/* ------------------------------------------------------------------ */
+/* exists, delete, pin                                                  */
+
+static ssize_t run_exists(struct kv_run *r)
+{
+	size_t first_missing = r->op->n;
+
+	if (!r->t || !r->t->n)
+		return 0; /* no donor up: nothing is present */
+
+	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
+		uint32_t *g = r->order + r->gstart[h];
+		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
+		struct kv_batch b = { .donor = &r->t->d[h] };
+
+		if (!gn || g[0] >= first_missing)
+			continue;
+		if (donor_link(r->kv, b.donor, &b.lk)) {
+			first_missing = g[0];
+			continue;
+		}
+		for (uint32_t at = 0; at < gn && g[at] < first_missing;) {
+			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
+							     : WIRE_KV_BATCH;
+			uint16_t c;
+
+			b.nkeys = n;
+			req_keys(r, WIRE_KV_EXISTS, 0, g + at, n);
+			if (kv_call(r, &b, WIRE_KV_EXISTS)) {
+				first_missing = g[at];
+				break;
+			}
+			c = r->rep->u.kv.count;
+			if (c < n) {
+				if (g[at + c] < first_missing)
+					first_missing = g[at + c];
+				break;
+			}
+			at += n;
+		}
+	}
+	return (ssize_t)first_missing;
+}
+
+static ssize_t run_simple(struct kv_run *r)
+{
+	uint8_t type = r->op->kind == KV_DELETE ? WIRE_KV_DELETE : WIRE_KV_PIN;
+	uint32_t flags = r->op->kind == KV_UNPIN ? WIRE_KV_UNPIN : 0;
+	ssize_t ok = 0;
+
+	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
+		uint32_t *g = r->order + r->gstart[h];
+		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
+		struct kv_batch b = { .donor = &r->t->d[h] };
+		int lrc;
+
+		if (!gn)
+			continue;
+		lrc = donor_link(r->kv, b.donor, &b.lk);
+		for (uint32_t at = 0; at < gn;) {
+			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
+							     : WIRE_KV_BATCH;
+			int rc = lrc;
+
+			b.nkeys = n;
+			if (!rc) {
+				req_keys(r, type, flags, g + at, n);
+				rc = kv_call(r, &b, type);
+			}
+			for (uint32_t j = 0; j < n; j++) {
+				int s = rc ? rc : r->rep->u.kv.item[j].status;
+
+				r->status[g[at + j]] = s;
+				ok += !s;
+			}
+			at += n;
+		}
+	}
+	return ok;
+}
+
+/* ------------------------------------------------------------------ */
+/* running an op                                                        */
+
+static ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	struct kv_run r = { .kv = kv, .op = op };
+	ssize_t ret;
+	int *own = NULL;
+
+	r.tail = &r.batches;
+	r.status = op->status;
+	if (!r.status && op->kind != KV_EXISTS) {
+		r.status = own = malloc(op->n * sizeof(*own));
+		if (!own)
+			return -ENOMEM;
+	}
+	r.req = calloc(1, sizeof(*r.req));
+	r.rep = malloc(sizeof(*r.rep));
+	r.t = donors_get(kv);
+	r.payload = pool_slab_bytes(kv->p) - KV_HDR;
+	r.xfer = pool_xfer_bytes(kv->p);
+	r.timeout_ms = pool_timeout_ms(kv->p);
+	if (!r.req || !r.rep) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = run_group(&r);
+	if (ret)
+		goto out;
+	if (r.status)
+		for (size_t i = 0; i < op->n; i++)
+			r.status[i] = op->kind == KV_PUT   ? -ENOTCONN
+				      : op->kind == KV_GET ? -ENOENT
+							   : -ENOTCONN;
+	if (op->kind == KV_GET)
+		for (size_t i = 0; i < op->n; i++)
+			op->out_lens[i] = 0;
+	switch (op->kind) {
+	case KV_PUT:
+		ret = run_put(&r);
+		break;
+	case KV_GET:
+		ret = run_get(&r);
+		break;
+	case KV_EXISTS:
+		ret = run_exists(&r);
+		break;
+	default:
+		ret = run_simple(&r);
+		break;
+	}
+	if (ret == -ENOMEM) {
+		/* Batches already posted settle before we return. */
+		for (struct kv_batch *b = r.batches; b; b = b->next)
+			batch_wait(&r, b);
+	}
+out:
+	while (r.batches) {
+		struct kv_batch *b = r.batches;
+
+		r.batches = b->next;
+		batch_free(b);
+	}
+	if (r.t)
+		donors_put(kv, r.t);
+	free(r.home);
+	free(r.order);
+	free(r.gstart);
+	free(r.req);
+	free(r.rep);
+	free(own);
+	return ret;
+}
+
+/* ------------------------------------------------------------------ */
+/* workers                                                              */
+
+static void *kv_worker(void *arg)
+{
+	struct pool_kv *kv = arg;
+
+	pthread_setname_np(pthread_self(), "pool-kv");
+	pthread_mutex_lock(&kv->qlock);
+	for (;;) {
+		struct pool_kv_op *op = kv->qhead;
+		uint64_t one = 1;
+		ssize_t res;
+
+		if (!op) {
+			if (kv->stop)
+				break;
+			pthread_cond_wait(&kv->qcond, &kv->qlock);
+			continue;
+		}
+		kv->qhead = op->qnext;
+		if (!kv->qhead)
+			kv->qtail = NULL;
+		pthread_mutex_unlock(&kv->qlock);
+		res = kv_run_op(kv, op);
+		pthread_mutex_lock(&kv->qlock);
+		op->result = res;
+		op->done = true;
+		pthread_cond_broadcast(&kv->donecond);
+		if (write(kv->efd, &one, sizeof(one)) < 0) {
+			/* the counter is far from full: cannot happen */
+		}
+	}
+	pthread_mutex_unlock(&kv->qlock);
+	return NULL;
+}
+
+static void kv_stop_workers(struct pool_kv *kv)
+{
+	pthread_mutex_lock(&kv->qlock);
+	kv->stop = true;
+	pthread_cond_broadcast(&kv->qcond);
+	pthread_mutex_unlock(&kv->qlock);
+	for (unsigned i = 0; i < kv->nthreads; i++)
+		pthread_join(kv->threads[i], NULL);
+	kv->nthreads = 0;
+}
+
+static bool kv_is_open(const struct pool_kv *kv)
+{
+	return kv && __atomic_load_n(&kv->magic, __ATOMIC_ACQUIRE) == KV_OPEN;
+}
+
+static void kv_release(struct pool_kv *kv)
+{
+	if (!kv_is_open(kv))
+		return;
+	__atomic_store_n(&kv->magic, KV_CLOSED, __ATOMIC_RELEASE);
+	kv_stop_workers(kv);
+	free(kv->threads);
+	kv->threads = NULL;
+	while (kv->ops) {
+		struct pool_kv_op *op = kv->ops;
+
+		kv->ops = op->next;
+		free(op);
+	}
+	if (kv->efd >= 0)
+		close(kv->efd);
+	kv->efd = -1;
+	donors_put_locked(kv->donors);
+	kv->donors = NULL;
+	pthread_cond_destroy(&kv->qcond);
+	pthread_cond_destroy(&kv->donecond);
+	pthread_mutex_destroy(&kv->qlock);
+	pthread_mutex_destroy(&kv->refresh_lock);
+	pthread_mutex_destroy(&kv->lock);
+}
+
+static void kv_destroy(struct pool_attached *a)
+{
+	struct pool_kv *kv = (struct pool_kv *)a;
+
+	kv_release(kv);
+	free(kv);
+}
+
+/* ------------------------------------------------------------------ */
+/* public                                                               */
+
+int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
+		 struct pool_kv **out)
+{
+	struct pool_kv_opts o = { 0 };
+	pthread_condattr_t ca;
+	struct pool_kv *kv;
+	int r;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!p)
+		return -EINVAL;
+	if (opts)
+		o = *opts;
+	if (o.nthreads > KV_MAX_THREADS)
+		return -EINVAL;
+	if (sodium_init() < 0)
+		return -ENOMEM;
+	kv = calloc(1, sizeof(*kv));
+	if (!kv)
+		return -ENOMEM;
+	kv->p = p;
+	kv->cluster = pool_session_is_cluster(p);
+	kv->refresh_ms = o.refresh_ms ? o.refresh_ms : KV_DEFAULT_REFRESH_MS;
+	kv->lease_ms = o.lease_ms ? o.lease_ms : KV_DEFAULT_LEASE_MS;
+	kv->efd = -1;
+	kv->att.destroy = kv_destroy;
+	pthread_mutex_init(&kv->lock, NULL);
+	pthread_mutex_init(&kv->refresh_lock, NULL);
+	pthread_mutex_init(&kv->qlock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&kv->qcond, &ca);
+	pthread_cond_init(&kv->donecond, &ca);
+	pthread_condattr_destroy(&ca);
+	kv->magic = KV_OPEN;
+
+	if (kv->cluster) {
+		r = donors_refresh(kv);
+		if (r)
+			goto fail;
+		kv->refresh_at_ms = now_ms() + kv->refresh_ms;
+	} else {
+		struct plink *lk;
+
+		r = pool_link_get(p, 0, 0, NULL, &lk);
+		if (r)
+			goto fail;
+		kv->donors = calloc(1, sizeof(*kv->donors) +
+					       sizeof(kv->donors->d[0]));
+		if (!kv->donors) {
+			r = -ENOMEM;
+			goto fail;
+		}
+		kv->donors->refs = 1;
+		kv->donors->n = 1;
+		kv->donors->d[0].link = lk;
+		snprintf(kv->donors->d[0].name, sizeof(kv->donors->d[0].name),
+			 "standalone");
+		snprintf(kv->donors->d[0].addr, sizeof(kv->donors->d[0].addr),
+			 "%s", pool_link_addr(lk));
+	}
+	kv->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (kv->efd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	o.nthreads = o.nthreads ? o.nthreads : KV_DEFAULT_THREADS;
+	kv->threads = calloc(o.nthreads, sizeof(*kv->threads));
+	if (!kv->threads) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (unsigned i = 0; i < o.nthreads; i++) {
+		r = pthread_create(&kv->threads[i], NULL, kv_worker, kv);
+		if (r) {
+			r = -r;
+			goto fail;
+		}
+		kv->nthreads++;
+	}
+	pool_attach(p, &kv->att);
+	*out = kv;
+	return 0;
+fail:
+	kv_release(kv);
+	free(kv);
+	return r;
+}
+
+void pool_kv_close(struct pool_kv *kv)
+{
+	kv_release(kv);
+}
+
+int pool_kv_eventfd(struct pool_kv *kv)
+{
+	if (!kv_is_open(kv))
+		return kv ? -EBADF : -EINVAL;
+	return kv->efd;
+}
+
+/* Checks what every call needs; 0 or the call-level error. */
+static int check_call(const struct pool_kv *kv, size_t n,
+		      const struct pool_kv_key *keys)
+{
+	if (!kv)
+		return -EINVAL;
+	if (!kv_is_open(kv))
+		return -EBADF;
+	if (!keys || n == 0 || n > POOL_KV_BATCH_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+static ssize_t run_sync(struct pool_kv_op *op)
+{
+	int r = check_call(op->kv, op->n, op->keys);
+
+	if (r)
+		return r;
+	return kv_run_op(op->kv, op);
+}
+
+static int submit(const struct pool_kv_op *tmpl, struct pool_kv_op **out)
+{
+	struct pool_kv *kv = tmpl->kv;
+	struct pool_kv_op *op;
+	int r;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	r = check_call(kv, tmpl->n, tmpl->keys);
+	if (r)
+		return r;
+	op = malloc(sizeof(*op));
+	if (!op)
+		return -ENOMEM;
+	*op = *tmpl;
+	pthread_mutex_lock(&kv->lock);
+	op->prev = NULL;
+	op->next = kv->ops;
+	if (kv->ops)
+		kv->ops->prev = op;
+	kv->ops = op;
+	pthread_mutex_unlock(&kv->lock);
+	pthread_mutex_lock(&kv->qlock);
+	if (kv->qtail)
+		kv->qtail->qnext = op;
+	else
+		kv->qhead = op;
+	kv->qtail = op;
+	pthread_cond_signal(&kv->qcond);
+	pthread_mutex_unlock(&kv->qlock);
+	*out = op;
+	return 0;
+}
+
+#define PUT_OP(kv_, n_, keys_, values_, lens_, status_)                        \
+	{                                                                      \
+		.kv = (kv_), .kind = KV_PUT, .n = (n_), .keys = (keys_),       \
+		.values = (values_), .lens = (lens_), .status = (status_)      \
+	}
+#define GET_OP(kv_, n_, keys_, bufs_, caps_, lens_, status_)                   \
+	{                                                                      \
+		.kv = (kv_), .kind = KV_GET, .n = (n_), .keys = (keys_),       \
+		.bufs = (bufs_), .caps = (caps_), .out_lens = (lens_),         \
+		.status = (status_)                                            \
+	}
+#define KEY_OP(kv_, kind_, n_, keys_, status_)                                 \
+	{                                                                      \
+		.kv = (kv_), .kind = (kind_), .n = (n_), .keys = (keys_),      \
+		.status = (status_)                                            \
+	}
+
+static bool put_args_ok(const void *const *values, const size_t *lens)
+{
+	return values && lens;
+}
+
+static bool get_args_ok(void *const *bufs, const size_t *caps, size_t *lens,
+			int *status)
+{
+	return bufs && caps && lens && status;
+}
+
+ssize_t pool_kv_put(struct pool_kv *kv, size_t n,
+		    const struct pool_kv_key *keys, const void *const *values,
+		    const size_t *lens, int *status)
+{
+	struct pool_kv_op op = PUT_OP(kv, n, keys, values, lens, status);
+
+	if (!put_args_ok(values, lens))
+		return kv && !kv_is_open(kv) ? -EBADF : -EINVAL;
+	return run_sync(&op);
+}
+
+int pool_kv_put_async(struct pool_kv *kv, size_t n,
+		      const struct pool_kv_key *keys, const void *const *values,
+		      const size_t *lens, int *status, struct pool_kv_op **out)
+{
+	struct pool_kv_op op = PUT_OP(kv, n, keys, values, lens, status);
+
+	if (!put_args_ok(values, lens))
+		return kv && !kv_is_open(kv) ? -EBADF : -EINVAL;
+	return submit(&op, out);
+}
+
+ssize_t pool_kv_get(struct pool_kv *kv, size_t n,
+		    const struct pool_kv_key *keys, void *const *bufs,
+		    const size_t *caps, size_t *lens, int *status)
+{
+	struct pool_kv_op op = GET_OP(kv, n, keys, bufs, caps, lens, status);
+
+	if (!get_args_ok(bufs, caps, lens, status))
+		return kv && !kv_is_open(kv) ? -EBADF : -EINVAL;
+	return run_sync(&op);
+}
+
+int pool_kv_get_async(struct pool_kv *kv, size_t n,
+		      const struct pool_kv_key *keys, void *const *bufs,
+		      const size_t *caps, size_t *lens, int *status,
+		      struct pool_kv_op **out)
+{
+	struct pool_kv_op op = GET_OP(kv, n, keys, bufs, caps, lens, status);
+
+	if (!get_args_ok(bufs, caps, lens, status))
+		return kv && !kv_is_open(kv) ? -EBADF : -EINVAL;
+	return submit(&op, out);
+}
+
+ssize_t pool_kv_exists(struct pool_kv *kv, size_t n,
+		       const struct pool_kv_key *keys)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_EXISTS, n, keys, NULL);
+
+	return run_sync(&op);
+}
+
+int pool_kv_exists_async(struct pool_kv *kv, size_t n,
+			 const struct pool_kv_key *keys,
+			 struct pool_kv_op **out)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_EXISTS, n, keys, NULL);
+
+	return submit(&op, out);
+}
+
+ssize_t pool_kv_delete(struct pool_kv *kv, size_t n,
+		       const struct pool_kv_key *keys, int *status)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, n, keys, status);
+
+	return run_sync(&op);
+}
+
+int pool_kv_delete_async(struct pool_kv *kv, size_t n,
+			 const struct pool_kv_key *keys, int *status,
+			 struct pool_kv_op **out)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, n, keys, status);
+
+	return submit(&op, out);
+}
+
+ssize_t pool_kv_pin(struct pool_kv *kv, size_t n,
+		    const struct pool_kv_key *keys, int *status)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_PIN, n, keys, status);
+
+	return run_sync(&op);
+}
+
+int pool_kv_pin_async(struct pool_kv *kv, size_t n,
+		      const struct pool_kv_key *keys, int *status,
+		      struct pool_kv_op **out)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_PIN, n, keys, status);
+
+	return submit(&op, out);
+}
+
+ssize_t pool_kv_unpin(struct pool_kv *kv, size_t n,
+		      const struct pool_kv_key *keys, int *status)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_UNPIN, n, keys, status);
+
+	return run_sync(&op);
+}
+
+int pool_kv_unpin_async(struct pool_kv *kv, size_t n,
+			const struct pool_kv_key *keys, int *status,
+			struct pool_kv_op **out)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_UNPIN, n, keys, status);
+
+	return submit(&op, out);
+}
+
+static int op_check(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	if (!kv || !op)
+		return -EINVAL;
+	if (!kv_is_open(kv))
+		return -EBADF;
+	if (op->kv != kv)
+		return -EINVAL;
+	return 0;
+}
+
+ssize_t pool_kv_op_wait(struct pool_kv *kv, struct pool_kv_op *op,
+			int timeout_ms)
+{
+	struct timespec ts;
+	ssize_t res;
+	int r = op_check(kv, op);
+
+	if (r)
+		return r;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	if (timeout_ms >= 0) {
+		ts.tv_sec += timeout_ms / 1000;
+		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+	}
+	pthread_mutex_lock(&kv->qlock);
+	while (!op->done) {
+		if (timeout_ms < 0) {
+			pthread_cond_wait(&kv->donecond, &kv->qlock);
+		} else if (pthread_cond_timedwait(&kv->donecond, &kv->qlock,
+						  &ts) == ETIMEDOUT &&
+			   !op->done) {
+			pthread_mutex_unlock(&kv->qlock);
+			return -ETIMEDOUT;
+		}
+	}
+	res = op->result;
+	pthread_mutex_unlock(&kv->qlock);
+	pthread_mutex_lock(&kv->lock);
+	if (op->prev)
+		op->prev->next = op->next;
+	else
+		kv->ops = op->next;
+	if (op->next)
+		op->next->prev = op->prev;
+	pthread_mutex_unlock(&kv->lock);
+	free(op);
+	return res;
+}
+
+int pool_kv_op_test(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	int r = op_check(kv, op);
+	bool done;
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->qlock);
+	done = op->done;
+	pthread_mutex_unlock(&kv->qlock);
+	return done ? 1 : 0;
+}
+
+int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
+{
+	if (!kv || !st)
+		return -EINVAL;
+	if (!kv_is_open(kv))
+		return -EBADF;
+	memset(st, 0, sizeof(*st));
+	st->puts = __atomic_load_n(&kv->st_puts, __ATOMIC_RELAXED);
+	st->put_bytes = __atomic_load_n(&kv->st_put_bytes, __ATOMIC_RELAXED);
+	st->gets = __atomic_load_n(&kv->st_gets, __ATOMIC_RELAXED);
+	st->hits = __atomic_load_n(&kv->st_hits, __ATOMIC_RELAXED);
+	st->get_bytes = __atomic_load_n(&kv->st_get_bytes, __ATOMIC_RELAXED);
+	st->bad_reads = __atomic_load_n(&kv->st_bad, __ATOMIC_RELAXED);
+	st->donor_refreshes =
+		__atomic_load_n(&kv->st_refresh, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&kv->lock);
+	st->ndonors = kv->donors ? kv->donors->n : 0;
+	pthread_mutex_unlock(&kv->lock);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* internal views                                                       */
+
+int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
+		 size_t cap)
+{
+	struct kv_donors *t;
+	int r = -ENOENT;
+
+	if (!kv_is_open(kv))
+		return -EBADF;
+	t = donors_get(kv);
+	if (t && t->n) {
+		snprintf(name, cap, "%s", t->d[home_of(t, key->b)].name);
+		r = 0;
+	}
+	if (t)
+		donors_put(kv, t);
+	return r;
+}

@@ -1,0 +1,1052 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_kv.c - the KV tier's client (tidepool/kv.h) against real
+ * memd processes: prefix keys, round trips of 1 B .. 64 MiB, exists,
+ * delete, pin, async ops and the eventfd, bad arguments and a closed
+ * handle, a stress run of several processes and threads over a store
+ * small enough to evict all the time (zero wrong bytes over more than
+ * 100,000 key operations), a warm restart from the spill directory, and
+ * in a registry pool of three donors: two tenants that never share keys,
+ * eviction that stays within the tenant, and a donor SIGKILLed while
+ * puts and gets run (misses and errors, never wrong bytes).
+ *
+ * Values derive from their keys (length and bytes), so a wrong, stale,
+ * torn or foreign value fails the test.
+ */
+#include <check.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sodium.h>
+
+#include "fabric/auth.h"
+#include "libpool/internal.h"
+#include "tests/testutil.h"
+#include "tidepool/kv.h"
+#include "tidepool/pool.h"
+
+#define MIB (1ull << 20)
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void make_key(struct pool_kv_key *k, uint64_t set, uint64_t i)
+{
+	tu_pattern_fill(k->b, sizeof(k->b), set * 1000003 + i, 0);
+}
+
+static uint64_t key_seed(const struct pool_kv_key *k)
+{
+	uint64_t v;
+
+	memcpy(&v, k->b, sizeof(v));
+	return v ^ 0x5eedull;
+}
+
+/* A value of len bytes derived from key k. */
+static uint8_t *make_value(const struct pool_kv_key *k, size_t len)
+{
+	uint8_t *v = malloc(len);
+
+	ck_assert_ptr_nonnull(v);
+	tu_pattern_fill(v, len, key_seed(k), 0);
+	return v;
+}
+
+static struct tu_memd md;
+
+static void start_standalone(const char *conf, const char *donate)
+{
+	const char *args[] = { "--set", "slab_size=2M", "--donate", donate,
+			       NULL };
+	int r = tu_memd_start_args(&md, conf, args);
+
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
+}
+
+static struct pool_kv *kv_open(struct pool *p)
+{
+	struct pool_kv *kv = NULL;
+	int r = pool_kv_open(p, NULL, &kv);
+
+	ck_assert_msg(r == 0, "pool_kv_open: %s", pool_strerror(r));
+	return kv;
+}
+
+/* Puts one key's derived value of len bytes; returns its status. */
+static int put1(struct pool_kv *kv, const struct pool_kv_key *k, size_t len)
+{
+	uint8_t *v = make_value(k, len);
+	const void *vals[1] = { v };
+	int st = 1;
+	ssize_t n = pool_kv_put(kv, 1, k, vals, &len, &st);
+
+	free(v);
+	ck_assert_int_eq(n, st == 0 || st == -EEXIST ? 1 : 0);
+	return st;
+}
+
+/* Gets one key: its length when the bytes are exactly k's value of
+ * want bytes, -ENOENT on a miss; wrong bytes fail the test. */
+static ssize_t get1(struct pool_kv *kv, const struct pool_kv_key *k,
+		    size_t want)
+{
+	size_t cap = want ? want : 1, len = 7;
+	uint8_t *b = malloc(cap);
+	void *bufs[1] = { b };
+	int st = 1;
+	ssize_t n;
+
+	ck_assert_ptr_nonnull(b);
+	n = pool_kv_get(kv, 1, k, bufs, &cap, &len, &st);
+	ck_assert_int_eq(n, st == 0 ? 1 : 0);
+	if (st == 0) {
+		ck_assert_uint_eq(len, want);
+		ck_assert_int_eq(tu_pattern_check(b, len, key_seed(k), 0), -1);
+	}
+	free(b);
+	return st ? st : (ssize_t)len;
+}
+
+/* ---- keys ------------------------------------------------------------ */
+
+START_TEST(prefix_keys)
+{
+	uint32_t tok[1000];
+	struct pool_kv_key a[4], b[4], c[4], d[4];
+	uint8_t salt[32], want[32];
+	crypto_generichash_state st;
+	uint8_t le[4];
+
+	for (int i = 0; i < 1000; i++)
+		tok[i] = (uint32_t)(i * 7919 + 13);
+	/* 1000 tokens: 3 whole chunks of 256; the tail has no key */
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 1000, 0, a, 4), 3);
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 1000, 256, b, 4),
+			 3);
+	ck_assert_mem_eq(a, b, 3 * sizeof(a[0]));
+	/* the same prefix gives the same keys: 600 tokens, 2 chunks */
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 600, 0, c, 4), 2);
+	ck_assert_mem_eq(a, c, 2 * sizeof(a[0]));
+	/* max caps the output */
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 1000, 0, c, 1), 1);
+	ck_assert_mem_eq(a, c, sizeof(a[0]));
+	/* another tenant, another model, a moved boundary: other keys */
+	ck_assert_int_eq(pool_kv_prefix_keys("u", "m", tok, 1000, 0, c, 4), 3);
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m2", tok, 1000, 0, d, 4), 3);
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++) {
+			ck_assert_mem_ne(a[i].b, c[j].b, 32);
+			ck_assert_mem_ne(a[i].b, d[j].b, 32);
+			ck_assert_mem_ne(c[i].b, d[j].b, 32);
+		}
+	/* "t"+"m2" and "tm"+"2" are not the same salt */
+	ck_assert_int_eq(pool_kv_prefix_keys("tm", "2", tok, 256, 0, c, 4), 1);
+	ck_assert_mem_ne(c[0].b, d[0].b, 32);
+	/* a token changed in chunk 1 changes keys 1 and 2, not 0 */
+	tok[300]++;
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 1000, 0, c, 4), 3);
+	ck_assert_mem_eq(a[0].b, c[0].b, 32);
+	ck_assert_mem_ne(a[1].b, c[1].b, 32);
+	ck_assert_mem_ne(a[2].b, c[2].b, 32);
+	tok[300]--;
+	/* the documented formula (docs/kv.md), chunks of 4 tokens */
+	ck_assert_int_eq(sodium_init() >= 0, 1);
+	crypto_generichash_init(&st, NULL, 0, 32);
+	crypto_generichash_update(&st, (const uint8_t *)"tidepool kv salt v1",
+				  19);
+	memcpy(le, "\1\0\0\0", 4);
+	crypto_generichash_update(&st, le, 4);
+	crypto_generichash_update(&st, (const uint8_t *)"t", 1);
+	crypto_generichash_update(&st, le, 4);
+	crypto_generichash_update(&st, (const uint8_t *)"m", 1);
+	crypto_generichash_final(&st, salt, 32);
+	crypto_generichash_init(&st, NULL, 0, 32);
+	crypto_generichash_update(&st, salt, 32);
+	for (int i = 0; i < 4; i++) {
+		for (int j = 0; j < 4; j++)
+			le[j] = (uint8_t)(tok[i] >> (8 * j));
+		crypto_generichash_update(&st, le, 4);
+	}
+	crypto_generichash_final(&st, want, 32);
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 9, 4, c, 4), 2);
+	ck_assert_mem_eq(c[0].b, want, 32);
+	/* bad arguments; nothing to do is 0 keys */
+	ck_assert_int_eq(pool_kv_prefix_keys(NULL, "m", tok, 256, 0, c, 4),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", NULL, 256, 0, c, 4),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_prefix_keys("t", "m", tok, 255, 0, c, 4), 0);
+}
+END_TEST
+
+/* ---- one memd -------------------------------------------------------- */
+
+START_TEST(round_trips)
+{
+	static const size_t sizes[] = {
+		1,	 100,	       65472,	     65473,
+		MIB,	 2 * MIB - 64, 2 * MIB - 63, 5 * MIB + 3,
+		64 * MIB
+	};
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	struct pool_kv_key keys[N + 1];
+	const void *vals[N];
+	void *bufs[N];
+	size_t lens[N], caps[N], got[N];
+	int st[N];
+	struct pool_kv_stats ks;
+	struct pool_kv *kv;
+	struct pool *p;
+
+	/* 128 slabs of 2 MiB, half of them for the tenant */
+	start_standalone(NULL, "256M");
+	p = tu_pool_connect(&md);
+	kv = kv_open(p);
+	for (int i = 0; i < N; i++) {
+		make_key(&keys[i], 1, (uint64_t)i);
+		lens[i] = sizes[i];
+		vals[i] = make_value(&keys[i], sizes[i]);
+	}
+	make_key(&keys[N], 1, N); /* never stored */
+	ck_assert_int_eq(pool_kv_put(kv, N, keys, vals, lens, st), N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(st[i], 0);
+	/* again: present, idempotent */
+	ck_assert_int_eq(pool_kv_put(kv, N, keys, vals, lens, st), N);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(st[i], -EEXIST);
+	/* one batch back, every byte checked */
+	for (int i = 0; i < N; i++) {
+		caps[i] = sizes[i];
+		bufs[i] = calloc(1, sizes[i]);
+	}
+	ck_assert_int_eq(pool_kv_get(kv, N, keys, bufs, caps, got, st), N);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(st[i], 0);
+		ck_assert_uint_eq(got[i], sizes[i]);
+		ck_assert_int_eq(tu_pattern_check(bufs[i], got[i],
+						  key_seed(&keys[i]), 0),
+				 -1);
+	}
+	/* one at a time too */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(get1(kv, &keys[i], sizes[i]),
+				 (ssize_t)sizes[i]);
+	/* a buffer too small: -ENOBUFS with the length; a miss: -ENOENT */
+	caps[0] = MIB - 1;
+	ck_assert_int_eq(pool_kv_get(kv, 1, &keys[4], bufs, caps, got, st), 0);
+	ck_assert_int_eq(st[0], -ENOBUFS);
+	ck_assert_uint_eq(got[0], MIB);
+	ck_assert_int_eq(get1(kv, &keys[N], 10), -ENOENT);
+	/* values of no bytes or over the maximum */
+	lens[0] = 0;
+	lens[1] = POOL_KV_VALUE_MAX + 1ull;
+	ck_assert_int_eq(pool_kv_put(kv, 2, &keys[N], vals, lens, st), 0);
+	ck_assert_int_eq(st[0], -EINVAL);
+	ck_assert_int_eq(st[1], -EMSGSIZE);
+	ck_assert_int_eq(get1(kv, &keys[N], 10), -ENOENT);
+
+	ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+	ck_assert_uint_eq(ks.puts, N);
+	ck_assert_uint_eq(ks.bad_reads, 0);
+	ck_assert_uint_eq(ks.ndonors, 1);
+	for (int i = 0; i < N; i++) {
+		free((void *)vals[i]);
+		free(bufs[i]);
+	}
+	pool_kv_close(kv);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(exists_delete_pin_async)
+{
+	struct pool_kv_key keys[10];
+	struct pool_kv_op *op, *op2;
+	int st[10];
+	struct pool_kv *kv;
+	struct pool *p;
+	struct pollfd pfd;
+	uint64_t cnt;
+	size_t len = 3000, cap = 3000, got;
+	uint8_t *b = malloc(cap);
+	void *bufs[1] = { b };
+	const void *vals[1];
+
+	start_standalone(NULL, "64M");
+	p = tu_pool_connect(&md);
+	kv = kv_open(p);
+	for (int i = 0; i < 10; i++)
+		make_key(&keys[i], 2, (uint64_t)i);
+	for (int i = 0; i < 6; i++)
+		ck_assert_int_eq(put1(kv, &keys[i], 1000 + 100 * (size_t)i), 0);
+	ck_assert_int_eq(pool_kv_exists(kv, 10, keys), 6);
+	ck_assert_int_eq(pool_kv_exists(kv, 4, keys + 6), 0);
+	ck_assert_int_eq(pool_kv_exists(kv, 3, keys), 3);
+
+	/* delete: gone, and a second delete says so */
+	ck_assert_int_eq(pool_kv_delete(kv, 1, &keys[3], st), 1);
+	ck_assert_int_eq(st[0], 0);
+	ck_assert_int_eq(get1(kv, &keys[3], 1300), -ENOENT);
+	ck_assert_int_eq(pool_kv_delete(kv, 2, &keys[3], st), 1);
+	ck_assert_int_eq(st[0], -ENOENT);
+	ck_assert_int_eq(st[1], 0);
+	ck_assert_int_eq(pool_kv_exists(kv, 10, keys), 3);
+
+	/* pin present keys only; unpin once per pin */
+	ck_assert_int_eq(pool_kv_pin(kv, 3, &keys[1], st), 2);
+	ck_assert_int_eq(st[0], 0);
+	ck_assert_int_eq(st[1], 0);
+	ck_assert_int_eq(st[2], -ENOENT);
+	ck_assert_int_eq(pool_kv_unpin(kv, 1, &keys[1], st), 1);
+	ck_assert_int_eq(pool_kv_unpin(kv, 1, &keys[1], st), 0);
+	ck_assert_int_eq(st[0], -EINVAL);
+	ck_assert_int_eq(get1(kv, &keys[2], 1200), 1200);
+
+	/* async: put, then get and exists; the eventfd says when */
+	vals[0] = make_value(&keys[7], len);
+	ck_assert_int_eq(
+		pool_kv_put_async(kv, 1, &keys[7], vals, &len, st, &op), 0);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, -1), 1);
+	ck_assert_int_eq(st[0], 0);
+	free((void *)vals[0]);
+	pfd.fd = pool_kv_eventfd(kv);
+	pfd.events = POLLIN;
+	ck_assert_int_ge(pfd.fd, 0);
+	while (read(pfd.fd, &cnt, sizeof(cnt)) == sizeof(cnt))
+		;
+	ck_assert_int_eq(
+		pool_kv_get_async(kv, 1, &keys[7], bufs, &cap, &got, st, &op),
+		0);
+	ck_assert_int_eq(pool_kv_exists_async(kv, 10, keys, &op2), 0);
+	ck_assert_int_eq(poll(&pfd, 1, 10000), 1);
+	ck_assert_int_eq(read(pfd.fd, &cnt, sizeof(cnt)), sizeof(cnt));
+	ck_assert_uint_ge(cnt, 1);
+	while (pool_kv_op_test(kv, op) == 0)
+		sleep_ms(1);
+	ck_assert_int_eq(pool_kv_op_test(kv, op), 1);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, 0), 1);
+	ck_assert_int_eq(st[0], 0);
+	ck_assert_uint_eq(got, len);
+	ck_assert_int_eq(tu_pattern_check(b, len, key_seed(&keys[7]), 0), -1);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op2, -1), 3);
+	ck_assert_int_eq(pool_kv_delete_async(kv, 1, &keys[7], st, &op), 0);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, -1), 1);
+	ck_assert_int_eq(pool_kv_pin_async(kv, 1, &keys[0], st, &op), 0);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, -1), 1);
+	ck_assert_int_eq(pool_kv_unpin_async(kv, 1, &keys[0], st, &op), 0);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, -1), 1);
+	free(b);
+	pool_kv_close(kv);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(bad_arguments_and_closed_handle)
+{
+	struct pool_kv_key keys[2];
+	struct pool_kv *kv, *kv2;
+	struct pool_kv_op *op;
+	struct pool_kv_opts o = { .nthreads = 65 };
+	struct pool_kv_stats ks;
+	size_t len = 10, cap = 10, got;
+	uint8_t buf[10] = { 0 };
+	const void *vals[1] = { buf };
+	void *bufs[1] = { buf };
+	int st[2];
+	struct pool *p;
+
+	start_standalone(NULL, "64M");
+	p = tu_pool_connect(&md);
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+	ck_assert_int_eq(pool_kv_open(NULL, NULL, &kv), -EINVAL);
+	kv = kv_open(p);
+	kv2 = kv_open(p);
+	make_key(&keys[0], 3, 0);
+	make_key(&keys[1], 3, 1);
+	/* bad counts and arrays */
+	ck_assert_int_eq(pool_kv_put(kv, 0, keys, vals, &len, st), -EINVAL);
+	ck_assert_int_eq(
+		pool_kv_put(kv, POOL_KV_BATCH_MAX + 1, keys, vals, &len, st),
+		-EINVAL);
+	ck_assert_int_eq(pool_kv_put(kv, 1, NULL, vals, &len, st), -EINVAL);
+	ck_assert_int_eq(pool_kv_put(kv, 1, keys, NULL, &len, st), -EINVAL);
+	ck_assert_int_eq(pool_kv_get(kv, 1, keys, bufs, &cap, &got, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_exists(kv, 0, keys), -EINVAL);
+	ck_assert_int_eq(pool_kv_delete(NULL, 1, keys, st), -EINVAL);
+	ck_assert_int_eq(
+		pool_kv_get_async(kv, 1, keys, bufs, &cap, &got, st, NULL),
+		-EINVAL);
+	/* an op waited on another handle */
+	ck_assert_int_eq(pool_kv_put_async(kv, 1, keys, vals, &len, st, &op),
+			 0);
+	ck_assert_int_eq(pool_kv_op_wait(kv2, op, -1), -EINVAL);
+	ck_assert_int_eq(pool_kv_op_wait(kv, op, -1), 1);
+	ck_assert_int_eq(pool_kv_exists(kv2, 1, keys), 1);
+
+	/* a closed handle: -EBADF everywhere; closing twice is harmless */
+	ck_assert_int_eq(
+		pool_kv_put_async(kv, 1, &keys[1], vals, &len, st, &op), 0);
+	pool_kv_close(kv); /* waits for it, frees it */
+	pool_kv_close(kv);
+	ck_assert_int_eq(pool_kv_put(kv, 1, keys, vals, &len, st), -EBADF);
+	ck_assert_int_eq(pool_kv_get(kv, 1, keys, bufs, &cap, &got, st),
+			 -EBADF);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, keys), -EBADF);
+	ck_assert_int_eq(pool_kv_delete(kv, 1, keys, st), -EBADF);
+	ck_assert_int_eq(pool_kv_pin(kv, 1, keys, st), -EBADF);
+	ck_assert_int_eq(pool_kv_eventfd(kv), -EBADF);
+	ck_assert_int_eq(pool_kv_get_stats(kv, &ks), -EBADF);
+	ck_assert_int_eq(
+		pool_kv_get_async(kv, 1, keys, bufs, &cap, &got, st, &op),
+		-EBADF);
+	/* the other handle is unaffected, and saw the second put */
+	ck_assert_int_eq(pool_kv_exists(kv2, 2, keys), 2);
+	ck_assert_int_eq(pool_kv_get_stats(kv2, &ks), 0);
+	/* pool_close closes kv2 and frees both */
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* ---- stress: processes x threads, eviction all the time --------------- */
+
+#define ST_PROCS 4
+#define ST_THREADS 2
+#define ST_OPS 13000 /* key operations per thread */
+#define ST_KEYS 1024
+#define ST_BATCH 16
+
+struct st_counts {
+	uint64_t ops, hits, misses, puts, wrong, unexpected;
+};
+
+struct st_arg {
+	struct pool_kv *kv;
+	unsigned seed;
+	bool async;
+	struct st_counts c;
+};
+
+static size_t st_len(const struct pool_kv_key *k)
+{
+	return 1 + key_seed(k) % (16 << 10);
+}
+
+static void *st_thread(void *arg)
+{
+	struct st_arg *a = arg;
+	struct pool_kv_key keys[ST_BATCH];
+	const void *vals[ST_BATCH];
+	void *bufs[ST_BATCH];
+	size_t lens[ST_BATCH], caps[ST_BATCH], got[ST_BATCH];
+	int st[ST_BATCH];
+	int efd = pool_kv_eventfd(a->kv);
+
+	for (int i = 0; i < ST_BATCH; i++) {
+		bufs[i] = malloc(16 << 10);
+		caps[i] = 16 << 10;
+	}
+	while (a->c.ops < ST_OPS) {
+		unsigned n = 1 + (unsigned)rand_r(&a->seed) % ST_BATCH;
+		unsigned what = (unsigned)rand_r(&a->seed) % 10;
+
+		for (unsigned i = 0; i < n; i++) {
+			make_key(&keys[i], 9,
+				 (uint64_t)rand_r(&a->seed) % ST_KEYS);
+			lens[i] = st_len(&keys[i]);
+		}
+		if (what < 4) {
+			for (unsigned i = 0; i < n; i++)
+				vals[i] = make_value(&keys[i], lens[i]);
+			pool_kv_put(a->kv, n, keys, vals, lens, st);
+			for (unsigned i = 0; i < n; i++) {
+				free((void *)vals[i]);
+				if (!st[i])
+					a->c.puts++;
+				else if (st[i] != -EEXIST && st[i] != -EBUSY &&
+					 st[i] != -ENOSPC) {
+					a->c.unexpected++;
+				}
+			}
+		} else if (what < 9) {
+			ssize_t r;
+
+			if (a->async) {
+				struct pool_kv_op *op;
+				struct pollfd pfd = { .fd = efd,
+						      .events = POLLIN };
+
+				if (pool_kv_get_async(a->kv, n, keys, bufs,
+						      caps, got, st, &op)) {
+					a->c.unexpected++;
+					break;
+				}
+				while (!pool_kv_op_test(a->kv, op))
+					poll(&pfd, 1, 100);
+				r = pool_kv_op_wait(a->kv, op, -1);
+			} else {
+				r = pool_kv_get(a->kv, n, keys, bufs, caps, got,
+						st);
+			}
+			if (r < 0)
+				a->c.unexpected++;
+			for (unsigned i = 0; i < n; i++) {
+				if (st[i] == -ENOENT) {
+					a->c.misses++;
+					continue;
+				}
+				if (st[i]) {
+					a->c.unexpected++;
+					continue;
+				}
+				a->c.hits++;
+				if (got[i] != lens[i] ||
+				    tu_pattern_check(bufs[i], got[i],
+						     key_seed(&keys[i]),
+						     0) != -1)
+					a->c.wrong++;
+			}
+		} else {
+			pool_kv_delete(a->kv, n, keys, st);
+			for (unsigned i = 0; i < n; i++)
+				if (st[i] && st[i] != -ENOENT &&
+				    st[i] != -EBUSY)
+					a->c.unexpected++;
+		}
+		a->c.ops += n;
+	}
+	for (int i = 0; i < ST_BATCH; i++)
+		free(bufs[i]);
+	return NULL;
+}
+
+/* One client process: a session, a handle, ST_THREADS threads (one of
+ * them asynchronous); its counts go to fd. */
+static void st_child(int fd, unsigned seed)
+{
+	struct pool_opts o = { .addr = md.addr };
+	struct st_arg a[ST_THREADS];
+	pthread_t th[ST_THREADS];
+	struct st_counts sum = { 0 };
+	struct pool_kv *kv = NULL;
+	struct pool *p = NULL;
+
+	if (pool_connect(&o, &p) || pool_kv_open(p, NULL, &kv))
+		_exit(3);
+	for (int i = 0; i < ST_THREADS; i++) {
+		memset(&a[i], 0, sizeof(a[i]));
+		a[i].kv = kv;
+		a[i].seed = seed * 31 + (unsigned)i;
+		a[i].async = i == 1;
+		pthread_create(&th[i], NULL, st_thread, &a[i]);
+	}
+	for (int i = 0; i < ST_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		sum.ops += a[i].c.ops;
+		sum.hits += a[i].c.hits;
+		sum.misses += a[i].c.misses;
+		sum.puts += a[i].c.puts;
+		sum.wrong += a[i].c.wrong;
+		sum.unexpected += a[i].c.unexpected;
+	}
+	pool_close(p);
+	if (write(fd, &sum, sizeof(sum)) != sizeof(sum))
+		_exit(4);
+	_exit(0);
+}
+
+START_TEST(stress_processes_and_threads)
+{
+	struct st_counts total = { 0 };
+	pid_t pid[ST_PROCS];
+	int fds[2];
+
+	/* 32 slabs of 2 MiB, a quarter for the tenant: 128 blocks of 64 KiB
+	 * for 1024 keys, so puts evict all the time */
+	start_standalone("kv_share = 25\n", "64M");
+	ck_assert_int_eq(pipe(fds), 0);
+	for (int i = 0; i < ST_PROCS; i++) {
+		pid[i] = fork();
+		ck_assert_int_ge(pid[i], 0);
+		if (pid[i] == 0) {
+			close(fds[0]);
+			st_child(fds[1], (unsigned)i + 1);
+		}
+	}
+	close(fds[1]);
+	for (int i = 0; i < ST_PROCS; i++) {
+		struct st_counts c;
+		int ws;
+
+		ck_assert_int_eq(waitpid(pid[i], &ws, 0), pid[i]);
+		ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+			      "client %d: status %#x", i, ws);
+		ck_assert_int_eq(read(fds[0], &c, sizeof(c)), sizeof(c));
+		total.ops += c.ops;
+		total.hits += c.hits;
+		total.misses += c.misses;
+		total.puts += c.puts;
+		total.wrong += c.wrong;
+		total.unexpected += c.unexpected;
+	}
+	close(fds[0]);
+	fprintf(stderr,
+		"stress: %llu key ops, %llu puts, %llu hits, %llu misses, "
+		"%llu wrong, %llu unexpected\n",
+		(unsigned long long)total.ops, (unsigned long long)total.puts,
+		(unsigned long long)total.hits,
+		(unsigned long long)total.misses,
+		(unsigned long long)total.wrong,
+		(unsigned long long)total.unexpected);
+	ck_assert_uint_ge(total.ops, 100000);
+	ck_assert_uint_eq(total.wrong, 0);
+	ck_assert_uint_eq(total.unexpected, 0);
+	ck_assert_uint_gt(total.hits, 0);
+	ck_assert_uint_gt(total.misses, 0);
+	/* more stored than fits: eviction happened */
+	ck_assert_uint_gt(total.puts, 128);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+START_TEST(warm_restart)
+{
+	char spill[64], conf[256];
+	struct pool_kv_key key;
+	struct pool_kv *kv;
+	struct pool *p;
+	int hits = 0;
+
+	snprintf(spill, sizeof(spill), "/tmp/tp-kvspill-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(spill));
+	/* a quarter of 32 slabs: 8 blocks of 2 MiB; 16 values evict 8 */
+	snprintf(conf, sizeof(conf),
+		 "kv_share = 25\nkv_spill_dir = %s\nkv_spill_size = 256M\n",
+		 spill);
+	start_standalone(conf, "64M");
+	p = tu_pool_connect(&md);
+	kv = kv_open(p);
+	for (int i = 0; i < 16; i++) {
+		make_key(&key, 7, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &key, MIB + (size_t)i), 0);
+		ck_assert_int_eq(get1(kv, &key, MIB + (size_t)i),
+				 (ssize_t)(MIB + (size_t)i));
+	}
+	pool_close(p); /* closes kv too */
+	tu_memd_stop_ok(&md);
+
+	start_standalone(conf, "64M");
+	p = tu_pool_connect(&md);
+	kv = kv_open(p);
+	for (int i = 0; i < 16; i++) {
+		ssize_t n;
+
+		make_key(&key, 7, (uint64_t)i);
+		n = get1(kv, &key, MIB + (size_t)i);
+		if (n == -ENOENT)
+			continue;
+		ck_assert_int_eq(n, (ssize_t)(MIB + (size_t)i));
+		hits++;
+	}
+	/* the 8 evicted (spilled) values came back */
+	ck_assert_int_eq(hits, 8);
+	pool_kv_close(kv);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", spill);
+}
+END_TEST
+
+/* ---- a registry pool: r0 (registry, donates too), d1, d2 -------------- */
+
+static struct tu_memd reg, don[2];
+static char dir[64], cluster[256], sec_a[256], sec_b[256];
+
+/* The registry lists donor name as up (its own "state" follows its
+ * "name" in the donors reply). */
+static bool donor_is_up(const char *name)
+{
+	char out[16384], want[64];
+	const char *at;
+
+	if (tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+		     sizeof(out)))
+		return false;
+	snprintf(want, sizeof(want), "\"name\":\"%s\"", name);
+	at = strstr(out, want);
+	if (at)
+		at = strstr(at, "\"state\":\"");
+	return at && !strncmp(at, "\"state\":\"up\"", 12);
+}
+
+static void start_donor(int i)
+{
+	char a1[300], a2[300], a3[64];
+	const char *args[] = { "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--donate", "128M",
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "slab_size=2M",
+			       NULL };
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	snprintf(a3, sizeof(a3), "donor_name=d%d", i + 1);
+	args[1] = a1;
+	args[3] = a2;
+	args[5] = a3;
+	ck_assert_int_eq(tu_memd_start_args(&don[i],
+					    "lease_ttl = 2s\nlease_grace = "
+					    "500ms\nkv_share = 25\n",
+					    args),
+			 0);
+}
+
+static void cluster_setup(void)
+{
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "slab_size=2M",
+			       "--donate", "128M",
+			       NULL };
+	char a1[300], a2[300], state[128];
+	int i;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-kvc-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	ck_assert_int_eq(tu_memd_start_args(&reg,
+					    "lease_ttl = 2s\nlease_grace = "
+					    "500ms\nkv_share = 25\n",
+					    args),
+			 0);
+	start_donor(0);
+	start_donor(1);
+	for (i = 0; i < 1500; i++) {
+		if (donor_is_up("r0") && donor_is_up("d1") && donor_is_up("d2"))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 1500);
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "a", sec_a, 1024 * MIB), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "b", sec_b, 1024 * MIB), 0);
+}
+
+static void cluster_teardown(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (don[i].pid > 0)
+			tu_memd_stop(&don[i], SIGTERM);
+	if (reg.pid > 0)
+		tu_memd_stop(&reg, SIGTERM);
+	tu_sh("rm -rf %s", dir);
+}
+
+static struct pool *connect_as(const char *tenant, const char *secret)
+{
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = tenant,
+			       .secret_file = secret };
+	struct pool *p = NULL;
+	int r = pool_connect(&o, &p);
+
+	ck_assert_msg(r == 0, "connect as %s: %s", tenant, pool_strerror(r));
+	return p;
+}
+
+START_TEST(tenants_never_share)
+{
+	struct pool *pa = connect_as("a", sec_a), *pb = connect_as("b", sec_b);
+	struct pool_kv *a = kv_open(pa), *b = kv_open(pb);
+	struct pool_kv_key keys[32];
+	uint8_t *vb;
+	size_t lb = 3 * MIB + 1, cap = lb, got;
+	const void *vals[1];
+	void *bufs[1];
+	struct pool_kv_stats ks;
+	char ha[64], hb[64];
+	int st, homes = 0;
+
+	ck_assert_int_eq(pool_kv_get_stats(a, &ks), 0);
+	ck_assert_uint_eq(ks.ndonors, 3);
+	/* keys spread over the donors; both tenants agree on homes */
+	for (int i = 0; i < 32; i++) {
+		make_key(&keys[i], 6, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(a, &keys[i], ha, sizeof(ha)), 0);
+		ck_assert_int_eq(pool_kv_home(b, &keys[i], hb, sizeof(hb)), 0);
+		ck_assert_str_eq(ha, hb);
+		homes |= ha[0] == 'r' ? 1 : ha[1] == '1' ? 2 : 4;
+		ck_assert_int_eq(put1(a, &keys[i], 5000 + (size_t)i), 0);
+	}
+	ck_assert_int_eq(homes, 7);
+	/* b sees none of a's keys */
+	ck_assert_int_eq(pool_kv_exists(b, 32, keys), 0);
+	for (int i = 0; i < 32; i++)
+		ck_assert_int_eq(get1(b, &keys[i], 5000 + (size_t)i), -ENOENT);
+	ck_assert_int_eq(pool_kv_exists(a, 32, keys), 32);
+	/* the same key, another value for b: each gets its own */
+	vb = malloc(lb);
+	tu_pattern_fill(vb, lb, key_seed(&keys[0]) + 1, 0);
+	vals[0] = vb;
+	ck_assert_int_eq(pool_kv_put(b, 1, keys, vals, &lb, &st), 1);
+	ck_assert_int_eq(st, 0);
+	memset(vb, 0, lb);
+	bufs[0] = vb;
+	ck_assert_int_eq(pool_kv_get(b, 1, keys, bufs, &cap, &got, &st), 1);
+	ck_assert_uint_eq(got, lb);
+	ck_assert_int_eq(tu_pattern_check(vb, lb, key_seed(&keys[0]) + 1, 0),
+			 -1);
+	ck_assert_int_eq(get1(a, &keys[0], 5000), 5000);
+	/* b deletes its key; a's stays */
+	ck_assert_int_eq(pool_kv_delete(b, 1, keys, &st), 1);
+	ck_assert_int_eq(get1(b, &keys[0], lb), -ENOENT);
+	ck_assert_int_eq(get1(a, &keys[0], 5000), 5000);
+	free(vb);
+	pool_close(pa);
+	pool_close(pb);
+}
+END_TEST
+
+START_TEST(eviction_stays_within_the_tenant)
+{
+	struct pool *pa = connect_as("a", sec_a), *pb = connect_as("b", sec_b);
+	struct pool_kv *a = kv_open(pa), *b = kv_open(pb);
+	struct pool_kv_key k;
+	int hits = 0;
+
+	/* b: 12 values of 1 MiB (2 MiB blocks); each donor holds 16 of
+	 * b's blocks (a quarter of 128 MiB) */
+	for (int i = 0; i < 12; i++) {
+		make_key(&k, 10, (uint64_t)i);
+		ck_assert_int_eq(put1(b, &k, MIB), 0);
+	}
+	/* a: 150 of them, far more than its share on all three donors */
+	for (int i = 0; i < 150; i++) {
+		make_key(&k, 11, (uint64_t)i);
+		ck_assert_int_eq(put1(a, &k, MIB), 0);
+	}
+	for (int i = 0; i < 150; i++) {
+		make_key(&k, 11, (uint64_t)i);
+		hits += get1(a, &k, MIB) == (ssize_t)MIB;
+	}
+	/* a evicted its own ... */
+	ck_assert_int_gt(hits, 0);
+	ck_assert_int_le(hits, 48);
+	/* ... and none of b's */
+	for (int i = 0; i < 12; i++) {
+		make_key(&k, 10, (uint64_t)i);
+		ck_assert_int_eq(get1(b, &k, MIB), (ssize_t)MIB);
+	}
+	pool_close(pa);
+	pool_close(pb);
+}
+END_TEST
+
+#define KILL_KEYS 24
+
+struct kill_arg {
+	struct pool_kv *kv;
+	bool put; /* else get */
+	volatile bool stop;
+	uint64_t ops, hits, errors, wrong;
+};
+
+/* 400 KiB and more: blocks of 512 KiB; the 48 keys of the test fit a
+ * tenant's share (32 MiB) even on one donor, so nothing is evicted */
+static size_t kill_len(int i)
+{
+	return (400 << 10) + (size_t)i * 1024;
+}
+
+static void *kill_thread(void *arg)
+{
+	struct kill_arg *a = arg;
+	size_t cap = kill_len(KILL_KEYS);
+	uint8_t *buf = malloc(cap);
+
+	for (uint64_t it = 0; !a->stop; it++) {
+		struct pool_kv_key k;
+		int i = (int)(it % KILL_KEYS), st;
+		size_t len = kill_len(i), got;
+
+		if (a->put) {
+			const void *v[1] = { buf };
+
+			/* keys of set 13 are put over and over: deleted
+			 * first so each put moves bytes */
+			make_key(&k, 13, (uint64_t)i);
+			tu_pattern_fill(buf, len, key_seed(&k), 0);
+			pool_kv_delete(a->kv, 1, &k, &st);
+			pool_kv_put(a->kv, 1, &k, v, &len, &st);
+			if (st && st != -EEXIST)
+				a->errors++;
+		} else {
+			void *b[1] = { buf };
+
+			make_key(&k, 12, (uint64_t)i);
+			pool_kv_get(a->kv, 1, &k, b, &cap, &got, &st);
+			if (!st) {
+				a->hits++;
+				if (got != len ||
+				    tu_pattern_check(buf, got, key_seed(&k),
+						     0) != -1)
+					a->wrong++;
+			} else if (st != -ENOENT) {
+				a->errors++;
+			}
+		}
+		a->ops++;
+	}
+	free(buf);
+	return NULL;
+}
+
+START_TEST(donor_killed_mid_put_and_get)
+{
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = "a",
+			       .secret_file = sec_a,
+			       .timeout_ms = 2000 };
+	struct pool_kv_opts ko = { .refresh_ms = 200 };
+	struct kill_arg g = { 0 }, pu = { 0 };
+	struct pool_kv_key k;
+	struct pool_kv *kv;
+	pthread_t tg, tp;
+	struct pool *p;
+	char home[64];
+	bool on_d1[KILL_KEYS];
+	int i, nd1 = 0;
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	ck_assert_int_eq(pool_kv_open(p, &ko, &kv), 0);
+	for (i = 0; i < KILL_KEYS; i++) {
+		make_key(&k, 12, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &k, kill_len(i)), 0);
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		on_d1[i] = !strcmp(home, "d1");
+		nd1 += on_d1[i];
+	}
+	ck_assert_int_gt(nd1, 0);
+	ck_assert_int_lt(nd1, KILL_KEYS);
+	g.kv = pu.kv = kv;
+	pu.put = true;
+	pthread_create(&tg, NULL, kill_thread, &g);
+	pthread_create(&tp, NULL, kill_thread, &pu);
+	while (g.ops < 2 * KILL_KEYS || pu.ops < KILL_KEYS)
+		sleep_ms(10);
+	/* d1 dies while both run */
+	ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
+	don[0].pid = 0;
+	for (i = 0; i < 3000 && donor_is_up("d1"); i++)
+		sleep_ms(10);
+	ck_assert_int_lt(i, 3000);
+	{
+		uint64_t g0 = g.ops, p0 = pu.ops;
+
+		while (g.ops < g0 + 2 * KILL_KEYS || pu.ops < p0 + KILL_KEYS)
+			sleep_ms(10);
+	}
+	g.stop = pu.stop = true;
+	pthread_join(tg, NULL);
+	pthread_join(tp, NULL);
+	fprintf(stderr,
+		"kill: gets %llu hits %llu errors %llu wrong %llu; puts %llu "
+		"errors %llu\n",
+		(unsigned long long)g.ops, (unsigned long long)g.hits,
+		(unsigned long long)g.errors, (unsigned long long)g.wrong,
+		(unsigned long long)pu.ops, (unsigned long long)pu.errors);
+	ck_assert_uint_eq(g.wrong, 0);
+	ck_assert_uint_eq(g.errors, 0); /* loss is a miss, not an error */
+	/* d1's keys are misses now; every other key is still exactly
+	 * there (rendezvous: their homes did not move) */
+	for (i = 0; i < KILL_KEYS; i++) {
+		make_key(&k, 12, (uint64_t)i);
+		ck_assert_int_eq(get1(kv, &k, kill_len(i)),
+				 on_d1[i] ? -ENOENT : (ssize_t)kill_len(i));
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		ck_assert_str_ne(home, "d1");
+	}
+	/* what the put thread stored reads back exactly or misses */
+	for (i = 0; i < KILL_KEYS; i++) {
+		ssize_t n;
+
+		make_key(&k, 13, (uint64_t)i);
+		n = get1(kv, &k, kill_len(i));
+		ck_assert(n == -ENOENT || n == (ssize_t)kill_len(i));
+	}
+	pool_close(p);
+}
+END_TEST
+
+static Suite *kv_suite(void)
+{
+	Suite *s = suite_create("kv");
+	TCase *tc = tcase_create("standalone");
+	TCase *tp = tcase_create("pool");
+
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, prefix_keys);
+	tcase_add_test(tc, round_trips);
+	tcase_add_test(tc, exists_delete_pin_async);
+	tcase_add_test(tc, bad_arguments_and_closed_handle);
+	tcase_add_test(tc, stress_processes_and_threads);
+	tcase_add_test(tc, warm_restart);
+	suite_add_tcase(s, tc);
+	tcase_set_timeout(tp, 300);
+	tcase_add_checked_fixture(tp, cluster_setup, cluster_teardown);
+	tcase_add_test(tp, tenants_never_share);
+	tcase_add_test(tp, eviction_stays_within_the_tenant);
+	tcase_add_test(tp, donor_killed_mid_put_and_get);
+	suite_add_tcase(s, tp);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(kv_suite());
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set");
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
