@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # tidepool's main job on one machine: installs what is needed, builds,
-# starts memd on loopback donating 512 MiB, and runs a real workload
-# against it (poolbench demo: writes a region, reads it back, verifies
-# every byte, prints throughput). Stops memd at the end.
+# starts memd on loopback donating 2 GiB, and runs two real workloads
+# against it: poolbench demo (writes a region, reads it back, verifies
+# every byte, prints throughput), then the KV tier at work: kvbench's
+# shared-prefix workload (prompts whose long prefixes repeat; KV blocks
+# that do not fit the modeled GPU memory are put in the pool and fetched
+# back instead of recomputed; every block verified), with the hit ratio
+# and the modeled time to first token against recomputing. Stops memd at
+# the end.
 #
 #   sudo deploy/quickstart.sh [SIZE]     (default SIZE 256M)
 set -euo pipefail
@@ -30,8 +35,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-build/release/memd/memd --listen 127.0.0.1:0 --donate 512M \
-	--slab-size 64M --ready-file "$tmp/ready" 2>"$tmp/memd.log" &
+build/release/memd/memd --listen 127.0.0.1:0 --donate 2G \
+	--slab-size 64M --set kv_share=90 --ready-file "$tmp/ready" \
+	2>"$tmp/memd.log" &
 memd_pid=$!
 for _ in $(seq 1 300); do
 	[ -s "$tmp/ready" ] && break
@@ -42,10 +48,20 @@ for _ in $(seq 1 300); do
 	fi
 	sleep 0.1
 done
-addr=$(cat "$tmp/ready")
+addr=$(head -n1 "$tmp/ready")
 echo "quickstart: memd listening on $addr (log: memd.log below)"
-build/release/bench/poolbench demo --addr "$addr" --size "$size"
-status=$?
+status=0
+build/release/bench/poolbench demo --addr "$addr" --size "$size" || status=$?
+echo
+echo "quickstart: the KV tier: 40 prompts of 30K tokens whose 28K-token"
+echo "  prefixes come from a set of 20; GPU memory (modeled) holds 5 prefixes;"
+echo "  prefill modeled at 10,000 tokens/s (docs/bench/kv.md)"
+out=$(build/release/bench/kvbench --tier tidepool --workload shared \
+	--addr "$addr" --prompts 40) || status=$?
+echo "$out" | tr ' ' '\n' | grep -E '^(hit|local_hit|tier_hit|get_MBps|ttft_s|ttft_recompute_s|bad)=' |
+	sed 's/^/  /'
+echo "$out" | grep -q ' bad=0' || status=1
 echo "quickstart: memd log:"
 sed 's/^/  /' "$tmp/memd.log"
+[ $status -eq 0 ] && echo "quickstart: ok" || echo "quickstart: FAILED ($status)"
 exit $status
