@@ -883,10 +883,16 @@ END_TEST
 
 struct kill_arg {
 	struct pool_kv *kv;
-	bool put; /* else get */
-	volatile bool stop;
-	uint64_t ops, hits, errors, wrong;
+	bool put;     /* else get */
+	bool stop;    /* atomic: set by the main thread */
+	uint64_t ops; /* atomic: read by the main thread while it runs */
+	uint64_t hits, errors, wrong; /* read after the join */
 };
+
+static uint64_t ops_of(struct kill_arg *a)
+{
+	return __atomic_load_n(&a->ops, __ATOMIC_RELAXED);
+}
 
 /* 400 KiB and more: blocks of 512 KiB; the 48 keys of the test fit a
  * tenant's share (32 MiB) even on one donor, so nothing is evicted */
@@ -901,7 +907,8 @@ static void *kill_thread(void *arg)
 	size_t cap = kill_len(KILL_KEYS);
 	uint8_t *buf = malloc(cap);
 
-	for (uint64_t it = 0; !a->stop; it++) {
+	for (uint64_t it = 0; !__atomic_load_n(&a->stop, __ATOMIC_RELAXED);
+	     it++) {
 		struct pool_kv_key k;
 		int i = (int)(it % KILL_KEYS), st;
 		size_t len = kill_len(i), got;
@@ -932,7 +939,7 @@ static void *kill_thread(void *arg)
 				a->errors++;
 			}
 		}
-		a->ops++;
+		__atomic_add_fetch(&a->ops, 1, __ATOMIC_RELAXED);
 	}
 	free(buf);
 	return NULL;
@@ -969,7 +976,7 @@ START_TEST(donor_killed_mid_put_and_get)
 	pu.put = true;
 	pthread_create(&tg, NULL, kill_thread, &g);
 	pthread_create(&tp, NULL, kill_thread, &pu);
-	while (g.ops < 2 * KILL_KEYS || pu.ops < KILL_KEYS)
+	while (ops_of(&g) < 2 * KILL_KEYS || ops_of(&pu) < KILL_KEYS)
 		sleep_ms(10);
 	/* d1 dies while both run */
 	ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
@@ -978,12 +985,14 @@ START_TEST(donor_killed_mid_put_and_get)
 		sleep_ms(10);
 	ck_assert_int_lt(i, 3000);
 	{
-		uint64_t g0 = g.ops, p0 = pu.ops;
+		uint64_t g0 = ops_of(&g), p0 = ops_of(&pu);
 
-		while (g.ops < g0 + 2 * KILL_KEYS || pu.ops < p0 + KILL_KEYS)
+		while (ops_of(&g) < g0 + 2 * KILL_KEYS ||
+		       ops_of(&pu) < p0 + KILL_KEYS)
 			sleep_ms(10);
 	}
-	g.stop = pu.stop = true;
+	__atomic_store_n(&g.stop, true, __ATOMIC_RELAXED);
+	__atomic_store_n(&pu.stop, true, __ATOMIC_RELAXED);
 	pthread_join(tg, NULL);
 	pthread_join(tp, NULL);
 	fprintf(stderr,
