@@ -259,7 +259,11 @@ START_TEST(zero_pages_cost_no_fetch)
 	st = stats(a);
 	ck_assert_uint_eq(st.fetches, 0);
 	ck_assert_uint_eq(st.writebacks, 0);
-	ck_assert_uint_eq(st.zero_fills, 2 * size / PG);
+	/* Every page is zero-filled in the first pass; in the second, every
+	 * page but the few the budget still holds (eviction works in
+	 * batches, so which ones depends on timing). */
+	ck_assert_uint_le(st.zero_fills, 2 * size / PG);
+	ck_assert_uint_ge(st.zero_fills, (2 * size - local) / PG);
 	ck_assert_uint_gt(st.evictions, 0);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	pool_close(p);
