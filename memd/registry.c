@@ -1853,7 +1853,7 @@ static int admin_check_fields(json_t *req, const struct admin_cmd *c, char *err,
 	return 0;
 }
 
-int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
+int memd_registry_admin(struct memd_registry *r, json_t *req,
 			const uint8_t session_key[AUTH_KEY_LEN],
 			uint64_t now_ms, uint64_t now_unix_ms, char *out,
 			size_t cap, char *err, size_t errlen)
@@ -1862,23 +1862,17 @@ int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
 		.r = r, .session_key = session_key, .err = err, .errlen = errlen
 	};
 	const struct admin_cmd *c = NULL;
-	json_error_t je;
 	const char *cmd;
 	char *text;
 	size_t n;
 	int rc;
 
 	(void)now_unix_ms;
-	if (!json || !out) {
+	if (!req || !out) {
 		set_err(err, errlen, "no request");
 		return -EINVAL;
 	}
-	x.req = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-	if (!x.req) {
-		set_err(err, errlen, "malformed JSON: %s (at %d)", je.text,
-			je.position);
-		return -EINVAL;
-	}
+	x.req = req;
 	if (!json_is_object(x.req)) {
 		set_err(err, errlen, "not a JSON object");
 		rc = -EINVAL;
@@ -1928,7 +1922,6 @@ int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
 	free(text);
 out:
 	json_decref(x.reply);
-	json_decref(x.req);
 	return rc;
 }
 

@@ -32,6 +32,7 @@
 #include "fabric/wire.h"
 
 struct memd_registry;
+struct json_t; /* jansson's */
 
 struct memd_registry_opts {
 	const char *state_dir;	/* must exist; registry.json lives there */
@@ -119,18 +120,21 @@ int memd_registry_make_pass(struct memd_registry *r, uint32_t tenant_id,
 
 /*
  * One admin request (docs/cluster.md, "Admin requests": a JSON object
- * with "cmd"), from an authenticated "@admin" session whose session key
- * is session_key (tenant-add's key_box is sealed with it). Writes the
- * JSON reply (NUL-terminated) to out and returns its length, or -errno
- * with err for the ERROR text:
- *   -EINVAL  malformed JSON, unknown cmd, a missing or bad field
+ * with "cmd"), already parsed by the caller (memd's server parses it
+ * once, with JSON_REJECT_DUPLICATES, and says why when it cannot);
+ * borrowed: the caller keeps and frees req. From an authenticated
+ * "@admin" session whose session key is session_key (tenant-add's
+ * key_box is sealed with it). Writes the JSON reply (NUL-terminated) to
+ * out and returns its length, or -errno with err for the ERROR text:
+ *   -EINVAL  req NULL or not an object, unknown cmd, a missing or bad
+ *            field
  *   -ENOENT  no such tenant / donor
  *   -EEXIST  tenant-add of an existing name
  *   -EBUSY   tenant-remove of a tenant that still holds memory
  *   -EIO     the state file could not be written (nothing changed)
  *   -ENOSPC  out too small
  */
-int memd_registry_admin(struct memd_registry *r, const char *json, size_t len,
+int memd_registry_admin(struct memd_registry *r, struct json_t *req,
 			const uint8_t session_key[AUTH_KEY_LEN],
 			uint64_t now_ms, uint64_t now_unix_ms, char *out,
 			size_t cap, char *err, size_t errlen);

@@ -1353,24 +1353,21 @@ static int admin_leases(struct memd_server *s, char *out, size_t cap)
 	return (int)(j.len + (size_t)n);
 }
 
-/* True when the request's "cmd" is cmd (malformed JSON: false, and the
- * registry, or the not-a-registry error, answers it). */
-static bool admin_cmd_is(const struct wire_admin *a, const char *cmd)
-{
-	json_t *o = json_loadb(a->json, a->json_len, 0, NULL);
-	const char *v = json_string_value(json_object_get(o, "cmd"));
-	bool is = v && !strcmp(v, cmd);
-
-	json_decref(o);
-	return is;
-}
-
+/*
+ * The request's JSON is parsed once, here, with the registry's rules
+ * (duplicate keys refused); the registry reads the same object. "leases"
+ * is every memd's own; the rest is the registry's, and so is saying why
+ * malformed JSON is malformed (elsewhere: the not-a-registry error).
+ */
 static void do_admin(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep)
 {
 	static char out[WIRE_JSON_MAX + 1]; /* memd-ctl only */
 	const struct wire_admin *a = &req->u.admin;
 	char err[WIRE_MSG_MAX] = "";
+	json_error_t je;
+	const char *cmd;
+	json_t *o;
 	int n;
 
 	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_ADMIN) {
@@ -1378,22 +1375,26 @@ static void do_admin(struct memd_server *s, struct conn *c,
 			   "admin: needs the principal @admin");
 		return;
 	}
-	/* "leases" is every memd's own; the rest is the registry's. */
-	if (admin_cmd_is(a, "leases")) {
+	o = json_loadb(a->json, a->json_len, JSON_REJECT_DUPLICATES, &je);
+	cmd = json_string_value(json_object_get(o, "cmd"));
+	if (cmd && !strcmp(cmd, "leases")) {
 		n = admin_leases(s, out, sizeof(out));
 	} else if (!s->reg) {
 		send_error(s, c, req->seq, EOPNOTSUPP,
 			   "admin: this memd is not the registry (only "
 			   "\"leases\" is served here)");
-		return;
+		goto out;
+	} else if (!o) {
+		snprintf(err, sizeof(err), "malformed JSON: %s (at %d)",
+			 je.text, je.position);
+		n = -EINVAL;
 	} else {
-		n = memd_registry_admin(s->reg, a->json, a->json_len, c->skey,
-					now_ms(), unix_ms(), out, sizeof(out),
-					err, sizeof(err));
+		n = memd_registry_admin(s->reg, o, c->skey, now_ms(), unix_ms(),
+					out, sizeof(out), err, sizeof(err));
 	}
 	if (n < 0) {
 		send_error(s, c, req->seq, -n, "%s", err);
-		return;
+		goto out;
 	}
 	CTR_ADD(s, admin_requests, 1);
 	memset(rep, 0, sizeof(*rep));
@@ -1403,6 +1404,8 @@ static void do_admin(struct memd_server *s, struct conn *c,
 	rep->u.admin.json_len = (uint32_t)n;
 	if (conn_send(c, rep))
 		c->closing = true;
+out:
+	json_decref(o);
 }
 
 /* memd-donor's report: counters and tenants from the lease table. */

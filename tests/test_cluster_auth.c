@@ -507,6 +507,44 @@ START_TEST(quota_concurrent_places_never_overshoot)
 }
 END_TEST
 
+/* ADMIN's JSON, read once by memd's server and handed to the registry:
+ * each way of being malformed is refused with its reason, "leases" is
+ * served, and memd goes on serving. */
+START_TEST(admin_json_refusals)
+{
+	char out[8192];
+
+	ck_assert_int_eq(
+		tu_admin(reg.addr, cluster, "{\"cmd\":", out, sizeof(out)),
+		-EINVAL);
+	ck_assert_msg(strstr(out, "malformed JSON"), "%s", out);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  "{\"cmd\":\"status\",\"cmd\":\"status\"}",
+				  out, sizeof(out)),
+			 -EINVAL);
+	ck_assert_msg(strstr(out, "malformed JSON"), "%s", out);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, "[1]", out, sizeof(out)),
+			 -EINVAL);
+	ck_assert_msg(strstr(out, "not a JSON object"), "%s", out);
+	ck_assert_int_eq(
+		tu_admin(reg.addr, cluster, "{\"cmd\":7}", out, sizeof(out)),
+		-EINVAL);
+	ck_assert_msg(strstr(out, "missing string field 'cmd'"), "%s", out);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, "{\"cmd\":\"nope\"}", out,
+				  sizeof(out)),
+			 -EINVAL);
+	ck_assert_msg(strstr(out, "unknown cmd 'nope'"), "%s", out);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, "{\"cmd\":\"leases\"}",
+				  out, sizeof(out)),
+			 0);
+	ck_assert_msg(strstr(out, "\"leases\":["), "%s", out);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, "{\"cmd\":\"status\"}",
+				  out, sizeof(out)),
+			 0);
+	assert_memd_serves();
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cluster_auth");
@@ -521,6 +559,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, foreign_lease_reference);
 	tcase_add_test(tc, quota_edquot);
 	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
+	tcase_add_test(tc, admin_json_refusals);
 	suite_add_tcase(s, tc);
 	return s;
 }
