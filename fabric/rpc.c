@@ -2,7 +2,8 @@
 /*
  * fabric/rpc.c - the blocking client end of a control connection (rpc.h):
  * libpool's sessions, memd's link to its registry, poolctl. rpc_hello and
- * rpc_auth are the handshake every one of them does (docs/cluster.md).
+ * rpc_auth are the handshake every one of them does (docs/cluster.md);
+ * rpc_handshake does both for a client that needs nothing in between.
  *
  * Threads: any thread may call; calls are serialized by c->lock, so at
  * most one request is outstanding and a reply is matched by seq alone.
@@ -414,5 +415,50 @@ out:
 		memset(req, 0, sizeof(*req)); /* the proof */
 	free(req);
 	free(rep);
+	return r;
+}
+
+static const char *role_name(unsigned role)
+{
+	switch (role) {
+	case WIRE_ROLE_TENANT:
+		return "tenant";
+	case WIRE_ROLE_ADMIN:
+		return "admin";
+	case WIRE_ROLE_DONOR:
+		return "donor";
+	default:
+		return "unknown";
+	}
+}
+
+int rpc_handshake(struct rpc *c, const char *client, uint16_t proto_min,
+		  const char *principal, const uint8_t key[AUTH_KEY_LEN],
+		  uint8_t role, int timeout_ms, struct wire_hello_ok *hello,
+		  struct wire_auth_ok *ok, uint8_t session_key[AUTH_KEY_LEN],
+		  char *errtext, size_t errlen)
+{
+	struct wire_hello_ok h;
+	struct wire_auth_ok a;
+	int r;
+
+	if (!ok)
+		ok = &a;
+	r = rpc_hello(c, client, proto_min, timeout_ms, &h, errtext, errlen);
+	if (r)
+		return r;
+	if (hello)
+		*hello = h;
+	if (h.proto < 2)
+		return 0; /* only when proto_min allowed it */
+	r = rpc_auth(c, &h, principal, key, NULL, 0, timeout_ms, ok,
+		     session_key, errtext, errlen);
+	if (!r && role && ok->role != role) {
+		if (errtext)
+			snprintf(errtext, errlen,
+				 "memd gave %s the role %s, not %s", principal,
+				 role_name(ok->role), role_name(role));
+		r = -EPROTO;
+	}
 	return r;
 }

@@ -85,4 +85,23 @@ int rpc_auth(struct rpc *c, const struct wire_hello_ok *hello_ok,
 	     struct wire_auth_ok *ok, uint8_t session_key[AUTH_KEY_LEN],
 	     char *errtext, size_t errlen);
 
+/*
+ * The whole handshake of a client opening a session as principal:
+ * rpc_hello (client, proto_min as there), then rpc_auth with key, no
+ * pass. When proto_min is 1 and memd chose protocol 1 (it has no AUTH:
+ * a standalone memd of old), it stops there and returns 0 with
+ * hello->proto 1, ok and session_key untouched. role, when not 0, is the
+ * enum wire_role AUTH_OK must grant; another is -EPROTO (errtext says
+ * which role memd gave). hello and ok may be NULL; hello, when given, is
+ * written as soon as HELLO succeeds, so a caller that zeroed it can tell
+ * a failed HELLO (hello->proto still 0) from a failed AUTH. Returns 0 or
+ * the errors of rpc_hello and rpc_auth. Nothing secret is logged or
+ * copied to errtext.
+ */
+int rpc_handshake(struct rpc *c, const char *client, uint16_t proto_min,
+		  const char *principal, const uint8_t key[AUTH_KEY_LEN],
+		  uint8_t role, int timeout_ms, struct wire_hello_ok *hello,
+		  struct wire_auth_ok *ok, uint8_t session_key[AUTH_KEY_LEN],
+		  char *errtext, size_t errlen);
+
 #endif

@@ -132,23 +132,13 @@ static void advertised(struct memd_donor *d, const char *local_host, char *out,
 static int handshake(struct memd_donor *d, struct rpc *c, char *text,
 		     size_t textlen)
 {
-	struct wire_hello_ok hello;
-	struct wire_auth_ok ok;
 	uint8_t skey[AUTH_KEY_LEN];
 	char client[WIRE_NAME_MAX];
-	int r;
 
 	snprintf(client, sizeof(client), "memd-donor %.52s", d->name);
-	r = rpc_hello(c, client, 2, CALL_TIMEOUT_MS, &hello, text, textlen);
-	if (!r)
-		r = rpc_auth(c, &hello, "@donor", d->o.donor_key, NULL, 0,
-			     CALL_TIMEOUT_MS, &ok, skey, text, textlen);
-	if (!r && ok.role != WIRE_ROLE_DONOR) {
-		snprintf(text, textlen, "the registry gave role %u, not donor",
-			 ok.role);
-		r = -EPROTO;
-	}
-	return r;
+	return rpc_handshake(c, client, 2, "@donor", d->o.donor_key,
+			     WIRE_ROLE_DONOR, CALL_TIMEOUT_MS, NULL, NULL, skey,
+			     text, textlen);
 }
 
 static int join(struct memd_donor *d, struct rpc *c, const char *local_host,

@@ -499,34 +499,28 @@ static int load_keys(struct opts *o, char *err, size_t errlen)
  */
 static int handshake(struct opts *o, struct conn *c, const char *what)
 {
-	struct wire_hello_ok hello;
-	struct wire_auth_ok *ok;
+	struct wire_hello_ok hello = { 0 };
 	char client[WIRE_NAME_MAX], secret_err[256];
 	uint8_t probe[AUTH_KEY_LEN];
 	int r, code;
 
 	snprintf(client, sizeof(client), "poolctl pid %ld", (long)getpid());
-	r = rpc_hello(c->rpc, client, WIRE_PROTO_MIN, o->timeout_ms, &hello,
-		      c->text, sizeof(c->text));
-	if (r)
-		return call_failed(c, what, r);
-	c->proto = hello.proto;
-	if (c->proto < 2) {
-		c->standalone = true;
-		return 0;
-	}
 	/* Without the secret, AUTH with a throwaway key still tells a
 	 * standalone memd (EOPNOTSUPP), which needs none, from the rest. */
 	code = load_keys(o, secret_err, sizeof(secret_err));
 	if (code)
 		auth_random(probe, sizeof(probe));
-	ok = xcalloc(1, sizeof(*ok));
-	r = rpc_auth(c->rpc, &hello, "@admin", code ? probe : o->keys.admin,
-		     NULL, 0, o->timeout_ms, ok, c->skey, c->text,
-		     sizeof(c->text));
-	if (!r && ok->role != WIRE_ROLE_ADMIN)
-		r = -EPROTO;
-	free(ok);
+	r = rpc_handshake(c->rpc, client, WIRE_PROTO_MIN, "@admin",
+			  code ? probe : o->keys.admin, WIRE_ROLE_ADMIN,
+			  o->timeout_ms, &hello, NULL, c->skey, c->text,
+			  sizeof(c->text));
+	if (r && !hello.proto) /* HELLO itself failed */
+		return call_failed(c, what, r);
+	c->proto = hello.proto;
+	if (!r && c->proto < 2) {
+		c->standalone = true;
+		return 0;
+	}
 	if (r == -EOPNOTSUPP) {
 		c->standalone = true;
 		return 0;

@@ -526,8 +526,7 @@ static struct rpc *tenant_session(const char *tenant, const char *path,
 				  int *err)
 {
 	uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN], skey[AUTH_KEY_LEN];
-	struct wire_hello_ok hello;
-	struct wire_auth_ok *ok = calloc(1, sizeof(*ok));
+	struct wire_hello_ok hello = { 0 };
 	char text[256];
 	struct rpc *c;
 	int n;
@@ -537,12 +536,9 @@ static struct rpc *tenant_session(const char *tenant, const char *path,
 	ck_assert_msg(n > 0, "%s", text);
 	auth_tenant_key(secret, (size_t)n, key);
 	ck_assert_int_eq(rpc_connect(memd.addr, 5000, &c, NULL, 0), 0);
-	ck_assert_int_eq(rpc_hello(c, "test_poolctl", 2, 5000, &hello, text,
-				   sizeof(text)),
-			 0);
-	*err = rpc_auth(c, &hello, tenant, key, NULL, 0, 5000, ok, skey, text,
-			sizeof(text));
-	free(ok);
+	*err = rpc_handshake(c, "test_poolctl", 2, tenant, key, 0, 5000, &hello,
+			     NULL, skey, text, sizeof(text));
+	ck_assert_msg(hello.proto >= 2, "hello: %s", text);
 	if (*err) {
 		rpc_close(c);
 		return NULL;

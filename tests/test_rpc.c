@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/test_rpc.c - fabric/rpc's handshake helpers (rpc_hello, rpc_auth)
+ * tests/test_rpc.c - fabric/rpc's handshake helpers (rpc_hello, rpc_auth,
+ * rpc_handshake)
  * against a scripted memd: a thread on a loopback TCP port that decodes
  * each request and answers as the scenario says, checking what the client
  * sent (its proof, its pass) with fabric/auth.h.
@@ -25,6 +26,7 @@ enum scenario {
 	SC_BAD_PROOF,  /* memd answers with a wrong server proof */
 	SC_PROTO3,     /* HELLO_OK with a version we did not offer */
 	SC_STANDALONE, /* AUTH is EOPNOTSUPP */
+	SC_PROTO1,     /* HELLO_OK chooses protocol 1 (no AUTH) */
 };
 
 struct fake {
@@ -89,7 +91,9 @@ static void *fake_main(void *arg)
 		switch (m->type) {
 		case WIRE_HELLO:
 			rep->type = WIRE_HELLO_OK;
-			rep->u.hello_ok.proto = f->sc == SC_PROTO3 ? 3 : 2;
+			rep->u.hello_ok.proto = f->sc == SC_PROTO3   ? 3
+						: f->sc == SC_PROTO1 ? 1
+								     : 2;
 			rep->u.hello_ok.session_id = SESSION_ID;
 			rep->u.hello_ok.epoch = EPOCH;
 			rep->u.hello_ok.ttl_ms = 1000;
@@ -320,6 +324,76 @@ START_TEST(auth_refusals)
 }
 END_TEST
 
+/* rpc_handshake: HELLO + AUTH in one call, the role checked, and which
+ * step failed told by hello. */
+START_TEST(handshake_in_one_call)
+{
+	uint8_t key[AUTH_KEY_LEN], other[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
+	struct wire_hello_ok hok;
+	struct wire_auth_ok aok;
+	char err[WIRE_MSG_MAX];
+	struct fake f;
+	struct rpc *c;
+
+	key_of("tenant secret number one", key);
+	key_of("tenant secret number two", other);
+
+	fake_start(&f, SC_OK, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, WIRE_ROLE_TENANT,
+				       2000, &hok, &aok, sk, err, sizeof(err)),
+			 0);
+	ck_assert_uint_eq(hok.session_id, SESSION_ID);
+	ck_assert_uint_eq(aok.tenant_id, 7);
+	ck_assert(f.proof_ok);
+	ck_assert_mem_eq(sk, f.session_key, AUTH_KEY_LEN);
+	fake_stop(&f, c);
+
+	/* memd made us a tenant; we asked to be admin */
+	fake_start(&f, SC_OK, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_handshake(c, "t", 2, "@admin", key,
+				       WIRE_ROLE_ADMIN, 2000, NULL, NULL, sk,
+				       err, sizeof(err)),
+			 -EPROTO);
+	ck_assert_str_eq(err, "memd gave @admin the role tenant, not admin");
+	fake_stop(&f, c);
+
+	/* AUTH fails: hello was written */
+	fake_start(&f, SC_WRONG_KEY, other);
+	c = fake_connect(&f);
+	memset(&hok, 0, sizeof(hok));
+	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, 0, 2000, &hok,
+				       NULL, sk, err, sizeof(err)),
+			 -EACCES);
+	ck_assert_uint_eq(hok.proto, 2);
+	fake_stop(&f, c);
+
+	/* HELLO fails: hello untouched */
+	fake_start(&f, SC_PROTO3, key);
+	c = fake_connect(&f);
+	memset(&hok, 0, sizeof(hok));
+	ck_assert_int_eq(rpc_handshake(c, "t", 1, "acme", key, 0, 2000, &hok,
+				       NULL, sk, err, sizeof(err)),
+			 -EPROTONOSUPPORT);
+	ck_assert_uint_eq(hok.proto, 0);
+	fake_stop(&f, c);
+
+	/* protocol 1, offered: no AUTH, 0; not offered: refused */
+	fake_start(&f, SC_PROTO1, key);
+	c = fake_connect(&f);
+	ck_assert_int_eq(rpc_handshake(c, "t", 1, "acme", key, WIRE_ROLE_TENANT,
+				       2000, &hok, NULL, sk, err, sizeof(err)),
+			 0);
+	ck_assert_uint_eq(hok.proto, 1);
+	ck_assert_str_eq(f.principal, "");
+	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, 0, 2000, &hok,
+				       NULL, sk, err, sizeof(err)),
+			 -EPROTONOSUPPORT);
+	fake_stop(&f, c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("rpc");
@@ -335,6 +409,7 @@ int main(void)
 	tcase_add_test(tc, auth_wrong_key_is_eacces);
 	tcase_add_test(tc, auth_server_bad_proof_is_eacces);
 	tcase_add_test(tc, auth_refusals);
+	tcase_add_test(tc, handshake_in_one_call);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -376,8 +376,6 @@ static int admin_session(const char *addr, const char *cluster_secret,
 {
 	uint8_t secret[AUTH_SECRET_MAX];
 	struct auth_cluster_keys keys;
-	struct wire_hello_ok hello;
-	struct wire_auth_ok ok;
 	char local[64];
 	int n, r;
 
@@ -389,10 +387,8 @@ static int admin_session(const char *addr, const char *cluster_secret,
 	r = rpc_connect(addr, 5000, out, local, sizeof(local));
 	if (r)
 		return r;
-	r = rpc_hello(*out, "tests admin", 2, 5000, &hello, err, errlen);
-	if (!r)
-		r = rpc_auth(*out, &hello, "@admin", keys.admin, NULL, 0, 5000,
-			     &ok, skey, err, errlen);
+	r = rpc_handshake(*out, "tests admin", 2, "@admin", keys.admin, 0, 5000,
+			  NULL, NULL, skey, err, errlen);
 	if (r) {
 		rpc_close(*out);
 		*out = NULL;
