@@ -78,15 +78,7 @@ static struct pool *connect_memd(void)
 /* A raw control session: HELLO_OK into *hello. */
 static struct rpc *raw_session(struct wire_hello_ok *hello)
 {
-	struct wire_msg req = { .type = WIRE_HELLO }, rep;
-	struct rpc *c;
-
-	ck_assert_int_eq(rpc_connect(md.addr, 5000, &c, NULL, 0), 0);
-	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
-	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0),
-			 0);
-	*hello = rep.u.hello_ok;
-	return c;
+	return tu_raw_hello(md.addr, hello);
 }
 
 static struct wire_status_ok raw_status(struct rpc *c)
@@ -108,92 +100,6 @@ static struct wire_status_ok memd_status(void)
 	return st;
 }
 
-/*
- * What the kernel says about pid's memory with policy "bind:NODE"
- * (/proc/PID/numa_maps, sizes from /proc/PID/maps): how many bytes of
- * mappings carry it, how many of their pages are present on the node,
- * and how many are present anywhere else (which MPOL_BIND forbids).
- */
-struct bound {
-	uint64_t mapped, on_node, elsewhere;
-};
-
-static uint64_t vma_bytes(pid_t pid, unsigned long long start)
-{
-	char path[64], line[512];
-	unsigned long long a, b;
-	uint64_t len = 0;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_msg(f, "cannot read %s", path);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "%llx-%llx", &a, &b) == 2 && a == start)
-			len = b - a;
-	fclose(f);
-	return len;
-}
-
-static struct bound bound_to(pid_t pid, int node)
-{
-	char path[64], line[4096], policy[32];
-	struct bound r = { 0, 0, 0 };
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/numa_maps", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_msg(f, "cannot read %s", path);
-	snprintf(policy, sizeof(policy), "bind:%d", node);
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long long start, kib = 4;
-		const char *k = strstr(line, "kernelpagesize_kB=");
-		char pol[64], *tok, *save = NULL;
-
-		/* "7f0f95c00000 bind:0 anon=... N0=..." (no pages: no more) */
-		if (sscanf(line, "%llx %63s", &start, pol) != 2 ||
-		    strcmp(pol, policy))
-			continue;
-		if (k)
-			kib = strtoull(k + 18, NULL, 10);
-		r.mapped += vma_bytes(pid, start);
-		for (tok = strtok_r(line, " \n", &save); tok;
-		     tok = strtok_r(NULL, " \n", &save)) {
-			int n;
-			unsigned long long pages;
-
-			if (sscanf(tok, "N%d=%llu", &n, &pages) != 2)
-				continue;
-			if (n == node)
-				r.on_node += pages * kib * 1024;
-			else
-				r.elsewhere += pages * kib * 1024;
-		}
-	}
-	fclose(f);
-	return r;
-}
-
-/*
- * memd's arena for node: bound to it in full, nothing of it elsewhere,
- * and (mlock prefaults) all of it present there. The sanitizers' mlock is
- * a no-op, so under ASan and TSan only what was touched is present.
- */
-static void assert_arena_on(pid_t pid, int node, uint64_t bytes)
-{
-	struct bound b = bound_to(pid, node);
-
-	ck_assert_msg(
-		b.mapped >= bytes, "%llu bytes bound to node %d, want %llu",
-		(unsigned long long)b.mapped, node, (unsigned long long)bytes);
-	ck_assert_uint_eq(b.elsewhere, 0);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-	ck_assert_msg(
-		b.on_node >= bytes, "%llu bytes present on node %d, want %llu",
-		(unsigned long long)b.on_node, node, (unsigned long long)bytes);
-#endif
-}
-
 static char *read_file(const char *path)
 {
 	static char buf[1 << 16];
@@ -213,25 +119,6 @@ static bool memd_log_has(const char *needle)
 
 	snprintf(path, sizeof(path), "%s/memd.log", md.dir);
 	return strstr(read_file(path), needle) != NULL;
-}
-
-static void write_read_check(struct pool *p, struct pool_region *r,
-			     uint64_t off, size_t len, uint64_t seed)
-{
-	uint8_t *w = malloc(len), *b = malloc(len);
-	ssize_t bad;
-
-	ck_assert_ptr_nonnull(w);
-	ck_assert_ptr_nonnull(b);
-	tu_pattern_fill(w, len, seed, off);
-	ck_assert_int_eq(pool_write(p, r, off, w, len), 0);
-	memset(b, 0xee, len);
-	ck_assert_int_eq(pool_read(p, r, off, b, len), 0);
-	bad = tu_pattern_check(b, len, seed, off);
-	ck_assert_msg(bad < 0, "wrong byte at %zd (off %lu, len %zu)", bad,
-		      (unsigned long)off, len);
-	free(w);
-	free(b);
 }
 
 /* Every extent of r is on node, served by endpoint ep. */
@@ -489,7 +376,7 @@ START_TEST(without_numa_nodes_nodes_are_minus_one)
 	ck_assert_int_eq(pool_alloc(p, 2 * SLAB + 100, &r), 0);
 	ck_assert_int_eq(pool_region_node(r), -1);
 	assert_extents(r, -1, 0);
-	write_read_check(p, r, SLAB - 7, SLAB + 50, 41);
+	tu_pool_write_read_check(p, r, SLAB - 7, SLAB + 50, 41);
 	ck_assert_int_eq(pool_alloc_node(p, 100, -1, &small), 0);
 	ck_assert_int_eq(pool_region_node(small), -1);
 	/* A node, from a memd that places nothing: refused, not ignored. */
@@ -501,7 +388,7 @@ START_TEST(without_numa_nodes_nodes_are_minus_one)
 	ck_assert_int_eq(pool_region_node(NULL), -1);
 	pool_close(p);
 	/* No NUMA binding: memd's memory has the default policy. */
-	ck_assert_uint_eq(bound_to(md.pid, host_node[0]).mapped, 0);
+	ck_assert_uint_eq(tu_bound_to(md.pid, host_node[0]).mapped, 0);
 	stop();
 }
 END_TEST
@@ -531,7 +418,7 @@ START_TEST(one_node_leases_say_their_node)
 	rpc_close(c);
 	/* The kernel, not memd, says where the donation is: all of it
 	 * bound to the node and present there (locked and prefaulted). */
-	assert_arena_on(md.pid, n0, NSLABS * (uint64_t)SLAB);
+	tu_assert_arena_on(md.pid, n0, NSLABS * (uint64_t)SLAB);
 	ck_assert(memd_log_has("bind=127.0.0.1 why=control listener on "
 			       "loopback"));
 
@@ -539,12 +426,12 @@ START_TEST(one_node_leases_say_their_node)
 	ck_assert_int_eq(pool_alloc_node(p, 3 * SLAB, n0, &whole), 0);
 	ck_assert_int_eq(pool_region_node(whole), n0);
 	assert_extents(whole, n0, 0);
-	write_read_check(p, whole, 0, 3 * SLAB, 77);
-	write_read_check(p, whole, SLAB - 3, 2 * SLAB, 78);
+	tu_pool_write_read_check(p, whole, 0, 3 * SLAB, 77);
+	tu_pool_write_read_check(p, whole, SLAB - 3, 2 * SLAB, 78);
 	/* Any node lands on the only one. */
 	ck_assert_int_eq(pool_alloc(p, SLAB + 4096, &any), 0);
 	ck_assert_int_eq(pool_region_node(any), n0);
-	write_read_check(p, any, 0, SLAB + 4096, 79);
+	tu_pool_write_read_check(p, any, 0, SLAB + 4096, 79);
 
 	/* Small regions share a packed slab only with the same node
 	 * argument: two on n0 together, one on "any" elsewhere. */
@@ -558,9 +445,9 @@ START_TEST(one_node_leases_say_their_node)
 	ck_assert_uint_eq(extent_slab(a_any, 0), extent_slab(any, 1));
 	ck_assert_int_eq(pool_region_node(a0), n0);
 	ck_assert_int_eq(pool_region_node(a_any), n0);
-	write_read_check(p, a0, 0, 5000, 80);
-	write_read_check(p, b0, 0, 5000, 81);
-	write_read_check(p, a_any, 0, 5000, 82);
+	tu_pool_write_read_check(p, a0, 0, 5000, 80);
+	tu_pool_write_read_check(p, b0, 0, 5000, 81);
+	tu_pool_write_read_check(p, a_any, 0, 5000, 82);
 
 	st = memd_status();
 	/* 3 + 1 and a packed "any" slab + 1 packed n0 slab */
@@ -615,7 +502,7 @@ START_TEST(unserved_node_is_einval_with_memds_reason)
 	unlink(logpath);
 	/* The session goes on. */
 	ck_assert_int_eq(pool_alloc_node(p, 100, n0, &r), 0);
-	write_read_check(p, r, 0, 100, 5);
+	tu_pool_write_read_check(p, r, 0, 100, 5);
 	pool_close(p);
 
 	/* On the wire: ERROR EINVAL, and the connection stays open. */
@@ -681,8 +568,8 @@ START_TEST(all_nodes)
 				 0);
 		ck_assert_int_eq(pool_region_node(r), host_node[i]);
 		assert_extents(r, host_node[i], i);
-		write_read_check(p, r, SLAB - 100, 101, 90 + i);
-		assert_arena_on(md.pid, host_node[i], 2 * (uint64_t)SLAB);
+		tu_pool_write_read_check(p, r, SLAB - 100, 101, 90 + i);
+		tu_assert_arena_on(md.pid, host_node[i], 2 * (uint64_t)SLAB);
 	}
 	pool_close(p);
 	stop();
@@ -857,13 +744,13 @@ START_TEST(two_arenas_in_process)
 	ck_assert_int_eq(pool_region_node(ra), na);
 	assert_extents(ra, na, 0);
 	ck_assert_uint_eq(extent_slab(ra, 0), 0);
-	write_read_check(p, rb, 0, 2 * SLAB, 100);
-	write_read_check(p, ra, 0, SLAB, 101);
-	write_read_check(p, rb, SLAB - 99, 198, 102);
+	tu_pool_write_read_check(p, rb, 0, 2 * SLAB, 100);
+	tu_pool_write_read_check(p, ra, 0, SLAB, 101);
+	tu_pool_write_read_check(p, rb, SLAB - 99, 198, 102);
 	/* A packed region on nb shares nothing with na's slabs. */
 	ck_assert_int_eq(pool_alloc_node(p, 300, nb, &small), 0);
 	assert_extents(small, nb, 1);
-	write_read_check(p, small, 0, 300, 103);
+	tu_pool_write_read_check(p, small, 0, 300, 103);
 	/* Any: the fullest arena (na: 3 free, nb: 1). */
 	ck_assert_int_eq(pool_alloc(p, SLAB, &any), 0);
 	ck_assert_int_eq(pool_region_node(any), na);
@@ -873,7 +760,7 @@ START_TEST(two_arenas_in_process)
 	/* More than one arena has: spread, node -1. */
 	ck_assert_int_eq(pool_alloc(p, 4 * SLAB, &spread), 0);
 	ck_assert_int_eq(pool_region_node(spread), -1);
-	write_read_check(p, spread, 0, 4 * SLAB, 104);
+	tu_pool_write_read_check(p, spread, 0, 4 * SLAB, 104);
 	st = memd_status();
 	ck_assert_uint_eq(st.slabs_free, 0);
 	ck_assert_uint_eq(st.node[0].slabs_free, 0);

@@ -466,3 +466,108 @@ int tu_tenant_add(const char *addr, const char *cluster_secret,
 	rpc_close(c);
 	return r;
 }
+
+void tu_pool_write_read_check(struct pool *p, struct pool_region *r,
+			      uint64_t off, size_t len, uint64_t seed)
+{
+	uint8_t *w = malloc(len), *b = malloc(len);
+	ssize_t bad;
+
+	ck_assert_ptr_nonnull(w);
+	ck_assert_ptr_nonnull(b);
+	tu_pattern_fill(w, len, seed, off);
+	ck_assert_int_eq(pool_write(p, r, off, w, len), 0);
+	memset(b, 0xee, len);
+	ck_assert_int_eq(pool_read(p, r, off, b, len), 0);
+	bad = tu_pattern_check(b, len, seed, off);
+	ck_assert_msg(bad < 0, "wrong byte at %zd (off %lu, len %zu)", bad,
+		      (unsigned long)off, len);
+	free(w);
+	free(b);
+}
+
+/* ---- NUMA placement, as the kernel reports it ------------------------ */
+
+static uint64_t vma_bytes(pid_t pid, unsigned long long start)
+{
+	char path[64], line[512];
+	unsigned long long a, b;
+	uint64_t len = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "cannot read %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "%llx-%llx", &a, &b) == 2 && a == start)
+			len = b - a;
+	fclose(f);
+	return len;
+}
+
+struct tu_bound tu_bound_to(pid_t pid, int node)
+{
+	char path[64], line[4096], policy[32];
+	struct tu_bound r = { 0, 0, 0 };
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/numa_maps", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "cannot read %s", path);
+	snprintf(policy, sizeof(policy), "bind:%d", node);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long start, kib = 4;
+		const char *k = strstr(line, "kernelpagesize_kB=");
+		char pol[64], *tok, *save = NULL;
+
+		/* "7f0f95c00000 bind:0 anon=... N0=..." (no pages: no more) */
+		if (sscanf(line, "%llx %63s", &start, pol) != 2 ||
+		    strcmp(pol, policy))
+			continue;
+		if (k)
+			kib = strtoull(k + 18, NULL, 10);
+		r.mapped += vma_bytes(pid, start);
+		for (tok = strtok_r(line, " \n", &save); tok;
+		     tok = strtok_r(NULL, " \n", &save)) {
+			int n;
+			unsigned long long pages;
+
+			if (sscanf(tok, "N%d=%llu", &n, &pages) != 2)
+				continue;
+			if (n == node)
+				r.on_node += pages * kib * 1024;
+			else
+				r.elsewhere += pages * kib * 1024;
+		}
+	}
+	fclose(f);
+	return r;
+}
+
+void tu_assert_arena_on(pid_t pid, int node, uint64_t bytes)
+{
+	struct tu_bound b = tu_bound_to(pid, node);
+
+	ck_assert_msg(
+		b.mapped >= bytes, "%llu bytes bound to node %d, want %llu",
+		(unsigned long long)b.mapped, node, (unsigned long long)bytes);
+	ck_assert_uint_eq(b.elsewhere, 0);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+	ck_assert_msg(
+		b.on_node >= bytes, "%llu bytes present on node %d, want %llu",
+		(unsigned long long)b.on_node, node, (unsigned long long)bytes);
+#endif
+}
+
+struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello)
+{
+	struct wire_msg req = { .type = WIRE_HELLO }, rep;
+	struct rpc *c;
+
+	ck_assert_int_eq(rpc_connect(addr, 5000, &c, NULL, 0), 0);
+	req.u.hello.proto_min = req.u.hello.proto_max = WIRE_PROTO_MAX;
+	ck_assert_int_eq(rpc_call(c, &req, &rep, WIRE_HELLO_OK, 5000, NULL, 0),
+			 0);
+	*hello = rep.u.hello_ok;
+	return c;
+}

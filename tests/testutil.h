@@ -2,7 +2,8 @@
 /*
  * tests/testutil.h - shared helpers for the Check tests: patterns derived
  * from offsets (so any wrong byte is caught), spawning real memd processes
- * on loopback with free ports, and skipping with exit 77.
+ * on loopback with free ports, reading a process's NUMA placement from
+ * /proc, and skipping with exit 77.
  */
 #ifndef TP_TESTS_TESTUTIL_H
 #define TP_TESTS_TESTUTIL_H
@@ -57,6 +58,11 @@ void tu_memd_start_ok(struct tu_memd *m, const char *extra_conf);
 void tu_memd_stop_ok(struct tu_memd *m);
 /* pool_connect to m (5 s timeout); fails the running test on error. */
 struct pool *tu_pool_connect(const struct tu_memd *m);
+struct pool_region;
+/* Writes the pattern of seed at [off, off + len) of r, reads it back and
+ * fails the running test on any error or wrong byte. */
+void tu_pool_write_read_check(struct pool *p, struct pool_region *r,
+			      uint64_t off, size_t len, uint64_t seed);
 
 /*
  * tu_memd_start_args() inside network namespace ns (tu_net_*), listening
@@ -106,6 +112,30 @@ int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes);
+
+/*
+ * What the kernel says about pid's memory with policy "bind:NODE"
+ * (/proc/PID/numa_maps, sizes from /proc/PID/maps): how many bytes of
+ * mappings carry it, how many of their pages are present on the node,
+ * and how many are present anywhere else (which MPOL_BIND forbids).
+ * Fails the running test when /proc cannot be read.
+ */
+struct tu_bound {
+	uint64_t mapped, on_node, elsewhere;
+};
+struct tu_bound tu_bound_to(pid_t pid, int node);
+/*
+ * memd's arena for node: bound to it in full, nothing of it elsewhere,
+ * and (mlock prefaults) all of it present there. The sanitizers' mlock is
+ * a no-op, so under ASan and TSan only what was touched is present.
+ */
+void tu_assert_arena_on(pid_t pid, int node, uint64_t bytes);
+
+/* A raw control session to addr, no AUTH: HELLO offering WIRE_PROTO_MAX
+ * only, its HELLO_OK in *hello. Fails the running test on error. */
+struct rpc;
+struct wire_hello_ok;
+struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello);
 
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
