@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * bench/benchutil.c - parsing, latency percentiles, the depth driver and
- * the result line shared by the benchmarks (bench/benchutil.h).
+ * bench/benchutil.c - parsing, latency percentiles, the depth driver, the
+ * sweep of points and the result line shared by the benchmarks
+ * (bench/benchutil.h).
  *
  * The depth driver keeps a ring of depth slots: it starts every slot, then
  * finishes the oldest and at once starts it again, so exactly depth
@@ -15,6 +16,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -457,4 +459,179 @@ void *bench_buf_alloc(size_t len)
 	madvise(p, len, MADV_HUGEPAGE);
 	memset(p, 0xa5, len);
 	return p;
+}
+
+int bench_try_help(const char *prog)
+{
+	fprintf(stderr, "%s: try '%s --help'\n", prog, prog);
+	return 2;
+}
+
+int bench_bad_arg(const char *prog, const char *opt, const char *val,
+		  const char *want)
+{
+	fprintf(stderr, "%s: %s '%s': %s\n", prog, opt, val, want);
+	return bench_try_help(prog);
+}
+
+int bench_args_left(const char *prog, int optind, int argc, char **argv)
+{
+	if (optind >= argc)
+		return 0;
+	fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+	return 2;
+}
+
+/* ---- a sweep of points --------------------------------------------- */
+
+void bench_points_init(struct bench_points *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->sizes[0] = 4u << 10;
+	p->sizes[1] = 64u << 10;
+	p->sizes[2] = 1u << 20;
+	p->sizes[3] = 4u << 20;
+	p->nsizes = 4;
+	p->depths[0] = 1;
+	p->depths[1] = 4;
+	p->depths[2] = 16;
+	p->ndepths = 3;
+	p->read = p->write = true;
+	p->seconds = 2.0;
+	p->warmup = 0.2;
+	p->region = 256ull << 20;
+}
+
+int bench_points_opt(struct bench_points *p, int opt, const char *arg,
+		     const char *prog)
+{
+	switch (opt) {
+	case 's':
+		if (bench_parse_sizes(arg, p->sizes, BENCH_LIST_MAX,
+				      &p->nsizes))
+			return bench_bad_arg(prog, "--sizes", arg,
+					     "want sizes like 4K,64K,1M");
+		return 1;
+	case 'd':
+		if (bench_parse_uints(arg, BENCH_DEPTH_MAX, p->depths,
+				      BENCH_LIST_MAX, &p->ndepths))
+			return bench_bad_arg(prog, "--depths", arg,
+					     "want depths 1..256 like 1,4,16");
+		return 1;
+	case BENCH_OPT_RW:
+		if (bench_parse_rw(arg, &p->read, &p->write))
+			return bench_bad_arg(prog, "--rw", arg,
+					     "want read, write or read,write");
+		return 1;
+	case 'T':
+		if (bench_parse_seconds(arg, &p->seconds))
+			return bench_bad_arg(prog, "--seconds", arg,
+					     "want positive seconds");
+		return 1;
+	case 'n':
+		if (bench_parse_size(arg, &p->count))
+			return bench_bad_arg(prog, "--ops", arg,
+					     "want a positive count");
+		return 1;
+	case 'w':
+		if (!strcmp(arg, "0"))
+			p->warmup = 0;
+		else if (bench_parse_seconds(arg, &p->warmup))
+			return bench_bad_arg(prog, "--warmup", arg,
+					     "want seconds (0 for none)");
+		return 1;
+	case 'r':
+		if (bench_parse_size(arg, &p->region))
+			return bench_bad_arg(prog, "--region", arg,
+					     "want a size like 256M");
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+int bench_points_check(const struct bench_points *p, const char *prog)
+{
+	for (unsigned i = 0; i < p->nsizes; i++) {
+		char s[32], r[32];
+
+		if (p->sizes[i] <= p->region)
+			continue;
+		bench_fmt_size(s, sizeof(s), p->sizes[i]);
+		bench_fmt_size(r, sizeof(r), p->region);
+		fprintf(stderr,
+			"%s: size %s is larger than the region (%s); raise "
+			"--region\n",
+			prog, s, r);
+		return 2;
+	}
+	return 0;
+}
+
+void bench_points_max(const struct bench_points *p, uint64_t *size,
+		      unsigned *depth)
+{
+	*size = 0;
+	*depth = 0;
+	for (unsigned i = 0; i < p->nsizes; i++)
+		if (p->sizes[i] > *size)
+			*size = p->sizes[i];
+	for (unsigned i = 0; i < p->ndepths; i++)
+		if (p->depths[i] > *depth)
+			*depth = p->depths[i];
+}
+
+static int sweep_point(const struct bench_sweep *sw, const char *op,
+		       const struct bench_spec *s, struct bench_result *res)
+{
+	int r = sw->run ? sw->run(sw->arg, s, res)
+			: bench_run(sw->engine, s, res);
+
+	if (r) {
+		fprintf(stderr, "%s: %s size=%" PRIu64 " depth=%u failed: %s\n",
+			sw->prog, op, s->size, s->depth,
+			sw->strerror ? sw->strerror(r) : strerror(-r));
+		return r;
+	}
+	bench_print(stdout, sw->bench, op, s->size, s->depth, sw->threads,
+		    sw->api, res, sw->extra ? sw->extra(sw->arg) : NULL);
+	bench_lat_reset(&res->lat);
+	return 0;
+}
+
+int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw)
+{
+	unsigned nd = sw->depth ? 1 : p->ndepths;
+	struct bench_result res;
+	int r = 0;
+
+	bench_lat_init(&res.lat);
+	for (int w = 0; w < 2 && !r; w++) {
+		const char *op = w ? "write" : "read";
+
+		if ((w && !p->write) || (!w && !p->read))
+			continue;
+		for (unsigned i = 0; i < p->nsizes && !r; i++) {
+			if (sw->size_begin)
+				r = sw->size_begin(sw->arg, p->sizes[i]);
+			for (unsigned j = 0; j < nd && !r; j++) {
+				struct bench_spec s = {
+					.size = p->sizes[i],
+					.region = p->region,
+					.depth = sw->depth ? sw->depth
+							   : p->depths[j],
+					.write = w,
+					.seconds = p->seconds,
+					.count = p->count,
+					.warmup = p->warmup,
+					.lane = 0,
+					.nlanes = 1,
+				};
+
+				r = sweep_point(sw, op, &s, &res);
+			}
+		}
+	}
+	bench_lat_fini(&res.lat);
+	return r;
 }

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench/benchutil.h - what poolbench and rawfab share: argument parsing
- * (sizes, lists), a latency recorder with percentiles, the depth driver
- * that keeps N operations in flight from one thread, and the one-line
- * result format the scripts parse.
+ * (sizes, lists, the options of a sweep of points), a latency recorder
+ * with percentiles, the depth driver that keeps N operations in flight
+ * from one thread, the sweep over sizes x depths x read/write, and the
+ * one-line result format the scripts parse.
  *
  * Nothing here is thread-safe unless said so: each measuring thread owns
  * its own struct bench_lat and struct bench_engine.
@@ -130,5 +131,106 @@ void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
 
 /* Page-aligned, pre-faulted buffer of len bytes, or NULL. free() it. */
 void *bench_buf_alloc(size_t len);
+
+/*
+ * Usage errors of a benchmark's command line; each says so on stderr and
+ * returns 2, the exit status of a usage error. bench_try_help prints
+ * "prog: try 'prog --help'" (after getopt_long's own complaint);
+ * bench_bad_arg "prog: OPT 'VAL': WANT" first. bench_args_left returns 0
+ * when getopt_long took every argument (optind == argc), else 2 with
+ * "prog: unexpected argument 'ARG'".
+ */
+int bench_try_help(const char *prog);
+int bench_bad_arg(const char *prog, const char *opt, const char *val,
+		  const char *want);
+int bench_args_left(const char *prog, int optind, int argc, char **argv);
+
+/*
+ * The points a sweep measures, and the options that set them (poolbench
+ * and rawfab take the same ones): -s/--sizes, -d/--depths, --rw,
+ * -T/--seconds, -n/--ops, -w/--warmup, -r/--region. Put
+ * BENCH_POINTS_SHORTOPTS in getopt_long's short options and
+ * BENCH_POINTS_LONGOPTS in its table; a program's own long-only option
+ * codes stay below BENCH_OPT_RW.
+ */
+struct bench_points {
+	uint64_t sizes[BENCH_LIST_MAX]; /* bytes per operation */
+	unsigned nsizes;
+	unsigned depths[BENCH_LIST_MAX]; /* operations in flight */
+	unsigned ndepths;
+	bool read, write;
+	double seconds;	 /* measured per point ... */
+	uint64_t count;	 /* ... or this many ops when not 0 */
+	double warmup;	 /* unmeasured seconds first, 0 for none */
+	uint64_t region; /* bytes the offsets cycle over */
+};
+
+#define BENCH_OPT_RW 0x1000
+#define BENCH_POINTS_SHORTOPTS "s:d:T:n:w:r:"
+/* clang-format off */
+#define BENCH_POINTS_LONGOPTS                                    \
+	{ "sizes", required_argument, NULL, 's' },               \
+	{ "depths", required_argument, NULL, 'd' },              \
+	{ "rw", required_argument, NULL, BENCH_OPT_RW },         \
+	{ "seconds", required_argument, NULL, 'T' },             \
+	{ "ops", required_argument, NULL, 'n' },                 \
+	{ "warmup", required_argument, NULL, 'w' },              \
+	{ "region", required_argument, NULL, 'r' }
+/* clang-format on */
+
+/* The defaults: sizes 4K,64K,1M,4M; depths 1,4,16; read and write; 2 s
+ * a point after 0.2 s of warm-up; a 256 MiB region. */
+void bench_points_init(struct bench_points *p);
+
+/*
+ * Takes getopt_long's opt and optarg when opt is one of the points
+ * options. Returns 1 (taken), 0 (not one of them: the caller's), or 2
+ * after a bench_bad_arg line naming what arg should be.
+ */
+int bench_points_opt(struct bench_points *p, int opt, const char *arg,
+		     const char *prog);
+
+/* After the options: 0, or 2 with a usage error on stderr when a size is
+ * larger than the region. */
+int bench_points_check(const struct bench_points *p, const char *prog);
+
+/* The largest size and the largest depth of p. */
+void bench_points_max(const struct bench_points *p, uint64_t *size,
+		      unsigned *depth);
+
+/*
+ * How a sweep runs its points and names them. A point runs with
+ * bench_run over engine, or through run when it is set (a driver of the
+ * caller's own, e.g. N threads; it fills res as bench_run does, and may
+ * leave earlier samples in res->lat: the sweep resets it between points).
+ */
+struct bench_sweep {
+	const char *prog;  /* "prog: read size=N depth=D failed: ..." */
+	const char *bench; /* the result lines' first word */
+	const char *api;   /* their api= */
+	unsigned threads;  /* their threads= */
+	unsigned depth;	   /* not 0: one point a size, at this depth,
+			    * instead of one a depth of p->depths */
+	const struct bench_engine *engine;
+	int (*run)(void *arg, const struct bench_spec *s,
+		   struct bench_result *res);
+	/* Optional, before the points of each size: 0 or -errno (then the
+	 * sweep stops; size_begin said why). */
+	int (*size_begin)(void *arg, uint64_t size);
+	/* Optional: text appended to each result line, or NULL. */
+	const char *(*extra)(void *arg);
+	/* Text of a point's -errno; NULL: strerror. */
+	const char *(*strerror)(int err);
+	void *arg;
+};
+
+/*
+ * Runs the points of p: the reads (if p->read), then the writes (if
+ * p->write); for each, every size in order, and for each size every
+ * depth (or sw->depth). Prints one bench_print line a point on stdout;
+ * the first failing point is reported on stderr and ends the sweep.
+ * Returns 0, that point's -errno, or size_begin's.
+ */
+int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw);
 
 #endif

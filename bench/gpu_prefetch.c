@@ -99,9 +99,7 @@ static void usage(FILE *f)
 
 static int bad_arg(const char *opt, const char *val, const char *want)
 {
-	fprintf(stderr, "gpu_prefetch: %s '%s': %s\n", opt, val, want);
-	fprintf(stderr, "gpu_prefetch: try 'gpu_prefetch --help'\n");
-	return 2;
+	return bench_bad_arg("gpu_prefetch", opt, val, want);
 }
 
 /* Returns 0, or the exit status for a usage error (2) or help (-1). */
@@ -204,12 +202,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 			return 2;
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "gpu_prefetch: unexpected argument '%s'\n",
-			argv[optind]);
-		return 2;
-	}
-	return 0;
+	return bench_args_left("gpu_prefetch", optind, argc, argv);
 }
 
 static int cmp_u64(const void *a, const void *b)

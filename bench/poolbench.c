@@ -34,9 +34,6 @@
 #include "tidepool/pool.h"
 
 #define DEFAULT_ADDR "127.0.0.1:7470" /* libpool's own default */
-#define DEFAULT_REGION (256ull << 20)
-#define DEFAULT_SECONDS 2.0
-#define DEFAULT_WARMUP 0.2
 #define DEMO_DEFAULT_SIZE (256ull << 20)
 #define DEMO_CHUNK (64ull << 20) /* local buffer of the demo */
 #define THREADS_MAX 64
@@ -46,16 +43,8 @@ enum cmd { CMD_RUN, CMD_DEMO, CMD_MEMCPY };
 struct cfg {
 	enum cmd cmd;
 	const char *addr; /* NULL: libpool's default */
-	uint64_t sizes[BENCH_LIST_MAX];
-	unsigned nsizes;
-	unsigned depths[BENCH_LIST_MAX];
-	unsigned ndepths;
+	struct bench_points pts;
 	unsigned threads; /* 0: async from one thread */
-	bool read, write;
-	double seconds;
-	uint64_t count;
-	double warmup;
-	uint64_t region;
 	uint64_t demo_size;
 	unsigned max_inflight;
 };
@@ -91,25 +80,17 @@ static void usage(FILE *f)
 
 static int bad_arg(const char *opt, const char *val, const char *want)
 {
-	fprintf(stderr, "poolbench: %s '%s': %s\n", opt, val, want);
-	fprintf(stderr, "poolbench: try 'poolbench --help'\n");
-	return 2;
+	return bench_bad_arg("poolbench", opt, val, want);
 }
 
 /* Returns 0, or the exit status for a usage error (2) or help (-1). */
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
-	enum { OPT_RW = 256, OPT_SIZE, OPT_MAX_INFLIGHT };
+	enum { OPT_SIZE = 256, OPT_MAX_INFLIGHT };
 	static const struct option longopts[] = {
 		{ "addr", required_argument, NULL, 'a' },
-		{ "sizes", required_argument, NULL, 's' },
-		{ "depths", required_argument, NULL, 'd' },
+		BENCH_POINTS_LONGOPTS,
 		{ "threads", required_argument, NULL, 't' },
-		{ "rw", required_argument, NULL, OPT_RW },
-		{ "seconds", required_argument, NULL, 'T' },
-		{ "ops", required_argument, NULL, 'n' },
-		{ "warmup", required_argument, NULL, 'w' },
-		{ "region", required_argument, NULL, 'r' },
 		{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
 		{ "size", required_argument, NULL, OPT_SIZE },
 		{ "help", no_argument, NULL, 'h' },
@@ -117,23 +98,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 	};
 	unsigned one[1];
 	unsigned n;
-	int opt;
+	int opt, r;
 
 	memset(c, 0, sizeof(*c));
 	c->cmd = CMD_RUN;
-	c->sizes[0] = 4u << 10;
-	c->sizes[1] = 64u << 10;
-	c->sizes[2] = 1u << 20;
-	c->sizes[3] = 4u << 20;
-	c->nsizes = 4;
-	c->depths[0] = 1;
-	c->depths[1] = 4;
-	c->depths[2] = 16;
-	c->ndepths = 3;
-	c->read = c->write = true;
-	c->seconds = DEFAULT_SECONDS;
-	c->warmup = DEFAULT_WARMUP;
-	c->region = DEFAULT_REGION;
+	bench_points_init(&c->pts);
 	c->demo_size = DEMO_DEFAULT_SIZE;
 
 	if (argc > 1 && argv[1][0] != '-') {
@@ -157,59 +126,22 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		argc--;
 	}
 
-	while ((opt = getopt_long(argc, argv, "a:s:d:t:T:n:w:r:h", longopts,
-				  NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "a:t:h" BENCH_POINTS_SHORTOPTS,
+				  longopts, NULL)) != -1) {
+		r = bench_points_opt(&c->pts, opt, optarg, "poolbench");
+		if (r == 2)
+			return 2;
+		if (r)
+			continue;
 		switch (opt) {
 		case 'a':
 			c->addr = optarg;
-			break;
-		case 's':
-			if (bench_parse_sizes(optarg, c->sizes, BENCH_LIST_MAX,
-					      &c->nsizes))
-				return bad_arg("--sizes", optarg,
-					       "want sizes like 4K,64K,1M");
-			break;
-		case 'd':
-			if (bench_parse_uints(optarg, BENCH_DEPTH_MAX,
-					      c->depths, BENCH_LIST_MAX,
-					      &c->ndepths))
-				return bad_arg(
-					"--depths", optarg,
-					"want depths 1..256 like 1,4,16");
 			break;
 		case 't':
 			if (bench_parse_uints(optarg, THREADS_MAX, one, 1, &n))
 				return bad_arg("--threads", optarg,
 					       "want a count 1..64");
 			c->threads = one[0];
-			break;
-		case OPT_RW:
-			if (bench_parse_rw(optarg, &c->read, &c->write))
-				return bad_arg(
-					"--rw", optarg,
-					"want read, write or read,write");
-			break;
-		case 'T':
-			if (bench_parse_seconds(optarg, &c->seconds))
-				return bad_arg("--seconds", optarg,
-					       "want positive seconds");
-			break;
-		case 'n':
-			if (bench_parse_size(optarg, &c->count))
-				return bad_arg("--ops", optarg,
-					       "want a positive count");
-			break;
-		case 'w':
-			if (!strcmp(optarg, "0"))
-				c->warmup = 0;
-			else if (bench_parse_seconds(optarg, &c->warmup))
-				return bad_arg("--warmup", optarg,
-					       "want seconds (0 for none)");
-			break;
-		case 'r':
-			if (bench_parse_size(optarg, &c->region))
-				return bad_arg("--region", optarg,
-					       "want a size like 256M");
 			break;
 		case OPT_MAX_INFLIGHT:
 			if (bench_parse_uints(optarg, 65536, one, 1, &n))
@@ -226,29 +158,12 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 			usage(stdout);
 			return -1;
 		default:
-			fprintf(stderr, "poolbench: try 'poolbench --help'\n");
-			return 2;
+			return bench_try_help("poolbench");
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "poolbench: unexpected argument '%s'\n",
-			argv[optind]);
+	if (bench_args_left("poolbench", optind, argc, argv))
 		return 2;
-	}
-	for (unsigned i = 0; i < c->nsizes; i++) {
-		if (c->sizes[i] > c->region) {
-			char s[32], r[32];
-
-			bench_fmt_size(s, sizeof(s), c->sizes[i]);
-			bench_fmt_size(r, sizeof(r), c->region);
-			fprintf(stderr,
-				"poolbench: size %s is larger than the region "
-				"(%s); raise --region\n",
-				s, r);
-			return 2;
-		}
-	}
-	return 0;
+	return bench_points_check(&c->pts, "poolbench");
 }
 
 static const char *effective_addr(const struct cfg *c)
@@ -465,35 +380,62 @@ static int run_threads(struct pool *p, struct pool_region *r,
 	return err;
 }
 
+/* What run's points run on: the async engine, or N threads. */
+struct run_ctx {
+	const struct cfg *c;
+	struct pool *p;
+	struct pool_region *r;
+	struct pool_eng eng;
+	struct bench_engine e;
+};
+
+static int run_point(void *arg, const struct bench_spec *s,
+		     struct bench_result *res)
+{
+	struct run_ctx *x = arg;
+
+	if (x->c->threads)
+		return run_threads(x->p, x->r, s, x->c->threads, res);
+	x->eng.size = s->size;
+	return bench_run(&x->e, s, res);
+}
+
 static int cmd_run(const struct cfg *c)
 {
-	struct pool *p = NULL;
-	struct pool_region *r = NULL;
-	struct pool_eng eng = { 0 };
-	struct bench_engine e = { async_start, async_finish, &eng };
-	struct bench_result res;
+	struct run_ctx x = { .c = c, .e = { async_start, async_finish, NULL } };
+	struct bench_sweep sw = {
+		.prog = "poolbench",
+		.bench = "poolbench",
+		.api = c->threads ? "sync" : "async",
+		.threads = c->threads ? c->threads : 1,
+		.depth = c->threads, /* threads: one point a size */
+		.run = run_point,
+		.strerror = pool_strerror,
+		.arg = &x,
+	};
 	const char *prov = "?";
 	const uint8_t *fa;
 	uint16_t falen;
-	uint64_t maxsize = 0, connect_ns;
-	unsigned maxdepth = 0;
+	uint64_t maxsize, connect_ns;
+	unsigned maxdepth;
 	char rs[32];
 	int ret;
 
-	if (connect_pool(c, &p))
+	x.e.ctx = &x.eng;
+	if (connect_pool(c, &x.p))
 		return 1;
-	if (alloc_region(p, c->region, &r)) {
-		pool_close(p);
+	if (alloc_region(x.p, c->pts.region, &x.r)) {
+		pool_close(x.p);
 		return 1;
 	}
-	pool_session_fabric(p, &prov, &fa, &falen);
+	pool_session_fabric(x.p, &prov, &fa, &falen);
 	/* The first RMA sets up the fabric connection; keep it out of the
 	 * first point and report it. */
 	{
 		uint8_t one[4096];
 		uint64_t t = bench_now_ns();
 
-		ret = pool_read(p, r, 0, one, sizeof(one));
+		ret = pool_read(x.p, x.r, 0, one, sizeof(one));
 		if (ret) {
 			fprintf(stderr, "poolbench: first read failed: %s\n",
 				pool_strerror(ret));
@@ -501,26 +443,22 @@ static int cmd_run(const struct cfg *c)
 		}
 		connect_ns = bench_now_ns() - t;
 	}
-	bench_fmt_size(rs, sizeof(rs), c->region);
+	bench_fmt_size(rs, sizeof(rs), c->pts.region);
 	printf("# poolbench memd=%s provider=%s region=%s mode=%s "
 	       "seconds=%g warmup=%g xfer=%s connect_ms=%.1f\n",
 	       effective_addr(c), prov, rs,
-	       c->threads ? "sync-threads" : "async", c->seconds, c->warmup,
+	       c->threads ? "sync-threads" : "async", c->pts.seconds,
+	       c->pts.warmup,
 	       getenv("LIBPOOL_XFER_BYTES") ? getenv("LIBPOOL_XFER_BYTES")
 					    : "default",
 	       (double)connect_ns / 1e6);
 
-	for (unsigned i = 0; i < c->nsizes; i++)
-		if (c->sizes[i] > maxsize)
-			maxsize = c->sizes[i];
-	for (unsigned i = 0; i < c->ndepths; i++)
-		if (c->depths[i] > maxdepth)
-			maxdepth = c->depths[i];
+	bench_points_max(&c->pts, &maxsize, &maxdepth);
 	if (!c->threads) {
-		eng.p = p;
-		eng.r = r;
-		eng.bufs = bench_buf_alloc(maxsize * maxdepth);
-		if (!eng.bufs) {
+		x.eng.p = x.p;
+		x.eng.r = x.r;
+		x.eng.bufs = bench_buf_alloc(maxsize * maxdepth);
+		if (!x.eng.bufs) {
 			fprintf(stderr,
 				"poolbench: out of memory for %u buffers\n",
 				maxdepth);
@@ -528,60 +466,11 @@ static int cmd_run(const struct cfg *c)
 			goto out;
 		}
 	}
-	bench_lat_init(&res.lat);
-
-	ret = 0;
-	for (int w = 0; w < 2 && !ret; w++) {
-		const char *op = w ? "write" : "read";
-
-		if ((w && !c->write) || (!w && !c->read))
-			continue;
-		for (unsigned i = 0; i < c->nsizes && !ret; i++) {
-			unsigned nd = c->threads ? 1 : c->ndepths;
-
-			for (unsigned j = 0; j < nd && !ret; j++) {
-				struct bench_spec s = {
-					.size = c->sizes[i],
-					.region = c->region,
-					.depth = c->threads ? c->threads
-							    : c->depths[j],
-					.write = w,
-					.seconds = c->seconds,
-					.count = c->count,
-					.warmup = c->warmup,
-					.lane = 0,
-					.nlanes = 1,
-				};
-
-				if (c->threads) {
-					ret = run_threads(p, r, &s, c->threads,
-							  &res);
-				} else {
-					eng.size = s.size;
-					ret = bench_run(&e, &s, &res);
-				}
-				if (ret) {
-					fprintf(stderr,
-						"poolbench: %s size=%" PRIu64
-						" depth=%u failed: %s\n",
-						op, s.size, s.depth,
-						pool_strerror(ret));
-					break;
-				}
-				bench_print(stdout, "poolbench", op, s.size,
-					    s.depth,
-					    c->threads ? c->threads : 1,
-					    c->threads ? "sync" : "async", &res,
-					    NULL);
-				bench_lat_reset(&res.lat);
-			}
-		}
-	}
-	bench_lat_fini(&res.lat);
+	ret = bench_sweep_run(&c->pts, &sw);
 out:
-	free(eng.bufs);
-	pool_free(p, r);
-	pool_close(p);
+	free(x.eng.bufs);
+	pool_free(x.p, x.r);
+	pool_close(x.p);
 	return ret ? 1 : 0;
 }
 
@@ -822,15 +711,21 @@ static int cmd_memcpy(const struct cfg *c)
 {
 	struct copy_eng eng = { 0 };
 	struct bench_engine e = { copy_start, copy_finish, &eng };
-	struct bench_result res;
-	uint64_t maxsize = 0;
+	struct bench_sweep sw = {
+		.prog = "poolbench",
+		.bench = "memcpy",
+		.api = "memcpy",
+		.threads = 1,
+		.depth = 1,
+		.engine = &e,
+	};
+	uint64_t maxsize;
+	unsigned maxdepth;
 	char rs[32];
-	int ret = 0;
+	int ret;
 
-	for (unsigned i = 0; i < c->nsizes; i++)
-		if (c->sizes[i] > maxsize)
-			maxsize = c->sizes[i];
-	eng.region = bench_buf_alloc(c->region);
+	bench_points_max(&c->pts, &maxsize, &maxdepth);
+	eng.region = bench_buf_alloc(c->pts.region);
 	eng.buf = bench_buf_alloc(maxsize);
 	if (!eng.region || !eng.buf) {
 		fprintf(stderr, "poolbench: out of memory for the memcpy "
@@ -839,33 +734,10 @@ static int cmd_memcpy(const struct cfg *c)
 		free(eng.buf);
 		return 1;
 	}
-	bench_fmt_size(rs, sizeof(rs), c->region);
-	printf("# memcpy region=%s seconds=%g warmup=%g\n", rs, c->seconds,
-	       c->warmup);
-	bench_lat_init(&res.lat);
-	for (int w = 0; w < 2 && !ret; w++) {
-		if ((w && !c->write) || (!w && !c->read))
-			continue;
-		for (unsigned i = 0; i < c->nsizes && !ret; i++) {
-			struct bench_spec s = {
-				.size = c->sizes[i],
-				.region = c->region,
-				.depth = 1,
-				.write = w,
-				.seconds = c->seconds,
-				.count = c->count,
-				.warmup = c->warmup,
-				.nlanes = 1,
-			};
-
-			ret = bench_run(&e, &s, &res);
-			if (!ret)
-				bench_print(stdout, "memcpy",
-					    w ? "write" : "read", s.size, 1, 1,
-					    "memcpy", &res, NULL);
-		}
-	}
-	bench_lat_fini(&res.lat);
+	bench_fmt_size(rs, sizeof(rs), c->pts.region);
+	printf("# memcpy region=%s seconds=%g warmup=%g\n", rs, c->pts.seconds,
+	       c->pts.warmup);
+	ret = bench_sweep_run(&c->pts, &sw);
 	free(eng.region);
 	free(eng.buf);
 	return ret ? 1 : 0;

@@ -38,9 +38,6 @@
 #include "bench/benchutil.h"
 #include "fabric/fab.h"
 
-#define DEFAULT_REGION (256ull << 20)
-#define DEFAULT_SECONDS 2.0
-#define DEFAULT_WARMUP 0.2
 #define DEFAULT_INFLIGHT 64 /* libpool's default window */
 #define OP_TIMEOUT_MS 5000  /* libpool's default operation timeout */
 #define TARGET_TURN_MS 100  /* memd-fab0's progress turn */
@@ -49,15 +46,7 @@
 struct cfg {
 	const char *provider;
 	const char *node;
-	uint64_t sizes[BENCH_LIST_MAX];
-	unsigned nsizes;
-	unsigned depths[BENCH_LIST_MAX];
-	unsigned ndepths;
-	bool read, write;
-	double seconds;
-	uint64_t count;
-	double warmup;
-	uint64_t region;
+	struct bench_points pts;
 	uint64_t xfer; /* 0: one RMA per operation */
 	unsigned max_inflight;
 	bool target_process; /* target in a child process, not a thread */
@@ -127,25 +116,17 @@ static void usage(FILE *f)
 
 static int bad_arg(const char *opt, const char *val, const char *want)
 {
-	fprintf(stderr, "rawfab: %s '%s': %s\n", opt, val, want);
-	fprintf(stderr, "rawfab: try 'rawfab --help'\n");
-	return 2;
+	return bench_bad_arg("rawfab", opt, val, want);
 }
 
 /* Returns 0, or the exit status for a usage error (2) or help (-1). */
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
-	enum { OPT_RW = 256, OPT_NODE, OPT_MAX_INFLIGHT, OPT_TARGET_PROCESS };
+	enum { OPT_NODE = 256, OPT_MAX_INFLIGHT, OPT_TARGET_PROCESS };
 	static const struct option longopts[] = {
 		{ "provider", required_argument, NULL, 'p' },
 		{ "node", required_argument, NULL, OPT_NODE },
-		{ "sizes", required_argument, NULL, 's' },
-		{ "depths", required_argument, NULL, 'd' },
-		{ "rw", required_argument, NULL, OPT_RW },
-		{ "seconds", required_argument, NULL, 'T' },
-		{ "ops", required_argument, NULL, 'n' },
-		{ "warmup", required_argument, NULL, 'w' },
-		{ "region", required_argument, NULL, 'r' },
+		BENCH_POINTS_LONGOPTS,
 		{ "xfer", required_argument, NULL, 'x' },
 		{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
 		{ "target-process", no_argument, NULL, OPT_TARGET_PROCESS },
@@ -153,76 +134,27 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned one[1], n;
-	int opt;
+	int opt, r;
 
 	memset(c, 0, sizeof(*c));
 	c->provider = "tcp";
 	c->node = NULL; /* see open_domain */
-	c->sizes[0] = 4u << 10;
-	c->sizes[1] = 64u << 10;
-	c->sizes[2] = 1u << 20;
-	c->sizes[3] = 4u << 20;
-	c->nsizes = 4;
-	c->depths[0] = 1;
-	c->depths[1] = 4;
-	c->depths[2] = 16;
-	c->ndepths = 3;
-	c->read = c->write = true;
-	c->seconds = DEFAULT_SECONDS;
-	c->warmup = DEFAULT_WARMUP;
-	c->region = DEFAULT_REGION;
+	bench_points_init(&c->pts);
 	c->max_inflight = DEFAULT_INFLIGHT;
 
-	while ((opt = getopt_long(argc, argv, "p:s:d:T:n:w:r:x:h", longopts,
-				  NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "p:x:h" BENCH_POINTS_SHORTOPTS,
+				  longopts, NULL)) != -1) {
+		r = bench_points_opt(&c->pts, opt, optarg, "rawfab");
+		if (r == 2)
+			return 2;
+		if (r)
+			continue;
 		switch (opt) {
 		case 'p':
 			c->provider = optarg;
 			break;
 		case OPT_NODE:
 			c->node = optarg;
-			break;
-		case 's':
-			if (bench_parse_sizes(optarg, c->sizes, BENCH_LIST_MAX,
-					      &c->nsizes))
-				return bad_arg("--sizes", optarg,
-					       "want sizes like 4K,64K,1M");
-			break;
-		case 'd':
-			if (bench_parse_uints(optarg, BENCH_DEPTH_MAX,
-					      c->depths, BENCH_LIST_MAX,
-					      &c->ndepths))
-				return bad_arg(
-					"--depths", optarg,
-					"want depths 1..256 like 1,4,16");
-			break;
-		case OPT_RW:
-			if (bench_parse_rw(optarg, &c->read, &c->write))
-				return bad_arg(
-					"--rw", optarg,
-					"want read, write or read,write");
-			break;
-		case 'T':
-			if (bench_parse_seconds(optarg, &c->seconds))
-				return bad_arg("--seconds", optarg,
-					       "want positive seconds");
-			break;
-		case 'n':
-			if (bench_parse_size(optarg, &c->count))
-				return bad_arg("--ops", optarg,
-					       "want a positive count");
-			break;
-		case 'w':
-			if (!strcmp(optarg, "0"))
-				c->warmup = 0;
-			else if (bench_parse_seconds(optarg, &c->warmup))
-				return bad_arg("--warmup", optarg,
-					       "want seconds (0 for none)");
-			break;
-		case 'r':
-			if (bench_parse_size(optarg, &c->region))
-				return bad_arg("--region", optarg,
-					       "want a size like 256M");
 			break;
 		case 'x':
 			if (bench_parse_size(optarg, &c->xfer))
@@ -242,25 +174,12 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 			usage(stdout);
 			return -1;
 		default:
-			fprintf(stderr, "rawfab: try 'rawfab --help'\n");
-			return 2;
+			return bench_try_help("rawfab");
 		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "rawfab: unexpected argument '%s'\n",
-			argv[optind]);
+	if (bench_args_left("rawfab", optind, argc, argv))
 		return 2;
-	}
-	for (unsigned i = 0; i < c->nsizes; i++) {
-		if (c->sizes[i] > c->region) {
-			fprintf(stderr,
-				"rawfab: size %" PRIu64 " is larger than the "
-				"region (%" PRIu64 "); raise --region\n",
-				c->sizes[i], c->region);
-			return 2;
-		}
-	}
-	return 0;
+	return bench_points_check(&c->pts, "rawfab");
 }
 
 /*
@@ -348,14 +267,14 @@ static int target_open(const struct cfg *c, struct target *t)
 		goto fail;
 	}
 	t->info.addr_len = len;
-	t->buf = bench_buf_alloc(c->region);
+	t->buf = bench_buf_alloc(c->pts.region);
 	if (!t->buf) {
 		r = -ENOMEM;
 		fprintf(stderr,
 			"rawfab: out of memory for the target region\n");
 		goto fail;
 	}
-	r = fab_mr_reg(t->d, t->ep, t->buf, c->region,
+	r = fab_mr_reg(t->d, t->ep, t->buf, c->pts.region,
 		       FAB_ACCESS_REMOTE | FAB_ACCESS_LOCAL, TARGET_KEY,
 		       &t->mr);
 	if (r) {
@@ -618,57 +537,46 @@ static int client_shape(struct client *cl, size_t size, uint64_t xfer,
 	return 0;
 }
 
+/* The sweep's hooks: a client shaped for each size, the line's extra. */
+struct sweep_ctx {
+	const struct cfg *c;
+	struct client *cl;
+	unsigned maxdepth;
+	char extra[48];
+};
+
+static int sweep_size(void *arg, uint64_t size)
+{
+	struct sweep_ctx *x = arg;
+
+	return client_shape(x->cl, size, x->c->xfer, x->maxdepth);
+}
+
+static const char *sweep_extra(void *arg)
+{
+	struct sweep_ctx *x = arg;
+
+	snprintf(x->extra, sizeof(x->extra), "pieces=%zu target=%s",
+		 x->cl->npieces, x->c->target_process ? "process" : "thread");
+	return x->extra;
+}
+
 static int run_points(const struct cfg *c, struct client *cl, unsigned maxdepth)
 {
 	struct bench_engine e = { rma_start, rma_finish, cl };
-	struct bench_result res;
-	int ret = 0;
+	struct sweep_ctx x = { .c = c, .cl = cl, .maxdepth = maxdepth };
+	struct bench_sweep sw = {
+		.prog = "rawfab",
+		.bench = "rawfab",
+		.api = "fab",
+		.threads = 1,
+		.engine = &e,
+		.size_begin = sweep_size,
+		.extra = sweep_extra,
+		.arg = &x,
+	};
 
-	bench_lat_init(&res.lat);
-	for (int w = 0; w < 2 && !ret; w++) {
-		const char *op = w ? "write" : "read";
-
-		if ((w && !c->write) || (!w && !c->read))
-			continue;
-		for (unsigned i = 0; i < c->nsizes && !ret; i++) {
-			size_t size = c->sizes[i];
-
-			ret = client_shape(cl, size, c->xfer, maxdepth);
-			if (ret)
-				break;
-			for (unsigned j = 0; j < c->ndepths && !ret; j++) {
-				struct bench_spec s = {
-					.size = size,
-					.region = c->region,
-					.depth = c->depths[j],
-					.write = w,
-					.seconds = c->seconds,
-					.count = c->count,
-					.warmup = c->warmup,
-					.nlanes = 1,
-				};
-				char extra[48];
-
-				ret = bench_run(&e, &s, &res);
-				if (ret) {
-					fprintf(stderr,
-						"rawfab: %s size=%zu depth=%u "
-						"failed: %s\n",
-						op, size, s.depth,
-						strerror(-ret));
-					break;
-				}
-				snprintf(extra, sizeof(extra),
-					 "pieces=%zu target=%s", cl->npieces,
-					 c->target_process ? "process"
-							   : "thread");
-				bench_print(stdout, "rawfab", op, size, s.depth,
-					    1, "fab", &res, extra);
-			}
-		}
-	}
-	bench_lat_fini(&res.lat);
-	return ret;
+	return bench_sweep_run(&c->pts, &sw);
 }
 
 int main(int argc, char **argv)
@@ -676,20 +584,15 @@ int main(int argc, char **argv)
 	struct target t;
 	struct client cl;
 	struct cfg c;
-	uint64_t maxsize = 0, connect_ns;
-	unsigned maxdepth = 0;
+	uint64_t maxsize, connect_ns;
+	unsigned maxdepth;
 	char rs[32];
 	int r;
 
 	r = parse_args(argc, argv, &c);
 	if (r)
 		return r < 0 ? 0 : r;
-	for (unsigned i = 0; i < c.nsizes; i++)
-		if (c.sizes[i] > maxsize)
-			maxsize = c.sizes[i];
-	for (unsigned i = 0; i < c.ndepths; i++)
-		if (c.depths[i] > maxdepth)
-			maxdepth = c.depths[i];
+	bench_points_max(&c.pts, &maxsize, &maxdepth);
 	if (target_start(&c, &t))
 		return 1;
 	if (client_open(&c, &t, maxsize * maxdepth, &cl)) {
@@ -710,13 +613,13 @@ int main(int argc, char **argv)
 			strerror(-r));
 		goto out;
 	}
-	bench_fmt_size(rs, sizeof(rs), c.region);
+	bench_fmt_size(rs, sizeof(rs), c.pts.region);
 	printf("# rawfab provider=%s mr_mode=0x%x max_msg=%zu region=%s "
 	       "seconds=%g warmup=%g xfer=%" PRIu64 " target=%s "
 	       "connect_ms=%.1f\n",
 	       fab_domain_provider(cl.d), fab_domain_mr_mode(cl.d),
-	       fab_domain_max_msg(cl.d), rs, c.seconds, c.warmup, c.xfer,
-	       c.target_process ? "process" : "thread",
+	       fab_domain_max_msg(cl.d), rs, c.pts.seconds, c.pts.warmup,
+	       c.xfer, c.target_process ? "process" : "thread",
 	       (double)connect_ns / 1e6);
 	r = run_points(&c, &cl, maxdepth);
 out:
