@@ -39,54 +39,27 @@ OUT_DIR=${OUT_DIR:-$BUILD/poolbench-results/$(date +%Y%m%d-%H%M%S)}
 POOLBENCH_ARGS=${POOLBENCH_ARGS:-}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
-die() {
-	echo "run_poolbench: $*" >&2
-	exit 1
-}
-
-command -v python3 >/dev/null || die "python3 is needed to parse results"
-# The interpreter itself, not a version manager's shim: a pyenv shim costs
-# seconds per call, and this script calls python dozens of times.
-PY=$(python3 -c 'import sys; print(sys.executable)') ||
-	die "python3 does not run"
+BENCH_NAME=run_poolbench
+# shellcheck source=bench/benchutil.sh
+. "$ROOT/bench/benchutil.sh"
+bench_python
 
 # Medians, tables and ratios over the result lines of one or more raw.txt
 # files (several runs may be summarised together).
 summarize() {
-	"$PY" - "$@" <<'EOF'
-import fileinput, statistics, sys
+	bench_summarize_py "$@" <<'EOF'
+import statistics, sys
 from collections import defaultdict
+from benchutil import load, median, fmt
 
-rows = defaultdict(list)
-comments = []
-for line in fileinput.input(sys.argv[1:]):
-    line = line.strip()
-    if not line:
-        continue
-    if line.startswith("#"):
-        comments.append(line)
-        continue
-    words = line.split()
-    kv = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-    key = (words[0], kv.get("op"), int(kv.get("size", 0)), int(kv.get("depth", 1)))
-    rows[key].append(kv)
+# a point: (bench, op, size, depth)
+rows, comments = load(sys.argv[1:], lambda b, kv: (
+    b, kv.get("op"), int(kv.get("size", 0)), int(kv.get("depth", 1))))
 
 FIELDS = ("ops_s", "MBps", "p50_us", "p99_us", "mean_us", "cpu_us")
 
 def med(bench, op, size, depth=1, field="ops_s"):
-    v = [float(r[field]) for r in rows.get((bench, op, size, depth), [])
-         if field in r]
-    return statistics.median(v) if v else None
-
-def spread(bench, op, size, depth, field):
-    v = [float(r[field]) for r in rows.get((bench, op, size, depth), [])
-         if field in r]
-    return (min(v), max(v)) if v else None
-
-def fmt(x, nd=0):
-    if x is None:
-        return "n/a"
-    return f"{x:,.{nd}f}"
+    return median(rows, (bench, op, size, depth), field)
 
 # Run-level comments as they are; the per-program headers only for the
 # connection set-up time they carry (median per program).
@@ -200,76 +173,15 @@ ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MB
       med("rawfab", "read", M1, dmax, "MBps"))
 EOF
 }
-case "${1:-}" in
--h | --help)
-	sed -n '4,25p' "$0" | sed 's/^# \{0,1\}//'
-	exit 0
-	;;
---summarize)
-	shift
-	[ $# -gt 0 ] || die "--summarize wants raw.txt files"
-	for f in "$@"; do
-		[ -r "$f" ] || die "cannot read $f"
-	done
-	summarize "$@"
-	exit 0
-	;;
-esac
+bench_cli 4 25 "$@"
 
 MEMD=$BUILD/memd/memd
 POOLBENCH=$BUILD/bench/poolbench
 RAWFAB=$BUILD/bench/rawfab
-for b in "$MEMD" "$POOLBENCH" "$RAWFAB"; do
-	[ -x "$b" ] || die "$b not found: build first, e.g.
-  cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2"
-done
+bench_need "$MEMD" "$POOLBENCH" "$RAWFAB"
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive count"
 
-mkdir -p "$OUT_DIR"
-RAW=$OUT_DIR/raw.txt
-SUMMARY=$OUT_DIR/summary.txt
-: >"$RAW"
-TMP=$(mktemp -d /tmp/poolbench.XXXXXX)
-
-# pids of servers we started, killed by pid at exit (never by name)
-PIDS=()
-# The program running now (see run_cmd): a signal must not wait for it to end.
-CUR=
-cleanup() {
-	local p
-	[ -z "$CUR" ] || kill "$CUR" 2>/dev/null || true
-	for p in "${PIDS[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in "${PIDS[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Runs a program in the background and waits for it: bash runs a trap only
-# once a foreground program is done, but a wait is interrupted at once.
-run_cmd() {
-	local rc=0
-	"$@" &
-	CUR=$!
-	wait "$CUR" || rc=$?
-	CUR=
-	return $rc
-}
-
-free_port() {
-	"$PY" -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-log() {
-	printf '%s %s\n' "$(date +%T)" "$*" >&2
-}
+bench_out poolbench
 
 START_TIME=$(date +%s)
 {
@@ -283,39 +195,11 @@ START_TIME=$(date +%s)
 
 # ---- memd ---------------------------------------------------------------
 log "starting memd on 127.0.0.1 (1G donated, 64M slabs)"
-"$MEMD" --listen 127.0.0.1:0 --donate 1G --slab-size 64M \
-	--log-level warning --ready-file "$TMP/memd.ready" \
-	>"$OUT_DIR/memd.log" 2>&1 &
-MEMD_PID=$!
-PIDS+=("$MEMD_PID")
-for _ in $(seq 300); do
-	[ -s "$TMP/memd.ready" ] && break
-	kill -0 "$MEMD_PID" 2>/dev/null ||
-		die "memd exited; its log ($OUT_DIR/memd.log):
-$(cat "$OUT_DIR/memd.log")"
-	sleep 0.1
-done
-[ -s "$TMP/memd.ready" ] || die "memd not ready after 30 s (log: $OUT_DIR/memd.log)"
-MEMD_ADDR=$(head -n1 "$TMP/memd.ready")
+bench_start_memd "$OUT_DIR/memd.log" --donate 1G --slab-size 64M
 log "memd ready at $MEMD_ADDR"
 
 # ---- redis --------------------------------------------------------------
-HAVE_REDIS=0
-if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
-	REDIS_PORT=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
-		--appendonly no --protected-mode yes --loglevel warning \
-		--daemonize no >"$OUT_DIR/redis.log" 2>&1 &
-	PIDS+=("$!")
-	for _ in $(seq 100); do
-		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 &&
-			HAVE_REDIS=1 && break
-		sleep 0.1
-	done
-	[ $HAVE_REDIS = 1 ] || log "redis-server did not come up; skipping redis (log: $OUT_DIR/redis.log)"
-else
-	log "redis-server/redis-benchmark not installed; skipping redis"
-fi
+bench_start_redis redis-server redis-benchmark
 
 size_bytes() { # 4096, 4K, 64KiB, 1M -> bytes
 	local s=${1^^} shift=0
@@ -432,10 +316,6 @@ print("iperf3 op=stream size=0 depth=1 threads=1 api=tcp secs=%.3f "
 EOF
 }
 
-tag() { # rep: appends rep=N to result lines, keeps comments
-	sed "/^#/!s/\$/ rep=$1/"
-}
-
 if [ $HAVE_REDIS = 1 ]; then
 	log "calibrating redis-benchmark request counts (~${REDIS_SECONDS}s per SET or GET test)"
 	redis_calibrate
@@ -475,10 +355,6 @@ for rep in $(seq "$REPS"); do
 		run_redis "$rep"
 	fi
 done
-echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,) elapsed_s=$(($(date +%s) - START_TIME))" >>"$RAW"
 
 # ---- summary ------------------------------------------------------------
-summarize "$RAW" >"$SUMMARY"
-
-cat "$SUMMARY"
-log "results: $SUMMARY (raw lines: $RAW); took $(($(date +%s) - START_TIME)) s"
+bench_finish

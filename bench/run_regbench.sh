@@ -47,47 +47,29 @@ MEMD_ARGS=${MEMD_ARGS:-}
 REDIS_N=${REDIS_N:-50000}
 OUT_DIR=${OUT_DIR:-$BUILD/regbench-results/$(date +%Y%m%d-%H%M%S)}
 
-die() {
-	echo "run_regbench: $*" >&2
-	exit 1
-}
-
-command -v python3 >/dev/null || die "python3 is needed to parse results"
-PY=$(python3 -c 'import sys; print(sys.executable)') ||
-	die "python3 does not run"
+BENCH_NAME=run_regbench
+# shellcheck source=bench/benchutil.sh
+. "$ROOT/bench/benchutil.sh"
+bench_python
 
 summarize() {
-	"$PY" - "$@" <<'EOF'
-import fileinput, statistics, sys
-from collections import defaultdict
+	bench_summarize_py "$@" <<'EOF'
+import statistics, sys
+from benchutil import load, values, median, fmt
 
-rows = defaultdict(list)   # (bench, op, threads or sessions) -> [kv]
-comments = []
-for line in fileinput.input(sys.argv[1:]):
-    line = line.strip()
-    if not line:
-        continue
-    if line.startswith("#"):
-        comments.append(line)
-        continue
-    words = line.split()
-    kv = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-    n = int(kv.get("sessions", kv.get("threads", 1)))
-    rows[(words[0], kv.get("op"), n)].append(kv)
+# a point: (bench, op, threads or sessions)
+rows, comments = load(sys.argv[1:], lambda b, kv: (
+    b, kv.get("op"), int(kv.get("sessions", kv.get("threads", 1)))))
 
 def vals(bench, op, n, field):
-    return [float(r[field]) for r in rows.get((bench, op, n), []) if field in r]
+    return values(rows, (bench, op, n), field)
 
 def med(bench, op, n, field="ops_s"):
-    v = vals(bench, op, n, field)
-    return statistics.median(v) if v else None
+    return median(rows, (bench, op, n), field)
 
 def rng(bench, op, n, field="ops_s"):
     v = vals(bench, op, n, field)
     return f"{min(v):,.0f}-{max(v):,.0f}" if v else "n/a"
-
-def fmt(x, nd=0):
-    return "n/a" if x is None else f"{x:,.{nd}f}"
 
 for c in comments:
     print(c)
@@ -183,75 +165,17 @@ if sess:
           med("regbench", "heartbeat", 0, "memd_cpu_pct"))
 EOF
 }
-case "${1:-}" in
--h | --help)
-	sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'
-	exit 0
-	;;
---summarize)
-	shift
-	[ $# -gt 0 ] || die "--summarize wants raw.txt files"
-	for f in "$@"; do
-		[ -r "$f" ] || die "cannot read $f"
-	done
-	summarize "$@"
-	exit 0
-	;;
-esac
+bench_cli 4 31 "$@"
 
 MEMD=$BUILD/memd/memd
 POOLCTL=$BUILD/memd/poolctl
 REGBENCH=$BUILD/bench/regbench
-for b in "$MEMD" "$POOLCTL" "$REGBENCH"; do
-	[ -x "$b" ] || die "$b not found: build first, e.g.
-  cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2"
-done
+bench_need "$MEMD" "$POOLCTL" "$REGBENCH"
 for v in REPS HB_REPS HB_THREADS REDIS_N; do
 	[[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive count"
 done
 
-mkdir -p "$OUT_DIR"
-RAW=$OUT_DIR/raw.txt
-SUMMARY=$OUT_DIR/summary.txt
-: >"$RAW"
-TMP=$(mktemp -d /tmp/regbench.XXXXXX)
-chmod 700 "$TMP"
-
-PIDS=()
-CUR=
-cleanup() {
-	local p
-	[ -z "$CUR" ] || kill "$CUR" 2>/dev/null || true
-	for p in "${PIDS[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in "${PIDS[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-run_cmd() {
-	local rc=0
-	"$@" &
-	CUR=$!
-	wait "$CUR" || rc=$?
-	CUR=
-	return $rc
-}
-
-free_port() {
-	"$PY" -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-log() {
-	printf '%s %s\n' "$(date +%T)" "$*" >&2
-}
+bench_out regbench
 
 # 1,000 sessions need 1,000+ descriptors in memd and in regbench.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -273,23 +197,11 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TMP/cluster.secret"
 chmod 600 "$TMP/cluster.secret"
 log "starting a registry memd on 127.0.0.1 ($DONATE donated, $SLAB slabs)"
 # shellcheck disable=SC2086
-"$MEMD" --listen 127.0.0.1:0 --donate "$DONATE" --slab-size "$SLAB" \
-	--log-level warning --ready-file "$TMP/memd.ready" \
+bench_start_memd "$OUT_DIR/memd.log" --donate "$DONATE" --slab-size "$SLAB" \
 	--set registry=yes --set "cluster_secret_file=$TMP/cluster.secret" \
 	--set "state_dir=$TMP/state" --set donor_name=r0 \
-	--set max_clients=4096 $MEMD_ARGS \
-	>"$OUT_DIR/memd.log" 2>&1 &
-MEMD_PID=$!
-PIDS+=("$MEMD_PID")
-for _ in $(seq 300); do
-	[ -s "$TMP/memd.ready" ] && break
-	kill -0 "$MEMD_PID" 2>/dev/null ||
-		die "memd exited; its log ($OUT_DIR/memd.log):
-$(cat "$OUT_DIR/memd.log")"
-	sleep 0.1
-done
-[ -s "$TMP/memd.ready" ] || die "memd not ready after 30 s (log: $OUT_DIR/memd.log)"
-ADDR=$(head -n1 "$TMP/memd.ready")
+	--set max_clients=4096 $MEMD_ARGS
+ADDR=$MEMD_ADDR
 ctl() { "$POOLCTL" -a "$ADDR" -s "$TMP/cluster.secret" "$@"; }
 for _ in $(seq 100); do
 	ctl donors 2>/dev/null | grep -q ' r0 .* up ' && break
@@ -314,22 +226,7 @@ sys.exit(0 if j["free_bytes"] == j["capacity_bytes"] else 1)' && return 0
 }
 
 # ---- redis --------------------------------------------------------------
-HAVE_REDIS=0
-if command -v redis-server >/dev/null; then
-	REDIS_PORT=$(free_port)
-	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
-		--appendonly no --protected-mode yes --loglevel warning \
-		--daemonize no >"$OUT_DIR/redis.log" 2>&1 &
-	PIDS+=("$!")
-	for _ in $(seq 100); do
-		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 &&
-			HAVE_REDIS=1 && break
-		sleep 0.1
-	done
-	[ $HAVE_REDIS = 1 ] || log "redis-server did not come up; skipping redis"
-else
-	log "redis-server not installed; skipping redis"
-fi
+bench_start_redis redis-server
 
 # redis-benchmark --csv: "INCR","rps","avg_ms","min_ms","p50_ms","p95_ms",
 # "p99_ms","max_ms" -> our line format
@@ -343,10 +240,6 @@ for row in csv.reader(open(sys.argv[2])):
           "rep=%s" % (sys.argv[1], float(row[1]), float(row[4]) * 1e3,
                       float(row[6]) * 1e3, sys.argv[3]))
 EOF
-}
-
-tag() { # rep: appends rep=N to result lines
-	sed "/^#/!s/\$/ rep=$1/"
 }
 
 common=(--addr "$ADDR" --tenant bench --secret "$TMP/bench.secret"
@@ -397,8 +290,4 @@ for rep in $(seq "$HB_REPS"); do
 		tag "$rep" <"$TMP/out" >>"$RAW"
 	done
 done
-echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,) elapsed_s=$(($(date +%s) - START_TIME))" >>"$RAW"
-
-summarize "$RAW" >"$SUMMARY"
-cat "$SUMMARY"
-log "results: $SUMMARY (raw lines: $RAW); took $(($(date +%s) - START_TIME)) s"
+bench_finish
