@@ -166,6 +166,9 @@ struct mapping {
 	bool fail_logged;
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
 	bool ahead_on;	/* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
+	bool warming;	/* warm_thr runs: see warm_main() */
+	pthread_t warm_thr;
+	uint8_t warm_buf[64]; /* its read's buffer, outside the range */
 
 	struct pool_map_stats st; /* atomics */
 };
@@ -1136,6 +1139,47 @@ static void *uffd_main(void *arg)
 	return NULL;
 }
 
+/*
+ * The first transfer of a session is slow: libfabric's tcp;ofi_rxm
+ * connects to memd then and grows a 17 MB buffer pool (allocated and
+ * cleared), 0.2-0.6 s on the development VM. Without this it lands on the
+ * first fault that needs the pool, usually the first eviction's
+ * write-back, with the program stopped. pool_map() of a session that has
+ * made no transfer yet starts this thread, which reads one byte of the
+ * region (harmless: nothing is written) while the program starts on
+ * pages that need no network (zero fills). Like pool-uffd it is an engine
+ * thread: what libfabric allocates in it must not be pooled memory.
+ */
+static void *warm_main(void *arg)
+{
+	struct mapping *m = arg;
+	int ret;
+
+	engine_thread = true;
+	pthread_setname_np(pthread_self(), "pool-warm");
+	ret = pool_read(m->p, m->r, 0, m->warm_buf, 1);
+	pool_log(LOG_DEBUG, "paging: warm-up map=%p err=%d", (void *)m->base,
+		 ret);
+	return NULL;
+}
+
+/* Starts warm_main() when the session has not moved a byte yet and
+ * LIBPOOL_PAGING_WARMUP is not 0. Called with all signals blocked. */
+static void warm_start(struct mapping *m)
+{
+	const char *env = getenv("LIBPOOL_PAGING_WARMUP");
+	struct pool_stats ps;
+
+	if ((env && !strcmp(env, "0")) || m->size == 0)
+		return;
+	if (pool_get_stats(m->p, &ps) || ps.ops || ps.bytes_read ||
+	    ps.bytes_written)
+		return;
+	m->warming = pthread_create(&m->warm_thr, NULL, warm_main, m) == 0;
+	if (m->warming)
+		STAT_ADD(m, warmups, 1);
+}
+
 /* ------------------------------------------------------------------ */
 /* fork                                                                 */
 
@@ -1371,6 +1415,8 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = -pthread_create(&m->thr, NULL, uffd_main, m);
+	if (ret == 0)
+		warm_start(m);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret) {
 		ret = -EAGAIN;
@@ -1448,6 +1494,8 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
 		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
 	pthread_join(m->thr, NULL);
+	if (m->warming)
+		pthread_join(m->warm_thr, NULL);
 	/* Without the registration a page we never filled reads as zero
 	 * instead of waiting for a handler that is gone. */
 	rg.start = (uintptr_t)m->base;

@@ -25,6 +25,7 @@ struct pool_map_stats {
 	uint64_t max_resident;	/* the local budget, pages */
 	uint64_t resident_peak; /* most pages ever resident at once */
 	uint64_t ahead_pages;	/* fetched pages installed ahead of a stream */
+	uint64_t warmups; /* warm-up reads started (first map of a session) */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };
