@@ -108,7 +108,8 @@
 #define AHEAD_RUN 128u /* pages per run installed ahead: one pool_read */
 #endif
 #define STAGE_IN (AHEAD_RUN > RA_MAX ? AHEAD_RUN : RA_MAX)
-#define NSTAGE (STAGE_IN + WB_BATCH + RA_MAX) /* fetch, write-back, zeros */
+/* fetch, the run after it, write-back, zeros */
+#define NSTAGE (STAGE_IN + AHEAD_RUN + WB_BATCH + RA_MAX)
 
 enum {
 	PG_RESIDENT = 1u << 0,
@@ -152,6 +153,7 @@ struct mapping {
 	size_t max_res, nres, head;
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
 	uint8_t *stage_in;   /* STAGE_IN pages */
+	uint8_t *stage_in2;  /* AHEAD_RUN pages: the run read meanwhile */
 	uint8_t *stage_out;  /* WB_BATCH pages */
 	const uint8_t *zero; /* RA_MAX pages of zeros */
 	struct stream streams[NSTREAM];
@@ -767,21 +769,39 @@ static bool fetch_wants_dirty(struct mapping *m)
  * dirty when write), or SIZE_MAX for a run installed ahead of a stream
  * (install_ahead()). Room for the n pages is made by the caller.
  */
+static size_t run_bytes(const struct mapping *m, size_t lo, size_t n)
+{
+	size_t off = lo << PAGE_SHIFT;
+
+	return m->size - off < n * PAGE ? m->size - off : n * PAGE;
+}
+
+static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
+			 bool write, const uint8_t *buf);
+
 static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 		     bool write)
 {
-	size_t off = lo << PAGE_SHIFT, bytes, at;
-	bool dirty;
-	int ret;
+	int ret = pool_read(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+			    run_bytes(m, lo, n));
 
-	bytes = m->size - off < n * PAGE ? m->size - off : n * PAGE;
-	ret = pool_read(m->p, m->r, off, m->stage_in, bytes);
 	if (ret) {
 		mapping_fail(m, ret, "fetch");
 		return ret;
 	}
+	return fetch_install(m, lo, n, idx, write, m->stage_in);
+}
+
+/* Installs pages [lo, lo+n) read into buf: see fetch_run(). */
+static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
+			 bool write, const uint8_t *buf)
+{
+	size_t bytes = run_bytes(m, lo, n), at;
+	bool dirty;
+	int ret;
+
 	if (bytes < n * PAGE)
-		memset(m->stage_in + bytes, 0, n * PAGE - bytes);
+		memset((uint8_t *)buf + bytes, 0, n * PAGE - bytes);
 	STAT_ADD(m, fetches, 1);
 	STAT_ADD(m, pages_fetched, n);
 
@@ -798,17 +818,17 @@ static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 		}
 	}
 	if (idx == SIZE_MAX) {
-		ret = uffd_copy(m, lo, n, m->stage_in, !dirty);
+		ret = uffd_copy(m, lo, n, buf, !dirty);
 	} else {
 		at = idx - lo;
 		ret = 0;
 		if (at)
-			ret = uffd_copy(m, lo, at, m->stage_in, !dirty);
+			ret = uffd_copy(m, lo, at, buf, !dirty);
 		if (ret == 0 && at + 1 < n)
 			ret = uffd_copy(m, idx + 1, n - at - 1,
-					m->stage_in + (at + 1) * PAGE, !dirty);
+					buf + (at + 1) * PAGE, !dirty);
 		if (ret == 0)
-			ret = uffd_copy(m, idx, 1, m->stage_in + at * PAGE,
+			ret = uffd_copy(m, idx, 1, buf + at * PAGE,
 					!(dirty || write));
 	}
 	if (ret) {
@@ -906,7 +926,9 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 static bool install_ahead(struct mapping *m)
 {
 	struct stream *st = NULL;
-	size_t lo, n, from;
+	size_t lo, n, from, lo2 = 0, n2 = 0;
+	struct pool_op *op = NULL, *op1 = NULL;
+	int ret, r2 = 0;
 
 	for (struct stream *s = m->streams; s < m->streams + NSTREAM; s++)
 		if (s->goal && (!st || s->used > st->used))
@@ -920,16 +942,65 @@ static bool install_ahead(struct mapping *m)
 	from = st->dir > 0 ? st->up : st->down;
 	n = fetchable_run(m, from, st->dir,
 			  st->goal < AHEAD_RUN ? st->goal : AHEAD_RUN, &lo);
-	if (n == 0 || make_room(m, n) || fetch_run(m, lo, n, SIZE_MAX, false)) {
+	/* The run after it, read while this one is installed. Safe
+	 * because no fault is served in between: its pages stay missing
+	 * and the region's copy of them stays what was read. */
+	if (n && st->goal > n) {
+		from = st->dir > 0 ? lo + n : (lo ? lo - 1 : SIZE_MAX);
+		n2 = fetchable_run(m, from, st->dir,
+				   st->goal - n < AHEAD_RUN ? st->goal - n
+							    : AHEAD_RUN,
+				   &lo2);
+	}
+	if (n == 0 || make_room(m, n + n2)) {
 		st->goal = 0; /* the end of the stream, or a failure */
 		return true;
 	}
-	STAT_ADD(m, ahead_pages, n);
+	/* Both reads go out at once; the second goes on while the first
+	 * run is installed. */
+	ret = pool_read_async(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+			      run_bytes(m, lo, n), &op1);
+	if (ret == 0 && n2 &&
+	    pool_read_async(m->p, m->r, lo2 << PAGE_SHIFT, m->stage_in2,
+			    run_bytes(m, lo2, n2), &op))
+		n2 = 0; /* not started: the next call reads it */
+	if (ret == 0)
+		while ((ret = pool_wait(m->p, op1, -1)) == -ETIMEDOUT)
+			;
+	if (ret) {
+		mapping_fail(m, ret, "fetch");
+		if (n2)
+			while (pool_wait(m->p, op, -1) == -ETIMEDOUT)
+				;
+		st->goal = 0;
+		return true;
+	}
+	ret = fetch_install(m, lo, n, SIZE_MAX, false, m->stage_in);
+	if (n2) {
+		while ((r2 = pool_wait(m->p, op, -1)) == -ETIMEDOUT)
+			;
+		if (r2)
+			mapping_fail(m, r2, "fetch");
+		if (ret == 0 && r2 == 0)
+			ret = fetch_install(m, lo2, n2, SIZE_MAX, false,
+					    m->stage_in2);
+		else
+			n2 = 0;
+	}
+	if (ret || r2) {
+		st->goal = 0;
+		return true;
+	}
+	STAT_ADD(m, ahead_pages, n + n2);
+	st->goal -= n + n2;
+	if (n2) { /* the stream now ends at the second run */
+		lo = lo2;
+		n = n2;
+	}
 	if (st->dir > 0)
 		st->up = lo + n;
 	else
 		st->down = lo ? lo - 1 : SIZE_MAX;
-	st->goal -= n;
 	return true;
 }
 
@@ -1375,7 +1446,8 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	m->state = (uint8_t *)m + off_state;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
-	m->stage_out = m->stage_in + STAGE_IN * PAGE;
+	m->stage_in2 = m->stage_in + STAGE_IN * PAGE;
+	m->stage_out = m->stage_in2 + AHEAD_RUN * PAGE;
 	m->zero = m->stage_out + WB_BATCH * PAGE; /* mmap: zeros */
 	m->zero_next = SIZE_MAX;
 	m->st.max_resident = max_res;
