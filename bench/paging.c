@@ -247,7 +247,7 @@ int main(int argc, char **argv)
 	 */
 	for (int w = 0; w < NWORK; w++) {
 		struct pool_map_stats st[NPCT][MAX_RUNS];
-		double base[MAX_RUNS], t[NPCT][MAX_RUNS], b;
+		double base[MAX_RUNS], t[NPCT][MAX_RUNS], b, lo, hi;
 
 		if (only_w >= 0 && w != only_w)
 			continue;
@@ -290,12 +290,17 @@ int main(int argc, char **argv)
 			}
 		}
 		b = base[median_idx(base, runs)];
-		printf("paging work=%s local=all-local s=%.4f slowdown=1.00\n",
-		       wname[w], b);
+		lo = hi = base[0];
+		for (int k = 1; k < runs; k++) {
+			lo = base[k] < lo ? base[k] : lo;
+			hi = base[k] > hi ? base[k] : hi;
+		}
+		printf("paging work=%s local=all-local s=%.4f slowdown=1.00 "
+		       "min_s=%.4f max_s=%.4f\n",
+		       wname[w], b, lo, hi);
 		for (int c = 0; c < NPCT; c++) {
 			int mi;
 			const struct pool_map_stats *m;
-			double lo, hi;
 
 			if (only_pct >= 0 && c != only_pct)
 				continue;
