@@ -18,6 +18,12 @@
  *     MODE_WP). A fault just above or below the last run fetched for
  *     one of NSTREAM streams continues it: its run doubles, up to RA_MAX
  *     pages (quicksort's partition is two streams going opposite ways).
+ *   - once a stream is established (full read-ahead), pool-uffd goes on
+ *     after waking the program: while no fault waits it fetches and maps
+ *     the next runs of AHEAD_RUN pages (install_ahead()), up to a window
+ *     that doubles each time the program catches up with it and starts
+ *     over when the stream is lost. The program then finds the pages
+ *     mapped. Room is made for each run first, as for a fault.
  *   - the first write to a write-protected page arrives as a WP fault: the
  *     page is marked dirty and unprotected (which wakes the writer).
  *   - when most pages fetched protected take a WP fault soon after (a
@@ -96,8 +102,14 @@
 #define MSG_BATCH 16
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
-#define NSTREAM 4 /* read-ahead streams followed at once */
-#define NSTAGE (RA_MAX + WB_BATCH + RA_MAX) /* fetch, write-back, zeros */
+#define NSTREAM 4      /* read-ahead streams followed at once */
+#define AHEAD_MAX 512u /* pages installed ahead of a stream, at most */
+#ifndef AHEAD_RUN
+#define AHEAD_RUN 128u /* pages per run installed ahead: one pool_read */
+#endif
+#define STAGE_IN (AHEAD_RUN > RA_MAX ? AHEAD_RUN : RA_MAX)
+/* fetch, the run after it, write-back, zeros */
+#define NSTAGE (STAGE_IN + AHEAD_RUN + WB_BATCH + RA_MAX)
 
 enum {
 	PG_RESIDENT = 1u << 0,
@@ -117,6 +129,8 @@ struct stream {
 	unsigned ra;	 /* pages fetched at once, doubling up to RA_MAX */
 	int dir;	 /* +1 up, -1 down, 0 not known yet */
 	uint64_t used;	 /* for replacing the least recently used */
+	size_t win;	 /* install-ahead window, pages (0: off) */
+	size_t goal;	 /* pages still to install ahead */
 };
 
 struct mapping {
@@ -138,7 +152,8 @@ struct mapping {
 	size_t *ring;	/* FIFO of resident pages */
 	size_t max_res, nres, head;
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
-	uint8_t *stage_in;   /* RA_MAX pages */
+	uint8_t *stage_in;   /* STAGE_IN pages */
+	uint8_t *stage_in2;  /* AHEAD_RUN pages: the run read meanwhile */
 	uint8_t *stage_out;  /* WB_BATCH pages */
 	const uint8_t *zero; /* RA_MAX pages of zeros */
 	struct stream streams[NSTREAM];
@@ -152,6 +167,10 @@ struct mapping {
 	int failed; /* read by others after pool-uffd stopped, or atomic */
 	bool fail_logged;
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
+	bool ahead_on;	/* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
+	bool warming;	/* warm_thr runs: see warm_main() */
+	pthread_t warm_thr;
+	uint8_t warm_buf[64]; /* its read's buffer, outside the range */
 
 	struct pool_map_stats st; /* atomics */
 };
@@ -427,6 +446,9 @@ static void ring_push(struct mapping *m, size_t idx)
 	m->ring[(m->head + m->nres) % m->max_res] = idx;
 	m->nres++;
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
+	if (m->nres > m->st.resident_peak)
+		__atomic_store_n(&m->st.resident_peak, m->nres,
+				 __ATOMIC_RELAXED);
 }
 
 static size_t page_bytes(const struct mapping *m, size_t idx)
@@ -683,7 +705,7 @@ static bool page_is_present(struct mapping *m, size_t idx)
  * The stream a fault at idx continues (its read-ahead doubles), or the
  * least recently used one, restarted at idx with one page.
  */
-static struct stream *stream_at(struct mapping *m, size_t idx)
+static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 {
 	struct stream *s, *lru = &m->streams[0];
 
@@ -698,6 +720,7 @@ static struct stream *stream_at(struct mapping *m, size_t idx)
 			s->dir = dir;
 			s->ra = s->ra * 2 > RA_MAX ? RA_MAX : s->ra * 2;
 			s->used = ++m->stream_clock;
+			*cont = true;
 			return s;
 		}
 		if (s->used < lru->used)
@@ -705,7 +728,9 @@ static struct stream *stream_at(struct mapping *m, size_t idx)
 	}
 	lru->dir = 0;
 	lru->ra = 1;
+	lru->win = lru->goal = 0; /* a miss: install-ahead starts over */
 	lru->used = ++m->stream_clock;
+	*cont = false;
 	return lru;
 }
 
@@ -738,42 +763,45 @@ static bool fetch_wants_dirty(struct mapping *m)
 	return m->nfetch % WR_PROBE_EVERY != 0;
 }
 
-/* Fetches page idx and a read-ahead run next to it (above it, or below
- * it on a stream going down) from the region. */
-static int fetch(struct mapping *m, size_t idx, bool write, bool again)
+/*
+ * Reads pages [lo, lo+n) from the region and installs them. idx is the
+ * faulting page (installed last: that wakes its thread; unprotected and
+ * dirty when write), or SIZE_MAX for a run installed ahead of a stream
+ * (install_ahead()). Room for the n pages is made by the caller.
+ */
+static size_t run_bytes(const struct mapping *m, size_t lo, size_t n)
 {
-	struct stream *st = stream_at(m, idx);
-	size_t lo = idx, n = 1, limit, off, bytes, at;
-	bool dirty;
-	int ret;
+	size_t off = lo << PAGE_SHIFT;
 
-	limit = m->max_res / 4 < st->ra ? m->max_res / 4 : st->ra;
-	if (!again && st->dir >= 0) {
-		while (n < limit && idx + n < m->npages &&
-		       page_is_fetchable(m, idx + n))
-			n++;
-	} else if (!again) {
-		while (n < limit && lo > 0 && page_is_fetchable(m, lo - 1)) {
-			lo--;
-			n++;
-		}
-	}
-	st->up = lo + n;
-	st->down = lo ? lo - 1 : SIZE_MAX;
-	if (!again) {
-		ret = make_room(m, n);
-		if (ret)
-			return ret;
-	}
-	off = lo << PAGE_SHIFT;
-	bytes = m->size - off < n * PAGE ? m->size - off : n * PAGE;
-	ret = pool_read(m->p, m->r, off, m->stage_in, bytes);
+	return m->size - off < n * PAGE ? m->size - off : n * PAGE;
+}
+
+static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
+			 bool write, const uint8_t *buf);
+
+static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
+		     bool write)
+{
+	int ret = pool_read(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+			    run_bytes(m, lo, n));
+
 	if (ret) {
 		mapping_fail(m, ret, "fetch");
 		return ret;
 	}
+	return fetch_install(m, lo, n, idx, write, m->stage_in);
+}
+
+/* Installs pages [lo, lo+n) read into buf: see fetch_run(). */
+static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
+			 bool write, const uint8_t *buf)
+{
+	size_t bytes = run_bytes(m, lo, n), at;
+	bool dirty;
+	int ret;
+
 	if (bytes < n * PAGE)
-		memset(m->stage_in + bytes, 0, n * PAGE - bytes);
+		memset((uint8_t *)buf + bytes, 0, n * PAGE - bytes);
 	STAT_ADD(m, fetches, 1);
 	STAT_ADD(m, pages_fetched, n);
 
@@ -789,16 +817,20 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 			m->wr_hits /= 2;
 		}
 	}
-	at = idx - lo;
-	ret = 0;
-	if (at)
-		ret = uffd_copy(m, lo, at, m->stage_in, !dirty);
-	if (ret == 0 && at + 1 < n)
-		ret = uffd_copy(m, idx + 1, n - at - 1,
-				m->stage_in + (at + 1) * PAGE, !dirty);
-	if (ret == 0)
-		ret = uffd_copy(m, idx, 1, m->stage_in + at * PAGE,
-				!(dirty || write));
+	if (idx == SIZE_MAX) {
+		ret = uffd_copy(m, lo, n, buf, !dirty);
+	} else {
+		at = idx - lo;
+		ret = 0;
+		if (at)
+			ret = uffd_copy(m, lo, at, buf, !dirty);
+		if (ret == 0 && at + 1 < n)
+			ret = uffd_copy(m, idx + 1, n - at - 1,
+					buf + (at + 1) * PAGE, !dirty);
+		if (ret == 0)
+			ret = uffd_copy(m, idx, 1, buf + at * PAGE,
+					!(dirty || write));
+	}
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
@@ -811,6 +843,173 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	if (write)
 		m->state[idx] |= PG_DIRTY;
 	return 0;
+}
+
+/* Pages [lo, lo+n) next to a stream that can be fetched: the run of
+ * fetchable pages from 'from' going dir (+1 up, -1 down), at most limit. */
+static size_t fetchable_run(const struct mapping *m, size_t from, int dir,
+			    size_t limit, size_t *lo)
+{
+	size_t n = 0;
+
+	*lo = from;
+	if (dir >= 0) {
+		while (n < limit && from + n < m->npages &&
+		       page_is_fetchable(m, from + n))
+			n++;
+	} else {
+		while (n < limit && from - n < m->npages &&
+		       page_is_fetchable(m, from - n))
+			n++;
+		*lo = from + 1 - n;
+	}
+	return n;
+}
+
+/*
+ * After a fault that continues stream st at full read-ahead, how many
+ * pages to map ahead of the program (install_ahead()): the window
+ * doubles each time the program catches up with it again, up to a
+ * quarter of the budget (AHEAD_MAX at most), so pages installed ahead are
+ * never the FIFO's oldest.
+ */
+static void ahead_arm(struct mapping *m, struct stream *st, bool grown)
+{
+	size_t cap = m->max_res / 4 < AHEAD_MAX ? m->max_res / 4 : AHEAD_MAX;
+
+	if (!m->ahead_on || st->dir == 0 || st->ra < RA_MAX || cap < RA_MAX) {
+		st->win = st->goal = 0;
+		return;
+	}
+	if (!st->win)
+		st->win = AHEAD_RUN < cap ? AHEAD_RUN : cap;
+	else if (grown)
+		st->win = st->win * 2 > cap ? cap : st->win * 2;
+	st->goal = st->win;
+}
+
+/* Fetches page idx and a read-ahead run next to it (above it, or below
+ * it on a stream going down) from the region. */
+static int fetch(struct mapping *m, size_t idx, bool write, bool again)
+{
+	bool cont;
+	struct stream *st = stream_at(m, idx, &cont);
+	size_t lo = idx, n = 1, limit;
+	int ret;
+
+	limit = m->max_res / 4 < st->ra ? m->max_res / 4 : st->ra;
+	if (!again)
+		n = fetchable_run(m, idx, st->dir, limit, &lo);
+	if (n == 0) { /* cannot happen: idx is fetchable */
+		lo = idx;
+		n = 1;
+	}
+	st->up = lo + n;
+	st->down = lo ? lo - 1 : SIZE_MAX;
+	if (!again) {
+		ret = make_room(m, n);
+		if (ret)
+			return ret;
+	}
+	ret = fetch_run(m, lo, n, idx, write);
+	if (ret == 0)
+		ahead_arm(m, st, cont);
+	return ret;
+}
+
+/*
+ * One run installed ahead of a stream the program follows, from
+ * pool-uffd when no fault is waiting: the program then finds the pages
+ * mapped instead of faulting on them. Room is made first, like for a
+ * fault, so the budget holds. Returns whether more is to do.
+ */
+static bool install_ahead(struct mapping *m)
+{
+	struct stream *st = NULL;
+	size_t lo, n, from, lo2 = 0, n2 = 0;
+	struct pool_op *op = NULL, *op1 = NULL;
+	int ret, r2 = 0;
+
+	for (struct stream *s = m->streams; s < m->streams + NSTREAM; s++)
+		if (s->goal && (!st || s->used > st->used))
+			st = s;
+	if (!st)
+		return false;
+	if (__atomic_load_n(&m->failed, __ATOMIC_ACQUIRE)) {
+		st->goal = 0;
+		return true;
+	}
+	from = st->dir > 0 ? st->up : st->down;
+	n = fetchable_run(m, from, st->dir,
+			  st->goal < AHEAD_RUN ? st->goal : AHEAD_RUN, &lo);
+	/* The run after it, read while this one is installed. Safe
+	 * because no fault is served in between: its pages stay missing
+	 * and the region's copy of them stays what was read. */
+	if (n && st->goal > n) {
+		from = st->dir > 0 ? lo + n : (lo ? lo - 1 : SIZE_MAX);
+		n2 = fetchable_run(m, from, st->dir,
+				   st->goal - n < AHEAD_RUN ? st->goal - n
+							    : AHEAD_RUN,
+				   &lo2);
+	}
+	if (n == 0 || make_room(m, n + n2)) {
+		st->goal = 0; /* the end of the stream, or a failure */
+		return true;
+	}
+	/* Both reads go out at once; the second goes on while the first
+	 * run is installed. */
+	ret = pool_read_async(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+			      run_bytes(m, lo, n), &op1);
+	if (ret == 0 && n2 &&
+	    pool_read_async(m->p, m->r, lo2 << PAGE_SHIFT, m->stage_in2,
+			    run_bytes(m, lo2, n2), &op))
+		n2 = 0; /* not started: the next call reads it */
+	if (ret == 0)
+		while ((ret = pool_wait(m->p, op1, -1)) == -ETIMEDOUT)
+			;
+	if (ret) {
+		mapping_fail(m, ret, "fetch");
+		if (n2)
+			while (pool_wait(m->p, op, -1) == -ETIMEDOUT)
+				;
+		st->goal = 0;
+		return true;
+	}
+	ret = fetch_install(m, lo, n, SIZE_MAX, false, m->stage_in);
+	if (n2) {
+		while ((r2 = pool_wait(m->p, op, -1)) == -ETIMEDOUT)
+			;
+		if (r2)
+			mapping_fail(m, r2, "fetch");
+		if (ret == 0 && r2 == 0)
+			ret = fetch_install(m, lo2, n2, SIZE_MAX, false,
+					    m->stage_in2);
+		else
+			n2 = 0;
+	}
+	if (ret || r2) {
+		st->goal = 0;
+		return true;
+	}
+	STAT_ADD(m, ahead_pages, n + n2);
+	st->goal -= n + n2;
+	if (n2) { /* the stream now ends at the second run */
+		lo = lo2;
+		n = n2;
+	}
+	if (st->dir > 0)
+		st->up = lo + n;
+	else
+		st->down = lo ? lo - 1 : SIZE_MAX;
+	return true;
+}
+
+static bool ahead_pending(const struct mapping *m)
+{
+	for (const struct stream *s = m->streams; s < m->streams + NSTREAM; s++)
+		if (s->goal)
+			return true;
+	return false;
 }
 
 /*
@@ -962,8 +1161,12 @@ static void *uffd_main(void *arg)
 		struct pollfd pf[2] = { { .fd = m->uffd, .events = POLLIN },
 					{ .fd = m->stopfd, .events = POLLIN } };
 		ssize_t n;
+		int ready;
 
-		if (poll(pf, 2, -1) < 0) {
+		/* With runs to install ahead, only look for faults: they
+		 * come first, and the runs fill the time between them. */
+		ready = poll(pf, 2, ahead_pending(m) ? 0 : -1);
+		if (ready < 0) {
 			if (errno == EINTR)
 				continue;
 			pool_log(LOG_ERR, "paging: poll err=%s",
@@ -972,6 +1175,10 @@ static void *uffd_main(void *arg)
 		}
 		if (pf[1].revents)
 			break;
+		if (ready == 0) {
+			install_ahead(m);
+			continue;
+		}
 		n = read(m->uffd, msgs, sizeof(msgs));
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EINTR)
@@ -1001,6 +1208,47 @@ static void *uffd_main(void *arg)
 		}
 	}
 	return NULL;
+}
+
+/*
+ * The first transfer of a session is slow: libfabric's tcp;ofi_rxm
+ * connects to memd then and grows a 17 MB buffer pool (allocated and
+ * cleared), 0.2-0.6 s on the development VM. Without this it lands on the
+ * first fault that needs the pool, usually the first eviction's
+ * write-back, with the program stopped. pool_map() of a session that has
+ * made no transfer yet starts this thread, which reads one byte of the
+ * region (harmless: nothing is written) while the program starts on
+ * pages that need no network (zero fills). Like pool-uffd it is an engine
+ * thread: what libfabric allocates in it must not be pooled memory.
+ */
+static void *warm_main(void *arg)
+{
+	struct mapping *m = arg;
+	int ret;
+
+	engine_thread = true;
+	pthread_setname_np(pthread_self(), "pool-warm");
+	ret = pool_read(m->p, m->r, 0, m->warm_buf, 1);
+	pool_log(LOG_DEBUG, "paging: warm-up map=%p err=%d", (void *)m->base,
+		 ret);
+	return NULL;
+}
+
+/* Starts warm_main() when the session has not moved a byte yet and
+ * LIBPOOL_PAGING_WARMUP is not 0. Called with all signals blocked. */
+static void warm_start(struct mapping *m)
+{
+	const char *env = getenv("LIBPOOL_PAGING_WARMUP");
+	struct pool_stats ps;
+
+	if ((env && !strcmp(env, "0")) || m->size == 0)
+		return;
+	if (pool_get_stats(m->p, &ps) || ps.ops || ps.bytes_read ||
+	    ps.bytes_written)
+		return;
+	m->warming = pthread_create(&m->warm_thr, NULL, warm_main, m) == 0;
+	if (m->warming)
+		STAT_ADD(m, warmups, 1);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1152,6 +1400,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	size_t size, len, npages, max_res, off_state, off_ring, off_stage, meta;
 	struct mapping *m;
 	sigset_t all, old;
+	const char *env;
 	int ret;
 
 	if (!addr)
@@ -1160,8 +1409,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	if (!p || !r || (flags & ~POOL_MAP_EXISTING))
 		return -EINVAL;
 	if (!local_bytes) {
-		const char *env = getenv("LIBPOOL_LOCAL_BYTES");
-
+		env = getenv("LIBPOOL_LOCAL_BYTES");
 		local_bytes =
 			env && *env ? parse_size(env) : DEFAULT_LOCAL_BYTES;
 	}
@@ -1198,10 +1446,13 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	m->state = (uint8_t *)m + off_state;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
-	m->stage_out = m->stage_in + RA_MAX * PAGE;
+	m->stage_in2 = m->stage_in + STAGE_IN * PAGE;
+	m->stage_out = m->stage_in2 + AHEAD_RUN * PAGE;
 	m->zero = m->stage_out + WB_BATCH * PAGE; /* mmap: zeros */
 	m->zero_next = SIZE_MAX;
 	m->st.max_resident = max_res;
+	env = getenv("LIBPOOL_PAGING_AHEAD");
+	m->ahead_on = !(env && !strcmp(env, "0"));
 	if (flags & POOL_MAP_EXISTING)
 		memset(m->state, PG_REMOTE, npages);
 
@@ -1236,6 +1487,8 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = -pthread_create(&m->thr, NULL, uffd_main, m);
+	if (ret == 0)
+		warm_start(m);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret) {
 		ret = -EAGAIN;
@@ -1313,6 +1566,8 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
 		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
 	pthread_join(m->thr, NULL);
+	if (m->warming)
+		pthread_join(m->warm_thr, NULL);
 	/* Without the registration a page we never filled reads as zero
 	 * instead of waiting for a handler that is gone. */
 	rg.start = (uintptr_t)m->base;

@@ -22,9 +22,12 @@ struct pool_map_stats {
 	uint64_t writebacks;	/* pages written back to the region */
 	uint64_t sigbus;   /* faults answered with SIGBUS (mapping failed) */
 	uint64_t resident; /* pages resident now */
-	uint64_t max_resident; /* the local budget, pages */
-	bool user_mode_only;   /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
-	int failed;	       /* 0, or the -errno that failed the mapping */
+	uint64_t max_resident;	/* the local budget, pages */
+	uint64_t resident_peak; /* most pages ever resident at once */
+	uint64_t ahead_pages;	/* fetched pages installed ahead of a stream */
+	uint64_t warmups; /* warm-up reads started (first map of a session) */
+	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
+	int failed;	     /* 0, or the -errno that failed the mapping */
 };
 
 /*

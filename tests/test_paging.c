@@ -6,7 +6,9 @@
  * eviction, pages read and rewritten pass after pass come back exact,
  * threads fault at once, unmap flushes or discards, system
  * calls fault pages in (or get EFAULT in user-mode-only mode), and a
- * killed memd turns into SIGBUS, never wrong bytes.
+ * killed memd turns into SIGBUS, never wrong bytes. Runs installed ahead
+ * of sequential streams keep the local budget and the bytes exact, also
+ * under threads.
  */
 #include <check.h>
 #include <errno.h>
@@ -113,6 +115,8 @@ START_TEST(sequential_and_random)
 	st = stats(a);
 	ck_assert_uint_le(st.resident, local / PG);
 	ck_assert_uint_eq(st.max_resident, local / PG);
+	/* The session's first map warms its transport up. */
+	ck_assert_uint_eq(st.warmups, 1);
 	ck_assert_uint_gt(st.evictions, npages);
 	ck_assert_uint_ge(st.writebacks, npages - local / PG);
 	ck_assert_uint_gt(st.fetches, 0);
@@ -223,6 +227,8 @@ START_TEST(existing_region)
 	tu_pattern_fill(buf, size, 3, 0);
 	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
 	a = map(p, r, 512 * KiB, POOL_MAP_EXISTING);
+	/* pool_write() above warmed the session up already. */
+	ck_assert_uint_eq(stats(a).warmups, 0);
 	check_range(a, 0, size, 3);
 	for (size_t i = size; i < (size + PG - 1) / PG * PG; i++)
 		ck_assert_uint_eq(a[i], 0); /* past the region: zeros */
@@ -460,6 +466,185 @@ START_TEST(threads_fault_at_once)
 }
 END_TEST
 
+/*
+ * Install-ahead: a sequential stream gets runs mapped before the program
+ * reaches them. The budget must hold all the same (the peak resident
+ * count never passes it), and the bytes must be the region's, going up,
+ * going down and rewritten. A pause every run lets pool-uffd find time
+ * to install ahead even on a loaded machine. With LIBPOOL_PAGING_AHEAD=0
+ * nothing is installed ahead.
+ */
+static void ahead_pass(uint8_t *a, size_t npages, uint64_t seed, int dir,
+		       bool pause)
+{
+	for (size_t k = 0; k < npages; k++) {
+		size_t i = dir > 0 ? k : npages - 1 - k;
+
+		check_range(a, i * PG, PG, seed);
+		if (pause && k % 32 == 31)
+			usleep(2000);
+	}
+}
+
+static void install_ahead_run(bool on)
+{
+	const size_t size = 8 * MiB, local = 2 * MiB, npages = size / PG;
+	uint8_t *buf = malloc(size), *a;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+
+	ck_assert_ptr_nonnull(buf);
+	if (!on)
+		setenv("LIBPOOL_PAGING_AHEAD", "0", 1);
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	tu_pattern_fill(buf, size, 6, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	a = map(p, r, local, POOL_MAP_EXISTING);
+	ahead_pass(a, npages, 6, 1, true);
+	ahead_pass(a, npages, 6, 1, false);
+	ahead_pass(a, npages, 6, -1, true);
+	/* Read, then rewrite, page by page: pages installed ahead get
+	 * written and must go back. */
+	for (size_t i = 0; i < npages; i++) {
+		check_range(a, i * PG, PG, 6);
+		tu_pattern_fill(a + i * PG, PG, 7, i * PG);
+		if (i % 32 == 31)
+			usleep(1000);
+	}
+	ahead_pass(a, npages, 7, 1, false);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_eq(st.max_resident, local / PG);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_uint_le(st.resident, st.max_resident);
+	if (on) {
+		ck_assert_uint_gt(st.ahead_pages, 0);
+		/* Pages found mapped are faults saved. */
+		ck_assert_uint_lt(st.faults, st.fetches);
+	} else {
+		ck_assert_uint_eq(st.ahead_pages, 0);
+	}
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	memset(buf, 0, size);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, size, 7);
+	free(buf);
+	pool_close(p);
+	stop_memd();
+	unsetenv("LIBPOOL_PAGING_AHEAD");
+}
+
+START_TEST(install_ahead_keeps_budget_and_bytes)
+{
+	install_ahead_run(true);
+}
+END_TEST
+
+START_TEST(install_ahead_off)
+{
+	install_ahead_run(false);
+}
+END_TEST
+
+/*
+ * Install-ahead under threads: each of NTHREADS threads streams through
+ * its own quarter, reading and rewriting it pass after pass (four
+ * streams installed ahead at once), then all read everything at once.
+ */
+struct ahead_worker {
+	uint8_t *a;
+	size_t npages; /* of the whole mapping */
+	int t;
+	pthread_barrier_t *bar;
+	size_t bad; /* offset + 1 of the first wrong byte */
+};
+
+#define AHEAD_PASSES 3
+
+static void *ahead_worker_main(void *arg)
+{
+	struct ahead_worker *w = arg;
+	size_t q = w->npages / NTHREADS, lo = (size_t)w->t * q;
+	uint64_t seed = 20 + (uint64_t)w->t * 10;
+
+	for (size_t i = lo; i < lo + q; i++)
+		tu_pattern_fill(w->a + i * PG, PG, seed, i * PG);
+	for (int pass = 0; pass < AHEAD_PASSES && !w->bad; pass++) {
+		for (size_t i = lo; i < lo + q && !w->bad; i++) {
+			ssize_t bad =
+				tu_pattern_check(w->a + i * PG, PG,
+						 seed + (uint64_t)pass, i * PG);
+
+			if (bad >= 0)
+				w->bad = i * PG + (size_t)bad + 1;
+			tu_pattern_fill(w->a + i * PG, PG,
+					seed + (uint64_t)pass + 1, i * PG);
+			if (pass == 0 && i % 32 == 31)
+				usleep(1000);
+		}
+	}
+	pthread_barrier_wait(w->bar);
+	for (size_t k = 0; k < w->npages && !w->bad; k++) {
+		size_t i = (k + lo) % w->npages;
+		ssize_t bad = tu_pattern_check(w->a + i * PG, PG,
+					       20 + (i / q) * 10 + AHEAD_PASSES,
+					       i * PG);
+
+		if (bad >= 0)
+			w->bad = i * PG + (size_t)bad + 1;
+	}
+	return NULL;
+}
+
+START_TEST(install_ahead_threads)
+{
+	const size_t size = 8 * MiB, local = 2 * MiB, npages = size / PG;
+	struct ahead_worker w[NTHREADS];
+	pthread_t th[NTHREADS];
+	pthread_barrier_t bar;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a, *buf = malloc(size);
+
+	ck_assert_ptr_nonnull(buf);
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	pthread_barrier_init(&bar, NULL, NTHREADS);
+	for (int t = 0; t < NTHREADS; t++) {
+		w[t] = (struct ahead_worker){
+			.a = a, .npages = npages, .t = t, .bar = &bar
+		};
+		ck_assert_int_eq(
+			pthread_create(&th[t], NULL, ahead_worker_main, &w[t]),
+			0);
+	}
+	for (int t = 0; t < NTHREADS; t++) {
+		pthread_join(th[t], NULL);
+		ck_assert_msg(!w[t].bad, "thread %d: wrong byte at %zu", t,
+			      w[t].bad - 1);
+	}
+	pthread_barrier_destroy(&bar);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.ahead_pages, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	for (size_t i = 0; i < npages; i++)
+		check_range(buf, i * PG, PG,
+			    20 + (i / (npages / NTHREADS)) * 10 + AHEAD_PASSES);
+	free(buf);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 START_TEST(unmap_flush_and_discard)
 {
 	const size_t size = 2 * MiB;
@@ -659,6 +844,9 @@ int main(void)
 	tcase_add_test(tc, dirty_pages_survive_eviction);
 	tcase_add_test(tc, read_modify_write_passes);
 	tcase_add_test(tc, threads_fault_at_once);
+	tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
+	tcase_add_test(tc, install_ahead_off);
+	tcase_add_test(tc, install_ahead_threads);
 	tcase_add_test(tc, unmap_flush_and_discard);
 	tcase_add_test(tc, syscall_kernel_mode);
 	tcase_add_test(tc, syscall_user_mode_only);
