@@ -44,9 +44,10 @@ int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
 uint32_t pool_session_nlinks(struct pool *p);
 /* Failed links the session has closed and freed so far. */
 uint64_t pool_session_links_reaped(struct pool *p);
-/* Milliseconds the session's donor pass has left (cluster sessions; < 0:
- * ran out, a new donor session gets a new one first). */
-int64_t pool_session_pass_left_ms(struct pool *p);
+/* Milliseconds the session's donor pass has left now, or (at_last_open)
+ * had left when the session last opened a donor link with it; cluster
+ * sessions. < 0: it had run out. */
+int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open);
 
 /*
  * For other modules of libpool (the KV tier, kv.c): the session's links.

@@ -214,6 +214,8 @@ struct pool {
 	uint8_t pass_key[AUTH_KEY_LEN];
 	uint64_t pass_until_ms; /* monotonic */
 	uint32_t pass_ttl_ms;
+	/* what the pass had left when the last donor link opened with it */
+	int64_t pass_left_at_open_ms;
 
 	pthread_mutex_t lock; /* links, slabs, regions, registry */
 	struct plink *links;  /* in the order they were opened */
@@ -1076,6 +1078,8 @@ static int donor_link_open_locked(struct pool *p, uint32_t donor_id,
 		if (r && mono_ms() >= p->pass_until_ms)
 			return r;
 	}
+	p->pass_left_at_open_ms =
+		(int64_t)p->pass_until_ms - (int64_t)mono_ms();
 	au = (struct link_auth){ .principal = p->tenant,
 				 .key = p->pass_key,
 				 .pass = p->pass,
@@ -2482,12 +2486,13 @@ uint64_t pool_session_links_reaped(struct pool *p)
 	return n;
 }
 
-int64_t pool_session_pass_left_ms(struct pool *p)
+int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open)
 {
 	int64_t left;
 
 	pthread_mutex_lock(&p->lock);
-	left = (int64_t)p->pass_until_ms - (int64_t)mono_ms();
+	left = at_last_open ? p->pass_left_at_open_ms
+			    : (int64_t)p->pass_until_ms - (int64_t)mono_ms();
 	pthread_mutex_unlock(&p->lock);
 	return left;
 }
