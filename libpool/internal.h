@@ -40,13 +40,20 @@ bool pool_session_is_cluster(const struct pool *p);
  */
 int pool_region_copy(const struct pool_region *r, uint32_t i, unsigned copy,
 		     uint32_t *donor_id, const char **addr);
-/* Links the session holds (failed ones included). */
+/* Links the session holds (failed ones not yet reaped included). */
 uint32_t pool_session_nlinks(struct pool *p);
+/* Failed links the session has closed and freed so far. */
+uint64_t pool_session_links_reaped(struct pool *p);
+/* Milliseconds the session's donor pass has left now, or (at_last_open)
+ * had left when the session last opened a donor link with it; cluster
+ * sessions. < 0: it had run out. */
+int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open);
 
 /*
  * For other modules of libpool (the KV tier, kv.c): the session's links.
- * A link (struct plink, pool.c) lives until pool_close, so a pointer to
- * one may be kept; once lost it stays lost (pool_link_is_lost) and a new
+ * A link pool_link_get handed out lives until pool_close (pool.c reaps
+ * failed links nothing refers to, never these), so a pointer to one may
+ * be kept; once lost it stays lost (pool_link_is_lost) and a new
  * pool_link_get opens another.
  */
 struct plink;

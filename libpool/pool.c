@@ -34,7 +34,17 @@
  * there completes with an error and no buffer is touched afterwards. A
  * caller never holds a link's ep_rw when it fails that link. A failed
  * link stays failed: regions with slabs on it get -ENOTCONN for ranges
- * there; other links are not affected. Links live until pool_close.
+ * there; other links are not affected.
+ *
+ * Reaping (cluster sessions): a failed link wakes its pool-hb thread,
+ * which ends. links_reap_locked (at allocation and free) joins ended
+ * threads and closes and frees a failed link once nothing refers to it:
+ * no slab (lk->nslabs: regions, packed slabs, I/O on them) and never
+ * handed to another module (lk->pinned: kv.c keeps pool_link_get's
+ * pointers, so such a link keeps its struct, connection and domain until
+ * pool_close; only its thread goes). A standalone session's one link is
+ * never reaped. So a session that sees donors come and go holds links
+ * for the donors it uses now, not for every incarnation it ever met.
  *
  * Cluster sessions (docs/cluster.md): pool_connect authenticates as the
  * tenant at the registry (p->reg, no fabric, no heartbeat: it is not on
@@ -108,6 +118,7 @@ struct plink {
 
 	struct plink *next; /* p->links, under p->lock */
 	uint64_t nslabs;    /* under p->lock */
+	bool pinned;	    /* under p->lock: handed out by pool_link_get */
 
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
 	pthread_rwlock_t ep_rw;
@@ -203,12 +214,16 @@ struct pool {
 	uint8_t pass_key[AUTH_KEY_LEN];
 	uint64_t pass_until_ms; /* monotonic */
 	uint32_t pass_ttl_ms;
+	/* what the pass had left when the last donor link opened with it */
+	int64_t pass_left_at_open_ms;
 
 	pthread_mutex_t lock; /* links, slabs, regions, registry */
 	struct plink *links;  /* in the order they were opened */
 	struct slab *slabs;
 	uint64_t nslabs, nregions;
 	struct pool_region *regions;
+	/* links reaped so far, and their heartbeats (pool_get_stats) */
+	uint64_t links_reaped, hb_reaped;
 
 	/* objects that live on the session (KV handles), under lock */
 	struct pool_attached *attached;
@@ -259,6 +274,11 @@ static void link_fail(struct plink *lk, int err, const char *why)
 		lk->ep = NULL;
 	}
 	pthread_rwlock_unlock(&lk->ep_rw);
+	/* Its heartbeat thread has nothing left to do: let it end now, so
+	 * that links_reap_locked can join it. */
+	pthread_mutex_lock(&lk->hb_lock);
+	pthread_cond_broadcast(&lk->hb_cond);
+	pthread_mutex_unlock(&lk->hb_lock);
 }
 
 /* The control connection's reports, into the library's log. */
@@ -314,7 +334,7 @@ static void *hb_main(void *arg)
 			ts.tv_nsec -= 1000000000;
 		}
 		pthread_mutex_lock(&lk->hb_lock);
-		while (!lk->hb_stop &&
+		while (!lk->hb_stop && !link_is_lost(lk) &&
 		       pthread_cond_timedwait(&lk->hb_cond, &lk->hb_lock,
 					      &ts) != ETIMEDOUT)
 			;
@@ -641,6 +661,51 @@ static void link_publish_locked(struct pool *p, struct plink *lk)
 	while (*at)
 		at = &(*at)->next;
 	*at = lk;
+}
+
+/*
+ * Joins the heartbeat threads of failed links that have ended, and
+ * closes and frees failed links nothing refers to (DESIGN: reaping).
+ * Never blocks on a thread: one still in its last RPC is joined at a
+ * later call. Caller holds lock.
+ */
+static void links_reap_locked(struct pool *p)
+{
+	struct plink **at = &p->links;
+
+	if (!p->cluster)
+		return;
+	while (*at) {
+		struct plink *lk = *at;
+
+		if (!link_is_lost(lk)) {
+			at = &lk->next;
+			continue;
+		}
+		if (lk->hb_started) {
+			pthread_mutex_lock(&lk->hb_lock);
+			lk->hb_stop = true;
+			pthread_cond_broadcast(&lk->hb_cond);
+			pthread_mutex_unlock(&lk->hb_lock);
+			if (pthread_tryjoin_np(lk->hb, NULL)) {
+				at = &lk->next;
+				continue;
+			}
+			lk->hb_started = false;
+		}
+		if (lk->nslabs || lk->pinned) {
+			at = &lk->next;
+			continue;
+		}
+		*at = lk->next;
+		p->links_reaped++;
+		p->hb_reaped +=
+			__atomic_load_n(&lk->st_heartbeats, __ATOMIC_RELAXED);
+		pool_log(LOG_DEBUG,
+			 "session: reaped session=%" PRIx64 " memd=%s donor=%u",
+			 lk->session_id, lk->addr, lk->donor_id);
+		link_close(lk);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -1000,6 +1065,7 @@ static int donor_link_open_locked(struct pool *p, uint32_t donor_id,
 	struct plink *lk;
 	int r;
 
+	links_reap_locked(p);
 	for (lk = p->links; lk; lk = lk->next)
 		if (lk->donor_id == donor_id && lk->donor_epoch == epoch &&
 		    !link_is_lost(lk)) {
@@ -1008,9 +1074,12 @@ static int donor_link_open_locked(struct pool *p, uint32_t donor_id,
 		}
 	if (mono_ms() + renew >= p->pass_until_ms) {
 		r = reg_connect_locked(p);
-		if (r)
+		/* The registry is away: the old pass serves until it ends. */
+		if (r && mono_ms() >= p->pass_until_ms)
 			return r;
 	}
+	p->pass_left_at_open_ms =
+		(int64_t)p->pass_until_ms - (int64_t)mono_ms();
 	au = (struct link_auth){ .principal = p->tenant,
 				 .key = p->pass_key,
 				 .pass = p->pass,
@@ -1627,8 +1696,10 @@ int pool_free(struct pool *p, struct pool_region *reg)
 	pthread_mutex_lock(&p->lock);
 	for (uint32_t i = 0; i < reg->nextents; i++)
 		unpack_locked(p, &reg->ext[i], dead, &ndead);
-	if (ndead)
+	if (ndead) {
 		r = release_locked(p, dead, ndead);
+		links_reap_locked(p);
+	}
 	if (reg->prev)
 		reg->prev->next = reg->next;
 	else
@@ -2281,6 +2352,7 @@ int pool_get_stats(struct pool *p, struct pool_stats *st)
 	pthread_mutex_lock(&p->lock);
 	st->slabs_held = p->nslabs;
 	st->regions = p->nregions;
+	st->heartbeats = p->hb_reaped;
 	for (struct plink *lk = p->links; lk; lk = lk->next)
 		st->heartbeats +=
 			__atomic_load_n(&lk->st_heartbeats, __ATOMIC_RELAXED);
@@ -2404,6 +2476,27 @@ uint32_t pool_session_nlinks(struct pool *p)
 	return n;
 }
 
+uint64_t pool_session_links_reaped(struct pool *p)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&p->lock);
+	n = p->links_reaped;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open)
+{
+	int64_t left;
+
+	pthread_mutex_lock(&p->lock);
+	left = at_last_open ? p->pass_left_at_open_ms
+			    : (int64_t)p->pass_until_ms - (int64_t)mono_ms();
+	pthread_mutex_unlock(&p->lock);
+	return left;
+}
+
 /* ------------------------------------------------------------------ */
 /* links for other modules of libpool (the KV tier)                     */
 
@@ -2467,6 +2560,8 @@ int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
 	}
 	pthread_mutex_lock(&p->lock);
 	r = donor_link_open_locked(p, donor_id, epoch, addr, out);
+	if (!r)
+		(*out)->pinned = true; /* the caller keeps the pointer */
 	pthread_mutex_unlock(&p->lock);
 	return r;
 }

@@ -6,9 +6,15 @@
  * are striped over donors and read back exactly; a replicated region
  * survives a donor SIGKILLed with exact reads, while a region without a
  * replica there fails with -ENOTCONN and regions elsewhere keep working;
- * quotas give -EDQUOT; a wrong secret is -EACCES.
+ * quotas give -EDQUOT; a wrong secret is -EACCES. A client that sees a
+ * donor killed and restarted again and again reaps the failed links (no
+ * growth of links or threads); with a short pass_ttl a client renews its
+ * donor pass and keeps allocating past several TTLs; a client whose
+ * registry was SIGKILLed and restarted (same port and state_dir)
+ * allocates again once it is back.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +32,9 @@
 
 static struct tu_memd reg, don[2];
 static char dir[64], cluster[256], sec_a[256], sec_b[256], sec_q[256];
+static char state[128];
+/* extra registry config of the running test case ("" or pass_ttl) */
+static const char *reg_conf = "";
 
 static void sleep_ms(long ms)
 {
@@ -62,6 +71,38 @@ static int wait_up(const char *const *names, int n)
 	return -ETIMEDOUT;
 }
 
+/* Waits until the registry lists a donor at addr as up (a restarted
+ * donor: its new incarnation, not the old one). */
+static int wait_up_at(const char *addr)
+{
+	char out[16384], want[128];
+
+	snprintf(want, sizeof(want), "\"addr\":\"%s\",\"state\":\"up\"", addr);
+	for (int i = 0; i < 1500; i++) {
+		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, want))
+			return 0;
+		sleep_ms(20);
+	}
+	fprintf(stderr, "donor at %s never came up: %s\n", addr, out);
+	return -ETIMEDOUT;
+}
+
+/* Threads of this process. */
+static int nthreads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 static void start_donor(int i)
 {
 	char a1[300], a2[300], a3[64];
@@ -83,17 +124,36 @@ static void start_donor(int i)
 		0);
 }
 
-static void setup(void)
+/* Starts the registry (r0); listen: its address, or NULL for a new port. */
+static int start_registry(const char *listen)
 {
-	static const char *const names[] = { "r0", "d1", "d2" };
 	const char *args[] = { "--set",	   "registry=yes",
 			       "--set",	   NULL,
 			       "--set",	   NULL,
 			       "--set",	   "donor_name=r0",
 			       "--set",	   "report_interval=100ms",
 			       "--donate", "128M",
+			       NULL,	   NULL,
 			       NULL };
-	char a1[300], a2[300], state[128];
+	char a1[300], a2[300], l[64], conf[256];
+
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	if (listen) {
+		snprintf(l, sizeof(l), "%s", listen);
+		args[12] = "--listen";
+		args[13] = l;
+	}
+	snprintf(conf, sizeof(conf), "lease_ttl = 2s\nlease_grace = 500ms\n%s",
+		 reg_conf);
+	return tu_memd_start_args(&reg, conf, args);
+}
+
+static void setup(void)
+{
+	static const char *const names[] = { "r0", "d1", "d2" };
 
 	snprintf(dir, sizeof(dir), "/tmp/tp-cpool-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -103,14 +163,7 @@ static void setup(void)
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	ck_assert_int_eq(
-		tu_memd_start_args(&reg, "lease_ttl = 2s\nlease_grace = 500ms",
-				   args),
-		0);
+	ck_assert_int_eq(start_registry(NULL), 0);
 	start_donor(0);
 	start_donor(1);
 	ck_assert_int_eq(wait_up(names, 3), 0);
@@ -118,6 +171,12 @@ static void setup(void)
 		tu_tenant_add(reg.addr, cluster, "a", sec_a, 64 * SLAB), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "q", sec_q, 2 * SLAB),
 			 0);
+}
+
+static void setup_short_pass(void)
+{
+	reg_conf = "pass_ttl = 10s";
+	setup();
 }
 
 static void teardown(void)
@@ -170,6 +229,31 @@ static int check(struct pool *p, struct pool_region *r, uint64_t seed)
 		ret = pool_read(p, r, off, b, n);
 		if (!ret)
 			ck_assert_int_eq(tu_pattern_check(b, n, seed, off), -1);
+	}
+	free(b);
+	return ret;
+}
+
+/* Writes seed's pattern to the first and the last 64 KiB of r and reads
+ * them back: 0, or the first error. Cheaper than fill + check where a
+ * test does I/O many times (sanitizer builds). */
+static int touch(struct pool *p, struct pool_region *r, uint64_t seed)
+{
+	size_t len = pool_region_size(r), n = 64 << 10;
+	size_t at[2] = { 0, len > n ? len - n : 0 };
+	uint8_t *b = malloc(n);
+	int ret = 0;
+
+	n = len < n ? len : n;
+	for (int i = 0; i < 2 && !ret; i++) {
+		tu_pattern_fill(b, n, seed, at[i]);
+		ret = pool_write(p, r, at[i], b, n);
+		memset(b, 0, n);
+		if (!ret)
+			ret = pool_read(p, r, at[i], b, n);
+		if (!ret)
+			ck_assert_int_eq(tu_pattern_check(b, n, seed, at[i]),
+					 -1);
 	}
 	free(b);
 	return ret;
@@ -338,10 +422,192 @@ START_TEST(wrong_secret_and_no_tenant_are_eacces)
 }
 END_TEST
 
+/* Allocates one-slab regions until one lands on the donor at addr; the
+ * others are freed. NULL when none does in 8 tries. */
+static struct pool_region *alloc_on(struct pool *p, const char *addr)
+{
+	struct pool_region *r[8], *hit = NULL;
+	int n = 0;
+
+	for (; n < 8 && !hit; n++) {
+		uint32_t id;
+		const char *a;
+
+		ck_assert_int_eq(pool_alloc(p, SLAB, &r[n]), 0);
+		ck_assert_int_eq(pool_region_copy(r[n], 0, 0, &id, &a), 0);
+		if (!strcmp(a, addr))
+			hit = r[n];
+	}
+	for (int i = 0; i < n; i++)
+		if (r[i] != hit)
+			ck_assert_int_eq(pool_free(p, r[i]), 0);
+	return hit;
+}
+
+START_TEST(donor_restarts_do_not_grow_links)
+{
+	enum { ROUNDS = 5 };
+	struct pool_region *r, *keep;
+	int err, threads0, threads1;
+	uint32_t links0, links1;
+	struct pool *p;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	/* A region on d2 the whole time, and links to every donor. */
+	keep = alloc_on(p, don[1].addr);
+	ck_assert_ptr_nonnull(keep);
+	fill(p, keep, 60);
+	r = alloc_on(p, reg.addr);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	r = alloc_on(p, don[0].addr);
+	ck_assert_ptr_nonnull(r);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	links0 = pool_session_nlinks(p);
+	threads0 = nthreads();
+	ck_assert_uint_eq(links0, 3);
+
+	for (int i = 0; i < ROUNDS; i++) {
+		/* d1's incarnation i holds r; it dies; r fails there. */
+		r = alloc_on(p, don[0].addr);
+		ck_assert_ptr_nonnull(r);
+		fill(p, r, 70 + (uint64_t)i);
+		ck_assert_int_eq(check(p, r, 70 + (uint64_t)i), 0);
+		ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
+		ck_assert_int_eq(check(p, r, 70 + (uint64_t)i), -ENOTCONN);
+		ck_assert_int_eq(pool_free(p, r), 0);
+		start_donor(0);
+		ck_assert_int_eq(wait_up_at(don[0].addr), 0);
+		ck_assert_int_eq(check(p, keep, 60), 0);
+	}
+	/* One more region on the last incarnation: a link to it, and the
+	 * allocation reaps what the last free could not. */
+	r = alloc_on(p, don[0].addr);
+	ck_assert_ptr_nonnull(r);
+	fill(p, r, 80);
+	ck_assert_int_eq(check(p, r, 80), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	links1 = pool_session_nlinks(p);
+	threads1 = nthreads();
+	fprintf(stderr,
+		"donor restarts: links %u -> %u (reaped %llu), threads %d -> "
+		"%d\n",
+		links0, links1,
+		(unsigned long long)pool_session_links_reaped(p), threads0,
+		threads1);
+	/* Without reaping: links0 + ROUNDS. One failed link whose thread
+	 * was still in its last heartbeat may be left for a later call. */
+	ck_assert_uint_le(links1, links0 + 1);
+	ck_assert_uint_ge(pool_session_links_reaped(p), ROUNDS - 1);
+	ck_assert_int_le(threads1, threads0 + 1);
+	ck_assert_int_eq(check(p, keep, 60), 0);
+	ck_assert_int_eq(pool_free(p, keep), 0);
+	pool_close(p);
+}
+END_TEST
+
+START_TEST(pass_is_renewed_past_its_ttl)
+{
+	/* pass_ttl is 10 s here: a session of 3.5 passes' lifetimes (at
+	 * least) that opens a session on a restarted donor every 8 s, four
+	 * times. Donors accept a pass up to 60 s past its end (clock skew),
+	 * so what the pass had left when the session opened the new donor
+	 * session is what shows a renewal that did not happen. */
+	struct pool_region *keep, *r;
+	int err, victim;
+	uint32_t id;
+	const char *a;
+	struct pool *p;
+	time_t t0, last;
+	int restarts = 0;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_gt(pool_session_pass_left_ms(p, false), 5000);
+	ck_assert_int_le(pool_session_pass_left_ms(p, false), 10000);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &keep), 0);
+	ck_assert_int_eq(pool_region_copy(keep, 0, 0, &id, &a), 0);
+	victim = strcmp(a, don[0].addr) ? 0 : 1; /* not keep's donor */
+	t0 = last = time(NULL);
+	for (int round = 0; restarts < 4 || time(NULL) - t0 < 35; round++) {
+		if (time(NULL) - last >= 8) {
+			/* a new incarnation: a new session, with the pass */
+			ck_assert_int_ne(tu_memd_stop(&don[victim], SIGKILL),
+					 0);
+			start_donor(victim);
+			ck_assert_int_eq(wait_up_at(don[victim].addr), 0);
+			r = alloc_on(p, don[victim].addr);
+			ck_assert_ptr_nonnull(r);
+			ck_assert_int_gt(pool_session_pass_left_ms(p, true), 0);
+			last = time(NULL);
+			restarts++;
+		} else {
+			ck_assert_int_eq(pool_alloc(p, 3 * SLAB / 2, &r), 0);
+		}
+		ck_assert_int_eq(touch(p, r, 100 + (uint64_t)round), 0);
+		ck_assert_int_eq(pool_free(p, r), 0);
+		ck_assert_int_eq(touch(p, keep, 90 + (uint64_t)round), 0);
+		sleep_ms(1000);
+	}
+	ck_assert_int_eq(pool_free(p, keep), 0);
+	pool_close(p);
+}
+END_TEST
+
+START_TEST(client_reconnects_to_a_restarted_registry)
+{
+	struct pool_region *r[3], *fresh = NULL;
+	char addr[64];
+	struct pool *p;
+	int err = 0;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	/* One slab on each donor (r0 dies with the registry). */
+	r[0] = alloc_on(p, don[0].addr);
+	r[1] = alloc_on(p, don[1].addr);
+	r[2] = alloc_on(p, reg.addr);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_ptr_nonnull(r[i]);
+		fill(p, r[i], 110 + (uint64_t)i);
+	}
+	snprintf(addr, sizeof(addr), "%s", reg.addr);
+	ck_assert_int_ne(tu_memd_stop(&reg, SIGKILL), 0);
+	/* The registry is not on the data path. */
+	ck_assert_int_eq(check(p, r[0], 110), 0);
+	ck_assert_int_eq(check(p, r[1], 111), 0);
+	err = pool_alloc(p, SLAB, &fresh);
+	ck_assert_msg(err < 0, "pool_alloc without a registry: %d", err);
+	ck_assert_ptr_null(fresh);
+	ck_assert_int_eq(start_registry(addr), 0);
+	ck_assert_str_eq(reg.addr, addr);
+	/* Until the donors have rejoined the new incarnation there is no
+	 * room (ENOSPC); then the same session allocates again. */
+	for (int i = 0; i < 300; i++) {
+		err = pool_alloc(p, 2 * SLAB, &fresh);
+		if (err != -ENOSPC)
+			break;
+		sleep_ms(100);
+	}
+	ck_assert_int_eq(err, 0);
+	fill(p, fresh, 120);
+	ck_assert_int_eq(check(p, fresh, 120), 0);
+	ck_assert_int_eq(check(p, r[0], 110), 0);
+	ck_assert_int_eq(check(p, r[1], 111), 0);
+	ck_assert_int_eq(check(p, r[2], 112), -ENOTCONN);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(pool_free(p, r[i]), 0);
+	ck_assert_int_eq(pool_free(p, fresh), 0);
+	pool_close(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cluster_pool");
 	TCase *tc = tcase_create("cluster");
+	TCase *tp = tcase_create("short_pass");
 	SRunner *sr;
 	int failed;
 
@@ -353,7 +619,13 @@ int main(void)
 	tcase_add_test(tc, replica_survives_a_killed_donor);
 	tcase_add_test(tc, quota_is_edquot);
 	tcase_add_test(tc, wrong_secret_and_no_tenant_are_eacces);
+	tcase_add_test(tc, donor_restarts_do_not_grow_links);
+	tcase_add_test(tc, client_reconnects_to_a_restarted_registry);
 	suite_add_tcase(s, tc);
+	tcase_set_timeout(tp, 300); /* 35 s or more by design */
+	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
+	tcase_add_test(tp, pass_is_renewed_past_its_ttl);
+	suite_add_tcase(s, tp);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
