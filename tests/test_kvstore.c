@@ -498,17 +498,21 @@ START_TEST(round_trip_sizes_and_chunks)
 		uint32_t nchunks;
 		uint64_t first_block, last_block;
 	} c[] = {
-		{ 1, 1, 64 * KIB, 64 * KIB },
-		{ 64 * KIB - HDR, 1, 64 * KIB, 64 * KIB }, /* payload exactly */
-		{ 64 * KIB - HDR + 1, 1, 128 * KIB, 128 * KIB },
-		{ MIB - HDR, 1, MIB, MIB }, /* the largest class, exactly */
-		{ MIB - HDR + 1, 2, MIB, 64 * KIB },
-		{ 64 * MIB, 65, MIB, 64 * KIB }, /* 64 * (MIB - 64) + 4096 */
+		{ 1, 1, 64 * KIB + HDR, 64 * KIB + HDR },
+		{ 64 * KIB, 1, 64 * KIB + HDR, 64 * KIB + HDR }, /* exactly */
+		{ 64 * KIB + 1, 1, 80 * KIB + HDR, 80 * KIB + HDR },
+		{ 448 * KIB, 1, 448 * KIB + HDR, 448 * KIB + HDR }, /* 2/slab */
+		{ 448 * KIB + 1, 1, MIB, MIB }, /* alone in its slab */
+		{ MIB - HDR, 1, MIB, MIB },	/* the largest class, exactly */
+		{ MIB - HDR + 1, 2, MIB, 64 * KIB + HDR },
+		{ 64 * MIB, 65, MIB,
+		  64 * KIB + HDR }, /* 64 * (MIB - 64) + 4096 */
 	};
 	static struct memd_kv_loc locs[200];
-	struct memd_kv_item it[6];
+	struct memd_kv_item it[8];
 	size_t n = sizeof(c) / sizeof(c[0]);
 	struct memd_kv_stats st;
+	uint64_t want_used = 0;
 
 	o->share[1] = 80;
 	memset(it, 0, sizeof(it));
@@ -518,8 +522,8 @@ START_TEST(round_trip_sizes_and_chunks)
 		ck_assert_int_eq(memd_kv_nchunks(kv, c[i].len),
 				 (int)c[i].nchunks);
 	}
-	/* one batch for all six */
-	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, n, locs, 200, 0), 6);
+	/* one batch for all of them */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, n, locs, 200, 0), (int)n);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_int_eq(it[i].status, 0);
 		ck_assert_uint_eq(it[i].nchunks, c[i].nchunks);
@@ -533,26 +537,65 @@ START_TEST(round_trip_sizes_and_chunks)
 			ck_assert_uint_ne(it[i].generation, it[j].generation);
 		client_write(o, 1, &it[i], locs);
 		it[i].checksum = value_checksum(1, it[i].key, c[i].len);
+		want_used += (it[i].nchunks - 1) * MIB + c[i].last_block;
 	}
 	st = stats(kv, 1);
-	ck_assert_uint_eq(st.reserved, 6);
+	ck_assert_uint_eq(st.reserved, n);
 	ck_assert_uint_eq(st.entries, 0);
+	ck_assert_uint_eq(st.bytes_used, want_used); /* payload + header */
 	/* reserved is not present */
 	ck_assert(!exists1(kv, 1, 0));
 	ck_assert_int_eq(get(kv, o, 1, 0, 1, true), -ENOENT);
-	ck_assert_int_eq(memd_kv_commit(kv, 1, it, n, 1), 6);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, n, 1), (int)n);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(get(kv, o, 1, i, 2, true), 0);
 	st = stats(kv, 1);
-	ck_assert_uint_eq(st.entries, 6);
+	ck_assert_uint_eq(st.entries, n);
 	ck_assert_uint_eq(st.reserved, 0);
-	ck_assert_uint_eq(st.hits, 6);
+	ck_assert_uint_eq(st.hits, n);
 	ck_assert_uint_eq(st.misses, 1);
 	ck_assert_uint_eq(st.evictions, 0);
 	ck_assert_uint_eq(st.slabs, o->held[1]);
 	ck_assert_uint_eq(st.bytes_held, o->held[1] * MIB);
 	/* a put of a present key is idempotent: present, nothing to write */
 	ck_assert_int_eq(put(kv, o, 1, 5, 64 * MIB, 3), -EEXIST);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
+/*
+ * Model-shaped blocks: values of exactly 1 MiB (Llama-3-8B's KV of one
+ * layer for 256 tokens) take 1 MiB + 64 bytes each, so a share of 4
+ * slabs of 16 MiB holds 60 of them (15 per slab) with nothing evicted.
+ * Power-of-two blocks that count the header would take 2 MiB each and
+ * hold 32.
+ */
+START_TEST(exact_mib_values_fill_their_share)
+{
+	struct owner *o = owner_new(16 * MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_stats st;
+	const uint64_t n = 60;
+
+	o->share[2] = 4;
+	for (uint64_t k = 0; k < n; k++)
+		ck_assert_int_eq(put(kv, o, 2, k, MIB, k), 0);
+	st = stats(kv, 2);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.entries, n);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.bytes_used, n * (MIB + HDR));
+	ck_assert_uint_le(st.bytes_used, st.bytes_held);
+	for (uint64_t k = 0; k < n; k++)
+		ck_assert_int_eq(get(kv, o, 2, k, n, true), 0);
+	/* the share is full now: one more evicts exactly one */
+	ck_assert_int_eq(put(kv, o, 2, n, MIB, n + 1), 0);
+	st = stats(kv, 2);
+	ck_assert_uint_eq(st.evictions, 1);
+	ck_assert_uint_eq(st.entries, n);
+	ck_assert_uint_eq(st.bytes_used, n * (MIB + HDR));
 	memd_kv_destroy(kv);
 	ck_assert_uint_eq(owner_held_total(o), 0);
 	owner_free(o);
@@ -1460,6 +1503,7 @@ static Suite *kvstore_suite(void)
 	tcase_add_test(tc, header_codec_is_little_endian_and_exact);
 	tcase_add_test(tc, create_rejects_bad_options);
 	tcase_add_test(tc, round_trip_sizes_and_chunks);
+	tcase_add_test(tc, exact_mib_values_fill_their_share);
 	tcase_add_test(tc, reserved_expires_and_frees_space);
 	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
 	tcase_add_test(tc, pins_block_eviction);
