@@ -73,8 +73,9 @@ struct kv_slab {
 	uint64_t block_bytes; /* class_bytes(cls), while cut for cls */
 	uint8_t *base;
 	uint32_t nblocks, nfree;
-	uint32_t *free; /* free block numbers, nfree of them */
-	uint32_t idx;	/* in tenant->slabs[] */
+	uint32_t *free;	 /* free block numbers, nfree of them */
+	uint32_t idx;	 /* in tenant->slabs[] */
+	bool trim_tried; /* memd_kv_trim could not empty it this call */
 	enum slab_list list;
 	struct kv_slab *prev, *next;
 };
@@ -1650,6 +1651,68 @@ size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms)
 	}
 	pthread_mutex_unlock(&kv->lock);
 	return n;
+}
+
+/* Evicts t's evictable committed entries with a block in slab sl. */
+static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
+			      const struct kv_slab *sl, uint64_t now_ms)
+{
+	struct kv_fifo *fifos[2] = { &t->small, &t->main };
+	uint64_t n = 0;
+
+	for (int f = 0; f < 2; f++) {
+		struct kv_entry *e, *next;
+
+		for (e = fifos[f]->tail; e; e = next) {
+			bool here = false;
+
+			next = e->qprev;
+			for (uint32_t i = 0; i < e->nchunks && !here; i++)
+				here = e->chunks[i].slab == sl;
+			if (here && is_evictable(e, now_ms)) {
+				evict_entry(kv, e, f == 0);
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
+ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
+		     uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	uint64_t n = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	if (t)
+		tenant_release_empty(kv, t);
+	for (uint32_t i = 0; t && i < t->nslabs; i++)
+		t->slabs[i]->trim_tried = false;
+	while (t && t->nslabs > max_slabs) {
+		struct kv_slab *best = NULL;
+
+		/* the slab with the fewest blocks in use costs least */
+		for (uint32_t i = 0; i < t->nslabs; i++) {
+			struct kv_slab *x = t->slabs[i];
+
+			if (!x->trim_tried &&
+			    (!best || x->nblocks - x->nfree <
+					      best->nblocks - best->nfree))
+				best = x;
+		}
+		if (!best)
+			break; /* pinned, leased or reserved blocks everywhere */
+		n += evict_in_slab(kv, t, best, now_ms);
+		if (best->list != L_EMPTY)
+			best->trim_tried = true;
+		tenant_release_empty(kv, t);
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return (ssize_t)n;
 }
 
 /* ---- warm restart ---- */

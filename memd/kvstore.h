@@ -265,6 +265,18 @@ ssize_t memd_kv_unpin(struct memd_kv *kv, uint32_t tenant,
  */
 size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms);
 
+/*
+ * Makes tenant's store hold at most max_slabs slabs: evicts (and spills,
+ * as eviction does) its evictable committed entries, slab by slab, the
+ * slab with the fewest blocks in use first, every entry with a block in
+ * it, and gives the emptied slabs back. Slabs with pinned, leased or
+ * reserved blocks stay (the store may end above max_slabs). Later
+ * allocations are not limited by it: the owner's slab_get is. Returns the
+ * number of entries evicted, or -EINVAL (kv NULL).
+ */
+ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
+		     uint64_t now_ms);
+
 struct memd_kv_scan_result {
 	uint64_t files, bytes; /* indexed */
 	uint64_t deleted;      /* failed verification, or stale temp files */
