@@ -712,6 +712,67 @@ START_TEST(read_lease_blocks_eviction_and_delete)
 }
 END_TEST
 
+/*
+ * memd_kv_trim: a tenant comes down to a number of slabs by evicting its
+ * own entries, the emptiest slab first; pinned and leased entries stay
+ * (and so do their slabs); other tenants are untouched.
+ */
+START_TEST(trim_evicts_down_to_a_slab_count)
+{
+	struct owner *o = owner_new(MIB, 32);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_stats st;
+	int hits = 0;
+
+	o->share[1] = 8;
+	o->share[2] = 8;
+	o->share[3] = 4;
+	/* tenant 1: one value per slab, 8 slabs; key 0 pinned, key 1 leased */
+	for (uint64_t k = 0; k < 8; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, MIB - HDR, k), 0);
+	ck_assert_int_eq(pin(kv, 1, 0, 10), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 10, false), 0);
+	/* tenant 2: 20 values of 64 KiB, 15 to a slab: slabs of 15 and 5 */
+	for (uint64_t k = 100; k < 120; k++)
+		ck_assert_int_eq(put(kv, o, 2, k, 64 * KIB, 10), 0);
+	ck_assert_uint_eq(o->held[2], 2);
+	/* tenant 3, bystander */
+	ck_assert_int_eq(put(kv, o, 3, 200, 1000, 10), 0);
+
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 3, 20), 5);
+	ck_assert_uint_eq(o->held[1], 3);
+	ck_assert_int_eq(get(kv, o, 1, 0, 21, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 21, false), 0);
+	for (uint64_t k = 2; k < 8; k++)
+		hits += get(kv, o, 1, k, 21, true) == 0;
+	ck_assert_int_eq(hits, 1);
+	/* to nothing: the pinned and the leased entries keep their slabs */
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 0, 22), 1);
+	ck_assert_uint_eq(o->held[1], 2);
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 0, 23), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.evictions, 6);
+	ck_assert_uint_eq(st.slabs, 2);
+
+	/* the slab with 5 entries goes, the one with 15 stays */
+	ck_assert_int_eq(memd_kv_trim(kv, 2, 1, 30), 5);
+	ck_assert_uint_eq(o->held[2], 1);
+	hits = 0;
+	for (uint64_t k = 100; k < 120; k++)
+		hits += get(kv, o, 2, k, 31, true) == 0;
+	ck_assert_int_eq(hits, 15);
+	/* at or under the count: nothing to do */
+	ck_assert_int_eq(memd_kv_trim(kv, 2, 1, 32), 0);
+	ck_assert_int_eq(memd_kv_trim(kv, 9, 0, 32), 0); /* unknown tenant */
+	ck_assert_int_eq(memd_kv_trim(NULL, 2, 0, 32), -EINVAL);
+	ck_assert_int_eq(get(kv, o, 3, 200, 33, true), 0);
+	ck_assert_uint_eq(stats(kv, 3).evictions, 0);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
 START_TEST(pins_block_eviction)
 {
 	struct owner *o = owner_new(MIB, 4);
@@ -1507,6 +1568,7 @@ static Suite *kvstore_suite(void)
 	tcase_add_test(tc, reserved_expires_and_frees_space);
 	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
 	tcase_add_test(tc, pins_block_eviction);
+	tcase_add_test(tc, trim_evicts_down_to_a_slab_count);
 	tcase_add_test(tc, s3fifo_is_scan_resistant);
 	tcase_add_test(tc, tenants_are_isolated);
 	tcase_add_test(tc, bad_inputs_get_clear_errors);
