@@ -358,7 +358,10 @@ static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
 {
 	uint32_t n, nd = 0;
 	int rank = kv_rank_locked(r, d, &n);
+	bool draining = false;
 
+	for (size_t i = 0; i < r->ndonors && !draining; i++)
+		draining = r->donor[i].up && r->donor[i].draining;
 	ok->nkv = 0;
 	for (size_t i = 0; i < r->ntenants && nd < WIRE_MAX_TENANTS; i++) {
 		const struct tenant *t = &r->tenant[i];
@@ -366,7 +369,7 @@ static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
 			 cap = 0;
 
 		other = t->used_slabs - t->kv_slabs + t->reserved_slabs +
-			kv_draining_locked(r, t->id);
+			(draining ? kv_draining_locked(r, t->id) : 0);
 		kv = quota > other ? quota - other : 0;
 		if (rank < 0) { /* draining: what it holds, no more */
 			for (uint32_t k = 0; k < d->nusage; k++)
@@ -1217,6 +1220,15 @@ int memd_registry_donor_report(struct memd_registry *r,
 			rep->donor_id, rep->ntenants, rep->nredeemed,
 			WIRE_MAX_TENANTS, WIRE_MAX_REDEEMED);
 		return -EINVAL;
+	}
+	for (uint16_t i = 0; i < rep->ntenants; i++) {
+		if (rep->tenant[i].kv_slabs > rep->tenant[i].slabs) {
+			set_err(err, errlen,
+				"donor %u: tenant %u has %u KV slabs of %u",
+				rep->donor_id, rep->tenant[i].tenant_id,
+				rep->tenant[i].kv_slabs, rep->tenant[i].slabs);
+			return -EINVAL;
+		}
 	}
 	if (rep->ntenants) {
 		u = malloc(rep->ntenants * sizeof(*u));

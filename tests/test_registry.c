@@ -733,6 +733,22 @@ START_TEST(kv_allowances_split_what_the_quota_leaves)
 			 0);
 	ck_assert_uint_eq(report_kv(d1, a, 4, 3, a), 0);
 	ck_assert_uint_eq(report_kv(d1, a, 4, 3, b), 50);
+	/* a KV count above the tenant's slabs is refused */
+	{
+		static struct wire_donor_report rep;
+		struct wire_donor_report_ok rok;
+
+		memset(&rep, 0, sizeof(rep));
+		rep.donor_id = d1;
+		rep.epoch = 1;
+		rep.ntenants = 1;
+		rep.tenant[0] = (struct wire_tenant_usage){ a, 2, 1, 3,
+							    WIRE_TENANT_KV };
+		ck_assert_int_eq(memd_registry_donor_report(r, &rep, T0, &rok,
+							    err, sizeof(err)),
+				 -EINVAL);
+		ck_assert_str_eq(err, "donor 1: tenant 1 has 3 KV slabs of 2");
+	}
 }
 END_TEST
 
