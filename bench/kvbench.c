@@ -65,11 +65,10 @@
 #include "tidepool/kv.h"
 #include "tidepool/pool.h"
 
-/* KV of one (chunk, layer) is 1 MiB; the value is 64 bytes less so that
- * with the tier's 64-byte block header it fills a 1 MiB block exactly
- * (the store rounds blocks up to powers of two: a 1 MiB value would take
- * a 2 MiB block). Redis stores the same values. */
-#define BLOCK ((1u << 20) - 64)
+/* KV of one (chunk, layer) is 1 MiB, stored as is: the store's block is
+ * the value plus its 64-byte header (63 blocks per 64 MiB slab, see
+ * docs/kv.md, "Size classes"). Redis stores the same values. */
+#define BLOCK (1u << 20)
 #define FULL_LAYERS 32 /* Llama-3-8B */
 #define CHUNK_TOK 256
 #define PROMPT_TOK 30000

@@ -985,6 +985,10 @@ static int enc_donor_report(const struct wire_donor_report *d,
 	if ((d->flags & ~WIRE_STATUS_KNOWN) || d->ntenants > WIRE_MAX_TENANTS ||
 	    d->nredeemed > WIRE_MAX_REDEEMED)
 		return -EINVAL;
+	for (i = 0; i < d->ntenants; i++)
+		if (d->tenant[i].kv_slabs > d->tenant[i].slabs ||
+		    (d->tenant[i].flags & ~WIRE_TENANT_KNOWN))
+			return -EINVAL;
 	put_u32(w, d->donor_id);
 	put_u64(w, d->epoch);
 	put_u32(w, d->slabs_free);
@@ -998,6 +1002,8 @@ static int enc_donor_report(const struct wire_donor_report *d,
 		put_u32(w, d->tenant[i].tenant_id);
 		put_u32(w, d->tenant[i].slabs);
 		put_u32(w, d->tenant[i].sessions);
+		put_u32(w, d->tenant[i].kv_slabs);
+		put_u32(w, d->tenant[i].flags);
 	}
 	put_u16(w, d->nredeemed);
 	for (i = 0; i < d->nredeemed; i++)
@@ -1025,6 +1031,11 @@ static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 		d->tenant[i].tenant_id = get_u32(r);
 		d->tenant[i].slabs = get_u32(r);
 		d->tenant[i].sessions = get_u32(r);
+		d->tenant[i].kv_slabs = get_u32(r);
+		d->tenant[i].flags = get_u32(r);
+		if (d->tenant[i].kv_slabs > d->tenant[i].slabs ||
+		    (d->tenant[i].flags & ~WIRE_TENANT_KNOWN))
+			return -EBADMSG;
 	}
 	d->nredeemed = get_u16(r);
 	if (r->bad || d->nredeemed > WIRE_MAX_REDEEMED)
@@ -1037,10 +1048,15 @@ static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 			       struct wire_wr *w)
 {
-	if (d->flags & ~WIRE_DONOR_KNOWN)
+	if ((d->flags & ~WIRE_DONOR_KNOWN) || d->nkv > WIRE_MAX_TENANTS)
 		return -EINVAL;
 	put_u64(w, d->registry_epoch);
 	put_u32(w, d->flags);
+	put_u16(w, d->nkv);
+	for (uint16_t i = 0; i < d->nkv; i++) {
+		put_u32(w, d->kv[i].tenant_id);
+		put_u32(w, d->kv[i].kv_slabs_max);
+	}
 	return 0;
 }
 
@@ -1049,9 +1065,15 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 {
 	d->registry_epoch = get_u64(r);
 	d->flags = get_u32(r);
-	if (r->bad || (d->flags & ~WIRE_DONOR_KNOWN))
+	d->nkv = get_u16(r);
+	if (r->bad || (d->flags & ~WIRE_DONOR_KNOWN) ||
+	    d->nkv > WIRE_MAX_TENANTS)
 		return -EBADMSG;
-	return 0;
+	for (uint16_t i = 0; i < d->nkv; i++) {
+		d->kv[i].tenant_id = get_u32(r);
+		d->kv[i].kv_slabs_max = get_u32(r);
+	}
+	return r->bad ? -EBADMSG : 0;
 }
 
 /*

@@ -351,6 +351,17 @@ struct wire_tenant_usage {
 	uint32_t tenant_id;
 	uint32_t slabs;	   /* leased to this tenant's sessions */
 	uint32_t sessions; /* live sessions of this tenant */
+	uint32_t kv_slabs; /* of slabs, its KV store's: <= slabs */
+	uint32_t flags;	   /* WIRE_TENANT_KV */
+};
+#define WIRE_TENANT_KV 0x1u /* the tenant has a KV store on this donor */
+#define WIRE_TENANT_KNOWN WIRE_TENANT_KV
+
+/* DONOR_REPORT_OK: the most KV slabs the donor may hold for a tenant
+ * until the next REPORT_OK (cluster.md, "KV memory and quotas"). */
+struct wire_kv_allowance {
+	uint32_t tenant_id;
+	uint32_t kv_slabs_max;
 };
 
 struct wire_donor_report {
@@ -370,6 +381,8 @@ struct wire_donor_report {
 struct wire_donor_report_ok {
 	uint64_t registry_epoch;
 	uint32_t flags; /* WIRE_DONOR_* */
+	uint16_t nkv;	/* 0 .. WIRE_MAX_TENANTS */
+	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
 };
 
 /* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not

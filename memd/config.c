@@ -413,8 +413,10 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.def = "50",
 		.flags = MEMD_CONF_RELOAD,
 		.help = "Percent of the donation one tenant's KV store may "
-			"hold on this memd; past it the tenant's blocks are "
-			"evicted. 0 turns the KV tier off.",
+			"hold on this memd (in a cluster, also no more than "
+			"the registry's allowance from the tenant's quota); "
+			"past it the tenant's blocks are evicted. 0 turns the "
+			"KV tier off.",
 	},
 	{
 		.name = "kv_read_lease",

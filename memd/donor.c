@@ -58,6 +58,9 @@ struct memd_donor {
 	bool drain;
 	uint64_t queue[QUEUE_MAX]; /* ring of redeemed ids */
 	uint32_t qhead, qlen;
+	/* KV allowances of the last REPORT_OK since the last join */
+	uint16_t nkv;
+	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
 };
 
 static uint64_t mono_ms(void)
@@ -166,6 +169,7 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	    d->registry_epoch != rep->u.donor_join_ok.registry_epoch)
 		d->qlen = 0; /* a new registry knows none of those grants */
 	d->joined = true;
+	d->nkv = 0; /* until this membership's first REPORT_OK */
 	d->donor_id = rep->u.donor_join_ok.donor_id;
 	d->registry_epoch = rep->u.donor_join_ok.registry_epoch;
 	d->drain = rep->u.donor_join_ok.flags & WIRE_DONOR_DRAIN;
@@ -213,6 +217,8 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	if (drain != d->drain)
 		memd_log(LOG_NOTICE, "donor: registry says drain=%d", drain);
 	d->drain = drain;
+	d->nkv = rep->u.donor_report_ok.nkv;
+	memcpy(d->kv, rep->u.donor_report_ok.kv, d->nkv * sizeof(d->kv[0]));
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
@@ -377,4 +383,20 @@ int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id)
 		d->queue[(d->qhead + d->qlen++) % QUEUE_MAX] = grant_id;
 	pthread_mutex_unlock(&d->lock);
 	return r;
+}
+
+bool memd_donor_kv_allowance(struct memd_donor *d, uint32_t tenant,
+			     uint32_t *max_slabs)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&d->lock);
+	for (uint16_t i = 0; i < d->nkv && !found; i++) {
+		if (d->kv[i].tenant_id == tenant) {
+			*max_slabs = d->kv[i].kv_slabs_max;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&d->lock);
+	return found;
 }

@@ -10,6 +10,8 @@
  * memd-ctl asks the link what a ticket must match (memd_donor_state) and
  * queues the grants it redeemed (memd_donor_redeemed); the link sends them
  * in its next report and forgets them once the registry acknowledged it.
+ * The registry's answer to each report carries per-tenant KV allowances,
+ * which memd-ctl reads with memd_donor_kv_allowance.
  * One mutex inside; the snapshot callback runs on memd-donor.
  */
 #ifndef TP_MEMD_DONOR_H
@@ -58,6 +60,15 @@ void memd_donor_kick(struct memd_donor *d);
  */
 bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 		      uint64_t *registry_epoch, bool *drain);
+
+/*
+ * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV
+ * memory and quotas"): true with *max_slabs from the registry's last
+ * REPORT_OK; false when the registry has not said (not joined, no report
+ * answered since the last join, or the tenant not listed). Any thread.
+ */
+bool memd_donor_kv_allowance(struct memd_donor *d, uint32_t tenant,
+			     uint32_t *max_slabs);
 
 /* Queues a redeemed grant id for the next report. -EBUSY when the queue
  * (4096 ids) is full because the registry has not acknowledged reports. */

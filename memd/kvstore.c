@@ -45,7 +45,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define NCLASS_MAX 17 /* 64 KiB << 16 == 4 GiB */
+/*
+ * Size classes (see kvstore.h): payloads of 64 KiB * {1, 1.25, 1.5, 1.75}
+ * * 2^k, each plus the header, while two blocks fit a slab, then the whole
+ * slab. A 4 GiB slab has 15 doublings (64 KiB .. 1.75 GiB) and the top.
+ */
+#define CLASS_STEPS 4
+#define NCLASS_MAX (15 * CLASS_STEPS + 1)
 #define TAG_BYTES 8
 #define TAG_HASH_BYTES 16 /* crypto_generichash's minimum output */
 #define SPILL_OVERHEAD (MEMD_KV_HEADER_BYTES + TAG_BYTES)
@@ -53,9 +59,9 @@
 
 _Static_assert(TAG_HASH_BYTES >= crypto_generichash_BYTES_MIN,
 	       "libsodium's BLAKE2b output floor");
-_Static_assert(((uint64_t)MEMD_KV_CLASS_MIN_BYTES << (NCLASS_MAX - 1)) ==
-		       MEMD_KV_SLAB_MAX_BYTES,
-	       "classes cover every slab size");
+_Static_assert(((uint64_t)MEMD_KV_CLASS_MIN_BYTES << 15) ==
+		       MEMD_KV_SLAB_MAX_BYTES / 2,
+	       "NCLASS_MAX covers the largest slab");
 
 enum mem_state { MEM_NONE, MEM_RESERVED, MEM_COMMITTED, MEM_DELETING };
 enum queue_id { Q_NONE, Q_SMALL, Q_MAIN, Q_GHOST, Q_RESERVED, Q_DELETING };
@@ -64,10 +70,12 @@ enum slab_list { L_FULL, L_PARTIAL, L_EMPTY };
 struct kv_slab {
 	uint32_t id;
 	uint32_t cls;
+	uint64_t block_bytes; /* class_bytes(cls), while cut for cls */
 	uint8_t *base;
 	uint32_t nblocks, nfree;
-	uint32_t *free; /* free block numbers, nfree of them */
-	uint32_t idx;	/* in tenant->slabs[] */
+	uint32_t *free;	 /* free block numbers, nfree of them */
+	uint32_t idx;	 /* in tenant->slabs[] */
+	bool trim_tried; /* memd_kv_trim could not empty it this call */
 	enum slab_list list;
 	struct kv_slab *prev, *next;
 };
@@ -123,7 +131,8 @@ struct memd_kv {
 	struct memd_kv_options o;
 	char *spill_dir;
 	uint32_t nclasses;
-	uint64_t payload_max; /* slab_bytes - header */
+	uint64_t class_bytes[NCLASS_MAX]; /* block bytes, header included */
+	uint64_t payload_max;		  /* slab_bytes - header */
 	uint64_t next_gen;
 	uint8_t hkey[crypto_shorthash_KEYBYTES];
 	struct kv_tenant **tenants;
@@ -145,19 +154,58 @@ static uint64_t get_le64(const uint8_t *p)
 
 /* ---- geometry ---- */
 
-static uint64_t class_bytes(uint32_t cls)
+static uint64_t class_bytes(const struct memd_kv *kv, uint32_t cls)
 {
-	return (uint64_t)MEMD_KV_CLASS_MIN_BYTES << cls;
+	return kv->class_bytes[cls];
 }
 
-/* The smallest class whose blocks hold bytes (header included). */
-static uint32_t class_for(uint64_t bytes)
+/* The smallest class whose blocks hold bytes (header included); the top
+ * class (the whole slab) holds any chunk. */
+static uint32_t class_for(const struct memd_kv *kv, uint64_t bytes)
 {
-	uint32_t cls = 0;
+	uint32_t lo = 0, hi = kv->nclasses - 1;
 
-	while (class_bytes(cls) < bytes)
-		cls++;
-	return cls;
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (kv->class_bytes[mid] >= bytes)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/*
+ * Fills kv's class table for its slab size: payload classes grow by a
+ * quarter of their power of two (jemalloc's spacing: a block wastes under
+ * 20% of itself to rounding), each block is payload + header (so a value
+ * of exactly 1 MiB takes 1 MiB + 64 bytes, not 2 MiB), and classes stop
+ * while two blocks still fit a slab: a larger block would be alone in
+ * its slab anyway, so the top class is the whole slab (payload_max).
+ */
+static void classes_init(struct memd_kv *kv)
+{
+	uint64_t S = kv->o.slab_bytes;
+	uint32_t n = 0;
+
+	for (uint32_t k = 0; n < NCLASS_MAX - 1; k++) {
+		uint64_t base = (uint64_t)MEMD_KV_CLASS_MIN_BYTES << k;
+		uint32_t i;
+
+		for (i = 0; i < CLASS_STEPS; i++) {
+			uint64_t b = base + base / CLASS_STEPS * i +
+				     MEMD_KV_HEADER_BYTES;
+
+			if (2 * b > S)
+				break;
+			kv->class_bytes[n++] = b;
+		}
+		if (i < CLASS_STEPS)
+			break;
+	}
+	kv->class_bytes[n++] = S;
+	kv->nclasses = n;
 }
 
 static uint32_t nchunks_for(const struct memd_kv *kv, uint64_t len)
@@ -185,7 +233,7 @@ int memd_kv_nchunks(const struct memd_kv *kv, uint64_t value_len)
 
 static uint8_t *chunk_block(const struct kv_chunk *c)
 {
-	return c->slab->base + (uint64_t)c->block * class_bytes(c->slab->cls);
+	return c->slab->base + (uint64_t)c->block * c->slab->block_bytes;
 }
 
 /* ---- FIFOs ---- */
@@ -404,7 +452,8 @@ static void slab_cut(struct memd_kv *kv, struct kv_tenant *t, struct kv_slab *s,
 {
 	slab_unlink(t, s);
 	s->cls = cls;
-	s->nblocks = (uint32_t)(kv->o.slab_bytes / class_bytes(cls));
+	s->block_bytes = class_bytes(kv, cls);
+	s->nblocks = (uint32_t)(kv->o.slab_bytes / s->block_bytes);
 	for (uint32_t i = 0; i < s->nblocks; i++)
 		s->free[i] = s->nblocks - 1 - i;
 	s->nfree = s->nblocks;
@@ -500,8 +549,8 @@ static int entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e,
 	if (!c)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t cls = class_for(MEMD_KV_HEADER_BYTES +
-					 chunk_part(kv, len, i));
+		uint32_t cls = class_for(kv, MEMD_KV_HEADER_BYTES +
+						     chunk_part(kv, len, i));
 		int r = block_alloc(kv, e->t, cls, now_ms, &c[i]);
 
 		if (r) {
@@ -511,7 +560,7 @@ static int entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e,
 				free(c);
 			return r;
 		}
-		bytes += class_bytes(cls);
+		bytes += class_bytes(kv, cls);
 	}
 	e->chunks = c;
 	e->nchunks = n;
@@ -1117,7 +1166,7 @@ int memd_kv_create(const struct memd_kv_options *o, struct memd_kv **out)
 			return r;
 		}
 	}
-	kv->nclasses = class_for(o->slab_bytes) + 1;
+	classes_init(kv);
 	kv->payload_max = o->slab_bytes - MEMD_KV_HEADER_BYTES;
 	kv->next_gen = o->epoch;
 	crypto_shorthash_keygen(kv->hkey);
@@ -1160,7 +1209,7 @@ static void fill_locs(const struct kv_entry *e, struct memd_kv_item *it,
 	it->nchunks = e->nchunks;
 	for (uint32_t i = 0; i < e->nchunks; i++) {
 		const struct kv_chunk *c = &e->chunks[i];
-		uint64_t bb = class_bytes(c->slab->cls);
+		uint64_t bb = c->slab->block_bytes;
 
 		locs[*nl] = (struct memd_kv_loc){
 			.slab = c->slab->id,
@@ -1602,6 +1651,68 @@ size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms)
 	}
 	pthread_mutex_unlock(&kv->lock);
 	return n;
+}
+
+/* Evicts t's evictable committed entries with a block in slab sl. */
+static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
+			      const struct kv_slab *sl, uint64_t now_ms)
+{
+	struct kv_fifo *fifos[2] = { &t->small, &t->main };
+	uint64_t n = 0;
+
+	for (int f = 0; f < 2; f++) {
+		struct kv_entry *e, *next;
+
+		for (e = fifos[f]->tail; e; e = next) {
+			bool here = false;
+
+			next = e->qprev;
+			for (uint32_t i = 0; i < e->nchunks && !here; i++)
+				here = e->chunks[i].slab == sl;
+			if (here && is_evictable(e, now_ms)) {
+				evict_entry(kv, e, f == 0);
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
+ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
+		     uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	uint64_t n = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	if (t)
+		tenant_release_empty(kv, t);
+	for (uint32_t i = 0; t && i < t->nslabs; i++)
+		t->slabs[i]->trim_tried = false;
+	while (t && t->nslabs > max_slabs) {
+		struct kv_slab *best = NULL;
+
+		/* the slab with the fewest blocks in use costs least */
+		for (uint32_t i = 0; i < t->nslabs; i++) {
+			struct kv_slab *x = t->slabs[i];
+
+			if (!x->trim_tried &&
+			    (!best || x->nblocks - x->nfree <
+					      best->nblocks - best->nfree))
+				best = x;
+		}
+		if (!best)
+			break; /* pinned, leased or reserved blocks everywhere */
+		n += evict_in_slab(kv, t, best, now_ms);
+		if (best->list != L_EMPTY)
+			best->trim_tried = true;
+		tenant_release_empty(kv, t);
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return (ssize_t)n;
 }
 
 /* ---- warm restart ---- */

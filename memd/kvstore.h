@@ -13,10 +13,15 @@
  * Memory. The store asks its owner for slabs (slab_get, per tenant; the
  * owner says -ENOSPC when the tenant's share or the donor is full) and
  * gives a slab back (slab_put) as soon as it holds no block. A slab
- * belongs to one tenant and one size class; class k cuts it into blocks
- * of 64 KiB << k, up to slab_bytes. A block is a 64-byte header (struct
- * wire_kv_header, written by the client over RMA, or by the store when it
- * reloads a spilled entry) followed by payload.
+ * belongs to one tenant and one size class. A block is a 64-byte header
+ * (struct wire_kv_header, written by the client over RMA, or by the store
+ * when it reloads a spilled entry) followed by payload, and a class is
+ * sized payload + header: payload classes of 64 KiB * {1, 1.25, 1.5,
+ * 1.75} * 2^k (64, 80, 96, 112, 128, 160 KiB ...), each block 64 bytes
+ * more, for as long as two blocks fit a slab; the top class is the whole
+ * slab (payload slab_bytes - 64). So a value of exactly 1 MiB takes a
+ * block of 1 MiB + 64 bytes (63 of them in a 64 MiB slab), and rounding
+ * wastes less than a fifth of a block (docs/kv.md, "Size classes").
  *
  * Values and chunks. A value of L bytes (1 .. value_max_bytes) whose
  * payload fits one block of the largest class (L <= slab_bytes - 64) lives
@@ -96,8 +101,8 @@
 
 #define MEMD_KV_KEY_BYTES 32
 #define MEMD_KV_HEADER_BYTES WIRE_KV_HEADER_LEN
-#define MEMD_KV_MAGIC WIRE_KV_MAGIC /* "TKv1" as little-endian bytes */
-#define MEMD_KV_CLASS_MIN_BYTES (64u << 10)
+#define MEMD_KV_MAGIC WIRE_KV_MAGIC	    /* "TKv1" as little-endian bytes */
+#define MEMD_KV_CLASS_MIN_BYTES (64u << 10) /* smallest class's payload */
 #define MEMD_KV_SLAB_MAX_BYTES (4ull << 30)
 #define MEMD_KV_VALUE_MAX_BYTES (1u << 30) /* hard cap on value_max */
 #define MEMD_KV_VALUE_DEFAULT_MAX_BYTES (64u << 20)
@@ -259,6 +264,18 @@ ssize_t memd_kv_unpin(struct memd_kv *kv, uint32_t tenant,
  * are over, gives empty slabs back. Returns how many of those it did.
  */
 size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms);
+
+/*
+ * Makes tenant's store hold at most max_slabs slabs: evicts (and spills,
+ * as eviction does) its evictable committed entries, slab by slab, the
+ * slab with the fewest blocks in use first, every entry with a block in
+ * it, and gives the emptied slabs back. Slabs with pinned, leased or
+ * reserved blocks stay (the store may end above max_slabs). Later
+ * allocations are not limited by it: the owner's slab_get is. Returns the
+ * number of entries evicted, or -EINVAL (kv NULL).
+ */
+ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
+		     uint64_t now_ms);
 
 struct memd_kv_scan_result {
 	uint64_t files, bytes; /* indexed */

@@ -69,6 +69,7 @@ struct tenant {
 	uint64_t quota_bytes;
 	uint64_t used_slabs;	 /* sum of the counting donors' reports */
 	uint64_t reserved_slabs; /* sum of live grants */
+	uint64_t kv_slabs;	 /* of used_slabs, KV stores' (same reports) */
 };
 
 struct donor {
@@ -282,10 +283,13 @@ static void usage_apply_locked(struct memd_registry *r, const struct donor *d,
 
 		if (!t)
 			continue;
-		if (sign > 0)
+		if (sign > 0) {
 			t->used_slabs += d->usage[i].slabs;
-		else
+			t->kv_slabs += d->usage[i].kv_slabs;
+		} else {
 			t->used_slabs -= d->usage[i].slabs;
+			t->kv_slabs -= d->usage[i].kv_slabs;
+		}
 	}
 }
 
@@ -296,6 +300,90 @@ static void usage_clear_locked(struct memd_registry *r, struct donor *d)
 	free(d->usage);
 	d->usage = NULL;
 	d->nusage = 0;
+}
+
+/* The up donors that are not draining, in order of id: d's rank among
+ * them (-1: d is not one) and their number. */
+static int kv_rank_locked(const struct memd_registry *r, const struct donor *d,
+			  uint32_t *n)
+{
+	int rank = -1;
+
+	*n = 0;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *x = &r->donor[i];
+
+		if (!x->up || x->draining)
+			continue;
+		if (x == d)
+			rank = (int)*n;
+		(*n)++;
+	}
+	return rank;
+}
+
+/* The KV slabs tenant holds on draining donors (they take no new ones). */
+static uint64_t kv_draining_locked(const struct memd_registry *r,
+				   uint32_t tenant)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *x = &r->donor[i];
+
+		if (!x->up || !x->draining)
+			continue;
+		for (uint32_t k = 0; k < x->nusage; k++)
+			if (x->usage[k].tenant_id == tenant)
+				n += x->usage[k].kv_slabs;
+	}
+	return n;
+}
+
+/*
+ * The KV allowances for d's report, into ok->kv[] (cluster.md, "KV memory
+ * and quotas"): one for each tenant (the first WIRE_MAX_TENANTS by id),
+ * so a donor knows its allowance before a tenant's first KV put. What the
+ * tenant's quota leaves for KV memory, after its other usage and its
+ * reserved grants, and after its KV slabs on draining donors,
+ *   kv = quota - (used - kv_used) - reserved - kv_on_draining
+ * is split evenly over the up donors that are not draining (the first
+ * kv % n of them, by id, get one slab more): rendezvous hashing spreads a
+ * tenant's keys evenly, so an even split starves no donor. A draining
+ * donor keeps what it holds. A donor holding more than its allowance
+ * evicts the tenant's entries until it does not (memd_kv_trim).
+ */
+static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
+				 struct wire_donor_report_ok *ok)
+{
+	uint32_t n, nd = 0;
+	int rank = kv_rank_locked(r, d, &n);
+	bool draining = false;
+
+	for (size_t i = 0; i < r->ndonors && !draining; i++)
+		draining = r->donor[i].up && r->donor[i].draining;
+	ok->nkv = 0;
+	for (size_t i = 0; i < r->ntenants && nd < WIRE_MAX_TENANTS; i++) {
+		const struct tenant *t = &r->tenant[i];
+		uint64_t quota = t->quota_bytes / r->slab_bytes, other, kv,
+			 cap = 0;
+
+		other = t->used_slabs - t->kv_slabs + t->reserved_slabs +
+			(draining ? kv_draining_locked(r, t->id) : 0);
+		kv = quota > other ? quota - other : 0;
+		if (rank < 0) { /* draining: what it holds, no more */
+			for (uint32_t k = 0; k < d->nusage; k++)
+				if (d->usage[k].tenant_id == t->id)
+					cap = d->usage[k].kv_slabs;
+		} else {
+			cap = kv / n + ((uint64_t)rank < kv % n ? 1 : 0);
+		}
+		ok->kv[nd].tenant_id = t->id;
+		ok->kv[nd].kv_slabs_max =
+			cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+		nd++;
+	}
+	ok->nkv = (uint16_t)nd;
 }
 
 static void grant_drop_locked(struct memd_registry *r, size_t i)
@@ -876,8 +964,9 @@ static void registry_free(struct memd_registry *r)
 {
 	if (!r)
 		return;
-	for (size_t i = 0; i < r->ndonors; i++)
+	for (size_t i = 0; i < r->ndonors; i++) {
 		free(r->donor[i].usage);
+	}
 	if (r->tenant)
 		memset(r->tenant, 0, r->tenant_cap * sizeof(*r->tenant));
 	free(r->tenant);
@@ -1132,6 +1221,15 @@ int memd_registry_donor_report(struct memd_registry *r,
 			WIRE_MAX_TENANTS, WIRE_MAX_REDEEMED);
 		return -EINVAL;
 	}
+	for (uint16_t i = 0; i < rep->ntenants; i++) {
+		if (rep->tenant[i].kv_slabs > rep->tenant[i].slabs) {
+			set_err(err, errlen,
+				"donor %u: tenant %u has %u KV slabs of %u",
+				rep->donor_id, rep->tenant[i].tenant_id,
+				rep->tenant[i].kv_slabs, rep->tenant[i].slabs);
+			return -EINVAL;
+		}
+	}
 	if (rep->ntenants) {
 		u = malloc(rep->ntenants * sizeof(*u));
 		if (!u) {
@@ -1181,6 +1279,7 @@ int memd_registry_donor_report(struct memd_registry *r,
 			}
 	ok->registry_epoch = r->epoch;
 	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
+	kv_allowances_locked(r, d, ok);
 out:
 	pthread_mutex_unlock(&r->lock);
 	return rc;

@@ -41,7 +41,9 @@
  * leased to the tenant's internal KV session (one per tenant, opened on
  * first use, renewed every tick so it never expires, counted as the
  * tenant's usage in donor reports), registered with a random key like a
- * lease, within the tenant's kv_share of the donation. kv_slab_put gives
+ * lease, within the tenant's kv_share of the donation and, in a cluster,
+ * within the KV allowance the registry last gave this donor for the
+ * tenant (docs/cluster.md, "KV memory and quotas"). kv_slab_put gives
  * it back through the normal path: close the registration, release the
  * lease, quiesce, zero. A KV location is built from the slab's own
  * registration and only ever for a session of the slab's tenant.
@@ -217,7 +219,11 @@ struct memd_server {
 	pthread_mutex_t kvlock;
 	struct kv_tenant {
 		uint32_t tenant_id;
-		uint32_t slabs; /* KV slabs it holds (memd-ctl) */
+		/* KV slabs it holds: written on memd-ctl under kvlock, after
+		 * the slab's lease is granted and before it is released, so
+		 * a report's snapshot (under kvlock) counts each one as
+		 * leased too */
+		uint32_t slabs;
 		struct memd_session *ses;
 	} * kvt;
 	uint32_t nkvt, kvt_cap;
@@ -423,16 +429,25 @@ static void count_expired(uint32_t slab, void *arg)
 	revoke_mr(slab, arg);
 }
 
+/* The tenant's KV entry, or NULL. Caller holds kvlock (or is memd-ctl,
+ * the only writer). */
+static const struct kv_tenant *kv_tenant_find_locked(struct memd_server *s,
+						     uint32_t tenant)
+{
+	for (uint32_t i = 0; i < s->nkvt; i++)
+		if (s->kvt[i].tenant_id == tenant)
+			return &s->kvt[i];
+	return NULL;
+}
+
 /* How many of the sessions memd_lease_tenant_usage() counts for tenant
  * are KV sessions (0 or 1). Any thread. */
 static uint32_t kv_sessions_of(struct memd_server *s, uint32_t tenant)
 {
-	uint32_t n = 0;
+	uint32_t n;
 
 	pthread_mutex_lock(&s->kvlock);
-	for (uint32_t i = 0; i < s->nkvt; i++)
-		if (s->kvt[i].tenant_id == tenant)
-			n = 1;
+	n = kv_tenant_find_locked(s, tenant) ? 1 : 0;
 	pthread_mutex_unlock(&s->kvlock);
 	return n;
 }
@@ -1425,19 +1440,31 @@ static void donor_snapshot(void *arg, struct wire_donor_report *rep)
 			     : 0;
 	rep->bytes_read = __atomic_load_n(&s->rma_read, __ATOMIC_RELAXED);
 	rep->bytes_written = __atomic_load_n(&s->rma_written, __ATOMIC_RELAXED);
+	/* Under kvlock, KV slab counts cannot move: every KV slab counted
+	 * is also leased in this usage snapshot (see struct kv_tenant). */
+	pthread_mutex_lock(&s->kvlock);
 	if (u)
 		n = memd_lease_tenant_usage(s->lt, u, WIRE_MAX_TENANTS);
 	rep->ntenants = 0;
 	for (size_t i = 0; i < n; i++) {
+		struct wire_tenant_usage *w = &rep->tenant[rep->ntenants];
+		const struct kv_tenant *k;
+
 		if (!u[i].tenant_id)
 			continue; /* sessions that never authenticated */
-		rep->tenant[rep->ntenants].tenant_id = u[i].tenant_id;
-		rep->tenant[rep->ntenants].slabs = u[i].slabs;
+		k = kv_tenant_find_locked(s, u[i].tenant_id);
+		memset(w, 0, sizeof(*w));
+		w->tenant_id = u[i].tenant_id;
+		w->slabs = u[i].slabs;
 		/* KV memory counts, the KV session does not */
-		rep->tenant[rep->ntenants].sessions =
-			u[i].sessions - kv_sessions_of(s, u[i].tenant_id);
+		w->sessions = u[i].sessions - (k ? 1 : 0);
+		if (k) {
+			w->flags = WIRE_TENANT_KV;
+			w->kv_slabs = k->slabs < w->slabs ? k->slabs : w->slabs;
+		}
 		rep->ntenants++;
 	}
+	pthread_mutex_unlock(&s->kvlock);
 	free(u);
 }
 
@@ -1477,6 +1504,8 @@ static struct kv_tenant *kv_tenant(struct memd_server *s, uint32_t tenant,
 	pthread_mutex_unlock(&s->kvlock);
 	memd_log(LOG_INFO, "kv: store opened tenant=%u session=%" PRIx64,
 		 tenant, memd_session_id(ses));
+	if (s->donor) /* the registry allots KV memory to reported stores */
+		memd_donor_kick(s->donor);
 	return t;
 }
 
@@ -1484,6 +1513,34 @@ static struct kv_tenant *kv_tenant(struct memd_server *s, uint32_t tenant,
 static uint32_t kv_share_slabs(const struct memd_server *s)
 {
 	return (uint32_t)((uint64_t)s->nslabs * s->cfg.kv_share / 100);
+}
+
+/*
+ * In a cluster, what a tenant's KV store may hold here until the registry
+ * says otherwise: one slab (docs/cluster.md, "KV memory and quotas").
+ */
+#define KV_BOOTSTRAP_SLABS 1u
+
+/*
+ * Slabs tenant's KV store may hold on this memd: its kv_share, and in a
+ * cluster no more than the registry's allowance (KV_BOOTSTRAP_SLABS
+ * before there is one). *by_registry: the allowance is the tighter cap.
+ */
+static uint32_t kv_cap_slabs(struct memd_server *s, uint32_t tenant,
+			     bool *by_registry)
+{
+	uint32_t cap = kv_share_slabs(s), allow;
+
+	*by_registry = false;
+	if (!s->donor)
+		return cap; /* standalone: the share is the only cap */
+	if (!memd_donor_kv_allowance(s->donor, tenant, &allow))
+		allow = KV_BOOTSTRAP_SLABS;
+	if (allow < cap) {
+		cap = allow;
+		*by_registry = true;
+	}
+	return cap;
 }
 
 /* The store's slab_get: runs on memd-ctl, under the store's lock. */
@@ -1495,15 +1552,24 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	uint32_t slab, gen, id;
 	struct fab_mr *mr = NULL;
 	uint64_t reg_epoch;
-	bool drain = false;
+	bool drain = false, by_registry;
 	int group, r;
 
 	if (!t)
 		return -ENOMEM;
 	if (s->donor)
 		memd_donor_state(s->donor, &id, &reg_epoch, &drain);
-	if (t->slabs >= kv_share_slabs(s) || s->draining || drain)
+	if (s->draining || drain)
 		return -ENOSPC;
+	if (t->slabs >= kv_cap_slabs(s, tenant, &by_registry)) {
+		/* the store evicts the tenant's own blocks; a fresh report
+		 * brings a fresh allowance if the quota has room */
+		if (by_registry) {
+			CTR_ADD(s, kv_allowance_refusals, 1);
+			memd_donor_kick(s->donor);
+		}
+		return -ENOSPC;
+	}
 	group = memd_lease_fullest_group(s->lt);
 	if (group < 0)
 		return -ENOSPC;
@@ -1523,7 +1589,9 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	s->kvs[slab] = (struct kv_slab){ .generation = gen,
 					 .tenant_id = tenant,
 					 .used = true };
+	pthread_mutex_lock(&s->kvlock);
 	t->slabs++;
+	pthread_mutex_unlock(&s->kvlock);
 	CTR_ADD(s, kv_slabs_taken, 1);
 	memd_log(LOG_DEBUG, "kv: slab taken tenant=%u slab=%u held=%u", tenant,
 		 slab, t->slabs);
@@ -1547,17 +1615,51 @@ static void kv_slab_put(void *arg, uint32_t slab)
 		return;
 	}
 	revoke_mr(slab, s);
+	pthread_mutex_lock(&s->kvlock);
+	t->slabs--; /* before the lease goes: see struct kv_tenant */
+	pthread_mutex_unlock(&s->kvlock);
 	if (memd_lease_release(s->lt, t->ses, slab, k->generation, now_ms()))
 		memd_log(LOG_ERR, "kv: release slab=%u tenant=%u failed", slab,
 			 k->tenant_id);
 	k->used = false;
-	t->slabs--;
 	CTR_ADD(s, kv_slabs_returned, 1);
 	memd_log(LOG_DEBUG, "kv: slab returned tenant=%u slab=%u held=%u",
 		 k->tenant_id, slab, t->slabs);
 	reclaim_kick(s);
 	if (s->donor)
 		memd_donor_kick(s->donor);
+}
+
+/*
+ * In a cluster, a tenant's store holding more than the registry's latest
+ * allowance evicts its own entries down to it (the quota moved: another
+ * PLACE, a lower quota, a donor more in the split). memd-ctl, every tick.
+ */
+static void kv_trim(struct memd_server *s)
+{
+	if (!s->donor)
+		return; /* standalone: kv_share only limits growth */
+	for (uint32_t i = 0; i < s->nkvt; i++) {
+		uint32_t tenant = s->kvt[i].tenant_id, cap;
+		bool by_registry;
+		ssize_t n;
+
+		/* without an allowance (a registry not heard from since
+		 * joining) a store keeps what it holds */
+		if (!memd_donor_kv_allowance(s->donor, tenant, &cap))
+			continue;
+		cap = kv_cap_slabs(s, tenant, &by_registry);
+		if (!by_registry || s->kvt[i].slabs <= cap)
+			continue;
+		n = memd_kv_trim(s->kv, tenant, cap, now_ms());
+		if (n > 0) {
+			CTR_ADD(s, kv_trimmed, (uint64_t)n);
+			memd_log(LOG_INFO,
+				 "kv: trimmed tenant=%u to allowance=%u "
+				 "evicted=%zd held=%u",
+				 tenant, cap, n, s->kvt[i].slabs);
+		}
+	}
 }
 
 /* KV sessions never expire: renewed on every tick, before expiry runs. */
@@ -3038,6 +3140,7 @@ int memd_server_run(struct memd_server *s)
 		kv_renew(s);
 		expire_sessions(s);
 		memd_kv_expire(s->kv, now_ms());
+		kv_trim(s);
 		if (s->reg)
 			memd_registry_tick(s->reg, now_ms());
 	}

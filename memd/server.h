@@ -52,7 +52,10 @@ struct place_topo;
 	X(kv_misses, "KV lookups that missed")                                 \
 	X(kv_deleted, "KV keys deleted")                                       \
 	X(kv_slabs_taken, "slabs taken for tenants' KV stores")                \
-	X(kv_slabs_returned, "slabs tenants' KV stores gave back")
+	X(kv_slabs_returned, "slabs tenants' KV stores gave back")             \
+	X(kv_allowance_refusals,                                               \
+	  "KV slabs refused at the registry's allowance (the store evicted)")  \
+	X(kv_trimmed, "KV entries evicted to come down to a lower allowance")
 
 struct memd_counters {
 #define X(name, help) uint64_t name;

@@ -7,8 +7,10 @@
  * small enough to evict all the time (zero wrong bytes over more than
  * 100,000 key operations), a warm restart from the spill directory, and
  * in a registry pool of three donors: two tenants that never share keys,
- * eviction that stays within the tenant, and a donor SIGKILLed while
- * puts and gets run (misses and errors, never wrong bytes).
+ * eviction that stays within the tenant, a tenant whose KV memory stays
+ * within its registry quota (puts evict its own blocks, a lowered quota
+ * trims it, other tenants unaffected), and a donor SIGKILLed while puts
+ * and gets run (misses and errors, never wrong bytes).
  *
  * Values derive from their keys (length and bytes), so a wrong, stale,
  * torn or foreign value fails the test.
@@ -682,7 +684,9 @@ END_TEST
 /* ---- a registry pool: r0 (registry, donates too), d1, d2 -------------- */
 
 static struct tu_memd reg, don[2];
-static char dir[64], cluster[256], sec_a[256], sec_b[256];
+static char dir[64], cluster[256], sec_a[256], sec_b[256], sec_q[256];
+#define QSLAB (2 * MIB) /* the pool's slab_size */
+#define Q_QUOTA (8 * QSLAB)
 
 /* The registry lists donor name as up (its own "state" follows its
  * "name" in the donors reply). */
@@ -746,6 +750,7 @@ static void cluster_setup(void)
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
 	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
 	snprintf(a2, sizeof(a2), "state_dir=%s", state);
 	args[3] = a1;
@@ -767,6 +772,8 @@ static void cluster_setup(void)
 		tu_tenant_add(reg.addr, cluster, "a", sec_a, 1024 * MIB), 0);
 	ck_assert_int_eq(
 		tu_tenant_add(reg.addr, cluster, "b", sec_b, 1024 * MIB), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "q", sec_q, Q_QUOTA),
+			 0);
 }
 
 static void cluster_teardown(void)
@@ -840,6 +847,93 @@ START_TEST(tenants_never_share)
 	ck_assert_int_eq(get1(a, &keys[0], 5000), 5000);
 	free(vb);
 	pool_close(pa);
+	pool_close(pb);
+}
+END_TEST
+
+/* The registry's usage of tenant name (quota-get's used_bytes). */
+static uint64_t used_bytes(const char *name)
+{
+	char req[128], out[1024];
+	const char *at;
+
+	snprintf(req, sizeof(req), "{\"cmd\":\"quota-get\",\"name\":\"%s\"}",
+		 name);
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, req, out, sizeof(out)), 0);
+	at = strstr(out, "\"used_bytes\":");
+	ck_assert_msg(at != NULL, "quota-get: %s", out);
+	return strtoull(at + strlen("\"used_bytes\":"), NULL, 10);
+}
+
+/*
+ * q's quota is 8 slabs, far below the KV memory kv_share would give it
+ * on three donors (48 slabs). Every put of 60 values of 1 MiB (a slab
+ * each) succeeds by evicting q's older blocks; the registry's usage for q
+ * never passes the quota (docs/cluster.md, "KV memory and quotas": no
+ * PLACE of q's overlaps, and every donor has its allowance before q's
+ * first put); b, with a large quota, keeps all of its 12 blocks, more
+ * than q's whole quota. Lowering q's quota to 4 slabs trims its stores.
+ */
+START_TEST(kv_stays_within_the_quota)
+{
+	struct pool *pq = connect_as("q", sec_q), *pb = connect_as("b", sec_b);
+	struct pool_kv *q = kv_open(pq), *b = kv_open(pb);
+	struct pool_kv_key k;
+	uint64_t max_used = 0, u;
+	int hits = 0, last_hits = 0;
+	char req[128], out[256];
+
+	/* two report intervals: every donor has heard of q */
+	sleep_ms(300);
+	for (int i = 0; i < 12; i++) {
+		make_key(&k, 30, (uint64_t)i);
+		ck_assert_int_eq(put1(b, &k, MIB), 0);
+	}
+	for (int i = 0; i < 60; i++) {
+		make_key(&k, 31, (uint64_t)i);
+		ck_assert_int_eq(put1(q, &k, MIB), 0);
+		u = used_bytes("q");
+		max_used = u > max_used ? u : max_used;
+	}
+	sleep_ms(300);
+	u = used_bytes("q");
+	max_used = u > max_used ? u : max_used;
+	ck_assert_msg(max_used <= Q_QUOTA, "q used %llu of a %llu quota",
+		      (unsigned long long)max_used,
+		      (unsigned long long)Q_QUOTA);
+	ck_assert_uint_ge(u, 3 * QSLAB); /* its KV memory is usage */
+	for (int i = 0; i < 60; i++) {
+		make_key(&k, 31, (uint64_t)i);
+		if (get1(q, &k, MIB) == (ssize_t)MIB) {
+			hits++;
+			last_hits += i >= 57;
+		}
+	}
+	ck_assert_int_ge(hits, 3);
+	ck_assert_int_le(hits, 8);
+	ck_assert_int_ge(last_hits, 1); /* the newest are there */
+	/* b was not held to q's quota, and lost nothing to q */
+	for (int i = 0; i < 12; i++) {
+		make_key(&k, 30, (uint64_t)i);
+		ck_assert_int_eq(get1(b, &k, MIB), (ssize_t)MIB);
+	}
+	ck_assert_uint_ge(used_bytes("b"), 12 * QSLAB);
+
+	/* a lower quota: the donors evict q's blocks down to it */
+	snprintf(req, sizeof(req),
+		 "{\"cmd\":\"quota-set\",\"name\":\"q\",\"quota_bytes\":%llu}",
+		 (unsigned long long)(4 * QSLAB));
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, req, out, sizeof(out)), 0);
+	for (int i = 0; i < 100 && used_bytes("q") > 4 * QSLAB; i++)
+		sleep_ms(50);
+	ck_assert_uint_le(used_bytes("q"), 4 * QSLAB);
+	sleep_ms(300); /* every donor has its new allowance */
+	for (int i = 0; i < 20; i++) {
+		make_key(&k, 32, (uint64_t)i);
+		ck_assert_int_eq(put1(q, &k, MIB), 0);
+		ck_assert_uint_le(used_bytes("q"), 4 * QSLAB);
+	}
+	pool_close(pq);
 	pool_close(pb);
 }
 END_TEST
@@ -1042,6 +1136,7 @@ static Suite *kv_suite(void)
 	tcase_add_checked_fixture(tp, cluster_setup, cluster_teardown);
 	tcase_add_test(tp, tenants_never_share);
 	tcase_add_test(tp, eviction_stays_within_the_tenant);
+	tcase_add_test(tp, kv_stays_within_the_quota);
 	tcase_add_test(tp, donor_killed_mid_put_and_get);
 	suite_add_tcase(s, tp);
 	return s;

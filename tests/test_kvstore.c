@@ -498,17 +498,21 @@ START_TEST(round_trip_sizes_and_chunks)
 		uint32_t nchunks;
 		uint64_t first_block, last_block;
 	} c[] = {
-		{ 1, 1, 64 * KIB, 64 * KIB },
-		{ 64 * KIB - HDR, 1, 64 * KIB, 64 * KIB }, /* payload exactly */
-		{ 64 * KIB - HDR + 1, 1, 128 * KIB, 128 * KIB },
-		{ MIB - HDR, 1, MIB, MIB }, /* the largest class, exactly */
-		{ MIB - HDR + 1, 2, MIB, 64 * KIB },
-		{ 64 * MIB, 65, MIB, 64 * KIB }, /* 64 * (MIB - 64) + 4096 */
+		{ 1, 1, 64 * KIB + HDR, 64 * KIB + HDR },
+		{ 64 * KIB, 1, 64 * KIB + HDR, 64 * KIB + HDR }, /* exactly */
+		{ 64 * KIB + 1, 1, 80 * KIB + HDR, 80 * KIB + HDR },
+		{ 448 * KIB, 1, 448 * KIB + HDR, 448 * KIB + HDR }, /* 2/slab */
+		{ 448 * KIB + 1, 1, MIB, MIB }, /* alone in its slab */
+		{ MIB - HDR, 1, MIB, MIB },	/* the largest class, exactly */
+		{ MIB - HDR + 1, 2, MIB, 64 * KIB + HDR },
+		{ 64 * MIB, 65, MIB,
+		  64 * KIB + HDR }, /* 64 * (MIB - 64) + 4096 */
 	};
 	static struct memd_kv_loc locs[200];
-	struct memd_kv_item it[6];
+	struct memd_kv_item it[8];
 	size_t n = sizeof(c) / sizeof(c[0]);
 	struct memd_kv_stats st;
+	uint64_t want_used = 0;
 
 	o->share[1] = 80;
 	memset(it, 0, sizeof(it));
@@ -518,8 +522,8 @@ START_TEST(round_trip_sizes_and_chunks)
 		ck_assert_int_eq(memd_kv_nchunks(kv, c[i].len),
 				 (int)c[i].nchunks);
 	}
-	/* one batch for all six */
-	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, n, locs, 200, 0), 6);
+	/* one batch for all of them */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, n, locs, 200, 0), (int)n);
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_int_eq(it[i].status, 0);
 		ck_assert_uint_eq(it[i].nchunks, c[i].nchunks);
@@ -533,26 +537,65 @@ START_TEST(round_trip_sizes_and_chunks)
 			ck_assert_uint_ne(it[i].generation, it[j].generation);
 		client_write(o, 1, &it[i], locs);
 		it[i].checksum = value_checksum(1, it[i].key, c[i].len);
+		want_used += (it[i].nchunks - 1) * MIB + c[i].last_block;
 	}
 	st = stats(kv, 1);
-	ck_assert_uint_eq(st.reserved, 6);
+	ck_assert_uint_eq(st.reserved, n);
 	ck_assert_uint_eq(st.entries, 0);
+	ck_assert_uint_eq(st.bytes_used, want_used); /* payload + header */
 	/* reserved is not present */
 	ck_assert(!exists1(kv, 1, 0));
 	ck_assert_int_eq(get(kv, o, 1, 0, 1, true), -ENOENT);
-	ck_assert_int_eq(memd_kv_commit(kv, 1, it, n, 1), 6);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, n, 1), (int)n);
 	for (size_t i = 0; i < n; i++)
 		ck_assert_int_eq(get(kv, o, 1, i, 2, true), 0);
 	st = stats(kv, 1);
-	ck_assert_uint_eq(st.entries, 6);
+	ck_assert_uint_eq(st.entries, n);
 	ck_assert_uint_eq(st.reserved, 0);
-	ck_assert_uint_eq(st.hits, 6);
+	ck_assert_uint_eq(st.hits, n);
 	ck_assert_uint_eq(st.misses, 1);
 	ck_assert_uint_eq(st.evictions, 0);
 	ck_assert_uint_eq(st.slabs, o->held[1]);
 	ck_assert_uint_eq(st.bytes_held, o->held[1] * MIB);
 	/* a put of a present key is idempotent: present, nothing to write */
 	ck_assert_int_eq(put(kv, o, 1, 5, 64 * MIB, 3), -EEXIST);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
+/*
+ * Model-shaped blocks: values of exactly 1 MiB (Llama-3-8B's KV of one
+ * layer for 256 tokens) take 1 MiB + 64 bytes each, so a share of 4
+ * slabs of 16 MiB holds 60 of them (15 per slab) with nothing evicted.
+ * Power-of-two blocks that count the header would take 2 MiB each and
+ * hold 32.
+ */
+START_TEST(exact_mib_values_fill_their_share)
+{
+	struct owner *o = owner_new(16 * MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_stats st;
+	const uint64_t n = 60;
+
+	o->share[2] = 4;
+	for (uint64_t k = 0; k < n; k++)
+		ck_assert_int_eq(put(kv, o, 2, k, MIB, k), 0);
+	st = stats(kv, 2);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.entries, n);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.bytes_used, n * (MIB + HDR));
+	ck_assert_uint_le(st.bytes_used, st.bytes_held);
+	for (uint64_t k = 0; k < n; k++)
+		ck_assert_int_eq(get(kv, o, 2, k, n, true), 0);
+	/* the share is full now: one more evicts exactly one */
+	ck_assert_int_eq(put(kv, o, 2, n, MIB, n + 1), 0);
+	st = stats(kv, 2);
+	ck_assert_uint_eq(st.evictions, 1);
+	ck_assert_uint_eq(st.entries, n);
+	ck_assert_uint_eq(st.bytes_used, n * (MIB + HDR));
 	memd_kv_destroy(kv);
 	ck_assert_uint_eq(owner_held_total(o), 0);
 	owner_free(o);
@@ -665,6 +708,67 @@ START_TEST(read_lease_blocks_eviction_and_delete)
 	ck_assert_int_eq(get(kv, o, 1, 5, 9000, false), 0);
 	ck_assert_int_eq(put(kv, o, 1, 6, MIB - HDR, 9000 + LEASE_MS), 0);
 	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
+/*
+ * memd_kv_trim: a tenant comes down to a number of slabs by evicting its
+ * own entries, the emptiest slab first; pinned and leased entries stay
+ * (and so do their slabs); other tenants are untouched.
+ */
+START_TEST(trim_evicts_down_to_a_slab_count)
+{
+	struct owner *o = owner_new(MIB, 32);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_stats st;
+	int hits = 0;
+
+	o->share[1] = 8;
+	o->share[2] = 8;
+	o->share[3] = 4;
+	/* tenant 1: one value per slab, 8 slabs; key 0 pinned, key 1 leased */
+	for (uint64_t k = 0; k < 8; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, MIB - HDR, k), 0);
+	ck_assert_int_eq(pin(kv, 1, 0, 10), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 10, false), 0);
+	/* tenant 2: 20 values of 64 KiB, 15 to a slab: slabs of 15 and 5 */
+	for (uint64_t k = 100; k < 120; k++)
+		ck_assert_int_eq(put(kv, o, 2, k, 64 * KIB, 10), 0);
+	ck_assert_uint_eq(o->held[2], 2);
+	/* tenant 3, bystander */
+	ck_assert_int_eq(put(kv, o, 3, 200, 1000, 10), 0);
+
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 3, 20), 5);
+	ck_assert_uint_eq(o->held[1], 3);
+	ck_assert_int_eq(get(kv, o, 1, 0, 21, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 21, false), 0);
+	for (uint64_t k = 2; k < 8; k++)
+		hits += get(kv, o, 1, k, 21, true) == 0;
+	ck_assert_int_eq(hits, 1);
+	/* to nothing: the pinned and the leased entries keep their slabs */
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 0, 22), 1);
+	ck_assert_uint_eq(o->held[1], 2);
+	ck_assert_int_eq(memd_kv_trim(kv, 1, 0, 23), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.evictions, 6);
+	ck_assert_uint_eq(st.slabs, 2);
+
+	/* the slab with 5 entries goes, the one with 15 stays */
+	ck_assert_int_eq(memd_kv_trim(kv, 2, 1, 30), 5);
+	ck_assert_uint_eq(o->held[2], 1);
+	hits = 0;
+	for (uint64_t k = 100; k < 120; k++)
+		hits += get(kv, o, 2, k, 31, true) == 0;
+	ck_assert_int_eq(hits, 15);
+	/* at or under the count: nothing to do */
+	ck_assert_int_eq(memd_kv_trim(kv, 2, 1, 32), 0);
+	ck_assert_int_eq(memd_kv_trim(kv, 9, 0, 32), 0); /* unknown tenant */
+	ck_assert_int_eq(memd_kv_trim(NULL, 2, 0, 32), -EINVAL);
+	ck_assert_int_eq(get(kv, o, 3, 200, 33, true), 0);
+	ck_assert_uint_eq(stats(kv, 3).evictions, 0);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
 	owner_free(o);
 }
 END_TEST
@@ -1460,9 +1564,11 @@ static Suite *kvstore_suite(void)
 	tcase_add_test(tc, header_codec_is_little_endian_and_exact);
 	tcase_add_test(tc, create_rejects_bad_options);
 	tcase_add_test(tc, round_trip_sizes_and_chunks);
+	tcase_add_test(tc, exact_mib_values_fill_their_share);
 	tcase_add_test(tc, reserved_expires_and_frees_space);
 	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
 	tcase_add_test(tc, pins_block_eviction);
+	tcase_add_test(tc, trim_evicts_down_to_a_slab_count);
 	tcase_add_test(tc, s3fifo_is_scan_resistant);
 	tcase_add_test(tc, tenants_are_isolated);
 	tcase_add_test(tc, bad_inputs_get_clear_errors);

@@ -676,6 +676,93 @@ START_TEST(edquot_exact_boundary)
 }
 END_TEST
 
+/* One report of tenant t's slabs (kv of them its KV store's); returns the
+ * allowance REPORT_OK gives for tenant want (UINT32_MAX: none listed). */
+static uint32_t report_kv(uint32_t id, uint32_t t, uint32_t slabs, uint32_t kv,
+			  uint32_t want)
+{
+	static struct wire_donor_report rep;
+	static struct wire_donor_report_ok ok;
+	uint32_t got = UINT32_MAX;
+	int rc;
+
+	memset(&rep, 0, sizeof(rep));
+	rep.donor_id = id;
+	rep.epoch = 1;
+	rep.slabs_free = 100;
+	if (slabs) {
+		rep.ntenants = 1;
+		rep.tenant[0] =
+			(struct wire_tenant_usage){ t, slabs, 1, kv,
+						    kv ? WIRE_TENANT_KV : 0 };
+	}
+	memset(&ok, 0, sizeof(ok));
+	rc = memd_registry_donor_report(r, &rep, T0, &ok, err, sizeof(err));
+	ck_assert_msg(rc == 0, "report: %d %s", rc, err);
+	for (uint16_t i = 0; i < ok.nkv; i++)
+		if (ok.kv[i].tenant_id == want)
+			got = ok.kv[i].kv_slabs_max;
+	return got;
+}
+
+/*
+ * KV allowances (docs/cluster.md, "KV memory and quotas"): what a quota
+ * leaves after other usage, reservations and KV on draining donors, split
+ * evenly over the up donors that are not draining; a draining donor keeps
+ * what it holds; every tenant is listed.
+ */
+START_TEST(kv_allowances_split_what_the_quota_leaves)
+{
+	struct wire_place_ok ok;
+	uint32_t a, b, d1, d2, d3;
+
+	a = tenant_add("a", 10 * MiB);
+	b = tenant_add("b", 100 * MiB);
+	d1 = donor_up("host-a", 1, 100);
+	d2 = donor_up("host-b", 1, 100);
+	d3 = donor_up("host-c", 1, 100);
+	/* a: 4 slabs on d1, 3 of them KV: 10 - 1 = 9 for KV, 3 each */
+	ck_assert_uint_eq(report_kv(d1, a, 4, 3, a), 3);
+	/* b: 100 over 3, the first donor by id one more; b is listed on
+	 * d2, where it has no usage at all */
+	ck_assert_uint_eq(report_kv(d1, a, 4, 3, b), 34);
+	ck_assert_uint_eq(report_kv(d2, 0, 0, 0, b), 33);
+	/* a reserves 3 slabs for a region: 6 left for KV, 2 each */
+	ck_assert_int_eq(place(a, 3, 0, &ok), 0);
+	ck_assert_uint_eq(report_kv(d2, 0, 0, 0, a), 2);
+	/* d3 drains holding 2 KV slabs of a: it keeps them, the two others
+	 * split 10 - 1 - 3 - 2 = 4 */
+	ck_assert_int_gt(admin("{\"cmd\":\"drain\",\"donor\":\"host-c\","
+			       "\"drain\":true}"),
+			 0);
+	ck_assert_uint_eq(report_kv(d3, a, 2, 2, a), 2);
+	ck_assert_uint_eq(report_kv(d1, a, 4, 3, a), 2); /* below its 3 */
+	ck_assert_uint_eq(report_kv(d2, 0, 0, 0, a), 2);
+	/* a quota below the other usage leaves nothing */
+	ck_assert_int_gt(admin("{\"cmd\":\"quota-set\",\"name\":\"a\","
+			       "\"quota_bytes\":3145728}"),
+			 0);
+	ck_assert_uint_eq(report_kv(d1, a, 4, 3, a), 0);
+	ck_assert_uint_eq(report_kv(d1, a, 4, 3, b), 50);
+	/* a KV count above the tenant's slabs is refused */
+	{
+		static struct wire_donor_report rep;
+		struct wire_donor_report_ok rok;
+
+		memset(&rep, 0, sizeof(rep));
+		rep.donor_id = d1;
+		rep.epoch = 1;
+		rep.ntenants = 1;
+		rep.tenant[0] = (struct wire_tenant_usage){ a, 2, 1, 3,
+							    WIRE_TENANT_KV };
+		ck_assert_int_eq(memd_registry_donor_report(r, &rep, T0, &rok,
+							    err, sizeof(err)),
+				 -EINVAL);
+		ck_assert_str_eq(err, "donor 1: tenant 1 has 3 KV slabs of 2");
+	}
+}
+END_TEST
+
 START_TEST(quota_counts_used_and_lowering_blocks)
 {
 	struct wire_place_ok ok;
@@ -1588,6 +1675,7 @@ static Suite *registry_suite(void)
 	tcase_add_test(tc, unwritable_state_changes_nothing);
 	tcase_add_test(tc, edquot_exact_boundary);
 	tcase_add_test(tc, quota_counts_used_and_lowering_blocks);
+	tcase_add_test(tc, kv_allowances_split_what_the_quota_leaves);
 	tcase_add_test(tc, concurrent_places_never_overshoot);
 	tcase_add_test(tc, striping_spreads_evenly);
 	tcase_add_test(tc, at_most_16_donors_the_freest);

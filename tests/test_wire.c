@@ -402,6 +402,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 			tb_u32(t, dr->tenant[i].tenant_id);
 			tb_u32(t, dr->tenant[i].slabs);
 			tb_u32(t, dr->tenant[i].sessions);
+			tb_u32(t, dr->tenant[i].kv_slabs);
+			tb_u32(t, dr->tenant[i].flags);
 		}
 		tb_u16(t, dr->nredeemed);
 		for (i = 0; i < dr->nredeemed; i++)
@@ -410,6 +412,11 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 	case WIRE_DONOR_REPORT_OK:
 		tb_u64(t, m->u.donor_report_ok.registry_epoch);
 		tb_u32(t, m->u.donor_report_ok.flags);
+		tb_u16(t, m->u.donor_report_ok.nkv);
+		for (i = 0; i < m->u.donor_report_ok.nkv; i++) {
+			tb_u32(t, m->u.donor_report_ok.kv[i].tenant_id);
+			tb_u32(t, m->u.donor_report_ok.kv[i].kv_slabs_max);
+		}
 		break;
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
@@ -740,6 +747,11 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 			dr->tenant[i].tenant_id = (uint32_t)kv(key, 1700 + i);
 			dr->tenant[i].slabs = (uint32_t)kv(key, 1800 + i);
 			dr->tenant[i].sessions = (uint32_t)kv(key, 1900 + i);
+			dr->tenant[i].kv_slabs =
+				(uint32_t)(kv(key, 2100 + i) %
+					   ((uint64_t)dr->tenant[i].slabs + 1));
+			dr->tenant[i].flags =
+				WIRE_TENANT_KNOWN & (uint32_t)(key + i);
 		}
 		dr->nredeemed = (uint16_t)(key % 21);
 		for (i = 0; i < dr->nredeemed; i++)
@@ -748,6 +760,13 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 	case WIRE_DONOR_REPORT_OK:
 		m->u.donor_report_ok.registry_epoch = kv(key, 89);
 		m->u.donor_report_ok.flags = WIRE_DONOR_KNOWN & (uint32_t)key;
+		m->u.donor_report_ok.nkv = (uint16_t)(key % 30);
+		for (i = 0; i < m->u.donor_report_ok.nkv; i++) {
+			m->u.donor_report_ok.kv[i].tenant_id =
+				(uint32_t)kv(key, 2200 + i);
+			m->u.donor_report_ok.kv[i].kv_slabs_max =
+				(uint32_t)kv(key, 2300 + i);
+		}
 		break;
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
@@ -2282,13 +2301,40 @@ START_TEST(small_v2_bounds)
 
 	sample(WIRE_DONOR_REPORT_OK, 1, &m);
 	m.u.donor_report_ok.flags = WIRE_DONOR_DRAIN;
+	m.u.donor_report_ok.nkv = 0;
+	memset(m.u.donor_report_ok.kv, 0, sizeof(m.u.donor_report_ok.kv));
 	check_roundtrip(&m);
 	check_truncations(&m);
-	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 12);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 14);
 	m.u.donor_report_ok.flags = 0;
 	check_roundtrip(&m);
 	m.u.donor_report_ok.flags = WIRE_DONOR_KNOWN + 1;
 	check_both_reject(&m);
+	m.u.donor_report_ok.flags = 0;
+
+	/* KV allowances: 8 bytes each, up to WIRE_MAX_TENANTS. */
+	m.u.donor_report_ok.nkv = 2;
+	m.u.donor_report_ok.kv[0] = (struct wire_kv_allowance){ 7, 3 };
+	m.u.donor_report_ok.kv[1] = (struct wire_kv_allowance){ 9, 0 };
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 14 + 16);
+	m.u.donor_report_ok.nkv = WIRE_MAX_TENANTS;
+	for (uint32_t k = 0; k < WIRE_MAX_TENANTS; k++)
+		m.u.donor_report_ok.kv[k] =
+			(struct wire_kv_allowance){ k + 1,
+						    (uint32_t)kv(14, k) };
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 14 + 8 * WIRE_MAX_TENANTS);
+	m.u.donor_report_ok.nkv = WIRE_MAX_TENANTS + 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	m.u.donor_report_ok.nkv = WIRE_MAX_TENANTS;
+	spec_frame(&m, &tb);
+	tb_patch16(12, WIRE_MAX_TENANTS + 1); /* nkv */
+	tb_u32(&tb, 77);
+	tb_u32(&tb, 78);
+	tb_end(&tb);
+	check_tb_rejected();
 }
 END_TEST
 
@@ -2584,13 +2630,15 @@ START_TEST(donor_report_bounds)
 		d->tenant[i].tenant_id = i + 1;
 		d->tenant[i].slabs = (uint32_t)kv(12, i);
 		d->tenant[i].sessions = i % 7;
+		d->tenant[i].kv_slabs = d->tenant[i].slabs / 2;
+		d->tenant[i].flags = i % 2 ? WIRE_TENANT_KV : 0;
 	}
 	for (i = 0; i < WIRE_MAX_REDEEMED; i++)
 		d->redeemed[i] = kv(13, i);
 	check_roundtrip(&m);
 	check_truncations(&m);
-	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 48 + 12 * 1024 + 8 * 256);
-	ck_assert_int_le(48 + 12 * 1024 + 8 * 256, WIRE_MAX_PAYLOAD);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 48 + 20 * 1024 + 8 * 256);
+	ck_assert_int_le(48 + 20 * 1024 + 8 * 256, WIRE_MAX_PAYLOAD);
 
 	/* One more tenant (encode; decode with a well-formed 1025th). */
 	d->ntenants = WIRE_MAX_TENANTS + 1;
@@ -2598,7 +2646,7 @@ START_TEST(donor_report_bounds)
 	d->ntenants = WIRE_MAX_TENANTS;
 	spec_frame(&m, &tb);
 	tb_patch16(44, WIRE_MAX_TENANTS + 1); /* ntenants */
-	tb_insert(46 + 12 * WIRE_MAX_TENANTS, tb.b + WIRE_HDR_LEN + 46, 12);
+	tb_insert(46 + 20 * WIRE_MAX_TENANTS, tb.b + WIRE_HDR_LEN + 46, 20);
 	check_tb_rejected();
 
 	/* One more redeemed id. */
@@ -2606,7 +2654,7 @@ START_TEST(donor_report_bounds)
 	ck_assert_int_eq(enc(&m), -EINVAL);
 	d->nredeemed = WIRE_MAX_REDEEMED;
 	spec_frame(&m, &tb);
-	red_off = 46 + 12 * WIRE_MAX_TENANTS; /* nredeemed */
+	red_off = 46 + 20 * WIRE_MAX_TENANTS; /* nredeemed */
 	tb_patch16(red_off, WIRE_MAX_REDEEMED + 1);
 	tb_u64(&tb, 77);
 	tb_end(&tb);
@@ -2616,6 +2664,19 @@ START_TEST(donor_report_bounds)
 	d->flags = WIRE_STATUS_KNOWN + 1;
 	check_both_reject(&m);
 	d->flags = 0x80000000u;
+	check_both_reject(&m);
+
+	/* A tenant's KV slabs are some of its slabs; unknown flags. */
+	sample(WIRE_DONOR_REPORT, 3, &m);
+	d->ntenants = 1;
+	memset(d->tenant, 0, sizeof(d->tenant));
+	d->tenant[0] = (struct wire_tenant_usage){ 5, 4, 1, 4, WIRE_TENANT_KV };
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 48 + 20 + 8 * d->nredeemed);
+	d->tenant[0].kv_slabs = 5;
+	check_both_reject(&m);
+	d->tenant[0].kv_slabs = 4;
+	d->tenant[0].flags = WIRE_TENANT_KNOWN + 1;
 	check_both_reject(&m);
 }
 END_TEST
