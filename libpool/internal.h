@@ -104,5 +104,13 @@ struct pool_kv;
 struct pool_kv_key;
 int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
 		 size_t cap);
+/* The name of key's second choice, where its replica lives (with
+ * replicas 2): 0, -ENOENT (fewer than two donors up) or -EBADF. */
+int pool_kv_second(struct pool_kv *kv, const struct pool_kv_key *key,
+		   char *name, size_t cap);
+/* Tests: deletes one copy of key only, the home's or (second) the
+ * replica's. The key's status (0, -ENOENT, ...) or a call error. */
+int pool_kv_delete_copy(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second);
 
 #endif

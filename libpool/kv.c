@@ -39,6 +39,18 @@
  *   delete, pin, unpin: one request per batch, the statuses as memd
  *           gives them.
  *
+ * Replicas (opts.replicas 2, two donors or more up): a key's second
+ * copy lives on its second choice, the donor that ranks second. Each op
+ * then runs a second pass over the second choices (groups made by
+ * group_by, batches flagged replica): put reserves and writes there
+ * after the home's reservation (a copy already there is deleted and
+ * reserved again), commits the replica before the home and deletes it
+ * again if the home does not commit; get reads there the keys the home
+ * missed; exists alternates home and replica passes; delete goes to the
+ * replica first and keeps the home copy when that fails. The rule: a
+ * replica holds its home's bytes, the bytes the home is about to
+ * commit, or nothing (docs/kv.md, "Replicas").
+ *
  * A reply's location list is bounded (WIRE_KV_MAX_LOCS); keys that did
  * not fit (-ENOBUFS) go into the next batch. Posted fab_ops live in their
  * batch until the whole op has waited for them; a transfer that times out
@@ -79,11 +91,14 @@
 #define KV_DEFAULT_REFRESH_MS 5000
 #define KV_DEFAULT_LEASE_MS 2000
 #define KV_RETRY_MS 1000 /* no new link to a failed donor before this */
+#define KV_MAX_REPLICAS 2
+#define NO_DONOR UINT32_MAX
 #define KV_HDR WIRE_KV_HEADER_LEN
 
 static const char kv_salt_tag[] = "tidepool kv salt v1";
 
 enum kv_kind { KV_PUT, KV_GET, KV_EXISTS, KV_DELETE, KV_PIN, KV_UNPIN };
+enum kv_copy { COPY_BOTH, COPY_HOME, COPY_SECOND };
 
 struct kv_donor {
 	uint32_t id;
@@ -113,6 +128,7 @@ struct pool_kv_op {
 	const size_t *caps;	   /* get */
 	size_t *out_lens;	   /* get */
 	int *status;		   /* may be NULL but for get */
+	int copy;		   /* delete: COPY_BOTH, or one copy (tests) */
 	ssize_t result;
 	bool done; /* under kv->qlock */
 	struct pool_kv_op *qnext;
@@ -124,7 +140,7 @@ struct pool_kv {
 	uint32_t magic;		  /* atomic: KV_OPEN or KV_CLOSED */
 	struct pool *p;
 	bool cluster;
-	unsigned refresh_ms, lease_ms;
+	unsigned refresh_ms, lease_ms, replicas;
 
 	pthread_mutex_t lock;
 	struct kv_donors *donors;
@@ -143,7 +159,7 @@ struct pool_kv {
 
 	/* atomics */
 	uint64_t st_puts, st_put_bytes, st_gets, st_hits, st_get_bytes;
-	uint64_t st_bad, st_refresh;
+	uint64_t st_bad, st_refresh, st_replica_hits;
 };
 
 static uint64_t now_ms(void)
@@ -235,25 +251,38 @@ static uint64_t home_score(const struct kv_donor *d, const uint8_t *key)
 	return XXH3_64bits_withSeed(key, POOL_KV_KEY_BYTES, d->seed);
 }
 
-/* Index of key's home in t: the highest score, ties to the greater name
- * (names are distinct). */
-static uint32_t home_of(const struct kv_donors *t, const uint8_t *key)
+/* Donor i with score s ranks above donor j with score sj: the higher
+ * score, ties to the greater name (names are distinct). */
+static bool ranks_above(const struct kv_donors *t, uint32_t i, uint64_t s,
+			uint32_t j, uint64_t sj)
 {
-	uint32_t best = 0;
-	uint64_t bs = 0;
+	return s > sj || (s == sj && strcmp(t->d[i].name, t->d[j].name) > 0);
+}
 
-	if (t->n < 2)
-		return 0;
-	for (uint32_t i = 0; i < t->n; i++) {
+/* Indices in t (t->n >= 1) of key's home, the donor that ranks first,
+ * and of its second choice, the one that ranks second (the replica's
+ * donor; NO_DONOR with one donor). */
+static void rank_of(const struct kv_donors *t, const uint8_t *key,
+		    uint32_t *home, uint32_t *second)
+{
+	uint32_t best = 0, next = NO_DONOR;
+	uint64_t bs = home_score(&t->d[0], key), ns = 0;
+
+	for (uint32_t i = 1; i < t->n; i++) {
 		uint64_t s = home_score(&t->d[i], key);
 
-		if (i == 0 || s > bs ||
-		    (s == bs && strcmp(t->d[i].name, t->d[best].name) > 0)) {
+		if (ranks_above(t, i, s, best, bs)) {
+			next = best;
+			ns = bs;
 			best = i;
 			bs = s;
+		} else if (next == NO_DONOR || ranks_above(t, i, s, next, ns)) {
+			next = i;
+			ns = s;
 		}
 	}
-	return best;
+	*home = best;
+	*second = next;
 }
 
 static void donors_put_locked(struct kv_donors *t)
@@ -399,6 +428,7 @@ struct kv_batch {
 	struct kv_batch *next;
 	struct plink *lk;
 	struct kv_donor *donor;
+	bool replica; /* at keys' second choices, not their homes */
 	uint32_t nkeys;
 	uint32_t key[WIRE_KV_BATCH]; /* indices into the op's keys */
 	int st[WIRE_KV_BATCH];	     /* 0 while fine so far */
@@ -429,15 +459,24 @@ static void batch_free(struct kv_batch *b)
 	free(b);
 }
 
+/* Keys grouped by donor: order[gstart[h] .. gstart[h + 1]) are the
+ * indices of donor h's keys, ascending. */
+struct kv_groups {
+	uint32_t *order;
+	uint32_t *gstart; /* t->n + 1 bounds */
+};
+
 /* Per-run state of one op. */
 struct kv_run {
 	struct pool_kv *kv;
 	struct pool_kv_op *op;
 	struct kv_donors *t;
-	int *status;	  /* op->status or our own */
-	uint32_t *home;	  /* per key, index into t (UINT32_MAX: none) */
-	uint32_t *order;  /* keys sorted by home, stable */
-	uint32_t *gstart; /* t->n + 1 group bounds in order[] */
+	int *status;	     /* op->status or our own */
+	uint32_t *home;	     /* per key, index into t (NO_DONOR: none) */
+	uint32_t *second;    /* per key, its replica's donor (NO_DONOR: none) */
+	bool replicate;	     /* two copies: replicas 2 and two donors up */
+	struct kv_groups hg; /* the keys by home */
+	uint64_t *csum;	     /* put with replicas: XXH3-64 per key */
 	struct wire_msg *req, *rep;
 	uint64_t payload; /* P: value bytes per chunk */
 	size_t xfer;
@@ -445,36 +484,72 @@ struct kv_run {
 	struct kv_batch *batches, **tail;
 };
 
-/* Groups the op's keys by home. */
+static void groups_free(struct kv_groups *g)
+{
+	free(g->order);
+	free(g->gstart);
+	g->order = g->gstart = NULL;
+}
+
+/* Groups the op's keys by dof[k], the index of key k's donor in r->t;
+ * keys with NO_DONOR are left out. */
+static int group_by(const struct kv_run *r, const uint32_t *dof,
+		    struct kv_groups *g)
+{
+	size_t n = r->op->n;
+	uint32_t nd = r->t ? r->t->n : 0, *at;
+
+	groups_free(g);
+	g->order = malloc(n * sizeof(*g->order));
+	g->gstart = calloc((size_t)nd + 1, sizeof(*g->gstart));
+	at = calloc((size_t)nd + 1, sizeof(*at));
+	if (!g->order || !g->gstart || !at) {
+		free(at);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < n; k++)
+		if (dof[k] < nd)
+			g->gstart[dof[k] + 1]++;
+	for (uint32_t h = 0; h < nd; h++)
+		g->gstart[h + 1] += g->gstart[h];
+	for (size_t k = 0; k < n; k++)
+		if (dof[k] < nd)
+			g->order[g->gstart[dof[k]] + at[dof[k]]++] =
+				(uint32_t)k;
+	free(at);
+	return 0;
+}
+
+/* Finds each key's home (and second choice, with replicas) and groups
+ * the keys by home. */
 static int run_group(struct kv_run *r)
 {
 	size_t n = r->op->n;
 	uint32_t nd = r->t ? r->t->n : 0;
 
+	r->replicate = r->kv->replicas > 1 && nd > 1;
 	r->home = malloc(n * sizeof(*r->home));
-	r->order = malloc(n * sizeof(*r->order));
-	r->gstart = calloc((size_t)nd + 2, sizeof(*r->gstart));
-	if (!r->home || !r->order || !r->gstart)
+	r->second = malloc(n * sizeof(*r->second));
+	if (!r->home || !r->second)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		r->home[i] = nd ? home_of(r->t, r->op->keys[i].b) : UINT32_MAX;
+	for (size_t k = 0; k < n; k++) {
 		if (nd)
-			r->gstart[r->home[i] + 1]++;
+			rank_of(r->t, r->op->keys[k].b, &r->home[k],
+				&r->second[k]);
+		else
+			r->home[k] = r->second[k] = NO_DONOR;
 	}
-	for (uint32_t h = 0; h < nd; h++)
-		r->gstart[h + 1] += r->gstart[h];
-	{
-		uint32_t *at = calloc((size_t)nd + 1, sizeof(*at));
+	return group_by(r, r->home, &r->hg);
+}
 
-		if (!at)
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			if (nd)
-				r->order[r->gstart[r->home[i]] +
-					 at[r->home[i]]++] = (uint32_t)i;
-		free(at);
-	}
-	return 0;
+/* A per-key array of n donor indices, all NO_DONOR. */
+static uint32_t *dof_new(const struct kv_run *r)
+{
+	uint32_t *dof = malloc(r->op->n * sizeof(*dof));
+
+	for (size_t k = 0; dof && k < r->op->n; k++)
+		dof[k] = NO_DONOR;
+	return dof;
 }
 
 /* Fills the request's items with the batch's keys. */
@@ -660,7 +735,7 @@ static void batch_wait(struct kv_run *r, struct kv_batch *b)
 }
 
 static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
-				  struct plink *lk)
+				  struct plink *lk, bool replica)
 {
 	struct kv_batch *b = calloc(1, sizeof(*b));
 
@@ -668,6 +743,7 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 		return NULL;
 	b->lk = lk;
 	b->donor = d;
+	b->replica = replica;
 	*r->tail = b;
 	r->tail = &b->next;
 	return b;
@@ -679,10 +755,10 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 /* Reserves and posts one batch of group keys g[0 .. n); keys that did
  * not fit the reply go back to *retry. */
 static int put_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     const uint32_t *g, uint32_t n, uint32_t *retry,
-		     uint32_t *nretry)
+		     bool replica, const uint32_t *g, uint32_t n,
+		     uint32_t *retry, uint32_t *nretry)
 {
-	struct kv_batch *b = batch_new(r, d, lk);
+	struct kv_batch *b = batch_new(r, d, lk, replica);
 	int rc;
 
 	if (!b)
@@ -692,7 +768,14 @@ static int put_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
 	req_keys(r, WIRE_KV_RESERVE, 0, g, n);
 	for (uint32_t j = 0; j < n; j++) {
 		b->vlen[j] = r->op->lens[g[j]];
-		b->csum[j] = XXH3_64bits(r->op->values[g[j]], b->vlen[j]);
+		if (replica) {
+			b->csum[j] = r->csum[g[j]];
+		} else {
+			b->csum[j] =
+				XXH3_64bits(r->op->values[g[j]], b->vlen[j]);
+			if (r->csum)
+				r->csum[g[j]] = b->csum[j];
+		}
 		r->req->u.kv.item[j].value_len = b->vlen[j];
 	}
 	rc = kv_call(r, b, WIRE_KV_RESERVE);
@@ -773,10 +856,15 @@ static int put_check(const struct pool_kv_op *op, uint32_t k)
 	return 0;
 }
 
-static ssize_t run_put(struct kv_run *r)
+/*
+ * Reserves and posts the keys of gr at their donors: their homes, or
+ * (replica) their second choices. Keys that did not fit a reply are
+ * carried into the next batch. The home pass sets the statuses of keys
+ * that cannot be stored or whose home is lost; a replica pass sets none.
+ */
+static int put_pass(struct kv_run *r, const struct kv_groups *gr, bool replica)
 {
 	uint32_t *retry = NULL;
-	ssize_t stored = 0;
 	int rc = 0;
 
 	retry = malloc(WIRE_KV_BATCH * sizeof(*retry));
@@ -784,15 +872,15 @@ static ssize_t run_put(struct kv_run *r)
 		return -ENOMEM;
 	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
 		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
+		uint32_t *g = gr->order + gr->gstart[h];
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
 		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
 		struct plink *lk;
 
 		if (!gn)
 			continue;
 		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn; i++) {
+			for (uint32_t i = 0; i < gn && !replica; i++) {
 				int bad = put_check(r->op, g[i]);
 
 				r->status[g[i]] = bad ? bad : -ENOTCONN;
@@ -808,21 +896,155 @@ static ssize_t run_put(struct kv_run *r)
 			while (n < WIRE_KV_BATCH && at < gn) {
 				uint32_t k = g[at++];
 
-				r->status[k] = put_check(r->op, k);
-				if (!r->status[k])
-					batch[n++] = k;
+				if (!replica) {
+					r->status[k] = put_check(r->op, k);
+					if (r->status[k])
+						continue;
+				}
+				batch[n++] = k;
 			}
 			if (!n)
 				break;
-			rc = put_batch(r, d, lk, batch, n, retry, &nretry);
+			rc = put_batch(r, d, lk, replica, batch, n, retry,
+				       &nretry);
 			memcpy(carry, retry, nretry * sizeof(*retry));
 			ncarry = nretry;
 		}
 	}
 	free(retry);
+	return rc;
+}
+
+static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
+			   uint8_t type, uint32_t flags, int *st);
+
+/*
+ * The replicas of a put (docs/kv.md, "Replicas"): every key whose home
+ * reservation succeeded is reserved and written at its second choice
+ * too, while the home's reservation keeps other puts and deletes of the
+ * key away from the home. A second choice that already holds the key
+ * (bytes of a value that may have been deleted since) has that copy
+ * deleted and is reserved again, so a replica never keeps other bytes
+ * than those the home is about to commit.
+ */
+static int put_replicas(struct kv_run *r)
+{
+	struct kv_batch **mark = r->tail;
+	struct kv_groups g = { 0 };
+	uint32_t *dof = dof_new(r);
+	int *st = malloc(r->op->n * sizeof(*st));
+	size_t again = 0;
+	int rc = -ENOMEM;
+
+	if (!dof || !st)
+		goto out;
+	for (struct kv_batch *b = r->batches; b; b = b->next)
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j])
+				dof[b->key[j]] = r->second[b->key[j]];
+	rc = group_by(r, dof, &g);
+	if (!rc)
+		rc = put_pass(r, &g, true);
+	if (rc)
+		goto out;
+	for (size_t k = 0; k < r->op->n; k++)
+		dof[k] = NO_DONOR;
+	for (struct kv_batch *b = *mark; b; b = b->next)
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (b->st[j] == -EEXIST) {
+				dof[b->key[j]] = r->second[b->key[j]];
+				again++;
+			}
+	if (!again)
+		goto out;
+	rc = group_by(r, dof, &g);
+	if (rc)
+		goto out;
+	simple_pass(r, &g, WIRE_KV_DELETE, 0, st);
+	for (size_t k = 0; k < r->op->n; k++)
+		if (dof[k] != NO_DONOR && st[k] && st[k] != -ENOENT)
+			dof[k] = NO_DONOR; /* stays as it is: see kv.md */
+	rc = group_by(r, dof, &g);
+	if (!rc)
+		rc = put_pass(r, &g, true);
+out:
+	groups_free(&g);
+	free(dof);
+	free(st);
+	return rc;
+}
+
+/* Before the homes commit: commits the replicas of the keys whose home
+ * writes all succeeded (hs[k] 0); notes in ok[k] which did. */
+static void put_commit_replicas(struct kv_run *r, const int *hs, bool *ok)
+{
+	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		if (!b->replica)
+			continue;
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j] && hs[b->key[j]])
+				b->st[j] = -ECANCELED; /* lapses unused */
+		put_commit(r, b);
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j])
+				ok[b->key[j]] = true;
+	}
+}
+
+/* After the homes commit: a replica whose home did not commit is deleted
+ * (best effort), so that no copy holds a value its home never held. */
+static void put_undo_replicas(struct kv_run *r, const bool *ok)
+{
+	struct kv_groups g = { 0 };
+	uint32_t *dof = dof_new(r);
+	int *st = malloc(r->op->n * sizeof(*st));
+	bool any = false;
+
+	for (size_t k = 0; dof && k < r->op->n; k++)
+		if (ok[k] && r->status[k]) {
+			dof[k] = r->second[k];
+			any = true;
+		}
+	if (any && st && !group_by(r, dof, &g))
+		simple_pass(r, &g, WIRE_KV_DELETE, 0, st);
+	groups_free(&g);
+	free(dof);
+	free(st);
+}
+
+static ssize_t run_put(struct kv_run *r)
+{
+	ssize_t stored = 0;
+	int *hs = NULL, rc;
+	bool *rok = NULL;
+
+	if (r->replicate) {
+		r->csum = malloc(r->op->n * sizeof(*r->csum));
+		hs = malloc(r->op->n * sizeof(*hs));
+		rok = calloc(r->op->n, sizeof(*rok));
+		if (!r->csum || !hs || !rok) {
+			free(hs);
+			free(rok);
+			return -ENOMEM;
+		}
+	}
+	rc = put_pass(r, &r->hg, false);
+	if (!rc && r->replicate)
+		rc = put_replicas(r);
 	for (struct kv_batch *b = r->batches; b; b = b->next)
 		batch_wait(r, b);
+	if (r->replicate) {
+		for (size_t k = 0; k < r->op->n; k++)
+			hs[k] = 1;
+		for (struct kv_batch *b = r->batches; b; b = b->next)
+			for (uint32_t j = 0; j < b->nkeys && !b->replica; j++)
+				if (b->st[j] != 1)
+					hs[b->key[j]] = b->st[j];
+		put_commit_replicas(r, hs, rok);
+	}
 	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		if (b->replica)
+			continue;
 		put_commit(r, b);
 		for (uint32_t j = 0; j < b->nkeys; j++) {
 			uint32_t k = b->key[j];
@@ -840,6 +1062,10 @@ static ssize_t run_put(struct kv_run *r)
 			}
 		}
 	}
+	if (r->replicate)
+		put_undo_replicas(r, rok);
+	free(hs);
+	free(rok);
 	return rc ? rc : stored;
 }
 
@@ -847,10 +1073,10 @@ static ssize_t run_put(struct kv_run *r)
 /* get                                                                  */
 
 static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     const uint32_t *g, uint32_t n, uint32_t *retry,
-		     uint32_t *nretry)
+		     bool replica, const uint32_t *g, uint32_t n,
+		     uint32_t *retry, uint32_t *nretry)
 {
-	struct kv_batch *b = batch_new(r, d, lk);
+	struct kv_batch *b = batch_new(r, d, lk, replica);
 	int rc;
 
 	if (!b)
@@ -959,16 +1185,20 @@ static void get_done(struct kv_run *r, struct kv_batch *b)
 		donor_failed(r->kv, b->donor);
 }
 
-static ssize_t run_get(struct kv_run *r)
+/* Looks up, reads and checks the keys of gr at their donors (homes, or
+ * replica: second choices); sets their statuses. The hits, or -ENOMEM. */
+static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
+			bool replica)
 {
+	struct kv_batch **mark = r->tail;
 	uint32_t retry[WIRE_KV_BATCH];
 	ssize_t hits = 0;
 	int rc = 0;
 
 	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
 		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
+		uint32_t *g = gr->order + gr->gstart[h];
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
 		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
 		struct plink *lk;
 
@@ -986,12 +1216,13 @@ static ssize_t run_get(struct kv_run *r)
 			n = ncarry;
 			while (n < WIRE_KV_BATCH && at < gn)
 				batch[n++] = g[at++];
-			rc = get_batch(r, d, lk, batch, n, retry, &nretry);
+			rc = get_batch(r, d, lk, replica, batch, n, retry,
+				       &nretry);
 			memcpy(carry, retry, nretry * sizeof(*retry));
 			ncarry = nretry;
 		}
 	}
-	for (struct kv_batch *b = r->batches; b; b = b->next) {
+	for (struct kv_batch *b = *mark; b; b = b->next) {
 		uint64_t done_ms;
 
 		batch_wait(r, b);
@@ -1022,33 +1253,73 @@ static ssize_t run_get(struct kv_run *r)
 		}
 		get_done(r, b);
 	}
-	count(&r->kv->st_gets, r->op->n);
-	count(&r->kv->st_hits, (uint64_t)hits);
 	return rc ? rc : hits;
+}
+
+/* Gets from the homes; with replicas, a key the home missed (absent,
+ * failed a check, or the home is lost) is read from its replica. */
+static ssize_t run_get(struct kv_run *r)
+{
+	ssize_t hits = get_pass(r, &r->hg, false);
+
+	if (hits >= 0 && r->replicate) {
+		struct kv_groups g = { 0 };
+		uint32_t *dof = dof_new(r);
+		bool any = false;
+		ssize_t more;
+
+		for (size_t k = 0; dof && k < r->op->n; k++)
+			if (r->status[k] == -ENOENT) {
+				dof[k] = r->second[k];
+				any = true;
+			}
+		if (!dof) {
+			hits = -ENOMEM;
+		} else if (any) {
+			more = group_by(r, dof, &g);
+			if (!more)
+				more = get_pass(r, &g, true);
+			if (more < 0) {
+				hits = more;
+			} else {
+				hits += more;
+				count(&r->kv->st_replica_hits, (uint64_t)more);
+			}
+		}
+		groups_free(&g);
+		free(dof);
+	}
+	count(&r->kv->st_gets, r->op->n);
+	if (hits > 0)
+		count(&r->kv->st_hits, (uint64_t)hits);
+	return hits;
 }
 
 /* ------------------------------------------------------------------ */
 /* exists, delete, pin                                                  */
 
-static ssize_t run_exists(struct kv_run *r)
+/* The smallest index >= lo of a key that the donors of gr (homes, or
+ * second choices) do not hold, or n: KV_EXISTS per batch, in key order
+ * within a donor. A lost donor holds nothing. */
+static size_t exists_from(struct kv_run *r, const struct kv_groups *gr,
+			  size_t lo)
 {
 	size_t first_missing = r->op->n;
 
-	if (!r->t || !r->t->n)
-		return 0; /* no donor up: nothing is present */
-
 	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
+		uint32_t *g = gr->order + gr->gstart[h];
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
 		struct kv_batch b = { .donor = &r->t->d[h] };
 
-		if (!gn || g[0] >= first_missing)
+		while (at < gn && g[at] < lo)
+			at++;
+		if (at == gn || g[at] >= first_missing)
 			continue;
 		if (donor_link(r->kv, b.donor, &b.lk)) {
-			first_missing = g[0];
+			first_missing = g[at];
 			continue;
 		}
-		for (uint32_t at = 0; at < gn && g[at] < first_missing;) {
+		while (at < gn && g[at] < first_missing) {
 			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
 							     : WIRE_KV_BATCH;
 			uint16_t c;
@@ -1068,18 +1339,49 @@ static ssize_t run_exists(struct kv_run *r)
 			at += n;
 		}
 	}
-	return (ssize_t)first_missing;
+	return first_missing;
 }
 
-static ssize_t run_simple(struct kv_run *r)
+/* With replicas a key is present when either copy is: the homes answer
+ * up to their first missing key m, the replicas from m on up to theirs,
+ * the homes again from there, until both miss the same key. */
+static ssize_t run_exists(struct kv_run *r)
 {
-	uint8_t type = r->op->kind == KV_DELETE ? WIRE_KV_DELETE : WIRE_KV_PIN;
-	uint32_t flags = r->op->kind == KV_UNPIN ? WIRE_KV_UNPIN : 0;
+	struct kv_groups g = { 0 };
+	size_t lo = 0, m;
+
+	if (!r->t || !r->t->n)
+		return 0; /* no donor up: nothing is present */
+	for (;;) {
+		m = exists_from(r, &r->hg, lo);
+		if (m == r->op->n || !r->replicate)
+			break;
+		if (!g.order) {
+			int rc = group_by(r, r->second, &g);
+
+			if (rc) {
+				groups_free(&g);
+				return rc;
+			}
+		}
+		lo = exists_from(r, &g, m);
+		if (lo == m)
+			break;
+	}
+	groups_free(&g);
+	return (ssize_t)m;
+}
+
+/* One request per batch of the keys of gr at their donors; st[k] gets
+ * each key's status (-ENOTCONN for a lost donor). The count of 0s. */
+static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
+			   uint8_t type, uint32_t flags, int *st)
+{
 	ssize_t ok = 0;
 
 	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
+		uint32_t *g = gr->order + gr->gstart[h];
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h];
 		struct kv_batch b = { .donor = &r->t->d[h] };
 		int lrc;
 
@@ -1099,12 +1401,77 @@ static ssize_t run_simple(struct kv_run *r)
 			for (uint32_t j = 0; j < n; j++) {
 				int s = rc ? rc : r->rep->u.kv.item[j].status;
 
-				r->status[g[at + j]] = s;
+				st[g[at + j]] = s;
 				ok += !s;
 			}
 			at += n;
 		}
 	}
+	return ok;
+}
+
+/*
+ * delete, pin, unpin. Without a second donor: at the homes. Otherwise a
+ * delete goes to the second choice first (whatever the handle's
+ * replicas: a replica left by another handle goes too), then to the
+ * home; with replicas 2 a key whose replica could not be deleted (its
+ * donor lost, a put under way) keeps its home copy and that status, so
+ * a value's replica never outlives its home. Pins go to both copies
+ * with replicas 2. A key's status is its home's, or 0 when the home
+ * missed it but the replica did it.
+ */
+static ssize_t run_simple(struct kv_run *r)
+{
+	uint8_t type = r->op->kind == KV_DELETE ? WIRE_KV_DELETE : WIRE_KV_PIN;
+	uint32_t flags = r->op->kind == KV_UNPIN ? WIRE_KV_UNPIN : 0;
+	bool second = r->t && r->t->n > 1 &&
+		      (r->replicate || r->op->kind == KV_DELETE);
+	struct kv_groups g = { 0 };
+	uint32_t *dof = NULL;
+	int *rs = NULL;
+	ssize_t ok = 0;
+
+	if (r->op->copy == COPY_SECOND) {
+		if (!r->t || r->t->n < 2)
+			return 0;
+		ok = group_by(r, r->second, &g);
+		if (!ok)
+			ok = simple_pass(r, &g, type, flags, r->status);
+		groups_free(&g);
+		return ok;
+	}
+	if (!second || r->op->copy == COPY_HOME)
+		return simple_pass(r, &r->hg, type, flags, r->status);
+	rs = malloc(r->op->n * sizeof(*rs));
+	dof = malloc(r->op->n * sizeof(*dof));
+	if (!rs || !dof || group_by(r, r->second, &g)) {
+		ok = -ENOMEM;
+		goto out;
+	}
+	simple_pass(r, &g, type, flags, rs);
+	memcpy(dof, r->home, r->op->n * sizeof(*dof));
+	for (size_t k = 0; k < r->op->n; k++)
+		if (type == WIRE_KV_DELETE && r->replicate && rs[k] &&
+		    rs[k] != -ENOENT) {
+			dof[k] = NO_DONOR;
+			r->status[k] = rs[k];
+		}
+	if (group_by(r, dof, &g)) {
+		ok = -ENOMEM;
+		goto out;
+	}
+	simple_pass(r, &g, type, flags, r->status);
+	for (size_t k = 0; k < r->op->n; k++) {
+		if (dof[k] != NO_DONOR && r->replicate && r->status[k] &&
+		    !rs[k] &&
+		    (type != WIRE_KV_DELETE || r->status[k] == -ENOENT))
+			r->status[k] = 0;
+		ok += !r->status[k];
+	}
+out:
+	groups_free(&g);
+	free(dof);
+	free(rs);
 	return ok;
 }
 
@@ -1174,8 +1541,9 @@ out:
 	if (r.t)
 		donors_put(kv, r.t);
 	free(r.home);
-	free(r.order);
-	free(r.gstart);
+	free(r.second);
+	groups_free(&r.hg);
+	free(r.csum);
 	free(r.req);
 	free(r.rep);
 	free(own);
@@ -1287,7 +1655,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 		return -EINVAL;
 	if (opts)
 		o = *opts;
-	if (o.nthreads > KV_MAX_THREADS)
+	if (o.nthreads > KV_MAX_THREADS || o.replicas > KV_MAX_REPLICAS)
 		return -EINVAL;
 	if (sodium_init() < 0)
 		return -ENOMEM;
@@ -1298,6 +1666,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 	kv->cluster = pool_session_is_cluster(p);
 	kv->refresh_ms = o.refresh_ms ? o.refresh_ms : KV_DEFAULT_REFRESH_MS;
 	kv->lease_ms = o.lease_ms ? o.lease_ms : KV_DEFAULT_LEASE_MS;
+	kv->replicas = o.replicas ? o.replicas : 1;
 	kv->efd = -1;
 	kv->att.destroy = kv_destroy;
 	pthread_mutex_init(&kv->lock, NULL);
@@ -1655,6 +2024,8 @@ int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
 	st->bad_reads = __atomic_load_n(&kv->st_bad, __ATOMIC_RELAXED);
 	st->donor_refreshes =
 		__atomic_load_n(&kv->st_refresh, __ATOMIC_RELAXED);
+	st->replica_hits =
+		__atomic_load_n(&kv->st_replica_hits, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&kv->lock);
 	st->ndonors = kv->donors ? kv->donors->n : 0;
 	pthread_mutex_unlock(&kv->lock);
@@ -1664,8 +2035,8 @@ int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
 /* ------------------------------------------------------------------ */
 /* internal views                                                       */
 
-int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
-		 size_t cap)
+static int kv_rank_name(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second, char *name, size_t cap)
 {
 	struct kv_donors *t;
 	int r = -ENOENT;
@@ -1674,10 +2045,42 @@ int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
 		return -EBADF;
 	t = donors_get(kv);
 	if (t && t->n) {
-		snprintf(name, cap, "%s", t->d[home_of(t, key->b)].name);
-		r = 0;
+		uint32_t h, s2;
+
+		rank_of(t, key->b, &h, &s2);
+		if (second)
+			h = s2;
+		if (h != NO_DONOR) {
+			snprintf(name, cap, "%s", t->d[h].name);
+			r = 0;
+		}
 	}
 	if (t)
 		donors_put(kv, t);
 	return r;
+}
+
+int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
+		 size_t cap)
+{
+	return kv_rank_name(kv, key, false, name, cap);
+}
+
+int pool_kv_second(struct pool_kv *kv, const struct pool_kv_key *key,
+		   char *name, size_t cap)
+{
+	return kv_rank_name(kv, key, true, name, cap);
+}
+
+int pool_kv_delete_copy(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, 1, key, NULL);
+	int st = -ENOENT;
+	ssize_t r;
+
+	op.status = &st;
+	op.copy = second ? COPY_SECOND : COPY_HOME;
+	r = run_sync(&op);
+	return r < 0 ? (int)r : st;
 }
