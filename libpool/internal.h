@@ -84,6 +84,13 @@ const char *pool_link_addr(const struct plink *lk);
  * broken connection or a timeout fails the link. */
 int pool_link_call(struct plink *lk, struct wire_msg *req, struct wire_msg *rep,
 		   int expect, char *text, size_t textlen);
+/* pool_link_call in two halves (rpc_send, rpc_recv: fabric/rpc.h): after
+ * pool_link_send returns 0 the calling thread must call pool_link_recv
+ * on lk, and meanwhile holds lk's control connection; a thread sending
+ * on several links sends in ascending order of their addresses. */
+int pool_link_send(struct plink *lk, struct wire_msg *req);
+int pool_link_recv(struct plink *lk, struct wire_msg *rep, int expect,
+		   char *text, size_t textlen);
 /* A local registration of buf in lk's domain when its provider needs one
  * (FAB_MR_LOCAL), else *mr = NULL. 0 or -errno. */
 int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr);

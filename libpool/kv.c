@@ -19,9 +19,14 @@
  * One operation (struct pool_kv_op, a batch of keys of one kind) runs
  * in one thread: the caller's for the synchronous calls, a "pool-kv"
  * worker's for the asynchronous ones. It groups the keys by home and
- * cuts each group into wire batches of at most WIRE_KV_BATCH keys:
+ * cuts each group into wire batches of at most WIRE_KV_BATCH keys. The
+ * batches go out in rounds: a round sends the next request to every
+ * donor at once (pool_link_send, in ascending order of link address),
+ * then takes the replies (pool_link_recv), so a batch's round trips to
+ * different donors overlap (struct kv_lane: one donor's part of a pass).
  *
- *   put     XXH3-64 of each value; per batch KV_RESERVE, then the RMA
+ *   put     per batch KV_RESERVE (XXH3-64 of the values computed while
+ *           the round's requests are out), then the RMA
  *           writes of every chunk (a 64-byte header from the batch's
  *           header buffer, the payload straight from the caller's value,
  *           in pieces of at most the session's xfer size), all posted
@@ -570,16 +575,145 @@ static void req_keys(struct kv_run *r, uint8_t type, uint32_t flags,
 	}
 }
 
-/* The call; a reply with the wrong item count is -EPROTO. */
-static int kv_call(struct kv_run *r, struct kv_batch *b, uint8_t type)
+/* After a call of n keys to donor d: a lost donor is noted; a reply with
+ * the wrong item count is -EPROTO. */
+static int call_checked(struct kv_run *r, struct kv_donor *d,
+			const struct wire_msg *rep, uint8_t type, uint32_t n,
+			int rc)
 {
-	int rc = pool_link_call(b->lk, r->req, r->rep, type | 0x80, NULL, 0);
-
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
-		donor_failed(r->kv, b->donor);
-	if (!rc && type != WIRE_KV_EXISTS && r->rep->u.kv.count != b->nkeys)
+		donor_failed(r->kv, d);
+	if (!rc && type != WIRE_KV_EXISTS && rep->u.kv.count != n)
 		rc = -EPROTO;
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* rounds: the next request to every donor, all out at once             */
+
+/* One donor's part of a pass: its keys g[0 .. gn), of which at are
+ * taken; the next batch idx[0 .. n) (keys carried over from the last
+ * reply first) and its reply. lk NULL: the donor is lost. */
+struct kv_lane {
+	struct kv_donor *d;
+	struct plink *lk;
+	const uint32_t *g;
+	uint32_t gn, at;
+	uint32_t n, ncarry;
+	uint32_t idx[WIRE_KV_BATCH];
+	uint32_t carry[WIRE_KV_BATCH];
+	struct wire_msg *rep;
+	int rc;
+	uint64_t t0_ms; /* when the request went out */
+};
+
+struct kv_lanes {
+	struct kv_lane *l;
+	struct kv_lane **ord; /* a round's lanes by link address */
+	uint32_t n, nord;
+};
+
+static void lanes_close(struct kv_lanes *ls)
+{
+	for (uint32_t i = 0; ls->l && i < ls->n; i++)
+		free(ls->l[i].rep);
+	free(ls->l);
+	free(ls->ord);
+	memset(ls, 0, sizeof(*ls));
+}
+
+/* A lane for each donor of gr with keys, its link opened. */
+static int lanes_open(struct kv_run *r, const struct kv_groups *gr,
+		      struct kv_lanes *ls)
+{
+	uint32_t nd = r->t ? r->t->n : 0;
+
+	memset(ls, 0, sizeof(*ls));
+	ls->l = calloc(nd ? nd : 1, sizeof(*ls->l));
+	ls->ord = calloc(nd ? nd : 1, sizeof(*ls->ord));
+	if (!ls->l || !ls->ord)
+		return -ENOMEM;
+	for (uint32_t h = 0; h < nd; h++) {
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h];
+		struct kv_lane *l;
+
+		if (!gn)
+			continue;
+		l = &ls->l[ls->n++];
+		l->d = &r->t->d[h];
+		l->g = gr->order + gr->gstart[h];
+		l->gn = gn;
+		if (donor_link(r->kv, l->d, &l->lk))
+			l->lk = NULL;
+		else if (!(l->rep = malloc(sizeof(*l->rep))))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* l's next batch: the carried keys, then untaken keys for which take(r,
+ * k) is true (NULL: all). The batch's size. */
+static uint32_t lane_fill(struct kv_run *r, struct kv_lane *l,
+			  bool (*take)(struct kv_run *, uint32_t))
+{
+	memcpy(l->idx, l->carry, l->ncarry * sizeof(*l->carry));
+	l->n = l->ncarry;
+	l->ncarry = 0;
+	while (l->lk && l->n < WIRE_KV_BATCH && l->at < l->gn) {
+		uint32_t k = l->g[l->at++];
+
+		if (!take || take(r, k))
+			l->idx[l->n++] = k;
+	}
+	return l->n;
+}
+
+static int lane_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)(*(struct kv_lane *const *)a)->lk;
+	uintptr_t y = (uintptr_t)(*(struct kv_lane *const *)b)->lk;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Sends the request of every lane with a batch, in ascending order of
+ * link address (pool_link_send: a thread holds each link's control
+ * connection from its send to its receive, and one global order keeps
+ * two such threads from waiting on each other). round_recv then takes
+ * the replies in the same order: the round trips to all donors overlap.
+ */
+static void round_send(struct kv_run *r, struct kv_lanes *ls, uint8_t type,
+		       uint32_t flags)
+{
+	ls->nord = 0;
+	for (uint32_t i = 0; i < ls->n; i++)
+		if (ls->l[i].lk && ls->l[i].n)
+			ls->ord[ls->nord++] = &ls->l[i];
+	qsort(ls->ord, ls->nord, sizeof(*ls->ord), lane_cmp);
+	for (uint32_t i = 0; i < ls->nord; i++) {
+		struct kv_lane *l = ls->ord[i];
+
+		req_keys(r, type, flags, l->idx, l->n);
+		if (type == WIRE_KV_RESERVE)
+			for (uint32_t j = 0; j < l->n; j++)
+				r->req->u.kv.item[j].value_len =
+					r->op->lens[l->idx[j]];
+		l->t0_ms = now_ms();
+		l->rc = pool_link_send(l->lk, r->req);
+	}
+}
+
+static void round_recv(struct kv_run *r, struct kv_lanes *ls, uint8_t type)
+{
+	for (uint32_t i = 0; i < ls->nord; i++) {
+		struct kv_lane *l = ls->ord[i];
+
+		if (!l->rc)
+			l->rc = pool_link_recv(l->lk, l->rep, type | 0x80, NULL,
+					       0);
+		l->rc = call_checked(r, l->d, l->rep, type, l->n, l->rc);
+	}
 }
 
 /* Location range of reply item it, checked. */
@@ -752,39 +886,29 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 /* ------------------------------------------------------------------ */
 /* put                                                                  */
 
-/* Reserves and posts one batch of group keys g[0 .. n); keys that did
- * not fit the reply go back to *retry. */
-static int put_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     bool replica, const uint32_t *g, uint32_t n,
-		     uint32_t *retry, uint32_t *nretry)
+/* After lane l's reserve reply (in r->rep): posts the writes of the keys
+ * reserved; keys that did not fit the reply are carried. */
+static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = batch_new(r, d, lk, replica);
-	int rc;
+	struct kv_batch *b = batch_new(r, l->d, l->lk, replica);
+	const uint32_t *g = l->idx;
+	uint32_t n = l->n;
+	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
 	b->nkeys = n;
 	memcpy(b->key, g, n * sizeof(*g));
-	req_keys(r, WIRE_KV_RESERVE, 0, g, n);
 	for (uint32_t j = 0; j < n; j++) {
 		b->vlen[j] = r->op->lens[g[j]];
-		if (replica) {
-			b->csum[j] = r->csum[g[j]];
-		} else {
-			b->csum[j] =
-				XXH3_64bits(r->op->values[g[j]], b->vlen[j]);
-			if (r->csum)
-				r->csum[g[j]] = b->csum[j];
-		}
-		r->req->u.kv.item[j].value_len = b->vlen[j];
+		b->csum[j] = r->csum[g[j]];
 	}
-	rc = kv_call(r, b, WIRE_KV_RESERVE);
 	for (uint32_t j = 0; j < n; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
 
 		b->st[j] = rc ? rc : it->status;
 		if (!rc && it->status == -ENOBUFS && j > 0) {
-			retry[(*nretry)++] = g[j];
+			l->carry[l->ncarry++] = g[j];
 			b->st[j] = 1; /* not this batch's */
 			continue;
 		}
@@ -856,62 +980,58 @@ static int put_check(const struct pool_kv_op *op, uint32_t k)
 	return 0;
 }
 
+static bool put_take(struct kv_run *r, uint32_t k)
+{
+	r->status[k] = put_check(r->op, k);
+	return !r->status[k];
+}
+
 /*
  * Reserves and posts the keys of gr at their donors: their homes, or
- * (replica) their second choices. Keys that did not fit a reply are
- * carried into the next batch. The home pass sets the statuses of keys
- * that cannot be stored or whose home is lost; a replica pass sets none.
+ * (replica) their second choices; one round of reserves to all donors
+ * at once, the checksums of the round's values computed while the
+ * requests are out, then the writes. Keys that did not fit a reply go
+ * into the next round. The home pass sets the statuses of keys that
+ * cannot be stored or whose home is lost; a replica pass sets none.
  */
 static int put_pass(struct kv_run *r, const struct kv_groups *gr, bool replica)
 {
-	uint32_t *retry = NULL;
-	int rc = 0;
+	struct wire_msg *own = r->rep;
+	struct kv_lanes ls;
+	int rc = lanes_open(r, gr, &ls);
 
-	retry = malloc(WIRE_KV_BATCH * sizeof(*retry));
-	if (!retry)
-		return -ENOMEM;
-	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
-		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = gr->order + gr->gstart[h];
-		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
-		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
-		struct plink *lk;
+	for (uint32_t i = 0; !rc && !replica && i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++) {
+			uint32_t k = ls.l[i].g[j];
+			int bad = put_check(r->op, k);
 
-		if (!gn)
-			continue;
-		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn && !replica; i++) {
-				int bad = put_check(r->op, g[i]);
-
-				r->status[g[i]] = bad ? bad : -ENOTCONN;
-			}
-			continue;
+			r->status[k] = bad ? bad : -ENOTCONN;
 		}
-		while ((at < gn || ncarry) && !rc) {
-			uint32_t batch[WIRE_KV_BATCH], n = 0, nretry = 0;
+	while (!rc) {
+		bool any = false;
 
-			/* keys that did not fit come first */
-			memcpy(batch, carry, ncarry * sizeof(*carry));
-			n = ncarry;
-			while (n < WIRE_KV_BATCH && at < gn) {
-				uint32_t k = g[at++];
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i],
+					 replica ? NULL : put_take) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_RESERVE, 0);
+		for (uint32_t i = 0; !replica && i < ls.nord; i++)
+			for (uint32_t j = 0; j < ls.ord[i]->n; j++) {
+				uint32_t k = ls.ord[i]->idx[j];
 
-				if (!replica) {
-					r->status[k] = put_check(r->op, k);
-					if (r->status[k])
-						continue;
-				}
-				batch[n++] = k;
+				r->csum[k] = XXH3_64bits(r->op->values[k],
+							 r->op->lens[k]);
 			}
-			if (!n)
-				break;
-			rc = put_batch(r, d, lk, replica, batch, n, retry,
-				       &nretry);
-			memcpy(carry, retry, nretry * sizeof(*retry));
-			ncarry = nretry;
+		round_recv(r, &ls, WIRE_KV_RESERVE);
+		for (uint32_t i = 0; i < ls.nord && !rc; i++) {
+			r->rep = ls.ord[i]->rep;
+			rc = put_batch(r, ls.ord[i], replica);
+			r->rep = own;
 		}
 	}
-	free(retry);
+	r->rep = own;
+	lanes_close(&ls);
 	return rc;
 }
 
@@ -1018,11 +1138,13 @@ static ssize_t run_put(struct kv_run *r)
 	int *hs = NULL, rc;
 	bool *rok = NULL;
 
+	r->csum = malloc(r->op->n * sizeof(*r->csum));
+	if (!r->csum)
+		return -ENOMEM;
 	if (r->replicate) {
-		r->csum = malloc(r->op->n * sizeof(*r->csum));
 		hs = malloc(r->op->n * sizeof(*hs));
 		rok = calloc(r->op->n, sizeof(*rok));
-		if (!r->csum || !hs || !rok) {
+		if (!hs || !rok) {
 			free(hs);
 			free(rok);
 			return -ENOMEM;
@@ -1072,20 +1194,20 @@ static ssize_t run_put(struct kv_run *r)
 /* ------------------------------------------------------------------ */
 /* get                                                                  */
 
-static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     bool replica, const uint32_t *g, uint32_t n,
-		     uint32_t *retry, uint32_t *nretry)
+/* After lane l's lookup reply (in r->rep): posts the reads of the keys
+ * found; keys that did not fit the reply are carried. */
+static int get_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = batch_new(r, d, lk, replica);
-	int rc;
+	struct kv_batch *b = batch_new(r, l->d, l->lk, replica);
+	const uint32_t *g = l->idx;
+	uint32_t n = l->n;
+	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
 	b->nkeys = n;
 	memcpy(b->key, g, n * sizeof(*g));
-	req_keys(r, WIRE_KV_LOOKUP, 0, g, n);
-	b->t0_ms = now_ms();
-	rc = kv_call(r, b, WIRE_KV_LOOKUP);
+	b->t0_ms = l->t0_ms;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
 		uint32_t k = g[j];
@@ -1094,7 +1216,7 @@ static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
 		if (rc)
 			continue;
 		if (it->status == -ENOBUFS && j > 0) {
-			retry[(*nretry)++] = k;
+			l->carry[l->ncarry++] = k;
 			b->st[j] = 1;
 			continue;
 		}
@@ -1191,37 +1313,31 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 			bool replica)
 {
 	struct kv_batch **mark = r->tail;
-	uint32_t retry[WIRE_KV_BATCH];
+	struct wire_msg *own = r->rep;
+	struct kv_lanes ls;
 	ssize_t hits = 0;
-	int rc = 0;
+	int rc = lanes_open(r, gr, &ls);
 
-	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
-		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = gr->order + gr->gstart[h];
-		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
-		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
-		struct plink *lk;
+	for (uint32_t i = 0; !rc && i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++)
+			r->status[ls.l[i].g[j]] = -ENOENT; /* loss: a miss */
+	while (!rc) {
+		bool any = false;
 
-		if (!gn)
-			continue;
-		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn; i++)
-				r->status[g[i]] = -ENOENT; /* loss: a miss */
-			continue;
-		}
-		while ((at < gn || ncarry) && !rc) {
-			uint32_t batch[WIRE_KV_BATCH], n, nretry = 0;
-
-			memcpy(batch, carry, ncarry * sizeof(*carry));
-			n = ncarry;
-			while (n < WIRE_KV_BATCH && at < gn)
-				batch[n++] = g[at++];
-			rc = get_batch(r, d, lk, replica, batch, n, retry,
-				       &nretry);
-			memcpy(carry, retry, nretry * sizeof(*retry));
-			ncarry = nretry;
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i], NULL) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_LOOKUP, 0);
+		round_recv(r, &ls, WIRE_KV_LOOKUP);
+		for (uint32_t i = 0; i < ls.nord && !rc; i++) {
+			r->rep = ls.ord[i]->rep;
+			rc = get_batch(r, ls.ord[i], replica);
+			r->rep = own;
 		}
 	}
+	r->rep = own;
+	lanes_close(&ls);
 	for (struct kv_batch *b = *mark; b; b = b->next) {
 		uint64_t done_ms;
 
@@ -1301,45 +1417,58 @@ static ssize_t run_get(struct kv_run *r)
 /* The smallest index >= lo of a key that the donors of gr (homes, or
  * second choices) do not hold, or n: KV_EXISTS per batch, in key order
  * within a donor. A lost donor holds nothing. */
-static size_t exists_from(struct kv_run *r, const struct kv_groups *gr,
-			  size_t lo)
+static ssize_t exists_from(struct kv_run *r, const struct kv_groups *gr,
+			   size_t lo)
 {
 	size_t first_missing = r->op->n;
+	struct kv_lanes ls;
 
-	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = gr->order + gr->gstart[h];
-		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h], at = 0;
-		struct kv_batch b = { .donor = &r->t->d[h] };
+	if (lanes_open(r, gr, &ls)) {
+		lanes_close(&ls);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ls.n; i++) {
+		struct kv_lane *l = &ls.l[i];
 
-		while (at < gn && g[at] < lo)
-			at++;
-		if (at == gn || g[at] >= first_missing)
-			continue;
-		if (donor_link(r->kv, b.donor, &b.lk)) {
-			first_missing = g[at];
-			continue;
-		}
-		while (at < gn && g[at] < first_missing) {
-			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
+		while (l->at < l->gn && l->g[l->at] < lo)
+			l->at++;
+		if (!l->lk && l->at < l->gn && l->g[l->at] < first_missing)
+			first_missing = l->g[l->at];
+	}
+	for (;;) {
+		bool any = false;
+
+		for (uint32_t i = 0; i < ls.n; i++) {
+			struct kv_lane *l = &ls.l[i];
+
+			l->n = 0;
+			if (!l->lk || l->at == l->gn ||
+			    l->g[l->at] >= first_missing)
+				continue;
+			l->n = l->gn - l->at < WIRE_KV_BATCH ? l->gn - l->at
 							     : WIRE_KV_BATCH;
-			uint16_t c;
+			memcpy(l->idx, l->g + l->at, l->n * sizeof(*l->idx));
+			any = true;
+		}
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_EXISTS, 0);
+		round_recv(r, &ls, WIRE_KV_EXISTS);
+		for (uint32_t i = 0; i < ls.nord; i++) {
+			struct kv_lane *l = ls.ord[i];
+			uint32_t c = l->rc ? 0 : l->rep->u.kv.count;
 
-			b.nkeys = n;
-			req_keys(r, WIRE_KV_EXISTS, 0, g + at, n);
-			if (kv_call(r, &b, WIRE_KV_EXISTS)) {
-				first_missing = g[at];
-				break;
+			if (c < l->n) {
+				if (l->idx[c] < first_missing)
+					first_missing = l->idx[c];
+				l->at = l->gn; /* this donor is done */
+			} else {
+				l->at += l->n;
 			}
-			c = r->rep->u.kv.count;
-			if (c < n) {
-				if (g[at + c] < first_missing)
-					first_missing = g[at + c];
-				break;
-			}
-			at += n;
 		}
 	}
-	return first_missing;
+	lanes_close(&ls);
+	return (ssize_t)first_missing;
 }
 
 /* With replicas a key is present when either copy is: the homes answer
@@ -1348,65 +1477,66 @@ static size_t exists_from(struct kv_run *r, const struct kv_groups *gr,
 static ssize_t run_exists(struct kv_run *r)
 {
 	struct kv_groups g = { 0 };
-	size_t lo = 0, m;
+	ssize_t lo = 0, m;
 
 	if (!r->t || !r->t->n)
 		return 0; /* no donor up: nothing is present */
 	for (;;) {
-		m = exists_from(r, &r->hg, lo);
-		if (m == r->op->n || !r->replicate)
+		m = exists_from(r, &r->hg, (size_t)lo);
+		if (m < 0 || m == (ssize_t)r->op->n || !r->replicate)
 			break;
-		if (!g.order) {
-			int rc = group_by(r, r->second, &g);
-
-			if (rc) {
-				groups_free(&g);
-				return rc;
-			}
+		if (!g.order && group_by(r, r->second, &g)) {
+			m = -ENOMEM;
+			break;
 		}
-		lo = exists_from(r, &g, m);
-		if (lo == m)
+		lo = exists_from(r, &g, (size_t)m);
+		if (lo < 0)
+			m = lo;
+		if (lo <= m)
 			break;
 	}
 	groups_free(&g);
-	return (ssize_t)m;
+	return m;
 }
 
-/* One request per batch of the keys of gr at their donors; st[k] gets
- * each key's status (-ENOTCONN for a lost donor). The count of 0s. */
+/* One request per batch of the keys of gr at their donors, a round to
+ * all donors at once; st[k] gets each key's status (-ENOTCONN for a
+ * lost donor). The count of 0s. */
 static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
 			   uint8_t type, uint32_t flags, int *st)
 {
+	struct kv_lanes ls;
 	ssize_t ok = 0;
 
-	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = gr->order + gr->gstart[h];
-		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h];
-		struct kv_batch b = { .donor = &r->t->d[h] };
-		int lrc;
+	if (lanes_open(r, gr, &ls)) {
+		lanes_close(&ls);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++)
+			st[ls.l[i].g[j]] = -ENOTCONN;
+	for (;;) {
+		bool any = false;
 
-		if (!gn)
-			continue;
-		lrc = donor_link(r->kv, b.donor, &b.lk);
-		for (uint32_t at = 0; at < gn;) {
-			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
-							     : WIRE_KV_BATCH;
-			int rc = lrc;
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i], NULL) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, type, flags);
+		round_recv(r, &ls, type);
+		for (uint32_t i = 0; i < ls.nord; i++) {
+			struct kv_lane *l = ls.ord[i];
 
-			b.nkeys = n;
-			if (!rc) {
-				req_keys(r, type, flags, g + at, n);
-				rc = kv_call(r, &b, type);
-			}
-			for (uint32_t j = 0; j < n; j++) {
-				int s = rc ? rc : r->rep->u.kv.item[j].status;
+			for (uint32_t j = 0; j < l->n; j++) {
+				int s = l->rc ? l->rc
+					      : l->rep->u.kv.item[j].status;
 
-				st[g[at + j]] = s;
+				st[l->idx[j]] = s;
 				ok += !s;
 			}
-			at += n;
 		}
 	}
+	lanes_close(&ls);
 	return ok;
 }
 
