@@ -168,8 +168,9 @@ POOL_API ssize_t pool_kv_get(struct pool_kv *kv, size_t n,
 
 /*
  * The length of the longest prefix keys[0 .. k) whose every key is
- * present (committed, in memory or spilled), one round trip per home
- * donor for up to 64 keys each. A key on a lost donor is absent. Returns
+ * present (committed, in memory or spilled; with two replicas, in either
+ * copy), one round trip to all home donors at once per 64 keys each. A
+ * key on a lost donor is absent. Returns
  * k (0 .. n), or -EBADF / -EINVAL / -ENOMEM. A present key may still miss
  * at a later get (evicted meanwhile).
  */
@@ -179,7 +180,10 @@ POOL_API ssize_t pool_kv_exists(struct pool_kv *kv, size_t n,
 /*
  * Deletes keys. status[i] (may be NULL): 0 deleted, -ENOENT absent,
  * -EBUSY a put of it is under way, -ENOTCONN its home is lost. A key being
- * read disappears at once; its memory is freed when the reads end.
+ * read disappears at once; its memory is freed when the reads end. With
+ * two replicas the replica goes first, and a key whose replica could not
+ * be deleted (-ENOTCONN, -EBUSY) keeps its home copy too (pool_kv(3),
+ * "Replicas").
  * Returns the number deleted, or -EBADF / -EINVAL / -ENOMEM.
  */
 POOL_API ssize_t pool_kv_delete(struct pool_kv *kv, size_t n,
