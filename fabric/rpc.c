@@ -7,6 +7,10 @@
  *
  * Threads: any thread may call; calls are serialized by c->lock, so at
  * most one request is outstanding and a reply is matched by seq alone.
+ * rpc_call is rpc_send + rpc_recv: rpc_send returns with c->lock held
+ * (the request outstanding) and rpc_recv releases it, so one thread can
+ * have requests out on several connections at once (taking their locks
+ * in one global order, rpc.h).
  * A timeout or a garbled stream leaves the byte stream in an unknown
  * state, so either marks the connection broken: memd then sees it close
  * and the session's leases run out their TTL, which is the safe outcome.
@@ -36,6 +40,10 @@ struct rpc {
 	int fd;
 	bool broken;
 	uint32_t seq;
+	/* the request outstanding between rpc_send and rpc_recv */
+	uint32_t pend_seq;
+	uint8_t pend_type;
+	uint64_t pend_deadline;
 	rpc_log_fn log; /* may be NULL */
 	void *log_arg;
 	uint8_t buf[WIRE_MAX_FRAME];
@@ -228,15 +236,24 @@ static ssize_t recv_frame(struct rpc *c, uint64_t deadline)
 	}
 }
 
-int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
-	     int expect, int timeout_ms, char *errtext, size_t errlen)
+/* A failure that leaves the stream in an unknown state: drop it. c->lock
+ * held. The error to return. */
+static int rpc_drop_locked(struct rpc *c, uint8_t type, int r)
+{
+	if (c->log)
+		c->log(c->log_arg, LOG_WARNING,
+		       "rpc: %s failed err=%s; connection dropped",
+		       wire_type_name(type), strerror(-r));
+	c->broken = true;
+	return r != -ETIMEDOUT && r != -EPROTO ? -ENOTCONN : r;
+}
+
+int rpc_send(struct rpc *c, struct wire_msg *req, int timeout_ms)
 {
 	uint64_t deadline = mono_ms() + (uint64_t)timeout_ms;
 	ssize_t n;
 	int r;
 
-	if (errtext && errlen)
-		errtext[0] = '\0';
 	pthread_mutex_lock(&c->lock);
 	if (c->broken) {
 		r = -ENOTCONN;
@@ -249,9 +266,28 @@ int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 		goto out;
 	}
 	r = send_all(c, c->buf, (size_t)n, deadline);
-	if (r)
-		goto broken;
-	n = recv_frame(c, deadline);
+	if (r) {
+		r = rpc_drop_locked(c, req->type, r);
+		goto out;
+	}
+	c->pend_seq = req->seq;
+	c->pend_type = req->type;
+	c->pend_deadline = deadline;
+	return 0; /* c->lock stays held until rpc_recv */
+out:
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+int rpc_recv(struct rpc *c, struct wire_msg *rep, int expect, char *errtext,
+	     size_t errlen)
+{
+	ssize_t n;
+	int r;
+
+	if (errtext && errlen)
+		errtext[0] = '\0';
+	n = recv_frame(c, c->pend_deadline);
 	if (n < 0) {
 		r = (int)n;
 		goto broken;
@@ -267,30 +303,37 @@ int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 		if (c->log)
 			c->log(c->log_arg, LOG_INFO,
 			       "rpc: %s refused err=%d msg=%s",
-			       wire_type_name(req->type), rep->u.error.err,
+			       wire_type_name(c->pend_type), rep->u.error.err,
 			       rep->u.error.msg);
 		/* An ERROR with seq 0 is memd closing on us. */
-		if (rep->seq != req->seq)
+		if (rep->seq != c->pend_seq)
 			c->broken = true;
 		goto out;
 	}
-	if (rep->seq != req->seq || rep->type != expect) {
+	if (rep->seq != c->pend_seq || rep->type != expect) {
 		r = -EPROTO;
 		goto broken;
 	}
 	r = 0;
 	goto out;
 broken:
-	if (c->log)
-		c->log(c->log_arg, LOG_WARNING,
-		       "rpc: %s failed err=%s; connection dropped",
-		       wire_type_name(req->type), strerror(-r));
-	c->broken = true;
-	if (r != -ETIMEDOUT && r != -EPROTO)
-		r = -ENOTCONN;
+	r = rpc_drop_locked(c, c->pend_type, r);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
+	     int expect, int timeout_ms, char *errtext, size_t errlen)
+{
+	int r;
+
+	if (errtext && errlen)
+		errtext[0] = '\0';
+	r = rpc_send(c, req, timeout_ms);
+	if (r)
+		return r;
+	return rpc_recv(c, rep, expect, errtext, errlen);
 }
 
 int rpc_hello(struct rpc *c, const char *client, uint16_t proto_min,

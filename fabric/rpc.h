@@ -44,6 +44,22 @@ void rpc_set_log(struct rpc *c, rpc_log_fn fn, void *arg);
 int rpc_call(struct rpc *c, struct wire_msg *req, struct wire_msg *rep,
 	     int expect, int timeout_ms, char *errtext, size_t errlen);
 
+/*
+ * rpc_call in two halves, so that one thread can have requests out on
+ * several connections at once: rpc_send sends req (its seq assigned
+ * here) and, on 0, returns with the connection reserved for the calling
+ * thread; that thread must then call rpc_recv, which waits for the reply
+ * (until timeout_ms after the send), decodes it into *rep, releases the
+ * connection and returns what rpc_call would have. Other calls on c wait
+ * meanwhile. A thread with requests out on several connections must
+ * have sent them in one global order of the connections (libpool sorts
+ * by address), or two such threads can deadlock. rpc_send returns
+ * -ENOTCONN, -ETIMEDOUT or an encoding error and then holds nothing.
+ */
+int rpc_send(struct rpc *c, struct wire_msg *req, int timeout_ms);
+int rpc_recv(struct rpc *c, struct wire_msg *rep, int expect, char *errtext,
+	     size_t errlen);
+
 /* True once the connection has failed. */
 bool rpc_is_broken(struct rpc *c);
 

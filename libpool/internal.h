@@ -91,6 +91,13 @@ const char *pool_link_addr(const struct plink *lk);
  * broken connection or a timeout fails the link. */
 int pool_link_call(struct plink *lk, struct wire_msg *req, struct wire_msg *rep,
 		   int expect, char *text, size_t textlen);
+/* pool_link_call in two halves (rpc_send, rpc_recv: fabric/rpc.h): after
+ * pool_link_send returns 0 the calling thread must call pool_link_recv
+ * on lk, and meanwhile holds lk's control connection; a thread sending
+ * on several links sends in ascending order of their addresses. */
+int pool_link_send(struct plink *lk, struct wire_msg *req);
+int pool_link_recv(struct plink *lk, struct wire_msg *rep, int expect,
+		   char *text, size_t textlen);
 /* A local registration of buf in lk's domain when its provider needs one
  * (FAB_MR_LOCAL), else *mr = NULL. 0 or -errno. */
 int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr);
@@ -111,5 +118,13 @@ struct pool_kv;
 struct pool_kv_key;
 int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
 		 size_t cap);
+/* The name of key's second choice, where its replica lives (with
+ * replicas 2): 0, -ENOENT (fewer than two donors up) or -EBADF. */
+int pool_kv_second(struct pool_kv *kv, const struct pool_kv_key *key,
+		   char *name, size_t cap);
+/* Tests: deletes one copy of key only, the home's or (second) the
+ * replica's. The key's status (0, -ENOENT, ...) or a call error. */
+int pool_kv_delete_copy(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second);
 
 #endif

@@ -19,9 +19,14 @@
  * One operation (struct pool_kv_op, a batch of keys of one kind) runs
  * in one thread: the caller's for the synchronous calls, a "pool-kv"
  * worker's for the asynchronous ones. It groups the keys by home and
- * cuts each group into wire batches of at most WIRE_KV_BATCH keys:
+ * cuts each group into wire batches of at most WIRE_KV_BATCH keys. The
+ * batches go out in rounds: a round sends the next request to every
+ * donor at once (pool_link_send, in ascending order of link address),
+ * then takes the replies (pool_link_recv), so a batch's round trips to
+ * different donors overlap (struct kv_lane: one donor's part of a pass).
  *
- *   put     XXH3-64 of each value; per batch KV_RESERVE, then the RMA
+ *   put     per batch KV_RESERVE (XXH3-64 of the values computed while
+ *           the round's requests are out), then the RMA
  *           writes of every chunk (a 64-byte header from the batch's
  *           header buffer, the payload straight from the caller's value,
  *           in pieces of at most the session's xfer size), all posted
@@ -38,6 +43,18 @@
  *           is the smallest index of a key some home said is missing.
  *   delete, pin, unpin: one request per batch, the statuses as memd
  *           gives them.
+ *
+ * Replicas (opts.replicas 2, two donors or more up): a key's second
+ * copy lives on its second choice, the donor that ranks second. Each op
+ * then runs a second pass over the second choices (groups made by
+ * group_by, batches flagged replica): put reserves and writes there
+ * after the home's reservation (a copy already there is deleted and
+ * reserved again), commits the replica before the home and deletes it
+ * again if the home does not commit; get reads there the keys the home
+ * missed; exists alternates home and replica passes; delete goes to the
+ * replica first and keeps the home copy when that fails. The rule: a
+ * replica holds its home's bytes, the bytes the home is about to
+ * commit, or nothing (docs/kv.md, "Replicas").
  *
  * A reply's location list is bounded (WIRE_KV_MAX_LOCS); keys that did
  * not fit (-ENOBUFS) go into the next batch. Posted fab_ops live in their
@@ -79,11 +96,14 @@
 #define KV_DEFAULT_REFRESH_MS 5000
 #define KV_DEFAULT_LEASE_MS 2000
 #define KV_RETRY_MS 1000 /* no new link to a failed donor before this */
+#define KV_MAX_REPLICAS 2
+#define NO_DONOR UINT32_MAX
 #define KV_HDR WIRE_KV_HEADER_LEN
 
 static const char kv_salt_tag[] = "tidepool kv salt v1";
 
 enum kv_kind { KV_PUT, KV_GET, KV_EXISTS, KV_DELETE, KV_PIN, KV_UNPIN };
+enum kv_copy { COPY_BOTH, COPY_HOME, COPY_SECOND };
 
 struct kv_donor {
 	uint32_t id;
@@ -113,6 +133,7 @@ struct pool_kv_op {
 	const size_t *caps;	   /* get */
 	size_t *out_lens;	   /* get */
 	int *status;		   /* may be NULL but for get */
+	int copy;		   /* delete: COPY_BOTH, or one copy (tests) */
 	ssize_t result;
 	bool done; /* under kv->qlock */
 	struct pool_kv_op *qnext;
@@ -124,7 +145,7 @@ struct pool_kv {
 	uint32_t magic;		  /* atomic: KV_OPEN or KV_CLOSED */
 	struct pool *p;
 	bool cluster;
-	unsigned refresh_ms, lease_ms;
+	unsigned refresh_ms, lease_ms, replicas;
 
 	pthread_mutex_t lock;
 	struct kv_donors *donors;
@@ -143,7 +164,7 @@ struct pool_kv {
 
 	/* atomics */
 	uint64_t st_puts, st_put_bytes, st_gets, st_hits, st_get_bytes;
-	uint64_t st_bad, st_refresh;
+	uint64_t st_bad, st_refresh, st_replica_hits;
 };
 
 static uint64_t now_ms(void)
@@ -235,25 +256,38 @@ static uint64_t home_score(const struct kv_donor *d, const uint8_t *key)
 	return XXH3_64bits_withSeed(key, POOL_KV_KEY_BYTES, d->seed);
 }
 
-/* Index of key's home in t: the highest score, ties to the greater name
- * (names are distinct). */
-static uint32_t home_of(const struct kv_donors *t, const uint8_t *key)
+/* Donor i with score s ranks above donor j with score sj: the higher
+ * score, ties to the greater name (names are distinct). */
+static bool ranks_above(const struct kv_donors *t, uint32_t i, uint64_t s,
+			uint32_t j, uint64_t sj)
 {
-	uint32_t best = 0;
-	uint64_t bs = 0;
+	return s > sj || (s == sj && strcmp(t->d[i].name, t->d[j].name) > 0);
+}
 
-	if (t->n < 2)
-		return 0;
-	for (uint32_t i = 0; i < t->n; i++) {
+/* Indices in t (t->n >= 1) of key's home, the donor that ranks first,
+ * and of its second choice, the one that ranks second (the replica's
+ * donor; NO_DONOR with one donor). */
+static void rank_of(const struct kv_donors *t, const uint8_t *key,
+		    uint32_t *home, uint32_t *second)
+{
+	uint32_t best = 0, next = NO_DONOR;
+	uint64_t bs = home_score(&t->d[0], key), ns = 0;
+
+	for (uint32_t i = 1; i < t->n; i++) {
 		uint64_t s = home_score(&t->d[i], key);
 
-		if (i == 0 || s > bs ||
-		    (s == bs && strcmp(t->d[i].name, t->d[best].name) > 0)) {
+		if (ranks_above(t, i, s, best, bs)) {
+			next = best;
+			ns = bs;
 			best = i;
 			bs = s;
+		} else if (next == NO_DONOR || ranks_above(t, i, s, next, ns)) {
+			next = i;
+			ns = s;
 		}
 	}
-	return best;
+	*home = best;
+	*second = next;
 }
 
 static void donors_put_locked(struct kv_donors *t)
@@ -399,6 +433,7 @@ struct kv_batch {
 	struct kv_batch *next;
 	struct plink *lk;
 	struct kv_donor *donor;
+	bool replica; /* at keys' second choices, not their homes */
 	uint32_t nkeys;
 	uint32_t key[WIRE_KV_BATCH]; /* indices into the op's keys */
 	int st[WIRE_KV_BATCH];	     /* 0 while fine so far */
@@ -429,15 +464,24 @@ static void batch_free(struct kv_batch *b)
 	free(b);
 }
 
+/* Keys grouped by donor: order[gstart[h] .. gstart[h + 1]) are the
+ * indices of donor h's keys, ascending. */
+struct kv_groups {
+	uint32_t *order;
+	uint32_t *gstart; /* t->n + 1 bounds */
+};
+
 /* Per-run state of one op. */
 struct kv_run {
 	struct pool_kv *kv;
 	struct pool_kv_op *op;
 	struct kv_donors *t;
-	int *status;	  /* op->status or our own */
-	uint32_t *home;	  /* per key, index into t (UINT32_MAX: none) */
-	uint32_t *order;  /* keys sorted by home, stable */
-	uint32_t *gstart; /* t->n + 1 group bounds in order[] */
+	int *status;	     /* op->status or our own */
+	uint32_t *home;	     /* per key, index into t (NO_DONOR: none) */
+	uint32_t *second;    /* per key, its replica's donor (NO_DONOR: none) */
+	bool replicate;	     /* two copies: replicas 2 and two donors up */
+	struct kv_groups hg; /* the keys by home */
+	uint64_t *csum;	     /* put with replicas: XXH3-64 per key */
 	struct wire_msg *req, *rep;
 	uint64_t payload; /* P: value bytes per chunk */
 	size_t xfer;
@@ -445,36 +489,72 @@ struct kv_run {
 	struct kv_batch *batches, **tail;
 };
 
-/* Groups the op's keys by home. */
+static void groups_free(struct kv_groups *g)
+{
+	free(g->order);
+	free(g->gstart);
+	g->order = g->gstart = NULL;
+}
+
+/* Groups the op's keys by dof[k], the index of key k's donor in r->t;
+ * keys with NO_DONOR are left out. */
+static int group_by(const struct kv_run *r, const uint32_t *dof,
+		    struct kv_groups *g)
+{
+	size_t n = r->op->n;
+	uint32_t nd = r->t ? r->t->n : 0, *at;
+
+	groups_free(g);
+	g->order = malloc(n * sizeof(*g->order));
+	g->gstart = calloc((size_t)nd + 1, sizeof(*g->gstart));
+	at = calloc((size_t)nd + 1, sizeof(*at));
+	if (!g->order || !g->gstart || !at) {
+		free(at);
+		return -ENOMEM;
+	}
+	for (size_t k = 0; k < n; k++)
+		if (dof[k] < nd)
+			g->gstart[dof[k] + 1]++;
+	for (uint32_t h = 0; h < nd; h++)
+		g->gstart[h + 1] += g->gstart[h];
+	for (size_t k = 0; k < n; k++)
+		if (dof[k] < nd)
+			g->order[g->gstart[dof[k]] + at[dof[k]]++] =
+				(uint32_t)k;
+	free(at);
+	return 0;
+}
+
+/* Finds each key's home (and second choice, with replicas) and groups
+ * the keys by home. */
 static int run_group(struct kv_run *r)
 {
 	size_t n = r->op->n;
 	uint32_t nd = r->t ? r->t->n : 0;
 
+	r->replicate = r->kv->replicas > 1 && nd > 1;
 	r->home = malloc(n * sizeof(*r->home));
-	r->order = malloc(n * sizeof(*r->order));
-	r->gstart = calloc((size_t)nd + 2, sizeof(*r->gstart));
-	if (!r->home || !r->order || !r->gstart)
+	r->second = malloc(n * sizeof(*r->second));
+	if (!r->home || !r->second)
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		r->home[i] = nd ? home_of(r->t, r->op->keys[i].b) : UINT32_MAX;
+	for (size_t k = 0; k < n; k++) {
 		if (nd)
-			r->gstart[r->home[i] + 1]++;
+			rank_of(r->t, r->op->keys[k].b, &r->home[k],
+				&r->second[k]);
+		else
+			r->home[k] = r->second[k] = NO_DONOR;
 	}
-	for (uint32_t h = 0; h < nd; h++)
-		r->gstart[h + 1] += r->gstart[h];
-	{
-		uint32_t *at = calloc((size_t)nd + 1, sizeof(*at));
+	return group_by(r, r->home, &r->hg);
+}
 
-		if (!at)
-			return -ENOMEM;
-		for (size_t i = 0; i < n; i++)
-			if (nd)
-				r->order[r->gstart[r->home[i]] +
-					 at[r->home[i]]++] = (uint32_t)i;
-		free(at);
-	}
-	return 0;
+/* A per-key array of n donor indices, all NO_DONOR. */
+static uint32_t *dof_new(const struct kv_run *r)
+{
+	uint32_t *dof = malloc(r->op->n * sizeof(*dof));
+
+	for (size_t k = 0; dof && k < r->op->n; k++)
+		dof[k] = NO_DONOR;
+	return dof;
 }
 
 /* Fills the request's items with the batch's keys. */
@@ -495,16 +575,145 @@ static void req_keys(struct kv_run *r, uint8_t type, uint32_t flags,
 	}
 }
 
-/* The call; a reply with the wrong item count is -EPROTO. */
-static int kv_call(struct kv_run *r, struct kv_batch *b, uint8_t type)
+/* After a call of n keys to donor d: a lost donor is noted; a reply with
+ * the wrong item count is -EPROTO. */
+static int call_checked(struct kv_run *r, struct kv_donor *d,
+			const struct wire_msg *rep, uint8_t type, uint32_t n,
+			int rc)
 {
-	int rc = pool_link_call(b->lk, r->req, r->rep, type | 0x80, NULL, 0);
-
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
-		donor_failed(r->kv, b->donor);
-	if (!rc && type != WIRE_KV_EXISTS && r->rep->u.kv.count != b->nkeys)
+		donor_failed(r->kv, d);
+	if (!rc && type != WIRE_KV_EXISTS && rep->u.kv.count != n)
 		rc = -EPROTO;
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* rounds: the next request to every donor, all out at once             */
+
+/* One donor's part of a pass: its keys g[0 .. gn), of which at are
+ * taken; the next batch idx[0 .. n) (keys carried over from the last
+ * reply first) and its reply. lk NULL: the donor is lost. */
+struct kv_lane {
+	struct kv_donor *d;
+	struct plink *lk;
+	const uint32_t *g;
+	uint32_t gn, at;
+	uint32_t n, ncarry;
+	uint32_t idx[WIRE_KV_BATCH];
+	uint32_t carry[WIRE_KV_BATCH];
+	struct wire_msg *rep;
+	int rc;
+	uint64_t t0_ms; /* when the request went out */
+};
+
+struct kv_lanes {
+	struct kv_lane *l;
+	struct kv_lane **ord; /* a round's lanes by link address */
+	uint32_t n, nord;
+};
+
+static void lanes_close(struct kv_lanes *ls)
+{
+	for (uint32_t i = 0; ls->l && i < ls->n; i++)
+		free(ls->l[i].rep);
+	free(ls->l);
+	free(ls->ord);
+	memset(ls, 0, sizeof(*ls));
+}
+
+/* A lane for each donor of gr with keys, its link opened. */
+static int lanes_open(struct kv_run *r, const struct kv_groups *gr,
+		      struct kv_lanes *ls)
+{
+	uint32_t nd = r->t ? r->t->n : 0;
+
+	memset(ls, 0, sizeof(*ls));
+	ls->l = calloc(nd ? nd : 1, sizeof(*ls->l));
+	ls->ord = calloc(nd ? nd : 1, sizeof(*ls->ord));
+	if (!ls->l || !ls->ord)
+		return -ENOMEM;
+	for (uint32_t h = 0; h < nd; h++) {
+		uint32_t gn = gr->gstart[h + 1] - gr->gstart[h];
+		struct kv_lane *l;
+
+		if (!gn)
+			continue;
+		l = &ls->l[ls->n++];
+		l->d = &r->t->d[h];
+		l->g = gr->order + gr->gstart[h];
+		l->gn = gn;
+		if (donor_link(r->kv, l->d, &l->lk))
+			l->lk = NULL;
+		else if (!(l->rep = malloc(sizeof(*l->rep))))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* l's next batch: the carried keys, then untaken keys for which take(r,
+ * k) is true (NULL: all). The batch's size. */
+static uint32_t lane_fill(struct kv_run *r, struct kv_lane *l,
+			  bool (*take)(struct kv_run *, uint32_t))
+{
+	memcpy(l->idx, l->carry, l->ncarry * sizeof(*l->carry));
+	l->n = l->ncarry;
+	l->ncarry = 0;
+	while (l->lk && l->n < WIRE_KV_BATCH && l->at < l->gn) {
+		uint32_t k = l->g[l->at++];
+
+		if (!take || take(r, k))
+			l->idx[l->n++] = k;
+	}
+	return l->n;
+}
+
+static int lane_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)(*(struct kv_lane *const *)a)->lk;
+	uintptr_t y = (uintptr_t)(*(struct kv_lane *const *)b)->lk;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Sends the request of every lane with a batch, in ascending order of
+ * link address (pool_link_send: a thread holds each link's control
+ * connection from its send to its receive, and one global order keeps
+ * two such threads from waiting on each other). round_recv then takes
+ * the replies in the same order: the round trips to all donors overlap.
+ */
+static void round_send(struct kv_run *r, struct kv_lanes *ls, uint8_t type,
+		       uint32_t flags)
+{
+	ls->nord = 0;
+	for (uint32_t i = 0; i < ls->n; i++)
+		if (ls->l[i].lk && ls->l[i].n)
+			ls->ord[ls->nord++] = &ls->l[i];
+	qsort(ls->ord, ls->nord, sizeof(*ls->ord), lane_cmp);
+	for (uint32_t i = 0; i < ls->nord; i++) {
+		struct kv_lane *l = ls->ord[i];
+
+		req_keys(r, type, flags, l->idx, l->n);
+		if (type == WIRE_KV_RESERVE)
+			for (uint32_t j = 0; j < l->n; j++)
+				r->req->u.kv.item[j].value_len =
+					r->op->lens[l->idx[j]];
+		l->t0_ms = now_ms();
+		l->rc = pool_link_send(l->lk, r->req);
+	}
+}
+
+static void round_recv(struct kv_run *r, struct kv_lanes *ls, uint8_t type)
+{
+	for (uint32_t i = 0; i < ls->nord; i++) {
+		struct kv_lane *l = ls->ord[i];
+
+		if (!l->rc)
+			l->rc = pool_link_recv(l->lk, l->rep, type | 0x80, NULL,
+					       0);
+		l->rc = call_checked(r, l->d, l->rep, type, l->n, l->rc);
+	}
 }
 
 /* Location range of reply item it, checked. */
@@ -660,7 +869,7 @@ static void batch_wait(struct kv_run *r, struct kv_batch *b)
 }
 
 static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
-				  struct plink *lk)
+				  struct plink *lk, bool replica)
 {
 	struct kv_batch *b = calloc(1, sizeof(*b));
 
@@ -668,6 +877,7 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 		return NULL;
 	b->lk = lk;
 	b->donor = d;
+	b->replica = replica;
 	*r->tail = b;
 	r->tail = &b->next;
 	return b;
@@ -676,32 +886,29 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 /* ------------------------------------------------------------------ */
 /* put                                                                  */
 
-/* Reserves and posts one batch of group keys g[0 .. n); keys that did
- * not fit the reply go back to *retry. */
-static int put_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     const uint32_t *g, uint32_t n, uint32_t *retry,
-		     uint32_t *nretry)
+/* After lane l's reserve reply (in r->rep): posts the writes of the keys
+ * reserved; keys that did not fit the reply are carried. */
+static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = batch_new(r, d, lk);
-	int rc;
+	struct kv_batch *b = batch_new(r, l->d, l->lk, replica);
+	const uint32_t *g = l->idx;
+	uint32_t n = l->n;
+	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
 	b->nkeys = n;
 	memcpy(b->key, g, n * sizeof(*g));
-	req_keys(r, WIRE_KV_RESERVE, 0, g, n);
 	for (uint32_t j = 0; j < n; j++) {
 		b->vlen[j] = r->op->lens[g[j]];
-		b->csum[j] = XXH3_64bits(r->op->values[g[j]], b->vlen[j]);
-		r->req->u.kv.item[j].value_len = b->vlen[j];
+		b->csum[j] = r->csum[g[j]];
 	}
-	rc = kv_call(r, b, WIRE_KV_RESERVE);
 	for (uint32_t j = 0; j < n; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
 
 		b->st[j] = rc ? rc : it->status;
 		if (!rc && it->status == -ENOBUFS && j > 0) {
-			retry[(*nretry)++] = g[j];
+			l->carry[l->ncarry++] = g[j];
 			b->st[j] = 1; /* not this batch's */
 			continue;
 		}
@@ -773,56 +980,193 @@ static int put_check(const struct pool_kv_op *op, uint32_t k)
 	return 0;
 }
 
-static ssize_t run_put(struct kv_run *r)
+static bool put_take(struct kv_run *r, uint32_t k)
 {
-	uint32_t *retry = NULL;
-	ssize_t stored = 0;
-	int rc = 0;
+	r->status[k] = put_check(r->op, k);
+	return !r->status[k];
+}
 
-	retry = malloc(WIRE_KV_BATCH * sizeof(*retry));
-	if (!retry)
-		return -ENOMEM;
-	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
-		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
-		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
-		struct plink *lk;
+/*
+ * Reserves and posts the keys of gr at their donors: their homes, or
+ * (replica) their second choices; one round of reserves to all donors
+ * at once, the checksums of the round's values computed while the
+ * requests are out, then the writes. Keys that did not fit a reply go
+ * into the next round. The home pass sets the statuses of keys that
+ * cannot be stored or whose home is lost; a replica pass sets none.
+ */
+static int put_pass(struct kv_run *r, const struct kv_groups *gr, bool replica)
+{
+	struct wire_msg *own = r->rep;
+	struct kv_lanes ls;
+	int rc = lanes_open(r, gr, &ls);
 
-		if (!gn)
-			continue;
-		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn; i++) {
-				int bad = put_check(r->op, g[i]);
+	for (uint32_t i = 0; !rc && !replica && i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++) {
+			uint32_t k = ls.l[i].g[j];
+			int bad = put_check(r->op, k);
 
-				r->status[g[i]] = bad ? bad : -ENOTCONN;
-			}
-			continue;
+			r->status[k] = bad ? bad : -ENOTCONN;
 		}
-		while ((at < gn || ncarry) && !rc) {
-			uint32_t batch[WIRE_KV_BATCH], n = 0, nretry = 0;
+	while (!rc) {
+		bool any = false;
 
-			/* keys that did not fit come first */
-			memcpy(batch, carry, ncarry * sizeof(*carry));
-			n = ncarry;
-			while (n < WIRE_KV_BATCH && at < gn) {
-				uint32_t k = g[at++];
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i],
+					 replica ? NULL : put_take) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_RESERVE, 0);
+		for (uint32_t i = 0; !replica && i < ls.nord; i++)
+			for (uint32_t j = 0; j < ls.ord[i]->n; j++) {
+				uint32_t k = ls.ord[i]->idx[j];
 
-				r->status[k] = put_check(r->op, k);
-				if (!r->status[k])
-					batch[n++] = k;
+				r->csum[k] = XXH3_64bits(r->op->values[k],
+							 r->op->lens[k]);
 			}
-			if (!n)
-				break;
-			rc = put_batch(r, d, lk, batch, n, retry, &nretry);
-			memcpy(carry, retry, nretry * sizeof(*retry));
-			ncarry = nretry;
+		round_recv(r, &ls, WIRE_KV_RESERVE);
+		for (uint32_t i = 0; i < ls.nord && !rc; i++) {
+			r->rep = ls.ord[i]->rep;
+			rc = put_batch(r, ls.ord[i], replica);
+			r->rep = own;
 		}
 	}
-	free(retry);
+	r->rep = own;
+	lanes_close(&ls);
+	return rc;
+}
+
+static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
+			   uint8_t type, uint32_t flags, int *st);
+
+/*
+ * The replicas of a put (docs/kv.md, "Replicas"): every key whose home
+ * reservation succeeded is reserved and written at its second choice
+ * too, while the home's reservation keeps other puts and deletes of the
+ * key away from the home. A second choice that already holds the key
+ * (bytes of a value that may have been deleted since) has that copy
+ * deleted and is reserved again, so a replica never keeps other bytes
+ * than those the home is about to commit.
+ */
+static int put_replicas(struct kv_run *r)
+{
+	struct kv_batch **mark = r->tail;
+	struct kv_groups g = { 0 };
+	uint32_t *dof = dof_new(r);
+	int *st = malloc(r->op->n * sizeof(*st));
+	size_t again = 0;
+	int rc = -ENOMEM;
+
+	if (!dof || !st)
+		goto out;
+	for (struct kv_batch *b = r->batches; b; b = b->next)
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j])
+				dof[b->key[j]] = r->second[b->key[j]];
+	rc = group_by(r, dof, &g);
+	if (!rc)
+		rc = put_pass(r, &g, true);
+	if (rc)
+		goto out;
+	for (size_t k = 0; k < r->op->n; k++)
+		dof[k] = NO_DONOR;
+	for (struct kv_batch *b = *mark; b; b = b->next)
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (b->st[j] == -EEXIST) {
+				dof[b->key[j]] = r->second[b->key[j]];
+				again++;
+			}
+	if (!again)
+		goto out;
+	rc = group_by(r, dof, &g);
+	if (rc)
+		goto out;
+	simple_pass(r, &g, WIRE_KV_DELETE, 0, st);
+	for (size_t k = 0; k < r->op->n; k++)
+		if (dof[k] != NO_DONOR && st[k] && st[k] != -ENOENT)
+			dof[k] = NO_DONOR; /* stays as it is: see kv.md */
+	rc = group_by(r, dof, &g);
+	if (!rc)
+		rc = put_pass(r, &g, true);
+out:
+	groups_free(&g);
+	free(dof);
+	free(st);
+	return rc;
+}
+
+/* Before the homes commit: commits the replicas of the keys whose home
+ * writes all succeeded (hs[k] 0); notes in ok[k] which did. */
+static void put_commit_replicas(struct kv_run *r, const int *hs, bool *ok)
+{
+	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		if (!b->replica)
+			continue;
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j] && hs[b->key[j]])
+				b->st[j] = -ECANCELED; /* lapses unused */
+		put_commit(r, b);
+		for (uint32_t j = 0; j < b->nkeys; j++)
+			if (!b->st[j])
+				ok[b->key[j]] = true;
+	}
+}
+
+/* After the homes commit: a replica whose home did not commit is deleted
+ * (best effort), so that no copy holds a value its home never held. */
+static void put_undo_replicas(struct kv_run *r, const bool *ok)
+{
+	struct kv_groups g = { 0 };
+	uint32_t *dof = dof_new(r);
+	int *st = malloc(r->op->n * sizeof(*st));
+	bool any = false;
+
+	for (size_t k = 0; dof && k < r->op->n; k++)
+		if (ok[k] && r->status[k]) {
+			dof[k] = r->second[k];
+			any = true;
+		}
+	if (any && st && !group_by(r, dof, &g))
+		simple_pass(r, &g, WIRE_KV_DELETE, 0, st);
+	groups_free(&g);
+	free(dof);
+	free(st);
+}
+
+static ssize_t run_put(struct kv_run *r)
+{
+	ssize_t stored = 0;
+	int *hs = NULL, rc;
+	bool *rok = NULL;
+
+	r->csum = malloc(r->op->n * sizeof(*r->csum));
+	if (!r->csum)
+		return -ENOMEM;
+	if (r->replicate) {
+		hs = malloc(r->op->n * sizeof(*hs));
+		rok = calloc(r->op->n, sizeof(*rok));
+		if (!hs || !rok) {
+			free(hs);
+			free(rok);
+			return -ENOMEM;
+		}
+	}
+	rc = put_pass(r, &r->hg, false);
+	if (!rc && r->replicate)
+		rc = put_replicas(r);
 	for (struct kv_batch *b = r->batches; b; b = b->next)
 		batch_wait(r, b);
+	if (r->replicate) {
+		for (size_t k = 0; k < r->op->n; k++)
+			hs[k] = 1;
+		for (struct kv_batch *b = r->batches; b; b = b->next)
+			for (uint32_t j = 0; j < b->nkeys && !b->replica; j++)
+				if (b->st[j] != 1)
+					hs[b->key[j]] = b->st[j];
+		put_commit_replicas(r, hs, rok);
+	}
 	for (struct kv_batch *b = r->batches; b; b = b->next) {
+		if (b->replica)
+			continue;
 		put_commit(r, b);
 		for (uint32_t j = 0; j < b->nkeys; j++) {
 			uint32_t k = b->key[j];
@@ -840,26 +1184,30 @@ static ssize_t run_put(struct kv_run *r)
 			}
 		}
 	}
+	if (r->replicate)
+		put_undo_replicas(r, rok);
+	free(hs);
+	free(rok);
 	return rc ? rc : stored;
 }
 
 /* ------------------------------------------------------------------ */
 /* get                                                                  */
 
-static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
-		     const uint32_t *g, uint32_t n, uint32_t *retry,
-		     uint32_t *nretry)
+/* After lane l's lookup reply (in r->rep): posts the reads of the keys
+ * found; keys that did not fit the reply are carried. */
+static int get_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = batch_new(r, d, lk);
-	int rc;
+	struct kv_batch *b = batch_new(r, l->d, l->lk, replica);
+	const uint32_t *g = l->idx;
+	uint32_t n = l->n;
+	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
 	b->nkeys = n;
 	memcpy(b->key, g, n * sizeof(*g));
-	req_keys(r, WIRE_KV_LOOKUP, 0, g, n);
-	b->t0_ms = now_ms();
-	rc = kv_call(r, b, WIRE_KV_LOOKUP);
+	b->t0_ms = l->t0_ms;
 	for (uint32_t j = 0; j < n; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
 		uint32_t k = g[j];
@@ -868,7 +1216,7 @@ static int get_batch(struct kv_run *r, struct kv_donor *d, struct plink *lk,
 		if (rc)
 			continue;
 		if (it->status == -ENOBUFS && j > 0) {
-			retry[(*nretry)++] = k;
+			l->carry[l->ncarry++] = k;
 			b->st[j] = 1;
 			continue;
 		}
@@ -959,39 +1307,38 @@ static void get_done(struct kv_run *r, struct kv_batch *b)
 		donor_failed(r->kv, b->donor);
 }
 
-static ssize_t run_get(struct kv_run *r)
+/* Looks up, reads and checks the keys of gr at their donors (homes, or
+ * replica: second choices); sets their statuses. The hits, or -ENOMEM. */
+static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
+			bool replica)
 {
-	uint32_t retry[WIRE_KV_BATCH];
+	struct kv_batch **mark = r->tail;
+	struct wire_msg *own = r->rep;
+	struct kv_lanes ls;
 	ssize_t hits = 0;
-	int rc = 0;
+	int rc = lanes_open(r, gr, &ls);
 
-	for (uint32_t h = 0; r->t && h < r->t->n && !rc; h++) {
-		struct kv_donor *d = &r->t->d[h];
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h], at = 0;
-		uint32_t carry[WIRE_KV_BATCH], ncarry = 0;
-		struct plink *lk;
+	for (uint32_t i = 0; !rc && i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++)
+			r->status[ls.l[i].g[j]] = -ENOENT; /* loss: a miss */
+	while (!rc) {
+		bool any = false;
 
-		if (!gn)
-			continue;
-		if (donor_link(r->kv, d, &lk)) {
-			for (uint32_t i = 0; i < gn; i++)
-				r->status[g[i]] = -ENOENT; /* loss: a miss */
-			continue;
-		}
-		while ((at < gn || ncarry) && !rc) {
-			uint32_t batch[WIRE_KV_BATCH], n, nretry = 0;
-
-			memcpy(batch, carry, ncarry * sizeof(*carry));
-			n = ncarry;
-			while (n < WIRE_KV_BATCH && at < gn)
-				batch[n++] = g[at++];
-			rc = get_batch(r, d, lk, batch, n, retry, &nretry);
-			memcpy(carry, retry, nretry * sizeof(*retry));
-			ncarry = nretry;
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i], NULL) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_LOOKUP, 0);
+		round_recv(r, &ls, WIRE_KV_LOOKUP);
+		for (uint32_t i = 0; i < ls.nord && !rc; i++) {
+			r->rep = ls.ord[i]->rep;
+			rc = get_batch(r, ls.ord[i], replica);
+			r->rep = own;
 		}
 	}
-	for (struct kv_batch *b = r->batches; b; b = b->next) {
+	r->rep = own;
+	lanes_close(&ls);
+	for (struct kv_batch *b = *mark; b; b = b->next) {
 		uint64_t done_ms;
 
 		batch_wait(r, b);
@@ -1022,89 +1369,239 @@ static ssize_t run_get(struct kv_run *r)
 		}
 		get_done(r, b);
 	}
-	count(&r->kv->st_gets, r->op->n);
-	count(&r->kv->st_hits, (uint64_t)hits);
 	return rc ? rc : hits;
+}
+
+/* Gets from the homes; with replicas, a key the home missed (absent,
+ * failed a check, or the home is lost) is read from its replica. */
+static ssize_t run_get(struct kv_run *r)
+{
+	ssize_t hits = get_pass(r, &r->hg, false);
+
+	if (hits >= 0 && r->replicate) {
+		struct kv_groups g = { 0 };
+		uint32_t *dof = dof_new(r);
+		bool any = false;
+		ssize_t more;
+
+		for (size_t k = 0; dof && k < r->op->n; k++)
+			if (r->status[k] == -ENOENT) {
+				dof[k] = r->second[k];
+				any = true;
+			}
+		if (!dof) {
+			hits = -ENOMEM;
+		} else if (any) {
+			more = group_by(r, dof, &g);
+			if (!more)
+				more = get_pass(r, &g, true);
+			if (more < 0) {
+				hits = more;
+			} else {
+				hits += more;
+				count(&r->kv->st_replica_hits, (uint64_t)more);
+			}
+		}
+		groups_free(&g);
+		free(dof);
+	}
+	count(&r->kv->st_gets, r->op->n);
+	if (hits > 0)
+		count(&r->kv->st_hits, (uint64_t)hits);
+	return hits;
 }
 
 /* ------------------------------------------------------------------ */
 /* exists, delete, pin                                                  */
 
-static ssize_t run_exists(struct kv_run *r)
+/* The smallest index >= lo of a key that the donors of gr (homes, or
+ * second choices) do not hold, or n: KV_EXISTS per batch, in key order
+ * within a donor. A lost donor holds nothing. */
+static ssize_t exists_from(struct kv_run *r, const struct kv_groups *gr,
+			   size_t lo)
 {
 	size_t first_missing = r->op->n;
+	struct kv_lanes ls;
 
-	if (!r->t || !r->t->n)
-		return 0; /* no donor up: nothing is present */
+	if (lanes_open(r, gr, &ls)) {
+		lanes_close(&ls);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ls.n; i++) {
+		struct kv_lane *l = &ls.l[i];
 
-	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
-		struct kv_batch b = { .donor = &r->t->d[h] };
+		while (l->at < l->gn && l->g[l->at] < lo)
+			l->at++;
+		if (!l->lk && l->at < l->gn && l->g[l->at] < first_missing)
+			first_missing = l->g[l->at];
+	}
+	for (;;) {
+		bool any = false;
 
-		if (!gn || g[0] >= first_missing)
-			continue;
-		if (donor_link(r->kv, b.donor, &b.lk)) {
-			first_missing = g[0];
-			continue;
-		}
-		for (uint32_t at = 0; at < gn && g[at] < first_missing;) {
-			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
+		for (uint32_t i = 0; i < ls.n; i++) {
+			struct kv_lane *l = &ls.l[i];
+
+			l->n = 0;
+			if (!l->lk || l->at == l->gn ||
+			    l->g[l->at] >= first_missing)
+				continue;
+			l->n = l->gn - l->at < WIRE_KV_BATCH ? l->gn - l->at
 							     : WIRE_KV_BATCH;
-			uint16_t c;
+			memcpy(l->idx, l->g + l->at, l->n * sizeof(*l->idx));
+			any = true;
+		}
+		if (!any)
+			break;
+		round_send(r, &ls, WIRE_KV_EXISTS, 0);
+		round_recv(r, &ls, WIRE_KV_EXISTS);
+		for (uint32_t i = 0; i < ls.nord; i++) {
+			struct kv_lane *l = ls.ord[i];
+			uint32_t c = l->rc ? 0 : l->rep->u.kv.count;
 
-			b.nkeys = n;
-			req_keys(r, WIRE_KV_EXISTS, 0, g + at, n);
-			if (kv_call(r, &b, WIRE_KV_EXISTS)) {
-				first_missing = g[at];
-				break;
+			if (c < l->n) {
+				if (l->idx[c] < first_missing)
+					first_missing = l->idx[c];
+				l->at = l->gn; /* this donor is done */
+			} else {
+				l->at += l->n;
 			}
-			c = r->rep->u.kv.count;
-			if (c < n) {
-				if (g[at + c] < first_missing)
-					first_missing = g[at + c];
-				break;
-			}
-			at += n;
 		}
 	}
+	lanes_close(&ls);
 	return (ssize_t)first_missing;
 }
 
+/* With replicas a key is present when either copy is: the homes answer
+ * up to their first missing key m, the replicas from m on up to theirs,
+ * the homes again from there, until both miss the same key. */
+static ssize_t run_exists(struct kv_run *r)
+{
+	struct kv_groups g = { 0 };
+	ssize_t lo = 0, m;
+
+	if (!r->t || !r->t->n)
+		return 0; /* no donor up: nothing is present */
+	for (;;) {
+		m = exists_from(r, &r->hg, (size_t)lo);
+		if (m < 0 || m == (ssize_t)r->op->n || !r->replicate)
+			break;
+		if (!g.order && group_by(r, r->second, &g)) {
+			m = -ENOMEM;
+			break;
+		}
+		lo = exists_from(r, &g, (size_t)m);
+		if (lo < 0)
+			m = lo;
+		if (lo <= m)
+			break;
+	}
+	groups_free(&g);
+	return m;
+}
+
+/* One request per batch of the keys of gr at their donors, a round to
+ * all donors at once; st[k] gets each key's status (-ENOTCONN for a
+ * lost donor). The count of 0s. */
+static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
+			   uint8_t type, uint32_t flags, int *st)
+{
+	struct kv_lanes ls;
+	ssize_t ok = 0;
+
+	if (lanes_open(r, gr, &ls)) {
+		lanes_close(&ls);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < ls.n; i++)
+		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++)
+			st[ls.l[i].g[j]] = -ENOTCONN;
+	for (;;) {
+		bool any = false;
+
+		for (uint32_t i = 0; i < ls.n; i++)
+			any |= lane_fill(r, &ls.l[i], NULL) > 0;
+		if (!any)
+			break;
+		round_send(r, &ls, type, flags);
+		round_recv(r, &ls, type);
+		for (uint32_t i = 0; i < ls.nord; i++) {
+			struct kv_lane *l = ls.ord[i];
+
+			for (uint32_t j = 0; j < l->n; j++) {
+				int s = l->rc ? l->rc
+					      : l->rep->u.kv.item[j].status;
+
+				st[l->idx[j]] = s;
+				ok += !s;
+			}
+		}
+	}
+	lanes_close(&ls);
+	return ok;
+}
+
+/*
+ * delete, pin, unpin. Without a second donor: at the homes. Otherwise a
+ * delete goes to the second choice first (whatever the handle's
+ * replicas: a replica left by another handle goes too), then to the
+ * home; with replicas 2 a key whose replica could not be deleted (its
+ * donor lost, a put under way) keeps its home copy and that status, so
+ * a value's replica never outlives its home. Pins go to both copies
+ * with replicas 2. A key's status is its home's, or 0 when the home
+ * missed it but the replica did it.
+ */
 static ssize_t run_simple(struct kv_run *r)
 {
 	uint8_t type = r->op->kind == KV_DELETE ? WIRE_KV_DELETE : WIRE_KV_PIN;
 	uint32_t flags = r->op->kind == KV_UNPIN ? WIRE_KV_UNPIN : 0;
+	bool second = r->t && r->t->n > 1 &&
+		      (r->replicate || r->op->kind == KV_DELETE);
+	struct kv_groups g = { 0 };
+	uint32_t *dof = NULL;
+	int *rs = NULL;
 	ssize_t ok = 0;
 
-	for (uint32_t h = 0; r->t && h < r->t->n; h++) {
-		uint32_t *g = r->order + r->gstart[h];
-		uint32_t gn = r->gstart[h + 1] - r->gstart[h];
-		struct kv_batch b = { .donor = &r->t->d[h] };
-		int lrc;
-
-		if (!gn)
-			continue;
-		lrc = donor_link(r->kv, b.donor, &b.lk);
-		for (uint32_t at = 0; at < gn;) {
-			uint32_t n = gn - at < WIRE_KV_BATCH ? gn - at
-							     : WIRE_KV_BATCH;
-			int rc = lrc;
-
-			b.nkeys = n;
-			if (!rc) {
-				req_keys(r, type, flags, g + at, n);
-				rc = kv_call(r, &b, type);
-			}
-			for (uint32_t j = 0; j < n; j++) {
-				int s = rc ? rc : r->rep->u.kv.item[j].status;
-
-				r->status[g[at + j]] = s;
-				ok += !s;
-			}
-			at += n;
-		}
+	if (r->op->copy == COPY_SECOND) {
+		if (!r->t || r->t->n < 2)
+			return 0;
+		ok = group_by(r, r->second, &g);
+		if (!ok)
+			ok = simple_pass(r, &g, type, flags, r->status);
+		groups_free(&g);
+		return ok;
 	}
+	if (!second || r->op->copy == COPY_HOME)
+		return simple_pass(r, &r->hg, type, flags, r->status);
+	rs = malloc(r->op->n * sizeof(*rs));
+	dof = malloc(r->op->n * sizeof(*dof));
+	if (!rs || !dof || group_by(r, r->second, &g)) {
+		ok = -ENOMEM;
+		goto out;
+	}
+	simple_pass(r, &g, type, flags, rs);
+	memcpy(dof, r->home, r->op->n * sizeof(*dof));
+	for (size_t k = 0; k < r->op->n; k++)
+		if (type == WIRE_KV_DELETE && r->replicate && rs[k] &&
+		    rs[k] != -ENOENT) {
+			dof[k] = NO_DONOR;
+			r->status[k] = rs[k];
+		}
+	if (group_by(r, dof, &g)) {
+		ok = -ENOMEM;
+		goto out;
+	}
+	simple_pass(r, &g, type, flags, r->status);
+	for (size_t k = 0; k < r->op->n; k++) {
+		if (dof[k] != NO_DONOR && r->replicate && r->status[k] &&
+		    !rs[k] &&
+		    (type != WIRE_KV_DELETE || r->status[k] == -ENOENT))
+			r->status[k] = 0;
+		ok += !r->status[k];
+	}
+out:
+	groups_free(&g);
+	free(dof);
+	free(rs);
 	return ok;
 }
 
@@ -1174,8 +1671,9 @@ out:
 	if (r.t)
 		donors_put(kv, r.t);
 	free(r.home);
-	free(r.order);
-	free(r.gstart);
+	free(r.second);
+	groups_free(&r.hg);
+	free(r.csum);
 	free(r.req);
 	free(r.rep);
 	free(own);
@@ -1287,7 +1785,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 		return -EINVAL;
 	if (opts)
 		o = *opts;
-	if (o.nthreads > KV_MAX_THREADS)
+	if (o.nthreads > KV_MAX_THREADS || o.replicas > KV_MAX_REPLICAS)
 		return -EINVAL;
 	if (sodium_init() < 0)
 		return -ENOMEM;
@@ -1298,6 +1796,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 	kv->cluster = pool_session_is_cluster(p);
 	kv->refresh_ms = o.refresh_ms ? o.refresh_ms : KV_DEFAULT_REFRESH_MS;
 	kv->lease_ms = o.lease_ms ? o.lease_ms : KV_DEFAULT_LEASE_MS;
+	kv->replicas = o.replicas ? o.replicas : 1;
 	kv->efd = -1;
 	kv->att.destroy = kv_destroy;
 	pthread_mutex_init(&kv->lock, NULL);
@@ -1655,6 +2154,8 @@ int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
 	st->bad_reads = __atomic_load_n(&kv->st_bad, __ATOMIC_RELAXED);
 	st->donor_refreshes =
 		__atomic_load_n(&kv->st_refresh, __ATOMIC_RELAXED);
+	st->replica_hits =
+		__atomic_load_n(&kv->st_replica_hits, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&kv->lock);
 	st->ndonors = kv->donors ? kv->donors->n : 0;
 	pthread_mutex_unlock(&kv->lock);
@@ -1664,8 +2165,8 @@ int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
 /* ------------------------------------------------------------------ */
 /* internal views                                                       */
 
-int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
-		 size_t cap)
+static int kv_rank_name(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second, char *name, size_t cap)
 {
 	struct kv_donors *t;
 	int r = -ENOENT;
@@ -1674,10 +2175,42 @@ int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
 		return -EBADF;
 	t = donors_get(kv);
 	if (t && t->n) {
-		snprintf(name, cap, "%s", t->d[home_of(t, key->b)].name);
-		r = 0;
+		uint32_t h, s2;
+
+		rank_of(t, key->b, &h, &s2);
+		if (second)
+			h = s2;
+		if (h != NO_DONOR) {
+			snprintf(name, cap, "%s", t->d[h].name);
+			r = 0;
+		}
 	}
 	if (t)
 		donors_put(kv, t);
 	return r;
+}
+
+int pool_kv_home(struct pool_kv *kv, const struct pool_kv_key *key, char *name,
+		 size_t cap)
+{
+	return kv_rank_name(kv, key, false, name, cap);
+}
+
+int pool_kv_second(struct pool_kv *kv, const struct pool_kv_key *key,
+		   char *name, size_t cap)
+{
+	return kv_rank_name(kv, key, true, name, cap);
+}
+
+int pool_kv_delete_copy(struct pool_kv *kv, const struct pool_kv_key *key,
+			bool second)
+{
+	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, 1, key, NULL);
+	int st = -ENOENT;
+	ssize_t r;
+
+	op.status = &st;
+	op.copy = second ? COPY_SECOND : COPY_HOME;
+	r = run_sync(&op);
+	return r < 0 ? (int)r : st;
 }

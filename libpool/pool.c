@@ -2607,6 +2607,30 @@ int pool_link_call(struct plink *lk, struct wire_msg *req, struct wire_msg *rep,
 	return r;
 }
 
+/* What a failed call does to its link. */
+static int link_call_failed(struct plink *lk, int r)
+{
+	if (r == -ENOTCONN || r == -EPROTO)
+		link_fail(lk, -ENOTCONN, "control connection lost");
+	else if (r == -ETIMEDOUT)
+		link_fail(lk, -ETIMEDOUT, "request timed out");
+	return r;
+}
+
+int pool_link_send(struct plink *lk, struct wire_msg *req)
+{
+	if (link_is_lost(lk))
+		return -ENOTCONN;
+	return link_call_failed(lk, rpc_send(lk->ctl, req, lk->p->timeout_ms));
+}
+
+int pool_link_recv(struct plink *lk, struct wire_msg *rep, int expect,
+		   char *text, size_t textlen)
+{
+	return link_call_failed(lk,
+				rpc_recv(lk->ctl, rep, expect, text, textlen));
+}
+
 int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 {
 	int r = -ENOTCONN;

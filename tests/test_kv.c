@@ -9,8 +9,11 @@
  * in a registry pool of three donors: two tenants that never share keys,
  * eviction that stays within the tenant, a tenant whose KV memory stays
  * within its registry quota (puts evict its own blocks, a lowered quota
- * trims it, other tenants unaffected), and a donor SIGKILLed while puts
- * and gets run (misses and errors, never wrong bytes).
+ * trims it, other tenants unaffected), a donor SIGKILLed while puts
+ * and gets run (misses and errors, never wrong bytes), and two
+ * replicas: a killed home's keys read exactly from their replicas (one
+ * copy: misses), deletes remove both copies, and a replica never serves
+ * a value older than the home's.
  *
  * Values derive from their keys (length and bytes), so a wrong, stale,
  * torn or foreign value fails the test.
@@ -382,6 +385,22 @@ START_TEST(bad_arguments_and_closed_handle)
 	ck_assert_int_eq(pool_kv_open(p, &o, &kv), -EINVAL);
 	ck_assert_ptr_null(kv);
 	ck_assert_int_eq(pool_kv_open(NULL, NULL, &kv), -EINVAL);
+	o = (struct pool_kv_opts){ .replicas = 3 };
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+	o.replicas = UINT32_MAX;
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), -EINVAL);
+	/* two replicas with one memd: one copy, and it works */
+	o.replicas = 2;
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), 0);
+	make_key(&keys[0], 3, 7);
+	ck_assert_int_eq(put1(kv, &keys[0], 3000), 0);
+	ck_assert_int_eq(get1(kv, &keys[0], 3000), 3000);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, keys), 1);
+	ck_assert_int_eq(pool_kv_delete(kv, 1, keys, st), 1);
+	ck_assert_int_eq(st[0], 0);
+	ck_assert_int_eq(get1(kv, &keys[0], 3000), -ENOENT);
+	pool_kv_close(kv);
 	kv = kv_open(p);
 	kv2 = kv_open(p);
 	make_key(&keys[0], 3, 0);
@@ -1118,6 +1137,203 @@ START_TEST(donor_killed_mid_put_and_get)
 }
 END_TEST
 
+/* ---- replicas ------------------------------------------------------- */
+
+static struct pool_kv *kv_open_replicas(struct pool *p, unsigned replicas,
+					unsigned refresh_ms)
+{
+	struct pool_kv_opts o = { .refresh_ms = refresh_ms,
+				  .replicas = replicas };
+	struct pool_kv *kv = NULL;
+
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), 0);
+	return kv;
+}
+
+/* A value for key k that is not k's derived value: another seed. */
+static int put_other(struct pool_kv *kv, const struct pool_kv_key *k,
+		     size_t len)
+{
+	uint8_t *v = malloc(len);
+	const void *vals[1] = { v };
+	int st = 1;
+
+	ck_assert_ptr_nonnull(v);
+	tu_pattern_fill(v, len, key_seed(k) + 1, 0);
+	pool_kv_put(kv, 1, k, vals, &len, &st);
+	free(v);
+	return st;
+}
+
+/* 1 when the get returns exactly the other value, -ENOENT on a miss;
+ * any other bytes fail the test. */
+static int get_other(struct pool_kv *kv, const struct pool_kv_key *k,
+		     size_t len)
+{
+	size_t cap = len, got = 0;
+	uint8_t *b = malloc(len);
+	void *bufs[1] = { b };
+	int st = 1;
+
+	ck_assert_ptr_nonnull(b);
+	pool_kv_get(kv, 1, k, bufs, &cap, &got, &st);
+	if (!st) {
+		ck_assert_uint_eq(got, len);
+		ck_assert_msg(tu_pattern_check(b, len, key_seed(k) + 1, 0) ==
+				      -1,
+			      "a get returned other bytes than the last "
+			      "value committed to the home");
+	}
+	free(b);
+	return st ? st : 1;
+}
+
+START_TEST(replica_is_never_stale)
+{
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 2, 0);
+	struct pool_kv_stats ks;
+	struct pool_kv_key k;
+	char home[64], second[64];
+	size_t len = 100000;
+	int st;
+
+	for (int i = 0; i < 8; i++) {
+		make_key(&k, 20, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		ck_assert_int_eq(pool_kv_second(kv, &k, second, sizeof(second)),
+				 0);
+		ck_assert_str_ne(home, second);
+		/* value 1 on both; the home loses it: the replica answers */
+		ck_assert_int_eq(put1(kv, &k, len), 0);
+		ck_assert_int_eq(pool_kv_delete_copy(kv, &k, false), 0);
+		ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+		ck_assert_int_eq(pool_kv_exists(kv, 1, &k), 1);
+		/* value 2 (other bytes) goes to the home, and replaces
+		 * value 1 at the replica before the home commits */
+		ck_assert_int_eq(put_other(kv, &k, len), 0);
+		ck_assert_int_eq(get_other(kv, &k, len), 1);
+		/* the home loses value 2: the replica has value 2, never 1 */
+		ck_assert_int_eq(pool_kv_delete_copy(kv, &k, false), 0);
+		ck_assert_int_eq(get_other(kv, &k, len), 1);
+		/* a delete removes both copies */
+		ck_assert_int_eq(put_other(kv, &k, len), 0);
+		ck_assert_int_eq(pool_kv_delete(kv, 1, &k, &st), 1);
+		ck_assert_int_eq(st, 0);
+		ck_assert_int_eq(get_other(kv, &k, len), -ENOENT);
+		ck_assert_int_eq(pool_kv_exists(kv, 1, &k), 0);
+		ck_assert_int_eq(pool_kv_delete_copy(kv, &k, false), -ENOENT);
+		ck_assert_int_eq(pool_kv_delete_copy(kv, &k, true), -ENOENT);
+	}
+	ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+	ck_assert_uint_ge(ks.replica_hits, 16);
+	pool_close(p);
+}
+END_TEST
+
+#define REP_KEYS 24
+
+START_TEST(replica_serves_when_home_killed)
+{
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = "a",
+			       .secret_file = sec_a,
+			       .timeout_ms = 2000 };
+	struct pool_kv *kv1, *kv2;
+	struct pool_kv_stats ks;
+	struct pool_kv_key k;
+	struct pool *p;
+	char home[64], second[64];
+	bool on_d1[3][REP_KEYS];
+	int n_d1[3] = { 0 }, st, i, set;
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	kv1 = kv_open_replicas(p, 1, 200);
+	/* kv2 fetches the donor list again only after a link fails: its
+	 * first get of a key of d1 finds the home lost and reads the
+	 * replica, whether or not the registry has noticed yet */
+	kv2 = kv_open_replicas(p, 2, 60000);
+	/* set 0: two copies; set 1: one copy; set 2: two copies, deleted */
+	for (set = 0; set < 3; set++)
+		for (i = 0; i < REP_KEYS; i++) {
+			make_key(&k, 30 + (uint64_t)set, (uint64_t)i);
+			ck_assert_int_eq(
+				put1(set == 1 ? kv1 : kv2, &k, kill_len(i)), 0);
+			ck_assert_int_eq(
+				pool_kv_home(kv2, &k, home, sizeof(home)), 0);
+			ck_assert_int_eq(
+				pool_kv_second(kv2, &k, second, sizeof(second)),
+				0);
+			ck_assert_str_ne(home, second);
+			on_d1[set][i] = !strcmp(home, "d1");
+			n_d1[set] += on_d1[set][i];
+		}
+	for (i = 0; i < REP_KEYS; i++) {
+		make_key(&k, 32, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_delete(kv2, 1, &k, &st), 1);
+		ck_assert_int_eq(st, 0);
+	}
+	for (set = 0; set < 3; set++) {
+		ck_assert_int_gt(n_d1[set], 0);
+		ck_assert_int_lt(n_d1[set], REP_KEYS);
+	}
+	/* d1 dies; at once (the registry still lists it) and after it is
+	 * gone from the donor list */
+	ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
+	don[0].pid = 0;
+	for (int round = 0; round < 2; round++) {
+		if (round == 1) {
+			for (i = 0; i < 3000 && donor_is_up("d1"); i++)
+				sleep_ms(10);
+			ck_assert_int_lt(i, 3000);
+			sleep_ms(500); /* past refresh_ms: homes moved */
+		}
+		/* two copies: every key, exactly (first, so that kv2
+		 * meets the dead home before anything else) */
+		for (i = 0; i < REP_KEYS; i++) {
+			make_key(&k, 30, (uint64_t)i);
+			ck_assert_int_eq(get1(kv2, &k, kill_len(i)),
+					 (ssize_t)kill_len(i));
+		}
+		ck_assert_int_eq(pool_kv_get_stats(kv2, &ks), 0);
+		ck_assert_uint_gt(ks.replica_hits, 0);
+		for (i = 0; i < REP_KEYS; i++) {
+			ssize_t want = (ssize_t)kill_len(i), n;
+
+			make_key(&k, 30, (uint64_t)i);
+			/* kv1 reads one copy, the home's: d1's keys miss
+			 * while d1 is listed, then their new home has the
+			 * replica kv2 put */
+			n = get1(kv1, &k, kill_len(i));
+			ck_assert(n == want || (n == -ENOENT && !round));
+			/* one copy: d1's keys are misses */
+			make_key(&k, 31, (uint64_t)i);
+			ck_assert_int_eq(get1(kv2, &k, kill_len(i)),
+					 on_d1[1][i] ? -ENOENT : want);
+			ck_assert_int_eq(get1(kv1, &k, kill_len(i)),
+					 on_d1[1][i] ? -ENOENT : want);
+			/* deleted: neither copy answers */
+			make_key(&k, 32, (uint64_t)i);
+			ck_assert_int_eq(get1(kv2, &k, kill_len(i)), -ENOENT);
+		}
+		{
+			struct pool_kv_key keys[REP_KEYS];
+
+			for (i = 0; i < REP_KEYS; i++)
+				make_key(&keys[i], 30, (uint64_t)i);
+			ck_assert_int_eq(pool_kv_exists(kv2, REP_KEYS, keys),
+					 REP_KEYS);
+		}
+	}
+	for (i = 0; i < REP_KEYS; i++) {
+		make_key(&k, 30, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(kv2, &k, home, sizeof(home)), 0);
+		ck_assert_str_ne(home, "d1");
+	}
+	pool_close(p);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -1138,6 +1354,8 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, eviction_stays_within_the_tenant);
 	tcase_add_test(tp, kv_stays_within_the_quota);
 	tcase_add_test(tp, donor_killed_mid_put_and_get);
+	tcase_add_test(tp, replica_is_never_stale);
+	tcase_add_test(tp, replica_serves_when_home_killed);
 	suite_add_tcase(s, tp);
 	return s;
 }

@@ -4,7 +4,9 @@
  * rpc_handshake)
  * against a scripted memd: a thread on a loopback TCP port that decodes
  * each request and answers as the scenario says, checking what the client
- * sent (its proof, its pass) with fabric/auth.h.
+ * sent (its proof, its pass) with fabric/auth.h; and rpc_send/rpc_recv,
+ * requests out on two connections at once, against two scripted memds
+ * that answer only once both have a request.
  */
 #include <check.h>
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fabric/auth.h"
@@ -27,7 +30,32 @@ enum scenario {
 	SC_PROTO3,     /* HELLO_OK with a version we did not offer */
 	SC_STANDALONE, /* AUTH is EOPNOTSUPP */
 	SC_PROTO1,     /* HELLO_OK chooses protocol 1 (no AUTH) */
+	SC_TOGETHER,   /* HELLO answered once every fake has one (5 s) */
 };
+
+/* SC_TOGETHER: how many fakes hold a HELLO, of how many. */
+static pthread_mutex_t together_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t together_cond = PTHREAD_COND_INITIALIZER;
+static int together_seen, together_want;
+
+/* Waits until every fake has a HELLO; false after 5 s without. */
+static bool together_wait(void)
+{
+	struct timespec ts;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	pthread_mutex_lock(&together_lock);
+	together_seen++;
+	pthread_cond_broadcast(&together_cond);
+	while (together_seen < together_want &&
+	       pthread_cond_timedwait(&together_cond, &together_lock, &ts) == 0)
+		;
+	ok = together_seen >= together_want;
+	pthread_mutex_unlock(&together_lock);
+	return ok;
+}
 
 struct fake {
 	enum scenario sc;
@@ -60,17 +88,22 @@ static int read_full(int fd, uint8_t *b, size_t n)
 
 static int send_msg(int fd, struct wire_msg *m)
 {
-	static uint8_t buf[WIRE_MAX_FRAME];
-	ssize_t n = wire_encode(m, buf, sizeof(buf));
+	uint8_t *buf = malloc(WIRE_MAX_FRAME); /* fakes run side by side */
+	ssize_t n;
+	int r;
 
+	ck_assert_ptr_nonnull(buf);
+	n = wire_encode(m, buf, WIRE_MAX_FRAME);
 	ck_assert_int_gt(n, 0);
-	return write(fd, buf, (size_t)n) == n ? 0 : -1;
+	r = write(fd, buf, (size_t)n) == n ? 0 : -1;
+	free(buf);
+	return r;
 }
 
 static void *fake_main(void *arg)
 {
 	struct fake *f = arg;
-	static uint8_t buf[WIRE_MAX_FRAME];
+	uint8_t *buf = malloc(WIRE_MAX_FRAME);
 	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
 	struct wire_msg *m = malloc(sizeof(*m)), *rep = malloc(sizeof(*rep));
 	int fd = accept(f->lfd, NULL, NULL);
@@ -90,6 +123,11 @@ static void *fake_main(void *arg)
 		rep->seq = m->seq;
 		switch (m->type) {
 		case WIRE_HELLO:
+			if (f->sc == SC_TOGETHER && !together_wait()) {
+				wire_make_error(rep, m->seq, -ETIMEDOUT,
+						"alone");
+				break;
+			}
 			rep->type = WIRE_HELLO_OK;
 			rep->u.hello_ok.proto = f->sc == SC_PROTO3   ? 3
 						: f->sc == SC_PROTO1 ? 1
@@ -152,6 +190,7 @@ static void *fake_main(void *arg)
 	}
 	if (fd >= 0)
 		close(fd);
+	free(buf);
 	free(m);
 	free(rep);
 	return NULL;
@@ -394,6 +433,55 @@ START_TEST(handshake_in_one_call)
 }
 END_TEST
 
+/* Two requests out at once: each fake answers only when both hold one,
+ * which rpc_call one after the other could never give. */
+START_TEST(send_recv_overlap)
+{
+	struct fake f1, f2;
+	struct rpc *c1, *c2;
+	struct wire_msg *q1 = calloc(1, sizeof(*q1)),
+			*q2 = calloc(1, sizeof(*q2));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	uint8_t key[AUTH_KEY_LEN];
+
+	ck_assert_ptr_nonnull(q1);
+	ck_assert_ptr_nonnull(q2);
+	ck_assert_ptr_nonnull(rep);
+	key_of("s", key);
+	together_seen = 0;
+	together_want = 2;
+	fake_start(&f1, SC_TOGETHER, key);
+	fake_start(&f2, SC_TOGETHER, key);
+	c1 = fake_connect(&f1);
+	c2 = fake_connect(&f2);
+	q1->type = q2->type = WIRE_HELLO;
+	q1->u.hello.proto_min = q2->u.hello.proto_min = WIRE_PROTO_MIN;
+	q1->u.hello.proto_max = q2->u.hello.proto_max = WIRE_PROTO_MAX;
+	ck_assert_int_eq(rpc_send(c1, q1, 8000), 0);
+	ck_assert_int_eq(rpc_send(c2, q2, 8000), 0);
+	/* replies taken in the other order than sent: no matter */
+	ck_assert_int_eq(rpc_recv(c2, rep, WIRE_HELLO_OK, NULL, 0), 0);
+	ck_assert_uint_eq(rep->seq, q2->seq);
+	ck_assert_int_eq(rpc_recv(c1, rep, WIRE_HELLO_OK, NULL, 0), 0);
+	ck_assert_uint_eq(rep->seq, q1->seq);
+	/* the connections are free again: an ordinary call, and a reply of
+	 * the wrong type breaks the connection as rpc_call does */
+	ck_assert_int_eq(rpc_call(c1, q1, rep, WIRE_HELLO_OK, 2000, NULL, 0),
+			 0);
+	ck_assert_int_eq(rpc_send(c2, q2, 2000), 0);
+	ck_assert_int_eq(rpc_recv(c2, rep, WIRE_AUTH_OK, NULL, 0), -EPROTO);
+	ck_assert(rpc_is_broken(c2));
+	ck_assert_int_eq(rpc_send(c2, q2, 2000), -ENOTCONN);
+	ck_assert_int_eq(rpc_call(c2, q2, rep, WIRE_HELLO_OK, 2000, NULL, 0),
+			 -ENOTCONN);
+	fake_stop(&f1, c1);
+	fake_stop(&f2, c2);
+	free(q1);
+	free(q2);
+	free(rep);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("rpc");
@@ -410,6 +498,7 @@ int main(void)
 	tcase_add_test(tc, auth_server_bad_proof_is_eacces);
 	tcase_add_test(tc, auth_refusals);
 	tcase_add_test(tc, handshake_in_one_call);
+	tcase_add_test(tc, send_recv_overlap);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -80,13 +80,19 @@ struct pool_kv_opts {
 	/* How long memd keeps a read lease (its kv_read_lease); a get
 	 * whose reads finish later counts the key as a miss. 0: 2000. */
 	unsigned lease_ms;
+	/* Copies of each key: 1 (the home only) or 2 (the home and a
+	 * replica on the donor with the second-highest rendezvous score);
+	 * 0: 1. Cluster sessions with two donors or more up; otherwise one
+	 * copy. Every handle of a tenant should use the same number
+	 * (pool_kv(3), "Replicas"). */
+	unsigned replicas;
 };
 
 /*
  * Opens a KV handle on session p (opts may be NULL: defaults). In a
  * cluster session it fetches the donor list from the registry. Returns 0
  * and *out, or
- *   -EINVAL     p or out NULL, nthreads over 64
+ *   -EINVAL     p or out NULL, nthreads over 64, replicas over 2
  *   -ENOTCONN   the session is lost
  *   -EOPNOTSUPP the registry does not serve DONORS
  *   -ENOMEM     out of memory
@@ -117,7 +123,9 @@ POOL_API int pool_kv_eventfd(struct pool_kv *kv);
  * Stores values[i] (lens[i] bytes, 1 .. POOL_KV_VALUE_MAX) under keys[i],
  * for i < n (1 .. POOL_KV_BATCH_MAX). Two-phase on each key's home
  * donor: reserve, RMA write of header + value, commit with XXH3-64 of
- * the value. status[i] (may be NULL):
+ * the value. With two replicas the replica is written and committed
+ * before the home commits; status[i] is the home's (pool_kv(3),
+ * "Replicas"). status[i] (may be NULL):
  *   0          stored
  *   -EEXIST    already present (puts are idempotent: a key names one
  *              value); counts as stored
@@ -147,8 +155,9 @@ POOL_API ssize_t pool_kv_put(struct pool_kv *kv, size_t n,
  *            length
  *   -ENOENT  miss: absent, evicted, its home donor lost, or any check
  *            failed (header, generation, checksum, a read slower than the
- *            lease). The bytes of bufs[i] are then unspecified (a miss may
- *            have been read into them before a check failed)
+ *            lease); with two replicas, on both copies. The bytes of
+ *            bufs[i] are then unspecified (a miss may have been read into
+ *            them before a check failed)
  *   -ENOBUFS caps[i] is too small: lens[i] is the value's length
  * Returns the number of hits, or -EBADF / -EINVAL (as put; bufs, caps,
  * lens and status must not be NULL) / -ENOMEM.
@@ -159,8 +168,9 @@ POOL_API ssize_t pool_kv_get(struct pool_kv *kv, size_t n,
 
 /*
  * The length of the longest prefix keys[0 .. k) whose every key is
- * present (committed, in memory or spilled), one round trip per home
- * donor for up to 64 keys each. A key on a lost donor is absent. Returns
+ * present (committed, in memory or spilled; with two replicas, in either
+ * copy), one round trip to all home donors at once per 64 keys each. A
+ * key on a lost donor is absent. Returns
  * k (0 .. n), or -EBADF / -EINVAL / -ENOMEM. A present key may still miss
  * at a later get (evicted meanwhile).
  */
@@ -170,7 +180,10 @@ POOL_API ssize_t pool_kv_exists(struct pool_kv *kv, size_t n,
 /*
  * Deletes keys. status[i] (may be NULL): 0 deleted, -ENOENT absent,
  * -EBUSY a put of it is under way, -ENOTCONN its home is lost. A key being
- * read disappears at once; its memory is freed when the reads end.
+ * read disappears at once; its memory is freed when the reads end. With
+ * two replicas the replica goes first, and a key whose replica could not
+ * be deleted (-ENOTCONN, -EBUSY) keeps its home copy too (pool_kv(3),
+ * "Replicas").
  * Returns the number deleted, or -EBADF / -EINVAL / -ENOMEM.
  */
 POOL_API ssize_t pool_kv_delete(struct pool_kv *kv, size_t n,
@@ -238,6 +251,7 @@ struct pool_kv_stats {
 	uint64_t bad_reads;	  /* reads that failed a check (misses) */
 	uint64_t donor_refreshes; /* DONORS fetched */
 	uint64_t ndonors;	  /* homes known now */
+	uint64_t replica_hits;	  /* hits read from a replica (of hits) */
 };
 /* A snapshot of kv's counters. 0, -EINVAL or -EBADF. */
 POOL_API int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st);
