@@ -90,6 +90,7 @@ struct donor {
 	uint32_t slabs_total, slabs_free, slabs_leased;
 	uint64_t bytes_read, bytes_written;
 	uint64_t last_report_ms;
+	uint64_t reports; /* usage reports taken since this registry started */
 	uint64_t reserved_slabs;
 	uint32_t nusage;
 	struct wire_tenant_usage *usage;
@@ -1268,6 +1269,7 @@ int memd_registry_donor_report(struct memd_registry *r,
 	d->bytes_read = rep->bytes_read;
 	d->bytes_written = rep->bytes_written;
 	d->last_report_ms = now_ms;
+	d->reports++;
 	d->reported = true;
 	/* The redeemed grants are in this report's usage: counted once. */
 	for (uint16_t k = 0; k < rep->nredeemed; k++)
@@ -1651,7 +1653,7 @@ static json_t *donor_info_json(struct memd_registry *r, const struct donor *d)
 	snprintf(epoch, sizeof(epoch), "%016" PRIx64, d->epoch);
 	return json_pack(
 		"{s:I, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, "
-		"s:I, s:I, s:I, s:o}",
+		"s:I, s:I, s:I, s:I, s:o}",
 		"id", (json_int_t)d->id, "name", d->name, "addr", d->addr,
 		"state", memd_donor_state_name(donor_state(d)), "reason",
 		d->reason, "since_unix_ms", (json_int_t)d->since_unix_ms,
@@ -1661,7 +1663,8 @@ static json_t *donor_info_json(struct memd_registry *r, const struct donor *d)
 		(json_int_t)((uint64_t)d->slabs_total * r->slab_bytes),
 		"free_bytes", (json_int_t)(avail * r->slab_bytes), "bytes_read",
 		(json_int_t)d->bytes_read, "bytes_written",
-		(json_int_t)d->bytes_written, "tenants", ts);
+		(json_int_t)d->bytes_written, "reports", (json_int_t)d->reports,
+		"tenants", ts);
 }
 
 static int admin_donors(struct admin_ctx *x)
