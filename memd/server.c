@@ -89,6 +89,7 @@
 #include "memd/metrics.h"
 #include "memd/notify.h"
 #include "memd/nodes.h"
+#include "memd/redeem.h"
 #include "memd/registry.h"
 #include "numa/place.h"
 
@@ -195,14 +196,9 @@ struct memd_server {
 	/* cluster (docs/cluster.md) */
 	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
 	struct auth_cluster_keys keys;
-	struct memd_registry *reg; /* MODE_REGISTRY */
-	struct memd_donor *donor;  /* MODE_REGISTRY and MODE_DONOR */
-	/* redeemed tickets: (grant_id ^ registry_epoch) -> expiry, open
-	 * addressing; memd-ctl only */
-	struct redeemed {
-		uint64_t grant_id, registry_epoch, expires_ms;
-	} * redeemed;
-	uint32_t nredeemed;
+	struct memd_registry *reg;	/* MODE_REGISTRY */
+	struct memd_donor *donor;	/* MODE_REGISTRY and MODE_DONOR */
+	struct memd_redeem *redeemed;	/* redeemed tickets; memd-ctl only */
 	uint64_t rma_read, rma_written; /* clients' HEARTBEAT2 totals */
 	struct memd_metrics *metrics;	/* GET /metrics; NULL: not asked for */
 	char bound[300];		/* listen address, port 0 resolved */
@@ -229,8 +225,8 @@ struct memd_server {
 	uint32_t nkvt, kvt_cap;
 };
 
-#define REDEEMED_CAP 65536u /* tickets remembered (power of two) */
-#define TICKET_SKEW_MS 60000u
+#define TICKET_SKEW_MS 60000u /* a ticket is good this long past its end */
+#define TICKET_TTL_MS 30000u  /* the registry's tickets' life */
 
 static uint64_t now_ms(void)
 {
@@ -1119,49 +1115,11 @@ static void do_place(struct memd_server *s, struct conn *c,
 		c->closing = true;
 }
 
-/* Remembers a redeemed ticket. -EALREADY when it was redeemed before,
- * -EBUSY when the table is full of unexpired tickets. */
-static int redeem_once(struct memd_server *s, const struct wire_ticket *t,
-		       uint64_t now_unix)
-{
-	uint32_t mask = REDEEMED_CAP - 1;
-	uint32_t h = (uint32_t)((t->grant_id ^ t->registry_epoch) *
-					0x9e3779b97f4a7c15ull >>
-				40) &
-		     mask;
-	int64_t free_slot = -1;
-
-	for (uint32_t i = 0; i < REDEEMED_CAP; i++) {
-		struct redeemed *e = &s->redeemed[(h + i) & mask];
-
-		if (!e->expires_ms) {
-			if (free_slot < 0)
-				free_slot = (h + i) & mask;
-			break;
-		}
-		if (e->grant_id == t->grant_id &&
-		    e->registry_epoch == t->registry_epoch)
-			return -EALREADY;
-		if (free_slot < 0 && e->expires_ms + TICKET_SKEW_MS < now_unix)
-			free_slot = (h + i) & mask; /* expired: reuse */
-	}
-	if (free_slot < 0)
-		return -EBUSY;
-	if (!s->redeemed[free_slot].expires_ms)
-		s->nredeemed++;
-	s->redeemed[free_slot] = (struct redeemed){
-		.grant_id = t->grant_id,
-		.registry_epoch = t->registry_epoch,
-		.expires_ms = t->expires_ms,
-	};
-	return 0;
-}
-
 static void do_lease_grant(struct memd_server *s, struct conn *c,
 			   const struct wire_msg *req, struct wire_msg *rep)
 {
 	const struct wire_ticket *t = &req->u.lease_grant.ticket;
-	uint64_t reg_epoch = 0, now_unix = unix_ms();
+	uint64_t reg_epoch = 0, now_unix = unix_ms(), oldest = 0;
 	uint32_t donor_id = 0;
 	bool drain = false, joined;
 	int r;
@@ -1220,13 +1178,33 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 			   "lease_grant: this donor is draining");
 		return;
 	}
-	r = redeem_once(s, t, now_unix);
+	r = memd_redeem_once(s->redeemed, t->registry_epoch, t->grant_id,
+			     t->expires_ms, now_unix, &oldest);
 	if (r) {
 		CTR_ADD(s, tickets_refused, 1);
-		send_error(s, c, req->seq, r == -EALREADY ? EACCES : EBUSY,
-			   r == -EALREADY ? "ticket: already redeemed"
-					  : "ticket: too many tickets in "
-					    "flight; retry");
+		if (r == -EALREADY)
+			send_error(s, c, req->seq, EACCES,
+				   "ticket: already redeemed");
+		else if (r == -ESTALE)
+			send_error(s, c, req->seq, ESTALE,
+				   "ticket: grant %" PRIu64
+				   " is too old to check for replay (this "
+				   "donor checks grants from %" PRIu64
+				   "): place again",
+				   t->grant_id, oldest);
+		else if (r == -ETIME)
+			send_error(s, c, req->seq, ESTALE,
+				   "ticket: expired: place again");
+		else if (r == -EBUSY)
+			send_error(s, c, req->seq, EBUSY,
+				   "ticket: this donor still holds unexpired "
+				   "tickets of %u other registry incarnations; "
+				   "retry within %u s",
+				   MEMD_REDEEM_EPOCHS,
+				   (TICKET_TTL_MS + TICKET_SKEW_MS) / 1000);
+		else
+			send_error(s, c, req->seq, -r, "ticket: %s",
+				   strerror(-r));
 		return;
 	}
 	r = grant_request(s, c, req->seq, t->nslabs, t->node,
@@ -2806,8 +2784,8 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 	}
 	auth_cluster_keys(secret, (size_t)n, &s->keys);
 	sodium_free(secret);
-	s->redeemed = calloc(REDEEMED_CAP, sizeof(*s->redeemed));
-	if (!s->redeemed) {
+	if (memd_redeem_create(MEMD_REDEEM_WINDOW_IDS, MEMD_REDEEM_EPOCHS,
+			       TICKET_SKEW_MS, &s->redeemed)) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -2816,7 +2794,7 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 			.state_dir = s->cfg.state_dir,
 			.slab_bytes = s->cfg.slab_bytes,
 			.report_ms = s->cfg.report_interval_ms,
-			.ticket_ttl_ms = 30000,
+			.ticket_ttl_ms = TICKET_TTL_MS,
 			.pass_ttl_ms = s->cfg.pass_ttl_ms,
 			.keys = &s->keys,
 		};
@@ -3184,7 +3162,7 @@ void memd_server_destroy(struct memd_server *s)
 	}
 	memd_lease_table_destroy(s->lt);
 	memd_registry_close(s->reg);
-	free(s->redeemed);
+	memd_redeem_destroy(s->redeemed);
 	sodium_memzero(&s->keys, sizeof(s->keys));
 	if (s->sigfd >= 0)
 		close(s->sigfd);
