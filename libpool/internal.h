@@ -51,17 +51,19 @@ int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open);
 
 /*
  * For other modules of libpool (the KV tier, kv.c): the session's links.
- * A link pool_link_get handed out lives until pool_close (pool.c reaps
- * failed links nothing refers to, never these), so a pointer to one may
- * be kept; once lost it stays lost (pool_link_is_lost) and a new
- * pool_link_get opens another.
+ * pool_link_get hands out a link with a reference; it lives until its
+ * last reference is dropped with pool_link_put (or pool_close), so a
+ * pointer to one may be kept while its reference is. Once lost it stays
+ * lost (pool_link_is_lost) and a new pool_link_get opens another; pool.c
+ * reaps a failed link when no slab and no reference remains.
  */
 struct plink;
 struct fab_op;
 struct fab_mr;
 
 /* Something that lives on the session and is destroyed first by
- * pool_close (e.g. a KV handle); destroy must not call into p. */
+ * pool_close (e.g. a KV handle); destroy must not call into p but for
+ * pool_link_put on links it still holds. */
 struct pool_attached {
 	struct pool_attached *next;
 	void (*destroy)(struct pool_attached *a);
@@ -77,11 +79,16 @@ int pool_donors(struct pool *p, struct wire_msg *rep);
 /*
  * The link to donor incarnation (donor_id, epoch) at addr, opened (with
  * the donor pass) on first use; in a standalone session the one link
- * whatever the arguments. 0 and *out, -ENOTCONN (standalone link lost),
- * or the errors of opening a link.
+ * whatever the arguments; with a reference the caller drops with
+ * pool_link_put. 0 and *out, -ENOTCONN (standalone link lost), or the
+ * errors of opening a link.
  */
 int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
 		  const char *addr, struct plink **out);
+/* Another reference to lk, which the caller holds a reference to. */
+void pool_link_hold(struct plink *lk);
+/* Drops a reference (NULL: nothing); lk may be freed if it was lost. */
+void pool_link_put(struct plink *lk);
 bool pool_link_is_lost(struct plink *lk);
 void pool_link_fail(struct plink *lk, int err, const char *why);
 uint32_t pool_link_tenant_id(const struct plink *lk);

@@ -6,11 +6,16 @@
  * A KV handle (struct pool_kv) sits on a pool session and talks to each
  * key's home donor over the session's link to it (pool.c opens and keeps
  * links; this file only asks for them: pool_link_get, _call, _post,
- * _wait). The homes: a standalone session has one, its memd; a cluster
- * session knows the donors that are up (DONORS at the registry, kept in
- * a refcounted, immutable table that is fetched again every refresh_ms,
- * and soon after a link to a donor fails) and picks for each key the
- * donor with the highest score XXH3-64(key, seed = XXH3-64(name)):
+ * _wait). Links are counted: each donor table entry holds a reference
+ * to its link, and each lane and batch one more (pool_link_hold) while it
+ * uses the link, dropped with pool_link_put when the donor is forgotten
+ * (donor_failed, the table freed) or the batch freed, so pool.c reaps a
+ * failed link no batch is on. The homes: a standalone session has one,
+ * its memd; a cluster session knows the donors that are up (DONORS at
+ * the registry, kept in a refcounted, immutable table that is fetched
+ * again every refresh_ms, and soon after a link to a donor fails) and
+ * picks for each key the donor with the highest score XXH3-64(key,
+ * seed = XXH3-64(name)):
  * rendezvous hashing, so a key's home moves only when its donor leaves
  * or a donor with a higher score joins. A donor whose link failed is not
  * tried again for KV_RETRY_MS: its keys are misses (get) or -ENOTCONN
@@ -111,8 +116,10 @@ struct kv_donor {
 	uint64_t seed; /* XXH3-64 of name: the rendezvous seed */
 	char name[WIRE_NAME_MAX];
 	char addr[WIRE_HOSTPORT_MAX];
-	struct plink *link; /* atomic; NULL: none yet, or lost */
-	uint64_t retry_ms;  /* atomic: no new link before (monotonic) */
+	/* NULL: none yet, or lost; under kv->lock (read lock-free only to
+	 * compare). The table holds a reference on it (pool_link_put). */
+	struct plink *link;
+	uint64_t retry_ms; /* atomic: no new link before (monotonic) */
 };
 
 /* Immutable but for each donor's link and retry_ms; refs under kv->lock. */
@@ -290,10 +297,14 @@ static void rank_of(const struct kv_donors *t, const uint8_t *key,
 	*second = next;
 }
 
+/* Drops a reference to t; the last one drops the table's links. */
 static void donors_put_locked(struct kv_donors *t)
 {
-	if (t && --t->refs == 0)
+	if (t && --t->refs == 0) {
+		for (uint32_t i = 0; i < t->n; i++)
+			pool_link_put(t->d[i].link);
 		free(t);
+	}
 }
 
 static void donors_put(struct pool_kv *kv, struct kv_donors *t)
@@ -342,8 +353,9 @@ static int donors_refresh(struct pool_kv *kv)
 		for (uint32_t j = 0; j < old->n; j++)
 			if (old->d[j].id == t->d[i].id &&
 			    old->d[j].epoch == t->d[i].epoch) {
-				t->d[i].link = __atomic_load_n(
-					&old->d[j].link, __ATOMIC_ACQUIRE);
+				t->d[i].link = old->d[j].link;
+				if (t->d[i].link)
+					pool_link_hold(t->d[i].link);
 				t->d[i].retry_ms = __atomic_load_n(
 					&old->d[j].retry_ms, __ATOMIC_RELAXED);
 			}
@@ -387,40 +399,75 @@ static struct kv_donors *donors_get(struct pool_kv *kv)
 	return t;
 }
 
-/* A donor's link failed: fetch the donor list again soon. */
-static void donor_failed(struct pool_kv *kv, struct kv_donor *d)
+/*
+ * A donor's link failed: fetch the donor list again soon, and forget the
+ * link (dropping the table's reference) if it is still failed link lk
+ * (NULL: whatever link d has).
+ */
+static void donor_failed(struct pool_kv *kv, struct kv_donor *d,
+			 struct plink *lk)
 {
 	uint64_t now = now_ms();
+	struct plink *old = NULL;
 
 	__atomic_store_n(&d->retry_ms, now + KV_RETRY_MS, __ATOMIC_RELAXED);
-	__atomic_store_n(&d->link, NULL, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&kv->lock);
+	if (!lk || d->link == lk) {
+		old = d->link;
+		d->link = NULL;
+	}
+	pthread_mutex_unlock(&kv->lock);
+	pool_link_put(old);
 	if (kv->cluster)
 		__atomic_store_n(&kv->refresh_at_ms, now, __ATOMIC_RELAXED);
 }
 
-/* The link to donor d, opened on first use. 0 or -ENOTCONN. */
+/* d's link with a reference for the caller, or NULL. */
+static struct plink *donor_link_hold(struct pool_kv *kv, struct kv_donor *d)
+{
+	struct plink *lk;
+
+	pthread_mutex_lock(&kv->lock);
+	lk = d->link;
+	if (lk)
+		pool_link_hold(lk);
+	pthread_mutex_unlock(&kv->lock);
+	return lk;
+}
+
+/* The link to donor d, opened on first use, with a reference for the
+ * caller (pool_link_put). 0 or -ENOTCONN. */
 static int donor_link(struct pool_kv *kv, struct kv_donor *d,
 		      struct plink **out)
 {
-	struct plink *lk = __atomic_load_n(&d->link, __ATOMIC_ACQUIRE);
+	struct plink *lk = donor_link_hold(kv, d), *old;
 	int r;
 
+	*out = NULL;
 	if (lk && !pool_link_is_lost(lk)) {
 		*out = lk;
 		return 0;
 	}
-	if (lk)
-		donor_failed(kv, d);
+	if (lk) {
+		donor_failed(kv, d, lk);
+		pool_link_put(lk);
+	}
 	if (now_ms() < __atomic_load_n(&d->retry_ms, __ATOMIC_RELAXED))
 		return -ENOTCONN;
 	r = pool_link_get(kv->p, d->id, d->epoch, d->addr, &lk);
 	if (r) {
 		pool_log(LOG_WARNING, "kv: donor=%s addr=%s unreachable err=%s",
 			 d->name, d->addr, strerror(-r));
-		donor_failed(kv, d);
+		donor_failed(kv, d, NULL);
 		return -ENOTCONN;
 	}
-	__atomic_store_n(&d->link, lk, __ATOMIC_RELEASE);
+	/* pool_link_get's reference goes to the table, one more to us */
+	pool_link_hold(lk);
+	pthread_mutex_lock(&kv->lock);
+	old = d->link;
+	d->link = lk;
+	pthread_mutex_unlock(&kv->lock);
+	pool_link_put(old);
 	*out = lk;
 	return 0;
 }
@@ -461,6 +508,7 @@ static void batch_free(struct kv_batch *b)
 		fab_mr_close(b->val_mr[i]);
 	free(b->ops);
 	free(b->hdr);
+	pool_link_put(b->lk); /* after its MRs: they are on its domain */
 	free(b);
 }
 
@@ -582,7 +630,7 @@ static int call_checked(struct kv_run *r, struct kv_donor *d,
 			int rc)
 {
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
-		donor_failed(r->kv, d);
+		donor_failed(r->kv, d, NULL);
 	if (!rc && type != WIRE_KV_EXISTS && rep->u.kv.count != n)
 		rc = -EPROTO;
 	return rc;
@@ -615,8 +663,10 @@ struct kv_lanes {
 
 static void lanes_close(struct kv_lanes *ls)
 {
-	for (uint32_t i = 0; ls->l && i < ls->n; i++)
+	for (uint32_t i = 0; ls->l && i < ls->n; i++) {
 		free(ls->l[i].rep);
+		pool_link_put(ls->l[i].lk);
+	}
 	free(ls->l);
 	free(ls->ord);
 	memset(ls, 0, sizeof(*ls));
@@ -812,7 +862,7 @@ static void post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 fail:
 	b->st[j] = rc == -EPROTO ? -EPROTO : -ENOTCONN;
 	if (rc == -ENOTCONN)
-		donor_failed(r->kv, b->donor);
+		donor_failed(r->kv, b->donor, b->lk);
 }
 
 /*
@@ -865,7 +915,7 @@ static void batch_wait(struct kv_run *r, struct kv_batch *b)
 			b->st[j] = -ENOTCONN;
 	}
 	if (pool_link_is_lost(b->lk))
-		donor_failed(r->kv, b->donor);
+		donor_failed(r->kv, b->donor, b->lk);
 }
 
 static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
@@ -875,7 +925,8 @@ static struct kv_batch *batch_new(struct kv_run *r, struct kv_donor *d,
 
 	if (!b)
 		return NULL;
-	b->lk = lk;
+	b->lk = lk; /* the batch's reference: batch_free drops it */
+	pool_link_hold(lk);
 	b->donor = d;
 	b->replica = replica;
 	*r->tail = b;
@@ -958,7 +1009,7 @@ static void put_commit(struct kv_run *r, struct kv_batch *b)
 	if (!rc && r->rep->u.kv.count != m)
 		rc = -EPROTO;
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
-		donor_failed(r->kv, b->donor);
+		donor_failed(r->kv, b->donor, b->lk);
 	for (uint32_t i = 0; i < m; i++) {
 		int s = rc ? rc : r->rep->u.kv.item[i].status;
 
@@ -1304,7 +1355,7 @@ static void get_done(struct kv_run *r, struct kv_batch *b)
 	/* The leases lapse anyway: the statuses do not matter. */
 	if (pool_link_call(b->lk, r->req, r->rep, WIRE_KV_DONE_OK, NULL, 0) ==
 	    -ENOTCONN)
-		donor_failed(r->kv, b->donor);
+		donor_failed(r->kv, b->donor, b->lk);
 }
 
 /* Looks up, reads and checks the keys of gr at their donors (homes, or
@@ -1823,6 +1874,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 		kv->donors = calloc(1, sizeof(*kv->donors) +
 					       sizeof(kv->donors->d[0]));
 		if (!kv->donors) {
+			pool_link_put(lk);
 			r = -ENOMEM;
 			goto fail;
 		}

@@ -39,10 +39,11 @@
  * Reaping (cluster sessions): a failed link wakes its pool-hb thread,
  * which ends. links_reap_locked (at allocation and free) joins ended
  * threads and closes and frees a failed link once nothing refers to it:
- * no slab (lk->nslabs: regions, packed slabs, I/O on them) and never
- * handed to another module (lk->pinned: kv.c keeps pool_link_get's
- * pointers, so such a link keeps its struct, connection and domain until
- * pool_close; only its thread goes). A standalone session's one link is
+ * no slab (lk->nslabs: regions, packed slabs, I/O on them) and no
+ * reference another module holds (lk->refs: pool_link_get takes one,
+ * pool_link_put drops it and reaps then; kv.c holds one per donor table
+ * slot and one per lane and batch using the link, so a link an in-flight
+ * batch uses is never freed under it). A standalone session's one link is
  * never reaped. So a session that sees donors come and go holds links
  * for the donors it uses now, not for every incarnation it ever met.
  *
@@ -118,7 +119,7 @@ struct plink {
 
 	struct plink *next; /* p->links, under p->lock */
 	uint64_t nslabs;    /* under p->lock */
-	bool pinned;	    /* under p->lock: handed out by pool_link_get */
+	uint64_t refs;	    /* under p->lock: pool_link_get/_hold - _put */
 
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
 	pthread_rwlock_t ep_rw;
@@ -693,7 +694,7 @@ static void links_reap_locked(struct pool *p)
 			}
 			lk->hb_started = false;
 		}
-		if (lk->nslabs || lk->pinned) {
+		if (lk->nslabs || lk->refs) {
 			at = &lk->next;
 			continue;
 		}
@@ -2552,18 +2553,43 @@ int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
 	int r;
 
 	*out = NULL;
-	if (!p->cluster) {
-		if (link_is_lost(p->links))
-			return -ENOTCONN;
-		*out = p->links;
-		return 0;
-	}
 	pthread_mutex_lock(&p->lock);
-	r = donor_link_open_locked(p, donor_id, epoch, addr, out);
+	if (!p->cluster) {
+		r = link_is_lost(p->links) ? -ENOTCONN : 0;
+		if (!r)
+			*out = p->links;
+	} else {
+		r = donor_link_open_locked(p, donor_id, epoch, addr, out);
+	}
 	if (!r)
-		(*out)->pinned = true; /* the caller keeps the pointer */
+		(*out)->refs++; /* the caller's, until pool_link_put */
 	pthread_mutex_unlock(&p->lock);
 	return r;
+}
+
+void pool_link_hold(struct plink *lk)
+{
+	struct pool *p = lk->p;
+
+	pthread_mutex_lock(&p->lock);
+	lk->refs++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+void pool_link_put(struct plink *lk)
+{
+	struct pool *p;
+
+	if (!lk)
+		return;
+	p = lk->p;
+	pthread_mutex_lock(&p->lock);
+	if (lk->refs == 0)
+		pool_log(LOG_ERR, "session: link memd=%s put with no reference",
+			 lk->addr);
+	else if (--lk->refs == 0 && link_is_lost(lk))
+		links_reap_locked(p); /* may free lk */
+	pthread_mutex_unlock(&p->lock);
 }
 
 bool pool_link_is_lost(struct plink *lk)

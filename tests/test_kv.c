@@ -1197,6 +1197,106 @@ START_TEST(donor_killed_mid_put_and_get)
 }
 END_TEST
 
+/*
+ * A KV handle that keeps putting and getting while d1 is killed and
+ * restarted ROUNDS times meets ROUNDS + 1 incarnations of d1; the links
+ * to the dead ones are dropped by the handle (pool_link_put) and reaped,
+ * so the session's links do not grow with the restarts (they did while
+ * kv.c kept every link it was handed until pool_close).
+ */
+START_TEST(donor_restarts_do_not_grow_kv_links)
+{
+	enum { ROUNDS = 4 };
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = "a",
+			       .secret_file = sec_a,
+			       .timeout_ms = 2000 };
+	struct pool_kv_opts ko = { .refresh_ms = 200 };
+	struct kill_arg g = { 0 }, pu = { 0 };
+	struct pool_region *rg;
+	struct pool_kv_key k;
+	struct pool_kv *kv;
+	uint32_t links0, links1;
+	pthread_t tg, tp;
+	struct pool *p;
+	int i;
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	ck_assert_int_eq(pool_kv_open(p, &ko, &kv), 0);
+	for (i = 0; i < KILL_KEYS; i++) {
+		make_key(&k, 12, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &k, kill_len(i)), 0);
+	}
+	links0 = pool_session_nlinks(p);
+	g.kv = pu.kv = kv;
+	pu.put = true;
+	pthread_create(&tg, NULL, kill_thread, &g);
+	pthread_create(&tp, NULL, kill_thread, &pu);
+	for (int round = 0; round < ROUNDS; round++) {
+		uint64_t g0 = ops_of(&g), p0 = ops_of(&pu);
+
+		while (ops_of(&g) < g0 + KILL_KEYS ||
+		       ops_of(&pu) < p0 + KILL_KEYS)
+			sleep_ms(10);
+		ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
+		don[0].pid = 0;
+		for (i = 0; i < 3000 && donor_is_up("d1"); i++)
+			sleep_ms(10);
+		ck_assert_int_lt(i, 3000);
+		g0 = ops_of(&g);
+		p0 = ops_of(&pu);
+		while (ops_of(&g) < g0 + KILL_KEYS ||
+		       ops_of(&pu) < p0 + KILL_KEYS)
+			sleep_ms(10);
+		start_donor(0);
+		for (i = 0; i < 3000 && !donor_is_up("d1"); i++)
+			sleep_ms(10);
+		ck_assert_int_lt(i, 3000);
+		/* a refresh or two: the handle uses the new incarnation */
+		sleep_ms(500);
+	}
+	{
+		uint64_t g0 = ops_of(&g), p0 = ops_of(&pu);
+
+		while (ops_of(&g) < g0 + 2 * KILL_KEYS ||
+		       ops_of(&pu) < p0 + 2 * KILL_KEYS)
+			sleep_ms(10);
+	}
+	__atomic_store_n(&g.stop, true, __ATOMIC_RELAXED);
+	__atomic_store_n(&pu.stop, true, __ATOMIC_RELAXED);
+	pthread_join(tg, NULL);
+	pthread_join(tp, NULL);
+	/* an allocation reaps what the last drop could not (a heartbeat
+	 * thread still ending then) */
+	ck_assert_int_eq(pool_alloc(p, QSLAB, &rg), 0);
+	ck_assert_int_eq(pool_free(p, rg), 0);
+	links1 = pool_session_nlinks(p);
+	fprintf(stderr,
+		"kv restarts: links %u -> %u (reaped %llu); gets %llu hits "
+		"%llu errors %llu wrong %llu; puts %llu errors %llu\n",
+		links0, links1,
+		(unsigned long long)pool_session_links_reaped(p),
+		(unsigned long long)g.ops, (unsigned long long)g.hits,
+		(unsigned long long)g.errors, (unsigned long long)g.wrong,
+		(unsigned long long)pu.ops, (unsigned long long)pu.errors);
+	ck_assert_uint_eq(g.wrong, 0);
+	ck_assert_uint_eq(g.errors, 0); /* loss is a miss, not an error */
+	/* Without dropping: links0 + ROUNDS. */
+	ck_assert_uint_le(links1, links0 + 1);
+	ck_assert_uint_ge(pool_session_links_reaped(p), ROUNDS - 1);
+	/* what the put thread stored reads back exactly or misses */
+	for (i = 0; i < KILL_KEYS; i++) {
+		ssize_t n;
+
+		make_key(&k, 13, (uint64_t)i);
+		n = get1(kv, &k, kill_len(i));
+		ck_assert(n == -ENOENT || n == (ssize_t)kill_len(i));
+	}
+	pool_kv_close(kv);
+	pool_close(p);
+}
+END_TEST
+
 /* ---- replicas ------------------------------------------------------- */
 
 static struct pool_kv *kv_open_replicas(struct pool *p, unsigned replicas,
@@ -1414,6 +1514,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, eviction_stays_within_the_tenant);
 	tcase_add_test(tp, kv_stays_within_the_quota);
 	tcase_add_test(tp, donor_killed_mid_put_and_get);
+	tcase_add_test(tp, donor_restarts_do_not_grow_kv_links);
 	tcase_add_test(tp, replica_is_never_stale);
 	tcase_add_test(tp, replica_serves_when_home_killed);
 	suite_add_tcase(s, tp);
