@@ -57,6 +57,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -196,9 +197,11 @@ struct memd_server {
 	/* cluster (docs/cluster.md) */
 	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
 	struct auth_cluster_keys keys;
-	struct memd_registry *reg;	/* MODE_REGISTRY */
-	struct memd_donor *donor;	/* MODE_REGISTRY and MODE_DONOR */
-	struct memd_redeem *redeemed;	/* redeemed tickets; memd-ctl only */
+	struct memd_registry *reg;    /* MODE_REGISTRY */
+	struct memd_donor *donor;     /* MODE_REGISTRY and MODE_DONOR */
+	struct memd_redeem *redeemed; /* redeemed tickets; memd-ctl only */
+	/* its stats as memd-ctl last copied them (atomic): for /metrics */
+	struct memd_redeem_stats redeem_st;
 	uint64_t rma_read, rma_written; /* clients' HEARTBEAT2 totals */
 	struct memd_metrics *metrics;	/* GET /metrics; NULL: not asked for */
 	char bound[300];		/* listen address, port 0 resolved */
@@ -1115,6 +1118,19 @@ static void do_place(struct memd_server *s, struct conn *c,
 		c->closing = true;
 }
 
+/* Copies the replay record's stats where /metrics reads them. memd-ctl. */
+static void redeem_publish(struct memd_server *s)
+{
+	struct memd_redeem_stats st;
+
+	memd_redeem_get_stats(s->redeemed, &st);
+	__atomic_store_n(&s->redeem_st.redeemed, st.redeemed, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.replayed, st.replayed, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.too_old, st.too_old, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.busy, st.busy, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.epochs, st.epochs, __ATOMIC_RELAXED);
+}
+
 static void do_lease_grant(struct memd_server *s, struct conn *c,
 			   const struct wire_msg *req, struct wire_msg *rep)
 {
@@ -1180,6 +1196,7 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 	}
 	r = memd_redeem_once(s->redeemed, t->registry_epoch, t->grant_id,
 			     t->expires_ms, now_unix, &oldest);
+	redeem_publish(s);
 	if (r) {
 		CTR_ADD(s, tickets_refused, 1);
 		if (r == -EALREADY)
@@ -2512,6 +2529,41 @@ static void write_registry_metrics(struct memd_metrics_buf *b,
  * (relaxed atomics), and fields fixed at creation (slab size, donation,
  * arenas, provider, start time). memd(8), METRICS, lists every name.
  */
+/* Replay checks of grant tickets (memd/redeem.c), cluster modes. */
+static void write_redeem_metrics(struct memd_metrics_buf *b,
+				 struct memd_server *s)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} c[] = {
+		{ "tickets_redeemed_total",
+		  "Grant tickets redeemed (passed the replay check).",
+		  offsetof(struct memd_redeem_stats, redeemed) },
+		{ "tickets_replayed_total",
+		  "Grant tickets refused as already redeemed.",
+		  offsetof(struct memd_redeem_stats, replayed) },
+		{ "tickets_too_old_total",
+		  "Grant tickets refused as too old to check for replay.",
+		  offsetof(struct memd_redeem_stats, too_old) },
+		{ "tickets_busy_total",
+		  "Grant tickets refused for want of a registry epoch slot.",
+		  offsetof(struct memd_redeem_stats, busy) },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		uint64_t *v = (uint64_t *)((char *)&s->redeem_st + c[i].off);
+
+		put_head(b, c[i].name, "counter", c[i].help);
+		memd_metrics_printf(b, "tidepool_memd_%s %" PRIu64 "\n",
+				    c[i].name,
+				    __atomic_load_n(v, __ATOMIC_RELAXED));
+	}
+	put_gauge(b, "redeem_epochs",
+		  "Registry epochs this memd checks tickets' replays for.",
+		  __atomic_load_n(&s->redeem_st.epochs, __ATOMIC_RELAXED));
+}
+
 static void write_metrics(struct memd_metrics_buf *b, void *arg)
 {
 	struct memd_server *s = arg;
@@ -2593,6 +2645,8 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 		__atomic_load_n(&s->rma_written, __ATOMIC_RELAXED));
 	write_tenant_metrics(b, s);
 	write_kv_metrics(b, s);
+	if (s->redeemed)
+		write_redeem_metrics(b, s);
 	if (s->reg)
 		write_registry_metrics(b, s);
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -146,11 +147,11 @@ static int http_junk(const char *hostport, const char *junk)
 }
 
 /* GET /metrics; fails the test unless it is 200 with the 0.0.4 type. */
-static char *scrape(void)
+static char *scrape_at(const char *hostport)
 {
 	struct reply rep;
 
-	ck_assert_int_eq(http_raw(md.metrics,
+	ck_assert_int_eq(http_raw(hostport,
 				  "GET /metrics HTTP/1.0\r\n"
 				  "Host: test\r\n\r\n",
 				  &rep),
@@ -160,6 +161,11 @@ static char *scrape(void)
 		      "head: %s", rep.head);
 	ck_assert_uint_eq(strlen(rep.body), rep.body_len);
 	return rep.body;
+}
+
+static char *scrape(void)
+{
+	return scrape_at(md.metrics);
 }
 
 /*
@@ -464,6 +470,73 @@ START_TEST(man_page_names_every_metric)
 }
 END_TEST
 
+/*
+ * A registry that donates too redeems the grant tickets of its own
+ * placements: /metrics counts them (memd/redeem.c's stats), and no
+ * replay, stale or busy refusal.
+ */
+START_TEST(ticket_redemptions_are_counted)
+{
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", "128M",
+			       NULL };
+	char dir[64], state[128], cluster[256], sec_a[256], a1[300], a2[300];
+	struct pool_opts o = { .tenant = "a", .secret_file = sec_a };
+	struct tu_memd reg = { 0 };
+	struct pool_region *r = NULL;
+	struct pool *p = NULL;
+	char *t;
+	int rc = -ENOSPC;
+
+	snprintf(dir, sizeof(dir), "/tmp/tp-mreg-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	ck_assert_int_eq(tu_memd_start_args(&reg, NULL, args), 0);
+	ck_assert_msg(reg.metrics[0], "no metrics line in the ready file");
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "a", sec_a, 1024 * MIB), 0);
+	t = scrape_at(reg.metrics);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_redeemed_total"), 0);
+	free(t);
+	o.addr = reg.addr;
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	/* until the donor r0 has reported, PLACE answers ENOSPC */
+	for (int i = 0; i < 500 && rc == -ENOSPC; i++) {
+		rc = pool_alloc(p, 3 * MIB, &r);
+		if (rc == -ENOSPC)
+			usleep(20000);
+	}
+	ck_assert_int_eq(rc, 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	ck_assert_int_eq(pool_alloc(p, 3 * MIB, &r), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	t = scrape_at(reg.metrics);
+	ck_assert_uint_ge(sample(t, "tidepool_memd_tickets_redeemed_total"), 2);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_replayed_total"), 0);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_too_old_total"), 0);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_busy_total"), 0);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_redeem_epochs"), 1);
+	assert_contains(t, "# TYPE tidepool_memd_tickets_redeemed_total "
+			   "counter\n");
+	free(t);
+	pool_close(p);
+	tu_memd_stop_ok(&reg);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("metrics");
@@ -483,6 +556,7 @@ int main(void)
 	tcase_add_test(tc, ready_file_lines);
 	tcase_add_test(tc, metrics_port_in_use);
 	tcase_add_test(tc, man_page_names_every_metric);
+	tcase_add_test(tc, ticket_redemptions_are_counted);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
