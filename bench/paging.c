@@ -247,7 +247,8 @@ int main(int argc, char **argv)
 	 */
 	for (int w = 0; w < NWORK; w++) {
 		struct pool_map_stats st[NPCT][MAX_RUNS];
-		double base[MAX_RUNS], t[NPCT][MAX_RUNS], b, lo, hi;
+		double base[MAX_RUNS], thp[MAX_RUNS], t[NPCT][MAX_RUNS], b, bt,
+			lo, hi;
 
 		if (only_w >= 0 && w != only_w)
 			continue;
@@ -262,6 +263,17 @@ int main(int argc, char **argv)
 			/* 4 KiB pages, as pool_map has: like with like. */
 			madvise(a, len, MADV_NOHUGEPAGE);
 			base[k] = work(w, a, n, &sink);
+			munmap(a, len);
+			/* And with transparent huge pages, the baseline for
+			 * pool_map's huge pages (LIBPOOL_HUGE_PAGES=1). */
+			a = mmap(NULL, len, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (a == MAP_FAILED) {
+				perror("mmap");
+				return 1;
+			}
+			madvise(a, len, MADV_HUGEPAGE);
+			thp[k] = work(w, a, n, &sink);
 			munmap(a, len);
 			for (int c = 0; c < NPCT; c++) {
 				if (only_pct >= 0 && c != only_pct)
@@ -298,6 +310,10 @@ int main(int argc, char **argv)
 		printf("paging work=%s local=all-local s=%.4f slowdown=1.00 "
 		       "min_s=%.4f max_s=%.4f\n",
 		       wname[w], b, lo, hi);
+		bt = thp[median_idx(thp, runs)];
+		printf("paging work=%s local=all-local-thp s=%.4f "
+		       "slowdown=%.2f\n",
+		       wname[w], bt, bt / b);
 		for (int c = 0; c < NPCT; c++) {
 			int mi;
 			const struct pool_map_stats *m;
@@ -316,7 +332,8 @@ int main(int argc, char **argv)
 			       "pages_fetched=%llu ra_pages=%.1f "
 			       "evictions=%llu writebacks=%llu "
 			       "faults_per_s=%.0f min_s=%.4f max_s=%.4f "
-			       "first_s=%.4f ahead=%llu wp_faults=%llu\n",
+			       "first_s=%.4f ahead=%llu wp_faults=%llu "
+			       "page=%llu slowdown_thp=%.2f\n",
 			       wname[w], pct[c], t[c][mi], t[c][mi] / b,
 			       (unsigned long long)m->faults,
 			       (unsigned long long)m->fetches,
@@ -328,7 +345,9 @@ int main(int argc, char **argv)
 			       (unsigned long long)m->writebacks,
 			       (double)m->faults / t[c][mi], lo, hi, t[c][0],
 			       (unsigned long long)m->ahead_pages,
-			       (unsigned long long)m->wp_faults);
+			       (unsigned long long)m->wp_faults,
+			       (unsigned long long)m->page_bytes,
+			       t[c][mi] / bt);
 		}
 		fflush(stdout);
 	}

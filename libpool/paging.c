@@ -107,9 +107,15 @@
 #ifndef AHEAD_RUN
 #define AHEAD_RUN 128u /* pages per run installed ahead: one pool_read */
 #endif
-#define STAGE_IN (AHEAD_RUN > RA_MAX ? AHEAD_RUN : RA_MAX)
-/* fetch, the run after it, write-back, zeros */
-#define NSTAGE (STAGE_IN + AHEAD_RUN + WB_BATCH + RA_MAX)
+/* Huge pages (2 MiB hugetlb, POOL_MAP_HUGE): one page per read, one
+ * run ahead at a time, at most HUGE_AHEAD_MAX ahead, one evicted per
+ * round. The staging pages then hold 3 huge pages (6 MiB) of memory. */
+#define HUGE_SHIFT 21
+#define HUGE_SIZE (1ul << HUGE_SHIFT)
+#define HUGE_AHEAD_MAX 8u
+#define HUGE_MIN_PAGES 8u /* smaller regions keep 4 KiB pages */
+#define HUGE_FREE_PATH                                                         \
+	"/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
 
 enum {
 	PG_RESIDENT = 1u << 0,
@@ -141,6 +147,15 @@ struct mapping {
 	size_t size; /* region bytes */
 	size_t len;  /* mapped bytes: size rounded up to PAGE */
 	size_t npages;
+	/* The unit of residency: a 4 KiB page, or with huge pages a 2 MiB
+	 * hugetlb page ("page" below means this unit). */
+	unsigned shift;
+	size_t psize;
+	bool huge;
+	/* Per-mode limits, in pages: read-ahead run, run installed ahead,
+	 * most installed ahead, most evicted per round. */
+	unsigned ra_max;
+	size_t ahead_run, ahead_max, wb_max;
 	size_t meta_bytes; /* this mmap(): struct, arrays, staging */
 	int uffd, stopfd;
 	int pidfd; /* ours, for process_madvise(); -1: madvise() per run */
@@ -152,10 +167,10 @@ struct mapping {
 	size_t *ring;	/* FIFO of resident pages */
 	size_t max_res, nres, head;
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
-	uint8_t *stage_in;   /* STAGE_IN pages */
-	uint8_t *stage_in2;  /* AHEAD_RUN pages: the run read meanwhile */
-	uint8_t *stage_out;  /* WB_BATCH pages */
-	const uint8_t *zero; /* RA_MAX pages of zeros */
+	uint8_t *stage_in;   /* max(ahead_run, ra_max) pages */
+	uint8_t *stage_in2;  /* ahead_run pages: the run read meanwhile */
+	uint8_t *stage_out;  /* wb_max pages */
+	const uint8_t *zero; /* ra_max pages of zeros */
 	struct stream streams[NSTREAM];
 	uint64_t stream_clock;
 	/* Whether fetched pages get written (fetch_wants_dirty()): pages
@@ -192,7 +207,7 @@ static size_t round_up(size_t v, size_t a)
 
 static uint8_t *page_addr(const struct mapping *m, size_t idx)
 {
-	return m->base + (idx << PAGE_SHIFT);
+	return m->base + (idx << m->shift);
 }
 
 /*
@@ -204,21 +219,22 @@ static uint8_t *page_addr(const struct mapping *m, size_t idx)
  * TSan intercepts).
  */
 __attribute__((no_sanitize("thread"))) static void
-page_copy_out(void *dst, const void *src)
+page_copy_out(void *dst, const void *src, size_t bytes)
 {
 	const volatile uint64_t *s = src;
 	uint64_t *d = dst;
 
-	for (size_t i = 0; i < PAGE / 8; i++)
+	for (size_t i = 0; i < bytes / 8; i++)
 		d[i] = s[i];
 }
 
-__attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src)
+__attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src,
+								size_t bytes)
 {
 	const volatile uint64_t *s = src;
 	uint64_t acc = 0;
 
-	for (size_t i = 0; i < PAGE / 8; i++)
+	for (size_t i = 0; i < bytes / 8; i++)
 		acc |= s[i];
 	return acc == 0;
 }
@@ -230,7 +246,7 @@ static int uffd_wake(struct mapping *m, size_t idx, size_t n)
 {
 	struct uffdio_range rg = {
 		.start = (uintptr_t)page_addr(m, idx),
-		.len = n * PAGE,
+		.len = n * m->psize,
 	};
 
 	return ioctl(m->uffd, UFFDIO_WAKE, &rg) ? -errno : 0;
@@ -241,19 +257,24 @@ static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 {
 	struct uffdio_writeprotect w = {
 		.range = { .start = (uintptr_t)page_addr(m, idx),
-			   .len = n * PAGE },
+			   .len = n * m->psize },
 		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
 	};
 
 	return ioctl(m->uffd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
 }
 
+static int evict(struct mapping *m, size_t n);
+
 /* Installs n pages from src at page idx (and wakes their waiters).
- * Returns 0 or -errno (-EEXIST: a page was already there). */
+ * Returns 0 or -errno (-EEXIST: a page was already there). A huge page
+ * the kernel cannot allocate (-ENOMEM: its pool of hugetlb pages ran
+ * short, another process took them) costs us one of ours: the oldest is
+ * evicted, which gives its page back, and the copy is tried again. */
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
 {
-	size_t done = 0, len = n * PAGE;
+	size_t done = 0, len = n * m->psize;
 
 	while (done < len) {
 		struct uffdio_copy c = {
@@ -265,10 +286,17 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 
 		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0)
 			return 0;
-		if (c.copy > 0)
+		if (c.copy > 0) {
 			done += (size_t)c.copy;
-		else if (errno != EAGAIN) /* EAGAIN: mm changing, retry */
+		} else if (errno == ENOMEM && m->huge && m->nres > 0) {
+			int ret = evict(m, 1);
+
+			if (ret)
+				return ret;
+			STAT_ADD(m, huge_short, 1);
+		} else if (errno != EAGAIN) { /* EAGAIN: mm changing */
 			return -errno;
+		}
 	}
 	return 0;
 }
@@ -283,11 +311,16 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 static int zero_install(struct mapping *m, size_t idx)
 {
 	struct uffdio_zeropage z = {
-		.range = { .start = (uintptr_t)page_addr(m, idx), .len = PAGE },
+		.range = { .start = (uintptr_t)page_addr(m, idx),
+			   .len = m->psize },
 		.mode = UFFDIO_ZEROPAGE_MODE_DONTWAKE,
 	};
 	int ret;
 
+	/* hugetlb has no zero page: a page of zeros is copied in,
+	 * protected in the same step (no window for a silent write). */
+	if (m->huge)
+		return uffd_copy(m, idx, 1, m->zero, true);
 	while (ioctl(m->uffd, UFFDIO_ZEROPAGE, &z)) {
 		if (errno != EAGAIN || z.zeropage > 0)
 			return -errno;
@@ -336,13 +369,17 @@ static int uffd_open(bool *user_only)
  * kernel lacks a feature we need. */
 static int uffd_setup(struct mapping *m)
 {
-	const uint64_t need =
-		(1ull << _UFFDIO_COPY) | (1ull << _UFFDIO_ZEROPAGE) |
-		(1ull << _UFFDIO_WAKE) | (1ull << _UFFDIO_WRITEPROTECT);
+	const uint64_t need = (1ull << _UFFDIO_COPY) |
+			      (m->huge ? 0 : (1ull << _UFFDIO_ZEROPAGE)) |
+			      (1ull << _UFFDIO_WAKE) |
+			      (1ull << _UFFDIO_WRITEPROTECT);
 	struct uffdio_api api = {
 		.api = UFFD_API,
-		.features =
-			UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP,
+		.features = UFFD_FEATURE_THREAD_ID |
+			    UFFD_FEATURE_PAGEFAULT_FLAG_WP |
+			    (m->huge ? UFFD_FEATURE_MISSING_HUGETLBFS |
+					       UFFD_FEATURE_WP_HUGETLBFS_SHMEM
+				     : 0),
 	};
 	struct uffdio_register reg = {
 		.range = { .start = (uintptr_t)m->base, .len = m->len },
@@ -453,9 +490,9 @@ static void ring_push(struct mapping *m, size_t idx)
 
 static size_t page_bytes(const struct mapping *m, size_t idx)
 {
-	size_t off = idx << PAGE_SHIFT;
+	size_t off = idx << m->shift;
 
-	return m->size - off < PAGE ? m->size - off : PAGE;
+	return m->size - off < m->psize ? m->size - off : m->psize;
 }
 
 /*
@@ -471,7 +508,7 @@ static bool page_needs_writeback(const struct mapping *m, size_t idx)
 	if (!(s & (PG_DIRTY | PG_ZERO)))
 		return false;
 	if ((s & PG_ZERO) && !(s & PG_REMOTE) &&
-	    page_is_zero(page_addr(m, idx)))
+	    page_is_zero(page_addr(m, idx), m->psize))
 		return false;
 	return true;
 }
@@ -499,10 +536,11 @@ static int write_back(struct mapping *m, const size_t *idx, size_t n)
 
 	for (size_t i = 0; i < n;) {
 		size_t k = run_len(idx, i, n);
-		size_t bytes = (k - 1) * PAGE + page_bytes(m, idx[i + k - 1]);
+		size_t bytes =
+			(k - 1) * m->psize + page_bytes(m, idx[i + k - 1]);
 
-		ret = pool_write_async(m->p, m->r, idx[i] << PAGE_SHIFT,
-				       m->stage_out + i * PAGE, bytes,
+		ret = pool_write_async(m->p, m->r, idx[i] << m->shift,
+				       m->stage_out + i * m->psize, bytes,
 				       &ops[started]);
 		if (ret)
 			break;
@@ -600,8 +638,8 @@ static void drop_pages(struct mapping *m, const size_t *v, size_t n)
 		size_t k = run_len(v, i, n);
 
 		iov[niov].iov_base = page_addr(m, v[i]);
-		iov[niov].iov_len = k * PAGE;
-		bytes += k * PAGE;
+		iov[niov].iov_len = k * m->psize;
+		bytes += k * m->psize;
 		niov++;
 		i += k;
 	}
@@ -653,7 +691,8 @@ static int evict(struct mapping *m, size_t n)
 
 		if (!page_needs_writeback(m, idx))
 			continue;
-		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
+		page_copy_out(m->stage_out + nw * m->psize, page_addr(m, idx),
+			      m->psize);
 		wb[nw++] = idx;
 	}
 	if (nw) {
@@ -681,7 +720,7 @@ static int make_room(struct mapping *m, size_t need)
 {
 	while (m->nres + need > m->max_res) {
 		size_t over = m->nres + need - m->max_res;
-		int ret = evict(m, over > WB_BATCH   ? WB_BATCH
+		int ret = evict(m, over > m->wb_max  ? m->wb_max
 				   : over < m->batch ? m->batch
 						     : over);
 
@@ -696,9 +735,9 @@ static int make_room(struct mapping *m, size_t need)
 
 static bool page_is_present(struct mapping *m, size_t idx)
 {
-	unsigned char v = 0;
+	unsigned char v[HUGE_SIZE / PAGE] = { 0 }; /* one per 4 KiB */
 
-	return mincore(page_addr(m, idx), PAGE, &v) == 0 && (v & 1);
+	return mincore(page_addr(m, idx), m->psize, v) == 0 && (v[0] & 1);
 }
 
 /*
@@ -718,7 +757,7 @@ static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 			dir = -1;
 		if (dir) {
 			s->dir = dir;
-			s->ra = s->ra * 2 > RA_MAX ? RA_MAX : s->ra * 2;
+			s->ra = s->ra * 2 > m->ra_max ? m->ra_max : s->ra * 2;
 			s->used = ++m->stream_clock;
 			*cont = true;
 			return s;
@@ -757,6 +796,10 @@ static bool page_is_fetchable(const struct mapping *m, size_t idx)
  */
 static bool fetch_wants_dirty(struct mapping *m)
 {
+	/* A huge page's WP fault is one trip per 2 MiB; a needless
+	 * write-back of it is 2 MiB on the wire. */
+	if (m->huge)
+		return false;
 	m->nfetch++;
 	if (m->wr_seen < WR_MIN_SEEN || m->wr_hits * 2 < m->wr_seen)
 		return false;
@@ -771,9 +814,9 @@ static bool fetch_wants_dirty(struct mapping *m)
  */
 static size_t run_bytes(const struct mapping *m, size_t lo, size_t n)
 {
-	size_t off = lo << PAGE_SHIFT;
+	size_t off = lo << m->shift;
 
-	return m->size - off < n * PAGE ? m->size - off : n * PAGE;
+	return m->size - off < n * m->psize ? m->size - off : n * m->psize;
 }
 
 static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
@@ -782,7 +825,7 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 		     bool write)
 {
-	int ret = pool_read(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+	int ret = pool_read(m->p, m->r, lo << m->shift, m->stage_in,
 			    run_bytes(m, lo, n));
 
 	if (ret) {
@@ -800,8 +843,8 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 	bool dirty;
 	int ret;
 
-	if (bytes < n * PAGE)
-		memset((uint8_t *)buf + bytes, 0, n * PAGE - bytes);
+	if (bytes < n * m->psize)
+		memset((uint8_t *)buf + bytes, 0, n * m->psize - bytes);
 	STAT_ADD(m, fetches, 1);
 	STAT_ADD(m, pages_fetched, n);
 
@@ -826,9 +869,9 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 			ret = uffd_copy(m, lo, at, buf, !dirty);
 		if (ret == 0 && at + 1 < n)
 			ret = uffd_copy(m, idx + 1, n - at - 1,
-					buf + (at + 1) * PAGE, !dirty);
+					buf + (at + 1) * m->psize, !dirty);
 		if (ret == 0)
-			ret = uffd_copy(m, idx, 1, buf + at * PAGE,
+			ret = uffd_copy(m, idx, 1, buf + at * m->psize,
 					!(dirty || write));
 	}
 	if (ret) {
@@ -875,14 +918,16 @@ static size_t fetchable_run(const struct mapping *m, size_t from, int dir,
  */
 static void ahead_arm(struct mapping *m, struct stream *st, bool grown)
 {
-	size_t cap = m->max_res / 4 < AHEAD_MAX ? m->max_res / 4 : AHEAD_MAX;
+	size_t cap =
+		m->max_res / 4 < m->ahead_max ? m->max_res / 4 : m->ahead_max;
 
-	if (!m->ahead_on || st->dir == 0 || st->ra < RA_MAX || cap < RA_MAX) {
+	if (!m->ahead_on || st->dir == 0 || st->ra < m->ra_max ||
+	    cap < m->ra_max) {
 		st->win = st->goal = 0;
 		return;
 	}
 	if (!st->win)
-		st->win = AHEAD_RUN < cap ? AHEAD_RUN : cap;
+		st->win = m->ahead_run < cap ? m->ahead_run : cap;
 	else if (grown)
 		st->win = st->win * 2 > cap ? cap : st->win * 2;
 	st->goal = st->win;
@@ -941,15 +986,16 @@ static bool install_ahead(struct mapping *m)
 	}
 	from = st->dir > 0 ? st->up : st->down;
 	n = fetchable_run(m, from, st->dir,
-			  st->goal < AHEAD_RUN ? st->goal : AHEAD_RUN, &lo);
+			  st->goal < m->ahead_run ? st->goal : m->ahead_run,
+			  &lo);
 	/* The run after it, read while this one is installed. Safe
 	 * because no fault is served in between: its pages stay missing
 	 * and the region's copy of them stays what was read. */
 	if (n && st->goal > n) {
 		from = st->dir > 0 ? lo + n : (lo ? lo - 1 : SIZE_MAX);
 		n2 = fetchable_run(m, from, st->dir,
-				   st->goal - n < AHEAD_RUN ? st->goal - n
-							    : AHEAD_RUN,
+				   st->goal - n < m->ahead_run ? st->goal - n
+							       : m->ahead_run,
 				   &lo2);
 	}
 	if (n == 0 || make_room(m, n + n2)) {
@@ -958,10 +1004,10 @@ static bool install_ahead(struct mapping *m)
 	}
 	/* Both reads go out at once; the second goes on while the first
 	 * run is installed. */
-	ret = pool_read_async(m->p, m->r, lo << PAGE_SHIFT, m->stage_in,
+	ret = pool_read_async(m->p, m->r, lo << m->shift, m->stage_in,
 			      run_bytes(m, lo, n), &op1);
 	if (ret == 0 && n2 &&
-	    pool_read_async(m->p, m->r, lo2 << PAGE_SHIFT, m->stage_in2,
+	    pool_read_async(m->p, m->r, lo2 << m->shift, m->stage_in2,
 			    run_bytes(m, lo2, n2), &op))
 		n2 = 0; /* not started: the next call reads it */
 	if (ret == 0)
@@ -1026,8 +1072,9 @@ static int zero_fill(struct mapping *m, size_t idx)
 	int ret;
 
 	/* A stream may skip pages it does not write (a sparse fill). */
-	if (idx >= m->zero_next && idx - m->zero_next < RA_MAX)
-		m->zero_ra = m->zero_ra * 2 > RA_MAX ? RA_MAX : m->zero_ra * 2;
+	if (idx >= m->zero_next && idx - m->zero_next < m->ra_max)
+		m->zero_ra =
+			m->zero_ra * 2 > m->ra_max ? m->ra_max : m->zero_ra * 2;
 	else
 		m->zero_ra = 1;
 	limit = m->max_res / 4 < m->zero_ra ? m->max_res / 4 : m->zero_ra;
@@ -1196,7 +1243,7 @@ static void *uffd_main(void *arg)
 			    a < (uintptr_t)m->base ||
 			    a >= (uintptr_t)m->base + m->len)
 				continue;
-			idx = (a - (uintptr_t)m->base) >> PAGE_SHIFT;
+			idx = (a - (uintptr_t)m->base) >> m->shift;
 			if (msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
 				wp_fault(m, idx);
 			else
@@ -1268,7 +1315,7 @@ static void warm_start(struct mapping *m)
  */
 static void fence_range(struct mapping *m, size_t idx, size_t n)
 {
-	if (mprotect(page_addr(m, idx), n * PAGE, PROT_NONE) == 0)
+	if (mprotect(page_addr(m, idx), n * m->psize, PROT_NONE) == 0)
 		return;
 	/* Out of VMAs (vm.max_map_count): fence everything instead. */
 	if (mprotect(m->base, m->len, PROT_NONE))
@@ -1279,7 +1326,8 @@ static void fence_range(struct mapping *m, size_t idx, size_t n)
 
 static void fork_child_fence(struct mapping *m)
 {
-	unsigned char vec[1024];
+	unsigned char vec[1024]; /* one per 4 KiB */
+	size_t per = m->psize / PAGE, chunk = sizeof(vec) / per;
 	size_t run = 0, start = 0;
 
 	m->inherited = true;
@@ -1289,16 +1337,15 @@ static void fork_child_fence(struct mapping *m)
 	if (m->pidfd >= 0)
 		close(m->pidfd);
 	m->stopfd = m->uffd = m->pidfd = -1;
-	for (size_t c = 0; c < m->npages; c += sizeof(vec)) {
-		size_t n = m->npages - c < sizeof(vec) ? m->npages - c
-						       : sizeof(vec);
+	for (size_t c = 0; c < m->npages; c += chunk) {
+		size_t n = m->npages - c < chunk ? m->npages - c : chunk;
 
-		if (mincore(page_addr(m, c), n * PAGE, vec))
-			memset(vec, 0, n); /* unknown: fence what is remote */
+		if (mincore(page_addr(m, c), n * m->psize, vec))
+			memset(vec, 0, n * per); /* unknown: fence remote */
 		for (size_t i = 0; i < n; i++) {
 			uint8_t s = m->state[c + i];
-			bool fence = (s & PG_REMOTE) &&
-				     (!(s & PG_RESIDENT) || !(vec[i] & 1));
+			bool fence = (s & PG_REMOTE) && (!(s & PG_RESIDENT) ||
+							 !(vec[i * per] & 1));
 
 			if (fence) {
 				if (!run)
@@ -1381,6 +1428,72 @@ static size_t parse_size(const char *s)
 	return *end ? 0 : (size_t)v;
 }
 
+/* The kernel's free 2 MiB hugetlb pages, or 0 when unknown. No stdio. */
+static size_t huge_free(void)
+{
+	char buf[32];
+	ssize_t n;
+	int fd = open(HUGE_FREE_PATH, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return (size_t)strtoull(buf, NULL, 10);
+}
+
+/*
+ * 4 KiB or 2 MiB pages for a mapping of a size-byte region under a
+ * budget of local bytes: POOL_MAP_HUGE or POOL_MAP_SMALL decide, else
+ * LIBPOOL_HUGE_PAGES (0: never, the default; 1: when they can be had,
+ * else 4 KiB with a log line; "required": like POOL_MAP_HUGE). Huge pages
+ * need the region to span HUGE_MIN_PAGES of them, a budget of at least 2,
+ * and as many free hugetlb pages as the budget (vm.nr_hugepages).
+ * Returns 0, or for huge pages that were demanded: -EINVAL (region or
+ * budget too small), -ENOMEM (too few free huge pages).
+ */
+static int huge_choose(size_t size, size_t local, unsigned flags, bool *huge)
+{
+	const char *env = getenv("LIBPOOL_HUGE_PAGES");
+	bool want = false, must = false;
+	size_t pages = round_up(size, HUGE_SIZE) >> HUGE_SHIFT;
+	size_t budget = local >> HUGE_SHIFT;
+
+	*huge = false;
+	if (flags & POOL_MAP_SMALL)
+		return 0;
+	if (flags & POOL_MAP_HUGE) {
+		want = must = true;
+	} else if (env && *env) {
+		want = strcmp(env, "0") != 0;
+		must = strcmp(env, "required") == 0;
+	}
+	if (!want)
+		return 0;
+	if (budget > pages)
+		budget = pages;
+	if (pages < HUGE_MIN_PAGES || budget < 2) {
+		pool_log(must ? LOG_WARNING : LOG_INFO,
+			 "paging: huge pages need a region of %u MiB and a "
+			 "budget of 4 MiB (region %zu bytes, budget %zu)%s",
+			 HUGE_MIN_PAGES * 2, size, local,
+			 must ? "" : "; 4 KiB pages");
+		return must ? -EINVAL : 0;
+	}
+	if (huge_free() < budget) {
+		pool_log(must ? LOG_WARNING : LOG_INFO,
+			 "paging: %zu free 2 MiB huge pages, the budget needs "
+			 "%zu (vm.nr_hugepages)%s",
+			 huge_free(), budget, must ? "" : "; 4 KiB pages");
+		return must ? -ENOMEM : 0;
+	}
+	*huge = true;
+	return 0;
+}
+
 static void mapping_free(struct mapping *m)
 {
 	if (m->base)
@@ -1398,15 +1511,19 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	     unsigned flags, void **addr)
 {
 	size_t size, len, npages, max_res, off_state, off_ring, off_stage, meta;
+	size_t nstage_in, nstage;
 	struct mapping *m;
 	sigset_t all, old;
 	const char *env;
+	bool huge;
 	int ret;
 
 	if (!addr)
 		return -EINVAL;
 	*addr = NULL;
-	if (!p || !r || (flags & ~POOL_MAP_EXISTING))
+	if (!p || !r ||
+	    (flags & ~(POOL_MAP_EXISTING | POOL_MAP_HUGE | POOL_MAP_SMALL)) ||
+	    (flags & POOL_MAP_HUGE && flags & POOL_MAP_SMALL))
 		return -EINVAL;
 	if (!local_bytes) {
 		env = getenv("LIBPOOL_LOCAL_BYTES");
@@ -1417,16 +1534,27 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 		return -EINVAL;
 	pthread_once(&atfork_once, atfork_register);
 	size = pool_region_size(r);
-	len = round_up(size, PAGE);
-	npages = len >> PAGE_SHIFT;
-	max_res = local_bytes >> PAGE_SHIFT;
+	ret = huge_choose(size, local_bytes, flags, &huge);
+	if (ret)
+		return ret;
+	len = round_up(size, huge ? HUGE_SIZE : PAGE);
+	npages = len >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
+	max_res = local_bytes >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
 	if (max_res > npages)
 		max_res = npages;
 
+	/* staging: fetch, the run after it, write-back, zeros */
+	if (huge) {
+		nstage_in = 1;
+		nstage = nstage_in + 1 + 1 + 1;
+	} else {
+		nstage_in = AHEAD_RUN > RA_MAX ? AHEAD_RUN : RA_MAX;
+		nstage = nstage_in + AHEAD_RUN + WB_BATCH + RA_MAX;
+	}
 	off_state = round_up(sizeof(*m), 64);
 	off_ring = round_up(off_state + npages, sizeof(size_t));
 	off_stage = round_up(off_ring + max_res * sizeof(size_t), PAGE);
-	meta = off_stage + NSTAGE * PAGE;
+	meta = off_stage + nstage * (huge ? HUGE_SIZE : PAGE);
 	m = mmap(NULL, meta, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED)
@@ -1440,15 +1568,33 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	m->len = len;
 	m->npages = npages;
 	m->max_res = max_res;
-	m->batch = max_res / 8 < 8 ? 8 : max_res / 8;
-	if (m->batch > WB_BATCH)
-		m->batch = WB_BATCH;
+	m->huge = huge;
+	if (huge) {
+		m->shift = HUGE_SHIFT;
+		m->psize = HUGE_SIZE;
+		m->ra_max = 1;
+		m->ahead_run = 1;
+		m->ahead_max = HUGE_AHEAD_MAX;
+		m->wb_max = 1;
+		m->batch = 1;
+	} else {
+		m->shift = PAGE_SHIFT;
+		m->psize = PAGE;
+		m->ra_max = RA_MAX;
+		m->ahead_run = AHEAD_RUN;
+		m->ahead_max = AHEAD_MAX;
+		m->wb_max = WB_BATCH;
+		m->batch = max_res / 8 < 8 ? 8 : max_res / 8;
+		if (m->batch > WB_BATCH)
+			m->batch = WB_BATCH;
+	}
 	m->state = (uint8_t *)m + off_state;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
-	m->stage_in2 = m->stage_in + STAGE_IN * PAGE;
-	m->stage_out = m->stage_in2 + AHEAD_RUN * PAGE;
-	m->zero = m->stage_out + WB_BATCH * PAGE; /* mmap: zeros */
+	m->stage_in2 = m->stage_in + nstage_in * m->psize;
+	m->stage_out = m->stage_in2 + m->ahead_run * m->psize;
+	m->zero = m->stage_out + m->wb_max * m->psize; /* mmap: zeros */
+	m->st.page_bytes = m->psize;
 	m->zero_next = SIZE_MAX;
 	m->st.max_resident = max_res;
 	env = getenv("LIBPOOL_PAGING_AHEAD");
@@ -1456,16 +1602,23 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	if (flags & POOL_MAP_EXISTING)
 		memset(m->state, PG_REMOTE, npages);
 
+	/* Huge pages are hugetlb pages, not transparent ones: the kernel
+	 * installs a hugetlb page with UFFDIO_COPY in one step, protected
+	 * (MODE_WP) when asked, where a transparent huge page would be
+	 * split into 512 small ones or filled by the kernel behind our
+	 * back. MAP_NORESERVE: the budget, not the range, is what we hold
+	 * (uffd_copy() handles a pool that runs short). */
 	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+			       (huge ? MAP_HUGETLB : 0),
+		       -1, 0);
 	if (m->base == MAP_FAILED) {
 		m->base = NULL;
 		ret = -ENOMEM;
 		goto fail;
 	}
-	/* 4 KiB pages only: a huge page would be filled by the kernel
-	 * behind our back (huge pages are future work). */
-	madvise(m->base, len, MADV_NOHUGEPAGE);
+	if (!huge) /* 4 KiB pages: see above */
+		madvise(m->base, len, MADV_NOHUGEPAGE);
 	ret = uffd_open(&m->user_only);
 	if (ret < 0)
 		goto fail;
@@ -1499,8 +1652,9 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	reg_head = m;
 	pthread_mutex_unlock(&reg_lock);
 	pool_log(LOG_INFO,
-		 "paging: map addr=%p bytes=%zu local_pages=%zu user_only=%d",
-		 (void *)m->base, len, max_res, (int)m->user_only);
+		 "paging: map addr=%p bytes=%zu page=%zu local_pages=%zu "
+		 "user_only=%d",
+		 (void *)m->base, len, m->psize, max_res, (int)m->user_only);
 	*addr = m->base;
 	return 0;
 fail:
@@ -1520,9 +1674,10 @@ static int flush_locked_out(struct mapping *m)
 
 		if (!page_needs_writeback(m, idx))
 			continue;
-		page_copy_out(m->stage_out + nw * PAGE, page_addr(m, idx));
+		page_copy_out(m->stage_out + nw * m->psize, page_addr(m, idx),
+			      m->psize);
 		wb[nw++] = idx;
-		if (nw == WB_BATCH) {
+		if (nw == m->wb_max) {
 			r = write_back(m, wb, nw);
 			if (r && !ret)
 				ret = r;

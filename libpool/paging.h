@@ -26,6 +26,9 @@ struct pool_map_stats {
 	uint64_t resident_peak; /* most pages ever resident at once */
 	uint64_t ahead_pages;	/* fetched pages installed ahead of a stream */
 	uint64_t warmups; /* warm-up reads started (first map of a session) */
+	uint64_t page_bytes; /* the unit paged: 4096, or 2 MiB huge pages */
+	uint64_t huge_short; /* huge-page installs that found the kernel's
+			      * pool empty and evicted one of ours first */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };

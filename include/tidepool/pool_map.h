@@ -50,6 +50,14 @@ extern "C" {
  * Without it the region is taken as new: its contents read as zero until
  * written through the mapping, and a first touch costs no network trip. */
 #define POOL_MAP_EXISTING 0x1u
+/* Page in 2 MiB huge pages (hugetlb, vm.nr_hugepages) instead of 4 KiB
+ * ones: a fault, a read and a page-table change move 2 MiB, so streams
+ * (scans, sorts, merges) cost far less per byte; random access to small
+ * items costs far more (each miss reads 2 MiB). Without either flag,
+ * $LIBPOOL_HUGE_PAGES decides (default 4 KiB; see libpool(3)). */
+#define POOL_MAP_HUGE 0x2u
+/* 4 KiB pages whatever $LIBPOOL_HUGE_PAGES says. */
+#define POOL_MAP_SMALL 0x4u
 
 /* pool_unmap flags (exactly one) */
 #define POOL_UNMAP_FLUSH 0x1u	/* write dirty pages back to the region */
