@@ -137,6 +137,7 @@ struct stream {
 	uint64_t used;	 /* for replacing the least recently used */
 	size_t win;	 /* install-ahead window, pages (0: off) */
 	size_t goal;	 /* pages still to install ahead */
+	size_t at;	 /* page of the program's last fault on it */
 };
 
 struct mapping {
@@ -177,6 +178,10 @@ struct mapping {
 	 * installed protected, how many of them took a WP fault since, and
 	 * fetches made. Decayed by halving. */
 	uint64_t wr_seen, wr_hits, nfetch;
+	/* Huge pages: while room is made for a stream, the program's
+	 * position on it and its direction (0: none); see behind_victim(). */
+	size_t behind;
+	int behind_dir;
 	size_t zero_next; /* page after the last zero fill-ahead run */
 	unsigned zero_ra; /* its length, doubling up to RA_MAX */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
@@ -215,17 +220,22 @@ static uint8_t *page_addr(const struct mapping *m, size_t idx)
  * are written by the kernel (UFFDIO_COPY) and by the application under
  * write protection we manage, an ordering ThreadSanitizer cannot see:
  * these two are the only places we read the range, so they are not
- * instrumented (volatile keeps the compiler from calling memcpy, which
- * TSan intercepts).
+ * instrumented (under TSan, volatile keeps the compiler from calling
+ * memcpy, which TSan intercepts; elsewhere memcpy is used).
  */
 __attribute__((no_sanitize("thread"))) static void
 page_copy_out(void *dst, const void *src, size_t bytes)
 {
+#if defined(__SANITIZE_THREAD__)
 	const volatile uint64_t *s = src;
 	uint64_t *d = dst;
 
 	for (size_t i = 0; i < bytes / 8; i++)
 		d[i] = s[i];
+#else
+	/* 4-5x faster than the loop on a 2 MiB page (0.4 ms -> 0.1 ms). */
+	memcpy(dst, src, bytes);
+#endif
 }
 
 __attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src,
@@ -714,15 +724,75 @@ static int evict(struct mapping *m, size_t n)
 	return 0;
 }
 
+/*
+ * Huge pages, scan resistance. When room is made for a stream, the FIFO's
+ * oldest page is the worst victim of a scan that comes round again (a
+ * model's weights read every step, a loop over an array larger than the
+ * budget): it is the next one the scan needs, so every page misses on
+ * every pass. The page the program left most recently, at least one page
+ * behind it (a stencil may still read the one just behind), is evicted
+ * instead; with none behind (the start of a pass), the page farthest
+ * ahead beyond what install-ahead maps. Then the pages at the start of
+ * the scan stay resident and a pass misses only on the rest (the page
+ * used farthest in the future goes first: optimal for a cyclic scan). A
+ * stream's first fault is taken as going up. The chosen page is swapped
+ * into the FIFO's head slot; the old head takes its place. A linear
+ * search of the resident huge pages (at most local_bytes / 2 MiB), once
+ * per 2 MiB evicted. Returns whether a page was chosen.
+ */
+static bool behind_victim(struct mapping *m)
+{
+	size_t best = SIZE_MAX, far = SIZE_MAX, bi = 0, fi = 0;
+	size_t b = m->behind, reach = m->ahead_max + 1;
+	bool up = m->behind_dir > 0;
+
+	if (!m->huge || !m->behind_dir || !m->nres)
+		return false;
+	for (size_t i = 0; i < m->nres; i++) {
+		size_t v = m->ring[(m->head + i) % m->max_res];
+
+		/* behind: the most recently left, one page of margin */
+		if ((up ? v + 1 < b : v > b + 1) &&
+		    (best == SIZE_MAX || (up ? v > best : v < best))) {
+			best = v;
+			bi = i;
+		}
+		/* else, ahead beyond what install-ahead maps: the farthest
+		 * (at the start of a pass nothing is behind) */
+		if ((up ? v > b + reach : v + reach < b) &&
+		    (far == SIZE_MAX || (up ? v > far : v < far))) {
+			far = v;
+			fi = i;
+		}
+	}
+	if (best == SIZE_MAX) {
+		best = far;
+		bi = fi;
+	}
+	if (best == SIZE_MAX)
+		return false;
+	m->ring[(m->head + bi) % m->max_res] = m->ring[m->head];
+	m->ring[m->head] = best;
+	return true;
+}
+
 /* Evicts in rounds of m->batch pages (more when more are needed at
  * once) until need more pages fit. */
 static int make_room(struct mapping *m, size_t need)
 {
 	while (m->nres + need > m->max_res) {
 		size_t over = m->nres + need - m->max_res;
-		int ret = evict(m, over > m->wb_max  ? m->wb_max
-				   : over < m->batch ? m->batch
-						     : over);
+		int ret;
+
+		if (behind_victim(m)) {
+			ret = evict(m, 1);
+			if (ret)
+				return ret;
+			continue;
+		}
+		ret = evict(m, over > m->wb_max	 ? m->wb_max
+			       : over < m->batch ? m->batch
+						 : over);
 
 		if (ret)
 			return ret;
@@ -951,8 +1021,13 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	}
 	st->up = lo + n;
 	st->down = lo ? lo - 1 : SIZE_MAX;
+	st->at = idx;
 	if (!again) {
+		/* a stream's first fault: taken as going up */
+		m->behind = idx;
+		m->behind_dir = st->dir < 0 ? -1 : 1;
 		ret = make_room(m, n);
+		m->behind_dir = 0;
 		if (ret)
 			return ret;
 	}
@@ -998,7 +1073,11 @@ static bool install_ahead(struct mapping *m)
 							       : m->ahead_run,
 				   &lo2);
 	}
-	if (n == 0 || make_room(m, n + n2)) {
+	m->behind = st->at;
+	m->behind_dir = st->dir;
+	ret = n ? make_room(m, n + n2) : 0;
+	m->behind_dir = 0;
+	if (n == 0 || ret) {
 		st->goal = 0; /* the end of the stream, or a failure */
 		return true;
 	}
@@ -1071,6 +1150,9 @@ static int zero_fill(struct mapping *m, size_t idx)
 	size_t n = 1, limit;
 	int ret;
 
+	/* A fill going up, on huge pages: see behind_victim(). */
+	m->behind = idx;
+	m->behind_dir = 1;
 	/* A stream may skip pages it does not write (a sparse fill). */
 	if (idx >= m->zero_next && idx - m->zero_next < m->ra_max)
 		m->zero_ra =
@@ -1083,6 +1165,7 @@ static int zero_fill(struct mapping *m, size_t idx)
 		n++;
 	m->zero_next = idx + n;
 	ret = make_room(m, n);
+	m->behind_dir = 0;
 	if (ret)
 		return ret;
 	ret = uffd_copy(m, idx, 1, m->zero, false);
