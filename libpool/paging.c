@@ -40,6 +40,23 @@
  * matter: each ends in a TLB flush, per page for a range of up to 33
  * pages, and a flush is costly on a virtual machine (docs/bench/paging.md).
  *
+ * Huge pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES; huge_choose()): the range
+ * is MAP_HUGETLB and the unit of everything above ("page") is 2 MiB. Only
+ * hugetlb: UFFDIO_COPY with MODE_WP installs a hugetlb page protected in
+ * one step, so dirty tracking stays exact; a transparent huge page could
+ * only be moved in writable (UFFDIO_MOVE) and a write before it is
+ * protected would be lost at eviction. Per mapping: read-ahead runs of 1
+ * page, install-ahead of 1 page per run up to HUGE_AHEAD_MAX (at most a
+ * quarter of the budget), 1 page evicted per round, fetches always
+ * installed protected (fetch_wants_dirty() is off), zeros copied in
+ * protected (no zero page, so no zero-page race). The range is
+ * MAP_NORESERVE: pages come from the kernel's pool as installed; when it is
+ * empty uffd_copy() evicts one of ours and retries (huge_short), and with
+ * none left the mapping fails (SIGBUS, never wrong bytes). Staging: 3 huge
+ * pages touched, outside the budget. MAP_HUGETLB gets the default huge
+ * page size, which must be 2 MiB (1 GiB: the kernel rejects our 2 MiB
+ * ranges). Design and trade-off: docs/paging.md, "Huge pages".
+ *
  * Memory: a mapping's bookkeeping (this struct, the page states, the FIFO,
  * the staging pages) is one mmap(); this file calls neither malloc nor
  * stdio, because the preload shim routes malloc here. The RMA buffers are

@@ -6,7 +6,8 @@
  * pool_map() returns a local address range the size of a region. Pages are
  * fetched from the pool when first touched (userfaultfd), at most
  * local_bytes of them stay resident, pages written to are written back to
- * the pool before they are dropped. Page size is 4 KiB.
+ * the pool before they are dropped. Page size is 4 KiB, or 2 MiB with
+ * huge pages (POOL_MAP_HUGE, $LIBPOOL_HUGE_PAGES; pool_map(3), HUGE PAGES).
  *
  * Threads: any number of threads may touch a mapping at once. Each mapping
  * runs one thread of its own ("pool-uffd") that serves its page faults.
@@ -54,7 +55,9 @@ extern "C" {
  * ones: a fault, a read and a page-table change move 2 MiB, so streams
  * (scans, sorts, merges) cost far less per byte; random access to small
  * items costs far more (each miss reads 2 MiB). Without either flag,
- * $LIBPOOL_HUGE_PAGES decides (default 4 KiB; see libpool(3)). */
+ * $LIBPOOL_HUGE_PAGES decides (default 4 KiB; see pool_map(3)). Needs
+ * a region larger than 14 MiB (8 huge pages once rounded up), a budget of
+ * at least 4 MiB and as many free 2 MiB huge pages as the budget. */
 #define POOL_MAP_HUGE 0x2u
 /* 4 KiB pages whatever $LIBPOOL_HUGE_PAGES says. */
 #define POOL_MAP_SMALL 0x4u
@@ -65,16 +68,23 @@ extern "C" {
 
 /*
  * Maps region r of session p at a new address (*addr), the region's size
- * rounded up to 4 KiB. At most local_bytes (rounded down to 4 KiB) are
- * resident at once; 0 means $LIBPOOL_LOCAL_BYTES (a size such as "64M")
- * or else 256 MiB. The session and the region must outlive the mapping.
+ * rounded up to the page size (4 KiB, or 2 MiB with huge pages). At most
+ * local_bytes (rounded down to whole pages) are resident at once; 0 means
+ * $LIBPOOL_LOCAL_BYTES (a size such as "64M") or else 256 MiB. The
+ * session and the region must outlive the mapping.
  * Returns 0 and *addr, or
- *   -EINVAL     p, r or addr is NULL, flags unknown, local_bytes (or
- *               LIBPOOL_LOCAL_BYTES) below 256 KiB or malformed
+ *   -EINVAL     p, r or addr is NULL, flags unknown or both POOL_MAP_HUGE
+ *               and POOL_MAP_SMALL, local_bytes (or LIBPOOL_LOCAL_BYTES)
+ *               below 256 KiB or malformed; or huge pages demanded
+ *               (POOL_MAP_HUGE, or LIBPOOL_HUGE_PAGES=required) and the
+ *               region spans fewer than 8 of them (is 14 MiB or less) or
+ *               the budget is under 2 (4 MiB)
  *   -EOPNOTSUPP the kernel lacks userfaultfd write-protection of anonymous
- *               memory (Linux 5.7+) or UFFD_FEATURE_THREAD_ID
+ *               memory (Linux 5.7+) or UFFD_FEATURE_THREAD_ID; with huge
+ *               pages, of hugetlb memory (Linux 5.19+)
  *   -EPERM      userfaultfd is not permitted to this process at all
- *   -ENOMEM     out of address space or memory
+ *   -ENOMEM     out of address space or memory; or huge pages demanded
+ *               and fewer 2 MiB ones free than the budget (vm.nr_hugepages)
  *   -EAGAIN     the fault-handler thread could not be started
  */
 POOL_API int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
