@@ -130,7 +130,10 @@
 #define HUGE_SHIFT 21
 #define HUGE_SIZE (1ul << HUGE_SHIFT)
 #define HUGE_AHEAD_MAX 8u
-#define HUGE_MIN_PAGES 8u /* smaller regions keep 4 KiB pages */
+#define HUGE_MIN_PAGES 8u	/* smaller regions keep 4 KiB pages */
+#ifndef MAP_HUGE_2MB		/* linux/mman.h; not every libc's sys/mman.h */
+#define MAP_HUGE_2MB (21 << 26) /* MAP_HUGE_SHIFT 26 */
+#endif
 #define HUGE_FREE_PATH                                                         \
 	"/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
 
@@ -476,8 +479,11 @@ static void fault_fail(struct mapping *m, pid_t tid, size_t idx)
 		/* Unconditional: the process is about to see SIGBUS, and
 		 * this line is what explains it. */
 		pool_log_emit(LOG_ERR,
-			      "paging: cannot serve a fault, pool unreachable "
-			      "map=%p page=%zu tid=%d err=%s; raising SIGBUS",
+			      "paging: cannot serve a fault, %s map=%p "
+			      "page=%zu tid=%d err=%s; raising SIGBUS",
+			      err == -ENOMEM && m->huge
+				      ? "no huge page left (vm.nr_hugepages)"
+				      : "pool unreachable",
 			      (void *)m->base, idx, (int)tid, strerror(-err));
 	}
 	if (sigbus_is_masked(tid)) {
@@ -1555,14 +1561,15 @@ static size_t huge_free(void)
  * Returns 0, or for huge pages that were demanded: -EINVAL (region or
  * budget too small), -ENOMEM (too few free huge pages).
  */
-static int huge_choose(size_t size, size_t local, unsigned flags, bool *huge)
+static int huge_choose(size_t size, size_t local, unsigned flags, bool *huge,
+		       bool *demanded)
 {
 	const char *env = getenv("LIBPOOL_HUGE_PAGES");
 	bool want = false, must = false;
 	size_t pages = round_up(size, HUGE_SIZE) >> HUGE_SHIFT;
 	size_t budget = local >> HUGE_SHIFT;
 
-	*huge = false;
+	*huge = *demanded = false;
 	if (flags & POOL_MAP_SMALL)
 		return 0;
 	if (flags & POOL_MAP_HUGE) {
@@ -1591,6 +1598,7 @@ static int huge_choose(size_t size, size_t local, unsigned flags, bool *huge)
 		return must ? -ENOMEM : 0;
 	}
 	*huge = true;
+	*demanded = must;
 	return 0;
 }
 
@@ -1607,15 +1615,16 @@ static void mapping_free(struct mapping *m)
 	munmap(m, m->meta_bytes);
 }
 
+static int map_build(struct pool *p, struct pool_region *r, size_t size,
+		     size_t local_bytes, unsigned flags, bool huge,
+		     void **addr);
+
 int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	     unsigned flags, void **addr)
 {
-	size_t size, len, npages, max_res, off_state, off_ring, off_stage, meta;
-	size_t nstage_in, nstage;
-	struct mapping *m;
-	sigset_t all, old;
 	const char *env;
-	bool huge;
+	bool huge, demanded;
+	size_t size;
 	int ret;
 
 	if (!addr)
@@ -1634,9 +1643,33 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 		return -EINVAL;
 	pthread_once(&atfork_once, atfork_register);
 	size = pool_region_size(r);
-	ret = huge_choose(size, local_bytes, flags, &huge);
+	ret = huge_choose(size, local_bytes, flags, &huge, &demanded);
 	if (ret)
 		return ret;
+	ret = map_build(p, r, size, local_bytes, flags, huge, addr);
+	if (ret && huge && !demanded && ret != -EPERM) {
+		/* LIBPOOL_HUGE_PAGES=1: huge pages when they can be had.
+		 * The kernel may lack userfaultfd on hugetlb (-EOPNOTSUPP)
+		 * or the pages went meanwhile (-ENOMEM). */
+		pool_log(LOG_INFO,
+			 "paging: huge pages failed err=%s; 4 KiB pages",
+			 strerror(-ret));
+		ret = map_build(p, r, size, local_bytes, flags, false, addr);
+	}
+	return ret;
+}
+
+/* pool_map() once the page size is chosen. */
+static int map_build(struct pool *p, struct pool_region *r, size_t size,
+		     size_t local_bytes, unsigned flags, bool huge, void **addr)
+{
+	size_t len, npages, max_res, off_state, off_ring, off_stage, meta;
+	size_t nstage_in, nstage;
+	struct mapping *m;
+	sigset_t all, old;
+	const char *env;
+	int ret;
+
 	len = round_up(size, huge ? HUGE_SIZE : PAGE);
 	npages = len >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
 	max_res = local_bytes >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
@@ -1710,7 +1743,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	 * (uffd_copy() handles a pool that runs short). */
 	m->base = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
-			       (huge ? MAP_HUGETLB : 0),
+			       (huge ? MAP_HUGETLB | MAP_HUGE_2MB : 0),
 		       -1, 0);
 	if (m->base == MAP_FAILED) {
 		m->base = NULL;
