@@ -8,7 +8,9 @@
  * calls fault pages in (or get EFAULT in user-mode-only mode), and a
  * killed memd turns into SIGBUS, never wrong bytes. Runs installed ahead
  * of sequential streams keep the local budget and the bytes exact, also
- * under threads.
+ * under threads. With --huge (test_paging_huge): the same in 2 MiB
+ * hugetlb pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES), clean pages never
+ * written back, what is refused, fork().
  */
 #include <check.h>
 #include <errno.h>
@@ -804,6 +806,350 @@ START_TEST(memd_killed_gives_sigbus)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* huge pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES): test_paging --huge   */
+
+#define HP (2u * MiB)
+
+static struct tu_huge hugetlb;
+
+/*
+ * memd for the huge-page cases, with hugepages = no: memd's default
+ * (auto) would back its donation with the very hugetlb pages
+ * tu_huge_reserve() just made available to the client. Then at least
+ * need 2 MiB pages are available to the mapping (raised through
+ * vm.nr_hugepages, restored by huge_stop()). main() has checked that
+ * they can be had, so failing here fails the case.
+ */
+static void huge_start(unsigned long need)
+{
+	char why[256];
+	int r = tu_huge_reserve(&hugetlb, need, why, sizeof(why));
+
+	ck_assert_msg(r == 0, "hugetlb pages: %s", why);
+	r = tu_memd_start(&md, "hugepages = no");
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+}
+
+static void huge_stop(void)
+{
+	stop_memd();
+	tu_huge_release(&hugetlb);
+}
+
+static uint8_t *huge_map(struct pool *p, struct pool_region *r, size_t local,
+			 unsigned flags)
+{
+	uint8_t *a = map(p, r, local, flags | POOL_MAP_HUGE);
+
+	ck_assert_uint_eq(stats(a).page_bytes, HP);
+	ck_assert_uint_eq((uintptr_t)a % HP, 0);
+	return a;
+}
+
+/* The region's bytes [0, size) are the pattern of seed. */
+static void check_region(struct pool *p, struct pool_region *r, size_t size,
+			 uint64_t seed)
+{
+	uint8_t *buf = malloc(size);
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, size, seed);
+	free(buf);
+}
+
+/*
+ * 64 MiB through 8 MiB of 2 MiB pages, written and read back twice:
+ * every huge page evicted, written back and fetched; the budget holds;
+ * after FLUSH the region has every byte.
+ */
+START_TEST(huge_round_trip)
+{
+	const size_t size = 64 * MiB, local = 8 * MiB;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	st = stats(a);
+	ck_assert_uint_eq(st.max_resident, local / HP);
+	for (uint64_t seed = 1; seed <= 2; seed++) {
+		tu_pattern_fill(a, size, seed, 0);
+		check_range(a, 0, size, seed);
+	}
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_eq(st.page_bytes, HP);
+	ck_assert_uint_ge(st.evictions, 3 * size / HP - local / HP);
+	ck_assert_uint_ge(st.writebacks, 2 * (size - local) / HP);
+	ck_assert_uint_gt(st.pages_fetched, 0);
+	ck_assert_uint_le(st.resident, st.max_resident);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, size, 2);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+/*
+ * Fetched huge pages are installed write-protected: a read-only scan
+ * evicts without a write-back, and after one write only that page goes
+ * back. To see which pages FLUSH writes, the region is rewritten (seed
+ * 12) behind the mapping's back first: a clean page written back would
+ * put seed 11 in it again.
+ */
+START_TEST(huge_clean_pages_not_written_back)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB, hot = 5 * HP + 4104;
+	uint8_t *buf = malloc(size), *a;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+
+	ck_assert_ptr_nonnull(buf);
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	tu_pattern_fill(buf, size, 11, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	a = huge_map(p, r, local, POOL_MAP_EXISTING);
+	for (int pass = 0; pass < 2; pass++)
+		check_range(a, 0, size, 11);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_ge(st.evictions, 2 * size / HP - local / HP);
+	ck_assert_uint_ge(st.pages_fetched, 2 * size / HP - local / HP);
+	ck_assert_uint_eq(st.writebacks, 0);
+	ck_assert_uint_eq(st.wp_faults, 0);
+	/* One word in huge page 5, which is not resident: fetched. */
+	tu_pattern_fill(a + hot, 8, 13, hot);
+	st = stats(a);
+	ck_assert_uint_eq(st.writebacks, 0);
+	tu_pattern_fill(buf, size, 12, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, 5 * HP, 12);
+	check_range(buf, 5 * HP, hot - 5 * HP, 11);
+	check_range(buf, hot, 8, 13);
+	check_range(buf, hot + 8, 6 * HP - hot - 8, 11);
+	check_range(buf, 6 * HP, size - 6 * HP, 12);
+	free(buf);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+/*
+ * NTHREADS threads: in the write phase they fault the same huge pages
+ * at once (each writes every NTHREADS-th 4 KiB of every huge page), in
+ * the read phase different ones (each starts a quarter further on).
+ */
+START_TEST(huge_threads_fault_at_once)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct worker w[NTHREADS];
+	pthread_t th[NTHREADS];
+	pthread_barrier_t bar;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	pthread_barrier_init(&bar, NULL, NTHREADS);
+	for (int t = 0; t < NTHREADS; t++) {
+		w[t] = (struct worker){
+			.a = a, .size = size, .t = t, .bar = &bar
+		};
+		ck_assert_int_eq(
+			pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+	}
+	for (int t = 0; t < NTHREADS; t++) {
+		pthread_join(th[t], NULL);
+		ck_assert_msg(!w[t].bad, "thread %d: wrong byte at %zu", t,
+			      w[t].bad - 1);
+	}
+	pthread_barrier_destroy(&bar);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.evictions, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, size, 5);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+/* pool_map(flags) with LIBPOOL_HUGE_PAGES=env (NULL: unset): its page
+ * size, or the error as -ret. */
+static long huge_try(struct pool *p, struct pool_region *r, size_t local,
+		     unsigned flags, const char *env)
+{
+	void *a = NULL;
+	long ret;
+
+	if (env)
+		setenv("LIBPOOL_HUGE_PAGES", env, 1);
+	else
+		unsetenv("LIBPOOL_HUGE_PAGES");
+	ret = pool_map(p, r, local, flags, &a);
+	unsetenv("LIBPOOL_HUGE_PAGES");
+	if (ret) {
+		ck_assert_ptr_null(a);
+		return ret;
+	}
+	ret = (long)stats(a).page_bytes;
+	/* It works whichever the page size. */
+	tu_pattern_fill(a + 3 * MiB, 64, 14, 3 * MiB);
+	check_range(a, 3 * MiB, 64, 14);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	return ret;
+}
+
+/*
+ * What is refused and what falls back: flags that contradict, regions
+ * and budgets too small for huge pages, too few hugetlb pages for the
+ * budget (demanded: -ENOMEM; LIBPOOL_HUGE_PAGES=1: 4 KiB pages).
+ */
+START_TEST(huge_bad_input_and_fallback)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct pool_region *r, *small;
+	struct pool *p;
+	size_t len;
+	void *hog;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	ck_assert_int_eq(pool_alloc(p, 4 * MiB, &small), 0);
+	ck_assert_int_eq(
+		huge_try(p, r, local, POOL_MAP_HUGE | POOL_MAP_SMALL, NULL),
+		-EINVAL);
+	ck_assert_int_eq(huge_try(p, small, local, POOL_MAP_HUGE, NULL),
+			 -EINVAL);
+	/* 14 MiB: 7 huge pages, one short of the minimum. */
+	pool_free(p, small);
+	ck_assert_int_eq(pool_alloc(p, 14 * MiB, &small), 0);
+	ck_assert_int_eq(huge_try(p, small, local, POOL_MAP_HUGE, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(huge_try(p, small, local, 0, "1"), PG);
+	/* A budget of one huge page. */
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, POOL_MAP_HUGE, NULL), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, 0, "required"), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, 0, "1"), PG);
+	/* Enough hugetlb pages: the environment decides. */
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "required"), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "0"), PG);
+	ck_assert_int_eq(huge_try(p, r, local, 0, NULL), PG);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_SMALL, "required"), PG);
+	/* One fewer than the budget of 4 left. */
+	hog = tu_huge_consume(local / HP - 1, &len);
+	ck_assert_ptr_nonnull(hog);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "required"), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
+	/* A smaller budget fits. */
+	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(munmap(hog, len), 0);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), HP);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+static sigjmp_buf sigsegv_jmp;
+static uintptr_t fence_lo, fence_hi;
+
+static void on_sigsegv(int sig, siginfo_t *si, void *ctx)
+{
+	uintptr_t at = (uintptr_t)si->si_addr;
+
+	(void)sig;
+	(void)ctx;
+	/* 42: a fenced (PROT_NONE) page where we expect one. */
+	siglongjmp(sigsegv_jmp,
+		   si->si_code == SEGV_ACCERR && at >= fence_lo && at < fence_hi
+			   ? 42
+			   : 43);
+}
+
+/*
+ * fork(): the child sees the huge pages resident at the fork as they
+ * were (and may write its copy), pages never written as zeros, and a
+ * page evicted to the region is SIGSEGV, never wrong bytes. The parent's
+ * mapping goes on unchanged.
+ */
+START_TEST(huge_fork_child)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB, used = 14 * HP;
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+	pid_t child;
+	int st;
+
+	/* The child's copy-on-write of a resident page and its zero page
+	 * are hugetlb pages of its own. */
+	huge_start(local / HP + 4);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	tu_pattern_fill(a, used, 17, 0); /* pages 10..13 stay resident */
+	ck_assert_uint_eq(stats(a).resident, local / HP);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sigaction sa = { .sa_sigaction = on_sigsegv,
+					.sa_flags = SA_SIGINFO };
+		volatile uint8_t v;
+
+		if (tu_pattern_check(a + 10 * HP, 4 * HP, 17, 10 * HP) >= 0)
+			_exit(2);
+		tu_pattern_fill(a + 12 * HP, HP, 18, 12 * HP);
+		if (tu_pattern_check(a + 12 * HP, HP, 18, 12 * HP) >= 0)
+			_exit(3);
+		for (size_t i = used; i < size; i += PG)
+			if (a[i])
+				_exit(4);
+		fence_lo = (uintptr_t)a;
+		fence_hi = (uintptr_t)a + 10 * HP;
+		st = sigsetjmp(sigsegv_jmp, 1);
+		if (st)
+			_exit(st);
+		sigaction(SIGSEGV, &sa, NULL);
+		v = a[3 * HP + 100];
+		/* Reaching here is only right with the right byte. */
+		_exit(v == tu_pattern_byte(17, 3 * HP + 100) ? 5 : 6);
+	}
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+		      "child: status %d (2-4: a resident or zero page read "
+		      "wrong, 5: an evicted page read without a fault, 6: "
+		      "wrong byte, 43: a SIGSEGV elsewhere)",
+		      st);
+	check_range(a, 0, used, 17);
+	ck_assert_int_eq(stats(a).failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, used, 17);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
 /* Whether this kernel gives us what pool_map needs; why not in *why. */
 static int probe_uffd(const char **why)
 {
@@ -836,8 +1182,15 @@ static int probe_uffd(const char **why)
 	return fd < 0 ? -1 : 0;
 }
 
-int main(void)
+/*
+ * Run with --huge (ctest: test_paging_huge): the huge-page cases only,
+ * skipped (exit 77) where no hugetlb pages can be had: not root, no
+ * hugetlb support, or memory too fragmented. A separate test so that
+ * the skip never hides the 4 KiB cases.
+ */
+int main(int argc, char **argv)
 {
+	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	const char *why = NULL;
 	Suite *s = suite_create("paging");
 	TCase *tc = tcase_create("paging");
@@ -849,20 +1202,33 @@ int main(void)
 	if (probe_uffd(&why))
 		tu_skip("%s", why);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, sequential_and_random);
-	tcase_add_test(tc, streams_fill_and_read_ahead);
-	tcase_add_test(tc, existing_region);
-	tcase_add_test(tc, zero_pages_cost_no_fetch);
-	tcase_add_test(tc, dirty_pages_survive_eviction);
-	tcase_add_test(tc, read_modify_write_passes);
-	tcase_add_test(tc, threads_fault_at_once);
-	tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
-	tcase_add_test(tc, install_ahead_off);
-	tcase_add_test(tc, install_ahead_threads);
-	tcase_add_test(tc, unmap_flush_and_discard);
-	tcase_add_test(tc, syscall_kernel_mode);
-	tcase_add_test(tc, syscall_user_mode_only);
-	tcase_add_test(tc, memd_killed_gives_sigbus);
+	if (huge) {
+		char msg[256];
+
+		if (tu_huge_reserve(&hugetlb, 8, msg, sizeof(msg)))
+			tu_skip("%s", msg);
+		tu_huge_release(&hugetlb);
+		tcase_add_test(tc, huge_round_trip);
+		tcase_add_test(tc, huge_clean_pages_not_written_back);
+		tcase_add_test(tc, huge_threads_fault_at_once);
+		tcase_add_test(tc, huge_bad_input_and_fallback);
+		tcase_add_test(tc, huge_fork_child);
+	} else {
+		tcase_add_test(tc, sequential_and_random);
+		tcase_add_test(tc, streams_fill_and_read_ahead);
+		tcase_add_test(tc, existing_region);
+		tcase_add_test(tc, zero_pages_cost_no_fetch);
+		tcase_add_test(tc, dirty_pages_survive_eviction);
+		tcase_add_test(tc, read_modify_write_passes);
+		tcase_add_test(tc, threads_fault_at_once);
+		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
+		tcase_add_test(tc, install_ahead_off);
+		tcase_add_test(tc, install_ahead_threads);
+		tcase_add_test(tc, unmap_flush_and_discard);
+		tcase_add_test(tc, syscall_kernel_mode);
+		tcase_add_test(tc, syscall_user_mode_only);
+		tcase_add_test(tc, memd_killed_gives_sigbus);
+	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
