@@ -266,11 +266,14 @@ static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 
 static int evict(struct mapping *m, size_t n);
 
+static bool page_is_present(struct mapping *m, size_t idx);
+
 /* Installs n pages from src at page idx (and wakes their waiters).
  * Returns 0 or -errno (-EEXIST: a page was already there). A huge page
  * the kernel cannot allocate (-ENOMEM: its pool of hugetlb pages ran
  * short, another process took them) costs us one of ours: the oldest is
- * evicted, which gives its page back, and the copy is tried again. */
+ * evicted, which gives its page back, and the copy is tried again; with
+ * none of ours left, -ENOMEM (the mapping fails). */
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
 {
@@ -283,19 +286,30 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			.len = len - done,
 			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
 		};
+		int err;
 
 		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0)
 			return 0;
+		err = errno;
 		if (c.copy > 0) {
 			done += (size_t)c.copy;
-		} else if (errno == ENOMEM && m->huge && m->nres > 0) {
+			continue;
+		}
+		/* Linux (6.x) says EEXIST, not ENOMEM, when it finds no
+		 * free hugetlb page but the page table for the address
+		 * exists: "already there" would be taken as a race and the
+		 * program would fault on the missing page forever. */
+		if (m->huge && err == EEXIST &&
+		    !page_is_present(m, idx + done / m->psize))
+			err = ENOMEM;
+		if (err == ENOMEM && m->huge && m->nres > 0) {
 			int ret = evict(m, 1);
 
 			if (ret)
 				return ret;
 			STAT_ADD(m, huge_short, 1);
-		} else if (errno != EAGAIN) { /* EAGAIN: mm changing */
-			return -errno;
+		} else if (err != EAGAIN) { /* EAGAIN: mm changing */
+			return -err;
 		}
 	}
 	return 0;

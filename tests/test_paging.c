@@ -10,7 +10,7 @@
  * of sequential streams keep the local budget and the bytes exact, also
  * under threads. With --huge (test_paging_huge): the same in 2 MiB
  * hugetlb pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES), clean pages never
- * written back, what is refused, fork().
+ * written back, what is refused, a kernel pool that runs short, fork().
  */
 #include <check.h>
 #include <errno.h>
@@ -1071,6 +1071,103 @@ START_TEST(huge_bad_input_and_fallback)
 }
 END_TEST
 
+/*
+ * Another process takes the kernel's free hugetlb pages while the
+ * mapping holds 2 of its budget of 4: every install then finds none
+ * and evicts one of ours first (huge_short), and the bytes stay exact.
+ */
+START_TEST(huge_kernel_pool_runs_short)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+	size_t len;
+	void *hog;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	tu_pattern_fill(a, 2 * HP, 15, 0);
+	ck_assert_uint_eq(stats(a).resident, 2);
+	hog = tu_huge_consume(0, &len);
+	ck_assert_ptr_nonnull(hog);
+	tu_pattern_fill(a + 2 * HP, size - 2 * HP, 15, 2 * HP);
+	check_range(a, 0, size, 15);
+	tu_pattern_fill(a, size, 16, 0);
+	check_range(a, 0, size, 16);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.huge_short, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	ck_assert_int_eq(munmap(hog, len), 0);
+	check_region(p, r, size, 16);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+/*
+ * No hugetlb page left for the first fault, and none of the mapping's
+ * own to evict: the toucher gets SIGBUS from pool-uffd (the mapping
+ * fails), never a hang on a page that cannot be installed. In a child,
+ * with an alarm as the guard against that hang.
+ */
+START_TEST(huge_pool_empty_at_first_fault)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	pid_t child;
+	int st;
+
+	huge_start(local / HP + 2);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sigaction sa = { .sa_sigaction = on_sigbus,
+					.sa_flags = SA_SIGINFO };
+		struct pool_region *r;
+		volatile uint8_t v;
+		struct pool *p;
+		uint8_t *a;
+		size_t len;
+		void *hog;
+
+		/* Check's SIGALRM handler would kill the test process. */
+		signal(SIGALRM, SIG_DFL);
+		alarm(30);
+		p = connect_memd(5000);
+		if (pool_alloc(p, size, &r))
+			_exit(2);
+		a = huge_map(p, r, local, 0);
+		hog = tu_huge_consume(0, &len);
+		if (!hog)
+			_exit(3);
+		st = sigsetjmp(sigbus_jmp, 1);
+		if (st) {
+			if (stats(a).failed != -ENOMEM)
+				_exit(4);
+			pool_unmap(p, a, POOL_UNMAP_DISCARD);
+			pool_close(p);
+			munmap(hog, len);
+			_exit(st);
+		}
+		sigaction(SIGBUS, &sa, NULL);
+		v = a[5 * HP];
+		_exit(v == 0 ? 5 : 6);
+	}
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+		      "child: status %d (42 = SIGBUS from pool-uffd, 4: the "
+		      "mapping did not fail with ENOMEM, 5: a page that "
+		      "cannot exist, signal 14: the fault hung)",
+		      st);
+	huge_stop();
+}
+END_TEST
+
 static sigjmp_buf sigsegv_jmp;
 static uintptr_t fence_lo, fence_hi;
 
@@ -1212,6 +1309,8 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, huge_clean_pages_not_written_back);
 		tcase_add_test(tc, huge_threads_fault_at_once);
 		tcase_add_test(tc, huge_bad_input_and_fallback);
+		tcase_add_test(tc, huge_kernel_pool_runs_short);
+		tcase_add_test(tc, huge_pool_empty_at_first_fault);
 		tcase_add_test(tc, huge_fork_child);
 	} else {
 		tcase_add_test(tc, sequential_and_random);
