@@ -114,8 +114,7 @@
 #define HUGE_SIZE (1ul << HUGE_SHIFT)
 #define HUGE_AHEAD_MAX 8u
 #define HUGE_MIN_PAGES 8u /* smaller regions keep 4 KiB pages */
-#define HUGE_FREE_PATH                                                         \
-	"/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define HUGE_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
 
 enum {
 	PG_RESIDENT = 1u << 0,
@@ -1442,21 +1441,35 @@ static size_t parse_size(const char *s)
 	return *end ? 0 : (size_t)v;
 }
 
-/* The kernel's free 2 MiB hugetlb pages, or 0 when unknown. No stdio. */
-static size_t huge_free(void)
+/* The number in file path, or -1 when unknown. No stdio. */
+static long huge_read(const char *path)
 {
 	char buf[32];
 	ssize_t n;
-	int fd = open(HUGE_FREE_PATH, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return 0;
+		return -1;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n <= 0)
-		return 0;
+		return -1;
 	buf[n] = '\0';
-	return (size_t)strtoull(buf, NULL, 10);
+	return strtol(buf, NULL, 10);
+}
+
+/*
+ * The 2 MiB hugetlb pages a mapping of ours can take, or 0 when unknown:
+ * the free ones less those reserved (another mapping made without
+ * MAP_NORESERVE holds them though it has not touched them yet: ours,
+ * MAP_NORESERVE, cannot have them).
+ */
+static size_t huge_free(void)
+{
+	long f = huge_read(HUGE_DIR "free_hugepages");
+	long r = huge_read(HUGE_DIR "resv_hugepages");
+
+	return f < 0 || r < 0 || r >= f ? 0 : (size_t)(f - r);
 }
 
 /*

@@ -1072,6 +1072,42 @@ START_TEST(huge_bad_input_and_fallback)
 END_TEST
 
 /*
+ * Hugetlb pages another mapping has reserved (mmap(MAP_HUGETLB) without
+ * MAP_NORESERVE, not touched yet) count as free in free_hugepages but
+ * cannot be had: a budget that needs them is refused (-ENOMEM), or with
+ * LIBPOOL_HUGE_PAGES=1 gets 4 KiB pages, rather than a mapping whose
+ * first fault finds no page.
+ */
+START_TEST(huge_reserved_pages_are_not_free)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	unsigned long avail;
+	struct pool_region *r;
+	struct pool *p;
+	size_t len;
+	void *resv;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	avail = tu_huge_avail();
+	ck_assert_uint_ge(avail, local / HP);
+	len = (avail - (local / HP - 1)) * HP;
+	resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	ck_assert_msg(resv != MAP_FAILED, "mmap of %zu hugetlb bytes: %s", len,
+		      strerror(errno));
+	ck_assert_uint_eq(tu_huge_avail(), local / HP - 1);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
+	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(munmap(resv, len), 0);
+	pool_close(p);
+	huge_stop();
+}
+END_TEST
+
+/*
  * Another process takes the kernel's free hugetlb pages while the
  * mapping holds 2 of its budget of 4: every install then finds none
  * and evicts one of ours first (huge_short), and the bytes stay exact.
@@ -1311,6 +1347,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, huge_bad_input_and_fallback);
 		tcase_add_test(tc, huge_kernel_pool_runs_short);
 		tcase_add_test(tc, huge_pool_empty_at_first_fault);
+		tcase_add_test(tc, huge_reserved_pages_are_not_free);
 		tcase_add_test(tc, huge_fork_child);
 	} else {
 		tcase_add_test(tc, sequential_and_random);
