@@ -27,11 +27,36 @@
 #include "fabric/rpc.h"
 #include "tidepool/pool.h"
 
+/* The 8 bytes at offset off (a multiple of 8) of seed's stream, as one
+ * little-endian word: tu_pattern_byte() of each, computed once. */
+static inline uint64_t pattern_word(uint64_t seed, uint64_t off)
+{
+	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull + seed;
+
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return x;
+}
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "pattern_word() is the bytes in little-endian order");
+
+/* Whole words from the first offset that is a multiple of 8: the
+ * multi-MiB fills and checks of the paging tests, 8 times faster. */
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
 {
 	uint8_t *b = buf;
+	size_t i = 0;
 
-	for (size_t i = 0; i < len; i++)
+	for (; i < len && ((off + i) & 7); i++)
+		b[i] = tu_pattern_byte(seed, off + i);
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = pattern_word(seed, off + i);
+
+		memcpy(b + i, &w, 8);
+	}
+	for (; i < len; i++)
 		b[i] = tu_pattern_byte(seed, off + i);
 }
 
@@ -39,8 +64,19 @@ ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 			 uint64_t off)
 {
 	const uint8_t *b = buf;
+	size_t i = 0;
 
-	for (size_t i = 0; i < len; i++)
+	for (; i < len && ((off + i) & 7); i++)
+		if (b[i] != tu_pattern_byte(seed, off + i))
+			return (ssize_t)i;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, b + i, 8);
+		if (w != pattern_word(seed, off + i))
+			break; /* the byte loop below finds which */
+	}
+	for (; i < len; i++)
 		if (b[i] != tu_pattern_byte(seed, off + i))
 			return (ssize_t)i;
 	return -1;
