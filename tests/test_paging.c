@@ -814,10 +814,30 @@ END_TEST
 static struct tu_huge hugetlb;
 
 /*
- * memd for the huge-page cases, with hugepages = no: memd's default
- * (auto) would back its donation with the very hugetlb pages
- * tu_huge_reserve() just made available to the client. Then at least
- * need 2 MiB pages are available to the mapping (raised through
+ * One memd for all the huge-page cases (an unchecked fixture: started
+ * once, before the cases are forked), with hugepages = no: memd's
+ * default (auto) would back its donation with the very hugetlb pages
+ * tu_huge_reserve() makes available to the client when it starts after
+ * that, or take the ones already free. One memd, not one per case: a
+ * start costs seconds under TSan.
+ */
+static void huge_memd_up(void)
+{
+	int r = tu_memd_start(&md, "hugepages = no");
+
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+}
+
+static void huge_memd_down(void)
+{
+	int st = tu_memd_stop(&md, SIGTERM);
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd did not exit cleanly: status %d", st);
+}
+
+/*
+ * At least need 2 MiB pages available to the mapping (raised through
  * vm.nr_hugepages, restored by huge_stop()). main() has checked that
  * they can be had, so failing here fails the case.
  */
@@ -827,13 +847,12 @@ static void huge_start(unsigned long need)
 	int r = tu_huge_reserve(&hugetlb, need, why, sizeof(why));
 
 	ck_assert_msg(r == 0, "hugetlb pages: %s", why);
-	r = tu_memd_start(&md, "hugepages = no");
-	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
 }
 
-static void huge_stop(void)
+/* Closes the session (its regions go back to the shared memd). */
+static void huge_stop(struct pool *p)
 {
-	stop_memd();
+	pool_close(p);
 	tu_huge_release(&hugetlb);
 }
 
@@ -892,8 +911,7 @@ START_TEST(huge_round_trip)
 	ck_assert_uint_le(st.resident_peak, st.max_resident);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	check_region(p, r, size, 2);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -941,8 +959,7 @@ START_TEST(huge_clean_pages_not_written_back)
 	check_range(buf, hot + 8, 6 * HP - hot - 8, 11);
 	check_range(buf, 6 * HP, size - 6 * HP, 12);
 	free(buf);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -986,8 +1003,7 @@ START_TEST(huge_threads_fault_at_once)
 	ck_assert_uint_le(st.resident_peak, st.max_resident);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	check_region(p, r, size, 5);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -1066,8 +1082,7 @@ START_TEST(huge_bad_input_and_fallback)
 	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
 	ck_assert_int_eq(munmap(hog, len), 0);
 	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), HP);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -1102,8 +1117,7 @@ START_TEST(huge_reserved_pages_are_not_free)
 	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
 	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
 	ck_assert_int_eq(munmap(resv, len), 0);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -1141,8 +1155,7 @@ START_TEST(huge_kernel_pool_runs_short)
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	ck_assert_int_eq(munmap(hog, len), 0);
 	check_region(p, r, size, 16);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -1200,7 +1213,7 @@ START_TEST(huge_pool_empty_at_first_fault)
 		      "mapping did not fail with ENOMEM, 5: a page that "
 		      "cannot exist, signal 14: the fault hung)",
 		      st);
-	huge_stop();
+	tu_huge_release(&hugetlb);
 }
 END_TEST
 
@@ -1278,8 +1291,7 @@ START_TEST(huge_fork_child)
 	ck_assert_int_eq(stats(a).failed, 0);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	check_region(p, r, used, 17);
-	pool_close(p);
-	huge_stop();
+	huge_stop(p);
 }
 END_TEST
 
@@ -1341,6 +1353,7 @@ int main(int argc, char **argv)
 		if (tu_huge_reserve(&hugetlb, 8, msg, sizeof(msg)))
 			tu_skip("%s", msg);
 		tu_huge_release(&hugetlb);
+		tcase_add_unchecked_fixture(tc, huge_memd_up, huge_memd_down);
 		tcase_add_test(tc, huge_round_trip);
 		tcase_add_test(tc, huge_clean_pages_not_written_back);
 		tcase_add_test(tc, huge_threads_fault_at_once);
