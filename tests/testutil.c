@@ -661,8 +661,8 @@ int tu_huge_reserve(struct tu_huge *h, unsigned long need, char *why,
 	int ret;
 
 	h->old_nr = -1;
-	h->lock_fd = open("/tmp/tp-hugetlb.lock", O_RDWR | O_CREAT | O_CLOEXEC,
-			  0666);
+	h->lock_fd = open("/tmp/tp-hugetlb.lock",
+			  O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
 	if (h->lock_fd < 0 || flock(h->lock_fd, LOCK_EX)) {
 		ret = -errno;
 		snprintf(why, whylen, "cannot lock /tmp/tp-hugetlb.lock: %s",
@@ -691,7 +691,7 @@ int tu_huge_reserve(struct tu_huge *h, unsigned long need, char *why,
 	if (ret || avail < need) {
 		snprintf(why, whylen,
 			 "%lu hugetlb pages available, %lu needed: raising "
-			 "vm.nr_hugepages from %ld %s",
+			 "vm.nr_hugepages from %ld: %s",
 			 avail, need, nr,
 			 ret ? strerror(-ret)
 			     : "gave fewer (memory fragmented?)");
