@@ -1105,14 +1105,21 @@ START_TEST(huge_reserved_pages_are_not_free)
 	huge_start(local / HP + 2);
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	avail = tu_huge_avail();
-	ck_assert_uint_ge(avail, local / HP);
-	len = (avail - (local / HP - 1)) * HP;
-	resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-	ck_assert_msg(resv != MAP_FAILED, "mmap of %zu hugetlb bytes: %s", len,
-		      strerror(errno));
-	ck_assert_uint_eq(tu_huge_avail(), local / HP - 1);
+	/* Another process (a memd starting) may take pages meanwhile. */
+	for (int tries = 0;; tries++) {
+		avail = tu_huge_avail();
+		ck_assert_uint_ge(avail, local / HP);
+		len = (avail - (local / HP - 1)) * HP;
+		resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (resv != MAP_FAILED && tu_huge_avail() == local / HP - 1)
+			break;
+		ck_assert_msg(tries < 10, "cannot reserve hugetlb pages: %s",
+			      resv == MAP_FAILED ? strerror(errno)
+						 : "the count moves");
+		if (resv != MAP_FAILED)
+			munmap(resv, len);
+	}
 	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), -ENOMEM);
 	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
 	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
@@ -1141,7 +1148,9 @@ START_TEST(huge_kernel_pool_runs_short)
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
 	a = huge_map(p, r, local, 0);
 	tu_pattern_fill(a, 2 * HP, 15, 0);
-	ck_assert_uint_eq(stats(a).resident, 2);
+	/* 2, or 1 when other processes took hugetlb pages meanwhile. */
+	ck_assert_uint_ge(stats(a).resident, 1);
+	ck_assert_uint_le(stats(a).resident, 2);
 	hog = tu_huge_consume(0, &len);
 	ck_assert_ptr_nonnull(hog);
 	tu_pattern_fill(a + 2 * HP, size - 2 * HP, 15, 2 * HP);
@@ -1242,6 +1251,8 @@ static void on_sigsegv(int sig, siginfo_t *si, void *ctx)
 START_TEST(huge_fork_child)
 {
 	const size_t size = 32 * MiB, local = 8 * MiB, used = 14 * HP;
+	unsigned char vec[14 * HP / PG];
+	size_t hot = SIZE_MAX, gone = SIZE_MAX;
 	struct pool_region *r;
 	struct pool *p;
 	uint8_t *a;
@@ -1254,8 +1265,18 @@ START_TEST(huge_fork_child)
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
 	a = huge_map(p, r, local, 0);
-	tu_pattern_fill(a, used, 17, 0); /* pages 10..13 stay resident */
-	ck_assert_uint_eq(stats(a).resident, local / HP);
+	/* Pages 10..13 stay resident; fewer when other processes took
+	 * hugetlb pages meanwhile (huge_short): mincore() says which. */
+	tu_pattern_fill(a, used, 17, 0);
+	ck_assert_int_eq(mincore(a, used, vec), 0);
+	for (size_t i = 0; i < used / HP; i++)
+		if (vec[i * (HP / PG)] & 1)
+			hot = i;
+		else
+			gone = i;
+	ck_assert_uint_lt(hot, used / HP);
+	ck_assert_uint_lt(gone, used / HP);
+	ck_assert_uint_le(stats(a).resident, local / HP);
 	child = fork();
 	ck_assert_int_ge(child, 0);
 	if (child == 0) {
@@ -1263,23 +1284,25 @@ START_TEST(huge_fork_child)
 					.sa_flags = SA_SIGINFO };
 		volatile uint8_t v;
 
-		if (tu_pattern_check(a + 10 * HP, 4 * HP, 17, 10 * HP) >= 0)
-			_exit(2);
-		tu_pattern_fill(a + 12 * HP, HP, 18, 12 * HP);
-		if (tu_pattern_check(a + 12 * HP, HP, 18, 12 * HP) >= 0)
+		for (size_t i = 0; i < used / HP; i++)
+			if ((vec[i * (HP / PG)] & 1) &&
+			    tu_pattern_check(a + i * HP, HP, 17, i * HP) >= 0)
+				_exit(2);
+		tu_pattern_fill(a + hot * HP, HP, 18, hot * HP);
+		if (tu_pattern_check(a + hot * HP, HP, 18, hot * HP) >= 0)
 			_exit(3);
 		for (size_t i = used; i < size; i += PG)
 			if (a[i])
 				_exit(4);
-		fence_lo = (uintptr_t)a;
-		fence_hi = (uintptr_t)a + 10 * HP;
+		fence_lo = (uintptr_t)a + gone * HP;
+		fence_hi = fence_lo + HP;
 		st = sigsetjmp(sigsegv_jmp, 1);
 		if (st)
 			_exit(st);
 		sigaction(SIGSEGV, &sa, NULL);
-		v = a[3 * HP + 100];
+		v = a[gone * HP + 100];
 		/* Reaching here is only right with the right byte. */
-		_exit(v == tu_pattern_byte(17, 3 * HP + 100) ? 5 : 6);
+		_exit(v == tu_pattern_byte(17, gone * HP + 100) ? 5 : 6);
 	}
 	ck_assert_int_eq(waitpid(child, &st, 0), child);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 42,
