@@ -134,8 +134,7 @@
 #ifndef MAP_HUGE_2MB		/* linux/mman.h; not every libc's sys/mman.h */
 #define MAP_HUGE_2MB (21 << 26) /* MAP_HUGE_SHIFT 26 */
 #endif
-#define HUGE_FREE_PATH                                                         \
-	"/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages"
+#define HUGE_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
 
 enum {
 	PG_RESIDENT = 1u << 0,
@@ -296,11 +295,14 @@ static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 
 static int evict(struct mapping *m, size_t n);
 
+static bool page_is_present(struct mapping *m, size_t idx);
+
 /* Installs n pages from src at page idx (and wakes their waiters).
  * Returns 0 or -errno (-EEXIST: a page was already there). A huge page
  * the kernel cannot allocate (-ENOMEM: its pool of hugetlb pages ran
  * short, another process took them) costs us one of ours: the oldest is
- * evicted, which gives its page back, and the copy is tried again. */
+ * evicted, which gives its page back, and the copy is tried again; with
+ * none of ours left, -ENOMEM (the mapping fails). */
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
 {
@@ -313,19 +315,30 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			.len = len - done,
 			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
 		};
+		int err;
 
 		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0)
 			return 0;
+		err = errno;
 		if (c.copy > 0) {
 			done += (size_t)c.copy;
-		} else if (errno == ENOMEM && m->huge && m->nres > 0) {
+			continue;
+		}
+		/* Linux (6.x) says EEXIST, not ENOMEM, when it finds no
+		 * free hugetlb page but the page table for the address
+		 * exists: "already there" would be taken as a race and the
+		 * program would fault on the missing page forever. */
+		if (m->huge && err == EEXIST &&
+		    !page_is_present(m, idx + done / m->psize))
+			err = ENOMEM;
+		if (err == ENOMEM && m->huge && m->nres > 0) {
 			int ret = evict(m, 1);
 
 			if (ret)
 				return ret;
 			STAT_ADD(m, huge_short, 1);
-		} else if (errno != EAGAIN) { /* EAGAIN: mm changing */
-			return -errno;
+		} else if (err != EAGAIN) { /* EAGAIN: mm changing */
+			return -err;
 		}
 	}
 	return 0;
@@ -1534,21 +1547,35 @@ static size_t parse_size(const char *s)
 	return *end ? 0 : (size_t)v;
 }
 
-/* The kernel's free 2 MiB hugetlb pages, or 0 when unknown. No stdio. */
-static size_t huge_free(void)
+/* The number in file path, or -1 when unknown. No stdio. */
+static long huge_read(const char *path)
 {
 	char buf[32];
 	ssize_t n;
-	int fd = open(HUGE_FREE_PATH, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
-		return 0;
+		return -1;
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (n <= 0)
-		return 0;
+		return -1;
 	buf[n] = '\0';
-	return (size_t)strtoull(buf, NULL, 10);
+	return strtol(buf, NULL, 10);
+}
+
+/*
+ * The 2 MiB hugetlb pages a mapping of ours can take, or 0 when unknown:
+ * the free ones less those reserved (another mapping made without
+ * MAP_NORESERVE holds them though it has not touched them yet: ours,
+ * MAP_NORESERVE, cannot have them).
+ */
+static size_t huge_free(void)
+{
+	long f = huge_read(HUGE_DIR "free_hugepages");
+	long r = huge_read(HUGE_DIR "resv_hugepages");
+
+	return f < 0 || r < 0 || r >= f ? 0 : (size_t)(f - r);
 }
 
 /*

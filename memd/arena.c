@@ -200,6 +200,23 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | (hugetlb ? MAP_HUGETLB : 0), -1,
 		 0);
+	if (p == MAP_FAILED && hugetlb && hp == MEMD_HUGEPAGES_AUTO) {
+		/* The free huge pages counted include those other mappings
+		 * have reserved, and another process may take some between
+		 * the count and the mmap: auto means anonymous memory then. */
+		ret = memd_arena_plan(&h, len, MEMD_HUGEPAGES_NO, &hugetlb, why,
+				      sizeof(why));
+		if (ret) {
+			if (node < 0)
+				snprintf(err, errlen, "%s", why);
+			else
+				snprintf(err, errlen, "NUMA node %d: %s", node,
+					 why);
+			return ret;
+		}
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	}
 	if (p == MAP_FAILED) {
 		ret = -errno;
 		snprintf(err, errlen, "mmap of %" PRIu64 " bytes%s: %s", len,

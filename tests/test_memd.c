@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -396,6 +397,48 @@ START_TEST(command_line_exit_codes)
 }
 END_TEST
 
+/*
+ * hugepages = auto with every free huge page reserved by another mapping
+ * (mmap(MAP_HUGETLB), not touched yet): free_hugepages still counts them,
+ * so memd plans huge pages, but its mmap cannot have them. It starts on
+ * anonymous memory instead of exiting. Needs root for vm.nr_hugepages:
+ * SKIP line otherwise.
+ */
+START_TEST(hugepages_auto_falls_back_when_reserved)
+{
+	static const char *const args[] = { "--donate", "32M", "--hugepages",
+					    "auto", NULL };
+	struct tu_memd m;
+	struct tu_huge h;
+	struct pool_region *r;
+	struct pool *p;
+	char why[256];
+	size_t len;
+	void *resv;
+	int ret;
+
+	if (tu_huge_reserve(&h, 16, why, sizeof(why))) {
+		printf("SKIP: hugepages_auto_falls_back_when_reserved: %s\n",
+		       why);
+		return;
+	}
+	len = tu_huge_avail() * (2ul << 20);
+	resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	ck_assert_msg(resv != MAP_FAILED, "mmap of %zu hugetlb bytes: %s", len,
+		      strerror(errno));
+	ret = tu_memd_start_args(&m, NULL, args);
+	ck_assert_int_eq(munmap(resv, len), 0);
+	tu_huge_release(&h);
+	ck_assert_msg(ret == 0, "memd did not start: %s", strerror(-ret));
+	p = tu_pool_connect(&m);
+	ck_assert_int_eq(pool_alloc(p, 4 << 20, &r), 0);
+	tu_pool_write_read_check(p, r, 0, 4 << 20, 9);
+	pool_close(p);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("memd");
@@ -419,6 +462,7 @@ int main(void)
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
+	tcase_add_test(cli, hugepages_auto_falls_back_when_reserved);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	sr = srunner_create(s);

@@ -8,7 +8,9 @@
  * calls fault pages in (or get EFAULT in user-mode-only mode), and a
  * killed memd turns into SIGBUS, never wrong bytes. Runs installed ahead
  * of sequential streams keep the local budget and the bytes exact, also
- * under threads.
+ * under threads. With --huge (test_paging_huge): the same in 2 MiB
+ * hugetlb pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES), clean pages never
+ * written back, what is refused, a kernel pool that runs short, fork().
  */
 #include <check.h>
 #include <errno.h>
@@ -804,6 +806,518 @@ START_TEST(memd_killed_gives_sigbus)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* huge pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES): test_paging --huge   */
+
+#define HP (2u * MiB)
+
+static struct tu_huge hugetlb;
+
+/*
+ * One memd for all the huge-page cases (an unchecked fixture: started
+ * once, before the cases are forked), with hugepages = no: memd's
+ * default (auto) would back its donation with the very hugetlb pages
+ * tu_huge_reserve() makes available to the client when it starts after
+ * that, or take the ones already free. One memd, not one per case: a
+ * start costs seconds under TSan.
+ */
+static void huge_memd_up(void)
+{
+	int r = tu_memd_start(&md, "hugepages = no");
+
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+}
+
+static void huge_memd_down(void)
+{
+	int st = tu_memd_stop(&md, SIGTERM);
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd did not exit cleanly: status %d", st);
+}
+
+/*
+ * At least need 2 MiB pages available to the mapping (raised through
+ * vm.nr_hugepages, restored by huge_stop()). main() has checked that
+ * they can be had, so failing here fails the case.
+ */
+static void huge_start(unsigned long need)
+{
+	char why[256];
+	int r = tu_huge_reserve(&hugetlb, need, why, sizeof(why));
+
+	ck_assert_msg(r == 0, "hugetlb pages: %s", why);
+}
+
+/* Closes the session (its regions go back to the shared memd). */
+static void huge_stop(struct pool *p)
+{
+	pool_close(p);
+	tu_huge_release(&hugetlb);
+}
+
+static uint8_t *huge_map(struct pool *p, struct pool_region *r, size_t local,
+			 unsigned flags)
+{
+	uint8_t *a = map(p, r, local, flags | POOL_MAP_HUGE);
+
+	ck_assert_uint_eq(stats(a).page_bytes, HP);
+	ck_assert_uint_eq((uintptr_t)a % HP, 0);
+	return a;
+}
+
+/* The region's bytes [0, size) are the pattern of seed. */
+static void check_region(struct pool *p, struct pool_region *r, size_t size,
+			 uint64_t seed)
+{
+	uint8_t *buf = malloc(size);
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, size, seed);
+	free(buf);
+}
+
+/*
+ * 64 MiB through 8 MiB of 2 MiB pages, written and read back twice:
+ * every huge page evicted, written back and fetched; the budget holds;
+ * after FLUSH the region has every byte.
+ */
+START_TEST(huge_round_trip)
+{
+	const size_t size = 64 * MiB, local = 8 * MiB;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	st = stats(a);
+	ck_assert_uint_eq(st.max_resident, local / HP);
+	for (uint64_t seed = 1; seed <= 2; seed++) {
+		tu_pattern_fill(a, size, seed, 0);
+		check_range(a, 0, size, seed);
+	}
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_eq(st.page_bytes, HP);
+	ck_assert_uint_ge(st.evictions, 3 * size / HP - local / HP);
+	ck_assert_uint_ge(st.writebacks, 2 * (size - local) / HP);
+	ck_assert_uint_gt(st.pages_fetched, 0);
+	ck_assert_uint_le(st.resident, st.max_resident);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, size, 2);
+	huge_stop(p);
+}
+END_TEST
+
+/*
+ * Fetched huge pages are installed write-protected: a read-only scan
+ * evicts without a write-back, and after one write only that page goes
+ * back. To see which pages FLUSH writes, the region is rewritten (seed
+ * 12) behind the mapping's back first: a clean page written back would
+ * put seed 11 in it again.
+ */
+START_TEST(huge_clean_pages_not_written_back)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB, hot = 5 * HP + 4104;
+	uint8_t *buf = malloc(size), *a;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+
+	ck_assert_ptr_nonnull(buf);
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	tu_pattern_fill(buf, size, 11, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	a = huge_map(p, r, local, POOL_MAP_EXISTING);
+	for (int pass = 0; pass < 2; pass++)
+		check_range(a, 0, size, 11);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_ge(st.evictions, 2 * size / HP - local / HP);
+	ck_assert_uint_ge(st.pages_fetched, 2 * size / HP - local / HP);
+	ck_assert_uint_eq(st.writebacks, 0);
+	ck_assert_uint_eq(st.wp_faults, 0);
+	/* One word in huge page 5, which is not resident: fetched. */
+	tu_pattern_fill(a + hot, 8, 13, hot);
+	st = stats(a);
+	ck_assert_uint_eq(st.writebacks, 0);
+	tu_pattern_fill(buf, size, 12, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, 5 * HP, 12);
+	check_range(buf, 5 * HP, hot - 5 * HP, 11);
+	check_range(buf, hot, 8, 13);
+	check_range(buf, hot + 8, 6 * HP - hot - 8, 11);
+	check_range(buf, 6 * HP, size - 6 * HP, 12);
+	free(buf);
+	huge_stop(p);
+}
+END_TEST
+
+/*
+ * NTHREADS threads: in the write phase they fault the same huge pages
+ * at once (each writes every NTHREADS-th 4 KiB of every huge page), in
+ * the read phase different ones (each starts a quarter further on).
+ */
+START_TEST(huge_threads_fault_at_once)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct worker w[NTHREADS];
+	pthread_t th[NTHREADS];
+	pthread_barrier_t bar;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	pthread_barrier_init(&bar, NULL, NTHREADS);
+	for (int t = 0; t < NTHREADS; t++) {
+		w[t] = (struct worker){
+			.a = a, .size = size, .t = t, .bar = &bar
+		};
+		ck_assert_int_eq(
+			pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
+	}
+	for (int t = 0; t < NTHREADS; t++) {
+		pthread_join(th[t], NULL);
+		ck_assert_msg(!w[t].bad, "thread %d: wrong byte at %zu", t,
+			      w[t].bad - 1);
+	}
+	pthread_barrier_destroy(&bar);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.evictions, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, size, 5);
+	huge_stop(p);
+}
+END_TEST
+
+/* pool_map(flags) with LIBPOOL_HUGE_PAGES=env (NULL: unset): its page
+ * size, or the error as -ret. */
+static long huge_try(struct pool *p, struct pool_region *r, size_t local,
+		     unsigned flags, const char *env)
+{
+	void *a = NULL;
+	long ret;
+
+	if (env)
+		setenv("LIBPOOL_HUGE_PAGES", env, 1);
+	else
+		unsetenv("LIBPOOL_HUGE_PAGES");
+	ret = pool_map(p, r, local, flags, &a);
+	unsetenv("LIBPOOL_HUGE_PAGES");
+	if (ret) {
+		ck_assert_ptr_null(a);
+		return ret;
+	}
+	ret = (long)stats(a).page_bytes;
+	/* It works whichever the page size. */
+	tu_pattern_fill(a + 3 * MiB, 64, 14, 3 * MiB);
+	check_range(a, 3 * MiB, 64, 14);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	return ret;
+}
+
+/*
+ * What is refused and what falls back: flags that contradict, regions
+ * and budgets too small for huge pages, too few hugetlb pages for the
+ * budget (demanded: -ENOMEM; LIBPOOL_HUGE_PAGES=1: 4 KiB pages).
+ */
+START_TEST(huge_bad_input_and_fallback)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct pool_region *r, *small;
+	struct pool *p;
+	size_t len;
+	void *hog;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	ck_assert_int_eq(pool_alloc(p, 4 * MiB, &small), 0);
+	ck_assert_int_eq(
+		huge_try(p, r, local, POOL_MAP_HUGE | POOL_MAP_SMALL, NULL),
+		-EINVAL);
+	ck_assert_int_eq(huge_try(p, small, local, POOL_MAP_HUGE, NULL),
+			 -EINVAL);
+	/* 14 MiB: 7 huge pages, one short of the minimum. */
+	pool_free(p, small);
+	ck_assert_int_eq(pool_alloc(p, 14 * MiB, &small), 0);
+	ck_assert_int_eq(huge_try(p, small, local, POOL_MAP_HUGE, NULL),
+			 -EINVAL);
+	ck_assert_int_eq(huge_try(p, small, local, 0, "1"), PG);
+	/* A budget of one huge page. */
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, POOL_MAP_HUGE, NULL), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, 0, "required"), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, 3 * MiB, 0, "1"), PG);
+	/* Enough hugetlb pages: the environment decides. */
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "required"), HP);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "0"), PG);
+	ck_assert_int_eq(huge_try(p, r, local, 0, NULL), PG);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_SMALL, "required"), PG);
+	/* One fewer than the budget of 4 left. */
+	hog = tu_huge_consume(local / HP - 1, &len);
+	ck_assert_ptr_nonnull(hog);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "required"), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
+	/* A smaller budget fits. */
+	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(munmap(hog, len), 0);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), HP);
+	huge_stop(p);
+}
+END_TEST
+
+/*
+ * Hugetlb pages another mapping has reserved (mmap(MAP_HUGETLB) without
+ * MAP_NORESERVE, not touched yet) count as free in free_hugepages but
+ * cannot be had: a budget that needs them is refused (-ENOMEM), or with
+ * LIBPOOL_HUGE_PAGES=1 gets 4 KiB pages, rather than a mapping whose
+ * first fault finds no page.
+ */
+START_TEST(huge_reserved_pages_are_not_free)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	unsigned long avail;
+	struct pool_region *r;
+	struct pool *p;
+	size_t len;
+	void *resv;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	/* Another process (a memd starting) may take pages meanwhile. */
+	for (int tries = 0;; tries++) {
+		avail = tu_huge_avail();
+		ck_assert_uint_ge(avail, local / HP);
+		len = (avail - (local / HP - 1)) * HP;
+		resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (resv != MAP_FAILED && tu_huge_avail() == local / HP - 1)
+			break;
+		ck_assert_msg(tries < 10, "cannot reserve hugetlb pages: %s",
+			      resv == MAP_FAILED ? strerror(errno)
+						 : "the count moves");
+		if (resv != MAP_FAILED)
+			munmap(resv, len);
+	}
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, NULL), -ENOMEM);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "1"), PG);
+	ck_assert_int_eq(huge_try(p, r, local / 2, POOL_MAP_HUGE, NULL), HP);
+	ck_assert_int_eq(munmap(resv, len), 0);
+	huge_stop(p);
+}
+END_TEST
+
+/*
+ * Another process takes the kernel's free hugetlb pages while the
+ * mapping holds 2 of its budget of 4: every install then finds none
+ * and evicts one of ours first (huge_short), and the bytes stay exact.
+ */
+START_TEST(huge_kernel_pool_runs_short)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+	size_t len;
+	void *hog;
+
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	tu_pattern_fill(a, 2 * HP, 15, 0);
+	/* 2, or 1 when other processes took hugetlb pages meanwhile. */
+	ck_assert_uint_ge(stats(a).resident, 1);
+	ck_assert_uint_le(stats(a).resident, 2);
+	hog = tu_huge_consume(0, &len);
+	ck_assert_ptr_nonnull(hog);
+	tu_pattern_fill(a + 2 * HP, size - 2 * HP, 15, 2 * HP);
+	check_range(a, 0, size, 15);
+	tu_pattern_fill(a, size, 16, 0);
+	check_range(a, 0, size, 16);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.huge_short, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	ck_assert_int_eq(munmap(hog, len), 0);
+	check_region(p, r, size, 16);
+	huge_stop(p);
+}
+END_TEST
+
+/*
+ * No hugetlb page left for the first fault, and none of the mapping's
+ * own to evict: the toucher gets SIGBUS from pool-uffd (the mapping
+ * fails), never a hang on a page that cannot be installed. In a child,
+ * with an alarm as the guard against that hang.
+ */
+START_TEST(huge_pool_empty_at_first_fault)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB;
+	pid_t child;
+	int st;
+
+	huge_start(local / HP + 2);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sigaction sa = { .sa_sigaction = on_sigbus,
+					.sa_flags = SA_SIGINFO };
+		struct pool_region *r;
+		volatile uint8_t v;
+		struct pool *p;
+		uint8_t *a;
+		size_t len;
+		void *hog;
+
+		/* Check's SIGALRM handler would kill the test process. */
+		signal(SIGALRM, SIG_DFL);
+		alarm(30);
+		p = connect_memd(5000);
+		if (pool_alloc(p, size, &r))
+			_exit(2);
+		a = huge_map(p, r, local, 0);
+		hog = tu_huge_consume(0, &len);
+		if (!hog)
+			_exit(3);
+		st = sigsetjmp(sigbus_jmp, 1);
+		if (st) {
+			if (stats(a).failed != -ENOMEM)
+				_exit(4);
+			pool_unmap(p, a, POOL_UNMAP_DISCARD);
+			pool_close(p);
+			munmap(hog, len);
+			_exit(st);
+		}
+		sigaction(SIGBUS, &sa, NULL);
+		v = a[5 * HP];
+		_exit(v == 0 ? 5 : 6);
+	}
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+		      "child: status %d (42 = SIGBUS from pool-uffd, 4: the "
+		      "mapping did not fail with ENOMEM, 5: a page that "
+		      "cannot exist, signal 14: the fault hung)",
+		      st);
+	tu_huge_release(&hugetlb);
+}
+END_TEST
+
+static sigjmp_buf sigsegv_jmp;
+static uintptr_t fence_lo, fence_hi;
+
+static void on_sigsegv(int sig, siginfo_t *si, void *ctx)
+{
+	uintptr_t at = (uintptr_t)si->si_addr;
+
+	(void)sig;
+	(void)ctx;
+	/* 42: a fenced (PROT_NONE) page where we expect one. */
+	siglongjmp(sigsegv_jmp,
+		   si->si_code == SEGV_ACCERR && at >= fence_lo && at < fence_hi
+			   ? 42
+			   : 43);
+}
+
+/*
+ * fork(): the child sees the huge pages resident at the fork as they
+ * were (and may write its copy), pages never written as zeros, and a
+ * page evicted to the region is SIGSEGV, never wrong bytes. The parent's
+ * mapping goes on unchanged.
+ */
+START_TEST(huge_fork_child)
+{
+	const size_t size = 32 * MiB, local = 8 * MiB, used = 14 * HP;
+	unsigned char vec[14 * HP / PG];
+	size_t hot = SIZE_MAX, gone = SIZE_MAX;
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+	pid_t child;
+	int st;
+
+	/* The child's copy-on-write of a resident page and its zero page
+	 * are hugetlb pages of its own. */
+	huge_start(local / HP + 4);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = huge_map(p, r, local, 0);
+	/* Pages 10..13 stay resident; fewer when other processes took
+	 * hugetlb pages meanwhile (huge_short): mincore() says which. */
+	tu_pattern_fill(a, used, 17, 0);
+	ck_assert_int_eq(mincore(a, used, vec), 0);
+	for (size_t i = 0; i < used / HP; i++)
+		if (vec[i * (HP / PG)] & 1)
+			hot = i;
+		else
+			gone = i;
+	ck_assert_uint_lt(hot, used / HP);
+	ck_assert_uint_lt(gone, used / HP);
+	ck_assert_uint_le(stats(a).resident, local / HP);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		struct sigaction sa = { .sa_sigaction = on_sigsegv,
+					.sa_flags = SA_SIGINFO };
+		volatile uint8_t v;
+
+		for (size_t i = 0; i < used / HP; i++)
+			if ((vec[i * (HP / PG)] & 1) &&
+			    tu_pattern_check(a + i * HP, HP, 17, i * HP) >= 0)
+				_exit(2);
+		tu_pattern_fill(a + hot * HP, HP, 18, hot * HP);
+		if (tu_pattern_check(a + hot * HP, HP, 18, hot * HP) >= 0)
+			_exit(3);
+		for (size_t i = used; i < size; i += PG)
+			if (a[i])
+				_exit(4);
+		fence_lo = (uintptr_t)a + gone * HP;
+		fence_hi = fence_lo + HP;
+		st = sigsetjmp(sigsegv_jmp, 1);
+		if (st)
+			_exit(st);
+		sigaction(SIGSEGV, &sa, NULL);
+		v = a[gone * HP + 100];
+		/* Reaching here is only right with the right byte. */
+		_exit(v == tu_pattern_byte(17, gone * HP + 100) ? 5 : 6);
+	}
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 42,
+		      "child: status %d (2-4: a resident or zero page read "
+		      "wrong, 5: an evicted page read without a fault, 6: "
+		      "wrong byte, 43: a SIGSEGV elsewhere)",
+		      st);
+	check_range(a, 0, used, 17);
+	ck_assert_int_eq(stats(a).failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+	check_region(p, r, used, 17);
+	huge_stop(p);
+}
+END_TEST
+
 /* Whether this kernel gives us what pool_map needs; why not in *why. */
 static int probe_uffd(const char **why)
 {
@@ -836,8 +1350,15 @@ static int probe_uffd(const char **why)
 	return fd < 0 ? -1 : 0;
 }
 
-int main(void)
+/*
+ * Run with --huge (ctest: test_paging_huge): the huge-page cases only,
+ * skipped (exit 77) where no hugetlb pages can be had: not root, no
+ * hugetlb support, or memory too fragmented. A separate test so that
+ * the skip never hides the 4 KiB cases.
+ */
+int main(int argc, char **argv)
 {
+	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	const char *why = NULL;
 	Suite *s = suite_create("paging");
 	TCase *tc = tcase_create("paging");
@@ -849,20 +1370,37 @@ int main(void)
 	if (probe_uffd(&why))
 		tu_skip("%s", why);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, sequential_and_random);
-	tcase_add_test(tc, streams_fill_and_read_ahead);
-	tcase_add_test(tc, existing_region);
-	tcase_add_test(tc, zero_pages_cost_no_fetch);
-	tcase_add_test(tc, dirty_pages_survive_eviction);
-	tcase_add_test(tc, read_modify_write_passes);
-	tcase_add_test(tc, threads_fault_at_once);
-	tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
-	tcase_add_test(tc, install_ahead_off);
-	tcase_add_test(tc, install_ahead_threads);
-	tcase_add_test(tc, unmap_flush_and_discard);
-	tcase_add_test(tc, syscall_kernel_mode);
-	tcase_add_test(tc, syscall_user_mode_only);
-	tcase_add_test(tc, memd_killed_gives_sigbus);
+	if (huge) {
+		char msg[256];
+
+		if (tu_huge_reserve(&hugetlb, 8, msg, sizeof(msg)))
+			tu_skip("%s", msg);
+		tu_huge_release(&hugetlb);
+		tcase_add_unchecked_fixture(tc, huge_memd_up, huge_memd_down);
+		tcase_add_test(tc, huge_round_trip);
+		tcase_add_test(tc, huge_clean_pages_not_written_back);
+		tcase_add_test(tc, huge_threads_fault_at_once);
+		tcase_add_test(tc, huge_bad_input_and_fallback);
+		tcase_add_test(tc, huge_kernel_pool_runs_short);
+		tcase_add_test(tc, huge_pool_empty_at_first_fault);
+		tcase_add_test(tc, huge_reserved_pages_are_not_free);
+		tcase_add_test(tc, huge_fork_child);
+	} else {
+		tcase_add_test(tc, sequential_and_random);
+		tcase_add_test(tc, streams_fill_and_read_ahead);
+		tcase_add_test(tc, existing_region);
+		tcase_add_test(tc, zero_pages_cost_no_fetch);
+		tcase_add_test(tc, dirty_pages_survive_eviction);
+		tcase_add_test(tc, read_modify_write_passes);
+		tcase_add_test(tc, threads_fault_at_once);
+		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
+		tcase_add_test(tc, install_ahead_off);
+		tcase_add_test(tc, install_ahead_threads);
+		tcase_add_test(tc, unmap_flush_and_discard);
+		tcase_add_test(tc, syscall_kernel_mode);
+		tcase_add_test(tc, syscall_user_mode_only);
+		tcase_add_test(tc, memd_killed_gives_sigbus);
+	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -8,7 +8,9 @@
  * fork() children keep their resident copy and fault on the rest; memd
  * killed under a program is SIGBUS (or SIGABRT), never wrong bytes; an
  * unreachable pool gives one warning and plain libc, or, with
- * LIBPOOL_REQUIRED=1, a failed process. Not run in sanitizer builds.
+ * LIBPOOL_REQUIRED=1, a failed process. With --huge (test_preload_huge):
+ * programs paged in 2 MiB hugetlb pages (LIBPOOL_HUGE_PAGES=required)
+ * print the same. Not run in sanitizer builds.
  */
 #include <check.h>
 #include <errno.h>
@@ -289,6 +291,36 @@ static int prog_memdkill(void)
 		return 41;
 	usleep(300 * 1000);
 	return tu_pattern_check(a, n, 60, 0) < 0 ? 5 : 6;
+}
+
+/* 40 MiB, reversed in place (two streams going opposite ways), then
+ * grown by realloc to 45 MiB (a second region, the bytes copied over):
+ * big enough for 2 MiB pages (LIBPOOL_HUGE_PAGES). */
+static int prog_stream(void)
+{
+	size_t n = 40 * MiB;
+	uint64_t *w;
+	uint8_t *a = malloc(n);
+
+	if (!a)
+		return 50;
+	tu_pattern_fill(a, n, 70, 0);
+	printf("filled=%016llx\n", (unsigned long long)sum(a, n));
+	w = (uint64_t *)a;
+	for (size_t i = 0, j = n / 8 - 1; i < j; i++, j--) {
+		uint64_t t = w[i];
+
+		w[i] = w[j];
+		w[j] = t;
+	}
+	printf("reversed=%016llx\n", (unsigned long long)sum(a, n));
+	a = realloc(a, n + 5 * MiB);
+	if (!a)
+		return 51;
+	memset(a + n, 0x33, 5 * MiB);
+	printf("grown=%016llx\n", (unsigned long long)sum(a, n + 5 * MiB));
+	free(a);
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -744,6 +776,49 @@ START_TEST(python_hashes_a_large_bytearray)
 }
 END_TEST
 
+static struct tu_huge hugetlb;
+
+/*
+ * LIBPOOL_HUGE_PAGES=required: allocations of 16 MiB and more are paged
+ * in 2 MiB hugetlb pages through an 8 MiB budget each (smaller ones go
+ * to libc: too small for huge pages), and the programs' output is
+ * byte-identical to a plain run. memd runs with hugepages = no: its
+ * default (auto) would take the hugetlb pages reserved here for the
+ * program.
+ */
+START_TEST(huge_pages_required)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=8M",
+					   "LIBPOOL_HUGE_PAGES=required",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128], why[256];
+	int r;
+
+	/* realloc holds two 8 MiB budgets at once; one page spare. */
+	r = tu_huge_reserve(&hugetlb, 9, why, sizeof(why));
+	ck_assert_msg(r == 0, "hugetlb pages: %s", why);
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tp-preload-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	r = tu_memd_start(&md, "hugepages = no");
+	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
+
+	same_as_plain("threads", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "paging: map addr="), 1);
+	ck_assert_int_eq(count(err, " page=2097152 "), 1);
+	/* 24 MiB through 8 MiB: huge pages evicted and fetched again. */
+	ck_assert_uint_ge(total(err, " evictions="), 8);
+	ck_assert_uint_ge(total(err, " pages_fetched="), 8);
+
+	same_as_plain("stream", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "paging: map addr="), 2);
+	ck_assert_int_eq(count(err, " page=2097152 "), 2);
+	ck_assert_uint_ge(total(err, " evictions="), 20);
+	ck_assert_uint_ge(total(err, " writebacks="), 20);
+	stop();
+	tu_huge_release(&hugetlb);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
 	Suite *s;
@@ -761,6 +836,8 @@ int main(int argc, char **argv)
 		return prog_fork();
 	if (argc > 1 && !strcmp(argv[1], "memdkill"))
 		return prog_memdkill();
+	if (argc > 1 && !strcmp(argv[1], "stream"))
+		return prog_stream();
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -773,6 +850,17 @@ int main(int argc, char **argv)
 	s = suite_create("preload");
 	tc = tcase_create("preload");
 	tcase_set_timeout(tc, 120);
+	if (argc > 1 && !strcmp(argv[1], "--huge")) {
+		/* ctest: test_preload_huge, skipped where no hugetlb pages
+		 * can be had (a test of its own: the skip hides no other). */
+		char why[256];
+
+		if (tu_huge_reserve(&hugetlb, 9, why, sizeof(why)))
+			tu_skip("%s", why);
+		tu_huge_release(&hugetlb);
+		tcase_add_test(tc, huge_pages_required);
+		goto run;
+	}
 	tcase_add_test(tc, unmodified_program);
 	tcase_add_test(tc, sort_bigger_than_budget);
 	tcase_add_test(tc, unreachable_pool);
@@ -782,6 +870,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, memd_killed_sigbus);
 	tcase_add_test(tc, memd_killed_sigbus_blocked);
 	tcase_add_test(tc, python_hashes_a_large_bytearray);
+run:
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

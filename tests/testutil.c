@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -25,11 +27,36 @@
 #include "fabric/rpc.h"
 #include "tidepool/pool.h"
 
+/* The 8 bytes at offset off (a multiple of 8) of seed's stream, as one
+ * little-endian word: tu_pattern_byte() of each, computed once. */
+static inline uint64_t pattern_word(uint64_t seed, uint64_t off)
+{
+	uint64_t x = (off >> 3) * 0x9e3779b97f4a7c15ull + seed;
+
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return x;
+}
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+	       "pattern_word() is the bytes in little-endian order");
+
+/* Whole words from the first offset that is a multiple of 8: the
+ * multi-MiB fills and checks of the paging tests, 8 times faster. */
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off)
 {
 	uint8_t *b = buf;
+	size_t i = 0;
 
-	for (size_t i = 0; i < len; i++)
+	for (; i < len && ((off + i) & 7); i++)
+		b[i] = tu_pattern_byte(seed, off + i);
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w = pattern_word(seed, off + i);
+
+		memcpy(b + i, &w, 8);
+	}
+	for (; i < len; i++)
 		b[i] = tu_pattern_byte(seed, off + i);
 }
 
@@ -37,8 +64,19 @@ ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 			 uint64_t off)
 {
 	const uint8_t *b = buf;
+	size_t i = 0;
 
-	for (size_t i = 0; i < len; i++)
+	for (; i < len && ((off + i) & 7); i++)
+		if (b[i] != tu_pattern_byte(seed, off + i))
+			return (ssize_t)i;
+	for (; i + 8 <= len; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, b + i, 8);
+		if (w != pattern_word(seed, off + i))
+			break; /* the byte loop below finds which */
+	}
+	for (; i < len; i++)
 		if (b[i] != tu_pattern_byte(seed, off + i))
 			return (ssize_t)i;
 	return -1;
@@ -570,4 +608,136 @@ struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello)
 			 0);
 	*hello = rep.u.hello_ok;
 	return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* hugetlb                                                              */
+
+#define TU_HUGE_DIR "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+#define TU_HUGE_SIZE (2ul << 20)
+
+static long read_long(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static int write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int ret = 0;
+
+	if (!f)
+		return -errno;
+	if (fprintf(f, "%ld\n", v) < 0)
+		ret = -EIO;
+	if (fclose(f))
+		ret = -errno;
+	return ret;
+}
+
+unsigned long tu_huge_avail(void)
+{
+	long f = read_long(TU_HUGE_DIR "free_hugepages");
+	long r = read_long(TU_HUGE_DIR "resv_hugepages");
+
+	if (f < 0 || r < 0 || f < r)
+		return 0;
+	return (unsigned long)(f - r);
+}
+
+int tu_huge_reserve(struct tu_huge *h, unsigned long need, char *why,
+		    size_t whylen)
+{
+	unsigned long avail;
+	long nr;
+	int ret;
+
+	h->old_nr = -1;
+	h->lock_fd = open("/tmp/tp-hugetlb.lock",
+			  O_RDONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (h->lock_fd < 0 || flock(h->lock_fd, LOCK_EX)) {
+		ret = -errno;
+		snprintf(why, whylen, "cannot lock /tmp/tp-hugetlb.lock: %s",
+			 strerror(errno));
+		if (h->lock_fd >= 0)
+			close(h->lock_fd);
+		h->lock_fd = -1;
+		return ret;
+	}
+	nr = read_long(TU_HUGE_DIR "nr_hugepages");
+	if (nr < 0) {
+		snprintf(why, whylen,
+			 "no 2 MiB hugetlb pages on this kernel "
+			 "(%snr_hugepages)",
+			 TU_HUGE_DIR);
+		tu_huge_release(h);
+		return -ENOTSUP;
+	}
+	avail = tu_huge_avail();
+	if (avail >= need)
+		return 0;
+	h->old_nr = nr;
+	ret = write_long("/proc/sys/vm/nr_hugepages",
+			 nr + (long)(need - avail));
+	avail = tu_huge_avail();
+	if (ret || avail < need) {
+		snprintf(why, whylen,
+			 "%lu hugetlb pages available, %lu needed: raising "
+			 "vm.nr_hugepages from %ld: %s",
+			 avail, need, nr,
+			 ret ? strerror(-ret)
+			     : "gave fewer (memory fragmented?)");
+		tu_huge_release(h);
+		return ret ? ret : -ENOMEM;
+	}
+	return 0;
+}
+
+void tu_huge_release(struct tu_huge *h)
+{
+	if (h->old_nr >= 0) {
+		/* Pages still in use stay (surplus) until they are freed. */
+		long nr = read_long(TU_HUGE_DIR "nr_hugepages");
+
+		if (nr > h->old_nr)
+			write_long("/proc/sys/vm/nr_hugepages", h->old_nr);
+		h->old_nr = -1;
+	}
+	if (h->lock_fd >= 0)
+		close(h->lock_fd); /* drops the flock */
+	h->lock_fd = -1;
+}
+
+void *tu_huge_consume(unsigned long leave, size_t *len)
+{
+	for (int tries = 0; tries < 10; tries++) {
+		unsigned long avail = tu_huge_avail();
+		uint8_t *p;
+
+		*len = 0;
+		if (avail <= leave)
+			return NULL;
+		*len = (avail - leave) * TU_HUGE_SIZE;
+		/* Not MAP_NORESERVE: the pages are reserved here and now
+		 * (ENOMEM when another process took some meanwhile). */
+		p = mmap(NULL, *len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p == MAP_FAILED)
+			continue;
+		for (size_t off = 0; off < *len; off += TU_HUGE_SIZE)
+			p[off] = 1;
+		if (tu_huge_avail() <= leave)
+			return p;
+		munmap(p, *len); /* pages came back meanwhile: again */
+	}
+	ck_abort_msg("cannot take hugetlb pages down to %lu available", leave);
+	return NULL;
 }

@@ -137,6 +137,33 @@ struct rpc;
 struct wire_hello_ok;
 struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello);
 
+/*
+ * hugetlb pages (2 MiB) for a test: tu_huge_reserve() takes an exclusive
+ * flock on /tmp/tp-hugetlb.lock (test executables ctest runs in parallel
+ * take turns), then raises vm.nr_hugepages until need pages are
+ * available (free and not reserved by another mapping), never lowering
+ * it. tu_huge_release() puts back the value it found and drops the lock.
+ * Returns 0, or -errno with why (for a SKIP line): not root, no hugetlb
+ * support, or the kernel gave fewer pages than asked (fragmented memory).
+ */
+struct tu_huge {
+	int lock_fd;
+	long old_nr; /* vm.nr_hugepages found; -1 when untouched */
+};
+int tu_huge_reserve(struct tu_huge *h, unsigned long need, char *why,
+		    size_t whylen);
+void tu_huge_release(struct tu_huge *h);
+/* 2 MiB hugetlb pages a new MAP_NORESERVE mapping can take now: free
+ * minus reserved (/sys/kernel/mm/hugepages/hugepages-2048kB). */
+unsigned long tu_huge_avail(void);
+/*
+ * Takes hugetlb pages until at most leave are available (a mapping of
+ * them, every page touched); *len is its size (0: none taken). Returns
+ * the mapping (munmap(p, *len) gives them back) or NULL. Fails the
+ * running Check test when the pages cannot be taken.
+ */
+void *tu_huge_consume(unsigned long leave, size_t *len);
+
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
 
