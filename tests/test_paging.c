@@ -435,20 +435,13 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-START_TEST(threads_fault_at_once)
+/* NTHREADS worker_main() threads over a[0, size); every byte checked. */
+static void run_workers(uint8_t *a, size_t size)
 {
-	const size_t size = 4 * MiB, local = 512 * KiB;
 	struct worker w[NTHREADS];
 	pthread_t th[NTHREADS];
 	pthread_barrier_t bar;
-	struct pool_region *r;
-	struct pool *p;
-	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
 	pthread_barrier_init(&bar, NULL, NTHREADS);
 	for (int t = 0; t < NTHREADS; t++) {
 		w[t] = (struct worker){
@@ -463,6 +456,20 @@ START_TEST(threads_fault_at_once)
 			      w[t].bad - 1);
 	}
 	pthread_barrier_destroy(&bar);
+}
+
+START_TEST(threads_fault_at_once)
+{
+	const size_t size = 4 * MiB, local = 512 * KiB;
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	run_workers(a, size);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
 	pool_close(p);
 	stop_memd();
@@ -1016,9 +1023,6 @@ END_TEST
 START_TEST(huge_threads_fault_at_once)
 {
 	const size_t size = 32 * MiB, local = 8 * MiB;
-	struct worker w[NTHREADS];
-	pthread_t th[NTHREADS];
-	pthread_barrier_t bar;
 	struct pool_region *r;
 	struct pool_map_stats st;
 	struct pool *p;
@@ -1028,20 +1032,7 @@ START_TEST(huge_threads_fault_at_once)
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
 	a = huge_map(p, r, local, 0);
-	pthread_barrier_init(&bar, NULL, NTHREADS);
-	for (int t = 0; t < NTHREADS; t++) {
-		w[t] = (struct worker){
-			.a = a, .size = size, .t = t, .bar = &bar
-		};
-		ck_assert_int_eq(
-			pthread_create(&th[t], NULL, worker_main, &w[t]), 0);
-	}
-	for (int t = 0; t < NTHREADS; t++) {
-		pthread_join(th[t], NULL);
-		ck_assert_msg(!w[t].bad, "thread %d: wrong byte at %zu", t,
-			      w[t].bad - 1);
-	}
-	pthread_barrier_destroy(&bar);
+	run_workers(a, size);
 	st = stats(a);
 	ck_assert_int_eq(st.failed, 0);
 	ck_assert_uint_gt(st.evictions, 0);
