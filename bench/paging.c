@@ -169,6 +169,24 @@ static double work(int w, uint64_t *a, size_t n, uint64_t *sink)
 	return dt;
 }
 
+/* Workload w on len bytes of fresh anonymous memory with madvise advice
+ * (the all-local runs). Seconds, or -1 when the memory cannot be had. */
+static double local_run(int w, size_t len, int advice, uint64_t *sink)
+{
+	uint64_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	double dt;
+
+	if (a == MAP_FAILED) {
+		perror("mmap");
+		return -1;
+	}
+	madvise(a, len, advice);
+	dt = work(w, a, len / 8, sink);
+	munmap(a, len);
+	return dt;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -253,28 +271,15 @@ int main(int argc, char **argv)
 		if (only_w >= 0 && w != only_w)
 			continue;
 		for (int k = 0; k < runs; k++) {
-			uint64_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE,
-					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			uint64_t *a;
 
-			if (a == MAP_FAILED) {
-				perror("mmap");
-				return 1;
-			}
-			/* 4 KiB pages, as pool_map has: like with like. */
-			madvise(a, len, MADV_NOHUGEPAGE);
-			base[k] = work(w, a, n, &sink);
-			munmap(a, len);
-			/* And with transparent huge pages, the baseline for
+			/* 4 KiB pages, as pool_map has by default: like with
+			 * like; and transparent huge pages, the baseline for
 			 * pool_map's huge pages (LIBPOOL_HUGE_PAGES=1). */
-			a = mmap(NULL, len, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-			if (a == MAP_FAILED) {
-				perror("mmap");
+			base[k] = local_run(w, len, MADV_NOHUGEPAGE, &sink);
+			thp[k] = local_run(w, len, MADV_HUGEPAGE, &sink);
+			if (base[k] < 0 || thp[k] < 0)
 				return 1;
-			}
-			madvise(a, len, MADV_HUGEPAGE);
-			thp[k] = work(w, a, n, &sink);
-			munmap(a, len);
 			for (int c = 0; c < NPCT; c++) {
 				if (only_pct >= 0 && c != only_pct)
 					continue;

@@ -1686,10 +1686,29 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	return ret;
 }
 
+/*
+ * The engine's limits per page size, in pages: read-ahead run, run
+ * installed ahead, most installed ahead, most evicted per round. The
+ * staging pages follow from them (stage_in, stage_in2, stage_out, zero).
+ */
+struct page_mode {
+	unsigned shift, ra_max;
+	size_t ahead_run, ahead_max, wb_max;
+};
+
+static const struct page_mode small_mode = {
+	PAGE_SHIFT, RA_MAX, AHEAD_RUN, AHEAD_MAX, WB_BATCH,
+};
+static const struct page_mode huge_mode = {
+	HUGE_SHIFT, 1, 1, HUGE_AHEAD_MAX, 1,
+};
+
 /* pool_map() once the page size is chosen. */
 static int map_build(struct pool *p, struct pool_region *r, size_t size,
 		     size_t local_bytes, unsigned flags, bool huge, void **addr)
 {
+	const struct page_mode *pm = huge ? &huge_mode : &small_mode;
+	size_t psize = (size_t)1 << pm->shift;
 	size_t len, npages, max_res, off_state, off_ring, off_stage, meta;
 	size_t nstage_in, nstage;
 	struct mapping *m;
@@ -1697,24 +1716,19 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	const char *env;
 	int ret;
 
-	len = round_up(size, huge ? HUGE_SIZE : PAGE);
-	npages = len >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
-	max_res = local_bytes >> (huge ? HUGE_SHIFT : PAGE_SHIFT);
+	len = round_up(size, psize);
+	npages = len >> pm->shift;
+	max_res = local_bytes >> pm->shift;
 	if (max_res > npages)
 		max_res = npages;
 
 	/* staging: fetch, the run after it, write-back, zeros */
-	if (huge) {
-		nstage_in = 1;
-		nstage = nstage_in + 1 + 1 + 1;
-	} else {
-		nstage_in = AHEAD_RUN > RA_MAX ? AHEAD_RUN : RA_MAX;
-		nstage = nstage_in + AHEAD_RUN + WB_BATCH + RA_MAX;
-	}
+	nstage_in = pm->ahead_run > pm->ra_max ? pm->ahead_run : pm->ra_max;
+	nstage = nstage_in + pm->ahead_run + pm->wb_max + pm->ra_max;
 	off_state = round_up(sizeof(*m), 64);
 	off_ring = round_up(off_state + npages, sizeof(size_t));
 	off_stage = round_up(off_ring + max_res * sizeof(size_t), PAGE);
-	meta = off_stage + nstage * (huge ? HUGE_SIZE : PAGE);
+	meta = off_stage + nstage * psize;
 	m = mmap(NULL, meta, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (m == MAP_FAILED)
@@ -1729,25 +1743,16 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	m->npages = npages;
 	m->max_res = max_res;
 	m->huge = huge;
-	if (huge) {
-		m->shift = HUGE_SHIFT;
-		m->psize = HUGE_SIZE;
-		m->ra_max = 1;
-		m->ahead_run = 1;
-		m->ahead_max = HUGE_AHEAD_MAX;
-		m->wb_max = 1;
-		m->batch = 1;
-	} else {
-		m->shift = PAGE_SHIFT;
-		m->psize = PAGE;
-		m->ra_max = RA_MAX;
-		m->ahead_run = AHEAD_RUN;
-		m->ahead_max = AHEAD_MAX;
-		m->wb_max = WB_BATCH;
-		m->batch = max_res / 8 < 8 ? 8 : max_res / 8;
-		if (m->batch > WB_BATCH)
-			m->batch = WB_BATCH;
-	}
+	m->shift = pm->shift;
+	m->psize = psize;
+	m->ra_max = pm->ra_max;
+	m->ahead_run = pm->ahead_run;
+	m->ahead_max = pm->ahead_max;
+	m->wb_max = pm->wb_max;
+	/* max_res / 8, within [min(8, wb_max), wb_max] */
+	m->batch = max_res / 8 < 8 ? 8 : max_res / 8;
+	if (m->batch > m->wb_max)
+		m->batch = m->wb_max;
 	m->state = (uint8_t *)m + off_state;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;

@@ -873,6 +873,27 @@ static uint8_t *huge_map(struct pool *p, struct pool_region *r, size_t local,
 	return a;
 }
 
+/*
+ * A session, a region of size bytes holding the pattern of seed (written
+ * from buf, size bytes of the caller's), and a huge mapping of it with a
+ * budget of local: *r, *a. huge_stop() ends it.
+ */
+static struct pool *huge_existing(size_t size, size_t local, uint64_t seed,
+				  uint8_t *buf, struct pool_region **r,
+				  uint8_t **a)
+{
+	struct pool *p;
+
+	ck_assert_ptr_nonnull(buf);
+	huge_start(local / HP + 2);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, r), 0);
+	tu_pattern_fill(buf, size, seed, 0);
+	ck_assert_int_eq(pool_write(p, *r, 0, buf, size), 0);
+	*a = huge_map(p, *r, local, POOL_MAP_EXISTING);
+	return p;
+}
+
 /* The region's bytes [0, size) are the pattern of seed. */
 static void check_region(struct pool *p, struct pool_region *r, size_t size,
 			 uint64_t seed)
@@ -937,13 +958,7 @@ START_TEST(huge_clean_pages_not_written_back)
 	struct pool_map_stats st;
 	struct pool *p;
 
-	ck_assert_ptr_nonnull(buf);
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	tu_pattern_fill(buf, size, 11, 0);
-	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
-	a = huge_map(p, r, local, POOL_MAP_EXISTING);
+	p = huge_existing(size, local, 11, buf, &r, &a);
 	for (int pass = 0; pass < 2; pass++)
 		check_range(a, 0, size, 11);
 	st = stats(a);
@@ -988,13 +1003,7 @@ START_TEST(huge_cyclic_scan_keeps_its_start)
 	struct pool_map_stats st;
 	struct pool *p;
 
-	ck_assert_ptr_nonnull(buf);
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	tu_pattern_fill(buf, size, 21, 0);
-	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
-	a = huge_map(p, r, local, POOL_MAP_EXISTING);
+	p = huge_existing(size, local, 21, buf, &r, &a);
 	for (int pass = 0; pass < passes; pass++)
 		check_range(a, 0, size, 21);
 	st = stats(a);
