@@ -1582,7 +1582,8 @@ static size_t huge_free(void)
  * 4 KiB or 2 MiB pages for a mapping of a size-byte region under a
  * budget of local bytes: POOL_MAP_HUGE or POOL_MAP_SMALL decide, else
  * LIBPOOL_HUGE_PAGES (0: never, the default; 1: when they can be had,
- * else 4 KiB with a log line; "required": like POOL_MAP_HUGE). Huge pages
+ * else 4 KiB with a log line; "required": like POOL_MAP_HUGE; anything
+ * else: -EINVAL). Huge pages
  * need the region to span HUGE_MIN_PAGES of them, a budget of at least 2,
  * and as many free hugetlb pages as the budget (vm.nr_hugepages).
  * Returns 0, or for huge pages that were demanded: -EINVAL (region or
@@ -1602,8 +1603,15 @@ static int huge_choose(size_t size, size_t local, unsigned flags, bool *huge,
 	if (flags & POOL_MAP_HUGE) {
 		want = must = true;
 	} else if (env && *env) {
-		want = strcmp(env, "0") != 0;
 		must = strcmp(env, "required") == 0;
+		want = must || strcmp(env, "1") == 0;
+		if (!want && strcmp(env, "0") != 0) {
+			pool_log(LOG_WARNING,
+				 "paging: LIBPOOL_HUGE_PAGES=%s: expected 0, 1 "
+				 "or required",
+				 env);
+			return -EINVAL;
+		}
 	}
 	if (!want)
 		return 0;

@@ -1117,6 +1117,10 @@ START_TEST(huge_bad_input_and_fallback)
 	ck_assert_int_eq(huge_try(p, r, local, 0, "0"), PG);
 	ck_assert_int_eq(huge_try(p, r, local, 0, NULL), PG);
 	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_SMALL, "required"), PG);
+	/* A value that is none of 0, 1, required: refused, not guessed. */
+	ck_assert_int_eq(huge_try(p, r, local, 0, "yes"), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, local, 0, "requird"), -EINVAL);
+	ck_assert_int_eq(huge_try(p, r, local, POOL_MAP_HUGE, "yes"), HP);
 	/* One fewer than the budget of 4 left. */
 	hog = tu_huge_consume(local / HP - 1, &len);
 	ck_assert_ptr_nonnull(hog);

@@ -78,7 +78,8 @@ extern "C" {
  *               below 256 KiB or malformed; or huge pages demanded
  *               (POOL_MAP_HUGE, or LIBPOOL_HUGE_PAGES=required) and the
  *               region spans fewer than 8 of them (is 14 MiB or less) or
- *               the budget is under 2 (4 MiB)
+ *               the budget is under 2 (4 MiB); or LIBPOOL_HUGE_PAGES is
+ *               none of 0, 1, required (and no page-size flag is given)
  *   -EOPNOTSUPP the kernel lacks userfaultfd write-protection of anonymous
  *               memory (Linux 5.7+) or UFFD_FEATURE_THREAD_ID; with huge
  *               pages, of hugetlb memory (Linux 5.19+)
