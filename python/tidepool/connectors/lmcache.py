@@ -1,0 +1,1143 @@
+"""LMCache connectors over tidepool's KV tier (docs/python.md, "LMCache").
+
+Two classes, both pure Python over :class:`tidepool.KV`:
+
+``TidepoolNativeConnector``
+    LMCache's *native connector* protocol, the one its C++ connectors
+    expose through ``LMCACHE_BIND_CONNECTOR_METHODS``
+    (csrc/storage_backends/connector_pybind_utils.h) and that
+    ``NativeConnectorL2Adapter`` (MP mode, ``native_plugin`` L2 adapter)
+    and ``ConnectorClientBase`` (non-MP mode) drive: ``event_fd()``,
+    ``submit_batch_get/set/exists/delete()`` returning a future id,
+    ``drain_completions()`` returning ``(future_id, ok, error, per-key
+    bools or None)`` tuples, ``close()``.
+
+``TidepoolRemoteConnector``
+    The shape of LMCache's ``RemoteConnector`` base class
+    (lmcache/v1/storage_backend/connector/base_connector.py): coroutines
+    ``exists``, ``get``, ``put``, ``list``, ``close``, ``batched_get``,
+    ``batched_put``, ``batched_async_contains``, ``batched_get_non_blocking``,
+    ``ping``; plain methods ``exists_sync``, ``remove_sync``,
+    ``batched_contains`` and the ``support_*`` predicates. It takes and
+    returns CPU torch tensors (an LMCache ``MemoryObj``'s ``.tensor``), for
+    example ``[2, num_layers, tokens, num_heads * head_dim]`` fp16/bf16.
+
+Keys. An LMCache key is a string (``CacheEngineKey.to_string()`` in
+non-MP mode, ``model@rank@group@hash[@salt]`` in MP mode); anything with a
+``to_string()`` method is accepted too. Its 32-byte tidepool key is::
+
+    base = BLAKE2b-256(b"tidepool lmcache key v1" || 0x00 || utf8(key))
+
+Values. Each LMCache value of L bytes is stored as
+
+* a 64-byte *meta* value under ``base`` (see ``_META``: magic ``TPLC``,
+  version 1, dtype code, ndim, L, piece size P, shape), and
+* ``ceil(L / P)`` *pieces*, piece i holding bytes ``[i P, min(L, (i+1) P))``
+  under ``BLAKE2b-256(b"tidepool lmcache piece v1" || 0x00 || base ||
+  le64 L || le64 P || le32 i)``; P is ``piece_bytes`` (1 MiB by default),
+  or L when the value is smaller or ``piece_bytes`` is 0.
+
+Why pieces: a whole chunk (32 MiB for Llama-3-8B at 256 tokens) is a
+value that takes a whole 64 MiB slab in memd (docs/kv.md, "Size
+classes", 50% efficiency) and a chunk of a large model is over the 64 MiB
+value limit; 1 MiB pieces are stored at 98%. Because the length is part of
+every piece's key, a get with a buffer of another length finds no pieces
+(a miss), never a torn or short value. The meta value lets ``exists``
+and the tensor ``get`` learn a value's length and shape (a partial chunk
+has fewer tokens). Both classes use the same layout, so either reads what
+the other stored. A value is present only when its meta and all its
+pieces are; an eviction of any of them is a miss.
+
+Threads. Both classes may be used from several threads at once (a lock
+guards the native connector's pending table; the KV handle is
+thread-safe). ``close()`` must not overlap other calls.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import struct
+import threading
+from typing import Any, Callable, Generator, List, Optional, Sequence
+
+import tidepool
+
+KEY_DOMAIN = b"tidepool lmcache key v1"
+PIECE_DOMAIN = b"tidepool lmcache piece v1"
+PIECE_BYTES = 1 << 20
+META_BYTES = 64
+
+# magic, version, dtype code, ndim, reserved, nbytes, piece bytes, 6 dims
+_META = struct.Struct("<4sHHHHQQ6I12x")
+_META_MAGIC = b"TPLC"
+_META_VERSION = 1
+_MAX_DIMS = 6
+assert _META.size == META_BYTES
+
+# dtype codes of the meta value (0: raw bytes, the native connector's)
+_DTYPE_NAMES = {
+    1: "float16",
+    2: "bfloat16",
+    3: "float32",
+    4: "uint8",
+    5: "int8",
+    6: "float8_e4m3fn",
+    7: "float8_e5m2",
+    8: "int32",
+    9: "float64",
+    10: "int64",
+    11: "int16",
+}
+
+
+def lmcache_key(key: Any) -> bytes:
+    """The 32-byte tidepool key (the *base* key) of an LMCache key.
+
+    ``key`` is a string or an object with ``to_string()`` (LMCache's
+    ``CacheEngineKey``). The rule, BLAKE2b-256 of ``"tidepool lmcache key
+    v1"``, a zero byte and the UTF-8 string, is documented in
+    docs/python.md and must not change: every process derives the same
+    key for the same string.
+    """
+    if not isinstance(key, str):
+        to_string = getattr(key, "to_string", None)
+        if to_string is None:
+            raise TypeError("an LMCache key is a str or has to_string(), "
+                            "not %s" % type(key).__name__)
+        key = to_string()
+    h = hashlib.blake2b(digest_size=32)
+    h.update(KEY_DOMAIN)
+    h.update(b"\0")
+    h.update(key.encode("utf-8"))
+    return h.digest()
+
+
+def _piece_size(nbytes: int, piece_bytes: int) -> int:
+    """The piece size P actually used for a value of nbytes bytes."""
+    if piece_bytes <= 0 or piece_bytes >= nbytes:
+        return nbytes
+    return piece_bytes
+
+
+def piece_keys(base: bytes, nbytes: int, piece_bytes: int) -> List[bytes]:
+    """The keys of the pieces of a value of ``nbytes`` bytes under ``base``.
+
+    ``piece_bytes`` is the configured piece size (0: one piece); the keys
+    bind the length and the piece size, so readers that disagree on either
+    find nothing instead of wrong bytes.
+    """
+    p = _piece_size(nbytes, piece_bytes)
+    keys = []
+    prefix = PIECE_DOMAIN + b"\0" + base + struct.pack("<QQ", nbytes, p)
+    for i in range((nbytes + p - 1) // p):
+        keys.append(hashlib.blake2b(prefix + struct.pack("<I", i),
+                                    digest_size=32).digest())
+    return keys
+
+
+def _pieces(base: bytes, view: memoryview, piece_bytes: int):
+    """(keys, views) of the pieces of the bytes of ``view``."""
+    n = len(view)
+    p = _piece_size(n, piece_bytes)
+    keys = piece_keys(base, n, piece_bytes)
+    return keys, [view[off:off + p] for off in range(0, n, p)]
+
+
+def _byte_view(buf: Any, what: str, writable: bool) -> memoryview:
+    """A 1-D unsigned-byte memoryview of a C-contiguous buffer."""
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        raise TypeError("%s: a buffer (memoryview, bytearray, numpy "
+                        "array) is needed, not %s" %
+                        (what, type(buf).__name__)) from None
+    if writable and mv.readonly:
+        raise ValueError("%s: the buffer is read-only" % what)
+    if not mv.c_contiguous:
+        raise ValueError("%s: the buffer is not C-contiguous" % what)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    if len(mv) == 0:
+        raise ValueError("%s: the buffer is empty" % what)
+    return mv
+
+
+def _meta_pack(nbytes: int, piece_bytes: int, dtype_code: int = 0,
+               shape: Sequence[int] = ()) -> bytes:
+    """The 64-byte meta value of a value of nbytes bytes."""
+    dims = list(shape) + [0] * (_MAX_DIMS - len(shape))
+    return _META.pack(_META_MAGIC, _META_VERSION, dtype_code, len(shape), 0,
+                      nbytes, _piece_size(nbytes, piece_bytes), *dims)
+
+
+class _Meta:
+    """A decoded meta value (None from ``parse`` when it is not one)."""
+
+    __slots__ = ("nbytes", "piece_bytes", "dtype_code", "shape")
+
+    def __init__(self, nbytes, piece_bytes, dtype_code, shape):
+        self.nbytes = nbytes
+        self.piece_bytes = piece_bytes
+        self.dtype_code = dtype_code
+        self.shape = shape
+
+    @classmethod
+    def parse(cls, raw) -> Optional["_Meta"]:
+        """Decodes and checks 64 bytes; None when they are not a meta."""
+        (magic, version, dtype_code, ndim, _res, nbytes, piece,
+         *dims) = _META.unpack(bytes(raw))
+        if (magic != _META_MAGIC or version != _META_VERSION or
+                ndim > _MAX_DIMS or nbytes == 0 or piece == 0 or
+                piece > nbytes or
+                (dtype_code and dtype_code not in _DTYPE_NAMES)):
+            return None
+        return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]))
+
+    def piece_keys(self, base: bytes) -> List[bytes]:
+        """The keys of this value's pieces."""
+        return piece_keys(base, self.nbytes, self.piece_bytes)
+
+
+# ---------------------------------------------------------------------
+# Plans: the steps of a batch as generators that yield lists of KV
+# operations and receive their outcomes (a result, or the exception the
+# operation raised). One plan runs synchronously, in asyncio, or driven
+# by drain_completions(), without three copies of the logic.
+
+
+class _Op:
+    """One KV call of a plan: kind is get, put, exists or delete."""
+
+    __slots__ = ("kind", "keys", "bufs")
+
+    def __init__(self, kind: str, keys: List[bytes], bufs=None):
+        self.kind = kind
+        self.keys = keys
+        self.bufs = bufs
+
+
+Plan = Generator[List[_Op], List[Any], Any]
+
+
+def _is_size_error(exc: Any) -> bool:
+    """A get's ValueError: a stored value's length is not its buffer's."""
+    return (isinstance(exc, ValueError) and
+            not isinstance(exc, tidepool.ClosedError))
+
+
+def _plan_get_each(groups, bufs) -> Plan:
+    """Per-key gets, a size error counting as a miss (the fallback when a
+    batch get raised ValueError). groups[i]: the keys of key i."""
+    ops = [_Op("get", ks, bs) for ks, bs in zip(groups, bufs) if ks]
+    outs = yield ops
+    hits, it = [], iter(outs)
+    for ks in groups:
+        if not ks:
+            hits.append(False)
+            continue
+        o = next(it)
+        if _is_size_error(o):
+            hits.append(False)
+        elif isinstance(o, BaseException):
+            raise o
+        else:
+            hits.append(all(o))
+    return hits
+
+
+def _plan_get_grouped(groups, bufs) -> Plan:
+    """Reads groups[i] into bufs[i] (lists); per group: all pieces hit."""
+    flat_k = [k for ks in groups for k in ks]
+    flat_b = [b for bs in bufs for b in bs]
+    if not flat_k:
+        return [False] * len(groups)
+    o = (yield [_Op("get", flat_k, flat_b)])[0]
+    if _is_size_error(o):
+        return (yield from _plan_get_each(groups, bufs))
+    if isinstance(o, BaseException):
+        raise o
+    hits, pos = [], 0
+    for ks in groups:
+        hits.append(bool(ks) and all(o[pos:pos + len(ks)]))
+        pos += len(ks)
+    return hits
+
+
+def _plan_metas(bases: List[bytes]) -> Plan:
+    """The decoded meta values of bases (None where absent or invalid)."""
+    raws = [bytearray(META_BYTES) for _ in bases]
+    hits = yield from _plan_get_grouped([[b] for b in bases],
+                                        [[r] for r in raws])
+    return [_Meta.parse(r) if h else None for h, r in zip(hits, raws)]
+
+
+def _plan_exists_each(bases: List[bytes]) -> Plan:
+    """Per key: meta and every piece present."""
+    metas = yield from _plan_metas(bases)
+    cands = [(i, m.piece_keys(b)) for i, (b, m) in
+             enumerate(zip(bases, metas)) if m is not None]
+    found = [False] * len(bases)
+    if not cands:
+        return found
+    # One exists over all pieces answers up to the first missing one;
+    # tidepool's exists is a prefix, so what follows is asked per key.
+    flat = [k for _, ks in cands for k in ks]
+    m = (yield [_Op("exists", flat)])[0]
+    if isinstance(m, BaseException):
+        raise m
+    rest, pos = [], 0
+    for i, ks in cands:
+        if pos + len(ks) <= m:
+            found[i] = True
+        elif pos > m:
+            rest.append((i, ks))
+        pos += len(ks)
+    if rest:
+        outs = yield [_Op("exists", ks) for _, ks in rest]
+        for (i, ks), o in zip(rest, outs):
+            if isinstance(o, BaseException):
+                raise o
+            found[i] = o == len(ks)
+    return found
+
+
+def _plan_contains_prefix(bases: List[bytes]) -> Plan:
+    """How many leading keys are present (meta and every piece)."""
+    metas = yield from _plan_metas(bases)
+    groups = []
+    for b, m in zip(bases, metas):
+        if m is None:
+            break
+        groups.append(m.piece_keys(b))
+    if not groups:
+        return 0
+    flat = [k for ks in groups for k in ks]
+    m = (yield [_Op("exists", flat)])[0]
+    if isinstance(m, BaseException):
+        raise m
+    n, pos = 0, 0
+    for ks in groups:
+        pos += len(ks)
+        if pos > m:
+            break
+        n += 1
+    return n
+
+
+def _plan_delete(bases: List[bytes]) -> Plan:
+    """Deletes meta and pieces; per key: its meta was there and deleted."""
+    metas = yield from _plan_metas(bases)
+    keys = list(bases)
+    for b, m in zip(bases, metas):
+        if m is not None:
+            keys.extend(m.piece_keys(b))
+    o = (yield [_Op("delete", keys)])[0]
+    if isinstance(o, BaseException):
+        raise o
+    return [bool(x) for x in o[:len(bases)]]
+
+
+def _plan_put(bases: List[bytes], metas: List[bytes],
+              views: List[memoryview], piece_bytes: int) -> Plan:
+    """Stores meta and pieces of each value; returns (stored flags, first
+    failure as (index, errno) or None). A value whose pieces did not all
+    go in has what this call added deleted again (best effort), so that
+    its meta never claims a value that is not there."""
+    keys, vals, owner = [], [], []
+    for i, (b, meta, v) in enumerate(zip(bases, metas, views)):
+        pk, pv = _pieces(b, v, piece_bytes)
+        keys.append(b)
+        vals.append(meta)
+        owner.append(i)
+        keys.extend(pk)
+        vals.extend(pv)
+        owner.extend([i] * len(pk))
+    o = (yield [_Op("put", keys, vals)])[0]
+    if isinstance(o, BaseException):
+        raise o
+    stored = [True] * len(bases)
+    first = None
+    for st, i in zip(o, owner):
+        if st not in (0, errno.EEXIST):
+            stored[i] = False
+            if first is None:
+                first = (i, st)
+    undo = [k for k, st, i in zip(keys, o, owner)
+            if not stored[i] and st == 0]
+    if undo:
+        yield [_Op("delete", undo)]  # best effort: outcome ignored
+    return stored, first
+
+
+def _fail_text(first) -> str:
+    """The error text of a put's first failing key."""
+    i, err = first
+    return "key %d: %s (errno %d)" % (i, tidepool.strerror(err), err)
+
+
+# ---------------------------------------------------------------------
+# Running plans
+
+
+def _parts(op: _Op):
+    """op cut at BATCH_MAX keys: [(keys, bufs)]."""
+    step = tidepool.BATCH_MAX
+    n = len(op.keys)
+    return [(op.keys[i:i + step],
+             op.bufs[i:i + step] if op.bufs is not None else None)
+            for i in range(0, n, step)]
+
+
+def _start(kv, kind: str, keys: List[bytes], bufs):
+    """Starts one KV call (at most BATCH_MAX keys); returns its KVFuture."""
+    kb = b"".join(keys)
+    if kind == "get":
+        return kv.get_into_async(kb, bufs)
+    if kind == "put":
+        return kv.put_async(kb, bufs)
+    if kind == "exists":
+        return kv.exists_async(kb)
+    if kind == "delete":
+        return kv.delete_async(kb)
+    raise AssertionError(kind)
+
+
+def _call(kv, kind: str, keys: List[bytes], bufs):
+    """Runs one KV call (at most BATCH_MAX keys) in this thread."""
+    kb = b"".join(keys)
+    if kind == "get":
+        return kv.get_into(kb, bufs)
+    if kind == "put":
+        return kv.put(kb, bufs)
+    if kind == "exists":
+        return kv.exists(kb)
+    if kind == "delete":
+        return kv.delete(kb)
+    raise AssertionError(kind)
+
+
+def _combine(kind: str, parts, results) -> Any:
+    """The outcome of an op from the outcomes of its parts."""
+    for r in results:
+        if isinstance(r, BaseException):
+            return r
+    if kind == "exists":
+        # each part's prefix is independent: add up to the first short one
+        total = 0
+        for (keys, _), r in zip(parts, results):
+            total += r
+            if r < len(keys):
+                break
+        return total
+    out = []
+    for r in results:
+        out.extend(r)
+    return out
+
+
+def _future_outcome(fut) -> Any:
+    """A completed KVFuture's result, or its exception."""
+    exc = fut.exception()
+    return exc if exc is not None else fut.result()
+
+
+def _run_sync(kv, plan: Plan) -> Any:
+    """Runs a plan in this thread: one call at a time, or several at once
+    as KVFutures when a step has more than one."""
+    try:
+        ops = next(plan)
+        while True:
+            jobs = [(op, _parts(op)) for op in ops]
+            if sum(len(p) for _, p in jobs) == 1:
+                op, ((keys, bufs),) = jobs[0]
+                try:
+                    outs = [_call(kv, op.kind, keys, bufs)]
+                except (tidepool.PoolError, ValueError) as e:
+                    outs = [e]
+            else:
+                started = []
+                for op, parts in jobs:
+                    futs = []
+                    for keys, bufs in parts:
+                        try:
+                            futs.append(_start(kv, op.kind, keys, bufs))
+                        except (tidepool.PoolError, ValueError) as e:
+                            futs.append(e)
+                    started.append((op, parts, futs))
+                outs = []
+                for op, parts, futs in started:
+                    res = [f if isinstance(f, BaseException)
+                           else _wait_outcome(f) for f in futs]
+                    outs.append(_combine(op.kind, parts, res))
+            ops = plan.send(outs)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _wait_outcome(fut) -> Any:
+    """Waits for a KVFuture; its result or its exception."""
+    try:
+        return fut.result()
+    except (tidepool.PoolError, ValueError) as e:
+        return e
+
+
+async def _run_async(kv, plan: Plan) -> Any:
+    """Runs a plan in asyncio: each step's calls start at once and are
+    awaited through the KV handle's eventfd."""
+    try:
+        ops = next(plan)
+        while True:
+            started = []
+            for op in ops:
+                parts = _parts(op)
+                futs = []
+                for keys, bufs in parts:
+                    try:
+                        futs.append(_start(kv, op.kind, keys, bufs))
+                    except (tidepool.PoolError, ValueError) as e:
+                        futs.append(e)
+                started.append((op, parts, futs))
+            outs = []
+            for op, parts, futs in started:
+                res = []
+                for f in futs:
+                    if isinstance(f, BaseException):
+                        res.append(f)
+                        continue
+                    try:
+                        res.append(await f)
+                    except (tidepool.PoolError, ValueError) as e:
+                        res.append(e)
+                outs.append(_combine(op.kind, parts, res))
+            ops = plan.send(outs)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _open_kv(pool, addr, tenant, secret_file, replicas, nthreads,
+             timeout_ms, client_name):
+    """(pool, owned, kv): a KV handle on pool, or on a Pool opened here."""
+    owned = pool is None
+    if owned:
+        pool = tidepool.Pool(addr, tenant, secret_file,
+                             timeout_ms=timeout_ms, client_name=client_name)
+    try:
+        kv = pool.kv(replicas, nthreads=nthreads)
+    except BaseException:
+        if owned:
+            pool.close()
+        raise
+    return pool, owned, kv
+
+
+# ---------------------------------------------------------------------
+# The native connector
+
+
+class _Batch:
+    """A submitted batch: its plan, and the parts of the step under way."""
+
+    __slots__ = ("fid", "n", "plan", "finish", "step", "keepalive")
+
+    def __init__(self, fid, n, plan, finish, keepalive):
+        self.fid = fid
+        self.n = n
+        self.plan = plan
+        self.finish = finish  # plan's return value -> (ok, error, results)
+        self.step = []  # [(op, parts, futures or exceptions)]
+        self.keepalive = keepalive
+
+
+class TidepoolNativeConnector:
+    """LMCache's native-connector protocol on a tidepool KV handle.
+
+    Load it in LMCache's MP mode as a ``native_plugin`` L2 adapter
+    (``module_path`` ``tidepool.connectors.lmcache``, ``class_name``
+    ``TidepoolNativeConnector``); ``adapter_params`` are this
+    constructor's keyword arguments. It also satisfies
+    ``ConnectorClientBase`` (non-MP mode).
+
+    Semantics, as LMCache's ``IStorageConnector`` (connector_interface.h)
+    and ``ConnectorBase`` (connector_base.h) define them:
+
+    * every ``submit_*`` returns at once with a future id (1, 2, ...);
+      each batch completes exactly once, as one tuple of
+      ``drain_completions()``, after ``event_fd()`` polls readable;
+    * get: per key True when the value was read into its buffer (exactly
+      its bytes), False on a miss (absent, evicted, stored with another
+      length, a check failed); ``ok`` stays True with misses. A missed
+      key's buffer may have been written (libpool reads before it checks):
+      do not read it, as LMCache's ``ConnectorClientBase`` says;
+    * set: per key True when stored (or already present); ``ok`` is False
+      and ``error`` names the first failing key when one was not stored
+      (LMCache's C++ connectors report ``None`` here; the per-key list is
+      what ``NativeConnectorL2Adapter`` prefers when a connector gives one);
+    * exists: per key True when present, each key on its own (not a
+      prefix);
+    * delete: per key True when it was present and is deleted;
+    * a batch that failed as a whole (the pool lost, the handle closed
+      under it) completes with ``ok`` False, the error text and all-False
+      per-key results.
+
+    Buffers (``memoryviews``) must stay valid and untouched until their
+    batch has completed, as in LMCache; the connector also keeps a
+    reference to them until then.
+
+    Arguments (all keyword-able, JSON-friendly for ``adapter_params``):
+    ``addr``, ``tenant``, ``secret_file``, ``timeout_ms``,
+    ``client_name``: the ``tidepool.Pool`` to open (None: LIBPOOL_*
+    environment); ``replicas``, ``nthreads``: of the KV handle;
+    ``piece_bytes``: the piece size (module docstring; every client of a
+    tenant must use the same); ``pool``: an open ``tidepool.Pool`` to use
+    instead (not closed by ``close()``).
+    """
+
+    def __init__(self, addr: Optional[str] = None,
+                 tenant: Optional[str] = None,
+                 secret_file: Optional[str] = None, *,
+                 replicas: int = 1, nthreads: int = 0, timeout_ms: int = 0,
+                 client_name: Optional[str] = None,
+                 piece_bytes: int = PIECE_BYTES,
+                 pool: Optional["tidepool.Pool"] = None) -> None:
+        if piece_bytes < 0 or piece_bytes > tidepool.VALUE_MAX:
+            raise ValueError("piece_bytes must be 0 .. %d, not %d" %
+                             (tidepool.VALUE_MAX, piece_bytes))
+        self._piece_bytes = piece_bytes
+        self._pool, self._owns_pool, self._kv = _open_kv(
+            pool, addr, tenant, secret_file, replicas, nthreads,
+            timeout_ms, client_name)
+        self._fd = self._kv.eventfd()
+        self._lock = threading.Lock()
+        self._pending = {}  # fid -> _Batch
+        self._next_fid = 1
+        self._closed = False
+
+    # -- the protocol --------------------------------------------------
+
+    def event_fd(self) -> int:
+        """The completion descriptor: polls readable when a batch may have
+        completed; then call ``drain_completions()``. Owned by the
+        connector (closed by ``close()``)."""
+        self._check_open()
+        return self._fd
+
+    def submit_batch_get(self, keys: Sequence[Any],
+                         memoryviews: Sequence[Any]) -> int:
+        """Reads keys[i] into memoryviews[i] (writable, C-contiguous, the
+        value's exact length); returns the batch's future id. Raises
+        ValueError for an empty batch, a length mismatch or an unusable
+        buffer, ClosedError when closed."""
+        views = self._views(keys, memoryviews, writable=True)
+        bases = [lmcache_key(k) for k in keys]
+        groups, bufs = [], []
+        for b, v in zip(bases, views):
+            pk, pv = _pieces(b, v, self._piece_bytes)
+            groups.append(pk)
+            bufs.append(pv)
+        plan = _plan_get_grouped(groups, bufs)
+        return self._submit(len(bases), plan, lambda r: (True, "", r),
+                            views)
+
+    def submit_batch_set(self, keys: Sequence[Any],
+                         memoryviews: Sequence[Any]) -> int:
+        """Stores memoryviews[i] under keys[i]; returns the future id.
+        Raises as ``submit_batch_get``."""
+        views = self._views(keys, memoryviews, writable=False)
+        bases = [lmcache_key(k) for k in keys]
+        metas = [_meta_pack(len(v), self._piece_bytes) for v in views]
+        for i, v in enumerate(views):
+            if _piece_size(len(v), self._piece_bytes) > tidepool.VALUE_MAX:
+                raise ValueError(
+                    "memoryviews[%d]: %d bytes in one piece is over the "
+                    "%d-byte value limit (set piece_bytes)" %
+                    (i, len(v), tidepool.VALUE_MAX))
+        plan = _plan_put(bases, metas, views, self._piece_bytes)
+
+        def finish(res):
+            stored, first = res
+            return (first is None, "" if first is None else
+                    _fail_text(first), stored)
+        return self._submit(len(bases), plan, finish, views)
+
+    def submit_batch_exists(self, keys: Sequence[Any]) -> int:
+        """Asks which keys are present, each on its own; returns the
+        future id. Raises ValueError for an empty batch."""
+        bases = self._bases(keys)
+        return self._submit(len(bases), _plan_exists_each(bases),
+                            lambda r: (True, "", r), None)
+
+    def submit_batch_delete(self, keys: Sequence[Any]) -> int:
+        """Deletes keys; per key True when it was present. Returns the
+        future id. Raises ValueError for an empty batch."""
+        bases = self._bases(keys)
+        return self._submit(len(bases), _plan_delete(bases),
+                            lambda r: (True, "", r), None)
+
+    def drain_completions(self) -> List[tuple]:
+        """Clears ``event_fd()`` and returns the batches completed since
+        the last call, as ``(future_id, ok, error, per-key bools)``; an
+        empty list when none (the fd may poll readable for a step of a
+        batch that is not complete yet). Never blocks; safe to call from
+        any thread. After ``close()`` it returns an empty list."""
+        out = []
+        with self._lock:
+            if self._closed:
+                return out
+            try:
+                self._kv.poll()
+            except tidepool.ClosedError:
+                return out
+            for fid in sorted(self._pending):
+                b = self._pending[fid]
+                done = self._advance(b)
+                if done is not None:
+                    del self._pending[fid]
+                    out.append(done)
+        return out
+
+    def close(self) -> None:
+        """Waits for the operations under way, then closes the KV handle
+        (and the Pool when the connector opened it). Batches not drained
+        are dropped, as LMCache's ``ConnectorBase.close()`` drops its
+        completion queue. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pending, self._pending = self._pending, {}
+        try:
+            self._kv.close()  # waits for every op; buffers free after
+        finally:
+            pending.clear()
+            if self._owns_pool:
+                self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called."""
+        return self._closed
+
+    def __enter__(self) -> "TidepoolNativeConnector":
+        """The connector itself."""
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        """Closes the connector."""
+        self.close()
+
+    # -- internals -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the LMCache native "
+                                       "connector is closed")
+
+    def _bases(self, keys) -> List[bytes]:
+        self._check_open()
+        keys = list(keys)
+        if not keys:
+            raise ValueError("keys list is empty")
+        return [lmcache_key(k) for k in keys]
+
+    def _views(self, keys, bufs, writable) -> List[memoryview]:
+        self._check_open()
+        keys, bufs = list(keys), list(bufs)
+        if not keys:
+            raise ValueError("keys list is empty")
+        if len(keys) != len(bufs):
+            raise ValueError("keys and memoryviews size mismatch: %d keys, "
+                             "%d buffers" % (len(keys), len(bufs)))
+        return [_byte_view(b, "memoryviews[%d]" % i, writable)
+                for i, b in enumerate(bufs)]
+
+    def _submit(self, n, plan, finish, keepalive) -> int:
+        with self._lock:
+            self._check_open()
+            fid = self._next_fid
+            self._next_fid += 1
+            b = _Batch(fid, n, plan, finish, keepalive)
+            try:
+                self._step(b, next(plan))
+            except StopIteration as stop:  # nothing to ask: complete now
+                b.step = [(None, None, [_Ready(stop.value)])]
+            self._pending[fid] = b
+        return fid
+
+    def _step(self, b: _Batch, ops: List[_Op]) -> None:
+        """Starts the KV calls of ops for batch b (lock held)."""
+        b.step = []
+        for op in ops:
+            parts = _parts(op)
+            futs = []
+            for keys, bufs in parts:
+                try:
+                    futs.append(_start(self._kv, op.kind, keys, bufs))
+                except tidepool.ClosedError:
+                    raise
+                except (tidepool.PoolError, ValueError) as e:
+                    futs.append(e)
+            b.step.append((op, parts, futs))
+
+    def _advance(self, b: _Batch) -> Optional[tuple]:
+        """Moves b on if its step is done; its completion tuple when the
+        plan has finished, else None (lock held)."""
+        while True:
+            for _, _, futs in b.step:
+                for f in futs:
+                    if not isinstance(f, BaseException) and not f.done():
+                        return None
+            if b.step and b.step[0][0] is None:  # finished at submit
+                return self._finish(b, b.step[0][2][0].value)
+            outs = []
+            for op, parts, futs in b.step:
+                res = [f if isinstance(f, BaseException)
+                       else _future_outcome(f) for f in futs]
+                outs.append(_combine(op.kind, parts, res))
+            try:
+                ops = b.plan.send(outs)
+            except StopIteration as stop:
+                return self._finish(b, stop.value)
+            except (tidepool.PoolError, ValueError, RuntimeError) as e:
+                return (b.fid, False, str(e) or type(e).__name__,
+                        [False] * b.n)
+            try:
+                self._step(b, ops)
+            except tidepool.ClosedError as e:
+                return (b.fid, False, str(e), [False] * b.n)
+
+    @staticmethod
+    def _finish(b: _Batch, value) -> tuple:
+        ok, error, results = b.finish(value)
+        return (b.fid, bool(ok), error, [bool(x) for x in results])
+
+
+class _Ready:
+    """A stand-in future for a batch whose plan finished without asking
+    anything (no plan here does, but a batch must still complete once)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+
+# ---------------------------------------------------------------------
+# The RemoteConnector-shaped class
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _dtype_code(dtype) -> int:
+    for code, name in _DTYPE_NAMES.items():
+        if getattr(_torch(), name, None) == dtype:
+            return code
+    raise ValueError("tidepool: dtype %s is not supported" % (dtype,))
+
+
+class TidepoolRemoteConnector:
+    """The shape of LMCache's ``RemoteConnector`` on a tidepool KV handle.
+
+    Values are CPU torch tensors: what an LMCache ``MemoryObj.tensor``
+    holds, e.g. ``[2, num_layers, tokens, num_heads * head_dim]``
+    (KV_2LTD) or ``[1, num_layers, tokens, head_dim]`` (MLA), fp16 or bf16
+    (module docstring: layout; 1 to 6 dims; the dtypes of ``_DTYPE_NAMES``).
+    ``get`` returns a tensor of the shape and dtype that was put, so a
+    partial chunk comes back with its own token count. LMCache itself
+    cannot load this class (its factories check ``issubclass(...,
+    RemoteConnector)``); docs/python.md shows the shim that subclasses
+    LMCache's base and converts ``MemoryObj`` to and from tensors.
+
+    Differences from LMCache's connectors, by design: ``list()`` raises
+    NotImplementedError (the KV tier cannot enumerate keys, and LMCache
+    v1's ``RemoteBackend`` never calls it); ``put`` raises
+    ``tidepool.PoolError`` when a value was not stored (LMCache's callers
+    log and drop it); the ``pin`` of ``batched_async_contains`` is ignored
+    (LMCache has no matching unpin on this interface).
+
+    Arguments: as ``TidepoolNativeConnector`` (``pool`` or ``addr``,
+    ``tenant``, ``secret_file``...), plus ``chunk_shape`` and ``dtype``
+    (when given, ``put`` checks each tensor against them: same dtype, same
+    dims but the token dim 2, at most the full chunk's tokens),
+    ``allocate`` (``allocate(shape, dtype) -> tensor``, default
+    ``torch.empty``: where ``get`` puts what it reads) and ``loop``
+    (accepted for LMCache's signature, unused: coroutines run in the
+    caller's loop).
+    """
+
+    def __init__(self, pool: Optional["tidepool.Pool"] = None, *,
+                 addr: Optional[str] = None, tenant: Optional[str] = None,
+                 secret_file: Optional[str] = None, replicas: int = 1,
+                 nthreads: int = 0, timeout_ms: int = 0,
+                 client_name: Optional[str] = None,
+                 piece_bytes: int = PIECE_BYTES,
+                 chunk_shape: Optional[Sequence[int]] = None,
+                 dtype: Any = None,
+                 allocate: Optional[Callable[..., Any]] = None,
+                 loop: Any = None) -> None:
+        if piece_bytes < 0 or piece_bytes > tidepool.VALUE_MAX:
+            raise ValueError("piece_bytes must be 0 .. %d, not %d" %
+                             (tidepool.VALUE_MAX, piece_bytes))
+        self._piece_bytes = piece_bytes
+        self._chunk_shape = tuple(chunk_shape) if chunk_shape else None
+        self._dtype = dtype
+        self._allocate = allocate
+        self.loop = loop
+        self._pool, self._owns_pool, self._kv = _open_kv(
+            pool, addr, tenant, secret_file, replicas, nthreads,
+            timeout_ms, client_name)
+        self._closed = False
+
+    # -- RemoteConnector's abstract methods ----------------------------
+
+    async def exists(self, key: Any) -> bool:
+        """True when the value of key is present (meta and all pieces)."""
+        base = self._base(key)
+        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
+
+    def exists_sync(self, key: Any) -> bool:
+        """``exists`` in the calling thread."""
+        base = self._base(key)
+        return _run_sync(self._kv, _plan_exists_each([base]))[0]
+
+    async def get(self, key: Any) -> Optional[Any]:
+        """The tensor stored under key, or None (absent, evicted, any
+        piece missing or failing its checks)."""
+        return (await self.batched_get([key]))[0]
+
+    async def put(self, key: Any, memory_obj: Any) -> None:
+        """Stores a CPU tensor under key (idempotent: a present key is
+        left as it is). Raises ValueError for a tensor this connector
+        cannot store, ``tidepool.PoolError`` when it was not stored."""
+        await self.batched_put([key], [memory_obj])
+
+    async def list(self) -> List[str]:
+        """Not supported: tidepool's KV tier cannot enumerate keys, and
+        a list of what this process stored would claim evicted keys and
+        miss every other process's. Raises NotImplementedError."""
+        raise NotImplementedError(
+            "tidepool's KV tier cannot list keys (LMCache v1 does not "
+            "need list(); see docs/python.md)")
+
+    async def close(self) -> None:
+        """Closes the KV handle (and the Pool when opened here)."""
+        self.close_sync()
+
+    # -- optional parts of the interface ---------------------------------
+
+    def support_ping(self) -> bool:
+        """True: ``ping`` is supported."""
+        return True
+
+    async def ping(self) -> int:
+        """One round trip to the pool: 0, or the errno of the failure."""
+        self._check_open()
+        try:
+            await self._kv.exists_async(bytes(tidepool.KEY_BYTES))
+        except tidepool.ClosedError:
+            raise
+        except tidepool.PoolError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    def support_batched_get(self) -> bool:
+        """True: ``batched_get`` reads all keys in two round trips."""
+        return True
+
+    async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
+        """The tensors of keys (None for each miss): one round trip for
+        the metas, one for every piece of every hit."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return []
+        return await _run_async(self._kv, self._plan_get_tensors(bases))
+
+    def support_batched_put(self) -> bool:
+        """True: ``batched_put`` stores all values in one call."""
+        return True
+
+    async def batched_put(self, keys: Sequence[Any],
+                          memory_objs: Sequence[Any]) -> None:
+        """Stores tensors under keys, all in one KV call. Raises
+        ValueError (nothing stored) for a tensor that does not fit,
+        ``tidepool.PoolError`` naming the first key that was not
+        stored."""
+        bases, metas, views = self._prepare_put(keys, memory_objs)
+        if not bases:
+            return
+        stored, first = await _run_async(
+            self._kv, _plan_put(bases, metas, views, self._piece_bytes))
+        if first is not None:
+            raise tidepool.PoolError(first[1], _fail_text(first))
+
+    def support_batched_contains(self) -> bool:
+        """True: ``batched_contains`` is two round trips."""
+        return True
+
+    def batched_contains(self, keys: Sequence[Any]) -> int:
+        """How many leading keys are present (the prefix LMCache can
+        retrieve), in the calling thread."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return 0
+        return _run_sync(self._kv, _plan_contains_prefix(bases))
+
+    def support_batched_async_contains(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_async_contains(self, lookup_id: str,
+                                     keys: Sequence[Any],
+                                     pin: bool = False) -> int:
+        """``batched_contains`` as a coroutine; ``lookup_id`` and ``pin``
+        are ignored (no pins are taken)."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return 0
+        return await _run_async(self._kv, _plan_contains_prefix(bases))
+
+    def support_batched_get_non_blocking(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_get_non_blocking(self, lookup_id: str,
+                                       keys: Sequence[Any]) -> List[Any]:
+        """The tensors of the leading keys up to the first miss (LMCache's
+        contract: a prefix, later hits dropped)."""
+        out = []
+        for t in await self.batched_get(keys):
+            if t is None:
+                break
+            out.append(t)
+        return out
+
+    def remove_sync(self, key: Any) -> bool:
+        """Deletes key; True when it was present."""
+        base = self._base(key)
+        return _run_sync(self._kv, _plan_delete([base]))[0]
+
+    def close_sync(self) -> None:
+        """``close`` outside asyncio. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._kv.close()
+        finally:
+            if self._owns_pool:
+                self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        return "<TidepoolRemoteConnector>"
+
+    # -- internals -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the LMCache remote "
+                                       "connector is closed")
+
+    def _base(self, key: Any) -> bytes:
+        self._check_open()
+        return lmcache_key(key)
+
+    def _prepare_put(self, keys, tensors):
+        """(bases, metas, byte views) of tensors; ValueError if one does
+        not fit."""
+        self._check_open()
+        keys, tensors = list(keys), list(tensors)
+        if len(keys) != len(tensors):
+            raise ValueError("%d keys but %d tensors" %
+                             (len(keys), len(tensors)))
+        bases, metas, views = [], [], []
+        for i, (k, t) in enumerate(zip(keys, tensors)):
+            self._check_tensor(i, t)
+            code = _dtype_code(t.dtype)
+            flat = t.reshape(-1).view(_torch().uint8)
+            view = memoryview(flat.numpy())
+            n = len(view)
+            if _piece_size(n, self._piece_bytes) > tidepool.VALUE_MAX:
+                raise ValueError("tensor %d: %d bytes in one piece is over "
+                                 "the value limit (set piece_bytes)" % (i, n))
+            bases.append(lmcache_key(k))
+            metas.append(_meta_pack(n, self._piece_bytes, code,
+                                    tuple(t.shape)))
+            views.append(view)
+        return bases, metas, views
+
+    def _check_tensor(self, i: int, t: Any) -> None:
+        torch = _torch()
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("tensor %d: a torch.Tensor is needed, not %s" %
+                            (i, type(t).__name__))
+        if t.device.type != "cpu":
+            raise ValueError("tensor %d: on %s; the remote connector takes "
+                             "CPU tensors" % (i, t.device))
+        if not t.is_contiguous():
+            raise ValueError("tensor %d: not contiguous" % i)
+        if t.numel() == 0:
+            raise ValueError("tensor %d: empty" % i)
+        if not 1 <= t.dim() <= _MAX_DIMS:
+            raise ValueError("tensor %d: %d dims (1 .. %d)" %
+                             (i, t.dim(), _MAX_DIMS))
+        if self._dtype is not None and t.dtype != self._dtype:
+            raise ValueError("tensor %d: dtype %s, this connector stores %s"
+                             % (i, t.dtype, self._dtype))
+        full = self._chunk_shape
+        if full is not None:
+            shape = tuple(t.shape)
+            if (len(shape) != len(full) or len(full) < 3 or
+                    shape[:2] != full[:2] or shape[3:] != full[3:] or
+                    not 1 <= shape[2] <= full[2]):
+                raise ValueError("tensor %d: shape %s does not fit chunks "
+                                 "of shape %s" % (i, list(shape),
+                                                  list(full)))
+
+    def _alloc(self, shape, dtype):
+        if self._allocate is not None:
+            return self._allocate(shape, dtype)
+        return _torch().empty(shape, dtype=dtype)
+
+    def _plan_get_tensors(self, bases: List[bytes]) -> Plan:
+        """Metas, then every piece of every hit into new tensors."""
+        torch = _torch()
+        metas = yield from _plan_metas(bases)
+        tensors, groups, bufs = [], [], []
+        for b, m in zip(bases, metas):
+            t = None
+            if m is not None and m.dtype_code and m.shape:
+                dtype = getattr(torch, _DTYPE_NAMES[m.dtype_code])
+                numel = 1
+                for d in m.shape:
+                    numel *= d
+                if numel * torch.empty((), dtype=dtype).element_size() == \
+                        m.nbytes:
+                    t = self._alloc(m.shape, dtype)
+            if t is not None and not t.is_contiguous():
+                raise ValueError("allocate() returned a non-contiguous "
+                                 "tensor")
+            if t is None:
+                tensors.append(None)
+                groups.append([])
+                bufs.append([])
+                continue
+            flat = memoryview(t.reshape(-1).view(torch.uint8).numpy())
+            pk = m.piece_keys(b)
+            p = m.piece_bytes
+            tensors.append(t)
+            groups.append(pk)
+            bufs.append([flat[off:off + p] for off in range(0, m.nbytes, p)])
+        hits = yield from _plan_get_grouped(groups, bufs)
+        return [t if h else None for t, h in zip(tensors, hits)]

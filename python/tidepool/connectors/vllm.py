@@ -1,0 +1,419 @@
+"""vLLM KV offloading over tidepool's KV tier (docs/python.md, "vLLM").
+
+``TidepoolOffloadingManager`` has the shape of vLLM's ``OffloadingManager``
+(vllm/v1/kv_offload/abstract.py, vLLM 0.11 to 0.20: ``lookup``,
+``prepare_load``, ``touch``, ``complete_load``, ``prepare_store``,
+``complete_store``, ``take_events``), the scheduler-side half of vLLM's
+``OffloadingConnector``. It also accepts the calling convention of the
+later vllm/v1/kv_offload/base.py (an ``OffloadKey`` per block and a
+``req_context`` argument). vLLM is not imported: the outputs are the small
+dataclasses below, with vLLM's field names.
+
+Keys. A block hash (vLLM's ``BlockHash``/``OffloadKey`` bytes, an int, or
+an object with ``hash_value``, vLLM's older ``BlockHash`` tuple) maps to::
+
+    BLAKE2b-256(b"tidepool vllm block v1" || 0x00 || le32 len(ns) || ns
+                || b"b" || hash bytes)          (bytes)
+                || b"i" || ascii decimal of the int)   (int)
+
+where ns is the UTF-8 ``namespace`` (the model, say). vLLM's hashes are
+only equal across processes when they are seeded alike (``PYTHONHASHSEED``
+set, the same ``--prefix-caching-hash-algo``), and they do not include the
+model: set ``namespace`` per model.
+
+What tidepool gives and what it does not:
+
+* lookup is one ``KV.exists`` (the longest present prefix), one round
+  trip; a block is loadable once its put committed, which can be just
+  before ``complete_store`` is called (the bytes are whole either way);
+* ``prepare_load`` pins the blocks in memd (pins nest; this manager counts
+  the pins it holds and ``complete_load``/``shutdown`` remove them). Pins
+  belong to the tenant's store: a process that dies holding pins leaves
+  them there;
+* ``prepare_store`` returns the blocks after the present prefix; a block
+  among them that is present after all costs one reserve round trip in
+  the put (reported EEXIST), no data;
+* ``block_hashes_evicted`` is always empty: memd evicts inside the store
+  (S3-FIFO, docs/kv.md) and tells no client, so no manager can report it;
+  an evicted block is simply a miss at the next lookup;
+* ``touch`` does nothing: memd counts hits when blocks are read, and has
+  no call to mark recency without reading.
+
+The worker side (moving GPU blocks) is ``store()`` and ``load()``: a
+``KV.put``/``KV.get_into`` of the spec's keys with one buffer (or tensor)
+per block; vLLM's ``OffloadingHandler`` for it is not part of this module.
+
+Threads: all methods may be called from several threads; the scheduler
+calls them from one.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, List, Optional
+
+import tidepool
+
+BLOCK_DOMAIN = b"tidepool vllm block v1"
+MEDIUM = "TIDEPOOL"
+
+
+def block_key(block_hash: Any, namespace: str = "") -> bytes:
+    """The 32-byte tidepool key of a vLLM block hash (module docstring)."""
+    h = getattr(block_hash, "hash_value", block_hash)
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        tag, data = b"b", bytes(h)
+    elif isinstance(h, int) and not isinstance(h, bool):
+        tag, data = b"i", str(h).encode("ascii")
+    else:
+        raise TypeError("a block hash is bytes or int, not %s" %
+                        type(h).__name__)
+    ns = namespace.encode("utf-8")
+    d = hashlib.blake2b(digest_size=32)
+    d.update(BLOCK_DOMAIN)
+    d.update(b"\0")
+    d.update(struct.pack("<I", len(ns)))
+    d.update(ns)
+    d.update(tag)
+    d.update(data)
+    return d.digest()
+
+
+def _is_one_block(x: Any) -> bool:
+    """True for a single block hash rather than an iterable of them."""
+    return (isinstance(x, (bytes, bytearray, memoryview, int)) or
+            hasattr(x, "hash_value"))
+
+
+@dataclass
+class TidepoolLoadStoreSpec:
+    """vLLM's ``LoadStoreSpec`` for tidepool: the blocks' keys, in order."""
+
+    keys: List[bytes]
+    block_hashes: List[Any] = field(default_factory=list)
+
+    @staticmethod
+    def medium() -> str:
+        """The medium name, ``"TIDEPOOL"``."""
+        return MEDIUM
+
+
+@dataclass
+class PrepareStoreOutput:
+    """vLLM's ``PrepareStoreOutput``: what to store, where, what left."""
+
+    block_hashes_to_store: List[Any]
+    store_spec: TidepoolLoadStoreSpec
+    block_hashes_evicted: List[Any]
+
+    @property
+    def keys_to_store(self) -> List[Any]:
+        """base.py's name of ``block_hashes_to_store``."""
+        return self.block_hashes_to_store
+
+    @property
+    def evicted_keys(self) -> List[Any]:
+        """base.py's name of ``block_hashes_evicted``."""
+        return self.block_hashes_evicted
+
+
+@dataclass
+class OffloadingEvent:
+    """vLLM's ``OffloadingEvent``: blocks stored (removed False)."""
+
+    block_hashes: List[Any]
+    block_size: int
+    medium: str
+    removed: bool
+
+
+class TidepoolOffloadingManager:
+    """vLLM's ``OffloadingManager`` over a tidepool KV handle.
+
+    Arguments: ``pool`` (an open ``tidepool.Pool``, not closed by
+    ``shutdown``) or ``addr``, ``tenant``, ``secret_file``, ``timeout_ms``,
+    ``client_name`` (a Pool opened here; all None: the LIBPOOL_*
+    environment); ``replicas``, ``nthreads`` of the KV handle;
+    ``namespace`` (part of every key); ``block_size`` (reported in
+    events); ``enable_events`` (collect ``OffloadingEvent`` for
+    ``take_events``).
+    """
+
+    def __init__(self, pool: Optional["tidepool.Pool"] = None, *,
+                 addr: Optional[str] = None, tenant: Optional[str] = None,
+                 secret_file: Optional[str] = None, namespace: str = "",
+                 replicas: int = 1, nthreads: int = 0, timeout_ms: int = 0,
+                 client_name: Optional[str] = None, block_size: int = 0,
+                 enable_events: bool = False) -> None:
+        self._owns_pool = pool is None
+        if pool is None:
+            pool = tidepool.Pool(addr, tenant, secret_file,
+                                 timeout_ms=timeout_ms,
+                                 client_name=client_name)
+        self._pool = pool
+        try:
+            self._kv = pool.kv(replicas, nthreads=nthreads)
+        except BaseException:
+            if self._owns_pool:
+                pool.close()
+            raise
+        self.namespace = namespace
+        self.block_size = block_size
+        self.medium = MEDIUM
+        self._events: Optional[List[OffloadingEvent]] = (
+            [] if enable_events else None)
+        self._lock = threading.Lock()
+        self._pins = {}  # key -> pins this manager holds
+        self._storing = {}  # key -> prepared stores not completed
+        self._closed = False
+
+    # -- OffloadingManager ---------------------------------------------
+
+    def lookup(self, block_hashes: Any, req_context: Any = None) -> Any:
+        """The number of leading blocks that are offloaded (abstract.py).
+        Given one block hash (base.py's ``lookup(key, req_context)``):
+        True when that block is offloaded. A pool that cannot be reached
+        answers 0 / False (a loss is a miss)."""
+        if _is_one_block(block_hashes):
+            return self._exists([self._key(block_hashes)]) == 1
+        keys = self._keys(block_hashes)
+        if not keys:
+            return 0
+        return self._exists(keys)
+
+    def prepare_load(self, block_hashes: Iterable[Any],
+                     req_context: Any = None) -> TidepoolLoadStoreSpec:
+        """Pins the blocks (protected from eviction until
+        ``complete_load``) and returns the spec the worker loads from. A
+        block that is gone already (evicted since ``lookup``) is not
+        pinned; its load will miss."""
+        hashes = list(block_hashes)
+        keys = self._keys(hashes)
+        uniq = list(dict.fromkeys(keys))
+        if uniq:
+            try:
+                pinned = self._batched(self._kv.pin, uniq)
+            except tidepool.ClosedError:
+                raise
+            except tidepool.PoolError:
+                pinned = [False] * len(uniq)
+            with self._lock:
+                for k, ok in zip(uniq, pinned):
+                    if ok:
+                        self._pins[k] = self._pins.get(k, 0) + 1
+        return TidepoolLoadStoreSpec(keys, hashes)
+
+    def touch(self, block_hashes: Iterable[Any],
+              req_context: Any = None) -> None:
+        """Does nothing: memd keeps recency from reads (module
+        docstring)."""
+        self._check_open()
+
+    def complete_load(self, block_hashes: Iterable[Any],
+                      req_context: Any = None) -> None:
+        """Removes the pins ``prepare_load`` took on these blocks."""
+        keys = list(dict.fromkeys(self._keys(block_hashes)))
+        drop = []
+        with self._lock:
+            for k in keys:
+                n = self._pins.get(k, 0)
+                if n:
+                    drop.append(k)
+                    if n == 1:
+                        del self._pins[k]
+                    else:
+                        self._pins[k] = n - 1
+        if drop:
+            try:
+                self._batched(self._kv.unpin, drop)
+            except tidepool.PoolError:
+                pass  # the pins stay with a lost donor's store
+
+    def prepare_store(self, block_hashes: Iterable[Any],
+                      req_context: Any = None
+                      ) -> Optional[PrepareStoreOutput]:
+        """The blocks to store (those after the longest present prefix),
+        their spec and the blocks evicted (always empty: module
+        docstring). None when the pool cannot be reached."""
+        hashes = list(block_hashes)
+        keys = self._keys(hashes)
+        have = 0
+        if keys:
+            try:
+                have = self._prefix(keys)
+            except tidepool.ClosedError:
+                raise
+            except tidepool.PoolError:
+                return None
+        todo_h, todo_k = hashes[have:], keys[have:]
+        with self._lock:
+            for k in todo_k:
+                self._storing[k] = self._storing.get(k, 0) + 1
+        return PrepareStoreOutput(todo_h,
+                                  TidepoolLoadStoreSpec(todo_k, todo_h), [])
+
+    def complete_store(self, block_hashes: Iterable[Any], *args: Any,
+                       req_context: Any = None,
+                       success: bool = True) -> None:
+        """Ends stores ``prepare_store`` began. success False: the blocks
+        of those stores are deleted again (they may be partly there).
+        Takes ``(block_hashes, success)`` (abstract.py) or
+        ``(keys, req_context, success)`` (base.py)."""
+        if args:
+            if isinstance(args[0], bool):
+                success = args[0]
+            elif len(args) > 1:
+                success = bool(args[1])
+        hashes = list(block_hashes)
+        keys = self._keys(hashes)
+        mine_h, mine_k = [], []
+        with self._lock:
+            for h, k in zip(hashes, keys):
+                n = self._storing.get(k, 0)
+                if not n:
+                    continue
+                if n == 1:
+                    del self._storing[k]
+                else:
+                    self._storing[k] = n - 1
+                mine_h.append(h)
+                mine_k.append(k)
+        if not mine_k:
+            return
+        if not success:
+            try:
+                self._batched(self._kv.delete,
+                              list(dict.fromkeys(mine_k)))
+            except tidepool.PoolError:
+                pass  # best effort: what is left is evicted in time
+            return
+        if self._events is not None:
+            with self._lock:
+                self._events.append(OffloadingEvent(
+                    mine_h, self.block_size, MEDIUM, False))
+
+    def take_events(self) -> List[OffloadingEvent]:
+        """The events collected since the last call (stored blocks only;
+        memd reports no evictions). Empty unless ``enable_events``."""
+        if self._events is None:
+            return []
+        with self._lock:
+            out, self._events = self._events, []
+        return out
+
+    def shutdown(self) -> None:
+        """Removes the pins still held, closes the KV handle (and the Pool
+        when opened here). Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pins, self._pins = self._pins, {}
+        try:
+            while pins:
+                keys = list(pins)
+                try:
+                    self._batched(self._kv.unpin, keys)
+                except tidepool.PoolError:
+                    break
+                pins = {k: n - 1 for k, n in pins.items() if n > 1}
+            self._kv.close()
+        finally:
+            if self._owns_pool:
+                self._pool.close()
+
+    close = shutdown
+
+    @property
+    def closed(self) -> bool:
+        """True once shut down."""
+        return self._closed
+
+    # -- the worker side -------------------------------------------------
+
+    def store(self, spec: Any, values: List[Any], **kw: Any) -> List[bool]:
+        """Stores one value per block of ``spec`` (a
+        ``TidepoolLoadStoreSpec`` or a ``PrepareStoreOutput``): buffers or
+        tensors, passed to ``KV.put`` with ``kw`` (``stream``, ``gpu``).
+        Per block: True when stored or already present."""
+        keys = self._spec_keys(spec)
+        if len(values) != len(keys):
+            raise ValueError("%d blocks but %d values" %
+                             (len(keys), len(values)))
+        if not keys:
+            return []
+        st = []
+        for i in range(0, len(keys), tidepool.BATCH_MAX):
+            j = i + tidepool.BATCH_MAX
+            st.extend(self._kv.put(keys[i:j], values[i:j], **kw))
+        return [s in (0, errno.EEXIST) for s in st]
+
+    def load(self, spec: Any, bufs: List[Any], **kw: Any) -> List[bool]:
+        """Reads the blocks of ``spec`` into ``bufs`` (one per block, the
+        block's exact size) with ``KV.get_into`` and ``kw``; per block:
+        True on a hit."""
+        keys = self._spec_keys(spec)
+        if len(bufs) != len(keys):
+            raise ValueError("%d blocks but %d buffers" %
+                             (len(keys), len(bufs)))
+        if not keys:
+            return []
+        hits = []
+        for i in range(0, len(keys), tidepool.BATCH_MAX):
+            j = i + tidepool.BATCH_MAX
+            hits.extend(self._kv.get_into(keys[i:j], bufs[i:j], **kw))
+        return hits
+
+    # -- internals -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the offloading manager "
+                                       "is shut down")
+
+    def _key(self, h: Any) -> bytes:
+        self._check_open()
+        return block_key(h, self.namespace)
+
+    def _keys(self, hashes: Iterable[Any]) -> List[bytes]:
+        self._check_open()
+        return [block_key(h, self.namespace) for h in hashes]
+
+    def _spec_keys(self, spec: Any) -> List[bytes]:
+        self._check_open()
+        if isinstance(spec, PrepareStoreOutput):
+            spec = spec.store_spec
+        if not isinstance(spec, TidepoolLoadStoreSpec):
+            raise TypeError("a TidepoolLoadStoreSpec is needed, not %s" %
+                            type(spec).__name__)
+        return spec.keys
+
+    def _batched(self, call, keys: List[bytes]) -> list:
+        """call (pin, unpin, delete) over keys in BATCH_MAX pieces."""
+        out = []
+        for i in range(0, len(keys), tidepool.BATCH_MAX):
+            out.extend(call(keys[i:i + tidepool.BATCH_MAX]))
+        return out
+
+    def _prefix(self, keys: List[bytes]) -> int:
+        """KV.exists over keys in BATCH_MAX pieces."""
+        total = 0
+        for i in range(0, len(keys), tidepool.BATCH_MAX):
+            part = keys[i:i + tidepool.BATCH_MAX]
+            n = self._kv.exists(part)
+            total += n
+            if n < len(part):
+                break
+        return total
+
+    def _exists(self, keys: List[bytes]) -> int:
+        try:
+            return self._prefix(keys)
+        except tidepool.ClosedError:
+            raise
+        except tidepool.PoolError:
+            return 0
