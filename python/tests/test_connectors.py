@@ -714,7 +714,7 @@ def test_vllm_store_lookup_load(manager, kv):
     ev = manager.take_events()
     assert len(ev) == 1 and ev[0].block_hashes == hs[:4]
     assert ev[0].removed is False and ev[0].medium == "TIDEPOOL"
-    assert ev[0].block_size == 16
+    assert ev[0].block_size == 16 and ev[0].keys == hs[:4]
     assert manager.take_events() == []
 
     assert manager.lookup(hs) == 4

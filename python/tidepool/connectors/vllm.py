@@ -1,7 +1,7 @@
 """vLLM KV offloading over tidepool's KV tier (docs/python.md, "vLLM").
 
 ``TidepoolOffloadingManager`` has the shape of vLLM's ``OffloadingManager``
-(vllm/v1/kv_offload/abstract.py, vLLM 0.11 to 0.20: ``lookup``,
+(vllm/v1/kv_offload/abstract.py, up to vLLM 0.20: ``lookup``,
 ``prepare_load``, ``touch``, ``complete_load``, ``prepare_store``,
 ``complete_store``, ``take_events``), the scheduler-side half of vLLM's
 ``OffloadingConnector``. It also accepts the calling convention of the
@@ -129,6 +129,11 @@ class OffloadingEvent:
     block_size: int
     medium: str
     removed: bool
+
+    @property
+    def keys(self) -> List[Any]:
+        """base.py's name of ``block_hashes``."""
+        return self.block_hashes
 
 
 class TidepoolOffloadingManager:
