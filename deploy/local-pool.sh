@@ -180,7 +180,7 @@ start_memd() {
 		cat "$dir/$name.check" >&2
 		exit 1
 	fi
-	"$memd" -c "$conf" --ready-file "$dir/$name.ready" 2>"$dir/$name.log" &
+	"$memd" -c "$conf" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
 	pid=$!
 	echo "$pid" >>"$dir/pids"
 	pids+=("$pid")
