@@ -360,7 +360,10 @@ class KV:
         return n
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
-        # one eventfd reader per event loop, for the handle's life
+        # one eventfd reader per event loop, for the loop's life
+        for k, lp in list(self._loops.items()):
+            if lp.is_closed():
+                del self._loops[k]
         if id(loop) in self._loops:
             return
         loop.add_reader(self.eventfd(), self.poll)

@@ -1,0 +1,461 @@
+"""The tidepool Python API against real memds: regions, the KV tier (sync,
+futures, asyncio), errors, closed handles, fork, the GIL, pooled tensors
+and the GPU path on the host backend. Values derive from their keys, so
+any wrong byte fails a test."""
+import asyncio
+import errno
+import gc
+import hashlib
+import os
+import socket
+import struct
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import tidepool
+
+
+def value_of(key: bytes, nbytes: int) -> np.ndarray:
+    """nbytes derived from key (a different value for every key)."""
+    seed = int.from_bytes(key[:8], "little")
+    words = (nbytes + 7) // 8
+    v = (np.arange(words, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+         + np.uint64(seed)) ^ np.uint64(seed >> 7)
+    return v.view(np.uint8)[:nbytes].copy()
+
+
+def keys_for(model, n, tenant="t"):
+    return tidepool.prefix_keys(list(range(n * 16)), tenant, model,
+                                chunk_tokens=16)
+
+
+# ---- keys ------------------------------------------------------------
+
+def test_prefix_keys_follow_the_documented_rule():
+    # docs/kv.md "Keys", recomputed here with hashlib as a check of libpool
+    tokens = list(range(1000, 1000 + 600))
+    tenant, model = "acme", "llama-3-8b"
+    salt = hashlib.blake2b(
+        b"tidepool kv salt v1" + struct.pack("<I", len(tenant))
+        + tenant.encode() + struct.pack("<I", len(model)) + model.encode(),
+        digest_size=32).digest()
+    want, prev = [], salt
+    for c in range(600 // 256):
+        chunk = struct.pack(f"<{256}I", *tokens[c * 256:(c + 1) * 256])
+        prev = hashlib.blake2b(prev + chunk, digest_size=32).digest()
+        want.append(prev)
+    got = tidepool.prefix_keys(tokens, tenant, model)
+    assert got == want
+    assert tidepool.prefix_keys(np.array(tokens, dtype=np.int64), tenant,
+                                model) == want
+    assert tidepool.prefix_keys(torch.tensor(tokens), tenant, model) == want
+    assert tidepool.prefix_keys(np.array(tokens, dtype=np.uint32), tenant,
+                                model, 256) == want
+    assert tidepool.prefix_keys(tokens, tenant, "other")[0] != want[0]
+    assert tidepool.prefix_keys(tokens[:255], tenant, model) == []
+
+
+@pytest.mark.parametrize("bad,exc", [
+    ([1, -1], ValueError), ([1, 2 ** 32], ValueError),
+    (np.array([1.0, 2.0]), TypeError), (torch.zeros(4), TypeError),
+    (np.zeros((2, 2), dtype=np.int32), ValueError), ("abc", ValueError),
+    (5, TypeError)])
+def test_prefix_keys_bad_tokens(bad, exc):
+    with pytest.raises(exc):
+        tidepool.prefix_keys(bad, "t", "m", chunk_tokens=1)
+
+
+def test_prefix_keys_bad_chunk():
+    with pytest.raises(ValueError):
+        tidepool.prefix_keys([1, 2], "t", "m", chunk_tokens=0)
+
+
+# ---- sessions and errors ----------------------------------------------
+
+def test_connect_errors(tmp_path, cluster):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(tidepool.PoolConnectionError) as e:
+        tidepool.Pool(f"127.0.0.1:{port}")
+    assert e.value.errno == errno.ECONNREFUSED
+    assert isinstance(e.value, ConnectionError)
+    assert f"127.0.0.1:{port}" in str(e.value)
+    with pytest.raises(tidepool.PoolError) as e:
+        tidepool.Pool("no port here")
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(ValueError):
+        tidepool.Pool(cluster.addr, tenant="demo")  # no secret file
+    with pytest.raises(tidepool.PoolFileNotFoundError):
+        tidepool.Pool(cluster.addr, tenant="demo",
+                      secret_file=str(tmp_path / "missing"))
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("00" * 32)
+    wrong.chmod(0o600)
+    with pytest.raises(tidepool.PoolPermissionError) as e:
+        tidepool.Pool(cluster.addr, tenant="demo", secret_file=str(wrong))
+    assert isinstance(e.value, PermissionError)
+    assert e.value.errno == errno.EACCES
+    with pytest.raises(TypeError):
+        tidepool.Pool(cluster.addr, tenant=5, secret_file=str(wrong))
+
+
+def test_quota_is_a_capacity_error(cluster):
+    with tidepool.Pool(cluster.addr, cluster.tenant,
+                       cluster.secret_file) as p:
+        with pytest.raises(tidepool.PoolCapacityError) as e:
+            p.alloc(1 << 30)  # the demo tenant's quota is 256 MiB
+        assert e.value.errno == errno.EDQUOT
+        assert isinstance(e.value, MemoryError)
+        assert "quota" in e.value.strerror
+
+
+def test_regions(pool_args):
+    with tidepool.Pool(**pool_args) as p:
+        r = p.alloc(3 << 20)
+        assert r.size == 3 << 20
+        src = value_of(b"region".ljust(32, b"\0"), r.size)
+        r.write(0, src)
+        back = np.zeros_like(src)
+        r.read_into(0, back)
+        assert np.array_equal(src, back)
+        t = torch.zeros(1000, dtype=torch.float64)
+        r.read_into(8000, t)
+        assert t.numpy().tobytes() == src[8000:16000].tobytes()
+        assert r.read(5, 100) == src[5:105].tobytes()
+        ba = bytearray(64)
+        r.read_into(r.size - 64, ba)
+        assert bytes(ba) == src[-64:].tobytes()
+        with pytest.raises(ValueError):
+            r.read_into(r.size - 10, bytearray(11))
+        with pytest.raises(TypeError):
+            r.read_into(0, b"read-only bytes")
+        with pytest.raises(ValueError):
+            r.write(0, np.zeros((4, 4))[:, 1])  # not contiguous
+        with pytest.raises(TypeError):
+            r.write(0, object())
+        with pytest.raises(ValueError):
+            p.alloc(0)
+        r.free()
+        r.free()
+        with pytest.raises(tidepool.ClosedError):
+            r.read(0, 1)
+
+
+# ---- the KV tier ------------------------------------------------------
+
+def test_kv_round_trip(pool_args, model_name):
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        keys = keys_for(model_name, 8)
+        vals = [torch.from_numpy(value_of(k, 4096 + 512 * i))
+                for i, k in enumerate(keys)]
+        assert kv.exists(keys) == 0
+        assert kv.put(keys[:5], vals[:5]) == [0] * 5
+        assert kv.put(keys[:2], vals[:2]) == [errno.EEXIST] * 2
+        assert kv.exists(keys) == 5
+        out = [torch.zeros_like(v) for v in vals]
+        assert kv.get_into(keys, out) == [True] * 5 + [False] * 3
+        for i in range(5):
+            assert torch.equal(out[i], vals[i]), i
+        # numpy, bytearray and memoryview buffers; keys as one buffer
+        bufs = [np.zeros(vals[0].numel(), np.uint8),
+                bytearray(vals[1].numel()),
+                memoryview(bytearray(vals[2].numel()))]
+        assert kv.get_into(b"".join(keys[:3]), bufs) == [True] * 3
+        assert bytes(bufs[1]) == vals[1].numpy().tobytes()
+        assert bytes(bufs[2]) == vals[2].numpy().tobytes()
+        assert kv.delete([keys[1], keys[7]]) == [True, False]
+        assert kv.exists(keys) == 1
+        assert kv.pin([keys[0], keys[6]]) == [True, False]
+        assert kv.unpin([keys[0]]) == [True]
+        assert kv.unpin([keys[0]]) == [False]
+        st = kv.stats()
+        assert st["puts"] == 5 and st["hits"] >= 8
+
+
+def test_kv_bad_input(memd, model_name):
+    with tidepool.Pool(memd.addr) as p, p.kv() as kv:
+        keys = keys_for(model_name, 3)
+        v = [bytearray(100)] * 3
+        with pytest.raises(ValueError):
+            kv.put(keys, v[:2])  # counts differ
+        with pytest.raises(ValueError):
+            kv.put([b"short"], [bytearray(4)])
+        with pytest.raises(TypeError):
+            kv.put([12], [bytearray(4)])
+        with pytest.raises(ValueError):
+            kv.put([], [])
+        with pytest.raises(ValueError):
+            kv.put(keys[:1], [bytearray(0)])
+        with pytest.raises(ValueError):
+            kv.put(keys[:1], [np.zeros(tidepool.VALUE_MAX + 1, np.uint8)])
+        with pytest.raises(ValueError):
+            kv.put(keys[:1], [torch.zeros(4, 4).t()])  # not contiguous
+        with pytest.raises(TypeError):
+            kv.get_into(keys[:1], [b"read-only"])
+        with pytest.raises(ValueError):
+            kv.exists(b"x" * 33)
+        # a hit into a buffer of the wrong size is an error, not a lie
+        assert kv.put(keys[:1], [bytearray(b"a" * 100)]) == [0]
+        with pytest.raises(ValueError, match="100 bytes"):
+            kv.get_into(keys[:1], [bytearray(99)])
+        with pytest.raises(ValueError, match="100 bytes"):
+            kv.get_into(keys[:1], [bytearray(101)])
+        buf = bytearray(100)
+        assert kv.get_into(keys[:1], [buf]) == [True]
+        assert buf == bytearray(b"a" * 100)
+        # nothing stored was lost by the bad calls
+        assert kv.exists(keys[:1]) == 1
+
+
+def test_kv_futures(pool_args, model_name):
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        keys = keys_for(model_name, 16)
+        vals = [value_of(k, 65536) for k in keys]
+        seen = []
+        f = kv.put_async(keys, vals)
+        f.add_done_callback(lambda fut: seen.append(fut))
+        assert f.result(timeout=30) == [0] * 16
+        assert seen == [f] and f.done() and not f.cancel()
+        out = [np.zeros(65536, np.uint8) for _ in keys]
+        g = kv.get_into_async(keys, out)
+        assert g.result(30) == [True] * 16
+        assert all(np.array_equal(a, b) for a, b in zip(vals, out))
+        assert kv.exists_async(keys).result() == 16
+        assert kv.delete_async(keys[8:]).result() == [True] * 8
+        assert kv.exists_async(keys).result() == 8
+        assert kv.npending == 0
+        with pytest.raises(ValueError):
+            kv.put_async(keys, vals[:3])
+
+
+def test_kv_asyncio(pool_args, model_name):
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        keys = keys_for(model_name, 32)
+
+        async def main(put_status):
+            puts = [kv.put_async([k], [value_of(k, 8192)]) for k in keys]
+            assert await asyncio.gather(*puts) == [[put_status]] * len(keys)
+            outs = [np.zeros(8192, np.uint8) for _ in keys]
+            gets = [kv.get_into_async([k], [o]) for k, o in zip(keys, outs)]
+            res = await asyncio.wait_for(asyncio.gather(*gets), 30)
+            assert res == [[True]] * len(keys)
+            for k, o in zip(keys, outs):
+                assert np.array_equal(o, value_of(k, 8192))
+            return await kv.exists_async(keys)
+
+        assert asyncio.run(main(0)) == len(keys)
+        # a second event loop on the same handle (puts now find the keys)
+        assert asyncio.run(main(errno.EEXIST)) == len(keys)
+
+
+def test_kv_closed_and_pool_closed(memd, model_name):
+    p = tidepool.Pool(memd.addr)
+    kv = p.kv()
+    keys = keys_for(model_name, 2)
+    f = kv.put_async(keys, [bytearray(10), bytearray(20)])
+    kv.close()
+    kv.close()
+    assert kv.closed
+    # the op ran to its end before close returned; its future is settled
+    assert f.done()
+    with pytest.raises(tidepool.ClosedError):
+        kv.exists(keys)
+    with pytest.raises(tidepool.ClosedError):
+        kv.get_into_async(keys, [bytearray(10), bytearray(20)])
+    kv2 = p.kv()
+    r = p.alloc(4096)
+    p.close()
+    p.close()
+    for call in (lambda: kv2.exists(keys), lambda: r.read(0, 1),
+                 lambda: p.alloc(1), lambda: p.kv(), lambda: p.stats()):
+        with pytest.raises(tidepool.ClosedError):
+            call()
+
+
+def test_fork_child_gets_a_clear_error(memd, model_name):
+    p = tidepool.Pool(memd.addr)
+    kv = p.kv()
+    keys = keys_for(model_name, 1)
+    kv.put(keys, [bytearray(b"x" * 64)])
+    pid = os.fork()
+    if pid == 0:  # the child: every use is a ForkError, never a crash
+        code = 0
+        for call in (lambda: kv.exists(keys), lambda: p.alloc(4096),
+                     lambda: kv.get_into(keys, [bytearray(64)])):
+            try:
+                call()
+                code = 1
+            except tidepool.ForkError as e:
+                if "fork" not in str(e):
+                    code = 2
+            except BaseException:
+                code = 3
+        try:  # and the child can open its own session
+            with tidepool.Pool(memd.addr) as q, q.kv() as kv2:
+                if kv2.exists(keys) != 1:
+                    code = 4
+        except BaseException:
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert kv.exists(keys) == 1  # the parent's handle is unharmed
+    p.close()
+
+
+def test_blocking_calls_release_the_gil():
+    # a "memd" that accepts and never answers: pool_connect blocks until
+    # its timeout, and meanwhile this thread must keep running Python
+    with socket.socket() as ls:
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(1)
+        addr = "127.0.0.1:%d" % ls.getsockname()[1]
+        errs = []
+
+        def connect():
+            try:
+                tidepool.Pool(addr, timeout_ms=3000)
+            except tidepool.PoolError as e:
+                errs.append(e)
+
+        t = threading.Thread(target=connect)
+        t.start()
+        conn, _ = ls.accept()
+        assert t.is_alive()  # the other thread is inside pool_connect
+        n = sum(range(100000))  # and this one runs Python meanwhile
+        assert n and t.is_alive()
+        t.join(30)
+        conn.close()
+    assert errs and isinstance(errs[0], tidepool.PoolError)
+
+
+def test_threads_share_a_handle(pool_args, model_name):
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        errs = []
+
+        def worker(w):
+            try:
+                keys = keys_for(f"{model_name}-{w}", 8)
+                vals = [torch.from_numpy(value_of(k, 32768)) for k in keys]
+                for _ in range(5):
+                    kv.put(keys, vals)
+                    out = [torch.empty_like(v) for v in vals]
+                    assert kv.get_into(keys, out) == [True] * 8
+                    assert all(torch.equal(a, b) for a, b in zip(vals, out))
+            except BaseException as e:  # noqa: BLE001
+                errs.append(e)
+
+        ts = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert not errs, errs
+
+
+def test_replicas(cluster, model_name):
+    with tidepool.Pool(cluster.addr, cluster.tenant,
+                       cluster.secret_file) as p, p.kv(replicas=2) as kv:
+        keys = keys_for(model_name, 6)
+        vals = [value_of(k, 20000) for k in keys]
+        assert kv.put(keys, vals) == [0] * 6
+        out = [np.zeros(20000, np.uint8) for _ in keys]
+        assert kv.get_into(keys, out) == [True] * 6
+        assert all(np.array_equal(a, b) for a, b in zip(vals, out))
+        assert kv.stats()["ndonors"] == 3
+    with pytest.raises(ValueError):
+        tidepool.Pool(cluster.addr, cluster.tenant,
+                      cluster.secret_file).kv(replicas=3)
+
+
+# ---- pooled tensors ---------------------------------------------------
+
+def test_pooled_tensor_pages_through_the_pool(memd):
+    with tidepool.Pool(memd.addr) as p:
+        before = p.stats()["regions"]
+        # 8 MiB through a 256 KiB resident budget: most pages go out
+        t = tidepool.empty((2048, 1024), torch.float32, pool=p,
+                           local_bytes=256 << 10)
+        assert t.shape == (2048, 1024) and t.dtype == torch.float32
+        assert float(t.abs().sum()) == 0.0  # starts as zeros
+        ref = torch.arange(2048 * 1024, dtype=torch.float32).view(2048, 1024)
+        t.copy_(ref)
+        assert torch.equal(t, ref)
+        t2 = t * 2  # an ordinary tensor computed from pooled memory
+        assert torch.equal(t2, ref * 2)
+        assert p.stats()["regions"] == before + 1
+        del t
+        gc.collect()
+        assert p.stats()["regions"] == before  # freed with the tensor
+        a = tidepool.empty_numpy((1000, 3), np.int64, pool=p,
+                                 local_bytes=256 << 10)
+        a[:] = np.arange(3000).reshape(1000, 3)
+        assert int(a.sum()) == sum(range(3000))
+        assert tidepool.empty((0, 4), pool=p).numel() == 0
+        with pytest.raises(ValueError):
+            tidepool.empty((-1,), pool=p)
+        with pytest.raises(ValueError):
+            tidepool.empty((4,), pool=p, local_bytes=-5)
+        with pytest.raises(tidepool.PoolError) as e:
+            tidepool.empty((4096,), pool=p, local_bytes=1000)  # < 256 KiB
+        assert e.value.errno == errno.EINVAL
+        # a pool closed under a live pooled array: the memory stays valid
+        # until the array goes, then the session closes
+        p.close()
+        assert int(a.sum()) == sum(range(3000))
+        del a
+        gc.collect()
+
+
+# ---- GPU path (host backend; CUDA needs the device machine) -----------
+
+def test_kv_gpu_path_host_backend(pool_args, model_name):
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        g = p.gpu("host", staging_bytes=1 << 20)
+        assert g.backend == "host"
+        s = g.stream()
+        keys = keys_for(model_name, 4)
+        dev_src = [torch.from_numpy(value_of(k, 100000)) for k in keys]
+        assert kv.put(keys, dev_src, stream=s, gpu=g) == [0] * 4
+        dev = [torch.zeros(100000, dtype=torch.uint8) for _ in keys]
+        hits = kv.get_into(keys + keys_for(model_name + "x", 1),
+                           dev + [torch.zeros(5, dtype=torch.uint8)],
+                           stream=s, gpu=g)
+        assert hits == [True] * 4 + [False]
+        s.synchronize()  # the copies were enqueued on s
+        assert all(torch.equal(a, b) for a, b in zip(dev_src, dev))
+        # region <-> "device" transfers through the engine
+        r = p.alloc(1 << 20)
+        src = torch.from_numpy(value_of(b"gpu".ljust(32, b"\0"), 1 << 20))
+        assert g.store(r, 0, src, s).wait()
+        dst = torch.zeros(1 << 20, dtype=torch.uint8)
+        assert g.fetch(r, 0, dst, s).wait()
+        assert torch.equal(src, dst)
+        with pytest.raises(ValueError):
+            kv.get_into(keys, dev, stream=g.stream(), gpu=p.gpu("host"))
+        with pytest.raises(TypeError):
+            kv.get_into(keys, dev, stream=12345, gpu=g)
+        assert g.stats()["bytes_fetched"] == 1 << 20
+        g.close()
+        with pytest.raises(tidepool.ClosedError):
+            kv.get_into(keys, dev, stream=None, gpu=g)
+
+
+def test_cuda_tensors_need_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA here (Debian's torch is CPU-only); "
+                    "the CUDA path runs on the device machine "
+                    "(bench/run_gpu_prefetch.sh)")
+
+
+def test_status_cli(memd, capsys):
+    from tidepool.__main__ import main
+    assert main(["status", "--addr", memd.addr]) == 0
+    out = capsys.readouterr().out
+    assert memd.addr in out and "standalone" in out
+    assert main(["status", "--addr", "127.0.0.1:1"]) == 1
+    assert main(["bogus"]) == 64
