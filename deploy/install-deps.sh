@@ -14,6 +14,8 @@ pkgs=(
 	iperf3 redis-server redis-tools
 	groff-base iproute2 iptables procps util-linux
 	valgrind
+	python3-dev python3-numpy python3-torch python3-pytest
+	python3-setuptools python3-pip python3-venv
 )
 
 if [ "$(id -u)" -ne 0 ]; then

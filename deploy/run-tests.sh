@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Builds tidepool and runs the whole test suite (ctest).
+# Builds tidepool and runs the whole test suite: ctest (C unit and
+# integration tests), then, in the debug and release configurations, the
+# Python package's pytest suite (python/tests, with Debian's
+# /usr/bin/python3, against the build tree's extension and memd).
 #
 #   deploy/run-tests.sh [debug|release|asan|tsan]   (default: debug)
 #
 # Installs missing Debian packages first when run as root. Build trees go
-# to build/<config>. Exit status: ctest's.
+# to build/<config>. Exit status: 0 when both suites pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +29,17 @@ fi
 dir=build/$cfg
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
-cd "$dir"
-ctest --output-on-failure -j"${TP_TEST_JOBS:-2}"
+rc=0
+(cd "$dir" && ctest --output-on-failure -j"${TP_TEST_JOBS:-2}") || rc=$?
+
+# The Python package (docs/python.md): not in sanitizer builds, whose
+# libraries the interpreter cannot load without the sanitizer runtime.
+case "$cfg" in
+debug | release)
+	py=${TP_PYTHON:-/usr/bin/python3}
+	echo "run-tests: python/tests with $py"
+	TIDEPOOL_BUILD=$dir "$py" -m pytest -p no:cacheprovider -q \
+		python/tests || rc=$?
+	;;
+esac
+exit $rc
