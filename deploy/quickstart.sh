@@ -61,6 +61,12 @@ out=$(build/release/bench/kvbench --tier tidepool --workload shared \
 echo "$out" | tr ' ' '\n' | grep -E '^(hit|local_hit|tier_hit|get_MBps|ttft_s|ttft_recompute_s|bad)=' |
 	sed 's/^/  /' || true
 echo "$out" | grep -q ' bad=0' || status=1
+echo
+echo "quickstart: from Python: a small torch transformer whose per-chunk K/V"
+echo "  tensors go to the pool and come back for prompts sharing a prefix"
+echo "  (python/examples/prefix_cache.py, docs/python.md)"
+PYTHONPATH=python:build/release/python /usr/bin/python3 \
+	python/examples/prefix_cache.py --addr "$addr" || status=$?
 echo "quickstart: memd log:"
 sed 's/^/  /' "$tmp/memd.log"
 [ $status -eq 0 ] && echo "quickstart: ok" || echo "quickstart: FAILED ($status)"
