@@ -2547,6 +2547,92 @@ int pool_donors(struct pool *p, struct wire_msg *rep)
 	return r;
 }
 
+/* STATUS over lk into *st (name and addr already set). */
+static void link_status(struct plink *lk, struct wire_msg *req,
+			struct wire_msg *rep, struct pool_memd_status *st)
+{
+	const struct wire_status_ok *ok = &rep->u.status_ok;
+
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_STATUS;
+	st->err = pool_link_call(lk, req, rep, WIRE_STATUS_OK, NULL, 0);
+	if (st->err)
+		return;
+	st->epoch = ok->epoch;
+	st->uptime_ms = ok->uptime_ms;
+	st->donated_bytes = ok->donated_bytes;
+	st->slab_bytes = ok->slab_bytes;
+	st->slabs_total = ok->slabs_total;
+	st->slabs_free = ok->slabs_free;
+	st->slabs_leased = ok->slabs_leased;
+	st->slabs_reclaiming = ok->slabs_reclaiming;
+	st->sessions = ok->sessions;
+	st->draining = !!(ok->flags & WIRE_STATUS_DRAINING);
+	st->hugepages = !!(ok->flags & WIRE_STATUS_HUGEPAGES);
+}
+
+ssize_t pool_get_status(struct pool *p, struct pool_memd_status *st, size_t max)
+{
+	struct wire_msg *req, *rep, *don = NULL;
+	struct plink *lk;
+	ssize_t n = 1;
+	int r;
+
+	if (!p || (!st && max))
+		return -EINVAL;
+	req = malloc(sizeof(*req));
+	rep = malloc(sizeof(*rep));
+	if (!req || !rep) {
+		n = -ENOMEM;
+		goto out;
+	}
+	if (!p->cluster) {
+		r = pool_link_get(p, 0, 0, NULL, &lk);
+		if (r) {
+			n = r;
+			goto out;
+		}
+		if (max) {
+			memset(st, 0, sizeof(*st));
+			snprintf(st->addr, sizeof(st->addr), "%s",
+				 pool_link_addr(lk));
+			link_status(lk, req, rep, st);
+		}
+		pool_link_put(lk);
+		goto out;
+	}
+	don = malloc(sizeof(*don));
+	if (!don) {
+		n = -ENOMEM;
+		goto out;
+	}
+	r = pool_donors(p, don);
+	if (r) {
+		n = r;
+		goto out;
+	}
+	n = don->u.donors_ok.count;
+	for (size_t i = 0; i < (size_t)n && i < max; i++) {
+		const struct wire_donor_entry *d = &don->u.donors_ok.donor[i];
+
+		memset(&st[i], 0, sizeof(st[i]));
+		snprintf(st[i].name, sizeof(st[i].name), "%s", d->name);
+		snprintf(st[i].addr, sizeof(st[i].addr), "%s", d->addr);
+		r = pool_link_get(p, d->donor_id, d->epoch, d->addr, &lk);
+		if (r) {
+			st[i].err = r;
+			continue;
+		}
+		link_status(lk, req, rep, &st[i]);
+		pool_link_put(lk);
+	}
+out:
+	free(don);
+	free(req);
+	free(rep);
+	return n;
+}
+
 int pool_link_get(struct pool *p, uint32_t donor_id, uint64_t epoch,
 		  const char *addr, struct plink **out)
 {

@@ -303,6 +303,52 @@ START_TEST(striped_regions_read_back_exactly)
 }
 END_TEST
 
+START_TEST(status_asks_every_donor)
+{
+	struct pool_memd_status st[8];
+	struct pool_region *big;
+	uint32_t leased = 0, names = 0;
+	struct pool *p;
+	ssize_t n;
+	int err;
+
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	ck_assert_int_eq(pool_alloc(p, 6 * SLAB, &big), 0);
+	n = pool_get_status(p, st, 8);
+	ck_assert_int_eq(n, 3);
+	for (int i = 0; i < 3; i++) {
+		ck_assert_msg(st[i].err == 0, "%s: %s", st[i].name,
+			      pool_strerror(st[i].err));
+		ck_assert_uint_eq(st[i].slab_bytes, SLAB);
+		ck_assert_uint_ge(st[i].slabs_total, st[i].slabs_leased);
+		ck_assert_uint_ne(st[i].epoch, 0);
+		ck_assert_str_ne(st[i].addr, "");
+		leased += st[i].slabs_leased;
+		if (!strcmp(st[i].name, "r0"))
+			names |= 1;
+		else if (!strcmp(st[i].name, "d1"))
+			names |= 2;
+		else if (!strcmp(st[i].name, "d2"))
+			names |= 4;
+	}
+	ck_assert_uint_eq(names, 7);
+	ck_assert_uint_ge(leased, 6);
+	/* fewer entries than donors: the count, the first max filled */
+	ck_assert_int_eq(pool_get_status(p, st, 1), 3);
+	ck_assert_int_eq(pool_get_status(p, NULL, 0), 3);
+	/* a donor that is gone is reported, not an error of the call */
+	tu_memd_stop(&don[1], SIGKILL);
+	n = pool_get_status(p, st, 8);
+	ck_assert_int_ge(n, 2);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(st[i].name, "d2"))
+			ck_assert_int_ne(st[i].err, 0);
+	ck_assert_int_eq(pool_free(p, big), 0);
+	pool_close(p);
+}
+END_TEST
+
 START_TEST(replica_survives_a_killed_donor)
 {
 	struct pool_region *rep, *rsmall, *plain[4];
@@ -616,6 +662,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, striped_regions_read_back_exactly);
+	tcase_add_test(tc, status_asks_every_donor);
 	tcase_add_test(tc, replica_survives_a_killed_donor);
 	tcase_add_test(tc, quota_is_edquot);
 	tcase_add_test(tc, wrong_secret_and_no_tenant_are_eacces);

@@ -153,6 +153,41 @@ START_TEST(region_spans_slabs)
 }
 END_TEST
 
+START_TEST(status_is_the_memd_s_answer)
+{
+	struct pool_memd_status st[2];
+	struct wire_status_ok raw;
+	struct pool_region *r;
+	struct pool *p;
+
+	start_memd(NULL);
+	p = connect_memd();
+	ck_assert_int_eq(pool_alloc(p, 3 * SLAB, &r), 0);
+	memset(st, 0xa5, sizeof(st));
+	ck_assert_int_eq(pool_get_status(p, st, 2), 1);
+	raw = memd_status();
+	ck_assert_int_eq(st[0].err, 0);
+	ck_assert_str_eq(st[0].name, "");
+	ck_assert_str_eq(st[0].addr, md.addr);
+	ck_assert_uint_eq(st[0].epoch, raw.epoch);
+	ck_assert_uint_eq(st[0].donated_bytes, raw.donated_bytes);
+	ck_assert_uint_eq(st[0].slab_bytes, SLAB);
+	ck_assert_uint_eq(st[0].slabs_total, raw.slabs_total);
+	ck_assert_uint_eq(st[0].slabs_leased, 3);
+	ck_assert_uint_eq(st[0].slabs_free + st[0].slabs_leased +
+				  st[0].slabs_reclaiming,
+			  st[0].slabs_total);
+	ck_assert_uint_ge(st[0].sessions, 1);
+	ck_assert_int_eq(st[0].draining, 0);
+	ck_assert_int_eq(pool_get_status(p, NULL, 0), 1);
+	ck_assert_int_eq(pool_get_status(NULL, st, 1), -EINVAL);
+	ck_assert_int_eq(pool_get_status(p, NULL, 1), -EINVAL);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 START_TEST(small_regions_pack_without_overlap)
 {
 	enum { N = 200 };
@@ -592,6 +627,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, roundtrip_sizes);
 	tcase_add_test(tc, region_spans_slabs);
+	tcase_add_test(tc, status_is_the_memd_s_answer);
 	tcase_add_test(tc, small_regions_pack_without_overlap);
 	tcase_add_test(tc, bad_arguments);
 	tcase_add_test(tc, async_many_in_flight);

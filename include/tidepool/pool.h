@@ -232,6 +232,43 @@ struct pool_stats {
 /* Fills *st (a consistent-enough snapshot). Returns 0 or -EINVAL. */
 POOL_API int pool_get_stats(struct pool *p, struct pool_stats *st);
 
+/*
+ * What one memd answered to STATUS (pool_get_status).
+ */
+struct pool_memd_status {
+	char name[64];	/* donor name ("" for a standalone memd) */
+	char addr[128]; /* its control address, "host:port" */
+	/* 0: the fields below are its answer; else why it could not be
+	 * asked (-ENOTCONN, -ETIMEDOUT, -EACCES, ...): the rest is zero */
+	int err;
+	uint64_t epoch; /* boot epoch */
+	uint64_t uptime_ms;
+	uint64_t donated_bytes; /* its whole donation */
+	uint64_t slab_bytes;
+	uint32_t slabs_total, slabs_free, slabs_leased;
+	uint32_t slabs_reclaiming; /* revoked, waiting to be zeroed */
+	uint32_t sessions;	   /* client sessions it holds */
+	int draining;		   /* 1: takes no new leases */
+	int hugepages;		   /* 1: donation on hugetlbfs pages */
+};
+
+/*
+ * The pool as this session sees it: one entry per memd. A standalone
+ * session asks its memd; a cluster session asks the registry for the
+ * donors that are up (DONORS) and then each donor, over this session's
+ * own link to it (opened, with the donor pass, on first use, as an
+ * allocation would). Fills st[0 .. min(count, max)) and returns the
+ * count of memds (which may exceed max), or
+ *   -EINVAL     p or st NULL with max > 0
+ *   -ENOTCONN   the standalone memd is lost; the registry is unreachable
+ *   -ENOMEM     out of memory
+ *   and the errors of a registry call (pool_connect(3)).
+ * A donor that cannot be asked has its err set; it does not fail the
+ * call. Blocks for up to the session timeout per memd. Thread-safe.
+ */
+POOL_API ssize_t pool_get_status(struct pool *p, struct pool_memd_status *st,
+				 size_t max);
+
 /* Static text for a negative errno returned by this library. */
 POOL_API const char *pool_strerror(int err);
 
