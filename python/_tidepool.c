@@ -430,6 +430,26 @@ struct py_pool {
 	char addr[128];
 };
 
+/*
+ * Runs a libpool call on po's session without the GIL, under rw for
+ * reading. CALL is an expression evaluated with `p` the session; the
+ * result goes to `r`; a closed session gives -EBADF. child_closed is an
+ * lvalue checked under the lock too.
+ */
+#define POOL_CALL(po, child_closed, r, CALL)                                   \
+	do {                                                                   \
+		Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&(po)->rw);       \
+		if (!(po)->p || (po)->closed || (child_closed)) {              \
+			(r) = -EBADF;                                          \
+		} else {                                                       \
+			struct pool *p = (po)->p;                              \
+			(r) = (CALL);                                          \
+			(void)p;                                               \
+		}                                                              \
+		pthread_rwlock_unlock(&(po)->rw);                              \
+		Py_END_ALLOW_THREADS                                           \
+	} while (0)
+
 static PyTypeObject PoolType, RegionType, MapType, KVType, KVOpType, GPUType,
 	GPUStreamType;
 
@@ -684,6 +704,58 @@ static PyObject *pool_stats_py(struct py_pool *po, PyObject *unused)
 			     (unsigned long long)st.epoch);
 }
 
+/* Pool.memds(): pool_get_status as a list of dicts. */
+static PyObject *pool_memds_py(struct py_pool *po, PyObject *unused)
+{
+	struct pool_memd_status *st;
+	size_t max = 64;
+	PyObject *out;
+	ssize_t n;
+
+	if (pool_usable(po, "Pool") < 0)
+		return NULL;
+	st = PyMem_Calloc(max, sizeof(*st));
+	if (!st)
+		return PyErr_NoMemory();
+	POOL_CALL(po, false, n, pool_get_status(p, st, max));
+	if (n < 0) {
+		PyMem_Free(st);
+		if (n == -EBADF)
+			return raise_closed("Pool");
+		return raise_pool((int)n, "status");
+	}
+	out = PyList_New(0);
+	for (size_t i = 0; out && i < (size_t)n && i < max; i++) {
+		const struct pool_memd_status *m = &st[i];
+		PyObject *d;
+
+		if (m->err)
+			d = Py_BuildValue("{sssssiss}", "name", m->name, "addr",
+					  m->addr, "err", -m->err, "error",
+					  pool_strerror(m->err));
+		else
+			d = Py_BuildValue(
+				"{sssssisKsKsKsKsIsIsIsIsIsOsO}", "name",
+				m->name, "addr", m->addr, "err", 0, "epoch",
+				(unsigned long long)m->epoch, "uptime_ms",
+				(unsigned long long)m->uptime_ms,
+				"donated_bytes",
+				(unsigned long long)m->donated_bytes,
+				"slab_bytes", (unsigned long long)m->slab_bytes,
+				"slabs_total", m->slabs_total, "slabs_free",
+				m->slabs_free, "slabs_leased", m->slabs_leased,
+				"slabs_reclaiming", m->slabs_reclaiming,
+				"sessions", m->sessions, "draining",
+				m->draining ? Py_True : Py_False, "hugepages",
+				m->hugepages ? Py_True : Py_False);
+		if (!d || PyList_Append(out, d) < 0)
+			Py_CLEAR(out);
+		Py_XDECREF(d);
+	}
+	PyMem_Free(st);
+	return out;
+}
+
 static PyObject *pool_addr_get(struct py_pool *po, void *unused)
 {
 	return PyUnicode_FromString(po->addr);
@@ -709,6 +781,10 @@ static PyMethodDef pool_methods[] = {
 	  "staging_count=0) -> GPU" },
 	{ "stats", (PyCFunction)pool_stats_py, METH_NOARGS,
 	  "The session's counters (pool_get_stats) as a dict." },
+	{ "memds", (PyCFunction)pool_memds_py, METH_NOARGS,
+	  "Every memd of the pool as this session sees it "
+	  "(pool_get_status): a list of dicts; one that could not be asked "
+	  "has err and error." },
 	{ NULL, NULL, 0, NULL },
 };
 
@@ -733,26 +809,6 @@ static PyTypeObject PoolType = {
 	.tp_methods = pool_methods,
 	.tp_getset = pool_getset,
 };
-
-/*
- * Runs a libpool call on po's session without the GIL, under rw for
- * reading. CALL is an expression evaluated with `p` the session; the
- * result goes to `r`; a closed session gives -EBADF. child_closed is an
- * lvalue checked under the lock too.
- */
-#define POOL_CALL(po, child_closed, r, CALL)                                   \
-	do {                                                                   \
-		Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&(po)->rw);       \
-		if (!(po)->p || (po)->closed || (child_closed)) {              \
-			(r) = -EBADF;                                          \
-		} else {                                                       \
-			struct pool *p = (po)->p;                              \
-			(r) = (CALL);                                          \
-			(void)p;                                               \
-		}                                                              \
-		pthread_rwlock_unlock(&(po)->rw);                              \
-		Py_END_ALLOW_THREADS                                           \
-	} while (0)
 
 /* ------------------------------------------------------------------ */
 /* Region                                                               */

@@ -452,10 +452,35 @@ def test_cuda_tensors_need_cuda():
                     "(bench/run_gpu_prefetch.sh)")
 
 
-def test_status_cli(memd, capsys):
+def test_status_sees_every_memd(pool_args):
+    with tidepool.Pool(**pool_args) as p:
+        r = p.alloc(20 << 20)  # two 16 MiB slabs
+        st = p.status()
+        cluster = "tenant" in pool_args
+        assert st["kind"] == ("cluster" if cluster else "standalone")
+        assert len(st["memds"]) == (3 if cluster else 1)
+        for m in st["memds"]:
+            assert m["err"] == 0, m
+            assert m["slabs_free"] + m["slabs_leased"] + \
+                m["slabs_reclaiming"] == m["slabs_total"]
+        assert st["leased_bytes"] >= 2 * (16 << 20)
+        assert st["capacity_bytes"] == sum(m["donated_bytes"]
+                                           for m in st["memds"])
+        if cluster:
+            assert sorted(m["name"] for m in st["memds"]) == \
+                ["donor1", "donor2", "registry"]
+        r.free()
+
+
+def test_status_cli(memd, cluster, capsys):
     from tidepool.__main__ import main
     assert main(["status", "--addr", memd.addr]) == 0
     out = capsys.readouterr().out
     assert memd.addr in out and "standalone" in out
+    assert "512.0 MiB" in out  # the memd's donation
+    assert main(["status", "--addr", cluster.addr, "--tenant",
+                 cluster.tenant, "--secret-file", cluster.secret_file]) == 0
+    out = capsys.readouterr().out
+    assert "donor1" in out and "donor2" in out and "registry" in out
     assert main(["status", "--addr", "127.0.0.1:1"]) == 1
     assert main(["bogus"]) == 64

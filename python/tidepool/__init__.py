@@ -440,10 +440,21 @@ class Pool(_c.Pool):
                                    lease_ms=lease_ms))
 
     def status(self) -> dict:
-        """What this session sees of the pool: address, tenant, the
-        session's counters, and (through a KV handle) the donors known."""
+        """What this session sees of the pool: address, tenant, every
+        memd's answer to STATUS (capacity, free, leased, sessions; one
+        that could not be asked has "error"), totals over them, the
+        session's counters, the donors serving its KV tier and the GPU
+        backends usable here."""
+        memds = self.memds()
+        up = [m for m in memds if not m["err"]]
+        total = {k: sum(m[k] * m["slab_bytes"] for m in up)
+                 for k in ("slabs_total", "slabs_free", "slabs_leased")}
         out: dict = {"addr": self.addr, "tenant": self.tenant,
                      "kind": "cluster" if self.tenant else "standalone",
+                     "memds": memds,
+                     "capacity_bytes": total["slabs_total"],
+                     "free_bytes": total["slabs_free"],
+                     "leased_bytes": total["slabs_leased"],
                      "session": self.stats()}
         try:
             with self.kv() as kv:

@@ -1,8 +1,10 @@
 """python -m tidepool status [--addr A] [--tenant T] [--secret-file F] [--json]
 
 Prints what a session sees of the pool (Pool.status()): the address, the
-session kind, its counters, the donors its KV handle knows and the GPU
-backends usable here. Exit status: 0, 1 when the pool cannot be reached
+session kind, every memd's capacity, free and leased memory and sessions
+(a donor that cannot be asked shows as down, with why), the session's
+counters, the donors its KV handle knows and the GPU backends usable
+here. Exit status: 0, 1 when the pool cannot be reached
 (the error on stderr), 64 for bad usage.
 """
 import argparse
@@ -51,7 +53,22 @@ def main(argv=None) -> int:
     ses, kv = s["session"], s["kv"]
     print(f"pool      {s['addr']} ({s['kind']}"
           + (f", tenant {s['tenant']})" if s["tenant"] else ")"))
-    print(f"epoch     {ses['epoch']:016x}")
+    print(f"capacity  {_human(s['capacity_bytes'])}, "
+          f"{_human(s['free_bytes'])} free, "
+          f"{_human(s['leased_bytes'])} leased")
+    print(f"{'memd':<12} {'addr':<22} {'state':<9} {'donated':>10} "
+          f"{'free':>10} {'leased':>10} {'sessions':>8}")
+    for m in s["memds"]:
+        name = m["name"] or "-"
+        if m["err"]:
+            print(f"{name:<12} {m['addr']:<22} {'down':<9} {m['error']}")
+            continue
+        state = "draining" if m["draining"] else "up"
+        print(f"{name:<12} {m['addr']:<22} {state:<9} "
+              f"{_human(m['donated_bytes']):>10} "
+              f"{_human(m['slabs_free'] * m['slab_bytes']):>10} "
+              f"{_human(m['slabs_leased'] * m['slab_bytes']):>10} "
+              f"{m['sessions']:>8}")
     print(f"session   {ses['slabs_held']} slabs held "
           f"({_human(ses['slabs_held'] * ses['slab_bytes'])}), "
           f"{ses['regions']} regions, {ses['heartbeats']} heartbeats")
