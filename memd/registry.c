@@ -549,21 +549,30 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
+static struct state_edit state_now(const struct memd_registry *r)
+{
+	struct state_edit e = { .next_tenant_id = r->next_tenant_id,
+				.next_donor_id = r->next_donor_id };
+	return e;
+}
+
 /*
  * Writes the durable state as the current one changed by e: the whole
  * file to registry.json.tmp (0600), fsync, rename over registry.json,
  * fsync of the directory. 0, or -EIO (-ENOMEM) with err naming the file
- * and the step that failed; then nothing may be applied.
+ * and the step that failed; *renamed says whether the new file had
+ * replaced registry.json before the failure (only the directory fsync
+ * comes after that).
  */
-static int state_write_locked(struct memd_registry *r,
-			      const struct state_edit *e, char *err,
-			      size_t errlen)
+static int state_file_put(struct memd_registry *r, const struct state_edit *e,
+			  bool *renamed, char *err, size_t errlen)
 {
 	const char *step = "encode";
 	json_t *doc = state_json_locked(r, e);
 	char *text = NULL;
 	int fd = -1, dfd = -1, rc = 0;
 
+	*renamed = false;
 	if (!doc || !(text = json_dumps(doc, JSON_INDENT(2)))) {
 		json_decref(doc);
 		set_err(err, errlen, "%s: out of memory", r->path);
@@ -600,8 +609,7 @@ static int state_write_locked(struct memd_registry *r,
 		rc = -errno;
 		goto fail;
 	}
-	/* From here the new file is in place; a failed directory fsync
-	 * means it may not survive a crash, and the caller reports -EIO. */
+	*renamed = true;
 	step = "fsync of the directory";
 	dfd = open(r->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0 || fsync(dfd) < 0) {
@@ -627,6 +635,42 @@ fail:
 	return -EIO;
 }
 
+/*
+ * Writes the durable state as the current one changed by e. 0: written
+ * and synced, apply e. -EIO (-ENOMEM) with err: nothing may be applied,
+ * and registry.json holds what it held before, so that a restart reads
+ * what callers were told. When only the directory fsync failed, the new
+ * file is already in place: the old state is written back over it (its
+ * own directory fsync may fail too; the file then holds the old state,
+ * which is what callers see). Should even that write fail before its
+ * rename, the file keeps the new state: e is applied (0), with an error
+ * logged that a crash may lose it.
+ */
+static int state_write_locked(struct memd_registry *r,
+			      const struct state_edit *e, char *err,
+			      size_t errlen)
+{
+	struct state_edit now = state_now(r);
+	char err2[256];
+	bool renamed, back;
+	int rc = state_file_put(r, e, &renamed, err, errlen);
+
+	if (!rc || !renamed)
+		return rc;
+	if (state_file_put(r, &now, &back, err2, sizeof(err2)) && !back) {
+		memd_log(LOG_ERR,
+			 "registry: the change is applied but may not survive "
+			 "a crash: %s; undoing it failed too: %s",
+			 err && errlen ? err : "", err2);
+		return 0;
+	}
+	memd_log(LOG_WARNING,
+		 "registry: %s: the change was undone (registry.json holds "
+		 "the state before it)",
+		 err && errlen ? err : "");
+	return -EIO;
+}
+
 static int state_write_logged(struct memd_registry *r,
 			      const struct state_edit *e, char *err,
 			      size_t errlen)
@@ -637,13 +681,6 @@ static int state_write_logged(struct memd_registry *r,
 		memd_log(LOG_ERR, "registry: state not saved: %s",
 			 err && errlen ? err : "");
 	return rc;
-}
-
-static struct state_edit state_now(const struct memd_registry *r)
-{
-	struct state_edit e = { .next_tenant_id = r->next_tenant_id,
-				.next_donor_id = r->next_donor_id };
-	return e;
 }
 
 /* Reads an integer member in [min, max]. 0, or -EINVAL with err. */

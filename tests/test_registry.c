@@ -6,6 +6,7 @@
  * are explicit: nothing here depends on timing.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -355,6 +356,58 @@ static void write_file(const char *p, const char *s, size_t n)
 }
 
 /* ---- durable state ------------------------------------------------------ */
+
+/*
+ * fsync(2) as the registry module (linked into this program) sees it:
+ * while fail_dir_fsyncs > 0, an fsync of a directory fails with EIO
+ * (and counts down), as on a failing disk.
+ */
+static int fail_dir_fsyncs;
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+	struct stat st;
+
+	if (!real)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	if (fail_dir_fsyncs > 0 && fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+		fail_dir_fsyncs--;
+		errno = EIO;
+		return -1;
+	}
+	return real(fd);
+}
+
+/* A change whose directory fsync fails is reported as failed and is
+ * not in registry.json after a restart (it was, before the fix). */
+START_TEST(failed_directory_sync_leaves_nothing_behind)
+{
+	uint64_t quota, used;
+
+	tenant_add("kept", 7 * MiB);
+	for (int fails = 1; fails <= 2; fails++) {
+		/* 1: the undo's own sync works; 2: it fails too (the file
+		 * holds the old state either way) */
+		fail_dir_fsyncs = fails;
+		ck_assert_int_lt(tenant_add_rc("lost", 5 * MiB), 0);
+		ck_assert_int_eq(fail_dir_fsyncs, 0);
+		ck_assert_int_eq(
+			memd_registry_tenant_key(r, "lost", NULL, NULL),
+			-ENOENT);
+		reg_reopen();
+		ck_assert_int_eq(
+			memd_registry_tenant_key(r, "lost", NULL, NULL),
+			-ENOENT);
+		quota_get("kept", &quota, &used, NULL);
+		ck_assert_uint_eq(quota, 7 * MiB);
+	}
+	/* and the registry goes on working */
+	tenant_add("later", 1 * MiB);
+	reg_reopen();
+	ck_assert_int_eq(memd_registry_tenant_key(r, "later", NULL, NULL), 0);
+}
+END_TEST
 
 START_TEST(tenants_persist_across_reopen)
 {
@@ -1669,6 +1722,7 @@ static Suite *registry_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, tenants_persist_across_reopen);
+	tcase_add_test(tc, failed_directory_sync_leaves_nothing_behind);
 	tcase_add_test(tc, donor_identity_and_drain_persist);
 	tcase_add_test(tc, corrupt_state_is_refused_and_kept);
 	tcase_add_test(tc, state_dir_errors);
