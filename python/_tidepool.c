@@ -17,8 +17,10 @@
  * takes the GIL back: blocking calls never hold the GIL, and any number
  * of threads run them at once. Closing takes rw for writing, so a handle
  * is never freed under a call in flight, and every later call raises
- * ClosedError instead of touching freed memory. Nothing holding rw ever
- * waits for the GIL (no deadlock between the two).
+ * ClosedError instead of touching freed memory. No thread ever waits
+ * for rw while holding the GIL (pool_rdlock, pool_wrlock, POOL_CALL):
+ * a closer holds rw while it takes the GIL back, so that is what keeps
+ * the two locks from deadlocking.
  *
  * Invariants:
  *  - A child (Region, Mapping, KV, GPU) holds a strong reference to its
@@ -467,6 +469,21 @@ static int pool_usable(struct py_pool *po, const char *what)
 	return 0;
 }
 
+/*
+ * rw for reading, for a call that does not block, from a thread holding
+ * the GIL. The rule that keeps the GIL and rw from deadlocking: no thread
+ * ever waits for rw while it holds the GIL (a closer holds rw while it
+ * takes the GIL back), so when rw is not free at once, wait without it.
+ */
+static void pool_rdlock(struct py_pool *po)
+{
+	if (pthread_rwlock_tryrdlock(&po->rw) == 0)
+		return;
+	Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&po->rw);
+	Py_END_ALLOW_THREADS
+}
+
+/* rw for writing (closing), waited for without the GIL. */
 static void pool_wrlock(struct py_pool *po)
 {
 	Py_BEGIN_ALLOW_THREADS pthread_rwlock_wrlock(&po->rw);
@@ -685,7 +702,7 @@ static PyObject *pool_stats_py(struct py_pool *po, PyObject *unused)
 
 	if (pool_usable(po, "Pool") < 0)
 		return NULL;
-	pthread_rwlock_rdlock(&po->rw); /* pool_get_stats does not block */
+	pool_rdlock(po); /* pool_get_stats does not block */
 	r = po->p ? pool_get_stats(po->p, &st) : -EBADF;
 	pthread_rwlock_unlock(&po->rw);
 	if (r == -EBADF)
@@ -1740,7 +1757,7 @@ static PyObject *kvop_test_py(struct py_kvop *o, PyObject *unused)
 		return raise_forked("KV operation", o->k->po->pid);
 	/* pool_kv_op_test never blocks: no need to drop the GIL, but rw
 	 * must be held (close may run in another thread) */
-	pthread_rwlock_rdlock(&o->k->po->rw);
+	pool_rdlock(o->k->po);
 	if (!o->k->po->p || o->k->closed)
 		r = -EBADF;
 	else
@@ -1957,7 +1974,7 @@ static PyObject *kv_eventfd_py(struct py_kv *k, PyObject *unused)
 
 	if (kv_usable(k) < 0)
 		return NULL;
-	pthread_rwlock_rdlock(&k->po->rw);
+	pool_rdlock(k->po);
 	fd = k->po->p && !k->closed ? pool_kv_eventfd(k->kv) : -EBADF;
 	pthread_rwlock_unlock(&k->po->rw);
 	if (fd == -EBADF)
@@ -1974,7 +1991,7 @@ static PyObject *kv_stats_py(struct py_kv *k, PyObject *unused)
 
 	if (kv_usable(k) < 0)
 		return NULL;
-	pthread_rwlock_rdlock(&k->po->rw);
+	pool_rdlock(k->po);
 	r = k->po->p && !k->closed ? pool_kv_get_stats(k->kv, &st) : -EBADF;
 	pthread_rwlock_unlock(&k->po->rw);
 	if (r == -EBADF)
@@ -2293,7 +2310,7 @@ static PyObject *gpu_stats_py(struct py_gpu *gp, PyObject *unused)
 
 	if (gpu_usable(gp) < 0)
 		return NULL;
-	pthread_rwlock_rdlock(&gp->po->rw);
+	pool_rdlock(gp->po);
 	r = gp->closed ? -EBADF : pool_gpu_get_stats(gp->g, &st);
 	pthread_rwlock_unlock(&gp->po->rw);
 	if (r == -EBADF)

@@ -333,6 +333,44 @@ def test_blocking_calls_release_the_gil():
     assert errs and isinstance(errs[0], tidepool.PoolError)
 
 
+CLOSE_UNDER_LOAD = r"""
+import sys, threading, time, tidepool
+sys.setswitchinterval(1e-5)  # switch threads as often as possible
+for _ in range(60):
+    p = tidepool.Pool(sys.argv[1])
+    kv1, kv2 = p.kv(), p.kv()
+    keys = tidepool.prefix_keys(list(range(64)), "t", "close", 16)
+    def hot(kv, fn):
+        while True:
+            try:
+                fn(kv)
+            except tidepool.ClosedError:
+                return
+    ts = [threading.Thread(target=hot, args=(kv1, lambda k: k.stats())),
+          threading.Thread(target=hot, args=(kv2, lambda k: k.exists(keys))),
+          threading.Thread(target=hot, args=(kv1, lambda k: k.exists(keys)))]
+    for t in ts:
+        t.start()
+    time.sleep(0.002)
+    p.close()
+    for t in ts:
+        t.join()
+print("ok")
+"""
+
+
+def test_close_under_load_neither_hangs_nor_crashes(memd):
+    # threads in blocking calls (no GIL) and in quick ones (with the GIL)
+    # while another closes the pool: every one ends with ClosedError
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", CLOSE_UNDER_LOAD, memd.addr],
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           p for p in sys.path if p)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
 def test_threads_share_a_handle(pool_args, model_name):
     with tidepool.Pool(**pool_args) as p, p.kv() as kv:
         errs = []
