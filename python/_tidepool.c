@@ -1366,6 +1366,7 @@ struct kvcall {
 	void **ptrs;
 	size_t *lens, *caps;
 	int *status;
+	bool exact; /* get: a hit must fill its buffer exactly */
 };
 
 static void kvcall_free(struct kvcall *c)
@@ -1496,7 +1497,7 @@ static PyObject *kvcall_result(struct kvcall *c, ssize_t r)
 	}
 	if (c->kind == KVOP_EXISTS)
 		return PyLong_FromSsize_t(r);
-	if (c->kind == KVOP_GET) {
+	if (c->kind == KVOP_GET && c->exact) {
 		for (size_t i = 0; i < c->n; i++) {
 			if (c->status[i] == -ENOBUFS ||
 			    (c->status[i] == 0 && c->lens[i] != c->caps[i])) {
@@ -1518,6 +1519,10 @@ static PyObject *kvcall_result(struct kvcall *c, ssize_t r)
 
 		if (c->kind == KVOP_PUT)
 			v = PyLong_FromLong(s == 0 ? 0 : -s);
+		else if (c->kind == KVOP_GET && !c->exact)
+			v = s == 0 || s == -ENOBUFS
+				    ? PyLong_FromSize_t(c->lens[i])
+				    : PyLong_FromLong(-1);
 		else if (c->kind == KVOP_GET)
 			v = PyBool_FromLong(s == 0);
 		else
@@ -1638,7 +1643,7 @@ static void kvop_orphan(struct py_kvop *o)
 }
 
 static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
-			  PyObject *vals)
+			  PyObject *vals, bool exact)
 {
 	struct py_kvop *o;
 	int r;
@@ -1660,6 +1665,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 		Py_DECREF(o);
 		return NULL;
 	}
+	o->c.exact = exact;
 	{
 		struct pool_kv_op *op = NULL;
 		struct kvcall *c = &o->c;
@@ -1841,7 +1847,7 @@ static PyTypeObject KVOpType = {
 /* ---- KV sync calls ---- */
 
 static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
-			 PyObject *vals)
+			 PyObject *vals, bool exact)
 {
 	struct kvcall c;
 	PyObject *out;
@@ -1851,6 +1857,7 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 		return NULL;
 	if (kvcall_prepare(&c, kind, keys, vals) < 0)
 		return NULL;
+	c.exact = exact;
 	{
 		struct kvcall *cp = &c;
 
@@ -1900,7 +1907,7 @@ static int kv_wants_gpu(PyObject *vals, PyObject *stream, PyObject *gpu)
 
 static PyObject *kv_gpu_call(struct py_kv *k, enum kvop_kind kind,
 			     PyObject *keys, PyObject *vals, PyObject *stream,
-			     PyObject *gpu);
+			     PyObject *gpu, bool exact);
 
 static PyObject *kv_put_py(struct py_kv *k, PyObject *args, PyObject *kw)
 {
@@ -1915,35 +1922,37 @@ static PyObject *kv_put_py(struct py_kv *k, PyObject *args, PyObject *kw)
 	if (g < 0)
 		return NULL;
 	if (g)
-		return kv_gpu_call(k, KVOP_PUT, keys, vals, stream, gpu);
-	return kv_sync(k, KVOP_PUT, keys, vals);
+		return kv_gpu_call(k, KVOP_PUT, keys, vals, stream, gpu, true);
+	return kv_sync(k, KVOP_PUT, keys, vals, true);
 }
 
 static PyObject *kv_get_into_py(struct py_kv *k, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "keys", "bufs", "stream", "gpu", NULL };
+	static char *kwlist[] = {
+		"keys", "bufs", "stream", "gpu", "exact", NULL
+	};
 	PyObject *keys, *vals, *stream = Py_None, *gpu = Py_None;
-	int g;
+	int g, exact = 1;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO", kwlist, &keys,
-					 &vals, &stream, &gpu))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOp", kwlist, &keys,
+					 &vals, &stream, &gpu, &exact))
 		return NULL;
 	g = kv_wants_gpu(vals, stream, gpu);
 	if (g < 0)
 		return NULL;
 	if (g)
-		return kv_gpu_call(k, KVOP_GET, keys, vals, stream, gpu);
-	return kv_sync(k, KVOP_GET, keys, vals);
+		return kv_gpu_call(k, KVOP_GET, keys, vals, stream, gpu, exact);
+	return kv_sync(k, KVOP_GET, keys, vals, exact);
 }
 
 #define KV_KEYS_ONLY(name, kind)                                               \
 	static PyObject *kv_##name##_py(struct py_kv *k, PyObject *keys)       \
 	{                                                                      \
-		return kv_sync(k, kind, keys, NULL);                           \
+		return kv_sync(k, kind, keys, NULL, true);                     \
 	}                                                                      \
 	static PyObject *kv_##name##_async_py(struct py_kv *k, PyObject *keys) \
 	{                                                                      \
-		return kv_start(k, kind, keys, NULL);                          \
+		return kv_start(k, kind, keys, NULL, true);                    \
 	}
 KV_KEYS_ONLY(exists, KVOP_EXISTS)
 KV_KEYS_ONLY(delete, KVOP_DELETE)
@@ -1956,16 +1965,20 @@ static PyObject *kv_put_async_py(struct py_kv *k, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "OO", &keys, &vals))
 		return NULL;
-	return kv_start(k, KVOP_PUT, keys, vals);
+	return kv_start(k, KVOP_PUT, keys, vals, true);
 }
 
-static PyObject *kv_get_into_async_py(struct py_kv *k, PyObject *args)
+static PyObject *kv_get_into_async_py(struct py_kv *k, PyObject *args,
+				      PyObject *kw)
 {
+	static char *kwlist[] = { "keys", "bufs", "exact", NULL };
 	PyObject *keys, *vals;
+	int exact = 1;
 
-	if (!PyArg_ParseTuple(args, "OO", &keys, &vals))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$p", kwlist, &keys,
+					 &vals, &exact))
 		return NULL;
-	return kv_start(k, KVOP_GET, keys, vals);
+	return kv_start(k, KVOP_GET, keys, vals, exact);
 }
 
 static PyObject *kv_eventfd_py(struct py_kv *k, PyObject *unused)
@@ -2077,7 +2090,9 @@ static PyMethodDef kv_methods[] = {
 	  "(0 stored, EEXIST present)" },
 	{ "get_into", (PyCFunction)(void (*)(void))kv_get_into_py,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "get_into(keys, bufs, *, stream=None, gpu=None) -> list of hits" },
+	  "get_into(keys, bufs, *, stream=None, gpu=None, exact=True) -> "
+	  "list of hits (exact=False: list of value lengths, -1 for a "
+	  "miss)" },
 	{ "exists", (PyCFunction)kv_exists_py, METH_O,
 	  "exists(keys) -> length of the longest present prefix" },
 	{ "delete", (PyCFunction)kv_delete_py, METH_O,
@@ -2087,8 +2102,9 @@ static PyMethodDef kv_methods[] = {
 	  "unpin(keys) -> list of bools" },
 	{ "put_async", (PyCFunction)kv_put_async_py, METH_VARARGS,
 	  "put_async(keys, values) -> KVOp" },
-	{ "get_into_async", (PyCFunction)kv_get_into_async_py, METH_VARARGS,
-	  "get_into_async(keys, bufs) -> KVOp" },
+	{ "get_into_async", (PyCFunction)(void (*)(void))kv_get_into_async_py,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "get_into_async(keys, bufs, *, exact=True) -> KVOp" },
 	{ "exists_async", (PyCFunction)kv_exists_async_py, METH_O,
 	  "exists_async(keys) -> KVOp" },
 	{ "delete_async", (PyCFunction)kv_delete_async_py, METH_O,
@@ -2423,7 +2439,8 @@ static ssize_t kv_gpu_run(struct pool_kv *kv, struct py_gpu *gp,
 
 		r = hits;
 		for (size_t i = 0; hits > 0 && i < c->n && !cr; i++) {
-			if (c->status[i] || c->lens[i] != c->caps[i])
+			if (c->status[i] ||
+			    (c->exact && c->lens[i] != c->caps[i]))
 				continue;
 			cr = pool_gpu_memcpy_async(gp->g, c->bufs[i].ptr,
 						   c->ptrs[i], c->lens[i],
@@ -2450,7 +2467,7 @@ static ssize_t kv_gpu_run(struct pool_kv *kv, struct py_gpu *gp,
 
 static PyObject *kv_gpu_call(struct py_kv *k, enum kvop_kind kind,
 			     PyObject *keys, PyObject *vals, PyObject *stream,
-			     PyObject *gpu)
+			     PyObject *gpu, bool exact)
 {
 	struct py_gpu *gp;
 	struct kvcall c;
@@ -2462,6 +2479,7 @@ static PyObject *kv_gpu_call(struct py_kv *k, enum kvop_kind kind,
 		return NULL;
 	if (kvcall_prepare(&c, kind, keys, vals) < 0)
 		return NULL;
+	c.exact = exact;
 	if (gpu != Py_None) {
 		if (Py_TYPE(gpu) != &GPUType) {
 			kvcall_free(&c);

@@ -209,6 +209,15 @@ def test_kv_bad_input(memd, model_name):
         assert buf == bytearray(b"a" * 100)
         # nothing stored was lost by the bad calls
         assert kv.exists(keys[:1]) == 1
+        # exact=False: per-key lengths instead of an error for the batch
+        assert kv.put(keys[1:2], [bytearray(b"b" * 50)]) == [0]
+        small, big, same = bytearray(99), bytearray(200), bytearray(50)
+        got = kv.get_into(keys, [small, big, same], exact=False)
+        assert got == [100, 50, -1]  # too small, shorter (a hit), a miss
+        assert big[:50] == bytearray(b"b" * 50)
+        got = kv.get_into_async(keys[:2], [bytearray(100), same],
+                                exact=False).result(30)
+        assert got == [100, 50] and same == bytearray(b"b" * 50)
 
 
 def test_kv_futures(pool_args, model_name):
@@ -465,6 +474,13 @@ def test_kv_gpu_path_host_backend(pool_args, model_name):
                            stream=s, gpu=g)
         assert hits == [True] * 4 + [False]
         s.synchronize()  # the copies were enqueued on s
+        # exact=False on the GPU path: a shorter value fills the start
+        long_dev = torch.full((100100,), 7, dtype=torch.uint8)
+        assert kv.get_into(keys[:1], [long_dev], stream=s, gpu=g,
+                           exact=False) == [100000]
+        s.synchronize()
+        assert torch.equal(long_dev[:100000], dev_src[0])
+        assert int(long_dev[100000:].min()) == 7
         assert all(torch.equal(a, b) for a, b in zip(dev_src, dev))
         # region <-> "device" transfers through the engine
         r = p.alloc(1 << 20)

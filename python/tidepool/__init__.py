@@ -277,14 +277,23 @@ class KV:
         return self._c.put(keys, values, stream=stream, gpu=gpu)
 
     def get_into(self, keys: Any, bufs: Sequence[Any], *,
-                 stream: Any = None, gpu: Any = None) -> List[bool]:
+                 stream: Any = None, gpu: Any = None,
+                 exact: bool = True) -> List[Any]:
         """Reads keys[i] into bufs[i]. Per key: True hit (bufs[i] holds
         exactly the committed value), False miss (its bytes are then
         unspecified). A hit whose value is not exactly len(bufs[i])
-        bytes raises ValueError. CUDA tensors (or a stream / gpu given):
-        the copies to the device are enqueued on the stream and the call
-        returns; work enqueued on that stream afterwards sees the bytes."""
-        return self._c.get_into(keys, bufs, stream=stream, gpu=gpu)
+        bytes raises ValueError (after the call; nothing is lost).
+
+        exact=False: per key the value's length in bytes, or -1 for a
+        miss. A length up to len(bufs[i]) is a hit whose bytes fill the
+        start of bufs[i]; a larger one means the buffer was too small
+        (its bytes are unspecified): bring a buffer of that size.
+
+        CUDA tensors (or a stream / gpu given): the copies to the device
+        are enqueued on the stream and the call returns; work enqueued on
+        that stream afterwards sees the bytes."""
+        return self._c.get_into(keys, bufs, stream=stream, gpu=gpu,
+                                exact=exact)
 
     def delete(self, keys: Any) -> List[bool]:
         """Deletes keys; per key True when it was deleted."""
@@ -313,9 +322,10 @@ class KV:
         until the future is done (they are kept alive until then)."""
         return self._future(self._c.put_async(keys, values))
 
-    def get_into_async(self, keys: Any, bufs: Sequence[Any]) -> KVFuture:
+    def get_into_async(self, keys: Any, bufs: Sequence[Any], *,
+                       exact: bool = True) -> KVFuture:
         """get_into() in the background (CPU buffers)."""
-        return self._future(self._c.get_into_async(keys, bufs))
+        return self._future(self._c.get_into_async(keys, bufs, exact=exact))
 
     def exists_async(self, keys: Any) -> KVFuture:
         """exists() in the background."""

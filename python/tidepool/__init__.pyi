@@ -17,6 +17,7 @@ KEY_BYTES: int  # 32
 VALUE_MAX: int  # largest value a put accepts (64 MiB)
 BATCH_MAX: int  # most keys in one call
 CHUNK_TOKENS: int  # 256
+EEXIST: int  # errno.EEXIST, what put() reports for a key already present
 __version__: str
 
 class PoolError(OSError):
@@ -107,16 +108,20 @@ class KV:
         """Per key: 0 stored, errno.EEXIST already present (stored too),
         else the errno why not (ENOSPC, EBUSY, ENOTCONN, EMSGSIZE...)."""
     def get_into(self, keys: Keys, bufs: Sequence[Buffer], *,
-                 stream: Any = None, gpu: Optional[GPU] = None) -> list[bool]:
+                 stream: Any = None, gpu: Optional[GPU] = None,
+                 exact: bool = True) -> list[Any]:
         """Per key: True hit (buf holds exactly the committed value, which
         must be exactly len(buf) bytes: ValueError otherwise), False miss.
         CUDA tensors or a stream: the GPU path (stream-ordered; returns
-        once the copies are enqueued)."""
+        once the copies are enqueued). exact=False: per key the value's
+        length (a hit when <= len(buf): it fills the buffer's start), or
+        -1 for a miss; never a ValueError."""
     def delete(self, keys: Keys) -> list[bool]: ...
     def pin(self, keys: Keys) -> list[bool]: ...
     def unpin(self, keys: Keys) -> list[bool]: ...
     def put_async(self, keys: Keys, values: Sequence[Buffer]) -> KVFuture: ...
-    def get_into_async(self, keys: Keys, bufs: Sequence[Buffer]) -> KVFuture: ...
+    def get_into_async(self, keys: Keys, bufs: Sequence[Buffer], *,
+                       exact: bool = True) -> KVFuture: ...
     def exists_async(self, keys: Keys) -> KVFuture: ...
     def delete_async(self, keys: Keys) -> KVFuture: ...
     def pin_async(self, keys: Keys) -> KVFuture: ...
