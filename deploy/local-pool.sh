@@ -15,8 +15,9 @@
 #   -d SIZE     donation of each memd (default 256M)
 #   -s SLAB     slab size, one for the whole pool (default 16M)
 #   -p BASE     first control port (default 7470)
-#   -m MEMD     the memd binary (default: $MEMD, build/{debug,release}/memd/memd,
-#               then memd on PATH)
+#   -m MEMD     the memd binary (default: $MEMD, else build/release/memd/memd,
+#               build/debug/memd/memd, then memd on PATH: the release
+#               build first, as users run it; -m or $MEMD picks another)
 #   --detach    leave the pool running and exit; stop it with --stop DIR
 #               (default: run until Ctrl-C or SIGTERM, then stop every memd)
 #
@@ -43,7 +44,8 @@ usage: local-pool.sh [-n DONORS] [-d SIZE] [-s SLAB] [-p BASE] [-m MEMD]
   -d SIZE    donation of each memd (default 256M)
   -s SLAB    slab size of the pool (default 16M)
   -p BASE    first control port (default 7470); /metrics from BASE+1000
-  -m MEMD    the memd binary
+  -m MEMD    the memd binary (default: $MEMD, else build/release's,
+             build/debug's, then memd on PATH)
   --detach   leave the pool running; stop it later with --stop DIR
 EOF
 	exit 64
@@ -94,7 +96,9 @@ fi
 # --- the memd binary ---------------------------------------------------
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ -z "$memd" ]; then
-	for c in "$root/build/debug/memd/memd" "$root/build/release/memd/memd" \
+	# release first: it is the build users run (and a debug build may
+	# be stale or sanitized); -m or $MEMD chooses another
+	for c in "$root/build/release/memd/memd" "$root/build/debug/memd/memd" \
 		"$(command -v memd || true)"; do
 		if [ -n "$c" ] && [ -x "$c" ]; then
 			memd=$c
@@ -103,8 +107,9 @@ if [ -z "$memd" ]; then
 	done
 fi
 if [ -z "$memd" ] || [ ! -x "$memd" ]; then
-	echo "local-pool: no memd binary; build one (cmake -S . -B build/debug" \
-		"&& make -C build/debug) or give -m MEMD" >&2
+	echo "local-pool: no memd binary; build one (cmake -S . -B" \
+		"build/release -DCMAKE_BUILD_TYPE=Release && cmake --build" \
+		"build/release) or give -m MEMD" >&2
 	exit 64
 fi
 
