@@ -1630,6 +1630,23 @@ void wire_ticket_body(const struct wire_ticket *t,
 	put_ticket_body(&w, t);
 }
 
+bool wire_name_is_valid(const char *s)
+{
+	size_t n;
+
+	for (n = 0; s[n]; n++) {
+		char c = s[n];
+
+		if (n >= WIRE_NAME_MAX - 1)
+			return false;
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+		      c == '-'))
+			return false;
+	}
+	return n > 0;
+}
+
 const char *wire_type_name(uint8_t type)
 {
 	switch (type) {

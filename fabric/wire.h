@@ -582,6 +582,13 @@ void wire_ticket_body(const struct wire_ticket *t,
 const char *wire_type_name(uint8_t type);
 
 /*
+ * Whether s is a pool name: tenant and donor names, as the registry
+ * accepts them (docs/cluster.md): 1 to WIRE_NAME_MAX - 1 characters, each
+ * a letter, a digit, '_', '.' or '-'. Pure; s must be NUL-terminated.
+ */
+bool wire_name_is_valid(const char *s);
+
+/*
  * Convenience: fills *m (all of it) as an ERROR reply to seq. err may be a
  * negative errno as our functions return it, or positive; a value whose
  * magnitude is 0 or above WIRE_ERR_MAX becomes EIO. text may be NULL

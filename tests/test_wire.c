@@ -1224,6 +1224,35 @@ START_TEST(unknown_types)
 }
 END_TEST
 
+/* The names the registry accepts for tenants and donors, which poolctl
+ * checks before sending (docs/cluster.md): every byte value, and the
+ * length bounds. */
+START_TEST(pool_names)
+{
+	char s[WIRE_NAME_MAX + 1];
+
+	ck_assert(wire_name_is_valid("a"));
+	ck_assert(wire_name_is_valid("donor-1.rack_2"));
+	ck_assert(!wire_name_is_valid(""));
+	for (int c = 1; c < 256; c++) {
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+			  c == '-';
+
+		s[0] = 'x';
+		s[1] = (char)c;
+		s[2] = '\0';
+		ck_assert_msg(wire_name_is_valid(s) == ok, "byte 0x%02x", c);
+	}
+	memset(s, 'n', WIRE_NAME_MAX - 1);
+	s[WIRE_NAME_MAX - 1] = '\0';
+	ck_assert(wire_name_is_valid(s)); /* 63: the longest */
+	s[WIRE_NAME_MAX - 1] = 'n';
+	s[WIRE_NAME_MAX] = '\0';
+	ck_assert(!wire_name_is_valid(s));
+}
+END_TEST
+
 START_TEST(type_names)
 {
 	ck_assert_str_eq(wire_type_name(WIRE_HELLO), "HELLO");
@@ -3106,6 +3135,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, header_flags);
 	tcase_add_test(tc, unknown_types);
 	tcase_add_test(tc, type_names);
+	tcase_add_test(tc, pool_names);
 	tcase_add_test(tc, payloadless_types);
 	tcase_add_test(tc, hello_bounds);
 	tcase_add_test(tc, hello_ok_bounds);
