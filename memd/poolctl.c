@@ -27,6 +27,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -271,22 +272,6 @@ static void ctl_fmt_size(uint64_t b, char *buf, size_t len)
 	}
 	snprintf(buf, len, "%" PRIu64 ".%u %s", (uint64_t)(tenths / 10),
 		 (unsigned)(tenths % 10), units[k]);
-}
-
-/* Tenant names as memd accepts them: [A-Za-z0-9_.-]{1,63}. */
-static bool ctl_name_is_valid(const char *p)
-{
-	size_t n = strlen(p);
-
-	if (n < 1 || n > WIRE_NAME_MAX - 1)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!(p[i] >= 'a' && p[i] <= 'z') &&
-		    !(p[i] >= 'A' && p[i] <= 'Z') &&
-		    !(p[i] >= '0' && p[i] <= '9') && p[i] != '_' &&
-		    p[i] != '.' && p[i] != '-')
-			return false;
-	return true;
 }
 
 /* ---- tables ----------------------------------------------------------- */
@@ -541,6 +526,31 @@ static int handshake(struct opts *o, struct conn *c, const char *what)
 	return 0;
 }
 
+/*
+ * rpc_connect reports a host name that does not resolve as EHOSTUNREACH
+ * (libpool(3) documents it so) and other resolver failures as EINVAL:
+ * resolve the host again to tell "no such name" from "no route". Returns
+ * an exit code with the reason printed, or 0 when the name resolves.
+ */
+static int resolve_failed(const char *addr, const char *what)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	char host[256];
+	uint16_t port;
+	int r;
+
+	if (wire_split_hostport(addr, host, sizeof(host), &port))
+		return 0;
+	r = getaddrinfo(host, NULL, &hints, &ai);
+	if (!r) {
+		freeaddrinfo(ai);
+		return 0;
+	}
+	return fail(EX_UNAVAILABLE, what, "cannot resolve %s: %s", host,
+		    r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+}
+
 /* Connects to addr and authenticates. 0 or an exit code. */
 static int conn_open(struct opts *o, const char *addr, struct conn *c,
 		     const char *what)
@@ -550,6 +560,12 @@ static int conn_open(struct opts *o, const char *addr, struct conn *c,
 	memset(c, 0, sizeof(*c));
 	c->addr = addr;
 	r = rpc_connect(addr, o->timeout_ms, &c->rpc, NULL, 0);
+	if (r == -EHOSTUNREACH || r == -EINVAL) {
+		int code = resolve_failed(addr, what);
+
+		if (code)
+			return code;
+	}
 	if (r == -EINVAL)
 		return fail(EX_UNAVAILABLE, what,
 			    "cannot connect to %s: not a usable HOST:PORT",
@@ -565,14 +581,25 @@ static int conn_open(struct opts *o, const char *addr, struct conn *c,
 	return r;
 }
 
-/*
- * One ADMIN request: req (consumed) as compact JSON; *out the reply,
- * which must be a JSON object. 0 or an exit code (reason printed).
- */
-static int admin(struct opts *o, struct conn *c, json_t *req, json_t **out,
-		 const char *what)
+static json_t *cmd_json(const char *cmd)
 {
-	json_error_t jerr;
+	json_t *o = json_pack("{ss}", "cmd", cmd);
+
+	if (!o) {
+		fputs("poolctl: out of memory\n", stderr);
+		exit(EX_OSERR);
+	}
+	return o;
+}
+
+/*
+ * One ADMIN request, printing nothing: req (consumed) as compact JSON;
+ * *out the reply, which must be a JSON object. Returns 0, rpc_call's
+ * -errno, or 1: the reply is not a JSON object (jerr says why).
+ */
+static int admin_quiet(struct opts *o, struct conn *c, json_t *req,
+		       json_t **out, json_error_t *jerr)
+{
 	char *text = json_dumps(req, JSON_COMPACT | JSON_SORT_KEYS);
 	int r;
 
@@ -591,15 +618,77 @@ static int admin(struct opts *o, struct conn *c, json_t *req, json_t **out,
 	explicit_bzero(text, strlen(text)); /* may hold a sealed key */
 	free(text);
 	if (r)
-		return call_failed(c, what, r);
+		return r;
 	*out = json_loadb(c->rep->u.admin.json, c->rep->u.admin.json_len, 0,
-			  &jerr);
+			  jerr);
 	if (!*out || !json_is_object(*out)) {
 		json_decref(*out);
 		*out = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+/* admin_quiet, with the reason printed: 0 or an exit code. */
+static int admin(struct opts *o, struct conn *c, json_t *req, json_t **out,
+		 const char *what)
+{
+	json_error_t jerr = { 0 };
+	int r = admin_quiet(o, c, req, out, &jerr);
+
+	if (r == 1)
 		return fail(EX_IOERR, what,
 			    "%s answered with malformed JSON: %s", c->addr,
 			    jerr.text[0] ? jerr.text : "not an object");
+	if (r)
+		return call_failed(c, what, r);
+	return 0;
+}
+
+/*
+ * Warns when a quota is more than the pool's whole capacity: accepted
+ * (donors may join later) but most likely a slip of the unit. Asks the
+ * registry for its status on c; when that fails, says nothing.
+ */
+static void warn_above_capacity(struct opts *o, struct conn *c,
+				const char *what, uint64_t quota)
+{
+	json_error_t jerr;
+	json_t *st = NULL;
+	const json_t *cap;
+	char qb[32], cb[32];
+
+	if (admin_quiet(o, c, cmd_json("status"), &st, &jerr))
+		return;
+	cap = json_object_get(st, "capacity_bytes");
+	if (json_is_integer(cap) && json_integer_value(cap) >= 0 &&
+	    quota > (uint64_t)json_integer_value(cap)) {
+		ctl_fmt_size(quota, qb, sizeof(qb));
+		ctl_fmt_size((uint64_t)json_integer_value(cap), cb, sizeof(cb));
+		fprintf(stderr,
+			"poolctl: %s: warning: quota %s is more than the "
+			"pool's capacity %s; accepted\n",
+			what, qb, cb);
+	}
+	json_decref(st);
+}
+
+/*
+ * Connects to the registry (not a standalone memd). 0 or an exit code
+ * (reason printed; nothing to close).
+ */
+static int registry_open(struct opts *o, struct conn *c, const char *what)
+{
+	int r = conn_open(o, o->addr, c, what);
+
+	if (r)
+		return r;
+	if (c->standalone) {
+		conn_close(c);
+		return fail(EXIT_REFUSED, what,
+			    "memd at %s is standalone: it has no registry, "
+			    "tenants or quotas (EOPNOTSUPP)",
+			    o->addr);
 	}
 	return 0;
 }
@@ -609,34 +698,15 @@ static int registry_call(struct opts *o, json_t *req, json_t **out,
 			 const char *what)
 {
 	struct conn c;
-	int r = conn_open(o, o->addr, &c, what);
+	int r = registry_open(o, &c, what);
 
 	if (r) {
 		json_decref(req);
 		return r;
 	}
-	if (c.standalone) {
-		json_decref(req);
-		conn_close(&c);
-		return fail(EXIT_REFUSED, what,
-			    "memd at %s is standalone: it has no registry, "
-			    "tenants or quotas (EOPNOTSUPP)",
-			    o->addr);
-	}
 	r = admin(o, &c, req, out, what);
 	conn_close(&c);
 	return r;
-}
-
-static json_t *cmd_json(const char *cmd)
-{
-	json_t *o = json_pack("{ss}", "cmd", cmd);
-
-	if (!o) {
-		fputs("poolctl: out of memory\n", stderr);
-		exit(EX_OSERR);
-	}
-	return o;
 }
 
 /* ---- status ----------------------------------------------------------- */
@@ -926,13 +996,22 @@ static int cmd_quota_get(struct opts *o, const char *name)
 static int cmd_quota_set(struct opts *o, const char *name, uint64_t bytes)
 {
 	json_t *rep, *req = cmd_json("quota-set");
+	struct conn c;
 	char b[32];
 	int r;
 
 	json_object_set_new(req, "name", json_string(name));
 	json_object_set_new(req, "quota_bytes",
 			    json_integer((json_int_t)bytes));
-	r = registry_call(o, req, &rep, "quota set");
+	r = registry_open(o, &c, "quota set");
+	if (r) {
+		json_decref(req);
+		return r;
+	}
+	r = admin(o, &c, req, &rep, "quota set");
+	if (!r)
+		warn_above_capacity(o, &c, "quota set", bytes);
+	conn_close(&c);
 	if (r)
 		return r;
 	if (o->json) {
@@ -1069,6 +1148,7 @@ static int cmd_tenant_add(struct opts *o, const char *name, uint64_t quota)
 				o->secret_out);
 		goto out_conn;
 	}
+	warn_above_capacity(o, &c, "tenant add", quota);
 	if (generated && !o->secret_out) {
 		fprintf(stderr,
 			"poolctl: warning: the new tenant's secret is printed "
@@ -1107,6 +1187,8 @@ static int cmd_tenant_remove(struct opts *o, const char *name)
 	r = registry_call(o, req, &rep, "tenant remove");
 	if (r)
 		return r;
+	/* The registry answers {}: say what went, for scripts. */
+	json_object_set_new(rep, "removed", json_string(name));
 	if (o->json)
 		r = print_json(rep);
 	else
@@ -1359,12 +1441,26 @@ static int nargs(const char *cmd, int have, int want, const char *what)
 			   have < want ? what : "too many arguments");
 }
 
+/* Tenant and donor names: the registry's rule (wire_name_is_valid),
+ * checked here so that a bad name is bad data (65), not a refusal. */
 static int check_name(const char *cmd, const char *name)
 {
-	if (ctl_name_is_valid(name))
+	if (wire_name_is_valid(name))
 		return 0;
 	return fail(EX_DATAERR, cmd,
 		    "'%s' is not a valid tenant name ([A-Za-z0-9_.-], 1 to "
+		    "63 characters)",
+		    name);
+}
+
+/* A donor's name; leases --donor also takes a standalone memd's address,
+ * its one donor's name there (addr; NULL: names only). */
+static int check_donor(const char *cmd, const char *name, const char *addr)
+{
+	if (wire_name_is_valid(name) || (addr && !strcmp(name, addr)))
+		return 0;
+	return fail(EX_DATAERR, cmd,
+		    "'%s' is not a valid donor name ([A-Za-z0-9_.-], 1 to "
 		    "63 characters)",
 		    name);
 }
@@ -1466,9 +1562,8 @@ static int run(struct opts *o, int argc, char **argv)
 		if ((r = only_opts(o, cmd, false, false, false)) ||
 		    (r = nargs(cmd, argc - 1, 1, "which donor?")))
 			return r;
-		if (!argv[1][0] || strlen(argv[1]) >= WIRE_NAME_MAX)
-			return fail(EX_DATAERR, cmd,
-				    "'%s' is not a valid donor name", argv[1]);
+		if ((r = check_donor(cmd, argv[1], NULL)))
+			return r;
 		return cmd_drain(o, argv[1], !strcmp(cmd, "drain"));
 	}
 	if (!strcmp(cmd, "leases")) {
@@ -1476,6 +1571,8 @@ static int run(struct opts *o, int argc, char **argv)
 		    (r = nargs(cmd, argc - 1, 0, "")))
 			return r;
 		if (o->tenant && (r = check_name(cmd, o->tenant)))
+			return r;
+		if (o->donor && (r = check_donor(cmd, o->donor, o->addr)))
 			return r;
 		return cmd_leases(o);
 	}

@@ -346,7 +346,24 @@ START_TEST(bad_data_gets_65_before_connecting)
 		CK_HAS(r->err, "not a valid tenant name");
 		ctl(r, "tenant", "add", names[i], "--quota", "1G", NULL);
 		CK_RUN(r, 65);
+		/* donor names follow the same rule (the registry's) */
+		ctl(r, "drain", names[i], NULL);
+		CK_RUN(r, 65);
+		CK_HAS(r->err, "not a valid donor name");
+		ctl(r, "undrain", names[i], NULL);
+		CK_RUN(r, 65);
+		ctl(r, "leases", "--donor", names[i], NULL);
+		CK_RUN(r, 65);
+		CK_HAS(r->err, "poolctl: leases: ");
 	}
+	ctl(r, "drain", "host:7470", NULL);
+	CK_RUN(r, 65);
+	/* ... but leases --donor also takes the address given with -a (a
+	 * standalone memd's one donor): that gets as far as connecting */
+	ctl(r, "leases", "--donor", addr, NULL);
+	CK_RUN(r, 69);
+	ctl(r, "drain", "host-7.rack_2", NULL);
+	CK_RUN(r, 69);
 	/* Well-formed sizes in every spelling get as far as connecting. */
 	static const char *const good[] = { "0",    "4096", "512M", "8G",
 					    "1.5T", "8GiB", "8gb",  "7.99E" };
@@ -380,6 +397,13 @@ START_TEST(unreachable_gets_69)
 		    (const char *[]){ "donors", NULL });
 	CK_RUN(r, 69);
 	CK_HAS(r->err, addr);
+	/* A name that does not resolve says so, not "No route to host"
+	 * (.invalid never resolves: RFC 2606). */
+	g_addr = "nosuchhost.invalid:7470";
+	ctl(r, "status", NULL);
+	CK_RUN(r, 69);
+	CK_HAS(r->err, "poolctl: status: cannot resolve nosuchhost.invalid");
+	CK_HASNT(r->err, "No route to host");
 	teardown_scratch();
 	free(r);
 }
@@ -576,6 +600,9 @@ START_TEST(registry_tenant_and_quota_round_trip)
 	ck_assert_int_eq(stat(out_a, &st), 0);
 	ck_assert_int_eq(st.st_mode & 0777, 0600);
 	ck_assert_int_eq(st.st_size, 65);
+	/* 8G in a pool of 256M: accepted, with a warning */
+	CK_HAS(r->err, "poolctl: tenant add: warning: quota 8.0 GiB is more "
+		       "than the pool's capacity 256.0 MiB");
 	c = tenant_session("a", out_a, &err);
 	ck_assert_msg(c, "tenant a cannot authenticate: %s", strerror(-err));
 	rpc_close(c);
@@ -632,9 +659,17 @@ START_TEST(registry_tenant_and_quota_round_trip)
 	json_decref(v);
 
 	/* quota set / get / list */
+	ctl(r, "quota", "set", "a", "128M", NULL);
+	CK_RUN(r, 0);
+	CK_HASNT(r->err, "warning"); /* within the pool's capacity */
+	ctl(r, "quota", "set", "a", "256M", NULL);
+	CK_RUN(r, 0);
+	CK_HASNT(r->err, "warning"); /* all of it */
 	ctl(r, "quota", "set", "a", "2.5G", NULL);
 	CK_RUN(r, 0);
 	CK_HAS(r->out, "2.5 GiB");
+	CK_HAS(r->err, "poolctl: quota set: warning: quota 2.5 GiB is more "
+		       "than the pool's capacity 256.0 MiB; accepted");
 	ctl(r, "--json", "quota", "get", "a", NULL);
 	CK_RUN(r, 0);
 	v = parse(r);
@@ -679,6 +714,11 @@ START_TEST(registry_tenant_and_quota_round_trip)
 	ctl(r, "tenant", "remove", "a", NULL);
 	CK_RUN(r, 0);
 	CK_HAS(r->out, "tenant 'a' removed");
+	ctl(r, "--json", "tenant", "remove", "c", NULL);
+	CK_RUN(r, 0);
+	v = parse(r);
+	ck_assert_str_eq(jstr(v, "removed"), "c");
+	json_decref(v);
 	ctl(r, "--json", "tenants", NULL);
 	CK_RUN(r, 0);
 	v = parse(r);
