@@ -477,6 +477,34 @@ static void tenant_release_empty(struct memd_kv *kv, struct kv_tenant *t)
 		slab_release(kv, t, t->empty);
 }
 
+/*
+ * The end of an operation: empty slabs go back to the owner, all but one
+ * (KV_SPARE_SLABS), kept for the tenant's next allocation. A slab handed
+ * back is closed, quiesced and zeroed before memd leases it again, so a
+ * tenant that puts and deletes keys of a class that is otherwise empty
+ * would otherwise take a fresh slab (and registration) every time and,
+ * faster than the reclaimer zeroes, run the donor out of free slabs
+ * (ENOSPC). The spare counts in the tenant's slabs; memd_kv_trim hands
+ * it back like any other.
+ */
+#define KV_SPARE_SLABS 1u
+
+static void tenant_release_spare(struct memd_kv *kv, struct kv_tenant *t)
+{
+	uint32_t kept = 0;
+	struct kv_slab *s = t->empty;
+
+	while (s) {
+		struct kv_slab *next = s->next;
+
+		if (kept < KV_SPARE_SLABS)
+			kept++;
+		else
+			slab_release(kv, t, s);
+		s = next;
+	}
+}
+
 static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 {
 	struct kv_slab *s = c->slab;
@@ -1308,7 +1336,7 @@ ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
 		ok += it->status == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1352,7 +1380,7 @@ ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
 		ok += items[i].status == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1429,7 +1457,7 @@ ssize_t memd_kv_lookup(struct memd_kv *kv, uint32_t tenant,
 		ok += it->status == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1489,7 +1517,7 @@ ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
 		ok += items[i].status == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1562,7 +1590,7 @@ ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
 		ok += items[i].status == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1588,7 +1616,7 @@ ssize_t memd_kv_pin(struct memd_kv *kv, uint32_t tenant,
 		ok += s == 0;
 	}
 	if (t)
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
 }
@@ -1647,7 +1675,7 @@ size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms)
 			else
 				lease_clear(e);
 		}
-		tenant_release_empty(kv, t);
+		tenant_release_spare(kv, t);
 	}
 	pthread_mutex_unlock(&kv->lock);
 	return n;

@@ -31,6 +31,10 @@
 
 /* ---- the owner: slabs and per-tenant shares ---- */
 
+/* Empty slabs a tenant keeps after an operation (kvstore.c,
+ * KV_SPARE_SLABS): "all freed" means this many held, none in use. */
+#define SPARE 1u
+
 struct owner {
 	uint64_t slab_bytes;
 	uint32_t nslabs;
@@ -602,6 +606,37 @@ START_TEST(exact_mib_values_fill_their_share)
 }
 END_TEST
 
+/* Putting and deleting a key of an otherwise empty class, again and
+ * again, reuses the tenant's spare slab: no slab is handed back to be
+ * zeroed and leased anew each time (which ran memd out of free slabs
+ * faster than the reclaimer zeroed them). memd_kv_trim hands the spare
+ * back. */
+START_TEST(put_delete_churn_keeps_one_spare_slab)
+{
+	struct owner *o = owner_new(4 * MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	uint64_t gets;
+
+	o->share[1] = 8;
+	ck_assert_int_eq(put(kv, o, 1, 1, 100000, 0), 0);
+	ck_assert_int_eq(del(kv, 1, 1, 0), 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
+	gets = o->gets;
+	for (uint64_t i = 0; i < 50; i++) {
+		ck_assert_int_eq(put(kv, o, 1, 100 + i, 100000 + i * 7, i), 0);
+		ck_assert_int_eq(get(kv, o, 1, 100 + i, i, true), 0);
+		ck_assert_int_eq(del(kv, 1, 100 + i, i), 0);
+	}
+	ck_assert_uint_eq(o->gets, gets); /* every put reused the spare */
+	ck_assert_uint_eq(o->held[1], SPARE);
+	ck_assert_uint_eq(stats(kv, 1).bytes_used, 0);
+	ck_assert_int_ge(memd_kv_trim(kv, 1, 0, 100), 0);
+	ck_assert_uint_eq(o->held[1], 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
 START_TEST(reserved_expires_and_frees_space)
 {
 	struct owner *o = owner_new(MIB, 4);
@@ -622,15 +657,17 @@ START_TEST(reserved_expires_and_frees_space)
 	a.checksum = 7;
 	ck_assert_int_eq(memd_kv_commit(kv, 1, &a, 1, RESERVE_MS), 0);
 	ck_assert_int_eq(a.status, -ETIMEDOUT);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	ck_assert_uint_eq(stats(kv, 1).expired, 1);
 	/* expire() drops one at its deadline, not before */
 	ck_assert_int_eq(memd_kv_reserve(kv, 1, &a, 1, locs, 4, 2000), 1);
 	ck_assert_uint_eq(o->held[1], 1);
 	ck_assert_uint_eq(memd_kv_expire(kv, 2000 + RESERVE_MS - 1), 0);
 	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_uint_gt(stats(kv, 1).bytes_used, 0);
 	ck_assert_uint_eq(memd_kv_expire(kv, 2000 + RESERVE_MS), 1);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
+	ck_assert_uint_eq(stats(kv, 1).bytes_used, 0);
 	ck_assert_int_eq(memd_kv_commit(kv, 1, &a, 1, 2000 + RESERVE_MS), 0);
 	ck_assert_int_eq(a.status, -ENOENT);
 	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 3001), 1);
@@ -685,7 +722,7 @@ START_TEST(read_lease_blocks_eviction_and_delete)
 	ck_assert_int_eq(put(kv, o, 1, 3, MIB - HDR, 70), -ENOSPC);
 	ck_assert_ptr_null(client_check(o, 1, &a, locs));
 	ck_assert_int_eq(memd_kv_done(kv, 1, &a, 1, 80), 1);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	ck_assert_int_eq(put(kv, o, 1, 3, MIB - HDR, 90), 0);
 
 	/* a lease that lapses: expire() ends it, then eviction proceeds */
@@ -701,8 +738,10 @@ START_TEST(read_lease_blocks_eviction_and_delete)
 	ck_assert_int_eq(get(kv, o, 1, 4, 5000, false), 0);
 	ck_assert_int_eq(del(kv, 1, 4, 5001), 0);
 	ck_assert_uint_eq(o->held[1], 1);
+	ck_assert_uint_gt(stats(kv, 1).bytes_used, 0);
 	ck_assert_uint_eq(memd_kv_expire(kv, 5000 + LEASE_MS), 1);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
+	ck_assert_uint_eq(stats(kv, 1).bytes_used, 0);
 	/* and a lapsed lease needs no expire() to stop blocking eviction */
 	ck_assert_int_eq(put(kv, o, 1, 5, MIB - HDR, 9000), 0);
 	ck_assert_int_eq(get(kv, o, 1, 5, 9000, false), 0);
@@ -795,7 +834,7 @@ START_TEST(pins_block_eviction)
 	/* a pinned entry can still be deleted */
 	ck_assert_int_eq(pin(kv, 1, 2, 30), 0);
 	ck_assert_int_eq(del(kv, 1, 2, 30), 0);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	memd_kv_destroy(kv);
 	owner_free(o);
 }
@@ -1050,7 +1089,7 @@ START_TEST(corrupt_spill_files_are_deleted_at_scan)
 	close(fd);
 	ck_assert_int_eq(get(kv, o, 1, 3, 200, true), -ENOENT);
 	ck_assert(!spill_exists(1, 3));
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	ck_assert_int_eq(get(kv, o, 1, 4, 200, true), 0);
 	memd_kv_destroy(kv);
 	owner_free(o);
@@ -1175,7 +1214,7 @@ START_TEST(bad_inputs_get_clear_errors)
 	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 1, locs, 3, 0), 0);
 	ck_assert_int_eq(it[0].status, -ENOBUFS);
 	ck_assert_int_eq(del(kv, 1, 1, 0), 0); /* freed at once: no lease */
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	ck_assert_uint_eq(stats(kv, 1).bytes_used, 0);
 	/* a tenant the owner gives nothing */
 	ck_assert_int_eq(put(kv, o, 3, 1, 10, 0), -ENOSPC);
@@ -1208,7 +1247,7 @@ START_TEST(exists_is_the_longest_present_prefix)
 	/* no leases were taken: everything can be deleted at once */
 	for (uint64_t k = 0; k < 6; k++)
 		ck_assert_int_eq(del(kv, 1, k, 0), 0);
-	ck_assert_uint_eq(o->held[1], 0);
+	ck_assert_uint_eq(o->held[1], SPARE);
 	ck_assert_uint_eq(stats(kv, 1).hits, 0);
 	memd_kv_destroy(kv);
 	owner_free(o);
@@ -1566,6 +1605,7 @@ static Suite *kvstore_suite(void)
 	tcase_add_test(tc, round_trip_sizes_and_chunks);
 	tcase_add_test(tc, exact_mib_values_fill_their_share);
 	tcase_add_test(tc, reserved_expires_and_frees_space);
+	tcase_add_test(tc, put_delete_churn_keeps_one_spare_slab);
 	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
 	tcase_add_test(tc, pins_block_eviction);
 	tcase_add_test(tc, trim_evicts_down_to_a_slab_count);
