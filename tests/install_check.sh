@@ -3,8 +3,8 @@
 # What a user gets from `cmake --install`: installs the build tree into a
 # scratch prefix P and checks, against that prefix only,
 #   - memd.service runs P/sbin/memd (ExecStart follows --prefix);
-#   - man -M P/share/man finds memd.conf(5) in man5, and the function
-#     names (pool_connect(3), ...);
+#   - man -M P/share/man finds memd.conf(5) in man5, and a page naming
+#     each function libpool.so exports (pool_connect(3), ...);
 #   - the README's C snippet (tests/install/prog.c) builds with
 #     `cc prog.c $(pkg-config --cflags --libs tidepool)` and as a CMake
 #     project with find_package(tidepool) + tidepool::pool, and both run
@@ -78,6 +78,21 @@ if command -v man >/dev/null; then
 	"$P/share/man/man5/memd.conf.5"*) ;;
 	*) fail "man memd.conf finds $(man -M "$P/share/man" -w memd.conf)" ;;
 	esac
+	# every function libpool.so exports has a page that names it
+	fns=$(sed -n 's/^[[:space:]]*\(pool_[a-z0-9_]*\);.*/\1/p' \
+		"$src/libpool/libpool.map")
+	[ -n "$fns" ] || fail "no functions in $src/libpool/libpool.map"
+	for fn in $fns; do
+		f=$(man -M "$P/share/man" -w "$fn" 2>/dev/null) ||
+			fail "man -M $P/share/man finds no page for $fn"
+		case $f in "$P/share/man/man3/"*) ;; *) fail "man $fn: $f" ;; esac
+		target=$f
+		so=$(sed -n 's/^\.so //p' "$f")
+		[ -z "$so" ] || target=$P/share/man/$so
+		grep -q "$fn" "$target" || fail "$fn's page $target does not name it"
+	done
+	man -M "$P/share/man" pool_connect 2>/dev/null | grep -q "pool_connect" ||
+		fail "man pool_connect shows no pool_connect"
 else
 	echo "install_check: man is not installed: checked memd.conf.5's" \
 		"place only" >&2
