@@ -174,23 +174,6 @@ static void fmt_bytes(uint64_t b, char *out, size_t n)
 	snprintf(out, n, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
-static bool name_is_valid(const char *s)
-{
-	size_t n = 0;
-
-	for (; s[n]; n++) {
-		char c = s[n];
-
-		if (n >= WIRE_NAME_MAX - 1)
-			return false;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-		      c == '-'))
-			return false;
-	}
-	return n > 0;
-}
-
 static struct tenant *tenant_by_id(struct memd_registry *r, uint32_t id)
 {
 	for (size_t i = 0; i < r->ntenants; i++)
@@ -727,7 +710,7 @@ static int json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
 		return -EINVAL;
 	}
 	s = json_string_value(x);
-	if (strlen(s) != json_string_length(x) || !name_is_valid(s)) {
+	if (strlen(s) != json_string_length(x) || !wire_name_is_valid(s)) {
 		set_err(err, errlen,
 			"%sfield '%s': '%.64s' is not a name "
 			"([A-Za-z0-9_.-], 1 to %d characters)",
@@ -1137,7 +1120,7 @@ int memd_registry_donor_join(struct memd_registry *r,
 	if (!j || !ok)
 		return -EINVAL;
 	if (strnlen(j->name, WIRE_NAME_MAX) >= WIRE_NAME_MAX ||
-	    !name_is_valid(j->name)) {
+	    !wire_name_is_valid(j->name)) {
 		set_err(err, errlen,
 			"donor name '%.63s' is not [A-Za-z0-9_.-], 1 to %d "
 			"characters",
