@@ -6,6 +6,8 @@
 #include "memd/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -49,4 +51,21 @@ void memd_log_emit(int level, const char *fmt, ...)
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, n) < 0)
 		return; /* nowhere left to report it */
+}
+
+bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (now < l->next_ms) {
+		l->suppressed++;
+		return false;
+	}
+	l->next_ms = now + MEMD_LOG_LIMIT_MS;
+	*suppressed = l->suppressed;
+	l->suppressed = 0;
+	return true;
 }

@@ -7,6 +7,8 @@
 #ifndef TP_MEMD_LOG_H
 #define TP_MEMD_LOG_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <syslog.h>
 
 /* The process's threshold (LOG_ERR .. LOG_DEBUG); set once at start-up
@@ -22,6 +24,34 @@ void memd_log_emit(int level, const char *fmt, ...)
 		if ((level) <=                                                 \
 		    __atomic_load_n(&memd_log_level, __ATOMIC_RELAXED))        \
 			memd_log_emit((level), __VA_ARGS__);                   \
+	} while (0)
+
+/*
+ * Rate limit for a line that a peer can make memd repeat (a refused
+ * connection, a full descriptor table): at most one line per
+ * MEMD_LOG_LIMIT_MS per limiter, the next one saying how many were left
+ * out. A limiter is zeroed to start and used by one thread only.
+ */
+#define MEMD_LOG_LIMIT_MS 1000
+struct memd_log_limit {
+	uint64_t next_ms;    /* CLOCK_MONOTONIC: when the next line may go */
+	uint64_t suppressed; /* lines left out since the last written one */
+};
+
+/* Whether a line may be written now; when it may, *suppressed gets how
+ * many were left out before it and the count restarts. */
+bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed);
+
+/* memd_log() through limiter lim; appends " suppressed=N" to the line. */
+#define memd_log_limited(lim, level, fmt, ...)                                 \
+	do {                                                                   \
+		uint64_t sup_;                                                 \
+		if ((level) <= __atomic_load_n(&memd_log_level,                \
+					       __ATOMIC_RELAXED) &&            \
+		    memd_log_limit_take((lim), &sup_))                         \
+			memd_log_emit((level), fmt " suppressed=%llu",         \
+				      ##__VA_ARGS__,                           \
+				      (unsigned long long)sup_);               \
 	} while (0)
 
 #endif
