@@ -286,6 +286,60 @@ static const struct memd_conf_key memd_conf_keys[] = {
 			"further ones at once. Lowering it closes none.",
 	},
 	{
+		.name = "max_clients_per_host",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(max_clients_per_host),
+		.min = 1,
+		.max = 65536,
+		.def = "256",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "Most concurrent control connections from one peer "
+			"address, not counting those authenticated as @admin "
+			"or @donor. A new one past it displaces the oldest "
+			"connection of that address still in its handshake, "
+			"or is refused.",
+	},
+	{
+		.name = "reserved_clients",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(reserved_clients),
+		.min = 0,
+		.max = 65536,
+		.def = "32",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "In a pool: connections of max_clients (at most half "
+			"of it) that tenants may never hold, kept for the "
+			"pool's operators (@admin) and donors (@donor). A "
+			"tenant that authenticates past max_clients - "
+			"reserved_clients is refused.",
+	},
+	{
+		.name = "handshake_timeout",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(handshake_timeout_ms),
+		.min = 100,
+		.max = 10 * MEMD_MS_PER_M,
+		.def = "5s",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "Time a new control connection has to complete HELLO "
+			"(and AUTH, in a pool); memd then closes it. While the "
+			"connection table is full, a new connection displaces "
+			"the oldest one still in its handshake.",
+	},
+	{
+		.name = "idle_timeout",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(idle_timeout_ms),
+		.min = 0,
+		.max = 24 * MEMD_MS_PER_H,
+		.def = "5m",
+		.help = "memd closes a control connection from which no "
+			"request has arrived for this long (clients send a "
+			"heartbeat every lease_ttl/3, donors report every "
+			"report_interval). 0: never. Longer than lease_ttl "
+			"and report_interval.",
+	},
+	{
 		.name = "log_level",
 		.type = MEMD_CONF_ENUM,
 		.off = FIELD(log_level),
@@ -1497,6 +1551,21 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 				      "key 'kv_spill_size': %s without "
 				      "kv_spill_dir",
 				      a);
+		return -EINVAL;
+	}
+	if (c->idle_timeout_ms &&
+	    (c->idle_timeout_ms <= c->lease_ttl_ms ||
+	     c->idle_timeout_ms <= c->report_interval_ms)) {
+		memd_conf_format_ms(c->idle_timeout_ms, a, sizeof(a));
+		memd_conf_format_ms(c->lease_ttl_ms > c->report_interval_ms
+					    ? c->lease_ttl_ms
+					    : c->report_interval_ms,
+				    b, sizeof(b));
+		memd_conf_err(err, errlen,
+			      "key 'idle_timeout': %s must be 0 or longer "
+			      "than lease_ttl and report_interval (%s), or "
+			      "memd would close clients that only heartbeat",
+			      a, b);
 		return -EINVAL;
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {

@@ -49,7 +49,12 @@ struct memd_config {
 	uint32_t lease_grace_ms; /* memd reclaims at renew + ttl + grace */
 	uint32_t quiesce_ms;	 /* lock-delay between revoke and zeroing */
 	uint32_t max_clients;	 /* concurrent control connections */
-	int log_level;		 /* syslog level: LOG_ERR .. LOG_DEBUG */
+	/* Hostile connections (docs/reliability.md). */
+	uint32_t max_clients_per_host; /* of one peer address, but operators */
+	uint32_t reserved_clients;     /* kept for @admin and @donor */
+	uint32_t handshake_timeout_ms; /* accept to HELLO (and AUTH) done */
+	uint32_t idle_timeout_ms;      /* no frame for this long; 0: never */
+	int log_level;		       /* syslog level: LOG_ERR .. LOG_DEBUG */
 
 	/* The KV tier (docs/kv.md). Only kv_share is reloadable. */
 	uint32_t kv_share;	/* % of the donation one tenant's KV may hold */

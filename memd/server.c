@@ -10,7 +10,29 @@
  * client (backpressure), so a client that never reads costs at most two
  * frames of memory. A malformed frame gets an ERROR reply and the
  * connection is closed; bad magic or version closes it at once. Nothing a
- * peer sends can crash memd or make it allocate without bound.
+ * peer sends can crash memd or make it allocate without bound. A peer
+ * that shuts down its sending side (RDHUP) is served what it sent as far
+ * as its socket takes the replies at once, then closed, even when the
+ * EOF still sits behind a full rx: level-triggered RDHUP would otherwise
+ * fire on every pass for a peer that never reads.
+ *
+ * Admission (docs/reliability.md): no peer can hold connection slots it
+ * does not use. A connection is in its handshake from accept until HELLO
+ * (standalone) or AUTH (in a pool) succeeds; those connections sit on a
+ * queue in accept order. handshake_timeout after accept one is closed;
+ * while max_clients are taken, a new connection displaces the oldest in
+ * its handshake (an idle attacker's, before any fresh client's), and is
+ * refused only when all are established. One address may have at most
+ * max_clients_per_host in its handshake (the same displacement within
+ * the address) and as many established, operators not counted. In a
+ * pool, tenants may hold at most max_clients - reserved_clients
+ * (reserved_clients at most half of max_clients), so a new @admin or
+ * @donor connection always gets in while operators hold fewer than the
+ * reserve. Established connections that send no request for
+ * idle_timeout are closed. At EMFILE/ENFILE accept gives up a reserve
+ * descriptor to take, answer and close the pending connection (else the
+ * listener would fire forever); failing that, the listener is paused for
+ * a tick. Lines a peer can make repeat are rate-limited (memd/log.h).
  *
  * A lease is a slab, a fresh memory registration with a random key, and a
  * generation. Revocation (release, BYE, session expiry) closes the
@@ -51,6 +73,8 @@
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED (to a client
  * session or to a KV session); kvs[i].used iff slab i is a KV slab; every
  * session pointer held by a connection is attached (detached on close);
+ * a connection is on the handshake queue iff it is not established, and
+ * ntenant counts the established ones that are not @admin or @donor;
  * the arenas are all per * slab_bytes long.
  */
 #include "memd/server.h"
@@ -71,6 +95,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -136,8 +161,18 @@ struct conn {
 	bool closing;		      /* close once tx is flushed */
 	bool reading;		      /* EPOLLIN armed */
 	bool writing;		      /* EPOLLOUT armed */
+	/* Admission (docs/reliability.md). A connection is in its
+	 * handshake, and on the server's handshake queue, from accept
+	 * until HELLO (standalone) or AUTH (in a pool) succeeds; then it
+	 * is established, as an operator (@admin, @donor) or not. */
+	bool established;
+	bool cluster;		     /* established as @admin or @donor */
+	uint64_t accepted_ms;	     /* when accepted: the handshake deadline */
+	uint64_t last_rx_ms;	     /* last frame decoded: the idle deadline */
+	char host[INET6_ADDRSTRLEN]; /* peer address, numeric */
 	char peer[64];
 	struct conn *next, *prev;
+	struct conn *hs_next, *hs_prev; /* handshake queue, oldest first */
 };
 
 /*
@@ -182,6 +217,15 @@ struct memd_server {
 	struct conn *conns;
 	uint32_t nconns;
 	bool draining;
+	/* Admission (docs/reliability.md); memd-ctl only. */
+	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
+	uint32_t ntenant; /* established, not as @admin or @donor */
+	int reserve_fd;	  /* /dev/null, given up to shed at EMFILE */
+	bool accept_off;  /* listener disarmed until accept_on_ms */
+	uint64_t accept_on_ms;
+	uint64_t idle_scan_ms; /* next scan for idle connections */
+	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
+		ll_timeout;
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
@@ -473,10 +517,98 @@ static int epoll_mod(struct memd_server *s, struct conn *c)
 	return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
 }
 
+/* Takes c off the handshake queue (a no-op when it is not on it). */
+static void hs_remove(struct memd_server *s, struct conn *c)
+{
+	if (c->hs_prev)
+		c->hs_prev->hs_next = c->hs_next;
+	else if (s->hs_head == c)
+		s->hs_head = c->hs_next;
+	if (c->hs_next)
+		c->hs_next->hs_prev = c->hs_prev;
+	else if (s->hs_tail == c)
+		s->hs_tail = c->hs_prev;
+	c->hs_next = c->hs_prev = NULL;
+}
+
+/* Connections of max_clients that tenants may not hold: in a pool only,
+ * and never more than half. */
+static uint32_t reserved_slots(const struct memd_server *s)
+{
+	if (s->mode == MODE_STANDALONE)
+		return 0;
+	return s->cfg.reserved_clients < s->cfg.max_clients / 2
+		       ? s->cfg.reserved_clients
+		       : s->cfg.max_clients / 2;
+}
+
+/* Established connections from host that are not operators'. */
+static uint32_t host_tenant_conns(const struct memd_server *s, const char *host)
+{
+	uint32_t n = 0;
+
+	for (const struct conn *c = s->conns; c; c = c->next)
+		n += c->established && !c->cluster && !strcmp(c->host, host);
+	return n;
+}
+
+/*
+ * May c, in its handshake, become established (as an operator when
+ * cluster)? Operators always may; others within max_clients -
+ * reserved_clients and max_clients_per_host. On no, err gets the reason
+ * for the client and the refusal is counted and logged (rate-limited).
+ */
+static bool conn_may_establish(struct memd_server *s, struct conn *c,
+			       bool cluster, char *err, size_t errlen)
+{
+	uint32_t room = s->cfg.max_clients - reserved_slots(s);
+
+	if (cluster)
+		return true;
+	if (s->ntenant >= room) {
+		CTR_ADD(s, conns_refused_reserved, 1);
+		memd_log_limited(&s->ll_refuse, LOG_WARNING,
+				 "ctl: refused peer=%s why=reserved "
+				 "tenants=%u max=%u reserved=%u",
+				 c->peer, s->ntenant, s->cfg.max_clients,
+				 reserved_slots(s));
+		snprintf(err, errlen,
+			 "too many clients: the last %u connections are "
+			 "kept for the pool's operators and donors",
+			 reserved_slots(s));
+		return false;
+	}
+	if (host_tenant_conns(s, c->host) >= s->cfg.max_clients_per_host) {
+		CTR_ADD(s, conns_refused_host, 1);
+		memd_log_limited(&s->ll_refuse, LOG_WARNING,
+				 "ctl: refused peer=%s why=per-host max=%u",
+				 c->peer, s->cfg.max_clients_per_host);
+		snprintf(err, errlen,
+			 "too many connections from %s (max_clients_per_host "
+			 "= %u)",
+			 c->host, s->cfg.max_clients_per_host);
+		return false;
+	}
+	return true;
+}
+
+/* c's handshake is done: it leaves the handshake queue. */
+static void conn_establish(struct memd_server *s, struct conn *c, bool cluster)
+{
+	hs_remove(s, c);
+	c->established = true;
+	c->cluster = cluster;
+	if (!cluster)
+		s->ntenant++;
+}
+
 static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 {
 	memd_log(LOG_INFO, "ctl: close peer=%s session=%" PRIx64 " why=%s",
 		 c->peer, c->session ? memd_session_id(c->session) : 0, why);
+	hs_remove(s, c);
+	if (c->established && !c->cluster)
+		s->ntenant--;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	if (c->donor_id && s->reg)
@@ -576,6 +708,17 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		send_error(s, c, req->seq, EBUSY, "memd is draining");
 		c->closing = true;
 		return;
+	}
+	if (s->mode == MODE_STANDALONE) {
+		char why[WIRE_MSG_MAX];
+
+		/* Standalone, HELLO is the whole handshake. */
+		if (!conn_may_establish(s, c, false, why, sizeof(why))) {
+			send_error(s, c, req->seq, EBUSY, "%s", why);
+			c->closing = true;
+			return;
+		}
+		conn_establish(s, c, false);
 	}
 	r = memd_session_open(s->lt, now_ms(), &c->session);
 	if (r) {
@@ -1034,6 +1177,20 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 	if (c->auth_fail) { /* cannot happen: the key was random */
 		auth_refuse(s, c, req->seq, c->auth_fail);
 		return;
+	}
+	{
+		bool cluster = c->role == WIRE_ROLE_ADMIN ||
+			       c->role == WIRE_ROLE_DONOR;
+		char why[WIRE_MSG_MAX];
+
+		if (!conn_may_establish(s, c, cluster, why, sizeof(why))) {
+			send_error(s, c, req->seq, EBUSY, "%s", why);
+			c->closing = true;
+			c->auth = AUTH_NONE;
+			c->role = 0;
+			return;
+		}
+		conn_establish(s, c, cluster);
 	}
 	c->auth = AUTH_DONE;
 	auth_session_key(c->key, c->principal, c->cnonce, c->snonce, c->skey);
@@ -1938,6 +2095,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		  (req->type >= WIRE_KV_RESERVE && req->type <= WIRE_DONORS);
 
 	CTR_ADD(s, frames_in, 1);
+	c->last_rx_ms = now_ms();
 	if (req->type != WIRE_HELLO && !c->session) {
 		send_error(s, c, req->seq, EPROTO, "%s before HELLO",
 			   wire_type_name(req->type));
@@ -2166,6 +2324,113 @@ static void conn_service(struct memd_server *s, struct conn *c)
 	}
 }
 
+/* Tells a connection we will not serve why (best effort: one error frame
+ * if the socket takes it now), and closes it. */
+static void refuse_fd(int fd, const char *why)
+{
+	struct wire_msg m;
+	uint8_t buf[WIRE_HDR_LEN + WIRE_MSG_MAX + 16];
+	ssize_t n;
+
+	wire_make_error(&m, 0, EBUSY, why);
+	n = wire_encode(&m, buf, sizeof(buf));
+	if (n > 0)
+		(void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+}
+
+/* Stops watching the listener for a while (TICK_MS: the loop's tick
+ * re-arms it), so an accept error that repeats cannot spin memd-ctl. */
+static void accept_pause(struct memd_server *s)
+{
+	struct epoll_event ev = { .events = 0, .data.ptr = &s->lfd };
+
+	if (s->accept_off)
+		return;
+	epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev);
+	s->accept_off = true;
+	s->accept_on_ms = now_ms() + TICK_MS;
+}
+
+static void accept_resume(struct memd_server *s)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &s->lfd };
+
+	if (!s->accept_off || now_ms() < s->accept_on_ms)
+		return;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev) == 0)
+		s->accept_off = false;
+	else
+		s->accept_on_ms = now_ms() + TICK_MS;
+}
+
+/*
+ * accept(2) failed with EMFILE or ENFILE: the pending connection stays in
+ * the backlog and the listener stays readable. Give up the reserve
+ * descriptor, take the connection, tell it and close it, take the reserve
+ * back. Returns true when a connection was shed (try the next one); false
+ * when that was impossible (the caller pauses the listener).
+ */
+static bool accept_shed(struct memd_server *s, int err)
+{
+	int fd;
+
+	if (s->reserve_fd < 0)
+		s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (s->reserve_fd < 0) {
+		memd_log_limited(
+			&s->ll_shed, LOG_ERR,
+			"ctl: out of file descriptors (%s), no reserve "
+			"left: pausing accept clients=%u",
+			strerror(err), s->nconns);
+		return false;
+	}
+	close(s->reserve_fd);
+	fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	refuse_fd(fd, "memd is out of file descriptors");
+	CTR_ADD(s, conns_shed, 1);
+	memd_log_limited(&s->ll_shed, LOG_ERR,
+			 "ctl: out of file descriptors (%s): shedding new "
+			 "connections clients=%u max_clients=%u; raise "
+			 "RLIMIT_NOFILE (LimitNOFILE=)",
+			 strerror(err), s->nconns, s->cfg.max_clients);
+	return true;
+}
+
+/*
+ * Closes the oldest connection still in its handshake, from host when
+ * host is not NULL, to admit a newer one. False when there is none.
+ */
+static bool displace_oldest(struct memd_server *s, const char *host)
+{
+	struct conn *v = s->hs_head;
+
+	while (v && host && strcmp(v->host, host))
+		v = v->hs_next;
+	if (!v)
+		return false;
+	CTR_ADD(s, conns_displaced, 1);
+	memd_log_limited(&s->ll_evict, LOG_NOTICE,
+			 "ctl: displaced peer=%s age_ms=%" PRIu64 " why=%s",
+			 v->peer, now_ms() - v->accepted_ms,
+			 host ? "max_clients_per_host" : "max_clients");
+	conn_close(s, v, "displaced in its handshake");
+	return true;
+}
+
+/* Connections in their handshake from host. */
+static uint32_t host_hs_conns(const struct memd_server *s, const char *host)
+{
+	uint32_t n = 0;
+
+	for (const struct conn *c = s->hs_head; c; c = c->hs_next)
+		n += !strcmp(c->host, host);
+	return n;
+}
+
 static void accept_all(struct memd_server *s)
 {
 	for (;;) {
@@ -2179,33 +2444,41 @@ static void accept_all(struct memd_server *s)
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK &&
-			    errno != EINTR)
-				memd_log(LOG_WARNING, "ctl: accept err=%s",
-					 strerror(errno));
+			int e = errno;
+
+			if (e == EAGAIN || e == EWOULDBLOCK)
+				return;
+			if (e == EINTR || e == ECONNABORTED)
+				continue;
+			if ((e == EMFILE || e == ENFILE) && accept_shed(s, e))
+				continue;
+			if (e != EMFILE && e != ENFILE)
+				memd_log_limited(&s->ll_accept, LOG_WARNING,
+						 "ctl: accept err=%s",
+						 strerror(e));
+			accept_pause(s);
 			return;
 		}
 		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host),
 			    port, sizeof(port),
 			    NI_NUMERICHOST | NI_NUMERICSERV);
+		/* One address never holds more than max_clients_per_host
+		 * connections in their handshake; the table is never so
+		 * full of handshakes that a new client cannot get in. */
+		if (!s->draining &&
+		    host_hs_conns(s, host) >= s->cfg.max_clients_per_host)
+			displace_oldest(s, host);
+		if (s->nconns >= s->cfg.max_clients && !s->draining)
+			displace_oldest(s, NULL);
 		if (s->nconns >= s->cfg.max_clients || s->draining) {
-			struct wire_msg m;
-			uint8_t buf[WIRE_HDR_LEN + WIRE_MSG_MAX + 16];
-			ssize_t n;
-
-			wire_make_error(&m, 0, EBUSY,
-					s->draining ? "memd is draining"
-						    : "too many clients");
-			n = wire_encode(&m, buf, sizeof(buf));
-			if (n > 0 && send(fd, buf, (size_t)n,
-					  MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-				memd_log(LOG_DEBUG, "ctl: refuse send err=%s",
-					 strerror(errno));
-			close(fd);
+			refuse_fd(fd, s->draining ? "memd is draining"
+						  : "too many clients");
 			CTR_ADD(s, conns_refused, 1);
-			memd_log(LOG_WARNING,
-				 "ctl: refused peer=%s:%s clients=%u max=%u",
-				 host, port, s->nconns, s->cfg.max_clients);
+			memd_log_limited(&s->ll_refuse, LOG_WARNING,
+					 "ctl: refused peer=%s:%s clients=%u "
+					 "max=%u",
+					 host, port, s->nconns,
+					 s->cfg.max_clients);
 			continue;
 		}
 		c = calloc(1, sizeof(*c));
@@ -2220,19 +2493,23 @@ static void accept_all(struct memd_server *s)
 			}
 			free(c);
 			close(fd);
-			memd_log(LOG_ERR, "ctl: out of memory for a client");
+			memd_log_limited(&s->ll_accept, LOG_ERR,
+					 "ctl: out of memory for a client");
 			continue;
 		}
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->rx_cap = RX_INITIAL;
 		c->reading = true;
+		c->accepted_ms = c->last_rx_ms = now_ms();
+		snprintf(c->host, sizeof(c->host), "%s", host);
 		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
 		ev.events = EPOLLIN | EPOLLRDHUP;
 		ev.data.ptr = c;
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			memd_log(LOG_ERR, "ctl: epoll add err=%s",
-				 strerror(errno));
+			memd_log_limited(&s->ll_accept, LOG_ERR,
+					 "ctl: epoll add err=%s",
+					 strerror(errno));
 			close(fd);
 			free(c->rx);
 			free(c->tx);
@@ -2244,8 +2521,50 @@ static void accept_all(struct memd_server *s)
 			s->conns->prev = c;
 		s->conns = c;
 		s->nconns++;
+		c->hs_prev = s->hs_tail;
+		if (s->hs_tail)
+			s->hs_tail->hs_next = c;
+		else
+			s->hs_head = c;
+		s->hs_tail = c;
 		CTR_ADD(s, conns_accepted, 1);
 		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
+	}
+}
+
+/*
+ * Closes connections past their deadline: handshake_timeout after accept
+ * for those still in their handshake (the queue is in accept order, so
+ * only its head needs looking at), idle_timeout after their last request
+ * for established ones (scanned once a second).
+ */
+static void conn_timers(struct memd_server *s)
+{
+	uint64_t now = now_ms();
+
+	while (s->hs_head &&
+	       now - s->hs_head->accepted_ms >= s->cfg.handshake_timeout_ms) {
+		struct conn *c = s->hs_head;
+
+		CTR_ADD(s, handshake_timeouts, 1);
+		memd_log_limited(&s->ll_timeout, LOG_NOTICE,
+				 "ctl: handshake timeout peer=%s after_ms=%u",
+				 c->peer, s->cfg.handshake_timeout_ms);
+		conn_close(s, c, "handshake timeout");
+	}
+	if (!s->cfg.idle_timeout_ms || now < s->idle_scan_ms)
+		return;
+	s->idle_scan_ms = now + 1000;
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (!c->established ||
+		    now - c->last_rx_ms < s->cfg.idle_timeout_ms)
+			continue;
+		CTR_ADD(s, idle_timeouts, 1);
+		memd_log_limited(&s->ll_timeout, LOG_NOTICE,
+				 "ctl: idle timeout peer=%s after_ms=%u",
+				 c->peer, s->cfg.idle_timeout_ms);
+		conn_close(s, c, "idle timeout");
 	}
 }
 
@@ -2270,6 +2589,47 @@ static void expire_sessions(struct memd_server *s)
 			conn_close(s, c, "session expired");
 		}
 	}
+}
+
+/*
+ * Every client may cost two descriptors (its control connection and, with
+ * the tcp provider, its fabric connection), plus those memd keeps for
+ * itself. Raises the soft RLIMIT_NOFILE toward the hard limit to fit
+ * max_clients, and says so clearly when it cannot: past the limit
+ * connections are shed at accept (accept_shed), never spun on.
+ */
+#define NOFILE_PER_CLIENT 2
+#define NOFILE_OWN 128
+static void check_nofile(struct memd_server *s)
+{
+	rlim_t want =
+		(rlim_t)s->cfg.max_clients * NOFILE_PER_CLIENT + NOFILE_OWN;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+		struct rlimit up = rl;
+
+		up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want
+				      ? want
+				      : rl.rlim_max;
+		if (up.rlim_cur > rl.rlim_cur && !setrlimit(RLIMIT_NOFILE, &up))
+			rl = up;
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want)
+		memd_log(LOG_WARNING,
+			 "memd: max_clients=%u wants %llu file descriptors but "
+			 "RLIMIT_NOFILE allows %llu (hard limit %llu): past "
+			 "them new connections are shed; raise LimitNOFILE= "
+			 "or ulimit -n, or lower max_clients",
+			 s->cfg.max_clients, (unsigned long long)want,
+			 (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)rl.rlim_max);
+	else
+		memd_log(LOG_DEBUG, "memd: nofile limit=%llu want=%llu",
+			 (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)want);
 }
 
 static void reload_note(void *arg, const char *key, const char *old_value,
@@ -2312,6 +2672,7 @@ static void reload(struct memd_server *s)
 		return;
 	}
 	n = memd_config_reload(&s->cfg, &next, reload_note, s);
+	check_nofile(s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
 	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
@@ -2970,7 +3331,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	s->rebuild = rebuild;
 	s->rebuild_arg = rebuild_arg;
 	s->topo = topo;
-	s->lfd = s->epfd = s->sigfd = -1;
+	s->lfd = s->epfd = s->sigfd = s->reserve_fd = -1;
 	s->start_ms = now_ms();
 	s->epoch = random_key();
 	s->narenas = narenas;
@@ -3043,6 +3404,9 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		snprintf(err, errlen, "epoll/signalfd: %s", strerror(errno));
 		goto fail;
 	}
+	/* the descriptor accept_shed gives up to refuse a client cleanly */
+	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	check_nofile(s);
 	ev.events = EPOLLIN;
 	ev.data.ptr = &s->lfd;
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev);
@@ -3118,6 +3482,7 @@ int memd_server_run(struct memd_server *s)
 	pthread_setname_np(pthread_self(), "memd-ctl");
 	while (!s->draining) {
 		int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
+		bool listener = false;
 
 		if (n < 0 && errno != EINTR) {
 			memd_log(LOG_ERR, "ctl: epoll_wait err=%s",
@@ -3128,7 +3493,9 @@ int memd_server_run(struct memd_server *s)
 			void *p = evs[i].data.ptr;
 
 			if (p == &s->lfd) {
-				accept_all(s);
+				/* after this batch: accepting may close
+				 * connections that have events in it */
+				listener = true;
 			} else if (p == &s->sigfd) {
 				struct signalfd_siginfo si;
 
@@ -3159,16 +3526,29 @@ int memd_server_run(struct memd_server *s)
 					conn_close(s, c, strerror(-r));
 					continue;
 				}
-				if (r == 1) {
-					/* Serve what came before the close
-					 * (a last BYE), then let go. */
+				if (r == 1 ||
+				    (evs[i].events &
+				     (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+					/* The peer sends nothing more: serve
+					 * what came before (a last BYE) as far
+					 * as the socket takes the replies now,
+					 * then let go. Even when rx is full
+					 * and EOF is still unread behind it:
+					 * waiting for a peer that may never
+					 * read would keep the level-triggered
+					 * RDHUP firing on every pass. */
 					conn_process(s, c);
+					(void)conn_flush(c);
 					conn_close(s, c, "peer closed");
 					continue;
 				}
 				conn_service(s, c);
 			}
 		}
+		if (listener)
+			accept_all(s);
+		accept_resume(s);
+		conn_timers(s);
 		kv_renew(s);
 		expire_sessions(s);
 		memd_kv_expire(s->kv, now_ms());
@@ -3224,6 +3604,8 @@ void memd_server_destroy(struct memd_server *s)
 		close(s->epfd);
 	if (s->lfd >= 0)
 		close(s->lfd);
+	if (s->reserve_fd >= 0)
+		close(s->reserve_fd);
 	pthread_cond_destroy(&s->rcond);
 	pthread_cond_destroy(&s->fence_cond);
 	pthread_mutex_destroy(&s->rlock);

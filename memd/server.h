@@ -31,6 +31,17 @@ struct place_topo;
 #define MEMD_COUNTERS(X)                                                       \
 	X(conns_accepted, "control connections accepted")                      \
 	X(conns_refused, "connections refused over max_clients or draining")   \
+	X(conns_refused_host, "connections refused over max_clients_per_host") \
+	X(conns_refused_reserved,                                              \
+	  "tenant connections refused to keep reserved_clients for the pool")  \
+	X(conns_shed,                                                          \
+	  "connections closed at accept, memd being out of file descriptors")  \
+	X(conns_displaced,                                                     \
+	  "connections closed in their handshake to admit a newer one")        \
+	X(handshake_timeouts, "connections closed without HELLO and AUTH "     \
+			      "within handshake_timeout")                      \
+	X(idle_timeouts,                                                       \
+	  "connections closed after idle_timeout without a request")           \
 	X(frames_in, "control frames decoded")                                 \
 	X(frames_rejected, "malformed or oversized frames")                    \
 	X(sessions_opened, "sessions opened")                                  \

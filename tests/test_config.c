@@ -96,6 +96,10 @@ static void assert_config_eq(const struct memd_config *a,
 	ck_assert_uint_eq(a->lease_grace_ms, b->lease_grace_ms);
 	ck_assert_uint_eq(a->quiesce_ms, b->quiesce_ms);
 	ck_assert_uint_eq(a->max_clients, b->max_clients);
+	ck_assert_uint_eq(a->max_clients_per_host, b->max_clients_per_host);
+	ck_assert_uint_eq(a->reserved_clients, b->reserved_clients);
+	ck_assert_uint_eq(a->handshake_timeout_ms, b->handshake_timeout_ms);
+	ck_assert_uint_eq(a->idle_timeout_ms, b->idle_timeout_ms);
 	ck_assert_int_eq(a->log_level, b->log_level);
 	ck_assert_uint_eq(a->kv_share, b->kv_share);
 	ck_assert_uint_eq(a->kv_lease_ms, b->kv_lease_ms);
@@ -127,6 +131,10 @@ static void config_nondefault(struct memd_config *c)
 	c->lease_grace_ms = 250;
 	c->quiesce_ms = 0;
 	c->max_clients = 77;
+	c->max_clients_per_host = 9;
+	c->reserved_clients = 3;
+	c->handshake_timeout_ms = 1500;
+	c->idle_timeout_ms = 0;
 	c->log_level = LOG_DEBUG;
 	c->kv_share = 25;
 	c->kv_lease_ms = 500;
@@ -170,6 +178,10 @@ START_TEST(defaults_exact_and_valid)
 	ck_assert_uint_eq(c.lease_grace_ms, 2000);
 	ck_assert_uint_eq(c.quiesce_ms, 100);
 	ck_assert_uint_eq(c.max_clients, 1024);
+	ck_assert_uint_eq(c.max_clients_per_host, 256);
+	ck_assert_uint_eq(c.reserved_clients, 32);
+	ck_assert_uint_eq(c.handshake_timeout_ms, 5000);
+	ck_assert_uint_eq(c.idle_timeout_ms, 300000);
 	ck_assert_int_eq(c.log_level, LOG_INFO);
 	ck_assert_uint_eq(c.kv_share, 50);
 	ck_assert_uint_eq(c.kv_lease_ms, 2000);
@@ -443,6 +455,14 @@ static const struct good_case good_cases[] = {
 	GN("max_clients", "1", F_U32, max_clients, 1),
 	GN("max_clients", "0001024", F_U32, max_clients, 1024),
 	GN("max_clients", "65536", F_U32, max_clients, 65536),
+	GN("max_clients_per_host", "1", F_U32, max_clients_per_host, 1),
+	GN("max-clients-per-host", "65536", F_U32, max_clients_per_host, 65536),
+	GN("reserved_clients", "0", F_U32, reserved_clients, 0),
+	GN("reserved_clients", "64", F_U32, reserved_clients, 64),
+	GN("handshake_timeout", "100ms", F_U32, handshake_timeout_ms, 100),
+	GN("handshake_timeout", "10m", F_U32, handshake_timeout_ms, 600000),
+	GN("idle_timeout", "0", F_U32, idle_timeout_ms, 0),
+	GN("idle_timeout", "1h", F_U32, idle_timeout_ms, 3600000),
 	GN("log_level", "err", F_INT, log_level, LOG_ERR),
 	GN("log_level", "warning", F_INT, log_level, LOG_WARNING),
 	GN("log_level", "notice", F_INT, log_level, LOG_NOTICE),
@@ -615,6 +635,11 @@ static const struct bad_case bad_cases[] = {
 	{ "max_clients", "", "not a whole number" },
 	{ "max_clients", "-1", "not a whole number" },
 	{ "max_clients", "1.0", "not a whole number" },
+	{ "max_clients_per_host", "0", "out of range" },
+	{ "reserved_clients", "65537", "out of range" },
+	{ "handshake_timeout", "99ms", "out of range" },
+	{ "handshake_timeout", "11m", "out of range" },
+	{ "idle_timeout", "25h", "out of range" },
 	{ "log_level", "crit", "not a choice" },
 	{ "log_level", "INFO", "not a choice" },
 	{ "log_level", "warn", "not a choice" },
@@ -760,6 +785,17 @@ START_TEST(validate_cross_keys)
 	ck_assert_str_eq(err, "key 'lease_grace': 10s must be less than "
 			      "lease_ttl = 10s");
 	c.lease_grace_ms = 9999;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	/* clients that only heartbeat are never idle past idle_timeout */
+	c.idle_timeout_ms = c.lease_ttl_ms;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'idle_timeout': 10s must be 0 or longer "
+			      "than lease_ttl and report_interval (10s), or "
+			      "memd would close clients that only heartbeat");
+	c.idle_timeout_ms = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	c.idle_timeout_ms = 10001;
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
 
 	/* a spill directory and its size cap come together */
@@ -936,6 +972,10 @@ START_TEST(load_full_file)
 		"lease_grace = 250\n"
 		"quiesce = 0\n"
 		"max_clients = 77\n"
+		"max_clients_per_host = 9\n"
+		"reserved_clients = 3\n"
+		"handshake_timeout = 1500ms\n"
+		"idle_timeout = 0\n"
 		"log_level = debug\n"
 		"registry = [fd00::1]:7471\n"
 		"cluster_secret_file = /etc/tidepool/cluster.secret\n"
@@ -1313,7 +1353,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 25);
+	ck_assert_int_eq(keys, 29);
 	free(text);
 }
 END_TEST
@@ -1520,7 +1560,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 25);
+	ck_assert_int_eq(keys, 29);
 	free(text);
 	free(man);
 }

@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_memd_hostile.c - memd's control port under hostile
+ * connections (docs/reliability.md): more idle connections than
+ * max_clients from one address and from many, tenants that hold every
+ * slot, a full descriptor table, a half-closed client that never reads.
+ * Legitimate clients, operators (poolctl as @admin) and donors must still
+ * get in within the deadline, and memd must not spin.
+ *
+ * CPU use is a resource assertion, not a speed one: memd's utime + stime
+ * from /proc/PID/stat over about a second of a quiet attack must stay
+ * under half a core (a busy loop takes all of one).
+ */
+#include <check.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/auth.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+#define TMO 5000
+#define NIDLE 40
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint16_t port_of(const char *addr)
+{
+	return (uint16_t)atoi(strrchr(addr, ':') + 1);
+}
+
+/* A TCP connection to memd at addr from local address 127.0.0.<from>
+ * (all of 127/8 is loopback), sending nothing. rcvbuf > 0 sets
+ * SO_RCVBUF first. */
+static int idle_connect(const char *addr, int from, int rcvbuf)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in me = { .sin_family = AF_INET };
+	char ip[32];
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	if (rcvbuf > 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	snprintf(ip, sizeof(ip), "127.0.0.%d", from);
+	inet_pton(AF_INET, ip, &me.sin_addr);
+	ck_assert_msg(bind(fd, (struct sockaddr *)&me, sizeof(me)) == 0,
+		      "bind %s: %s", ip, strerror(errno));
+	sa.sin_port = htons(port_of(addr));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	ck_assert_msg(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+		      "connect from %s: %s", ip, strerror(errno));
+	return fd;
+}
+
+/* True when memd has closed fd (EOF, reset, or an error frame then EOF)
+ * within timeout_ms; reads and drops what arrives. */
+static bool closed_within(int fd, int timeout_ms)
+{
+	uint64_t end = mono_ms() + (uint64_t)timeout_ms;
+	uint8_t b[4096];
+
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int64_t left = (int64_t)(end - mono_ms());
+		ssize_t n;
+
+		if (poll(&pf, 1, left > 0 ? (int)left : 0) <= 0)
+			return false;
+		n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return true;
+	}
+}
+
+/* memd's utime + stime in ms (/proc/PID/stat fields 14 and 15). */
+static uint64_t cpu_ms(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	p = strrchr(buf, ')'); /* the command name may hold blanks */
+	ck_assert_ptr_nonnull(p);
+	ck_assert_int_eq(sscanf(p + 2,
+				"%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+				"%lu %lu",
+				&ut, &st),
+			 2);
+	return (uint64_t)(ut + st) * 1000 / (uint64_t)sysconf(_SC_CLK_TCK);
+}
+
+/* Percent of one core memd used over the next ms milliseconds. */
+static unsigned cpu_percent_over(pid_t pid, long ms)
+{
+	uint64_t c0 = cpu_ms(pid), t0 = mono_ms(), c1, t1;
+
+	sleep_ms(ms);
+	c1 = cpu_ms(pid);
+	t1 = mono_ms();
+	return (unsigned)((c1 - c0) * 100 / (t1 - t0 ? t1 - t0 : 1));
+}
+
+static size_t log_lines(const struct tu_memd *m)
+{
+	char path[256], buf[65536];
+	size_t n = 0, k;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while ((k = fread(buf, 1, sizeof(buf), f)) > 0)
+		for (size_t i = 0; i < k; i++)
+			n += buf[i] == '\n';
+	fclose(f);
+	return n;
+}
+
+/* A session with HELLO done on a raw socket from 127.0.0.<from> (rcvbuf
+ * as for idle_connect): returns the reply's type and, for ERROR, its
+ * errno in *err. */
+static int raw_hello(const char *addr, int from, int rcvbuf, int *fdp, int *err)
+{
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 }, rep;
+	int fd = idle_connect(addr, from, rcvbuf);
+	size_t have = 0;
+	ssize_t n;
+
+	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_PROTO_MAX;
+	n = wire_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(send(fd, buf, (size_t)n, MSG_NOSIGNAL), n);
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		ssize_t fl = wire_frame_len(buf, have);
+
+		if (fl > 0 && have >= (size_t)fl)
+			break;
+		ck_assert_int_eq(poll(&pf, 1, 10000), 1);
+		n = recv(fd, buf + have, sizeof(buf) - have, 0);
+		ck_assert_int_gt(n, 0);
+		have += (size_t)n;
+	}
+	ck_assert_int_gt(wire_decode(buf, have, &rep), 0);
+	*err = rep.type == WIRE_ERROR ? rep.u.error.err : 0;
+	*fdp = fd;
+	return rep.type;
+}
+
+/* A libpool client connects, writes and reads back one page. */
+static void assert_serving(const struct tu_memd *m)
+{
+	struct pool *p = tu_pool_connect(m);
+	struct pool_region *r;
+
+	ck_assert_int_eq(pool_alloc(p, 4096, &r), 0);
+	tu_pool_write_read_check(p, r, 0, 4096, 17);
+	pool_close(p);
+}
+
+/*
+ * More idle connections than max_clients from one address: at most
+ * max_clients_per_host of them stay (the rest are displaced, oldest
+ * first), a client gets in at once, and the idle ones are closed after
+ * handshake_timeout.
+ */
+START_TEST(idle_flood_from_one_address)
+{
+	struct tu_memd m;
+	int fds[NIDLE], closed = 0;
+
+	tu_memd_start_ok(&m, "max_clients = 16\nmax_clients_per_host = 4\n"
+			     "handshake_timeout = 2s\n");
+	for (int i = 0; i < NIDLE; i++)
+		fds[i] = idle_connect(m.addr, 1, 0);
+	sleep_ms(300);
+	assert_serving(&m);
+	for (int i = 0; i < NIDLE; i++)
+		closed += closed_within(fds[i], 0);
+	ck_assert_msg(closed >= NIDLE - 4,
+		      "only %d of %d idle connections were let go", closed,
+		      NIDLE);
+	/* the ones left are closed at the handshake deadline */
+	for (int i = 0; i < NIDLE; i++) {
+		ck_assert_msg(closed_within(fds[i], 10000),
+			      "idle connection %d still open", i);
+		close(fds[i]);
+	}
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* The same from NIDLE addresses (127.0.0.2 ...), each under its cap. */
+START_TEST(idle_flood_from_many_addresses)
+{
+	struct tu_memd m;
+	int fds[NIDLE];
+
+	tu_memd_start_ok(&m, "max_clients = 16\nhandshake_timeout = 2s\n");
+	for (int i = 0; i < NIDLE; i++)
+		fds[i] = idle_connect(m.addr, 2 + i, 0);
+	sleep_ms(300);
+	assert_serving(&m);
+	for (int i = 0; i < NIDLE; i++) {
+		ck_assert_msg(closed_within(fds[i], 10000),
+			      "idle connection %d still open", i);
+		close(fds[i]);
+	}
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* Established sessions count against max_clients_per_host too; another
+ * address is not affected. */
+START_TEST(established_sessions_per_host_capped)
+{
+	struct tu_memd m;
+	int fds[5], other, err;
+
+	tu_memd_start_ok(&m, "max_clients = 16\nmax_clients_per_host = 4\n");
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(raw_hello(m.addr, 1, 0, &fds[i], &err),
+				 WIRE_HELLO_OK);
+	ck_assert_int_eq(raw_hello(m.addr, 1, 0, &fds[4], &err), WIRE_ERROR);
+	ck_assert_int_eq(err, EBUSY);
+	ck_assert(closed_within(fds[4], 10000));
+	ck_assert_int_eq(raw_hello(m.addr, 7, 0, &other, &err), WIRE_HELLO_OK);
+	for (int i = 0; i < 5; i++)
+		close(fds[i]);
+	close(other);
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* --- a pool: tenants and strangers never lock out operators ----------- */
+
+static void tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
+{
+	uint8_t secret[AUTH_SECRET_MAX];
+	char err[256];
+	int n = auth_read_secret_file(path, secret, err, sizeof(err));
+
+	ck_assert_msg(n > 0, "%s", err);
+	auth_tenant_key(secret, (size_t)n, key);
+}
+
+/* A tenant session at addr: 0 or the handshake's -errno. */
+static int tenant_connect(const char *addr, const uint8_t key[AUTH_KEY_LEN],
+			  struct rpc **out)
+{
+	uint8_t skey[AUTH_KEY_LEN];
+	char err[256];
+	int r = rpc_connect(addr, TMO, out, NULL, 0);
+
+	if (r)
+		return r;
+	r = rpc_handshake(*out, "hostile", 2, "t", key, WIRE_ROLE_TENANT, TMO,
+			  NULL, NULL, skey, err, sizeof(err));
+	if (r) {
+		rpc_close(*out);
+		*out = NULL;
+	}
+	return r;
+}
+
+static int wait_donor_up(const char *reg, const char *cluster, const char *name)
+{
+	char out[8192], want[96];
+
+	snprintf(want, sizeof(want), "\"%s\"", name);
+	for (int i = 0; i < 750; i++) {
+		if (!tu_admin(reg, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, want) && strstr(out, "\"up\""))
+			return 0;
+		sleep_ms(20);
+	}
+	return -ETIMEDOUT;
+}
+
+/* poolctl -a addr -s cluster tenants; its exit status. */
+static int run_poolctl(const char *addr, const char *cluster)
+{
+	const char *bin = getenv("TP_POOLCTL");
+	pid_t pid;
+	int st;
+
+	ck_assert_msg(bin && *bin, "TP_POOLCTL is not set");
+	pid = fork();
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+
+		dup2(devnull, 1);
+		execl(bin, bin, "-a", addr, "-s", cluster, "tenants",
+		      (char *)NULL);
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(operators_and_donors_get_in)
+{
+	struct tu_memd reg, don;
+	struct rpc *t[16] = { 0 }, *extra = NULL;
+	char dir[64], cluster[256], sec[256], state[300], a1[300], a2[400],
+		a3[300];
+	const char *rargs[] = {
+		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
+		"--set", "donor_name=r0", "--donate", "64M", NULL
+	};
+	const char *dargs[] = { "--set",    a3,	     "--set",
+				a1,	    "--set", "donor_name=d1",
+				"--donate", "64M",   NULL };
+	uint8_t key[AUTH_KEY_LEN];
+	int fds[NIDLE], ntenant = 0, r;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	/* 16 slots, 4 kept for operators and donors: tenants get 12. */
+	ck_assert_int_eq(tu_memd_start_args(&reg,
+					    "max_clients = 16\n"
+					    "reserved_clients = 4\n",
+					    rargs),
+			 0);
+	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "t", sec, 1ull << 30),
+			 0);
+	tenant_key(sec, key);
+
+	/* A tenant takes every slot it may have. */
+	while (ntenant < 16 && tenant_connect(reg.addr, key, &t[ntenant]) == 0)
+		ntenant++;
+	ck_assert_msg(ntenant == 12, "tenants hold %d connections, want 12",
+		      ntenant);
+	/* Strangers fill the rest with idle connections, from many
+	 * addresses. */
+	for (int i = 0; i < NIDLE; i++)
+		fds[i] = idle_connect(reg.addr, 2 + i % 8, 0);
+	sleep_ms(300);
+
+	/* The operator, with the real poolctl, and a new donor. */
+	ck_assert_int_eq(run_poolctl(reg.addr, cluster), 0);
+	snprintf(a3, sizeof(a3), "registry=%s", reg.addr);
+	ck_assert_int_eq(tu_memd_start_args(&don, NULL, dargs), 0);
+	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "d1"), 0);
+
+	/* A tenant connection given up is a slot for the next tenant. */
+	rpc_close(t[0]);
+	t[0] = NULL;
+	for (int i = 0; i < 100; i++) {
+		r = tenant_connect(reg.addr, key, &extra);
+		if (!r)
+			break;
+		sleep_ms(50);
+	}
+	ck_assert_msg(r == 0, "tenant: %s", strerror(-r));
+	rpc_close(extra);
+
+	for (int i = 0; i < NIDLE; i++)
+		close(fds[i]);
+	for (int i = 0; i < 16; i++)
+		rpc_close(t[i]);
+	tu_memd_stop_ok(&don);
+	tu_memd_stop_ok(&reg);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
+/* --- descriptors and half-closed peers --------------------------------- */
+
+static int count_fds(pid_t pid)
+{
+	char path[64], cmd[128];
+	FILE *f;
+	int n = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	snprintf(cmd, sizeof(cmd), "ls %s | wc -l", path);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%d", &n), 1);
+	pclose(f);
+	return n;
+}
+
+/*
+ * memd out of descriptors (RLIMIT_NOFILE lowered under it) with 80
+ * clients waiting in the backlog: it sheds them, never spins or floods
+ * its log, and serves again once descriptors are back.
+ */
+START_TEST(out_of_descriptors_does_not_spin)
+{
+	struct tu_memd m;
+	struct rlimit old, low;
+	int fds[80];
+	unsigned pct;
+	size_t lines0, lines1;
+
+	tu_memd_start_ok(&m, NULL);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)count_fds(m.pid) + 4;
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	for (int i = 0; i < 80; i++)
+		fds[i] = idle_connect(m.addr, 1, 0);
+	sleep_ms(300);
+	lines0 = log_lines(&m);
+	pct = cpu_percent_over(m.pid, 1000);
+	lines1 = log_lines(&m);
+	ck_assert_msg(pct < 50, "memd used %u%% of a core out of descriptors",
+		      pct);
+	ck_assert_msg(lines1 - lines0 < 200, "memd logged %zu lines in 1 s",
+		      lines1 - lines0);
+	for (int i = 0; i < 80; i++)
+		close(fds[i]);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * A client with a small receive buffer pipelines STATUS requests without
+ * reading the replies, then shuts down its sending side. memd must drop
+ * it, not spin on its level-triggered RDHUP.
+ */
+START_TEST(half_closed_nonreader_dropped)
+{
+	static uint8_t frame[256];
+	struct tu_memd m;
+	struct wire_msg st = { .type = WIRE_STATUS };
+	struct pollfd pf;
+	int fd, err, sndbuf = 1 << 20;
+	size_t sent = 0;
+	unsigned pct;
+	ssize_t n;
+
+	tu_memd_start_ok(&m, NULL);
+	ck_assert_int_eq(raw_hello(m.addr, 1, 4096, &fd, &err), WIRE_HELLO_OK);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	n = wire_encode(&st, frame, sizeof(frame));
+	ck_assert_int_gt(n, 0);
+	/* ~640 KiB of STATUS, as far as the sockets take it */
+	for (uint32_t seq = 2; sent < (640u << 10); seq++) {
+		ssize_t k;
+
+		st.seq = seq;
+		n = wire_encode(&st, frame, sizeof(frame));
+		k = send(fd, frame, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			pf = (struct pollfd){ .fd = fd, .events = POLLOUT };
+			if (poll(&pf, 1, 500) <= 0)
+				break; /* memd stopped reading: full */
+			continue;
+		}
+		ck_assert_int_eq(k, n);
+		sent += (size_t)k;
+	}
+	ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
+	sleep_ms(200);
+	pct = cpu_percent_over(m.pid, 1000);
+	ck_assert_msg(pct < 50,
+		      "memd used %u%% of a core on a half-closed "
+		      "client",
+		      pct);
+	/* memd closed it: a FIN or a reset, seen without reading */
+	pf = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+	ck_assert_msg(poll(&pf, 1, 10000) == 1 &&
+			      (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)),
+		      "memd kept the half-closed connection (sent %zu bytes)",
+		      sent);
+	close(fd);
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("memd_hostile");
+	TCase *tc = tcase_create("hostile");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+	signal(SIGPIPE, SIG_IGN);
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, idle_flood_from_one_address);
+	tcase_add_test(tc, idle_flood_from_many_addresses);
+	tcase_add_test(tc, established_sessions_per_host_capped);
+	tcase_add_test(tc, operators_and_donors_get_in);
+	tcase_add_test(tc, out_of_descriptors_does_not_spin);
+	tcase_add_test(tc, half_closed_nonreader_dropped);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
