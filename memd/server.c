@@ -225,7 +225,7 @@ struct memd_server {
 	uint64_t accept_on_ms;
 	uint64_t idle_scan_ms; /* next scan for idle connections */
 	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
-		ll_timeout;
+		ll_timeout, ll_auth, ll_frame;
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
@@ -604,8 +604,12 @@ static void conn_establish(struct memd_server *s, struct conn *c, bool cluster)
 
 static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 {
-	memd_log(LOG_INFO, "ctl: close peer=%s session=%" PRIx64 " why=%s",
-		 c->peer, c->session ? memd_session_id(c->session) : 0, why);
+	/* A connection that never finished its handshake is noise an
+	 * attacker controls: its close is a debug line (the reason, where
+	 * it matters, was logged rate-limited). */
+	memd_log(c->established ? LOG_INFO : LOG_DEBUG,
+		 "ctl: close peer=%s session=%" PRIx64 " why=%s", c->peer,
+		 c->session ? memd_session_id(c->session) : 0, why);
 	hs_remove(s, c);
 	if (c->established && !c->cluster)
 		s->ntenant--;
@@ -1146,8 +1150,9 @@ static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
 			const char *why)
 {
 	CTR_ADD(s, auth_failures, 1);
-	memd_log(LOG_WARNING, "auth: refused peer=%s principal=%s why=%s",
-		 c->peer, c->principal, why);
+	memd_log_limited(&s->ll_auth, LOG_WARNING,
+			 "auth: refused peer=%s principal=%s why=%s", c->peer,
+			 c->principal, why);
 	send_error(s, c, seq, EACCES, "authentication failed");
 	c->closing = true;
 	c->auth = AUTH_NONE;
@@ -2120,8 +2125,9 @@ static void handle(struct memd_server *s, struct conn *c,
 	    req->type != WIRE_HELLO && req->type != WIRE_AUTH &&
 	    req->type != WIRE_AUTH_PROOF) {
 		CTR_ADD(s, auth_failures, 1);
-		memd_log(LOG_NOTICE, "auth: %s before authentication peer=%s",
-			 wire_type_name(req->type), c->peer);
+		memd_log_limited(&s->ll_auth, LOG_NOTICE,
+				 "auth: %s before authentication peer=%s",
+				 wire_type_name(req->type), c->peer);
 		send_error(s, c, req->seq, EACCES,
 			   "%s before authentication: this memd is part of a "
 			   "pool; authenticate first (tenant and secret)",
@@ -2216,8 +2222,9 @@ static void conn_process(struct memd_server *s, struct conn *c)
 			break;
 		if (n < 0) {
 			CTR_ADD(s, frames_rejected, 1);
-			memd_log(LOG_NOTICE, "ctl: bad frame peer=%s err=%s",
-				 c->peer, strerror((int)-n));
+			memd_log_limited(&s->ll_frame, LOG_NOTICE,
+					 "ctl: bad frame peer=%s err=%s",
+					 c->peer, strerror((int)-n));
 			if (n == -EMSGSIZE)
 				send_error(s, c, 0, EMSGSIZE,
 					   "frame longer than %u bytes",
