@@ -274,6 +274,27 @@ START_TEST(established_sessions_per_host_capped)
 }
 END_TEST
 
+/* A session that stalls mid-frame after HELLO holds no lease, so it
+ * never expires; idle_timeout drops it. */
+START_TEST(stalled_session_dropped_when_idle)
+{
+	static const uint8_t half[8] = { 'T', 'D', 'P', 'L', 1, WIRE_STATUS };
+	struct tu_memd m;
+	int fd, err;
+
+	tu_memd_start_ok(&m, "lease_ttl = 1s\nlease_grace = 200ms\n"
+			     "idle_timeout = 2s\n");
+	ck_assert_int_eq(raw_hello(m.addr, 1, 0, &fd, &err), WIRE_HELLO_OK);
+	ck_assert_int_eq(send(fd, half, sizeof(half), MSG_NOSIGNAL),
+			 sizeof(half));
+	assert_serving(&m);
+	ck_assert_msg(closed_within(fd, 15000),
+		      "the stalled session is still open");
+	close(fd);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /* --- a pool: tenants and strangers never lock out operators ----------- */
 
 static void tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
@@ -589,6 +610,7 @@ int main(void)
 	tcase_add_test(tc, idle_flood_from_one_address);
 	tcase_add_test(tc, idle_flood_from_many_addresses);
 	tcase_add_test(tc, established_sessions_per_host_capped);
+	tcase_add_test(tc, stalled_session_dropped_when_idle);
 	tcase_add_test(tc, operators_and_donors_get_in);
 	tcase_add_test(tc, out_of_descriptors_does_not_spin);
 	tcase_add_test(tc, half_closed_nonreader_dropped);
