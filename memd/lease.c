@@ -371,18 +371,22 @@ int memd_lease_grant_in(struct memd_lease_table *t, struct memd_session *s,
 }
 
 int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
-		       uint32_t slab, uint32_t generation, uint64_t now_ms)
+		       uint32_t slab, uint32_t generation, uint64_t now_ms,
+		       void (*revoked)(uint32_t, void *), void *arg)
 {
 	int ret = 0;
 
 	pthread_mutex_lock(&t->lock);
 	if (slab >= t->nslabs || t->slab[slab].state != MEMD_SLAB_LEASED ||
-	    t->slab[slab].generation != generation)
+	    t->slab[slab].generation != generation) {
 		ret = -ESTALE;
-	else if (t->slab[slab].owner != s)
+	} else if (t->slab[slab].owner != s) {
 		ret = -EPERM;
-	else
+	} else {
+		if (revoked)
+			revoked(slab, arg);
 		do_revoke_locked(t, slab, now_ms);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return ret;
 }

@@ -106,11 +106,16 @@ int memd_lease_grant_in(struct memd_lease_table *t, struct memd_session *s,
 			uint32_t *generation);
 /*
  * Ends the lease (slab, generation) held by s; the slab goes RECLAIMING.
- * Returns 0, or -ESTALE (no such live lease: wrong generation, not leased,
- * slab out of range), -EPERM (leased by another session).
+ * revoked(slab, arg) (may be NULL) runs first, under the lock, as for the
+ * other revocations: the registration is closed before the reclaimer can
+ * see the slab, so no late write through the old key can land after the
+ * zeroing (and be leased to the next tenant). Returns 0, or -ESTALE (no
+ * such live lease: wrong generation, not leased, slab out of range),
+ * -EPERM (leased by another session); revoked does not run then.
  */
 int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
-		       uint32_t slab, uint32_t generation, uint64_t now_ms);
+		       uint32_t slab, uint32_t generation, uint64_t now_ms,
+		       void (*revoked)(uint32_t, void *), void *arg);
 /*
  * Expires every session whose time is up (client gone or silent): its
  * leases go RECLAIMING and revoked() runs for each (under the lock; it

@@ -800,7 +800,7 @@ static int grant_one(struct memd_server *s, struct memd_session *ses, int group,
 	if (r) {
 		memd_log(LOG_ERR, "fabric: register slab=%u err=%s", slab,
 			 strerror(-r));
-		memd_lease_release(s->lt, ses, slab, gen, now_ms());
+		memd_lease_release(s->lt, ses, slab, gen, now_ms(), NULL, NULL);
 		return r;
 	}
 	s->mr[slab] = mr;
@@ -920,9 +920,9 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 		for (uint32_t j = 0; j < i; j++) {
 			struct wire_lease *l = &rep->u.lease_ok.lease[j];
 
-			revoke_mr(l->slab, s);
 			memd_lease_release(s->lt, c->session, l->slab,
-					   l->generation, now_ms());
+					   l->generation, now_ms(), revoke_mr,
+					   s);
 		}
 		reclaim_kick(s);
 		CTR_ADD(s, leases_refused, 1);
@@ -972,14 +972,14 @@ static void do_release(struct memd_server *s, struct conn *c,
 
 	for (uint32_t i = 0; i < rel->count; i++) {
 		const struct wire_lease_ref *ref = &rel->ref[i];
-		struct fab_mr *mr;
 		int r;
 
 		if (ref->epoch != s->epoch || ref->slab >= s->nslabs)
 			continue;
-		mr = s->mr[ref->slab];
+		/* the key stops working (revoke_mr) before the slab is
+		 * queued for zeroing, as on every other revocation */
 		r = memd_lease_release(s->lt, c->session, ref->slab,
-				       ref->generation, now_ms());
+				       ref->generation, now_ms(), revoke_mr, s);
 		if (r == -EPERM) {
 			foreign++;
 			memd_log(LOG_WARNING,
@@ -991,10 +991,6 @@ static void do_release(struct memd_server *s, struct conn *c,
 		}
 		if (r)
 			continue; /* already gone: what was asked */
-		/* Released by its owner: the key stops working now. */
-		s->mr[ref->slab] = NULL;
-		s->key[ref->slab] = 0;
-		fab_mr_close(mr);
 		CTR_ADD(s, leases_released, 1);
 		released++;
 	}
@@ -1737,7 +1733,8 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	if (r) {
 		memd_log(LOG_ERR, "fabric: register kv slab=%u err=%s", slab,
 			 strerror(-r));
-		memd_lease_release(s->lt, t->ses, slab, gen, now_ms());
+		memd_lease_release(s->lt, t->ses, slab, gen, now_ms(), NULL,
+				   NULL);
 		reclaim_kick(s);
 		return r;
 	}
@@ -1771,13 +1768,15 @@ static void kv_slab_put(void *arg, uint32_t slab)
 			 slab);
 		return;
 	}
-	revoke_mr(slab, s);
 	pthread_mutex_lock(&s->kvlock);
 	t->slabs--; /* before the lease goes: see struct kv_tenant */
 	pthread_mutex_unlock(&s->kvlock);
-	if (memd_lease_release(s->lt, t->ses, slab, k->generation, now_ms()))
+	if (memd_lease_release(s->lt, t->ses, slab, k->generation, now_ms(),
+			       revoke_mr, s)) {
 		memd_log(LOG_ERR, "kv: release slab=%u tenant=%u failed", slab,
 			 k->tenant_id);
+		revoke_mr(slab, s); /* whatever the table says, the key goes */
+	}
 	k->used = false;
 	CTR_ADD(s, kv_slabs_returned, 1);
 	memd_log(LOG_DEBUG, "kv: slab returned tenant=%u slab=%u held=%u",

@@ -64,6 +64,16 @@ START_TEST(grant_lowest_first_then_enospc)
 }
 END_TEST
 
+/* revoked() of memd_lease_release: which slabs, how often. */
+static uint32_t revoked_slab, nrevoked;
+
+static void note_revoked(uint32_t slab, void *arg)
+{
+	ck_assert_ptr_eq(arg, &nrevoked);
+	revoked_slab = slab;
+	nrevoked++;
+}
+
 START_TEST(release_checks_generation_and_owner)
 {
 	struct memd_session *a, *b;
@@ -74,12 +84,29 @@ START_TEST(release_checks_generation_and_owner)
 	ck_assert_int_eq(memd_session_open(t, 0, &b), 0);
 	ck_assert_uint_ne(memd_session_id(a), memd_session_id(b));
 	ck_assert_int_eq(memd_lease_grant(t, a, 0, &slab, &gen), 0);
-	ck_assert_int_eq(memd_lease_release(t, b, slab, gen, 0), -EPERM);
-	ck_assert_int_eq(memd_lease_release(t, a, slab, gen + 1, 0), -ESTALE);
-	ck_assert_int_eq(memd_lease_release(t, a, 99, gen, 0), -ESTALE);
-	ck_assert_int_eq(memd_lease_release(t, a, slab, gen, 0), 0);
+	nrevoked = 0;
+	ck_assert_int_eq(
+		memd_lease_release(t, b, slab, gen, 0, note_revoked, &nrevoked),
+		-EPERM);
+	ck_assert_int_eq(memd_lease_release(t, a, slab, gen + 1, 0,
+					    note_revoked, &nrevoked),
+			 -ESTALE);
+	ck_assert_int_eq(
+		memd_lease_release(t, a, 99, gen, 0, note_revoked, &nrevoked),
+		-ESTALE);
+	ck_assert_uint_eq(nrevoked, 0); /* refused: the key stays */
+	/* the owner's release closes the key (the callback) as it queues
+	 * the slab for zeroing, never after */
+	ck_assert_int_eq(
+		memd_lease_release(t, a, slab, gen, 0, note_revoked, &nrevoked),
+		0);
+	ck_assert_uint_eq(nrevoked, 1);
+	ck_assert_uint_eq(revoked_slab, slab);
 	/* Twice: already reclaiming. */
-	ck_assert_int_eq(memd_lease_release(t, a, slab, gen, 0), -ESTALE);
+	ck_assert_int_eq(
+		memd_lease_release(t, a, slab, gen, 0, note_revoked, &nrevoked),
+		-ESTALE);
+	ck_assert_uint_eq(nrevoked, 1);
 	ck_assert_int_eq(memd_lease_slab_state(t, slab), MEMD_SLAB_RECLAIMING);
 	/* Not zeroed yet: a new grant takes another slab. */
 	ck_assert_int_eq(memd_lease_grant(t, b, 0, &slab2, &gen2), 0);
@@ -97,7 +124,8 @@ START_TEST(release_checks_generation_and_owner)
 	ck_assert_int_eq(memd_lease_grant(t, b, 60, &slab2, &gen2), 0);
 	ck_assert_uint_eq(slab2, slab);
 	ck_assert_uint_eq(gen2, gen + 1);
-	ck_assert_int_eq(memd_lease_release(t, b, slab, gen, 60), -ESTALE);
+	ck_assert_int_eq(memd_lease_release(t, b, slab, gen, 60, NULL, NULL),
+			 -ESTALE);
 	memd_session_close(t, a, 60, NULL, NULL);
 	memd_session_close(t, b, 60, NULL, NULL);
 }
@@ -257,7 +285,7 @@ START_TEST(groups_grant_within_and_fullest)
 	ck_assert_int_eq(memd_lease_fullest_group(g), 2);
 
 	/* Freed slabs count for their group once zeroed. */
-	ck_assert_int_eq(memd_lease_release(g, s, 77, 1, 10), 0);
+	ck_assert_int_eq(memd_lease_release(g, s, 77, 1, 10, NULL, NULL), 0);
 	ck_assert_int_eq(memd_lease_get_group_counts(g, 1, &gc), 0);
 	ck_assert_uint_eq(gc.free, 0);
 	ck_assert_uint_eq(memd_lease_take_reclaim(g, 10, &slab, 1), 1);
