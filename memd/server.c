@@ -2224,12 +2224,14 @@ static void conn_process(struct memd_server *s, struct conn *c)
 			memd_log_limited(&s->ll_frame, LOG_NOTICE,
 					 "ctl: bad frame peer=%s err=%s",
 					 c->peer, strerror((int)-n));
+			/* wire_decode left the header's seq in req */
 			if (n == -EMSGSIZE)
-				send_error(s, c, 0, EMSGSIZE,
+				send_error(s, c, req.seq, EMSGSIZE,
 					   "frame longer than %u bytes",
 					   WIRE_MAX_FRAME);
 			else if (n == -EBADMSG)
-				send_error(s, c, 0, EBADMSG, "malformed frame");
+				send_error(s, c, req.seq, EBADMSG,
+					   "malformed frame");
 			/* Bad magic or version: not our protocol, no reply. */
 			c->closing = true;
 			if (n != -EMSGSIZE && n != -EBADMSG)

@@ -85,7 +85,8 @@ static void send_msg(int fd, struct wire_msg *m)
 	ck_assert_int_eq(send(fd, buf, (size_t)n, MSG_NOSIGNAL), n);
 }
 
-static int expect_error(int fd, int err)
+/* Reads an ERROR with err; returns its seq. */
+static uint32_t expect_error(int fd, int err)
 {
 	static uint8_t buf[WIRE_MAX_FRAME];
 	struct wire_msg m;
@@ -97,7 +98,7 @@ static int expect_error(int fd, int err)
 		      wire_type_name(m.type));
 	ck_assert_msg(m.u.error.err == err, "ERROR err=%d (%s), wanted %d",
 		      m.u.error.err, m.u.error.msg, err);
-	return 0;
+	return m.seq;
 }
 
 /* memd still serves a real client end to end. */
@@ -151,12 +152,13 @@ START_TEST(oversized_frame_gets_emsgsize)
 	int fd = raw_connect();
 	uint8_t h[WIRE_HDR_LEN] = {
 		'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0,	 0,
-		1,   0,	  0,   0,   0, 0,	   0x10, 0
+		9,   0,	  0,   0,   0, 0,	   0x10, 0
 	};
 
-	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD */
+	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD; the ERROR carries
+	 * the header's seq (docs/protocol.md) */
 	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	expect_error(fd, EMSGSIZE);
+	ck_assert_uint_eq(expect_error(fd, EMSGSIZE), 9);
 	ck_assert(closed_soon(fd));
 	close(fd);
 	assert_serving();
@@ -168,12 +170,12 @@ START_TEST(malformed_payload_gets_ebadmsg)
 	int fd = raw_connect();
 	/* HELLO whose string length runs past the payload. */
 	uint8_t f[WIRE_HDR_LEN + 6] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO,
-					0,   0,	  1,   0,   0, 0,
+					0,   0,	  7,   0,   0, 0,
 					6,   0,	  0,   0,   1, 0,
 					1,   0,	  200, 0 };
 
 	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
-	expect_error(fd, EBADMSG);
+	ck_assert_uint_eq(expect_error(fd, EBADMSG), 7);
 	ck_assert(closed_soon(fd));
 	close(fd);
 	assert_serving();
@@ -245,7 +247,7 @@ START_TEST(protocol_misuse_after_hello)
 	m.type = WIRE_BYE_OK;
 	m.seq = 5;
 	send_msg(fd, &m);
-	expect_error(fd, EBADMSG);
+	ck_assert_uint_eq(expect_error(fd, EBADMSG), 5);
 	ck_assert(closed_soon(fd));
 	close(fd);
 	assert_serving();
