@@ -8,7 +8,8 @@
  *
  * Types: Pool (a session), Region, Mapping (a pool_map() range exported
  * through the buffer protocol), KV (a KV handle), KVOp (one asynchronous
- * KV operation), GPU (a pool_gpu engine) and GPUStream.
+ * KV operation), GPU (a pool_gpu engine), GPUStream and GPUXfer (a
+ * region <-> device transfer).
  *
  * Locking. Python objects are guarded by the GIL; libpool handles by one
  * reader-writer lock per Pool (struct py_pool.rw), shared by every child
@@ -110,6 +111,18 @@ static PyObject *raise_closed(const char *what)
 {
 	PyErr_Format(ClosedError, "tidepool: %s is closed", what);
 	return NULL;
+}
+
+/*
+ * A failed call on a handle: -EBADF is the lock check (or libpool)
+ * finding `handle` closed, anything else libpool's error doing `what`.
+ * Returns NULL.
+ */
+static PyObject *raise_call(int err, const char *handle, const char *what)
+{
+	if (err == -EBADF)
+		return raise_closed(handle);
+	return raise_pool(err, what);
 }
 
 static PyObject *raise_forked(const char *what, pid_t pid)
@@ -705,10 +718,8 @@ static PyObject *pool_stats_py(struct py_pool *po, PyObject *unused)
 	pool_rdlock(po); /* pool_get_stats does not block */
 	r = po->p ? pool_get_stats(po->p, &st) : -EBADF;
 	pthread_rwlock_unlock(&po->rw);
-	if (r == -EBADF)
-		return raise_closed("Pool");
 	if (r)
-		return raise_pool(r, "stats");
+		return raise_call(r, "Pool", "stats");
 	return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "slabs_held",
 			     (unsigned long long)st.slabs_held, "slab_bytes",
 			     (unsigned long long)st.slab_bytes, "regions",
@@ -737,9 +748,7 @@ static PyObject *pool_memds_py(struct py_pool *po, PyObject *unused)
 	POOL_CALL(po, false, n, pool_get_status(p, st, max));
 	if (n < 0) {
 		PyMem_Free(st);
-		if (n == -EBADF)
-			return raise_closed("Pool");
-		return raise_pool((int)n, "status");
+		return raise_call((int)n, "Pool", "status");
 	}
 	out = PyList_New(0);
 	for (size_t i = 0; out && i < (size_t)n && i < max; i++) {
@@ -874,13 +883,11 @@ static PyObject *pool_alloc_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	POOL_CALL(po, false, r,
 		  pool_alloc_ex(p, (size_t)nbytes, node,
 				replica ? POOL_ALLOC_REPLICA : 0, &reg));
-	if (r == -EBADF)
-		return raise_closed("Pool");
 	if (r) {
 		char what[96];
 
 		snprintf(what, sizeof(what), "alloc of %llu bytes", nbytes);
-		return raise_pool(r, what);
+		return raise_call(r, "Pool", what);
 	}
 	rg = PyObject_New(struct py_region, &RegionType);
 	if (!rg) {
@@ -983,10 +990,9 @@ static PyObject *region_io(struct py_region *rg, PyObject *args, bool write)
 		POOL_CALL(rg->po, rg->freed, r,
 			  pool_read(p, rg->r, off, b.ptr, b.len));
 	bufref_release(&b);
-	if (r == -EBADF)
-		return raise_closed("Region");
 	if (r)
-		return raise_pool(r, write ? "region write" : "region read");
+		return raise_call(r, "Region",
+				  write ? "region write" : "region read");
 	Py_RETURN_NONE;
 }
 
@@ -1028,9 +1034,7 @@ static PyObject *region_read_py(struct py_region *rg, PyObject *args)
 	}
 	if (r) {
 		Py_DECREF(out);
-		if (r == -EBADF)
-			return raise_closed("Region");
-		return raise_pool(r, "region read");
+		return raise_call(r, "Region", "region read");
 	}
 	return out;
 }
@@ -1128,10 +1132,8 @@ static PyObject *pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	}
 	POOL_CALL(po, rg->freed, r,
 		  pool_map(p, rg->r, (size_t)local, flags, &addr));
-	if (r == -EBADF)
-		return raise_closed("Pool");
 	if (r)
-		return raise_pool(r, "map");
+		return raise_call(r, "Pool", "map");
 	m = PyObject_New(struct py_map, &MapType);
 	if (!m) {
 		POOL_CALL(po, false, r,
@@ -1487,13 +1489,11 @@ static PyObject *kvcall_result(struct kvcall *c, ssize_t r)
 {
 	PyObject *out;
 
-	if (r == -EBADF)
-		return raise_closed("KV");
 	if (r < 0) {
 		char what[32];
 
 		snprintf(what, sizeof(what), "kv %s", kvop_name[c->kind]);
-		return raise_pool((int)r, what);
+		return raise_call((int)r, "KV", what);
 	}
 	if (c->kind == KVOP_EXISTS)
 		return PyLong_FromSsize_t(r);
@@ -1577,10 +1577,8 @@ static PyObject *pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	POOL_CALL(po, false, r, pool_kv_open(p, &o, &kv));
-	if (r == -EBADF)
-		return raise_closed("Pool");
 	if (r)
-		return raise_pool(r, "kv open");
+		return raise_call(r, "Pool", "kv open");
 	k = PyObject_New(struct py_kv, &KVType);
 	if (!k) {
 		POOL_CALL(po, false, r, (pool_kv_close(kv), 0));
@@ -1676,9 +1674,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 	if (r) {
 		o->done = true;
 		Py_DECREF(o);
-		if (r == -EBADF)
-			return raise_closed("KV");
-		return raise_pool(r, kvop_name[kind]);
+		return raise_call(r, "KV", kvop_name[kind]);
 	}
 	o->next = k->pending;
 	if (k->pending)
@@ -1990,10 +1986,8 @@ static PyObject *kv_eventfd_py(struct py_kv *k, PyObject *unused)
 	pool_rdlock(k->po);
 	fd = k->po->p && !k->closed ? pool_kv_eventfd(k->kv) : -EBADF;
 	pthread_rwlock_unlock(&k->po->rw);
-	if (fd == -EBADF)
-		return raise_closed("KV");
 	if (fd < 0)
-		return raise_pool(fd, "kv eventfd");
+		return raise_call(fd, "KV", "kv eventfd");
 	return PyLong_FromLong(fd);
 }
 
@@ -2007,10 +2001,8 @@ static PyObject *kv_stats_py(struct py_kv *k, PyObject *unused)
 	pool_rdlock(k->po);
 	r = k->po->p && !k->closed ? pool_kv_get_stats(k->kv, &st) : -EBADF;
 	pthread_rwlock_unlock(&k->po->rw);
-	if (r == -EBADF)
-		return raise_closed("KV");
 	if (r)
-		return raise_pool(r, "kv stats");
+		return raise_call(r, "KV", "kv stats");
 	return Py_BuildValue(
 		"{sKsKsKsKsKsKsKsKsK}", "puts", (unsigned long long)st.puts,
 		"put_bytes", (unsigned long long)st.put_bytes, "gets",
@@ -2196,10 +2188,8 @@ static PyObject *pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	o.staging_count = count;
 	o.numa_node = node;
 	POOL_CALL(po, false, r, pool_gpu_open(p, &o, &g));
-	if (r == -EBADF)
-		return raise_closed("Pool");
 	if (r)
-		return raise_pool(r, "gpu open");
+		return raise_call(r, "Pool", "gpu open");
 	gp = PyObject_New(struct py_gpu, &GPUType);
 	if (!gp) {
 		pool_gpu_close(g);
@@ -2299,10 +2289,8 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 		return NULL;
 	POOL_CALL(gp->po, gp->closed, r,
 		  pool_gpu_stream_create(gp->g, &stream));
-	if (r == -EBADF)
-		return raise_closed("GPU engine");
 	if (r)
-		return raise_pool(r, "gpu stream");
+		return raise_call(r, "GPU engine", "gpu stream");
 	s = PyObject_New(struct py_gstream, &GPUStreamType);
 	if (!s) {
 		pool_gpu_stream_destroy(gp->g, stream);
@@ -2329,10 +2317,8 @@ static PyObject *gpu_stats_py(struct py_gpu *gp, PyObject *unused)
 	pool_rdlock(gp->po);
 	r = gp->closed ? -EBADF : pool_gpu_get_stats(gp->g, &st);
 	pthread_rwlock_unlock(&gp->po->rw);
-	if (r == -EBADF)
-		return raise_closed("GPU engine");
 	if (r)
-		return raise_pool(r, "gpu stats");
+		return raise_call(r, "GPU engine", "gpu stats");
 	return Py_BuildValue(
 		"{sssisssnsIsisisisKsKsKsKsKsKsKsK}", "backend",
 		st.backend == POOL_GPU_CUDA ? "cuda" : "host", "device",
@@ -2624,9 +2610,8 @@ static PyObject *gpu_xfer_start(struct py_gpu *gp, PyObject *args, bool fetch)
 	}
 	if (r) {
 		Py_DECREF(gx);
-		if (r == -EBADF)
-			return raise_closed("GPU engine");
-		return raise_pool(r, fetch ? "gpu fetch" : "gpu store");
+		return raise_call(r, "GPU engine",
+				  fetch ? "gpu fetch" : "gpu store");
 	}
 	gx->x = x;
 	return (PyObject *)gx;
@@ -2764,10 +2749,8 @@ static PyObject *gstream_sync_py(struct py_gstream *s, PyObject *args)
 		POOL_CALL(gp->po, gp->closed, r,
 			  pool_gpu_stream_sync(gp->g, st, timeout_ms));
 	}
-	if (r == -EBADF)
-		return raise_closed("GPU engine");
 	if (r)
-		return raise_pool(r, "stream synchronize");
+		return raise_call(r, "GPU engine", "stream synchronize");
 	Py_RETURN_NONE;
 }
 
