@@ -389,32 +389,32 @@ def _parts(op: _Op):
             for i in range(0, n, step)]
 
 
+# kind -> (synchronous KV method, asynchronous one, takes buffers)
+_KV_CALLS = {
+    "get": ("get_into", "get_into_async", True),
+    "put": ("put", "put_async", True),
+    "exists": ("exists", "exists_async", False),
+    "delete": ("delete", "delete_async", False),
+}
+
+
+def _invoke(kv, kind: str, keys: List[bytes], bufs, background: bool):
+    """One KV call of at most BATCH_MAX keys: its KVFuture when
+    background, else its result (run in this thread)."""
+    sync, bg, takes_bufs = _KV_CALLS[kind]
+    fn = getattr(kv, bg if background else sync)
+    kb = b"".join(keys)
+    return fn(kb, bufs) if takes_bufs else fn(kb)
+
+
 def _start(kv, kind: str, keys: List[bytes], bufs):
     """Starts one KV call (at most BATCH_MAX keys); returns its KVFuture."""
-    kb = b"".join(keys)
-    if kind == "get":
-        return kv.get_into_async(kb, bufs)
-    if kind == "put":
-        return kv.put_async(kb, bufs)
-    if kind == "exists":
-        return kv.exists_async(kb)
-    if kind == "delete":
-        return kv.delete_async(kb)
-    raise AssertionError(kind)
+    return _invoke(kv, kind, keys, bufs, True)
 
 
 def _call(kv, kind: str, keys: List[bytes], bufs):
     """Runs one KV call (at most BATCH_MAX keys) in this thread."""
-    kb = b"".join(keys)
-    if kind == "get":
-        return kv.get_into(kb, bufs)
-    if kind == "put":
-        return kv.put(kb, bufs)
-    if kind == "exists":
-        return kv.exists(kb)
-    if kind == "delete":
-        return kv.delete(kb)
-    raise AssertionError(kind)
+    return _invoke(kv, kind, keys, bufs, False)
 
 
 def _combine(kind: str, parts, results) -> Any:
