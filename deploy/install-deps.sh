@@ -6,14 +6,14 @@ set -euo pipefail
 pkgs=(
 	build-essential cmake pkg-config git
 	libfabric-dev libfabric-bin
-	libnuma-dev libhwloc-dev hwloc
+	libnuma-dev libhwloc-dev hwloc libjemalloc-dev
 	libinih-dev check
 	libsodium-dev libmicrohttpd-dev libsystemd-dev libjansson-dev
 	libxxhash-dev
 	clang libclang-rt-14-dev clang-format
 	iperf3 redis-server redis-tools
 	groff-base iproute2 iptables procps util-linux
-	valgrind
+	valgrind sqlite3
 	python3-dev python3-numpy python3-torch python3-pytest
 	python3-setuptools python3-pip python3-venv
 )

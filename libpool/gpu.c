@@ -93,6 +93,7 @@
 #include "libpool/gpu.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
+#include "libpool/paging.h"
 #include "numa/place.h"
 
 #define DEFAULT_STAGING (4u << 20)
@@ -320,6 +321,7 @@ static void *hstream_main(void *arg)
 	struct gpu_dev *d = s->d;
 
 	pthread_setname_np(pthread_self(), "pool-gpu-hs");
+	pool_paging_mark_engine_thread();
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		struct hop *op;
@@ -1673,6 +1675,7 @@ static void *worker_main(void *arg)
 	int r;
 
 	pthread_setname_np(pthread_self(), "pool-gpu");
+	pool_paging_mark_engine_thread();
 	/* Our polls sleep a few microseconds: without this the kernel may
 	 * stretch each sleep by its default slack of 50 us. */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);

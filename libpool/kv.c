@@ -93,6 +93,7 @@
 #include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
+#include "libpool/paging.h"
 
 #define KV_OPEN 0x6b76706fu   /* "opvk" */
 #define KV_CLOSED 0x6b766364u /* "dcvk" */
@@ -1739,6 +1740,7 @@ static void *kv_worker(void *arg)
 	struct pool_kv *kv = arg;
 
 	pthread_setname_np(pthread_self(), "pool-kv");
+	pool_paging_mark_engine_thread();
 	pthread_mutex_lock(&kv->qlock);
 	for (;;) {
 		struct pool_kv_op *op = kv->qhead;

@@ -142,7 +142,15 @@ enum {
 	PG_REMOTE = 1u << 2, /* the region holds the page; else it is zero */
 	PG_ZERO =
 		1u << 3, /* zero when mapped: see zero_install(), zero_fill() */
+	PG_REF = 1u << 4, /* used since the clock hand last passed: see
+			   * clock_select() (4 KiB pages) */
 };
+
+/* CLOCK's refault test: a page fetched again within REFAULT_EPOCHS
+ * epochs of max_res / 8 evictions each (about one budget's worth) after
+ * it was evicted would have stayed under an LRU of twice the budget:
+ * it comes back referenced. */
+#define REFAULT_EPOCHS 8u
 
 /*
  * A sequential fault stream, up or down: the pages just outside the last
@@ -162,7 +170,17 @@ struct stream {
 struct mapping {
 	struct mapping *next; /* reg_lock */
 	struct pool *p;
-	struct pool_region *r;
+	struct pool_region *r; /* pool_map(): the region; else unused */
+	/* Backing store. pool_map(): one segment, the region (seg_pshift
+	 * 63: every page is in it). A growable mapping (pool_map_reserve())
+	 * has max_segs segments of 2^seg_pshift pages, appended by
+	 * pool_map_grow(); pages of segments not appended yet are never
+	 * touched (nsegs: written by pool_map_grow() with release order). */
+	struct pool_region **segs;
+	size_t max_segs, nsegs;
+	unsigned seg_pshift;
+	size_t seg_mask;
+	bool growable;
 	uint8_t *base;
 	size_t size; /* region bytes */
 	size_t len;  /* mapped bytes: size rounded up to PAGE */
@@ -183,9 +201,13 @@ struct mapping {
 	pthread_t thr;
 
 	/* handler state */
-	uint8_t *state; /* PG_* per page */
-	size_t *ring;	/* FIFO of resident pages */
+	uint8_t *state;	  /* PG_* per page */
+	uint8_t *evicted; /* epoch of the page's last eviction, 0: never */
+	size_t *ring;	  /* resident pages, oldest at head: FIFO (huge pages),
+		       * or the clock with its hand at head (4 KiB pages) */
 	size_t max_res, nres, head;
+	uint8_t epoch;	   /* current eviction epoch, 1..255 */
+	size_t epoch_left; /* evictions until the next epoch */
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
 	uint8_t *stage_in;   /* max(ahead_run, ra_max) pages */
 	uint8_t *stage_in2;  /* ahead_run pages: the run read meanwhile */
@@ -232,6 +254,33 @@ static size_t round_up(size_t v, size_t a)
 static uint8_t *page_addr(const struct mapping *m, size_t idx)
 {
 	return m->base + (idx << m->shift);
+}
+
+/* The region that backs page idx, and the page's offset in it. */
+static struct pool_region *seg_at(const struct mapping *m, size_t idx,
+				  uint64_t *off)
+{
+	*off = (uint64_t)(idx & m->seg_mask) << m->shift;
+	return m->segs[idx >> m->seg_pshift];
+}
+
+/* Whether pages a and b are backed by the same region: one RMA moves a
+ * run of pages only within one region. */
+static bool seg_same(const struct mapping *m, size_t a, size_t b)
+{
+	return (a >> m->seg_pshift) == (b >> m->seg_pshift);
+}
+
+/* Pages that may be touched: all of a pool_map(), the appended segments
+ * of a growable mapping. */
+static size_t live_pages(const struct mapping *m)
+{
+	size_t n;
+
+	if (!m->growable)
+		return m->npages;
+	n = __atomic_load_n(&m->nsegs, __ATOMIC_ACQUIRE) << m->seg_pshift;
+	return n < m->npages ? n : m->npages;
 }
 
 /*
@@ -559,12 +608,14 @@ static bool page_needs_writeback(const struct mapping *m, size_t idx)
 	return true;
 }
 
-/* Length of the run of consecutive pages starting at v[i]. */
-static size_t run_len(const size_t *v, size_t i, size_t n)
+/* Length of the run of consecutive pages starting at v[i], within one
+ * segment (one RMA each). */
+static size_t run_len(const struct mapping *m, const size_t *v, size_t i,
+		      size_t n)
 {
 	size_t k = 1;
 
-	while (i + k < n && v[i + k] == v[i] + k)
+	while (i + k < n && v[i + k] == v[i] + k && seg_same(m, v[i], v[i + k]))
 		k++;
 	return k;
 }
@@ -581,11 +632,13 @@ static int write_back(struct mapping *m, const size_t *idx, size_t n)
 	int ret = 0;
 
 	for (size_t i = 0; i < n;) {
-		size_t k = run_len(idx, i, n);
+		size_t k = run_len(m, idx, i, n);
 		size_t bytes =
 			(k - 1) * m->psize + page_bytes(m, idx[i + k - 1]);
+		uint64_t off;
+		struct pool_region *r = seg_at(m, idx[i], &off);
 
-		ret = pool_write_async(m->p, m->r, idx[i] << m->shift,
+		ret = pool_write_async(m->p, r, off,
 				       m->stage_out + i * m->psize, bytes,
 				       &ops[started]);
 		if (ret)
@@ -681,7 +734,7 @@ static void drop_pages(struct mapping *m, const size_t *v, size_t n)
 	size_t niov = 0, bytes = 0;
 
 	for (size_t i = 0; i < n;) {
-		size_t k = run_len(v, i, n);
+		size_t k = run_len(m, v, i, n);
 
 		iov[niov].iov_base = page_addr(m, v[i]);
 		iov[niov].iov_len = k * m->psize;
@@ -711,10 +764,103 @@ static void drop_pages(struct mapping *m, const size_t *v, size_t n)
 				 strerror(errno));
 }
 
+/* Evictions per epoch of the refault test: an eighth of the budget. */
+static size_t epoch_len(const struct mapping *m)
+{
+	return m->max_res / 8 ? m->max_res / 8 : 1;
+}
+
 /*
- * Evicts up to n (<= WB_BATCH) of the oldest resident pages, in address
- * order (fewer, larger ranges to protect, write and drop). Returns 0 or
- * -errno (the mapping is then failed and nothing was dropped).
+ * Whether page idx, about to be fetched, was evicted recently: within
+ * REFAULT_EPOCHS epochs, about one budget's worth of evictions. Epochs
+ * are 1..255 and wrap: a page evicted 255 epochs ago or more may pass
+ * for a recent one (a spare second chance, never a wrong byte).
+ */
+static bool page_refaulted(const struct mapping *m, size_t idx)
+{
+	uint8_t e = m->evicted[idx];
+
+	return e && (uint8_t)(m->epoch - e) < REFAULT_EPOCHS;
+}
+
+/* Write-protects the sorted pages v[0..n), close ones in one range
+ * (pages between them, dirty or not, lose nothing by a protection: a
+ * write to one comes to wp_fault()). */
+static void protect_sample(struct mapping *m, const size_t *v, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1;
+
+		while (j < n && v[j] - v[j - 1] <= WP_GAP_MAX)
+			j++;
+		int ret = uffd_protect(m, v[i], v[j - 1] - v[i] + 1, true);
+
+		/* Unprotected, the page only looks unused: it goes on the
+		 * hand's next pass, protected first like any dirty page. */
+		if (ret)
+			pool_log(LOG_DEBUG, "paging: sample protect err=%s",
+				 strerror(-ret));
+		i = j;
+	}
+}
+
+/*
+ * 4 KiB pages: up to n victims chosen by CLOCK (second chance), taken
+ * out of the ring; returns how many. The hand is the ring's head. A page
+ * marked PG_REF (written since the hand last passed it, a demand write,
+ * or fetched again soon after its eviction: page_refaulted()) loses the
+ * mark and goes to the tail instead. A dirty one is write-protected on
+ * the way, so that its next write shows (wp_fault() marks it again): an
+ * unprotected dirty page would otherwise look unused forever. Reads are
+ * invisible to userfaultfd, so a page that is only read is kept only by
+ * refaulting: pages a scan brings in once carry no mark and go first,
+ * and a scan larger than the budget passes without flushing pages that
+ * are reused (scan resistance).
+ */
+static size_t clock_select(struct mapping *m, size_t n, size_t *victims)
+{
+	size_t got = 0, nre = 0, steps = 0, bound = 2 * m->nres + n;
+	size_t reprot[WB_BATCH];
+
+	while (got < n && m->nres && steps++ < bound) {
+		size_t idx = m->ring[m->head];
+		uint8_t s = m->state[idx];
+
+		m->head = (m->head + 1) % m->max_res;
+		if (s & PG_REF) {
+			m->state[idx] = (uint8_t)(s & ~PG_REF);
+			if ((s & PG_DIRTY) && nre < WB_BATCH)
+				reprot[nre++] = idx;
+			/* to the tail: the slot the hand just left when
+			 * the ring is full, a free one otherwise */
+			m->ring[(m->head + m->nres - 1) % m->max_res] = idx;
+			STAT_ADD(m, second_chances, 1);
+			continue;
+		}
+		m->nres--;
+		victims[got++] = idx;
+	}
+	if (nre) {
+		sort_pages(reprot, nre);
+		protect_sample(m, reprot, nre);
+	}
+	return got;
+}
+
+/* Victims of a failed eviction go back into the ring: they are still
+ * resident (nothing was dropped). */
+static void ring_restore(struct mapping *m, const size_t *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ring_push(m, v[i]);
+}
+
+/*
+ * Evicts up to n (<= WB_BATCH) resident pages, in address order (fewer,
+ * larger ranges to protect, write and drop): the oldest (huge pages:
+ * FIFO, with behind_victim() choosing the head), or CLOCK's choice
+ * (clock_select()). Returns 0 or -errno (the mapping is then failed and
+ * nothing was dropped).
  */
 static int evict(struct mapping *m, size_t n)
 {
@@ -724,14 +870,22 @@ static int evict(struct mapping *m, size_t n)
 
 	if (n > m->nres)
 		n = m->nres;
-	for (size_t i = 0; i < n; i++)
-		victims[i] = m->ring[(m->head + i) % m->max_res];
+	if (m->huge) {
+		for (size_t i = 0; i < n; i++)
+			victims[i] = m->ring[(m->head + i) % m->max_res];
+		m->head = (m->head + n) % m->max_res;
+		m->nres -= n;
+	} else {
+		n = clock_select(m, n, victims);
+	}
 	sort_pages(victims, n);
 	/* Dirty pages are protected first: from then on a write waits
 	 * for us, so the copy we send is the page's last contents. */
 	ret = protect_dirty(m, victims, n);
-	if (ret)
+	if (ret) {
+		ring_restore(m, victims, n);
 		return ret;
+	}
 	for (size_t i = 0; i < n; i++) {
 		size_t idx = victims[i];
 
@@ -745,16 +899,23 @@ static int evict(struct mapping *m, size_t n)
 		ret = write_back(m, wb, nw);
 		if (ret) {
 			mapping_fail(m, ret, "write-back");
+			ring_restore(m, victims, n);
 			return ret;
 		}
 		for (size_t i = 0; i < nw; i++)
 			m->state[wb[i]] |= PG_REMOTE;
 	}
 	drop_pages(m, victims, n);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		m->state[victims[i]] &= (uint8_t)PG_REMOTE;
-	m->head = (m->head + n) % m->max_res;
-	m->nres -= n;
+		m->evicted[victims[i]] = m->epoch;
+	}
+	if (m->epoch_left <= n) {
+		m->epoch = m->epoch == 255 ? 1 : (uint8_t)(m->epoch + 1);
+		m->epoch_left = epoch_len(m);
+	} else {
+		m->epoch_left -= n;
+	}
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
 	STAT_ADD(m, evictions, n);
 	return 0;
@@ -931,8 +1092,9 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 		     bool write)
 {
-	int ret = pool_read(m->p, m->r, lo << m->shift, m->stage_in,
-			    run_bytes(m, lo, n));
+	uint64_t off;
+	struct pool_region *r = seg_at(m, lo, &off);
+	int ret = pool_read(m->p, r, off, m->stage_in, run_bytes(m, lo, n));
 
 	if (ret) {
 		mapping_fail(m, ret, "fetch");
@@ -985,12 +1147,21 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 		return ret;
 	}
 	for (size_t i = lo; i < lo + n; i++) {
+		uint8_t ref = 0;
+
 		if (!(m->state[i] & PG_RESIDENT))
 			ring_push(m, i);
-		m->state[i] = PG_RESIDENT | PG_REMOTE | (dirty ? PG_DIRTY : 0);
+		if (page_refaulted(m, i)) {
+			ref = PG_REF;
+			STAT_ADD(m, refaults, 1);
+		}
+		m->state[i] = (uint8_t)(PG_RESIDENT | PG_REMOTE | ref |
+					(dirty ? PG_DIRTY : 0));
 	}
+	/* A demand write: unprotected, so its reuse would not show;
+	 * marked, the hand's first pass samples it (clock_select()). */
 	if (write)
-		m->state[idx] |= PG_DIRTY;
+		m->state[idx] |= PG_DIRTY | PG_REF;
 	return 0;
 }
 
@@ -1004,10 +1175,12 @@ static size_t fetchable_run(const struct mapping *m, size_t from, int dir,
 	*lo = from;
 	if (dir >= 0) {
 		while (n < limit && from + n < m->npages &&
+		       seg_same(m, from, from + n) &&
 		       page_is_fetchable(m, from + n))
 			n++;
 	} else {
 		while (n < limit && from - n < m->npages &&
+		       seg_same(m, from, from - n) &&
 		       page_is_fetchable(m, from - n))
 			n++;
 		*lo = from + 1 - n;
@@ -1084,6 +1257,8 @@ static bool install_ahead(struct mapping *m)
 	struct stream *st = NULL;
 	size_t lo, n, from, lo2 = 0, n2 = 0;
 	struct pool_op *op = NULL, *op1 = NULL;
+	struct pool_region *r1, *r2r;
+	uint64_t off1, off2;
 	int ret, r2 = 0;
 
 	for (struct stream *s = m->streams; s < m->streams + NSTREAM; s++)
@@ -1119,12 +1294,15 @@ static bool install_ahead(struct mapping *m)
 	}
 	/* Both reads go out at once; the second goes on while the first
 	 * run is installed. */
-	ret = pool_read_async(m->p, m->r, lo << m->shift, m->stage_in,
-			      run_bytes(m, lo, n), &op1);
-	if (ret == 0 && n2 &&
-	    pool_read_async(m->p, m->r, lo2 << m->shift, m->stage_in2,
-			    run_bytes(m, lo2, n2), &op))
-		n2 = 0; /* not started: the next call reads it */
+	r1 = seg_at(m, lo, &off1);
+	ret = pool_read_async(m->p, r1, off1, m->stage_in, run_bytes(m, lo, n),
+			      &op1);
+	if (ret == 0 && n2) {
+		r2r = seg_at(m, lo2, &off2);
+		if (pool_read_async(m->p, r2r, off2, m->stage_in2,
+				    run_bytes(m, lo2, n2), &op))
+			n2 = 0; /* not started: the next call reads it */
+	}
 	if (ret == 0)
 		while ((ret = pool_wait(m->p, op1, -1)) == -ETIMEDOUT)
 			;
@@ -1214,7 +1392,7 @@ static int zero_fill(struct mapping *m, size_t idx)
 	if (ret)
 		return ret;
 	ring_push(m, idx);
-	m->state[idx] = PG_RESIDENT | PG_DIRTY;
+	m->state[idx] = PG_RESIDENT | PG_DIRTY | PG_REF; /* see fetch_install */
 	/* The run: missing pages only pool-uffd fills, so any error here
 	 * is the kernel's, and pages it did map would be untracked. */
 	if (n > 1) {
@@ -1248,6 +1426,17 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 	}
 	if (__atomic_load_n(&m->failed, __ATOMIC_ACQUIRE)) {
 		fault_fail(m, tid, idx);
+		return;
+	}
+	if (idx >= live_pages(m)) {
+		/* A growable mapping's page no segment backs yet: nothing
+		 * could be written back from it. A bug of the caller's. */
+		pool_log_emit(LOG_ERR,
+			      "paging: fault beyond the grown part map=%p "
+			      "page=%zu tid=%d; raising SIGBUS",
+			      (void *)m->base, idx, (int)tid);
+		STAT_ADD(m, sigbus, 1);
+		syscall(SYS_tgkill, getpid(), tid, SIGBUS);
 		return;
 	}
 	STAT_ADD(m, faults, 1);
@@ -1289,7 +1478,7 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 	STAT_ADD(m, zero_fills, 1);
 	if (!again)
 		ring_push(m, idx);
-	m->state[idx] = PG_RESIDENT | (write ? PG_DIRTY : PG_ZERO);
+	m->state[idx] = PG_RESIDENT | (write ? PG_DIRTY | PG_REF : PG_ZERO);
 }
 
 static void wp_fault(struct mapping *m, size_t idx)
@@ -1307,7 +1496,8 @@ static void wp_fault(struct mapping *m, size_t idx)
 		m->wr_hits++; /* a fetched page, installed protected */
 	/* PG_ZERO goes: the write replaces the zero page with a page of
 	 * its own, tracked as dirty from now on. */
-	m->state[idx] = (uint8_t)((m->state[idx] & ~PG_ZERO) | PG_DIRTY);
+	m->state[idx] =
+		(uint8_t)((m->state[idx] & ~PG_ZERO) | PG_DIRTY | PG_REF);
 	ret = uffd_protect(m, idx, 1, false);
 	if (ret) {
 		pool_log(LOG_ERR, "paging: unprotect page=%zu err=%s", idx,
@@ -1394,7 +1584,7 @@ static void *warm_main(void *arg)
 
 	engine_thread = true;
 	pthread_setname_np(pthread_self(), "pool-warm");
-	ret = pool_read(m->p, m->r, 0, m->warm_buf, 1);
+	ret = pool_read(m->p, m->segs[0], 0, m->warm_buf, 1);
 	pool_log(LOG_DEBUG, "paging: warm-up map=%p err=%d", (void *)m->base,
 		 ret);
 	return NULL;
@@ -1456,8 +1646,10 @@ static void fork_child_fence(struct mapping *m)
 	if (m->pidfd >= 0)
 		close(m->pidfd);
 	m->stopfd = m->uffd = m->pidfd = -1;
-	for (size_t c = 0; c < m->npages; c += chunk) {
-		size_t n = m->npages - c < chunk ? m->npages - c : chunk;
+	size_t live = live_pages(m);
+
+	for (size_t c = 0; c < live; c += chunk) {
+		size_t n = live - c < chunk ? live - c : chunk;
 
 		if (mincore(page_addr(m, c), n * m->psize, vec))
 			memset(vec, 0, n * per); /* unknown: fence remote */
@@ -1652,7 +1844,7 @@ static void mapping_free(struct mapping *m)
 
 static int map_build(struct pool *p, struct pool_region *r, size_t size,
 		     size_t local_bytes, unsigned flags, bool huge,
-		     void **addr);
+		     size_t seg_bytes, void **addr);
 
 int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	     unsigned flags, void **addr)
@@ -1681,7 +1873,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	ret = huge_choose(size, local_bytes, flags, &huge, &demanded);
 	if (ret)
 		return ret;
-	ret = map_build(p, r, size, local_bytes, flags, huge, addr);
+	ret = map_build(p, r, size, local_bytes, flags, huge, 0, addr);
 	if (ret && huge && !demanded && ret != -EPERM) {
 		/* LIBPOOL_HUGE_PAGES=1: huge pages when they can be had.
 		 * The kernel may lack userfaultfd on hugetlb (-EOPNOTSUPP)
@@ -1689,7 +1881,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 		pool_log(LOG_INFO,
 			 "paging: huge pages failed err=%s; 4 KiB pages",
 			 strerror(-ret));
-		ret = map_build(p, r, size, local_bytes, flags, false, addr);
+		ret = map_build(p, r, size, local_bytes, flags, false, 0, addr);
 	}
 	return ret;
 }
@@ -1711,14 +1903,17 @@ static const struct page_mode huge_mode = {
 	HUGE_SHIFT, 1, 1, HUGE_AHEAD_MAX, 1,
 };
 
-/* pool_map() once the page size is chosen. */
+/* pool_map() once the page size is chosen; with seg_bytes (a power of
+ * two, at least a page) a growable mapping of size bytes whose segments
+ * pool_map_grow() appends (r is NULL). */
 static int map_build(struct pool *p, struct pool_region *r, size_t size,
-		     size_t local_bytes, unsigned flags, bool huge, void **addr)
+		     size_t local_bytes, unsigned flags, bool huge,
+		     size_t seg_bytes, void **addr)
 {
 	const struct page_mode *pm = huge ? &huge_mode : &small_mode;
 	size_t psize = (size_t)1 << pm->shift;
 	size_t len, npages, max_res, off_state, off_ring, off_stage, meta;
-	size_t nstage_in, nstage;
+	size_t nstage_in, nstage, off_evicted, off_segs, max_segs;
 	struct mapping *m;
 	sigset_t all, old;
 	const char *env;
@@ -1733,8 +1928,11 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	/* staging: fetch, the run after it, write-back, zeros */
 	nstage_in = pm->ahead_run > pm->ra_max ? pm->ahead_run : pm->ra_max;
 	nstage = nstage_in + pm->ahead_run + pm->wb_max + pm->ra_max;
-	off_state = round_up(sizeof(*m), 64);
-	off_ring = round_up(off_state + npages, sizeof(size_t));
+	max_segs = seg_bytes ? len / seg_bytes : 1;
+	off_segs = round_up(sizeof(*m), 64);
+	off_state = off_segs + max_segs * sizeof(struct pool_region *);
+	off_evicted = off_state + npages;
+	off_ring = round_up(off_evicted + npages, sizeof(size_t));
 	off_stage = round_up(off_ring + max_res * sizeof(size_t), PAGE);
 	meta = off_stage + nstage * psize;
 	m = mmap(NULL, meta, PROT_READ | PROT_WRITE,
@@ -1746,6 +1944,18 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	m->uffd = m->stopfd = m->pidfd = -1;
 	m->p = p;
 	m->r = r;
+	m->segs = (struct pool_region **)((uint8_t *)m + off_segs);
+	m->max_segs = max_segs;
+	if (seg_bytes) {
+		m->growable = true;
+		m->seg_pshift = (unsigned)__builtin_ctzl(seg_bytes) - pm->shift;
+		m->seg_mask = ((size_t)1 << m->seg_pshift) - 1;
+	} else {
+		m->segs[0] = r;
+		m->nsegs = 1;
+		m->seg_pshift = 63;
+		m->seg_mask = SIZE_MAX;
+	}
 	m->size = size;
 	m->len = len;
 	m->npages = npages;
@@ -1762,6 +1972,9 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	if (m->batch > m->wb_max)
 		m->batch = m->wb_max;
 	m->state = (uint8_t *)m + off_state;
+	m->evicted = (uint8_t *)m + off_evicted;
+	m->epoch = 1;
+	m->epoch_left = m->max_res / 8 ? m->max_res / 8 : 1;
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
 	m->stage_in2 = m->stage_in + nstage_in * m->psize;
@@ -1813,7 +2026,7 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	ret = -pthread_create(&m->thr, NULL, uffd_main, m);
-	if (ret == 0)
+	if (ret == 0 && !m->growable) /* growable: at the first segment */
 		warm_start(m);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret) {
@@ -1826,8 +2039,9 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	pthread_mutex_unlock(&reg_lock);
 	pool_log(LOG_INFO,
 		 "paging: map addr=%p bytes=%zu page=%zu local_pages=%zu "
-		 "user_only=%d",
-		 (void *)m->base, len, m->psize, max_res, (int)m->user_only);
+		 "user_only=%d segment=%zu",
+		 (void *)m->base, len, m->psize, max_res, (int)m->user_only,
+		 seg_bytes);
 	*addr = m->base;
 	return 0;
 fail:
@@ -1922,9 +2136,89 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	return ret;
 }
 
+int pool_map_reserve(struct pool *p, size_t max_bytes, size_t seg_bytes,
+		     size_t local_bytes, void **addr)
+{
+	const char *env;
+
+	if (!addr)
+		return -EINVAL;
+	*addr = NULL;
+	if (!p || seg_bytes < PAGE || (seg_bytes & (seg_bytes - 1)) ||
+	    max_bytes < seg_bytes)
+		return -EINVAL;
+	if (!local_bytes) {
+		env = getenv("LIBPOOL_LOCAL_BYTES");
+		local_bytes =
+			env && *env ? parse_size(env) : DEFAULT_LOCAL_BYTES;
+	}
+	if (local_bytes < MIN_LOCAL_BYTES)
+		return -EINVAL;
+	pthread_once(&atfork_once, atfork_register);
+	return map_build(p, NULL, max_bytes / seg_bytes * seg_bytes,
+			 local_bytes, 0, false, seg_bytes, addr);
+}
+
+int pool_map_grow(void *addr, struct pool_region *r)
+{
+	struct mapping *m;
+	sigset_t all, old;
+	size_t n;
+	int ret = 0;
+
+	if (!r)
+		return -EINVAL;
+	pthread_mutex_lock(&reg_lock);
+	for (m = reg_head; m; m = m->next)
+		if (m->base == addr)
+			break;
+	if (!m || !m->growable || m->inherited ||
+	    pool_region_size(r) < ((size_t)1 << (m->seg_pshift + m->shift))) {
+		ret = -EINVAL;
+		goto out;
+	}
+	n = m->nsegs;
+	if (n == m->max_segs) {
+		ret = -ENOSPC;
+		goto out;
+	}
+	m->segs[n] = r;
+	__atomic_store_n(&m->nsegs, n + 1, __ATOMIC_RELEASE);
+	if (n == 0) {
+		/* the warm-up reads the first segment */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		warm_start(m);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+out:
+	pthread_mutex_unlock(&reg_lock);
+	return ret;
+}
+
+size_t pool_map_grown_bytes(const void *addr)
+{
+	struct mapping *m;
+	size_t n = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	for (m = reg_head; m; m = m->next)
+		if (m->base == addr)
+			break;
+	if (m)
+		n = live_pages(m) << m->shift;
+	pthread_mutex_unlock(&reg_lock);
+	return n;
+}
+
 bool pool_paging_is_engine_thread(void)
 {
 	return engine_thread;
+}
+
+void pool_paging_mark_engine_thread(void)
+{
+	engine_thread = true;
 }
 
 int pool_map_get_stats(const void *addr, struct pool_map_stats *st)

@@ -26,9 +26,11 @@ struct pool_map_stats {
 	uint64_t resident_peak; /* most pages ever resident at once */
 	uint64_t ahead_pages;	/* fetched pages installed ahead of a stream */
 	uint64_t warmups; /* warm-up reads started (first map of a session) */
-	uint64_t page_bytes; /* the unit paged: 4096, or 2 MiB huge pages */
-	uint64_t huge_short; /* huge-page installs that found the kernel's
+	uint64_t page_bytes;	 /* the unit paged: 4096, or 2 MiB huge pages */
+	uint64_t huge_short;	 /* huge-page installs that found the kernel's
 			      * pool empty and evicted one of ours first */
+	uint64_t second_chances; /* 4 KiB CLOCK: marked pages the hand spared */
+	uint64_t refaults;   /* pages fetched again soon after their eviction */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };
@@ -41,11 +43,44 @@ struct pool_map_stats {
 int pool_map_get_stats(const void *addr, struct pool_map_stats *st);
 
 /*
+ * A growable mapping (the preload shim's heap): max_bytes of address space
+ * (rounded down to whole segments) paged like pool_map() in 4 KiB pages
+ * under a budget of local_bytes (0: $LIBPOOL_LOCAL_BYTES or 256 MiB),
+ * backed by regions of seg_bytes each (a power of two) that
+ * pool_map_grow() appends in address order. Pages of segments not
+ * appended yet must not be touched. Ends with pool_unmap(); the regions
+ * stay the caller's. Returns 0 and *addr, or pool_map()'s errors
+ * (-EINVAL also for a seg_bytes that is not a power of two of at least
+ * a page, or max_bytes under seg_bytes).
+ */
+int pool_map_reserve(struct pool *p, size_t max_bytes, size_t seg_bytes,
+		     size_t local_bytes, void **addr);
+
+/*
+ * Appends region r (at least the segment size) as the next segment of the
+ * growable mapping at addr. Any thread. Returns 0, -ENOSPC (every segment
+ * is appended) or -EINVAL (addr is no growable mapping, r too small).
+ */
+int pool_map_grow(void *addr, struct pool_region *r);
+
+/* Bytes of the growable mapping at addr that segments back (0: none). */
+size_t pool_map_grown_bytes(const void *addr);
+
+/*
  * Whether the calling thread is a paging engine thread (pool-uffd). The
  * preload shim sends such a thread's allocations to libc: memory the
  * engine (or libfabric under it) allocates must never be pooled memory
  * that the engine itself would have to fault in.
  */
 bool pool_paging_is_engine_thread(void);
+
+/*
+ * Makes the calling thread count as an engine thread: libpool's own
+ * threads (heartbeat, KV and GPU workers) call it first, so that under
+ * the preload shim nothing they (or libfabric under them) allocate is
+ * pooled memory that could fault while they hold a lock the fault path
+ * needs.
+ */
+void pool_paging_mark_engine_thread(void);
 
 #endif

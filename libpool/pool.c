@@ -81,6 +81,7 @@
 #include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
+#include "libpool/paging.h"
 
 #define CHUNK_BYTES 4096u /* packing granularity */
 #define DEFAULT_ADDR "127.0.0.1:7470"
@@ -320,6 +321,7 @@ static void *hb_main(void *arg)
 	uint32_t period = lk->ttl_ms / 3;
 
 	pthread_setname_np(pthread_self(), "pool-hb");
+	pool_paging_mark_engine_thread();
 	for (;;) {
 		struct wire_msg req = { .type = WIRE_HEARTBEAT };
 		struct wire_msg rep;

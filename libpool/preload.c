@@ -1,44 +1,65 @@
 // SPDX-License-Identifier: MIT
 /*
- * libpool/preload.c - libpool-preload.so: LD_PRELOAD shim that puts the
- * large allocations of an unmodified program into pooled memory.
+ * libpool/preload.c - libpool-preload.so: LD_PRELOAD shim that puts an
+ * unmodified program's memory into the pool.
  *
  * DESIGN
- * The shim exports the malloc family only (preload.map). An allocation of
- * at least LIBPOOL_MIN_BYTES (default 1 MiB) becomes a region of its own
- * (pool_alloc) seen through pool_map() (libpool/paging.c): the program
- * gets a page-aligned pointer and pages come and go under the local
- * budget (LIBPOOL_LOCAL_BYTES per allocation). Everything else goes to
- * glibc through its __libc_* entry points (no dlsym, so no recursion).
+ * The shim exports the malloc family only (preload.map). Two allocators
+ * (LIBPOOL_ALLOCATOR):
+ *
+ *   jemalloc (default). Every allocation of at least LIBPOOL_MIN_BYTES
+ *   (default 0: all of them) is served by jemalloc from one arena of its
+ *   own, whose extents come from one growable pooled range, the heap
+ *   (pool_map_reserve(), libpool/paging.c): the arena's extent hook hands
+ *   out the heap's address space in order, and appends a 64 MiB region
+ *   (pool_alloc + pool_map_grow) whenever it reaches the end of what
+ *   regions back. One paging engine (one pool-uffd thread) serves the
+ *   whole heap, and LIBPOOL_LOCAL_BYTES bounds what of it is resident:
+ *   the budget of the whole process. Small objects share pages; jemalloc's
+ *   per-thread caches and size classes do what they do for any program.
+ *   Why jemalloc and how: docs/paging.md, "Whole programs".
+ *
+ *   regions. The engine as it was before: an allocation of at least
+ *   LIBPOOL_MIN_BYTES (default 1 MiB) becomes a region of its own behind
+ *   pool_map(), with LIBPOOL_LOCAL_BYTES per allocation and one pool-uffd
+ *   thread each. For measurements, and programs with a few large buffers.
+ *
+ * Everything else goes to glibc through its __libc_* entry points (no
+ * dlsym, so no recursion).
  *
  * Process context (the one global, by design: an LD_PRELOAD library has
- * no handle to hang it on): the session, a table of pooled allocations
- * (mmap-backed: no malloc here) and the address range they span, so
- * free() of a libc pointer costs one comparison.
+ * no handle to hang it on): the session, the heap and its arena
+ * (jemalloc), or a table of pooled allocations (regions, mmap-backed: no
+ * malloc here) and the address range they span, so free() of a libc
+ * pointer costs one or two comparisons.
  *
  * Threads: any thread may call in. The session is connected lazily, at
- * the first large allocation (no thread starts before the program needs
- * one). ctx.lock guards the table and the connect. While a thread runs
- * pool code for the shim (connect, alloc, map, unmap, free) its own
- * allocations go to libc (in_shim), so pool code never re-enters itself.
- * pool-uffd threads (and libfabric under them) always allocate from libc
- * (pool_paging_is_engine_thread): pooled memory there would be memory the
- * engine has to fault in while it serves faults. pool-hb allocates small.
+ * the first allocation that would be pooled (no thread starts before the
+ * program needs one). ctx.lock guards the table and the connect;
+ * ctx.grow_lock the heap's growth (taken inside jemalloc's locks, never
+ * around a jemalloc call). While a thread runs pool code for the shim
+ * (connect, alloc, map, grow, unmap, free) its own allocations go to libc
+ * (in_shim), so pool code never re-enters itself. Engine threads
+ * (pool-uffd, and libpool's heartbeat, KV and GPU workers:
+ * pool_paging_is_engine_thread) always allocate from libc: pooled memory
+ * there could fault while the thread holds a lock the fault path needs.
  *
- * Failure: a pool that cannot be reached at the first large allocation
+ * Failure: a pool that cannot be reached at the first pooled allocation
  * gives one warning on stderr and plain libc from then on; with
- * LIBPOOL_REQUIRED=1 the process is aborted instead. A pool_alloc or
- * pool_map that fails later falls back to libc for that allocation.
+ * LIBPOOL_REQUIRED=1 the process is aborted instead. An allocation the
+ * pool cannot take later (quota, pool full) falls back to libc.
  *
  * fork: the table lock is taken around fork() (pthread_atfork). The child
  * has no session (its threads did not fork): its new allocations go to
  * libc. Of pooled memory it inherited, the pages resident at the fork are
  * its private copy; pages whose data only the pool held are PROT_NONE
  * there (paging.c), so touching one is SIGSEGV, never wrong bytes.
- * free() in the child releases its copy, never the parent's region.
+ * free() in the child releases its copy of a region (regions) or leaves
+ * the heap alone (jemalloc: the arena's state is the parent's).
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h> /* memalign, pvalloc, malloc_usable_size */
 #include <pthread.h>
 #include <signal.h>
@@ -56,8 +77,46 @@
 
 #define EXPORT __attribute__((visibility("default")))
 #define PAGE 4096u
-#define DEFAULT_MIN_BYTES (1u << 20)
-#define TABLE_MAX 65536u /* pooled allocations alive at once */
+#define DEFAULT_MIN_BYTES (1u << 20)	 /* regions */
+#define TABLE_MAX 65536u		 /* regions alive at once */
+#define SEG_BYTES (64ul << 20)		 /* heap growth: one region each */
+#define DEFAULT_HEAP_BYTES (256ul << 30) /* heap address space */
+#define MIN_HEAP_BYTES (1ul << 30)
+
+/*
+ * jemalloc 5 (libjemalloc.so.2, unprefixed: Debian's libjemalloc2). Its
+ * header declares malloc() and friends, which this file defines, so the
+ * few entry points and the extent-hook ABI used here are declared here.
+ */
+struct extent_hooks_s;
+typedef struct extent_hooks_s extent_hooks_t;
+struct extent_hooks_s {
+	void *(*alloc)(extent_hooks_t *, void *, size_t, size_t, bool *, bool *,
+		       unsigned);
+	bool (*dalloc)(extent_hooks_t *, void *, size_t, bool, unsigned);
+	void (*destroy)(extent_hooks_t *, void *, size_t, bool, unsigned);
+	bool (*commit)(extent_hooks_t *, void *, size_t, size_t, size_t,
+		       unsigned);
+	bool (*decommit)(extent_hooks_t *, void *, size_t, size_t, size_t,
+			 unsigned);
+	bool (*purge_lazy)(extent_hooks_t *, void *, size_t, size_t, size_t,
+			   unsigned);
+	bool (*purge_forced)(extent_hooks_t *, void *, size_t, size_t, size_t,
+			     unsigned);
+	bool (*split)(extent_hooks_t *, void *, size_t, size_t, size_t, bool,
+		      unsigned);
+	bool (*merge)(extent_hooks_t *, void *, size_t, void *, size_t, bool,
+		      unsigned);
+};
+extern void *mallocx(size_t size, int flags);
+extern void *rallocx(void *ptr, size_t size, int flags);
+extern size_t sallocx(const void *ptr, int flags);
+extern void dallocx(void *ptr, int flags);
+extern int mallctl(const char *name, void *oldp, size_t *oldlenp, void *newp,
+		   size_t newlen);
+#define MALLOCX_ZERO 0x40
+#define MALLOCX_ARENA(a) ((((int)(a)) + 1) << 20)
+#define MALLOCX_LG_ALIGN(la) ((int)(la))
 
 extern void *__libc_malloc(size_t n);
 extern void __libc_free(void *ptr);
@@ -72,19 +131,32 @@ struct pooled {
 };
 
 enum ctx_state { CTX_NEW, CTX_ON, CTX_OFF };
+enum ctx_mode { MODE_UNSET, MODE_HEAP, MODE_REGIONS };
 
 static struct {
 	pthread_mutex_t lock;
 	enum ctx_state state;
+	enum ctx_mode mode; /* set once, before the first pooled allocation */
 	struct pool *p;
 	size_t min_bytes;
+	/* regions */
 	struct pooled *table; /* TABLE_MAX entries, mmap */
 	size_t used;	      /* high-water slot + 1 */
 	uintptr_t lo, hi;     /* every pooled allocation is inside */
+	/* jemalloc: the heap [heap, heap + heap_bytes), regions appended up
+	 * to heap_end, handed out up to heap_next (grow_lock) */
+	pthread_mutex_t grow_lock;
+	uintptr_t heap;
+	size_t heap_bytes;
+	uintptr_t heap_next, heap_end;
+	size_t nsegs;
+	int aflags; /* MALLOCX_ARENA(the arena) */
 	size_t (*libc_usable)(void *);
+	int stats_fd; /* print_stats(): fd + 1, -1 none, 0 not opened yet */
 	bool atfork;
 	bool forked; /* a fork() child: p is the parent's session */
-} ctx = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} ctx = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	  .grow_lock = PTHREAD_MUTEX_INITIALIZER };
 
 static __thread int in_shim __attribute__((tls_model("initial-exec")));
 
@@ -181,6 +253,8 @@ __attribute__((constructor)) static void restore_crash_signals(void)
 	}
 }
 
+static int heap_start_locked(void);
+
 /* Connects on first use; ctx.lock held, in_shim set. */
 static void ctx_start_locked(void)
 {
@@ -201,6 +275,14 @@ static void ctx_start_locked(void)
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		ctx.atfork = true;
 	}
+	if (ret == 0 && ctx.mode == MODE_HEAP) {
+		ret = heap_start_locked();
+		if (ret) {
+			say("cannot set up the pooled heap: allocations use "
+			    "libc (LIBPOOL_LOG=info says more)");
+			return;
+		}
+	}
 	if (ret == 0) {
 		__atomic_store_n(&ctx.lo, UINTPTR_MAX, __ATOMIC_RELAXED);
 		__atomic_store_n(&ctx.state, CTX_ON, __ATOMIC_RELEASE);
@@ -215,9 +297,184 @@ static void ctx_start_locked(void)
 		signal(SIGABRT, SIG_DFL);
 		abort();
 	}
-	say("pool unreachable: large allocations use libc "
+	say("pool unreachable: allocations use libc "
 	    "(LIBPOOL_ADDR, memd running? LIBPOOL_LOG=info says more)");
 }
+
+/* ------------------------------------------------------------------ */
+/* the heap: jemalloc's arena on one growable pooled range               */
+
+/*
+ * jemalloc's extent hook: size bytes of the heap at alignment, the next
+ * ones in address order (new_addr: only where the heap goes on anyway).
+ * Regions are appended until they back the extent. Never touched
+ * before, so zero and committed. NULL when the heap or the pool is full:
+ * jemalloc then fails the allocation and the shim uses libc.
+ */
+static void *heap_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size,
+			       size_t align, bool *zero, bool *commit,
+			       unsigned ind)
+{
+	struct pool_region *r;
+	uintptr_t a, end = ctx.heap + ctx.heap_bytes;
+	void *ret = NULL;
+
+	(void)h;
+	(void)ind;
+	if (align < PAGE)
+		align = PAGE;
+	in_shim++;
+	pthread_mutex_lock(&ctx.grow_lock);
+	a = (ctx.heap_next + align - 1) & ~(uintptr_t)(align - 1);
+	if ((new_addr && (uintptr_t)new_addr != a) || a < ctx.heap_next ||
+	    size > end - a)
+		goto out;
+	while (a + size > ctx.heap_end) {
+		if (pool_alloc(ctx.p, SEG_BYTES, &r))
+			goto out;
+		if (pool_map_grow((void *)ctx.heap, r)) {
+			pool_free(ctx.p, r);
+			goto out;
+		}
+		ctx.heap_end += SEG_BYTES;
+		ctx.nsegs++;
+	}
+	ctx.heap_next = a + size;
+	*zero = true;
+	*commit = true;
+	ret = (void *)a;
+out:
+	pthread_mutex_unlock(&ctx.grow_lock);
+	in_shim--;
+	return ret;
+}
+
+/* Extents stay in the heap: jemalloc keeps what it frees (retain) and
+ * reuses it; nothing is decommitted. true: "not done". */
+static bool heap_extent_dalloc(extent_hooks_t *h, void *addr, size_t size,
+			       bool committed, unsigned ind)
+{
+	(void)h, (void)addr, (void)size, (void)committed, (void)ind;
+	return true;
+}
+
+static bool heap_extent_commit(extent_hooks_t *h, void *addr, size_t size,
+			       size_t off, size_t len, unsigned ind)
+{
+	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)ind;
+	return false; /* always committed */
+}
+
+static bool heap_extent_decommit(extent_hooks_t *h, void *addr, size_t size,
+				 size_t off, size_t len, unsigned ind)
+{
+	(void)h, (void)addr, (void)size, (void)off, (void)len, (void)ind;
+	return true;
+}
+
+/* Any two extents of the heap may be split or merged: it is one range. */
+static bool heap_extent_split(extent_hooks_t *h, void *addr, size_t size,
+			      size_t a, size_t b, bool committed, unsigned ind)
+{
+	(void)h, (void)addr, (void)size, (void)a, (void)b, (void)committed;
+	(void)ind;
+	return false;
+}
+
+static bool heap_extent_merge(extent_hooks_t *h, void *a, size_t sa, void *b,
+			      size_t sb, bool committed, unsigned ind)
+{
+	(void)h, (void)a, (void)sa, (void)b, (void)sb, (void)committed;
+	(void)ind;
+	return false;
+}
+
+static extent_hooks_t heap_hooks = {
+	.alloc = heap_extent_alloc,
+	.dalloc = heap_extent_dalloc,
+	.commit = heap_extent_commit,
+	.decommit = heap_extent_decommit,
+	.split = heap_extent_split,
+	.merge = heap_extent_merge,
+	/* destroy: arenas are never destroyed; purge: none, so freed
+	 * pages keep their contents (written back if evicted). */
+};
+
+/*
+ * Reserves the heap (LIBPOOL_HEAP_BYTES of address space, default 256 GiB,
+ * halved while the kernel refuses it) and creates the arena whose extents
+ * come from it. ctx.lock held, in_shim set. Returns 0 or -errno.
+ */
+static int heap_start_locked(void)
+{
+	extent_hooks_t *hp = &heap_hooks;
+	size_t bytes = env_size("LIBPOOL_HEAP_BYTES", DEFAULT_HEAP_BYTES);
+	size_t lim = SEG_BYTES, sz = sizeof(unsigned);
+	unsigned ind;
+	char name[64];
+	void *a = NULL;
+	int ret;
+
+	if (bytes < MIN_HEAP_BYTES)
+		bytes = MIN_HEAP_BYTES;
+	for (;;) {
+		ret = pool_map_reserve(ctx.p, bytes, SEG_BYTES, 0, &a);
+		if (ret != -ENOMEM || bytes / 2 < MIN_HEAP_BYTES)
+			break;
+		bytes /= 2;
+	}
+	if (ret)
+		return ret;
+	ctx.heap_next = ctx.heap_end = (uintptr_t)a;
+	ctx.heap_bytes = bytes;
+	__atomic_store_n(&ctx.heap, (uintptr_t)a, __ATOMIC_RELEASE);
+	/*
+	 * The arena is created with jemalloc's own hooks and given ours
+	 * after: its first metadata block (the arena and base structs,
+	 * which jemalloc's fork handlers lock and reset in the child) is
+	 * then ordinary memory, never a page that a fork child finds fenced.
+	 * Later metadata (extent records) comes from the heap.
+	 */
+	if (mallctl("arenas.create", &ind, &sz, NULL, 0))
+		return -ENOMEM;
+	snprintf(name, sizeof(name), "arena.%u.extent_hooks", ind);
+	if (mallctl(name, NULL, NULL, &hp, sizeof(hp)))
+		return -ENOMEM; /* no allocation can come from it: libc */
+	/* Retained growth in steps of at most one region, so that the
+	 * regions appended follow what the program uses. */
+	snprintf(name, sizeof(name), "arena.%u.retain_grow_limit", ind);
+	mallctl(name, NULL, NULL, &lim, sizeof(lim));
+	ctx.aflags = MALLOCX_ARENA(ind);
+	return 0;
+}
+
+/* Whether ptr is in the heap (jemalloc's). */
+static bool in_heap(const void *ptr)
+{
+	uintptr_t h = __atomic_load_n(&ctx.heap, __ATOMIC_ACQUIRE);
+
+	return h && (uintptr_t)ptr - h < ctx.heap_bytes;
+}
+
+/* n bytes from the heap (flags: MALLOCX_ZERO, an alignment), or NULL
+ * (then the caller uses libc). Connects on first use. */
+static void *heap_alloc(size_t n, int flags)
+{
+	if (__atomic_load_n(&ctx.state, __ATOMIC_ACQUIRE) == CTX_NEW) {
+		in_shim++;
+		pthread_mutex_lock(&ctx.lock);
+		if (ctx.state == CTX_NEW)
+			ctx_start_locked();
+		pthread_mutex_unlock(&ctx.lock);
+		in_shim--;
+	}
+	if (__atomic_load_n(&ctx.state, __ATOMIC_ACQUIRE) != CTX_ON)
+		return NULL;
+	return mallocx(n ? n : 1, ctx.aflags | flags);
+}
+
+/* ------------------------------------------------------------------ */
+/* regions: one per allocation                                          */
 
 /* A pooled allocation of n bytes, or NULL (then the caller uses libc). */
 static void *pooled_alloc(size_t n)
@@ -337,20 +594,66 @@ static bool pooled_free(void *ptr)
 	return true;
 }
 
-static bool wants_pool(size_t n)
+/*
+ * LIBPOOL_PRELOAD_STATS: "1" (stderr) or an absolute path (appended to)
+ * for print_stats(). stderr is duplicated now: programs close it before
+ * the destructors run (coreutils' close_stdout does).
+ */
+static void stats_open(void)
 {
-	size_t min = __atomic_load_n(&ctx.min_bytes, __ATOMIC_RELAXED);
+	const char *env = getenv("LIBPOOL_PRELOAD_STATS");
+	int fd = -1;
+
+	if (!env || ctx.stats_fd)
+		return;
+	if (!strcmp(env, "1"))
+		fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 64);
+	else if (env[0] == '/')
+		fd = open(env, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	else
+		say("LIBPOOL_PRELOAD_STATS is neither 1 nor an absolute path: "
+		    "no statistics");
+	ctx.stats_fd = fd >= 0 ? fd + 1 : -1;
+}
+
+/* LIBPOOL_ALLOCATOR and LIBPOOL_MIN_BYTES, read once (getenv allocates
+ * nothing: safe here). Two threads may both read them: same result. */
+static enum ctx_mode ctx_config(void)
+{
+	const char *a = getenv("LIBPOOL_ALLOCATOR");
+	enum ctx_mode mode = MODE_HEAP;
+	size_t min;
+
+	if (a && !strcmp(a, "regions"))
+		mode = MODE_REGIONS;
+	else if (a && *a && strcmp(a, "jemalloc"))
+		say("LIBPOOL_ALLOCATOR is neither jemalloc nor regions: "
+		    "using jemalloc");
+	min = env_size("LIBPOOL_MIN_BYTES",
+		       mode == MODE_REGIONS ? DEFAULT_MIN_BYTES : 0);
+	if (mode == MODE_REGIONS && min < PAGE)
+		min = PAGE;
+	stats_open();
+	__atomic_store_n(&ctx.min_bytes, min, __ATOMIC_RELAXED);
+	__atomic_store_n(&ctx.mode, mode, __ATOMIC_RELEASE);
+	return mode;
+}
+
+/* The allocator for n bytes in this thread: MODE_HEAP, MODE_REGIONS, or
+ * MODE_UNSET for libc. */
+static enum ctx_mode pool_mode(size_t n)
+{
+	enum ctx_mode mode;
 
 	if (in_shim || pool_paging_is_engine_thread())
-		return false;
-	if (!min) { /* getenv allocates nothing: safe here */
-		min = env_size("LIBPOOL_MIN_BYTES", DEFAULT_MIN_BYTES);
-		if (min < PAGE)
-			min = PAGE;
-		__atomic_store_n(&ctx.min_bytes, min, __ATOMIC_RELAXED);
-	}
-	return n >= min &&
-	       __atomic_load_n(&ctx.state, __ATOMIC_RELAXED) != CTX_OFF;
+		return MODE_UNSET;
+	mode = __atomic_load_n(&ctx.mode, __ATOMIC_ACQUIRE);
+	if (mode == MODE_UNSET)
+		mode = ctx_config();
+	if (n < __atomic_load_n(&ctx.min_bytes, __ATOMIC_RELAXED) ||
+	    __atomic_load_n(&ctx.state, __ATOMIC_RELAXED) == CTX_OFF)
+		return MODE_UNSET;
+	return mode;
 }
 
 /* glibc's malloc_usable_size (ours shadows it), found once. */
@@ -370,18 +673,39 @@ static size_t libc_usable(void *ptr)
 	return fn(ptr);
 }
 
+/* n bytes pooled (flags: MALLOCX_ZERO, an alignment: heap only), or NULL
+ * when they go to libc. */
+static void *pool_alloc_any(size_t n, int flags)
+{
+	switch (pool_mode(n)) {
+	case MODE_HEAP:
+		return heap_alloc(n, flags);
+	case MODE_REGIONS:
+		return pooled_alloc(n); /* zero and page-aligned */
+	default:
+		return NULL;
+	}
+}
+
 EXPORT void *malloc(size_t n)
 {
-	void *a;
+	void *a = pool_alloc_any(n, 0);
 
-	if (wants_pool(n) && (a = pooled_alloc(n)))
-		return a;
-	return __libc_malloc(n);
+	return a ? a : __libc_malloc(n);
 }
 
 EXPORT void free(void *ptr)
 {
-	if (!ptr || pooled_free(ptr))
+	if (!ptr)
+		return;
+	if (in_heap(ptr)) {
+		/* A fork child leaves the heap alone: its arena state is a
+		 * copy of the parent's, and the pages may be fenced. */
+		if (!ctx.forked)
+			dallocx(ptr, 0);
+		return;
+	}
+	if (pooled_free(ptr))
 		return;
 	__libc_free(ptr);
 }
@@ -395,10 +719,39 @@ EXPORT void *calloc(size_t nmemb, size_t size)
 		errno = ENOMEM;
 		return NULL;
 	}
-	/* A new mapping reads as zero: no memset, no faults. */
-	if (wants_pool(n) && (a = pooled_alloc(n)))
+	/* Fresh heap extents and new regions read as zero: jemalloc
+	 * knows which of its pages are, so no needless memset or fault. */
+	a = pool_alloc_any(n, MALLOCX_ZERO);
+	return a ? a : __libc_calloc(nmemb, size);
+}
+
+/* realloc() of a heap pointer. */
+static void *heap_realloc(void *ptr, size_t n)
+{
+	size_t old;
+	void *a;
+
+	if (n == 0) {
+		free(ptr);
+		return NULL;
+	}
+	if (ctx.forked || pool_mode(n) != MODE_HEAP) {
+		/* To libc: a fork child (its heap is the parent's), a size
+		 * under LIBPOOL_MIN_BYTES, or an engine thread. */
+		old = sallocx(ptr, 0);
+		a = __libc_malloc(n);
+		if (!a)
+			return NULL;
+		memcpy(a, ptr, old < n ? old : n);
+		free(ptr);
 		return a;
-	return __libc_calloc(nmemb, size);
+	}
+	/* In place when jemalloc can (a large extent grows into the free
+	 * pages after it), else moved within the heap. */
+	a = rallocx(ptr, n, ctx.aflags);
+	if (!a)
+		errno = ENOMEM;
+	return a;
 }
 
 EXPORT void *realloc(void *ptr, size_t n)
@@ -408,9 +761,11 @@ EXPORT void *realloc(void *ptr, size_t n)
 
 	if (!ptr)
 		return malloc(n);
+	if (in_heap(ptr))
+		return heap_realloc(ptr, n);
 	old = pooled_size(ptr);
 	if (!old) {
-		if (!wants_pool(n) || !(a = pooled_alloc(n)))
+		if (n == 0 || !(a = pool_alloc_any(n, 0)))
 			return __libc_realloc(ptr, n);
 		old = libc_usable(ptr);
 		memcpy(a, ptr, old < n ? old : n);
@@ -456,12 +811,20 @@ EXPORT void *reallocarray(void *ptr, size_t nmemb, size_t size)
 
 EXPORT void *memalign(size_t align, size_t n)
 {
-	void *a;
+	enum ctx_mode mode;
+	void *a = NULL;
 
-	/* Mappings are page-aligned; larger alignments stay with libc. */
-	if (align <= PAGE && wants_pool(n) && (a = pooled_alloc(n)))
-		return a;
-	return __libc_memalign(align, n);
+	/* Any power of two in the heap; regions are page-aligned, larger
+	 * alignments stay with libc; glibc rounds other values up. */
+	if (align && !(align & (align - 1))) {
+		mode = pool_mode(n);
+		if (mode == MODE_HEAP)
+			a = heap_alloc(n,
+				       MALLOCX_LG_ALIGN(__builtin_ctzl(align)));
+		else if (mode == MODE_REGIONS && align <= PAGE)
+			a = pooled_alloc(n);
+	}
+	return a ? a : __libc_memalign(align, n);
 }
 
 EXPORT int posix_memalign(void **out, size_t align, size_t n)
@@ -508,8 +871,67 @@ EXPORT size_t malloc_usable_size(void *ptr)
 
 	if (!ptr)
 		return 0;
+	if (in_heap(ptr))
+		return sallocx(ptr, 0);
 	n = pooled_size(ptr);
 	/* Pooled: exactly what was asked for (bytes past it in the last
 	 * page are not backed by the region). */
 	return n ? n : libc_usable(ptr);
+}
+
+/*
+ * LIBPOOL_PRELOAD_STATS (stats_open()): one line at exit with what was
+ * pooled and how the heap's paging went (jemalloc; regions: the number
+ * of regions alive). snprintf of numbers allocates nothing.
+ */
+__attribute__((destructor)) static void print_stats(void)
+{
+	struct pool_map_stats st = { 0 };
+	char line[512];
+	int n;
+
+	if (ctx.stats_fd <= 0 || ctx.forked)
+		return;
+	if (in_heap((void *)ctx.heap) &&
+	    pool_map_get_stats((void *)ctx.heap, &st) == 0) {
+		n = snprintf(
+			line, sizeof(line),
+			"libpool-preload: stats allocator=jemalloc "
+			"pooled_bytes=%zu budget_bytes=%llu "
+			"resident_bytes=%llu resident_peak_bytes=%llu "
+			"faults=%llu wp_faults=%llu zero_fills=%llu "
+			"fetches=%llu pages_fetched=%llu evictions=%llu "
+			"writebacks=%llu second_chances=%llu refaults=%llu "
+			"sigbus=%llu\n",
+			ctx.nsegs * SEG_BYTES,
+			(unsigned long long)(st.max_resident * st.page_bytes),
+			(unsigned long long)(st.resident * st.page_bytes),
+			(unsigned long long)(st.resident_peak * st.page_bytes),
+			(unsigned long long)st.faults,
+			(unsigned long long)st.wp_faults,
+			(unsigned long long)st.zero_fills,
+			(unsigned long long)st.fetches,
+			(unsigned long long)st.pages_fetched,
+			(unsigned long long)st.evictions,
+			(unsigned long long)st.writebacks,
+			(unsigned long long)st.second_chances,
+			(unsigned long long)st.refaults,
+			(unsigned long long)st.sigbus);
+	} else {
+		size_t live = 0, bytes = 0;
+
+		for (size_t i = 0; ctx.table && i < ctx.used; i++) {
+			if (ctx.table[i].addr) {
+				live++;
+				bytes += ctx.table[i].bytes;
+			}
+		}
+		n = snprintf(line, sizeof(line),
+			     "libpool-preload: stats allocator=%s "
+			     "pooled_bytes=%zu regions=%zu\n",
+			     ctx.mode == MODE_REGIONS ? "regions" : "none",
+			     bytes, live);
+	}
+	if (n > 0 && write(ctx.stats_fd - 1, line, (size_t)n) < 0)
+		return;
 }
