@@ -195,10 +195,9 @@ struct mapping {
 	unsigned ra_max;
 	size_t ahead_run, ahead_max, wb_max;
 	size_t meta_bytes; /* this mmap(): struct, arrays, staging */
-	int uffd, stopfd;
-	int pidfd; /* ours, for process_madvise(); -1: madvise() per run */
+	int uffd;	   /* the engine's (eng.uffd): not this mapping's */
 	bool user_only;
-	pthread_t thr;
+	struct mapping *enext; /* eng.maps (eng.lock) */
 
 	/* handler state */
 	uint8_t *state;	  /* PG_* per page */
@@ -243,6 +242,38 @@ static __thread bool engine_thread;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mapping *reg_head;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/*
+ * The process's paging engine: one userfaultfd and one thread, pool-uffd,
+ * serve every mapping. pool-uffd holds eng.lock while it serves a batch of
+ * faults or installs a run ahead; pool_map() and pool_unmap() take it to
+ * add or remove a mapping, so once a mapping is out of eng.maps the
+ * engine never touches it again. The thread starts with the first mapping
+ * and stops with the last (eng.life serialises the two).
+ *
+ * Budgets: each mapping keeps at most max_res pages resident, and all of
+ * them together at most eng.budget bytes (LIBPOOL_LOCAL_BYTES, or
+ * pool_paging_set_process_budget(); SIZE_MAX: none). make_room() evicts
+ * from the mapping that needs room first, then, for the process budget,
+ * a batch at a time from each mapping in turn (eng.cursor), each chosen
+ * by that mapping's own CLOCK.
+ */
+static struct {
+	pthread_mutex_t lock, life;
+	struct mapping *maps, *cursor, *last_hit;
+	size_t nmaps;
+	int uffd, stopfd, pidfd; /* pidfd: process_madvise(); -1: madvise */
+	bool user_only, huge_ok, running;
+	pthread_t thr;
+	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
+	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
+	size_t resident;   /* bytes resident, all mappings (eng.lock) */
+} eng = { .lock = PTHREAD_MUTEX_INITIALIZER,
+	  .life = PTHREAD_MUTEX_INITIALIZER,
+	  .uffd = -1,
+	  .stopfd = -1,
+	  .pidfd = -1,
+	  .budget = SIZE_MAX };
 
 #define STAT_ADD(m, f, n) __atomic_add_fetch(&(m)->st.f, (n), __ATOMIC_RELAXED)
 
@@ -457,34 +488,204 @@ static int uffd_open(bool *user_only)
 	return -errno;
 }
 
-/* Negotiates the API and registers the range. -EOPNOTSUPP when the
- * kernel lacks a feature we need. */
-static int uffd_setup(struct mapping *m)
+/* Negotiates the API of the engine's userfaultfd: with the hugetlb
+ * features where the kernel has them (eng.huge_ok), else without (a fresh
+ * descriptor: the API is set once). Returns 0, -EOPNOTSUPP or -errno. */
+static int engine_open_uffd(void)
+{
+	const uint64_t base =
+		UFFD_FEATURE_THREAD_ID | UFFD_FEATURE_PAGEFAULT_FLAG_WP;
+	const uint64_t huge = UFFD_FEATURE_MISSING_HUGETLBFS |
+			      UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+
+	for (int pass = 0; pass < 2; pass++) {
+		struct uffdio_api api = {
+			.api = UFFD_API,
+			.features = base | (pass == 0 ? huge : 0),
+		};
+		int fd = uffd_open(&eng.user_only);
+
+		if (fd < 0)
+			return fd;
+		if (ioctl(fd, UFFDIO_API, &api) == 0) {
+			eng.uffd = fd;
+			eng.huge_ok = pass == 0;
+			return 0;
+		}
+		close(fd);
+		if (errno != EINVAL)
+			return -errno;
+	}
+	return -EOPNOTSUPP;
+}
+
+/* Registers m's range with the engine's userfaultfd. -EOPNOTSUPP when the
+ * kernel lacks a feature the mapping needs. */
+static int uffd_register(struct mapping *m)
 {
 	const uint64_t need = (1ull << _UFFDIO_COPY) |
 			      (m->huge ? 0 : (1ull << _UFFDIO_ZEROPAGE)) |
 			      (1ull << _UFFDIO_WAKE) |
 			      (1ull << _UFFDIO_WRITEPROTECT);
-	struct uffdio_api api = {
-		.api = UFFD_API,
-		.features = UFFD_FEATURE_THREAD_ID |
-			    UFFD_FEATURE_PAGEFAULT_FLAG_WP |
-			    (m->huge ? UFFD_FEATURE_MISSING_HUGETLBFS |
-					       UFFD_FEATURE_WP_HUGETLBFS_SHMEM
-				     : 0),
-	};
 	struct uffdio_register reg = {
 		.range = { .start = (uintptr_t)m->base, .len = m->len },
 		.mode = UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP,
 	};
 
-	if (ioctl(m->uffd, UFFDIO_API, &api))
-		return errno == EINVAL ? -EOPNOTSUPP : -errno;
+	if (m->huge && !eng.huge_ok)
+		return -EOPNOTSUPP;
 	if (ioctl(m->uffd, UFFDIO_REGISTER, &reg))
 		return errno == EINVAL ? -EOPNOTSUPP : -errno;
-	if ((reg.ioctls & need) != need)
+	if ((reg.ioctls & need) != need) {
+		struct uffdio_range rg = { .start = (uintptr_t)m->base,
+					   .len = m->len };
+
+		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
 		return -EOPNOTSUPP;
+	}
 	return 0;
+}
+
+static void *uffd_main(void *arg);
+
+/* The process budget when the engine starts: set by the program
+ * (pool_paging_set_process_budget()), else LIBPOOL_LOCAL_BYTES, else
+ * none. */
+static size_t parse_size(const char *s);
+
+static size_t process_budget(void)
+{
+	const char *env = getenv("LIBPOOL_LOCAL_BYTES");
+	size_t v;
+
+	if (eng.budget_set)
+		return eng.budget_set;
+	v = env && *env ? parse_size(env) : 0;
+	return v ? v : SIZE_MAX;
+}
+
+/* Starts the engine: its userfaultfd, stop eventfd, pidfd and thread.
+ * eng.life held. Returns 0 or -errno. */
+static int engine_start(void)
+{
+	sigset_t all, old;
+	int ret;
+
+	ret = engine_open_uffd();
+	if (ret)
+		return ret;
+	eng.stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (eng.stopfd < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	/* For process_madvise() on ourselves (drop_pages()); without it,
+	 * madvise() per range. */
+	eng.pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u);
+	eng.budget = process_budget();
+	eng.resident = 0;
+	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
+	 * application must never land on the thread that serves faults. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = -pthread_create(&eng.thr, NULL, uffd_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret) {
+		ret = -EAGAIN;
+		goto fail;
+	}
+	eng.running = true;
+	pool_log(LOG_INFO, "paging: engine started user_only=%d budget=%zu",
+		 (int)eng.user_only, eng.budget);
+	return 0;
+fail:
+	if (eng.pidfd >= 0)
+		close(eng.pidfd);
+	if (eng.stopfd >= 0)
+		close(eng.stopfd);
+	close(eng.uffd);
+	eng.uffd = eng.stopfd = eng.pidfd = -1;
+	return ret;
+}
+
+/* Stops the engine (no mapping left). eng.life held, eng.lock not. */
+static void engine_stop(void)
+{
+	uint64_t one = 1;
+
+	if (write(eng.stopfd, &one, sizeof(one)) != sizeof(one))
+		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
+	pthread_join(eng.thr, NULL);
+	close(eng.stopfd);
+	close(eng.uffd);
+	if (eng.pidfd >= 0)
+		close(eng.pidfd);
+	eng.uffd = eng.stopfd = eng.pidfd = -1;
+	eng.running = false;
+	eng.cursor = eng.last_hit = NULL;
+}
+
+/* Puts m under the engine (started if need be): its range registered,
+ * in eng.maps. Returns 0 or -errno. */
+static int engine_attach(struct mapping *m)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&eng.life);
+	if (!eng.running)
+		ret = engine_start();
+	if (ret)
+		goto out;
+	m->uffd = eng.uffd;
+	m->user_only = eng.user_only;
+	m->st.user_mode_only = eng.user_only;
+	ret = uffd_register(m);
+	if (ret) {
+		if (!eng.nmaps)
+			engine_stop();
+		goto out;
+	}
+	pthread_mutex_lock(&eng.lock);
+	m->enext = eng.maps;
+	eng.maps = m;
+	eng.nmaps++;
+	pthread_mutex_unlock(&eng.lock);
+out:
+	pthread_mutex_unlock(&eng.life);
+	return ret;
+}
+
+/* Takes m from the engine: once this returns pool-uffd never touches m
+ * again; its range is unregistered (waiting faults wake and find no
+ * handler: the caller must not touch the range). The last mapping stops
+ * the engine. */
+static void engine_detach(struct mapping *m)
+{
+	struct uffdio_range rg = { .start = (uintptr_t)m->base, .len = m->len };
+	struct mapping **pp;
+
+	pthread_mutex_lock(&eng.life);
+	pthread_mutex_lock(&eng.lock);
+	for (pp = &eng.maps; *pp && *pp != m; pp = &(*pp)->enext)
+		;
+	if (*pp) {
+		*pp = m->enext;
+		eng.nmaps--;
+		eng.resident -= m->nres * m->psize;
+	}
+	if (eng.cursor == m)
+		eng.cursor = NULL;
+	if (eng.last_hit == m)
+		eng.last_hit = NULL;
+	pthread_mutex_unlock(&eng.lock);
+	/* Without the registration a page we never filled reads as zero
+	 * instead of waiting for a handler that is gone. */
+	if (ioctl(m->uffd, UFFDIO_UNREGISTER, &rg))
+		pool_log(LOG_WARNING, "paging: unregister err=%s",
+			 strerror(errno));
+	if (!eng.nmaps && eng.running)
+		engine_stop();
+	pthread_mutex_unlock(&eng.life);
 }
 
 /* ------------------------------------------------------------------ */
@@ -577,6 +778,7 @@ static void ring_push(struct mapping *m, size_t idx)
 {
 	m->ring[(m->head + m->nres) % m->max_res] = idx;
 	m->nres++;
+	eng.resident += m->psize;
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
 	if (m->nres > m->st.resident_peak)
 		__atomic_store_n(&m->st.resident_peak, m->nres,
@@ -742,8 +944,8 @@ static void drop_pages(struct mapping *m, const size_t *v, size_t n)
 		niov++;
 		i += k;
 	}
-	if (m->pidfd >= 0) {
-		long r = syscall(SYS_process_madvise, m->pidfd, iov, niov,
+	if (eng.pidfd >= 0) {
+		long r = syscall(SYS_process_madvise, eng.pidfd, iov, niov,
 				 MADV_DONTNEED, 0u);
 
 		if (r == (long)bytes)
@@ -755,8 +957,8 @@ static void drop_pages(struct mapping *m, const size_t *v, size_t n)
 			 "paging: process_madvise ret=%ld err=%s; madvise "
 			 "per range from now on",
 			 r, r < 0 ? strerror(errno) : "short");
-		close(m->pidfd);
-		m->pidfd = -1;
+		close(eng.pidfd);
+		eng.pidfd = -1;
 	}
 	for (size_t i = 0; i < niov; i++)
 		if (madvise(iov[i].iov_base, iov[i].iov_len, MADV_DONTNEED))
@@ -817,9 +1019,13 @@ static void protect_sample(struct mapping *m, const size_t *v, size_t n)
  * and a scan larger than the budget passes without flushing pages that
  * are reused (scan resistance).
  */
-static size_t clock_select(struct mapping *m, size_t n, size_t *victims)
+static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
+			   bool force)
 {
-	size_t got = 0, nre = 0, steps = 0, bound = 2 * m->nres + n;
+	/* force: n victims even if every page is marked (the second
+	 * revolution finds them unmarked); else one revolution at most */
+	size_t got = 0, nre = 0, steps = 0;
+	size_t bound = force ? 2 * m->nres + n : m->nres;
 	size_t reprot[WB_BATCH];
 
 	while (got < n && m->nres && steps++ < bound) {
@@ -859,15 +1065,17 @@ static void ring_restore(struct mapping *m, const size_t *v, size_t n)
  * Evicts up to n (<= WB_BATCH) resident pages, in address order (fewer,
  * larger ranges to protect, write and drop): the oldest (huge pages:
  * FIFO, with behind_victim() choosing the head), or CLOCK's choice
- * (clock_select()). Returns 0 or -errno (the mapping is then failed and
- * nothing was dropped).
+ * (clock_select(); with !force only unmarked pages found in one
+ * revolution, maybe none). *done: how many. Returns 0 or -errno (the
+ * mapping is then failed and nothing was dropped).
  */
-static int evict(struct mapping *m, size_t n)
+static int evict_some(struct mapping *m, size_t n, bool force, size_t *done)
 {
 	size_t victims[WB_BATCH], wb[WB_BATCH];
 	size_t nw = 0;
 	int ret;
 
+	*done = 0;
 	if (n > m->nres)
 		n = m->nres;
 	if (m->huge) {
@@ -876,8 +1084,9 @@ static int evict(struct mapping *m, size_t n)
 		m->head = (m->head + n) % m->max_res;
 		m->nres -= n;
 	} else {
-		n = clock_select(m, n, victims);
+		n = clock_select(m, n, victims, force);
 	}
+	eng.resident -= n * m->psize;
 	sort_pages(victims, n);
 	/* Dirty pages are protected first: from then on a write waits
 	 * for us, so the copy we send is the page's last contents. */
@@ -918,7 +1127,16 @@ static int evict(struct mapping *m, size_t n)
 	}
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
 	STAT_ADD(m, evictions, n);
+	*done = n;
 	return 0;
+}
+
+/* Evicts up to n pages of m's, n of them unless m has fewer. */
+static int evict(struct mapping *m, size_t n)
+{
+	size_t done;
+
+	return evict_some(m, n, true, &done);
 }
 
 /*
@@ -973,8 +1191,74 @@ static bool behind_victim(struct mapping *m)
 	return true;
 }
 
+/* The mapping that gives up pages for the process budget next: each
+ * in turn (eng.cursor), skipping those with nothing resident. */
+static struct mapping *budget_victim(void)
+{
+	struct mapping *v = eng.cursor ? eng.cursor : eng.maps;
+
+	for (size_t i = 0; i < eng.nmaps && v; i++) {
+		struct mapping *next = v->enext ? v->enext : eng.maps;
+
+		/* a failed mapping cannot write back: its pages stay */
+		if (v->nres && !v->failed) {
+			eng.cursor = next;
+			return v;
+		}
+		v = next;
+	}
+	return NULL;
+}
+
+/*
+ * Evicts until the process budget takes need more pages of m's. Each
+ * mapping in turn gives up a batch of pages its CLOCK finds unmarked in
+ * one revolution; when a round of every mapping finds none (all marked,
+ * now unmarked), the next one gives up a batch regardless. So a mapping
+ * whose pages are all in use keeps them while another has cold ones.
+ */
+static int make_room_process(struct mapping *m, size_t need)
+{
+	while (eng.budget != SIZE_MAX &&
+	       eng.resident + need * m->psize > eng.budget) {
+		struct mapping *v = NULL;
+		size_t done = 0;
+		int ret;
+
+		for (size_t i = 0; i < eng.nmaps && !done; i++) {
+			v = budget_victim();
+			if (!v)
+				break;
+			ret = evict_some(v, v->huge ? 1 : v->batch, false,
+					 &done);
+			if (ret)
+				return ret;
+		}
+		if (done)
+			continue;
+		v = budget_victim();
+		if (!v)
+			break; /* nothing left to evict: need > budget */
+		ret = evict_some(v, v->huge ? 1 : v->batch, true, &done);
+		if (ret)
+			return ret;
+		if (!done)
+			break;
+	}
+	return 0;
+}
+
+/* The most pages m may hold: its own budget, or the process's when less. */
+static size_t res_cap(const struct mapping *m)
+{
+	size_t p = eng.budget == SIZE_MAX ? SIZE_MAX : eng.budget >> m->shift;
+
+	return p < m->max_res ? (p ? p : 1) : m->max_res;
+}
+
 /* Evicts in rounds of m->batch pages (more when more are needed at
- * once) until need more pages fit. */
+ * once) until need more pages fit, in m's budget and then in the
+ * process's. */
 static int make_room(struct mapping *m, size_t need)
 {
 	while (m->nres + need > m->max_res) {
@@ -994,7 +1278,7 @@ static int make_room(struct mapping *m, size_t need)
 		if (ret)
 			return ret;
 	}
-	return 0;
+	return make_room_process(m, need);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1198,7 +1482,7 @@ static size_t fetchable_run(const struct mapping *m, size_t from, int dir,
 static void ahead_arm(struct mapping *m, struct stream *st, bool grown)
 {
 	size_t cap =
-		m->max_res / 4 < m->ahead_max ? m->max_res / 4 : m->ahead_max;
+		res_cap(m) / 4 < m->ahead_max ? res_cap(m) / 4 : m->ahead_max;
 
 	if (!m->ahead_on || st->dir == 0 || st->ra < m->ra_max ||
 	    cap < m->ra_max) {
@@ -1221,7 +1505,7 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	size_t lo = idx, n = 1, limit;
 	int ret;
 
-	limit = m->max_res / 4 < st->ra ? m->max_res / 4 : st->ra;
+	limit = res_cap(m) / 4 < st->ra ? res_cap(m) / 4 : st->ra;
 	if (!again)
 		n = fetchable_run(m, idx, st->dir, limit, &lo);
 	if (n == 0) { /* cannot happen: idx is fetchable */
@@ -1373,7 +1657,7 @@ static int zero_fill(struct mapping *m, size_t idx)
 			m->zero_ra * 2 > m->ra_max ? m->ra_max : m->zero_ra * 2;
 	else
 		m->zero_ra = 1;
-	limit = m->max_res / 4 < m->zero_ra ? m->max_res / 4 : m->zero_ra;
+	limit = res_cap(m) / 4 < m->zero_ra ? res_cap(m) / 4 : m->zero_ra;
 	while (n < limit && idx + n < m->npages &&
 	       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))
 		n++;
@@ -1506,22 +1790,62 @@ static void wp_fault(struct mapping *m, size_t idx)
 	}
 }
 
+/* Whether some mapping has runs to install ahead (eng.lock held). */
+static bool ahead_pending_any(void)
+{
+	for (struct mapping *m = eng.maps; m; m = m->enext)
+		if (ahead_pending(m))
+			return true;
+	return false;
+}
+
+/* One run ahead for the mapping whose turn it is (eng.lock held). */
+static void install_ahead_any(void)
+{
+	static size_t turn;
+	size_t i = 0, k = turn++ % (eng.nmaps ? eng.nmaps : 1);
+
+	for (struct mapping *m = eng.maps; m; m = m->enext, i++)
+		if (i >= k && ahead_pending(m) && install_ahead(m))
+			return;
+	for (struct mapping *m = eng.maps; m; m = m->enext)
+		if (ahead_pending(m) && install_ahead(m))
+			return;
+}
+
+/* The mapping that holds address a (eng.lock held), or NULL: a fault
+ * left over from a mapping removed meanwhile (its unregistration woke
+ * the thread). The last hit first: faults come in runs. */
+static struct mapping *engine_find(uintptr_t a)
+{
+	struct mapping *m = eng.last_hit;
+
+	if (m && a - (uintptr_t)m->base < m->len)
+		return m;
+	for (m = eng.maps; m; m = m->enext)
+		if (a - (uintptr_t)m->base < m->len)
+			return eng.last_hit = m;
+	return NULL;
+}
+
 static void *uffd_main(void *arg)
 {
-	struct mapping *m = arg;
 	struct uffd_msg msgs[MSG_BATCH];
+	bool pending = false;
 
+	(void)arg;
 	engine_thread = true;
 	pthread_setname_np(pthread_self(), "pool-uffd");
 	for (;;) {
-		struct pollfd pf[2] = { { .fd = m->uffd, .events = POLLIN },
-					{ .fd = m->stopfd, .events = POLLIN } };
+		struct pollfd pf[2] = { { .fd = eng.uffd, .events = POLLIN },
+					{ .fd = eng.stopfd,
+					  .events = POLLIN } };
 		ssize_t n;
 		int ready;
 
 		/* With runs to install ahead, only look for faults: they
 		 * come first, and the runs fill the time between them. */
-		ready = poll(pf, 2, ahead_pending(m) ? 0 : -1);
+		ready = poll(pf, 2, pending ? 0 : -1);
 		if (ready < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1531,12 +1855,17 @@ static void *uffd_main(void *arg)
 		}
 		if (pf[1].revents)
 			break;
+		pthread_mutex_lock(&eng.lock);
 		if (ready == 0) {
-			install_ahead(m);
+			install_ahead_any();
+			pending = ahead_pending_any();
+			pthread_mutex_unlock(&eng.lock);
 			continue;
 		}
-		n = read(m->uffd, msgs, sizeof(msgs));
+		n = read(eng.uffd, msgs, sizeof(msgs));
 		if (n < 0) {
+			pending = ahead_pending_any();
+			pthread_mutex_unlock(&eng.lock);
 			if (errno == EAGAIN || errno == EINTR)
 				continue;
 			pool_log(LOG_ERR, "paging: read uffd err=%s",
@@ -1546,11 +1875,11 @@ static void *uffd_main(void *arg)
 		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
 			const struct uffd_msg *msg = &msgs[i];
 			uintptr_t a = (uintptr_t)msg->arg.pagefault.address;
+			struct mapping *m;
 			size_t idx;
 
 			if (msg->event != UFFD_EVENT_PAGEFAULT ||
-			    a < (uintptr_t)m->base ||
-			    a >= (uintptr_t)m->base + m->len)
+			    !(m = engine_find(a)))
 				continue;
 			idx = (a - (uintptr_t)m->base) >> m->shift;
 			if (msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
@@ -1562,6 +1891,8 @@ static void *uffd_main(void *arg)
 						UFFD_PAGEFAULT_FLAG_WRITE,
 					(pid_t)msg->arg.pagefault.feat.ptid);
 		}
+		pending = ahead_pending_any();
+		pthread_mutex_unlock(&eng.lock);
 	}
 	return NULL;
 }
@@ -1640,12 +1971,7 @@ static void fork_child_fence(struct mapping *m)
 	size_t run = 0, start = 0;
 
 	m->inherited = true;
-	/* These are the parent's: writing stopfd would stop its thread. */
-	close(m->stopfd);
-	close(m->uffd);
-	if (m->pidfd >= 0)
-		close(m->pidfd);
-	m->stopfd = m->uffd = m->pidfd = -1;
+	m->uffd = -1;
 	size_t live = live_pages(m);
 
 	for (size_t c = 0; c < live; c += chunk) {
@@ -1684,6 +2010,23 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+	/* The engine is the parent's: its descriptors go (writing stopfd
+	 * would stop the parent's thread), its locks start afresh (pool-uffd
+	 * may have held eng.lock at the fork), and a pool_map() of the
+	 * child's starts an engine of its own. */
+	if (eng.running) {
+		close(eng.stopfd);
+		close(eng.uffd);
+		if (eng.pidfd >= 0)
+			close(eng.pidfd);
+	}
+	eng.uffd = eng.stopfd = eng.pidfd = -1;
+	eng.running = false;
+	eng.maps = eng.cursor = eng.last_hit = NULL;
+	eng.nmaps = 0;
+	eng.resident = 0;
+	pthread_mutex_init(&eng.lock, NULL);
+	pthread_mutex_init(&eng.life, NULL);
 	for (struct mapping *m = reg_head; m; m = m->next)
 		if (!m->inherited)
 			fork_child_fence(m);
@@ -1833,12 +2176,6 @@ static void mapping_free(struct mapping *m)
 {
 	if (m->base)
 		munmap(m->base, m->len);
-	if (m->uffd >= 0)
-		close(m->uffd);
-	if (m->stopfd >= 0)
-		close(m->stopfd);
-	if (m->pidfd >= 0)
-		close(m->pidfd);
 	munmap(m, m->meta_bytes);
 }
 
@@ -1941,7 +2278,7 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 		return -ENOMEM;
 	/* mmap() gave zeros: every field not set here starts at 0. */
 	m->meta_bytes = meta;
-	m->uffd = m->stopfd = m->pidfd = -1;
+	m->uffd = -1;
 	m->p = p;
 	m->r = r;
 	m->segs = (struct pool_region **)((uint8_t *)m + off_segs);
@@ -2005,33 +2342,14 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	}
 	if (!huge) /* 4 KiB pages: see above */
 		madvise(m->base, len, MADV_NOHUGEPAGE);
-	ret = uffd_open(&m->user_only);
-	if (ret < 0)
-		goto fail;
-	m->uffd = ret;
-	m->st.user_mode_only = m->user_only;
-	ret = uffd_setup(m);
+	ret = engine_attach(m);
 	if (ret)
 		goto fail;
-	m->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (m->stopfd < 0) {
-		ret = -errno;
-		goto fail;
-	}
-	/* For process_madvise() on ourselves (drop_pages()); without it,
-	 * madvise() per range. */
-	m->pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u);
-	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
-	 * application must never land on the thread that serves faults. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	ret = -pthread_create(&m->thr, NULL, uffd_main, m);
-	if (ret == 0 && !m->growable) /* growable: at the first segment */
+	if (!m->growable) { /* growable: at the first segment */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
 		warm_start(m);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (ret) {
-		ret = -EAGAIN;
-		goto fail;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
 	pthread_mutex_lock(&reg_lock);
 	m->next = reg_head;
@@ -2082,8 +2400,6 @@ static int flush_locked_out(struct mapping *m)
 int pool_unmap(struct pool *p, void *addr, unsigned flags)
 {
 	struct mapping *m, **pp;
-	struct uffdio_range rg;
-	uint64_t one = 1;
 	int ret = 0;
 
 	if (flags != POOL_UNMAP_FLUSH && flags != POOL_UNMAP_DISCARD)
@@ -2099,24 +2415,15 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	if (!m || !p)
 		return -EINVAL;
 	if (m->inherited) {
-		/* A fork child's copy: no thread to stop, and the session
+		/* A fork child's copy: no engine serves it, and the session
 		 * (the parent's) is not ours to write to. */
 		mapping_free(m);
 		return flags == POOL_UNMAP_FLUSH ? -ENOTCONN : 0;
 	}
 
-	if (write(m->stopfd, &one, sizeof(one)) != sizeof(one))
-		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
-	pthread_join(m->thr, NULL);
+	engine_detach(m);
 	if (m->warming)
 		pthread_join(m->warm_thr, NULL);
-	/* Without the registration a page we never filled reads as zero
-	 * instead of waiting for a handler that is gone. */
-	rg.start = (uintptr_t)m->base;
-	rg.len = m->len;
-	if (ioctl(m->uffd, UFFDIO_UNREGISTER, &rg))
-		pool_log(LOG_WARNING, "paging: unregister err=%s",
-			 strerror(errno));
 	if (flags == POOL_UNMAP_FLUSH) {
 		/* A failed mapping may hold writes it could not save. */
 		ret = m->failed ? m->failed : flush_locked_out(m);
@@ -2219,6 +2526,20 @@ bool pool_paging_is_engine_thread(void)
 void pool_paging_mark_engine_thread(void)
 {
 	engine_thread = true;
+}
+
+int pool_paging_set_process_budget(size_t bytes)
+{
+	if (bytes < MIN_LOCAL_BYTES)
+		return -EINVAL;
+	pthread_mutex_lock(&eng.life);
+	pthread_mutex_lock(&eng.lock);
+	eng.budget_set = bytes;
+	if (eng.running)
+		eng.budget = bytes; /* evictions catch up at the next room */
+	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng.life);
+	return 0;
 }
 
 int pool_map_get_stats(const void *addr, struct pool_map_stats *st)

@@ -83,4 +83,12 @@ bool pool_paging_is_engine_thread(void);
  */
 void pool_paging_mark_engine_thread(void);
 
+/*
+ * The process budget: bytes resident in all mappings together (every
+ * mapping also keeps its own, pool_map()'s local_bytes). Default: set
+ * by LIBPOOL_LOCAL_BYTES when the engine starts (the first mapping),
+ * else none. SIZE_MAX: none. Returns 0 or -EINVAL (under 256 KiB).
+ */
+int pool_paging_set_process_budget(size_t bytes);
+
 #endif

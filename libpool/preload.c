@@ -275,6 +275,10 @@ static void ctx_start_locked(void)
 		pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 		ctx.atfork = true;
 	}
+	/* regions: each allocation has LIBPOOL_LOCAL_BYTES of its own, as
+	 * before there was one budget for the process */
+	if (ret == 0 && ctx.mode == MODE_REGIONS)
+		pool_paging_set_process_budget(SIZE_MAX);
 	if (ret == 0 && ctx.mode == MODE_HEAP) {
 		ret = heap_start_locked();
 		if (ret) {

@@ -13,6 +13,7 @@
  * written back, what is refused, a kernel pool that runs short, fork().
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -1367,6 +1368,221 @@ START_TEST(huge_fork_child)
 }
 END_TEST
 
+/* Threads of this process named name. */
+static int threads_named(const char *name)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], comm[64];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = '\0';
+			n += !strcmp(comm, name);
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * One engine per process: eight mappings are served by one pool-uffd
+ * thread (not one each), every byte right; the last unmap stops it.
+ */
+START_TEST(one_engine_for_all_mappings)
+{
+	enum { N = 8 };
+	const size_t size = 1 * MiB, local = 256 * KiB;
+	struct pool_region *r[N];
+	struct pool *p;
+	uint8_t *a[N];
+
+	start_memd();
+	p = connect_memd(5000);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(pool_alloc(p, size, &r[i]), 0);
+		a[i] = map(p, r[i], local, 0);
+	}
+	ck_assert_int_eq(threads_named("pool-uffd"), 1);
+	for (int i = 0; i < N; i++)
+		tu_pattern_fill(a[i], size, 100 + (uint64_t)i, 0);
+	for (int i = 0; i < N; i++) {
+		check_range(a[i], 0, size, 100 + (uint64_t)i);
+		ck_assert_uint_gt(stats(a[i]).evictions, 0);
+	}
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(pool_unmap(p, a[i], POOL_UNMAP_DISCARD), 0);
+		pool_free(p, r[i]);
+	}
+	ck_assert_int_eq(threads_named("pool-uffd"), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/*
+ * The process budget (pool_paging_set_process_budget(), as
+ * LIBPOOL_LOCAL_BYTES sets it): three mappings whose own budgets would
+ * hold all of them keep 1 MiB resident together, and read back exact.
+ */
+START_TEST(process_budget_across_mappings)
+{
+	enum { N = 3 };
+	const size_t size = 4 * MiB, budget = 1 * MiB;
+	struct pool_region *r[N];
+	struct pool *p;
+	uint8_t *a[N];
+	uint64_t res;
+
+	ck_assert_int_eq(pool_paging_set_process_budget(64 * KiB), -EINVAL);
+	ck_assert_int_eq(pool_paging_set_process_budget(budget), 0);
+	start_memd();
+	p = connect_memd(5000);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(pool_alloc(p, size, &r[i]), 0);
+		a[i] = map(p, r[i], size, 0);
+	}
+	for (int i = 0; i < N; i++) {
+		tu_pattern_fill(a[i], size, 200 + (uint64_t)i, 0);
+		res = 0;
+		for (int j = 0; j <= i; j++)
+			res += stats(a[j]).resident;
+		ck_assert_uint_le(res * PG, budget);
+	}
+	for (int i = 0; i < N; i++)
+		check_range(a[i], 0, size, 200 + (uint64_t)i);
+	res = 0;
+	for (int i = 0; i < N; i++) {
+		struct pool_map_stats st = stats(a[i]);
+
+		res += st.resident;
+		ck_assert_uint_le(st.resident_peak * PG, budget);
+		ck_assert_uint_gt(st.evictions, 0);
+	}
+	ck_assert_uint_le(res * PG, budget);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(pool_unmap(p, a[i], POOL_UNMAP_DISCARD), 0);
+		pool_free(p, r[i]);
+	}
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/* Pages of a[0, n pages) not resident (mincore). */
+static size_t pages_missing(const uint8_t *a, size_t n)
+{
+	unsigned char v[256];
+	size_t miss = 0;
+
+	ck_assert_uint_le(n, sizeof(v));
+	ck_assert_int_eq(mincore((void *)a, n * PG, v), 0);
+	for (size_t i = 0; i < n; i++)
+		miss += !(v[i] & 1);
+	return miss;
+}
+
+/*
+ * CLOCK: 32 hot pages written between every two chunks of a read scan
+ * over 60 times the budget stay resident (FIFO evicted them every 256
+ * pages fetched: about 500 misses), and every byte reads back right.
+ */
+START_TEST(clock_keeps_pages_in_use)
+{
+	const size_t size = 16 * MiB, local = 1 * MiB, npages = size / PG;
+	const size_t hot = 32, chunk = 64;
+	struct pool_region *r;
+	struct pool *p;
+	uint64_t sum = 0;
+	size_t miss = 0, rounds = 0;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 7, 0); /* all but the budget evicted */
+	for (size_t c = 2 * hot; c + chunk <= npages; c += chunk) {
+		for (size_t pg = c; pg < c + chunk; pg++)
+			sum += a[pg * PG + 1];
+		if (rounds++ > 4) /* hot pages marked by then */
+			miss += pages_missing(a, hot);
+		for (size_t h = 0; h < hot; h++)
+			a[h * PG] = (uint8_t)(a[h * PG] + 1);
+	}
+	ck_assert_msg(miss < hot, "hot pages missing %zu times in %zu rounds",
+		      miss, rounds);
+	ck_assert_uint_gt(stats(a).second_chances, 0);
+	for (size_t h = 0; h < hot; h++)
+		ck_assert_uint_eq(
+			a[h * PG],
+			(uint8_t)(tu_pattern_byte(7, h * PG) + rounds));
+	check_range(a, hot * PG, size - hot * PG, 7);
+	(void)sum;
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/*
+ * A growable mapping (the preload shim's heap): segments appended one
+ * by one back it; runs that cross a segment's end read and write back
+ * right; bad input and a full reservation are refused.
+ */
+START_TEST(growable_mapping)
+{
+	const size_t seg = 1 * MiB, max = 4 * MiB;
+	struct pool_region *r[5];
+	struct pool *p;
+	void *v = NULL;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_map_reserve(NULL, max, seg, 0, &v), -EINVAL);
+	ck_assert_int_eq(pool_map_reserve(p, max, 3 * MiB, 0, &v), -EINVAL);
+	ck_assert_int_eq(pool_map_reserve(p, seg / 2, seg, 0, &v), -EINVAL);
+	ck_assert_int_eq(pool_map_reserve(p, max, seg, 256 * KiB, &v), 0);
+	a = v;
+	ck_assert_uint_eq(pool_map_grown_bytes(a), 0);
+	ck_assert_int_eq(pool_map_grow(a, NULL), -EINVAL);
+	for (int i = 0; i < 5; i++)
+		ck_assert_int_eq(pool_alloc(p, seg, &r[i]), 0);
+	ck_assert_int_eq(pool_map_grow(a + 1, r[0]), -EINVAL);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pool_map_grow(a, r[i]), 0);
+		ck_assert_uint_eq(pool_map_grown_bytes(a), (i + 1) * seg);
+		/* the new segment, and across the end of the last */
+		tu_pattern_fill(a + i * seg, seg, 9, i * seg);
+	}
+	ck_assert_int_eq(pool_map_grow(a, r[4]), -ENOSPC);
+	check_range(a, 0, max, 9);
+	tu_pattern_fill(a + seg / 2, 2 * seg, 10, seg / 2);
+	check_range(a, seg / 2, 2 * seg, 10);
+	ck_assert_uint_gt(stats(a).writebacks, 0);
+	ck_assert_uint_gt(stats(a).pages_fetched, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	for (int i = 0; i < 5; i++)
+		pool_free(p, r[i]);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 /* Whether this kernel gives us what pool_map needs; why not in *why. */
 static int probe_uffd(const char **why)
 {
@@ -1450,6 +1666,10 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, syscall_kernel_mode);
 		tcase_add_test(tc, syscall_user_mode_only);
 		tcase_add_test(tc, memd_killed_gives_sigbus);
+		tcase_add_test(tc, one_engine_for_all_mappings);
+		tcase_add_test(tc, process_budget_across_mappings);
+		tcase_add_test(tc, clock_keeps_pages_in_use);
+		tcase_add_test(tc, growable_mapping);
 	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);

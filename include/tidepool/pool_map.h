@@ -9,8 +9,10 @@
  * the pool before they are dropped. Page size is 4 KiB, or 2 MiB with
  * huge pages (POOL_MAP_HUGE, $LIBPOOL_HUGE_PAGES; pool_map(3), HUGE PAGES).
  *
- * Threads: any number of threads may touch a mapping at once. Each mapping
- * runs one thread of its own ("pool-uffd") that serves its page faults.
+ * Threads: any number of threads may touch a mapping at once. One thread
+ * per process ("pool-uffd") serves the page faults of every mapping.
+ * $LIBPOOL_LOCAL_BYTES, when set, also bounds what all mappings of the
+ * process keep resident together (pool_map(3)).
  * pool_map() and pool_unmap() may be called from any thread; a mapping must
  * not be touched during or after its pool_unmap().
  *
