@@ -142,8 +142,9 @@ enum {
 	PG_REMOTE = 1u << 2, /* the region holds the page; else it is zero */
 	PG_ZERO =
 		1u << 3, /* zero when mapped: see zero_install(), zero_fill() */
-	PG_REF = 1u << 4, /* used since the clock hand last passed: see
+	PG_REF = 1u << 4,   /* used since the clock hand last passed: see
 			   * clock_select() (4 KiB pages) */
+	PG_CLAIM = 1u << 5, /* in a run of fetch_batch() being read */
 };
 
 /* CLOCK's refault test: a page fetched again within REFAULT_EPOCHS
@@ -210,6 +211,7 @@ struct mapping {
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
 	uint8_t *stage_in;   /* max(ahead_run, ra_max) pages */
 	uint8_t *stage_in2;  /* ahead_run pages: the run read meanwhile */
+	size_t stage_pages;  /* stage_in and stage_in2, one block */
 	uint8_t *stage_out;  /* wb_max pages */
 	const uint8_t *zero; /* ra_max pages of zeros */
 	struct stream streams[NSTREAM];
@@ -264,6 +266,7 @@ static struct {
 	size_t nmaps;
 	int uffd, stopfd, pidfd; /* pidfd: process_madvise(); -1: madvise */
 	bool user_only, huge_ok, running;
+	bool batch_on; /* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -583,6 +586,8 @@ static int engine_start(void)
 	 * madvise() per range. */
 	eng.pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0u);
 	eng.budget = process_budget();
+	eng.batch_on = !(getenv("LIBPOOL_PAGING_BATCH") &&
+			 !strcmp(getenv("LIBPOOL_PAGING_BATCH"), "0"));
 	eng.resident = 0;
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
@@ -1326,7 +1331,8 @@ static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 
 static bool page_is_fetchable(const struct mapping *m, size_t idx)
 {
-	return (m->state[idx] & (PG_RESIDENT | PG_REMOTE)) == PG_REMOTE;
+	return (m->state[idx] & (PG_RESIDENT | PG_REMOTE | PG_CLAIM)) ==
+	       PG_REMOTE;
 }
 
 /* Fetches before a pattern of writes is trusted; every how many fetches
@@ -1528,6 +1534,101 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	if (ret == 0)
 		ahead_arm(m, st, cont);
 	return ret;
+}
+
+/* A missing fault read from the userfaultfd, for fetch_batch(). */
+struct bfault {
+	size_t idx;
+	bool write;
+	pid_t tid;
+};
+
+/*
+ * Missing faults of one 4 KiB mapping on pages the region holds, read
+ * in one batch from the userfaultfd (several threads faulting at once),
+ * served together: a run for each (the read-ahead of its stream, within
+ * the staging pages, never a page of another run: PG_CLAIM), room made
+ * for all, every read started with pool_read_async() so that they travel
+ * at once, then each run installed as a single fetch's would be (its
+ * faulting page last). A fault whose page an earlier run holds is woken
+ * by that run's install.
+ */
+static void fetch_batch(struct mapping *m, const struct bfault *f, size_t k)
+{
+	struct pool_op *ops[MSG_BATCH];
+	struct stream *sts[MSG_BATCH];
+	size_t lo[MSG_BATCH], n[MSG_BATCH], at[MSG_BATCH];
+	bool cont[MSG_BATCH];
+	size_t used = 0, started = 0;
+	int ret = 0;
+
+	for (size_t i = 0; i < k; i++) {
+		struct stream *st = stream_at(m, f[i].idx, &cont[i]);
+		size_t limit =
+			res_cap(m) / 4 < st->ra ? res_cap(m) / 4 : st->ra;
+		size_t room = m->stage_pages - used - (k - i - 1);
+
+		if (limit > room)
+			limit = room;
+		if (!limit)
+			limit = 1;
+		n[i] = page_is_fetchable(m, f[i].idx)
+			       ? fetchable_run(m, f[i].idx, st->dir, limit,
+					       &lo[i])
+			       : 0;
+		sts[i] = st;
+		at[i] = used;
+		if (!n[i])
+			continue;
+		for (size_t j = lo[i]; j < lo[i] + n[i]; j++)
+			m->state[j] |= PG_CLAIM;
+		st->up = lo[i] + n[i];
+		st->down = lo[i] ? lo[i] - 1 : SIZE_MAX;
+		st->at = f[i].idx;
+		used += n[i];
+	}
+	ret = make_room(m, used);
+	for (size_t i = 0; i < k && ret == 0; i++) {
+		uint64_t off;
+		struct pool_region *r;
+
+		if (!n[i])
+			continue;
+		r = seg_at(m, lo[i], &off);
+		ret = pool_read_async(m->p, r, off,
+				      m->stage_in + at[i] * m->psize,
+				      run_bytes(m, lo[i], n[i]), &ops[i]);
+		if (ret == 0)
+			started = i + 1;
+	}
+	for (size_t i = 0; i < started; i++) {
+		int r;
+
+		if (!n[i])
+			continue;
+		while ((r = pool_wait(m->p, ops[i], -1)) == -ETIMEDOUT)
+			;
+		if (r && !ret)
+			ret = r;
+	}
+	if (ret)
+		mapping_fail(m, ret, "fetch");
+	for (size_t i = 0; i < k; i++) {
+		STAT_ADD(m, faults, 1);
+		if (n[i] && ret == 0) {
+			ret = fetch_install(m, lo[i], n[i], f[i].idx,
+					    f[i].write,
+					    m->stage_in + at[i] * m->psize);
+			if (ret == 0)
+				ahead_arm(m, sts[i], cont[i]);
+		}
+		if (ret) {
+			for (size_t j = lo[i]; n[i] && j < lo[i] + n[i]; j++)
+				m->state[j] &= (uint8_t)~PG_CLAIM;
+			fault_fail(m, f[i].tid, f[i].idx);
+		}
+	}
+	STAT_ADD(m, batches, 1);
 }
 
 /*
@@ -1828,6 +1929,53 @@ static struct mapping *engine_find(uintptr_t a)
 	return NULL;
 }
 
+/*
+ * Of a batch of messages, the missing faults of the first 4 KiB mapping
+ * that has two or more on pages the region holds (not resident) are
+ * served together (fetch_batch()); their messages are then marked done
+ * (event 0). The rest is served one by one. eng.lock held.
+ */
+static void batch_faults(struct uffd_msg *msgs, size_t n)
+{
+	struct bfault f[MSG_BATCH];
+	size_t k = 0, which[MSG_BATCH];
+	struct mapping *bm = NULL;
+
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t a = (uintptr_t)msgs[i].arg.pagefault.address;
+		struct mapping *m;
+		size_t idx;
+		bool dup = false;
+
+		if (msgs[i].event != UFFD_EVENT_PAGEFAULT ||
+		    (msgs[i].arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) ||
+		    !(m = engine_find(a)) || m->huge ||
+		    __atomic_load_n(&m->failed, __ATOMIC_ACQUIRE) ||
+		    (bm && m != bm))
+			continue;
+		idx = (a - (uintptr_t)m->base) >> m->shift;
+		if (idx >= live_pages(m) || !page_is_fetchable(m, idx))
+			continue;
+		for (size_t j = 0; j < k && !dup; j++)
+			dup = f[j].idx == idx;
+		if (dup)
+			continue; /* the first one's install wakes it */
+		bm = m;
+		f[k] = (struct bfault){
+			.idx = idx,
+			.write = msgs[i].arg.pagefault.flags &
+				 UFFD_PAGEFAULT_FLAG_WRITE,
+			.tid = (pid_t)msgs[i].arg.pagefault.feat.ptid,
+		};
+		which[k++] = i;
+	}
+	if (k < 2 || !eng.batch_on)
+		return;
+	fetch_batch(bm, f, k);
+	for (size_t j = 0; j < k; j++)
+		msgs[which[j]].event = 0;
+}
+
 static void *uffd_main(void *arg)
 {
 	struct uffd_msg msgs[MSG_BATCH];
@@ -1872,7 +2020,9 @@ static void *uffd_main(void *arg)
 				 strerror(errno));
 			break;
 		}
-		for (size_t i = 0; i < (size_t)n / sizeof(msgs[0]); i++) {
+		n /= (ssize_t)sizeof(msgs[0]);
+		batch_faults(msgs, (size_t)n);
+		for (size_t i = 0; i < (size_t)n; i++) {
 			const struct uffd_msg *msg = &msgs[i];
 			uintptr_t a = (uintptr_t)msg->arg.pagefault.address;
 			struct mapping *m;
@@ -2315,6 +2465,7 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	m->ring = (size_t *)((uint8_t *)m + off_ring);
 	m->stage_in = (uint8_t *)m + off_stage;
 	m->stage_in2 = m->stage_in + nstage_in * m->psize;
+	m->stage_pages = nstage_in + m->ahead_run;
 	m->stage_out = m->stage_in2 + m->ahead_run * m->psize;
 	m->zero = m->stage_out + m->wb_max * m->psize; /* mmap: zeros */
 	m->st.page_bytes = m->psize;

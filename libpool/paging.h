@@ -31,6 +31,7 @@ struct pool_map_stats {
 			      * pool empty and evicted one of ours first */
 	uint64_t second_chances; /* 4 KiB CLOCK: marked pages the hand spared */
 	uint64_t refaults;   /* pages fetched again soon after their eviction */
+	uint64_t batches;    /* fetch_batch(): faults of threads fetched together */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };
