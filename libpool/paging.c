@@ -2654,6 +2654,58 @@ out:
 	return ret;
 }
 
+/* Takes the resident pages of [lo, hi) out of m's ring; how many. */
+static size_t ring_remove_range(struct mapping *m, size_t lo, size_t hi)
+{
+	size_t kept = 0, gone = 0;
+
+	for (size_t i = 0; i < m->nres; i++) {
+		size_t idx = m->ring[(m->head + i) % m->max_res];
+
+		if (idx >= lo && idx < hi)
+			gone++;
+		else
+			m->ring[(m->head + kept++) % m->max_res] = idx;
+	}
+	m->nres = kept;
+	return gone;
+}
+
+int pool_map_discard(void *addr, void *start, size_t len)
+{
+	uintptr_t s = (uintptr_t)start;
+	struct mapping *m;
+	size_t lo, hi, gone;
+	int ret = 0;
+
+	pthread_mutex_lock(&reg_lock);
+	for (m = reg_head; m; m = m->next)
+		if (m->base == addr)
+			break;
+	pthread_mutex_unlock(&reg_lock);
+	if (!m || m->inherited || !len || s < (uintptr_t)m->base ||
+	    ((s - (uintptr_t)m->base) & (m->psize - 1)) ||
+	    (len & (m->psize - 1)) || len > m->len - (s - (uintptr_t)m->base))
+		return -EINVAL;
+	lo = (s - (uintptr_t)m->base) >> m->shift;
+	hi = lo + (len >> m->shift);
+	/* pool-uffd is between batches while we hold eng.lock: nothing of
+	 * the range is being fetched, installed, protected or dropped. */
+	pthread_mutex_lock(&eng.lock);
+	gone = ring_remove_range(m, lo, hi);
+	if (madvise(start, len, MADV_DONTNEED))
+		ret = -errno;
+	for (size_t i = lo; i < hi; i++) {
+		m->state[i] = 0; /* reads as zero; the region's copy is moot */
+		m->evicted[i] = 0;
+	}
+	eng.resident -= gone * m->psize;
+	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
+	STAT_ADD(m, discarded, hi - lo);
+	pthread_mutex_unlock(&eng.lock);
+	return ret;
+}
+
 size_t pool_map_grown_bytes(const void *addr)
 {
 	struct mapping *m;

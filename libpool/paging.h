@@ -30,8 +30,10 @@ struct pool_map_stats {
 	uint64_t huge_short;	 /* huge-page installs that found the kernel's
 			      * pool empty and evicted one of ours first */
 	uint64_t second_chances; /* 4 KiB CLOCK: marked pages the hand spared */
-	uint64_t refaults;   /* pages fetched again soon after their eviction */
-	uint64_t batches;    /* fetch_batch(): faults of threads fetched together */
+	uint64_t refaults;  /* pages fetched again soon after their eviction */
+	uint64_t discarded; /* pages dropped unwritten: pool_map_discard() */
+	uint64_t
+		batches; /* fetch_batch(): faults of threads fetched together */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };
@@ -63,6 +65,17 @@ int pool_map_reserve(struct pool *p, size_t max_bytes, size_t seg_bytes,
  * is appended) or -EINVAL (addr is no growable mapping, r too small).
  */
 int pool_map_grow(void *addr, struct pool_region *r);
+
+/*
+ * Drops pages [start, start + len) of the mapping at addr (page-aligned):
+ * they read as zero afterwards and nothing of them is written back (the
+ * preload shim's heap: memory jemalloc purges). The caller must not touch
+ * the range meanwhile. Any thread; waits for the faults being served.
+ * Returns 0, -EINVAL (no such mapping, range outside it or not aligned)
+ * or madvise()'s -errno (the pages then read as zero all the same once
+ * dropped later: their state says so).
+ */
+int pool_map_discard(void *addr, void *start, size_t len);
 
 /* Bytes of the growable mapping at addr that segments back (0: none). */
 size_t pool_map_grown_bytes(const void *addr);

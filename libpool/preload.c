@@ -376,6 +376,16 @@ static bool heap_extent_decommit(extent_hooks_t *h, void *addr, size_t size,
 	return true;
 }
 
+/* Purged pages read as zero and are never written back: the engine drops
+ * them (pool_map_discard()). false: done. */
+static bool heap_extent_purge(extent_hooks_t *h, void *addr, size_t size,
+			      size_t off, size_t len, unsigned ind)
+{
+	(void)h, (void)size, (void)ind;
+	return pool_map_discard((void *)ctx.heap, (uint8_t *)addr + off, len) !=
+	       0;
+}
+
 /* Any two extents of the heap may be split or merged: it is one range. */
 static bool heap_extent_split(extent_hooks_t *h, void *addr, size_t size,
 			      size_t a, size_t b, bool committed, unsigned ind)
@@ -398,10 +408,11 @@ static extent_hooks_t heap_hooks = {
 	.dalloc = heap_extent_dalloc,
 	.commit = heap_extent_commit,
 	.decommit = heap_extent_decommit,
+	.purge_forced = heap_extent_purge,
 	.split = heap_extent_split,
 	.merge = heap_extent_merge,
-	/* destroy: arenas are never destroyed; purge: none, so freed
-	 * pages keep their contents (written back if evicted). */
+	/* destroy: arenas are never destroyed; purge_lazy: none (a page
+	 * is dropped or kept, muzzy_decay_ms is 0) */
 };
 
 /*
@@ -414,6 +425,7 @@ static int heap_start_locked(void)
 	extent_hooks_t *hp = &heap_hooks;
 	size_t bytes = env_size("LIBPOOL_HEAP_BYTES", DEFAULT_HEAP_BYTES);
 	size_t lim = SEG_BYTES, sz = sizeof(unsigned);
+	ssize_t zero_ms = 0;
 	unsigned ind;
 	char name[64];
 	void *a = NULL;
@@ -448,6 +460,9 @@ static int heap_start_locked(void)
 	 * regions appended follow what the program uses. */
 	snprintf(name, sizeof(name), "arena.%u.retain_grow_limit", ind);
 	mallctl(name, NULL, NULL, &lim, sizeof(lim));
+	/* Freed pages go straight from dirty to purged: no lazy purge. */
+	snprintf(name, sizeof(name), "arena.%u.muzzy_decay_ms", ind);
+	mallctl(name, NULL, NULL, &zero_ms, sizeof(zero_ms));
 	ctx.aflags = MALLOCX_ARENA(ind);
 	return 0;
 }
@@ -906,7 +921,7 @@ __attribute__((destructor)) static void print_stats(void)
 			"faults=%llu wp_faults=%llu zero_fills=%llu "
 			"fetches=%llu pages_fetched=%llu evictions=%llu "
 			"writebacks=%llu second_chances=%llu refaults=%llu "
-			"sigbus=%llu\n",
+			"discarded=%llu sigbus=%llu\n",
 			ctx.nsegs * SEG_BYTES,
 			(unsigned long long)(st.max_resident * st.page_bytes),
 			(unsigned long long)(st.resident * st.page_bytes),
@@ -920,6 +935,7 @@ __attribute__((destructor)) static void print_stats(void)
 			(unsigned long long)st.writebacks,
 			(unsigned long long)st.second_chances,
 			(unsigned long long)st.refaults,
+			(unsigned long long)st.discarded,
 			(unsigned long long)st.sigbus);
 	} else {
 		size_t live = 0, bytes = 0;

@@ -1575,6 +1575,29 @@ START_TEST(growable_mapping)
 	check_range(a, seg / 2, 2 * seg, 10);
 	ck_assert_uint_gt(stats(a).writebacks, 0);
 	ck_assert_uint_gt(stats(a).pages_fetched, 0);
+
+	/* Discarded pages (jemalloc's purge) read as zero, resident or not,
+	 * and cost no write-back; the pages around them are untouched. */
+	ck_assert_int_eq(pool_map_discard(a, a + 1, PG), -EINVAL);
+	ck_assert_int_eq(pool_map_discard(a, a, PG + 1), -EINVAL);
+	ck_assert_int_eq(pool_map_discard(a, a + max - PG, 2 * PG), -EINVAL);
+	ck_assert_int_eq(pool_map_discard(a + PG, a, PG), -EINVAL);
+	{
+		struct pool_map_stats before = stats(a), after;
+
+		ck_assert_int_eq(pool_map_discard(a, a + seg, 2 * seg), 0);
+		after = stats(a);
+		ck_assert_uint_eq(after.discarded, 2 * seg / PG);
+		ck_assert_uint_eq(after.writebacks, before.writebacks);
+		ck_assert_uint_le(after.resident, before.resident);
+		for (size_t off = seg; off < 3 * seg; off += 512)
+			ck_assert_uint_eq(a[off], 0);
+		/* zeros without a fetch */
+		ck_assert_uint_eq(stats(a).pages_fetched, after.pages_fetched);
+		check_range(a, 0, seg / 2, 9);
+		check_range(a, seg / 2, seg / 2, 10);
+		check_range(a, 3 * seg, seg, 9);
+	}
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
 	for (int i = 0; i < 5; i++)
 		pool_free(p, r[i]);

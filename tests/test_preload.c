@@ -267,6 +267,39 @@ static int prog_fork(void)
 }
 
 /*
+ * Churn: 48 blocks of 256 KiB filled, freed, and allocated and filled
+ * again, three rounds; each round's checksum printed. Under the heap with
+ * MALLOC_CONF=dirty_decay_ms:0, what jemalloc frees is purged at once:
+ * dropped by the engine unwritten (discarded=).
+ */
+static int prog_churn(void)
+{
+	enum { NB = 48 };
+	const size_t n = 256 * 1024;
+	uint8_t *b[NB];
+
+	for (int round = 0; round < 3; round++) {
+		uint64_t s = 0;
+
+		for (int i = 0; i < NB; i++) {
+			b[i] = malloc(n);
+			if (!b[i])
+				return 50;
+			tu_pattern_fill(b[i], n, 70 + round * NB + i, 0);
+		}
+		for (int i = 0; i < NB; i++) {
+			if (tu_pattern_check(b[i], n, 70 + round * NB + i, 0) >=
+			    0)
+				return 51;
+			s += sum(b[i], n);
+			free(b[i]);
+		}
+		printf("round %d sum=%016llx\n", round, (unsigned long long)s);
+	}
+	return 0;
+}
+
+/*
  * memd is killed (by us: TP_KILL_PID) while our 8 MiB buffer lives
  * mostly in the pool; reading it back must end in SIGBUS (or, when
  * TP_BLOCK_SIGBUS=1 and the thread blocks SIGBUS, SIGABRT). Exit 5:
@@ -675,6 +708,22 @@ START_TEST(threads_fault_at_once)
 }
 END_TEST
 
+START_TEST(freed_memory_purged)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=2M",
+					   "MALLOC_CONF=dirty_decay_ms:0",
+					   NULL };
+	char err[128];
+
+	start();
+	same_as_plain("churn", env, err, sizeof(err));
+	/* regions: each block is a region of its own, unmapped at free */
+	if (!regions)
+		ck_assert_uint_gt(total(err, " discarded="), 0);
+	stop();
+}
+END_TEST
+
 START_TEST(fork_child_copy)
 {
 	/* regions: a (2 MiB) fits its own budget; the heap: a is filled
@@ -862,6 +911,8 @@ int main(int argc, char **argv)
 		return prog_threads();
 	if (argc > 1 && !strcmp(argv[1], "fork"))
 		return prog_fork();
+	if (argc > 1 && !strcmp(argv[1], "churn"))
+		return prog_churn();
 	if (argc > 1 && !strcmp(argv[1], "memdkill"))
 		return prog_memdkill();
 	if (argc > 1 && !strcmp(argv[1], "stream"))
@@ -897,6 +948,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);
+	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
 	tcase_add_test(tc, memd_killed_sigbus_blocked);
 	tcase_add_test(tc, python_hashes_a_large_bytearray);
