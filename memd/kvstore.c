@@ -1283,6 +1283,13 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 		return -EBUSY;
 	if (e && e->spilled)
 		return -EEXIST;
+	/* One tenant's open puts cannot pin the store's memory without
+	 * bound; expired ones are dropped first (oldest at the tail). */
+	while (kv->o.max_reserved && t->reserved.count >= kv->o.max_reserved &&
+	       t->reserved.tail && now_ms >= t->reserved.tail->deadline_ms)
+		drop_reserved(kv, t->reserved.tail);
+	if (kv->o.max_reserved && t->reserved.count >= kv->o.max_reserved)
+		return -EDQUOT;
 	if (*nl + (size_t)nc > max_locs)
 		return -ENOBUFS;
 	if (!e && !(e = entry_new(kv, t, it->key)))

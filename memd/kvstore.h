@@ -122,6 +122,7 @@ struct memd_kv_options {
 	uint32_t reserve_ms;	  /* RESERVED lifetime; 0: 10000 */
 	uint32_t lease_ms;	  /* read lease; 0: 2000 */
 	uint32_t value_max_bytes; /* 0: 64 MiB; at most 1 GiB */
+	uint32_t max_reserved;	  /* RESERVED entries per tenant; 0: no cap */
 	/*
 	 * Lends the store a slab for tenant: 0 with *slab (the owner's id)
 	 * and *base (slab_bytes of writable memory, until slab_put), or
@@ -197,6 +198,8 @@ struct memd_kv_item {
  *  -EBUSY    another put holds the key RESERVED (a key deleted under read
  *            leases is off the index at once: it can be put again);
  *  -ENOSPC   the tenant's share is full and nothing can be evicted;
+ *  -EDQUOT   the tenant already has max_reserved reservations pending
+ *            (commit them or let them expire);
  *  -EINVAL   value_len 0;  -EMSGSIZE  value_len over value_max_bytes;
  *  -ENOBUFS  locs[] has no room for this key's chunks;
  *  other     the slab_get callback's error.

@@ -560,6 +560,29 @@ void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
 	pthread_mutex_unlock(&t->lock);
 }
 
+uint32_t memd_session_nleases(struct memd_lease_table *t,
+			      const struct memd_session *s)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&t->lock);
+	n = s->dead ? 0 : s->nleases;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+uint32_t memd_lease_tenant_sessions(struct memd_lease_table *t,
+				    uint32_t tenant_id)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (const struct memd_session *s = t->live_head; s; s = s->next)
+		n += !s->dead && s->tenant == tenant_id;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
 size_t memd_lease_tenant_usage(struct memd_lease_table *t,
 			       struct memd_tenant_usage *out, size_t max)
 {

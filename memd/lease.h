@@ -171,6 +171,14 @@ int memd_lease_fullest_group(struct memd_lease_table *t);
 void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
 			     uint32_t tenant_id);
 
+/* Leases the session holds now (0 once it has expired). */
+uint32_t memd_session_nleases(struct memd_lease_table *t,
+			      const struct memd_session *s);
+/* Live sessions of tenant_id, detached ones that have not expired
+ * included (they still hold what they leased). */
+uint32_t memd_lease_tenant_sessions(struct memd_lease_table *t,
+				    uint32_t tenant_id);
+
 struct memd_tenant_usage {
 	uint32_t tenant_id;
 	uint32_t slabs;	   /* leased by its live sessions */

@@ -33,6 +33,10 @@
  * descriptor to take, answer and close the pending connection (else the
  * listener would fire forever); failing that, the listener is paused for
  * a tick. Lines a peer can make repeat are rate-limited (memd/log.h).
+ * What a client may hold is bounded too: max_sessions_per_tenant live
+ * sessions of a tenant (checked at AUTH_PROOF), max_leases_per_session
+ * leases of a session (grant_request), kv_max_reserved pending KV
+ * reservations of a tenant (the store).
  *
  * A lease is a slab, a fresh memory registration with a random key, and a
  * generation. Revocation (release, BYE, session expiry) closes the
@@ -845,7 +849,7 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 			 uint32_t want, int node, uint8_t reply_type,
 			 struct wire_msg *rep)
 {
-	uint32_t i, avail;
+	uint32_t i, avail, held;
 	int group = MEMD_LEASE_ANY_GROUP;
 	struct memd_lease_group_counts gc;
 	struct memd_lease_counts cnt;
@@ -875,6 +879,22 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 					   node, served);
 			return -EINVAL;
 		}
+	}
+	held = memd_session_nleases(s->lt, c->session);
+	if (want > s->cfg.max_leases_per_session ||
+	    held > s->cfg.max_leases_per_session - want) {
+		CTR_ADD(s, leases_refused, 1);
+		CTR_ADD(s, leases_refused_session, 1);
+		memd_log_limited(&s->ll_refuse, LOG_NOTICE,
+				 "lease: refused peer=%s session=%" PRIx64
+				 " why=per-session held=%u want=%u max=%u",
+				 c->peer, memd_session_id(c->session), held,
+				 want, s->cfg.max_leases_per_session);
+		send_error(s, c, seq, EDQUOT,
+			   "lease: the session holds %u lease(s) and asks %u; "
+			   "max_leases_per_session is %u",
+			   held, want, s->cfg.max_leases_per_session);
+		return -EDQUOT;
 	}
 	memd_lease_get_counts(s->lt, &cnt);
 	avail = cnt.free;
@@ -1178,6 +1198,29 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 	if (c->auth_fail) { /* cannot happen: the key was random */
 		auth_refuse(s, c, req->seq, c->auth_fail);
 		return;
+	}
+	if (c->role == WIRE_ROLE_TENANT) {
+		/* This session is not the tenant's yet: it is not counted. */
+		uint32_t n = memd_lease_tenant_sessions(s->lt, c->tenant_id) -
+			     kv_sessions_of(s, c->tenant_id);
+
+		if (n >= s->cfg.max_sessions_per_tenant) {
+			CTR_ADD(s, sessions_refused_tenant, 1);
+			memd_log_limited(&s->ll_refuse, LOG_WARNING,
+					 "auth: refused peer=%s tenant=%s "
+					 "why=sessions held=%u max=%u",
+					 c->peer, c->principal, n,
+					 s->cfg.max_sessions_per_tenant);
+			send_error(s, c, req->seq, EUSERS,
+				   "tenant %s holds %u sessions on this memd "
+				   "(max_sessions_per_tenant = %u)",
+				   c->principal, n,
+				   s->cfg.max_sessions_per_tenant);
+			c->closing = true;
+			c->auth = AUTH_NONE;
+			c->role = 0;
+			return;
+		}
 	}
 	{
 		bool cluster = c->role == WIRE_ROLE_ADMIN ||
@@ -1833,6 +1876,7 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
 		.slab_bytes = s->cfg.slab_bytes,
 		.epoch = s->epoch,
 		.reserve_ms = s->cfg.kv_reserve_ms,
+		.max_reserved = s->cfg.kv_max_reserved,
 		.lease_ms = s->cfg.kv_lease_ms,
 		.slab_get = kv_slab_get,
 		.slab_put = kv_slab_put,
@@ -1988,6 +2032,8 @@ static void do_kv(struct memd_server *s, struct conn *c,
 						: 0;
 			if (ok)
 				CTR_ADD(s, kv_reserved, 1);
+			if (it->status == -EDQUOT)
+				CTR_ADD(s, kv_reserve_refused, 1);
 			break;
 		case WIRE_KV_LOOKUP:
 			if (ok) {

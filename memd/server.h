@@ -42,6 +42,11 @@ struct place_topo;
 			      "within handshake_timeout")                      \
 	X(idle_timeouts,                                                       \
 	  "connections closed after idle_timeout without a request")           \
+	X(sessions_refused_tenant,                                             \
+	  "tenant sessions refused over max_sessions_per_tenant")              \
+	X(leases_refused_session,                                              \
+	  "lease requests refused over max_leases_per_session")                \
+	X(kv_reserve_refused, "KV reservations refused over kv_max_reserved")  \
 	X(frames_in, "control frames decoded")                                 \
 	X(frames_rejected, "malformed or oversized frames")                    \
 	X(sessions_opened, "sessions opened")                                  \

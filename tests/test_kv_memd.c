@@ -744,6 +744,104 @@ START_TEST(tenants_never_share)
 }
 END_TEST
 
+/* ---- what one tenant may hold ----------------------------------------- */
+
+/* Reserves key (seed, i) of len bytes for c: the item's status. */
+static int reserve_one(struct kvc *c, uint64_t seed, uint64_t i, uint64_t len)
+{
+	uint8_t key[WIRE_KV_KEY_LEN];
+
+	make_key(key, seed, i);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])key, 1, &len, NULL,
+				 NULL),
+			 0);
+	return rep.u.kv.item[0].status;
+}
+
+/*
+ * kv_max_reserved = 3: tenant a's fourth pending put is refused with
+ * EDQUOT (counted on /metrics) while tenant b on the same memd reserves
+ * its own three; a committed put is room for the next.
+ */
+START_TEST(reservations_per_tenant_capped)
+{
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "slab_size=2M",
+			       "--set",	   "kv_max_reserved=3",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", "64M",
+			       NULL };
+	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
+	char a1[300], a2[400], out[8192];
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t gen, csum = 1;
+	struct kvc *a, *b;
+	int i, r;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-kvq-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	r = tu_memd_start_args(&md, NULL, args);
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"up\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
+			 0);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
+			 0);
+	a = kvc_open(md.addr, "a", sec_a);
+	b = kvc_open(md.addr, "b", sec_b);
+
+	/* 5000-byte values: 64 KiB blocks, all in one bootstrap slab */
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(reserve_one(a, 21, (uint64_t)i, 5000), 0);
+		if (i == 0)
+			gen = rep.u.kv.item[0].generation;
+	}
+	ck_assert_int_eq(reserve_one(a, 21, 3, 5000), -EDQUOT);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_reserve_refused_"
+					"total"),
+			 1);
+	/* another tenant on the same memd is not affected */
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve_one(b, 22, (uint64_t)i, 5000), 0);
+	/* a commits one of its puts: room for the next reservation */
+	make_key(key, 21, 0);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_COMMIT, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, &gen,
+				 &csum),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(reserve_one(a, 21, 3, 5000), 0);
+	ck_assert_int_eq(reserve_one(a, 21, 4, 5000), -EDQUOT);
+	kvc_close(a);
+	kvc_close(b);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
 /* ---- warm restart from the spill directory --------------------------- */
 
 START_TEST(warm_restart)
@@ -806,6 +904,7 @@ static Suite *kv_memd_suite(void)
 	tcase_add_test(tc, bad_requests);
 	tcase_add_test(tc, kv_tier_off);
 	tcase_add_test(tc, tenants_never_share);
+	tcase_add_test(tc, reservations_per_tenant_capped);
 	tcase_add_test(tc, warm_restart);
 	suite_add_tcase(s, tc);
 	return s;
