@@ -450,6 +450,39 @@ free_m:
 	return ret;
 }
 
+/*
+ * Test-only fault injection: TP_TEST_FAIL_MR_CLOSE=N makes the first N
+ * fab_mr_close() calls of the process report -EIO (the registration is
+ * closed all the same), so tests can drive what memd does when a close
+ * fails (docs/reliability.md). Read once; unset, it costs one relaxed
+ * load per close. Never set it in production.
+ */
+static int mr_close_fail_left = -1; /* -1: environment not read yet */
+static pthread_once_t mr_close_fail_once = PTHREAD_ONCE_INIT;
+
+static void mr_close_fail_init(void)
+{
+	const char *v = getenv("TP_TEST_FAIL_MR_CLOSE");
+	long n = v ? strtol(v, NULL, 10) : 0;
+
+	__atomic_store_n(&mr_close_fail_left, n > 0 && n < INT_MAX ? (int)n : 0,
+			 __ATOMIC_RELAXED);
+}
+
+static bool mr_close_fail_injected(void)
+{
+	int left;
+
+	pthread_once(&mr_close_fail_once, mr_close_fail_init);
+	left = __atomic_load_n(&mr_close_fail_left, __ATOMIC_RELAXED);
+	while (left > 0)
+		if (__atomic_compare_exchange_n(
+			    &mr_close_fail_left, &left, left - 1, false,
+			    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
 int fab_mr_close(struct fab_mr *mr)
 {
 	int ret;
@@ -458,6 +491,8 @@ int fab_mr_close(struct fab_mr *mr)
 		return 0;
 	ret = fab_errno(fi_close(&mr->mr->fid));
 	free(mr);
+	if (!ret && mr_close_fail_injected())
+		ret = -EIO;
 	return ret;
 }
 

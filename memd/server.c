@@ -214,6 +214,10 @@ struct memd_server {
 	uint32_t narenas;
 	struct fab_mr **mr; /* per slab; non-NULL while leased */
 	uint64_t *key;	    /* per slab; valid while leased */
+	/* per slab: its last registration close failed, so it must not be
+	 * leased again (set on memd-ctl under the lease table lock, read by
+	 * memd-reclaim after taking the slab from the table) */
+	bool *mr_stuck;
 
 	struct memd_lease_table *lt;
 
@@ -407,7 +411,17 @@ static void *reclaim_main(void *arg)
 		for (size_t i = 0; i < n; i++) {
 			uint8_t *p = slab_base(s, batch[i]);
 
+			/* zeroed all the same: the old tenant's bytes go */
 			memset(p, 0, s->cfg.slab_bytes);
+			if (__atomic_load_n(&s->mr_stuck[batch[i]],
+					    __ATOMIC_RELAXED)) {
+				memd_lease_quarantine(s->lt, batch[i]);
+				memd_log(LOG_WARNING,
+					 "reclaim: slab=%u quarantined (its "
+					 "registration did not close)",
+					 batch[i]);
+				continue;
+			}
 			memd_lease_reclaimed(s->lt, batch[i]);
 			__atomic_add_fetch(&s->ctr.slabs_zeroed, 1,
 					   __ATOMIC_RELAXED);
@@ -461,9 +475,14 @@ static void revoke_mr(uint32_t slab, void *arg)
 	struct memd_server *s = arg;
 	int r = fab_mr_close(s->mr[slab]);
 
-	if (r)
-		memd_log(LOG_ERR, "fabric: mr close slab=%u err=%s", slab,
-			 strerror(-r));
+	if (r) {
+		/* The old key may still open the slab: it must never reach
+		 * another session (memd-reclaim quarantines it). */
+		memd_log(LOG_ERR,
+			 "fabric: mr close slab=%u err=%s: slab quarantined",
+			 slab, strerror(-r));
+		__atomic_store_n(&s->mr_stuck[slab], true, __ATOMIC_RELAXED);
+	}
 	s->mr[slab] = NULL;
 	s->key[slab] = 0;
 }
@@ -3011,6 +3030,10 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 	put_gauge(b, "reclaiming_bytes",
 		  "Memory in revoked slabs waiting to be zeroed.",
 		  (uint64_t)cnt.reclaiming * slab);
+	put_gauge(b, "slabs_quarantined",
+		  "Slabs kept out of use because their memory registration "
+		  "could not be closed.",
+		  cnt.quarantined);
 	put_gauge(b, "sessions", "Open client sessions.",
 		  client_sessions(s, cnt.sessions));
 
@@ -3412,7 +3435,8 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	}
 	s->mr = calloc(s->nslabs, sizeof(*s->mr));
 	s->key = calloc(s->nslabs, sizeof(*s->key));
-	if (!s->mr || !s->key) {
+	s->mr_stuck = calloc(s->nslabs, sizeof(*s->mr_stuck));
+	if (!s->mr || !s->key || !s->mr_stuck) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -3668,5 +3692,6 @@ void memd_server_destroy(struct memd_server *s)
 	free(s->kvt);
 	free(s->mr);
 	free(s->key);
+	free(s->mr_stuck);
 	free(s);
 }

@@ -593,6 +593,61 @@ START_TEST(leases_per_session_capped)
 }
 END_TEST
 
+/* --- a registration that does not close -------------------------------- */
+
+/*
+ * The first registration close fails (TP_TEST_FAIL_MR_CLOSE=1, test
+ * only): the released slab is quarantined, counted on /metrics, and never
+ * leased again, while the other 15 slabs of the memd (256M of 16M slabs,
+ * testutil's) still are.
+ */
+START_TEST(failed_mr_close_quarantines_slab)
+{
+	static struct wire_msg rep;
+	struct wire_msg rel = { .type = WIRE_RELEASE };
+	struct wire_hello_ok h;
+	struct wire_lease bad;
+	struct tu_memd m;
+	struct rpc *a, *b;
+	char err[256];
+	int i;
+
+	ck_assert_int_eq(setenv("TP_TEST_FAIL_MR_CLOSE", "1", 1), 0);
+	tu_memd_start_ok(&m, "quiesce = 0\nmetrics_listen = 127.0.0.1:0\n");
+	unsetenv("TP_TEST_FAIL_MR_CLOSE");
+	a = tu_raw_hello(m.addr, &h);
+	b = tu_raw_hello(m.addr, &h);
+	ck_assert_int_eq(lease(a, 1, &rep), 0);
+	bad = rep.u.lease_ok.lease[0];
+	rel.u.release.count = 1;
+	rel.u.release.ref[0] =
+		(struct wire_lease_ref){ .epoch = bad.epoch,
+					 .slab = bad.slab,
+					 .generation = bad.generation };
+	ck_assert_int_eq(
+		rpc_call(a, &rel, &rep, WIRE_RELEASE_OK, TMO, err, sizeof(err)),
+		0);
+	/* the reclaimer takes it (polled: no timing is asserted) */
+	for (i = 0; i < 500; i++) {
+		if (tu_metric(&m, "tidepool_memd_slabs_quarantined") == 1)
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_reclaiming_bytes"), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_free_bytes"),
+			 15 * (int64_t)h.slab_bytes);
+	/* every other slab can be leased; that one never again */
+	ck_assert_int_eq(lease(b, 15, &rep), 0);
+	for (uint32_t j = 0; j < 15; j++)
+		ck_assert_uint_ne(rep.u.lease_ok.lease[j].slab, bad.slab);
+	ck_assert_int_eq(lease(a, 1, &rep), -ENOSPC);
+	rpc_close(a);
+	rpc_close(b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /* --- descriptors and half-closed peers --------------------------------- */
 
 static int count_fds(pid_t pid)
@@ -772,6 +827,7 @@ int main(void)
 	tcase_add_test(tc, half_closed_nonreader_dropped);
 	tcase_add_test(tc, sessions_per_tenant_capped);
 	tcase_add_test(tc, leases_per_session_capped);
+	tcase_add_test(tc, failed_mr_close_quarantines_slab);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
