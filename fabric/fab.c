@@ -110,6 +110,9 @@ struct fab_domain {
 	size_t max_msg;
 	char prov[FAB_PROV_MAX];
 	unsigned hmem; /* FAB_HMEM_* asked for and granted (FI_HMEM) */
+	/* TP_TEST_FAB_PROV_KEY: the keys we pick for the provider */
+	bool fake_prov_key;
+	uint64_t next_fake_key;
 };
 
 struct fab_mr {
@@ -230,6 +233,36 @@ static void sleep_ns(int64_t ns)
 
 /* ---- domain -------------------------------------------------------- */
 
+/*
+ * Test-only: TP_TEST_FAB_PROV_KEY=1 makes every domain of the process act
+ * like a provider that picks memory keys itself (FI_MR_PROV_KEY: verbs,
+ * efa, cxi), and a predictable one: fab_domain_mr_mode() reports
+ * FAB_MR_PROV_KEY and registrations get keys counted up from 1 per
+ * domain, whatever key the caller asked for. Lets tests on tcp reach the
+ * code paths (and the weaknesses) of such providers. Never set it in
+ * production.
+ */
+static bool fake_prov_key_enabled(void)
+{
+	const char *v = getenv("TP_TEST_FAB_PROV_KEY");
+
+	return v && !strcmp(v, "1");
+}
+
+static uint64_t key_mask(size_t key_size);
+
+/* The key a registration on d asks the provider for. */
+static uint64_t reg_key(struct fab_domain *d, uint64_t requested_key)
+{
+	if (d->fake_prov_key)
+		return __atomic_add_fetch(&d->next_fake_key, 1,
+					  __ATOMIC_RELAXED) &
+		       key_mask(d->key_size);
+	if (d->mr_mode & FAB_MR_PROV_KEY)
+		return 0;
+	return requested_key & key_mask(d->key_size);
+}
+
 /* FAB_MR_* view of a provider mr_mode, legacy FI_MR_BASIC included. */
 static unsigned mr_mode_from_fi(int fi_mode)
 {
@@ -316,6 +349,10 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 		goto close_fabric;
 
 	d->mr_mode = mr_mode_from_fi(d->info->domain_attr->mr_mode);
+	if (!(d->mr_mode & FAB_MR_PROV_KEY) && fake_prov_key_enabled()) {
+		d->mr_mode |= FAB_MR_PROV_KEY;
+		d->fake_prov_key = true;
+	}
 	if (d->info->caps & FI_HMEM)
 		d->hmem = opts->hmem;
 	d->key_size = d->info->domain_attr->mr_key_size;
@@ -414,8 +451,7 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 		fi_access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		fi_access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	if (!(d->mr_mode & FAB_MR_PROV_KEY))
-		key = requested_key & key_mask(d->key_size);
+	key = reg_key(d, requested_key);
 
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -1264,8 +1300,7 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 		attr.access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		attr.access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	if (!(d->mr_mode & FAB_MR_PROV_KEY))
-		attr.requested_key = requested_key & key_mask(d->key_size);
+	attr.requested_key = reg_key(d, requested_key);
 	attr.iface = iface == FAB_HMEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
 	attr.device.cuda = device;
 

@@ -3541,6 +3541,17 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		 fab_domain_mr_mode(s->aep[0].fd), s->donated_bytes,
 		 cfg->slab_bytes, s->nslabs, hugetlb, cfg->lease_ttl_ms, nodes,
 		 narenas, s->epoch);
+	/* Once, at start: every lease's key is then the provider's, not
+	 * the random one memd asks for (docs/reliability.md says what
+	 * protects a slab then). */
+	if (fab_domain_mr_mode(s->aep[0].fd) & FAB_MR_PROV_KEY)
+		memd_log(LOG_WARNING,
+			 "fabric: provider=%s picks memory keys itself "
+			 "(FI_MR_PROV_KEY): lease keys are the provider's, "
+			 "possibly sequential, not memd's random ones; only "
+			 "the fabric's own isolation and the registration's "
+			 "close protect a slab (docs/reliability.md)",
+			 fab_domain_provider(s->aep[0].fd));
 	*out = s;
 	return 0;
 fail:

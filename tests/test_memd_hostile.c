@@ -648,6 +648,49 @@ START_TEST(failed_mr_close_quarantines_slab)
 }
 END_TEST
 
+/* --- providers that pick keys themselves ------------------------------- */
+
+/* Lines of m's log that contain what. */
+static int log_count(const struct tu_memd *m, const char *what)
+{
+	char path[256], line[1024];
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A provider that picks memory keys itself (FI_MR_PROV_KEY; emulated on
+ * tcp with the test-only TP_TEST_FAB_PROV_KEY=1, keys counted up from 1):
+ * memd warns once at start that lease keys are not its random ones, and
+ * still serves; with tcp's own keys it does not warn.
+ */
+START_TEST(provider_keys_warned_once)
+{
+	struct tu_memd m;
+
+	ck_assert_int_eq(setenv("TP_TEST_FAB_PROV_KEY", "1", 1), 0);
+	tu_memd_start_ok(&m, NULL);
+	unsetenv("TP_TEST_FAB_PROV_KEY");
+	assert_serving(&m);
+	assert_serving(&m);
+	ck_assert_int_eq(log_count(&m, "FI_MR_PROV_KEY"), 1);
+	tu_memd_stop_ok(&m);
+
+	tu_memd_start_ok(&m, NULL);
+	assert_serving(&m);
+	ck_assert_int_eq(log_count(&m, "FI_MR_PROV_KEY"), 0);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /* --- descriptors and half-closed peers --------------------------------- */
 
 static int count_fds(pid_t pid)
@@ -828,6 +871,7 @@ int main(void)
 	tcase_add_test(tc, sessions_per_tenant_capped);
 	tcase_add_test(tc, leases_per_session_capped);
 	tcase_add_test(tc, failed_mr_close_quarantines_slab);
+	tcase_add_test(tc, provider_keys_warned_once);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
