@@ -156,6 +156,9 @@ struct conn {
 	uint8_t key[AUTH_KEY_LEN];  /* the principal's (or the pass) key */
 	uint8_t skey[AUTH_KEY_LEN]; /* session key, once DONE */
 	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
+	uint8_t ident[AUTH_IDENT_LEN]; /* the tenant's identity, at AUTH */
+	/* role TENANT: whose its KV spill files are (spill_binding) */
+	uint8_t spill_bind[MEMD_KV_BIND_BYTES];
 	const char *auth_fail; /* why the proof will fail; NULL: it may pass */
 	bool via_pass;	       /* authenticated with a donor pass */
 	uint16_t proto;	       /* negotiated in HELLO */
@@ -225,6 +228,7 @@ struct memd_server {
 	struct conn *conns;
 	uint32_t nconns;
 	bool draining;
+	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -249,6 +253,10 @@ struct memd_server {
 	/* cluster (docs/cluster.md) */
 	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
 	struct auth_cluster_keys keys;
+	/* KV spill binding (spill_binding): the pool's key for it (in a
+	 * pool), and the one binding of a standalone memd's tenant 0 */
+	uint8_t spill_pool[AUTH_KEY_LEN];
+	uint8_t solo_bind[MEMD_KV_BIND_BYTES];
 	struct memd_registry *reg;    /* MODE_REGISTRY */
 	struct memd_donor *donor;     /* MODE_REGISTRY and MODE_DONOR */
 	struct memd_redeem *redeemed; /* redeemed tickets; memd-ctl only */
@@ -1151,6 +1159,7 @@ static void do_auth(struct memd_server *s, struct conn *c,
 			c->auth_fail = "donor pass expired";
 		else {
 			memcpy(c->key, pass.key, sizeof(c->key));
+			memcpy(c->ident, pass.ident, sizeof(c->ident));
 			c->role = WIRE_ROLE_TENANT;
 			c->tenant_id = pass.tenant_id;
 		}
@@ -1170,6 +1179,7 @@ static void do_auth(struct memd_server *s, struct conn *c,
 					    c->key)) {
 		c->auth_fail = "no such tenant";
 	} else {
+		auth_tenant_ident(c->key, c->ident);
 		c->role = WIRE_ROLE_TENANT;
 	}
 	c->auth = AUTH_CHALLENGED;
@@ -1179,6 +1189,32 @@ static void do_auth(struct memd_server *s, struct conn *c,
 	memcpy(rep->u.auth_challenge.snonce, c->snonce, sizeof(c->snonce));
 	if (conn_send(c, rep))
 		c->closing = true;
+}
+
+/*
+ * Whose KV spill files are (docs/kv.md, "Spill files"): BLAKE2b keyed with
+ * the pool's spill key (derived from the cluster secret; NULL for a
+ * standalone memd) over the tenant's id, name and identity (a one-way
+ * function of its key, auth_tenant_ident). A new registry that gives the
+ * id to another tenant, or another pool, binds differently.
+ */
+static void spill_binding(const uint8_t *pool_key, uint32_t tenant_id,
+			  const char *name, const uint8_t ident[AUTH_IDENT_LEN],
+			  uint8_t out[MEMD_KV_BIND_BYTES])
+{
+	static const char label[] = "tidepool spill binding v1";
+	crypto_generichash_state st;
+	uint8_t id[4] = { (uint8_t)tenant_id, (uint8_t)(tenant_id >> 8),
+			  (uint8_t)(tenant_id >> 16),
+			  (uint8_t)(tenant_id >> 24) };
+
+	crypto_generichash_init(&st, pool_key, pool_key ? AUTH_KEY_LEN : 0,
+				MEMD_KV_BIND_BYTES);
+	crypto_generichash_update(&st, (const uint8_t *)label, sizeof(label));
+	crypto_generichash_update(&st, id, sizeof(id));
+	crypto_generichash_update(&st, (const uint8_t *)name, strlen(name) + 1);
+	crypto_generichash_update(&st, ident, AUTH_IDENT_LEN);
+	crypto_generichash_final(&st, out, MEMD_KV_BIND_BYTES);
 }
 
 static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
@@ -1267,6 +1303,8 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 	ok->tenant_id = c->tenant_id;
 	if (c->role == WIRE_ROLE_TENANT) {
 		memd_session_set_tenant(s->lt, c->session, c->tenant_id);
+		spill_binding(s->spill_pool, c->tenant_id, c->principal,
+			      c->ident, c->spill_bind);
 		if (s->reg && !c->via_pass) {
 			struct auth_pass pass;
 			int n;
@@ -1987,6 +2025,18 @@ static void do_kv(struct memd_server *s, struct conn *c,
 			   wire_type_name(req->type));
 		return;
 	}
+	/* Before anything of the tenant's is served: its spill files must
+	 * be its own (another pool's or tenant's are deleted). */
+	r = memd_kv_bind_tenant(
+		s->kv, tenant,
+		s->mode == MODE_STANDALONE ? s->solo_bind : c->spill_bind, now);
+	if (r > 0) {
+		CTR_ADD(s, kv_spill_refused, (uint64_t)r);
+		memd_log(LOG_NOTICE,
+			 "kv: tenant=%u bound: dropped=%zd entries or spill "
+			 "files of another pool or tenant",
+			 tenant, r);
+	}
 	memset(items, 0, n * sizeof(items[0]));
 	for (size_t i = 0; i < n; i++) {
 		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
@@ -2665,6 +2715,38 @@ static void expire_sessions(struct memd_server *s)
 }
 
 /*
+ * After each new REPORT_OK: tenants the registry has removed lose their
+ * KV entries and spill files here. memd-ctl, every tick (cheap until a
+ * new report arrives).
+ */
+static void tenants_removed(struct memd_server *s)
+{
+	static uint32_t ids[1024]; /* memd-ctl only */
+	uint64_t reports = 0;
+	size_t n;
+
+	if (!s->donor || !s->kv)
+		return;
+	memd_donor_tenant_removed(s->donor, 0, &reports);
+	if (reports == s->removals_seen)
+		return;
+	s->removals_seen = reports;
+	n = memd_kv_tenant_ids(s->kv, ids, sizeof(ids) / sizeof(ids[0]));
+	for (size_t i = 0; i < n; i++) {
+		ssize_t r;
+
+		if (!memd_donor_tenant_removed(s->donor, ids[i], NULL))
+			continue;
+		r = memd_kv_remove_tenant(s->kv, ids[i], now_ms());
+		CTR_ADD(s, kv_tenants_removed, 1);
+		memd_log(LOG_NOTICE,
+			 "kv: tenant=%u removed by the registry: entries=%zd "
+			 "and its spill files deleted",
+			 ids[i], r);
+	}
+}
+
+/*
  * Every client may cost two descriptors (its control connection and, with
  * the tcp provider, its fabric connection), plus those memd keeps for
  * itself. Raises the soft RLIMIT_NOFILE toward the hard limit to fit
@@ -3275,6 +3357,13 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 		return n;
 	}
 	auth_cluster_keys(secret, (size_t)n, &s->keys);
+	{
+		static const char label[] = "tidepool spill pool v1";
+
+		crypto_generichash(s->spill_pool, sizeof(s->spill_pool),
+				   (const uint8_t *)label, sizeof(label) - 1,
+				   s->keys.pass, sizeof(s->keys.pass));
+	}
 	sodium_free(secret);
 	if (memd_redeem_create(MEMD_REDEEM_WINDOW_IDS, MEMD_REDEEM_EPOCHS,
 			       TICKET_SKEW_MS, &s->redeemed)) {
@@ -3468,6 +3557,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	r = cluster_open(s, err, errlen);
 	if (r)
 		goto fail;
+	{
+		static const uint8_t none[AUTH_IDENT_LEN];
+
+		spill_binding(NULL, 0, "", none, s->solo_bind);
+	}
 	r = kv_open(s, err, errlen);
 	if (r)
 		goto fail;
@@ -3642,6 +3736,7 @@ int memd_server_run(struct memd_server *s)
 		expire_sessions(s);
 		memd_kv_expire(s->kv, now_ms());
 		kv_trim(s);
+		tenants_removed(s);
 		if (s->reg)
 			memd_registry_tick(s->reg, now_ms());
 	}
@@ -3687,6 +3782,7 @@ void memd_server_destroy(struct memd_server *s)
 	memd_registry_close(s->reg);
 	memd_redeem_destroy(s->redeemed);
 	sodium_memzero(&s->keys, sizeof(s->keys));
+	sodium_memzero(s->spill_pool, sizeof(s->spill_pool));
 	if (s->sigfd >= 0)
 		close(s->sigfd);
 	if (s->epfd >= 0)

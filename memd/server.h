@@ -67,6 +67,10 @@ struct place_topo;
 	X(kv_hits, "KV lookups that found their key")                          \
 	X(kv_misses, "KV lookups that missed")                                 \
 	X(kv_deleted, "KV keys deleted")                                       \
+	X(kv_spill_refused,                                                    \
+	  "KV spill files (or entries) dropped as another pool's or tenant's") \
+	X(kv_tenants_removed, "tenants whose KV entries and spill files were " \
+			      "deleted because the pool removed them")         \
 	X(kv_slabs_taken, "slabs taken for tenants' KV stores")                \
 	X(kv_slabs_returned, "slabs tenants' KV stores gave back")             \
 	X(kv_allowance_refusals,                                               \
