@@ -441,7 +441,8 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 		return -EINVAL;
 	*out = NULL;
 	if (!d || !buf || !len || !access ||
-	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE)))
+	    (access &
+	     ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE | FAB_ACCESS_REMOTE_READ)))
 		return -EINVAL;
 	if ((d->mr_mode & FAB_MR_ENDPOINT) && !ep)
 		return -EINVAL;
@@ -451,6 +452,8 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 		fi_access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		fi_access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	if (access & FAB_ACCESS_REMOTE_READ)
+		fi_access |= FI_REMOTE_READ;
 	key = reg_key(d, requested_key);
 
 	m = calloc(1, sizeof(*m));
@@ -1285,7 +1288,8 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 		return -EINVAL;
 	*out = NULL;
 	if (!d || !buf || !len || !access ||
-	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE)) ||
+	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE |
+			FAB_ACCESS_REMOTE_READ)) ||
 	    (iface != 0 && iface != FAB_HMEM_CUDA) || device < 0)
 		return -EINVAL;
 	if (!fab_domain_has_hmem(d, iface))
@@ -1300,6 +1304,8 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 		attr.access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		attr.access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+	if (access & FAB_ACCESS_REMOTE_READ)
+		attr.access |= FI_REMOTE_READ;
 	attr.requested_key = reg_key(d, requested_key);
 	attr.iface = iface == FAB_HMEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
 	attr.device.cuda = device;

@@ -47,8 +47,9 @@ struct fab_mr;
 #define FAB_MR_ENDPOINT 0x10u  /* MR must be bound to an endpoint */
 
 /* Access of a registration. */
-#define FAB_ACCESS_LOCAL 0x1u  /* local buffer of our own read/write */
-#define FAB_ACCESS_REMOTE 0x2u /* peers may read and write it */
+#define FAB_ACCESS_LOCAL 0x1u	    /* local buffer of our own read/write */
+#define FAB_ACCESS_REMOTE 0x2u	    /* peers may read and write it */
+#define FAB_ACCESS_REMOTE_READ 0x4u /* peers may read it, not write it */
 
 struct fab_opts {
 	/* fi_info name: "tcp" (default when NULL), "net", "shm",

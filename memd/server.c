@@ -75,7 +75,9 @@
  * registration and only ever for a session of the slab's tenant.
  *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED (to a client
- * session or to a KV session); kvs[i].used iff slab i is a KV slab; every
+ * session or to a KV session); srv->mr_ro[i] != NULL iff slab i is a
+ * KV slab (its read-only registration, whose key LOOKUP hands out);
+ * kvs[i].used iff slab i is a KV slab; every
  * session pointer held by a connection is attached (detached on close);
  * a connection is on the handshake queue iff it is not established, and
  * ntenant counts the established ones that are not @admin or @donor;
@@ -221,6 +223,10 @@ struct memd_server {
 	 * leased again (set on memd-ctl under the lease table lock, read by
 	 * memd-reclaim after taking the slab from the table) */
 	bool *mr_stuck;
+	/* per KV slab: a second registration peers may only read, whose
+	 * key KV_LOOKUP hands out (readers never get write access) */
+	struct fab_mr **mr_ro;
+	uint64_t *key_ro;
 
 	struct memd_lease_table *lt;
 
@@ -482,7 +488,12 @@ static void revoke_mr(uint32_t slab, void *arg)
 {
 	struct memd_server *s = arg;
 	int r = fab_mr_close(s->mr[slab]);
+	int r_ro = fab_mr_close(s->mr_ro[slab]);
 
+	if (!r)
+		r = r_ro;
+	s->mr_ro[slab] = NULL;
+	s->key_ro[slab] = 0;
 	if (r) {
 		/* The old key may still open the slab: it must never reach
 		 * another session (memd-reclaim quarantines it). */
@@ -795,19 +806,25 @@ static uint64_t random_key(void)
 	return k;
 }
 
-/* A registration of the whole slab on its arena's domain, with a fresh
- * random key (retried while the provider says the key is taken). */
-static int register_slab(struct memd_server *s, uint32_t slab,
-			 struct fab_mr **mr)
+/* A registration of the whole slab on its arena's domain with access
+ * (FAB_ACCESS_REMOTE, or _REMOTE_READ), with a fresh random key (retried
+ * while the provider says the key is taken). */
+static int register_slab_access(struct memd_server *s, uint32_t slab,
+				unsigned access, struct fab_mr **mr)
 {
 	struct arena_ep *a = slab_aep(s, slab);
 	int r = -ENOKEY;
 
 	for (int tries = 0; tries < 8 && r == -ENOKEY; tries++)
 		r = fab_mr_reg(a->fd, a->ep, slab_base(s, slab),
-			       s->cfg.slab_bytes, FAB_ACCESS_REMOTE,
-			       random_key(), mr);
+			       s->cfg.slab_bytes, access, random_key(), mr);
 	return r;
+}
+
+static int register_slab(struct memd_server *s, uint32_t slab,
+			 struct fab_mr **mr)
+{
+	return register_slab_access(s, slab, FAB_ACCESS_REMOTE, mr);
 }
 
 /*
@@ -1803,7 +1820,7 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	struct memd_server *s = arg;
 	struct kv_tenant *t = kv_tenant(s, tenant, true);
 	uint32_t slab, gen, id;
-	struct fab_mr *mr = NULL;
+	struct fab_mr *mr = NULL, *mr_ro = NULL;
 	uint64_t reg_epoch;
 	bool drain = false, by_registry;
 	int group, r;
@@ -1830,6 +1847,12 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	if (r)
 		return r == -ENOSPC ? -ENOSPC : r;
 	r = register_slab(s, slab, &mr);
+	if (!r) {
+		r = register_slab_access(s, slab, FAB_ACCESS_REMOTE_READ,
+					 &mr_ro);
+		if (r)
+			fab_mr_close(mr);
+	}
 	if (r) {
 		memd_log(LOG_ERR, "fabric: register kv slab=%u err=%s", slab,
 			 strerror(-r));
@@ -1840,6 +1863,8 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	}
 	s->mr[slab] = mr;
 	s->key[slab] = fab_mr_key(mr);
+	s->mr_ro[slab] = mr_ro;
+	s->key_ro[slab] = fab_mr_key(mr_ro);
 	s->kvs[slab] = (struct kv_slab){ .generation = gen,
 					 .tenant_id = tenant,
 					 .used = true };
@@ -1980,17 +2005,23 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
  * tenant's slab may leave memd.
  */
 static int kv_fill_loc(struct memd_server *s, uint32_t tenant,
-		       const struct memd_kv_loc *l, struct wire_kv_loc *out)
+		       const struct memd_kv_loc *l, bool write,
+		       struct wire_kv_loc *out)
 {
 	if (l->slab >= s->nslabs || !s->kvs[l->slab].used ||
-	    s->kvs[l->slab].tenant_id != tenant || !s->mr[l->slab]) {
+	    s->kvs[l->slab].tenant_id != tenant || !s->mr[l->slab] ||
+	    !s->mr_ro[l->slab]) {
 		memd_log(LOG_ERR,
 			 "kv: location slab=%u is not a kv slab of tenant=%u",
 			 l->slab, tenant);
 		return -EIO;
 	}
-	out->raddr = fab_mr_remote_base(s->mr[l->slab]) + l->offset;
-	out->rkey = s->key[l->slab];
+	/* a reader gets the read-only registration's key, a writer (KV
+	 * RESERVE) the one that writes */
+	out->raddr =
+		fab_mr_remote_base(write ? s->mr[l->slab] : s->mr_ro[l->slab]) +
+		l->offset;
+	out->rkey = write ? s->key[l->slab] : s->key_ro[l->slab];
 	out->block_bytes = l->block_bytes;
 	out->endpoint = (uint16_t)slab_aep(s, l->slab)->index;
 	return 0;
@@ -2132,6 +2163,7 @@ static void do_kv(struct memd_server *s, struct conn *c,
 		o->nchunks = it->nchunks;
 		for (j = 0; j < it->nchunks; j++)
 			if (kv_fill_loc(s, tenant, &locs[it->first_loc + j],
+					req->type == WIRE_KV_RESERVE,
 					&out->loc[out->nlocs + j]))
 				break;
 		if (j < it->nchunks) {
@@ -3525,7 +3557,9 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	s->mr = calloc(s->nslabs, sizeof(*s->mr));
 	s->key = calloc(s->nslabs, sizeof(*s->key));
 	s->mr_stuck = calloc(s->nslabs, sizeof(*s->mr_stuck));
-	if (!s->mr || !s->key || !s->mr_stuck) {
+	s->mr_ro = calloc(s->nslabs, sizeof(*s->mr_ro));
+	s->key_ro = calloc(s->nslabs, sizeof(*s->key_ro));
+	if (!s->mr || !s->key || !s->mr_stuck || !s->mr_ro || !s->key_ro) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -3773,6 +3807,8 @@ void memd_server_destroy(struct memd_server *s)
 	memd_kv_destroy(s->kv);
 	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
 		fab_mr_close(s->mr[i]);
+	for (uint32_t i = 0; s->mr_ro && i < s->nslabs; i++)
+		fab_mr_close(s->mr_ro[i]);
 	/* Reverse order of creation; the first arena's domain was first. */
 	for (uint32_t a = s->narenas; a-- > 0;) {
 		fab_ep_close(s->aep[a].ep);
@@ -3800,5 +3836,7 @@ void memd_server_destroy(struct memd_server *s)
 	free(s->mr);
 	free(s->key);
 	free(s->mr_stuck);
+	free(s->mr_ro);
+	free(s->key_ro);
 	free(s);
 }

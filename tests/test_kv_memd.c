@@ -744,6 +744,64 @@ START_TEST(tenants_never_share)
 }
 END_TEST
 
+/* ---- readers get read-only keys ---------------------------------------- */
+
+/*
+ * A KV LOOKUP hands out a key that reads the block and cannot write it
+ * (a read-only registration of the slab): a session that only looked the
+ * block up cannot overwrite it with the key it got, and the value stays
+ * as it was put. The writer's key (RESERVE) is another.
+ */
+START_TEST(lookup_key_is_read_only)
+{
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t len = 5000, wkey;
+	struct wire_kv_loc loc;
+	struct kvc *w, *r;
+	int rc;
+
+	start_standalone(NULL, "64M");
+	w = kvc_open(md.addr, NULL, NULL);
+	make_key(key, 41, 0);
+	/* the writer's key, from a reservation of another key */
+	{
+		uint8_t k2[WIRE_KV_KEY_LEN];
+
+		make_key(k2, 41, 1);
+		ck_assert_int_eq(kv_call(w, WIRE_KV_RESERVE, 0,
+					 (const uint8_t(*)[32])k2, 1, &len,
+					 NULL, NULL),
+				 0);
+		ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+		wkey = rep.u.kv.loc[0].rkey;
+	}
+	put_get(w, key, len);
+
+	r = kvc_open(md.addr, NULL, NULL);
+	ck_assert_int_eq(kv_call(r, WIRE_KV_LOOKUP, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	loc = rep.u.kv.loc[rep.u.kv.item[0].first_loc];
+	ck_assert_uint_ne(loc.rkey, wkey);
+	/* it reads */
+	ck_assert_int_eq(rma(r, false, MEMD_KV_HEADER_BYTES + len, &loc), 0);
+	ck_assert_int_eq(tu_pattern_check(r->stage + MEMD_KV_HEADER_BYTES, len,
+					  key_seed(key), 0),
+			 -1);
+	/* it does not write: garbage over the whole block is refused */
+	memset(r->stage, 0xa5, MEMD_KV_HEADER_BYTES + len);
+	rc = rma(r, true, MEMD_KV_HEADER_BYTES + len, &loc);
+	ck_assert_msg(rc < 0, "a write with the lookup's key succeeded");
+	kvc_close(r);
+	/* and the value is what was put */
+	get_check(w, key, len);
+	kvc_close(w);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 /* ---- what one tenant may hold ----------------------------------------- */
 
 /* Reserves key (seed, i) of len bytes for c: the item's status. */
@@ -1187,6 +1245,7 @@ static Suite *kv_memd_suite(void)
 	tcase_add_test(tc, bad_requests);
 	tcase_add_test(tc, kv_tier_off);
 	tcase_add_test(tc, tenants_never_share);
+	tcase_add_test(tc, lookup_key_is_read_only);
 	tcase_add_test(tc, reservations_per_tenant_capped);
 	tcase_add_test(tc, warm_restart);
 	tcase_add_test(tc, spill_bound_to_pool_and_tenant);
