@@ -1142,6 +1142,26 @@ static bool principal_is_tenant_name(const char *p)
  * unknown principal or a bad pass still gets a challenge (with a random
  * key), so the answer never tells which tenant names exist.
  */
+/*
+ * Has the pool removed tenant_id? The registry knows at once; a donor
+ * from the registry's last report (memd_donor_tenant_removed), so a
+ * removed tenant's donor passes stop working within a report interval,
+ * not when they expire.
+ */
+static bool tenant_is_removed(struct memd_server *s, uint32_t tenant_id)
+{
+	if (s->reg) {
+		struct auth_pass p;
+		bool gone = memd_registry_make_pass(s->reg, tenant_id, 0, &p) ==
+			    -ENOENT;
+
+		sodium_memzero(&p, sizeof(p));
+		if (gone)
+			return true;
+	}
+	return s->donor && memd_donor_tenant_removed(s->donor, tenant_id, NULL);
+}
+
 static void do_auth(struct memd_server *s, struct conn *c,
 		    const struct wire_msg *req, struct wire_msg *rep)
 {
@@ -1174,6 +1194,8 @@ static void do_auth(struct memd_server *s, struct conn *c,
 			c->auth_fail = "donor pass is another tenant's";
 		else if (unix_ms() > pass.expires_ms + TICKET_SKEW_MS)
 			c->auth_fail = "donor pass expired";
+		else if (tenant_is_removed(s, pass.tenant_id))
+			c->auth_fail = "donor pass of a removed tenant";
 		else {
 			memcpy(c->key, pass.key, sizeof(c->key));
 			memcpy(c->ident, pass.ident, sizeof(c->ident));
@@ -2748,8 +2770,9 @@ static void expire_sessions(struct memd_server *s)
 
 /*
  * After each new REPORT_OK: tenants the registry has removed lose their
- * KV entries and spill files here. memd-ctl, every tick (cheap until a
- * new report arrives).
+ * sessions here (connections closed, leases revoked: their donor passes
+ * no longer open any, see do_auth) and their KV entries and spill files.
+ * memd-ctl, every tick (cheap until a new report arrives).
  */
 static void tenants_removed(struct memd_server *s)
 {
@@ -2757,12 +2780,33 @@ static void tenants_removed(struct memd_server *s)
 	uint64_t reports = 0;
 	size_t n;
 
-	if (!s->donor || !s->kv)
+	if (!s->donor)
 		return;
 	memd_donor_tenant_removed(s->donor, 0, &reports);
 	if (reports == s->removals_seen)
 		return;
 	s->removals_seen = reports;
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->auth != AUTH_DONE || c->role != WIRE_ROLE_TENANT ||
+		    !memd_donor_tenant_removed(s->donor, c->tenant_id, NULL))
+			continue;
+		CTR_ADD(s, sessions_revoked, 1);
+		memd_log(LOG_NOTICE,
+			 "auth: tenant=%s id=%u removed by the registry: "
+			 "session=%" PRIx64 " peer=%s closed",
+			 c->principal, c->tenant_id,
+			 c->session ? memd_session_id(c->session) : 0, c->peer);
+		if (c->session) {
+			memd_session_close(s->lt, c->session, now_ms(),
+					   revoke_mr, s);
+			c->session = NULL;
+			reclaim_kick(s);
+		}
+		conn_close(s, c, "tenant removed");
+	}
+	if (!s->kv)
+		return;
 	n = memd_kv_tenant_ids(s->kv, ids, sizeof(ids) / sizeof(ids[0]));
 	for (size_t i = 0; i < n; i++) {
 		ssize_t r;

@@ -47,6 +47,8 @@ struct place_topo;
 	X(leases_refused_session,                                              \
 	  "lease requests refused over max_leases_per_session")                \
 	X(kv_reserve_refused, "KV reservations refused over kv_max_reserved")  \
+	X(sessions_revoked,                                                    \
+	  "tenant sessions closed because the registry removed the tenant")    \
 	X(frames_in, "control frames decoded")                                 \
 	X(frames_rejected, "malformed or oversized frames")                    \
 	X(sessions_opened, "sessions opened")                                  \
