@@ -255,8 +255,14 @@ static int report_full(uint32_t id, uint64_t epoch, uint32_t nfree,
 	rc = memd_registry_donor_report(r, &rep, now, &ok, err, sizeof(err));
 	if (!rc) {
 		ck_assert_uint_eq(ok.registry_epoch, memd_registry_epoch(r));
+		/* every tenant is listed, each below next_tenant_id, so
+		 * the donor can tell a removed one */
+		ck_assert(ok.flags & WIRE_DONOR_TENANTS);
+		for (uint16_t i = 0; i < ok.nkv; i++)
+			ck_assert_uint_lt(ok.kv[i].tenant_id,
+					  ok.next_tenant_id);
 		if (flags)
-			*flags = ok.flags;
+			*flags = ok.flags & ~WIRE_DONOR_TENANTS;
 	}
 	return rc;
 }

@@ -8,8 +8,10 @@
 
 #include <check.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,7 +20,9 @@
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -740,4 +744,36 @@ void *tu_huge_consume(unsigned long leave, size_t *len)
 	}
 	ck_abort_msg("cannot take hugetlb pages down to %lu available", leave);
 	return NULL;
+}
+
+int64_t tu_metric(const struct tu_memd *m, const char *name)
+{
+	static char buf[1 << 20];
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct timeval tv = { .tv_sec = 10 };
+	const char *colon = strrchr(m->metrics, ':');
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	size_t len = 0, nlen = strlen(name);
+	ssize_t n;
+	int fd;
+
+	ck_assert_msg(colon && !strncmp(m->metrics, "127.0.0.1:", 10),
+		      "memd serves no /metrics on loopback ('%s')", m->metrics);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL),
+			 (ssize_t)sizeof(req) - 1);
+	while (len + 1 < sizeof(buf) &&
+	       (n = recv(fd, buf + len, sizeof(buf) - len - 1, 0)) > 0)
+		len += (size_t)n;
+	close(fd);
+	buf[len] = '\0';
+	for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (!strncmp(p, name, nlen) && p[nlen] == ' ')
+			return strtoll(p + nlen + 1, NULL, 10);
+	return -1;
 }

@@ -164,6 +164,14 @@ unsigned long tu_huge_avail(void);
  */
 void *tu_huge_consume(unsigned long leave, size_t *len);
 
+/*
+ * One sample of m's /metrics (memd started with metrics_listen =
+ * 127.0.0.1:0): the value of the unlabelled line "name VALUE", or -1 when
+ * the scrape has no such line. Fails the running test when /metrics
+ * cannot be read.
+ */
+int64_t tu_metric(const struct tu_memd *m, const char *name);
+
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
 
