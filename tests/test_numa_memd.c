@@ -309,7 +309,7 @@ START_TEST(bind_address_choice)
 	 * most likely does not (then the listen host is).
 	 */
 	snprintf(path, sizeof(path),
-		 "%s/../shared/topologies/"
+		 "%s/tests/data/"
 		 "96em64t-4n4d3ca2co-pci.xml",
 		 src && *src ? src : ".");
 	if (stat(path, &st)) {
