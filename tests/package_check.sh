@@ -21,7 +21,8 @@
 #     /var/lib/tidepool behind. The user tidepool stays (Debian keeps
 #     system users on purge); this test deletes it again if it made it.
 #
-#   tests/package_check.sh     (as root; ~1-2 minutes)
+#   tests/package_check.sh     (as root; 1 to 4 minutes on 2 cores, the
+#                               package build most of it)
 # Set TP_PACKAGE_DIST=DIR to install DIR/*.deb instead of building.
 # Exit 0, 1 (a check failed, saying which), 77 (skipped, saying why).
 set -euo pipefail
