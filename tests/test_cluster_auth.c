@@ -78,8 +78,7 @@ static void suite_setup(void)
 	int r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-cauth-XXXXXX");
-	if (!mkdtemp(dir))
+	if (tu_scratch_dir(dir, sizeof(dir), "cauth"))
 		abort();
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);

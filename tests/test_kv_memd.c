@@ -647,8 +647,7 @@ START_TEST(tenants_never_share)
 	int i, r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-kvt-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "kvt"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
@@ -909,8 +908,7 @@ START_TEST(warm_restart)
 	int hits = 0;
 	struct kvc *c;
 
-	snprintf(spill, sizeof(spill), "/tmp/tp-kvspill-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(spill));
+	ck_assert_int_eq(tu_scratch_dir(spill, sizeof(spill), "kvspill"), 0);
 	/* 32 slabs of 2M, a quarter for the tenant: 8 blocks of 2M */
 	snprintf(conf, sizeof(conf),
 		 "kv_share = 25\nkv_spill_dir = %s\nkv_spill_size = 256M\n",

@@ -369,8 +369,8 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 
 static void spill_setup(void)
 {
-	snprintf(spill_dir, sizeof(spill_dir), "/tmp/tp-kvstore-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(spill_dir));
+	ck_assert_int_eq(
+		tu_scratch_dir(spill_dir, sizeof(spill_dir), "kvstore"), 0);
 }
 
 static void spill_teardown(void)

@@ -450,6 +450,47 @@ START_TEST(hugepages_auto_falls_back_when_reserved)
 }
 END_TEST
 
+/*
+ * test_memd --scratch-fail (tests/scratch_cleanup.sh): a forked test that
+ * starts memd, writes a file of its own into memd's scratch directory and
+ * fails without stopping memd, as a broken test does. The script then
+ * checks that this process's exit removed /tmp/tp-test-PID and killed
+ * that memd.
+ */
+START_TEST(fails_with_memd_running)
+{
+	struct tu_memd m;
+	char path[300];
+	FILE *f;
+
+	tu_memd_start_ok(&m, NULL);
+	snprintf(path, sizeof(path), "%s/left-by-the-test", m.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	printf("memd pid %d dir %s\n", (int)m.pid, m.dir);
+	fflush(stdout);
+	ck_abort_msg("failing on purpose, memd still running");
+}
+END_TEST
+
+static int run_scratch_fail(void)
+{
+	Suite *s = suite_create("scratch");
+	TCase *tc = tcase_create("fail");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, fails_with_memd_running);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 1 ? 3 : EXIT_FAILURE; /* 3: failed as planned */
+}
+
 int main(int argc, char **argv)
 {
 	Suite *s = suite_create("memd");
@@ -460,6 +501,8 @@ int main(int argc, char **argv)
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
+	if (argc > 1 && !strcmp(argv[1], "--scratch-fail"))
+		return run_scratch_fail();
 	if (huge) {
 		/* only the huge-page case, and a skip where it cannot run */
 		struct tu_huge h;

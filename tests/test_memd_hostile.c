@@ -379,8 +379,7 @@ START_TEST(operators_and_donors_get_in)
 	int fds[NIDLE], ntenant = 0, r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "hostile"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);

@@ -303,21 +303,22 @@ START_TEST(bind_address_choice)
 END_TEST
 
 /*
- * The recorded topology of a 4-node machine (shared/topologies), looked
- * for in $TP_TOPOLOGY_DIR, the checkout's shared/ and the one beside it;
- * NULL when none has it.
+ * The recorded topology of a 4-node machine: tests/data (the repository's
+ * copy), else $TP_TOPOLOGY_DIR, the checkout's shared/ or the one beside
+ * it; NULL when none has it.
  */
 static const char *recorded_topology(void)
 {
 	static char path[PATH_MAX];
 	const char *src = getenv("TP_SOURCE_DIR"),
 		   *env = getenv("TP_TOPOLOGY_DIR");
-	const char *dirs[3];
+	const char *dirs[4];
 	struct stat st;
 	int n = 0;
 
 	if (!src || !*src)
 		src = ".";
+	dirs[n++] = "tests/data";
 	if (env && *env)
 		dirs[n++] = env;
 	dirs[n++] = "shared/topologies";

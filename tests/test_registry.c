@@ -21,6 +21,7 @@
 
 #include "fabric/auth.h"
 #include "memd/registry.h"
+#include "tests/testutil.h"
 
 #define MiB (1024ull * 1024ull)
 #define SLAB MiB
@@ -67,8 +68,7 @@ static void reg_reopen(void)
 static void setup(void)
 {
 	ck_assert_int_eq(auth_init(), 0);
-	snprintf(dir, sizeof(dir), "/tmp/tp-registry-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "registry"), 0);
 	snprintf(path, sizeof(path), "%s/registry.json", dir);
 	for (int i = 0; i < AUTH_KEY_LEN; i++) {
 		keys.admin[i] = (uint8_t)(0x10 + i);
