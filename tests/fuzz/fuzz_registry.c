@@ -24,6 +24,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/wire.h"
+#include "memd/log.h"
 #include "memd/registry.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -192,6 +193,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 	(void)argc;
 	(void)argv;
+	memd_log_level = LOG_CRIT; /* below every memd line */
 	if (auth_init())
 		die("auth_init", "libsodium");
 	auth_cluster_keys(secret, sizeof(secret), &keys);
