@@ -13,6 +13,7 @@
  * is also given to memd_config_set as KEY=VALUE (the --set flag).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char path[256], path2[300];
+static char dir[200], path[256], path2[300];
 
 static void die(const char *what, const char *detail)
 {
@@ -137,10 +138,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
+/* Removes the scratch directory at exit (a run that ends normally:
+ * -max_total_time, -runs; a crash leaves it for a look). */
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static void rm_scratch(void)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *base = getenv("TMPDIR");
-	char dir[200];
 	struct stat st;
 
 	(void)argc;
@@ -150,6 +167,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(dir, sizeof(dir), "%s/fuzz-config-XXXXXX", base);
 	if (!mkdtemp(dir))
 		die("mkdtemp", dir);
+	atexit(rm_scratch);
 	snprintf(path, sizeof(path), "%s/memd.conf", dir);
 	snprintf(path2, sizeof(path2), "%s/printed.conf", dir);
 	return 0;

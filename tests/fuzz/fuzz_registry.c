@@ -13,6 +13,7 @@
  * again to the same tenants and donors.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -185,6 +186,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
+/* Removes the scratch directory at exit (a run that ends normally:
+ * -max_total_time, -runs; a crash leaves it for a look). */
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static void rm_scratch(void)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	static const uint8_t secret[32] = "tidepool-fuzz-cluster-secret-32b";
@@ -203,6 +221,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(dir, sizeof(dir), "%s/fuzz-registry-XXXXXX", base);
 	if (!mkdtemp(dir))
 		die("mkdtemp", dir);
+	atexit(rm_scratch);
 	snprintf(file, sizeof(file), "%s/registry.json", dir);
 	return 0;
 }

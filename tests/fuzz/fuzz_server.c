@@ -53,6 +53,7 @@
  * own (memd-fab0, memd-reclaim, B's memd-donor joining B over loopback).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
@@ -957,6 +958,23 @@ static void write_seeds(const char *dir)
 #undef MODE
 }
 
+/* Removes the scratch directory at exit (a run that ends normally:
+ * -max_total_time, -runs; a crash leaves it for a look). */
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static void rm_scratch(void)
+{
+	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *lvl = getenv("FUZZ_MEMD_LOG");
@@ -996,6 +1014,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(tmpdir, sizeof(tmpdir), "%s/fuzz-server-XXXXXX", base);
 	if (!mkdtemp(tmpdir))
 		die("mkdtemp", tmpdir);
+	atexit(rm_scratch);
 	snprintf(path, sizeof(path), "%s/secret", tmpdir);
 	write_file(path, secret, sizeof(secret), 0600);
 	write_registry_state();

@@ -32,6 +32,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdint.h>
@@ -314,6 +315,23 @@ static void write_seeds(const char *sdir)
 	seed(sdir, "not-hex-name", 0x00, 1, 300, WIRE_KV_MAGIC, 0, 0);
 }
 
+/* Removes the scratch directory at exit (a run that ends normally:
+ * -max_total_time, -runs; a crash leaves it for a look). */
+static int rm_one(const char *p, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(p);
+	return 0;
+}
+
+static void rm_scratch(void)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *base = getenv("TMPDIR");
@@ -333,6 +351,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(dir, sizeof(dir), "%s/fuzz-spill-XXXXXX", base);
 	if (!mkdtemp(dir))
 		die("mkdtemp");
+	atexit(rm_scratch);
 	pool = mmap(NULL, (size_t)NSLABS * SLAB_BYTES, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (pool == MAP_FAILED)
