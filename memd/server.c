@@ -2608,15 +2608,91 @@ static uint32_t host_hs_conns(const struct memd_server *s, const char *host)
 	return n;
 }
 
+/*
+ * Admits one accepted connection fd from host:port (numeric): displaces
+ * or refuses as admission says (docs/reliability.md), else adds it to the
+ * loop in its handshake. Takes fd in every case.
+ */
+static void accept_one(struct memd_server *s, int fd, const char *host,
+		       const char *port)
+{
+	struct epoll_event ev;
+	struct conn *c;
+	int one = 1;
+
+	/* One address never holds more than max_clients_per_host
+	 * connections in their handshake; the table is never so
+	 * full of handshakes that a new client cannot get in. */
+	if (!s->draining &&
+	    host_hs_conns(s, host) >= s->cfg.max_clients_per_host)
+		displace_oldest(s, host);
+	if (s->nconns >= s->cfg.max_clients && !s->draining)
+		displace_oldest(s, NULL);
+	if (s->nconns >= s->cfg.max_clients || s->draining) {
+		refuse_fd(fd, s->draining ? "memd is draining"
+					  : "too many clients");
+		CTR_ADD(s, conns_refused, 1);
+		memd_log_limited(&s->ll_refuse, LOG_WARNING,
+				 "ctl: refused peer=%s:%s clients=%u "
+				 "max=%u",
+				 host, port, s->nconns, s->cfg.max_clients);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c)
+		c->rx = malloc(RX_INITIAL);
+	if (c)
+		c->tx = malloc(TX_CAP);
+	if (!c || !c->rx || !c->tx) {
+		if (c) {
+			free(c->rx);
+			free(c->tx);
+		}
+		free(c);
+		close(fd);
+		memd_log_limited(&s->ll_accept, LOG_ERR,
+				 "ctl: out of memory for a client");
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	c->fd = fd;
+	c->rx_cap = RX_INITIAL;
+	c->reading = true;
+	c->accepted_ms = c->last_rx_ms = now_ms();
+	snprintf(c->host, sizeof(c->host), "%s", host);
+	snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
+	ev.events = EPOLLIN | EPOLLRDHUP;
+	ev.data.ptr = c;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		memd_log_limited(&s->ll_accept, LOG_ERR,
+				 "ctl: epoll add err=%s", strerror(errno));
+		close(fd);
+		free(c->rx);
+		free(c->tx);
+		free(c);
+		return;
+	}
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->nconns++;
+	c->hs_prev = s->hs_tail;
+	if (s->hs_tail)
+		s->hs_tail->hs_next = c;
+	else
+		s->hs_head = c;
+	s->hs_tail = c;
+	CTR_ADD(s, conns_accepted, 1);
+	memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
+}
+
 static void accept_all(struct memd_server *s)
 {
 	for (;;) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
-		struct epoll_event ev;
 		char host[INET6_ADDRSTRLEN] = "?", port[8] = "?";
-		struct conn *c;
-		int one = 1;
 		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
@@ -2639,73 +2715,7 @@ static void accept_all(struct memd_server *s)
 		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host),
 			    port, sizeof(port),
 			    NI_NUMERICHOST | NI_NUMERICSERV);
-		/* One address never holds more than max_clients_per_host
-		 * connections in their handshake; the table is never so
-		 * full of handshakes that a new client cannot get in. */
-		if (!s->draining &&
-		    host_hs_conns(s, host) >= s->cfg.max_clients_per_host)
-			displace_oldest(s, host);
-		if (s->nconns >= s->cfg.max_clients && !s->draining)
-			displace_oldest(s, NULL);
-		if (s->nconns >= s->cfg.max_clients || s->draining) {
-			refuse_fd(fd, s->draining ? "memd is draining"
-						  : "too many clients");
-			CTR_ADD(s, conns_refused, 1);
-			memd_log_limited(&s->ll_refuse, LOG_WARNING,
-					 "ctl: refused peer=%s:%s clients=%u "
-					 "max=%u",
-					 host, port, s->nconns,
-					 s->cfg.max_clients);
-			continue;
-		}
-		c = calloc(1, sizeof(*c));
-		if (c)
-			c->rx = malloc(RX_INITIAL);
-		if (c)
-			c->tx = malloc(TX_CAP);
-		if (!c || !c->rx || !c->tx) {
-			if (c) {
-				free(c->rx);
-				free(c->tx);
-			}
-			free(c);
-			close(fd);
-			memd_log_limited(&s->ll_accept, LOG_ERR,
-					 "ctl: out of memory for a client");
-			continue;
-		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		c->fd = fd;
-		c->rx_cap = RX_INITIAL;
-		c->reading = true;
-		c->accepted_ms = c->last_rx_ms = now_ms();
-		snprintf(c->host, sizeof(c->host), "%s", host);
-		snprintf(c->peer, sizeof(c->peer), "%s:%s", host, port);
-		ev.events = EPOLLIN | EPOLLRDHUP;
-		ev.data.ptr = c;
-		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			memd_log_limited(&s->ll_accept, LOG_ERR,
-					 "ctl: epoll add err=%s",
-					 strerror(errno));
-			close(fd);
-			free(c->rx);
-			free(c->tx);
-			free(c);
-			continue;
-		}
-		c->next = s->conns;
-		if (s->conns)
-			s->conns->prev = c;
-		s->conns = c;
-		s->nconns++;
-		c->hs_prev = s->hs_tail;
-		if (s->hs_tail)
-			s->hs_tail->hs_next = c;
-		else
-			s->hs_head = c;
-		s->hs_tail = c;
-		CTR_ADD(s, conns_accepted, 1);
-		memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
+		accept_one(s, fd, host, port);
 	}
 }
 
@@ -3736,87 +3746,97 @@ const char *memd_server_addr(const struct memd_server *s)
 	return s->bound;
 }
 
-int memd_server_run(struct memd_server *s)
+/*
+ * One pass of the control loop: waits up to timeout_ms for events,
+ * serves them, then the timers. Returns how many events it served, or
+ * -errno when epoll_wait fails.
+ */
+static int serve_once(struct memd_server *s, int timeout_ms)
 {
 	struct epoll_event evs[64];
+	int n = epoll_wait(s->epfd, evs, 64, timeout_ms);
+	bool listener = false;
 
+	if (n < 0 && errno != EINTR) {
+		int e = errno;
+
+		memd_log(LOG_ERR, "ctl: epoll_wait err=%s", strerror(e));
+		return -e;
+	}
+	for (int i = 0; i < n; i++) {
+		void *p = evs[i].data.ptr;
+
+		if (p == &s->lfd) {
+			/* after this batch: accepting may close
+			 * connections that have events in it */
+			listener = true;
+		} else if (p == &s->sigfd) {
+			struct signalfd_siginfo si;
+
+			while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGHUP) {
+					reload(s);
+					continue;
+				}
+				memd_log(LOG_NOTICE, "memd: signal=%s draining",
+					 strsignal((int)si.ssi_signo));
+				memd_notify("STOPPING=1\nSTATUS="
+					    "Draining (%s)",
+					    strsignal((int)si.ssi_signo));
+				__atomic_store_n(&s->draining, true,
+						 __ATOMIC_RELAXED);
+			}
+		} else {
+			struct conn *c = p;
+			int r = 0;
+
+			if (evs[i].events &
+			    (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+				r = conn_read(c);
+			if (r < 0) {
+				conn_close(s, c, strerror(-r));
+				continue;
+			}
+			if (r == 1 || (evs[i].events &
+				       (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+				/* The peer sends nothing more: serve
+				 * what came before (a last BYE) as far
+				 * as the socket takes the replies now,
+				 * then let go. Even when rx is full
+				 * and EOF is still unread behind it:
+				 * waiting for a peer that may never
+				 * read would keep the level-triggered
+				 * RDHUP firing on every pass. */
+				conn_process(s, c);
+				(void)conn_flush(c);
+				conn_close(s, c, "peer closed");
+				continue;
+			}
+			conn_service(s, c);
+		}
+	}
+	if (listener)
+		accept_all(s);
+	accept_resume(s);
+	conn_timers(s);
+	kv_renew(s);
+	expire_sessions(s);
+	memd_kv_expire(s->kv, now_ms());
+	kv_trim(s);
+	tenants_removed(s);
+	if (s->reg)
+		memd_registry_tick(s->reg, now_ms());
+	return n < 0 ? 0 : n;
+}
+
+int memd_server_run(struct memd_server *s)
+{
 	pthread_setname_np(pthread_self(), "memd-ctl");
 	while (!s->draining) {
-		int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
-		bool listener = false;
+		int r = serve_once(s, TICK_MS);
 
-		if (n < 0 && errno != EINTR) {
-			memd_log(LOG_ERR, "ctl: epoll_wait err=%s",
-				 strerror(errno));
-			return -errno;
-		}
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == &s->lfd) {
-				/* after this batch: accepting may close
-				 * connections that have events in it */
-				listener = true;
-			} else if (p == &s->sigfd) {
-				struct signalfd_siginfo si;
-
-				while (read(s->sigfd, &si, sizeof(si)) ==
-				       sizeof(si)) {
-					if (si.ssi_signo == SIGHUP) {
-						reload(s);
-						continue;
-					}
-					memd_log(LOG_NOTICE,
-						 "memd: signal=%s draining",
-						 strsignal((int)si.ssi_signo));
-					memd_notify(
-						"STOPPING=1\nSTATUS="
-						"Draining (%s)",
-						strsignal((int)si.ssi_signo));
-					__atomic_store_n(&s->draining, true,
-							 __ATOMIC_RELAXED);
-				}
-			} else {
-				struct conn *c = p;
-				int r = 0;
-
-				if (evs[i].events & (EPOLLIN | EPOLLRDHUP |
-						     EPOLLHUP | EPOLLERR))
-					r = conn_read(c);
-				if (r < 0) {
-					conn_close(s, c, strerror(-r));
-					continue;
-				}
-				if (r == 1 ||
-				    (evs[i].events &
-				     (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-					/* The peer sends nothing more: serve
-					 * what came before (a last BYE) as far
-					 * as the socket takes the replies now,
-					 * then let go. Even when rx is full
-					 * and EOF is still unread behind it:
-					 * waiting for a peer that may never
-					 * read would keep the level-triggered
-					 * RDHUP firing on every pass. */
-					conn_process(s, c);
-					(void)conn_flush(c);
-					conn_close(s, c, "peer closed");
-					continue;
-				}
-				conn_service(s, c);
-			}
-		}
-		if (listener)
-			accept_all(s);
-		accept_resume(s);
-		conn_timers(s);
-		kv_renew(s);
-		expire_sessions(s);
-		memd_kv_expire(s->kv, now_ms());
-		kv_trim(s);
-		tenants_removed(s);
-		if (s->reg)
-			memd_registry_tick(s->reg, now_ms());
+		if (r < 0)
+			return r;
 	}
 	/* Drain: every client is told by its socket closing; leases die with
 	 * the process (memory is unmapped, registrations closed). */
@@ -3825,6 +3845,20 @@ int memd_server_run(struct memd_server *s)
 	memd_log(LOG_NOTICE, "memd: drained");
 	return 0;
 }
+
+#ifdef TP_FUZZ
+/* The fuzzing seam (server.h): the real admission and the real loop,
+ * with the caller as the only client. */
+void memd_server_fuzz_adopt(struct memd_server *s, int fd)
+{
+	accept_one(s, fd, "127.0.0.1", "fuzz");
+}
+
+int memd_server_fuzz_step(struct memd_server *s)
+{
+	return serve_once(s, 0);
+}
+#endif
 
 void memd_server_destroy(struct memd_server *s)
 {

@@ -128,4 +128,19 @@ const char *memd_server_addr(const struct memd_server *s);
 /* Stops the threads, closes every registration, endpoint and socket. */
 void memd_server_destroy(struct memd_server *s);
 
+#ifdef TP_FUZZ
+/*
+ * Fuzzing seam, compiled only into the libFuzzer build (-DTP_FUZZ=ON,
+ * tests/fuzz/fuzz_server.c); memd itself never has it. A harness feeds a
+ * connection without a listener: memd_server_fuzz_adopt admits fd (a
+ * non-blocking stream socket, e.g. one end of a socketpair; the server
+ * takes it) exactly as accept would a peer at 127.0.0.1, and
+ * memd_server_fuzz_step runs one pass of the control loop without
+ * waiting (the events ready now, then the timers) and returns how many
+ * events it served, or -errno. memd-ctl only, like memd_server_run.
+ */
+void memd_server_fuzz_adopt(struct memd_server *s, int fd);
+int memd_server_fuzz_step(struct memd_server *s);
+#endif
+
 #endif
