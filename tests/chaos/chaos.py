@@ -368,7 +368,25 @@ class Scheduler:
             time.sleep(self.rng.uniform(0.5, 3.0))
             kind = self.pick()
             hold = self.rng.uniform(1.0, 7.0)
-            getattr(self, "f_" + kind)(kind, hold)
+            try:
+                getattr(self, "f_" + kind)(kind, hold)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+                # Reported as a violation by the checker; the run goes on
+                # with every process back.
+                log("fault %s failed: %s" % (kind, e))
+                self.rec.fault({"kind": "runner_error", "target": kind,
+                                "t_inject": now_ns(), "t_heal": now_ns(),
+                                "error": str(e)})
+                self.restore()
+
+    def restore(self):
+        for p in self.cl.procs:
+            p.cont()
+            if not p.alive():
+                if p in [c[0] for c in self.cl.clients.values()]:
+                    p.start()
+                else:
+                    self.cl.start_memd(p)
 
     def record(self, kind, target, t_inject, t_heal, **kw):
         self.counts[kind] += 1
@@ -497,13 +515,14 @@ class Scheduler:
 
     def fill(self, path):
         f = os.path.join(path, "chaos-filler")
-        with open(f, "wb") as fh:
-            try:
-                while True:
-                    fh.write(b"\0" * 65536)
-                    fh.flush()
-            except OSError:
+        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            while os.write(fd, b"\1" * 4096) > 0:
                 pass
+        except OSError:
+            pass  # full
+        finally:
+            os.close(fd)
         return f
 
     def f_disk_full_state(self, kind, hold):
@@ -515,8 +534,10 @@ class Scheduler:
         time.sleep(hold)
         os.unlink(f)
         t1 = now_ns()
+        q = self.cl.ctl_json("quota", "get", "ra")
         rc2, _ = self.cl.ctl("quota", "set", "ra", str(QUOTA["ra"]))
         self.record(kind, "registry state_dir", t0, t1, set_full_rc=rc,
+                    quota_after=q and q.get("quota_bytes"),
                     set_after_rc=rc2)
 
     def f_disk_full_spill(self, kind, hold):
@@ -550,13 +571,7 @@ def quiesce(cl, rec):
     """Every fault is healed; wait for the pool, hold the clients, let
     dead sessions expire, then compare donors, registry and clients."""
     names = [d["name"] for d in cl.donors]
-    for p in cl.procs:
-        p.cont()
-        if not p.alive():
-            if p in [c[0] for c in cl.clients.values()]:
-                p.start()
-            else:
-                cl.start_memd(p)
+    Scheduler(cl, rec, 0).restore()
     if not cl.wait_donors_up(names, 60):
         log("quiesce: donors not all up after 60 s")
     time.sleep(2)
@@ -888,6 +903,14 @@ class Checker:
             starts[name] = sorted(st)
         for fl in faults:
             self.faults[fl["kind"]] += 1
+            if fl["kind"] == "disk_full_state" and fl["set_full_rc"] and \
+                    fl.get("quota_after") not in (None, QUOTA["ra"]):
+                self.bad("durability", "a quota set refused on a full "
+                         "state_dir was applied anyway: %s" % fl)
+            if fl["kind"] == "runner_error":
+                self.bad("runner", "fault %s failed: %s" %
+                         (fl["target"], fl.get("error")))
+                continue
             worst = 0
             for name, st in starts.items():
                 nxt = next((e for s0, e in st if s0 >= fl["t_heal"]), None)
