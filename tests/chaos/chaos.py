@@ -111,7 +111,11 @@ class Cluster:
         self.memd = os.path.join(self.build, "memd/memd")
         self.poolctl = os.path.join(self.build, "memd/poolctl")
         self.client = os.path.join(self.build, "tests/chaos/chaos_client")
+        # a subnet and namespace names no other run on this host uses
+        used = sh("ip netns list", check=False).stdout
         self.id = os.getpid() % 200 + 20
+        while "tpc%dsw" % self.id in used:
+            self.id = (self.id - 19) % 200 + 20
         self.sw = "tpc%dsw" % self.id
         self.hosts = {}  # name -> (ns, ip)
         self.mounts = []
