@@ -9,7 +9,8 @@ with two replicas), injects random faults from a fixed seed for a fixed
 time, quiesces, and checks the whole history (tests/chaos/README.md).
 
   chaos.py run --seed S --duration SEC [--out DIR] [--build DIR]
-  chaos.py check DIR        check a finished run's files again
+  chaos.py check DIR...     check finished runs' files again (several:
+                            each, then their sum)
   chaos.py selftest DIR     corrupt a finished run's history in several
                             ways; each must be caught (exit 0 if all are)
 
@@ -19,6 +20,7 @@ Exit: 0 no violation, 1 violation(s), 2 the run itself failed, 77 skipped
 Debian's /usr/bin/python3 and its standard library only.
 """
 import argparse
+import bisect
 import collections
 import json
 import os
@@ -885,6 +887,7 @@ class Checker:
         """Per fault: from its heal until every client has completed an
         operation that started after it."""
         self.rec = collections.defaultdict(list)
+        self.stall = collections.defaultdict(list)
         self.faults = collections.Counter()
         starts = {}
         for name, (tenant, mode, lines) in hs.items():
@@ -904,7 +907,13 @@ class Checker:
                         okp = rc >= 0
                     if okp:
                         st.append((int(f[1]), int(f[2])))
-            starts[name] = sorted(st)
+            st.sort()
+            # sufmin[i]: the first end among successes started at i on
+            sufmin = [e for _, e in st]
+            for k in range(len(sufmin) - 2, -1, -1):
+                sufmin[k] = min(sufmin[k], sufmin[k + 1])
+            starts[name] = ([a for a, _ in st], sufmin,
+                            sorted(e for _, e in st))
         for fl in faults:
             self.faults[fl["kind"]] += 1
             if fl["kind"] == "disk_full_state" and fl["set_full_rc"] and \
@@ -915,15 +924,25 @@ class Checker:
                 self.bad("runner", "fault %s failed: %s" %
                          (fl["target"], fl.get("error")))
                 continue
-            worst = 0
+            worst, stall = 0, 0
             for name, st in starts.items():
-                nxt = next((e for s0, e in st if s0 >= fl["t_heal"]), None)
-                if nxt is None:
+                s0s, sufmin, es = st
+                i = bisect.bisect_left(s0s, fl["t_heal"])
+                if i == len(s0s):
                     worst = None
                     break
+                nxt = sufmin[i]
                 worst = max(worst, nxt - fl["t_heal"])
+                # the longest wait between two successes of this client
+                # from before the fault until it recovered
+                es = st[2]
+                a = max(0, bisect.bisect_left(es, fl["t_inject"]) - 1)
+                b = bisect.bisect_right(es, nxt)
+                for k in range(a, min(b, len(es) - 1)):
+                    stall = max(stall, es[k + 1] - es[k])
             if worst is not None:
                 self.rec[fl["kind"]].append(worst / 1e9)
+                self.stall[fl["kind"]].append(stall / 1e9)
 
     def summary(self):
         out = ["chaos check: %s" % self.out]
@@ -943,13 +962,23 @@ class Checker:
                    "lost with their donor: %d" %
                    (st["lease_snapshots"], st["quota_snapshots"],
                     st["held_copies_lost"]))
-        out.append("%-18s %5s %9s %9s" % ("fault", "n", "rec p50", "rec max"))
+        out.append("%-18s %5s %9s %9s %9s %9s" %
+                   ("fault", "n", "rec p50", "rec max", "stall p50",
+                    "stall max"))
+
+        def p50max(r):
+            r = sorted(r)
+            if not r:
+                return "-", "-"
+            return "%.2fs" % r[len(r) // 2], "%.2fs" % r[-1]
         for k in sorted(self.faults):
-            r = sorted(self.rec.get(k, []))
-            p50 = "%.2fs" % r[len(r) // 2] if r else "-"
-            mx = "%.2fs" % r[-1] if r else "-"
-            out.append("%-18s %5d %9s %9s" % (k, self.faults[k], p50, mx))
+            out.append("%-18s %5d %9s %9s %9s %9s" %
+                       ((k, self.faults[k]) + p50max(self.rec.get(k, [])) +
+                        p50max(self.stall.get(k, []))))
         kinds = collections.Counter(k for k, _ in self.v)
+        out.append("wrong bytes (reads no write explains): %d; leaks: %d" %
+                   (kinds["wrong_bytes"] + kinds["foreign_bytes"],
+                    kinds["leak"]))
         out.append("violations: %d %s" % (len(self.v), dict(kinds)))
         for k, t in self.v[:20]:
             out.append("  %s: %s" % (k, t))
@@ -960,6 +989,29 @@ def check(out, expect_wrong=False):
     c = Checker(out)
     ok = c.run()
     print(c.summary(), flush=True)
+    return check_verdict(c, ok, expect_wrong)
+
+
+def check_many(dirs):
+    """Checks several runs and prints their sum (docs/reliability.md)."""
+    total = Checker(" + ".join(dirs))
+    total.rec, total.faults = collections.defaultdict(list), \
+        collections.Counter()
+    total.stall = collections.defaultdict(list)
+    for d in dirs:
+        c = Checker(d)
+        c.run()
+        print(c.summary() + "\n", flush=True)
+        total.v += c.v
+        total.stats.update(c.stats)
+        total.faults.update(c.faults)
+        for k, r in c.rec.items():
+            total.rec[k] += r
+    print(total.summary(), flush=True)
+    return 0 if not total.v else 1
+
+
+def check_verdict(c, ok, expect_wrong):
     if expect_wrong:
         # --corrupt-client: exactly the spoiled read must be caught
         kinds = set(k for k, _ in c.v)
@@ -1140,7 +1192,7 @@ def main():
                    help="client c1 spoils one read: exit 0 only if that "
                    "is caught and nothing else is wrong")
     c = sp.add_parser("check")
-    c.add_argument("dir")
+    c.add_argument("dir", nargs="+")
     s = sp.add_parser("selftest")
     s.add_argument("dir")
     args = ap.parse_args()
@@ -1149,7 +1201,8 @@ def main():
             args.seed = int.from_bytes(os.urandom(4), "little")
         return cmd_run(args)
     if args.cmd == "check":
-        return check(args.dir)
+        return check(args.dir[0]) if len(args.dir) == 1 else \
+            check_many(args.dir)
     return selftest(args.dir)
 
 
