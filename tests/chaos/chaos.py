@@ -343,10 +343,42 @@ def snapshot(cl, rec, phase):
                 leases[d["name"]] = json.loads(r.stdout)
         except (subprocess.TimeoutExpired, ValueError):
             pass
+    metrics = {}
+    for d in cl.donors if phase != "run" else []:
+        m = donor_metrics(cl, d["host"])
+        if m:
+            metrics[d["name"]] = m
     snap = {"t0": t0, "t1": now_ns(), "phase": phase, "tenants": ten,
-            "donors": don, "leases": leases}
+            "donors": don, "leases": leases, "metrics": metrics}
     rec.snap(snap)
     return snap
+
+
+def donor_metrics(cl, host):
+    """A donor's /metrics: leased bytes, and leased bytes and sessions
+    per tenant id; None when it cannot be read."""
+    try:
+        r = subprocess.run(
+            ["nsenter", "--net=/run/netns/" + cl.hosts["adm"][0], "--",
+             "curl", "-sf", "--max-time", "3",
+             "http://%s:9100/metrics" % cl.ip(host)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=5,
+            text=True)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    if r.returncode:
+        return None
+    m = {"leased_bytes": None, "tenant_leased": {}, "tenant_sessions": {}}
+    for l in r.stdout.splitlines():
+        if l.startswith("tidepool_memd_leased_bytes "):
+            m["leased_bytes"] = int(float(l.split()[1]))
+        for k in ("tenant_leased", "tenant_sessions"):
+            pre = "tidepool_memd_%s%s{tenant_id=\"" % (
+                k, "_bytes" if k == "tenant_leased" else "")
+            if l.startswith(pre):
+                tid = l[len(pre):].split("\"", 1)[0]
+                m[k][tid] = int(float(l.rsplit(" ", 1)[1]))
+    return m
 
 
 def poller(cl, rec, stop_ev):
@@ -882,6 +914,25 @@ class Checker:
                                         len(l["leases"])))
         self.stats["final_leases"] = sum(len(l["leases"]) for l in
                                          s["leases"].values())
+        # memd's /metrics says the same as its lease table
+        for ph in (hold[-1], s):
+            for name, m in (ph.get("metrics") or {}).items():
+                l = ph["leases"].get(name)
+                if l is None:
+                    continue
+                per = collections.Counter(str(e["tenant_id"])
+                                          for e in l["leases"])
+                mine = {t: b for t, b in m["tenant_leased"].items() if b}
+                if m["leased_bytes"] != len(l["leases"]) * SLAB or \
+                        mine != {t: n * SLAB for t, n in per.items()}:
+                    self.bad("usage", "%s: /metrics says %s leased (%s),"
+                             " its lease table %d slabs (%s) [%s]" %
+                             (name, m["leased_bytes"], mine,
+                              len(l["leases"]), dict(per), ph["phase"]))
+                self.stats["metrics_checked"] += 1
+                if ph is s:
+                    self.stats["sessions_left_ra"] += \
+                        m["tenant_sessions"].get(str(ids["ra"]), 0)
 
     def recovery(self, faults, hs):
         """Per fault: from its heal until every client has completed an
@@ -958,10 +1009,12 @@ class Checker:
                    (st["kv_puts"], st["kv_keys_put"], st["kv_put_errors"],
                     st["kv_gets"], st["kv_keys_got"], st["kv_hits"],
                     st["kv_misses"], st["kv_get_errors"]))
-        out.append("snapshots: %d lease tables, %d quota rows; held copies "
-                   "lost with their donor: %d" %
+        out.append("snapshots: %d lease tables, %d quota rows, %d /metrics"
+                   "; held copies lost with their donor: %d; sessions of "
+                   "ra left after its clients closed: %d" %
                    (st["lease_snapshots"], st["quota_snapshots"],
-                    st["held_copies_lost"]))
+                    st["metrics_checked"], st["held_copies_lost"],
+                    st["sessions_left_ra"]))
         out.append("%-18s %5s %9s %9s %9s %9s" %
                    ("fault", "n", "rec p50", "rec max", "stall p50",
                     "stall max"))
@@ -1085,6 +1138,23 @@ def selftest(out):
                             done = True
                 if done:
                     break
+            if kind == "quota" and not done:
+                # every snapshot is near a rejoin: add two after the
+                # last, clear of all, the second over the quota
+                run = [x for x in snaps if x["phase"] == "run" and
+                       x["tenants"]]
+                if run:
+                    t = int(max(rejoin + [run[-1]["t1"]]) + 20e9)
+                    a, b = json.loads(json.dumps(run[-1])), \
+                        json.loads(json.dumps(run[-1]))
+                    a["t0"], a["t1"], b["t0"], b["t1"] = t, t, t + 2e9, \
+                        t + 2e9
+                    for x in b["tenants"]["tenants"]:
+                        if x["name"] == "ra":
+                            x["used_bytes"] = x["quota_bytes"] + 64 * SLAB
+                    i = snaps.index(run[-1]) + 1
+                    snaps[i:i] = [a, b]
+                    done = True
             with open(p, "w") as f:
                 for s in snaps:
                     f.write(json.dumps(s) + "\n")
