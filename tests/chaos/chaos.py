@@ -898,20 +898,34 @@ class Checker:
                 self.stats["lease_snapshots"] += 1
             if not s.get("tenants"):
                 continue
-            ndon = sum(1 for d in (s.get("donors") or {"donors": []})
-                       ["donors"] if d["state"] == "up")
+            up = set(d["name"] for d in (s.get("donors") or
+                                         {"donors": []})["donors"]
+                     if d["state"] == "up")
+            ndon = len(up)
             for t in s["tenants"]["tenants"]:
                 self.stats["quota_snapshots"] += 1
                 held = t["used_bytes"] + t["reserved_bytes"]
-                q = t["quota_bytes"]
                 # KV stores may pass the quota by about one slab per
                 # donor for a report interval (docs/cluster.md, Bound)
                 slack = ndon * SLAB if t["name"] == "kb" else 0
                 p = prev.get(t["name"])
-                prev[t["name"]] = (s["t0"], held)
-                if held <= q + slack or p is None or held <= p[1]:
+                prev[t["name"]] = (s["t0"], held, t["quota_bytes"], up)
+                if p is None:
                     continue
-                if any(p[0] - 5e9 <= r <= s["t1"] for r in rejoin):
+                # a PLACE between the two snapshots was checked against
+                # the quota of its time: the higher of the two
+                q = max(t["quota_bytes"], p[2])
+                if held <= q + slack:
+                    continue
+                self.stats["over_quota_rows"] += 1
+                if held <= p[1]:
+                    continue
+                # usage reported again: a donor that is up now and was
+                # not then (rejoined, e.g. after a registry restart), or
+                # one whose reports stopped and resumed in between
+                if up - p[3] or any(p[0] - 5e9 <= r <= s["t1"]
+                                    for r in rejoin):
+                    self.stats["over_quota_growth_rejoin"] += 1
                     continue
                 self.bad("over_quota", "tenant %s grew %d -> %d bytes "
                          "over its quota %d at %d" %
@@ -1067,6 +1081,9 @@ class Checker:
                    (st["lease_snapshots"], st["quota_snapshots"],
                     st["metrics_checked"], st["held_copies_lost"],
                     st["sessions_left_ra"]))
+        out.append("quota: %d rows over a quota (lowered below usage, or "
+                   "KV past its slack), %d of them grew, across a rejoin"
+                   % (st["over_quota_rows"], st["over_quota_growth_rejoin"]))
         out.append("%-18s %5s %9s %9s %9s %9s" %
                    ("fault", "n", "rec p50", "rec max", "stall p50",
                     "stall max"))
