@@ -202,6 +202,7 @@ struct memd_server {
 	const struct place_topo *topo; /* NULL without NUMA placement */
 	uint64_t epoch;
 	uint64_t start_ms;
+	uint64_t reg_awake_ms; /* memd-ctl: when it last checked for a stall */
 	uint32_t nslabs;
 	uint32_t arena_slabs; /* slabs per arena */
 	uint64_t donated_bytes;
@@ -2209,6 +2210,23 @@ static void handle(struct memd_server *s, struct conn *c,
 }
 
 /* Decodes and handles complete frames in rx while tx has room. */
+/*
+ * A registry that did not run (stopped, a paused VM, a pass that blocked)
+ * must not take its own silence for its donors' before it reads what
+ * they sent: memd-ctl checks how long it has been since it last looked
+ * before every request it handles and before the liveness tick, wherever
+ * in a pass the process was stopped (memd_registry_loop_gap).
+ */
+static void reg_awake(struct memd_server *s)
+{
+	uint64_t now = now_ms();
+
+	if (!s->reg)
+		return;
+	memd_registry_loop_gap(s->reg, now - s->reg_awake_ms);
+	s->reg_awake_ms = now;
+}
+
 static void conn_process(struct memd_server *s, struct conn *c)
 {
 	static struct wire_msg req; /* memd-ctl only */
@@ -2238,6 +2256,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 				c->tx_len = c->tx_off = 0;
 			break;
 		}
+		reg_awake(s);
 		handle(s, c, &req);
 		off += (size_t)n;
 	}
@@ -3488,9 +3507,12 @@ int memd_server_run(struct memd_server *s)
 	struct epoll_event evs[64];
 
 	pthread_setname_np(pthread_self(), "memd-ctl");
+	s->reg_awake_ms = now_ms();
 	while (!s->draining) {
 		int n = epoll_wait(s->epfd, evs, 64, TICK_MS);
 		bool listener = false;
+
+		reg_awake(s);
 
 		if (n < 0 && errno != EINTR) {
 			memd_log(LOG_ERR, "ctl: epoll_wait err=%s",
@@ -3561,8 +3583,10 @@ int memd_server_run(struct memd_server *s)
 		expire_sessions(s);
 		memd_kv_expire(s->kv, now_ms());
 		kv_trim(s);
-		if (s->reg)
+		if (s->reg) {
+			reg_awake(s);
 			memd_registry_tick(s->reg, now_ms());
+		}
 	}
 	/* Drain: every client is told by its socket closing; leases die with
 	 * the process (memory is unmapped, registrations closed). */
