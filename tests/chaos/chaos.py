@@ -1131,6 +1131,8 @@ def check_many(dirs):
         total.faults.update(c.faults)
         for k, r in c.rec.items():
             total.rec[k] += r
+        for k, r in c.stall.items():
+            total.stall[k] += r
     print(total.summary(), flush=True)
     return 0 if not total.v else 1
 
