@@ -6,7 +6,8 @@
 #
 #   deploy/run-tests.sh [debug|release|asan|tsan]   (default: debug)
 #
-# Installs missing Debian packages first when run as root. Build trees go
+# The randomized chaos slice is left to .ci/run (it runs once, in the debug
+# build): ctest -L chaos. Installs missing Debian packages first when run as root. Build trees go
 # to build/<config>. Exit status: 0 when both suites pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +31,9 @@ dir=build/$cfg
 cmake -S . -B "$dir" "${args[@]}" >/dev/null
 cmake --build "$dir" -j"$(nproc)"
 rc=0
-(cd "$dir" && ctest --output-on-failure -j"${TP_TEST_JOBS:-2}") || rc=$?
+# The chaos slice (label "chaos", tests/chaos) runs once, from .ci/run.
+(cd "$dir" && ctest --output-on-failure -j"${TP_TEST_JOBS:-2}" -LE chaos) ||
+	rc=$?
 
 # The Python package (docs/python.md). Under ASan the interpreter (not
 # instrumented) gets the sanitizer runtimes preloaded; leaks are not

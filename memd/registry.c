@@ -1332,6 +1332,23 @@ void memd_registry_tick(struct memd_registry *r, uint64_t now_ms)
 	pthread_mutex_unlock(&r->lock);
 }
 
+void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms)
+{
+	uint64_t half = (uint64_t)MISSED_REPORTS * r->report_ms / 2;
+
+	if (gap_ms <= half)
+		return;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->ndonors; i++)
+		if (r->donor[i].up)
+			r->donor[i].last_report_ms += gap_ms - half;
+	pthread_mutex_unlock(&r->lock);
+	memd_log(LOG_NOTICE,
+		 "registry: did not run for %" PRIu64
+		 " ms; donors' reports are read before their liveness",
+		 gap_ms);
+}
+
 /* ---- placement --------------------------------------------------------- */
 
 struct cand {

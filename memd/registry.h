@@ -89,6 +89,18 @@ void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
 /* Marks donors that missed 3 reports down; drops expired grants. Call
  * every ~100 ms. */
 void memd_registry_tick(struct memd_registry *r, uint64_t now_ms);
+/*
+ * memd-ctl's loop woke gap_ms after it last woke. A gap far longer than
+ * its tick means this process did not run (stopped, a paused VM, a pass
+ * that blocked): the donors' reports waited in their sockets, and their
+ * silence over that time is ours. Of a gap over half the liveness limit
+ * (3 report intervals), the part above that half is added to every up
+ * donor's last report, so that the reports that waited are read before
+ * anyone is marked down; a registry whose every pass is slow still
+ * counts half a limit of silence per pass and marks a dead donor down.
+ * Call before handling what the loop woke for. Thread-safe.
+ */
+void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms);
 
 /*
  * Places req->nslabs slabs (twice as many with WIRE_PLACE_REPLICA, the

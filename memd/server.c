@@ -211,6 +211,7 @@ struct memd_server {
 	const struct place_topo *topo; /* NULL without NUMA placement */
 	uint64_t epoch;
 	uint64_t start_ms;
+	uint64_t reg_awake_ms; /* memd-ctl: when it last checked for a stall */
 	uint32_t nslabs;
 	uint32_t arena_slabs; /* slabs per arena */
 	uint64_t donated_bytes;
@@ -2378,6 +2379,25 @@ static void handle(struct memd_server *s, struct conn *c,
 }
 
 /* Decodes and handles complete frames in rx while tx has room. */
+/*
+ * A registry that did not run (stopped, a paused VM, a pass that blocked)
+ * must not take its own silence for its donors' before it reads what
+ * they sent: memd-ctl checks how long it has been since it last looked
+ * before every request it handles and before the liveness tick, wherever
+ * in a pass the process was stopped (memd_registry_loop_gap).
+ */
+static void reg_awake(struct memd_server *s)
+{
+	uint64_t now = now_ms();
+
+	if (!s->reg)
+		return;
+	if (!s->reg_awake_ms) /* first pass (the fuzzing seam's too) */
+		s->reg_awake_ms = now;
+	memd_registry_loop_gap(s->reg, now - s->reg_awake_ms);
+	s->reg_awake_ms = now;
+}
+
 static void conn_process(struct memd_server *s, struct conn *c)
 {
 	static struct wire_msg req; /* memd-ctl only */
@@ -2407,6 +2427,7 @@ static void conn_process(struct memd_server *s, struct conn *c)
 				c->tx_len = c->tx_off = 0;
 			break;
 		}
+		reg_awake(s);
 		handle(s, c, &req);
 		off += (size_t)n;
 	}
@@ -3763,6 +3784,9 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 		memd_log(LOG_ERR, "ctl: epoll_wait err=%s", strerror(e));
 		return -e;
 	}
+	/* a registry stopped (SIGSTOP, a stalled VM) credits its donors
+	 * with the time it did not run before it reads their reports */
+	reg_awake(s);
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
@@ -3824,14 +3848,17 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	memd_kv_expire(s->kv, now_ms());
 	kv_trim(s);
 	tenants_removed(s);
-	if (s->reg)
+	if (s->reg) {
+		reg_awake(s);
 		memd_registry_tick(s->reg, now_ms());
+	}
 	return n < 0 ? 0 : n;
 }
 
 int memd_server_run(struct memd_server *s)
 {
 	pthread_setname_np(pthread_self(), "memd-ctl");
+	s->reg_awake_ms = now_ms();
 	while (!s->draining) {
 		int r = serve_once(s, TICK_MS);
 
