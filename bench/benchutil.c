@@ -474,11 +474,11 @@ int bench_bad_arg(const char *prog, const char *opt, const char *val,
 	return bench_try_help(prog);
 }
 
-int bench_args_left(const char *prog, int optind, int argc, char **argv)
+int bench_args_left(const char *prog, int first, int argc, char **argv)
 {
-	if (optind >= argc)
+	if (first >= argc)
 		return 0;
-	fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+	fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[first]);
 	return 2;
 }
 

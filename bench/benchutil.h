@@ -143,7 +143,7 @@ void *bench_buf_alloc(size_t len);
 int bench_try_help(const char *prog);
 int bench_bad_arg(const char *prog, const char *opt, const char *val,
 		  const char *want);
-int bench_args_left(const char *prog, int optind, int argc, char **argv);
+int bench_args_left(const char *prog, int first, int argc, char **argv);
 
 /*
  * The points a sweep measures, and the options that set them (poolbench
