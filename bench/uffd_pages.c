@@ -64,12 +64,14 @@ static double median(double *v, int n)
 	return v[n / 2];
 }
 
+/* Loads land here, so that the compiler keeps them. */
+static volatile uint64_t sink;
+
 /* One page size: returns 0, or -1 when the range cannot be had. */
 static int measure(bool huge, size_t len, int runs, const uint8_t *src)
 {
 	double ins[MAX_RUNS], tch[MAX_RUNS], re[MAX_RUNS], drp[MAX_RUNS];
 	size_t n4k = len / PG;
-	volatile uint64_t sink = 0;
 	struct uffdio_api api = {
 		.api = UFFD_API,
 		.features = huge ? UFFD_FEATURE_MISSING_HUGETLBFS |
