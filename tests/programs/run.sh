@@ -151,12 +151,13 @@ esac
 "$MEMD" --listen 127.0.0.1:0 --donate "$DONATE" --log-level warning \
 	--ready-file "$TMP/ready" >"$TMP/memd.log" 2>&1 &
 MEMD_PID=$!
-for _ in $(seq 300); do
+# memd locks its donation in memory at start: seconds per GiB on a busy VM
+for _ in $(seq 1200); do
 	[ -s "$TMP/ready" ] && break
 	kill -0 "$MEMD_PID" 2>/dev/null || skip "memd exited: $(cat "$TMP/memd.log")"
 	sleep 0.1
 done
-[ -s "$TMP/ready" ] || skip "memd not ready after 30 s"
+[ -s "$TMP/ready" ] || skip "memd not ready after 120 s"
 ADDR=$(head -n1 "$TMP/ready")
 
 # ---- plain, then under the shim ----------------------------------------
