@@ -16,6 +16,7 @@ pkgs=(
 	valgrind sqlite3
 	python3-dev python3-numpy python3-torch python3-pytest
 	python3-setuptools python3-pip python3-venv
+	debhelper dh-python lintian
 )
 
 if [ "$(id -u)" -ne 0 ]; then

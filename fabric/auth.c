@@ -79,7 +79,7 @@ _Static_assert(WIRE_NAME_MAX - 1 <= UINT8_MAX,
 #define CLUSTER_LABEL "tidepool cluster key v1"
 
 /* The pass's plaintext: 53 fixed bytes plus the tenant name. */
-#define PASS_FIXED (4 + 1 + 8 + 8 + AUTH_KEY_LEN)
+#define PASS_FIXED (4 + 1 + 8 + 8 + AUTH_KEY_LEN + AUTH_IDENT_LEN)
 #define PASS_PLAIN_MIN (PASS_FIXED + 1)
 #define PASS_PLAIN_MAX (PASS_FIXED + WIRE_NAME_MAX - 1)
 _Static_assert(PASS_PLAIN_MAX + AUTH_SEAL_OVERHEAD <= WIRE_PASS_MAX,
@@ -257,6 +257,15 @@ void auth_tenant_key(const uint8_t *secret, size_t len,
 	derive(TENANT_LABEL, secret, len, key);
 }
 
+void auth_tenant_ident(const uint8_t key[AUTH_KEY_LEN],
+		       uint8_t ident[AUTH_IDENT_LEN])
+{
+	static const char label[] = "tidepool tenant ident v1";
+
+	crypto_generichash(ident, AUTH_IDENT_LEN, (const uint8_t *)label,
+			   sizeof(label) - 1, key, AUTH_KEY_LEN);
+}
+
 static void cluster_key(const uint8_t root[AUTH_KEY_LEN], const char *label,
 			uint8_t out[AUTH_KEY_LEN])
 {
@@ -426,6 +435,8 @@ int auth_pass_seal(const uint8_t pass_key[AUTH_KEY_LEN],
 	off += 8;
 	memcpy(plain + off, p->key, AUTH_KEY_LEN);
 	off += AUTH_KEY_LEN;
+	memcpy(plain + off, p->ident, AUTH_IDENT_LEN);
+	off += AUTH_IDENT_LEN;
 	assert(off == PASS_FIXED + n);
 	rc = auth_seal(pass_key, plain, off, out, cap);
 	sodium_memzero(plain, sizeof(plain));
@@ -463,6 +474,8 @@ int auth_pass_open(const uint8_t pass_key[AUTH_KEY_LEN], const uint8_t *in,
 	p->expires_ms = ld64(plain + off);
 	off += 8;
 	memcpy(p->key, plain + off, AUTH_KEY_LEN);
+	off += AUTH_KEY_LEN;
+	memcpy(p->ident, plain + off, AUTH_IDENT_LEN);
 	rc = 0;
 out:
 	sodium_memzero(plain, sizeof(plain));

@@ -125,13 +125,23 @@ int auth_open(const uint8_t key[AUTH_KEY_LEN], const uint8_t *in, size_t len,
  * expires_ms (registry's CLOCK_REALTIME, ms), proving it holds key.
  * Sealed with the cluster pass key into at most WIRE_PASS_MAX bytes.
  */
+#define AUTH_IDENT_LEN 16
 struct auth_pass {
 	uint32_t tenant_id;
 	char tenant[WIRE_NAME_MAX];
 	uint64_t registry_epoch;
 	uint64_t expires_ms;
 	uint8_t key[AUTH_KEY_LEN];
+	uint8_t ident[AUTH_IDENT_LEN]; /* auth_tenant_ident of its key */
 };
+
+/*
+ * A tenant's identity, safe to hand to donors: a one-way function of its
+ * key (another secret, another identity, whatever its name and id).
+ * Donors bind the tenant's spill files to it (docs/kv.md).
+ */
+void auth_tenant_ident(const uint8_t key[AUTH_KEY_LEN],
+		       uint8_t ident[AUTH_IDENT_LEN]);
 /* Returns the sealed length (at most WIRE_PASS_MAX), or -EINVAL (tenant
  * empty or not NUL-terminated inside its array) or -ENOSPC (cap). */
 int auth_pass_seal(const uint8_t pass_key[AUTH_KEY_LEN],

@@ -110,6 +110,9 @@ struct fab_domain {
 	size_t max_msg;
 	char prov[FAB_PROV_MAX];
 	unsigned hmem; /* FAB_HMEM_* asked for and granted (FI_HMEM) */
+	/* TP_TEST_FAB_PROV_KEY: the keys we pick for the provider */
+	bool fake_prov_key;
+	uint64_t next_fake_key;
 };
 
 struct fab_mr {
@@ -230,6 +233,36 @@ static void sleep_ns(int64_t ns)
 
 /* ---- domain -------------------------------------------------------- */
 
+/*
+ * Test-only: TP_TEST_FAB_PROV_KEY=1 makes every domain of the process act
+ * like a provider that picks memory keys itself (FI_MR_PROV_KEY: verbs,
+ * efa, cxi), and a predictable one: fab_domain_mr_mode() reports
+ * FAB_MR_PROV_KEY and registrations get keys counted up from 1 per
+ * domain, whatever key the caller asked for. Lets tests on tcp reach the
+ * code paths (and the weaknesses) of such providers. Never set it in
+ * production.
+ */
+static bool fake_prov_key_enabled(void)
+{
+	const char *v = getenv("TP_TEST_FAB_PROV_KEY");
+
+	return v && !strcmp(v, "1");
+}
+
+static uint64_t key_mask(size_t key_size);
+
+/* The key a registration on d asks the provider for. */
+static uint64_t reg_key(struct fab_domain *d, uint64_t requested_key)
+{
+	if (d->fake_prov_key)
+		return __atomic_add_fetch(&d->next_fake_key, 1,
+					  __ATOMIC_RELAXED) &
+		       key_mask(d->key_size);
+	if (d->mr_mode & FAB_MR_PROV_KEY)
+		return 0;
+	return requested_key & key_mask(d->key_size);
+}
+
 /* FAB_MR_* view of a provider mr_mode, legacy FI_MR_BASIC included. */
 static unsigned mr_mode_from_fi(int fi_mode)
 {
@@ -316,6 +349,10 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 		goto close_fabric;
 
 	d->mr_mode = mr_mode_from_fi(d->info->domain_attr->mr_mode);
+	if (!(d->mr_mode & FAB_MR_PROV_KEY) && fake_prov_key_enabled()) {
+		d->mr_mode |= FAB_MR_PROV_KEY;
+		d->fake_prov_key = true;
+	}
 	if (d->info->caps & FI_HMEM)
 		d->hmem = opts->hmem;
 	d->key_size = d->info->domain_attr->mr_key_size;
@@ -404,7 +441,8 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 		return -EINVAL;
 	*out = NULL;
 	if (!d || !buf || !len || !access ||
-	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE)))
+	    (access &
+	     ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE | FAB_ACCESS_REMOTE_READ)))
 		return -EINVAL;
 	if ((d->mr_mode & FAB_MR_ENDPOINT) && !ep)
 		return -EINVAL;
@@ -414,8 +452,9 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 		fi_access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		fi_access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	if (!(d->mr_mode & FAB_MR_PROV_KEY))
-		key = requested_key & key_mask(d->key_size);
+	if (access & FAB_ACCESS_REMOTE_READ)
+		fi_access |= FI_REMOTE_READ;
+	key = reg_key(d, requested_key);
 
 	m = calloc(1, sizeof(*m));
 	if (!m)
@@ -450,6 +489,39 @@ free_m:
 	return ret;
 }
 
+/*
+ * Test-only fault injection: TP_TEST_FAIL_MR_CLOSE=N makes the first N
+ * fab_mr_close() calls of the process report -EIO (the registration is
+ * closed all the same), so tests can drive what memd does when a close
+ * fails (docs/reliability.md). Read once; unset, it costs one relaxed
+ * load per close. Never set it in production.
+ */
+static int mr_close_fail_left = -1; /* -1: environment not read yet */
+static pthread_once_t mr_close_fail_once = PTHREAD_ONCE_INIT;
+
+static void mr_close_fail_init(void)
+{
+	const char *v = getenv("TP_TEST_FAIL_MR_CLOSE");
+	long n = v ? strtol(v, NULL, 10) : 0;
+
+	__atomic_store_n(&mr_close_fail_left, n > 0 && n < INT_MAX ? (int)n : 0,
+			 __ATOMIC_RELAXED);
+}
+
+static bool mr_close_fail_injected(void)
+{
+	int left;
+
+	pthread_once(&mr_close_fail_once, mr_close_fail_init);
+	left = __atomic_load_n(&mr_close_fail_left, __ATOMIC_RELAXED);
+	while (left > 0)
+		if (__atomic_compare_exchange_n(
+			    &mr_close_fail_left, &left, left - 1, false,
+			    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+			return true;
+	return false;
+}
+
 int fab_mr_close(struct fab_mr *mr)
 {
 	int ret;
@@ -458,6 +530,8 @@ int fab_mr_close(struct fab_mr *mr)
 		return 0;
 	ret = fab_errno(fi_close(&mr->mr->fid));
 	free(mr);
+	if (!ret && mr_close_fail_injected())
+		ret = -EIO;
 	return ret;
 }
 
@@ -1214,7 +1288,8 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 		return -EINVAL;
 	*out = NULL;
 	if (!d || !buf || !len || !access ||
-	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE)) ||
+	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE |
+			FAB_ACCESS_REMOTE_READ)) ||
 	    (iface != 0 && iface != FAB_HMEM_CUDA) || device < 0)
 		return -EINVAL;
 	if (!fab_domain_has_hmem(d, iface))
@@ -1229,8 +1304,9 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 		attr.access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
 		attr.access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	if (!(d->mr_mode & FAB_MR_PROV_KEY))
-		attr.requested_key = requested_key & key_mask(d->key_size);
+	if (access & FAB_ACCESS_REMOTE_READ)
+		attr.access |= FI_REMOTE_READ;
+	attr.requested_key = reg_key(d, requested_key);
 	attr.iface = iface == FAB_HMEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
 	attr.device.cuda = device;
 

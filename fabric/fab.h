@@ -47,8 +47,9 @@ struct fab_mr;
 #define FAB_MR_ENDPOINT 0x10u  /* MR must be bound to an endpoint */
 
 /* Access of a registration. */
-#define FAB_ACCESS_LOCAL 0x1u  /* local buffer of our own read/write */
-#define FAB_ACCESS_REMOTE 0x2u /* peers may read and write it */
+#define FAB_ACCESS_LOCAL 0x1u	    /* local buffer of our own read/write */
+#define FAB_ACCESS_REMOTE 0x2u	    /* peers may read and write it */
+#define FAB_ACCESS_REMOTE_READ 0x4u /* peers may read it, not write it */
 
 struct fab_opts {
 	/* fi_info name: "tcp" (default when NULL), "net", "shm",
@@ -100,7 +101,10 @@ uint64_t fab_mr_base_for_mode(unsigned mr_mode, const void *vaddr);
 int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 	       unsigned access, uint64_t requested_key, struct fab_mr **out);
 /* Closes a registration: from its return on, no new RMA can reach the
- * buffer through its key. NULL is a no-op. Returns 0 or -errno. */
+ * buffer through its key. NULL is a no-op. Returns 0 or -errno; a failed
+ * close may leave the key working (memd quarantines the slab). Test only:
+ * TP_TEST_FAIL_MR_CLOSE=N in the environment makes the process's first N
+ * closes report -EIO. */
 int fab_mr_close(struct fab_mr *mr);
 uint64_t fab_mr_key(const struct fab_mr *mr);
 /* Local descriptor to pass with operations on this buffer (may be NULL). */

@@ -1048,7 +1048,8 @@ static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 			       struct wire_wr *w)
 {
-	if ((d->flags & ~WIRE_DONOR_KNOWN) || d->nkv > WIRE_MAX_TENANTS)
+	if ((d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS)) ||
+	    d->nkv > WIRE_MAX_TENANTS)
 		return -EINVAL;
 	put_u64(w, d->registry_epoch);
 	put_u32(w, d->flags);
@@ -1057,6 +1058,8 @@ static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 		put_u32(w, d->kv[i].tenant_id);
 		put_u32(w, d->kv[i].kv_slabs_max);
 	}
+	if (d->flags & WIRE_DONOR_TENANTS)
+		put_u32(w, d->next_tenant_id);
 	return 0;
 }
 
@@ -1066,13 +1069,15 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 	d->registry_epoch = get_u64(r);
 	d->flags = get_u32(r);
 	d->nkv = get_u16(r);
-	if (r->bad || (d->flags & ~WIRE_DONOR_KNOWN) ||
+	if (r->bad || (d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS)) ||
 	    d->nkv > WIRE_MAX_TENANTS)
 		return -EBADMSG;
 	for (uint16_t i = 0; i < d->nkv; i++) {
 		d->kv[i].tenant_id = get_u32(r);
 		d->kv[i].kv_slabs_max = get_u32(r);
 	}
+	if (d->flags & WIRE_DONOR_TENANTS)
+		d->next_tenant_id = get_u32(r);
 	return r->bad ? -EBADMSG : 0;
 }
 

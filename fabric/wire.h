@@ -346,6 +346,10 @@ struct wire_donor_join_ok {
 };
 #define WIRE_DONOR_DRAIN 0x1u /* JOIN_OK / REPORT_OK: lease nothing new */
 #define WIRE_DONOR_KNOWN WIRE_DONOR_DRAIN
+/* REPORT_OK only: kv[] lists every tenant of the registry, and
+ * next_tenant_id follows it: a tenant id below it that is not listed has
+ * been removed (ids are never reused). */
+#define WIRE_DONOR_TENANTS 0x2u
 
 struct wire_tenant_usage {
 	uint32_t tenant_id;
@@ -383,6 +387,7 @@ struct wire_donor_report_ok {
 	uint32_t flags; /* WIRE_DONOR_* */
 	uint16_t nkv;	/* 0 .. WIRE_MAX_TENANTS */
 	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
+	uint32_t next_tenant_id; /* with WIRE_DONOR_TENANTS only */
 };
 
 /* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not

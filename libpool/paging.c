@@ -267,6 +267,7 @@ static struct {
 	int uffd, stopfd, pidfd; /* pidfd: process_madvise(); -1: madvise */
 	bool user_only, huge_ok, running;
 	bool batch_on; /* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
+	bool clock_on; /* LIBPOOL_PAGING_CLOCK (default on); off: FIFO */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -588,6 +589,8 @@ static int engine_start(void)
 	eng.budget = process_budget();
 	eng.batch_on = !(getenv("LIBPOOL_PAGING_BATCH") &&
 			 !strcmp(getenv("LIBPOOL_PAGING_BATCH"), "0"));
+	eng.clock_on = !(getenv("LIBPOOL_PAGING_CLOCK") &&
+			 !strcmp(getenv("LIBPOOL_PAGING_CLOCK"), "0"));
 	eng.resident = 0;
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
@@ -1038,7 +1041,7 @@ static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 		uint8_t s = m->state[idx];
 
 		m->head = (m->head + 1) % m->max_res;
-		if (s & PG_REF) {
+		if ((s & PG_REF) && eng.clock_on) {
 			m->state[idx] = (uint8_t)(s & ~PG_REF);
 			if ((s & PG_DIRTY) && nre < WB_BATCH)
 				reprot[nre++] = idx;

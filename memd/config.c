@@ -340,6 +340,32 @@ static const struct memd_conf_key memd_conf_keys[] = {
 			"and report_interval.",
 	},
 	{
+		.name = "max_sessions_per_tenant",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(max_sessions_per_tenant),
+		.min = 1,
+		.max = 1u << 20,
+		.def = "1024",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "In a pool: most live sessions one tenant may hold on "
+			"this memd (a closed connection's session counts "
+			"until it expires). A tenant that authenticates past "
+			"it is answered EUSERS and closed; other tenants are "
+			"not affected.",
+	},
+	{
+		.name = "max_leases_per_session",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(max_leases_per_session),
+		.min = 1,
+		.max = 1u << 24,
+		.def = "65536",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "Most slab leases one session may hold at once; a "
+			"LEASE or LEASE_GRANT that would take it past this is "
+			"refused whole with EDQUOT.",
+	},
+	{
 		.name = "log_level",
 		.type = MEMD_CONF_ENUM,
 		.off = FIELD(log_level),
@@ -492,6 +518,18 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.help = "How long a KV put may take between reserve and "
 			"commit; an uncommitted reservation is then dropped "
 			"and its blocks freed.",
+	},
+	{
+		.name = "kv_max_reserved",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(kv_max_reserved),
+		.min = 1,
+		.max = 1u << 24,
+		.def = "65536",
+		.help = "Most KV reservations (puts reserved, not yet "
+			"committed or expired) one tenant may have pending on "
+			"this memd; a RESERVE past it gets the per-key status "
+			"EDQUOT.",
 	},
 	{
 		.name = "kv_spill_dir",

@@ -54,12 +54,16 @@ struct memd_config {
 	uint32_t reserved_clients;     /* kept for @admin and @donor */
 	uint32_t handshake_timeout_ms; /* accept to HELLO (and AUTH) done */
 	uint32_t idle_timeout_ms;      /* no frame for this long; 0: never */
-	int log_level;		       /* syslog level: LOG_ERR .. LOG_DEBUG */
+	/* What one tenant or session may hold (docs/reliability.md). */
+	uint32_t max_sessions_per_tenant; /* live sessions of one tenant */
+	uint32_t max_leases_per_session;  /* leases one session holds */
+	int log_level; /* syslog level: LOG_ERR .. LOG_DEBUG */
 
 	/* The KV tier (docs/kv.md). Only kv_share is reloadable. */
 	uint32_t kv_share;	/* % of the donation one tenant's KV may hold */
 	uint32_t kv_lease_ms;	/* read lease of a KV lookup */
 	uint32_t kv_reserve_ms; /* life of an uncommitted KV reservation */
+	uint32_t kv_max_reserved; /* uncommitted reservations per tenant */
 	char kv_spill_dir[MEMD_CONF_STR_MAX]; /* "": no spill */
 	uint64_t kv_spill_bytes;	      /* cap on the spill files */
 

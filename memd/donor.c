@@ -61,6 +61,10 @@ struct memd_donor {
 	/* KV allowances of the last REPORT_OK since the last join */
 	uint16_t nkv;
 	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
+	/* of that REPORT_OK with WIRE_DONOR_TENANTS (kv[] lists every
+	 * tenant); 0 without */
+	uint32_t next_tenant_id;
+	uint64_t reports; /* REPORT_OKs read: memd-ctl sees news */
 };
 
 static uint64_t mono_ms(void)
@@ -170,6 +174,7 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 		d->qlen = 0; /* a new registry knows none of those grants */
 	d->joined = true;
 	d->nkv = 0; /* until this membership's first REPORT_OK */
+	d->next_tenant_id = 0;
 	d->donor_id = rep->u.donor_join_ok.donor_id;
 	d->registry_epoch = rep->u.donor_join_ok.registry_epoch;
 	d->drain = rep->u.donor_join_ok.flags & WIRE_DONOR_DRAIN;
@@ -219,6 +224,10 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	d->drain = drain;
 	d->nkv = rep->u.donor_report_ok.nkv;
 	memcpy(d->kv, rep->u.donor_report_ok.kv, d->nkv * sizeof(d->kv[0]));
+	d->next_tenant_id = rep->u.donor_report_ok.flags & WIRE_DONOR_TENANTS
+				    ? rep->u.donor_report_ok.next_tenant_id
+				    : 0;
+	d->reports++;
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
@@ -383,6 +392,23 @@ int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id)
 		d->queue[(d->qhead + d->qlen++) % QUEUE_MAX] = grant_id;
 	pthread_mutex_unlock(&d->lock);
 	return r;
+}
+
+bool memd_donor_tenant_removed(struct memd_donor *d, uint32_t tenant,
+			       uint64_t *reports)
+{
+	bool removed = false;
+
+	pthread_mutex_lock(&d->lock);
+	if (reports)
+		*reports = d->reports;
+	if (tenant && tenant < d->next_tenant_id) {
+		removed = true;
+		for (uint16_t i = 0; i < d->nkv && removed; i++)
+			removed = d->kv[i].tenant_id != tenant;
+	}
+	pthread_mutex_unlock(&d->lock);
+	return removed;
 }
 
 bool memd_donor_kv_allowance(struct memd_donor *d, uint32_t tenant,

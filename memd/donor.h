@@ -67,6 +67,16 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
  * REPORT_OK; false when the registry has not said (not joined, no report
  * answered since the last join, or the tenant not listed). Any thread.
  */
+/*
+ * Whether the registry has removed tenant: its last REPORT_OK listed every
+ * tenant and a next tenant id above tenant, and tenant was not listed
+ * (ids are never reused, so this is for good). False when it cannot tell
+ * (no such report yet, or more tenants than a report lists). *reports
+ * (may be NULL) gets how many REPORT_OKs the link has read, so memd-ctl
+ * can look again only after a new one. Any thread.
+ */
+bool memd_donor_tenant_removed(struct memd_donor *d, uint32_t tenant,
+			       uint64_t *reports);
 bool memd_donor_kv_allowance(struct memd_donor *d, uint32_t tenant,
 			     uint32_t *max_slabs);
 

@@ -54,7 +54,8 @@
 #define NCLASS_MAX (15 * CLASS_STEPS + 1)
 #define TAG_BYTES 8
 #define TAG_HASH_BYTES 16 /* crypto_generichash's minimum output */
-#define SPILL_OVERHEAD (MEMD_KV_HEADER_BYTES + TAG_BYTES)
+/* header, value, integrity tag, binding tag (see spill_bind_tag) */
+#define SPILL_OVERHEAD (MEMD_KV_HEADER_BYTES + 2 * TAG_BYTES)
 #define HEX_KEY_CHARS (2 * MEMD_KV_KEY_BYTES)
 
 _Static_assert(TAG_HASH_BYTES >= crypto_generichash_BYTES_MIN,
@@ -124,6 +125,11 @@ struct kv_tenant {
 	struct kv_entry *leased;
 	uint64_t bytes_used, spilled, spill_bytes;
 	struct memd_kv_stats st; /* the counters; gauges are computed */
+	/* memd_kv_bind_tenant: whose files its spill files are (all zero
+	 * until bound); bound once a caller has said so */
+	uint8_t bind[MEMD_KV_BIND_BYTES];
+	bool bound;
+	bool removed; /* memd_kv_remove_tenant: not listed any more */
 };
 
 struct memd_kv {
@@ -724,6 +730,23 @@ static void tag_final(crypto_generichash_state *st, uint8_t tag[TAG_BYTES])
 	memcpy(tag, h, TAG_BYTES);
 }
 
+/*
+ * The binding tag of a spill file: BLAKE2b keyed with the tenant's
+ * binding over the header and the integrity tag (which covers the
+ * value), so checking whose a file is reads 80 bytes, not the value.
+ */
+static void spill_bind_tag(const struct kv_tenant *t,
+			   const uint8_t hb[MEMD_KV_HEADER_BYTES],
+			   const uint8_t tag[TAG_BYTES], uint8_t out[TAG_BYTES])
+{
+	crypto_generichash_state st;
+
+	crypto_generichash_init(&st, t->bind, sizeof(t->bind), TAG_HASH_BYTES);
+	crypto_generichash_update(&st, hb, MEMD_KV_HEADER_BYTES);
+	crypto_generichash_update(&st, tag, TAG_BYTES);
+	tag_final(&st, out);
+}
+
 static int write_all(int fd, const uint8_t *p, uint64_t len)
 {
 	while (len) {
@@ -873,8 +896,13 @@ static int spill_write(struct memd_kv *kv, struct kv_entry *e)
 		r = write_all(fd, p, part);
 	}
 	if (r == 0) {
+		uint8_t btag[TAG_BYTES];
+
 		tag_final(&st, tag);
+		spill_bind_tag(t, hb, tag, btag);
 		r = write_all(fd, tag, sizeof(tag));
+		if (r == 0)
+			r = write_all(fd, btag, sizeof(btag));
 	}
 	if (r == 0 && fsync(fd))
 		r = -errno;
@@ -958,6 +986,15 @@ static int entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	tag_final(&st, want);
 	if (r == 0 && sodium_memcmp(tag, want, sizeof(tag)))
 		r = -EBADMSG;
+	if (r == 0) { /* another pool's or tenant's file is never served */
+		uint8_t btag[TAG_BYTES];
+
+		r = pread_all(fd, btag, sizeof(btag),
+			      MEMD_KV_HEADER_BYTES + h.value_len + TAG_BYTES);
+		spill_bind_tag(t, hb, tag, want);
+		if (r == 0 && sodium_memcmp(btag, want, sizeof(btag)))
+			r = -EBADMSG;
+	}
 	e->busy = false;
 	if (r) {
 		entry_free_blocks(e);
@@ -1283,6 +1320,13 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 		return -EBUSY;
 	if (e && e->spilled)
 		return -EEXIST;
+	/* One tenant's open puts cannot pin the store's memory without
+	 * bound; expired ones are dropped first (oldest at the tail). */
+	while (kv->o.max_reserved && t->reserved.count >= kv->o.max_reserved &&
+	       t->reserved.tail && now_ms >= t->reserved.tail->deadline_ms)
+		drop_reserved(kv, t->reserved.tail);
+	if (kv->o.max_reserved && t->reserved.count >= kv->o.max_reserved)
+		return -EDQUOT;
 	if (*nl + (size_t)nc > max_locs)
 		return -ENOBUFS;
 	if (!e && !(e = entry_new(kv, t, it->key)))
@@ -1996,4 +2040,153 @@ void memd_kv_get_stats(struct memd_kv *kv, uint32_t tenant,
 		st->spill_bytes = t->spill_bytes;
 	}
 	pthread_mutex_unlock(&kv->lock);
+}
+
+/* Whether e's spill file carries t's binding (0), another (-EBADMSG), or
+ * cannot be read now (-errno). */
+static int spill_check_bind(struct memd_kv *kv, struct kv_entry *e)
+{
+	uint8_t hb[MEMD_KV_HEADER_BYTES], tags[2 * TAG_BYTES], want[TAG_BYTES];
+	char path[PATH_MAX];
+	uint64_t vlen;
+	int fd, r;
+
+	if ((r = spill_path(kv, e->t->id, e->key, false, path, sizeof(path))))
+		return r;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -EBADMSG : -errno;
+	vlen = e->spill_file_bytes - SPILL_OVERHEAD;
+	r = pread_all(fd, hb, sizeof(hb), 0);
+	if (r == 0)
+		r = pread_all(fd, tags, sizeof(tags),
+			      MEMD_KV_HEADER_BYTES + vlen);
+	close(fd);
+	if (r == -EIO)
+		r = -EBADMSG; /* shorter than indexed */
+	if (r)
+		return r;
+	spill_bind_tag(e->t, hb, tags, want);
+	return sodium_memcmp(tags + TAG_BYTES, want, TAG_BYTES) ? -EBADMSG : 0;
+}
+
+/* Forgets every entry of t, in memory and spilled (files deleted);
+ * entries under read leases go when the leases end. Returns how many. */
+static uint64_t tenant_purge(struct memd_kv *kv, struct kv_tenant *t,
+			     uint64_t now_ms)
+{
+	uint64_t n = 0;
+
+	for (uint32_t b = 0; b < t->nbuckets; b++) {
+		struct kv_entry *e = t->bucket[b], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			n++;
+			if (e->mem == MEM_RESERVED)
+				drop_reserved(kv, e);
+			else if (e->mem == MEM_NONE) {
+				spill_forget(kv, e, true);
+				queue_remove(e);
+				entry_maybe_free(kv, e);
+			} else {
+				struct memd_kv_item it = { .status = 0 };
+
+				memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
+				delete_one(kv, t, &it, now_ms);
+			}
+		}
+	}
+	tenant_release_spare(kv, t);
+	return n;
+}
+
+ssize_t memd_kv_bind_tenant(struct memd_kv *kv, uint32_t tenant,
+			    const uint8_t bind[MEMD_KV_BIND_BYTES],
+			    uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	ssize_t rc = 0;
+
+	if (!kv || !bind)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_get(kv, tenant);
+	if (!t) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (t->bound && !memcmp(t->bind, bind, sizeof(t->bind)))
+		goto out;
+	if (t->bound) {
+		/* Another tenant under the same id (a new registry): nothing
+		 * of the old one may reach it. */
+		rc = (ssize_t)tenant_purge(kv, t, now_ms);
+		memcpy(t->bind, bind, sizeof(t->bind));
+		goto out;
+	}
+	memcpy(t->bind, bind, sizeof(t->bind));
+	t->bound = true;
+	/* Files found at start (memd_kv_scan_spill) are served only if
+	 * they carry this binding. */
+	for (struct kv_entry *e = kv->spill_head, *next; e; e = next) {
+		next = e->snext;
+		if (e->t != t || spill_check_bind(kv, e) != -EBADMSG)
+			continue;
+		spill_forget(kv, e, true);
+		rc++;
+		if (e->mem == MEM_NONE) {
+			queue_remove(e);
+			entry_maybe_free(kv, e);
+		}
+	}
+out:
+	pthread_mutex_unlock(&kv->lock);
+	return rc;
+}
+
+ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms)
+{
+	char dir[PATH_MAX];
+	struct kv_tenant *t;
+	ssize_t n = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	if (t) {
+		n = (ssize_t)tenant_purge(kv, t, now_ms);
+		t->removed = true;
+	}
+	/* files of the tenant's that were never indexed go too */
+	if (kv->spill_dir &&
+	    spill_path(kv, tenant, NULL, false, dir, sizeof(dir)) == 0) {
+		DIR *d = opendir(dir);
+		struct dirent *de;
+
+		if (d) {
+			while ((de = readdir(d)))
+				if (de->d_name[0] != '.' ||
+				    strstr(de->d_name, ".tmp"))
+					unlinkat(dirfd(d), de->d_name, 0);
+			closedir(d);
+			rmdir(dir);
+		}
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
+size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants && n < max; i++)
+		if (!kv->tenants[i]->removed)
+			ids[n++] = kv->tenants[i]->id;
+	pthread_mutex_unlock(&kv->lock);
+	return n;
 }

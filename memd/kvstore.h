@@ -87,6 +87,15 @@
  * and serves it; the file stays, so evicting it again costs no write.
  * memd_kv_scan_spill() at start verifies every file and deletes what
  * fails, so a restarted memd serves spilled keys again (warm restart).
+ *
+ * Binding. A spill file ends with a second tag, BLAKE2b keyed with its
+ * tenant's binding (memd_kv_bind_tenant: memd derives it from the pool's
+ * and the tenant's identity) over header and integrity tag. A file is
+ * served only to a tenant bound to the same binding: when a tenant is
+ * first bound, its files from an earlier run that carry another binding
+ * (another pool, or another tenant under a recycled id) are deleted, and
+ * every reload checks the tag again. A tenant never bound has the
+ * all-zero binding.
  * Spill I/O runs under the store's lock.
  */
 #ifndef TP_MEMD_KVSTORE_H
@@ -106,6 +115,7 @@
 #define MEMD_KV_SLAB_MAX_BYTES (4ull << 30)
 #define MEMD_KV_VALUE_MAX_BYTES (1u << 30) /* hard cap on value_max */
 #define MEMD_KV_VALUE_DEFAULT_MAX_BYTES (64u << 20)
+#define MEMD_KV_BIND_BYTES 32 /* a tenant's spill binding */
 
 /* The block header (struct wire_kv_header, 64 bytes, little-endian) and
  * its codec live in fabric/wire.h: clients write and verify the same
@@ -122,6 +132,7 @@ struct memd_kv_options {
 	uint32_t reserve_ms;	  /* RESERVED lifetime; 0: 10000 */
 	uint32_t lease_ms;	  /* read lease; 0: 2000 */
 	uint32_t value_max_bytes; /* 0: 64 MiB; at most 1 GiB */
+	uint32_t max_reserved;	  /* RESERVED entries per tenant; 0: no cap */
 	/*
 	 * Lends the store a slab for tenant: 0 with *slab (the owner's id)
 	 * and *base (slab_bytes of writable memory, until slab_put), or
@@ -197,6 +208,8 @@ struct memd_kv_item {
  *  -EBUSY    another put holds the key RESERVED (a key deleted under read
  *            leases is off the index at once: it can be put again);
  *  -ENOSPC   the tenant's share is full and nothing can be evicted;
+ *  -EDQUOT   the tenant already has max_reserved reservations pending
+ *            (commit them or let them expire);
  *  -EINVAL   value_len 0;  -EMSGSIZE  value_len over value_max_bytes;
  *  -ENOBUFS  locs[] has no room for this key's chunks;
  *  other     the slab_get callback's error.
@@ -291,6 +304,29 @@ struct memd_kv_scan_result {
  * directory cannot be read.
  */
 int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *r);
+
+/*
+ * Says whose the tenant's spill files must be. The first call for a
+ * tenant deletes its files from an earlier run that carry another
+ * binding; a later call with a different binding (another tenant under
+ * the same id) forgets everything of the tenant, in memory and spilled.
+ * The same binding again costs a compare. Returns how many entries or
+ * files it dropped, or -EINVAL, -ENOMEM.
+ */
+ssize_t memd_kv_bind_tenant(struct memd_kv *kv, uint32_t tenant,
+			    const uint8_t bind[MEMD_KV_BIND_BYTES],
+			    uint64_t now_ms);
+/*
+ * The tenant is gone for good (removed from the pool): forgets its
+ * entries (those under read leases when the leases end) and deletes all
+ * of its spill files and its spill directory. Returns how many entries
+ * it forgot, or -EINVAL.
+ */
+ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms);
+/* The ids of the tenants the store knows (those with entries, spill files
+ * found at start, or bound), but removed ones; at most max. */
+size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);
 
 /* Per-tenant statistics (an X-macro, so exporters never drift). */
 #define MEMD_KV_STATS(X)                                                       \

@@ -53,7 +53,7 @@ struct memd_lease_table {
 	uint64_t quiesce_ms;
 	struct slab *slab;
 	uint64_t *free_bits; /* bit set = FREE */
-	uint32_t nfree, nleased, nreclaiming, nsessions;
+	uint32_t nfree, nleased, nreclaiming, nsessions, nquarantined;
 	uint32_t ngroups, group_slabs; /* nslabs == ngroups * group_slabs */
 	uint32_t *gfree;	       /* free slabs per group */
 	uint32_t rq_head, rq_tail;     /* reclaim FIFO */
@@ -478,6 +478,17 @@ void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void memd_lease_quarantine(struct memd_lease_table *t, uint32_t slab)
+{
+	pthread_mutex_lock(&t->lock);
+	if (slab < t->nslabs && t->slab[slab].state == MEMD_SLAB_ZEROING) {
+		t->slab[slab].state = MEMD_SLAB_QUARANTINED;
+		t->nreclaiming--;
+		t->nquarantined++;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
 int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t, uint64_t now_ms)
 {
 	int64_t d = -1;
@@ -519,6 +530,7 @@ void memd_lease_get_counts(struct memd_lease_table *t,
 	c->free = t->nfree;
 	c->leased = t->nleased;
 	c->reclaiming = t->nreclaiming;
+	c->quarantined = t->nquarantined;
 	c->sessions = t->nsessions;
 	c->expired_sessions = t->expired_sessions;
 	c->expired_leases = t->expired_leases;
@@ -558,6 +570,29 @@ void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
 	pthread_mutex_lock(&t->lock);
 	s->tenant = tenant_id;
 	pthread_mutex_unlock(&t->lock);
+}
+
+uint32_t memd_session_nleases(struct memd_lease_table *t,
+			      const struct memd_session *s)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&t->lock);
+	n = s->dead ? 0 : s->nleases;
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+uint32_t memd_lease_tenant_sessions(struct memd_lease_table *t,
+				    uint32_t tenant_id)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (const struct memd_session *s = t->live_head; s; s = s->next)
+		n += !s->dead && s->tenant == tenant_id;
+	pthread_mutex_unlock(&t->lock);
+	return n;
 }
 
 size_t memd_lease_tenant_usage(struct memd_lease_table *t,

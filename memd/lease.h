@@ -34,12 +34,14 @@ struct memd_session;
 enum memd_slab_state {
 	MEMD_SLAB_FREE = 0,
 	MEMD_SLAB_LEASED,
-	MEMD_SLAB_RECLAIMING, /* revoked; zeroed once reclaim_at passes */
-	MEMD_SLAB_ZEROING,    /* taken by the reclaimer */
+	MEMD_SLAB_RECLAIMING,  /* revoked; zeroed once reclaim_at passes */
+	MEMD_SLAB_ZEROING,     /* taken by the reclaimer */
+	MEMD_SLAB_QUARANTINED, /* never leased again (this boot) */
 };
 
 struct memd_lease_counts {
 	uint32_t total, free, leased, reclaiming; /* reclaiming incl. zeroing */
+	uint32_t quarantined; /* out of use for good: total counts them */
 	uint32_t sessions;
 	uint64_t expired_sessions, expired_leases; /* since creation */
 };
@@ -142,6 +144,12 @@ size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
 			       uint32_t *slabs, size_t max);
 /* ZEROING -> FREE: the slab is zeroed and may be granted again. */
 void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab);
+/*
+ * ZEROING -> QUARANTINED: the slab is never granted again in this table's
+ * life (memd: its registration could not be closed, so a key to it may
+ * still work). A slab in another state is left alone.
+ */
+void memd_lease_quarantine(struct memd_lease_table *t, uint32_t slab);
 /* Milliseconds until the next RECLAIMING slab is due (-1: none). */
 int64_t memd_lease_next_reclaim_ms(struct memd_lease_table *t, uint64_t now_ms);
 
@@ -170,6 +178,14 @@ int memd_lease_fullest_group(struct memd_lease_table *t);
  */
 void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
 			     uint32_t tenant_id);
+
+/* Leases the session holds now (0 once it has expired). */
+uint32_t memd_session_nleases(struct memd_lease_table *t,
+			      const struct memd_session *s);
+/* Live sessions of tenant_id, detached ones that have not expired
+ * included (they still hold what they leased). */
+uint32_t memd_lease_tenant_sessions(struct memd_lease_table *t,
+				    uint32_t tenant_id);
 
 struct memd_tenant_usage {
 	uint32_t tenant_id;

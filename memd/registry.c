@@ -1302,6 +1302,11 @@ int memd_registry_donor_report(struct memd_registry *r,
 	ok->registry_epoch = r->epoch;
 	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
 	kv_allowances_locked(r, d, ok);
+	/* Every tenant listed: the donor may tell a removed one. */
+	if (r->ntenants <= WIRE_MAX_TENANTS) {
+		ok->flags |= WIRE_DONOR_TENANTS;
+		ok->next_tenant_id = r->next_tenant_id;
+	}
 out:
 	pthread_mutex_unlock(&r->lock);
 	return rc;
@@ -1559,6 +1564,7 @@ int memd_registry_make_pass(struct memd_registry *r, uint32_t tenant_id,
 		p->registry_epoch = r->epoch;
 		p->expires_ms = now_unix_ms + r->pass_ttl_ms;
 		auth_random(p->key, sizeof(p->key));
+		auth_tenant_ident(t->key, p->ident);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&r->lock);

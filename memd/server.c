@@ -33,6 +33,10 @@
  * descriptor to take, answer and close the pending connection (else the
  * listener would fire forever); failing that, the listener is paused for
  * a tick. Lines a peer can make repeat are rate-limited (memd/log.h).
+ * What a client may hold is bounded too: max_sessions_per_tenant live
+ * sessions of a tenant (checked at AUTH_PROOF), max_leases_per_session
+ * leases of a session (grant_request), kv_max_reserved pending KV
+ * reservations of a tenant (the store).
  *
  * A lease is a slab, a fresh memory registration with a random key, and a
  * generation. Revocation (release, BYE, session expiry) closes the
@@ -71,7 +75,9 @@
  * registration and only ever for a session of the slab's tenant.
  *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED (to a client
- * session or to a KV session); kvs[i].used iff slab i is a KV slab; every
+ * session or to a KV session); srv->mr_ro[i] != NULL iff slab i is a
+ * KV slab (its read-only registration, whose key LOOKUP hands out);
+ * kvs[i].used iff slab i is a KV slab; every
  * session pointer held by a connection is attached (detached on close);
  * a connection is on the handshake queue iff it is not established, and
  * ntenant counts the established ones that are not @admin or @donor;
@@ -152,6 +158,9 @@ struct conn {
 	uint8_t key[AUTH_KEY_LEN];  /* the principal's (or the pass) key */
 	uint8_t skey[AUTH_KEY_LEN]; /* session key, once DONE */
 	uint8_t cnonce[WIRE_NONCE_LEN], snonce[WIRE_NONCE_LEN];
+	uint8_t ident[AUTH_IDENT_LEN]; /* the tenant's identity, at AUTH */
+	/* role TENANT: whose its KV spill files are (spill_binding) */
+	uint8_t spill_bind[MEMD_KV_BIND_BYTES];
 	const char *auth_fail; /* why the proof will fail; NULL: it may pass */
 	bool via_pass;	       /* authenticated with a donor pass */
 	uint16_t proto;	       /* negotiated in HELLO */
@@ -210,6 +219,14 @@ struct memd_server {
 	uint32_t narenas;
 	struct fab_mr **mr; /* per slab; non-NULL while leased */
 	uint64_t *key;	    /* per slab; valid while leased */
+	/* per slab: its last registration close failed, so it must not be
+	 * leased again (set on memd-ctl under the lease table lock, read by
+	 * memd-reclaim after taking the slab from the table) */
+	bool *mr_stuck;
+	/* per KV slab: a second registration peers may only read, whose
+	 * key KV_LOOKUP hands out (readers never get write access) */
+	struct fab_mr **mr_ro;
+	uint64_t *key_ro;
 
 	struct memd_lease_table *lt;
 
@@ -217,6 +234,7 @@ struct memd_server {
 	struct conn *conns;
 	uint32_t nconns;
 	bool draining;
+	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -241,6 +259,10 @@ struct memd_server {
 	/* cluster (docs/cluster.md) */
 	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
 	struct auth_cluster_keys keys;
+	/* KV spill binding (spill_binding): the pool's key for it (in a
+	 * pool), and the one binding of a standalone memd's tenant 0 */
+	uint8_t spill_pool[AUTH_KEY_LEN];
+	uint8_t solo_bind[MEMD_KV_BIND_BYTES];
 	struct memd_registry *reg;    /* MODE_REGISTRY */
 	struct memd_donor *donor;     /* MODE_REGISTRY and MODE_DONOR */
 	struct memd_redeem *redeemed; /* redeemed tickets; memd-ctl only */
@@ -403,7 +425,17 @@ static void *reclaim_main(void *arg)
 		for (size_t i = 0; i < n; i++) {
 			uint8_t *p = slab_base(s, batch[i]);
 
+			/* zeroed all the same: the old tenant's bytes go */
 			memset(p, 0, s->cfg.slab_bytes);
+			if (__atomic_load_n(&s->mr_stuck[batch[i]],
+					    __ATOMIC_RELAXED)) {
+				memd_lease_quarantine(s->lt, batch[i]);
+				memd_log(LOG_WARNING,
+					 "reclaim: slab=%u quarantined (its "
+					 "registration did not close)",
+					 batch[i]);
+				continue;
+			}
 			memd_lease_reclaimed(s->lt, batch[i]);
 			__atomic_add_fetch(&s->ctr.slabs_zeroed, 1,
 					   __ATOMIC_RELAXED);
@@ -456,10 +488,20 @@ static void revoke_mr(uint32_t slab, void *arg)
 {
 	struct memd_server *s = arg;
 	int r = fab_mr_close(s->mr[slab]);
+	int r_ro = fab_mr_close(s->mr_ro[slab]);
 
-	if (r)
-		memd_log(LOG_ERR, "fabric: mr close slab=%u err=%s", slab,
-			 strerror(-r));
+	if (!r)
+		r = r_ro;
+	s->mr_ro[slab] = NULL;
+	s->key_ro[slab] = 0;
+	if (r) {
+		/* The old key may still open the slab: it must never reach
+		 * another session (memd-reclaim quarantines it). */
+		memd_log(LOG_ERR,
+			 "fabric: mr close slab=%u err=%s: slab quarantined",
+			 slab, strerror(-r));
+		__atomic_store_n(&s->mr_stuck[slab], true, __ATOMIC_RELAXED);
+	}
 	s->mr[slab] = NULL;
 	s->key[slab] = 0;
 }
@@ -764,19 +806,25 @@ static uint64_t random_key(void)
 	return k;
 }
 
-/* A registration of the whole slab on its arena's domain, with a fresh
- * random key (retried while the provider says the key is taken). */
-static int register_slab(struct memd_server *s, uint32_t slab,
-			 struct fab_mr **mr)
+/* A registration of the whole slab on its arena's domain with access
+ * (FAB_ACCESS_REMOTE, or _REMOTE_READ), with a fresh random key (retried
+ * while the provider says the key is taken). */
+static int register_slab_access(struct memd_server *s, uint32_t slab,
+				unsigned access, struct fab_mr **mr)
 {
 	struct arena_ep *a = slab_aep(s, slab);
 	int r = -ENOKEY;
 
 	for (int tries = 0; tries < 8 && r == -ENOKEY; tries++)
 		r = fab_mr_reg(a->fd, a->ep, slab_base(s, slab),
-			       s->cfg.slab_bytes, FAB_ACCESS_REMOTE,
-			       random_key(), mr);
+			       s->cfg.slab_bytes, access, random_key(), mr);
 	return r;
+}
+
+static int register_slab(struct memd_server *s, uint32_t slab,
+			 struct fab_mr **mr)
+{
+	return register_slab_access(s, slab, FAB_ACCESS_REMOTE, mr);
 }
 
 /*
@@ -845,7 +893,7 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 			 uint32_t want, int node, uint8_t reply_type,
 			 struct wire_msg *rep)
 {
-	uint32_t i, avail;
+	uint32_t i, avail, held;
 	int group = MEMD_LEASE_ANY_GROUP;
 	struct memd_lease_group_counts gc;
 	struct memd_lease_counts cnt;
@@ -875,6 +923,22 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 					   node, served);
 			return -EINVAL;
 		}
+	}
+	held = memd_session_nleases(s->lt, c->session);
+	if (want > s->cfg.max_leases_per_session ||
+	    held > s->cfg.max_leases_per_session - want) {
+		CTR_ADD(s, leases_refused, 1);
+		CTR_ADD(s, leases_refused_session, 1);
+		memd_log_limited(&s->ll_refuse, LOG_NOTICE,
+				 "lease: refused peer=%s session=%" PRIx64
+				 " why=per-session held=%u want=%u max=%u",
+				 c->peer, memd_session_id(c->session), held,
+				 want, s->cfg.max_leases_per_session);
+		send_error(s, c, seq, EDQUOT,
+			   "lease: the session holds %u lease(s) and asks %u; "
+			   "max_leases_per_session is %u",
+			   held, want, s->cfg.max_leases_per_session);
+		return -EDQUOT;
 	}
 	memd_lease_get_counts(s->lt, &cnt);
 	avail = cnt.free;
@@ -1078,6 +1142,26 @@ static bool principal_is_tenant_name(const char *p)
  * unknown principal or a bad pass still gets a challenge (with a random
  * key), so the answer never tells which tenant names exist.
  */
+/*
+ * Has the pool removed tenant_id? The registry knows at once; a donor
+ * from the registry's last report (memd_donor_tenant_removed), so a
+ * removed tenant's donor passes stop working within a report interval,
+ * not when they expire.
+ */
+static bool tenant_is_removed(struct memd_server *s, uint32_t tenant_id)
+{
+	if (s->reg) {
+		struct auth_pass p;
+		bool gone = memd_registry_make_pass(s->reg, tenant_id, 0, &p) ==
+			    -ENOENT;
+
+		sodium_memzero(&p, sizeof(p));
+		if (gone)
+			return true;
+	}
+	return s->donor && memd_donor_tenant_removed(s->donor, tenant_id, NULL);
+}
+
 static void do_auth(struct memd_server *s, struct conn *c,
 		    const struct wire_msg *req, struct wire_msg *rep)
 {
@@ -1110,8 +1194,11 @@ static void do_auth(struct memd_server *s, struct conn *c,
 			c->auth_fail = "donor pass is another tenant's";
 		else if (unix_ms() > pass.expires_ms + TICKET_SKEW_MS)
 			c->auth_fail = "donor pass expired";
+		else if (tenant_is_removed(s, pass.tenant_id))
+			c->auth_fail = "donor pass of a removed tenant";
 		else {
 			memcpy(c->key, pass.key, sizeof(c->key));
+			memcpy(c->ident, pass.ident, sizeof(c->ident));
 			c->role = WIRE_ROLE_TENANT;
 			c->tenant_id = pass.tenant_id;
 		}
@@ -1131,6 +1218,7 @@ static void do_auth(struct memd_server *s, struct conn *c,
 					    c->key)) {
 		c->auth_fail = "no such tenant";
 	} else {
+		auth_tenant_ident(c->key, c->ident);
 		c->role = WIRE_ROLE_TENANT;
 	}
 	c->auth = AUTH_CHALLENGED;
@@ -1140,6 +1228,32 @@ static void do_auth(struct memd_server *s, struct conn *c,
 	memcpy(rep->u.auth_challenge.snonce, c->snonce, sizeof(c->snonce));
 	if (conn_send(c, rep))
 		c->closing = true;
+}
+
+/*
+ * Whose KV spill files are (docs/kv.md, "Spill files"): BLAKE2b keyed with
+ * the pool's spill key (derived from the cluster secret; NULL for a
+ * standalone memd) over the tenant's id, name and identity (a one-way
+ * function of its key, auth_tenant_ident). A new registry that gives the
+ * id to another tenant, or another pool, binds differently.
+ */
+static void spill_binding(const uint8_t *pool_key, uint32_t tenant_id,
+			  const char *name, const uint8_t ident[AUTH_IDENT_LEN],
+			  uint8_t out[MEMD_KV_BIND_BYTES])
+{
+	static const char label[] = "tidepool spill binding v1";
+	crypto_generichash_state st;
+	uint8_t id[4] = { (uint8_t)tenant_id, (uint8_t)(tenant_id >> 8),
+			  (uint8_t)(tenant_id >> 16),
+			  (uint8_t)(tenant_id >> 24) };
+
+	crypto_generichash_init(&st, pool_key, pool_key ? AUTH_KEY_LEN : 0,
+				MEMD_KV_BIND_BYTES);
+	crypto_generichash_update(&st, (const uint8_t *)label, sizeof(label));
+	crypto_generichash_update(&st, id, sizeof(id));
+	crypto_generichash_update(&st, (const uint8_t *)name, strlen(name) + 1);
+	crypto_generichash_update(&st, ident, AUTH_IDENT_LEN);
+	crypto_generichash_final(&st, out, MEMD_KV_BIND_BYTES);
 }
 
 static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
@@ -1179,6 +1293,29 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 		auth_refuse(s, c, req->seq, c->auth_fail);
 		return;
 	}
+	if (c->role == WIRE_ROLE_TENANT) {
+		/* This session is not the tenant's yet: it is not counted. */
+		uint32_t n = memd_lease_tenant_sessions(s->lt, c->tenant_id) -
+			     kv_sessions_of(s, c->tenant_id);
+
+		if (n >= s->cfg.max_sessions_per_tenant) {
+			CTR_ADD(s, sessions_refused_tenant, 1);
+			memd_log_limited(&s->ll_refuse, LOG_WARNING,
+					 "auth: refused peer=%s tenant=%s "
+					 "why=sessions held=%u max=%u",
+					 c->peer, c->principal, n,
+					 s->cfg.max_sessions_per_tenant);
+			send_error(s, c, req->seq, EUSERS,
+				   "tenant %s holds %u sessions on this memd "
+				   "(max_sessions_per_tenant = %u)",
+				   c->principal, n,
+				   s->cfg.max_sessions_per_tenant);
+			c->closing = true;
+			c->auth = AUTH_NONE;
+			c->role = 0;
+			return;
+		}
+	}
 	{
 		bool cluster = c->role == WIRE_ROLE_ADMIN ||
 			       c->role == WIRE_ROLE_DONOR;
@@ -1205,6 +1342,8 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 	ok->tenant_id = c->tenant_id;
 	if (c->role == WIRE_ROLE_TENANT) {
 		memd_session_set_tenant(s->lt, c->session, c->tenant_id);
+		spill_binding(s->spill_pool, c->tenant_id, c->principal,
+			      c->ident, c->spill_bind);
 		if (s->reg && !c->via_pass) {
 			struct auth_pass pass;
 			int n;
@@ -1703,7 +1842,7 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	struct memd_server *s = arg;
 	struct kv_tenant *t = kv_tenant(s, tenant, true);
 	uint32_t slab, gen, id;
-	struct fab_mr *mr = NULL;
+	struct fab_mr *mr = NULL, *mr_ro = NULL;
 	uint64_t reg_epoch;
 	bool drain = false, by_registry;
 	int group, r;
@@ -1730,6 +1869,12 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	if (r)
 		return r == -ENOSPC ? -ENOSPC : r;
 	r = register_slab(s, slab, &mr);
+	if (!r) {
+		r = register_slab_access(s, slab, FAB_ACCESS_REMOTE_READ,
+					 &mr_ro);
+		if (r)
+			fab_mr_close(mr);
+	}
 	if (r) {
 		memd_log(LOG_ERR, "fabric: register kv slab=%u err=%s", slab,
 			 strerror(-r));
@@ -1740,6 +1885,8 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 	}
 	s->mr[slab] = mr;
 	s->key[slab] = fab_mr_key(mr);
+	s->mr_ro[slab] = mr_ro;
+	s->key_ro[slab] = fab_mr_key(mr_ro);
 	s->kvs[slab] = (struct kv_slab){ .generation = gen,
 					 .tenant_id = tenant,
 					 .used = true };
@@ -1833,6 +1980,7 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
 		.slab_bytes = s->cfg.slab_bytes,
 		.epoch = s->epoch,
 		.reserve_ms = s->cfg.kv_reserve_ms,
+		.max_reserved = s->cfg.kv_max_reserved,
 		.lease_ms = s->cfg.kv_lease_ms,
 		.slab_get = kv_slab_get,
 		.slab_put = kv_slab_put,
@@ -1879,17 +2027,23 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
  * tenant's slab may leave memd.
  */
 static int kv_fill_loc(struct memd_server *s, uint32_t tenant,
-		       const struct memd_kv_loc *l, struct wire_kv_loc *out)
+		       const struct memd_kv_loc *l, bool write,
+		       struct wire_kv_loc *out)
 {
 	if (l->slab >= s->nslabs || !s->kvs[l->slab].used ||
-	    s->kvs[l->slab].tenant_id != tenant || !s->mr[l->slab]) {
+	    s->kvs[l->slab].tenant_id != tenant || !s->mr[l->slab] ||
+	    !s->mr_ro[l->slab]) {
 		memd_log(LOG_ERR,
 			 "kv: location slab=%u is not a kv slab of tenant=%u",
 			 l->slab, tenant);
 		return -EIO;
 	}
-	out->raddr = fab_mr_remote_base(s->mr[l->slab]) + l->offset;
-	out->rkey = s->key[l->slab];
+	/* a reader gets the read-only registration's key, a writer (KV
+	 * RESERVE) the one that writes */
+	out->raddr =
+		fab_mr_remote_base(write ? s->mr[l->slab] : s->mr_ro[l->slab]) +
+		l->offset;
+	out->rkey = write ? s->key[l->slab] : s->key_ro[l->slab];
 	out->block_bytes = l->block_bytes;
 	out->endpoint = (uint16_t)slab_aep(s, l->slab)->index;
 	return 0;
@@ -1923,6 +2077,18 @@ static void do_kv(struct memd_server *s, struct conn *c,
 			   "0)",
 			   wire_type_name(req->type));
 		return;
+	}
+	/* Before anything of the tenant's is served: its spill files must
+	 * be its own (another pool's or tenant's are deleted). */
+	r = memd_kv_bind_tenant(
+		s->kv, tenant,
+		s->mode == MODE_STANDALONE ? s->solo_bind : c->spill_bind, now);
+	if (r > 0) {
+		CTR_ADD(s, kv_spill_refused, (uint64_t)r);
+		memd_log(LOG_NOTICE,
+			 "kv: tenant=%u bound: dropped=%zd entries or spill "
+			 "files of another pool or tenant",
+			 tenant, r);
 	}
 	memset(items, 0, n * sizeof(items[0]));
 	for (size_t i = 0; i < n; i++) {
@@ -1988,6 +2154,8 @@ static void do_kv(struct memd_server *s, struct conn *c,
 						: 0;
 			if (ok)
 				CTR_ADD(s, kv_reserved, 1);
+			if (it->status == -EDQUOT)
+				CTR_ADD(s, kv_reserve_refused, 1);
 			break;
 		case WIRE_KV_LOOKUP:
 			if (ok) {
@@ -2017,6 +2185,7 @@ static void do_kv(struct memd_server *s, struct conn *c,
 		o->nchunks = it->nchunks;
 		for (j = 0; j < it->nchunks; j++)
 			if (kv_fill_loc(s, tenant, &locs[it->first_loc + j],
+					req->type == WIRE_KV_RESERVE,
 					&out->loc[out->nlocs + j]))
 				break;
 		if (j < it->nchunks) {
@@ -2600,6 +2769,60 @@ static void expire_sessions(struct memd_server *s)
 }
 
 /*
+ * After each new REPORT_OK: tenants the registry has removed lose their
+ * sessions here (connections closed, leases revoked: their donor passes
+ * no longer open any, see do_auth) and their KV entries and spill files.
+ * memd-ctl, every tick (cheap until a new report arrives).
+ */
+static void tenants_removed(struct memd_server *s)
+{
+	static uint32_t ids[1024]; /* memd-ctl only */
+	uint64_t reports = 0;
+	size_t n;
+
+	if (!s->donor)
+		return;
+	memd_donor_tenant_removed(s->donor, 0, &reports);
+	if (reports == s->removals_seen)
+		return;
+	s->removals_seen = reports;
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->auth != AUTH_DONE || c->role != WIRE_ROLE_TENANT ||
+		    !memd_donor_tenant_removed(s->donor, c->tenant_id, NULL))
+			continue;
+		CTR_ADD(s, sessions_revoked, 1);
+		memd_log(LOG_NOTICE,
+			 "auth: tenant=%s id=%u removed by the registry: "
+			 "session=%" PRIx64 " peer=%s closed",
+			 c->principal, c->tenant_id,
+			 c->session ? memd_session_id(c->session) : 0, c->peer);
+		if (c->session) {
+			memd_session_close(s->lt, c->session, now_ms(),
+					   revoke_mr, s);
+			c->session = NULL;
+			reclaim_kick(s);
+		}
+		conn_close(s, c, "tenant removed");
+	}
+	if (!s->kv)
+		return;
+	n = memd_kv_tenant_ids(s->kv, ids, sizeof(ids) / sizeof(ids[0]));
+	for (size_t i = 0; i < n; i++) {
+		ssize_t r;
+
+		if (!memd_donor_tenant_removed(s->donor, ids[i], NULL))
+			continue;
+		r = memd_kv_remove_tenant(s->kv, ids[i], now_ms());
+		CTR_ADD(s, kv_tenants_removed, 1);
+		memd_log(LOG_NOTICE,
+			 "kv: tenant=%u removed by the registry: entries=%zd "
+			 "and its spill files deleted",
+			 ids[i], r);
+	}
+}
+
+/*
  * Every client may cost two descriptors (its control connection and, with
  * the tcp provider, its fabric connection), plus those memd keeps for
  * itself. Raises the soft RLIMIT_NOFILE toward the hard limit to fit
@@ -2965,6 +3188,10 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 	put_gauge(b, "reclaiming_bytes",
 		  "Memory in revoked slabs waiting to be zeroed.",
 		  (uint64_t)cnt.reclaiming * slab);
+	put_gauge(b, "slabs_quarantined",
+		  "Slabs kept out of use because their memory registration "
+		  "could not be closed.",
+		  cnt.quarantined);
 	put_gauge(b, "sessions", "Open client sessions.",
 		  client_sessions(s, cnt.sessions));
 
@@ -3206,6 +3433,13 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 		return n;
 	}
 	auth_cluster_keys(secret, (size_t)n, &s->keys);
+	{
+		static const char label[] = "tidepool spill pool v1";
+
+		crypto_generichash(s->spill_pool, sizeof(s->spill_pool),
+				   (const uint8_t *)label, sizeof(label) - 1,
+				   s->keys.pass, sizeof(s->keys.pass));
+	}
 	sodium_free(secret);
 	if (memd_redeem_create(MEMD_REDEEM_WINDOW_IDS, MEMD_REDEEM_EPOCHS,
 			       TICKET_SKEW_MS, &s->redeemed)) {
@@ -3366,7 +3600,10 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	}
 	s->mr = calloc(s->nslabs, sizeof(*s->mr));
 	s->key = calloc(s->nslabs, sizeof(*s->key));
-	if (!s->mr || !s->key) {
+	s->mr_stuck = calloc(s->nslabs, sizeof(*s->mr_stuck));
+	s->mr_ro = calloc(s->nslabs, sizeof(*s->mr_ro));
+	s->key_ro = calloc(s->nslabs, sizeof(*s->key_ro));
+	if (!s->mr || !s->key || !s->mr_stuck || !s->mr_ro || !s->key_ro) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory");
 		goto fail;
@@ -3398,6 +3635,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	r = cluster_open(s, err, errlen);
 	if (r)
 		goto fail;
+	{
+		static const uint8_t none[AUTH_IDENT_LEN];
+
+		spill_binding(NULL, 0, "", none, s->solo_bind);
+	}
 	r = kv_open(s, err, errlen);
 	if (r)
 		goto fail;
@@ -3471,6 +3713,17 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		 fab_domain_mr_mode(s->aep[0].fd), s->donated_bytes,
 		 cfg->slab_bytes, s->nslabs, hugetlb, cfg->lease_ttl_ms, nodes,
 		 narenas, s->epoch);
+	/* Once, at start: every lease's key is then the provider's, not
+	 * the random one memd asks for (docs/reliability.md says what
+	 * protects a slab then). */
+	if (fab_domain_mr_mode(s->aep[0].fd) & FAB_MR_PROV_KEY)
+		memd_log(LOG_WARNING,
+			 "fabric: provider=%s picks memory keys itself "
+			 "(FI_MR_PROV_KEY): lease keys are the provider's, "
+			 "possibly sequential, not memd's random ones; only "
+			 "the fabric's own isolation and the registration's "
+			 "close protect a slab (docs/reliability.md)",
+			 fab_domain_provider(s->aep[0].fd));
 	*out = s;
 	return 0;
 fail:
@@ -3561,6 +3814,7 @@ int memd_server_run(struct memd_server *s)
 		expire_sessions(s);
 		memd_kv_expire(s->kv, now_ms());
 		kv_trim(s);
+		tenants_removed(s);
 		if (s->reg)
 			memd_registry_tick(s->reg, now_ms());
 	}
@@ -3597,6 +3851,8 @@ void memd_server_destroy(struct memd_server *s)
 	memd_kv_destroy(s->kv);
 	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
 		fab_mr_close(s->mr[i]);
+	for (uint32_t i = 0; s->mr_ro && i < s->nslabs; i++)
+		fab_mr_close(s->mr_ro[i]);
 	/* Reverse order of creation; the first arena's domain was first. */
 	for (uint32_t a = s->narenas; a-- > 0;) {
 		fab_ep_close(s->aep[a].ep);
@@ -3606,6 +3862,7 @@ void memd_server_destroy(struct memd_server *s)
 	memd_registry_close(s->reg);
 	memd_redeem_destroy(s->redeemed);
 	sodium_memzero(&s->keys, sizeof(s->keys));
+	sodium_memzero(s->spill_pool, sizeof(s->spill_pool));
 	if (s->sigfd >= 0)
 		close(s->sigfd);
 	if (s->epfd >= 0)
@@ -3622,5 +3879,8 @@ void memd_server_destroy(struct memd_server *s)
 	free(s->kvt);
 	free(s->mr);
 	free(s->key);
+	free(s->mr_stuck);
+	free(s->mr_ro);
+	free(s->key_ro);
 	free(s);
 }

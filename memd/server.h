@@ -42,6 +42,13 @@ struct place_topo;
 			      "within handshake_timeout")                      \
 	X(idle_timeouts,                                                       \
 	  "connections closed after idle_timeout without a request")           \
+	X(sessions_refused_tenant,                                             \
+	  "tenant sessions refused over max_sessions_per_tenant")              \
+	X(leases_refused_session,                                              \
+	  "lease requests refused over max_leases_per_session")                \
+	X(kv_reserve_refused, "KV reservations refused over kv_max_reserved")  \
+	X(sessions_revoked,                                                    \
+	  "tenant sessions closed because the registry removed the tenant")    \
 	X(frames_in, "control frames decoded")                                 \
 	X(frames_rejected, "malformed or oversized frames")                    \
 	X(sessions_opened, "sessions opened")                                  \
@@ -62,6 +69,10 @@ struct place_topo;
 	X(kv_hits, "KV lookups that found their key")                          \
 	X(kv_misses, "KV lookups that missed")                                 \
 	X(kv_deleted, "KV keys deleted")                                       \
+	X(kv_spill_refused,                                                    \
+	  "KV spill files (or entries) dropped as another pool's or tenant's") \
+	X(kv_tenants_removed, "tenants whose KV entries and spill files were " \
+			      "deleted because the pool removed them")         \
 	X(kv_slabs_taken, "slabs taken for tenants' KV stores")                \
 	X(kv_slabs_returned, "slabs tenants' KV stores gave back")             \
 	X(kv_allowance_refusals,                                               \

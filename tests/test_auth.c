@@ -29,6 +29,9 @@
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+/* A pass's plaintext without the name: id, name length, registry epoch,
+ * expiry, key, tenant identity. */
+#define PASS_FIXED_LEN (4 + 1 + 8 + 8 + AUTH_KEY_LEN + AUTH_IDENT_LEN)
 
 /* Independent of auth_unhex: the known answers must not go through the
  * code under test. */
@@ -432,7 +435,7 @@ START_TEST(pass_roundtrip_and_layout)
 	tenants[2][WIRE_NAME_MAX - 1] = '\0';
 	seal_key(pk, 0x33);
 	for (t = 0; t < ARRAY_SIZE(tenants); t++) {
-		size_t n = strlen(tenants[t]), want = 53 + n;
+		size_t n = strlen(tenants[t]), want = PASS_FIXED_LEN + n;
 		uint8_t *b = plain;
 		int len, i;
 
@@ -513,7 +516,7 @@ START_TEST(pass_rejects_forgeries)
 	seal_key(other, 0x56);
 	make_pass(&p, "carol", 3);
 	len = auth_pass_seal(pk, &p, sealed, sizeof(sealed));
-	ck_assert_int_eq(len, 53 + 5 + AUTH_SEAL_OVERHEAD);
+	ck_assert_int_eq(len, PASS_FIXED_LEN + 5 + AUTH_SEAL_OVERHEAD);
 
 	memset(&q, 0xee, sizeof(q));
 	ck_assert_int_eq(auth_pass_open(other, sealed, (size_t)len, &q),
@@ -557,30 +560,32 @@ START_TEST(pass_rejects_malformed_plaintext)
 
 	/* tenant length 0 */
 	plain[4] = 0;
-	len = auth_seal(pk, plain, 53, sealed, sizeof(sealed));
+	len = auth_seal(pk, plain, PASS_FIXED_LEN, sealed, sizeof(sealed));
 	ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q), -EBADMSG);
 	/* tenant length 64, consistent total: too long a name */
 	plain[4] = WIRE_NAME_MAX;
-	len = auth_seal(pk, plain, 53 + WIRE_NAME_MAX, sealed, sizeof(sealed));
+	len = auth_seal(pk, plain, PASS_FIXED_LEN + WIRE_NAME_MAX, sealed,
+			sizeof(sealed));
 	ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q), -EBADMSG);
 	/* NUL inside the name */
 	plain[4] = 5;
 	plain[7] = '\0';
-	len = auth_seal(pk, plain, 53 + 5, sealed, sizeof(sealed));
+	len = auth_seal(pk, plain, PASS_FIXED_LEN + 5, sealed, sizeof(sealed));
 	ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q), -EBADMSG);
 	plain[7] = 'x';
 	/* a length byte past any name, at the largest total */
 	plain[4] = 0xff;
-	len = auth_seal(pk, plain, 53 + WIRE_NAME_MAX - 1, sealed,
+	len = auth_seal(pk, plain, PASS_FIXED_LEN + WIRE_NAME_MAX - 1, sealed,
 			sizeof(sealed));
 	ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q), -EBADMSG);
 	plain[4] = 5;
 	/* length byte disagrees with the total, both ways */
-	len = auth_seal(pk, plain, 53 + 5, sealed, sizeof(sealed));
+	len = auth_seal(pk, plain, PASS_FIXED_LEN + 5, sealed, sizeof(sealed));
 	ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q), 0);
 	ck_assert_str_eq(q.tenant, "xxxxx");
-	for (n = 53 + 1; n <= 53 + WIRE_NAME_MAX - 1; n++) {
-		if (n == 53 + 5)
+	for (n = PASS_FIXED_LEN + 1; n <= PASS_FIXED_LEN + WIRE_NAME_MAX - 1;
+	     n++) {
+		if (n == PASS_FIXED_LEN + 5)
 			continue;
 		len = auth_seal(pk, plain, n, sealed, sizeof(sealed));
 		ck_assert_int_eq(auth_pass_open(pk, sealed, (size_t)len, &q),
@@ -604,7 +609,7 @@ START_TEST(pass_seal_bad_input)
 	ck_assert_int_eq(auth_pass_seal(pk, &p, sealed, sizeof(sealed)),
 			 -EINVAL);
 	make_pass(&p, "dave", 1);
-	len = 53 + 4 + AUTH_SEAL_OVERHEAD;
+	len = PASS_FIXED_LEN + 4 + AUTH_SEAL_OVERHEAD;
 	ck_assert_int_eq(auth_pass_seal(pk, &p, sealed, (size_t)len - 1),
 			 -ENOSPC);
 	ck_assert_int_eq(auth_pass_seal(pk, &p, sealed, (size_t)len), len);

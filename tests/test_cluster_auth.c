@@ -78,8 +78,7 @@ static void suite_setup(void)
 	int r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-cauth-XXXXXX");
-	if (!mkdtemp(dir))
+	if (tu_scratch_dir(dir, sizeof(dir), "cauth"))
 		abort();
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
@@ -545,6 +544,117 @@ START_TEST(admin_json_refusals)
 }
 END_TEST
 
+/* A tenant session at addr (a donor) with pass and its key. NULL when
+ * refused (*err set, the error's -errno in *rc). */
+static struct rpc *pass_session(const char *addr, const char *name,
+				const struct wire_auth_ok *ok,
+				const uint8_t pkey[AUTH_KEY_LEN], int *rc,
+				char *err, size_t errlen)
+{
+	struct wire_auth_ok ok2;
+	struct wire_hello_ok h;
+	uint8_t skey2[32];
+	struct rpc *c;
+	int r = rpc_connect(addr, TMO, &c, NULL, 0);
+
+	ck_assert_msg(r == 0, "connect %s: %s", addr, strerror(-r));
+	r = rpc_hello(c, "test_cluster_auth", 2, TMO, &h, err, errlen);
+	ck_assert_msg(r == 0, "hello: %s %s", strerror(-r), err);
+	r = rpc_auth(c, &h, name, pkey, ok->pass, ok->pass_len, TMO, &ok2,
+		     skey2, err, errlen);
+	*rc = r;
+	if (r) {
+		rpc_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+/*
+ * poolctl tenant remove revokes the tenant's donor passes at the donors
+ * (not when they expire, up to pass_ttl later): a donor d1 closes the
+ * removed tenant's session there and refuses its unexpired pass, while
+ * another tenant's pass keeps working.
+ */
+START_TEST(removed_tenant_pass_revoked_at_donors)
+{
+	struct tu_memd d1;
+	char a1[300], a2[300], err[256], out[8192], sec_c[256];
+	const char *dargs[] = { "--set",    a1,
+				"--set",    a2,
+				"--set",    "donor_name=d1",
+				"--set",    "report_interval=100ms",
+				"--set",    "metrics_listen=127.0.0.1:0",
+				"--donate", "64M",
+				NULL };
+	struct wire_auth_ok okc, oka;
+	uint8_t skey[32], pkc[64], pka[64];
+	struct wire_msg req = { .type = WIRE_STATUS }, rep;
+	struct rpc *rc, *ra, *dc, *da, *again;
+	int i, r;
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	ck_assert_int_eq(tu_memd_start_args(&d1, NULL, dargs), 0);
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"d1\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_secret_file(dir, "c.secret", sec_c), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "c", sec_c, SLAB), 0);
+
+	/* c and a each get a pass at the registry and a session at d1 */
+	rc = tenant("c", sec_c, &okc, skey);
+	ck_assert_int_eq(
+		auth_open(skey, okc.box, okc.box_len, pkc, sizeof(pkc)),
+		AUTH_KEY_LEN);
+	rpc_close(rc);
+	ra = tenant("a", sec_a, &oka, skey);
+	ck_assert_int_eq(
+		auth_open(skey, oka.box, oka.box_len, pka, sizeof(pka)),
+		AUTH_KEY_LEN);
+	rpc_close(ra);
+	dc = pass_session(d1.addr, "c", &okc, pkc, &r, err, sizeof(err));
+	ck_assert_msg(dc, "c at d1: %s %s", strerror(-r), err);
+	da = pass_session(d1.addr, "a", &oka, pka, &r, err, sizeof(err));
+	ck_assert_msg(da, "a at d1: %s %s", strerror(-r), err);
+	ck_assert_int_eq(call(dc, &req, &rep, WIRE_STATUS_OK, err, sizeof(err)),
+			 0);
+
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  "{\"cmd\":\"tenant-remove\",\"name\":\"c\"}",
+				  out, sizeof(out)),
+			 0);
+	/* d1 learns it from its next report (polled: no timing asserted):
+	 * c's session there is closed ... */
+	for (i = 0; i < 500; i++) {
+		if (call(dc, &req, &rep, WIRE_STATUS_OK, err, sizeof(err)))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_msg(i < 500, "d1 kept the removed tenant's session");
+	rpc_close(dc);
+	/* ... and c's pass, 10 minutes from expiry, opens nothing there */
+	again = pass_session(d1.addr, "c", &okc, pkc, &r, err, sizeof(err));
+	ck_assert_ptr_null(again);
+	ck_assert_int_eq(r, -EACCES);
+	ck_assert_int_eq(tu_metric(&d1, "tidepool_memd_sessions_revoked_total"),
+			 1);
+	/* the other tenant is not affected */
+	ck_assert_int_eq(call(da, &req, &rep, WIRE_STATUS_OK, err, sizeof(err)),
+			 0);
+	rpc_close(da);
+	da = pass_session(d1.addr, "a", &oka, pka, &r, err, sizeof(err));
+	ck_assert_msg(da, "a at d1 again: %s %s", strerror(-r), err);
+	rpc_close(da);
+	tu_memd_stop_ok(&d1);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cluster_auth");
@@ -560,6 +670,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, quota_edquot);
 	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
 	tcase_add_test(tc, admin_json_refusals);
+	tcase_add_test(tc, removed_tenant_pass_revoked_at_donors);
 	suite_add_tcase(s, tc);
 	return s;
 }

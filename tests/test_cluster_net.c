@@ -432,8 +432,7 @@ static void setup(void)
 	if (r)
 		tu_skip("network namespaces, veth or bridges unavailable: %s",
 			strerror(-r));
-	snprintf(dir, sizeof(dir), "/tmp/tp-cnet-XXXXXX");
-	if (!mkdtemp(dir))
+	if (tu_scratch_dir(dir, sizeof(dir), "cnet"))
 		abort();
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);

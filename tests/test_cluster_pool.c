@@ -155,8 +155,7 @@ static void setup(void)
 {
 	static const char *const names[] = { "r0", "d1", "d2" };
 
-	snprintf(dir, sizeof(dir), "/tmp/tp-cpool-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "cpool"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);

@@ -100,10 +100,14 @@ static void assert_config_eq(const struct memd_config *a,
 	ck_assert_uint_eq(a->reserved_clients, b->reserved_clients);
 	ck_assert_uint_eq(a->handshake_timeout_ms, b->handshake_timeout_ms);
 	ck_assert_uint_eq(a->idle_timeout_ms, b->idle_timeout_ms);
+	ck_assert_uint_eq(a->max_sessions_per_tenant,
+			  b->max_sessions_per_tenant);
+	ck_assert_uint_eq(a->max_leases_per_session, b->max_leases_per_session);
 	ck_assert_int_eq(a->log_level, b->log_level);
 	ck_assert_uint_eq(a->kv_share, b->kv_share);
 	ck_assert_uint_eq(a->kv_lease_ms, b->kv_lease_ms);
 	ck_assert_uint_eq(a->kv_reserve_ms, b->kv_reserve_ms);
+	ck_assert_uint_eq(a->kv_max_reserved, b->kv_max_reserved);
 	ck_assert_str_eq(a->kv_spill_dir, b->kv_spill_dir);
 	ck_assert_uint_eq(a->kv_spill_bytes, b->kv_spill_bytes);
 	ck_assert_str_eq(a->registry, b->registry);
@@ -182,6 +186,9 @@ START_TEST(defaults_exact_and_valid)
 	ck_assert_uint_eq(c.reserved_clients, 32);
 	ck_assert_uint_eq(c.handshake_timeout_ms, 5000);
 	ck_assert_uint_eq(c.idle_timeout_ms, 300000);
+	ck_assert_uint_eq(c.max_sessions_per_tenant, 1024);
+	ck_assert_uint_eq(c.max_leases_per_session, 65536);
+	ck_assert_uint_eq(c.kv_max_reserved, 65536);
 	ck_assert_int_eq(c.log_level, LOG_INFO);
 	ck_assert_uint_eq(c.kv_share, 50);
 	ck_assert_uint_eq(c.kv_lease_ms, 2000);
@@ -463,6 +470,10 @@ static const struct good_case good_cases[] = {
 	GN("handshake_timeout", "10m", F_U32, handshake_timeout_ms, 600000),
 	GN("idle_timeout", "0", F_U32, idle_timeout_ms, 0),
 	GN("idle_timeout", "1h", F_U32, idle_timeout_ms, 3600000),
+	GN("max_sessions_per_tenant", "1", F_U32, max_sessions_per_tenant, 1),
+	GN("max_leases_per_session", "16777216", F_U32, max_leases_per_session,
+	   16777216),
+	GN("kv_max_reserved", "8", F_U32, kv_max_reserved, 8),
 	GN("log_level", "err", F_INT, log_level, LOG_ERR),
 	GN("log_level", "warning", F_INT, log_level, LOG_WARNING),
 	GN("log_level", "notice", F_INT, log_level, LOG_NOTICE),
@@ -640,6 +651,10 @@ static const struct bad_case bad_cases[] = {
 	{ "handshake_timeout", "99ms", "out of range" },
 	{ "handshake_timeout", "11m", "out of range" },
 	{ "idle_timeout", "25h", "out of range" },
+	{ "max_sessions_per_tenant", "0", "out of range" },
+	{ "max_sessions_per_tenant", "1048577", "out of range" },
+	{ "max_leases_per_session", "0", "out of range" },
+	{ "kv_max_reserved", "0", "out of range" },
 	{ "log_level", "crit", "not a choice" },
 	{ "log_level", "INFO", "not a choice" },
 	{ "log_level", "warn", "not a choice" },
@@ -1353,7 +1368,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 29);
+	ck_assert_int_eq(keys, 32);
 	free(text);
 }
 END_TEST
@@ -1560,7 +1575,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 29);
+	ck_assert_int_eq(keys, 32);
 	free(text);
 	free(man);
 }

@@ -147,7 +147,12 @@ static int pair_open(const char *prov, unsigned client_inflight)
 			 tgt.key, &tgt.mr);
 	if (ret)
 		return ret;
-	tgt.key = fab_mr_key(tgt.mr);
+	/* A provider that picks keys (FAB_MR_PROV_KEY) ignored ours: the
+	 * pattern is named by the key it gave. */
+	if (fab_mr_key(tgt.mr) != tgt.key) {
+		tgt.key = fab_mr_key(tgt.mr);
+		tu_pattern_fill(tgt.buf, TGT_LEN, tgt.key, 0);
+	}
 	tgt.base = fab_mr_remote_base(tgt.mr);
 	ret = -pthread_create(&tgt.thr, NULL, target_progress_main, &tgt);
 	if (ret)
@@ -714,14 +719,47 @@ START_TEST(t_av_remove)
 }
 END_TEST
 
+/*
+ * Where we pick keys, a key in use is refused (-ENOKEY) and another one
+ * works. Where the provider picks them (FAB_MR_PROV_KEY: verbs, efa, cxi;
+ * TP_TEST_FAB_PROV_KEY=1 emulates one on tcp), asking for a live key must
+ * not alias it: the registration gets a key of its own, which reads the
+ * new buffer and not the old one, and stops working once closed.
+ */
 START_TEST(t_dup_key)
 {
 	struct fab_mr *mr = NULL;
 	static uint8_t other[4096];
+	struct lbuf b;
+	uint64_t key, base;
 	int ret;
 
-	if (fab_domain_mr_mode(tgt.d) & FAB_MR_PROV_KEY)
-		return; /* the provider picks keys: nothing to collide */
+	if (fab_domain_mr_mode(tgt.d) & FAB_MR_PROV_KEY) {
+		tu_pattern_fill(other, sizeof(other), 99, 0);
+		ck_assert_int_eq(fab_mr_reg(tgt.d, tgt.ep, other, sizeof(other),
+					    FAB_ACCESS_REMOTE, tgt.key, &mr),
+				 0);
+		key = fab_mr_key(mr);
+		ck_assert_uint_ne(key, tgt.key);
+		lbuf_get(&b, sizeof(other));
+		ck_assert_int_eq(rma_sync(false, b.p, sizeof(other), b.desc,
+					  fab_mr_remote_base(mr), key, WAIT_MS),
+				 0);
+		ck_assert_int_eq(tu_pattern_check(b.p, sizeof(other), 99, 0),
+				 -1);
+		/* the target's own key still reads the target's bytes */
+		ck_assert_int_eq(rma_sync(false, b.p, 4096, b.desc,
+					  tgt.base + 4096, tgt.key, WAIT_MS),
+				 0);
+		ck_assert_int_eq(tu_pattern_check(b.p, 4096, tgt.key, 4096),
+				 -1);
+		lbuf_put(&b);
+		base = fab_mr_remote_base(mr);
+		ck_assert_int_eq(fab_mr_close(mr), 0);
+		expect_rma_error(base, key,
+				 "read through a closed provider key");
+		return;
+	}
 	ret = fab_mr_reg(tgt.d, tgt.ep, other, sizeof(other), FAB_ACCESS_REMOTE,
 			 tgt.key, &mr);
 	ck_assert_int_eq(ret, -ENOKEY);

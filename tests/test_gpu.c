@@ -39,7 +39,7 @@
 #define REGION (BIG + 2 * MiB + 3) /* 4 whole slabs + a packed tail */
 
 static struct tu_memd md;
-static char topo_dir[PATH_MAX]; /* ../shared/topologies, "" if absent */
+static char topo_dir[PATH_MAX]; /* tests/data, "" if absent */
 
 static void start_memd(const char *extra)
 {
@@ -1438,7 +1438,7 @@ START_TEST(direct_forced)
 }
 END_TEST
 
-/* $TP_SOURCE_DIR/../shared/topologies, when it holds the DGX-2 export. */
+/* $TP_SOURCE_DIR/tests/data, when it holds the DGX-2 export. */
 static void topologies_find(void)
 {
 	const char *src = getenv("TP_SOURCE_DIR");
@@ -1447,7 +1447,7 @@ static void topologies_find(void)
 	topo_dir[0] = '\0';
 	if (!src)
 		return;
-	snprintf(topo_dir, sizeof(topo_dir), "%s/../shared/topologies", src);
+	snprintf(topo_dir, sizeof(topo_dir), "%s/tests/data", src);
 	snprintf(probe, sizeof(probe), "%s/nvidiaDGX2.xml", topo_dir);
 	if (access(probe, R_OK))
 		topo_dir[0] = '\0';
@@ -1529,7 +1529,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, numa_from_topology);
 	else
 		printf("SKIP numa_from_topology: no recorded topologies in "
-		       "$TP_SOURCE_DIR/../shared/topologies\n");
+		       "$TP_SOURCE_DIR/tests/data\n");
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(cu, 300);
 	tcase_add_test(cu, cuda_without_device);

@@ -685,8 +685,7 @@ START_TEST(warm_restart)
 	struct pool *p;
 	int hits = 0;
 
-	snprintf(spill, sizeof(spill), "/tmp/tp-kvspill-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(spill));
+	ck_assert_int_eq(tu_scratch_dir(spill, sizeof(spill), "kvspill"), 0);
 	/* a quarter of 32 slabs: 8 blocks of 2 MiB; 16 values evict 8 */
 	snprintf(conf, sizeof(conf),
 		 "kv_share = 25\nkv_spill_dir = %s\nkv_spill_size = 256M\n",
@@ -823,8 +822,7 @@ static void cluster_setup(void)
 	int i;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-kvc-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "kvc"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);

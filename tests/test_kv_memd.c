@@ -647,8 +647,7 @@ START_TEST(tenants_never_share)
 	int i, r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-kvt-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "kvt"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
@@ -744,6 +743,162 @@ START_TEST(tenants_never_share)
 }
 END_TEST
 
+/* ---- readers get read-only keys ---------------------------------------- */
+
+/*
+ * A KV LOOKUP hands out a key that reads the block and cannot write it
+ * (a read-only registration of the slab): a session that only looked the
+ * block up cannot overwrite it with the key it got, and the value stays
+ * as it was put. The writer's key (RESERVE) is another.
+ */
+START_TEST(lookup_key_is_read_only)
+{
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t len = 5000, wkey;
+	struct wire_kv_loc loc;
+	struct kvc *w, *r;
+	int rc;
+
+	start_standalone(NULL, "64M");
+	w = kvc_open(md.addr, NULL, NULL);
+	make_key(key, 41, 0);
+	/* the writer's key, from a reservation of another key */
+	{
+		uint8_t k2[WIRE_KV_KEY_LEN];
+
+		make_key(k2, 41, 1);
+		ck_assert_int_eq(kv_call(w, WIRE_KV_RESERVE, 0,
+					 (const uint8_t(*)[32])k2, 1, &len,
+					 NULL, NULL),
+				 0);
+		ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+		wkey = rep.u.kv.loc[0].rkey;
+	}
+	put_get(w, key, len);
+
+	r = kvc_open(md.addr, NULL, NULL);
+	ck_assert_int_eq(kv_call(r, WIRE_KV_LOOKUP, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	loc = rep.u.kv.loc[rep.u.kv.item[0].first_loc];
+	ck_assert_uint_ne(loc.rkey, wkey);
+	/* it reads */
+	ck_assert_int_eq(rma(r, false, MEMD_KV_HEADER_BYTES + len, &loc), 0);
+	ck_assert_int_eq(tu_pattern_check(r->stage + MEMD_KV_HEADER_BYTES, len,
+					  key_seed(key), 0),
+			 -1);
+	/* it does not write: garbage over the whole block is refused */
+	memset(r->stage, 0xa5, MEMD_KV_HEADER_BYTES + len);
+	rc = rma(r, true, MEMD_KV_HEADER_BYTES + len, &loc);
+	ck_assert_msg(rc < 0, "a write with the lookup's key succeeded");
+	kvc_close(r);
+	/* and the value is what was put */
+	get_check(w, key, len);
+	kvc_close(w);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* ---- what one tenant may hold ----------------------------------------- */
+
+/* Reserves key (seed, i) of len bytes for c: the item's status. */
+static int reserve_one(struct kvc *c, uint64_t seed, uint64_t i, uint64_t len)
+{
+	uint8_t key[WIRE_KV_KEY_LEN];
+
+	make_key(key, seed, i);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])key, 1, &len, NULL,
+				 NULL),
+			 0);
+	return rep.u.kv.item[0].status;
+}
+
+/*
+ * kv_max_reserved = 3: tenant a's fourth pending put is refused with
+ * EDQUOT (counted on /metrics) while tenant b on the same memd reserves
+ * its own three; a committed put is room for the next.
+ */
+START_TEST(reservations_per_tenant_capped)
+{
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   NULL,
+			       "--set",	   NULL,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "slab_size=2M",
+			       "--set",	   "kv_max_reserved=3",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", "64M",
+			       NULL };
+	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
+	char a1[300], a2[400], out[8192];
+	uint8_t key[WIRE_KV_KEY_LEN];
+	uint64_t gen, csum = 1;
+	struct kvc *a, *b;
+	int i, r;
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-kvq-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	args[3] = a1;
+	args[5] = a2;
+	r = tu_memd_start_args(&md, NULL, args);
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"up\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
+			 0);
+	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
+			 0);
+	a = kvc_open(md.addr, "a", sec_a);
+	b = kvc_open(md.addr, "b", sec_b);
+
+	/* 5000-byte values: 64 KiB blocks, all in one bootstrap slab */
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(reserve_one(a, 21, (uint64_t)i, 5000), 0);
+		if (i == 0)
+			gen = rep.u.kv.item[0].generation;
+	}
+	ck_assert_int_eq(reserve_one(a, 21, 3, 5000), -EDQUOT);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_reserve_refused_"
+					"total"),
+			 1);
+	/* another tenant on the same memd is not affected */
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(reserve_one(b, 22, (uint64_t)i, 5000), 0);
+	/* a commits one of its puts: room for the next reservation */
+	make_key(key, 21, 0);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_COMMIT, 0,
+				 (const uint8_t(*)[32])key, 1, NULL, &gen,
+				 &csum),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(reserve_one(a, 21, 3, 5000), 0);
+	ck_assert_int_eq(reserve_one(a, 21, 4, 5000), -EDQUOT);
+	kvc_close(a);
+	kvc_close(b);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
 /* ---- warm restart from the spill directory --------------------------- */
 
 START_TEST(warm_restart)
@@ -753,8 +908,7 @@ START_TEST(warm_restart)
 	int hits = 0;
 	struct kvc *c;
 
-	snprintf(spill, sizeof(spill), "/tmp/tp-kvspill-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(spill));
+	ck_assert_int_eq(tu_scratch_dir(spill, sizeof(spill), "kvspill"), 0);
 	/* 32 slabs of 2M, a quarter for the tenant: 8 blocks of 2M */
 	snprintf(conf, sizeof(conf),
 		 "kv_share = 25\nkv_spill_dir = %s\nkv_spill_size = 256M\n",
@@ -794,6 +948,289 @@ START_TEST(warm_restart)
 }
 END_TEST
 
+/* ---- spill files belong to a pool and a tenant ------------------------ */
+
+struct pool_dirs {
+	char dir[64], spill[128], cluster[256], cluster2[256], sec_a[256],
+		sec_a2[256], sec_b[256], state[300], state2[300];
+};
+
+/* A registry memd with its own donor part r0, KV spilling to p->spill,
+ * with the cluster secret and state dir given; waits for r0. */
+static void start_pool(const struct pool_dirs *p, const char *cluster,
+		       const char *state)
+{
+	char a1[300], a2[400], a3[200], out[8192];
+	const char *args[] = { "--set",	   "registry=yes",
+			       "--set",	   a1,
+			       "--set",	   a2,
+			       "--set",	   a3,
+			       "--set",	   "donor_name=r0",
+			       "--set",	   "slab_size=2M",
+			       "--set",	   "kv_share=25",
+			       "--set",	   "kv_spill_size=256M",
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", "64M",
+			       NULL };
+	int i, r;
+
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	snprintf(a3, sizeof(a3), "kv_spill_dir=%s", p->spill);
+	r = tu_memd_start_args(&md, NULL, args);
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"up\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+}
+
+/* A put that waits for the registry's first KV allowance (a new
+ * tenant may hold one slab until then). */
+static void put_get_pool(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+			 uint64_t len)
+{
+	uint8_t *v = make_value(key, len);
+	int r, i;
+
+	for (i = 0; (r = kv_put(c, key, v, len)) == -ENOSPC && i < 250; i++)
+		sleep_ms(20);
+	ck_assert_msg(r == 0, "put of %llu bytes: %s", (unsigned long long)len,
+		      strerror(-r));
+	free(v);
+	get_check(c, key, len);
+}
+
+/* How many of the 16 keys of seed c gets back, each checked. */
+static int hits_of(struct kvc *c, uint64_t seed)
+{
+	int hits = 0;
+
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN], *got;
+		int64_t n;
+
+		make_key(key, seed, (uint64_t)i);
+		n = kv_get(c, key, &got);
+		if (n == -ENOENT)
+			continue;
+		ck_assert_int_eq(n, (int64_t)(MIB + (uint64_t)i));
+		ck_assert_int_eq(
+			tu_pattern_check(got, (size_t)n, key_seed(key), 0), -1);
+		free(got);
+		hits++;
+	}
+	return hits;
+}
+
+/* Files in dir (0 when it does not exist). */
+static int files_in(const char *dir)
+{
+	char cmd[300], line[32] = "";
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "ls -A %s 2>/dev/null | wc -l", dir);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+	pclose(f);
+	return atoi(line);
+}
+
+/*
+ * Tenant a's 8 spilled values come back after a restart of the same pool
+ * (same cluster secret, same registry state). They are never served,
+ * and are deleted, when the spill directory outlives its pool: a new
+ * registry whose tenant "a" (id 1 again) has another secret, or another
+ * pool (another cluster secret) with a's very secret.
+ */
+START_TEST(spill_bound_to_pool_and_tenant)
+{
+	struct pool_dirs p;
+	char dir_a[200];
+	struct kvc *c;
+
+	auth_init();
+	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(p.dir));
+	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
+	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
+	snprintf(p.state2, sizeof(p.state2), "%s/state2", p.dir);
+	mkdir(p.state, 0700);
+	mkdir(p.state2, 0700);
+	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "cluster2.secret", p.cluster2),
+			 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "a2.secret", p.sec_a2), 0);
+	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
+
+	start_pool(&p, p.cluster, p.state);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
+	c = kvc_open(md.addr, "a", p.sec_a);
+	ck_assert_uint_eq(c->tenant_id, 1);
+	/* 1 MiB values take a 2 MiB block each: 16 evict (and spill) 8 */
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN];
+
+		make_key(key, 31, (uint64_t)i);
+		put_get_pool(c, key, MIB + (uint64_t)i);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 8);
+
+	/* the same pool again: a's spilled values are a's */
+	start_pool(&p, p.cluster, p.state);
+	c = kvc_open(md.addr, "a", p.sec_a);
+	ck_assert_int_eq(hits_of(c, 31), 8);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 8);
+
+	/* another pool, a's own secret: nothing */
+	start_pool(&p, p.cluster2, p.state2);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster2, "a", p.sec_a, 64 * MIB), 0);
+	c = kvc_open(md.addr, "a", p.sec_a);
+	ck_assert_uint_eq(c->tenant_id, 1);
+	ck_assert_int_eq(hits_of(c, 31), 0);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_spill_refused_total"),
+			 8);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 0);
+	tu_sh("rm -rf %s", p.dir);
+}
+END_TEST
+
+/*
+ * The same pool, a new registry (its state lost) whose tenant "a" (id 1
+ * again) has another secret: the old a's spilled values never reach it.
+ */
+START_TEST(spill_not_served_to_new_tenant_under_old_id)
+{
+	struct pool_dirs p;
+	char dir_a[200];
+	struct kvc *c;
+
+	auth_init();
+	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(p.dir));
+	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
+	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
+	snprintf(p.state2, sizeof(p.state2), "%s/state2", p.dir);
+	mkdir(p.state, 0700);
+	mkdir(p.state2, 0700);
+	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "a2.secret", p.sec_a2), 0);
+	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
+
+	start_pool(&p, p.cluster, p.state);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
+	c = kvc_open(md.addr, "a", p.sec_a);
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN];
+
+		make_key(key, 32, (uint64_t)i);
+		put_get_pool(c, key, MIB + (uint64_t)i);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 8);
+
+	start_pool(&p, p.cluster, p.state2);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a2, 64 * MIB), 0);
+	c = kvc_open(md.addr, "a", p.sec_a2);
+	ck_assert_uint_eq(c->tenant_id, 1);
+	ck_assert_int_eq(hits_of(c, 32), 0);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 0);
+	tu_sh("rm -rf %s", p.dir);
+}
+END_TEST
+
+/*
+ * A removed tenant's spill files are deleted at the donor; another
+ * tenant's stay. (A tenant whose KV store holds slabs cannot be removed:
+ * the registry counts them as used; after a restart it holds none.)
+ */
+START_TEST(removed_tenant_spill_deleted)
+{
+	struct pool_dirs p;
+	char dir_a[200], dir_b[200], out[4096];
+	struct kvc *c;
+	int i;
+
+	auth_init();
+	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(p.dir));
+	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
+	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
+	mkdir(p.state, 0700);
+	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(p.dir, "b.secret", p.sec_b), 0);
+	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
+	snprintf(dir_b, sizeof(dir_b), "%s/2", p.spill);
+
+	start_pool(&p, p.cluster, p.state);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p.cluster, "b", p.sec_b, 64 * MIB), 0);
+	for (int t = 0; t < 2; t++) {
+		c = kvc_open(md.addr, t ? "b" : "a", t ? p.sec_b : p.sec_a);
+		for (i = 0; i < 16; i++) {
+			uint8_t key[WIRE_KV_KEY_LEN];
+
+			make_key(key, 33 + (uint64_t)t, (uint64_t)i);
+			put_get_pool(c, key, MIB + (uint64_t)i);
+		}
+		kvc_close(c);
+	}
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir_a), 8);
+	ck_assert_int_eq(files_in(dir_b), 8);
+
+	start_pool(&p, p.cluster, p.state);
+	/* b holds no memory after the restart: it can be removed */
+	for (i = 0; i < 250; i++) {
+		if (!tu_admin(md.addr, p.cluster,
+			      "{\"cmd\":\"tenant-remove\",\"name\":\"b\"}", out,
+			      sizeof(out)))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_msg(i < 250, "tenant-remove b: %s", out);
+	for (i = 0; i < 500 && files_in(dir_b) > 0; i++)
+		sleep_ms(20);
+	ck_assert_int_eq(files_in(dir_b), 0);
+	ck_assert_int_eq(access(dir_b, F_OK), -1);
+	ck_assert_int_eq(
+		tu_metric(&md, "tidepool_memd_kv_tenants_removed_total"), 1);
+	/* a's are a's, and still served */
+	ck_assert_int_eq(files_in(dir_a), 8);
+	c = kvc_open(md.addr, "a", p.sec_a);
+	ck_assert_int_eq(hits_of(c, 33), 8);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", p.dir);
+}
+END_TEST
+
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
@@ -806,7 +1243,12 @@ static Suite *kv_memd_suite(void)
 	tcase_add_test(tc, bad_requests);
 	tcase_add_test(tc, kv_tier_off);
 	tcase_add_test(tc, tenants_never_share);
+	tcase_add_test(tc, lookup_key_is_read_only);
+	tcase_add_test(tc, reservations_per_tenant_capped);
 	tcase_add_test(tc, warm_restart);
+	tcase_add_test(tc, spill_bound_to_pool_and_tenant);
+	tcase_add_test(tc, spill_not_served_to_new_tenant_under_old_id);
+	tcase_add_test(tc, removed_tenant_spill_deleted);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -369,8 +369,8 @@ static int rm_one(const char *p, const struct stat *sb, int flag,
 
 static void spill_setup(void)
 {
-	snprintf(spill_dir, sizeof(spill_dir), "/tmp/tp-kvstore-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(spill_dir));
+	ck_assert_int_eq(
+		tu_scratch_dir(spill_dir, sizeof(spill_dir), "kvstore"), 0);
 }
 
 static void spill_teardown(void)
@@ -1099,7 +1099,8 @@ END_TEST
 START_TEST(spill_cap_is_enforced)
 {
 	struct owner *o = owner_new(MIB, 8);
-	uint64_t file = MIB - HDR + HDR + 8; /* header + value + tag */
+	/* header + value + integrity tag + binding tag */
+	uint64_t file = MIB - HDR + HDR + 16;
 	struct memd_kv *kv =
 		store_new(o, spill_dir, 3 * file + 100, MEMD_KV_POLICY_S3FIFO);
 	struct memd_kv_scan_result sr;

@@ -193,9 +193,18 @@ START_TEST(detached_session_lives_until_ttl)
 }
 END_TEST
 
-START_TEST(connected_session_without_leases_does_not_expire)
+/*
+ * A connected session without leases is renewed while its client is
+ * connected (an idle tool, a slow start-up: nothing to take back), but
+ * never for longer: memd closes an idle connection (idle_timeout,
+ * tests/test_memd_hostile.c) and detaches the session, which then
+ * expires like any other and is freed. A session that holds a lease is
+ * expired by silence alone.
+ */
+START_TEST(leaseless_session_lives_while_connected_only)
 {
-	struct memd_session *a;
+	struct memd_session *a, *b;
+	struct memd_lease_counts c;
 	uint32_t slab, gen;
 	int revoked = 0;
 
@@ -204,13 +213,24 @@ START_TEST(connected_session_without_leases_does_not_expire)
 			  0);
 	ck_assert(!memd_session_is_dead(t, a));
 	ck_assert_uint_eq(memd_session_expires_ms(t, a), 6200);
-	/* Once it holds a lease, silence costs it. */
-	ck_assert_int_eq(memd_lease_grant(t, a, 5000, &slab, &gen), 0);
+	/* its connection closes (idle_timeout): from then on it expires */
+	memd_session_detach(t, a);
+	ck_assert_uint_eq(memd_lease_expire(t, 6199, count_revoked, &revoked),
+			  0);
 	ck_assert_uint_eq(memd_lease_expire(t, 6200, count_revoked, &revoked),
 			  1);
-	ck_assert(memd_session_is_dead(t, a));
+	memd_lease_get_counts(t, &c);
+	ck_assert_uint_eq(c.sessions, 0);
+	ck_assert_int_eq(revoked, 0);
+
+	/* Once it holds a lease, silence costs it, connected or not. */
+	ck_assert_int_eq(memd_session_open(t, 5000, &b), 0);
+	ck_assert_int_eq(memd_lease_grant(t, b, 5000, &slab, &gen), 0);
+	ck_assert_uint_eq(memd_lease_expire(t, 6200, count_revoked, &revoked),
+			  1);
+	ck_assert(memd_session_is_dead(t, b));
 	ck_assert_int_eq(revoked, 1);
-	memd_session_detach(t, a);
+	memd_session_detach(t, b);
 }
 END_TEST
 
@@ -315,7 +335,7 @@ int main(void)
 	tcase_add_test(tc, release_checks_generation_and_owner);
 	tcase_add_test(tc, expiry_follows_renewal);
 	tcase_add_test(tc, detached_session_lives_until_ttl);
-	tcase_add_test(tc, connected_session_without_leases_does_not_expire);
+	tcase_add_test(tc, leaseless_session_lives_while_connected_only);
 	tcase_add_test(tc, many_sessions_expire_in_order);
 	tcase_add_test(tc, groups_grant_within_and_fullest);
 	suite_add_tcase(s, tc);

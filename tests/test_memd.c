@@ -413,8 +413,9 @@ END_TEST
  * hugepages = auto with every free huge page reserved by another mapping
  * (mmap(MAP_HUGETLB), not touched yet): free_hugepages still counts them,
  * so memd plans huge pages, but its mmap cannot have them. It starts on
- * anonymous memory instead of exiting. Needs root for vm.nr_hugepages:
- * SKIP line otherwise.
+ * anonymous memory instead of exiting. Needs root for vm.nr_hugepages
+ * and 16 free huge pages: run alone by `test_memd --huge` (ctest
+ * test_memd_huge), which exits 77 (skipped, saying why) without them.
  */
 START_TEST(hugepages_auto_falls_back_when_reserved)
 {
@@ -429,11 +430,9 @@ START_TEST(hugepages_auto_falls_back_when_reserved)
 	void *resv;
 	int ret;
 
-	if (tu_huge_reserve(&h, 16, why, sizeof(why))) {
-		printf("SKIP: hugepages_auto_falls_back_when_reserved: %s\n",
-		       why);
-		return;
-	}
+	/* main() checked that this works before running the test */
+	ck_assert_msg(tu_huge_reserve(&h, 16, why, sizeof(why)) == 0, "%s",
+		      why);
 	len = tu_huge_avail() * (2ul << 20);
 	resv = mmap(NULL, len, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
@@ -451,16 +450,80 @@ START_TEST(hugepages_auto_falls_back_when_reserved)
 }
 END_TEST
 
-int main(void)
+/*
+ * test_memd --scratch-fail (tests/scratch_cleanup.sh): a forked test that
+ * starts memd, writes a file of its own into memd's scratch directory and
+ * fails without stopping memd, as a broken test does. The script then
+ * checks that this process's exit removed /tmp/tp-test-PID and killed
+ * that memd.
+ */
+START_TEST(fails_with_memd_running)
+{
+	struct tu_memd m;
+	char path[300];
+	FILE *f;
+
+	tu_memd_start_ok(&m, NULL);
+	snprintf(path, sizeof(path), "%s/left-by-the-test", m.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	printf("memd pid %d dir %s\n", (int)m.pid, m.dir);
+	fflush(stdout);
+	ck_abort_msg("failing on purpose, memd still running");
+}
+END_TEST
+
+static int run_scratch_fail(void)
+{
+	Suite *s = suite_create("scratch");
+	TCase *tc = tcase_create("fail");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, fails_with_memd_running);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 1 ? 3 : EXIT_FAILURE; /* 3: failed as planned */
+}
+
+int main(int argc, char **argv)
 {
 	Suite *s = suite_create("memd");
-	TCase *tc = tcase_create("control");
-	TCase *cli = tcase_create("cli");
+	TCase *tc, *cli;
+	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	SRunner *sr;
 	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
+	if (argc > 1 && !strcmp(argv[1], "--scratch-fail"))
+		return run_scratch_fail();
+	if (huge) {
+		/* only the huge-page case, and a skip where it cannot run */
+		struct tu_huge h;
+		char why[256];
+		TCase *hc = tcase_create("huge");
+
+		if (tu_huge_reserve(&h, 16, why, sizeof(why)))
+			tu_skip("hugepages_auto_falls_back_when_reserved: %s",
+				why);
+		tu_huge_release(&h);
+		tcase_set_timeout(hc, 120);
+		tcase_add_test(hc, hugepages_auto_falls_back_when_reserved);
+		suite_add_tcase(s, hc);
+		sr = srunner_create(s);
+		srunner_run_all(sr, CK_NORMAL);
+		failed = srunner_ntests_failed(sr);
+		srunner_free(sr);
+		return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	}
+	tc = tcase_create("control");
+	cli = tcase_create("cli");
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -474,7 +537,6 @@ int main(void)
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
-	tcase_add_test(cli, hugepages_auto_falls_back_when_reserved);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	sr = srunner_create(s);

@@ -379,8 +379,7 @@ START_TEST(operators_and_donors_get_in)
 	int fds[NIDLE], ntenant = 0, r;
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "hostile"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
@@ -434,6 +433,260 @@ START_TEST(operators_and_donors_get_in)
 	tu_memd_stop_ok(&don);
 	tu_memd_stop_ok(&reg);
 	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
+/* --- what one tenant or session may hold -------------------------------- */
+
+/* A tenant session as name at addr: 0 or the handshake's -errno. */
+static int tenant_connect_as(const char *addr, const char *name,
+			     const uint8_t key[AUTH_KEY_LEN], struct rpc **out,
+			     char *err, size_t errlen)
+{
+	uint8_t skey[AUTH_KEY_LEN];
+	int r = rpc_connect(addr, TMO, out, NULL, 0);
+
+	if (r)
+		return r;
+	r = rpc_handshake(*out, "hostile", 2, name, key, WIRE_ROLE_TENANT, TMO,
+			  NULL, NULL, skey, err, errlen);
+	if (r) {
+		rpc_close(*out);
+		*out = NULL;
+	}
+	return r;
+}
+
+/*
+ * max_sessions_per_tenant = 3: tenant t's fourth session is refused with
+ * EUSERS (and counted), while tenant u on the same memd opens all of its
+ * own.
+ */
+START_TEST(sessions_per_tenant_capped)
+{
+	struct tu_memd reg;
+	struct rpc *t[4] = { 0 }, *u[3] = { 0 };
+	char dir[64], cluster[256], sec_t[256], sec_u[256], state[300], a1[300],
+		a2[400], err[256];
+	const char *rargs[] = {
+		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
+		"--set", "donor_name=r0", "--donate", "64M", NULL
+	};
+	uint8_t kt[AUTH_KEY_LEN], ku[AUTH_KEY_LEN];
+
+	auth_init();
+	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(state, sizeof(state), "%s/state", dir);
+	mkdir(state, 0700);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec_t), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "u.secret", sec_u), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "state_dir=%s", state);
+	ck_assert_int_eq(tu_memd_start_args(&reg,
+					    "max_sessions_per_tenant = 3\n"
+					    "metrics_listen = 127.0.0.1:0\n",
+					    rargs),
+			 0);
+	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "t", sec_t, 1ull << 30), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(reg.addr, cluster, "u", sec_u, 1ull << 30), 0);
+	tenant_key(sec_t, kt);
+	tenant_key(sec_u, ku);
+
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tenant_connect_as(reg.addr, "t", kt, &t[i],
+						   err, sizeof(err)),
+				 0);
+	ck_assert_int_eq(
+		tenant_connect_as(reg.addr, "t", kt, &t[3], err, sizeof(err)),
+		-EUSERS);
+	ck_assert_msg(strstr(err, "max_sessions_per_tenant"), "%s", err);
+	/* another tenant on the same memd is not affected */
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(tenant_connect_as(reg.addr, "u", ku, &u[i],
+						   err, sizeof(err)),
+				 0);
+	/* t's sessions still work */
+	{
+		struct wire_msg req = { .type = WIRE_STATUS }, rep;
+
+		ck_assert_int_eq(rpc_call(t[0], &req, &rep, WIRE_STATUS_OK, TMO,
+					  err, sizeof(err)),
+				 0);
+	}
+	ck_assert_int_eq(tu_metric(&reg,
+				   "tidepool_memd_sessions_refused_tenant_"
+				   "total"),
+			 1);
+	for (int i = 0; i < 4; i++)
+		rpc_close(t[i]);
+	for (int i = 0; i < 3; i++)
+		rpc_close(u[i]);
+	tu_memd_stop_ok(&reg);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
+/* LEASE of n slabs on c: 0 or the ERROR's -errno; the leases in *rep. */
+static int lease(struct rpc *c, uint32_t n, struct wire_msg *rep)
+{
+	struct wire_msg req = { .type = WIRE_LEASE };
+	char err[256];
+
+	req.u.lease.nslabs = n;
+	req.u.lease.node = -1;
+	return rpc_call(c, &req, rep, WIRE_LEASE_OK, TMO, err, sizeof(err));
+}
+
+/*
+ * max_leases_per_session = 2: a session that holds 2 leases gets EDQUOT
+ * for a third (and a request for 3 at once is refused whole), a leased
+ * slab released is room again, and another session on the same memd
+ * gets its own 2.
+ */
+START_TEST(leases_per_session_capped)
+{
+	static struct wire_msg rep;
+	struct wire_msg rel = { .type = WIRE_RELEASE };
+	struct wire_lease held;
+	struct wire_hello_ok h;
+	struct tu_memd m;
+	struct rpc *a, *b;
+	char err[256];
+
+	tu_memd_start_ok(&m, "max_leases_per_session = 2\n"
+			     "metrics_listen = 127.0.0.1:0\n");
+	a = tu_raw_hello(m.addr, &h);
+	b = tu_raw_hello(m.addr, &h);
+	ck_assert_int_eq(lease(a, 2, &rep), 0);
+	ck_assert_uint_eq(rep.u.lease_ok.count, 2);
+	held = rep.u.lease_ok.lease[0];
+	ck_assert_int_eq(lease(a, 1, &rep), -EDQUOT);
+	ck_assert_int_eq(lease(b, 3, &rep), -EDQUOT);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_leases_refused_session_"
+				       "total"),
+			 2);
+	/* the refusals took nothing: b gets its full share */
+	ck_assert_int_eq(lease(b, 2, &rep), 0);
+	ck_assert_uint_eq(rep.u.lease_ok.count, 2);
+	/* a releases one, and may lease one again */
+	rel.u.release.count = 1;
+	rel.u.release.ref[0] = (struct wire_lease_ref){
+		.epoch = held.epoch,
+		.slab = held.slab,
+		.generation = held.generation,
+	};
+	ck_assert_int_eq(
+		rpc_call(a, &rel, &rep, WIRE_RELEASE_OK, TMO, err, sizeof(err)),
+		0);
+	ck_assert_uint_eq(rep.u.release_ok.released, 1);
+	ck_assert_int_eq(lease(a, 1, &rep), 0);
+	ck_assert_int_eq(lease(a, 1, &rep), -EDQUOT);
+	rpc_close(a);
+	rpc_close(b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* --- a registration that does not close -------------------------------- */
+
+/*
+ * The first registration close fails (TP_TEST_FAIL_MR_CLOSE=1, test
+ * only): the released slab is quarantined, counted on /metrics, and never
+ * leased again, while the other 15 slabs of the memd (256M of 16M slabs,
+ * testutil's) still are.
+ */
+START_TEST(failed_mr_close_quarantines_slab)
+{
+	static struct wire_msg rep;
+	struct wire_msg rel = { .type = WIRE_RELEASE };
+	struct wire_hello_ok h;
+	struct wire_lease bad;
+	struct tu_memd m;
+	struct rpc *a, *b;
+	char err[256];
+	int i;
+
+	ck_assert_int_eq(setenv("TP_TEST_FAIL_MR_CLOSE", "1", 1), 0);
+	tu_memd_start_ok(&m, "quiesce = 0\nmetrics_listen = 127.0.0.1:0\n");
+	unsetenv("TP_TEST_FAIL_MR_CLOSE");
+	a = tu_raw_hello(m.addr, &h);
+	b = tu_raw_hello(m.addr, &h);
+	ck_assert_int_eq(lease(a, 1, &rep), 0);
+	bad = rep.u.lease_ok.lease[0];
+	rel.u.release.count = 1;
+	rel.u.release.ref[0] =
+		(struct wire_lease_ref){ .epoch = bad.epoch,
+					 .slab = bad.slab,
+					 .generation = bad.generation };
+	ck_assert_int_eq(
+		rpc_call(a, &rel, &rep, WIRE_RELEASE_OK, TMO, err, sizeof(err)),
+		0);
+	/* the reclaimer takes it (polled: no timing is asserted) */
+	for (i = 0; i < 500; i++) {
+		if (tu_metric(&m, "tidepool_memd_slabs_quarantined") == 1)
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_reclaiming_bytes"), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_free_bytes"),
+			 15 * (int64_t)h.slab_bytes);
+	/* every other slab can be leased; that one never again */
+	ck_assert_int_eq(lease(b, 15, &rep), 0);
+	for (uint32_t j = 0; j < 15; j++)
+		ck_assert_uint_ne(rep.u.lease_ok.lease[j].slab, bad.slab);
+	ck_assert_int_eq(lease(a, 1, &rep), -ENOSPC);
+	rpc_close(a);
+	rpc_close(b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* --- providers that pick keys themselves ------------------------------- */
+
+/* Lines of m's log that contain what. */
+static int log_count(const struct tu_memd *m, const char *what)
+{
+	char path[256], line[1024];
+	int n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
+	f = fopen(path, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, what) != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * A provider that picks memory keys itself (FI_MR_PROV_KEY; emulated on
+ * tcp with the test-only TP_TEST_FAB_PROV_KEY=1, keys counted up from 1):
+ * memd warns once at start that lease keys are not its random ones, and
+ * still serves; with tcp's own keys it does not warn.
+ */
+START_TEST(provider_keys_warned_once)
+{
+	struct tu_memd m;
+
+	ck_assert_int_eq(setenv("TP_TEST_FAB_PROV_KEY", "1", 1), 0);
+	tu_memd_start_ok(&m, NULL);
+	unsetenv("TP_TEST_FAB_PROV_KEY");
+	assert_serving(&m);
+	assert_serving(&m);
+	ck_assert_int_eq(log_count(&m, "FI_MR_PROV_KEY"), 1);
+	tu_memd_stop_ok(&m);
+
+	tu_memd_start_ok(&m, NULL);
+	assert_serving(&m);
+	ck_assert_int_eq(log_count(&m, "FI_MR_PROV_KEY"), 0);
+	tu_memd_stop_ok(&m);
 }
 END_TEST
 
@@ -614,6 +867,10 @@ int main(void)
 	tcase_add_test(tc, operators_and_donors_get_in);
 	tcase_add_test(tc, out_of_descriptors_does_not_spin);
 	tcase_add_test(tc, half_closed_nonreader_dropped);
+	tcase_add_test(tc, sessions_per_tenant_capped);
+	tcase_add_test(tc, leases_per_session_capped);
+	tcase_add_test(tc, failed_mr_close_quarantines_slab);
+	tcase_add_test(tc, provider_keys_warned_once);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

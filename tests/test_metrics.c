@@ -493,8 +493,7 @@ START_TEST(ticket_redemptions_are_counted)
 	char *t;
 	int rc = -ENOSPC;
 
-	snprintf(dir, sizeof(dir), "/tmp/tp-mreg-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "mreg"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);

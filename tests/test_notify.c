@@ -30,8 +30,8 @@ static void setup(void)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
-	snprintf(sock_dir, sizeof(sock_dir), "/tmp/tp-notify-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(sock_dir));
+	ck_assert_int_eq(tu_scratch_dir(sock_dir, sizeof(sock_dir), "notify"),
+			 0);
 	snprintf(sock_path, sizeof(sock_path), "%s/notify", sock_dir);
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
 	sock_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);

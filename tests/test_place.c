@@ -3,7 +3,7 @@
  * tests/test_place.c - NUMA placement (numa/place.c).
  *
  * The placement logic runs on recorded hwloc XML topologies of real
- * servers ($TP_SOURCE_DIR/../shared/topologies: DGX-2, POWER8 with GPUs,
+ * servers ($TP_SOURCE_DIR/tests/data: DGX-2, POWER8 with GPUs,
  * multi-node Xeons with NICs), on two hand-written XML fixtures (NICs with
  * and without a distance matrix; a GPU-memory node) and on synthetic
  * topologies. Every expected value was read off lstopo/hwloc-calc for that
@@ -1308,7 +1308,7 @@ static bool find_topologies(void)
 
 	if (!src || !*src)
 		return false;
-	snprintf(topo_dir, sizeof(topo_dir), "%s/../shared/topologies", src);
+	snprintf(topo_dir, sizeof(topo_dir), "%s/tests/data", src);
 	snprintf(probe, sizeof(probe), "%s/nvidiaDGX2.xml", topo_dir);
 	return stat(probe, &st) == 0;
 }
@@ -1403,7 +1403,7 @@ int main(int argc, char **argv)
 		return EXIT_FAILURE;
 	if (!topologies)
 		tu_skip("recorded topologies not found at "
-			"$TP_SOURCE_DIR/../shared/topologies "
+			"$TP_SOURCE_DIR/tests/data "
 			"(TP_SOURCE_DIR=%s):"
 			" the XML placement tests did not run",
 			getenv("TP_SOURCE_DIR") ? getenv("TP_SOURCE_DIR")

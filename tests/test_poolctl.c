@@ -223,8 +223,8 @@ static void ck_row(const char *table, ...)
 
 static void setup_scratch(void)
 {
-	snprintf(scratch, sizeof(scratch), "/tmp/tp-poolctl-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(scratch));
+	ck_assert_int_eq(tu_scratch_dir(scratch, sizeof(scratch), "poolctl"),
+			 0);
 	g_addr = NULL;
 	g_secret = NULL;
 }

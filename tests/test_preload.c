@@ -503,8 +503,7 @@ static void start(void)
 {
 	int r;
 
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tp-preload-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(tu_scratch_dir(tmpdir, sizeof(tmpdir), "preload"), 0);
 	r = tu_memd_start(&md, NULL);
 	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
 }
@@ -874,8 +873,7 @@ START_TEST(huge_pages_required)
 	regions = true;
 	r = tu_huge_reserve(&hugetlb, 9, why, sizeof(why));
 	ck_assert_msg(r == 0, "hugetlb pages: %s", why);
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/tp-preload-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(tu_scratch_dir(tmpdir, sizeof(tmpdir), "preload"), 0);
 	r = tu_memd_start(&md, "hugepages = no");
 	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
 

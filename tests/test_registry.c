@@ -21,6 +21,7 @@
 
 #include "fabric/auth.h"
 #include "memd/registry.h"
+#include "tests/testutil.h"
 
 #define MiB (1024ull * 1024ull)
 #define SLAB MiB
@@ -67,8 +68,7 @@ static void reg_reopen(void)
 static void setup(void)
 {
 	ck_assert_int_eq(auth_init(), 0);
-	snprintf(dir, sizeof(dir), "/tmp/tp-registry-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "registry"), 0);
 	snprintf(path, sizeof(path), "%s/registry.json", dir);
 	for (int i = 0; i < AUTH_KEY_LEN; i++) {
 		keys.admin[i] = (uint8_t)(0x10 + i);
@@ -255,8 +255,14 @@ static int report_full(uint32_t id, uint64_t epoch, uint32_t nfree,
 	rc = memd_registry_donor_report(r, &rep, now, &ok, err, sizeof(err));
 	if (!rc) {
 		ck_assert_uint_eq(ok.registry_epoch, memd_registry_epoch(r));
+		/* every tenant is listed, each below next_tenant_id, so
+		 * the donor can tell a removed one */
+		ck_assert(ok.flags & WIRE_DONOR_TENANTS);
+		for (uint16_t i = 0; i < ok.nkv; i++)
+			ck_assert_uint_lt(ok.kv[i].tenant_id,
+					  ok.next_tenant_id);
 		if (flags)
-			*flags = ok.flags;
+			*flags = ok.flags & ~WIRE_DONOR_TENANTS;
 	}
 	return rc;
 }

@@ -417,6 +417,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 			tb_u32(t, m->u.donor_report_ok.kv[i].tenant_id);
 			tb_u32(t, m->u.donor_report_ok.kv[i].kv_slabs_max);
 		}
+		if (m->u.donor_report_ok.flags & WIRE_DONOR_TENANTS)
+			tb_u32(t, m->u.donor_report_ok.next_tenant_id);
 		break;
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
@@ -2337,9 +2339,16 @@ START_TEST(small_v2_bounds)
 	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 14);
 	m.u.donor_report_ok.flags = 0;
 	check_roundtrip(&m);
-	m.u.donor_report_ok.flags = WIRE_DONOR_KNOWN + 1;
+	/* every tenant listed: next_tenant_id follows kv[] */
+	m.u.donor_report_ok.flags = WIRE_DONOR_TENANTS;
+	m.u.donor_report_ok.next_tenant_id = 0x01020304;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 18);
+	m.u.donor_report_ok.flags = (WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS) + 1;
 	check_both_reject(&m);
 	m.u.donor_report_ok.flags = 0;
+	m.u.donor_report_ok.next_tenant_id = 0;
 
 	/* KV allowances: 8 bytes each, up to WIRE_MAX_TENANTS. */
 	m.u.donor_report_ok.nkv = 2;

@@ -3,22 +3,38 @@
  * tests/testutil.c - helpers shared by the Check tests (testutil.h).
  * Single-threaded use from a test's main thread, except the pattern
  * functions (pure).
+ *
+ * Scratch directories: every memd a test starts gets its directory
+ * (config, ready file, log, and whatever the test or memd writes there)
+ * under one root per test run, /tmp/tp-test-PID (PID of the test's main
+ * process), made when first needed. Check forks each test, and a forked
+ * test that fails exits at once, never reaching tu_memd_stop(): so the
+ * main process removes the root whole at exit, after killing any memd
+ * still running from it. A copy of the test binary that a test starts as
+ * a helper program makes no root unless it needs one.
+ * TP_KEEP_LOGS=1 keeps everything (the root's path is printed).
  */
 #include "tests/testutil.h"
 
 #include <check.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <ftw.h>
 #include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -124,6 +140,126 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
+/* --- scratch directories ------------------------------------------------ */
+
+static char scratch_root[64]; /* "/tmp/tp-test-PID", made on first use */
+static pid_t scratch_owner;   /* the process whose PID names it */
+
+static int rm_one(const char *path, const struct stat *st, int type,
+		  struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (type == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0; /* keep going: remove what can be removed */
+}
+
+/* Removes path and everything under it (no symlink followed). */
+static void rm_tree(const char *path)
+{
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* SIGKILLs every process whose command line names a path under dir (a
+ * memd started with "-c DIR/memd.conf" by a test that failed before it
+ * stopped it), so that nothing keeps running, or writing, after the
+ * directory is gone. */
+static void kill_users_of(const char *dir)
+{
+	size_t dlen = strlen(dir);
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+
+	if (!proc)
+		return;
+	while ((de = readdir(proc))) {
+		char path[300], buf[4096];
+		pid_t pid = (pid_t)atoi(de->d_name);
+		ssize_t n;
+		int fd;
+
+		if (pid <= 0 || pid == getpid())
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = '\0';
+		for (ssize_t i = 0; i < n; i += (ssize_t)strlen(buf + i) + 1) {
+			if (!strncmp(buf + i, dir, dlen) &&
+			    buf[i + dlen] == '/') {
+				kill(pid, SIGKILL);
+				break;
+			}
+		}
+	}
+	closedir(proc);
+}
+
+static void scratch_remove(void)
+{
+	struct stat st;
+
+	if (getpid() != scratch_owner || lstat(scratch_root, &st) ||
+	    !S_ISDIR(st.st_mode))
+		return;
+	if (getenv("TP_KEEP_LOGS")) {
+		fprintf(stderr, "TP_KEEP_LOGS: scratch files kept in %s\n",
+			scratch_root);
+		return;
+	}
+	kill_users_of(scratch_root);
+	rm_tree(scratch_root);
+}
+
+/* Names the root in the main process; forked tests inherit the name. */
+__attribute__((constructor)) static void scratch_name(void)
+{
+	scratch_owner = getpid();
+	snprintf(scratch_root, sizeof(scratch_root), "/tmp/tp-test-%d",
+		 (int)scratch_owner);
+	atexit(scratch_remove);
+}
+
+/* Makes the root if no process of this run has yet. One left by an
+ * earlier run whose PID this one reuses is taken over only if it is a
+ * real directory of ours, 0700 (nobody else's trap in /tmp). */
+static int scratch_root_make(void)
+{
+	struct stat st;
+
+	if (!mkdir(scratch_root, 0700))
+		return 0;
+	if (errno != EEXIST)
+		return -errno;
+	if (lstat(scratch_root, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 0777) != 0700)
+		return -EEXIST;
+	return 0;
+}
+
+int tu_scratch_dir(char *buf, size_t len, const char *name)
+{
+	int n, r;
+
+	r = scratch_root_make();
+	if (r)
+		return r;
+	n = snprintf(buf, len, "%s/%s.XXXXXX", scratch_root, name);
+	if (n < 0 || (size_t)n >= len)
+		return -ENAMETOOLONG;
+	return mkdtemp(buf) ? 0 : -errno;
+}
+
 int tu_memd_start(struct tu_memd *m, const char *extra_conf)
 {
 	return tu_memd_start_args(m, extra_conf, NULL);
@@ -150,7 +286,7 @@ static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
 	char conf[256], ready[256], log[256];
 	const char *bin = tu_memd_path();
 	const char *argv[32];
-	int argc = 0;
+	int argc = 0, r;
 	FILE *f;
 
 	memset(m, 0, sizeof(*m));
@@ -158,9 +294,11 @@ static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
 		return -ENOENT;
 	if (ns)
 		snprintf(m->netns, sizeof(m->netns), "%s", ns);
-	snprintf(m->dir, sizeof(m->dir), "/tmp/tp-test-XXXXXX");
-	if (!mkdtemp(m->dir))
-		return -errno;
+	r = tu_scratch_dir(m->dir, sizeof(m->dir), "memd");
+	if (r) {
+		m->dir[0] = '\0';
+		return r;
+	}
 	snprintf(conf, sizeof(conf), "%s/memd.conf", m->dir);
 	snprintf(ready, sizeof(ready), "%s/ready", m->dir);
 	snprintf(log, sizeof(log), "%s/memd.log", m->dir);
@@ -235,19 +373,14 @@ static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
 	return -ETIMEDOUT;
 }
 
-/* Removes the scratch dir unless TP_KEEP_LOGS is set (for debugging). */
+/* Removes the scratch dir and all in it (a test may have written its own
+ * files there, memd its state), unless TP_KEEP_LOGS is set (debugging). */
 static void cleanup_dir(struct tu_memd *m)
 {
-	static const char *const files[] = { "memd.conf", "ready", "memd.log" };
-	char path[300];
-
 	if (getenv("TP_KEEP_LOGS") || !m->dir[0])
 		return;
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		snprintf(path, sizeof(path), "%s/%s", m->dir, files[i]);
-		unlink(path);
-	}
-	rmdir(m->dir);
+	rm_tree(m->dir);
+	m->dir[0] = '\0';
 }
 
 int tu_memd_stop(struct tu_memd *m, int sig)
@@ -740,4 +873,36 @@ void *tu_huge_consume(unsigned long leave, size_t *len)
 	}
 	ck_abort_msg("cannot take hugetlb pages down to %lu available", leave);
 	return NULL;
+}
+
+int64_t tu_metric(const struct tu_memd *m, const char *name)
+{
+	static char buf[1 << 20];
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct timeval tv = { .tv_sec = 10 };
+	const char *colon = strrchr(m->metrics, ':');
+	static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+	size_t len = 0, nlen = strlen(name);
+	ssize_t n;
+	int fd;
+
+	ck_assert_msg(colon && !strncmp(m->metrics, "127.0.0.1:", 10),
+		      "memd serves no /metrics on loopback ('%s')", m->metrics);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(fd, 0);
+	sa.sin_port = htons((uint16_t)atoi(colon + 1));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL),
+			 (ssize_t)sizeof(req) - 1);
+	while (len + 1 < sizeof(buf) &&
+	       (n = recv(fd, buf + len, sizeof(buf) - len - 1, 0)) > 0)
+		len += (size_t)n;
+	close(fd);
+	buf[len] = '\0';
+	for (char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : p)
+		if (!strncmp(p, name, nlen) && p[nlen] == ' ')
+			return strtoll(p + nlen + 1, NULL, 10);
+	return -1;
 }

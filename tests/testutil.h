@@ -31,6 +31,15 @@ ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 void tu_skip(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));
 
+/*
+ * Makes a fresh directory "ROOT/name.XXXXXX" into buf (len bytes) under
+ * this test run's scratch root (/tmp/tp-test-PID, PID of the test's main
+ * process), which that process removes with everything in it when it
+ * exits, even after a forked test failed; TP_KEEP_LOGS=1 keeps it.
+ * Returns 0 or -errno (-ENAMETOOLONG when buf is too short).
+ */
+int tu_scratch_dir(char *buf, size_t len, const char *name);
+
 struct tu_memd {
 	pid_t pid;
 	char addr[64];	  /* "127.0.0.1:PORT" once ready */
@@ -163,6 +172,14 @@ unsigned long tu_huge_avail(void);
  * running Check test when the pages cannot be taken.
  */
 void *tu_huge_consume(unsigned long leave, size_t *len);
+
+/*
+ * One sample of m's /metrics (memd started with metrics_listen =
+ * 127.0.0.1:0): the value of the unlabelled line "name VALUE", or -1 when
+ * the scrape has no such line. Fails the running test when /metrics
+ * cannot be read.
+ */
+int64_t tu_metric(const struct tu_memd *m, const char *name);
 
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
