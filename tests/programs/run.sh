@@ -19,8 +19,8 @@
 # Sizes: "ci" (default) is scaled to run in about a minute on a 2-core VM;
 # "full" is issue 13's (tests/programs/long.sh runs all of them).
 #   sqlite3  rows of ~220 bytes in :memory:, a secondary index, a full
-#            sort by window function; ci 400K rows (~128 MiB) at 32M,
-#            full 3.6M rows (>= 1 GiB) at 256M
+#            sort by window function; ci 400K rows (plain peak ~200 MiB)
+#            at 32M, full 3.6M rows (plain peak 1.7 GiB) at 256M
 #   python3  a dict and a list of N small objects each (PYTHONMALLOC=malloc:
 #            pymalloc's arenas are mmap'ed, not malloc'ed); ci 1M+1M, full
 #            10M+10M; budget a quarter of the plain peak RSS
