@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+/*
+ * bench/fault_latency.c - the service time of one remote 4 KiB fault, end
+ * to end, as the program sees it: the time of a one-byte load from a page
+ * of a pool_map() mapping that only the pool holds, from the load's start
+ * to its return (fault, the pool-uffd thread's read, UFFDIO_COPY, the
+ * eviction that makes room, the wake-up). The baseline in the same run:
+ * a synchronous 4 KiB pool_read() of the same region. The raw fi_read of
+ * 4 KiB is bench/rawfab's (bench/paging_programs.sh runs both).
+ *
+ *   fault_latency ADDR [samples]
+ *
+ * The region (64 MiB) is filled with pool_write() first and mapped with
+ * POOL_MAP_EXISTING and a budget of 1 MiB, so every first touch fetches;
+ * pages are touched in a pseudo-random order (no stream for read-ahead to
+ * follow; a fetch that brought neighbours shows as pages_fetched above
+ * fetches, and such touches as hits well under the fault time). Each
+ * touched page is touched once; pages evicted are clean (never written
+ * through the mapping): no write-back in the measured time. Samples
+ * alternate fault and pool_read so that a change of load hits both.
+ * One result line each: p50, p90, p99, mean in microseconds.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "libpool/paging.h"
+#include "tidepool/pool.h"
+#include "tidepool/pool_map.h"
+
+#define PG 4096u
+#define SIZE (64ul << 20)
+#define LOCAL (1ul << 20)
+#define MAX_SAMPLES (SIZE / PG)
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void report(const char *what, uint64_t *v, size_t n)
+{
+	double mean = 0;
+
+	qsort(v, n, sizeof(*v), cmp_u64);
+	for (size_t i = 0; i < n; i++)
+		mean += (double)v[i];
+	mean /= (double)n;
+	printf("fault_latency op=%s size=4096 n=%zu p50_us=%.1f p90_us=%.1f "
+	       "p99_us=%.1f mean_us=%.1f\n",
+	       what, n, (double)v[n / 2] / 1e3, (double)v[n * 90 / 100] / 1e3,
+	       (double)v[n * 99 / 100] / 1e3, mean / 1e3);
+}
+
+int main(int argc, char **argv)
+{
+	struct pool_opts o = { 0 };
+	struct pool_map_stats st;
+	struct pool_region *r;
+	struct pool *p;
+	uint64_t *fault_ns, *read_ns, x = 0x9e3779b97f4a7c15ull, sink = 0;
+	uint32_t *order;
+	size_t samples = 4000, npages = SIZE / PG;
+	uint8_t *buf, *a;
+	int ret;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s ADDR [samples]\n", argv[0]);
+		return 2;
+	}
+	o.addr = argv[1];
+	if (argc > 2)
+		samples = strtoul(argv[2], NULL, 0);
+	if (samples < 10 || samples > MAX_SAMPLES) {
+		fprintf(stderr, "fault_latency: 10 <= samples <= %lu\n",
+			MAX_SAMPLES);
+		return 2;
+	}
+	fault_ns = calloc(samples, sizeof(*fault_ns));
+	read_ns = calloc(samples, sizeof(*read_ns));
+	order = calloc(npages, sizeof(*order));
+	buf = malloc(1 << 20);
+	if (!fault_ns || !read_ns || !order || !buf)
+		return 1;
+	ret = pool_connect(&o, &p);
+	if (ret == 0)
+		ret = pool_alloc(p, SIZE, &r);
+	if (ret) {
+		fprintf(stderr, "fault_latency: %s: %s\n", o.addr,
+			pool_strerror(ret));
+		return 1;
+	}
+	for (size_t off = 0; off < SIZE && ret == 0; off += 1 << 20) {
+		for (size_t i = 0; i < (1 << 20); i++)
+			buf[i] = (uint8_t)((off + i) * 131 >> 3);
+		ret = pool_write(p, r, off, buf, 1 << 20);
+	}
+	if (ret == 0)
+		ret = pool_map(p, r, LOCAL, POOL_MAP_EXISTING | POOL_MAP_SMALL,
+			       (void **)&a);
+	if (ret) {
+		fprintf(stderr, "fault_latency: fill/map: %s\n",
+			pool_strerror(ret));
+		return 1;
+	}
+	/* A random permutation of the pages (Fisher-Yates). */
+	for (size_t i = 0; i < npages; i++)
+		order[i] = (uint32_t)i;
+	for (size_t i = npages - 1; i > 0; i--) {
+		size_t j;
+		uint32_t t;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		j = x % (i + 1);
+		t = order[i];
+		order[i] = order[j];
+		order[j] = t;
+	}
+	/* Warm-up: the first transfers set up the fabric connection. */
+	for (size_t i = 0; i < 32; i++) {
+		sink += ((volatile uint8_t *)
+				 a)[(size_t)order[npages - 1 - i] * PG];
+		pool_read(p, r, 0, buf, PG);
+	}
+	pool_map_get_stats(a, &st);
+	uint64_t f0 = st.faults, fe0 = st.fetches, pf0 = st.pages_fetched;
+
+	for (size_t i = 0; i < samples; i++) {
+		size_t pg = order[i];
+		uint64_t t0 = now_ns();
+
+		sink += ((volatile uint8_t *)a)[pg * PG + (pg & 4095)];
+		fault_ns[i] = now_ns() - t0;
+		t0 = now_ns();
+		ret = pool_read(p, r, ((pg * 7919) % npages) * PG, buf, PG);
+		read_ns[i] = now_ns() - t0;
+		if (ret) {
+			fprintf(stderr, "pool_read: %s\n", pool_strerror(ret));
+			return 1;
+		}
+		if (((const uint8_t *)a)[pg * PG] !=
+		    (uint8_t)(pg * PG * 131 >> 3)) {
+			fprintf(stderr, "fault_latency: wrong byte, page %zu\n",
+				pg);
+			return 1;
+		}
+	}
+	pool_map_get_stats(a, &st);
+	printf("# fault_latency region=%lu local=%lu samples=%zu faults=%llu "
+	       "fetches=%llu pages_fetched=%llu evictions=%llu "
+	       "writebacks=%llu\n",
+	       SIZE, LOCAL, samples, (unsigned long long)(st.faults - f0),
+	       (unsigned long long)(st.fetches - fe0),
+	       (unsigned long long)(st.pages_fetched - pf0),
+	       (unsigned long long)st.evictions,
+	       (unsigned long long)st.writebacks);
+	report("fault", fault_ns, samples);
+	report("pool_read", read_ns, samples);
+	fprintf(stderr, "(sink %llu)\n", (unsigned long long)sink);
+	pool_unmap(p, a, POOL_UNMAP_DISCARD);
+	pool_free(p, r);
+	pool_close(p);
+	free(buf);
+	free(order);
+	free(fault_ns);
+	free(read_ns);
+	return 0;
+}
