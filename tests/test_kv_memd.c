@@ -835,7 +835,7 @@ START_TEST(reservations_per_tenant_capped)
 	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
 	char a1[300], a2[400], out[8192];
 	uint8_t key[WIRE_KV_KEY_LEN];
-	uint64_t gen, csum = 1;
+	uint64_t gen = 0, csum = 1; /* gen: set by the first reservation */
 	struct kvc *a, *b;
 	int i, r;
 
