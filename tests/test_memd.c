@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -363,8 +364,9 @@ START_TEST(client_stuck_mid_frame_does_not_block_others)
 }
 END_TEST
 
-/* Runs memd with args; returns its exit status. */
-static int run_memd(const char *const *args)
+/* Runs memd with args, its stderr to errpath (NULL: /dev/null); returns
+ * its exit status. */
+static int run_memd_log(const char *const *args, const char *errpath)
 {
 	const char *argv[16];
 	int n = 0, st;
@@ -377,15 +379,92 @@ static int run_memd(const char *const *args)
 	pid = fork();
 	if (pid == 0) {
 		int devnull = open("/dev/null", O_WRONLY);
+		int errfd = errpath ? open(errpath,
+					   O_WRONLY | O_CREAT | O_TRUNC, 0600)
+				    : devnull;
 
 		dup2(devnull, 1);
-		dup2(devnull, 2);
+		dup2(errfd, 2);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
 	waitpid(pid, &st, 0);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* Runs memd with args; returns its exit status. */
+static int run_memd(const char *const *args)
+{
+	return run_memd_log(args, NULL);
+}
+
+/* Whether the file at path holds needle. */
+static bool file_has(const char *path, const char *needle)
+{
+	static char buf[65536];
+	size_t n;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return strstr(buf, needle) != NULL;
+}
+
+/*
+ * A rule between keys (donate a multiple of slab_size, lease_grace below
+ * lease_ttl) is a config error like any other: exit 78 (EX_CONFIG), and
+ * the message names the file and line of the key it blames, or the flag.
+ */
+START_TEST(cross_key_errors_name_file_and_line)
+{
+	const char *args[8] = { "-c", NULL, "--check-config", NULL };
+	char dir[PATH_MAX], conf[PATH_MAX + 16], errp[PATH_MAX + 16];
+	char want[PATH_MAX + 128];
+	FILE *f;
+
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "crosskey"), 0);
+	snprintf(conf, sizeof(conf), "%s/memd.conf", dir);
+	snprintf(errp, sizeof(errp), "%s/stderr", dir);
+	f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("# memd.conf\nslab_size = 16M\ndonate = 40M\n"
+	      "lease_grace = 20s\n",
+	      f);
+	fclose(f);
+	args[1] = conf;
+
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	snprintf(want, sizeof(want),
+		 "%s:3: key 'donate': 40M is not a multiple of "
+		 "slab_size = 16M",
+		 conf);
+	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+
+	/* --donate fixes donate; lease_grace (line 4) is next */
+	args[2] = "--donate";
+	args[3] = "48M";
+	args[4] = "--check-config";
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	snprintf(want, sizeof(want),
+		 "%s:4: key 'lease_grace': 20s must be less than "
+		 "lease_ttl = 10s",
+		 conf);
+	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+
+	/* and a flag that breaks a rule is named as the command line */
+	args[3] = "56M";
+	args[4] = "--set";
+	args[5] = "lease_grace=1s";
+	args[6] = "--check-config";
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	ck_assert_msg(file_has(errp, "command line: key 'donate': 56M is not "
+				     "a multiple of slab_size = 16M"),
+		      "memd did not blame --donate");
+}
+END_TEST
 
 START_TEST(command_line_exit_codes)
 {
@@ -537,6 +616,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
+	tcase_add_test(cli, cross_key_errors_name_file_and_line);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	sr = srunner_create(s);
