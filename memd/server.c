@@ -149,6 +149,9 @@ struct conn {
 	uint8_t *tx;
 	size_t tx_len, tx_off;
 	struct memd_session *session;
+	/* the id HELLO gave session, for log lines: still set after BYE
+	 * closed the session (the connection's close line names it) */
+	uint64_t session_id;
 	/* Authentication (docs/cluster.md). auth is AUTH_NONE until AUTH,
 	 * CHALLENGED until a good AUTH_PROOF, then DONE with role set. */
 	enum { AUTH_NONE = 0, AUTH_CHALLENGED, AUTH_DONE } auth;
@@ -652,7 +655,7 @@ static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 	 * it matters, was logged rate-limited). */
 	memd_log(c->established ? LOG_INFO : LOG_DEBUG,
 		 "ctl: close peer=%s session=%" PRIx64 " why=%s", c->peer,
-		 c->session ? memd_session_id(c->session) : 0, why);
+		 c->session_id, why);
 	hs_remove(s, c);
 	if (c->established && !c->cluster)
 		s->ntenant--;
@@ -773,9 +776,10 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
+	c->session_id = memd_session_id(c->session);
 	CTR_ADD(s, sessions_opened, 1);
 	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
-		 c->peer, memd_session_id(c->session), h->client);
+		 c->peer, c->session_id, h->client);
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_HELLO_OK;
 	rep->seq = req->seq;
@@ -2826,8 +2830,7 @@ static void tenants_removed(struct memd_server *s)
 		memd_log(LOG_NOTICE,
 			 "auth: tenant=%s id=%u removed by the registry: "
 			 "session=%" PRIx64 " peer=%s closed",
-			 c->principal, c->tenant_id,
-			 c->session ? memd_session_id(c->session) : 0, c->peer);
+			 c->principal, c->tenant_id, c->session_id, c->peer);
 		if (c->session) {
 			memd_session_close(s->lt, c->session, now_ms(),
 					   revoke_mr, s);

@@ -9,6 +9,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -466,6 +467,67 @@ START_TEST(cross_key_errors_name_file_and_line)
 }
 END_TEST
 
+/* Reads m's memd.log into a static buffer, NUL-terminated. */
+static const char *memd_log_text(const struct tu_memd *m)
+{
+	static char buf[1 << 20];
+	char path[256];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "cannot open %s", path);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/*
+ * The close line of a standalone client names the session its hello
+ * line named, also after BYE closed the session (it said session=0).
+ * memd is stopped before its log is read, so every line is in it.
+ */
+START_TEST(close_line_names_the_session)
+{
+	struct tu_memd m;
+	struct pool_opts o = { .client_name = "sessiontest" };
+	struct pool *p;
+	const char *log, *l;
+	char peer[64], want[128];
+	uint64_t sid = 0, closed;
+	int st;
+
+	tu_memd_start_ok(&m, NULL);
+	o.addr = m.addr;
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	pool_close(p);
+	/* reaped here, not by tu_memd_stop, which removes the log */
+	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
+	m.pid = 0;
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd exit status %d", st);
+	log = memd_log_text(&m);
+
+	l = strstr(log, "ctl: hello peer=");
+	ck_assert_msg(l, "no hello line in:\n%s", log);
+	ck_assert_int_eq(
+		sscanf(l, "ctl: hello peer=%63s session=%" SCNx64, peer, &sid),
+		2);
+	ck_assert_msg(sid != 0, "hello line with session 0");
+	snprintf(want, sizeof(want), "ctl: close peer=%s session=", peer);
+	l = strstr(l, want);
+	ck_assert_msg(l, "no '%s' line in:\n%s", want, log);
+	ck_assert_int_eq(sscanf(l + strlen(want), "%" SCNx64, &closed), 1);
+	ck_assert_msg(closed == sid,
+		      "close line says session=%" PRIx64
+		      ", hello said %" PRIx64,
+		      closed, sid);
+}
+END_TEST
+
 START_TEST(command_line_exit_codes)
 {
 	const char *bad_flag[] = { "--no-such-flag", NULL };
@@ -573,7 +635,7 @@ static int run_scratch_fail(void)
 int main(int argc, char **argv)
 {
 	Suite *s = suite_create("memd");
-	TCase *tc, *cli;
+	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	SRunner *sr;
 	int failed;
@@ -603,6 +665,8 @@ int main(int argc, char **argv)
 	}
 	tc = tcase_create("control");
 	cli = tcase_create("cli");
+	logt = tcase_create("log");
+	tcase_set_timeout(logt, 60);
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -617,8 +681,10 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
 	tcase_add_test(cli, cross_key_errors_name_file_and_line);
+	tcase_add_test(logt, close_line_names_the_session);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
+	suite_add_tcase(s, logt);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
