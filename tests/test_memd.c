@@ -528,6 +528,40 @@ START_TEST(close_line_names_the_session)
 }
 END_TEST
 
+/*
+ * A client name with blanks and quotes is one quoted value in the hello
+ * line, so the line still parses as key=value pairs.
+ */
+START_TEST(hello_line_quotes_client_name)
+{
+	struct tu_memd m;
+	struct pool_opts o = { .client_name = "kvbench pid 13498 \"x\"" };
+	struct pool *p;
+	const char *want = " client=\"kvbench pid 13498 \\\"x\\\"\"";
+	const char *log, *l, *e;
+	int st;
+
+	tu_memd_start_ok(&m, NULL);
+	o.addr = m.addr;
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	pool_close(p);
+	/* reaped here, not by tu_memd_stop, which removes the log */
+	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
+	m.pid = 0;
+	log = memd_log_text(&m);
+	l = strstr(log, "ctl: hello peer=");
+	ck_assert_msg(l, "no hello line in:\n%s", log);
+	e = strchr(l, '\n');
+	ck_assert_ptr_nonnull(e);
+	/* the last pair of the line */
+	ck_assert_msg((size_t)(e - l) > strlen(want) &&
+			      !strncmp(e - strlen(want), want, strlen(want)),
+		      "hello line: %.*s", (int)(e - l), l);
+	tu_memd_stop(&m, SIGTERM); /* removes its directory */
+}
+END_TEST
+
 START_TEST(command_line_exit_codes)
 {
 	const char *bad_flag[] = { "--no-such-flag", NULL };
@@ -682,6 +716,7 @@ int main(int argc, char **argv)
 	tcase_add_test(cli, command_line_exit_codes);
 	tcase_add_test(cli, cross_key_errors_name_file_and_line);
 	tcase_add_test(logt, close_line_names_the_session);
+	tcase_add_test(logt, hello_line_quotes_client_name);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, logt);
