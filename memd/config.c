@@ -560,6 +560,8 @@ static const struct memd_conf_key memd_conf_keys[] = {
 #undef FIELD
 
 #define MEMD_CONF_NKEYS ARRAY_SIZE(memd_conf_keys)
+_Static_assert(MEMD_CONF_NKEYS <= MEMD_CONF_KEYS_MAX,
+	       "struct memd_conf_src has no room for every key");
 
 /* Enum fields are accessed as int. */
 _Static_assert(sizeof(enum memd_hugepages) == sizeof(int),
@@ -1457,6 +1459,13 @@ void memd_config_defaults(struct memd_config *c)
 int memd_config_set(struct memd_config *c, const char *key, const char *value,
 		    char *err, size_t errlen)
 {
+	return memd_config_set_src(c, NULL, key, value, err, errlen);
+}
+
+int memd_config_set_src(struct memd_config *c, struct memd_conf_src *src,
+			const char *key, const char *value, char *err,
+			size_t errlen)
+{
 	char name[64], shown[MEMD_CONF_QUOTE_MAX], what[MEMD_CONF_WHAT_MAX];
 	char known[512];
 	const struct memd_conf_key *k;
@@ -1489,12 +1498,48 @@ int memd_config_set(struct memd_config *c, const char *key, const char *value,
 		memd_conf_err(err, errlen, "key '%s': %s", k->name, what);
 		return -EINVAL;
 	}
+	if (src)
+		src->line[k - memd_conf_keys] = MEMD_CONF_SRC_FLAG;
 	return 0;
+}
+
+/*
+ * "FILE:LINE: " for the line that set key a (or, when a kept its
+ * default, key b: the other side of the rule), "command line: " for a
+ * flag, "FILE: " when neither came from a line, "" without a source.
+ */
+static const char *memd_conf_where(const struct memd_conf_src *src,
+				   const char *a, const char *b, char *buf,
+				   size_t len)
+{
+	int line;
+
+	buf[0] = '\0';
+	if (!src)
+		return buf;
+	line = src->line[memd_conf_find(a) - memd_conf_keys];
+	if (line == MEMD_CONF_SRC_DEFAULT && b)
+		line = src->line[memd_conf_find(b) - memd_conf_keys];
+	if (line == MEMD_CONF_SRC_FLAG)
+		snprintf(buf, len, "command line: ");
+	else if (src->path && line > 0)
+		snprintf(buf, len, "%s:%d: ", src->path, line);
+	else if (src->path)
+		snprintf(buf, len, "%s: ", src->path);
+	return buf;
 }
 
 int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 {
+	return memd_config_validate_src(c, NULL, err, errlen);
+}
+
+int memd_config_validate_src(const struct memd_config *c,
+			     const struct memd_conf_src *src, char *err,
+			     size_t errlen)
+{
 	char what[MEMD_CONF_WHAT_MAX], shown[64], a[32], b[32];
+	char at[MEMD_CONF_STR_MAX + 32];
 	struct memd_config scratch; /* strings are re-parsed into it */
 	const struct memd_conf_key *k;
 	int nodes[MEMD_NUMA_NODES_MAX], nnodes;
@@ -1510,7 +1555,10 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 
 			if (!memchr(s, '\0', MEMD_CONF_STR_MAX)) {
 				memd_conf_err(err, errlen,
-					      "key '%s': not terminated",
+					      "%skey '%s': not terminated",
+					      memd_conf_where(src, k->name,
+							      NULL, at,
+							      sizeof(at)),
 					      k->name);
 				return -EINVAL;
 			}
@@ -1525,8 +1573,10 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 				memd_conf_append_expect(k, what, sizeof(what));
 		}
 		if (rc) {
-			memd_conf_err(err, errlen, "key '%s': %s", k->name,
-				      what);
+			memd_conf_err(err, errlen, "%skey '%s': %s",
+				      memd_conf_where(src, k->name, NULL, at,
+						      sizeof(at)),
+				      k->name, what);
 			return -EINVAL;
 		}
 	}
@@ -1535,15 +1585,19 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 	memd_conf_format_bytes(c->slab_bytes, b, sizeof(b));
 	if (c->donate_bytes < c->slab_bytes) {
 		memd_conf_err(err, errlen,
-			      "key 'donate': %s is less than one slab "
+			      "%skey 'donate': %s is less than one slab "
 			      "(slab_size = %s)",
+			      memd_conf_where(src, "donate", "slab_size", at,
+					      sizeof(at)),
 			      a, b);
 		return -EINVAL;
 	}
 	if (c->donate_bytes % c->slab_bytes) {
 		memd_conf_err(err, errlen,
-			      "key 'donate': %s is not a multiple of "
+			      "%skey 'donate': %s is not a multiple of "
 			      "slab_size = %s",
+			      memd_conf_where(src, "donate", "slab_size", at,
+					      sizeof(at)),
 			      a, b);
 		return -EINVAL;
 	}
@@ -1555,39 +1609,53 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 		memd_conf_format_bytes(c->slab_bytes * (uint64_t)nnodes, per,
 				       sizeof(per));
 		memd_conf_err(err, errlen,
-			      "key 'numa_nodes': donate = %s does not split "
+			      "%skey 'numa_nodes': donate = %s does not split "
 			      "into whole slabs over %d nodes (slab_size = "
 			      "%s each); make donate a multiple of %s",
+			      memd_conf_where(src, "numa_nodes", "donate", at,
+					      sizeof(at)),
 			      a, nnodes, b, per);
 		return -EINVAL;
 	}
 	if (c->registry[0] && !c->cluster_secret_file[0]) {
 		memd_conf_err(err, errlen,
-			      "key 'registry': registry = %s needs "
+			      "%skey 'registry': registry = %s needs "
 			      "cluster_secret_file",
+			      memd_conf_where(src, "registry",
+					      "cluster_secret_file", at,
+					      sizeof(at)),
 			      c->registry);
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&
 	    strcmp(strrchr(c->listen, ':'), ":0")) {
 		memd_conf_err(err, errlen,
-			      "key 'metrics_listen': %s is the control "
+			      "%skey 'metrics_listen': %s is the control "
 			      "address (listen); give /metrics a port of its "
 			      "own",
+			      memd_conf_where(src, "metrics_listen", "listen",
+					      at, sizeof(at)),
 			      c->metrics_listen);
 		return -EINVAL;
 	}
 	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {
 		memd_conf_format_bytes(c->kv_spill_bytes, a, sizeof(a));
 		if (c->kv_spill_dir[0])
-			memd_conf_err(err, errlen,
-				      "key 'kv_spill_dir': %s needs a size cap "
-				      "(kv_spill_size)",
-				      c->kv_spill_dir);
+			memd_conf_err(
+				err, errlen,
+				"%skey 'kv_spill_dir': %s needs a size cap "
+				"(kv_spill_size)",
+				memd_conf_where(src, "kv_spill_dir",
+						"kv_spill_size", at,
+						sizeof(at)),
+				c->kv_spill_dir);
 		else
 			memd_conf_err(err, errlen,
-				      "key 'kv_spill_size': %s without "
+				      "%skey 'kv_spill_size': %s without "
 				      "kv_spill_dir",
+				      memd_conf_where(src, "kv_spill_size",
+						      "kv_spill_dir", at,
+						      sizeof(at)),
 				      a);
 		return -EINVAL;
 	}
@@ -1599,19 +1667,27 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 					    ? c->lease_ttl_ms
 					    : c->report_interval_ms,
 				    b, sizeof(b));
-		memd_conf_err(err, errlen,
-			      "key 'idle_timeout': %s must be 0 or longer "
-			      "than lease_ttl and report_interval (%s), or "
-			      "memd would close clients that only heartbeat",
-			      a, b);
+		memd_conf_err(
+			err, errlen,
+			"%skey 'idle_timeout': %s must be 0 or longer "
+			"than lease_ttl and report_interval (%s), or "
+			"memd would close clients that only heartbeat",
+			memd_conf_where(src, "idle_timeout",
+					c->lease_ttl_ms > c->report_interval_ms
+						? "lease_ttl"
+						: "report_interval",
+					at, sizeof(at)),
+			a, b);
 		return -EINVAL;
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {
 		memd_conf_format_ms(c->lease_grace_ms, a, sizeof(a));
 		memd_conf_format_ms(c->lease_ttl_ms, b, sizeof(b));
 		memd_conf_err(err, errlen,
-			      "key 'lease_grace': %s must be less than "
+			      "%skey 'lease_grace': %s must be less than "
 			      "lease_ttl = %s",
+			      memd_conf_where(src, "lease_grace", "lease_ttl",
+					      at, sizeof(at)),
 			      a, b);
 		return -EINVAL;
 	}
@@ -1982,6 +2058,12 @@ static int memd_conf_ini_handler(void *user, const char *section,
 int memd_config_load(struct memd_config *c, const char *path, char *err,
 		     size_t errlen)
 {
+	return memd_config_load_src(c, NULL, path, err, errlen);
+}
+
+int memd_config_load_src(struct memd_config *c, struct memd_conf_src *src,
+			 const char *path, char *err, size_t errlen)
+{
 	struct memd_config copy = *c; /* c changes only on success */
 	struct memd_conf_parse parse = {
 		.path = path,
@@ -2011,7 +2093,14 @@ int memd_config_load(struct memd_config *c, const char *path, char *err,
 		rc = -EINVAL;
 	}
 	fclose(p->fp);
-	if (!rc)
-		*c = copy;
-	return rc;
+	if (rc)
+		return rc;
+	*c = copy;
+	if (src) {
+		src->path = path;
+		for (size_t i = 0; i < MEMD_CONF_NKEYS; i++)
+			if (p->seen[i])
+				src->line[i] = p->seen[i];
+	}
+	return 0;
 }

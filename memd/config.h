@@ -79,6 +79,21 @@ struct memd_config {
 	char metrics_listen[MEMD_CONF_STR_MAX]; /* "": no /metrics */
 };
 
+/*
+ * Where each key's value came from, so that an error about a rule
+ * between keys (memd_config_validate_src) names the file and line - or
+ * the flag - that set the key it blames, as an error about one key does.
+ * Zero it, then let memd_config_load_src and memd_config_set_src fill
+ * it. line[] is in the table's order: a line of path, or one of:
+ */
+#define MEMD_CONF_SRC_DEFAULT 0 /* never set: the key's default */
+#define MEMD_CONF_SRC_FLAG (-1) /* set by a command-line flag */
+#define MEMD_CONF_KEYS_MAX 64	/* room for every key of the table */
+struct memd_conf_src {
+	const char *path; /* the file loaded (not copied); NULL: none */
+	int line[MEMD_CONF_KEYS_MAX];
+};
+
 /* The role memd.conf's registry key gives this memd. */
 enum memd_mode {
 	MEMD_MODE_STANDALONE = 0, /* registry = (empty) */
@@ -106,12 +121,20 @@ void memd_config_defaults(struct memd_config *c);
  */
 int memd_config_load(struct memd_config *c, const char *path, char *err,
 		     size_t errlen);
+/* The same, also recording in src (may be NULL) the path and the line of
+ * every key the file sets; src is only changed on success. */
+int memd_config_load_src(struct memd_config *c, struct memd_conf_src *src,
+			 const char *path, char *err, size_t errlen);
 
 /* Sets one key from a string (a command-line flag). -EINVAL / -ENOENT
  * (unknown key) with err "key 'K': ...". A '-' in key counts as '_'
  * (--set lease-ttl=5s). c is only changed on success. */
 int memd_config_set(struct memd_config *c, const char *key, const char *value,
 		    char *err, size_t errlen);
+/* The same, also marking key in src (may be NULL) as set by a flag. */
+int memd_config_set_src(struct memd_config *c, struct memd_conf_src *src,
+			const char *key, const char *value, char *err,
+			size_t errlen);
 
 /*
  * The nodes numa_nodes lists, in increasing order, written to nodes
@@ -123,8 +146,15 @@ int memd_config_numa_nodes(const struct memd_config *c, int *nodes);
 
 /* Cross-key checks (slab divides donation, ttl > grace, ...). 0 or -EINVAL.
  * Also checks every key against its own bounds, for structs filled by
- * code. */
+ * code. err is "key 'K': what is wrong". */
 int memd_config_validate(const struct memd_config *c, char *err, size_t errlen);
+/* The same, with err prefixed by where the key it blames was set:
+ * "FILE:LINE: " (when that key kept its default, the line of the other
+ * key of the rule), "command line: " for a flag, "FILE: " when neither
+ * was set. src may be NULL (no prefix). */
+int memd_config_validate_src(const struct memd_config *c,
+			     const struct memd_conf_src *src, char *err,
+			     size_t errlen);
 
 /* Writes every key as "key = value" (an ini memd can read back), each
  * preceded by its help text as a comment. */

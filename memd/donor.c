@@ -152,6 +152,7 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 		struct wire_msg *req, struct wire_msg *rep, char *text,
 		size_t textlen)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct wire_donor_join *j = &req->u.donor_join;
 	int r;
 
@@ -183,7 +184,8 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	memd_log(LOG_NOTICE,
 		 "donor: joined registry=%s donor_id=%u name=%s addr=%s "
 		 "registry_epoch=%016" PRIx64 " drain=%d",
-		 d->registry, rep->u.donor_join_ok.donor_id, d->name,
+		 d->registry, rep->u.donor_join_ok.donor_id,
+		 memd_log_quote(d->name, logq, sizeof(logq)),
 		 req->u.donor_join.addr, rep->u.donor_join_ok.registry_epoch,
 		 d->drain);
 	return 0;

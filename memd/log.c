@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * memd/log.c - formats one log line and writes it with a single write(2)
- * so lines from different threads never interleave. Any thread.
+ * so lines from different threads never interleave, and quotes the
+ * values peers choose (memd_log_quote) so every line stays key=value
+ * pairs. Any thread.
  */
 #include "memd/log.h"
 
@@ -51,6 +53,62 @@ void memd_log_emit(int level, const char *fmt, ...)
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, n) < 0)
 		return; /* nowhere left to report it */
+}
+
+static bool memd_log_needs_quotes(const char *s)
+{
+	if (!*s)
+		return true;
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch <= ' ' || ch == 0x7f || ch == '"' || ch == '\\' ||
+		    ch == '=')
+			return true;
+	}
+	return false;
+}
+
+const char *memd_log_quote(const char *s, char *buf, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = 0, k;
+	char esc[4];
+
+	if (len < 3) {
+		if (len)
+			buf[0] = '\0';
+		return buf;
+	}
+	if (!memd_log_needs_quotes(s)) {
+		snprintf(buf, len, "%s", s);
+		return buf;
+	}
+	buf[n++] = '"';
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		k = 0;
+		if (ch == '"' || ch == '\\') {
+			esc[k++] = '\\';
+			esc[k++] = (char)ch;
+		} else if (ch < ' ' || ch == 0x7f) {
+			esc[k++] = '\\';
+			esc[k++] = 'x';
+			esc[k++] = hex[ch >> 4];
+			esc[k++] = hex[ch & 15];
+		} else {
+			esc[k++] = (char)ch;
+		}
+		/* room for it, the closing '"' and the NUL */
+		if (n + k + 2 > len)
+			break;
+		memcpy(buf + n, esc, k);
+		n += k;
+	}
+	buf[n++] = '"';
+	buf[n] = '\0';
+	return buf;
 }
 
 bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed)

@@ -8,6 +8,7 @@
 #define TP_MEMD_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <syslog.h>
 
@@ -25,6 +26,20 @@ void memd_log_emit(int level, const char *fmt, ...)
 		    __atomic_load_n(&memd_log_level, __ATOMIC_RELAXED))        \
 			memd_log_emit((level), __VA_ARGS__);                   \
 	} while (0)
+
+/*
+ * s as one value of a key=value pair, written into buf (len bytes):
+ * unchanged when it is not empty and holds no blank, '"', '\\', '=' or
+ * control byte; otherwise in double quotes, with '"' and '\\' escaped by
+ * a backslash and control bytes (and DEL) written as \xHH - so a name a
+ * peer chose ("kvbench pid 13498") can neither break the key=value
+ * parsing of a line, fake another key, nor split the line. A value that
+ * does not fit is cut (a quoted one still ends with its '"'); buffers of
+ * MEMD_LOG_QUOTE_MAX(n) bytes hold any string of n - 1 bytes whole.
+ * Returns buf ("" when len < 3). Any thread; for the log only.
+ */
+#define MEMD_LOG_QUOTE_MAX(n) (4 * (n) + 3)
+const char *memd_log_quote(const char *s, char *buf, size_t len);
 
 /*
  * Rate limit for a line that a peer can make memd repeat (a refused

@@ -105,32 +105,28 @@ static int build_config(struct memd_config *cfg, char *err, size_t errlen,
 			void *arg)
 {
 	const struct settings *st = arg;
+	struct memd_conf_src src = { 0 };
 	size_t n;
 	int r;
 
 	memd_config_defaults(cfg);
 	if (st->config_path) {
-		r = memd_config_load(cfg, st->config_path, err, errlen);
+		r = memd_config_load_src(cfg, &src, st->config_path, err,
+					 errlen);
 		if (r)
 			return r;
 	}
 	for (size_t i = 0; i < st->nov; i++) {
 		snprintf(err, errlen, "command line: ");
 		n = strlen(err);
-		r = memd_config_set(cfg, st->ov[i].key, st->ov[i].value,
-				    err + n, errlen - n);
+		r = memd_config_set_src(cfg, &src, st->ov[i].key,
+					st->ov[i].value, err + n, errlen - n);
 		if (r)
 			return r;
 	}
 	err[0] = '\0';
-	r = memd_config_validate(cfg, err, errlen);
-	if (r && st->config_path) {
-		char tmp[1024];
-
-		snprintf(tmp, sizeof(tmp), "%s: %s", st->config_path, err);
-		snprintf(err, errlen, "%s", tmp);
-	}
-	return r;
+	/* names FILE:LINE (or the flag) of the key a cross-key rule blames */
+	return memd_config_validate_src(cfg, &src, err, errlen);
 }
 
 /* Where the config came from, for start-up errors about its values. */

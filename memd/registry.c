@@ -395,6 +395,7 @@ static void donor_grants_drop_locked(struct memd_registry *r, uint32_t id)
 static void donor_down_locked(struct memd_registry *r, struct donor *d,
 			      const char *why)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	usage_clear_locked(r, d);
 	d->up = false;
 	d->reported = false;
@@ -402,7 +403,8 @@ static void donor_down_locked(struct memd_registry *r, struct donor *d,
 	memd_log(LOG_WARNING,
 		 "registry: donor down name=%s id=%u epoch=%016" PRIx64
 		 " reason=\"%s\"",
-		 d->name, d->id, d->epoch, d->reason);
+		 memd_log_quote(d->name, logq, sizeof(logq)), d->id, d->epoch,
+		 d->reason);
 }
 
 /* Liveness and grant expiry as of now_ms; every entry point runs it, so
@@ -1112,6 +1114,7 @@ int memd_registry_donor_join(struct memd_registry *r,
 			     struct wire_donor_join_ok *ok, char *err,
 			     size_t errlen)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	char have[32], want[32];
 	struct donor *d;
 	uint32_t nfree = 0;
@@ -1210,8 +1213,8 @@ int memd_registry_donor_join(struct memd_registry *r,
 		LOG_NOTICE,
 		"registry: donor joined name=%s id=%u addr=%s epoch=%016" PRIx64
 		" slabs=%u draining=%d",
-		d->name, d->id, d->addr, d->epoch, d->slabs_total,
-		(int)d->draining);
+		memd_log_quote(d->name, logq, sizeof(logq)), d->id, d->addr,
+		d->epoch, d->slabs_total, (int)d->draining);
 	ok->donor_id = d->id;
 	ok->registry_epoch = r->epoch;
 	ok->report_ms = r->report_ms;
@@ -1762,6 +1765,7 @@ static struct tenant *admin_tenant(struct admin_ctx *x, int *rc)
 
 static int admin_tenant_add(struct admin_ctx *x)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct memd_registry *r = x->r;
 	struct state_edit e = state_now(r);
 	uint8_t box[WIRE_BOX_MAX];
@@ -1830,7 +1834,8 @@ static int admin_tenant_add(struct admin_ctx *x)
 	r->tenant[r->ntenants++] = t;
 	memd_log(LOG_NOTICE,
 		 "registry: tenant added name=%s id=%u quota_bytes=%" PRIu64,
-		 t.name, t.id, t.quota_bytes);
+		 memd_log_quote(t.name, logq, sizeof(logq)), t.id,
+		 t.quota_bytes);
 	x->reply = json_pack("{s:I}", "id", (json_int_t)t.id);
 	/* The tenant exists now; a reply we cannot build is still -ENOMEM. */
 	rc = x->reply ? 0 : -ENOMEM;
@@ -1841,6 +1846,7 @@ out:
 
 static int admin_tenant_remove(struct admin_ctx *x)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct memd_registry *r = x->r;
 	struct state_edit e = state_now(r);
 	char u[32], s[32];
@@ -1863,8 +1869,8 @@ static int admin_tenant_remove(struct admin_ctx *x)
 	rc = state_write_logged(r, &e, x->err, x->errlen);
 	if (rc)
 		return rc;
-	memd_log(LOG_NOTICE, "registry: tenant removed name=%s id=%u", t->name,
-		 t->id);
+	memd_log(LOG_NOTICE, "registry: tenant removed name=%s id=%u",
+		 memd_log_quote(t->name, logq, sizeof(logq)), t->id);
 	/* keep the others in order of id (listings, registry.json) */
 	memset(t, 0, sizeof(*t));
 	memmove(t, t + 1,
@@ -1893,6 +1899,7 @@ static int admin_quota_get(struct admin_ctx *x)
 
 static int admin_quota_set(struct admin_ctx *x)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct state_edit e = state_now(x->r);
 	struct tenant *t, nt;
 	uint64_t q;
@@ -1915,7 +1922,8 @@ static int admin_quota_set(struct admin_ctx *x)
 	memd_log(LOG_NOTICE,
 		 "registry: quota set name=%s quota_bytes=%" PRIu64
 		 " was=%" PRIu64,
-		 t->name, q, t->quota_bytes);
+		 memd_log_quote(t->name, logq, sizeof(logq)), q,
+		 t->quota_bytes);
 	t->quota_bytes = q;
 	x->reply = json_object();
 	return x->reply ? 0 : -ENOMEM;
@@ -1923,6 +1931,7 @@ static int admin_quota_set(struct admin_ctx *x)
 
 static int admin_drain(struct admin_ctx *x)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct state_edit e = state_now(x->r);
 	char name[WIRE_NAME_MAX];
 	struct donor *d, nd;
@@ -1948,7 +1957,8 @@ static int admin_drain(struct admin_ctx *x)
 			return rc;
 		d->draining = drain;
 		memd_log(LOG_NOTICE, "registry: donor name=%s id=%u drain=%d",
-			 d->name, d->id, (int)drain);
+			 memd_log_quote(d->name, logq, sizeof(logq)), d->id,
+			 (int)drain);
 		if (d->up)
 			donor_set_reason(d, drain ? "drained by an operator"
 						  : "drain ended by an "

@@ -149,6 +149,9 @@ struct conn {
 	uint8_t *tx;
 	size_t tx_len, tx_off;
 	struct memd_session *session;
+	/* the id HELLO gave session, for log lines: still set after BYE
+	 * closed the session (the connection's close line names it) */
+	uint64_t session_id;
 	/* Authentication (docs/cluster.md). auth is AUTH_NONE until AUTH,
 	 * CHALLENGED until a good AUTH_PROOF, then DONE with role set. */
 	enum { AUTH_NONE = 0, AUTH_CHALLENGED, AUTH_DONE } auth;
@@ -652,7 +655,7 @@ static void conn_close(struct memd_server *s, struct conn *c, const char *why)
 	 * it matters, was logged rate-limited). */
 	memd_log(c->established ? LOG_INFO : LOG_DEBUG,
 		 "ctl: close peer=%s session=%" PRIx64 " why=%s", c->peer,
-		 c->session ? memd_session_id(c->session) : 0, why);
+		 c->session_id, why);
 	hs_remove(s, c);
 	if (c->established && !c->cluster)
 		s->ntenant--;
@@ -726,6 +729,7 @@ static void send_error(struct memd_server *s, struct conn *c, uint32_t seq,
 static void do_hello(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	const struct wire_hello *h = &req->u.hello;
 	struct wire_hello_ok *ok = &rep->u.hello_ok;
 	int r;
@@ -773,9 +777,11 @@ static void do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
+	c->session_id = memd_session_id(c->session);
 	CTR_ADD(s, sessions_opened, 1);
 	memd_log(LOG_INFO, "ctl: hello peer=%s session=%" PRIx64 " client=%s",
-		 c->peer, memd_session_id(c->session), h->client);
+		 c->peer, c->session_id,
+		 memd_log_quote(h->client, logq, sizeof(logq)));
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_HELLO_OK;
 	rep->seq = req->seq;
@@ -1260,10 +1266,11 @@ static void spill_binding(const uint8_t *pool_key, uint32_t tenant_id,
 static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
 			const char *why)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	CTR_ADD(s, auth_failures, 1);
 	memd_log_limited(&s->ll_auth, LOG_WARNING,
 			 "auth: refused peer=%s principal=%s why=%s", c->peer,
-			 c->principal, why);
+			 memd_log_quote(c->principal, logq, sizeof(logq)), why);
 	send_error(s, c, seq, EACCES, "authentication failed");
 	c->closing = true;
 	c->auth = AUTH_NONE;
@@ -1273,6 +1280,7 @@ static void auth_refuse(struct memd_server *s, struct conn *c, uint32_t seq,
 static void do_auth_proof(struct memd_server *s, struct conn *c,
 			  const struct wire_msg *req, struct wire_msg *rep)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct wire_auth_ok *ok = &rep->u.auth_ok;
 	uint64_t sid = memd_session_id(c->session);
 	uint8_t mac[WIRE_MAC_LEN];
@@ -1304,8 +1312,10 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 			memd_log_limited(&s->ll_refuse, LOG_WARNING,
 					 "auth: refused peer=%s tenant=%s "
 					 "why=sessions held=%u max=%u",
-					 c->peer, c->principal, n,
-					 s->cfg.max_sessions_per_tenant);
+					 c->peer,
+					 memd_log_quote(c->principal, logq,
+							sizeof(logq)),
+					 n, s->cfg.max_sessions_per_tenant);
 			send_error(s, c, req->seq, EUSERS,
 				   "tenant %s holds %u sessions on this memd "
 				   "(max_sessions_per_tenant = %u)",
@@ -1376,7 +1386,8 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 	memd_log(LOG_INFO,
 		 "auth: ok peer=%s session=%" PRIx64 " principal=%s role=%u "
 		 "tenant=%u",
-		 c->peer, sid, c->principal, c->role, c->tenant_id);
+		 c->peer, sid, memd_log_quote(c->principal, logq, sizeof(logq)),
+		 c->role, c->tenant_id);
 	if (conn_send(c, rep))
 		c->closing = true;
 }
@@ -1384,6 +1395,7 @@ static void do_auth_proof(struct memd_server *s, struct conn *c,
 static void do_place(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	char err[WIRE_MSG_MAX] = "";
 	int r;
 
@@ -1404,8 +1416,9 @@ static void do_place(struct memd_server *s, struct conn *c,
 		CTR_ADD(s, places_refused, 1);
 		memd_log(LOG_INFO,
 			 "place: refused tenant=%s n=%u flags=%#x err=%s: %s",
-			 c->principal, req->u.place.nslabs, req->u.place.flags,
-			 strerror(-r), err);
+			 memd_log_quote(c->principal, logq, sizeof(logq)),
+			 req->u.place.nslabs, req->u.place.flags, strerror(-r),
+			 err);
 		send_error(s, c, req->seq, -r, "%s", err);
 		return;
 	}
@@ -1432,6 +1445,7 @@ static void redeem_publish(struct memd_server *s)
 static void do_lease_grant(struct memd_server *s, struct conn *c,
 			   const struct wire_msg *req, struct wire_msg *rep)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	const struct wire_ticket *t = &req->u.lease_grant.ticket;
 	uint64_t reg_epoch = 0, now_unix = unix_ms(), oldest = 0;
 	uint32_t donor_id = 0;
@@ -1452,7 +1466,9 @@ static void do_lease_grant(struct memd_server *s, struct conn *c,
 		CTR_ADD(s, tickets_refused, 1);
 		memd_log(LOG_WARNING,
 			 "ticket: bad MAC peer=%s tenant=%s grant=%" PRIu64,
-			 c->peer, c->principal, t->grant_id);
+			 c->peer,
+			 memd_log_quote(c->principal, logq, sizeof(logq)),
+			 t->grant_id);
 		send_error(s, c, req->seq, EACCES,
 			   "ticket: not signed by this pool's registry");
 		return;
@@ -2807,6 +2823,7 @@ static void expire_sessions(struct memd_server *s)
  */
 static void tenants_removed(struct memd_server *s)
 {
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	static uint32_t ids[1024]; /* memd-ctl only */
 	uint64_t reports = 0;
 	size_t n;
@@ -2826,8 +2843,8 @@ static void tenants_removed(struct memd_server *s)
 		memd_log(LOG_NOTICE,
 			 "auth: tenant=%s id=%u removed by the registry: "
 			 "session=%" PRIx64 " peer=%s closed",
-			 c->principal, c->tenant_id,
-			 c->session ? memd_session_id(c->session) : 0, c->peer);
+			 memd_log_quote(c->principal, logq, sizeof(logq)),
+			 c->tenant_id, c->session_id, c->peer);
 		if (c->session) {
 			memd_session_close(s->lt, c->session, now_ms(),
 					   revoke_mr, s);

@@ -1184,6 +1184,89 @@ START_TEST(load_nul_byte)
 }
 END_TEST
 
+/*
+ * A rule between two keys names the file and line of the key it blames,
+ * as a bad single value does; the other key of the rule when the blamed
+ * one kept its default; "command line" for a flag.
+ */
+START_TEST(validate_names_file_and_line)
+{
+	static const char text[] = "# cross-key rules\n"
+				   "lease_ttl = 3s\n"
+				   "donate = 96M\n"
+				   "[memd]\n"
+				   "lease_grace = 3s\n";
+	struct memd_config c;
+	struct memd_conf_src src = { 0 };
+	char path[PATH_MAX], err[PATH_MAX + 256], want[PATH_MAX + 256];
+
+	memd_config_defaults(&c);
+	write_file("cross.conf", text, path, sizeof(path));
+	ck_assert_int_eq(memd_config_load_src(&c, &src, path, err, sizeof(err)),
+			 0);
+	ck_assert_ptr_eq(src.path, path);
+
+	/* donate (line 3) against slab_size's default */
+	ck_assert_int_eq(memd_config_validate_src(&c, &src, err, sizeof(err)),
+			 -EINVAL);
+	snprintf(want, sizeof(want),
+		 "%s:3: key 'donate': 96M is not a multiple of "
+		 "slab_size = 64M",
+		 path);
+	ck_assert_str_eq(err, want);
+
+	/* a flag that fixes donate: now lease_grace (line 5) >= lease_ttl */
+	ck_assert_int_eq(memd_config_set_src(&c, &src, "donate", "128M", err,
+					     sizeof(err)),
+			 0);
+	ck_assert_int_eq(memd_config_validate_src(&c, &src, err, sizeof(err)),
+			 -EINVAL);
+	snprintf(want, sizeof(want),
+		 "%s:5: key 'lease_grace': 3s must be less than "
+		 "lease_ttl = 3s",
+		 path);
+	ck_assert_str_eq(err, want);
+
+	/* lease_grace back to its default: the rule blames lease_ttl's line */
+	memd_config_defaults(&c);
+	memset(&src, 0, sizeof(src));
+	write_file("cross2.conf", "\n\nlease_ttl = 1s\n", path, sizeof(path));
+	ck_assert_int_eq(memd_config_load_src(&c, &src, path, err, sizeof(err)),
+			 0);
+	ck_assert_int_eq(memd_config_validate_src(&c, &src, err, sizeof(err)),
+			 -EINVAL);
+	snprintf(want, sizeof(want),
+		 "%s:3: key 'lease_grace': 2s must be less than "
+		 "lease_ttl = 1s",
+		 path);
+	ck_assert_str_eq(err, want);
+
+	/* set by a flag: the command line */
+	ck_assert_int_eq(memd_config_set_src(&c, &src, "lease-grace", "1s", err,
+					     sizeof(err)),
+			 0);
+	ck_assert_int_eq(memd_config_validate_src(&c, &src, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_str_eq(err, "command line: key 'lease_grace': 1s must be "
+			      "less than lease_ttl = 1s");
+
+	/* registry without cluster_secret_file, only the file's name known */
+	memd_config_defaults(&c);
+	memset(&src, 0, sizeof(src));
+	src.path = "memd.conf";
+	snprintf(c.registry, sizeof(c.registry), "yes");
+	ck_assert_int_eq(memd_config_validate_src(&c, &src, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_str_eq(err, "memd.conf: key 'registry': registry = yes "
+			      "needs cluster_secret_file");
+	/* no source: no prefix, as memd_config_validate */
+	ck_assert_int_eq(memd_config_validate_src(&c, NULL, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_str_eq(err, "key 'registry': registry = yes needs "
+			      "cluster_secret_file");
+}
+END_TEST
+
 START_TEST(load_missing_file)
 {
 	struct memd_config c, before;
@@ -1656,6 +1739,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tf, load_indented_lines_are_keys);
 	tcase_add_test(tf, load_long_and_nul_lines);
 	tcase_add_test(tf, load_nul_byte);
+	tcase_add_test(tf, validate_names_file_and_line);
 	tcase_add_test(tf, load_missing_file);
 	tcase_add_test(tf, load_directory);
 	tcase_add_test(tf, load_unreadable_file);

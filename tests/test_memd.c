@@ -9,6 +9,8 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -363,8 +365,9 @@ START_TEST(client_stuck_mid_frame_does_not_block_others)
 }
 END_TEST
 
-/* Runs memd with args; returns its exit status. */
-static int run_memd(const char *const *args)
+/* Runs memd with args, its stderr to errpath (NULL: /dev/null); returns
+ * its exit status. */
+static int run_memd_log(const char *const *args, const char *errpath)
 {
 	const char *argv[16];
 	int n = 0, st;
@@ -377,15 +380,187 @@ static int run_memd(const char *const *args)
 	pid = fork();
 	if (pid == 0) {
 		int devnull = open("/dev/null", O_WRONLY);
+		int errfd = errpath ? open(errpath,
+					   O_WRONLY | O_CREAT | O_TRUNC, 0600)
+				    : devnull;
 
 		dup2(devnull, 1);
-		dup2(devnull, 2);
+		dup2(errfd, 2);
 		execv(argv[0], (char **)argv);
 		_exit(127);
 	}
 	waitpid(pid, &st, 0);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* Runs memd with args; returns its exit status. */
+static int run_memd(const char *const *args)
+{
+	return run_memd_log(args, NULL);
+}
+
+/* Whether the file at path holds needle. */
+static bool file_has(const char *path, const char *needle)
+{
+	static char buf[65536];
+	size_t n;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return strstr(buf, needle) != NULL;
+}
+
+/*
+ * A rule between keys (donate a multiple of slab_size, lease_grace below
+ * lease_ttl) is a config error like any other: exit 78 (EX_CONFIG), and
+ * the message names the file and line of the key it blames, or the flag.
+ */
+START_TEST(cross_key_errors_name_file_and_line)
+{
+	const char *args[8] = { "-c", NULL, "--check-config", NULL };
+	char dir[PATH_MAX], conf[PATH_MAX + 16], errp[PATH_MAX + 16];
+	char want[PATH_MAX + 128];
+	FILE *f;
+
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "crosskey"), 0);
+	snprintf(conf, sizeof(conf), "%s/memd.conf", dir);
+	snprintf(errp, sizeof(errp), "%s/stderr", dir);
+	f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("# memd.conf\nslab_size = 16M\ndonate = 40M\n"
+	      "lease_grace = 20s\n",
+	      f);
+	fclose(f);
+	args[1] = conf;
+
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	snprintf(want, sizeof(want),
+		 "%s:3: key 'donate': 40M is not a multiple of "
+		 "slab_size = 16M",
+		 conf);
+	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+
+	/* --donate fixes donate; lease_grace (line 4) is next */
+	args[2] = "--donate";
+	args[3] = "48M";
+	args[4] = "--check-config";
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	snprintf(want, sizeof(want),
+		 "%s:4: key 'lease_grace': 20s must be less than "
+		 "lease_ttl = 10s",
+		 conf);
+	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+
+	/* and a flag that breaks a rule is named as the command line */
+	args[3] = "56M";
+	args[4] = "--set";
+	args[5] = "lease_grace=1s";
+	args[6] = "--check-config";
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	ck_assert_msg(file_has(errp, "command line: key 'donate': 56M is not "
+				     "a multiple of slab_size = 16M"),
+		      "memd did not blame --donate");
+}
+END_TEST
+
+/* Reads m's memd.log into a static buffer, NUL-terminated. */
+static const char *memd_log_text(const struct tu_memd *m)
+{
+	static char buf[1 << 20];
+	char path[256];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
+	f = fopen(path, "r");
+	ck_assert_msg(f, "cannot open %s", path);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/*
+ * The close line of a standalone client names the session its hello
+ * line named, also after BYE closed the session (it said session=0).
+ * memd is stopped before its log is read, so every line is in it.
+ */
+START_TEST(close_line_names_the_session)
+{
+	struct tu_memd m;
+	struct pool_opts o = { .client_name = "sessiontest" };
+	struct pool *p;
+	const char *log, *l;
+	char peer[64], want[128];
+	uint64_t sid = 0, closed;
+	int st;
+
+	tu_memd_start_ok(&m, NULL);
+	o.addr = m.addr;
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	pool_close(p);
+	/* reaped here, not by tu_memd_stop, which removes the log */
+	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
+	m.pid = 0;
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "memd exit status %d", st);
+	log = memd_log_text(&m);
+
+	l = strstr(log, "ctl: hello peer=");
+	ck_assert_msg(l, "no hello line in:\n%s", log);
+	ck_assert_int_eq(
+		sscanf(l, "ctl: hello peer=%63s session=%" SCNx64, peer, &sid),
+		2);
+	ck_assert_msg(sid != 0, "hello line with session 0");
+	snprintf(want, sizeof(want), "ctl: close peer=%s session=", peer);
+	l = strstr(l, want);
+	ck_assert_msg(l, "no '%s' line in:\n%s", want, log);
+	ck_assert_int_eq(sscanf(l + strlen(want), "%" SCNx64, &closed), 1);
+	ck_assert_msg(closed == sid,
+		      "close line says session=%" PRIx64
+		      ", hello said %" PRIx64,
+		      closed, sid);
+}
+END_TEST
+
+/*
+ * A client name with blanks and quotes is one quoted value in the hello
+ * line, so the line still parses as key=value pairs.
+ */
+START_TEST(hello_line_quotes_client_name)
+{
+	struct tu_memd m;
+	struct pool_opts o = { .client_name = "kvbench pid 13498 \"x\"" };
+	struct pool *p;
+	const char *want = " client=\"kvbench pid 13498 \\\"x\\\"\"";
+	const char *log, *l, *e;
+	int st;
+
+	tu_memd_start_ok(&m, NULL);
+	o.addr = m.addr;
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	pool_close(p);
+	/* reaped here, not by tu_memd_stop, which removes the log */
+	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
+	m.pid = 0;
+	log = memd_log_text(&m);
+	l = strstr(log, "ctl: hello peer=");
+	ck_assert_msg(l, "no hello line in:\n%s", log);
+	e = strchr(l, '\n');
+	ck_assert_ptr_nonnull(e);
+	/* the last pair of the line */
+	ck_assert_msg((size_t)(e - l) > strlen(want) &&
+			      !strncmp(e - strlen(want), want, strlen(want)),
+		      "hello line: %.*s", (int)(e - l), l);
+	tu_memd_stop(&m, SIGTERM); /* removes its directory */
+}
+END_TEST
 
 START_TEST(command_line_exit_codes)
 {
@@ -494,7 +669,7 @@ static int run_scratch_fail(void)
 int main(int argc, char **argv)
 {
 	Suite *s = suite_create("memd");
-	TCase *tc, *cli;
+	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	SRunner *sr;
 	int failed;
@@ -524,6 +699,8 @@ int main(int argc, char **argv)
 	}
 	tc = tcase_create("control");
 	cli = tcase_create("cli");
+	logt = tcase_create("log");
+	tcase_set_timeout(logt, 60);
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
@@ -537,8 +714,12 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
+	tcase_add_test(cli, cross_key_errors_name_file_and_line);
+	tcase_add_test(logt, close_line_names_the_session);
+	tcase_add_test(logt, hello_line_quotes_client_name);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
+	suite_add_tcase(s, logt);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);

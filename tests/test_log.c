@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_log.c - memd/log: memd_log_quote, the one way memd writes a
+ * name a peer chose (client, tenant, donor) as a key=value value.
+ * Pure: no I/O. The log line memd writes with it is checked by
+ * tests/test_memd.c (hello_line_quotes_client_name).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memd/log.h"
+
+START_TEST(quote_leaves_plain_values)
+{
+	char buf[MEMD_LOG_QUOTE_MAX(64)];
+
+	ck_assert_str_eq(memd_log_quote("kvbench", buf, sizeof(buf)),
+			 "kvbench");
+	ck_assert_str_eq(memd_log_quote("tenant-a.01:x/y", buf, sizeof(buf)),
+			 "tenant-a.01:x/y");
+	/* UTF-8 is text, not a separator */
+	ck_assert_str_eq(memd_log_quote("h\xc3\xa9", buf, sizeof(buf)),
+			 "h\xc3\xa9");
+}
+END_TEST
+
+START_TEST(quote_values_that_would_split)
+{
+	char buf[MEMD_LOG_QUOTE_MAX(64)];
+
+	ck_assert_str_eq(memd_log_quote("kvbench pid 13498", buf, sizeof(buf)),
+			 "\"kvbench pid 13498\"");
+	ck_assert_str_eq(memd_log_quote("", buf, sizeof(buf)), "\"\"");
+	/* a value may not fake another key */
+	ck_assert_str_eq(memd_log_quote("a why=ok", buf, sizeof(buf)),
+			 "\"a why=ok\"");
+	ck_assert_str_eq(memd_log_quote("x=1", buf, sizeof(buf)), "\"x=1\"");
+	ck_assert_str_eq(memd_log_quote("tab\there", buf, sizeof(buf)),
+			 "\"tab\\x09here\"");
+}
+END_TEST
+
+START_TEST(quote_escapes_quote_and_backslash)
+{
+	char buf[MEMD_LOG_QUOTE_MAX(64)];
+
+	ck_assert_str_eq(memd_log_quote("say \"hi\"", buf, sizeof(buf)),
+			 "\"say \\\"hi\\\"\"");
+	ck_assert_str_eq(memd_log_quote("C:\\tmp", buf, sizeof(buf)),
+			 "\"C:\\\\tmp\"");
+	ck_assert_str_eq(memd_log_quote("\"", buf, sizeof(buf)), "\"\\\"\"");
+	/* a newline or escape sequence can neither split nor paint a line */
+	ck_assert_str_eq(memd_log_quote("a\nb\x1b[0m\x7f", buf, sizeof(buf)),
+			 "\"a\\x0ab\\x1b[0m\\x7f\"");
+}
+END_TEST
+
+/* The worst case, every byte a control byte, fits MEMD_LOG_QUOTE_MAX. */
+START_TEST(quote_max_holds_any_name)
+{
+	char name[64], buf[MEMD_LOG_QUOTE_MAX(sizeof(name))];
+	char want[sizeof(buf)];
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(name) - 1; i++)
+		name[i] = (char)(1 + i % 31);
+	name[sizeof(name) - 1] = '\0';
+	want[n++] = '"';
+	for (size_t i = 0; i < sizeof(name) - 1; i++)
+		n += (size_t)snprintf(want + n, sizeof(want) - n, "\\x%02x",
+				      (unsigned char)name[i]);
+	want[n++] = '"';
+	want[n] = '\0';
+	ck_assert_str_eq(memd_log_quote(name, buf, sizeof(buf)), want);
+}
+END_TEST
+
+/* A short buffer cuts the value, never an escape, and closes the quote. */
+START_TEST(quote_cuts_to_the_buffer)
+{
+	char buf[8];
+
+	ck_assert_str_eq(memd_log_quote("abc def ghi", buf, sizeof(buf)),
+			 "\"abc d\"");
+	ck_assert_str_eq(memd_log_quote("ab\"cdef", buf, 7), "\"ab\\\"\"");
+	ck_assert_str_eq(memd_log_quote("ab\"cdef", buf, 6), "\"ab\"");
+	ck_assert_str_eq(memd_log_quote("abcdefghij", buf, sizeof(buf)),
+			 "abcdefg");
+	ck_assert_str_eq(memd_log_quote("a b", buf, 3), "\"\"");
+	buf[0] = 'x';
+	ck_assert_str_eq(memd_log_quote("a b", buf, 2), "");
+	memd_log_quote("a b", NULL, 0); /* writes nothing */
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("log");
+	TCase *tc = tcase_create("quote");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, quote_leaves_plain_values);
+	tcase_add_test(tc, quote_values_that_would_split);
+	tcase_add_test(tc, quote_escapes_quote_and_backslash);
+	tcase_add_test(tc, quote_max_holds_any_name);
+	tcase_add_test(tc, quote_cuts_to_the_buffer);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
