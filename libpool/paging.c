@@ -602,6 +602,8 @@ static int engine_start(void)
 		ret = -EAGAIN;
 		goto fail;
 	}
+	/* named here too: the thread names itself only once it runs */
+	pthread_setname_np(eng.thr, "pool-uffd");
 	eng.running = true;
 	pool_log(LOG_INFO, "paging: engine started user_only=%d budget=%zu",
 		 (int)eng.user_only, eng.budget);

@@ -668,7 +668,7 @@ static int run_scratch_fail(void)
 
 int main(int argc, char **argv)
 {
-	Suite *s = suite_create("memd");
+	Suite *s;
 	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 	SRunner *sr;
@@ -678,6 +678,7 @@ int main(int argc, char **argv)
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (argc > 1 && !strcmp(argv[1], "--scratch-fail"))
 		return run_scratch_fail();
+	s = suite_create("memd"); /* after: --scratch-fail must not leak it */
 	if (huge) {
 		/* only the huge-page case, and a skip where it cannot run */
 		struct tu_huge h;
