@@ -18,7 +18,6 @@
  * starts afresh, so the tenant table does not stay full).
  */
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stdint.h>
@@ -32,6 +31,7 @@
 #include "fabric/wire.h"
 #include "memd/log.h"
 #include "memd/registry.h"
+#include "tests/fuzz/fuzzutil.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -162,28 +162,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
-/* Removes the scratch directory at exit (a run that ends normally:
- * -max_total_time, -runs; a crash leaves it for a look). */
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_scratch(void)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	static const uint8_t secret[32] = "tidepool-fuzz-cluster-secret-32b";
-	const char *base = getenv("TMPDIR");
-	struct stat st;
 
 	(void)argc;
 	(void)argv;
@@ -191,13 +172,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	if (auth_init())
 		die("auth_init", "libsodium");
 	auth_cluster_keys(secret, sizeof(secret), &keys);
-	/* tmpfs when there is one: every change is written and fsync'ed */
-	if (!base)
-		base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
-	snprintf(dir, sizeof(dir), "%s/fuzz-admin-XXXXXX", base);
-	if (!mkdtemp(dir))
+	if (fuzz_scratch_dir("admin", dir, sizeof(dir)))
 		die("mkdtemp", dir);
-	atexit(rm_scratch);
 	snprintf(file, sizeof(file), "%s/registry.json", dir);
 	reg_fresh();
 	return 0;

@@ -13,7 +13,6 @@
  * is also given to memd_config_set as KEY=VALUE (the --set flag).
  */
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "memd/config.h"
+#include "tests/fuzz/fuzzutil.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -138,36 +138,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	return 0;
 }
 
-/* Removes the scratch directory at exit (a run that ends normally:
- * -max_total_time, -runs; a crash leaves it for a look). */
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_scratch(void)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *base = getenv("TMPDIR");
-	struct stat st;
-
 	(void)argc;
 	(void)argv;
-	if (!base)
-		base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
-	snprintf(dir, sizeof(dir), "%s/fuzz-config-XXXXXX", base);
-	if (!mkdtemp(dir))
+	if (fuzz_scratch_dir("config", dir, sizeof(dir)))
 		die("mkdtemp", dir);
-	atexit(rm_scratch);
 	snprintf(path, sizeof(path), "%s/memd.conf", dir);
 	snprintf(path2, sizeof(path2), "%s/printed.conf", dir);
 	return 0;

@@ -53,7 +53,6 @@
  * own (memd-fab0, memd-reclaim, B's memd-donor joining B over loopback).
  */
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
@@ -72,6 +71,7 @@
 #include "memd/config.h"
 #include "memd/log.h"
 #include "memd/server.h"
+#include "tests/fuzz/fuzzutil.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -958,30 +958,11 @@ static void write_seeds(const char *dir)
 #undef MODE
 }
 
-/* Removes the scratch directory at exit (a run that ends normally:
- * -max_total_time, -runs; a crash leaves it for a look). */
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_scratch(void)
-{
-	nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *lvl = getenv("FUZZ_MEMD_LOG");
 	const char *seeds = getenv("FUZZ_SERVER_SEEDS");
-	const char *base = getenv("TMPDIR");
 	char path[300];
-	struct stat st;
 
 	(void)argc;
 	(void)argv;
@@ -1008,13 +989,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		write_seeds(seeds);
 		exit(0);
 	}
-	/* tmpfs when there is one: registry.json is fsync'ed per edit */
-	if (!base)
-		base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
-	snprintf(tmpdir, sizeof(tmpdir), "%s/fuzz-server-XXXXXX", base);
-	if (!mkdtemp(tmpdir))
+	if (fuzz_scratch_dir("server", tmpdir, sizeof(tmpdir)))
 		die("mkdtemp", tmpdir);
-	atexit(rm_scratch);
 	snprintf(path, sizeof(path), "%s/secret", tmpdir);
 	write_file(path, secret, sizeof(secret), 0600);
 	write_registry_state();

@@ -32,7 +32,6 @@
  */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdint.h>
@@ -45,6 +44,7 @@
 
 #include "fabric/wire.h"
 #include "memd/kvstore.h"
+#include "tests/fuzz/fuzzutil.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -315,28 +315,8 @@ static void write_seeds(const char *sdir)
 	seed(sdir, "not-hex-name", 0x00, 1, 300, WIRE_KV_MAGIC, 0, 0);
 }
 
-/* Removes the scratch directory at exit (a run that ends normally:
- * -max_total_time, -runs; a crash leaves it for a look). */
-static int rm_one(const char *p, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(p);
-	return 0;
-}
-
-static void rm_scratch(void)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	const char *base = getenv("TMPDIR");
-	struct stat st;
-
 	(void)argc;
 	(void)argv;
 	if (sodium_init() < 0)
@@ -345,13 +325,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		write_seeds(getenv("FUZZ_SPILL_SEEDS"));
 		exit(0);
 	}
-	/* tmpfs when there is one: every input writes and scans a file */
-	if (!base)
-		base = stat("/dev/shm", &st) == 0 ? "/dev/shm" : "/tmp";
-	snprintf(dir, sizeof(dir), "%s/fuzz-spill-XXXXXX", base);
-	if (!mkdtemp(dir))
+	if (fuzz_scratch_dir("spill", dir, sizeof(dir)))
 		die("mkdtemp");
-	atexit(rm_scratch);
 	pool = mmap(NULL, (size_t)NSLABS * SLAB_BYTES, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (pool == MAP_FAILED)
