@@ -630,24 +630,22 @@ END_TEST
 
 /* ---- two tenants of one registry ------------------------------------- */
 
-START_TEST(tenants_never_share)
+/*
+ * Starts md as a registry with args (args[3] and args[5] are set here: its
+ * cluster secret file and state_dir, in a scratch directory written to
+ * dir, which the caller removes), waits for its own donor part to be up,
+ * adds tenants a and b (64 MiB each) and opens a session of each.
+ */
+static void two_tenants_up(const char **args, char *dir, size_t dirlen,
+			   struct kvc **a, struct kvc **b)
 {
-	const char *args[] = {
-		"--set", "registry=yes", "--set",    NULL,
-		"--set", NULL,		 "--set",    "donor_name=r0",
-		"--set", "slab_size=2M", "--donate", "64M",
-		NULL
-	};
-	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
-	char a1[300], a2[400], out[8192];
-	uint8_t key[WIRE_KV_KEY_LEN], *va, *vb, *got = NULL;
-	uint64_t la = 5000, lb = 3 * MIB;
-	struct kvc *a, *b;
-	uint64_t rkey_a;
+	static char cluster[256], sec_a[256], sec_b[256], state[300];
+	static char a1[300], a2[400];
+	char out[8192];
 	int i, r;
 
 	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "kvt"), 0);
+	ck_assert_int_eq(tu_scratch_dir(dir, dirlen, "kvt"), 0);
 	snprintf(state, sizeof(state), "%s/state", dir);
 	mkdir(state, 0700);
 	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
@@ -673,8 +671,26 @@ START_TEST(tenants_never_share)
 			 0);
 	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
 			 0);
-	a = kvc_open(md.addr, "a", sec_a);
-	b = kvc_open(md.addr, "b", sec_b);
+	*a = kvc_open(md.addr, "a", sec_a);
+	*b = kvc_open(md.addr, "b", sec_b);
+}
+
+START_TEST(tenants_never_share)
+{
+	const char *args[] = {
+		"--set", "registry=yes", "--set",    NULL,
+		"--set", NULL,		 "--set",    "donor_name=r0",
+		"--set", "slab_size=2M", "--donate", "64M",
+		NULL
+	};
+	char dir[64];
+	uint8_t key[WIRE_KV_KEY_LEN], *va, *vb, *got = NULL;
+	uint64_t la = 5000, lb = 3 * MIB;
+	struct kvc *a, *b;
+	uint64_t rkey_a;
+	int i, r;
+
+	two_tenants_up(args, dir, sizeof(dir), &a, &b);
 	ck_assert_uint_ne(a->tenant_id, b->tenant_id);
 
 	/* DONORS: the registry's own donor part, up */
@@ -832,43 +848,13 @@ START_TEST(reservations_per_tenant_capped)
 			       "--set",	   "metrics_listen=127.0.0.1:0",
 			       "--donate", "64M",
 			       NULL };
-	char dir[64], cluster[256], sec_a[256], sec_b[256], state[300];
-	char a1[300], a2[400], out[8192];
+	char dir[64];
 	uint8_t key[WIRE_KV_KEY_LEN];
 	uint64_t gen = 0, csum = 1; /* gen: set by the first reservation */
 	struct kvc *a, *b;
-	int i, r;
+	int i;
 
-	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-kvq-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	r = tu_memd_start_args(&md, NULL, args);
-	if (r == -ENOENT)
-		tu_skip("no memd binary (TP_MEMD)");
-	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"up\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
-	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
-			 0);
-	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
-			 0);
-	a = kvc_open(md.addr, "a", sec_a);
-	b = kvc_open(md.addr, "b", sec_b);
+	two_tenants_up(args, dir, sizeof(dir), &a, &b);
 
 	/* 5000-byte values: 64 KiB blocks, all in one bootstrap slab */
 	for (i = 0; i < 3; i++) {
