@@ -2599,6 +2599,16 @@ int pool_unmap(struct pool *p, void *addr, unsigned flags)
 	return ret;
 }
 
+/* The live mapping whose range starts at addr, or NULL. reg_lock held. */
+static struct mapping *mapping_at_locked(const void *addr)
+{
+	struct mapping *m;
+
+	for (m = reg_head; m && m->base != addr; m = m->next)
+		;
+	return m;
+}
+
 int pool_map_reserve(struct pool *p, size_t max_bytes, size_t seg_bytes,
 		     size_t local_bytes, void **addr)
 {
@@ -2632,9 +2642,7 @@ int pool_map_grow(void *addr, struct pool_region *r)
 	if (!r)
 		return -EINVAL;
 	pthread_mutex_lock(&reg_lock);
-	for (m = reg_head; m; m = m->next)
-		if (m->base == addr)
-			break;
+	m = mapping_at_locked(addr);
 	if (!m || !m->growable || m->inherited ||
 	    pool_region_size(r) < ((size_t)1 << (m->seg_pshift + m->shift))) {
 		ret = -EINVAL;
@@ -2684,9 +2692,7 @@ int pool_map_discard(void *addr, void *start, size_t len)
 	int ret = 0;
 
 	pthread_mutex_lock(&reg_lock);
-	for (m = reg_head; m; m = m->next)
-		if (m->base == addr)
-			break;
+	m = mapping_at_locked(addr);
 	pthread_mutex_unlock(&reg_lock);
 	if (!m || m->inherited || !len || s < (uintptr_t)m->base ||
 	    ((s - (uintptr_t)m->base) & (m->psize - 1)) ||
@@ -2717,9 +2723,7 @@ size_t pool_map_grown_bytes(const void *addr)
 	size_t n = 0;
 
 	pthread_mutex_lock(&reg_lock);
-	for (m = reg_head; m; m = m->next)
-		if (m->base == addr)
-			break;
+	m = mapping_at_locked(addr);
 	if (m)
 		n = live_pages(m) << m->shift;
 	pthread_mutex_unlock(&reg_lock);
