@@ -168,7 +168,7 @@ EOF
 bench_cli 4 31 "$@"
 
 MEMD=$BUILD/memd/memd
-POOLCTL=$BUILD/memd/poolctl
+POOLCTL=$BUILD/poolctl/poolctl
 REGBENCH=$BUILD/bench/regbench
 bench_need "$MEMD" "$POOLCTL" "$REGBENCH"
 for v in REPS HB_REPS HB_THREADS REDIS_N; do

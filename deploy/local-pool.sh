@@ -213,7 +213,8 @@ started=1
 
 # The demo tenant, through poolctl when it is at hand (next to memd, or
 # on PATH): the pool is then ready for a client at once.
-poolctl=$(dirname "$memd")/poolctl
+poolctl=$(dirname "$(dirname "$memd")")/poolctl/poolctl # a build tree
+[ -x "$poolctl" ] || poolctl=$(dirname "$memd")/poolctl # installed side by side
 [ -x "$poolctl" ] || poolctl=$(command -v poolctl || true)
 pc=""
 if [ -n "$poolctl" ]; then

@@ -112,7 +112,7 @@ class Cluster:
         self.args, self.out = args, out
         self.build = args.build
         self.memd = os.path.join(self.build, "memd/memd")
-        self.poolctl = os.path.join(self.build, "memd/poolctl")
+        self.poolctl = os.path.join(self.build, "poolctl/poolctl")
         self.client = os.path.join(self.build, "tests/chaos/chaos_client")
         # a subnet and namespace names no other run on this host uses
         used = sh("ip netns list", check=False).stdout
@@ -1271,7 +1271,7 @@ def cmd_run(args):
         if not shutil.which(tool):
             print("chaos: SKIP: %s not found" % tool)
             return 77
-    for b in ("memd/memd", "memd/poolctl", "tests/chaos/chaos_client"):
+    for b in ("memd/memd", "poolctl/poolctl", "tests/chaos/chaos_client"):
         if not os.access(os.path.join(args.build, b), os.X_OK):
             print("chaos: %s not built in %s" % (b, args.build))
             return 2

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * memd/poolctl.c - poolctl(8), the capacity planner's CLI: pool status,
+ * poolctl/poolctl.c - poolctl(8), the capacity planner's CLI: pool status,
  * donors, tenants, quotas, drain, leases (docs/cluster.md, "Admin
  * requests"; the manual is man/poolctl.8).
  *
