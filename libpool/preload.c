@@ -60,6 +60,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>   /* dl_iterate_phdr */
 #include <malloc.h> /* memalign, pvalloc, malloc_usable_size */
 #include <pthread.h>
 #include <signal.h>
@@ -251,6 +252,59 @@ __attribute__((constructor)) static void restore_crash_signals(void)
 		    strstr(info.dli_fname, "libpsm"))
 			signal(sigs[i], SIG_DFL);
 	}
+}
+
+/* dl_iterate_phdr callback: 1 once an object named libpython* is
+ * loaded (a program that embeds CPython). */
+static int libpython_loaded(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	const char *base =
+		info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+
+	(void)size;
+	(void)arg;
+	base = base ? base + 1 : info->dlpi_name;
+	return base && !strncmp(base, "libpython", 9);
+}
+
+/*
+ * CPython keeps its small objects in arenas pymalloc maps itself with
+ * mmap(2), which the shim does not see: under the shim most of a Python
+ * program's memory would stay local, outside LIBPOOL_LOCAL_BYTES. When
+ * the process is CPython (the executable is python*, or libpython is
+ * loaded), the heap takes every allocation (jemalloc, LIBPOOL_MIN_BYTES
+ * 0) and PYTHONMALLOC is not set, it is set to "malloc" here, before
+ * the interpreter reads it, so those objects go through malloc into the
+ * pooled heap. LIBPOOL_PYTHON_MALLOC=0 keeps pymalloc; a PYTHONMALLOC of
+ * the user's own is left as it is. Child processes inherit the variable
+ * with the rest of the environment (and LD_PRELOAD).
+ */
+__attribute__((constructor)) static void python_malloc_default(void)
+{
+	const char *opt = getenv("LIBPOOL_PYTHON_MALLOC");
+	const char *alloc = getenv("LIBPOOL_ALLOCATOR");
+	char exe[4096];
+	const char *base;
+	ssize_t n;
+	bool python;
+
+	if ((opt && !strcmp(opt, "0")) || getenv("PYTHONMALLOC") ||
+	    (alloc && *alloc && strcmp(alloc, "jemalloc")) ||
+	    env_size("LIBPOOL_MIN_BYTES", 0) != 0)
+		return;
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = '\0';
+	base = strrchr(exe, '/');
+	base = base ? base + 1 : exe;
+	python = !strncmp(base, "python", 6) ||
+		 dl_iterate_phdr(libpython_loaded, NULL) == 1;
+	if (!python)
+		return;
+	in_shim++; /* setenv's copy comes from libc: no session yet */
+	if (setenv("PYTHONMALLOC", "malloc", 0))
+		say("cannot set PYTHONMALLOC=malloc: CPython's small objects "
+		    "stay local");
+	in_shim--;
 }
 
 static int heap_start_locked(void);

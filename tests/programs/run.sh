@@ -21,9 +21,13 @@
 #   sqlite3  rows of ~220 bytes in :memory:, a secondary index, a full
 #            sort by window function; ci 400K rows (plain peak ~200 MiB)
 #            at 32M, full 3.6M rows (plain peak 1.7 GiB) at 256M
-#   python3  a dict and a list of N small objects each (PYTHONMALLOC=malloc:
-#            pymalloc's arenas are mmap'ed, not malloc'ed); ci 1M+1M, full
-#            10M+10M; budget a quarter of the plain peak RSS
+#   python3  a dict and a list of N small objects each, run as a user
+#            would (no PYTHONMALLOC: the shim sets PYTHONMALLOC=malloc for
+#            CPython itself, else pymalloc's mmap'ed arenas would stay
+#            outside the budget); ci 1M+1M, full 10M+10M; budget a quarter
+#            of the plain peak RSS. Also checks that the shim sets the
+#            variable, keeps a user's own, and leaves it unset with
+#            LIBPOOL_PYTHON_MALLOC=0
 #   sort     GNU sort -S 2x the input of a deterministic file (keys in
 #            descending runs; see below); ci 64 MiB, full 1 GiB;
 #            budget a quarter of the plain peak RSS
@@ -120,7 +124,7 @@ for k, v in d.items():
 h2 = zlib.crc32("".join(l[::97]).encode())
 print(len(d), len(l), "%08x" % h, "%08x" % h2, sum(d[7 * j][1] for j in range(0, n, 3)))
 EOF
-	CMD=(env PYTHONMALLOC=malloc PYTHONHASHSEED=0 /usr/bin/python3 "$TMP/prog.py")
+	CMD=(env -u PYTHONMALLOC PYTHONHASHSEED=0 /usr/bin/python3 "$TMP/prog.py")
 	;;
 sort)
 	mib=64
@@ -199,4 +203,18 @@ limit_mb=$((BUDGET_MB + OVERHEAD_MB + pooled / 32 / 1048576))
 	fail "peak RSS $((shim_kb / 1024)) MiB > budget ${BUDGET_MB} MiB + ${OVERHEAD_MB} MiB + pooled/32 = $limit_mb MiB"
 [ -n "$pooled" ] && [ "$pooled" -ge $(((plain_kb - shim_kb) * 1024)) ] ||
 	fail "pooled_bytes=${pooled:-none} < plain peak - shim peak ($(((plain_kb - shim_kb) / 1024)) MiB)"
+if [ "$PROG" = python3 ]; then
+	pymalloc() { # env assignments...: PYTHONMALLOC as CPython under the shim sees it
+		env -u PYTHONMALLOC LD_PRELOAD="$SHIM" LIBPOOL_ADDR="$ADDR" "$@" \
+			/usr/bin/python3 -c 'import os; print(os.environ.get("PYTHONMALLOC"))'
+	}
+	got=$(pymalloc) || fail "python3 -c under the shim exited $?"
+	[ "$got" = malloc ] || fail "the shim left PYTHONMALLOC=$got (want malloc)"
+	got=$(pymalloc PYTHONMALLOC=pymalloc) || fail "python3 -c exited $?"
+	[ "$got" = pymalloc ] || fail "the shim replaced a user's PYTHONMALLOC=pymalloc by $got"
+	got=$(pymalloc LIBPOOL_PYTHON_MALLOC=0) || fail "python3 -c exited $?"
+	[ "$got" = None ] || fail "LIBPOOL_PYTHON_MALLOC=0 still set PYTHONMALLOC=$got"
+	got=$(pymalloc LIBPOOL_ALLOCATOR=regions) || fail "python3 -c exited $?"
+	[ "$got" = None ] || fail "LIBPOOL_ALLOCATOR=regions (small objects stay in libc) set PYTHONMALLOC=$got"
+fi
 echo "PASS $PROG ($SCALE)"
