@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/mrc.c - fixed-size, byte-weighted SHARDS over a sliding window: a
+ * tenant's LRU miss-ratio curve from a bounded sample of its keys
+ * (memd/mrc.h says what it computes, docs/capacity.md why and how well).
+ *
+ * Owns, per curve: up to sample_max tracked keys (an entry each, in a
+ * chained hash table keyed by the 64-bit spatial hash, in a max-heap by
+ * hash for the fixed-size threshold, at one timestamp slot each), a
+ * Fenwick tree of bytes over 2 * sample_max timestamp slots, and two
+ * histograms. No thread of its own; its owner serializes the calls.
+ *
+ * Invariants: every tracked key has h <= thr (the threshold; sampled iff
+ * h <= thr) and occupies exactly one slot, the slot of its latest
+ * reference; fen sums, over slots, the bytes of the key in each;
+ * total_bytes is their sum.
+ */
+#include "memd/mrc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+struct mrc_entry {
+	uint64_t h;
+	uint64_t bytes;
+	uint32_t slot, heap, hnext, pad;
+};
+
+struct memd_mrc {
+	uint32_t sample_max, nslots, nbuckets_h; /* nbuckets_h: power of 2 */
+	uint32_t tracked, next_slot, nfree;
+	uint64_t window_refs;
+	uint64_t thr; /* sampled iff h <= thr */
+	uint64_t total_bytes;
+	struct mrc_entry *e;
+	uint32_t *hhead; /* hash table heads */
+	uint32_t *heap;	 /* entry indices, max-heap by h */
+	uint32_t *freel; /* free entry indices */
+	uint32_t *slot_entry;
+	uint64_t *fen; /* 1-based Fenwick tree over slots */
+	int cur;       /* the current histogram: hist[cur] */
+	uint64_t samples[2];
+	uint64_t refs[2]; /* every counted reference, sampled or not */
+	double cold[2];
+	double hist[2][MEMD_MRC_NBUCKETS];
+};
+
+/* ---- histogram buckets ---- */
+
+static unsigned msb(uint64_t x)
+{
+	return 63u - (unsigned)__builtin_clzll(x);
+}
+
+/* Bucket i holds the distances d with d - 1 in [lo, hi) of
+ * bucket_edges(i): (lo, hi] up to the integer, so a distance of exactly
+ * C hits at C. */
+static uint32_t bucket_of(uint64_t d)
+{
+	unsigned k, b;
+	uint32_t j;
+
+	if (d <= MEMD_MRC_MIN_BYTES)
+		return 0;
+	d--;
+	b = msb(d);
+	k = b - 12; /* MEMD_MRC_MIN_BYTES is 2^12 */
+	if (k >= MEMD_MRC_DOUBLINGS)
+		return MEMD_MRC_NBUCKETS - 1;
+	j = (uint32_t)(d >> (b - 5)) & (MEMD_MRC_SUB - 1);
+	return 1 + k * MEMD_MRC_SUB + j;
+}
+
+static void bucket_edges(uint32_t i, double *lo, double *hi)
+{
+	uint64_t base, step;
+
+	if (i == 0) {
+		*lo = 0;
+		*hi = (double)MEMD_MRC_MIN_BYTES;
+		return;
+	}
+	base = MEMD_MRC_MIN_BYTES << ((i - 1) / MEMD_MRC_SUB);
+	step = base / MEMD_MRC_SUB;
+	*lo = (double)(base + step * ((i - 1) % MEMD_MRC_SUB));
+	*hi = *lo + (double)step;
+}
+
+/* ---- Fenwick tree of bytes over timestamp slots ---- */
+
+static void fen_add(struct memd_mrc *m, uint32_t slot, int64_t v)
+{
+	for (uint32_t i = slot + 1; i <= m->nslots; i += i & -i)
+		m->fen[i] += (uint64_t)v;
+	m->total_bytes += (uint64_t)v;
+}
+
+/* bytes in slots 0 .. slot */
+static uint64_t fen_prefix(const struct memd_mrc *m, uint32_t slot)
+{
+	uint64_t s = 0;
+
+	for (uint32_t i = slot + 1; i; i -= i & -i)
+		s += m->fen[i];
+	return s;
+}
+
+/* Renumbers the live slots 0 .. tracked - 1 in order, rebuilds fen. */
+static void slots_compact(struct memd_mrc *m)
+{
+	uint32_t n = 0;
+
+	for (uint32_t s = 0; s < m->nslots; s++) {
+		uint32_t x = m->slot_entry[s];
+
+		if (x == NONE)
+			continue;
+		m->slot_entry[s] = NONE;
+		m->slot_entry[n] = x;
+		m->e[x].slot = n++;
+	}
+	memset(m->fen, 0, (m->nslots + 1) * sizeof(*m->fen));
+	for (uint32_t s = 0; s < n; s++) {
+		uint32_t i = s + 1, p = i + (i & -i);
+
+		m->fen[i] += m->e[m->slot_entry[s]].bytes;
+		if (p <= m->nslots)
+			m->fen[p] += m->fen[i];
+	}
+	m->next_slot = n;
+}
+
+static void slot_take(struct memd_mrc *m, uint32_t x)
+{
+	if (m->next_slot == m->nslots)
+		slots_compact(m);
+	m->e[x].slot = m->next_slot++;
+	m->slot_entry[m->e[x].slot] = x;
+	fen_add(m, m->e[x].slot, (int64_t)m->e[x].bytes);
+}
+
+static void slot_drop(struct memd_mrc *m, uint32_t x)
+{
+	fen_add(m, m->e[x].slot, -(int64_t)m->e[x].bytes);
+	m->slot_entry[m->e[x].slot] = NONE;
+}
+
+/* ---- the max-heap of tracked keys by hash ---- */
+
+static void heap_set(struct memd_mrc *m, uint32_t i, uint32_t x)
+{
+	m->heap[i] = x;
+	m->e[x].heap = i;
+}
+
+static void heap_up(struct memd_mrc *m, uint32_t i)
+{
+	uint32_t x = m->heap[i];
+
+	while (i) {
+		uint32_t p = (i - 1) / 2;
+
+		if (m->e[m->heap[p]].h >= m->e[x].h)
+			break;
+		heap_set(m, i, m->heap[p]);
+		i = p;
+	}
+	heap_set(m, i, x);
+}
+
+static void heap_down(struct memd_mrc *m, uint32_t i)
+{
+	uint32_t x = m->heap[i], n = m->tracked;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && m->e[m->heap[c + 1]].h > m->e[m->heap[c]].h)
+			c++;
+		if (m->e[m->heap[c]].h <= m->e[x].h)
+			break;
+		heap_set(m, i, m->heap[c]);
+		i = c;
+	}
+	heap_set(m, i, x);
+}
+
+static void heap_remove(struct memd_mrc *m, uint32_t x)
+{
+	uint32_t i = m->e[x].heap, last = m->heap[m->tracked - 1];
+
+	m->tracked--;
+	if (i == m->tracked)
+		return;
+	heap_set(m, i, last);
+	heap_up(m, i);
+	heap_down(m, m->e[last].heap);
+}
+
+/* ---- the hash table of tracked keys ---- */
+
+static uint32_t *hchain(struct memd_mrc *m, uint64_t h)
+{
+	/* the low bits of a uniform hash; the threshold only cuts high
+	 * values, so the low ones stay uniform */
+	return &m->hhead[h & (m->nbuckets_h - 1)];
+}
+
+static uint32_t find(struct memd_mrc *m, uint64_t h)
+{
+	uint32_t x = *hchain(m, h);
+
+	while (x != NONE && m->e[x].h != h)
+		x = m->e[x].hnext;
+	return x;
+}
+
+static void untrack(struct memd_mrc *m, uint32_t x)
+{
+	uint32_t *p = hchain(m, m->e[x].h);
+
+	while (*p != x)
+		p = &m->e[*p].hnext;
+	*p = m->e[x].hnext;
+	slot_drop(m, x);
+	heap_remove(m, x);
+	m->freel[m->nfree++] = x;
+}
+
+static void track(struct memd_mrc *m, uint64_t h, uint64_t bytes)
+{
+	uint32_t x = m->freel[--m->nfree];
+	uint32_t *p = hchain(m, h);
+
+	m->e[x].h = h;
+	m->e[x].bytes = bytes;
+	m->e[x].hnext = *p;
+	*p = x;
+	heap_set(m, m->tracked++, x);
+	heap_up(m, m->tracked - 1);
+	slot_take(m, x);
+}
+
+/* ---- the curve ---- */
+
+int memd_mrc_create(uint32_t sample_max, uint64_t window_refs,
+		    struct memd_mrc **out)
+{
+	struct memd_mrc *m;
+	uint32_t nb = 1;
+
+	*out = NULL;
+	if (sample_max < 16 || sample_max > MEMD_MRC_SAMPLE_MAX)
+		return -EINVAL;
+	while (nb < sample_max)
+		nb <<= 1;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->sample_max = sample_max;
+	m->nslots = 2 * sample_max;
+	m->nbuckets_h = nb;
+	m->window_refs = window_refs ? window_refs : 4ull * sample_max;
+	m->thr = UINT64_MAX;
+	m->e = calloc(sample_max, sizeof(*m->e));
+	m->hhead = malloc(nb * sizeof(*m->hhead));
+	m->heap = malloc(sample_max * sizeof(*m->heap));
+	m->freel = malloc(sample_max * sizeof(*m->freel));
+	m->slot_entry = malloc(m->nslots * sizeof(*m->slot_entry));
+	m->fen = calloc(m->nslots + 1, sizeof(*m->fen));
+	if (!m->e || !m->hhead || !m->heap || !m->freel || !m->slot_entry ||
+	    !m->fen) {
+		memd_mrc_destroy(m);
+		return -ENOMEM;
+	}
+	memset(m->hhead, 0xff, nb * sizeof(*m->hhead));
+	memset(m->slot_entry, 0xff, m->nslots * sizeof(*m->slot_entry));
+	for (uint32_t i = 0; i < sample_max; i++)
+		m->freel[i] = sample_max - 1 - i;
+	m->nfree = sample_max;
+	*out = m;
+	return 0;
+}
+
+void memd_mrc_destroy(struct memd_mrc *m)
+{
+	if (!m)
+		return;
+	free(m->e);
+	free(m->hhead);
+	free(m->heap);
+	free(m->freel);
+	free(m->slot_entry);
+	free(m->fen);
+	free(m);
+}
+
+static double rate_of(const struct memd_mrc *m)
+{
+	/* (thr + 1) / 2^64 */
+	return ((double)m->thr + 1.0) / 18446744073709551616.0;
+}
+
+static void record(struct memd_mrc *m, bool cold, uint64_t d, double w)
+{
+	int c = m->cur;
+
+	if (cold)
+		m->cold[c] += w;
+	else
+		m->hist[c][bucket_of(d)] += w;
+	if (++m->samples[c] >= m->window_refs) {
+		c = m->cur = !c;
+		m->samples[c] = 0;
+		m->refs[c] = 0;
+		m->cold[c] = 0;
+		memset(m->hist[c], 0, sizeof(m->hist[c]));
+	}
+}
+
+bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
+		     bool counted)
+{
+	double r;
+	uint32_t x;
+
+	if (counted)
+		m->refs[m->cur]++;
+	if (h > m->thr)
+		return false;
+	r = rate_of(m);
+	x = find(m, h);
+	if (x != NONE) {
+		if (counted) {
+			uint64_t own = bytes ? bytes : m->e[x].bytes;
+			uint64_t above =
+				m->total_bytes - fen_prefix(m, m->e[x].slot);
+			double d = (double)above / r + (double)own;
+
+			record(m, false,
+			       d > 0x1p62 ? (1ull << 62) : (uint64_t)d,
+			       1.0 / r);
+		}
+		slot_drop(m, x);
+		if (bytes)
+			m->e[x].bytes = bytes;
+		slot_take(m, x);
+		return true;
+	}
+	if (counted)
+		record(m, true, 0, 1.0 / r);
+	if (m->tracked == m->sample_max) {
+		uint32_t top = m->heap[0];
+
+		if (m->e[top].h < h) {
+			m->thr = h - 1; /* the newcomer is the largest */
+			return false;
+		}
+		m->thr = m->e[top].h - 1;
+		untrack(m, top);
+	}
+	track(m, h, bytes);
+	return true;
+}
+
+void memd_mrc_forget(struct memd_mrc *m, uint64_t h)
+{
+	uint32_t x;
+
+	if (h > m->thr || (x = find(m, h)) == NONE)
+		return;
+	untrack(m, x);
+}
+
+double memd_mrc_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes)
+{
+	double total = m->cold[0] + m->cold[1], hits = 0,
+	       c = (double)cache_bytes;
+
+	for (uint32_t i = 0; i < MEMD_MRC_NBUCKETS; i++) {
+		double w = m->hist[0][i] + m->hist[1][i], lo, hi;
+
+		if (w == 0)
+			continue;
+		total += w;
+		bucket_edges(i, &lo, &hi);
+		if (hi <= c)
+			hits += w;
+		else if (lo < c)
+			hits += w * (c - lo) / (hi - lo);
+	}
+	return total > 0 ? hits / total : 0;
+}
+
+void memd_mrc_get_info(const struct memd_mrc *m, struct memd_mrc_info *i)
+{
+	double w = m->cold[0] + m->cold[1];
+
+	for (uint32_t b = 0; b < MEMD_MRC_NBUCKETS; b++)
+		w += m->hist[0][b] + m->hist[1][b];
+	i->rate = rate_of(m);
+	i->sample_max = m->sample_max;
+	i->tracked = m->tracked;
+	i->window_samples = m->samples[0] + m->samples[1];
+	i->window_refs = m->refs[0] + m->refs[1];
+	i->window_requests = w;
+	i->bytes = memd_mrc_bytes(m);
+}
+
+size_t memd_mrc_bytes(const struct memd_mrc *m)
+{
+	return sizeof(*m) +
+	       m->sample_max *
+		       (sizeof(*m->e) + sizeof(*m->heap) + sizeof(*m->freel)) +
+	       m->nbuckets_h * sizeof(*m->hhead) +
+	       m->nslots * sizeof(*m->slot_entry) +
+	       (m->nslots + 1) * sizeof(*m->fen);
+}
+
+size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
+		       uint64_t *bytes, double *hit, size_t max)
+{
+	uint32_t first = NONE, last = NONE;
+	double lo, hi, x, step;
+	size_t n = 0;
+
+	if (per_doubling < 1 || per_doubling > 64)
+		return 0;
+	for (uint32_t i = 0; i < MEMD_MRC_NBUCKETS; i++)
+		if (m->hist[0][i] + m->hist[1][i] > 0) {
+			if (first == NONE)
+				first = i;
+			last = i;
+		}
+	if (first == NONE)
+		return 0;
+	bucket_edges(first, &lo, &hi);
+	x = lo > 0 ? lo : (double)MEMD_MRC_MIN_BYTES / 2;
+	bucket_edges(last, &lo, &hi);
+	step = __builtin_exp2((double)1 / per_doubling);
+	while (n < max) {
+		bytes[n] = (uint64_t)(x + 0.5);
+		hit[n] = memd_mrc_hit_ratio(m, bytes[n]);
+		n++;
+		if (x >= hi)
+			break;
+		x *= step;
+	}
+	return n;
+}

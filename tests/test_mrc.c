@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_mrc.c - memd/mrc.c: the SHARDS curve against an exact
+ * byte-capacity LRU simulation of the same trace, at the sizes poolctl
+ * reports (1/4, 1/2, 1, 2, 4 x a capacity, and between), on generated
+ * traces shaped like the KV tier's (shared prefixes, one-shot prompts,
+ * multi-turn sessions, Zipf, a scan over a hot set); the memory bound;
+ * the sliding window; forget.
+ *
+ * A request is what memd records: a counted reference (a lookup or an
+ * exists) and, when the key was absent from the cache being served (here
+ * the capacity C0), an uncounted one (the put that follows the miss). The
+ * exact simulation of size C serves every request from its own LRU of C
+ * bytes and inserts on a miss, which is the same stack. Seeds are fixed.
+ */
+#include <check.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memd/mrc.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024)
+#define BLK (64 * KIB + 64) /* the smallest class's block */
+#define SAMPLES 8192u
+#define TOL 0.02
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* the spatial hash of key k (memd: a keyed SipHash of the 32-byte key) */
+static uint64_t khash(uint64_t k)
+{
+	uint64_t s = k * 0x2545f4914f6cdd1dull + 7;
+
+	return splitmix(&s);
+}
+
+/* ---- a trace ---- */
+
+struct ref {
+	uint64_t key, bytes;
+};
+
+struct trace {
+	struct ref *r;
+	size_t n, cap;
+};
+
+static void push(struct trace *t, uint64_t key, uint64_t bytes)
+{
+	if (t->n == t->cap) {
+		t->cap = t->cap ? 2 * t->cap : 1 << 16;
+		t->r = realloc(t->r, t->cap * sizeof(*t->r));
+		ck_assert_ptr_nonnull(t->r);
+	}
+	t->r[t->n].key = key;
+	t->r[t->n].bytes = bytes;
+	t->n++;
+}
+
+/* ---- exact LRU of C bytes: a hash map and a doubly linked list ---- */
+
+struct lnode {
+	uint64_t key, bytes;
+	struct lnode *prev, *next, *hnext;
+};
+
+struct lru {
+	uint64_t cap, used;
+	struct lnode *head, *tail; /* head: most recent */
+	struct lnode **tab;
+	size_t ntab;
+};
+
+static struct lnode **lru_slot(struct lru *l, uint64_t key)
+{
+	struct lnode **p = &l->tab[khash(key) & (l->ntab - 1)];
+
+	while (*p && (*p)->key != key)
+		p = &(*p)->hnext;
+	return p;
+}
+
+static void lru_unlink(struct lru *l, struct lnode *n)
+{
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		l->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		l->tail = n->prev;
+}
+
+static void lru_front(struct lru *l, struct lnode *n)
+{
+	n->prev = NULL;
+	n->next = l->head;
+	if (l->head)
+		l->head->prev = n;
+	l->head = n;
+	if (!l->tail)
+		l->tail = n;
+}
+
+/* A request: true on a hit; a miss inserts (evicting the LRU end). */
+static bool lru_ref(struct lru *l, uint64_t key, uint64_t bytes)
+{
+	struct lnode **p = lru_slot(l, key), *n = *p;
+
+	if (n) {
+		lru_unlink(l, n);
+		lru_front(l, n);
+		return true;
+	}
+	if (bytes > l->cap)
+		return false;
+	n = calloc(1, sizeof(*n));
+	ck_assert_ptr_nonnull(n);
+	n->key = key;
+	n->bytes = bytes;
+	*p = n;
+	lru_front(l, n);
+	l->used += bytes;
+	while (l->used > l->cap) {
+		struct lnode *v = l->tail, **q = lru_slot(l, v->key);
+
+		*q = v->hnext;
+		lru_unlink(l, v);
+		l->used -= v->bytes;
+		free(v);
+	}
+	return false;
+}
+
+static void lru_free(struct lru *l)
+{
+	for (struct lnode *n = l->head, *x; n; n = x) {
+		x = n->next;
+		free(n);
+	}
+	free(l->tab);
+}
+
+static double exact_hit(const struct trace *t, uint64_t cap)
+{
+	struct lru l = { .cap = cap, .ntab = 1 << 18 };
+	size_t hits = 0;
+
+	l.tab = calloc(l.ntab, sizeof(*l.tab));
+	ck_assert_ptr_nonnull(l.tab);
+	for (size_t i = 0; i < t->n; i++)
+		hits += lru_ref(&l, t->r[i].key, t->r[i].bytes);
+	lru_free(&l);
+	return (double)hits / (double)t->n;
+}
+
+/*
+ * Feeds the trace to a curve as memd would with a cache of c0 bytes
+ * (uncounted put after each miss of that cache) and checks it against the
+ * exact simulation at 1/4 .. 4 x c0 (and the steps between).
+ */
+static void check_trace(const char *name, const struct trace *t, uint64_t c0)
+{
+	static const double mult[] = {
+		0.25, 0.375, 0.5, 0.75, 1, 1.5, 2, 3, 4
+	};
+	struct lru l0 = { .cap = c0, .ntab = 1 << 18 };
+	struct memd_mrc *m;
+	struct memd_mrc_info info;
+	double worst = 0;
+
+	ck_assert_int_eq(memd_mrc_create(SAMPLES, UINT64_MAX / 2, &m), 0);
+	l0.tab = calloc(l0.ntab, sizeof(*l0.tab));
+	ck_assert_ptr_nonnull(l0.tab);
+	for (size_t i = 0; i < t->n; i++) {
+		uint64_t h = khash(t->r[i].key);
+		bool hit = lru_ref(&l0, t->r[i].key, t->r[i].bytes);
+
+		memd_mrc_access(m, h, hit ? t->r[i].bytes : 0, true);
+		if (!hit)
+			memd_mrc_access(m, h, t->r[i].bytes, false);
+	}
+	lru_free(&l0);
+	memd_mrc_get_info(m, &info);
+	for (size_t k = 0; k < sizeof(mult) / sizeof(mult[0]); k++) {
+		uint64_t c = (uint64_t)(mult[k] * (double)c0);
+		double ex = exact_hit(t, c), est = memd_mrc_hit_ratio(m, c);
+
+		printf("%-10s C=%6.3fx %8.1f MiB exact %.4f shards %.4f "
+		       "err %+.4f\n",
+		       name, mult[k], (double)c / MIB, ex, est, est - ex);
+		if (fabs(est - ex) > worst)
+			worst = fabs(est - ex);
+		ck_assert_msg(fabs(est - ex) <= TOL,
+			      "%s at %.3fx: shards %.4f, exact %.4f", name,
+			      mult[k], est, ex);
+	}
+	printf("%-10s refs %zu rate %.4f tracked %u bytes %" PRIu64
+	       " worst %.4f\n",
+	       name, t->n, info.rate, info.tracked, info.bytes, worst);
+	/* the documented memory bound */
+	ck_assert_uint_le(info.tracked, SAMPLES);
+	ck_assert_uint_le(info.bytes,
+			  MEMD_MRC_FIXED_BYTES +
+				  (uint64_t)SAMPLES *
+					  MEMD_MRC_BYTES_PER_SAMPLE);
+	memd_mrc_destroy(m);
+}
+
+/* ---- the traces: keys are (kind << 56 | id) ---- */
+
+/* Prompts of npre shared prefixes of plen chunks and a unique tail. */
+static void gen_shared(struct trace *t, uint64_t *s, unsigned nprompts,
+		       unsigned npre, unsigned plen, unsigned tail,
+		       double oneshot, uint64_t *uniq)
+{
+	for (unsigned p = 0; p < nprompts; p++) {
+		if (splitmix(s) % 1000 < oneshot * 1000) {
+			for (unsigned c = 0; c < plen + tail; c++)
+				push(t, (2ull << 56) | (*uniq)++, BLK);
+			continue;
+		}
+		uint64_t pre = splitmix(s) % npre;
+
+		for (unsigned c = 0; c < plen; c++)
+			push(t, (1ull << 56) | (pre << 20) | c, BLK);
+		for (unsigned c = 0; c < tail; c++)
+			push(t, (2ull << 56) | (*uniq)++, BLK);
+	}
+}
+
+START_TEST(shared_prefix)
+{
+	struct trace t = { 0 };
+	uint64_t s = 1, uniq = 0;
+
+	/* 400 prefixes of 60 chunks (1.5 GiB), 4-chunk tails */
+	gen_shared(&t, &s, 10000, 400, 60, 4, 0, &uniq);
+	check_trace("shared", &t, 512 * MIB);
+	free(t.r);
+}
+END_TEST
+
+START_TEST(oneshot_mix)
+{
+	struct trace t = { 0 };
+	uint64_t s = 2, uniq = 0;
+
+	/* half the prompts are one-shot: they pass through and push out */
+	gen_shared(&t, &s, 10000, 200, 60, 4, 0.5, &uniq);
+	check_trace("oneshot", &t, 512 * MIB);
+	free(t.r);
+}
+END_TEST
+
+START_TEST(multiturn)
+{
+	struct trace t = { 0 };
+	uint64_t s = 3;
+	const unsigned sessions = 300, turns = 6;
+	unsigned order[300];
+
+	/* sessions start in waves; turn t of a session reads its previous
+	 * turns' chunks (8 + 2 t) and adds 2; other sessions run between */
+	for (unsigned w = 0; w < 4; w++) {
+		for (unsigned i = 0; i < sessions; i++)
+			order[i] = i;
+		for (unsigned turn = 0; turn < turns; turn++) {
+			for (unsigned i = sessions - 1; i > 0; i--) {
+				unsigned j = (unsigned)(splitmix(&s) % (i + 1));
+				unsigned x = order[i];
+
+				order[i] = order[j];
+				order[j] = x;
+			}
+			for (unsigned i = 0; i < sessions; i++) {
+				uint64_t sid =
+					(uint64_t)w * sessions + order[i];
+
+				for (unsigned c = 0; c < 8 + 2 * turn; c++)
+					push(&t, (3ull << 56) | (sid << 20) | c,
+					     c % 3 ? BLK : 2 * BLK);
+			}
+		}
+	}
+	check_trace("multiturn", &t, 256 * MIB);
+	free(t.r);
+}
+END_TEST
+
+START_TEST(zipf)
+{
+	struct trace t = { 0 };
+	const unsigned n = 40000;
+	double *cdf = malloc(n * sizeof(*cdf)), sum = 0;
+	uint64_t s = 4;
+
+	ck_assert_ptr_nonnull(cdf);
+	for (unsigned i = 0; i < n; i++)
+		cdf[i] = sum += 1.0 / pow(i + 1, 0.9);
+	for (unsigned i = 0; i < 600000; i++) {
+		double u = (double)(splitmix(&s) >> 11) / 0x1p53 * sum;
+		unsigned lo = 0, hi = n - 1;
+
+		while (lo < hi) {
+			unsigned mid = (lo + hi) / 2;
+
+			if (cdf[mid] < u)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		/* sizes differ by key: 64, 128 or 256 KiB blocks */
+		push(&t, (4ull << 56) | lo, BLK << (khash(lo) % 3));
+	}
+	free(cdf);
+	check_trace("zipf", &t, 512 * MIB);
+	free(t.r);
+}
+END_TEST
+
+START_TEST(scan)
+{
+	struct trace t = { 0 };
+	uint64_t s = 5, pos = 0;
+
+	/* a hot set of 2000 keys (125 MiB) read 60 % of the time, and a
+	 * cyclic scan over 20000 keys (1.25 GiB) */
+	for (unsigned i = 0; i < 600000; i++) {
+		if (splitmix(&s) % 100 < 60)
+			push(&t, (5ull << 56) | (splitmix(&s) % 2000), BLK);
+		else
+			push(&t, (6ull << 56) | (pos++ % 20000), BLK);
+	}
+	check_trace("scan", &t, 384 * MIB);
+	free(t.r);
+}
+END_TEST
+
+/* The window: after a phase of reuse within 16 keys, a cycle over 200
+ * others: once two windows of samples have passed, the curve says 0 at 64
+ * blocks, where the first phase hit. */
+START_TEST(window_slides)
+{
+	struct memd_mrc *m;
+	struct memd_mrc_info info;
+
+	ck_assert_int_eq(memd_mrc_create(64, 1000, &m), 0);
+	for (unsigned i = 0; i < 5000; i++)
+		memd_mrc_access(m, khash(i % 16), BLK, true);
+	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) > 0.99);
+	for (unsigned i = 0; i < 1500; i++)
+		memd_mrc_access(m, khash(1000 + i % 200), BLK, true);
+	/* within the window of the first phase: a mix */
+	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) > 0.1);
+	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) < 0.9);
+	for (unsigned i = 1500; i < 30000; i++)
+		memd_mrc_access(m, khash(1000 + i % 200), BLK, true);
+	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) < 0.01);
+	ck_assert(memd_mrc_hit_ratio(m, 400 * BLK) > 0.95);
+	memd_mrc_get_info(m, &info);
+	ck_assert_uint_lt(info.window_samples, 2000);
+	ck_assert_uint_ge(info.window_samples, 1000);
+	ck_assert(info.rate < 0.5); /* 216 keys, 64 samples */
+	ck_assert_uint_eq(info.tracked, 64);
+	memd_mrc_destroy(m);
+}
+END_TEST
+
+/* Sizes: a reuse distance counts the bytes of the keys between and the
+ * key's own; a size changed by a put counts from then on. */
+START_TEST(byte_distances)
+{
+	struct memd_mrc *m;
+	uint64_t b[64];
+	double h[64];
+	size_t n;
+
+	ck_assert_int_eq(memd_mrc_create(16, 0, &m), 0);
+	/* a (1 MiB), b (3 MiB), a: a's distance is 3 + 1 = 4 MiB */
+	memd_mrc_access(m, 1, 0, true);
+	memd_mrc_access(m, 1, MIB, false);
+	memd_mrc_access(m, 2, 3 * MIB, false);
+	memd_mrc_access(m, 1, 0, true);
+	ck_assert(fabs(memd_mrc_hit_ratio(m, 4 * MIB) - 0.5) < 1e-9);
+	ck_assert(memd_mrc_hit_ratio(m, 4 * MIB - 200 * KIB) < 1e-9);
+	/* b grows to 7 MiB: a's next distance is 8 MiB */
+	memd_mrc_access(m, 2, 7 * MIB, false);
+	memd_mrc_access(m, 1, 0, true);
+	ck_assert(fabs(memd_mrc_hit_ratio(m, 4 * MIB) - 1.0 / 3) < 1e-9);
+	ck_assert(fabs(memd_mrc_hit_ratio(m, 8 * MIB) - 2.0 / 3) < 1e-9);
+	/* forgotten: the next reference is a first one */
+	memd_mrc_forget(m, 1);
+	memd_mrc_access(m, 1, MIB, true);
+	ck_assert(fabs(memd_mrc_hit_ratio(m, 1ull << 40) - 0.5) < 1e-9);
+	n = memd_mrc_points(m, 4, b, h, 64);
+	ck_assert_uint_gt(n, 2);
+	for (size_t i = 1; i < n; i++) {
+		ck_assert_uint_gt(b[i], b[i - 1]);
+		ck_assert(h[i] >= h[i - 1]);
+	}
+	ck_assert(fabs(h[n - 1] - 0.5) < 1e-9);
+	ck_assert_int_eq(memd_mrc_create(15, 0, &m), -22);
+	ck_assert_ptr_null(m);
+	memd_mrc_destroy(NULL);
+}
+END_TEST
+
+static Suite *mrc_suite(void)
+{
+	Suite *s = suite_create("mrc");
+	TCase *tc = tcase_create("mrc");
+
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, byte_distances);
+	tcase_add_test(tc, window_slides);
+	tcase_add_test(tc, shared_prefix);
+	tcase_add_test(tc, oneshot_mix);
+	tcase_add_test(tc, multiturn);
+	tcase_add_test(tc, zipf);
+	tcase_add_test(tc, scan);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(mrc_suite());
+	int nf;
+
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+}
