@@ -555,6 +555,42 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.help = "Most bytes of spill files in kv_spill_dir; the oldest "
 			"are deleted beyond it. Required with kv_spill_dir.",
 	},
+	/* Capacity planning (docs/capacity.md). */
+	{
+		.name = "kv_mrc_samples",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(kv_mrc_samples),
+		.min = 0,
+		.max = 1u << 20,
+		.def = "8192",
+		.help = "Keys each tenant's miss-ratio curve samples at most "
+			"(SHARDS; 72 bytes each plus 25 KiB per tenant); 16 "
+			"or more, or 0 for no curves. poolctl tenant report "
+			"and quota suggest read the curve.",
+	},
+	{
+		.name = "kv_prefill_tokens_per_s",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(kv_prefill_tokens_per_s),
+		.min = 1,
+		.max = 1000000000,
+		.def = "10000",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "The cost model of what the KV tier saves: tokens per "
+			"second a GPU prefills (recomputes). A hit of B bytes "
+			"saves B / kv_bytes_per_token / this many seconds.",
+	},
+	{
+		.name = "kv_bytes_per_token",
+		.type = MEMD_CONF_BYTES,
+		.off = FIELD(kv_bytes_per_token),
+		.min = 1,
+		.max = 1ull << 30,
+		.def = "128K",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "The cost model: KV bytes per token of the tenants' "
+			"model (Llama-3-8B: 128K).",
+	},
 };
 
 #undef FIELD
@@ -1636,6 +1672,15 @@ int memd_config_validate_src(const struct memd_config *c,
 			      memd_conf_where(src, "metrics_listen", "listen",
 					      at, sizeof(at)),
 			      c->metrics_listen);
+		return -EINVAL;
+	}
+	if (c->kv_mrc_samples && c->kv_mrc_samples < 16) {
+		memd_conf_err(err, errlen,
+			      "%skey 'kv_mrc_samples': %u is too few to "
+			      "sample (16 at least, or 0 for no curves)",
+			      memd_conf_where(src, "kv_mrc_samples", NULL, at,
+					      sizeof(at)),
+			      c->kv_mrc_samples);
 		return -EINVAL;
 	}
 	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {

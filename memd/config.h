@@ -66,6 +66,10 @@ struct memd_config {
 	uint32_t kv_max_reserved; /* uncommitted reservations per tenant */
 	char kv_spill_dir[MEMD_CONF_STR_MAX]; /* "": no spill */
 	uint64_t kv_spill_bytes;	      /* cap on the spill files */
+	/* Capacity planning (docs/capacity.md); the cost model reloads. */
+	uint32_t kv_mrc_samples;	  /* per tenant curve; 0: none */
+	uint32_t kv_prefill_tokens_per_s; /* GPU prefill rate */
+	uint64_t kv_bytes_per_token;	  /* KV bytes of one token */
 
 	/* The cluster (docs/cluster.md). None of these is reloadable. */
 	/* "": standalone; "yes": registry; "host:port": donor of it */

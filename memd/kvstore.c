@@ -32,6 +32,7 @@
  *   re-cuts it first.
  */
 #include "memd/kvstore.h"
+#include "memd/mrc.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -102,6 +103,10 @@ struct kv_entry {
 	uint8_t key[MEMD_KV_KEY_BYTES];
 	uint8_t mem, queue, freq;
 	bool busy, hashed, to_main, spilled;
+	bool read;	 /* served by a lookup since its put (else one-shot) */
+	bool probed;	 /* found by exists; the lookup that follows is the
+		      * same request (not counted again) */
+	uint32_t put_ms; /* reserve to commit */
 	uint32_t pins, leases;
 	uint32_t nchunks;
 	uint64_t generation, value_len, checksum;
@@ -125,6 +130,8 @@ struct kv_tenant {
 	struct kv_entry *leased;
 	uint64_t bytes_used, spilled, spill_bytes;
 	struct memd_kv_stats st; /* the counters; gauges are computed */
+	struct memd_mrc *mrc;	 /* NULL until its first request, or off */
+	bool mrc_failed;	 /* could not allocate it: stays off */
 	/* memd_kv_bind_tenant: whose files its spill files are (all zero
 	 * until bound); bound once a caller has said so */
 	uint8_t bind[MEMD_KV_BIND_BYTES];
@@ -525,6 +532,38 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 }
 
 static bool evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms);
+
+/* ---- capacity statistics (docs/capacity.md) ---- */
+
+/*
+ * A reference to key for the tenant's miss-ratio curve: counted (a
+ * request) or a touch (a put), with the bytes of its blocks (0: not
+ * known here). The curve is created at the tenant's first reference.
+ */
+static void reference(struct memd_kv *kv, struct kv_tenant *t,
+		      const uint8_t *key, uint64_t bytes, bool counted)
+{
+	if (!kv->o.mrc_samples || t->mrc_failed)
+		return;
+	if (!t->mrc &&
+	    memd_mrc_create(kv->o.mrc_samples, kv->o.mrc_window, &t->mrc)) {
+		t->mrc_failed = true;
+		return;
+	}
+	memd_mrc_access(t->mrc, key_hash(kv, key), bytes, counted);
+}
+
+/* A request (exists, or a lookup that no exists answered just before)
+ * for key: counted with its outcome, and a reference for the curve. */
+static void request(struct memd_kv *kv, struct kv_tenant *t, const uint8_t *key,
+		    uint64_t bytes, bool hit, bool counted)
+{
+	if (counted) {
+		t->st.requests++;
+		t->st.request_hits += hit;
+	}
+	reference(kv, t, key, bytes, counted);
+}
 
 /*
  * A block of cls for t: a free one, else an empty slab re-cut, else a new
@@ -1061,6 +1100,12 @@ static void evict_entry(struct memd_kv *kv, struct kv_entry *e, bool ghost)
 		else
 			t->st.spill_errors++;
 	}
+	if (!e->read) { /* put, never read: the put was waste */
+		t->st.oneshot++;
+		t->st.oneshot_bytes += e->value_len;
+		t->st.oneshot_put_ms += e->put_ms;
+	}
+	e->read = false;
 	queue_remove(e);
 	lease_clear(e); /* lapsed ones only: live ones are not evicted */
 	entry_free_blocks(e);
@@ -1184,6 +1229,7 @@ static void tenant_destroy(struct memd_kv *kv, struct kv_tenant *t)
 		slab_release(kv, t, t->slabs[t->nslabs - 1]);
 	free(t->slabs);
 	free(t->bucket);
+	memd_mrc_destroy(t->mrc);
 	free(t);
 }
 
@@ -1314,12 +1360,15 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 	}
 	if (e && e->mem == MEM_COMMITTED) {
 		it->generation = e->generation;
+		reference(kv, t, it->key, e->bytes, false);
 		return -EEXIST;
 	}
 	if (e && e->mem == MEM_RESERVED)
 		return -EBUSY;
-	if (e && e->spilled)
+	if (e && e->spilled) {
+		reference(kv, t, it->key, 0, false);
 		return -EEXIST;
+	}
 	/* One tenant's open puts cannot pin the store's memory without
 	 * bound; expired ones are dropped first (oldest at the tail). */
 	while (kv->o.max_reserved && t->reserved.count >= kv->o.max_reserved &&
@@ -1348,7 +1397,9 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 	e->value_len = it->value_len;
 	e->checksum = 0;
 	e->deadline_ms = now_ms + kv->o.reserve_ms;
+	e->read = e->probed = false;
 	queue_push(e, Q_RESERVED);
+	reference(kv, t, it->key, e->bytes, false);
 	it->generation = e->generation;
 	fill_locs(e, it, locs, nl);
 	return 0;
@@ -1403,6 +1454,7 @@ static int commit_one(struct memd_kv *kv, struct kv_tenant *t,
 	queue_remove(e);
 	e->mem = MEM_COMMITTED;
 	e->checksum = it->checksum;
+	e->put_ms = (uint32_t)(now_ms + kv->o.reserve_ms - e->deadline_ms);
 	queue_committed(kv, e);
 	return 0;
 }
@@ -1450,18 +1502,28 @@ static int lookup_one(struct memd_kv *kv, struct kv_tenant *t,
 		      size_t max_locs, size_t *nl, uint64_t now_ms)
 {
 	struct kv_entry *e = index_find(kv, t, it->key);
+	bool counted = !(e && e->probed);
 	uint64_t need;
 
+	if (e)
+		e->probed = false;
 	if (!e ||
-	    !(e->mem == MEM_COMMITTED || (e->mem == MEM_NONE && e->spilled)))
+	    !(e->mem == MEM_COMMITTED || (e->mem == MEM_NONE && e->spilled))) {
+		request(kv, t, it->key, 0, false, counted);
 		return -ENOENT;
+	}
 	need = e->mem == MEM_COMMITTED
 		       ? e->nchunks
 		       : nchunks_for(kv, e->spill_file_bytes - SPILL_OVERHEAD);
 	if (*nl + need > max_locs)
 		return -ENOBUFS;
-	if (ensure_resident(kv, e, now_ms))
+	if (ensure_resident(kv, e, now_ms)) {
+		request(kv, t, it->key, 0, false, counted);
 		return -ENOENT;
+	}
+	request(kv, t, it->key, e->bytes, true, counted);
+	e->read = true;
+	t->st.hit_bytes += e->value_len;
 	if (e->freq < 3)
 		e->freq++;
 	lease_take(kv, e, now_ms);
@@ -1551,7 +1613,6 @@ ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
 	ssize_t ok = 0;
 	int r = batch_check(kv, items, n, NULL, 0);
 
-	(void)now_ms;
 	if (r)
 		return r;
 	pthread_mutex_lock(&kv->lock);
@@ -1570,21 +1631,29 @@ ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
 		       const uint8_t (*keys)[MEMD_KV_KEY_BYTES], size_t n)
 {
 	struct kv_tenant *t;
-	ssize_t i = 0;
+	ssize_t prefix = -1;
 
 	if (!kv || !keys || n == 0)
 		return -EINVAL;
 	pthread_mutex_lock(&kv->lock);
 	t = tenant_find(kv, tenant);
-	for (; t && (size_t)i < n; i++) {
+	/* every key is a request (capacity statistics), also past the
+	 * first missing one: a larger store might have held it */
+	for (size_t i = 0; t && i < n; i++) {
 		struct kv_entry *e = index_find(kv, t, keys[i]);
+		bool here = e && (e->mem == MEM_COMMITTED ||
+				  (e->mem == MEM_NONE && e->spilled));
 
-		if (!e || !(e->mem == MEM_COMMITTED ||
-			    (e->mem == MEM_NONE && e->spilled)))
-			break;
+		if (here)
+			e->probed = true;
+		else if (prefix < 0)
+			prefix = (ssize_t)i;
+		request(kv, t, keys[i],
+			here && e->mem == MEM_COMMITTED ? e->bytes : 0, here,
+			true);
 	}
 	pthread_mutex_unlock(&kv->lock);
-	return i;
+	return !t ? 0 : prefix < 0 ? (ssize_t)n : prefix;
 }
 
 static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
@@ -1598,6 +1667,8 @@ static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
 		return -EBUSY;
 	if (e->mem == MEM_NONE && !e->spilled)
 		return -ENOENT; /* only a ghost */
+	if (t->mrc)
+		memd_mrc_forget(t->mrc, key_hash(kv, it->key));
 	spill_forget(kv, e, true);
 	if (e->mem == MEM_NONE) {
 		queue_remove(e); /* ghost */
@@ -2040,6 +2111,27 @@ void memd_kv_get_stats(struct memd_kv *kv, uint32_t tenant,
 		st->spill_bytes = t->spill_bytes;
 	}
 	pthread_mutex_unlock(&kv->lock);
+}
+
+int memd_kv_curve(struct memd_kv *kv, uint32_t tenant, const uint64_t *sizes,
+		  double *at, size_t nsizes, struct memd_kv_curve *c)
+{
+	struct kv_tenant *t;
+	int r = -ENOENT;
+
+	memset(c, 0, sizeof(*c));
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	if (t && t->mrc) {
+		memd_mrc_get_info(t->mrc, &c->info);
+		c->npoints = memd_mrc_points(t->mrc, 8, c->bytes, c->hit,
+					     MEMD_KV_CURVE_POINTS);
+		for (size_t i = 0; i < nsizes; i++)
+			at[i] = memd_mrc_hit_ratio(t->mrc, sizes[i]);
+		r = 0;
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return r;
 }
 
 /* Whether e's spill file carries t's binding (0), another (-EBADMSG), or

@@ -107,6 +107,7 @@
 #include <sys/types.h>
 
 #include "fabric/wire.h"
+#include "memd/mrc.h"
 
 #define MEMD_KV_KEY_BYTES 32
 #define MEMD_KV_HEADER_BYTES WIRE_KV_HEADER_LEN
@@ -147,6 +148,11 @@ struct memd_kv_options {
 	const char *spill_dir; /* NULL: no spill; copied */
 	uint64_t spill_bytes;  /* cap on the spill files' total size */
 	enum memd_kv_policy policy;
+	/* capacity statistics (docs/capacity.md): keys each tenant's
+	 * miss-ratio curve samples at most (0: no curve; 16 .. 2^20), and
+	 * its window in sampled requests (0: 4 x mrc_samples) */
+	uint32_t mrc_samples;
+	uint64_t mrc_window;
 };
 
 struct memd_kv;
@@ -232,7 +238,8 @@ ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
  * until now + lease_ms and fills value_len, generation, checksum and its
  * chunks' locations. status: 0 hit; -ENOENT miss (absent, RESERVED, or a
  * spill file that failed verification or found no room); -ENOBUFS locs[]
- * has no room (no lease taken). Counts hits and misses.
+ * has no room (no lease taken). Counts hits and misses, the bytes served
+ * (hit_bytes), and a request unless exists found the key just before.
  */
 ssize_t memd_kv_lookup(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n,
@@ -247,8 +254,10 @@ ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
 		     struct memd_kv_item *items, size_t n, uint64_t now_ms);
 /*
  * The number of leading keys of keys[0 .. n) that are present (committed
- * in memory, or spilled). No leases, no statistics, no reload. -EINVAL for
- * n == 0 or keys NULL.
+ * in memory, or spilled). No leases, no reload. Every key, also past the
+ * first missing one, is a request for the capacity statistics (requests,
+ * request_hits, the curve); a lookup of a key this call found is the
+ * same request and not counted again. -EINVAL for n == 0 or keys NULL.
  */
 ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
 		       const uint8_t (*keys)[MEMD_KV_KEY_BYTES], size_t n);
@@ -343,7 +352,13 @@ size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);
 	X(spills, "spill files written")                                       \
 	X(spill_errors, "spill files that could not be written")               \
 	X(reloads, "entries loaded back from spill")                           \
-	X(expired, "reservations dropped at their deadline")
+	X(expired, "reservations dropped at their deadline")                   \
+	X(requests, "keys asked for (exists, and lookups not after one)")      \
+	X(request_hits, "keys asked for that were present")                    \
+	X(hit_bytes, "value bytes served by lookups")                          \
+	X(oneshot, "entries evicted without a lookup since their put")         \
+	X(oneshot_bytes, "value bytes of those entries")                       \
+	X(oneshot_put_ms, "milliseconds their puts took, reserve to commit")
 
 struct memd_kv_stats {
 #define MEMD_KV_STAT_FIELD(name, help) uint64_t name;
@@ -355,5 +370,30 @@ struct memd_kv_stats {
  * seen). One consistent snapshot. */
 void memd_kv_get_stats(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_stats *st);
+
+/*
+ * Capacity statistics (docs/capacity.md). Requests are the keys clients
+ * ask for: each key of an exists, and each lookup that no exists found
+ * just before (requests, request_hits). An entry evicted with no lookup
+ * since its put is one-shot: its put was waste (oneshot, oneshot_bytes,
+ * oneshot_put_ms). Each tenant's requests (and puts, as references that
+ * move a key to the top) feed its miss-ratio curve (memd/mrc.h), with
+ * sizes the bytes of the key's blocks: the hit ratio an LRU store of any
+ * size would have had.
+ */
+#define MEMD_KV_CURVE_POINTS 400
+struct memd_kv_curve {
+	struct memd_mrc_info info;
+	size_t npoints; /* on a grid of 8 per doubling */
+	uint64_t bytes[MEMD_KV_CURVE_POINTS];
+	double hit[MEMD_KV_CURVE_POINTS];
+};
+/*
+ * The tenant's curve, and the hit ratio at each of sizes[0 .. nsizes)
+ * into at[]. Returns 0, or -ENOENT: no curve (a tenant never seen or
+ * without a request yet, curves off, or no memory for one).
+ */
+int memd_kv_curve(struct memd_kv *kv, uint32_t tenant, const uint64_t *sizes,
+		  double *at, size_t nsizes, struct memd_kv_curve *c);
 
 #endif

@@ -214,6 +214,11 @@ struct memd_server {
 	const struct place_topo *topo; /* NULL without NUMA placement */
 	uint64_t epoch;
 	uint64_t start_ms;
+	/* the cost model (kv_bytes_per_token, kv_prefill_tokens_per_s):
+	 * copies the metrics thread reads atomically; memd-ctl writes them
+	 * at start and reload */
+	uint64_t kv_cost_bpt;
+	uint32_t kv_cost_tps;
 	uint64_t reg_awake_ms; /* memd-ctl: when it last checked for a stall */
 	uint32_t nslabs;
 	uint32_t arena_slabs; /* slabs per arena */
@@ -294,6 +299,8 @@ struct memd_server {
 		 * leased too */
 		uint32_t slabs;
 		struct memd_session *ses;
+		uint64_t first_ms;  /* opened: the start of its rates */
+		uint32_t cap_slabs; /* last kv_cap_slabs, for /metrics */
 	} * kvt;
 	uint32_t nkvt, kvt_cap;
 };
@@ -1677,6 +1684,9 @@ static int admin_leases(struct memd_server *s, char *out, size_t cap)
 	return (int)(j.len + (size_t)n);
 }
 
+static int admin_kv_report(struct memd_server *s, const json_t *req, char *out,
+			   size_t cap, char *err, size_t errlen);
+
 /*
  * The request's JSON is parsed once, here, with the registry's rules
  * (duplicate keys refused); the registry reads the same object. "leases"
@@ -1703,10 +1713,12 @@ static void do_admin(struct memd_server *s, struct conn *c,
 	cmd = json_string_value(json_object_get(o, "cmd"));
 	if (cmd && !strcmp(cmd, "leases")) {
 		n = admin_leases(s, out, sizeof(out));
+	} else if (cmd && !strcmp(cmd, "kv_report")) {
+		n = admin_kv_report(s, o, out, sizeof(out), err, sizeof(err));
 	} else if (!s->reg) {
 		send_error(s, c, req->seq, EOPNOTSUPP,
 			   "admin: this memd is not the registry (only "
-			   "\"leases\" is served here)");
+			   "\"leases\" and \"kv_report\" are served here)");
 		goto out;
 	} else if (!o) {
 		snprintf(err, sizeof(err), "malformed JSON: %s (at %d)",
@@ -1730,6 +1742,230 @@ static void do_admin(struct memd_server *s, struct conn *c,
 		c->closing = true;
 out:
 	json_decref(o);
+}
+
+/* ---- capacity planning (docs/capacity.md) ------------------------- */
+
+/* The sizes every report and /metrics give the curve at, as multiples of
+ * the tenant's KV capacity on this memd. */
+static const double kv_cap_mult[] = { 0.25, 0.5, 1, 2, 4 };
+#define KV_NMULT (sizeof(kv_cap_mult) / sizeof(kv_cap_mult[0]))
+
+static uint32_t kv_cap_slabs(struct memd_server *s, uint32_t tenant,
+			     bool *by_registry);
+
+/*
+ * The bytes of blocks the tenant's store may hold here: cap_slabs slabs
+ * at the packing of its blocks (their mean size: floor(slab / block)
+ * blocks a slab; a chunked value fills whole slabs), which is what the
+ * curve's sizes count.
+ */
+static uint64_t kv_cap_bytes(uint64_t slab, uint32_t cap_slabs,
+			     const struct memd_kv_stats *st)
+{
+	uint64_t n = st->entries + st->reserved;
+	double eff = 1, avg;
+
+	if (n && st->bytes_used) {
+		avg = (double)st->bytes_used / (double)n;
+		if (avg < (double)slab)
+			eff = (double)(uint64_t)((double)slab / avg) * avg /
+			      (double)slab;
+	}
+	return (uint64_t)((double)cap_slabs * (double)slab * eff);
+}
+
+/* Seconds of prefill that bytes of KV served save (the cost model). */
+static double kv_saved_s(struct memd_server *s, uint64_t bytes)
+{
+	uint64_t bpt = __atomic_load_n(&s->kv_cost_bpt, __ATOMIC_RELAXED);
+	uint32_t tps = __atomic_load_n(&s->kv_cost_tps, __ATOMIC_RELAXED);
+
+	return (double)bytes / (double)(bpt ? bpt : 1) /
+	       (double)(tps ? tps : 1);
+}
+
+static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
+				bool points, uint64_t now)
+{
+	struct memd_kv_stats st;
+	struct memd_kv_curve *cv = calloc(1, sizeof(*cv));
+	const struct kv_tenant *kt;
+	uint64_t sizes[KV_NMULT], first = s->start_ms, cap;
+	double at[KV_NMULT], period_s;
+	json_t *o, *j, *arr;
+	bool by_registry;
+	uint32_t cap_slabs;
+
+	if (!cv)
+		return NULL;
+	memd_kv_get_stats(s->kv, tenant, &st);
+	pthread_mutex_lock(&s->kvlock);
+	kt = kv_tenant_find_locked(s, tenant);
+	if (kt)
+		first = kt->first_ms;
+	pthread_mutex_unlock(&s->kvlock);
+	period_s = (double)(now - first) / 1000.0;
+	cap_slabs = kv_cap_slabs(s, tenant, &by_registry);
+	cap = kv_cap_bytes(s->cfg.slab_bytes, cap_slabs, &st);
+	for (size_t i = 0; i < KV_NMULT; i++)
+		sizes[i] = (uint64_t)(kv_cap_mult[i] * (double)cap);
+	o = json_object();
+	j = json_object();
+	if (!o || !j)
+		goto fail;
+#define X(name, help)                                                          \
+	json_object_set_new(j, #name, json_integer((json_int_t)st.name));
+	MEMD_KV_STATS(X)
+#undef X
+	json_object_set_new(o, "stats", j);
+	json_object_set_new(o, "tenant_id", json_integer(tenant));
+	json_object_set_new(o, "cap_slabs", json_integer(cap_slabs));
+	json_object_set_new(o, "cap_by_registry", json_boolean(by_registry));
+	json_object_set_new(o, "cap_bytes", json_integer((json_int_t)cap));
+	json_object_set_new(o, "period_s", json_real(period_s));
+	json_object_set_new(o, "hit_ratio",
+			    st.requests ? json_real((double)st.request_hits /
+						    (double)st.requests)
+					: json_null());
+	json_object_set_new(o, "saved_s",
+			    json_real(kv_saved_s(s, st.hit_bytes)));
+	json_object_set_new(o, "saved_s_per_hour",
+			    period_s > 0
+				    ? json_real(kv_saved_s(s, st.hit_bytes) *
+						3600.0 / period_s)
+				    : json_null());
+	json_object_set_new(o, "oneshot_put_s",
+			    json_real((double)st.oneshot_put_ms / 1000.0));
+	if (memd_kv_curve(s->kv, tenant, sizes, at, KV_NMULT, cv)) {
+		json_object_set_new(o, "curve", json_null());
+		goto out;
+	}
+	j = json_pack("{sf sI sI sI sf sI sI}", "rate", cv->info.rate,
+		      "sample_max", (json_int_t)cv->info.sample_max, "tracked",
+		      (json_int_t)cv->info.tracked, "window_samples",
+		      (json_int_t)cv->info.window_samples, "window_requests",
+		      cv->info.window_requests, "window_refs",
+		      (json_int_t)cv->info.window_refs, "memory_bytes",
+		      (json_int_t)cv->info.bytes);
+	arr = json_array();
+	if (!j || !arr) {
+		json_decref(j);
+		json_decref(arr);
+		goto fail;
+	}
+	for (size_t i = 0; i < KV_NMULT; i++)
+		json_array_append_new(arr, json_pack("{sf sI sf}", "mult",
+						     kv_cap_mult[i], "bytes",
+						     (json_int_t)sizes[i],
+						     "hit", at[i]));
+	json_object_set_new(j, "at", arr);
+	if (points) {
+		arr = json_array();
+		for (size_t i = 0; arr && i < cv->npoints; i++)
+			json_array_append_new(
+				arr,
+				json_pack("[I f]", (json_int_t)cv->bytes[i],
+					  cv->hit[i]));
+		json_object_set_new(j, "points", arr ? arr : json_null());
+	}
+	json_object_set_new(o, "curve", j);
+out:
+	free(cv);
+	return o;
+fail:
+	free(cv);
+	json_decref(o);
+	json_decref(j);
+	return NULL;
+}
+
+/*
+ * ADMIN {"cmd": "kv_report", "tenant_id": N?, "points": bool?}: the KV
+ * capacity statistics of one tenant (with the curve's points unless
+ * "points" is false) or of every tenant of this memd's KV store (without
+ * points unless "points" is true). Any memd serves it, for its own store.
+ * Returns the reply's length, or -errno with err set.
+ */
+static int admin_kv_report(struct memd_server *s, const json_t *req, char *out,
+			   size_t cap, char *err, size_t errlen)
+{
+	const json_t *jt = json_object_get(req, "tenant_id");
+	const json_t *jp = json_object_get(req, "points");
+	uint32_t ids[WIRE_MAX_TENANTS];
+	json_t *rep, *arr;
+	uint64_t now = now_ms();
+	size_t n = 0, len;
+	bool points;
+
+	if (!req) {
+		snprintf(err, errlen, "kv_report: malformed JSON");
+		return -EINVAL;
+	}
+	if (jt && (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
+		   json_integer_value(jt) > UINT32_MAX)) {
+		snprintf(err, errlen,
+			 "kv_report: tenant_id must be a tenant id (a whole "
+			 "number from 0 to 4294967295)");
+		return -EINVAL;
+	}
+	if (jp && !json_is_boolean(jp)) {
+		snprintf(err, errlen,
+			 "kv_report: points must be true or false");
+		return -EINVAL;
+	}
+	if (!s->kv) {
+		snprintf(err, errlen,
+			 "kv_report: the KV tier is off on this memd (kv_share "
+			 "= 0)");
+		return -EOPNOTSUPP;
+	}
+	points = jp ? json_is_true(jp) : jt != NULL;
+	n = memd_kv_tenant_ids(s->kv, ids, WIRE_MAX_TENANTS);
+	if (jt) {
+		uint32_t want = (uint32_t)json_integer_value(jt);
+		bool found = false;
+
+		for (size_t i = 0; i < n && !found; i++)
+			found = ids[i] == want;
+		if (!found) {
+			snprintf(err, errlen,
+				 "kv_report: tenant_id %u has no KV store on "
+				 "this memd (no KV request yet)",
+				 want);
+			return -ENOENT;
+		}
+		ids[0] = want;
+		n = 1;
+	}
+	rep = json_pack(
+		"{sI sI sI sI sI s[]}", "slab_bytes",
+		(json_int_t)s->cfg.slab_bytes, "nslabs", (json_int_t)s->nslabs,
+		"kv_share", (json_int_t)s->cfg.kv_share, "prefill_tokens_per_s",
+		(json_int_t)s->cfg.kv_prefill_tokens_per_s, "bytes_per_token",
+		(json_int_t)s->cfg.kv_bytes_per_token, "tenants");
+	arr = rep ? json_object_get(rep, "tenants") : NULL;
+	for (size_t i = 0; arr && i < n; i++) {
+		json_t *t = kv_report_tenant(s, ids[i], points, now);
+
+		if (!t || json_array_append_new(arr, t)) {
+			json_decref(rep);
+			rep = NULL;
+		}
+	}
+	if (!rep) {
+		snprintf(err, errlen, "kv_report: out of memory");
+		return -ENOMEM;
+	}
+	len = json_dumpb(rep, out, cap, JSON_COMPACT);
+	json_decref(rep);
+	if (len == 0 || len > cap) {
+		snprintf(err, errlen,
+			 "kv_report: the report does not fit one reply; ask "
+			 "for one tenant, or without points");
+		return -EMSGSIZE;
+	}
+	return (int)len;
 }
 
 /* memd-donor's report: counters and tenants from the lease table. */
@@ -1808,7 +2044,9 @@ static struct kv_tenant *kv_tenant(struct memd_server *s, uint32_t tenant,
 		s->kvt_cap = cap;
 	}
 	t = &s->kvt[s->nkvt];
-	*t = (struct kv_tenant){ .tenant_id = tenant, .ses = ses };
+	*t = (struct kv_tenant){ .tenant_id = tenant,
+				 .ses = ses,
+				 .first_ms = now_ms() };
 	__atomic_store_n(&s->nkvt, s->nkvt + 1, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->kvlock);
 	memd_log(LOG_INFO, "kv: store opened tenant=%u session=%" PRIx64,
@@ -1858,7 +2096,7 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 {
 	struct memd_server *s = arg;
 	struct kv_tenant *t = kv_tenant(s, tenant, true);
-	uint32_t slab, gen, id;
+	uint32_t slab, gen, id, cap;
 	struct fab_mr *mr = NULL, *mr_ro = NULL;
 	uint64_t reg_epoch;
 	bool drain = false, by_registry;
@@ -1870,7 +2108,13 @@ static int kv_slab_get(void *arg, uint32_t tenant, uint32_t *slabp,
 		memd_donor_state(s->donor, &id, &reg_epoch, &drain);
 	if (s->draining || drain)
 		return -ENOSPC;
-	if (t->slabs >= kv_cap_slabs(s, tenant, &by_registry)) {
+	cap = kv_cap_slabs(s, tenant, &by_registry);
+	if (t->cap_slabs != cap) {
+		pthread_mutex_lock(&s->kvlock);
+		t->cap_slabs = cap;
+		pthread_mutex_unlock(&s->kvlock);
+	}
+	if (t->slabs >= cap) {
 		/* the store evicts the tenant's own blocks; a fresh report
 		 * brings a fresh allowance if the quota has room */
 		if (by_registry) {
@@ -1991,6 +2235,14 @@ static void kv_renew(struct memd_server *s)
 				 s->kvt[i].tenant_id);
 }
 
+static void kv_cost_publish(struct memd_server *s)
+{
+	__atomic_store_n(&s->kv_cost_bpt, s->cfg.kv_bytes_per_token,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->kv_cost_tps, s->cfg.kv_prefill_tokens_per_s,
+			 __ATOMIC_RELAXED);
+}
+
 static int kv_open(struct memd_server *s, char *err, size_t errlen)
 {
 	struct memd_kv_options o = {
@@ -2006,6 +2258,7 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
 			s->cfg.kv_spill_dir[0] ? s->cfg.kv_spill_dir : NULL,
 		.spill_bytes = s->cfg.kv_spill_bytes,
 		.policy = MEMD_KV_POLICY_S3FIFO,
+		.mrc_samples = s->cfg.kv_mrc_samples,
 	};
 	struct memd_kv_scan_result sr = { 0 };
 	int r;
@@ -2015,6 +2268,7 @@ static int kv_open(struct memd_server *s, char *err, size_t errlen)
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	kv_cost_publish(s);
 	r = memd_kv_create(&o, &s->kv);
 	if (r) {
 		snprintf(err, errlen, "kv store%s%s: %s",
@@ -2951,6 +3205,7 @@ static void reload(struct memd_server *s)
 		return;
 	}
 	n = memd_config_reload(&s->cfg, &next, reload_note, s);
+	kv_cost_publish(s);
 	check_nofile(s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
@@ -3022,10 +3277,12 @@ static void write_tenant_metrics(struct memd_metrics_buf *b,
 /* The KV statistics that only grow are counters; the rest are gauges. */
 static bool kv_stat_is_counter(const char *name)
 {
-	static const char *const counters[] = { "hits",		"misses",
-						"evictions",	"spills",
-						"spill_errors", "reloads",
-						"expired" };
+	static const char *const counters[] = {
+		"hits",		 "misses",    "evictions", "spills",
+		"spill_errors",	 "reloads",   "expired",   "requests",
+		"request_hits",	 "hit_bytes", "oneshot",   "oneshot_bytes",
+		"oneshot_put_ms"
+	};
 
 	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
 		if (!strcmp(name, counters[i]))
@@ -3034,14 +3291,22 @@ static bool kv_stat_is_counter(const char *name)
 }
 
 /* Per-tenant statistics of the KV store (memd/kvstore.h's X-macro). */
+static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
+				      struct memd_server *s,
+				      const uint32_t *ids, const uint32_t *caps,
+				      const struct memd_kv_stats *st,
+				      uint32_t n);
+
 static void write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 {
-	uint32_t ids[WIRE_MAX_TENANTS], n = 0;
+	uint32_t ids[WIRE_MAX_TENANTS], caps[WIRE_MAX_TENANTS], n = 0;
 	struct memd_kv_stats *st;
 
 	pthread_mutex_lock(&s->kvlock);
-	for (uint32_t i = 0; i < s->nkvt && n < WIRE_MAX_TENANTS; i++)
+	for (uint32_t i = 0; i < s->nkvt && n < WIRE_MAX_TENANTS; i++) {
+		caps[n] = s->kvt[i].cap_slabs;
 		ids[n++] = s->kvt[i].tenant_id;
+	}
 	pthread_mutex_unlock(&s->kvlock);
 	st = calloc(n ? n : 1, sizeof(*st));
 	if (!st)
@@ -3067,7 +3332,77 @@ static void write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 	}
 	MEMD_KV_STATS(X)
 #undef X
+	write_kv_capacity_metrics(b, s, ids, caps, st, n);
 	free(st);
+}
+
+/* Capacity planning gauges (docs/capacity.md): hit ratio, saved seconds,
+ * the curve at 1/4 .. 4 x the tenant's KV capacity. */
+static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
+				      struct memd_server *s,
+				      const uint32_t *ids, const uint32_t *caps,
+				      const struct memd_kv_stats *st,
+				      uint32_t n)
+{
+	struct memd_kv_curve *cv = malloc(sizeof(*cv));
+
+	memd_metrics_printf(
+		b, "# HELP tidepool_memd_kv_tenant_hit_ratio Keys found of "
+		   "the keys each tenant asked for (request_hits / "
+		   "requests).\n# TYPE tidepool_memd_kv_tenant_hit_ratio "
+		   "gauge\n");
+	for (uint32_t i = 0; i < n; i++)
+		if (st[i].requests)
+			memd_metrics_printf(
+				b,
+				"tidepool_memd_kv_tenant_hit_ratio{tenant_id="
+				"\"%u\"} %.6f\n",
+				ids[i],
+				(double)st[i].request_hits /
+					(double)st[i].requests);
+	memd_metrics_printf(
+		b, "# HELP tidepool_memd_kv_tenant_saved_seconds Prefill "
+		   "seconds the KV bytes served saved (hit_bytes / "
+		   "kv_bytes_per_token / kv_prefill_tokens_per_s).\n# TYPE "
+		   "tidepool_memd_kv_tenant_saved_seconds gauge\n");
+	for (uint32_t i = 0; i < n; i++)
+		memd_metrics_printf(b,
+				    "tidepool_memd_kv_tenant_saved_seconds{"
+				    "tenant_id=\"%u\"} %.3f\n",
+				    ids[i], kv_saved_s(s, st[i].hit_bytes));
+	memd_metrics_printf(
+		b, "# HELP tidepool_memd_kv_tenant_capacity_bytes Bytes of "
+		   "blocks each tenant's KV store may hold here.\n# TYPE "
+		   "tidepool_memd_kv_tenant_capacity_bytes gauge\n");
+	for (uint32_t i = 0; i < n; i++)
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_kv_tenant_capacity_bytes{"
+			"tenant_id=\"%u\"} %" PRIu64 "\n",
+			ids[i],
+			kv_cap_bytes(s->cfg.slab_bytes, caps[i], &st[i]));
+	memd_metrics_printf(
+		b, "# HELP tidepool_memd_kv_tenant_curve_hit_ratio The hit "
+		   "ratio each tenant's miss-ratio curve predicts (LRU) at "
+		   "a multiple of its KV capacity.\n# TYPE "
+		   "tidepool_memd_kv_tenant_curve_hit_ratio gauge\n");
+	for (uint32_t i = 0; cv && i < n; i++) {
+		uint64_t cap = kv_cap_bytes(s->cfg.slab_bytes, caps[i], &st[i]);
+		uint64_t sizes[KV_NMULT];
+		double at[KV_NMULT];
+
+		for (size_t k = 0; k < KV_NMULT; k++)
+			sizes[k] = (uint64_t)(kv_cap_mult[k] * (double)cap);
+		if (memd_kv_curve(s->kv, ids[i], sizes, at, KV_NMULT, cv))
+			continue;
+		for (size_t k = 0; k < KV_NMULT; k++)
+			memd_metrics_printf(
+				b,
+				"tidepool_memd_kv_tenant_curve_hit_ratio{"
+				"tenant_id=\"%u\",capacity=\"%g\"} %.6f\n",
+				ids[i], kv_cap_mult[k], at[k]);
+	}
+	free(cv);
 }
 
 struct reg_metrics {

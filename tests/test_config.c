@@ -516,6 +516,10 @@ static const struct good_case good_cases[] = {
 	GN("kv_read_lease", "1m", F_U32, kv_lease_ms, 60000),
 	GN("kv_reserve_ttl", "100", F_U32, kv_reserve_ms, 100),
 	GN("kv_reserve_ttl", "10m", F_U32, kv_reserve_ms, 600000),
+	GN("kv_mrc_samples", "0", F_U32, kv_mrc_samples, 0),
+	GN("kv_prefill_tokens_per_s", "25000", F_U32, kv_prefill_tokens_per_s,
+	   25000),
+	GN("kv_bytes_per_token", "4K", F_U64, kv_bytes_per_token, 4096),
 	GS("kv_spill_dir", "", kv_spill_dir, ""),
 	GS("kv_spill_dir", "/nvme/tp-spill", kv_spill_dir, "/nvme/tp-spill"),
 	GN("kv_spill_size", "0", F_U64, kv_spill_bytes, 0),
@@ -693,6 +697,9 @@ static const struct bad_case bad_cases[] = {
 	{ "metrics_listen", "::1:9470", "is not HOST:PORT" },
 	{ "metrics_listen", "localhost:http", "is not HOST:PORT" },
 	{ "kv_share", "101", "out of range" },
+	{ "kv_mrc_samples", "1048577", "out of range" },
+	{ "kv_prefill_tokens_per_s", "0", "out of range" },
+	{ "kv_bytes_per_token", "2G", "out of range" },
 	{ "kv_share", "-1", "not a whole number" },
 	{ "kv_read_lease", "99ms", "out of range" },
 	{ "kv_read_lease", "61s", "out of range" },
@@ -825,6 +832,16 @@ START_TEST(validate_cross_keys)
 	ck_assert_str_eq(err, "key 'kv_spill_size': 64M without "
 			      "kv_spill_dir");
 	c.kv_spill_bytes = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+
+	/* a curve needs a sample of 16 keys at least, or none */
+	c.kv_mrc_samples = 15;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'kv_mrc_samples': 15 is too few to sample "
+			      "(16 at least, or 0 for no curves)");
+	c.kv_mrc_samples = 0;
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	c.kv_mrc_samples = 16;
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
 
 	c.lease_ttl_ms = 200;
@@ -1451,7 +1468,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 32);
+	ck_assert_int_eq(keys, 35);
 	free(text);
 }
 END_TEST
@@ -1658,7 +1675,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 32);
+	ck_assert_int_eq(keys, 35);
 	free(text);
 	free(man);
 }

@@ -881,6 +881,77 @@ START_TEST(s3fifo_is_scan_resistant)
 }
 END_TEST
 
+/* Capacity statistics: an exists and the lookups that follow it are one
+ * request per key; lookups alone count; entries evicted unread are
+ * one-shot puts; the curve sees it all (docs/capacity.md). */
+START_TEST(capacity_statistics)
+{
+	struct owner *o = owner_new(MIB, 8);
+	struct memd_kv_options op = opts(o);
+	uint8_t k[12][MEMD_KV_KEY_BYTES];
+	struct memd_kv_curve *c = calloc(1, sizeof(*c));
+	struct memd_kv *kv;
+	struct memd_kv_stats st;
+	uint64_t size = 1ull << 40;
+	double at;
+
+	ck_assert_ptr_nonnull(c);
+	op.mrc_samples = 64;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), 0);
+	o->share[1] = 2; /* 2 slabs of 15 blocks of 64 KiB + 64 */
+	for (uint64_t n = 0; n < 10; n++)
+		ck_assert_int_eq(put(kv, o, 1, n, 1000, 1), 0);
+	for (uint64_t n = 0; n < 12; n++)
+		make_key(n, k[n]);
+	ck_assert_int_eq(memd_kv_exists(kv, 1, (const uint8_t(*)[32])k, 12),
+			 10);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.requests, 12);
+	ck_assert_uint_eq(st.request_hits, 10);
+	for (uint64_t n = 0; n < 10; n++) /* the same requests */
+		ck_assert_int_eq(get(kv, o, 1, n, 2, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 0, 3, true), 0); /* a new one */
+	ck_assert_int_eq(get(kv, o, 1, 100, 3, true), -ENOENT);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.requests, 14);
+	ck_assert_uint_eq(st.request_hits, 11);
+	ck_assert_uint_eq(st.hit_bytes, 11 * 1000);
+	ck_assert_uint_eq(st.hits, 11);
+	ck_assert_uint_eq(st.oneshot, 0);
+	/* 100 puts never read push through 30 blocks: the read entries
+	 * (in main) stay, every evicted one was a one-shot put */
+	for (uint64_t n = 200; n < 300; n++)
+		ck_assert_int_eq(put(kv, o, 1, n, 1000, 4), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_ge(st.evictions, 70);
+	ck_assert_uint_eq(st.oneshot, st.evictions);
+	ck_assert_uint_eq(st.oneshot_bytes, 1000 * st.oneshot);
+	for (uint64_t n = 0; n < 10; n++)
+		ck_assert(exists1(kv, 1, n));
+	/* the curve: 14 + 10 requests, 21 of them to keys put or asked
+	 * for before (hits in a store of 1 TiB), from a sample of 64 of
+	 * the 112 keys */
+	ck_assert_int_eq(memd_kv_curve(kv, 1, &size, &at, 1, c), 0);
+	ck_assert_uint_eq(c->info.window_refs, 24);
+	ck_assert_uint_le(c->info.window_samples, 24);
+	ck_assert_uint_eq(c->info.tracked, 64);
+	ck_assert_uint_gt(c->npoints, 0);
+	ck_assert_msg(at > 0.6 && at <= 1, "hit ratio at 1 TiB %f", at);
+	ck_assert_int_eq(memd_kv_curve(kv, 2, &size, &at, 1, c), -ENOENT);
+	memd_kv_destroy(kv);
+	/* curves off */
+	op.mrc_samples = 0;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), 0);
+	ck_assert_int_eq(put(kv, o, 1, 1, 1000, 1), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1, 1, true), 0);
+	ck_assert_uint_eq(stats(kv, 1).requests, 1);
+	ck_assert_int_eq(memd_kv_curve(kv, 1, &size, &at, 1, c), -ENOENT);
+	memd_kv_destroy(kv);
+	owner_free(o);
+	free(c);
+}
+END_TEST
+
 START_TEST(tenants_are_isolated)
 {
 	struct owner *o = owner_new(MIB, 8);
@@ -1611,6 +1682,7 @@ static Suite *kvstore_suite(void)
 	tcase_add_test(tc, pins_block_eviction);
 	tcase_add_test(tc, trim_evicts_down_to_a_slab_count);
 	tcase_add_test(tc, s3fifo_is_scan_resistant);
+	tcase_add_test(tc, capacity_statistics);
 	tcase_add_test(tc, tenants_are_isolated);
 	tcase_add_test(tc, bad_inputs_get_clear_errors);
 	tcase_add_test(tc, exists_is_the_longest_present_prefix);
