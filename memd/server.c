@@ -1819,6 +1819,7 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 	MEMD_KV_STATS(X)
 #undef X
 	json_object_set_new(o, "stats", j);
+	j = NULL; /* o holds it */
 	json_object_set_new(o, "tenant_id", json_integer(tenant));
 	json_object_set_new(o, "cap_slabs", json_integer(cap_slabs));
 	json_object_set_new(o, "cap_by_registry", json_boolean(by_registry));
@@ -1850,9 +1851,8 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 		      (json_int_t)cv->info.bytes);
 	arr = json_array();
 	if (!j || !arr) {
-		json_decref(j);
 		json_decref(arr);
-		goto fail;
+		goto fail; /* frees j */
 	}
 	for (size_t i = 0; i < KV_NMULT; i++)
 		json_array_append_new(arr, json_pack("{sf sI sf}", "mult",
