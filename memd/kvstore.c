@@ -536,6 +536,25 @@ static bool evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms);
 /* ---- capacity statistics (docs/capacity.md) ---- */
 
 /*
+ * The spatial hash the curve samples by: the key's four words folded,
+ * salted with the store's random index key, through the splitmix64
+ * finalizer. Cheaper than the index's SipHash (it runs on every
+ * request); a client that picks keys to collide only skews its own
+ * tenant's curve, whose memory stays bounded either way.
+ */
+static uint64_t sample_hash(const struct memd_kv *kv, const uint8_t *key)
+{
+	uint64_t x = get_le64(kv->hkey) ^ get_le64(key) ^
+		     (get_le64(key + 8) * 0x9e3779b97f4a7c15ull) ^
+		     (get_le64(key + 16) * 0xc2b2ae3d27d4eb4full) ^
+		     (get_le64(key + 24) * 0x165667b19e3779f9ull);
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/*
  * A reference to key for the tenant's miss-ratio curve: counted (a
  * request) or a touch (a put), with the bytes of its blocks (0: not
  * known here). The curve is created at the tenant's first reference.
@@ -550,7 +569,7 @@ static void reference(struct memd_kv *kv, struct kv_tenant *t,
 		t->mrc_failed = true;
 		return;
 	}
-	memd_mrc_access(t->mrc, key_hash(kv, key), bytes, counted);
+	memd_mrc_access(t->mrc, sample_hash(kv, key), bytes, counted);
 }
 
 /* A request (exists, or a lookup that no exists answered just before)
@@ -1668,7 +1687,7 @@ static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
 	if (e->mem == MEM_NONE && !e->spilled)
 		return -ENOENT; /* only a ghost */
 	if (t->mrc)
-		memd_mrc_forget(t->mrc, key_hash(kv, it->key));
+		memd_mrc_forget(t->mrc, sample_hash(kv, it->key));
 	spill_forget(kv, e, true);
 	if (e->mem == MEM_NONE) {
 		queue_remove(e); /* ghost */
