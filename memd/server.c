@@ -1898,9 +1898,23 @@ static int admin_kv_report(struct memd_server *s, const json_t *req, char *out,
 	size_t n = 0, len;
 	bool points;
 
+	const char *k;
+	json_t *v;
+
 	if (!req) {
 		snprintf(err, errlen, "kv_report: malformed JSON");
 		return -EINVAL;
+	}
+	json_object_foreach((json_t *)req, k, v)
+	{
+		if (strcmp(k, "cmd") && strcmp(k, "tenant_id") &&
+		    strcmp(k, "points")) {
+			snprintf(err, errlen,
+				 "kv_report: unknown field '%.64s' (it takes "
+				 "tenant_id and points)",
+				 k);
+			return -EINVAL;
+		}
 	}
 	if (jt && (!json_is_integer(jt) || json_integer_value(jt) < 0 ||
 		   json_integer_value(jt) > UINT32_MAX)) {

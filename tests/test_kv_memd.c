@@ -678,6 +678,9 @@ static void two_tenants_up(const char **args, char *dir, size_t dirlen,
 	*b = kvc_open(md.addr, "b", sec_b);
 }
 
+static int poolctl_run(const char *addr, char *out, size_t cap, char *err,
+		       size_t errcap, const char *const *args);
+
 START_TEST(tenants_never_share)
 {
 	const char *args[] = {
@@ -752,6 +755,60 @@ START_TEST(tenants_never_share)
 	ck_assert_int_eq(kv_get(b, key, &got), -ENOENT);
 	ck_assert_int_eq(kv_get(a, key, &got), (int64_t)la);
 	free(got);
+
+	/* capacity reports in a pool: poolctl asks the donors (here the
+	 * registry's own donor part) as "@admin" and names the tenants */
+	{
+		static char out[65536], err[4096], sec[128];
+		json_error_t je;
+		json_t *j;
+
+		snprintf(sec, sizeof(sec), "%s/cluster.secret", dir);
+		ck_assert_int_eq(
+			poolctl_run(md.addr, out, sizeof(out), err, sizeof(err),
+				    (const char *[]){ "-s", sec, "--json",
+						      "tenant", "report", "a",
+						      NULL }),
+			0);
+		j = json_loads(out, 0, &je);
+		ck_assert_msg(j, "%s", out);
+		ck_assert_int_eq(
+			json_integer_value(json_object_get(j, "donors")), 1);
+		ck_assert_int_eq(json_integer_value(json_object_get(
+					 json_object_get(j, "stats"), "hits")),
+				 4);
+		json_decref(j);
+		ck_assert_int_eq(
+			poolctl_run(md.addr, out, sizeof(out), err, sizeof(err),
+				    (const char *[]){ "-s", sec, "tenant",
+						      "report", "c", NULL }),
+			1);
+		ck_assert_msg(strstr(err, "no tenant 'c'"), "%s", err);
+		ck_assert_int_eq(
+			poolctl_run(md.addr, out, sizeof(out), err, sizeof(err),
+				    (const char *[]){ "-s", sec, "top", NULL }),
+			0);
+		ck_assert_msg(strstr(out, "\na ") && strstr(out, "\nb "), "%s",
+			      out);
+		/* bad kv_report requests: a clear error, nothing else */
+		ck_assert_int_eq(
+			tu_admin(md.addr, sec,
+				 "{\"cmd\":\"kv_report\",\"tenant\":1}", out,
+				 sizeof(out)),
+			-EINVAL);
+		ck_assert_msg(strstr(out, "unknown field 'tenant'"), "%s", out);
+		ck_assert_int_eq(tu_admin(md.addr, sec,
+					  "{\"cmd\":\"kv_report\","
+					  "\"tenant_id\":-1}",
+					  out, sizeof(out)),
+				 -EINVAL);
+		ck_assert_int_eq(tu_admin(md.addr, sec,
+					  "{\"cmd\":\"kv_report\","
+					  "\"tenant_id\":999}",
+					  out, sizeof(out)),
+				 -ENOENT);
+		ck_assert_msg(strstr(out, "no KV store"), "%s", out);
+	}
 
 	free(va);
 	free(vb);

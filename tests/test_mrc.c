@@ -82,6 +82,8 @@ struct lru {
 	struct lnode *head, *tail; /* head: most recent */
 	struct lnode **tab;
 	size_t ntab;
+	struct lnode *spare; /* evicted nodes, reused (malloc is slow
+			      * under the sanitizers) */
 };
 
 static struct lnode **lru_slot(struct lru *l, uint64_t key)
@@ -128,8 +130,14 @@ static bool lru_ref(struct lru *l, uint64_t key, uint64_t bytes)
 	}
 	if (bytes > l->cap)
 		return false;
-	n = calloc(1, sizeof(*n));
-	ck_assert_ptr_nonnull(n);
+	if (l->spare) {
+		n = l->spare;
+		l->spare = n->hnext;
+	} else {
+		n = malloc(sizeof(*n));
+		ck_assert_ptr_nonnull(n);
+	}
+	n->hnext = NULL;
 	n->key = key;
 	n->bytes = bytes;
 	*p = n;
@@ -141,7 +149,8 @@ static bool lru_ref(struct lru *l, uint64_t key, uint64_t bytes)
 		*q = v->hnext;
 		lru_unlink(l, v);
 		l->used -= v->bytes;
-		free(v);
+		v->hnext = l->spare;
+		l->spare = v;
 	}
 	return false;
 }
@@ -150,6 +159,10 @@ static void lru_free(struct lru *l)
 {
 	for (struct lnode *n = l->head, *x; n; n = x) {
 		x = n->next;
+		free(n);
+	}
+	for (struct lnode *n = l->spare, *x; n; n = x) {
+		x = n->hnext;
 		free(n);
 	}
 	free(l->tab);
@@ -247,7 +260,7 @@ START_TEST(shared_prefix)
 	uint64_t s = 1, uniq = 0;
 
 	/* 400 prefixes of 60 chunks (1.5 GiB), 4-chunk tails */
-	gen_shared(&t, &s, 10000, 400, 60, 4, 0, &uniq);
+	gen_shared(&t, &s, 6000, 400, 60, 4, 0, &uniq);
 	check_trace("shared", &t, 512 * MIB);
 	free(t.r);
 }
@@ -259,7 +272,7 @@ START_TEST(oneshot_mix)
 	uint64_t s = 2, uniq = 0;
 
 	/* half the prompts are one-shot: they pass through and push out */
-	gen_shared(&t, &s, 10000, 200, 60, 4, 0.5, &uniq);
+	gen_shared(&t, &s, 6000, 200, 60, 4, 0.5, &uniq);
 	check_trace("oneshot", &t, 512 * MIB);
 	free(t.r);
 }
@@ -310,7 +323,7 @@ START_TEST(zipf)
 	ck_assert_ptr_nonnull(cdf);
 	for (unsigned i = 0; i < n; i++)
 		cdf[i] = sum += 1.0 / pow(i + 1, 0.9);
-	for (unsigned i = 0; i < 400000; i++) {
+	for (unsigned i = 0; i < 300000; i++) {
 		double u = (double)(splitmix(&s) >> 11) / 0x1p53 * sum;
 		unsigned lo = 0, hi = n - 1;
 
@@ -338,7 +351,7 @@ START_TEST(scan)
 
 	/* a hot set of 2000 keys (125 MiB) read 60 % of the time, and a
 	 * cyclic scan over 20000 keys (1.25 GiB) */
-	for (unsigned i = 0; i < 600000; i++) {
+	for (unsigned i = 0; i < 400000; i++) {
 		if (splitmix(&s) % 100 < 60)
 			push(&t, (5ull << 56) | (splitmix(&s) % 2000), BLK);
 		else
@@ -412,6 +425,7 @@ START_TEST(byte_distances)
 		ck_assert(h[i] >= h[i - 1]);
 	}
 	ck_assert(fabs(h[n - 1] - 0.5) < 1e-9);
+	memd_mrc_destroy(m);
 	ck_assert_int_eq(memd_mrc_create(15, 0, &m), -22);
 	ck_assert_ptr_null(m);
 	memd_mrc_destroy(NULL);
