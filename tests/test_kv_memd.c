@@ -1500,9 +1500,10 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 	       share, measured, h2, target);
 	/* The curve is LRU's (SHARDS); memd evicts with S3-FIFO, which
 	 * keeps the one-shot last chunks out of the main queue and so does
-	 * better than LRU here (0.74 measured for 0.60 asked on this
-	 * machine): the suggestion is a quota that is never too small,
-	 * not an exact one (docs/capacity.md, "LRU and S3-FIFO"). */
+	 * better than LRU on this workload (0.74 measured for 0.60 asked
+	 * on this machine): the test checks the suggestion is not too
+	 * small here, not the issue's +-0.05 (docs/capacity.md, "LRU and
+	 * S3-FIFO", which also shows a trace where S3-FIFO does worse). */
 	ck_assert_msg(measured >= target - 0.05, "measured %.3f, target %.2f",
 		      measured, target);
 	ck_assert_msg(measured <= target + 0.2, "measured %.3f, target %.2f",

@@ -12,6 +12,8 @@
  * the capacity C0), an uncounted one (the put that follows the miss). The
  * exact simulation of size C serves every request from its own LRU of C
  * bytes and inserts on a miss, which is the same stack. Seeds are fixed.
+ * An exact S3-FIFO of each size (memd's policy) is printed beside them:
+ * the curve is LRU's; docs/capacity.md reports how far the two differ.
  */
 #include <check.h>
 
@@ -182,6 +184,174 @@ static double exact_hit(const struct trace *t, uint64_t cap)
 }
 
 /*
+ * ---- exact S3-FIFO of C bytes, as memd/kvstore.c evicts ----
+ * A miss makes room first (evict until the new key fits), then inserts
+ * into the small FIFO, or into main when its key is a ghost; a hit raises
+ * the key's frequency (at most 3). To evict: from small when it holds at
+ * least 10 % of the bytes (its oldest: to main with frequency >= 1, else
+ * out and ghosted), else from main (oldest: back to main's head with
+ * frequency - 1, or out). Ghosts: at most as many as resident keys.
+ */
+enum { QS, QM, QG };
+
+struct snode {
+	uint64_t key, bytes;
+	int q, freq;
+	struct snode *prev, *next, *hnext;
+};
+
+struct sq {
+	struct snode *head, *tail;
+	uint64_t count, bytes;
+};
+
+struct s3 {
+	uint64_t cap, used;
+	struct sq q[3];
+	struct snode **tab;
+	size_t ntab;
+	struct snode *spare;
+};
+
+static struct snode **s3_slot(struct s3 *c, uint64_t key)
+{
+	struct snode **p = &c->tab[khash(key) & (c->ntab - 1)];
+
+	while (*p && (*p)->key != key)
+		p = &(*p)->hnext;
+	return p;
+}
+
+static void sq_unlink(struct s3 *c, struct snode *n)
+{
+	struct sq *q = &c->q[n->q];
+
+	if (n->prev)
+		n->prev->next = n->next;
+	else
+		q->head = n->next;
+	if (n->next)
+		n->next->prev = n->prev;
+	else
+		q->tail = n->prev;
+	q->count--;
+	q->bytes -= n->bytes;
+}
+
+static void sq_push(struct s3 *c, struct snode *n, int qi)
+{
+	struct sq *q = &c->q[qi];
+
+	n->q = qi;
+	n->prev = NULL;
+	n->next = q->head;
+	if (q->head)
+		q->head->prev = n;
+	q->head = n;
+	if (!q->tail)
+		q->tail = n;
+	q->count++;
+	q->bytes += n->bytes;
+}
+
+static void s3_drop(struct s3 *c, struct snode *n)
+{
+	struct snode **p = s3_slot(c, n->key);
+
+	*p = n->hnext;
+	sq_unlink(c, n);
+	n->hnext = c->spare;
+	c->spare = n;
+}
+
+static void s3_evict(struct s3 *c)
+{
+	for (;;) {
+		struct sq *s = &c->q[QS], *m = &c->q[QM];
+		bool from_small =
+			s->count &&
+			(m->count == 0 || s->bytes * 10 >= s->bytes + m->bytes);
+		struct snode *e = from_small ? s->tail : m->tail;
+
+		sq_unlink(c, e);
+		if (e->freq >= 1) {
+			if (!from_small)
+				e->freq--;
+			sq_push(c, e, QM);
+			continue;
+		}
+		c->used -= e->bytes;
+		if (from_small) {
+			sq_push(c, e, QG);
+			while (c->q[QG].count > c->q[QS].count + c->q[QM].count)
+				s3_drop(c, c->q[QG].tail);
+		} else {
+			sq_push(c, e, QG); /* not ghosted: dropped at once */
+			s3_drop(c, e);
+		}
+		return;
+	}
+}
+
+static bool s3_ref(struct s3 *c, uint64_t key, uint64_t bytes)
+{
+	struct snode **p = s3_slot(c, key), *n = *p;
+	int q = QS;
+
+	if (n && n->q != QG) {
+		if (n->freq < 3)
+			n->freq++;
+		return true;
+	}
+	if (bytes > c->cap)
+		return false;
+	if (n) { /* a ghost comes back into main */
+		s3_drop(c, n);
+		q = QM;
+	}
+	while (c->used + bytes > c->cap)
+		s3_evict(c);
+	p = s3_slot(c, key);
+	if (c->spare) {
+		n = c->spare;
+		c->spare = n->hnext;
+	} else {
+		n = malloc(sizeof(*n));
+		ck_assert_ptr_nonnull(n);
+	}
+	memset(n, 0, sizeof(*n));
+	n->key = key;
+	n->bytes = bytes;
+	n->hnext = *p;
+	*p = n;
+	sq_push(c, n, q);
+	c->used += bytes;
+	return false;
+}
+
+static double s3fifo_hit(const struct trace *t, uint64_t cap)
+{
+	struct s3 c = { .cap = cap, .ntab = 1 << 18 };
+	size_t hits = 0;
+
+	c.tab = calloc(c.ntab, sizeof(*c.tab));
+	ck_assert_ptr_nonnull(c.tab);
+	for (size_t i = 0; i < t->n; i++)
+		hits += s3_ref(&c, t->r[i].key, t->r[i].bytes);
+	for (int q = 0; q < 3; q++)
+		for (struct snode *n = c.q[q].head, *x; n; n = x) {
+			x = n->next;
+			free(n);
+		}
+	for (struct snode *n = c.spare, *x; n; n = x) {
+		x = n->hnext;
+		free(n);
+	}
+	free(c.tab);
+	return (double)hits / (double)t->n;
+}
+
+/*
  * Feeds the trace to a curve as memd would with a cache of c0 bytes
  * (uncounted put after each miss of that cache) and checks it against the
  * exact simulation at 1/4, 1/2, 1, 2 and 4 x c0 (what poolctl reports).
@@ -210,10 +380,11 @@ static void check_trace(const char *name, const struct trace *t, uint64_t c0)
 	for (size_t k = 0; k < sizeof(mult) / sizeof(mult[0]); k++) {
 		uint64_t c = (uint64_t)(mult[k] * (double)c0);
 		double ex = exact_hit(t, c), est = memd_mrc_hit_ratio(m, c);
+		double s3 = s3fifo_hit(t, c);
 
 		printf("%-10s C=%6.3fx %8.1f MiB exact %.4f shards %.4f "
-		       "err %+.4f\n",
-		       name, mult[k], (double)c / MIB, ex, est, est - ex);
+		       "err %+.4f s3fifo %.4f\n",
+		       name, mult[k], (double)c / MIB, ex, est, est - ex, s3);
 		if (fabs(est - ex) > worst)
 			worst = fabs(est - ex);
 		ck_assert_msg(fabs(est - ex) <= TOL,
