@@ -1451,7 +1451,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 32);
+	ck_assert_int_eq(keys, 34);
 	free(text);
 }
 END_TEST
@@ -1658,7 +1658,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 32);
+	ck_assert_int_eq(keys, 34);
 	free(text);
 	free(man);
 }
