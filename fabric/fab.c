@@ -129,7 +129,8 @@ struct fab_ep {
 	struct fid_av *av;
 	struct fid_cq *cq;
 	bool cq_can_block; /* the CQ has a wait object for fi_cq_sread */
-	int wait_fd;	   /* the CQ's wait fd (FI_GETWAIT), or -1 */
+	int wait_fd;	   /* the CQ's wait fd (FI_GETWAIT), or -1; once -1
+		      * stays -1 (written only by fab_ep_serve's leader) */
 	unsigned max_inflight;
 
 	pthread_mutex_t mu;  /* guards everything below up to prog_mu */
@@ -1192,6 +1193,13 @@ int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
 		if (ret == -FI_EAGAIN) {
 			ret = 0;
 			continue;
+		}
+		if (ret == -FI_ENOSYS) {
+			/* a provider whose wait fd cannot be waited on by
+			 * hand: fab_ep_progress (fi_cq_sread) from now on */
+			ep->wait_fd = -1;
+			ret = 0;
+			break;
 		}
 		if (ret) {
 			ret = fab_errno(ret);
