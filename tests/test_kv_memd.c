@@ -388,8 +388,11 @@ END_TEST
  */
 START_TEST(put_get_over_two_endpoints)
 {
-	const char *args[] = { "--set", "slab_size=2M", "--donate",
-			       "128M",	"--set",	"progress_threads=2",
+	/* a read lease long enough for 32 MiB under TSan */
+	const char *args[] = { "--set",	   "slab_size=2M",
+			       "--donate", "128M",
+			       "--set",	   "progress_threads=2",
+			       "--set",	   "kv_read_lease=60s",
 			       NULL };
 	uint8_t key[WIRE_KV_KEY_LEN];
 	struct kvc *c;
