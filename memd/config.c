@@ -282,12 +282,10 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.max = MEMD_NUMA_NODES_MAX,
 		.def = "0",
 		.help = "Fabric endpoints, each with its own domain and "
-			"progress "
-			"thread, per arena (per NUMA node); a node's slabs "
-			"take "
-			"turns over them, so leases and KV slabs spread over "
-			"its cores. 0: one per 8 of the node's CPUs, 1 to 4. "
-			"All arenas together have at most 8.",
+			"progress thread, per arena (per NUMA node); a node's "
+			"slabs take turns over them, so leases and KV slabs "
+			"spread over its cores. 0: one per 8 of the node's "
+			"CPUs, 1 to 4. All arenas together have at most 8.",
 	},
 	{
 		.name = "busy_poll_us",
