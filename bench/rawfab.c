@@ -6,8 +6,8 @@
  * through fabric/fab.h only: no memd, no session, no leases. A target
  * domain + endpoint in this process registers a buffer and is progressed
  * by a thread of its own exactly as memd-fab0 progresses memd's endpoint
- * (fab_ep_progress in a loop, 100 ms turns); a client domain + endpoint
- * posts fi_read/fi_write to it over the provider (tcp on loopback by
+ * (fab_ep_serve in a loop, 100 ms turns, memd's default busy_poll_us 0);
+ * a client domain + endpoint posts fi_read/fi_write to it over the provider (tcp on loopback by
  * default) and waits with fab_op_wait. What poolbench measures above this
  * is what libpool (and memd's control plane, which is idle during I/O)
  * costs.
@@ -212,7 +212,7 @@ static void *target_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "rawfab-target");
 	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
-		int r = fab_ep_progress(t->ep, TARGET_TURN_MS);
+		int r = fab_ep_serve(t->ep, 0, TARGET_TURN_MS, NULL);
 
 		if (r < 0 && r != -ETIMEDOUT && r != -EAGAIN) {
 			/* What memd does: report once, do not spin. */

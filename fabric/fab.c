@@ -56,7 +56,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -127,6 +129,8 @@ struct fab_ep {
 	struct fid_av *av;
 	struct fid_cq *cq;
 	bool cq_can_block; /* the CQ has a wait object for fi_cq_sread */
+	int wait_fd;	   /* the CQ's wait fd (FI_GETWAIT), or -1; once -1
+		      * stays -1 (written only by fab_ep_serve's leader) */
 	unsigned max_inflight;
 
 	pthread_mutex_t mu;  /* guards everything below up to prog_mu */
@@ -569,9 +573,16 @@ static int ep_cq_open(struct fab_ep *ep)
 	int ret;
 
 	attr.size = tx_size > ep->max_inflight ? tx_size : ep->max_inflight;
+	ep->wait_fd = -1;
 	ret = fi_cq_open(ep->d->domain, &attr, &ep->cq, NULL);
 	if (ret == 0) {
+		int fd = -1;
+
 		ep->cq_can_block = true;
+		/* fab_ep_serve blocks in poll(2) on it: a wake-up it sees
+		 * is how it knows a peer is active. */
+		if (fi_control(&ep->cq->fid, FI_GETWAIT, &fd) == 0 && fd >= 0)
+			ep->wait_fd = fd;
 		return 0;
 	}
 	attr.wait_obj = FI_WAIT_NONE;
@@ -1106,6 +1117,119 @@ int fab_ep_progress(struct fab_ep *ep, int timeout_ms)
 		 * was another thread's, its completions were its to report;
 		 * when it was ours, nothing arrived yet. Keep waiting. */
 	}
+}
+
+/*
+ * The target's loop with adaptive busy polling. The leader role is held
+ * for the whole call (a target has no other reader). Blocking is poll(2)
+ * on the CQ's wait fd after fi_trywait said it is safe; each return of
+ * that poll with the fd readable is a wake-up, i.e. a peer sent us
+ * something, and opens a busy window of busy_us during which the loop
+ * keeps calling fi_cq_read (which is what progresses tcp) instead of
+ * sleeping, so the next request of a peer that is talking to us costs no
+ * scheduler wake-up. A readable fd seen inside the window (one poll(2)
+ * with timeout 0 per round) extends it. Each empty round yields the CPU:
+ * on a host with fewer cores than runnable threads (2 vCPUs, a client
+ * and memd on them) a spinning target otherwise takes the core the peer
+ * needs to send its next request (docs/bench/poolbench.md measured
+ * that). Without a wait fd, or when another thread leads, it is
+ * fab_ep_progress().
+ */
+int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
+		 struct fab_serve_stats *st)
+{
+	struct fid *fids[1];
+	struct pollfd pfd;
+	int64_t deadline, t, busy_end = 0, spin_from = 0; /* last stamp */
+	uint64_t wakes;
+	int ncomp = 0, ret = 0, ms;
+
+	if (!ep)
+		return -EINVAL;
+	if (ep->wait_fd < 0 || timeout_ms == 0)
+		return fab_ep_progress(ep, timeout_ms);
+	pthread_mutex_lock(&ep->prog_mu);
+	if (ep->leader) {
+		pthread_mutex_unlock(&ep->prog_mu);
+		return fab_ep_progress(ep, timeout_ms);
+	}
+	ep->leader = true;
+	pthread_mutex_unlock(&ep->prog_mu);
+
+	deadline = deadline_after_ms(timeout_ms);
+	wakes = __atomic_load_n(&ep->wakes, __ATOMIC_ACQUIRE);
+	fids[0] = &ep->cq->fid;
+	pfd.fd = ep->wait_fd;
+	for (;;) {
+		ret = ep_cq_poll(ep);
+		if (ret < 0)
+			break;
+		ncomp += ret;
+		ret = 0;
+		if (ncomp > 0 ||
+		    __atomic_load_n(&ep->wakes, __ATOMIC_ACQUIRE) != wakes)
+			break;
+		t = now_ns();
+		if (t >= deadline)
+			break;
+		if (t < busy_end) {
+			/* counted as it goes, so a reader sees a long window */
+			if (st)
+				__atomic_add_fetch(&st->busy_ns,
+						   (uint64_t)(t - spin_from),
+						   __ATOMIC_RELAXED);
+			spin_from = t;
+			pfd.events = POLLIN;
+			pfd.revents = 0;
+			if (poll(&pfd, 1, 0) > 0)
+				busy_end = t + (int64_t)busy_us * 1000;
+			else
+				sched_yield(); /* a runnable peer goes first */
+			continue;
+		}
+		/* fi_trywait: nothing is pending that the fd would not
+		 * show; else progress once more before sleeping. */
+		ret = fi_trywait(ep->d->fabric, fids, 1);
+		if (ret == -FI_EAGAIN) {
+			ret = 0;
+			continue;
+		}
+		if (ret == -FI_ENOSYS) {
+			/* a provider whose wait fd cannot be waited on by
+			 * hand: fab_ep_progress (fi_cq_sread) from now on */
+			ep->wait_fd = -1;
+			ret = 0;
+			break;
+		}
+		if (ret) {
+			ret = fab_errno(ret);
+			break;
+		}
+		ms = ms_until(deadline, FAB_BLOCK_MAX_MS);
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		ret = poll(&pfd, 1, ms);
+		if (ret < 0 && errno != EINTR) {
+			ret = -errno;
+			break;
+		}
+		ret = 0;
+		if (pfd.revents & POLLIN) {
+			if (st)
+				__atomic_add_fetch(&st->wakeups, 1,
+						   __ATOMIC_RELAXED);
+			if (busy_us) {
+				spin_from = now_ns();
+				busy_end = spin_from + (int64_t)busy_us * 1000;
+			}
+		}
+	}
+	pthread_mutex_lock(&ep->prog_mu);
+	ep->leader = false;
+	gen_bump_locked(ep);
+	pthread_cond_broadcast(&ep->prog_cv);
+	pthread_mutex_unlock(&ep->prog_mu);
+	return ret < 0 ? ret : ncomp;
 }
 
 int fab_op_wait(struct fab_ep *ep, struct fab_op *op, int timeout_ms)

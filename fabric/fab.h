@@ -198,6 +198,30 @@ int fab_ep_write(struct fab_ep *ep, const void *buf, size_t len, void *desc,
  */
 int fab_ep_progress(struct fab_ep *ep, int timeout_ms);
 
+/* What fab_ep_serve() did. It adds to the fields with relaxed atomic
+ * adds as it goes, so another thread may read them (atomically) during a
+ * call. */
+struct fab_serve_stats {
+	uint64_t wakeups; /* returns from a blocking wait with work */
+	uint64_t busy_ns; /* time spent polling inside busy windows */
+};
+
+/*
+ * A target's progress call (memd's progress threads): like
+ * fab_ep_progress() for timeout_ms, except that after every wake-up
+ * (a peer's request arrived while the thread slept) it keeps polling for
+ * busy_us microseconds, extended while requests keep coming, before it
+ * sleeps again: a peer's next small request then costs no scheduler
+ * wake-up, at the price of a core busy for at most busy_us after the
+ * last request. busy_us 0: sleep whenever nothing is pending. Returns
+ * early, like fab_ep_progress(), on a completion or fab_ep_wake().
+ * Providers without a wait fd (shm) get fab_ep_progress(). st (may be
+ * NULL) is added to (see above). Returns completions, or -errno. One
+ * thread per ep.
+ */
+int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
+		 struct fab_serve_stats *st);
+
 /*
  * Makes a fab_ep_progress() call blocked on ep return soon, whether or not
  * anything completed (memd's reclaimer uses it to get its progress fence

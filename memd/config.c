@@ -275,6 +275,34 @@ static const struct memd_conf_key memd_conf_keys[] = {
 			"already in flight drains first.",
 	},
 	{
+		.name = "progress_threads",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(progress_threads),
+		.min = 0,
+		.max = MEMD_NUMA_NODES_MAX,
+		.def = "0",
+		.help = "Fabric endpoints, each with its own domain and "
+			"progress thread, per arena (per NUMA node); a node's "
+			"slabs take turns over them, so leases and KV slabs "
+			"spread over its cores. 0: one per 8 of the node's "
+			"CPUs, 1 to 4. All arenas together have at most 8.",
+	},
+	{
+		.name = "busy_poll_us",
+		.type = MEMD_CONF_UINT,
+		.off = FIELD(busy_poll_us),
+		.min = 0,
+		.max = 100000,
+		.def = "0",
+		.flags = MEMD_CONF_RELOAD,
+		.help = "Microseconds a fabric progress thread keeps polling "
+			"after a client's request woke it, before it sleeps "
+			"again: the next small request then costs no wake-up. "
+			"Each thread spends at most this much CPU per burst of "
+			"requests. 0: sleep whenever idle. Worth it only where "
+			"memd's progress threads have cores of their own.",
+	},
+	{
 		.name = "max_clients",
 		.type = MEMD_CONF_UINT,
 		.off = FIELD(max_clients),

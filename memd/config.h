@@ -48,7 +48,11 @@ struct memd_config {
 	uint32_t lease_ttl_ms;
 	uint32_t lease_grace_ms; /* memd reclaims at renew + ttl + grace */
 	uint32_t quiesce_ms;	 /* lock-delay between revoke and zeroing */
-	uint32_t max_clients;	 /* concurrent control connections */
+	/* progress threads poll this long after a request before sleeping */
+	uint32_t busy_poll_us;
+	/* endpoints and progress threads per arena; 0: from the cores */
+	uint32_t progress_threads;
+	uint32_t max_clients; /* concurrent control connections */
 	/* Hostile connections (docs/reliability.md). */
 	uint32_t max_clients_per_host; /* of one peer address, but operators */
 	uint32_t reserved_clients;     /* kept for @admin and @donor */

@@ -46,15 +46,21 @@
  *
  * NUMA: the donation is one arena per configured node (one arena, node
  * -1, without numa_nodes). Arena a holds slabs [a * per, (a + 1) * per)
- * of the one lease table, which knows them as group a; each arena has its
- * own fabric domain and endpoint (bound near its node's NIC) and its own
- * progress thread memd-fab<a>, pinned to the node's CPUs. A slab is
- * registered on its arena's domain, so its key opens it only through
- * that endpoint. A LEASE for node n grants from n's arena; for -1 from
- * the arena with the most free slabs, spilling to the next fullest.
+ * of the one lease table, which knows them as group a. Each arena has
+ * progress_threads endpoints (P; endpoints a*P .. a*P+P-1), each with its
+ * own fabric domain and endpoint (bound near the node's NIC) and its own
+ * progress thread memd-fab<e>, pinned to the node's CPUs; slab i of the
+ * arena belongs to its endpoint i % P (slab_aep), so consecutive slabs
+ * spread over the threads. A slab is registered on its endpoint's
+ * domain, so its key opens it only through that endpoint. A LEASE for
+ * node n grants from n's arena; for -1 from the arena with the most free
+ * slabs, spilling to the next fullest.
  *
- * memd-fab<a> progresses endpoint a: with a manual-progress provider
- * (tcp) RMA from clients is served only while someone reads the CQ.
+ * memd-fab<e> progresses endpoint e (fab_ep_serve): with a manual-progress
+ * provider (tcp) RMA from clients is served only while someone reads the
+ * CQ. After a request wakes it, it polls for busy_poll_us before it
+ * sleeps again (0 by default: on a host with fewer cores than busy
+ * threads the polling takes the client's core).
  *
  * memd-metrics (memd/metrics.c, only with metrics_listen) answers GET
  * /metrics from write_metrics(): it reads the counters with relaxed
@@ -188,9 +194,11 @@ struct conn {
 };
 
 /*
- * One arena and what serves it: its fabric domain and endpoint, and the
- * progress thread memd-fab<index>. fence counts that thread's finished
- * progress calls (under the server's rlock).
+ * One endpoint of an arena and what serves it: its own fabric domain and
+ * endpoint, and the progress thread memd-fab<index>. An arena has
+ * progress_threads of them (consecutive indexes); its slabs take turns
+ * over them (slab_aep). fence counts that thread's finished progress
+ * calls (under the server's rlock).
  */
 struct arena_ep {
 	struct memd_server *srv;
@@ -205,6 +213,9 @@ struct arena_ep {
 	pthread_t thread;
 	bool started;
 	uint64_t fence;
+	/* what memd-fab<index> did (fab_ep_serve adds, memd-metrics reads:
+	 * atomics) */
+	struct fab_serve_stats st;
 };
 
 struct memd_server {
@@ -224,7 +235,10 @@ struct memd_server {
 	uint32_t arena_slabs; /* slabs per arena */
 	uint64_t donated_bytes;
 
-	struct arena_ep aep[MEMD_NUMA_NODES_MAX];
+	/* endpoints: arena a's are aep[a * per_arena .. + per_arena - 1] */
+	struct arena_ep aep[WIRE_MAX_ENDPOINTS];
+	uint32_t nep;	    /* narenas * per_arena */
+	uint32_t per_arena; /* progress_threads, resolved */
 	uint32_t narenas;
 	struct fab_mr **mr; /* per slab; non-NULL while leased */
 	uint64_t *key;	    /* per slab; valid while leased */
@@ -264,6 +278,9 @@ struct memd_server {
 	pthread_cond_t fence_cond;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
+	/* busy_poll_us as the progress threads read it (atomic; memd-ctl
+	 * stores it at start and on SIGHUP) */
+	uint32_t busy_poll_us;
 
 	/* cluster (docs/cluster.md) */
 	enum { MODE_STANDALONE = 0, MODE_REGISTRY, MODE_DONOR } mode;
@@ -319,10 +336,21 @@ static uint64_t now_ms(void)
 /* ------------------------------------------------------------------ */
 /* threads                                                              */
 
-/* The arena (and endpoint) that holds a slab. */
+/* The first endpoint of arena a: what the arena's own fields are read
+ * from (arena, node). */
+static struct arena_ep *arena_aep(struct memd_server *s, uint32_t a)
+{
+	return &s->aep[a * s->per_arena];
+}
+
+/* The endpoint that serves a slab: its arena's slabs take turns over the
+ * arena's endpoints, so consecutive slabs (a large region's, a tenant's
+ * KV slabs) land on different progress threads. */
 static struct arena_ep *slab_aep(struct memd_server *s, uint32_t slab)
 {
-	return &s->aep[slab / s->arena_slabs];
+	uint32_t a = slab / s->arena_slabs;
+
+	return &s->aep[a * s->per_arena + slab % s->arena_slabs % s->per_arena];
 }
 
 /* Byte 0 of a slab in memd's address space. */
@@ -355,7 +383,10 @@ static void *fab_main(void *arg)
 				 name, a->node);
 	}
 	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-		int r = fab_ep_progress(a->ep, TICK_MS);
+		int r = fab_ep_serve(
+			a->ep,
+			__atomic_load_n(&s->busy_poll_us, __ATOMIC_RELAXED),
+			TICK_MS, &a->st);
 
 		if (r < 0 && r != -ETIMEDOUT && r != -EAGAIN) {
 			memd_log(LOG_WARNING,
@@ -376,7 +407,8 @@ static void *fab_main(void *arg)
 }
 
 /*
- * Waits until the progress thread of every arena in mask (bit a: arena a)
+ * Waits until the progress thread of every endpoint in mask (bit a:
+ * endpoint a)
  * has finished two progress calls that started after this call: whatever
  * the provider did with a slab's memory in a progress call under way when
  * its registration was closed is then over. Together with the quiesce
@@ -385,15 +417,15 @@ static void *fab_main(void *arg)
  */
 static void wait_progress_fence(struct memd_server *s, uint32_t mask)
 {
-	uint64_t target[MEMD_NUMA_NODES_MAX];
+	uint64_t target[WIRE_MAX_ENDPOINTS];
 	uint32_t a;
 
 	pthread_mutex_lock(&s->rlock);
-	for (a = 0; a < s->narenas; a++)
+	for (a = 0; a < s->nep; a++)
 		target[a] = s->aep[a].fence >= UINT64_MAX - 2
 				    ? UINT64_MAX
 				    : s->aep[a].fence + 2;
-	for (a = 0; a < s->narenas; a++) {
+	for (a = 0; a < s->nep; a++) {
 		while ((mask >> a & 1) && s->aep[a].fence < target[a]) {
 			struct timespec ts;
 
@@ -801,8 +833,8 @@ static void do_hello(struct memd_server *s, struct conn *c,
 	ok->slab_bytes = s->cfg.slab_bytes;
 	snprintf(ok->provider, sizeof(ok->provider), "%s",
 		 fab_domain_provider(s->aep[0].fd));
-	ok->nendpoints = (uint16_t)s->narenas;
-	for (uint32_t a = 0; a < s->narenas; a++) {
+	ok->nendpoints = (uint16_t)s->nep;
+	for (uint32_t a = 0; a < s->nep; a++) {
 		ok->ep[a].node = s->aep[a].node;
 		ok->ep[a].addr_len = (uint16_t)s->aep[a].addr_len;
 		memcpy(ok->ep[a].addr, s->aep[a].addr, s->aep[a].addr_len);
@@ -882,7 +914,7 @@ static int grant_one(struct memd_server *s, struct memd_session *ses, int group,
 static int arena_of_node(const struct memd_server *s, int node)
 {
 	for (uint32_t a = 0; a < s->narenas; a++)
-		if (s->aep[a].node == node)
+		if (s->aep[a * s->per_arena].node == node)
 			return (int)a;
 	return -1;
 }
@@ -895,7 +927,8 @@ static void served_nodes(const struct memd_server *s, char *buf, size_t len)
 	buf[0] = '\0';
 	for (uint32_t a = 0; a < s->narenas && used < len; a++)
 		used += (size_t)snprintf(buf + used, len - used, "%s%d",
-					 a ? "," : "", s->aep[a].node);
+					 a ? "," : "",
+					 s->aep[a * s->per_arena].node);
 }
 
 /*
@@ -917,7 +950,7 @@ static int grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 		char served[64];
 
 		group = arena_of_node(s, node);
-		if (group < 0 || s->aep[group].node < 0) {
+		if (group < 0 || arena_aep(s, (uint32_t)group)->node < 0) {
 			CTR_ADD(s, leases_refused, 1);
 			served_nodes(s, served, sizeof(served));
 			memd_log(LOG_NOTICE,
@@ -1110,7 +1143,7 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 	/* HUGEPAGES: every arena is backed by hugetlbfs pages. */
 	st->flags |= WIRE_STATUS_HUGEPAGES;
 	for (uint32_t a = 0; a < s->narenas; a++)
-		if (!s->aep[a].arena->hugetlb)
+		if (!arena_aep(s, a)->arena->hugetlb)
 			st->flags &= ~WIRE_STATUS_HUGEPAGES;
 	st->leases_expired = s->ctr.leases_expired;
 	st->frames_rejected = s->ctr.frames_rejected;
@@ -1119,7 +1152,7 @@ static void fill_status(struct memd_server *s, struct wire_status_ok *st)
 		struct memd_lease_group_counts gc;
 
 		memd_lease_get_group_counts(s->lt, a, &gc);
-		st->node[a].node = s->aep[a].node;
+		st->node[a].node = arena_aep(s, a)->node;
 		st->node[a].slabs_total = gc.total;
 		st->node[a].slabs_free = gc.free;
 	}
@@ -3223,6 +3256,8 @@ static void reload(struct memd_server *s)
 	check_nofile(s);
 	__atomic_store_n(&memd_log_level, s->cfg.log_level, __ATOMIC_RELAXED);
 	memd_lease_set_quiesce(s->lt, s->cfg.quiesce_ms);
+	__atomic_store_n(&s->busy_poll_us, s->cfg.busy_poll_us,
+			 __ATOMIC_RELAXED);
 	memd_log(LOG_NOTICE, "config: reloaded changed=%d", n);
 	memd_notify("READY=1\nSTATUS=Serving on %s; reloaded, %d key(s) "
 		    "applied",
@@ -3553,6 +3588,29 @@ static void write_redeem_metrics(struct memd_metrics_buf *b,
 		  __atomic_load_n(&s->redeem_st.epochs, __ATOMIC_RELAXED));
 }
 
+/* CPU time of a's progress thread so far; 0 when it is not running. The
+ * thread outlives memd-metrics (memd_server_destroy stops that first). */
+static uint64_t thread_cpu_ns(const struct arena_ep *a)
+{
+	struct timespec ts;
+	clockid_t cid;
+
+	if (!a->started || pthread_getcpuclockid(a->thread, &cid) ||
+	    clock_gettime(cid, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One sample of a per-endpoint counter kept in nanoseconds. */
+static void put_seconds_ep(struct memd_metrics_buf *b, const char *name,
+			   uint32_t ep, uint64_t ns)
+{
+	memd_metrics_printf(
+		b,
+		"tidepool_memd_%s{endpoint=\"%u\"} %" PRIu64 ".%06" PRIu64 "\n",
+		name, ep, ns / 1000000000u, ns % 1000000000u / 1000);
+}
+
 static void write_metrics(struct memd_metrics_buf *b, void *arg)
 {
 	struct memd_server *s = arg;
@@ -3613,7 +3671,7 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 		memd_metrics_printf(b,
 				    "tidepool_memd_arena_slabs{arena=\"%u\","
 				    "node=\"%d\"} %u\n",
-				    a, s->aep[a].node, gc.total);
+				    a, arena_aep(s, a)->node, gc.total);
 	}
 	put_head(b, "arena_free_slabs", "gauge", "Free slabs of each arena.");
 	for (uint32_t a = 0; a < s->narenas; a++) {
@@ -3624,8 +3682,33 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 			b,
 			"tidepool_memd_arena_free_slabs{arena=\"%u\","
 			"node=\"%d\"} %u\n",
-			a, s->aep[a].node, gc.free);
+			a, arena_aep(s, a)->node, gc.free);
 	}
+
+	put_head(b, "fabric_wakeups_total", "counter",
+		 "Times a fabric progress thread woke from sleep because a "
+		 "client's request arrived (busy_poll_us avoids them).");
+	for (uint32_t a = 0; a < s->nep; a++)
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_fabric_wakeups_total{endpoint=\"%u\"} "
+			"%" PRIu64 "\n",
+			a,
+			__atomic_load_n(&s->aep[a].st.wakeups,
+					__ATOMIC_RELAXED));
+	put_head(b, "fabric_busy_poll_seconds_total", "counter",
+		 "Time fabric progress threads spent polling after a request "
+		 "instead of sleeping (busy_poll_us).");
+	for (uint32_t a = 0; a < s->nep; a++)
+		put_seconds_ep(b, "fabric_busy_poll_seconds_total", a,
+			       __atomic_load_n(&s->aep[a].st.busy_ns,
+					       __ATOMIC_RELAXED));
+	put_head(b, "fabric_cpu_seconds_total", "counter",
+		 "CPU time of each fabric progress thread (memd-fabN): what "
+		 "serving RMA costs memd.");
+	for (uint32_t a = 0; a < s->nep; a++)
+		put_seconds_ep(b, "fabric_cpu_seconds_total", a,
+			       thread_cpu_ns(&s->aep[a]));
 
 	put_head(b, "rma_bytes_total", "counter",
 		 "Bytes clients moved by one-sided RMA, as they report them in "
@@ -3796,9 +3879,13 @@ static int open_endpoint(struct memd_server *s, struct arena_ep *a,
 		return -EOVERFLOW;
 	}
 	memd_log(LOG_NOTICE,
-		 "fabric: endpoint=%u node=%d bind=%s why=%s slabs=%u-%u",
-		 a->index, a->node, a->bind, why, a->index * s->arena_slabs,
-		 (a->index + 1) * s->arena_slabs - 1);
+		 "fabric: endpoint=%u node=%d bind=%s why=%s slabs=%u-%u "
+		 "every=%u",
+		 a->index, a->node, a->bind, why,
+		 a->index / s->per_arena * s->arena_slabs +
+			 a->index % s->per_arena,
+		 (a->index / s->per_arena + 1) * s->arena_slabs - 1,
+		 s->per_arena);
 	return 0;
 }
 
@@ -3919,7 +4006,7 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 	memcpy(o.donor_key, s->keys.donor, sizeof(o.donor_key));
 	o.nnodes = (uint16_t)s->narenas;
 	for (uint32_t a = 0; a < s->narenas; a++) {
-		o.node[a].node = s->aep[a].node;
+		o.node[a].node = arena_aep(s, a)->node;
 		o.node[a].slabs_total = s->arena_slabs;
 		o.node[a].slabs_free = s->arena_slabs;
 	}
@@ -3933,6 +4020,45 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 	}
 }
 
+/*
+ * Endpoints per arena: progress_threads, or from the cores (one per 8 of
+ * the first arena's node's CPUs, all online CPUs without NUMA placement,
+ * 1 to 4, and no more than WIRE_MAX_ENDPOINTS allow). An explicit value
+ * that does not fit is a start-up error.
+ */
+static int resolve_per_arena(const struct memd_config *cfg,
+			     const struct memd_arena *arenas, uint32_t narenas,
+			     const struct place_topo *topo, uint32_t *out,
+			     char *err, size_t errlen)
+{
+	uint32_t fit = WIRE_MAX_ENDPOINTS / narenas, n;
+	long cpus;
+
+	if (cfg->progress_threads) {
+		if (cfg->progress_threads > fit) {
+			snprintf(err, errlen,
+				 "progress_threads = %u with %u arenas is %u "
+				 "endpoints; at most %d fit in HELLO_OK (use "
+				 "%u or fewer)",
+				 cfg->progress_threads, narenas,
+				 cfg->progress_threads * narenas,
+				 WIRE_MAX_ENDPOINTS, fit);
+			return -EINVAL;
+		}
+		*out = cfg->progress_threads;
+		return 0;
+	}
+	if (topo && arenas[0].node >= 0)
+		cpus = (long)place_node_cpus(topo, arenas[0].node, NULL, 0);
+	else
+		cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	n = cpus >= 8 ? (uint32_t)(cpus / 8) : 1;
+	if (n > 4)
+		n = 4;
+	*out = n < fit ? n : fit;
+	return 0;
+}
+
 int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		       uint32_t narenas, const struct place_topo *topo,
 		       memd_config_builder rebuild, void *rebuild_arg,
@@ -3944,6 +4070,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	struct epoll_event ev;
 	sigset_t mask;
 	uint16_t port;
+	uint32_t per_arena;
 	bool hugetlb = true;
 	int r;
 
@@ -3963,10 +4090,15 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 			return -EINVAL;
 		}
 	}
+	r = resolve_per_arena(cfg, arenas, narenas, topo, &per_arena, err,
+			      errlen);
+	if (r)
+		return r;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
+	s->busy_poll_us = cfg->busy_poll_us;
 	s->rebuild = rebuild;
 	s->rebuild_arg = rebuild_arg;
 	s->topo = topo;
@@ -3974,16 +4106,21 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	s->start_ms = now_ms();
 	s->epoch = random_key();
 	s->narenas = narenas;
+	s->per_arena = per_arena;
+	s->nep = narenas * per_arena;
 	s->arena_slabs = (uint32_t)(arenas[0].len_bytes / cfg->slab_bytes);
 	s->nslabs = s->arena_slabs * narenas;
 	s->donated_bytes = arenas[0].len_bytes * narenas;
-	for (uint32_t a = 0; a < narenas; a++) {
-		s->aep[a].srv = s;
-		s->aep[a].index = a;
-		s->aep[a].arena = &arenas[a];
-		s->aep[a].node = arenas[a].node;
-		hugetlb = hugetlb && arenas[a].hugetlb;
+	for (uint32_t e = 0; e < s->nep; e++) {
+		struct memd_arena *ar = &arenas[e / per_arena];
+
+		s->aep[e].srv = s;
+		s->aep[e].index = e;
+		s->aep[e].arena = ar;
+		s->aep[e].node = ar->node;
 	}
+	for (uint32_t a = 0; a < narenas; a++)
+		hugetlb = hugetlb && arenas[a].hugetlb;
 	pthread_mutex_init(&s->rlock, NULL);
 	pthread_mutex_init(&s->kvlock, NULL);
 	{
@@ -4019,7 +4156,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 			 cfg->listen);
 		goto fail;
 	}
-	for (uint32_t a = 0; a < narenas; a++) {
+	for (uint32_t a = 0; a < s->nep; a++) {
 		r = open_endpoint(s, &s->aep[a], host, err, errlen);
 		if (r)
 			goto fail;
@@ -4060,7 +4197,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	ev.data.ptr = &s->sigfd;
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &ev);
 
-	for (uint32_t a = 0; a < narenas; a++) {
+	for (uint32_t a = 0; a < s->nep; a++) {
 		r = pthread_create(&s->aep[a].thread, NULL, fab_main,
 				   &s->aep[a]);
 		if (r) {
@@ -4105,11 +4242,11 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	memd_log(LOG_NOTICE,
 		 "memd: ready listen=%s provider=%s mr_mode=%#x donate=%" PRIu64
 		 " slab=%" PRIu64 " slabs=%u hugetlb=%d ttl_ms=%u nodes=%s "
-		 "endpoints=%u epoch=%016" PRIx64,
+		 "endpoints=%u progress_threads=%u epoch=%016" PRIx64,
 		 bound, fab_domain_provider(s->aep[0].fd),
 		 fab_domain_mr_mode(s->aep[0].fd), s->donated_bytes,
 		 cfg->slab_bytes, s->nslabs, hugetlb, cfg->lease_ttl_ms, nodes,
-		 narenas, s->epoch);
+		 s->nep, s->per_arena, s->epoch);
 	/* Once, at start: every lease's key is then the provider's, not
 	 * the random one memd asks for (docs/reliability.md says what
 	 * protects a slab then). */
@@ -4264,7 +4401,7 @@ void memd_server_destroy(struct memd_server *s)
 		reclaim_kick(s);
 		pthread_join(s->reclaim_thread, NULL);
 	}
-	for (uint32_t a = 0; a < s->narenas; a++)
+	for (uint32_t a = 0; a < s->nep; a++)
 		if (s->aep[a].started)
 			pthread_join(s->aep[a].thread, NULL);
 	/* After memd-reclaim (which kicks it), before the lease table goes
@@ -4281,7 +4418,7 @@ void memd_server_destroy(struct memd_server *s)
 	for (uint32_t i = 0; s->mr_ro && i < s->nslabs; i++)
 		fab_mr_close(s->mr_ro[i]);
 	/* Reverse order of creation; the first arena's domain was first. */
-	for (uint32_t a = s->narenas; a-- > 0;) {
+	for (uint32_t a = s->nep; a-- > 0;) {
 		fab_ep_close(s->aep[a].ep);
 		fab_domain_close(s->aep[a].fd);
 	}

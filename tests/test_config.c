@@ -1468,7 +1468,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 35);
+	ck_assert_int_eq(keys, 37);
 	free(text);
 }
 END_TEST
@@ -1675,7 +1675,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 35);
+	ck_assert_int_eq(keys, 37);
 	free(text);
 	free(man);
 }

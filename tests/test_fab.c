@@ -46,7 +46,8 @@ struct target {
 	atomic_int stop;
 	atomic_int pause;
 	atomic_int parked;
-	atomic_int err; /* first negative fab_ep_progress result */
+	atomic_int err;		   /* first negative fab_ep_serve result */
+	struct fab_serve_stats st; /* the progress thread's (atomics) */
 };
 
 struct client {
@@ -59,6 +60,7 @@ struct client {
 static struct target tgt;
 static struct client cli;
 static const char *fx_provider; /* provider of the running tcase */
+static unsigned fx_busy_us;	/* busy_us of the target's fab_ep_serve */
 
 /* Not a Check assertion: also used by the probe, outside any test. */
 static uint64_t random_key(void)
@@ -84,7 +86,8 @@ static void *target_progress_main(void *arg)
 			atomic_store(&t->parked, 0);
 			continue;
 		}
-		r = fab_ep_progress(t->ep, 100);
+		/* as memd-fab0 does */
+		r = fab_ep_serve(t->ep, fx_busy_us, 100, &t->st);
 		if (r < 0) {
 			int zero = 0;
 
@@ -206,6 +209,13 @@ static void setup_rma(void)
 {
 	fx_provider = rma_provider();
 	setup_pair(16);
+}
+
+/* The same, with the target polling 500 us after each wake-up. */
+static void setup_rma_busy(void)
+{
+	fx_busy_us = 500;
+	setup_rma();
 }
 
 static void setup_shm(void)
@@ -979,6 +989,71 @@ static bool provider_works(const char *prov, char *why, size_t why_len)
 	return false;
 }
 
+/*
+ * fab_ep_wake ends a fab_ep_serve call that sleeps in poll(2) on the CQ's
+ * wait fd: memd's reclaimer needs that for its progress fence. The call
+ * would otherwise sleep its whole 20 s.
+ */
+struct serve_call {
+	int ret;
+	int64_t took_ms;
+};
+
+static void *serve_main(void *arg)
+{
+	struct serve_call *c = arg;
+	struct timespec a, b;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	c->ret = fab_ep_serve(tgt.ep, 0, 20000, NULL);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	c->took_ms = (b.tv_sec - a.tv_sec) * 1000 +
+		     (b.tv_nsec - a.tv_nsec) / 1000000;
+	return NULL;
+}
+
+START_TEST(t_serve_wake)
+{
+	struct serve_call c = { 0 };
+	pthread_t th;
+
+	target_pause(&tgt); /* the serve call below is the only one */
+	ck_assert_int_eq(pthread_create(&th, NULL, serve_main, &c), 0);
+	usleep(100000);
+	ck_assert_int_eq(fab_ep_wake(tgt.ep), 0);
+	pthread_join(th, NULL);
+	ck_assert_int_ge(c.ret, 0);
+	ck_assert_msg(c.took_ms < 10000, "serve took %lld ms after a wake",
+		      (long long)c.took_ms);
+	target_resume(&tgt);
+}
+END_TEST
+
+/*
+ * With busy_us the target serves reads right and says it polled: reads
+ * land in the window the first one opened.
+ */
+START_TEST(t_serve_busy_counts)
+{
+	struct lbuf b;
+
+	lbuf_get(&b, 4096);
+	for (int i = 0; i < 50; i++) {
+		uint64_t off = (uint64_t)i * 4096;
+
+		ck_assert_int_eq(rma_sync(false, b.p, 4096, b.desc,
+					  tgt.base + off, tgt.key, WAIT_MS),
+				 0);
+		ck_assert_int_eq(tu_pattern_check(b.p, 4096, tgt.key, off), -1);
+	}
+	ck_assert_uint_ge(__atomic_load_n(&tgt.st.wakeups, __ATOMIC_RELAXED),
+			  1);
+	ck_assert_uint_gt(__atomic_load_n(&tgt.st.busy_ns, __ATOMIC_RELAXED),
+			  0);
+	lbuf_put(&b);
+}
+END_TEST
+
 static void add_rma_tests(TCase *tc)
 {
 	tcase_add_test(tc, t_mode);
@@ -995,6 +1070,7 @@ static void add_rma_tests(TCase *tc)
 	tcase_add_test(tc, t_close_inflight);
 	tcase_add_test(tc, t_threads);
 	tcase_add_test(tc, t_hmem_system_rma);
+	tcase_add_test(tc, t_serve_wake);
 }
 
 static Suite *fab_suite(bool with_shm)
@@ -1013,6 +1089,16 @@ static Suite *fab_suite(bool with_shm)
 	tcase_add_checked_fixture(tc, setup_rma, pair_close);
 	tcase_set_timeout(tc, 120);
 	add_rma_tests(tc);
+	suite_add_tcase(s, tc);
+
+	/* The target busy-polls after each wake-up (memd's busy_poll_us). */
+	tc = tcase_create("rma-busy");
+	tcase_add_checked_fixture(tc, setup_rma_busy, pair_close);
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, t_rma_sizes);
+	tcase_add_test(tc, t_many_inflight);
+	tcase_add_test(tc, t_threads);
+	tcase_add_test(tc, t_serve_busy_counts);
 	suite_add_tcase(s, tc);
 
 	/*

@@ -383,6 +383,43 @@ START_TEST(put_get_sizes)
 }
 END_TEST
 
+/*
+ * progress_threads = 2: KV slabs alternate between the arena's two
+ * endpoints, each a domain of its own, so every chunk's location must
+ * name the endpoint whose domain registered its slab, or the RMA is
+ * refused. A 32 MiB value spans 16 slabs, so both.
+ */
+START_TEST(put_get_over_two_endpoints)
+{
+	/* a read lease long enough for 32 MiB under TSan */
+	const char *args[] = { "--set",	   "slab_size=2M",
+			       "--donate", "128M",
+			       "--set",	   "progress_threads=2",
+			       "--set",	   "kv_read_lease=60s",
+			       NULL };
+	uint8_t key[WIRE_KV_KEY_LEN];
+	struct kvc *c;
+	int r = tu_memd_start_args(&md, NULL, args);
+
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
+	c = kvc_open(md.addr, NULL, NULL);
+	ck_assert_int_eq(c->hello.nendpoints, 2);
+	ck_assert_int_eq(c->hello.ep[0].node, c->hello.ep[1].node);
+	for (uint64_t i = 0; i < 6; i++) {
+		make_key(key, 7, i);
+		put_get(c, key, i == 5 ? 32 * MIB : MIB + i);
+	}
+	for (uint64_t i = 0; i < 6; i++) {
+		make_key(key, 7, i);
+		get_check(c, key, i == 5 ? 32 * MIB : MIB + i);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 START_TEST(exists_delete_pin)
 {
 	uint8_t keys[8][WIRE_KV_KEY_LEN];
@@ -1519,6 +1556,7 @@ static Suite *kv_memd_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, put_get_sizes);
+	tcase_add_test(tc, put_get_over_two_endpoints);
 	tcase_add_test(tc, exists_delete_pin);
 	tcase_add_test(tc, uncommitted_reservation_expires);
 	tcase_add_test(tc, bad_requests);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "libpool/internal.h"
 #include "memd/server.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
@@ -470,6 +471,124 @@ START_TEST(man_page_names_every_metric)
 }
 END_TEST
 
+/* The value of a sample in seconds (a decimal), as for sample(). */
+static double sample_seconds(const char *text, const char *series)
+{
+	size_t sl = strlen(series);
+	const char *p = text;
+
+	for (; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (!strncmp(p, series, sl) && p[sl] == ' ')
+			return strtod(p + sl + 1, NULL);
+	ck_assert_msg(0, "no sample '%s' in:\n%s", series, text);
+	return 0;
+}
+
+#define WAKEUPS "tidepool_memd_fabric_wakeups_total{endpoint=\"0\"}"
+#define BUSY "tidepool_memd_fabric_busy_poll_seconds_total{endpoint=\"0\"}"
+#define WAKEUPS1 "tidepool_memd_fabric_wakeups_total{endpoint=\"1\"}"
+#define FABCPU "tidepool_memd_fabric_cpu_seconds_total{endpoint=\"0\"}"
+#define NREADS 200
+
+/* NREADS synchronous 4 KiB reads through memd m, each checked. */
+static void small_reads(const struct tu_memd *m)
+{
+	struct pool *p = tu_pool_connect(m);
+	struct pool_region *r = NULL;
+	uint8_t buf[4096];
+
+	ck_assert_int_eq(pool_alloc(p, MIB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, MIB, 19);
+	for (int i = 0; i < NREADS; i++) {
+		uint64_t off = (uint64_t)(i % 256) * sizeof(buf);
+
+		ck_assert_int_eq(pool_read(p, r, off, buf, sizeof(buf)), 0);
+		ck_assert_int_lt(tu_pattern_check(buf, sizeof(buf), 19, off),
+				 0);
+	}
+	pool_close(p);
+}
+
+/*
+ * memd-fab0 reports what serving RMA cost it. With busy_poll_us = 0 (the
+ * fixture's default) it sleeps whenever nothing is pending, so reads wake
+ * it (how many depends on whether the next request beat it to sleep) and
+ * it never busy-polls; with a window of 100 ms, far longer than the gap
+ * between two reads, it stays awake through them: at most one wake-up per
+ * return of its 100 ms progress call besides the first, a handful for
+ * NREADS reads where sleeping costs dozens, and the polling time counted.
+ */
+START_TEST(fabric_progress_is_reported)
+{
+	static const char *const args[] = { "--set",
+					    "metrics_listen=127.0.0.1:0",
+					    "--set", "busy_poll_us=100000",
+					    NULL };
+	struct tu_memd busy;
+	int64_t wakeups;
+	char *t;
+
+	small_reads(&md);
+	t = scrape();
+	ck_assert_uint_ge(sample(t, WAKEUPS), 1);
+	ck_assert(sample_seconds(t, BUSY) == 0);
+	ck_assert(sample_seconds(t, FABCPU) > 0);
+	free(t);
+
+	ck_assert_int_eq(tu_memd_start_args(&busy, NULL, args), 0);
+	small_reads(&busy);
+	t = scrape_at(busy.metrics);
+	wakeups = (int64_t)sample(t, WAKEUPS);
+	ck_assert_msg(wakeups <= NREADS / 10, "%" PRId64 " wake-ups", wakeups);
+	ck_assert(sample_seconds(t, BUSY) > 0);
+	ck_assert(sample_seconds(t, FABCPU) > 0);
+	free(t);
+	tu_memd_stop_ok(&busy);
+}
+END_TEST
+
+/*
+ * progress_threads = 2: HELLO_OK announces two endpoints, a region of four
+ * slabs takes turns over them (slab i to endpoint i % 2), its bytes come
+ * back right through both, and both progress threads served RMA.
+ */
+START_TEST(progress_threads_share_the_arena)
+{
+	static const char *const args[] = { "--set",
+					    "metrics_listen=127.0.0.1:0",
+					    "--set", "progress_threads=2",
+					    NULL };
+	struct tu_memd two;
+	uint64_t w0, w1;
+	struct pool *p;
+	struct pool_region *r = NULL;
+	char *t;
+
+	ck_assert_int_eq(tu_memd_start_args(&two, NULL, args), 0);
+	p = tu_pool_connect(&two);
+	ck_assert_int_eq(pool_session_nendpoints(p), 2);
+	ck_assert_int_eq(pool_alloc(p, 4 * SLAB, &r), 0);
+	/* the session's set-up touched both endpoints: count from here */
+	t = scrape_at(two.metrics);
+	w0 = sample(t, WAKEUPS);
+	w1 = sample(t, WAKEUPS1);
+	free(t);
+	for (uint64_t i = 0; i < 4; i++)
+		tu_pool_write_read_check(p, r, i * SLAB + SLAB / 2, 256 * 1024,
+					 40 + i);
+	/* one transfer across all four slabs, so over both endpoints */
+	tu_pool_write_read_check(p, r, SLAB / 2, 3 * SLAB, 50);
+	t = scrape_at(two.metrics);
+	/* busy_poll_us = 0: a request to a sleeping thread wakes it */
+	ck_assert_uint_gt(sample(t, WAKEUPS), w0);
+	ck_assert_uint_gt(sample(t, WAKEUPS1), w1);
+	ck_assert_ptr_null(strstr(t, "{endpoint=\"2\"}"));
+	free(t);
+	pool_close(p);
+	tu_memd_stop_ok(&two);
+}
+END_TEST
+
 /*
  * A registry that donates too redeems the grant tickets of its own
  * placements: /metrics counts them (memd/redeem.c's stats), and no
@@ -556,6 +675,8 @@ int main(void)
 	tcase_add_test(tc, metrics_port_in_use);
 	tcase_add_test(tc, man_page_names_every_metric);
 	tcase_add_test(tc, ticket_redemptions_are_counted);
+	tcase_add_test(tc, fabric_progress_is_reported);
+	tcase_add_test(tc, progress_threads_share_the_arena);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

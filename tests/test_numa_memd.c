@@ -735,6 +735,20 @@ START_TEST(two_arenas_in_process)
 	ar[1].node = nb; /* the label a second node's arena would carry */
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	snprintf(ready, sizeof(ready), "%s/ready", dir);
+	/* 2 arenas x 8 endpoints do not fit in HELLO_OK: refused, named */
+	ck_assert_int_eq(memd_config_set(&cfg, "progress_threads", "8", err,
+					 sizeof(err)),
+			 0);
+	ck_assert_int_eq(memd_server_create(&cfg, ar, 2, NULL, NULL, NULL,
+					    ready, &srv, err, sizeof(err)),
+			 -EINVAL);
+	ck_assert_ptr_null(srv);
+	ck_assert_msg(strstr(err, "progress_threads = 8 with 2 arenas is 16 "
+				  "endpoints; at most 8"),
+		      "%s", err);
+	ck_assert_int_eq(memd_config_set(&cfg, "progress_threads", "1", err,
+					 sizeof(err)),
+			 0);
 	ck_assert_msg(memd_server_create(&cfg, ar, 2, NULL, NULL, NULL, ready,
 					 &srv, err, sizeof(err)) == 0,
 		      "%s", err);

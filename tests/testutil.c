@@ -307,7 +307,7 @@ static int memd_spawn(struct tu_memd *m, const char *ns, const char *host,
 		return -errno;
 	fprintf(f,
 		"listen = %s:0\ndonate = 256M\nslab_size = 16M\n"
-		"log_level = debug\n%s\n",
+		"log_level = debug\nprogress_threads = 1\n%s\n",
 		host ? host : "127.0.0.1", extra_conf ? extra_conf : "");
 	fclose(f);
 	m->pid = fork();
