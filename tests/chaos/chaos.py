@@ -480,7 +480,11 @@ class Scheduler:
 
     def pick(self):
         kinds = [k for k in sorted(FAULT_WEIGHTS)
-                 if k != "slow_link" or self.cl.tbf_ok]
+                 if (k != "slow_link" or self.cl.tbf_ok) and
+                 (not self.cl.args.only or k in self.cl.args.only)]
+        if not kinds:
+            raise SystemExit("chaos: --only leaves no fault kind to "
+                             "inject here (slow_link needs tc tbf)")
         return self.rng.choices(kinds, [FAULT_WEIGHTS[k] for k in kinds])[0]
 
     def run(self, duration, quiet=0):
@@ -957,6 +961,7 @@ class Checker:
 
     def check_client(self, name, tenant, lines, kv):
         blocks = {}  # (inc, rid, blk) -> [last_ok, uncertain set]
+        repl = {}  # (inc, rid) -> whether it has a replica
         succ = []
         for n, l in enumerate(lines, 1):
             f = l.split()
@@ -985,6 +990,7 @@ class Checker:
                     b = blocks.get((f[3], f[4], f[5]), [None, set()])
                     self.check_read(where, b, f[7])
                 elif op == "A":
+                    repl[(f[3], f[4])] = f[6] == "1"
                     self.stats["allocs"] += 1
                     if int(f[7]):
                         self.stats["alloc_errors"] += 1
@@ -1053,6 +1059,8 @@ class Checker:
                         # the store faulted: not done (maybe partly)
                         b[1].add(int(f[6]))
                         self.stats["page_sigbus"] += 1
+                        self.stats["page_sigbus_replica"] += \
+                            repl.get((f[3], f[4]), False)
                         self.bus_times.append(int(f[1]))
                     else:
                         raise ValueError("rc " + f[7])
@@ -1060,6 +1068,8 @@ class Checker:
                     self.stats["page_reads"] += 1
                     if f[6] == "bus":
                         self.stats["page_sigbus"] += 1
+                        self.stats["page_sigbus_replica"] += \
+                            repl.get((f[3], f[4]), False)
                         self.bus_times.append(int(f[1]))
                         continue
                     if f[6] != "0":
@@ -1369,10 +1379,12 @@ class Checker:
                            (what, ", ".join("%s %d" % x for x in
                                             sorted(c.items()))))
         out.append("paging: page writes %d, reads %d (%d through a fault); "
-                   "SIGBUS %d (%d with no fault in the 15 s before); maps "
-                   "%d (%d failed), unmaps flush %d (%d failed), discard %d"
+                   "SIGBUS %d (%d on a region with a replica, %d with no "
+                   "fault in the 15 s before); maps %d (%d failed), unmaps "
+                   "flush %d (%d failed), discard %d"
                    % (st["page_writes"], st["page_reads"],
                       st["page_reads_faulted"], st["page_sigbus"],
+                      st["page_sigbus_replica"],
                       st["page_sigbus_unexplained"], st["maps"],
                       st["map_errors"], st["unmaps_flush"],
                       st["unmap_errors_flush"], st["unmaps_discard"]))
@@ -1704,6 +1716,9 @@ def main():
     r.add_argument("--no-selftest", action="store_true")
     r.add_argument("--overlap", action="store_true",
                    help="two fault streams at once, never on one target")
+    r.add_argument("--only", type=lambda x: x.split(","), default=None,
+                   help="inject only these fault kinds (comma-separated), "
+                   "to narrow a failure down")
     r.add_argument("--corrupt-client", action="store_true",
                    help="client c1 spoils one read: exit 0 only if that "
                    "is caught and nothing else is wrong")
@@ -1713,6 +1728,10 @@ def main():
     s.add_argument("dir")
     args = ap.parse_args()
     if args.cmd == "run":
+        bad = set(args.only or ()) - set(FAULT_WEIGHTS)
+        if bad:
+            ap.error("--only: unknown fault kind(s) %s; known: %s" %
+                     (",".join(sorted(bad)), ",".join(sorted(FAULT_WEIGHTS))))
         if args.seed is None:
             args.seed = int.from_bytes(os.urandom(4), "little")
         return cmd_run(args)
