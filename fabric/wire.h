@@ -477,7 +477,9 @@ _Static_assert(sizeof(struct wire_kv_header) == WIRE_KV_HEADER_LEN,
 	       "the KV block header is 64 bytes");
 
 #define WIRE_KV_UNPIN 0x1u /* KV_PIN.flags: remove a pin instead */
-#define WIRE_KV_KNOWN WIRE_KV_UNPIN
+/* KV_PIN.flags: delete the key instead, unless it is pinned (-EEXIST) */
+#define WIRE_KV_DROP 0x2u
+#define WIRE_KV_KNOWN (WIRE_KV_UNPIN | WIRE_KV_DROP)
 
 struct wire_kv {
 	uint32_t flags; /* KV_PIN: WIRE_KV_*; every other type: 0 */

@@ -1097,9 +1097,12 @@ static ssize_t simple_pass(struct kv_run *r, const struct kv_groups *gr,
  * key away from the home. A second choice that already holds the key
  * (bytes of a value that may have been deleted since) has that copy
  * deleted and is reserved again, so a replica never keeps other bytes
- * than those the home is about to commit.
+ * than those the home is about to commit; unless that copy is pinned
+ * (the home lost the key, not its pin): then it stays, and the put of
+ * the key fails with -EEXIST (pinned[k]), as it would at a home that
+ * held the key.
  */
-static int put_replicas(struct kv_run *r)
+static int put_replicas(struct kv_run *r, bool *pinned)
 {
 	struct kv_batch **mark = r->tail;
 	struct kv_groups g = { 0 };
@@ -1132,10 +1135,13 @@ static int put_replicas(struct kv_run *r)
 	rc = group_by(r, dof, &g);
 	if (rc)
 		goto out;
-	simple_pass(r, &g, WIRE_KV_DELETE, 0, st);
+	/* KV_PIN with DROP: a delete that leaves a pinned key alone */
+	simple_pass(r, &g, WIRE_KV_PIN, WIRE_KV_DROP, st);
 	for (size_t k = 0; k < r->op->n; k++)
-		if (dof[k] != NO_DONOR && st[k] && st[k] != -ENOENT)
+		if (dof[k] != NO_DONOR && st[k] && st[k] != -ENOENT) {
+			pinned[k] = st[k] == -EEXIST;
 			dof[k] = NO_DONOR; /* stays as it is: see kv.md */
+		}
 	rc = group_by(r, dof, &g);
 	if (!rc)
 		rc = put_pass(r, &g, true);
@@ -1188,7 +1194,7 @@ static ssize_t run_put(struct kv_run *r)
 {
 	ssize_t stored = 0;
 	int *hs = NULL, rc;
-	bool *rok = NULL;
+	bool *rok = NULL, *pinned = NULL;
 
 	r->csum = malloc(r->op->n * sizeof(*r->csum));
 	if (!r->csum)
@@ -1196,18 +1202,26 @@ static ssize_t run_put(struct kv_run *r)
 	if (r->replicate) {
 		hs = malloc(r->op->n * sizeof(*hs));
 		rok = calloc(r->op->n, sizeof(*rok));
-		if (!hs || !rok) {
+		pinned = calloc(r->op->n, sizeof(*pinned));
+		if (!hs || !rok || !pinned) {
 			free(hs);
 			free(rok);
+			free(pinned);
 			return -ENOMEM;
 		}
 	}
 	rc = put_pass(r, &r->hg, false);
 	if (!rc && r->replicate)
-		rc = put_replicas(r);
+		rc = put_replicas(r, pinned);
 	for (struct kv_batch *b = r->batches; b; b = b->next)
 		batch_wait(r, b);
 	if (r->replicate) {
+		/* a key pinned at its second choice: the home's reservation
+		 * lapses unused */
+		for (struct kv_batch *b = r->batches; b; b = b->next)
+			for (uint32_t j = 0; j < b->nkeys && !b->replica; j++)
+				if (pinned[b->key[j]] && !b->st[j])
+					b->st[j] = -EEXIST;
 		for (size_t k = 0; k < r->op->n; k++)
 			hs[k] = 1;
 		for (struct kv_batch *b = r->batches; b; b = b->next)
@@ -1240,6 +1254,7 @@ static ssize_t run_put(struct kv_run *r)
 		put_undo_replicas(r, rok);
 	free(hs);
 	free(rok);
+	free(pinned);
 	return rc ? rc : stored;
 }
 

@@ -1676,7 +1676,8 @@ ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
 }
 
 static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
-		      struct memd_kv_item *it, uint64_t now_ms)
+		      struct memd_kv_item *it, uint64_t now_ms,
+		      bool keep_pinned)
 {
 	struct kv_entry *e = index_find(kv, t, it->key);
 
@@ -1684,6 +1685,8 @@ static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
 		return -ENOENT;
 	if (e->mem == MEM_RESERVED)
 		return -EBUSY;
+	if (keep_pinned && e->mem == MEM_COMMITTED && e->pins)
+		return -EEXIST; /* pinned: it stays */
 	if (e->mem == MEM_NONE && !e->spilled)
 		return -ENOENT; /* only a ghost */
 	if (t->mrc)
@@ -1707,8 +1710,9 @@ static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
 	return 0;
 }
 
-ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
-		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
+static ssize_t delete_batch(struct memd_kv *kv, uint32_t tenant,
+			    struct memd_kv_item *items, size_t n,
+			    uint64_t now_ms, bool keep_pinned)
 {
 	struct kv_tenant *t;
 	ssize_t ok = 0;
@@ -1720,13 +1724,26 @@ ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
 	t = tenant_find(kv, tenant);
 	for (size_t i = 0; i < n; i++) {
 		items[i].status =
-			t ? delete_one(kv, t, &items[i], now_ms) : -ENOENT;
+			t ? delete_one(kv, t, &items[i], now_ms, keep_pinned)
+			  : -ENOENT;
 		ok += items[i].status == 0;
 	}
 	if (t)
 		tenant_release_spare(kv, t);
 	pthread_mutex_unlock(&kv->lock);
 	return ok;
+}
+
+ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
+		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	return delete_batch(kv, tenant, items, n, now_ms, false);
+}
+
+ssize_t memd_kv_drop(struct memd_kv *kv, uint32_t tenant,
+		     struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	return delete_batch(kv, tenant, items, n, now_ms, true);
 }
 
 ssize_t memd_kv_pin(struct memd_kv *kv, uint32_t tenant,
@@ -2204,7 +2221,7 @@ static uint64_t tenant_purge(struct memd_kv *kv, struct kv_tenant *t,
 				struct memd_kv_item it = { .status = 0 };
 
 				memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
-				delete_one(kv, t, &it, now_ms);
+				delete_one(kv, t, &it, now_ms, false);
 			}
 		}
 	}

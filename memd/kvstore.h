@@ -269,6 +269,14 @@ ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
 ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n, uint64_t now_ms);
 /*
+ * Deletes keys as memd_kv_delete does, except pinned ones: their status
+ * is -EEXIST and they stay (with their pins). A client's put uses it on a
+ * key's second copy that holds other bytes (docs/kv.md, "Replicas"), so
+ * that a put never removes a key that is pinned.
+ */
+ssize_t memd_kv_drop(struct memd_kv *kv, uint32_t tenant,
+		     struct memd_kv_item *items, size_t n, uint64_t now_ms);
+/*
  * Pins keys (loading spilled ones back): a pinned entry is never evicted.
  * Pins nest. status: 0; -ENOENT (not present, or a spill file that failed
  * verification); -ENOSPC (spilled, and no room to load it); other errors

@@ -2440,7 +2440,14 @@ static void do_kv(struct memd_server *s, struct conn *c,
 		r = memd_kv_delete(s->kv, tenant, items, n, now);
 		break;
 	default: /* WIRE_KV_PIN */
-		r = in->flags & WIRE_KV_UNPIN
+		if ((in->flags & WIRE_KV_UNPIN) && (in->flags & WIRE_KV_DROP)) {
+			send_error(s, c, req->seq, EINVAL,
+				   "KV_PIN: UNPIN and DROP together");
+			return;
+		}
+		r = in->flags & WIRE_KV_DROP
+			    ? memd_kv_drop(s->kv, tenant, items, n, now)
+		    : in->flags & WIRE_KV_UNPIN
 			    ? memd_kv_unpin(s->kv, tenant, items, n)
 			    : memd_kv_pin(s->kv, tenant, items, n, now);
 		break;

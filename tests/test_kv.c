@@ -803,7 +803,8 @@ static void start_donor(int i)
 	args[5] = a3;
 	ck_assert_int_eq(tu_memd_start_args(&don[i],
 					    "lease_ttl = 2s\nlease_grace = "
-					    "500ms\nkv_share = 25\n",
+					    "500ms\nkv_share = 25\n"
+					    "kv_reserve_ttl = 2s\n",
 					    args),
 			 0);
 }
@@ -835,7 +836,8 @@ static void cluster_setup(void)
 	args[5] = a2;
 	ck_assert_int_eq(tu_memd_start_args(&reg,
 					    "lease_ttl = 2s\nlease_grace = "
-					    "500ms\nkv_share = 25\n",
+					    "500ms\nkv_share = 25\n"
+					    "kv_reserve_ttl = 2s\n",
 					    args),
 			 0);
 	start_donor(0);
@@ -1389,6 +1391,52 @@ START_TEST(replica_is_never_stale)
 }
 END_TEST
 
+/* A put whose home lost the key while a pin holds its replica leaves the
+ * pinned copy alone and fails -EEXIST (docs/kv.md, "Replicas"): the
+ * chaos run found pinned keys deleted by another client's put whose
+ * replica step deleted the copy it found there. */
+START_TEST(put_leaves_a_pinned_replica)
+{
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 2, 0);
+	struct pool_kv_key k;
+	size_t len = 20000;
+	int st;
+
+	for (int i = 0; i < 4; i++) {
+		make_key(&k, 21, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &k, len), 0);
+		/* the home loses it (as to an eviction); the pin holds the
+		 * replica (status 0: the home missed, the replica pinned) */
+		ck_assert_int_eq(pool_kv_delete_copy(kv, &k, false), 0);
+		ck_assert_int_eq(pool_kv_pin(kv, 1, &k, &st), 1);
+		ck_assert_int_eq(st, 0);
+		/* other bytes: refused, the pinned value stays */
+		ck_assert_int_eq(put_other(kv, &k, len), -EEXIST);
+		ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+		/* again: -EBUSY while the refused put's home reservation
+		 * holds, -EEXIST after; the pinned value stays either way */
+		st = put_other(kv, &k, len);
+		ck_assert_msg(st == -EBUSY || st == -EEXIST, "put: %d", st);
+		ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+		/* unpinned: a put replaces the replica, as before */
+		ck_assert_int_eq(pool_kv_unpin(kv, 1, &k, &st), 1);
+		ck_assert_int_eq(st, 0);
+		st = put_other(kv, &k, len);
+		/* the refused put's home reservation holds the key until
+		 * it lapses unused (kv_reserve_ttl, 2 s here): -EBUSY */
+		for (int t = 0; st == -EBUSY && t < 100; t++) {
+			usleep(50000);
+			st = put_other(kv, &k, len);
+		}
+		ck_assert_int_eq(st, 0);
+		ck_assert_int_eq(get_other(kv, &k, len), 1);
+		ck_assert_int_eq(pool_kv_delete(kv, 1, &k, &st), 1);
+	}
+	pool_close(p);
+}
+END_TEST
+
 #define REP_KEYS 24
 
 START_TEST(replica_serves_when_home_killed)
@@ -1514,6 +1562,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, donor_killed_mid_put_and_get);
 	tcase_add_test(tp, donor_restarts_do_not_grow_kv_links);
 	tcase_add_test(tp, replica_is_never_stale);
+	tcase_add_test(tp, put_leaves_a_pinned_replica);
 	tcase_add_test(tp, replica_serves_when_home_killed);
 	suite_add_tcase(s, tp);
 	return s;

@@ -831,6 +831,15 @@ START_TEST(pins_block_eviction)
 	ck_assert_int_eq(put(kv, o, 1, 2, 1000, 10), 0);
 	ck_assert_int_eq(get(kv, o, 1, 1, 20, true), -ENOENT);
 	ck_assert_int_eq(get(kv, o, 1, 2, 20, true), 0);
+	/* drop (a put's delete of another copy) leaves a pinned entry, pins
+	 * and all, and deletes it once unpinned */
+	ck_assert_int_eq(pin(kv, 1, 2, 30), 0);
+	ck_assert_int_eq(one(memd_kv_drop, kv, 1, 2, 0, 30), -EEXIST);
+	ck_assert_int_eq(get(kv, o, 1, 2, 30, true), 0);
+	ck_assert_int_eq(unpin(kv, 1, 2), 0);
+	ck_assert_int_eq(one(memd_kv_drop, kv, 1, 2, 0, 30), 0);
+	ck_assert_int_eq(one(memd_kv_drop, kv, 1, 2, 0, 30), -ENOENT);
+	ck_assert_int_eq(put(kv, o, 1, 2, 1000, 30), 0);
 	/* a pinned entry can still be deleted */
 	ck_assert_int_eq(pin(kv, 1, 2, 30), 0);
 	ck_assert_int_eq(del(kv, 1, 2, 30), 0);

@@ -2966,6 +2966,9 @@ START_TEST(kv_pin_flags)
 	m.u.kv.flags = WIRE_KV_UNPIN;
 	check_roundtrip(&m);
 	ck_assert_int_eq(buf[WIRE_HDR_LEN], 1);
+	m.u.kv.flags = WIRE_KV_DROP;
+	check_roundtrip(&m);
+	ck_assert_int_eq(buf[WIRE_HDR_LEN], 2);
 	m.u.kv.flags = 0;
 	check_roundtrip(&m);
 	m.u.kv.flags = WIRE_KV_KNOWN + 1;

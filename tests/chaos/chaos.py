@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -42,7 +43,8 @@ QUOTA = {"ra": 40 * SLAB, "kb": 48 * SLAB}
 QUOTA_LOW = {"ra": 6 * SLAB, "kb": 8 * SLAB}
 # (name, tenant, mode, host)
 CLIENTS = [("c1", "ra", "regions", "ca"), ("c2", "ra", "regions", "cb"),
-           ("c3", "kb", "kv", "ca"), ("c4", "kb", "kv", "cb")]
+           ("c3", "kb", "kv", "ca"), ("c4", "kb", "kv", "cb"),
+           ("c5", "ra", "paging", "cb")]
 FAULT_WEIGHTS = {
     "kill_donor": 8, "kill_donor_newid": 4, "stop_donor": 6,
     "kill_registry": 5, "stop_registry": 4,
@@ -52,6 +54,18 @@ FAULT_WEIGHTS = {
     "quota": 5, "drain": 5,
 }
 ENOENT, EEXIST = 2, 17
+# Faults after which KV copies may legitimately come back or go missing:
+# donors that come and go (homes and second choices move; a donor back
+# with its spill directory serves what it held; docs/kv.md, Replicas),
+# a client cut from a donor (a put lands on one copy), a slow link (a
+# read slower than its lease misses). From 1 s before the fault until
+# SETTLE after its heal (lease_ttl + grace + a view refresh).
+KV_DONOR_FAULTS = ("kill_donor", "kill_donor_newid", "stop_donor",
+                   "kill_registry", "stop_registry", "partition1",
+                   "partition2", "slow_link", "drain")
+SETTLE = 5e9
+SIGNAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+            9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 
 
 def now_ns():
@@ -280,6 +294,12 @@ class Cluster:
                     os.path.join(self.out, "hist-%s" % name)]
             if self.args.corrupt_client and name == "c1":
                 argv += ["--corrupt-after", "40"]
+            if self.args.corrupt_client and name == "c5":
+                # one wrong byte in the 6th read that took a page fault
+                argv += ["--corrupt-after", "5"]
+            if self.args.corrupt_client and name == "c3":
+                # the second churned key comes back after its delete
+                argv += ["--resurrect-after", "1"]
             p = Proc(name, self.hosts[host][0], argv,
                      os.path.join(self.out, name + ".log"))
             self.clients[name] = (p, tenant, host)
@@ -394,9 +414,36 @@ def donor_metrics(cl, host):
     return m
 
 
-def poller(cl, rec, stop_ev):
+def reap_clients(cl, rec, busy):
+    """Records and restarts clients that died of something other than a
+    fault (a signal: SIGBUS outside an access the client guards, SIGSEGV,
+    SIGABRT; or an exit status): the checker reports each, apart from
+    wrong bytes."""
+    lock, held = busy
+    for name, (p, _, _) in sorted(cl.clients.items()):
+        with lock:
+            if name in held or p.p is None or p.alive():
+                continue
+            held.add(name)
+        try:
+            rc = p.p.returncode
+            t = now_ns()
+            rec.fault({"kind": "client_died", "target": name,
+                       "t_inject": t, "t_heal": t,
+                       "signal": -rc if rc < 0 else 0,
+                       "exit": rc if rc >= 0 else None})
+            log("client %s died: %s" % (name, "signal %d" % -rc if rc < 0
+                                        else "exit %d" % rc))
+            p.start()
+        finally:
+            with lock:
+                held.discard(name)
+
+
+def poller(cl, rec, stop_ev, busy):
     while not stop_ev.wait(2.0):
         try:
+            reap_clients(cl, rec, busy)
             snapshot(cl, rec, "run")
         except Exception as e:  # the poller never stops the run
             log("poller: %s" % e)
@@ -433,11 +480,16 @@ class Scheduler:
 
     def pick(self):
         kinds = [k for k in sorted(FAULT_WEIGHTS)
-                 if k != "slow_link" or self.cl.tbf_ok]
+                 if (k != "slow_link" or self.cl.tbf_ok) and
+                 (not self.cl.args.only or k in self.cl.args.only)]
+        if not kinds:
+            raise SystemExit("chaos: --only leaves no fault kind to "
+                             "inject here (slow_link needs tc tbf)")
         return self.rng.choices(kinds, [FAULT_WEIGHTS[k] for k in kinds])[0]
 
-    def run(self, duration):
+    def run(self, duration, quiet=0):
         end = time.time() + duration
+        time.sleep(quiet)
         while time.time() < end:
             time.sleep(self.rng.uniform(0.5, 3.0))
             kind = self.pick()
@@ -659,10 +711,11 @@ class Scheduler:
             self.record(kind, name, t0, t1, rc=rc, rc_back=rc2)
 
 
-def quiesce(cl, rec):
+def quiesce(cl, rec, busy):
     """Every fault is healed; wait for the pool, hold the clients, let
     dead sessions expire, then compare donors, registry and clients."""
     names = [d["name"] for d in cl.donors]
+    reap_clients(cl, rec, busy)
     Scheduler(cl, rec, 0).restore()
     if not cl.wait_donors_up(names, 60):
         log("quiesce: donors not all up after 60 s")
@@ -738,11 +791,129 @@ def rejoin_times(faults):
                    "reg" in f["target"] and "d" in f["target"]))
 
 
+class KvHistory:
+    """What every KV client of every tenant did, for the checks of each
+    get: versions put (start, end, status), successful deletes and puts
+    per key (after which an older version must not come back), pins, and
+    the deletes and unpins that may have ended a pin (begun, whether or
+    not their client lived to log the end)."""
+
+    def __init__(self, hs, faults):
+        self.vput = {}  # (tenant, id, ver) -> [S t0, P t1, status]
+        ev = collections.defaultdict(list)  # (tenant, id) -> (t1, t0, what)
+        self.pins = collections.defaultdict(list)  # -> [(t0, t1)]
+        self.unpins = collections.defaultdict(list)  # -> [(t0, t1)]
+        inf = float("inf")
+        for name, (tenant, mode, lines) in hs.items():
+            if mode != "kv":
+                continue
+            last_s, pend = None, {}  # pend: (op, id) -> t0 of a T line
+            for l in lines:
+                f = l.split()
+                try:
+                    if f[0] == "S":
+                        last_s = []
+                        for x in f[3].split(","):
+                            i, v = x.split(":")
+                            self.vput[(tenant, int(i), int(v))] = \
+                                [int(f[1]), None, None]
+                            last_s.append((int(i), int(v)))
+                    elif f[0] == "P" and last_s is not None:
+                        for (i, v), x in zip(last_s, f[5].split(",")):
+                            st = int(x.split(":")[1])
+                            vp = self.vput[(tenant, i, v)]
+                            vp[1], vp[2] = int(f[2]), st
+                            if st == 0:
+                                ev[(tenant, i)].append(
+                                    (int(f[2]), vp[0], "put of version %d"
+                                     % v))
+                        last_s = None
+                    elif f[0] == "T":
+                        for i in f[4].split(","):
+                            pend[(f[3], int(i))] = int(f[1])
+                    elif f[0] in ("D", "O"):
+                        for x in f[5].split(","):
+                            i, st = (int(y) for y in x.split(":"))
+                            t0 = pend.pop((f[0], i), int(f[1]))
+                            self.unpins[(tenant, i)].append((t0, int(f[2])))
+                            if f[0] == "D" and st == 0:
+                                ev[(tenant, i)].append((int(f[2]), t0,
+                                                        "a delete"))
+                    elif f[0] == "N":
+                        for x in f[5].split(","):
+                            i, st = (int(y) for y in x.split(":"))
+                            if st == 0:
+                                self.pins[(tenant, i)].append(
+                                    (int(f[1]), int(f[2])))
+                except (IndexError, ValueError, KeyError):
+                    continue  # torn line: Checker.check_client says so
+            # deletes and unpins begun and never ended: from then on
+            for (op, i), t0 in pend.items():
+                self.unpins[(tenant, i)].append((t0, inf))
+        # per key, by end: the latest start so far (prefix maximum)
+        self.events = {}
+        for k, es in ev.items():
+            es.sort()
+            pmax, best = [], (-1, "")
+            for t1, t0, what in es:
+                if t0 > best[0]:
+                    best = (t0, what)
+                pmax.append(best)
+            self.events[k] = ([e[0] for e in es], pmax, None)
+        # windows of donor faults, merged
+        w = sorted((f["t_inject"] - 1e9, f["t_heal"] + SETTLE)
+                   for f in faults if f["kind"] in KV_DONOR_FAULTS)
+        self.kinds = sorted((f["t_inject"] - 1e9, f["t_heal"] + SETTLE,
+                             f["kind"]) for f in faults
+                            if f["kind"] in KV_DONOR_FAULTS)
+        self.win = []
+        for a, b in w:
+            if self.win and a <= self.win[-1][1]:
+                self.win[-1][1] = max(self.win[-1][1], b)
+            else:
+                self.win.append([a, b])
+        self.win_starts = [a for a, _ in self.win]
+
+    def exempt(self, a, b):
+        """Whether a donor fault's window overlaps [a, b]."""
+        k = bisect.bisect_right(self.win_starts, b)
+        return k > 0 and self.win[k - 1][1] >= a
+
+    def causes(self, a, b):
+        """The kinds of donor fault whose windows overlap [a, b]."""
+        return set(k for x, y, k in self.kinds if x <= b and y >= a)
+
+    def pinned(self, tenant, i, g0, g1):
+        """The start of the last pin of key i that succeeded before g0
+        and that no delete or unpin may have ended by g1, or None."""
+        ps = [p for p in self.pins.get((tenant, i), ()) if p[1] < g0]
+        if not ps:
+            return None
+        p0 = max(ps)[0]
+        for a, b in self.unpins.get((tenant, i), ()):
+            if b >= p0 and a <= g1:
+                return None
+        return p0
+
+    def after_delete(self, tenant, i, g0):
+        """The start of the last successful delete of key i that ended
+        before g0 if it is the last such event, else None."""
+        t1s, pmax, _ = self.events.get((tenant, i), ([], [], None))
+        k = bisect.bisect_left(t1s, g0)
+        if k and pmax[k - 1][1] == "a delete":
+            return pmax[k - 1][0]
+        return None
+
+
 class Checker:
-    def __init__(self, out):
+    def __init__(self, out, quick=False):
         self.out = out
+        self.quick = quick  # selftest: no recovery times
         self.v = []  # violations: (kind, text)
         self.stats = collections.Counter()
+        # exempt KV cases by the kinds of donor fault that explain them
+        self.stale_causes = collections.Counter()
+        self.pin_causes = collections.Counter()
 
     def bad(self, kind, text):
         self.v.append((kind, text))
@@ -760,21 +931,27 @@ class Checker:
         hs = self.histories()
         faults = self.load("faults.jsonl")
         snaps = self.load("snapshots.jsonl")
-        puts = collections.defaultdict(list)  # (tenant, id) -> [t0]
-        for name, (tenant, mode, lines) in hs.items():
-            for l in lines:
-                f = l.split()
-                if f and f[0] == "S":
-                    for i in f[3].split(","):
-                        puts[(tenant, int(i))].append(int(f[1]))
-        for k in puts:
-            puts[k].sort()
+        self.kv = KvHistory(hs, faults)
+        self.bus_times = []
         self.succ = {}
         for name, (tenant, mode, lines) in hs.items():
-            self.check_client(name, tenant, lines, puts)
+            self.check_client(name, tenant, lines, self.kv)
+        # SIGBUS with no fault on in the 15 s before: not wrong (the
+        # history shows no byte was), but counted
+        for t in self.bus_times:
+            if not any(fl["t_inject"] <= t and t - 15e9 <= fl["t_heal"]
+                       for fl in faults if fl["kind"] != "client_died"):
+                self.stats["page_sigbus_unexplained"] += 1
+        for fl in faults:
+            if fl["kind"] == "client_died":
+                sig = fl.get("signal") or 0
+                self.bad("client_crash", "%s died of %s at %d" % (
+                    fl["target"], SIGNAMES.get(sig, "signal %d" % sig)
+                    if sig else "exit %s" % fl.get("exit"), fl["t_inject"]))
         self.check_snapshots(snaps, faults)
         self.check_quiesce(snaps, hs)
-        self.recovery(faults, hs)
+        if not self.quick:
+            self.recovery(faults, hs)
         return not self.v
 
     def load(self, name):
@@ -784,8 +961,9 @@ class Checker:
         with open(p) as f:
             return [json.loads(l) for l in f if l.strip()]
 
-    def check_client(self, name, tenant, lines, puts):
+    def check_client(self, name, tenant, lines, kv):
         blocks = {}  # (inc, rid, blk) -> [last_ok, uncertain set]
+        repl = {}  # (inc, rid) -> whether it has a replica
         succ = []
         for n, l in enumerate(lines, 1):
             f = l.split()
@@ -814,6 +992,7 @@ class Checker:
                     b = blocks.get((f[3], f[4], f[5]), [None, set()])
                     self.check_read(where, b, f[7])
                 elif op == "A":
+                    repl[(f[3], f[4])] = f[6] == "1"
                     self.stats["allocs"] += 1
                     if int(f[7]):
                         self.stats["alloc_errors"] += 1
@@ -831,27 +1010,76 @@ class Checker:
                         self.stats["kv_put_errors"] += 1
                 elif op == "G":
                     self.stats["kv_gets"] += 1
-                    t1 = int(f[2])
+                    t0, t1 = int(f[1]), int(f[2])
                     ok = int(f[4]) >= 0
                     for x in f[5].split(","):
                         i, s, dec = x.split(":")
                         i, s = int(i), int(s)
                         self.stats["kv_keys_got"] += 1
+                        d = kv.after_delete(tenant, i, t0)
+                        if d is not None and not kv.exempt(d, t1):
+                            self.stats["kv_gets_after_delete_checked"] += 1
+                        p = kv.pinned(tenant, i, t0, t1)
+                        if p is not None and not kv.exempt(p, t1):
+                            self.stats["kv_pinned_gets_checked"] += 1
                         if s == 0:
                             self.stats["kv_hits"] += 1
-                            ps = puts.get((tenant, i), [])
-                            if dec != "ok":
+                            if dec[0] != "v":
                                 self.bad("wrong_bytes", "%s: key %d hit "
                                          "decoded as %s" % (where, i, dec))
-                            elif not ps or ps[0] > t1:
-                                self.bad("wrong_bytes", "%s: key %d hit "
-                                         "before any put of it" % (where, i))
+                            else:
+                                self.kv_hit(where, tenant, i, int(dec[1:]),
+                                            t0, t1)
                         elif s == -ENOENT:
                             self.stats["kv_misses"] += 1
+                            self.kv_miss(where, i, p, t0, t1)
                         else:
                             self.stats["kv_get_errors"] += 1
                     if ok:
                         succ.append(t1)
+                elif op in "DNO" and len(op) == 1:
+                    kind = {"D": "delete", "N": "pin", "O": "unpin"}[op]
+                    sts = [int(x.split(":")[1]) for x in f[5].split(",")]
+                    self.stats["kv_%s_keys" % kind] += len(sts)
+                    self.stats["kv_%s_ok" % kind] += sts.count(0)
+                    if int(f[4]) >= 0:
+                        succ.append(int(f[2]))
+                elif op == "M":
+                    self.stats["maps"] += 1
+                    self.stats["map_errors"] += int(f[5]) != 0
+                elif op == "U":
+                    self.stats["unmaps_" + f[5]] += 1
+                    self.stats["unmap_errors_" + f[5]] += int(f[6]) != 0
+                elif op == "Y":
+                    self.stats["page_writes"] += 1
+                    key = ("p", f[3], f[4], f[5])
+                    b = blocks.setdefault(key, [None, set()])
+                    if f[7] == "0":
+                        b[0], b[1] = int(f[6]), set()
+                        succ.append(int(f[2]))
+                    elif f[7] == "bus":
+                        # the store faulted: not done (maybe partly)
+                        b[1].add(int(f[6]))
+                        self.stats["page_sigbus"] += 1
+                        self.stats["page_sigbus_replica"] += \
+                            repl.get((f[3], f[4]), False)
+                        self.bus_times.append(int(f[1]))
+                    else:
+                        raise ValueError("rc " + f[7])
+                elif op == "X":
+                    self.stats["page_reads"] += 1
+                    if f[6] == "bus":
+                        self.stats["page_sigbus"] += 1
+                        self.stats["page_sigbus_replica"] += \
+                            repl.get((f[3], f[4]), False)
+                        self.bus_times.append(int(f[1]))
+                        continue
+                    if f[6] != "0":
+                        raise ValueError("rc " + f[6])
+                    self.stats["page_reads_faulted"] += int(f[7])
+                    succ.append(int(f[2]))
+                    b = blocks.get(("p", f[3], f[4], f[5]), [None, set()])
+                    self.check_read(where + " (mapped page)", b, f[8])
             except (IndexError, ValueError) as e:
                 # A torn last line (client SIGKILLed mid-write) is not an
                 # operation; anything else is a broken history.
@@ -859,6 +1087,55 @@ class Checker:
                     self.bad("history", "%s: unparsable: %r (%s)" %
                              (where, l, e))
         self.succ[name] = sorted(succ)
+
+    def kv_hit(self, where, tenant, i, ver, g0, g1):
+        """A hit of version ver of key i, got in [g0, g1]: that version
+        was put, its put was not refused, and no successful delete or put
+        of another version began after its put ended and ended before the
+        get began, unless a donor fault in between explains it."""
+        kv = self.kv
+        vp = kv.vput.get((tenant, i, ver))
+        if vp is None or vp[0] > g1:
+            self.bad("wrong_bytes", "%s: key %d hit version %d, which "
+                     "no put had begun" % (where, i, ver))
+            return
+        s0, p1, st = vp
+        end = p1 if p1 is not None else float("inf")
+        if st == -EEXIST:
+            why = "its put was refused (-EEXIST) at %d" % p1
+        else:
+            why = None
+            t1s, pmax, who = kv.events.get((tenant, i), ([], [], []))
+            k = bisect.bisect_left(t1s, g0)
+            if k and pmax[k - 1][0] > end:
+                why = "%s began at %d, after its put ended at %d" % (
+                    pmax[k - 1][1], pmax[k - 1][0], end)
+        if why is None:
+            return
+        if kv.exempt(s0, g1):
+            self.stats["kv_stale_exempt"] += 1
+            for k in kv.causes(s0, g1):
+                self.stale_causes[k] += 1
+            return
+        self.bad("kv_phantom" if st == -EEXIST else "kv_resurrected",
+                 "%s: key %d hit version %d, but %s (no donor fault "
+                 "since its put)" % (where, i, ver, why))
+
+    def kv_miss(self, where, i, pin, g0, g1):
+        """A miss of key i got in [g0, g1]: not while a pin of it holds
+        (pin: its start, from KvHistory.pinned; pinned keys are never
+        evicted) unless a donor fault explains it, or the read took
+        longer than its lease."""
+        if pin is None:
+            return
+        if self.kv.exempt(pin, g1) or g1 - g0 > 1.5e9:
+            self.stats["kv_pinned_miss_exempt"] += 1
+            for k in self.kv.causes(pin, g1) or ["slow read"]:
+                self.pin_causes[k] += 1
+            return
+        self.bad("pinned_missing", "%s: key %d missed while pinned "
+                 "since %d (no unpin, delete or donor fault since)" %
+                 (where, i, pin))
 
     def check_read(self, where, b, toks):
         last_ok, unc = b
@@ -1024,12 +1301,12 @@ class Checker:
             st = []
             for l in lines:
                 f = l.split()
-                if len(f) > 3 and f[0] in "WRPG" and len(f[0]) == 1:
+                if len(f) > 3 and f[0] in "WRPGYXDNO" and len(f[0]) == 1:
                     try:
-                        rc = int(f[7] if f[0] == "W" else
-                                 f[6] if f[0] == "R" else f[4])
+                        rc = int(f[7] if f[0] in "WY" else
+                                 f[6] if f[0] in "RX" else f[4])
                     except (IndexError, ValueError):
-                        continue
+                        continue  # torn, or "bus"
                     if f[0] == "P":
                         okp = any(int(x.split(":")[1]) in (0, -EEXIST)
                                   for x in f[5].split(","))
@@ -1088,6 +1365,31 @@ class Checker:
                    (st["kv_puts"], st["kv_keys_put"], st["kv_put_errors"],
                     st["kv_gets"], st["kv_keys_got"], st["kv_hits"],
                     st["kv_misses"], st["kv_get_errors"]))
+        out.append("kv deletes %d keys (%d deleted), pins %d (%d pinned), "
+                   "unpins %d (%d); gets checked after a delete %d, of "
+                   "pinned keys %d (outside donor faults); exempt: %d hits "
+                   "of an older version, %d misses of pinned keys" %
+                   (st["kv_delete_keys"], st["kv_delete_ok"],
+                    st["kv_pin_keys"], st["kv_pin_ok"], st["kv_unpin_keys"],
+                    st["kv_unpin_ok"], st["kv_gets_after_delete_checked"],
+                    st["kv_pinned_gets_checked"], st["kv_stale_exempt"],
+                    st["kv_pinned_miss_exempt"]))
+        for what, c in (("older-version hits", self.stale_causes),
+                        ("pinned misses", self.pin_causes)):
+            if c:
+                out.append("  exempt %s by fault in their window: %s" %
+                           (what, ", ".join("%s %d" % x for x in
+                                            sorted(c.items()))))
+        out.append("paging: page writes %d, reads %d (%d through a fault); "
+                   "SIGBUS %d (%d on a region with a replica, %d with no "
+                   "fault in the 15 s before); maps %d (%d failed), unmaps "
+                   "flush %d (%d failed), discard %d"
+                   % (st["page_writes"], st["page_reads"],
+                      st["page_reads_faulted"], st["page_sigbus"],
+                      st["page_sigbus_replica"],
+                      st["page_sigbus_unexplained"], st["maps"],
+                      st["map_errors"], st["unmaps_flush"],
+                      st["unmap_errors_flush"], st["unmaps_discard"]))
         out.append("snapshots: %d lease tables, %d quota rows, %d /metrics"
                    "; held copies lost with their donor: %d; sessions of "
                    "ra left after its clients closed: %d" %
@@ -1111,9 +1413,13 @@ class Checker:
                        ((k, self.faults[k]) + p50max(self.rec.get(k, [])) +
                         p50max(self.stall.get(k, []))))
         kinds = collections.Counter(k for k, _ in self.v)
-        out.append("wrong bytes (reads no write explains): %d; leaks: %d" %
+        out.append("wrong bytes (reads no write explains): %d; KV versions "
+                   "back after a delete or newer put: %d; pinned keys "
+                   "missing: %d; leaks: %d; clients crashed: %d" %
                    (kinds["wrong_bytes"] + kinds["foreign_bytes"],
-                    kinds["leak"]))
+                    kinds["kv_resurrected"] + kinds["kv_phantom"],
+                    kinds["pinned_missing"], kinds["leak"],
+                    kinds["client_crash"]))
         out.append("violations: %d %s" % (len(self.v), dict(kinds)))
         for k, t in self.v[:20]:
             out.append("  %s: %s" % (k, t))
@@ -1140,6 +1446,8 @@ def check_many(dirs):
         total.v += c.v
         total.stats.update(c.stats)
         total.faults.update(c.faults)
+        total.stale_causes.update(c.stale_causes)
+        total.pin_causes.update(c.pin_causes)
         for k, r in c.rec.items():
             total.rec[k] += r
         for k, r in c.stall.items():
@@ -1150,11 +1458,22 @@ def check_many(dirs):
 
 def check_verdict(c, ok, expect_wrong):
     if expect_wrong:
-        # --corrupt-client: exactly the spoiled read must be caught
+        # --corrupt-client: exactly the spoiled operations must be
+        # caught: c1's region read, c5's read through a page fault (both
+        # wrong bytes), and c3's deleted key that came back
         kinds = set(k for k, _ in c.v)
-        good = kinds == {"wrong_bytes"}
-        print("chaos: spoiled read %s" % ("caught" if good else
-                                          "NOT caught as the only one"))
+        want = {"c1 region read": ("wrong_bytes", "c1:"),
+                "c5 read through a page fault": ("wrong_bytes",
+                                                 "(mapped page)"),
+                "c3 deleted key back": ("kv_resurrected", "c3:")}
+        good = kinds == {"wrong_bytes", "kv_resurrected"}
+        for what, (kind, mark) in sorted(want.items()):
+            hit = any(k == kind and mark in t for k, t in c.v)
+            print("chaos: spoiled %s: %s" % (what, "caught" if hit else
+                                               "NOT CAUGHT"))
+            good = good and hit
+        if kinds - {"wrong_bytes", "kv_resurrected"}:
+            print("chaos: and other violations: %s" % sorted(kinds))
         return 0 if good else 1
     return 0 if ok else 1
 
@@ -1180,8 +1499,13 @@ def selftest(out):
                         f[7] = "%s*%d,G*1" % (v, int(n) - 1)
                     elif kind == "foreign" and f[0] == "R" and f[6] == "0":
                         f[7] = "F9.0.1.0.0.1*128"
-                    elif kind == "kv" and f[0] == "G" and ":0:ok" in l:
-                        f[5] = f[5].replace(":0:ok", ":0:G@0", 1)
+                    elif kind == "kv" and f[0] == "G" and ":0:v" in l:
+                        f[5] = re.sub(":0:v[0-9]+", ":0:G@0", f[5], 1)
+                    elif kind == "page" and f[0] == "X" and \
+                            f[6] == "0" and f[8].startswith("v") and \
+                            "," not in f[8]:
+                        v, n = f[8].split("*")
+                        f[8] = "%s*%d,G*1" % (v, int(n) - 1)
                     else:
                         continue
                     lines[i] = " ".join(f)
@@ -1189,6 +1513,51 @@ def selftest(out):
                     return True
             return False
         return m
+
+    def after_all(d):
+        """A time after everything in the run (and every fault window):
+        the last times of the histories, faults and snapshots."""
+        t = 0
+        for f in os.listdir(d):
+            with open(os.path.join(d, f), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 65536))
+                tail = fh.read().decode(errors="replace").splitlines()[-20:]
+            for l in tail:
+                for x in l.replace(",", " ").replace(":", " ").split():
+                    if x.isdigit() and len(x) >= 18:
+                        t = max(t, int(x))
+        return t + 100 * 10**9
+
+    def append_kv(kind):
+        # a key put, deleted and then hit; or put, pinned and then
+        # missed: appended to c3's history after the run (keys 5001 and
+        # 5002: outside the workload's 1,024, nothing else touches them)
+        def m(d):
+            t = after_all(d)
+            if kind == "resurrect":
+                ls = ["S %d 0 5001:77777" % t,
+                      "P %d %d 0 1 5001:0" % (t, t + 1000),
+                      "T %d 0 D 5001" % (t + 2000),
+                      "D %d %d 0 1 5001:0" % (t + 2000, t + 3000),
+                      "G %d %d 0 1 5001:0:v77777" % (t + 4000, t + 5000)]
+            else:
+                ls = ["S %d 0 5002:77778" % t,
+                      "P %d %d 0 1 5002:0" % (t, t + 1000),
+                      "N %d %d 0 1 5002:0" % (t + 2000, t + 3000),
+                      "G %d %d 0 0 5002:-2:-" % (t + 4000, t + 5000)]
+            with open(os.path.join(d, "hist-c3"), "a") as f:
+                f.write("\n".join(ls) + "\n")
+            return True
+        return m
+
+    def crash(d):
+        t = after_all(d)
+        with open(os.path.join(d, "faults.jsonl"), "a") as f:
+            f.write(json.dumps({"kind": "client_died", "target": "c5",
+                                "t_inject": t, "t_heal": t, "signal": 7,
+                                "exit": None}) + "\n")
+        return True
 
     def mutate_snap(kind):
         def m(d):
@@ -1237,22 +1606,79 @@ def selftest(out):
             return done
         return m
 
-    for kind in ("stale", "byte", "foreign", "kv"):
+    for kind in ("stale", "byte", "foreign", "kv", "page"):
         cases.append((kind, mutate_hist(kind), "bytes"))
+    cases.append(("resurrect", append_kv("resurrect"), "kv_resurrected"))
+    cases.append(("pinned", append_kv("pinned"), "pinned_missing"))
+    cases.append(("crash", crash, "client_crash"))
     cases.append(("double", mutate_snap("double"), "double_lease"))
     cases.append(("leak", mutate_snap("leak"), "leak"))
     cases.append(("quota", mutate_snap("quota"), "over_quota"))
+    # Each case checks a copy of the run whose histories stop SELFTEST_SPAN
+    # after the first operation (cheaper; snapshots and faults whole),
+    # which must itself check clean.
+    base = tempfile.mkdtemp(prefix="tp-chaos-self-")
+    try:
+        selftest_copy(out, base)
+        c = Checker(base, quick=True)
+        c.run()
+        if c.v:
+            print("selftest: the shortened run does not check clean: %s"
+                  % c.v[:3])
+            return 1
+        return selftest_cases(base, cases)
+    finally:
+        shutil.rmtree(base)
+
+
+SELFTEST_SPAN = 30e9
+
+
+def selftest_copy(out, d):
+    """Copies the run's files to d, each history cut SELFTEST_SPAN after
+    its first operation: lines that began later are left out, but for
+    the H lines (quiesce) and the starts of puts, deletes and unpins
+    (S, T) within 10 s more, so that a kept get never lacks the put it
+    read or the unpin under way beside it (a start without its end only
+    loosens the checks)."""
+    hs = [f for f in os.listdir(out) if f.startswith("hist-")]
+    first = None
+    for f in hs:
+        with open(os.path.join(out, f)) as fh:
+            for l in fh:
+                x = l.split()
+                if len(x) > 1 and x[1].isdigit():
+                    t = int(x[1])
+                    first = t if first is None else min(first, t)
+                    break
+    cut = (first or 0) + SELFTEST_SPAN
+    for f in os.listdir(out):
+        if f.endswith(".jsonl"):
+            shutil.copy(os.path.join(out, f), d)
+    for f in hs:
+        with open(os.path.join(out, f)) as src, \
+                open(os.path.join(d, f), "w") as dst:
+            for l in src:
+                x = l.split()
+                if not x or not x[1].isdigit():
+                    continue
+                t = int(x[1])
+                if x[0] == "H" or t < cut or \
+                        (x[0] in ("S", "T") and t < cut + 10e9):
+                    dst.write(l)
+
+
+def selftest_cases(base, cases):
     failed = 0
     for name, mut, want in cases:
         d = tempfile.mkdtemp(prefix="tp-chaos-self-")
         try:
-            for f in os.listdir(out):
-                if f.startswith("hist-") or f.endswith(".jsonl"):
-                    shutil.copy(os.path.join(out, f), d)
+            for f in os.listdir(base):
+                shutil.copy(os.path.join(base, f), d)
             if not mut(d):
                 print("selftest %s: nothing to corrupt in this run" % name)
                 continue
-            c = Checker(d)
+            c = Checker(d, quick=True)
             c.run()
             caught = any(want in k for k, _ in c.v)
             print("selftest %s: %s" % (name, "caught" if caught else
@@ -1298,24 +1724,29 @@ def cmd_run(args):
                       "tmpfs unavailable: %s" % e)
                 return 77
             raise
-        th = threading.Thread(target=poller, args=(cl, rec, stop_ev),
+        sch = Scheduler(cl, rec, args.seed)
+        th = threading.Thread(target=poller,
+                              args=(cl, rec, stop_ev, sch.busy),
                               daemon=True)
         th.start()
-        sch = Scheduler(cl, rec, args.seed)
         scheds = [sch]
+        # --corrupt-client: the spoiled operations happen in the first
+        # seconds, before any fault (a resurrected KV key is only a
+        # violation where no donor fault explains it)
+        quiet = 10 if args.corrupt_client else 0
         if args.overlap:
             # a second stream of faults beside the first
             scheds.append(Scheduler(cl, rec, args.seed * 7919 + 1,
                                     sch.busy))
             th2 = threading.Thread(target=scheds[1].run,
-                                   args=(args.duration,), daemon=True)
+                                   args=(args.duration, quiet), daemon=True)
             th2.start()
-        sch.run(args.duration)
+        sch.run(args.duration, quiet)
         if args.overlap:
             th2.join()
         stop_ev.set()
         th.join()
-        quiesce(cl, rec)
+        quiesce(cl, rec, sch.busy)
     except KeyboardInterrupt:
         log("interrupted")
         return 2
@@ -1347,6 +1778,9 @@ def main():
     r.add_argument("--no-selftest", action="store_true")
     r.add_argument("--overlap", action="store_true",
                    help="two fault streams at once, never on one target")
+    r.add_argument("--only", type=lambda x: x.split(","), default=None,
+                   help="inject only these fault kinds (comma-separated), "
+                   "to narrow a failure down")
     r.add_argument("--corrupt-client", action="store_true",
                    help="client c1 spoils one read: exit 0 only if that "
                    "is caught and nothing else is wrong")
@@ -1356,6 +1790,10 @@ def main():
     s.add_argument("dir")
     args = ap.parse_args()
     if args.cmd == "run":
+        bad = set(args.only or ()) - set(FAULT_WEIGHTS)
+        if bad:
+            ap.error("--only: unknown fault kind(s) %s; known: %s" %
+                     (",".join(sorted(bad)), ",".join(sorted(FAULT_WEIGHTS))))
         if args.seed is None:
             args.seed = int.from_bytes(os.urandom(4), "little")
         return cmd_run(args)
