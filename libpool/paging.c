@@ -227,6 +227,11 @@ struct mapping {
 	 * position on it and its direction (0: none); see behind_victim(). */
 	size_t behind;
 	int behind_dir;
+	/* Adaptive CLOCK (LIBPOOL_PAGING_CLOCK unset): pages the hand found
+	 * marked and unmarked in this window (clock_adapt()), and whether
+	 * the mapping evicts oldest first for now. */
+	size_t clk_marked, clk_unmarked;
+	bool clk_fifo;
 	size_t zero_next; /* page after the last zero fill-ahead run */
 	unsigned zero_ra; /* its length, doubling up to RA_MAX */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
@@ -269,9 +274,10 @@ static struct {
 	size_t nmaps;
 	int uffd, stopfd, pidfd; /* pidfd: process_madvise(); -1: madvise */
 	bool user_only, huge_ok, running;
-	bool batch_on;	/* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
-	bool clock_on;	/* LIBPOOL_PAGING_CLOCK (default on); off: FIFO */
-	bool behind_on; /* LIBPOOL_PAGING_BEHIND (default on): 4 KiB pages
+	bool batch_on;	 /* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
+	bool clock_on;	 /* LIBPOOL_PAGING_CLOCK not 0; off: FIFO */
+	bool clock_auto; /* LIBPOOL_PAGING_CLOCK unset: clock_adapt() */
+	bool behind_on;	 /* LIBPOOL_PAGING_BEHIND (default on): 4 KiB pages
 			 * evicted behind a stream, see behind_select() */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
@@ -596,6 +602,7 @@ static int engine_start(void)
 			 !strcmp(getenv("LIBPOOL_PAGING_BATCH"), "0"));
 	eng.clock_on = !(getenv("LIBPOOL_PAGING_CLOCK") &&
 			 !strcmp(getenv("LIBPOOL_PAGING_CLOCK"), "0"));
+	eng.clock_auto = !getenv("LIBPOOL_PAGING_CLOCK");
 	eng.behind_on = !(getenv("LIBPOOL_PAGING_BEHIND") &&
 			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
 	eng.resident = 0;
@@ -1036,6 +1043,30 @@ static void protect_sample(struct mapping *m, const size_t *v, size_t n)
  * and a scan larger than the budget passes without flushing pages that
  * are reused (scan resistance).
  */
+/*
+ * Adaptive CLOCK, once per budget's worth of pages the hand passed. When
+ * the hand finds more than half of the pages marked, CLOCK tells little
+ * apart (nearly everything resident was used since its last pass) and
+ * costs a WP fault for every dirty page it spares (protect_sample(): a
+ * program that writes what it touches, CPython's reference counts, takes
+ * one at once): the mapping evicts oldest first for the next window,
+ * still counting the marked pages among its victims (marks from WP
+ * faults of clean pages, demand writes and refaults), and goes back to
+ * CLOCK when they fall to half or less. A hot set among cold pages
+ * (few marked) keeps CLOCK.
+ */
+static void clock_adapt(struct mapping *m)
+{
+	size_t seen = m->clk_marked + m->clk_unmarked;
+
+	if (!eng.clock_auto || seen < m->max_res)
+		return;
+	m->clk_fifo = m->clk_marked * 2 > seen;
+	if (m->clk_fifo)
+		STAT_ADD(m, clock_fifo_windows, 1);
+	m->clk_marked = m->clk_unmarked = 0;
+}
+
 static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 			   bool force)
 {
@@ -1050,7 +1081,11 @@ static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 		uint8_t s = m->state[idx];
 
 		m->head = (m->head + 1) % m->max_res;
-		if ((s & PG_REF) && eng.clock_on) {
+		if (s & PG_REF)
+			m->clk_marked++;
+		else
+			m->clk_unmarked++;
+		if ((s & PG_REF) && eng.clock_on && !m->clk_fifo) {
 			m->state[idx] = (uint8_t)(s & ~PG_REF);
 			if ((s & PG_DIRTY) && nre < WB_BATCH)
 				reprot[nre++] = idx;
@@ -1063,6 +1098,7 @@ static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 		m->nres--;
 		victims[got++] = idx;
 	}
+	clock_adapt(m);
 	if (nre) {
 		sort_pages(reprot, nre);
 		protect_sample(m, reprot, nre);
