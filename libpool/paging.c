@@ -1281,8 +1281,9 @@ static bool behind_victim(struct mapping *m)
  * chooses for faults that continue no stream (random access), for a
  * stream's first pass and for fills: a program that writes one buffer,
  * then another, then uses the second wants LRU's choice there. Looks at
- * most res_cap() state bytes; takes the victims out of the ring (one
- * pass over it, O(resident)). Returns how many, at most n.
+ * most res_cap() state bytes; takes the victims out of the ring (a pass
+ * over its tail, back to the oldest victim: O(resident) at worst).
+ * Returns how many, at most n.
  */
 static size_t res_cap(const struct mapping *m);
 
@@ -1304,10 +1305,21 @@ static size_t behind_select(struct mapping *m, size_t n, size_t *victims)
 	}
 	if (!got)
 		return 0;
+	/* Out of the ring. The victims were mostly installed last (the
+	 * stream's own pages): look for them from the tail, and close
+	 * the gaps only from the lowest position one was found at. */
 	{
-		size_t kept = 0;
+		size_t found = 0, lo = m->nres, kept;
 
-		for (size_t i = 0; i < m->nres; i++) {
+		for (size_t i = m->nres; i-- > 0 && found < got;) {
+			if (m->state[m->ring[(m->head + i) % m->max_res]] &
+			    PG_VICTIM) {
+				found++;
+				lo = i;
+			}
+		}
+		kept = lo;
+		for (size_t i = lo; i < m->nres; i++) {
 			size_t idx = m->ring[(m->head + i) % m->max_res];
 
 			if (m->state[idx] & PG_VICTIM)
