@@ -13,7 +13,9 @@
 #
 # Environment: RUNS (default 3: medians), WORKS (default
 # "sqlite3 python3 sort scan hash"), PCTS (default "100 75 50 25"),
-# ENGINES (default "jemalloc regions"), SCALE (default 1: the sizes below;
+# ENGINES (default "jemalloc regions"; an entry ENGINE:VAR=V,VAR2=V2 runs
+# that engine with those variables too, e.g. jemalloc:LIBPOOL_PAGING_BEHIND=0
+# for the policy switches of docs/paging.md), SCALE (default 1: the sizes below;
 # 4 runs them four times bigger), FAULT_SAMPLES (default 4000).
 #
 # Workloads (SCALE=1):
@@ -132,12 +134,13 @@ for w in $WORKS; do
 		budget=$((peak * pct / 100 / 1024))
 		[ "$budget" -ge 1 ] || budget=1
 		for eng in $ENGINES; do
-			ts=() ks=() bad=0
+			ts=() ks=() bad=0 extra=()
+			[ "${eng#*:}" = "$eng" ] || IFS=, read -r -a extra <<<"${eng#*:}"
 			for _ in $(seq "$RUNS"); do
 				read -r t k < <(one_run "$TMP/shim.out" \
 					LD_PRELOAD="$SHIM" LIBPOOL_ADDR="$MEMD_ADDR" \
-					LIBPOOL_ALLOCATOR="$eng" \
-					LIBPOOL_LOCAL_BYTES="${budget}M")
+					LIBPOOL_ALLOCATOR="${eng%%:*}" \
+					LIBPOOL_LOCAL_BYTES="${budget}M" "${extra[@]}")
 				cmp -s "$TMP/plain.out" "$TMP/shim.out" || bad=1
 				ts+=("$t") ks+=("$k")
 			done

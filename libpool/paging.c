@@ -142,9 +142,10 @@ enum {
 	PG_REMOTE = 1u << 2, /* the region holds the page; else it is zero */
 	PG_ZERO =
 		1u << 3, /* zero when mapped: see zero_install(), zero_fill() */
-	PG_REF = 1u << 4,   /* used since the clock hand last passed: see
+	PG_REF = 1u << 4,    /* used since the clock hand last passed: see
 			   * clock_select() (4 KiB pages) */
-	PG_CLAIM = 1u << 5, /* in a run of fetch_batch() being read */
+	PG_CLAIM = 1u << 5,  /* in a run of fetch_batch() being read */
+	PG_VICTIM = 1u << 6, /* chosen by behind_select(), leaving the ring */
 };
 
 /* CLOCK's refault test: a page fetched again within REFAULT_EPOCHS
@@ -166,6 +167,8 @@ struct stream {
 	size_t win;	 /* install-ahead window, pages (0: off) */
 	size_t goal;	 /* pages still to install ahead */
 	size_t at;	 /* page of the program's last fault on it */
+	bool rescan;	 /* it fetches pages evicted before: see
+			  * behind_select() */
 };
 
 struct mapping {
@@ -224,6 +227,11 @@ struct mapping {
 	 * position on it and its direction (0: none); see behind_victim(). */
 	size_t behind;
 	int behind_dir;
+	/* Adaptive CLOCK (LIBPOOL_PAGING_CLOCK unset): pages the hand found
+	 * marked and unmarked in this window (clock_adapt()), and whether
+	 * the mapping evicts oldest first for now. */
+	size_t clk_marked, clk_unmarked;
+	bool clk_fifo;
 	size_t zero_next; /* page after the last zero fill-ahead run */
 	unsigned zero_ra; /* its length, doubling up to RA_MAX */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
@@ -266,8 +274,11 @@ static struct {
 	size_t nmaps;
 	int uffd, stopfd, pidfd; /* pidfd: process_madvise(); -1: madvise */
 	bool user_only, huge_ok, running;
-	bool batch_on; /* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
-	bool clock_on; /* LIBPOOL_PAGING_CLOCK (default on); off: FIFO */
+	bool batch_on;	 /* LIBPOOL_PAGING_BATCH (default on): fetch_batch() */
+	bool clock_on;	 /* LIBPOOL_PAGING_CLOCK not 0; off: FIFO */
+	bool clock_auto; /* LIBPOOL_PAGING_CLOCK unset: clock_adapt() */
+	bool behind_on;	 /* LIBPOOL_PAGING_BEHIND (default on): 4 KiB pages
+			 * evicted behind a stream, see behind_select() */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -591,6 +602,9 @@ static int engine_start(void)
 			 !strcmp(getenv("LIBPOOL_PAGING_BATCH"), "0"));
 	eng.clock_on = !(getenv("LIBPOOL_PAGING_CLOCK") &&
 			 !strcmp(getenv("LIBPOOL_PAGING_CLOCK"), "0"));
+	eng.clock_auto = !getenv("LIBPOOL_PAGING_CLOCK");
+	eng.behind_on = !(getenv("LIBPOOL_PAGING_BEHIND") &&
+			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
 	eng.resident = 0;
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
@@ -1029,6 +1043,30 @@ static void protect_sample(struct mapping *m, const size_t *v, size_t n)
  * and a scan larger than the budget passes without flushing pages that
  * are reused (scan resistance).
  */
+/*
+ * Adaptive CLOCK, once per budget's worth of pages the hand passed. When
+ * the hand finds more than half of the pages marked, CLOCK tells little
+ * apart (nearly everything resident was used since its last pass) and
+ * costs a WP fault for every dirty page it spares (protect_sample(): a
+ * program that writes what it touches, CPython's reference counts, takes
+ * one at once): the mapping evicts oldest first for the next window,
+ * still counting the marked pages among its victims (marks from WP
+ * faults of clean pages, demand writes and refaults), and goes back to
+ * CLOCK when they fall to half or less. A hot set among cold pages
+ * (few marked) keeps CLOCK.
+ */
+static void clock_adapt(struct mapping *m)
+{
+	size_t seen = m->clk_marked + m->clk_unmarked;
+
+	if (!eng.clock_auto || seen < m->max_res)
+		return;
+	m->clk_fifo = m->clk_marked * 2 > seen;
+	if (m->clk_fifo)
+		STAT_ADD(m, clock_fifo_windows, 1);
+	m->clk_marked = m->clk_unmarked = 0;
+}
+
 static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 			   bool force)
 {
@@ -1043,7 +1081,11 @@ static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 		uint8_t s = m->state[idx];
 
 		m->head = (m->head + 1) % m->max_res;
-		if ((s & PG_REF) && eng.clock_on) {
+		if (s & PG_REF)
+			m->clk_marked++;
+		else
+			m->clk_unmarked++;
+		if ((s & PG_REF) && eng.clock_on && !m->clk_fifo) {
 			m->state[idx] = (uint8_t)(s & ~PG_REF);
 			if ((s & PG_DIRTY) && nre < WB_BATCH)
 				reprot[nre++] = idx;
@@ -1056,6 +1098,7 @@ static size_t clock_select(struct mapping *m, size_t n, size_t *victims,
 		m->nres--;
 		victims[got++] = idx;
 	}
+	clock_adapt(m);
 	if (nre) {
 		sort_pages(reprot, nre);
 		protect_sample(m, reprot, nre);
@@ -1079,11 +1122,12 @@ static void ring_restore(struct mapping *m, const size_t *v, size_t n)
  * revolution, maybe none). *done: how many. Returns 0 or -errno (the
  * mapping is then failed and nothing was dropped).
  */
+static int evict_list(struct mapping *m, size_t *victims, size_t n,
+		      size_t *done);
+
 static int evict_some(struct mapping *m, size_t n, bool force, size_t *done)
 {
-	size_t victims[WB_BATCH], wb[WB_BATCH];
-	size_t nw = 0;
-	int ret;
+	size_t victims[WB_BATCH];
 
 	*done = 0;
 	if (n > m->nres)
@@ -1096,6 +1140,23 @@ static int evict_some(struct mapping *m, size_t n, bool force, size_t *done)
 	} else {
 		n = clock_select(m, n, victims, force);
 	}
+	return evict_list(m, victims, n, done);
+}
+
+/*
+ * Evicts victims[0..n) (n <= WB_BATCH), already taken out of the ring:
+ * protects the dirty ones, writes back what changed, drops them all.
+ * *done: n, or 0 on failure (the victims are then back in the ring,
+ * resident, and the mapping is failed). Sorts victims.
+ */
+static int evict_list(struct mapping *m, size_t *victims, size_t n,
+		      size_t *done)
+{
+	size_t wb[WB_BATCH];
+	size_t nw = 0;
+	int ret;
+
+	*done = 0;
 	eng.resident -= n * m->psize;
 	sort_pages(victims, n);
 	/* Dirty pages are protected first: from then on a write waits
@@ -1201,6 +1262,99 @@ static bool behind_victim(struct mapping *m)
 	return true;
 }
 
+/* Pages of margin behind a stream's last fault that behind_select()
+ * leaves alone (a stencil, or a loop body, may still read them). */
+#define BEHIND_MARGIN RA_MAX
+
+/*
+ * 4 KiB pages, eviction behind a stream (MRU for scans). While room is
+ * made for an established stream that fetches pages evicted before (a
+ * fault continuing it at full read-ahead on such a page, or a run
+ * installed ahead of it: a pass over data that did not fit), the
+ * victims are the resident pages the stream left most recently: those
+ * just below m->behind less BEHIND_MARGIN going up, just above it going
+ * down. A scan read once loses nothing by it (the pages behind it are
+ * done), and a loop over more pages than the budget keeps the pages at
+ * the start of its range for the next pass: each pass then misses on
+ * about N - budget pages instead of all N, which CLOCK, FIFO and LRU do
+ * (the page they evict is always the one needed next). CLOCK still
+ * chooses for faults that continue no stream (random access), for a
+ * stream's first pass and for fills: a program that writes one buffer,
+ * then another, then uses the second wants LRU's choice there. Looks at
+ * most res_cap() state bytes; takes the victims out of the ring (a pass
+ * over its tail, back to the oldest victim: O(resident) at worst).
+ * Returns how many, at most n.
+ */
+static size_t res_cap(const struct mapping *m);
+
+static size_t behind_select(struct mapping *m, size_t n, size_t *victims)
+{
+	size_t got = 0, b = m->behind, look = res_cap(m);
+	bool up = m->behind_dir > 0;
+
+	if (up ? b < BEHIND_MARGIN + 1 : b + BEHIND_MARGIN + 1 >= m->npages)
+		return 0;
+	for (size_t i = up ? b - BEHIND_MARGIN - 1 : b + BEHIND_MARGIN + 1;
+	     got < n && look--; i = up ? i - 1 : i + 1) {
+		if ((m->state[i] & (PG_RESIDENT | PG_CLAIM)) == PG_RESIDENT) {
+			m->state[i] |= PG_VICTIM;
+			victims[got++] = i;
+		}
+		if (up ? i == 0 : i + 1 >= m->npages)
+			break;
+	}
+	if (!got)
+		return 0;
+	/* Out of the ring. The victims were mostly installed last (the
+	 * stream's own pages): look for them from the tail, and close
+	 * the gaps only from the lowest position one was found at. */
+	{
+		size_t found = 0, lo = m->nres, kept;
+
+		for (size_t i = m->nres; i-- > 0 && found < got;) {
+			if (m->state[m->ring[(m->head + i) % m->max_res]] &
+			    PG_VICTIM) {
+				found++;
+				lo = i;
+			}
+		}
+		kept = lo;
+		for (size_t i = lo; i < m->nres; i++) {
+			size_t idx = m->ring[(m->head + i) % m->max_res];
+
+			if (m->state[idx] & PG_VICTIM)
+				m->state[idx] &= (uint8_t)~PG_VICTIM;
+			else
+				m->ring[(m->head + kept++) % m->max_res] = idx;
+		}
+		m->nres = kept;
+	}
+	STAT_ADD(m, behind_evictions, got);
+	return got;
+}
+
+/* Evicts up to n (<= WB_BATCH) pages behind m's stream (behind_select());
+ * *done: how many (0: none behind it). */
+static int evict_behind(struct mapping *m, size_t n, size_t *done)
+{
+	size_t victims[WB_BATCH];
+
+	*done = 0;
+	n = behind_select(m, n > m->nres ? m->nres : n, victims);
+	return n ? evict_list(m, victims, n, done) : 0;
+}
+
+/* Sets where the stream room is made for stands (behind_victim(),
+ * behind_select()): page at, going dir. 4 KiB pages only for an
+ * established stream (established) and with LIBPOOL_PAGING_BEHIND on. */
+static void behind_set(struct mapping *m, size_t at, int dir, bool established)
+{
+	m->behind = at;
+	m->behind_dir = m->huge || (established && eng.behind_on)
+				? (dir < 0 ? -1 : 1)
+				: 0;
+}
+
 /* The mapping that gives up pages for the process budget next: each
  * in turn (eng.cursor), skipping those with nothing resident. */
 static struct mapping *budget_victim(void)
@@ -1275,15 +1429,26 @@ static int make_room(struct mapping *m, size_t need)
 		size_t over = m->nres + need - m->max_res;
 		int ret;
 
+		size_t want = over > m->wb_max	? m->wb_max
+			      : over < m->batch ? m->batch
+						: over;
+
 		if (behind_victim(m)) {
 			ret = evict(m, 1);
 			if (ret)
 				return ret;
 			continue;
 		}
-		ret = evict(m, over > m->wb_max	 ? m->wb_max
-			       : over < m->batch ? m->batch
-						 : over);
+		if (!m->huge && m->behind_dir) {
+			size_t done;
+
+			ret = evict_behind(m, want, &done);
+			if (ret)
+				return ret;
+			if (done)
+				continue;
+		}
+		ret = evict(m, want);
 
 		if (ret)
 			return ret;
@@ -1302,6 +1467,34 @@ static bool page_is_present(struct mapping *m, size_t idx)
 }
 
 /*
+ * Whether a fault at idx continues stream s past pages that are all
+ * resident: a pass that read through pages kept from the last one
+ * (behind_select()) and reached the first one missing. At most
+ * res_cap() state bytes are looked at.
+ */
+static bool resident_between(const struct mapping *m, const struct stream *s,
+			     size_t idx)
+{
+	size_t from, to;
+
+	if (s->dir > 0 && idx > s->up) {
+		from = s->up;
+		to = idx;
+	} else if (s->dir < 0 && s->down != SIZE_MAX && idx < s->down) {
+		from = idx + 1;
+		to = s->down + 1;
+	} else {
+		return false;
+	}
+	if (to - from > res_cap(m))
+		return false;
+	for (size_t i = from; i < to; i++)
+		if (!(m->state[i] & PG_RESIDENT))
+			return false;
+	return true;
+}
+
+/*
  * The stream a fault at idx continues (its read-ahead doubles), or the
  * least recently used one, restarted at idx with one page.
  */
@@ -1316,6 +1509,8 @@ static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 			dir = 1;
 		else if (s->dir <= 0 && s->ra && idx == s->down)
 			dir = -1;
+		else if (s->dir && s->ra && resident_between(m, s, idx))
+			dir = s->dir;
 		if (dir) {
 			s->dir = dir;
 			s->ra = s->ra * 2 > m->ra_max ? m->ra_max : s->ra * 2;
@@ -1329,6 +1524,7 @@ static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 	lru->dir = 0;
 	lru->ra = 1;
 	lru->win = lru->goal = 0; /* a miss: install-ahead starts over */
+	lru->rescan = false;
 	lru->used = ++m->stream_clock;
 	*cont = false;
 	return lru;
@@ -1528,8 +1724,9 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	st->at = idx;
 	if (!again) {
 		/* a stream's first fault: taken as going up */
-		m->behind = idx;
-		m->behind_dir = st->dir < 0 ? -1 : 1;
+		st->rescan = m->evicted[idx] != 0;
+		behind_set(m, idx, st->dir,
+			   cont && st->ra >= m->ra_max && st->rescan);
 		ret = make_room(m, n);
 		m->behind_dir = 0;
 		if (ret)
@@ -1674,8 +1871,7 @@ static bool install_ahead(struct mapping *m)
 							       : m->ahead_run,
 				   &lo2);
 	}
-	m->behind = st->at;
-	m->behind_dir = st->dir;
+	behind_set(m, st->at, st->dir, st->rescan);
 	ret = n ? make_room(m, n + n2) : 0;
 	m->behind_dir = 0;
 	if (n == 0 || ret) {
@@ -1754,15 +1950,15 @@ static int zero_fill(struct mapping *m, size_t idx)
 	size_t n = 1, limit;
 	int ret;
 
-	/* A fill going up, on huge pages: see behind_victim(). */
-	m->behind = idx;
-	m->behind_dir = 1;
 	/* A stream may skip pages it does not write (a sparse fill). */
 	if (idx >= m->zero_next && idx - m->zero_next < m->ra_max)
 		m->zero_ra =
 			m->zero_ra * 2 > m->ra_max ? m->ra_max : m->zero_ra * 2;
 	else
 		m->zero_ra = 1;
+	/* A fill going up: see behind_victim(). Fresh pages are no
+	 * rescan: 4 KiB pages are not evicted behind a fill. */
+	behind_set(m, idx, 1, false);
 	limit = res_cap(m) / 4 < m->zero_ra ? res_cap(m) / 4 : m->zero_ra;
 	while (n < limit && idx + n < m->npages &&
 	       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))

@@ -34,6 +34,10 @@ struct pool_map_stats {
 	uint64_t discarded; /* pages dropped unwritten: pool_map_discard() */
 	uint64_t
 		batches; /* fetch_batch(): faults of threads fetched together */
+	uint64_t behind_evictions;   /* 4 KiB pages evicted behind a stream
+				    * (LIBPOOL_PAGING_BEHIND) */
+	uint64_t clock_fifo_windows; /* adaptive CLOCK: windows of a budget's
+				      * pages evicted oldest first */
 	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
 	int failed;	     /* 0, or the -errno that failed the mapping */
 };

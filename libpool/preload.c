@@ -975,6 +975,8 @@ __attribute__((destructor)) static void print_stats(void)
 			"faults=%llu wp_faults=%llu zero_fills=%llu "
 			"fetches=%llu pages_fetched=%llu evictions=%llu "
 			"writebacks=%llu second_chances=%llu refaults=%llu "
+			"behind_evictions=%llu clock_fifo_windows=%llu "
+			"ahead_pages=%llu "
 			"discarded=%llu sigbus=%llu\n",
 			ctx.nsegs * SEG_BYTES,
 			(unsigned long long)(st.max_resident * st.page_bytes),
@@ -989,6 +991,9 @@ __attribute__((destructor)) static void print_stats(void)
 			(unsigned long long)st.writebacks,
 			(unsigned long long)st.second_chances,
 			(unsigned long long)st.refaults,
+			(unsigned long long)st.behind_evictions,
+			(unsigned long long)st.clock_fifo_windows,
+			(unsigned long long)st.ahead_pages,
 			(unsigned long long)st.discarded,
 			(unsigned long long)st.sigbus);
 	} else {
