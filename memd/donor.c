@@ -56,6 +56,7 @@ struct memd_donor {
 	uint32_t donor_id;
 	uint64_t registry_epoch;
 	bool drain;
+	uint64_t drain_starts;	   /* drain seen going from false to true */
 	uint64_t queue[QUEUE_MAX]; /* ring of redeemed ids */
 	uint32_t qhead, qlen;
 	/* KV allowances of the last REPORT_OK since the last join */
@@ -154,6 +155,7 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct wire_donor_join *j = &req->u.donor_join;
+	bool drain;
 	int r;
 
 	memset(req, 0, sizeof(*req));
@@ -178,7 +180,9 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	d->next_tenant_id = 0;
 	d->donor_id = rep->u.donor_join_ok.donor_id;
 	d->registry_epoch = rep->u.donor_join_ok.registry_epoch;
-	d->drain = rep->u.donor_join_ok.flags & WIRE_DONOR_DRAIN;
+	drain = rep->u.donor_join_ok.flags & WIRE_DONOR_DRAIN;
+	d->drain_starts += drain && !d->drain;
+	d->drain = drain;
 	pthread_mutex_unlock(&d->lock);
 	d->report_ms = rep->u.donor_join_ok.report_ms;
 	memd_log(LOG_NOTICE,
@@ -223,6 +227,7 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	drain = rep->u.donor_report_ok.flags & WIRE_DONOR_DRAIN;
 	if (drain != d->drain)
 		memd_log(LOG_NOTICE, "donor: registry says drain=%d", drain);
+	d->drain_starts += drain && !d->drain;
 	d->drain = drain;
 	d->nkv = rep->u.donor_report_ok.nkv;
 	memcpy(d->kv, rep->u.donor_report_ok.kv, d->nkv * sizeof(d->kv[0]));
@@ -381,6 +386,16 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 	*drain = d->drain;
 	pthread_mutex_unlock(&d->lock);
 	return joined;
+}
+
+uint64_t memd_donor_drain_starts(struct memd_donor *d)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&d->lock);
+	n = d->drain_starts;
+	pthread_mutex_unlock(&d->lock);
+	return n;
 }
 
 int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id)

@@ -62,6 +62,15 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 		      uint64_t *registry_epoch, bool *drain);
 
 /*
+ * How many times the registry has started to drain this donor, as the
+ * link has seen it (a JOIN_OK or REPORT_OK saying drain where the link
+ * did not know it draining: a drain begun, or a memd started while its
+ * donor is draining). memd-ctl forgets its KV entries at each one
+ * (docs/kv.md, "Drain"). Any thread.
+ */
+uint64_t memd_donor_drain_starts(struct memd_donor *d);
+
+/*
  * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV
  * memory and quotas"): true with *max_slabs from the registry's last
  * REPORT_OK; false when the registry has not said (not joined, no report

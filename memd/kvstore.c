@@ -2273,8 +2273,10 @@ out:
 	return rc;
 }
 
-ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
-			      uint64_t now_ms)
+/* memd_kv_remove_tenant (removed: the tenant is gone for good) and
+ * memd_kv_forget_tenant (it stays, with nothing). */
+static ssize_t tenant_forget(struct memd_kv *kv, uint32_t tenant,
+			     uint64_t now_ms, bool removed)
 {
 	char dir[PATH_MAX];
 	struct kv_tenant *t;
@@ -2286,7 +2288,7 @@ ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
 	t = tenant_find(kv, tenant);
 	if (t) {
 		n = (ssize_t)tenant_purge(kv, t, now_ms);
-		t->removed = true;
+		t->removed = t->removed || removed;
 	}
 	/* files of the tenant's that were never indexed go too */
 	if (kv->spill_dir &&
@@ -2305,6 +2307,18 @@ ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
 	}
 	pthread_mutex_unlock(&kv->lock);
 	return n;
+}
+
+ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms)
+{
+	return tenant_forget(kv, tenant, now_ms, true);
+}
+
+ssize_t memd_kv_forget_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms)
+{
+	return tenant_forget(kv, tenant, now_ms, false);
 }
 
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)

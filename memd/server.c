@@ -258,6 +258,7 @@ struct memd_server {
 	uint32_t nconns;
 	bool draining;
 	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
+	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -2288,6 +2289,39 @@ static void kv_cost_publish(struct memd_server *s)
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&s->kv_cost_tps, s->cfg.kv_prefill_tokens_per_s,
 			 __ATOMIC_RELAXED);
+}
+
+/*
+ * A drain begun (docs/kv.md, "Drain"): the registry has taken this donor
+ * out of the donors clients hash keys over, so its KV entries can no
+ * longer be reached, deleted or replaced, and after an undrain they would
+ * answer again with whatever they held before: values deleted or put
+ * anew elsewhere meanwhile. Every tenant's entries are forgotten and
+ * their spill files deleted now; the KV slabs go back (reclaim), which is
+ * what a drain is for.
+ */
+static void kv_drained(struct memd_server *s)
+{
+	static uint32_t ids[1024]; /* memd-ctl only */
+	uint64_t starts;
+	size_t n;
+
+	if (!s->donor || !s->kv)
+		return;
+	starts = memd_donor_drain_starts(s->donor);
+	if (starts == s->drains_seen)
+		return;
+	s->drains_seen = starts;
+	n = memd_kv_tenant_ids(s->kv, ids, sizeof(ids) / sizeof(ids[0]));
+	for (size_t i = 0; i < n; i++) {
+		ssize_t r = memd_kv_forget_tenant(s->kv, ids[i], now_ms());
+
+		memd_log(LOG_NOTICE,
+			 "kv: draining: tenant=%u entries=%zd forgotten and "
+			 "its spill files deleted (an undrained donor starts "
+			 "empty)",
+			 ids[i], r);
+	}
 }
 
 static int kv_open(struct memd_server *s, char *err, size_t errlen)
@@ -4358,6 +4392,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	memd_kv_expire(s->kv, now_ms());
 	kv_trim(s);
 	tenants_removed(s);
+	kv_drained(s);
 	if (s->reg) {
 		reg_awake(s);
 		memd_registry_tick(s->reg, now_ms());

@@ -1540,6 +1540,91 @@ START_TEST(replica_serves_when_home_killed)
 }
 END_TEST
 
+/* Whether the file at path holds text (a memd's log). */
+static bool file_has(const char *path, const char *text)
+{
+	static char buf[1 << 20];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, text) != NULL;
+}
+
+static void drain_donor(const char *name, bool on)
+{
+	char req[256], out[4096];
+
+	snprintf(req, sizeof(req),
+		 "{\"cmd\":\"drain\",\"donor\":\"%s\",\"drain\":%s}", name,
+		 on ? "true" : "false");
+	ck_assert_int_eq(tu_admin(reg.addr, cluster, req, out, sizeof(out)), 0);
+}
+
+/* Waits (10 s at most) until k's home is (is_home) or is not name. */
+static void home_becomes(struct pool_kv *kv, const struct pool_kv_key *k,
+			 const char *name, bool is_home)
+{
+	char home[64] = "";
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		if (pool_kv_home(kv, k, home, sizeof(home)) == 0 &&
+		    !strcmp(home, name) == is_home)
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_msg(i < 500, "the key's home is still %s", home);
+}
+
+/* A drain makes a donor forget its KV entries (docs/kv.md, "Drain"):
+ * while drained it is out of the donors clients hash keys over, so a
+ * delete cannot reach it, and after an undrain it must not answer with
+ * what it held. The chaos run found the deleted value served again after
+ * drain, delete, undrain. */
+START_TEST(undrained_donor_serves_nothing_stale)
+{
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 1, 100);
+	struct pool_kv_key k;
+	char home[64], log[300];
+	size_t len = 20000;
+	int i, st;
+
+	for (i = 0; i < 256; i++) { /* a key whose home is d1 */
+		make_key(&k, 23, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		if (!strcmp(home, "d1"))
+			break;
+	}
+	ck_assert_int_lt(i, 256);
+	ck_assert_int_eq(put1(kv, &k, len), 0);
+	ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+
+	drain_donor("d1", true);
+	snprintf(log, sizeof(log), "%s/memd.log", don[0].dir);
+	for (i = 0; i < 500 && !file_has(log, "kv: draining: tenant="); i++)
+		sleep_ms(20);
+	ck_assert_msg(i < 500, "d1 did not forget its KV entries: %s", log);
+	home_becomes(kv, &k, "d1", false);
+	/* the delete goes to the key's home now, not to d1 (a miss) */
+	ck_assert_int_ge(pool_kv_delete(kv, 1, &k, &st), 0);
+
+	drain_donor("d1", false);
+	home_becomes(kv, &k, "d1", true);
+	ck_assert_int_eq(get1(kv, &k, len), -ENOENT);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, &k), 0);
+	/* and it takes puts again */
+	ck_assert_int_eq(put1(kv, &k, len), 0);
+	ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+	pool_close(p);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -1564,6 +1649,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, replica_is_never_stale);
 	tcase_add_test(tp, put_leaves_a_pinned_replica);
 	tcase_add_test(tp, replica_serves_when_home_killed);
+	tcase_add_test(tp, undrained_donor_serves_nothing_stale);
 	suite_add_tcase(s, tp);
 	return s;
 }
