@@ -313,7 +313,7 @@ static atomic_int live, max_live, errors_after;
 static atomic_int stop_storm;	     /* 1: stop allocating; 2: free, end */
 static atomic_uint_fast64_t kill_ms; /* the leader is gone (reaped) */
 static atomic_bool killing;	     /* SIGKILL is on its way */
-static uint64_t first_ok_after_kill[NTHREADS];
+static atomic_uint_fast64_t first_ok_after_kill[NTHREADS];
 static char storm_fail[NTHREADS][256];
 
 struct held {
