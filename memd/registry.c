@@ -140,6 +140,7 @@ struct memd_registry {
 	int64_t lease_id;
 	int64_t state_rev; /* mod_revision of the state we hold; 0: none */
 	bool leader;
+	bool resign; /* stepped down: memd-etcd gives up the lease */
 	uint64_t serve_until_ms; /* monotonic: serves until then */
 	uint64_t warm_until_ms;	 /* took over: donors rejoin until then */
 	char leader_addr[WIRE_HOSTPORT_MAX]; /* the last leader seen */
@@ -1096,6 +1097,7 @@ static int etcd_state_put_locked(struct memd_registry *r,
 				 "again",
 				 err);
 		r->leader = false;
+		r->resign = true; /* its lease still holds PREFIX/leader */
 		r->serve_until_ms = 0;
 		set_err(err, errlen,
 			"registry: the state in etcd (%s) changed under this "
@@ -1231,6 +1233,19 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 
 	if (!r->etcd)
 		return 1000;
+	pthread_mutex_lock(&r->lock);
+	if (r->resign && r->lease_id) {
+		/* revoking deletes PREFIX/leader: a new election follows */
+		r->resign = false;
+		pthread_mutex_unlock(&r->lock);
+		if (memd_etcd_lease_revoke(r->etcd, r->lease_id, err,
+					   sizeof(err)))
+			memd_log(LOG_WARNING, "registry: resign: %s", err);
+		r->lease_id = 0;
+	} else {
+		r->resign = false;
+		pthread_mutex_unlock(&r->lock);
+	}
 	/* The lease is alive until at least now_ms + lease once etcd
 	 * answers: now_ms was read before the request went out. */
 	if (!r->lease_id)

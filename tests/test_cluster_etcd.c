@@ -21,7 +21,10 @@
  * - memd --migrate-registry copies a registry.json pool (tenants, their
  *   keys, quotas, donor identities, drain flags) into etcd; a registry on
  *   that etcd authenticates the tenant and holds the quota; a second
- *   migration is refused and changes nothing.
+ *   migration is refused and changes nothing. etcd holds the tenant's
+ *   key sealed only. When the state changes behind the leader, its next
+ *   change is refused (EAGAIN, nothing applied), it steps down and is
+ *   elected again with the new state, and the change then succeeds.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -548,6 +551,11 @@ END_TEST
 
 /* ---- migration ------------------------------------------------------- */
 
+static void assert_has(const char *s, const char *what)
+{
+	ck_assert_msg(strstr(s, what), "'%s' not in '%s'", what, s);
+}
+
 static int run_memd(const char *const *argv, char *out, size_t cap)
 {
 	char cmd[2048] = "";
@@ -641,6 +649,55 @@ START_TEST(migrate_registry_json_to_etcd)
 	pool_free(p, r[0]);
 	pool_free(p, r[1]);
 	pool_close(p);
+
+	/* The state changes behind the leader (the same bytes written
+	 * again: a new revision): its next change is refused, nothing is
+	 * applied, and it steps down, is elected again with the state read
+	 * afresh, and the change then goes through. */
+	{
+		struct memd_etcd_opts eo = { .endpoints = endpoints,
+					     .timeout_ms = 1000 };
+		struct memd_etcd *e;
+		char err[256], *v;
+		size_t len;
+		int64_t rev;
+		int rc = -EAGAIN;
+
+		ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
+		ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len,
+					       &rev, NULL, err, sizeof(err)),
+				 0);
+		ck_assert_ptr_nonnull(strstr(v, "\"key_sealed\""));
+		ck_assert_ptr_null(strstr(v, "\"key\""));
+		ck_assert_int_eq(memd_etcd_put_if(e, "/tidepool/state", v, len,
+						  rev, 0, NULL, err,
+						  sizeof(err)),
+				 0);
+		free(v);
+		memd_etcd_close(e);
+		ck_assert_int_eq(
+			tu_admin(reg[0].addr, cluster,
+				 "{\"cmd\":\"quota-set\",\"name\":\"a\","
+				 "\"quota_bytes\":50331648}",
+				 out, sizeof(out)),
+			-EAGAIN);
+		assert_has(out, "changed under this registry");
+		for (int t = 0; t < 300 && rc; t++) {
+			rc = tu_admin(reg[0].addr, cluster,
+				      "{\"cmd\":\"quota-set\",\"name\":"
+				      "\"a\",\"quota_bytes\":50331648}",
+				      out, sizeof(out));
+			if (rc)
+				sleep_ms(50);
+		}
+		ck_assert_msg(!rc, "quota-set after the step down: %s", out);
+		ck_assert_int_eq(tu_admin(reg[0].addr, cluster,
+					  "{\"cmd\":\"quota-get\",\"name\":"
+					  "\"a\"}",
+					  out, sizeof(out)),
+				 0);
+		assert_has(out, "\"quota_bytes\":50331648");
+	}
 	pool_stop();
 }
 END_TEST
