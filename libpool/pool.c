@@ -1081,9 +1081,11 @@ static int reg_connect_locked(struct pool *p)
 }
 
 /*
- * A call to the registries: a broken connection, a registry that died or
- * one that does not serve now is failed over to the next in p->addr (and
- * round again) for up to REG_FAILOVER_MS. Caller holds lock.
+ * A call to the registries: with a list, a broken connection, a registry
+ * that died or one that does not serve now is failed over to the next in
+ * p->addr (and round again) for up to p->failover_ms; with one registry,
+ * a broken connection is opened again once, as before lists. Caller holds
+ * lock.
  */
 static int reg_call_locked(struct pool *p, struct wire_msg *req,
 			   struct wire_msg *rep, int expect, char *text,
@@ -1092,14 +1094,28 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 	uint64_t until = mono_ms() + ((uint32_t)p->timeout_ms > p->failover_ms
 					      ? (uint64_t)p->timeout_ms
 					      : p->failover_ms);
-	int r;
+	int r = -ENOTCONN;
 
+	if (!strchr(p->addr, ',')) {
+		/* One registry: a broken connection (it restarted) is opened
+		 * again, once; its refusals are final. */
+		for (int i = 0; i < 2 && r == -ENOTCONN; i++) {
+			if (!p->reg || rpc_is_broken(p->reg)) {
+				r = reg_connect_locked(p);
+				if (r)
+					return r;
+			}
+			r = rpc_call(p->reg, req, rep, expect, p->timeout_ms,
+				     text, textlen);
+		}
+		return r;
+	}
 	for (;;) {
 		if (!p->reg || rpc_is_broken(p->reg)) {
 			r = reg_connect_locked(p);
 			if (r) {
 				snprintf(text, textlen,
-					 "no registry of %s answered: %s",
+					 "no registry of %.160s answered: %s",
 					 p->addr, strerror(-r));
 				goto retry;
 			}

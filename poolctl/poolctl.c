@@ -611,7 +611,7 @@ static int conn_open(struct opts *o, const char *addr, struct conn *c,
 			json_decref(st);
 			return 0;
 		}
-		snprintf(fail_held, sizeof(fail_held), "%s: %s", one[i],
+		snprintf(fail_held, sizeof(fail_held), "%.127s: %.800s", one[i],
 			 c->text);
 		r = EX_TEMPFAIL;
 		conn_close(c);
