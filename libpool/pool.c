@@ -1098,8 +1098,10 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 
 	if (!strchr(p->addr, ',')) {
 		/* One registry: a broken connection (it restarted) is opened
-		 * again, once; its refusals are final. */
-		for (int i = 0; i < 2 && r == -ENOTCONN; i++) {
+		 * again, once; EAGAIN (an etcd registry taking over) is
+		 * asked again until the failover time is over; other
+		 * refusals are final. */
+		for (int i = 0; i < 2 && (r == -ENOTCONN || r == -EAGAIN);) {
 			if (!p->reg || rpc_is_broken(p->reg)) {
 				r = reg_connect_locked(p);
 				if (r)
@@ -1107,6 +1109,12 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 			}
 			r = rpc_call(p->reg, req, rep, expect, p->timeout_ms,
 				     text, textlen);
+			if (r != -EAGAIN)
+				i++;
+			else if (mono_ms() >= until)
+				break;
+			else
+				usleep(REG_RETRY_MS * 1000);
 		}
 		return r;
 	}

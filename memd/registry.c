@@ -144,7 +144,9 @@ struct memd_registry {
 	uint64_t serve_until_ms; /* monotonic: serves until then */
 	uint64_t warm_until_ms;	 /* took over: donors rejoin until then */
 	char leader_addr[WIRE_HOSTPORT_MAX]; /* the last leader seen */
-	char etcd_err[160];		     /* the last etcd failure */
+	char leader_donor[WIRE_NAME_MAX];    /* its own donor part */
+	char self_donor[WIRE_NAME_MAX];
+	char etcd_err[160]; /* the last etcd failure */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -1185,6 +1187,8 @@ static int etcd_attach(struct memd_registry *r,
 	if (asprintf(&r->leader_key, "%s/leader", pre) < 0)
 		r->leader_key = NULL;
 	r->advertise = strdup(o->advertise ? o->advertise : "");
+	snprintf(r->self_donor, sizeof(r->self_donor), "%s",
+		 o->self_donor ? o->self_donor : "");
 	if (!r->state_key || !r->leader_key || !r->advertise) {
 		set_err(err, errlen, "registry: out of memory");
 		return -ENOMEM;
@@ -1225,7 +1229,7 @@ bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
 uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 {
 	uint32_t idle = r->lease_ms / 4;
-	char err[256] = "", val[WIRE_HOSTPORT_MAX + 32];
+	char err[256] = "", val[WIRE_HOSTPORT_MAX + WIRE_NAME_MAX + 2];
 	int64_t ttl_s, mrev;
 	char *lv;
 	size_t len;
@@ -1279,17 +1283,23 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 		return idle;
 	}
 	pthread_mutex_unlock(&r->lock);
-	/* Campaign: the leader key exists only under a live lease. */
-	snprintf(val, sizeof(val), "%s", r->advertise);
+	/* Campaign: the leader key exists only under a live lease. Its
+	 * value: our address, and our own donor part's name. */
+	snprintf(val, sizeof(val), "%s %s", r->advertise, r->self_donor);
 	rc = memd_etcd_put_if(r->etcd, r->leader_key, val, strlen(val), 0,
 			      r->lease_id, NULL, err, sizeof(err));
 	if (rc == -ECANCELED) {
 		rc = memd_etcd_get(r->etcd, r->leader_key, &lv, &len, &mrev,
 				   NULL, err, sizeof(err));
 		pthread_mutex_lock(&r->lock);
-		if (!rc)
-			snprintf(r->leader_addr, sizeof(r->leader_addr), "%s",
-				 lv);
+		if (!rc) {
+			size_t n = strcspn(lv, " ");
+
+			snprintf(r->leader_addr, sizeof(r->leader_addr), "%.*s",
+				 (int)n, lv);
+			snprintf(r->leader_donor, sizeof(r->leader_donor), "%s",
+				 lv[n] ? lv + n + 1 : "");
+		}
 		pthread_mutex_unlock(&r->lock);
 		if (!rc)
 			free(lv);
@@ -1324,6 +1334,8 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
 			   (uint64_t)MISSED_REPORTS * r->report_ms;
 	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
+	/* r->leader_donor keeps the previous leader's donor part, which
+	 * the warm-up does not wait for (place) */
 	memd_log(LOG_NOTICE,
 		 "registry: elected leader addr=%s registry_epoch=%016" PRIx64
 		 " tenants=%zu donors=%zu state_revision=%" PRId64,
@@ -1905,6 +1917,32 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		goto out;
 	}
 	expire_locked(r, now_ms);
+	if (r->etcd && now_ms < r->warm_until_ms) {
+		/* Just took over: the tenants' usage is the sum of the
+		 * donors' reports, so place only once every donor known
+		 * (draining ones hold memory too) has reported to us, or
+		 * the wait is over (one that has not is down, as for any
+		 * registry). Placing on part of the reports could pass a
+		 * quota by what the silent donors hold. */
+		for (size_t i = 0; i < r->ndonors; i++) {
+			const struct donor *d = &r->donor[i];
+
+			/* The leader we replace died with its own donor
+			 * part (one that lives on rejoins with a new epoch
+			 * and holds nothing): not waited for. */
+			if ((d->up && d->reported) ||
+			    (r->leader_donor[0] &&
+			     !strcmp(d->name, r->leader_donor)))
+				continue;
+			set_err(err, errlen,
+				"registry: took over as leader; waiting up to "
+				"%" PRIu64 " ms for donor '%s' to report: "
+				"place again",
+				r->warm_until_ms - now_ms, d->name);
+			rc = -EAGAIN;
+			goto out;
+		}
+	}
 	t = tenant_by_id(r, tenant_id);
 	if (!t) {
 		set_err(err, errlen, "no tenant with id %u (removed?)",

@@ -61,6 +61,7 @@ struct memd_registry_opts {
 	const char *etcd_prefix; /* keys live under it: "/tidepool" */
 	uint32_t etcd_lease_ms;	 /* the leader's lease (whole seconds) */
 	const char *advertise;	 /* this registry's address, for the others */
+	const char *self_donor;	 /* its own donor part's name (or NULL) */
 };
 
 /*
@@ -91,8 +92,9 @@ bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
  * One step of the etcd election (a no-op with registry.json): keeps this
  * registry's lease alive, and when no registry holds PREFIX/leader takes
  * it, reads the state afresh from etcd and starts a new epoch (every
- * donor must join again; until 4 s and 3 report intervals have passed, PLACE
- * answers -EAGAIN rather than -ENOSPC while donors rejoin). Blocks on
+ * donor must join again; until every known donor has reported, for at
+ * most 4 s and 3 report intervals, PLACE answers -EAGAIN, and -EAGAIN
+ * rather than -ENOSPC until that time is over). Blocks on
  * etcd (at most its timeout per endpoint). Returns the ms to wait before
  * the next step. Call from one thread (memd-etcd).
  */

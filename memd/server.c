@@ -3475,8 +3475,12 @@ static int open_endpoint(struct memd_server *s, struct arena_ep *a,
  * Registry and donor modes (docs/cluster.md): the cluster keys from the
  * secret file, the registry's directory. Standalone: nothing.
  */
+static void donor_name(const struct memd_server *s, uint16_t port,
+		       char name[WIRE_NAME_MAX]);
+
 static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 {
+	char self_name[WIRE_NAME_MAX];
 	uint8_t *secret;
 	int n, r;
 
@@ -3534,6 +3538,13 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 		};
 
 		if (memd_config_registry_is_etcd(&s->cfg)) {
+			char host[256];
+			uint16_t port = 0;
+
+			wire_split_hostport(s->bound, host, sizeof(host),
+					    &port);
+			donor_name(s, port, self_name);
+			ro.self_donor = self_name;
 			ro.etcd = &eo;
 			ro.etcd_prefix = s->cfg.etcd_prefix;
 			ro.etcd_lease_ms = s->cfg.etcd_lease_ms;
@@ -3556,6 +3567,28 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 				 s->cfg.state_dir, memd_registry_epoch(s->reg));
 	}
 	return 0;
+}
+
+/* This memd's name as a donor: donor_name, else the host name and the
+ * control port (stable for one config, distinct for several memds on
+ * one host). */
+static void donor_name(const struct memd_server *s, uint16_t port,
+		       char name[WIRE_NAME_MAX])
+{
+	char hn[WIRE_NAME_MAX] = "memd";
+
+	if (s->cfg.donor_name[0]) {
+		snprintf(name, WIRE_NAME_MAX, "%.63s", s->cfg.donor_name);
+		return;
+	}
+	gethostname(hn, sizeof(hn) - 8);
+	hn[sizeof(hn) - 8] = '\0';
+	for (char *p = hn; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' ||
+		      *p == '_'))
+			*p = '_';
+	snprintf(name, WIRE_NAME_MAX, "%.55s-%u", hn, port);
 }
 
 /* memd-donor: the link to the registry (ours, in registry mode). */
@@ -3598,23 +3631,7 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 	} else {
 		o.registry = s->cfg.registry;
 	}
-	if (s->cfg.donor_name[0]) {
-		snprintf(name, sizeof(name), "%.63s", s->cfg.donor_name);
-	} else {
-		/* Host name and port: stable for one config, and distinct
-		 * for several memds on one host. */
-		char hn[WIRE_NAME_MAX] = "memd";
-
-		gethostname(hn, sizeof(hn) - 8);
-		hn[sizeof(hn) - 8] = '\0';
-		for (char *p = hn; *p; p++)
-			if (!((*p >= 'a' && *p <= 'z') ||
-			      (*p >= 'A' && *p <= 'Z') ||
-			      (*p >= '0' && *p <= '9') || *p == '-' ||
-			      *p == '.' || *p == '_'))
-				*p = '_';
-		snprintf(name, sizeof(name), "%.55s-%u", hn, port);
-	}
+	donor_name(s, port, name);
 	o.name = name;
 	memcpy(o.donor_key, s->keys.donor, sizeof(o.donor_key));
 	o.nnodes = (uint16_t)s->narenas;

@@ -427,6 +427,8 @@ static int leases_of_a(const char *addr)
 			 sizeof(out));
 
 	ck_assert_msg(!e, "leases at %s: %s: %s", addr, strerror(-e), out);
+	if (getenv("TP_DEBUG_LEASES"))
+		fprintf(stderr, "leases at %s: %.300s\n", addr, out);
 	while ((at = strstr(at, "\"tenant_id\":1,"))) {
 		n++;
 		at++;
