@@ -217,6 +217,11 @@ leader() {
 	echo -1
 }
 for k in $(seq 1 "$KILLS"); do
+	# the client allocates again after the previous kill, then 2 s more
+	for _ in $(seq 1 300); do
+		[ "$(grep -c '^gap_ms=' "$tmp/failover.out" || true)" -ge $((k - 1)) ] && break
+		sleep 0.1
+	done
 	sleep 2
 	l=-1
 	for _ in $(seq 1 100); do
