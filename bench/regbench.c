@@ -54,7 +54,10 @@
 #define MAX_THREADS 256
 #define PHANTOM_NAME "regbench-phantom"
 #define PHANTOM_SLABS (1u << 30)
-#define RETRY_SLEEP_NS 1000000 /* after ENOSPC / EDQUOT */
+#define RETRY_SLEEP_NS 1000000 /* after ENOSPC / EDQUOT / EAGAIN */
+/* EAGAIN: an etcd registry that just took over, while donors rejoin
+ * (docs/cluster.md, "The etcd backend"): place again, as for ENOSPC */
+#define PLACE_AGAIN(r) ((r) == -ENOSPC || (r) == -EDQUOT || (r) == -EAGAIN)
 
 struct cfg {
 	const char *cmd;
@@ -463,7 +466,7 @@ static int worker_setup(struct worker *w)
 	 * may still be held by the last point's reservations */
 	for (int i = 0; i < 30000; i++) {
 		r = do_place(&w->reg, w->err, sizeof(w->err));
-		if (r != -ENOSPC && r != -EDQUOT)
+		if (!PLACE_AGAIN(r))
 			break;
 		sleep_ns(RETRY_SLEEP_NS);
 	}
@@ -550,7 +553,7 @@ static int worker_op(struct worker *w, bool record)
 	default:
 		return -EINVAL;
 	}
-	if (r == -ENOSPC || r == -EDQUOT) {
+	if (PLACE_AGAIN(r)) {
 		/* capacity or quota held by reservations that the donor's
 		 * next report releases: wait a little, try again */
 		w->retries++;
@@ -969,9 +972,9 @@ static int cmd_heartbeat(const struct cfg *cfg, const struct tenant_keys *tk)
 
 		do {
 			r = do_place(&reg, err, sizeof(err));
-			if (r == -ENOSPC || r == -EDQUOT)
+			if (PLACE_AGAIN(r))
 				sleep_ns(10 * RETRY_SLEEP_NS);
-		} while (r == -ENOSPC || r == -EDQUOT);
+		} while (PLACE_AGAIN(r));
 		if (r)
 			die("session %u: PLACE: %s (%s)", i, err, strerror(-r));
 		t = reg.rep->u.place_ok.grant[0].ticket;

@@ -10,6 +10,7 @@ pkgs=(
 	libinih-dev check
 	libsodium-dev libmicrohttpd-dev libsystemd-dev libjansson-dev
 	libxxhash-dev
+	libcurl4-openssl-dev etcd-server etcd-client
 	clang libclang-rt-14-dev clang-format
 	iperf3 redis-server redis-tools
 	groff-base iproute2 iptables procps util-linux

@@ -86,6 +86,14 @@
 #define CHUNK_BYTES 4096u /* packing granularity */
 #define DEFAULT_ADDR "127.0.0.1:7470"
 #define DEFAULT_TIMEOUT_MS 5000
+#define ADDR_LIST_MAX 1024
+/* A call to the registries keeps trying them (one after another, 100 ms
+ * apart once all failed) for this long (LIBPOOL_REGISTRY_FAILOVER_MS
+ * overrides it), or timeout_ms if longer: an etcd registry's standby
+ * takes over within its lease plus the donors' rejoining
+ * (docs/cluster.md, "Failure model"). */
+#define REG_FAILOVER_MS 20000
+#define REG_RETRY_MS 100
 #define DEFAULT_INFLIGHT 64
 #define DEFAULT_XFER (1u << 20) /* largest single RMA we post */
 #define INLINE_OPS 4
@@ -197,7 +205,7 @@ struct pool_op {
 };
 
 struct pool {
-	char addr[WIRE_HOSTPORT_MAX];
+	char addr[ADDR_LIST_MAX]; /* a cluster's: "host:port[,host:port...]" */
 	char client[WIRE_NAME_MAX];
 	int timeout_ms;
 	unsigned max_inflight;
@@ -208,6 +216,9 @@ struct pool {
 	 * tenant's key and the donor pass; all under lock. */
 	bool cluster;
 	struct rpc *reg;
+	char reg_addr[WIRE_HOSTPORT_MAX]; /* the registry of p->reg */
+	uint32_t failover_ms;		  /* LIBPOOL_REGISTRY_FAILOVER_MS */
+	int reg_next;			  /* index in p->addr tried first */
 	struct wire_hello_ok reg_hello;
 	char tenant[WIRE_NAME_MAX];
 	uint8_t tenant_key[AUTH_KEY_LEN];
@@ -936,11 +947,11 @@ static void unlink_slab_locked(struct pool *p, struct slab *s)
 /* cluster sessions: the registry, donor links, placement               */
 
 /*
- * (Re)connects to the registry at p->addr: HELLO, AUTH as the tenant,
+ * (Re)connects to the registry at addr: HELLO, AUTH as the tenant,
  * and takes the donor pass and its key from AUTH_OK. Replaces p->reg.
  * Caller holds lock (or owns p alone).
  */
-static int reg_connect_locked(struct pool *p)
+static int reg_connect_one_locked(struct pool *p, const char *addr)
 {
 	struct wire_auth_ok *aok = malloc(sizeof(*aok));
 	struct wire_hello_ok *hok = malloc(sizeof(*hok));
@@ -954,10 +965,10 @@ static int reg_connect_locked(struct pool *p)
 		r = -ENOMEM;
 		goto out;
 	}
-	r = rpc_connect(p->addr, p->timeout_ms, &c, NULL, 0);
+	r = rpc_connect(addr, p->timeout_ms, &c, NULL, 0);
 	if (r) {
 		pool_log(LOG_WARNING, "session: connect registry=%s err=%s",
-			 p->addr, strerror(-r));
+			 addr, strerror(-r));
 		goto out;
 	}
 	rpc_set_log(c, rpc_log, NULL);
@@ -976,14 +987,14 @@ static int reg_connect_locked(struct pool *p)
 		pool_log(LOG_ERR,
 			 "session: memd=%s is standalone: it has no tenants "
 			 "(unset LIBPOOL_TENANT / pool_opts.tenant): %s",
-			 p->addr, text);
+			 addr, text);
 		goto out;
 	}
 	if (r) {
-		pool_log(LOG_ERR,
+		pool_log(r == -EAGAIN ? LOG_INFO : LOG_ERR,
 			 "session: authentication as tenant=%s at memd=%s "
 			 "err=%s %s",
-			 p->tenant, p->addr, strerror(-r), text);
+			 p->tenant, addr, strerror(-r), text);
 		goto out;
 	}
 	if (!(aok->flags & WIRE_AUTH_REGISTRY) ||
@@ -991,7 +1002,7 @@ static int reg_connect_locked(struct pool *p)
 		pool_log(LOG_ERR,
 			 "session: memd=%s is not the registry: connect to "
 			 "the registry of the pool",
-			 p->addr);
+			 addr);
 		r = -EINVAL;
 		goto out;
 	}
@@ -1000,7 +1011,7 @@ static int reg_connect_locked(struct pool *p)
 		    AUTH_KEY_LEN) {
 		pool_log(LOG_ERR,
 			 "session: registry=%s sent no usable donor pass",
-			 p->addr);
+			 addr);
 		r = -EPROTO;
 		goto out;
 	}
@@ -1019,9 +1030,10 @@ static int reg_connect_locked(struct pool *p)
 	rpc_close(p->reg);
 	p->reg = c;
 	c = NULL;
+	snprintf(p->reg_addr, sizeof(p->reg_addr), "%s", addr);
 	pool_log(LOG_INFO,
 		 "session: registry=%s tenant=%s tenant_id=%u pass_ttl_ms=%u",
-		 p->addr, p->tenant, aok->tenant_id, aok->pass_ttl_ms);
+		 addr, p->tenant, aok->tenant_id, aok->pass_ttl_ms);
 out:
 	explicit_bzero(sk, sizeof(sk));
 	explicit_bzero(pk, sizeof(pk));
@@ -1034,25 +1046,111 @@ out:
 }
 
 /*
- * A call to the registry; a broken connection (a registry restarted) is
- * opened again, once. Caller holds lock.
+ * Connects to one of the registries in p->addr, trying each once from
+ * p->reg_next on (the one that answered last is first next time). 0, or
+ * the error of the last one tried (-EAGAIN: reached, but none serves now).
+ * Caller holds lock.
+ */
+static int reg_connect_locked(struct pool *p)
+{
+	char one[WIRE_HOSTPORT_MAX];
+	const char *a[16];
+	int n = 0, r = -EINVAL;
+
+	for (const char *q = p->addr; *q && n < 16;) {
+		a[n++] = q;
+		q += strcspn(q, ",");
+		if (*q)
+			q++;
+	}
+	for (int k = 0; k < n; k++) {
+		int i = (p->reg_next + k) % n;
+		size_t len = strcspn(a[i], ",");
+
+		if (!len || len >= sizeof(one))
+			continue;
+		memcpy(one, a[i], len);
+		one[len] = '\0';
+		r = reg_connect_one_locked(p, one);
+		if (!r) {
+			p->reg_next = i;
+			return 0;
+		}
+	}
+	return r;
+}
+
+/*
+ * A call to the registries: with a list, a broken connection, a registry
+ * that died or one that does not serve now is failed over to the next in
+ * p->addr (and round again) for up to p->failover_ms; with one registry,
+ * a broken connection is opened again once, as before lists. Caller holds
+ * lock.
  */
 static int reg_call_locked(struct pool *p, struct wire_msg *req,
 			   struct wire_msg *rep, int expect, char *text,
 			   size_t textlen)
 {
+	uint64_t until = mono_ms() + ((uint32_t)p->timeout_ms > p->failover_ms
+					      ? (uint64_t)p->timeout_ms
+					      : p->failover_ms);
 	int r = -ENOTCONN;
 
-	for (int i = 0; i < 2 && r == -ENOTCONN; i++) {
+	if (!strchr(p->addr, ',')) {
+		/* One registry: a broken connection (it restarted) is opened
+		 * again, once; EAGAIN (an etcd registry taking over) is
+		 * asked again until the failover time is over; other
+		 * refusals are final. */
+		for (int i = 0; i < 2 && (r == -ENOTCONN || r == -EAGAIN);) {
+			if (!p->reg || rpc_is_broken(p->reg)) {
+				r = reg_connect_locked(p);
+				if (r)
+					return r;
+			}
+			r = rpc_call(p->reg, req, rep, expect, p->timeout_ms,
+				     text, textlen);
+			if (r != -EAGAIN)
+				i++;
+			else if (mono_ms() >= until)
+				break;
+			else
+				usleep(REG_RETRY_MS * 1000);
+		}
+		return r;
+	}
+	for (;;) {
 		if (!p->reg || rpc_is_broken(p->reg)) {
 			r = reg_connect_locked(p);
-			if (r)
-				return r;
+			if (r) {
+				snprintf(text, textlen,
+					 "no registry of %.160s answered: %s",
+					 p->addr, strerror(-r));
+				goto retry;
+			}
 		}
 		r = rpc_call(p->reg, req, rep, expect, p->timeout_ms, text,
 			     textlen);
+		/* Sent and not answered (the registry died), or refused by
+		 * one that does not serve now (an etcd standby, a leader
+		 * unsure of its lease, one that just took over): another
+		 * registry, or this one again, places afresh. A PLACE that
+		 * was never answered reserved nothing that will be used:
+		 * its ticket never reached us, and donors refuse tickets of
+		 * an epoch they left (docs/cluster.md). */
+		if (r != -ENOTCONN && r != -EAGAIN && r != -ETIMEDOUT &&
+		    r != -ECONNRESET && r != -EPIPE)
+			return r;
+		pool_log(LOG_INFO,
+			 "session: registry=%s err=%s %s; failing over",
+			 p->reg_addr, strerror(-r), text);
+		rpc_close(p->reg);
+		p->reg = NULL;
+		p->reg_next++;
+	retry:
+		if (mono_ms() >= until)
+			return r;
+		usleep(REG_RETRY_MS * 1000);
 	}
-	return r;
 }
 
 /* The link to a donor incarnation (donor_id, epoch at addr): one we have
@@ -1176,7 +1274,7 @@ static int place_once_locked(struct pool *p, uint32_t k, bool packed, int node,
 	po = &ok->u.place_ok;
 	if (!place_ok_is_sane(po, k, replica)) {
 		pool_log(LOG_ERR, "alloc: registry=%s sent a bad placement",
-			 p->addr);
+			 p->reg_addr);
 		r = -EPROTO;
 		goto out;
 	}
@@ -1480,6 +1578,23 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	p->timeout_ms = o.timeout_ms ? o.timeout_ms : DEFAULT_TIMEOUT_MS;
 	p->max_inflight = o.max_inflight ? o.max_inflight : DEFAULT_INFLIGHT;
 	p->xfer_bytes = DEFAULT_XFER;
+	p->failover_ms = REG_FAILOVER_MS;
+	env = getenv("LIBPOOL_REGISTRY_FAILOVER_MS");
+	if (env && *env) {
+		char *end;
+		unsigned long v = strtoul(env, &end, 10);
+
+		if (*end || v > 3600000) {
+			pool_log(
+				LOG_ERR,
+				"session: LIBPOOL_REGISTRY_FAILOVER_MS='%s' is "
+				"not 0 to 3600000 (ms)",
+				env);
+			free(p);
+			return -EINVAL;
+		}
+		p->failover_ms = (uint32_t)v;
+	}
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);
@@ -1506,6 +1621,14 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			goto fail;
 		p->cluster = true;
 	} else {
+		if (strchr(p->addr, ',')) {
+			pool_log(LOG_ERR,
+				 "session: %s is a list of registries; a "
+				 "session without a tenant takes one memd",
+				 p->addr);
+			r = -EINVAL;
+			goto fail;
+		}
 		r = link_open(p, p->addr, NULL, &lk);
 		if (r)
 			goto fail;

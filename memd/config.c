@@ -125,8 +125,13 @@ static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
 				    char *what, size_t whatlen);
 static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 				      char *what, size_t whatlen);
+static int memd_conf_parse_hostport_list(const char *in, char *out,
+					 size_t outlen, char *what,
+					 size_t whatlen);
 static int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
 				    char *what, size_t whatlen);
+static int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
+				       char *what, size_t whatlen);
 static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
 				char *what, size_t whatlen);
 static int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
@@ -412,13 +417,105 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.max = MEMD_CONF_STR_MAX - 1,
 		.def = "",
 		.parse_str = memd_conf_parse_registry,
-		.expect = "nothing, yes, or the registry's HOST:PORT "
-			  "(port 1 to 65535)",
+		.expect = "nothing, yes, etcd, or the registries' "
+			  "HOST:PORT[,HOST:PORT...] (port 1 to 65535, at most "
+			  "8)",
 		.help = "Role of this memd. Empty: standalone, one memd is "
 			"the whole pool and nobody authenticates. yes: the "
-			"registry of a pool, which also donates. HOST:PORT: a "
-			"donor of the registry there. The last two need "
-			"cluster_secret_file.",
+			"registry of a pool, which also donates, its state in "
+			"state_dir. etcd: one of the pool's registries, its "
+			"state in etcd (etcd_endpoints). HOST:PORT,...: a "
+			"donor of the registries there, tried in turn. All "
+			"but the first need cluster_secret_file.",
+	},
+	{
+		.name = "etcd_endpoints",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_endpoints),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_hostport_list,
+		.expect = "nothing, or HOST:PORT[,HOST:PORT...] (at most 8)",
+		.help = "The etcd cluster's client addresses, tried in turn. "
+			"Required when registry = etcd.",
+	},
+	{
+		.name = "etcd_prefix",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_prefix),
+		.min = 1,
+		.max = 128,
+		.def = "/tidepool",
+		.parse_str = memd_conf_parse_etcd_prefix,
+		.expect = "a key prefix starting with '/' and not ending with "
+			  "it, without blanks, ';' or '#'",
+		.help = "The etcd keys of this pool live under it (PREFIX/"
+			"state, PREFIX/leader): one etcd can hold several "
+			"pools.",
+	},
+	{
+		.name = "etcd_lease",
+		.type = MEMD_CONF_MS,
+		.off = FIELD(etcd_lease_ms),
+		.min = 2 * MEMD_MS_PER_S,
+		.max = 60 * MEMD_MS_PER_S,
+		.def = "3s",
+		.help = "Lease of the leading registry in etcd (whole "
+			"seconds): a dead leader is replaced about this long "
+			"after it died; a leader that cannot renew it stops "
+			"serving after three quarters of it.",
+	},
+	{
+		.name = "etcd_cacert",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_cacert),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "CA certificate (PEM) of etcd's client TLS: set, memd "
+			"talks https to etcd_endpoints. Empty: plain http.",
+	},
+	{
+		.name = "etcd_cert",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_cert),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "Client certificate (PEM) memd shows etcd; needs "
+			"etcd_key and etcd_cacert.",
+	},
+	{
+		.name = "etcd_key",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_key),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "Private key (PEM) of etcd_cert.",
+	},
+	{
+		.name = "registry_peers",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(registry_peers),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_hostport_list,
+		.expect = "nothing, or HOST:PORT[,HOST:PORT...] (at most 8)",
+		.help = "With registry = etcd: the other registries of the "
+			"pool. This memd's own donor part joins whichever "
+			"leads (itself first).",
 	},
 	{
 		.name = "cluster_secret_file",
@@ -1380,14 +1477,49 @@ static int memd_conf_hostport(const char *in, char *out, size_t outlen,
 	return 0;
 }
 
+/* HOST:PORT[,HOST:PORT...], each as memd_conf_hostport wants it (no
+ * wildcard, no port 0), at most 8; "" is no list. */
+static int memd_conf_parse_hostport_list(const char *in, char *out,
+					 size_t outlen, char *what,
+					 size_t whatlen)
+{
+	char one[MEMD_CONF_STR_MAX], canon[MEMD_CONF_STR_MAX];
+	const char *p = in;
+	int n = 0;
+
+	if (!*in) {
+		out[0] = '\0';
+		return 0;
+	}
+	for (;;) {
+		size_t len = strcspn(p, ",");
+
+		if (++n > 8) {
+			memd_conf_err(what, whatlen,
+				      "more than 8 addresses in the list");
+			return -EINVAL;
+		}
+		snprintf(one, sizeof(one), "%.*s", (int)len, p);
+		if (memd_conf_hostport(one, canon, sizeof(canon), false, false,
+				       what, whatlen))
+			return -EINVAL;
+		p += len;
+		if (!*p)
+			break;
+		p++;
+	}
+	snprintf(out, outlen, "%s", in);
+	return 0;
+}
+
 static int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
 				    char *what, size_t whatlen)
 {
-	if (!*in || !strcmp(in, "yes")) {
+	if (!*in || !strcmp(in, "yes") || !strcmp(in, "etcd")) {
 		snprintf(out, outlen, "%s", in);
 		return 0;
 	}
-	return memd_conf_hostport(in, out, outlen, false, false, what, whatlen);
+	return memd_conf_parse_hostport_list(in, out, outlen, what, whatlen);
 }
 
 static int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
@@ -1442,6 +1574,24 @@ static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
 	return 0;
 }
 
+/* "/tidepool": PREFIX/state and PREFIX/leader are its keys. */
+static int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
+				       char *what, size_t whatlen)
+{
+	char shown[MEMD_CONF_QUOTE_MAX];
+
+	if (memd_conf_parse_path(in, out, outlen, what, whatlen))
+		return -EINVAL;
+	if (!in[0] || in[strlen(in) - 1] == '/') {
+		memd_conf_err(what, whatlen,
+			      "'%s' is not a prefix like /tidepool (it must "
+			      "not end with '/')",
+			      memd_conf_quote(in, shown, sizeof(shown)));
+		return -EINVAL;
+	}
+	return 0;
+}
+
 /* The same alphabet as tenant names (docs/cluster.md). */
 static int memd_conf_parse_donor_name(const char *in, char *out, size_t outlen,
 				      char *what, size_t whatlen)
@@ -1465,9 +1615,14 @@ enum memd_mode memd_config_mode(const struct memd_config *c)
 {
 	if (!c->registry[0])
 		return MEMD_MODE_STANDALONE;
-	if (!strcmp(c->registry, "yes"))
+	if (!strcmp(c->registry, "yes") || !strcmp(c->registry, "etcd"))
 		return MEMD_MODE_REGISTRY;
 	return MEMD_MODE_DONOR;
+}
+
+bool memd_config_registry_is_etcd(const struct memd_config *c)
+{
+	return !strcmp(c->registry, "etcd");
 }
 
 const char *memd_mode_name(enum memd_mode mode)
@@ -1689,6 +1844,31 @@ int memd_config_validate_src(const struct memd_config *c,
 					      "cluster_secret_file", at,
 					      sizeof(at)),
 			      c->registry);
+		return -EINVAL;
+	}
+	if (memd_config_registry_is_etcd(c) && !c->etcd_endpoints[0]) {
+		memd_conf_err(err, errlen,
+			      "%skey 'registry': registry = etcd needs "
+			      "etcd_endpoints",
+			      memd_conf_where(src, "registry", "etcd_endpoints",
+					      at, sizeof(at)));
+		return -EINVAL;
+	}
+	if ((c->etcd_cert[0] || c->etcd_key[0]) &&
+	    (!c->etcd_cert[0] || !c->etcd_key[0] || !c->etcd_cacert[0])) {
+		memd_conf_err(err, errlen,
+			      "%skey 'etcd_cert': a client certificate needs "
+			      "etcd_cert, etcd_key and etcd_cacert",
+			      memd_conf_where(src, "etcd_cert", "etcd_key", at,
+					      sizeof(at)));
+		return -EINVAL;
+	}
+	if (c->registry_peers[0] && !memd_config_registry_is_etcd(c)) {
+		memd_conf_err(err, errlen,
+			      "%skey 'registry_peers': only with registry = "
+			      "etcd",
+			      memd_conf_where(src, "registry_peers", "registry",
+					      at, sizeof(at)));
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&

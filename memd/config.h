@@ -76,8 +76,19 @@ struct memd_config {
 	uint64_t kv_bytes_per_token;	  /* KV bytes of one token */
 
 	/* The cluster (docs/cluster.md). None of these is reloadable. */
-	/* "": standalone; "yes": registry; "host:port": donor of it */
+	/* "": standalone; "yes": registry (registry.json); "etcd":
+	 * registry (state in etcd); "host:port,...": donor of the
+	 * registries there (tried in turn) */
 	char registry[MEMD_CONF_STR_MAX];
+	char etcd_endpoints[MEMD_CONF_STR_MAX]; /* "host:port,..." */
+	char etcd_prefix[MEMD_CONF_STR_MAX];	/* keys under it */
+	uint32_t etcd_lease_ms;			/* a leader's lease */
+	char etcd_cacert[MEMD_CONF_STR_MAX];	/* "": plain http */
+	char etcd_cert[MEMD_CONF_STR_MAX];	/* client certificate */
+	char etcd_key[MEMD_CONF_STR_MAX];	/* its key */
+	/* registry = etcd: the other registries, "host:port,..." (where
+	 * this memd's own donor part joins when it is not the leader) */
+	char registry_peers[MEMD_CONF_STR_MAX];
 	char cluster_secret_file[MEMD_CONF_STR_MAX]; /* absolute path or "" */
 	char state_dir[MEMD_CONF_STR_MAX];  /* registry.json lives here */
 	char advertise[MEMD_CONF_STR_MAX];  /* "": listen; else host:port */
@@ -105,9 +116,12 @@ struct memd_conf_src {
 /* The role memd.conf's registry key gives this memd. */
 enum memd_mode {
 	MEMD_MODE_STANDALONE = 0, /* registry = (empty) */
-	MEMD_MODE_REGISTRY,	  /* registry = yes */
-	MEMD_MODE_DONOR,	  /* registry = host:port */
+	MEMD_MODE_REGISTRY,	  /* registry = yes or etcd */
+	MEMD_MODE_DONOR,	  /* registry = host:port[,host:port...] */
 };
+
+/* registry = etcd: a registry whose durable state lives in etcd. */
+bool memd_config_registry_is_etcd(const struct memd_config *c);
 
 /* The mode of a config that passed memd_config_validate(). */
 enum memd_mode memd_config_mode(const struct memd_config *c);

@@ -7,7 +7,12 @@
  *   connect -> HELLO -> AUTH "@donor" -> DONOR_JOIN -> report loop
  * Any failure closes the connection and starts over after a backoff of
  * 100 ms doubling to 2 s; a report answered ESTALE (the registry restarted
- * or marked us down) joins again on the same connection.
+ * or marked us down) joins again on the same connection. With a list of
+ * registries (registry = a:p,b:p: several registries on one etcd, of
+ * which one leads), a failure moves on to the next one after 100 ms, and
+ * the backoff applies once the whole list has failed; a standby answers
+ * EAGAIN, so the donor ends at the leader (and while only standbys answer,
+ * an election under way, the backoff stays at 100 ms).
  *
  * Redeemed grant ids wait in a FIFO until a report that carried them is
  * acknowledged; a report carries the oldest WIRE_MAX_REDEEMED. The ids are
@@ -37,10 +42,13 @@
 #define KICK_COALESCE_MS 50
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 2000
+#define MAX_REGISTRIES 9 /* 8 peers and ourselves */
 
 struct memd_donor {
 	struct memd_donor_opts o;
-	char registry[WIRE_HOSTPORT_MAX];
+	char registry[WIRE_HOSTPORT_MAX]; /* the one tried now */
+	char regs[MAX_REGISTRIES][WIRE_HOSTPORT_MAX];
+	int nregs, cur;
 	char name[WIRE_NAME_MAX];
 	char advertise[WIRE_HOSTPORT_MAX];
 	char listen[WIRE_HOSTPORT_MAX];
@@ -300,10 +308,26 @@ static void *donor_main(void *arg)
 				 text);
 		last_err = r;
 		rpc_close(c);
+		if (d->nregs > 1) {
+			d->cur = (d->cur + 1) % d->nregs;
+			memcpy(d->registry, d->regs[d->cur],
+			       sizeof(d->registry));
+			if (d->cur) {
+				if (wait_ms(d, BACKOFF_MIN_MS, false))
+					break;
+				continue;
+			}
+		}
 		if (wait_ms(d, backoff, false))
 			break;
-		backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
-						       : backoff * 2;
+		/* A standby (EAGAIN) is alive and may lead any moment: keep
+		 * asking at the shortest interval, so that donors are back
+		 * within ~200 ms of an election (docs/cluster.md). */
+		if (r == -EAGAIN)
+			backoff = BACKOFF_MIN_MS;
+		else
+			backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+							       : backoff * 2;
 		continue;
 	stopped:
 		rpc_close(c);
@@ -329,7 +353,22 @@ int memd_donor_start(const struct memd_donor_opts *o, struct memd_donor **out,
 		return -ENOMEM;
 	}
 	d->o = *o;
-	snprintf(d->registry, sizeof(d->registry), "%s", o->registry);
+	for (const char *p = o->registry; *p && d->nregs < MAX_REGISTRIES;) {
+		size_t n = strcspn(p, ",");
+
+		if (n && n < WIRE_HOSTPORT_MAX)
+			snprintf(d->regs[d->nregs++], WIRE_HOSTPORT_MAX, "%.*s",
+				 (int)n, p);
+		p += n;
+		if (*p)
+			p++;
+	}
+	if (!d->nregs) {
+		free(d);
+		snprintf(err, errlen, "no registry address");
+		return -EINVAL;
+	}
+	memcpy(d->registry, d->regs[0], sizeof(d->registry));
 	snprintf(d->name, sizeof(d->name), "%s", o->name);
 	snprintf(d->advertise, sizeof(d->advertise), "%s",
 		 o->advertise ? o->advertise : "");

@@ -26,7 +26,8 @@
 struct memd_donor;
 
 struct memd_donor_opts {
-	const char *registry;  /* "host:port" of the registry */
+	const char *registry;  /* "host:port[,host:port...]": the registries,
+				* tried in turn (at most 9) */
 	const char *name;      /* donor name (durable identity) */
 	const char *advertise; /* "host:port" for clients; "" = listen */
 	const char *listen;    /* memd's bound control address */

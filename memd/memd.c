@@ -29,6 +29,7 @@
 #include "memd/config.h"
 #include "memd/log.h"
 #include "memd/nodes.h"
+#include "memd/registry.h"
 #include "memd/notify.h"
 #include "memd/server.h"
 #include "numa/place.h"
@@ -51,6 +52,10 @@ static void usage(FILE *f)
 		"listening\n"
 		"      --check-config     validate the config and exit\n"
 		"      --print-config     print the effective config and exit\n"
+		"      --migrate-registry DIR\n"
+		"                         copy DIR/registry.json into the etcd "
+		"of\n"
+		"                         registry = etcd, and exit\n"
 		"  -h, --help             this text\n"
 		"  -V, --version          print the version\n"
 		"See memd(8) and memd.conf(5).\n");
@@ -68,6 +73,7 @@ enum {
 	OPT_READY,
 	OPT_CHECK,
 	OPT_PRINT,
+	OPT_MIGRATE,
 };
 
 static const struct option longopts[] = {
@@ -83,10 +89,76 @@ static const struct option longopts[] = {
 	{ "ready-file", required_argument, NULL, OPT_READY },
 	{ "check-config", no_argument, NULL, OPT_CHECK },
 	{ "print-config", no_argument, NULL, OPT_PRINT },
+	{ "migrate-registry", required_argument, NULL, OPT_MIGRATE },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
+
+/*
+ * --migrate-registry DIR: DIR/registry.json (tenants with their keys,
+ * quotas, donor identities, drain flags, id counters) into the etcd
+ * that cfg (registry = etcd) names, only if it holds no state yet. The
+ * registries may run already: a standby reads the state when elected,
+ * and a leader that wrote its own state first makes this refuse.
+ */
+static int migrate_registry(const struct memd_config *cfg, const char *dir)
+{
+	struct memd_etcd_opts eo = {
+		.endpoints = cfg->etcd_endpoints,
+		.cacert = cfg->etcd_cacert,
+		.cert = cfg->etcd_cert,
+		.key = cfg->etcd_key,
+		.timeout_ms = 2000,
+	};
+	struct memd_registry_opts ro = {
+		.state_dir = dir,
+		.slab_bytes = cfg->slab_bytes,
+		.report_ms = cfg->report_interval_ms,
+		.ticket_ttl_ms = 30000,
+		.pass_ttl_ms = cfg->pass_ttl_ms,
+		.etcd = &eo,
+		.etcd_prefix = cfg->etcd_prefix,
+		.etcd_lease_ms = cfg->etcd_lease_ms,
+	};
+	struct auth_cluster_keys keys;
+	uint8_t secret[AUTH_SECRET_MAX];
+	size_t nt = 0, nd = 0;
+	char err[512];
+	int n;
+
+	if (!memd_config_registry_is_etcd(cfg)) {
+		fprintf(stderr,
+			"memd: --migrate-registry needs registry = etcd and "
+			"etcd_endpoints in the config\n");
+		return EX_CONFIG;
+	}
+	if (auth_init()) {
+		fprintf(stderr, "memd: libsodium failed to initialize\n");
+		return EX_SOFTWARE;
+	}
+	n = auth_read_secret_file(cfg->cluster_secret_file, secret, err,
+				  sizeof(err));
+	if (n < 0) {
+		fprintf(stderr, "memd: %s\n", err);
+		return EX_CONFIG;
+	}
+	auth_cluster_keys(secret, (size_t)n, &keys);
+	explicit_bzero(secret, sizeof(secret));
+	ro.keys = &keys;
+	n = memd_registry_migrate(&ro, &nt, &nd, err, sizeof(err));
+	explicit_bzero(&keys, sizeof(keys));
+	if (n) {
+		fprintf(stderr, "memd: migrate-registry: %s\n", err);
+		return n == -EEXIST ? EX_CANTCREAT
+		       : n == -EIO  ? EX_UNAVAILABLE
+				    : EX_DATAERR;
+	}
+	printf("memd: migrated %s/registry.json to etcd %s%s/state: "
+	       "%zu tenants, %zu donors\n",
+	       dir, cfg->etcd_endpoints, cfg->etcd_prefix, nt, nd);
+	return 0;
+}
 
 /* A flag that sets a config key; flags win over the file, on SIGHUP too. */
 struct override {
@@ -194,6 +266,7 @@ int main(int argc, char **argv)
 	static struct memd_arena arenas[MEMD_NUMA_NODES_MAX];
 	const char *ready_file = NULL;
 	bool check = false, print = false;
+	const char *migrate = NULL;
 	struct memd_config cfg;
 	struct memd_server *srv = NULL;
 	struct place_topo *topo = NULL;
@@ -262,6 +335,9 @@ int main(int argc, char **argv)
 		case OPT_PRINT:
 			print = true;
 			continue;
+		case OPT_MIGRATE:
+			migrate = optarg;
+			continue;
 		default:
 			usage(stderr);
 			return EX_USAGE;
@@ -292,6 +368,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	memd_log_level = cfg.log_level;
+	if (migrate)
+		return migrate_registry(&cfg, migrate);
 	if (check) {
 		/* The nodes are the host's business: check them here too,
 		 * before a restart would find out (no memory is touched). */

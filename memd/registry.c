@@ -36,6 +36,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,14 @@
  * reservation earlier could let the tenant overshoot its quota.
  */
 #define TICKET_SKEW_MS 60000u
+/*
+ * An etcd registry that takes over answers EAGAIN instead of ENOSPC for
+ * this long plus 3 report intervals: a donor whose registry died tries
+ * the next one 100 ms later, every 100 ms while only standbys answer,
+ * and at most 2 s apart when none answers at all (memd/donor.c); it
+ * reports at once after it joined. The margin is for loaded hosts.
+ */
+#define TAKEOVER_WARM_MS 4000u
 
 struct tenant {
 	uint32_t id;
@@ -121,6 +130,23 @@ struct memd_registry {
 	size_t ngrants, grant_cap;
 	uint64_t grant_next_deadline_ms; /* no grant expires before this */
 	uint64_t next_grant_id;
+	/* The etcd backend (NULL: registry.json). etcd, the keys, seal,
+	 * lease_ms and advertise are set at open; lease_id is memd-etcd's;
+	 * the rest is under the lock. */
+	struct memd_etcd *etcd;
+	char *state_key, *leader_key, *advertise;
+	uint8_t seal[AUTH_KEY_LEN]; /* seals tenant keys in etcd */
+	uint32_t lease_ms;
+	int64_t lease_id;
+	int64_t state_rev; /* mod_revision of the state we hold; 0: none */
+	bool leader;
+	bool resign; /* stepped down: memd-etcd gives up the lease */
+	uint64_t serve_until_ms; /* monotonic: serves until then */
+	uint64_t warm_until_ms;	 /* took over: donors rejoin until then */
+	char leader_addr[WIRE_HOSTPORT_MAX]; /* the last leader seen */
+	char leader_donor[WIRE_NAME_MAX];    /* its own donor part */
+	char self_donor[WIRE_NAME_MAX];
+	char etcd_err[160]; /* the last etcd failure */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -631,6 +657,10 @@ fail:
  * rename, the file keeps the new state: e is applied (0), with an error
  * logged that a crash may lose it.
  */
+static int etcd_state_put_locked(struct memd_registry *r,
+				 const struct state_edit *e, char *err,
+				 size_t errlen);
+
 static int state_write_locked(struct memd_registry *r,
 			      const struct state_edit *e, char *err,
 			      size_t errlen)
@@ -638,7 +668,11 @@ static int state_write_locked(struct memd_registry *r,
 	struct state_edit now = state_now(r);
 	char err2[256];
 	bool renamed, back;
-	int rc = state_file_put(r, e, &renamed, err, errlen);
+	int rc;
+
+	if (r->etcd)
+		return etcd_state_put_locked(r, e, err, errlen);
+	rc = state_file_put(r, e, &renamed, err, errlen);
 
 	if (!rc || !renamed)
 		return rc;
@@ -972,6 +1006,359 @@ static int state_load(struct memd_registry *r, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- the etcd backend -------------------------------------------------- */
+
+/*
+ * PREFIX/state holds what registry.json holds, but each tenant's "key"
+ * is "key_sealed": hex of auth_seal(seal, key), the seal key derived from
+ * the cluster secret (docs/cluster.md, "What etcd learns"). seal true:
+ * key -> key_sealed; false: back. 0, or -EINVAL with err.
+ */
+static int doc_seal(struct memd_registry *r, json_t *doc, bool seal, char *err,
+		    size_t errlen)
+{
+	json_t *ts = json_object_get(doc, "tenants"), *t;
+	size_t i;
+
+	json_array_foreach(ts, i, t)
+	{
+		uint8_t key[AUTH_KEY_LEN],
+			box[AUTH_SEAL_OVERHEAD + AUTH_KEY_LEN];
+		char hex[2 * sizeof(box) + 1];
+		json_t *x = json_object_get(t, seal ? "key" : "key_sealed");
+		int n = -EINVAL;
+
+		if (json_is_string(x) && seal)
+			n = auth_unhex(json_string_value(x), key, sizeof(key));
+		else if (json_is_string(x))
+			n = auth_unhex(json_string_value(x), box, sizeof(box));
+		if (n == (seal ? AUTH_KEY_LEN : (int)sizeof(box))) {
+			if (seal) {
+				n = auth_seal(r->seal, key, sizeof(key), box,
+					      sizeof(box));
+				auth_hex(box, sizeof(box), hex);
+			} else {
+				n = auth_open(r->seal, box, sizeof(box), key,
+					      sizeof(key));
+				auth_hex(key, sizeof(key), hex);
+			}
+		}
+		if (n < 0 ||
+		    json_object_set_new(t, seal ? "key_sealed" : "key",
+					json_string(hex)) ||
+		    json_object_del(t, seal ? "key" : "key_sealed")) {
+			sodium_memzero(key, sizeof(key));
+			sodium_memzero(hex, sizeof(hex));
+			set_err(err, errlen, "tenants[%zu]: %s", i,
+				seal ? "cannot seal its key"
+				     : "'key_sealed' does not open with this "
+				       "cluster's secret");
+			return -EINVAL;
+		}
+		sodium_memzero(key, sizeof(key));
+		sodium_memzero(hex, sizeof(hex));
+	}
+	return 0;
+}
+
+static void etcd_note_locked(struct memd_registry *r, const char *err)
+{
+	if (strcmp(r->etcd_err, err))
+		memd_log(LOG_WARNING, "registry: etcd: %s", err);
+	snprintf(r->etcd_err, sizeof(r->etcd_err), "%s", err);
+}
+
+/* The state as the current one changed by e, written to etcd if it is
+ * still at the revision we read. */
+static int etcd_state_put_locked(struct memd_registry *r,
+				 const struct state_edit *e, char *err,
+				 size_t errlen)
+{
+	json_t *doc = state_json_locked(r, e);
+	char *text = NULL;
+	int64_t rev = 0;
+	int rc;
+
+	if (!doc || doc_seal(r, doc, true, err, errlen) ||
+	    !(text = json_dumps(doc, JSON_COMPACT))) {
+		json_decref(doc);
+		set_err(err, errlen, "registry: cannot encode the state");
+		return -ENOMEM;
+	}
+	json_decref(doc);
+	rc = memd_etcd_put_if(r->etcd, r->state_key, text, strlen(text),
+			      r->state_rev, 0, &rev, err, errlen);
+	sodium_memzero(text, strlen(text));
+	free(text);
+	if (rc == -ECANCELED) {
+		/* Another writer: we were not the only leader, or the state
+		 * was migrated in. Stop serving until we read it again. */
+		if (r->leader)
+			memd_log(LOG_ERR,
+				 "registry: %s: stepping down to read it "
+				 "again",
+				 err);
+		r->leader = false;
+		r->resign = true; /* its lease still holds PREFIX/leader */
+		r->serve_until_ms = 0;
+		set_err(err, errlen,
+			"registry: the state in etcd (%s) changed under this "
+			"registry; nothing was changed: retry",
+			r->state_key);
+		return -EAGAIN;
+	}
+	if (rc) {
+		etcd_note_locked(r, err);
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	r->state_rev = rev;
+	return 0;
+}
+
+/* Forgets every tenant, donor and grant (before a fresh read). */
+static void registry_reset_locked(struct memd_registry *r)
+{
+	for (size_t i = 0; i < r->ndonors; i++)
+		free(r->donor[i].usage);
+	if (r->tenant)
+		sodium_memzero(r->tenant, r->tenant_cap * sizeof(*r->tenant));
+	r->ntenants = r->ndonors = r->ngrants = 0;
+	r->next_tenant_id = r->next_donor_id = 1;
+	r->grant_next_deadline_ms = UINT64_MAX;
+	r->state_rev = 0;
+}
+
+/* Reads PREFIX/state afresh (none: an empty registry). 0 or -errno with
+ * err; on failure the registry is empty. */
+static int etcd_state_load_locked(struct memd_registry *r, char *err,
+				  size_t errlen)
+{
+	char msg[200];
+	json_error_t je;
+	json_t *doc;
+	char *text;
+	size_t len;
+	int64_t rev;
+	int rc;
+
+	registry_reset_locked(r);
+	rc = memd_etcd_get(r->etcd, r->state_key, &text, &len, &rev, NULL, err,
+			   errlen);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc)
+		return rc;
+	doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	sodium_memzero(text, len);
+	free(text);
+	rc = doc ? doc_seal(r, doc, false, msg, sizeof(msg)) : -EINVAL;
+	if (!doc)
+		snprintf(msg, sizeof(msg), "line %d: %s", je.line, je.text);
+	if (!rc)
+		rc = load_doc(r, doc, msg, sizeof(msg));
+	json_decref(doc);
+	if (rc) {
+		registry_reset_locked(r);
+		set_err(err, errlen, "etcd %s: corrupt: %s", r->state_key, msg);
+		return -EINVAL;
+	}
+	r->state_rev = rev;
+	return 0;
+}
+
+static int etcd_attach(struct memd_registry *r,
+		       const struct memd_registry_opts *o, char *err,
+		       size_t errlen)
+{
+	static const char label[] = "tidepool registry state v1";
+	const char *pre = o->etcd_prefix && o->etcd_prefix[0] ? o->etcd_prefix
+							      : "/tidepool";
+	int rc;
+
+	rc = memd_etcd_open(o->etcd, &r->etcd, err, errlen);
+	if (rc)
+		return rc;
+	crypto_generichash(r->seal, sizeof(r->seal), (const uint8_t *)label,
+			   sizeof(label) - 1, o->keys->admin,
+			   sizeof(o->keys->admin));
+	r->lease_ms = o->etcd_lease_ms < 2000 ? 2000 : o->etcd_lease_ms;
+	if (asprintf(&r->state_key, "%s/state", pre) < 0)
+		r->state_key = NULL;
+	if (asprintf(&r->leader_key, "%s/leader", pre) < 0)
+		r->leader_key = NULL;
+	r->advertise = strdup(o->advertise ? o->advertise : "");
+	snprintf(r->self_donor, sizeof(r->self_donor), "%s",
+		 o->self_donor ? o->self_donor : "");
+	if (!r->state_key || !r->leader_key || !r->advertise) {
+		set_err(err, errlen, "registry: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static bool is_serving_locked(struct memd_registry *r, uint64_t now_ms,
+			      char *why, size_t whylen)
+{
+	if (!r->etcd || (r->leader && now_ms < r->serve_until_ms))
+		return true;
+	if (r->leader)
+		set_err(why, whylen,
+			"registry: not sure of its etcd lease (%s): not "
+			"serving; ask another registry",
+			r->etcd_err[0] ? r->etcd_err : "etcd did not answer");
+	else if (r->leader_addr[0])
+		set_err(why, whylen, "registry: standby; the leader is %s",
+			r->leader_addr);
+	else
+		set_err(why, whylen, "registry: standby; no leader (%s)",
+			r->etcd_err[0] ? r->etcd_err : "election under way");
+	return false;
+}
+
+bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
+			      char *why, size_t whylen)
+{
+	bool ok;
+
+	pthread_mutex_lock(&r->lock);
+	ok = is_serving_locked(r, now_ms, why, whylen);
+	pthread_mutex_unlock(&r->lock);
+	return ok;
+}
+
+uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
+{
+	uint32_t idle = r->lease_ms / 4;
+	char err[256] = "", val[WIRE_HOSTPORT_MAX + WIRE_NAME_MAX + 2];
+	int64_t ttl_s, mrev;
+	char *lv;
+	size_t len;
+	int rc;
+
+	if (!r->etcd)
+		return 1000;
+	pthread_mutex_lock(&r->lock);
+	if (r->resign && r->lease_id) {
+		/* revoking deletes PREFIX/leader: a new election follows */
+		r->resign = false;
+		pthread_mutex_unlock(&r->lock);
+		if (memd_etcd_lease_revoke(r->etcd, r->lease_id, err,
+					   sizeof(err)))
+			memd_log(LOG_WARNING, "registry: resign: %s", err);
+		r->lease_id = 0;
+	} else {
+		r->resign = false;
+		pthread_mutex_unlock(&r->lock);
+	}
+	/* The lease is alive until at least now_ms + lease once etcd
+	 * answers: now_ms was read before the request went out. */
+	if (!r->lease_id)
+		rc = memd_etcd_lease_grant(r->etcd, (r->lease_ms + 999) / 1000,
+					   &r->lease_id, &ttl_s, err,
+					   sizeof(err));
+	else
+		rc = memd_etcd_lease_keepalive(r->etcd, r->lease_id, &ttl_s,
+					       err, sizeof(err));
+	pthread_mutex_lock(&r->lock);
+	if (rc) {
+		etcd_note_locked(r, err);
+		if (rc == -ENOENT) {
+			if (r->leader)
+				memd_log(LOG_ERR,
+					 "registry: etcd lease expired: no "
+					 "longer the leader epoch=%016" PRIx64,
+					 r->epoch);
+			r->leader = false;
+			r->serve_until_ms = 0;
+			r->lease_id = 0;
+			idle = 0;
+		}
+		pthread_mutex_unlock(&r->lock);
+		return idle;
+	}
+	r->etcd_err[0] = '\0';
+	if (r->leader) {
+		r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
+		pthread_mutex_unlock(&r->lock);
+		return idle;
+	}
+	pthread_mutex_unlock(&r->lock);
+	/* Campaign: the leader key exists only under a live lease. Its
+	 * value: our address, and our own donor part's name. */
+	snprintf(val, sizeof(val), "%s %s", r->advertise, r->self_donor);
+	rc = memd_etcd_put_if(r->etcd, r->leader_key, val, strlen(val), 0,
+			      r->lease_id, NULL, err, sizeof(err));
+	if (rc == -ECANCELED) {
+		rc = memd_etcd_get(r->etcd, r->leader_key, &lv, &len, &mrev,
+				   NULL, err, sizeof(err));
+		pthread_mutex_lock(&r->lock);
+		if (!rc) {
+			size_t n = strcspn(lv, " ");
+
+			snprintf(r->leader_addr, sizeof(r->leader_addr), "%.*s",
+				 (int)n, lv);
+			snprintf(r->leader_donor, sizeof(r->leader_donor), "%s",
+				 lv[n] ? lv + n + 1 : "");
+		}
+		pthread_mutex_unlock(&r->lock);
+		if (!rc)
+			free(lv);
+		return rc == -ENOENT ? 0 : idle;
+	}
+	pthread_mutex_lock(&r->lock);
+	if (rc) {
+		etcd_note_locked(r, err);
+		pthread_mutex_unlock(&r->lock);
+		return idle;
+	}
+	rc = etcd_state_load_locked(r, err, sizeof(err));
+	if (rc) {
+		memd_log(LOG_ERR,
+			 "registry: elected, but cannot read the state: %s; "
+			 "resigning",
+			 err);
+		etcd_note_locked(r, err);
+		pthread_mutex_unlock(&r->lock);
+		memd_etcd_lease_revoke(r->etcd, r->lease_id, err, sizeof(err));
+		r->lease_id = 0;
+		return r->lease_ms;
+	}
+	do
+		auth_random(&r->epoch, sizeof(r->epoch));
+	while (!r->epoch);
+	r->open_unix_ms = unix_ms();
+	for (size_t i = 0; i < r->ndonors; i++)
+		r->donor[i].since_unix_ms = r->open_unix_ms;
+	r->leader = true;
+	r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
+	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
+			   (uint64_t)MISSED_REPORTS * r->report_ms;
+	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
+	/* r->leader_donor keeps the previous leader's donor part, which
+	 * the warm-up does not wait for (place) */
+	memd_log(LOG_NOTICE,
+		 "registry: elected leader addr=%s registry_epoch=%016" PRIx64
+		 " tenants=%zu donors=%zu state_revision=%" PRId64,
+		 r->advertise, r->epoch, r->ntenants, r->ndonors, r->state_rev);
+	pthread_mutex_unlock(&r->lock);
+	return idle;
+}
+
+void memd_registry_etcd_resign(struct memd_registry *r)
+{
+	char err[256];
+
+	if (!r || !r->etcd || !r->lease_id)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->leader = false;
+	r->serve_until_ms = 0;
+	pthread_mutex_unlock(&r->lock);
+	if (memd_etcd_lease_revoke(r->etcd, r->lease_id, err, sizeof(err)))
+		memd_log(LOG_WARNING, "registry: resign: %s", err);
+	r->lease_id = 0;
+}
+
 /* ---- lifecycle --------------------------------------------------------- */
 
 static char *path_join(const char *dir, const char *name)
@@ -998,6 +1385,11 @@ static void registry_free(struct memd_registry *r)
 	free(r->dir);
 	free(r->path);
 	free(r->tmp_path);
+	memd_etcd_close(r->etcd);
+	free(r->state_key);
+	free(r->leader_key);
+	free(r->advertise);
+	sodium_memzero(r->seal, sizeof(r->seal));
 	memset(&r->keys, 0, sizeof(r->keys));
 	free(r);
 }
@@ -1010,12 +1402,33 @@ int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
 	int rc;
 
 	*out = NULL;
-	if (!o || !o->state_dir || !o->keys || !o->slab_bytes ||
+	if (!o || (!o->state_dir && !o->etcd) || !o->keys || !o->slab_bytes ||
 	    !o->report_ms || !o->ticket_ttl_ms || !o->pass_ttl_ms) {
 		set_err(err, errlen,
-			"registry: state_dir, keys, slab size, report, "
-			"ticket and pass intervals are required");
+			"registry: state_dir (or etcd), keys, slab size, "
+			"report, ticket and pass intervals are required");
 		return -EINVAL;
+	}
+	if (o->etcd) {
+		if (auth_init()) {
+			set_err(err, errlen,
+				"registry: libsodium failed to start");
+			return -EIO;
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			goto nomem;
+		r->dir = strdup("");
+		r->path = strdup("");
+		r->tmp_path = strdup("");
+		if (!r->dir || !r->path || !r->tmp_path)
+			goto nomem;
+		rc = etcd_attach(r, o, err, errlen);
+		if (rc) {
+			registry_free(r);
+			return rc;
+		}
+		goto common;
 	}
 	if (stat(o->state_dir, &st) < 0) {
 		rc = -errno;
@@ -1043,6 +1456,7 @@ int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
 	r->tmp_path = path_join(o->state_dir, STATE_TMP);
 	if (!r->dir || !r->path || !r->tmp_path)
 		goto nomem;
+common:
 	r->slab_bytes = o->slab_bytes;
 	r->report_ms = o->report_ms;
 	r->ticket_ttl_ms = o->ticket_ttl_ms;
@@ -1055,7 +1469,9 @@ int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
 	do
 		auth_random(&r->epoch, sizeof(r->epoch));
 	while (!r->epoch);
-	rc = state_load(r, err, errlen);
+	r->grant_next_deadline_ms = UINT64_MAX;
+	/* etcd: the state is read when this registry is elected */
+	rc = r->etcd ? 0 : state_load(r, err, errlen);
 	if (rc) {
 		registry_free(r);
 		return rc;
@@ -1083,9 +1499,52 @@ void memd_registry_close(struct memd_registry *r)
 	registry_free(r);
 }
 
-uint64_t memd_registry_epoch(const struct memd_registry *r)
+uint64_t memd_registry_epoch(struct memd_registry *r)
 {
-	return r->epoch; /* set once at open */
+	uint64_t e;
+
+	pthread_mutex_lock(&r->lock);
+	e = r->epoch;
+	pthread_mutex_unlock(&r->lock);
+	return e;
+}
+
+int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
+			  size_t *ndonors, char *err, size_t errlen)
+{
+	struct memd_registry_opts fo;
+	struct memd_registry *r;
+	struct state_edit e;
+	int rc;
+
+	if (!o || !o->etcd || !o->state_dir) {
+		set_err(err, errlen, "migrate: needs state_dir and etcd");
+		return -EINVAL;
+	}
+	fo = *o;
+	fo.etcd = NULL;
+	rc = memd_registry_open(&fo, 0, &r, err, errlen);
+	if (rc)
+		return rc;
+	rc = etcd_attach(r, o, err, errlen);
+	if (!rc) {
+		pthread_mutex_lock(&r->lock);
+		e = state_now(r);
+		r->state_rev = 0; /* create only */
+		rc = etcd_state_put_locked(r, &e, err, errlen);
+		*ntenants = r->ntenants;
+		*ndonors = r->ndonors;
+		pthread_mutex_unlock(&r->lock);
+		if (rc == -EAGAIN) {
+			set_err(err, errlen,
+				"migrate: etcd already holds registry state at "
+				"%s: not overwritten",
+				r->state_key);
+			rc = -EEXIST;
+		}
+	}
+	memd_registry_close(r);
+	return rc;
 }
 
 int memd_registry_tenant_key(struct memd_registry *r, const char *name,
@@ -1152,6 +1611,10 @@ int memd_registry_donor_join(struct memd_registry *r,
 	for (uint16_t i = 0; i < j->nnodes; i++)
 		nfree += j->node[i].slabs_free;
 	pthread_mutex_lock(&r->lock);
+	if (!is_serving_locked(r, now_ms, err, errlen)) {
+		rc = -EAGAIN;
+		goto out;
+	}
 	expire_locked(r, now_ms);
 	d = donor_by_name(r, j->name);
 	if (!d) {
@@ -1263,6 +1726,11 @@ int memd_registry_donor_report(struct memd_registry *r,
 		memcpy(u, rep->tenant, rep->ntenants * sizeof(*u));
 	}
 	pthread_mutex_lock(&r->lock);
+	if (!is_serving_locked(r, now_ms, err, errlen)) {
+		free(u);
+		rc = -EAGAIN;
+		goto out;
+	}
 	expire_locked(r, now_ms);
 	d = donor_by_id(r, rep->donor_id);
 	if (!d || !d->up || d->epoch != rep->epoch) {
@@ -1444,7 +1912,37 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 	memset(out, 0, sizeof(*out));
 
 	pthread_mutex_lock(&r->lock);
+	if (!is_serving_locked(r, now_ms, err, errlen)) {
+		rc = -EAGAIN;
+		goto out;
+	}
 	expire_locked(r, now_ms);
+	if (r->etcd && now_ms < r->warm_until_ms) {
+		/* Just took over: the tenants' usage is the sum of the
+		 * donors' reports, so place only once every donor known
+		 * (draining ones hold memory too) has reported to us, or
+		 * the wait is over (one that has not is down, as for any
+		 * registry). Placing on part of the reports could pass a
+		 * quota by what the silent donors hold. */
+		for (size_t i = 0; i < r->ndonors; i++) {
+			const struct donor *d = &r->donor[i];
+
+			/* The leader we replace died with its own donor
+			 * part (one that lives on rejoins with a new epoch
+			 * and holds nothing): not waited for. */
+			if ((d->up && d->reported) ||
+			    (r->leader_donor[0] &&
+			     !strcmp(d->name, r->leader_donor)))
+				continue;
+			set_err(err, errlen,
+				"registry: took over as leader; waiting up to "
+				"%" PRIu64 " ms for donor '%s' to report: "
+				"place again",
+				r->warm_until_ms - now_ms, d->name);
+			rc = -EAGAIN;
+			goto out;
+		}
+	}
 	t = tenant_by_id(r, tenant_id);
 	if (!t) {
 		set_err(err, errlen, "no tenant with id %u (removed?)",
@@ -1563,6 +2061,14 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		t->reserved_slabs += rg->nslabs;
 	}
 out:
+	if (rc == -ENOSPC && r->etcd && now_ms < r->warm_until_ms) {
+		/* Just took over: donors are still joining us. */
+		set_err(err, errlen,
+			"registry: took over as leader; donors are rejoining "
+			"for %" PRIu64 " ms more: place again",
+			r->warm_until_ms - now_ms);
+		rc = -EAGAIN;
+	}
 	pthread_mutex_unlock(&r->lock);
 	if (rc)
 		memset(out, 0, sizeof(*out));
@@ -2051,8 +2557,12 @@ int memd_registry_admin(struct memd_registry *r, json_t *req,
 	if (rc)
 		goto out;
 	pthread_mutex_lock(&r->lock);
-	expire_locked(r, now_ms);
-	rc = c->fn(&x);
+	if (is_serving_locked(r, now_ms, err, errlen)) {
+		expire_locked(r, now_ms);
+		rc = c->fn(&x);
+	} else {
+		rc = -EAGAIN;
+	}
 	pthread_mutex_unlock(&r->lock);
 	if (rc) {
 		if (rc == -ENOMEM)

@@ -20,6 +20,19 @@
  * soft state: the sum of what donors report (DONOR_REPORT) plus grants
  * issued and not yet redeemed; after a restart it is rebuilt from the
  * donors' reports, never read from disk.
+ *
+ * The etcd backend (registry = etcd; docs/cluster.md, "The etcd
+ * backend") keeps the same durable state in etcd instead, under
+ * PREFIX/state, each tenant key sealed with a key derived from the
+ * cluster secret; a write is one etcd transaction that succeeds only if
+ * the state is still at the revision this registry read (else -EAGAIN,
+ * nothing applied). Any number of memds run the registry role on one
+ * etcd: they elect one leader through a key under an etcd lease
+ * (PREFIX/leader), and only the leader serves (places, takes donors,
+ * answers admin requests) while its lease is sure to be alive; the others
+ * are standbys that answer -EAGAIN naming the leader, and take over, with
+ * a new registry epoch and the state read afresh from etcd, when its
+ * lease expires. memd_registry_etcd_step drives the election.
  */
 #ifndef TP_MEMD_REGISTRY_H
 #define TP_MEMD_REGISTRY_H
@@ -30,6 +43,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/wire.h"
+#include "memd/etcd.h"
 
 struct memd_registry;
 struct json_t; /* jansson's */
@@ -42,6 +56,12 @@ struct memd_registry_opts {
 	uint32_t pass_ttl_ms;	/* donor passes expire after this */
 	/* the cluster keys (tickets are signed with keys->ticket) */
 	const struct auth_cluster_keys *keys;
+	/* The etcd backend: NULL for registry.json in state_dir. */
+	const struct memd_etcd_opts *etcd;
+	const char *etcd_prefix; /* keys live under it: "/tidepool" */
+	uint32_t etcd_lease_ms;	 /* the leader's lease (whole seconds) */
+	const char *advertise;	 /* this registry's address, for the others */
+	const char *self_donor;	 /* its own donor part's name (or NULL) */
 };
 
 /*
@@ -54,7 +74,42 @@ struct memd_registry_opts {
 int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
 		       struct memd_registry **out, char *err, size_t errlen);
 void memd_registry_close(struct memd_registry *r);
-uint64_t memd_registry_epoch(const struct memd_registry *r);
+/* The current registry epoch (an etcd registry takes a new one each time
+ * it becomes the leader). Thread-safe. */
+uint64_t memd_registry_epoch(struct memd_registry *r);
+
+/*
+ * Whether this registry serves requests now: always with registry.json;
+ * with etcd, while it is the leader and its lease is sure to be alive
+ * (the last keepalive etcd answered, sent at t, makes it sure until
+ * t + lease - lease/4). When not, why says so and names the leader if
+ * known ("standby: the leader is HOST:PORT"). Thread-safe.
+ */
+bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
+			      char *why, size_t whylen);
+
+/*
+ * One step of the etcd election (a no-op with registry.json): keeps this
+ * registry's lease alive, and when no registry holds PREFIX/leader takes
+ * it, reads the state afresh from etcd and starts a new epoch (every
+ * donor must join again; until every known donor has reported, for at
+ * most 4 s and 3 report intervals, PLACE answers -EAGAIN, and -EAGAIN
+ * rather than -ENOSPC until that time is over). Blocks on
+ * etcd (at most its timeout per endpoint). Returns the ms to wait before
+ * the next step. Call from one thread (memd-etcd).
+ */
+uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms);
+/* Gives up leadership (revokes the lease): at a clean shutdown. */
+void memd_registry_etcd_resign(struct memd_registry *r);
+
+/*
+ * Copies the registry.json in o->state_dir into etcd (o->etcd,
+ * o->etcd_prefix), tenant keys sealed. Only into an etcd that has no
+ * registry state yet: -EEXIST otherwise (err says so; nothing written).
+ * 0 with *ntenants, *ndonors copied; -errno with err.
+ */
+int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
+			  size_t *ndonors, char *err, size_t errlen);
 
 /* Authentication: a tenant's id and key by name. 0 or -ENOENT. */
 int memd_registry_tenant_key(struct memd_registry *r, const char *name,
@@ -117,6 +172,10 @@ void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms);
  *            a replica); err says how many are free
  *   -EINVAL  bad flags or nslabs, node no up donor serves
  *   -ENOENT  no such tenant (removed since it authenticated)
+ *   -EAGAIN  an etcd registry that is not serving (a standby, or a
+ *            leader unsure of its lease), or one that just took over
+ *            and would answer -ENOSPC while donors rejoin: place at
+ *            another registry, or again
  */
 int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 			const struct wire_place *req, uint64_t now_ms,

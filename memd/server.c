@@ -290,7 +290,9 @@ struct memd_server {
 	 * pool), and the one binding of a standalone memd's tenant 0 */
 	uint8_t spill_pool[AUTH_KEY_LEN];
 	uint8_t solo_bind[MEMD_KV_BIND_BYTES];
-	struct memd_registry *reg;    /* MODE_REGISTRY */
+	struct memd_registry *reg; /* MODE_REGISTRY */
+	pthread_t etcd_thread;	   /* memd-etcd: registry = etcd */
+	bool etcd_started;
 	struct memd_donor *donor;     /* MODE_REGISTRY and MODE_DONOR */
 	struct memd_redeem *redeemed; /* redeemed tickets; memd-ctl only */
 	/* its stats as memd-ctl last copied them (atomic): for /metrics */
@@ -1198,7 +1200,9 @@ static bool principal_is_tenant_name(const char *p)
  */
 static bool tenant_is_removed(struct memd_server *s, uint32_t tenant_id)
 {
-	if (s->reg) {
+	/* An etcd standby knows no tenants: its donor part asks the leader
+	 * like any donor's. */
+	if (s->reg && memd_registry_is_serving(s->reg, now_ms(), NULL, 0)) {
 		struct auth_pass p;
 		bool gone = memd_registry_make_pass(s->reg, tenant_id, 0, &p) ==
 			    -ENOENT;
@@ -1225,6 +1229,20 @@ static void do_auth(struct memd_server *s, struct conn *c,
 		send_error(s, c, req->seq, EPROTO, "AUTH sent twice");
 		c->closing = true;
 		return;
+	}
+	if (s->reg && !a->pass_len && strcmp(a->principal, "@admin")) {
+		char why[WIRE_MSG_MAX];
+
+		/* An etcd standby (or a leader unsure of its lease) sends
+		 * tenants and donors to another registry; @admin gets in
+		 * for this memd's own "leases", and its registry requests
+		 * are refused EAGAIN the same way (memd_registry_admin). */
+		if (!memd_registry_is_serving(s->reg, now_ms(), why,
+					      sizeof(why))) {
+			send_error(s, c, req->seq, EAGAIN, "%s", why);
+			c->closing = true;
+			return;
+		}
 	}
 	snprintf(c->principal, sizeof(c->principal), "%s", a->principal);
 	memcpy(c->cnonce, a->cnonce, sizeof(c->cnonce));
@@ -3934,14 +3952,20 @@ static int open_endpoint(struct memd_server *s, struct arena_ep *a,
  * Registry and donor modes (docs/cluster.md): the cluster keys from the
  * secret file, the registry's directory. Standalone: nothing.
  */
+static void donor_name(const struct memd_server *s, uint16_t port,
+		       char name[WIRE_NAME_MAX]);
+
 static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 {
+	char self_name[WIRE_NAME_MAX];
 	uint8_t *secret;
 	int n, r;
 
 	if (!s->cfg.registry[0])
 		return 0;
-	s->mode = strcmp(s->cfg.registry, "yes") ? MODE_DONOR : MODE_REGISTRY;
+	s->mode = memd_config_mode(&s->cfg) == MEMD_MODE_REGISTRY
+			  ? MODE_REGISTRY
+			  : MODE_DONOR;
 	if (auth_init()) {
 		snprintf(err, errlen, "libsodium failed to initialize");
 		return -EIO;
@@ -3980,16 +4004,68 @@ static int cluster_open(struct memd_server *s, char *err, size_t errlen)
 			.pass_ttl_ms = s->cfg.pass_ttl_ms,
 			.keys = &s->keys,
 		};
+		struct memd_etcd_opts eo = {
+			.endpoints = s->cfg.etcd_endpoints,
+			.cacert = s->cfg.etcd_cacert,
+			.cert = s->cfg.etcd_cert,
+			.key = s->cfg.etcd_key,
+			/* a step of the election (3 endpoints) stays within
+			 * the lease */
+			.timeout_ms = s->cfg.etcd_lease_ms / 4,
+		};
 
+		if (memd_config_registry_is_etcd(&s->cfg)) {
+			char host[256];
+			uint16_t port = 0;
+
+			wire_split_hostport(s->bound, host, sizeof(host),
+					    &port);
+			donor_name(s, port, self_name);
+			ro.self_donor = self_name;
+			ro.etcd = &eo;
+			ro.etcd_prefix = s->cfg.etcd_prefix;
+			ro.etcd_lease_ms = s->cfg.etcd_lease_ms;
+			ro.advertise = s->cfg.advertise[0] ? s->cfg.advertise
+							   : s->bound;
+		}
 		r = memd_registry_open(&ro, now_ms(), &s->reg, err, errlen);
 		if (r)
 			return r;
-		memd_log(LOG_NOTICE,
-			 "registry: open state_dir=%s "
-			 "registry_epoch=%016" PRIx64,
-			 s->cfg.state_dir, memd_registry_epoch(s->reg));
+		if (ro.etcd)
+			memd_log(LOG_NOTICE,
+				 "registry: open etcd=%s prefix=%s "
+				 "lease_ms=%u: standby until elected",
+				 s->cfg.etcd_endpoints, s->cfg.etcd_prefix,
+				 s->cfg.etcd_lease_ms);
+		else
+			memd_log(LOG_NOTICE,
+				 "registry: open state_dir=%s "
+				 "registry_epoch=%016" PRIx64,
+				 s->cfg.state_dir, memd_registry_epoch(s->reg));
 	}
 	return 0;
+}
+
+/* This memd's name as a donor: donor_name, else the host name and the
+ * control port (stable for one config, distinct for several memds on
+ * one host). */
+static void donor_name(const struct memd_server *s, uint16_t port,
+		       char name[WIRE_NAME_MAX])
+{
+	char hn[WIRE_NAME_MAX] = "memd";
+
+	if (s->cfg.donor_name[0]) {
+		snprintf(name, WIRE_NAME_MAX, "%.63s", s->cfg.donor_name);
+		return;
+	}
+	gethostname(hn, sizeof(hn) - 8);
+	hn[sizeof(hn) - 8] = '\0';
+	for (char *p = hn; *p; p++)
+		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		      (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' ||
+		      *p == '_'))
+			*p = '_';
+	snprintf(name, WIRE_NAME_MAX, "%.55s-%u", hn, port);
 }
 
 /* memd-donor: the link to the registry (ours, in registry mode). */
@@ -4004,7 +4080,8 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 		.snapshot = donor_snapshot,
 		.arg = s,
 	};
-	char self[WIRE_HOSTPORT_MAX], name[WIRE_NAME_MAX], host[256];
+	char self[WIRE_HOSTPORT_MAX + MEMD_CONF_STR_MAX + 1];
+	char name[WIRE_NAME_MAX], host[256];
 	uint16_t port = 0;
 
 	if (s->mode == MODE_STANDALONE)
@@ -4022,27 +4099,16 @@ static int donor_start(struct memd_server *s, char *err, size_t errlen)
 			snprintf(self, sizeof(self), "[::1]:%u", port);
 		else
 			snprintf(self, sizeof(self), "%.127s", s->bound);
+		/* registry = etcd: whichever registry leads, us first */
+		if (s->cfg.registry_peers[0])
+			snprintf(self + strlen(self),
+				 sizeof(self) - strlen(self), ",%s",
+				 s->cfg.registry_peers);
 		o.registry = self;
 	} else {
 		o.registry = s->cfg.registry;
 	}
-	if (s->cfg.donor_name[0]) {
-		snprintf(name, sizeof(name), "%.63s", s->cfg.donor_name);
-	} else {
-		/* Host name and port: stable for one config, and distinct
-		 * for several memds on one host. */
-		char hn[WIRE_NAME_MAX] = "memd";
-
-		gethostname(hn, sizeof(hn) - 8);
-		hn[sizeof(hn) - 8] = '\0';
-		for (char *p = hn; *p; p++)
-			if (!((*p >= 'a' && *p <= 'z') ||
-			      (*p >= 'A' && *p <= 'Z') ||
-			      (*p >= '0' && *p <= '9') || *p == '-' ||
-			      *p == '.' || *p == '_'))
-				*p = '_';
-		snprintf(name, sizeof(name), "%.55s-%u", hn, port);
-	}
+	donor_name(s, port, name);
 	o.name = name;
 	memcpy(o.donor_key, s->keys.donor, sizeof(o.donor_key));
 	o.nnodes = (uint16_t)s->narenas;
@@ -4098,6 +4164,25 @@ static int resolve_per_arena(const struct memd_config *cfg,
 		n = 4;
 	*out = n < fit ? n : fit;
 	return 0;
+}
+
+/* memd-etcd: the registry's election and lease in etcd (registry =
+ * etcd); it resigns (revokes its lease) when memd stops. */
+static void *etcd_main(void *arg)
+{
+	struct memd_server *s = arg;
+
+	pthread_setname_np(pthread_self(), "memd-etcd");
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		uint64_t until =
+			now_ms() + memd_registry_etcd_step(s->reg, now_ms());
+
+		while (now_ms() < until &&
+		       !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE))
+			usleep(20000);
+	}
+	memd_registry_etcd_resign(s->reg);
+	return NULL;
 }
 
 int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
@@ -4256,6 +4341,15 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		goto fail;
 	}
 	s->reclaim_started = true;
+	if (s->reg && memd_config_registry_is_etcd(&s->cfg)) {
+		r = pthread_create(&s->etcd_thread, NULL, etcd_main, s);
+		if (r) {
+			r = -r;
+			snprintf(err, errlen, "etcd thread: %s", strerror(-r));
+			goto fail;
+		}
+		s->etcd_started = true;
+	}
 	r = donor_start(s, err, errlen);
 	if (r)
 		goto fail;
@@ -4446,6 +4540,8 @@ void memd_server_destroy(struct memd_server *s)
 	for (uint32_t a = 0; a < s->nep; a++)
 		if (s->aep[a].started)
 			pthread_join(s->aep[a].thread, NULL);
+	if (s->etcd_started) /* resigns: a standby takes over at once */
+		pthread_join(s->etcd_thread, NULL);
 	/* After memd-reclaim (which kicks it), before the lease table goes
 	 * (its reports read it). */
 	memd_donor_stop(s->donor);

@@ -98,7 +98,9 @@ static void usage(FILE *f)
 	      "waste\n"
 	      "options:\n"
 	      "  -a, --addr HOST:PORT          registry or memd (default "
-	      "$POOLCTL_ADDR, else " DEFAULT_ADDR ")\n"
+	      "$POOLCTL_ADDR, else " DEFAULT_ADDR ");\n"
+	      "                                a list HOST:PORT,... of "
+	      "registries is tried in turn\n"
 	      "  -s, --cluster-secret FILE     cluster secret (default "
 	      "$TIDEPOOL_CLUSTER_SECRET_FILE,\n"
 	      "                                else " DEFAULT_SECRET_FILE ")\n"
@@ -128,10 +130,21 @@ static int usage_error(const char *fmt, ...)
 /* Prints "poolctl: <what>: <message>" and returns code. */
 static int fail(int code, const char *what, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* While a list of registries is tried, failures are held here and only
+ * the last one is printed (conn_open). */
+static bool fail_hold;
+static char fail_held[1024];
+
 static int fail(int code, const char *what, const char *fmt, ...)
 {
 	va_list ap;
 
+	if (fail_hold) {
+		va_start(ap, fmt);
+		vsnprintf(fail_held, sizeof(fail_held), fmt, ap);
+		va_end(ap);
+		return code;
+	}
 	fprintf(stderr, "poolctl: %s: ", what);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -559,9 +572,64 @@ static int resolve_failed(const char *addr, const char *what)
 		    r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
 }
 
-/* Connects to addr and authenticates. 0 or an exit code. */
+static int conn_open_one(struct opts *o, const char *addr, struct conn *c,
+			 const char *what);
+static int admin_quiet(struct opts *o, struct conn *c, json_t *req,
+		       json_t **out, json_error_t *jerr);
+static json_t *cmd_json(const char *cmd);
+
+/*
+ * Connects to addr and authenticates. 0 or an exit code. addr may be a
+ * list of registries ("a:p,b:p": several on one etcd, one of which
+ * leads): each is tried in turn, and the first that accepts us serves;
+ * when none does, the last one's failure is printed.
+ */
 static int conn_open(struct opts *o, const char *addr, struct conn *c,
 		     const char *what)
+{
+	static char one[16][WIRE_HOSTPORT_MAX];
+	const char *p = addr;
+	int n = 0, r = EX_UNAVAILABLE;
+
+	if (!strchr(addr, ','))
+		return conn_open_one(o, addr, c, what);
+	while (*p && n < 16) {
+		size_t len = strcspn(p, ",");
+
+		snprintf(one[n++], sizeof(one[0]), "%.*s",
+			 (int)(len < sizeof(one[0]) ? len : 0), p);
+		p += len;
+		if (*p)
+			p++;
+	}
+	fail_held[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		json_error_t jerr;
+		json_t *st = NULL;
+
+		fail_hold = true;
+		r = conn_open_one(o, one[i], c, what);
+		fail_hold = false;
+		if (r)
+			continue;
+		/* A standby lets @admin in (its own donor part answers
+		 * "leases") but serves no registry request: ask. */
+		if (c->standalone || admin_quiet(o, c, cmd_json("status"), &st,
+						 &jerr) != -EAGAIN) {
+			json_decref(st);
+			return 0;
+		}
+		snprintf(fail_held, sizeof(fail_held), "%.127s: %.800s", one[i],
+			 c->text);
+		r = EX_TEMPFAIL;
+		conn_close(c);
+	}
+	return fail(r, what, "no registry of %s serves; the last said: %s",
+		    addr, fail_held);
+}
+
+static int conn_open_one(struct opts *o, const char *addr, struct conn *c,
+			 const char *what)
 {
 	int r;
 
@@ -2510,8 +2578,20 @@ int main(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return usage_error("which command?");
-	if (wire_split_hostport(o.addr, host, sizeof(host), &port) || port == 0)
-		return usage_error("'%s' is not HOST:PORT", o.addr);
+	for (const char *a = o.addr;;) {
+		size_t n = strcspn(a, ",");
+		char one[WIRE_HOSTPORT_MAX];
+
+		snprintf(one, sizeof(one), "%.*s",
+			 (int)(n < sizeof(one) ? n : 0), a);
+		if (wire_split_hostport(one, host, sizeof(host), &port) ||
+		    port == 0)
+			return usage_error(
+				"'%s' is not HOST:PORT[,HOST:PORT...]", o.addr);
+		a += n;
+		if (!*a++)
+			break;
+	}
 	if (auth_init())
 		return fail(EX_SOFTWARE, "init", "libsodium failed to start");
 

@@ -485,6 +485,17 @@ static const struct good_case good_cases[] = {
 	GS("registry", "[fd00::1]:1", registry, "[fd00::1]:1"),
 	GS("registry", "reg.pool-a.example:65535", registry,
 	   "reg.pool-a.example:65535"),
+	GS("registry", "etcd", registry, "etcd"),
+	GS("registry", "10.0.0.1:7470,10.0.0.2:7470", registry,
+	   "10.0.0.1:7470,10.0.0.2:7470"),
+	GS("etcd_endpoints", "", etcd_endpoints, ""),
+	GS("etcd_endpoints", "10.0.0.9:2379,[fd00::9]:2379", etcd_endpoints,
+	   "10.0.0.9:2379,[fd00::9]:2379"),
+	GS("etcd_prefix", "/pools/a", etcd_prefix, "/pools/a"),
+	GN("etcd_lease", "10s", F_U32, etcd_lease_ms, 10000),
+	GS("etcd_cacert", "/etc/etcd/ca.pem", etcd_cacert, "/etc/etcd/ca.pem"),
+	GS("registry_peers", "r1:7470,r2:7470", registry_peers,
+	   "r1:7470,r2:7470"),
 	GS("cluster_secret_file", "", cluster_secret_file, ""),
 	GS("cluster-secret-file", "/etc/tidepool/cluster.secret",
 	   cluster_secret_file, "/etc/tidepool/cluster.secret"),
@@ -673,6 +684,19 @@ static const struct bad_case bad_cases[] = {
 	{ "registry", "0.0.0.0:7470", "wildcard address" },
 	{ "registry", "[::]:7470", "wildcard address" },
 	{ "registry", "bad host:7470", "not a host name or address" },
+	{ "registry", "ETCD", "is not HOST:PORT" },
+	{ "registry", "a:1,", "is not HOST:PORT" },
+	{ "registry", "a:1,,b:2", "is not HOST:PORT" },
+	{ "registry", "a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9",
+	  "more than 8 addresses" },
+	{ "etcd_endpoints", "10.0.0.9", "is not HOST:PORT" },
+	{ "etcd_endpoints", "0.0.0.0:2379", "wildcard address" },
+	{ "etcd_prefix", "tidepool", "not an absolute path" },
+	{ "etcd_prefix", "/", "must not end with '/'" },
+	{ "etcd_prefix", "/pools/", "must not end with '/'" },
+	{ "etcd_lease", "1s", "out of range" },
+	{ "etcd_lease", "2m", "out of range" },
+	{ "registry_peers", "r1", "is not HOST:PORT" },
 	{ "cluster_secret_file", "cluster.secret", "not an absolute path" },
 	{ "cluster_secret_file", "/etc/a b", "holds a blank" },
 	{ "cluster_secret_file", "/etc/a;b", "holds a blank" },
@@ -889,6 +913,28 @@ START_TEST(validate_cross_keys)
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
 	ck_assert_str_eq(err, "key 'registry': registry = reg:7470 needs "
 			      "cluster_secret_file");
+
+	/* registry = etcd needs endpoints; TLS needs its pieces; peers are
+	 * for etcd registries only */
+	snprintf(c.cluster_secret_file, sizeof(c.cluster_secret_file),
+		 "/etc/tidepool/cluster.secret");
+	snprintf(c.registry, sizeof(c.registry), "etcd");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	ck_assert_str_eq(err, "key 'registry': registry = etcd needs "
+			      "etcd_endpoints");
+	snprintf(c.etcd_endpoints, sizeof(c.etcd_endpoints), "e1:2379");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_config_mode(&c), MEMD_MODE_REGISTRY);
+	ck_assert(memd_config_registry_is_etcd(&c));
+	snprintf(c.etcd_cert, sizeof(c.etcd_cert), "/etc/etcd/me.pem");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "needs etcd_cert, etcd_key and etcd_cacert");
+	c.etcd_cert[0] = '\0';
+	snprintf(c.registry, sizeof(c.registry), "yes");
+	ck_assert(!memd_config_registry_is_etcd(&c));
+	snprintf(c.registry_peers, sizeof(c.registry_peers), "r1:7470");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "key 'registry_peers': only with registry = etcd");
 
 	/* /metrics needs a port of its own (port 0 picks one) */
 	memd_config_defaults(&c);
@@ -1468,7 +1514,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 37);
+	ck_assert_int_eq(keys, 41);
 	free(text);
 }
 END_TEST
@@ -1675,7 +1721,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 37);
+	ck_assert_int_eq(keys, 41);
 	free(text);
 	free(man);
 }

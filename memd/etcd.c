@@ -1,0 +1,448 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/etcd.c - etcd v3 through its JSON gateway (see etcd.h).
+ *
+ * Every request is a POST of a JSON body to /v3/<service>/<method>; keys
+ * and values are base64 (libsodium's codec), 64-bit integers come back as
+ * JSON strings. Why the gateway and not gRPC: Debian 12 ships no C etcd
+ * client nor a gRPC C library fit to link into memd, while libcurl is in
+ * every distribution and the gateway is part of every etcd 3.x server.
+ *
+ * Threads: none of its own; one mutex serializes requests on a handle.
+ * The endpoint that answered last is tried first next time.
+ */
+#include "memd/etcd.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ENDPOINTS 16
+#define REPLY_MAX (8u << 20) /* a bigger reply is refused */
+
+struct memd_etcd {
+	pthread_mutex_t lock;
+	CURL *curl;
+	char *url[MAX_ENDPOINTS]; /* "http://host:port" */
+	int nurl, cur;
+	uint32_t timeout_ms;
+	char *cacert, *cert, *key;
+};
+
+struct buf {
+	char *p;
+	size_t n, cap;
+	bool too_big;
+};
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *arg)
+{
+	struct buf *b = arg;
+	size_t len = sz * n;
+
+	if (b->n + len + 1 > REPLY_MAX) {
+		b->too_big = true;
+		return 0;
+	}
+	if (b->n + len + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		char *q;
+
+		while (cap < b->n + len + 1)
+			cap *= 2;
+		q = realloc(b->p, cap);
+		if (!q)
+			return 0;
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, p, len);
+	b->n += len;
+	b->p[b->n] = '\0';
+	return len;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+void memd_etcd_close(struct memd_etcd *e)
+{
+	if (!e)
+		return;
+	if (e->curl)
+		curl_easy_cleanup(e->curl);
+	for (int i = 0; i < e->nurl; i++)
+		free(e->url[i]);
+	free(e->cacert);
+	free(e->cert);
+	free(e->key);
+	pthread_mutex_destroy(&e->lock);
+	free(e);
+}
+
+static char *dup_or_null(const char *s)
+{
+	return s && s[0] ? strdup(s) : NULL;
+}
+
+int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
+		   char *err, size_t errlen)
+{
+	struct memd_etcd *e;
+	const char *p;
+	bool tls;
+
+	*out = NULL;
+	if (!o || !o->endpoints || !o->endpoints[0]) {
+		set_err(err, errlen, "etcd: no endpoints");
+		return -EINVAL;
+	}
+	if (!o->cert != !o->key || (o->cert && !o->cert[0] != !o->key[0])) {
+		set_err(err, errlen,
+			"etcd: a client certificate needs both cert and key");
+		return -EINVAL;
+	}
+	pthread_once(&curl_once, curl_init_once);
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		goto nomem;
+	pthread_mutex_init(&e->lock, NULL);
+	e->timeout_ms = o->timeout_ms ? o->timeout_ms : 2000;
+	tls = o->cacert && o->cacert[0];
+	for (p = o->endpoints; *p;) {
+		size_t n = strcspn(p, ",");
+
+		if (!n || n > 255 || memchr(p, ' ', n) || !memchr(p, ':', n)) {
+			set_err(err, errlen,
+				"etcd: endpoint '%.*s' is not HOST:PORT",
+				(int)(n > 64 ? 64 : n), p);
+			memd_etcd_close(e);
+			return -EINVAL;
+		}
+		if (e->nurl == MAX_ENDPOINTS) {
+			set_err(err, errlen, "etcd: more than %d endpoints",
+				MAX_ENDPOINTS);
+			memd_etcd_close(e);
+			return -EINVAL;
+		}
+		if (asprintf(&e->url[e->nurl], "%s://%.*s",
+			     tls ? "https" : "http", (int)n, p) < 0) {
+			e->url[e->nurl] = NULL;
+			goto nomem;
+		}
+		e->nurl++;
+		p += n;
+		if (*p == ',')
+			p++;
+	}
+	e->cacert = dup_or_null(o->cacert);
+	e->cert = dup_or_null(o->cert);
+	e->key = dup_or_null(o->key);
+	e->curl = curl_easy_init();
+	if (!e->curl)
+		goto nomem;
+	*out = e;
+	return 0;
+nomem:
+	memd_etcd_close(e);
+	set_err(err, errlen, "etcd: out of memory");
+	return -ENOMEM;
+}
+
+/*
+ * POSTs body to path at the endpoints, the last good one first. 0 and
+ * *reply (parsed), or -EIO with err (every endpoint failed; err names
+ * the last failure). An HTTP 4xx is etcd refusing the request: -EPROTO
+ * with its message, not tried elsewhere. Caller holds e->lock.
+ */
+static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
+		       json_t **reply, char *err, size_t errlen)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	struct curl_slist *hdr = NULL;
+	int rc = -EIO;
+
+	*reply = NULL;
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	for (int k = 0; k < e->nurl; k++) {
+		int i = (e->cur + k) % e->nurl;
+		struct buf b = { 0 };
+		char url[300];
+		long code = 0;
+		json_error_t je;
+		CURLcode cc;
+
+		snprintf(url, sizeof(url), "%s%s", e->url[i], path);
+		curl_easy_reset(e->curl);
+		curl_easy_setopt(e->curl, CURLOPT_URL, url);
+		curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_body);
+		curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &b);
+		curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS,
+				 (long)e->timeout_ms);
+		curl_easy_setopt(e->curl, CURLOPT_CONNECTTIMEOUT_MS,
+				 (long)e->timeout_ms);
+		curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);
+		if (e->cacert)
+			curl_easy_setopt(e->curl, CURLOPT_CAINFO, e->cacert);
+		if (e->cert) {
+			curl_easy_setopt(e->curl, CURLOPT_SSLCERT, e->cert);
+			curl_easy_setopt(e->curl, CURLOPT_SSLKEY, e->key);
+		}
+		cc = curl_easy_perform(e->curl);
+		if (cc == CURLE_OK)
+			curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE,
+					  &code);
+		if (cc != CURLE_OK || code >= 500 || !b.p) {
+			set_err(err, errlen, "etcd %s: %s", e->url[i],
+				b.too_big	 ? "reply too large"
+				: cc != CURLE_OK ? curl_easy_strerror(cc)
+						 : "server error");
+			free(b.p);
+			continue;
+		}
+		*reply = json_loadb(b.p, b.n, 0, &je);
+		if (!*reply || code != 200) {
+			json_t *m = *reply ? json_object_get(*reply, "error")
+					   : NULL;
+
+			set_err(err, errlen, "etcd %s: HTTP %ld: %.200s",
+				e->url[i], code,
+				json_is_string(m) ? json_string_value(m)
+						  : "not JSON");
+			json_decref(*reply);
+			*reply = NULL;
+			free(b.p);
+			rc = -EPROTO;
+			break;
+		}
+		sodium_memzero(b.p, b.n);
+		free(b.p);
+		e->cur = i;
+		rc = 0;
+		break;
+	}
+	curl_slist_free_all(hdr);
+	sodium_memzero(text, strlen(text));
+	free(text);
+	return rc;
+}
+
+static int post(struct memd_etcd *e, const char *path, json_t *body,
+		json_t **reply, char *err, size_t errlen)
+{
+	int rc;
+
+	if (!body) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&e->lock);
+	rc = post_locked(e, path, body, reply, err, errlen);
+	pthread_mutex_unlock(&e->lock);
+	json_decref(body);
+	return rc;
+}
+
+static json_t *b64(const void *p, size_t n)
+{
+	size_t cap =
+		sodium_base64_ENCODED_LEN(n, sodium_base64_VARIANT_ORIGINAL);
+	char *s = malloc(cap);
+	json_t *j;
+
+	if (!s)
+		return NULL;
+	sodium_bin2base64(s, cap, p, n, sodium_base64_VARIANT_ORIGINAL);
+	j = json_string(s);
+	sodium_memzero(s, cap);
+	free(s);
+	return j;
+}
+
+/* An int64 etcd sends as a string (or a number); absent: 0. */
+static int64_t i64(json_t *o, const char *k)
+{
+	json_t *x = json_object_get(o, k);
+
+	if (json_is_integer(x))
+		return json_integer_value(x);
+	if (json_is_string(x))
+		return strtoll(json_string_value(x), NULL, 10);
+	return 0;
+}
+
+int memd_etcd_get(struct memd_etcd *e, const char *key, char **val, size_t *len,
+		  int64_t *mod_rev, int64_t *create_rev, char *err,
+		  size_t errlen)
+{
+	json_t *reply, *kv, *v;
+	const char *s;
+	size_t cap;
+	int rc;
+
+	*val = NULL;
+	*len = 0;
+	*mod_rev = 0;
+	if (create_rev)
+		*create_rev = 0;
+	rc = post(e, "/v3/kv/range",
+		  json_pack("{s:o}", "key", b64(key, strlen(key))), &reply, err,
+		  errlen);
+	if (rc)
+		return rc;
+	kv = json_array_get(json_object_get(reply, "kvs"), 0);
+	if (!kv) {
+		json_decref(reply);
+		return -ENOENT;
+	}
+	v = json_object_get(kv, "value");
+	s = json_is_string(v) ? json_string_value(v) : "";
+	cap = strlen(s) + 1;
+	*val = malloc(cap);
+	if (!*val) {
+		json_decref(reply);
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	if (sodium_base642bin((unsigned char *)*val, cap, s, strlen(s), NULL,
+			      len, NULL, sodium_base64_VARIANT_ORIGINAL)) {
+		free(*val);
+		*val = NULL;
+		json_decref(reply);
+		set_err(err, errlen, "etcd: value of '%s' is not base64", key);
+		return -EPROTO;
+	}
+	(*val)[*len] = '\0';
+	*mod_rev = i64(kv, "mod_revision");
+	if (create_rev)
+		*create_rev = i64(kv, "create_revision");
+	json_decref(reply);
+	return 0;
+}
+
+int memd_etcd_put_if(struct memd_etcd *e, const char *key, const void *val,
+		     size_t len, int64_t mod_rev, int64_t lease, int64_t *rev,
+		     char *err, size_t errlen)
+{
+	json_t *op, *reply;
+	char mr[24], ls[24];
+	int rc;
+
+	snprintf(mr, sizeof(mr), "%" PRId64, mod_rev);
+	snprintf(ls, sizeof(ls), "%" PRId64, lease);
+	if (val)
+		op = json_pack("{s:{s:o, s:o, s:s}}", "request_put", "key",
+			       b64(key, strlen(key)), "value", b64(val, len),
+			       "lease", ls);
+	else
+		op = json_pack("{s:{s:o}}", "request_delete_range", "key",
+			       b64(key, strlen(key)));
+	rc = post(e, "/v3/kv/txn",
+		  op ? json_pack("{s:[{s:s, s:s, s:o, s:s}], s:[o]}", "compare",
+				 "result", "EQUAL", "target", "MOD", "key",
+				 b64(key, strlen(key)), "mod_revision", mr,
+				 "success", op)
+		     : NULL,
+		  &reply, err, errlen);
+	if (rc)
+		return rc;
+	if (!json_is_true(json_object_get(reply, "succeeded"))) {
+		json_decref(reply);
+		set_err(err, errlen,
+			"etcd: '%s' changed since revision %" PRId64, key,
+			mod_rev);
+		return -ECANCELED;
+	}
+	if (rev)
+		*rev = i64(json_object_get(reply, "header"), "revision");
+	json_decref(reply);
+	return 0;
+}
+
+int memd_etcd_lease_grant(struct memd_etcd *e, int64_t ttl_s, int64_t *id,
+			  int64_t *granted_s, char *err, size_t errlen)
+{
+	json_t *reply;
+	int rc;
+
+	rc = post(e, "/v3/lease/grant",
+		  json_pack("{s:I, s:I}", "TTL", (json_int_t)ttl_s, "ID",
+			    (json_int_t)0),
+		  &reply, err, errlen);
+	if (rc)
+		return rc;
+	*id = i64(reply, "ID");
+	*granted_s = i64(reply, "TTL");
+	json_decref(reply);
+	if (!*id || *granted_s <= 0) {
+		set_err(err, errlen, "etcd: lease grant without an id or TTL");
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int memd_etcd_lease_keepalive(struct memd_etcd *e, int64_t id, int64_t *ttl_s,
+			      char *err, size_t errlen)
+{
+	json_t *reply;
+	char s[24];
+	int rc;
+
+	snprintf(s, sizeof(s), "%" PRId64, id);
+	rc = post(e, "/v3/lease/keepalive", json_pack("{s:s}", "ID", s), &reply,
+		  err, errlen);
+	if (rc)
+		return rc;
+	*ttl_s = i64(json_object_get(reply, "result"), "TTL");
+	json_decref(reply);
+	if (*ttl_s <= 0) {
+		set_err(err, errlen, "etcd: lease %" PRIx64 " has expired",
+			(uint64_t)id);
+		return -ENOENT;
+	}
+	return 0;
+}
+
+int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
+			   size_t errlen)
+{
+	json_t *reply;
+	char s[24];
+	int rc;
+
+	snprintf(s, sizeof(s), "%" PRId64, id);
+	rc = post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), &reply,
+		  err, errlen);
+	json_decref(reply);
+	return rc;
+}

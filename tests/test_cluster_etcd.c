@@ -1,0 +1,759 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_cluster_etcd.c - registries on etcd (docs/cluster.md, "The
+ * etcd backend"), with real etcd processes the test starts on loopback
+ * (ports picked free at run time; the test is skipped, exit 77, when
+ * there is no etcd binary: $TP_ETCD, else /usr/bin/etcd).
+ *
+ * - A 3-member etcd, two registry memds (registry = etcd, each the
+ *   other's peer; drained, so that no region lives on them) and two
+ *   donors joined through the list of both. Six
+ *   threads, each its own tenant session given both registries, allocate
+ *   and free one slab at a time under a quota of 8 slabs, writing and
+ *   checking a pattern of their own in every region (a slab leased twice
+ *   would show another thread's bytes). The leading registry is SIGKILLed
+ *   in the middle: every thread allocates again through the other one;
+ *   the slabs the clients hold never pass the quota (counted as they are
+ *   held, and in the donors' own lease tables at the end).
+ * - Then etcd loses one member: allocation goes on; a second: allocation
+ *   fails with EAGAIN ("not sure of its etcd lease") after the client's
+ *   failover time, while reads and writes of a region go on; when the
+ *   members come back, allocation works again.
+ * - memd --migrate-registry copies a registry.json pool (tenants, their
+ *   keys, quotas, donor identities, drain flags) into etcd; a registry on
+ *   that etcd authenticates the tenant and holds the quota; a second
+ *   migration is refused and changes nothing. etcd holds the tenant's
+ *   key sealed only. When the state changes behind the leader, its next
+ *   change is refused (EAGAIN, nothing applied), it steps down and is
+ *   elected again with the new state, and the change then succeeds.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memd/etcd.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+#define SLAB (16ull << 20)
+#define QUOTA_SLABS 8
+#define NTHREADS 6
+#define PATTERN 65536 /* bytes written and checked per region */
+/* report_interval is 300 ms: donors are marked down after 900 ms
+ * without a report, which a TSan build on a loaded 2-core host can
+ * reach at 300 ms (100 ms * 3), taking their capacity away for a moment
+ * (ENOSPC, which the storm counts as a failure) */
+
+static char dir[64], cluster[256], sec_a[256];
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static const char *etcd_path(void)
+{
+	const char *p = getenv("TP_ETCD");
+
+	if (p && *p)
+		return p;
+	return access("/usr/bin/etcd", X_OK) == 0 ? "/usr/bin/etcd" : NULL;
+}
+
+/* A port nobody listens on now (bound, read, closed). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	ck_assert_int_ge(fd, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* ---- etcd members -------------------------------------------------- */
+
+#define MAX_MEMBERS 3
+struct member {
+	pid_t pid;
+	int cport, pport;
+};
+static struct member mem[MAX_MEMBERS];
+static int nmem;
+static char initial[512], endpoints[256];
+
+static void member_start(int i)
+{
+	char name[16], data[128], log[128], curl[64], purl[64];
+	pid_t pid;
+
+	snprintf(name, sizeof(name), "m%d", i);
+	snprintf(data, sizeof(data), "%s/etcd-%d", dir, i);
+	snprintf(log, sizeof(log), "%s/etcd-%d.log", dir, i);
+	snprintf(curl, sizeof(curl), "http://127.0.0.1:%d", mem[i].cport);
+	snprintf(purl, sizeof(purl), "http://127.0.0.1:%d", mem[i].pport);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		FILE *f = freopen(log, "a", stderr);
+
+		(void)f;
+		dup2(STDERR_FILENO, STDOUT_FILENO);
+		execl(etcd_path(), "etcd", "--name", name, "--data-dir", data,
+		      "--listen-client-urls", curl, "--advertise-client-urls",
+		      curl, "--listen-peer-urls", purl,
+		      "--initial-advertise-peer-urls", purl,
+		      "--initial-cluster", initial, "--initial-cluster-token",
+		      dir, "--heartbeat-interval", "50", "--election-timeout",
+		      "500", "--logger", "zap", (char *)NULL);
+		_exit(127);
+	}
+	mem[i].pid = pid;
+}
+
+static void member_kill(int i)
+{
+	if (mem[i].pid > 0) {
+		kill(mem[i].pid, SIGKILL);
+		waitpid(mem[i].pid, NULL, 0);
+	}
+	mem[i].pid = 0;
+}
+
+/* Waits until etcd answers a linearizable read through endpoints. */
+static void etcd_wait_ready(void)
+{
+	struct memd_etcd_opts o = { .endpoints = endpoints, .timeout_ms = 500 };
+	struct memd_etcd *e;
+	char err[256], *v;
+	size_t len;
+	int64_t rev;
+	int r = -EIO;
+
+	ck_assert_int_eq(memd_etcd_open(&o, &e, err, sizeof(err)), 0);
+	for (int i = 0; i < 300 && r != -ENOENT && r != 0; i++) {
+		r = memd_etcd_get(e, "/probe", &v, &len, &rev, NULL, err,
+				  sizeof(err));
+		if (!r)
+			free(v);
+		if (r != -ENOENT && r)
+			sleep_ms(100);
+	}
+	memd_etcd_close(e);
+	ck_assert_msg(r == -ENOENT || !r, "etcd never answered: %s", err);
+}
+
+static void etcd_start(int n)
+{
+	size_t at = 0;
+
+	nmem = n;
+	initial[0] = endpoints[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		mem[i].cport = free_port();
+		mem[i].pport = free_port();
+		at += (size_t)snprintf(initial + at, sizeof(initial) - at,
+				       "%sm%d=http://127.0.0.1:%d",
+				       i ? "," : "", i, mem[i].pport);
+		snprintf(endpoints + strlen(endpoints),
+			 sizeof(endpoints) - strlen(endpoints),
+			 "%s127.0.0.1:%d", i ? "," : "", mem[i].cport);
+	}
+	for (int i = 0; i < n; i++)
+		member_start(i);
+	etcd_wait_ready();
+}
+
+/* ---- memds ---------------------------------------------------------- */
+
+static struct tu_memd reg[2], don[2];
+static char reg_listen[2][64], reg_list[160];
+
+static void registry_start(int i, const char *lease)
+{
+	char a1[300], a2[300], a3[128], a4[64], a5[64];
+	const char *args[] = { "--listen", reg_listen[i],
+			       "--set",	   "registry=etcd",
+			       "--set",	   a1,
+			       "--set",	   a2,
+			       "--set",	   a3,
+			       "--set",	   a4,
+			       "--set",	   a5,
+			       "--set",	   "report_interval=300ms",
+			       "--donate", "128M",
+			       NULL };
+
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "etcd_endpoints=%s", endpoints);
+	snprintf(a3, sizeof(a3), "registry_peers=%s", reg_listen[1 - i]);
+	snprintf(a4, sizeof(a4), "donor_name=r%d", i);
+	snprintf(a5, sizeof(a5), "etcd_lease=%s", lease);
+	ck_assert_int_eq(
+		tu_memd_start_args(&reg[i],
+				   "lease_ttl = 2s\nlease_grace = 500ms", args),
+		0);
+}
+
+static void donor_start(int i)
+{
+	char a1[300], a2[300], a3[64];
+	const char *args[] = {
+		"--set",    a1,	    "--set", a2,
+		"--set",    a3,	    "--set", "report_interval=300ms",
+		"--donate", "256M", NULL
+	};
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg_list);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	snprintf(a3, sizeof(a3), "donor_name=d%d", i);
+	ck_assert_int_eq(
+		tu_memd_start_args(&don[i],
+				   "lease_ttl = 2s\nlease_grace = 500ms", args),
+		0);
+}
+
+/* The registry that serves now (-1: none within 30 s), and its reply to
+ * "donors" in out once n donors are up there. */
+static int leader_with_donors(int n, char *out, size_t cap)
+{
+	for (int t = 0; t < 1500; t++) {
+		for (int i = 0; i < 2; i++) {
+			const char *at = out;
+			int up = 0;
+
+			if (!reg[i].pid ||
+			    tu_admin(reg[i].addr, cluster,
+				     "{\"cmd\":\"donors\"}", out, cap))
+				continue;
+			while ((at = strstr(at, "\"state\":\"up\""))) {
+				up++;
+				at++;
+			}
+			if (up >= n)
+				return i;
+		}
+		sleep_ms(20);
+	}
+	return -1;
+}
+
+static void pool_start(int nreg_up, int ndonors, const char *lease)
+{
+	char out[16384];
+
+	for (int i = 0; i < 2; i++)
+		snprintf(reg_listen[i], sizeof(reg_listen[i]), "127.0.0.1:%d",
+			 free_port());
+	snprintf(reg_list, sizeof(reg_list), "%s,%s", reg_listen[0],
+		 reg_listen[1]);
+	for (int i = 0; i < nreg_up; i++)
+		registry_start(i, lease);
+	for (int i = 0; i < ndonors; i++)
+		donor_start(i);
+	ck_assert_int_ge(
+		leader_with_donors(nreg_up + ndonors, out, sizeof(out)), 0);
+}
+
+static void pool_stop(void)
+{
+	for (int i = 0; i < 2; i++) {
+		if (don[i].pid)
+			tu_memd_stop(&don[i], SIGKILL);
+		if (reg[i].pid)
+			tu_memd_stop(&reg[i], SIGKILL);
+	}
+	for (int i = 0; i < nmem; i++)
+		member_kill(i);
+	memset(reg, 0, sizeof(reg));
+	memset(don, 0, sizeof(don));
+}
+
+static struct pool *connect_a(void)
+{
+	struct pool_opts o = { .addr = reg_list,
+			       .tenant = "a",
+			       .secret_file = sec_a };
+	struct pool *p = NULL;
+	int r = pool_connect(&o, &p);
+
+	ck_assert_msg(!r, "pool_connect(%s): %s", reg_list, strerror(-r));
+	return p;
+}
+
+/* The scratch directory (etcd's data, secrets) of a test. */
+static void setup(void)
+{
+	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "etcd"), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
+}
+
+/* ---- the storm ------------------------------------------------------ */
+
+static atomic_int live, max_live, errors_after;
+static atomic_int stop_storm;	     /* 1: stop allocating; 2: free, end */
+static atomic_uint_fast64_t kill_ms; /* the leader is gone (reaped) */
+static atomic_bool killing;	     /* SIGKILL is on its way */
+static atomic_uint_fast64_t first_ok_after_kill[NTHREADS];
+static char storm_fail[NTHREADS][256];
+
+struct held {
+	struct pool_region *r;
+	uint64_t seed;
+};
+
+static void region_write(struct pool *p, struct held *h, char *buf)
+{
+	tu_pattern_fill(buf, PATTERN, h->seed, 0);
+	if (pool_write(p, h->r, 0, buf, PATTERN))
+		h->seed = 0; /* its donor died: not checked */
+}
+
+/* 0, or 1: the region shows bytes it was not given. */
+static int region_check(struct pool *p, struct held *h, char *buf)
+{
+	if (!h->seed || pool_read(p, h->r, 0, buf, PATTERN))
+		return 2; /* lost: no region lives on the killed registry */
+	return tu_pattern_check(buf, PATTERN, h->seed, 0) >= 0;
+}
+
+static void *storm_main(void *arg)
+{
+	int idx = (int)(intptr_t)arg;
+	struct pool *p = connect_a();
+	struct held h[2] = { 0 };
+	char *buf = malloc(PATTERN);
+	uint64_t iter = 0;
+	int nheld = 0;
+
+	while (!atomic_load(&stop_storm)) {
+		struct pool_region *r;
+		uint64_t k = atomic_load(&kill_ms); /* before the PLACE */
+		int e = pool_alloc(p, SLAB, &r);
+
+		/* the quota is full, or the donors' free slabs are (freed
+		 * slabs are zeroed before reuse: slow under sanitizers) */
+		if (e == -EDQUOT || e == -ENOSPC) {
+			sleep_ms(2);
+			goto release;
+		}
+		if (e) {
+			/* in flight when the leader died: its PLACE or its
+			 * ticket was the dead one's */
+			if (!k && atomic_load(&killing))
+				continue;
+			atomic_fetch_add(&errors_after, 1);
+			snprintf(storm_fail[idx], sizeof(storm_fail[idx]),
+				 "pool_alloc: %s", strerror(-e));
+			continue;
+		}
+		{
+			int n = atomic_fetch_add(&live, 1) + 1;
+			int m = atomic_load(&max_live);
+
+			while (n > m &&
+			       !atomic_compare_exchange_weak(&max_live, &m, n))
+				;
+		}
+		if (k && !first_ok_after_kill[idx])
+			first_ok_after_kill[idx] = mono_ms();
+		h[nheld].r = r;
+		h[nheld].seed = ((uint64_t)(idx + 1) << 40) | ++iter;
+		region_write(p, &h[nheld], buf);
+		nheld++;
+	release:
+		/* hold one, now and then two: check the older one before
+		 * freeing it (six threads keep the quota of 8 full) */
+		if (nheld == 2) {
+			int bad = region_check(p, &h[0], buf);
+
+			if (bad)
+				snprintf(storm_fail[idx],
+					 sizeof(storm_fail[idx]),
+					 "region of seed %llx %s",
+					 (unsigned long long)h[0].seed,
+					 bad == 2 ? "cannot be read or written"
+						  : "shows other bytes: a slab "
+						    "leased twice?");
+			atomic_fetch_sub(&live, 1);
+			pool_free(p, h[0].r);
+			h[0] = h[1];
+			nheld--;
+		}
+	}
+	for (int i = 0; i < nheld; i++) {
+		if (region_check(p, &h[i], buf))
+			snprintf(storm_fail[idx], sizeof(storm_fail[idx]),
+				 "a held region shows other bytes");
+	}
+	/* the lease tables are read now, with the regions still held */
+	while (atomic_load(&stop_storm) < 2)
+		sleep_ms(10);
+	for (int i = 0; i < nheld; i++)
+		pool_free(p, h[i].r);
+	pool_close(p);
+	free(buf);
+	return NULL;
+}
+
+/* Leases of tenant id 1 (tenant "a") in a donor's own table. */
+static int leases_of_a(const char *addr)
+{
+	char out[65536];
+	const char *at = out;
+	int n = 0;
+
+	int e = tu_admin(addr, cluster, "{\"cmd\":\"leases\"}", out,
+			 sizeof(out));
+
+	ck_assert_msg(!e, "leases at %s: %s: %s", addr, strerror(-e), out);
+	if (getenv("TP_DEBUG_LEASES"))
+		fprintf(stderr, "leases at %s: %.300s\n", addr, out);
+	while ((at = strstr(at, "\"tenant_id\":1,"))) {
+		n++;
+		at++;
+	}
+	return n;
+}
+
+START_TEST(kill_the_leading_registry_during_a_storm)
+{
+	pthread_t th[NTHREADS];
+	char out[16384];
+	uint64_t first = UINT64_MAX, last = 0;
+	int lead, held, max_held = 0;
+
+	setup();
+	etcd_start(3);
+	pool_start(2, 2, "2s");
+	lead = leader_with_donors(4, out, sizeof(out));
+	ck_assert_int_ge(lead, 0);
+	ck_assert_int_eq(tu_tenant_add(reg[lead].addr, cluster, "a", sec_a,
+				       QUOTA_SLABS * SLAB),
+			 0);
+	/* The registries place nothing on themselves (drained, a durable
+	 * flag the next leader reads from etcd): killing the leader then
+	 * loses no region, and the slabs the clients count as held are
+	 * exactly what the donors lease. */
+	ck_assert_int_eq(tu_admin(reg[lead].addr, cluster,
+				  "{\"cmd\":\"drain\",\"donor\":\"r0\","
+				  "\"drain\":true}",
+				  out, sizeof(out)),
+			 0);
+	ck_assert_int_eq(tu_admin(reg[lead].addr, cluster,
+				  "{\"cmd\":\"drain\",\"donor\":\"r1\","
+				  "\"drain\":true}",
+				  out, sizeof(out)),
+			 0);
+	for (int i = 0; i < NTHREADS; i++)
+		ck_assert_int_eq(pthread_create(&th[i], NULL, storm_main,
+						(void *)(intptr_t)i),
+				 0);
+	sleep_ms(1500);
+	/* Allocations that began before it was gone may fail (their PLACE
+	 * or their ticket was the dead one's); none that begin after. */
+	atomic_store(&killing, true);
+	tu_memd_stop(&reg[lead], SIGKILL);
+	atomic_store(&kill_ms, mono_ms());
+	reg[lead].pid = 0;
+	/* every thread allocates through the other registry */
+	for (int t = 0; t < 3000; t++) {
+		int n = 0;
+
+		for (int i = 0; i < NTHREADS; i++)
+			n += first_ok_after_kill[i] != 0;
+		if (n == NTHREADS)
+			break;
+		sleep_ms(10);
+	}
+	/* and go on for a while; the donors' own lease tables never hold
+	 * more of the tenant than its quota */
+	for (int t = 0; t < 10; t++) {
+		held = leases_of_a(reg[1 - lead].addr) +
+		       leases_of_a(don[0].addr) + leases_of_a(don[1].addr);
+		ck_assert_int_le(held, QUOTA_SLABS);
+		if (held > max_held)
+			max_held = held;
+		sleep_ms(100);
+	}
+	/* the donors were seen holding the tenant's slabs (not a check
+	 * that passes on empty tables) */
+	ck_assert_int_gt(max_held, 0);
+	atomic_store(&stop_storm, 1);
+	sleep_ms(300);
+	held = leases_of_a(reg[1 - lead].addr) + leases_of_a(don[0].addr) +
+	       leases_of_a(don[1].addr);
+	atomic_store(&stop_storm, 2);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < NTHREADS; i++) {
+		ck_assert_msg(!storm_fail[i][0], "thread %d: %s", i,
+			      storm_fail[i]);
+		ck_assert_msg(first_ok_after_kill[i],
+			      "thread %d never allocated after the kill", i);
+		if (first_ok_after_kill[i] < first)
+			first = first_ok_after_kill[i];
+		if (first_ok_after_kill[i] > last)
+			last = first_ok_after_kill[i];
+	}
+	printf("failover: kill to first allocation %llu ms, to every "
+	       "thread's %llu ms; most slabs held at once %d (quota %d); "
+	       "most leases in the donors' tables %d; at the end %d\n",
+	       (unsigned long long)(first - kill_ms),
+	       (unsigned long long)(last - kill_ms), atomic_load(&max_live),
+	       QUOTA_SLABS, max_held, held);
+	ck_assert_int_eq(atomic_load(&errors_after), 0);
+	ck_assert_int_le(atomic_load(&max_live), QUOTA_SLABS);
+	ck_assert_int_le(held, QUOTA_SLABS);
+	ck_assert_int_gt(atomic_load(&max_live), 0);
+
+	/* ---- etcd loses one member, then two ---- */
+	{
+		struct pool *p;
+		struct pool_region *r, *r2;
+		char *buf = malloc(PATTERN);
+		uint64_t t0;
+		int e;
+
+		setenv("LIBPOOL_REGISTRY_FAILOVER_MS", "3000", 1);
+		p = connect_a();
+		ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+		member_kill(0);
+		e = pool_alloc(p, SLAB, &r2);
+		ck_assert_msg(!e, "with 2 of 3 etcd members: %s", strerror(-e));
+		pool_free(p, r2);
+		member_kill(1);
+		sleep_ms(2500); /* the leader's lease is no longer sure */
+		t0 = mono_ms();
+		e = pool_alloc(p, SLAB, &r2);
+		ck_assert_msg(e == -EAGAIN, "without quorum: %d (%s)", e,
+			      strerror(-e));
+		printf("quorum lost: pool_alloc failed EAGAIN after %llu ms\n",
+		       (unsigned long long)(mono_ms() - t0));
+		/* the data plane does not need the registry */
+		tu_pattern_fill(buf, PATTERN, 77, 0);
+		ck_assert_int_eq(pool_write(p, r, 0, buf, PATTERN), 0);
+		memset(buf, 0, PATTERN);
+		ck_assert_int_eq(pool_read(p, r, 0, buf, PATTERN), 0);
+		ck_assert_int_lt(tu_pattern_check(buf, PATTERN, 77, 0), 0);
+		member_start(0);
+		member_start(1);
+		t0 = mono_ms();
+		do {
+			e = pool_alloc(p, SLAB, &r2);
+		} while (e && mono_ms() - t0 < 60000);
+		ck_assert_msg(!e, "after quorum came back: %s", strerror(-e));
+		printf("quorum back: allocating again after %llu ms\n",
+		       (unsigned long long)(mono_ms() - t0));
+		pool_free(p, r2);
+		pool_free(p, r);
+		pool_close(p);
+		free(buf);
+		unsetenv("LIBPOOL_REGISTRY_FAILOVER_MS");
+	}
+	pool_stop();
+}
+END_TEST
+
+/* ---- migration ------------------------------------------------------- */
+
+static void assert_has(const char *s, const char *what)
+{
+	ck_assert_msg(strstr(s, what), "'%s' not in '%s'", what, s);
+}
+
+static int run_memd(const char *const *argv, char *out, size_t cap)
+{
+	char cmd[2048] = "";
+	FILE *f;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s", tu_memd_path());
+	for (int i = 0; argv[i]; i++)
+		snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " '%s'",
+			 argv[i]);
+	snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " 2>&1");
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	st = pclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(migrate_registry_json_to_etcd)
+{
+	char state[128], out[16384], a1[300], a2[300], sd[300];
+	struct tu_memd old;
+	struct pool *p;
+	struct pool_region *r[3] = { NULL };
+	const char *args[] = { "--set", "registry=yes",	  "--set",
+			       a1,	"--set",	  sd,
+			       "--set", "donor_name=old", NULL };
+	const char *mig[] = { "--listen",
+			      "127.0.0.1:0",
+			      "--set",
+			      "registry=etcd",
+			      "--set",
+			      a1,
+			      "--set",
+			      a2,
+			      "--migrate-registry",
+			      state,
+			      NULL };
+	int lead;
+
+	setup();
+	etcd_start(1);
+	snprintf(state, sizeof(state), "%s/state", dir);
+	ck_assert_int_eq(mkdir(state, 0700), 0);
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "etcd_endpoints=%s", endpoints);
+	snprintf(sd, sizeof(sd), "state_dir=%s", state);
+	/* a registry.json pool: a tenant, a quota, a drained donor */
+	ck_assert_int_eq(tu_memd_start_args(&old, NULL, args), 0);
+	ck_assert_int_eq(tu_tenant_add(old.addr, cluster, "a", sec_a, 2 * SLAB),
+			 0);
+	ck_assert_int_eq(tu_admin(old.addr, cluster,
+				  "{\"cmd\":\"drain\",\"donor\":\"old\","
+				  "\"drain\":true}",
+				  out, sizeof(out)),
+			 0);
+	tu_memd_stop_ok(&old);
+
+	ck_assert_int_eq(run_memd(mig, out, sizeof(out)), 0);
+	ck_assert_ptr_nonnull(strstr(out, "1 tenants, 1 donors"));
+	/* a second migration changes nothing */
+	ck_assert_int_eq(run_memd(mig, out, sizeof(out)), 73);
+	ck_assert_ptr_nonnull(strstr(out, "already holds registry state"));
+
+	/* a registry on etcd: the tenant, its key and its quota */
+	snprintf(reg_listen[0], sizeof(reg_listen[0]), "127.0.0.1:%d",
+		 free_port());
+	snprintf(reg_listen[1], sizeof(reg_listen[1]), "127.0.0.1:%d",
+		 free_port());
+	snprintf(reg_list, sizeof(reg_list), "%s", reg_listen[0]);
+	registry_start(0, "2s");
+	donor_start(0);
+	lead = leader_with_donors(2, out, sizeof(out));
+	ck_assert_int_eq(lead, 0);
+	/* the drained donor is known, down (it has not joined) and drained */
+	ck_assert_ptr_nonnull(strstr(out, "\"name\":\"old\""));
+	ck_assert_int_eq(tu_admin(reg[0].addr, cluster,
+				  "{\"cmd\":\"quota-get\",\"name\":\"a\"}", out,
+				  sizeof(out)),
+			 0);
+	ck_assert_ptr_nonnull(strstr(out, "\"quota_bytes\":33554432"));
+	p = connect_a();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r[0]), 0);
+	/* the first grant is reserved until its donor reports it used */
+	for (int t = 0; t < 100 && pool_alloc(p, SLAB, &r[1]); t++)
+		sleep_ms(50);
+	ck_assert_ptr_nonnull(r[1]);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r[2]), -EDQUOT);
+	pool_free(p, r[0]);
+	pool_free(p, r[1]);
+	pool_close(p);
+
+	/* The state changes behind the leader (the same bytes written
+	 * again: a new revision): its next change is refused, nothing is
+	 * applied, and it steps down, is elected again with the state read
+	 * afresh, and the change then goes through. */
+	{
+		struct memd_etcd_opts eo = { .endpoints = endpoints,
+					     .timeout_ms = 1000 };
+		struct memd_etcd *e;
+		char err[256], *v;
+		size_t len;
+		int64_t rev;
+		int rc = -EAGAIN;
+
+		ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
+		ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len,
+					       &rev, NULL, err, sizeof(err)),
+				 0);
+		ck_assert_ptr_nonnull(strstr(v, "\"key_sealed\""));
+		ck_assert_ptr_null(strstr(v, "\"key\""));
+		ck_assert_int_eq(memd_etcd_put_if(e, "/tidepool/state", v, len,
+						  rev, 0, NULL, err,
+						  sizeof(err)),
+				 0);
+		free(v);
+		memd_etcd_close(e);
+		ck_assert_int_eq(
+			tu_admin(reg[0].addr, cluster,
+				 "{\"cmd\":\"quota-set\",\"name\":\"a\","
+				 "\"quota_bytes\":50331648}",
+				 out, sizeof(out)),
+			-EAGAIN);
+		assert_has(out, "changed under this registry");
+		for (int t = 0; t < 300 && rc; t++) {
+			rc = tu_admin(reg[0].addr, cluster,
+				      "{\"cmd\":\"quota-set\",\"name\":"
+				      "\"a\",\"quota_bytes\":50331648}",
+				      out, sizeof(out));
+			if (rc)
+				sleep_ms(50);
+		}
+		ck_assert_msg(!rc, "quota-set after the step down: %s", out);
+		ck_assert_int_eq(tu_admin(reg[0].addr, cluster,
+					  "{\"cmd\":\"quota-get\",\"name\":"
+					  "\"a\"}",
+					  out, sizeof(out)),
+				 0);
+		assert_has(out, "\"quota_bytes\":50331648");
+	}
+	pool_stop();
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cluster_etcd");
+	TCase *tc = tcase_create("etcd");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+	if (!etcd_path())
+		tu_skip("no etcd binary (apt-get install etcd-server, or set "
+			"TP_ETCD)");
+	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, kill_the_leading_registry_during_a_storm);
+	tcase_add_test(tc, migrate_registry_json_to_etcd);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
