@@ -1535,16 +1535,12 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 	json_decref(j);
 	printf("measured at kv_share %d: %.3f (client %.3f), target %.2f\n",
 	       share, measured, h2, target);
-	/* The curve is LRU's (SHARDS); memd evicts with S3-FIFO, which
-	 * keeps the one-shot last chunks out of the main queue and so does
-	 * better than LRU on this workload (0.74 measured for 0.60 asked
-	 * on this machine): the test checks the suggestion is not too
-	 * small here, not the issue's +-0.05 (docs/capacity.md, "LRU and
-	 * S3-FIFO", which also shows a trace where S3-FIFO does worse). */
-	ck_assert_msg(measured >= target - 0.05, "measured %.3f, target %.2f",
-		      measured, target);
-	ck_assert_msg(measured <= target + 0.2, "measured %.3f, target %.2f",
-		      measured, target);
+	/* The curve is memd's S3-FIFO's (miniature simulations of it over
+	 * the sampled keys, docs/capacity.md): the store at the suggested
+	 * share measures the target within 0.05 (the LRU curve, which it
+	 * replaced, gave a share at which S3-FIFO measured 0.74). */
+	ck_assert_msg(fabs(measured - target) <= 0.05,
+		      "measured %.3f, target %.2f", measured, target);
 	tu_memd_stop_ok(&md);
 }
 END_TEST
