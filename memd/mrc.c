@@ -11,7 +11,7 @@
  * hash for the fixed-size threshold, at one timestamp slot each), a
  * Fenwick tree of bytes over 2 * sample_max timestamp slots, two
  * histograms, and MEMD_MRC_SIM_N miniature stores whose per-key links
- * are indexed by the key's entry. No thread of its own; its owner serializes the calls.
+ * are indexed by the key's entry (key-major). No thread of its own; its owner serializes the calls.
  *
  * Invariants: every tracked key has h <= thr (the threshold; sampled iff
  * h <= thr) and occupies exactly one slot, the slot of its latest
@@ -245,8 +245,12 @@ static uint32_t find(struct memd_mrc *m, uint64_t h)
 /* ---- the miniature S3-FIFO stores (Waldspurger et al., ATC '17) ----
  * Each mirrors memd/kvstore.c's eviction at one grid size, over the
  * sampled keys only, at a capacity of the size times the sampling rate.
- * Per key and store: links and a state byte, indexed by the key's entry.
+ * Per key and store: links and a state byte, at SI(store, key's entry).
  */
+
+/* Where key x's links and state in store k are: a key's states in all
+ * the stores share a cache line or two (a hit touches only those). */
+#define SI(k, x) ((size_t)(x)*MEMD_MRC_SIM_N + (k))
 
 static double sim_size(unsigned k)
 {
@@ -256,33 +260,32 @@ static double sim_size(unsigned k)
 
 static unsigned sq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
 {
-	return m->sst[(size_t)k * m->sample_max + x] & 3u;
+	return m->sst[SI(k, x)] & 3u;
 }
 
 static unsigned freq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
 {
-	return m->sst[(size_t)k * m->sample_max + x] >> 2;
+	return m->sst[SI(k, x)] >> 2;
 }
 
 static void st_set(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
 		   unsigned freq)
 {
-	m->sst[(size_t)k * m->sample_max + x] = (uint8_t)(q | freq << 2);
+	m->sst[SI(k, x)] = (uint8_t)(q | freq << 2);
 }
 
 static void sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
 {
 	struct mrc_sim *s = &m->sim[k];
-	size_t b = (size_t)k * m->sample_max;
 	unsigned q = sq_of(m, k, x);
-	uint32_t p = m->sprev[b + x], n = m->snext[b + x];
+	uint32_t p = m->sprev[SI(k, x)], n = m->snext[SI(k, x)];
 
 	if (p != NONE)
-		m->snext[b + p] = n;
+		m->snext[SI(k, p)] = n;
 	else
 		s->head[q] = n;
 	if (n != NONE)
-		m->sprev[b + n] = p;
+		m->sprev[SI(k, n)] = p;
 	else
 		s->tail[q] = p;
 	s->count[q]--;
@@ -294,12 +297,11 @@ static void sim_push(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
 		     unsigned freq)
 {
 	struct mrc_sim *s = &m->sim[k];
-	size_t b = (size_t)k * m->sample_max;
 
-	m->sprev[b + x] = NONE;
-	m->snext[b + x] = s->head[q];
+	m->sprev[SI(k, x)] = NONE;
+	m->snext[SI(k, x)] = s->head[q];
 	if (s->head[q] != NONE)
-		m->sprev[b + s->head[q]] = x;
+		m->sprev[SI(k, s->head[q])] = x;
 	s->head[q] = x;
 	if (s->tail[q] == NONE)
 		s->tail[q] = x;
