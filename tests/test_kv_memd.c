@@ -1472,6 +1472,10 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 		      json_hit_ratio(out), h1);
 	j = json_loads(out, 0, &je);
 	ck_assert_ptr_nonnull(j);
+	/* the curve is memd's policy's, not LRU's */
+	ck_assert_str_eq(json_string_value(json_object_get(
+				 json_object_get(j, "curve"), "policy")),
+			 "S3-FIFO (mini-sim)");
 	/* the unique last chunks are put and never read: waste */
 	ck_assert_int_gt(json_integer_value(json_object_get(
 				 json_object_get(j, "stats"), "oneshot")),
