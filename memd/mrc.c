@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: MIT
 /*
- * memd/mrc.c - fixed-size, byte-weighted SHARDS over a sliding window: a
- * tenant's LRU miss-ratio curve from a bounded sample of its keys
- * (memd/mrc.h says what it computes, docs/capacity.md why and how well).
+ * memd/mrc.c - fixed-size, byte-weighted SHARDS over a sliding window, and
+ * miniature S3-FIFO stores over its sample: a tenant's miss-ratio curve
+ * for memd's eviction (and LRU's, as a reference) from a bounded sample
+ * of its keys (memd/mrc.h says what it computes, docs/capacity.md why and
+ * how well).
  *
  * Owns, per curve: up to sample_max tracked keys (an entry each, in a
  * chained hash table keyed by the 64-bit spatial hash, in a max-heap by
  * hash for the fixed-size threshold, at one timestamp slot each), a
- * Fenwick tree of bytes over 2 * sample_max timestamp slots, and two
- * histograms. No thread of its own; its owner serializes the calls.
+ * Fenwick tree of bytes over 2 * sample_max timestamp slots, two
+ * histograms, and MEMD_MRC_SIM_N miniature stores whose per-key links
+ * are indexed by the key's entry (key-major). No thread of its own; its owner serializes the calls.
  *
  * Invariants: every tracked key has h <= thr (the threshold; sampled iff
  * h <= thr) and occupies exactly one slot, the slot of its latest
  * reference; fen sums, over slots, the bytes of the key in each;
- * total_bytes is their sum.
+ * total_bytes is their sum. Only tracked keys are in the stores; each
+ * store's used is the bytes of its small and main queues, at most its cap
+ * after every call.
  */
 #include "memd/mrc.h"
 
@@ -27,6 +32,18 @@ struct mrc_entry {
 	uint64_t h;
 	uint64_t bytes;
 	uint32_t slot, heap, hnext, pad;
+};
+
+/* a key's queue in a miniature store */
+enum { SQ_NONE, SQ_SMALL, SQ_MAIN, SQ_GHOST };
+
+struct mrc_sim {
+	double cap;		   /* grid size x R, bytes */
+	uint64_t used;		   /* bytes of small + main */
+	uint32_t head[4], tail[4]; /* by SQ_*; head: newest */
+	uint32_t count[4];
+	uint64_t qbytes[4];
+	double hits[2]; /* weight of requests hit, per window */
 };
 
 struct memd_mrc {
@@ -46,6 +63,11 @@ struct memd_mrc {
 	uint64_t refs[2]; /* every counted reference, sampled or not */
 	double cold[2];
 	double hist[2][MEMD_MRC_NBUCKETS];
+	/* the miniature S3-FIFO stores, one per grid size; per key and
+	 * store: queue links and state, at [k * sample_max + entry] */
+	struct mrc_sim sim[MEMD_MRC_SIM_N];
+	uint32_t *sprev, *snext;
+	uint8_t *sst; /* queue (SQ_*) | freq << 2 */
 };
 
 /* ---- histogram buckets ---- */
@@ -220,6 +242,180 @@ static uint32_t find(struct memd_mrc *m, uint64_t h)
 	return x;
 }
 
+/* ---- the miniature S3-FIFO stores (Waldspurger et al., ATC '17) ----
+ * Each mirrors memd/kvstore.c's eviction at one grid size, over the
+ * sampled keys only, at a capacity of the size times the sampling rate.
+ * Per key and store: links and a state byte, at SI(store, key's entry).
+ */
+
+/* Where key x's links and state in store k are: a key's states in all
+ * the stores share a cache line or two (a hit touches only those). */
+#define SI(k, x) ((size_t)(x)*MEMD_MRC_SIM_N + (k))
+
+static double sim_size(unsigned k)
+{
+	return __builtin_exp2((double)MEMD_MRC_SIM_LO_SHIFT +
+			      (double)k / MEMD_MRC_SIM_PER_DOUBLING);
+}
+
+static unsigned sq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
+{
+	return m->sst[SI(k, x)] & 3u;
+}
+
+static unsigned freq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
+{
+	return m->sst[SI(k, x)] >> 2;
+}
+
+static void st_set(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
+		   unsigned freq)
+{
+	m->sst[SI(k, x)] = (uint8_t)(q | freq << 2);
+}
+
+static void sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
+{
+	struct mrc_sim *s = &m->sim[k];
+	unsigned q = sq_of(m, k, x);
+	uint32_t p = m->sprev[SI(k, x)], n = m->snext[SI(k, x)];
+
+	if (p != NONE)
+		m->snext[SI(k, p)] = n;
+	else
+		s->head[q] = n;
+	if (n != NONE)
+		m->sprev[SI(k, n)] = p;
+	else
+		s->tail[q] = p;
+	s->count[q]--;
+	s->qbytes[q] -= m->e[x].bytes;
+	st_set(m, k, x, SQ_NONE, freq_of(m, k, x));
+}
+
+static void sim_push(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
+		     unsigned freq)
+{
+	struct mrc_sim *s = &m->sim[k];
+
+	m->sprev[SI(k, x)] = NONE;
+	m->snext[SI(k, x)] = s->head[q];
+	if (s->head[q] != NONE)
+		m->sprev[SI(k, s->head[q])] = x;
+	s->head[q] = x;
+	if (s->tail[q] == NONE)
+		s->tail[q] = x;
+	s->count[q]++;
+	s->qbytes[q] += m->e[x].bytes;
+	st_set(m, k, x, q, freq);
+}
+
+/* One eviction, as kvstore.c's: from small while it holds at least 10 %
+ * of the bytes (its oldest to main when read since, else out and a
+ * ghost), else from main (oldest back to main's head with freq - 1, or
+ * out). Ghosts: at most as many as resident keys. */
+static void sim_evict(struct memd_mrc *m, unsigned k)
+{
+	struct mrc_sim *s = &m->sim[k];
+
+	for (;;) {
+		bool small = s->count[SQ_SMALL] &&
+			     (s->count[SQ_MAIN] == 0 ||
+			      s->qbytes[SQ_SMALL] * 10 >=
+				      s->qbytes[SQ_SMALL] + s->qbytes[SQ_MAIN]);
+		uint32_t x = small ? s->tail[SQ_SMALL] : s->tail[SQ_MAIN];
+		unsigned f = freq_of(m, k, x);
+
+		sim_unlink(m, k, x);
+		if (f >= 1) {
+			sim_push(m, k, x, SQ_MAIN, small ? f : f - 1);
+			continue;
+		}
+		s->used -= m->e[x].bytes;
+		if (!small)
+			return; /* not ghosted */
+		sim_push(m, k, x, SQ_GHOST, 0);
+		while (s->count[SQ_GHOST] >
+		       s->count[SQ_SMALL] + s->count[SQ_MAIN])
+			sim_unlink(m, k, s->tail[SQ_GHOST]);
+		return;
+	}
+}
+
+/* A reference to tracked key x (its bytes already set; 0: unknown) in
+ * every store: a request hits when the key is resident (its frequency
+ * rises, at most 3) and adds w to the hits; a miss, or a put of an
+ * absent key, inserts it when its size is known (a ghost into main). */
+static void sims_ref(struct memd_mrc *m, uint32_t x, bool counted, double w)
+{
+	uint64_t bytes = m->e[x].bytes;
+
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		struct mrc_sim *s = &m->sim[k];
+		unsigned q = sq_of(m, k, x), f = freq_of(m, k, x);
+
+		if (q == SQ_SMALL || q == SQ_MAIN) {
+			if (counted) {
+				s->hits[m->cur] += w;
+				if (f < 3)
+					st_set(m, k, x, q, f + 1);
+			}
+			continue;
+		}
+		if (!bytes || (double)bytes > s->cap)
+			continue;
+		if (q == SQ_GHOST)
+			sim_unlink(m, k, x);
+		while ((double)(s->used + bytes) > s->cap)
+			sim_evict(m, k);
+		sim_push(m, k, x, q == SQ_GHOST ? SQ_MAIN : SQ_SMALL, 0);
+		s->used += bytes;
+	}
+}
+
+/* Key x's size changes to bytes: resident copies count the new size. */
+static void sims_resize(struct memd_mrc *m, uint32_t x, uint64_t bytes)
+{
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		struct mrc_sim *s = &m->sim[k];
+		unsigned q = sq_of(m, k, x);
+
+		if (q == SQ_NONE)
+			continue;
+		s->qbytes[q] = s->qbytes[q] - m->e[x].bytes + bytes;
+		if (q != SQ_GHOST)
+			s->used = s->used - m->e[x].bytes + bytes;
+	}
+}
+
+/* Key x stops being tracked: out of every store. */
+static void sims_forget(struct memd_mrc *m, uint32_t x)
+{
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		unsigned q = sq_of(m, k, x);
+
+		if (q == SQ_NONE)
+			continue;
+		if (q != SQ_GHOST)
+			m->sim[k].used -= m->e[x].bytes;
+		sim_unlink(m, k, x);
+		st_set(m, k, x, SQ_NONE, 0);
+	}
+}
+
+/* The rate changed: each store's capacity is its size times R; evicts
+ * down to it. */
+static void sims_rescale(struct memd_mrc *m, double r)
+{
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		struct mrc_sim *s = &m->sim[k];
+
+		s->cap = sim_size(k) * r;
+		while ((double)s->used > s->cap)
+			sim_evict(m, k);
+	}
+}
+
 static void untrack(struct memd_mrc *m, uint32_t x)
 {
 	uint32_t *p = hchain(m, m->e[x].h);
@@ -227,12 +423,13 @@ static void untrack(struct memd_mrc *m, uint32_t x)
 	while (*p != x)
 		p = &m->e[*p].hnext;
 	*p = m->e[x].hnext;
+	sims_forget(m, x);
 	slot_drop(m, x);
 	heap_remove(m, x);
 	m->freel[m->nfree++] = x;
 }
 
-static void track(struct memd_mrc *m, uint64_t h, uint64_t bytes)
+static uint32_t track(struct memd_mrc *m, uint64_t h, uint64_t bytes)
 {
 	uint32_t x = m->freel[--m->nfree];
 	uint32_t *p = hchain(m, h);
@@ -244,6 +441,7 @@ static void track(struct memd_mrc *m, uint64_t h, uint64_t bytes)
 	heap_set(m, m->tracked++, x);
 	heap_up(m, m->tracked - 1);
 	slot_take(m, x);
+	return x;
 }
 
 /* ---- the curve ---- */
@@ -273,8 +471,13 @@ int memd_mrc_create(uint32_t sample_max, uint64_t window_refs,
 	m->freel = malloc(sample_max * sizeof(*m->freel));
 	m->slot_entry = malloc(m->nslots * sizeof(*m->slot_entry));
 	m->fen = calloc(m->nslots + 1, sizeof(*m->fen));
+	m->sprev =
+		malloc((size_t)MEMD_MRC_SIM_N * sample_max * sizeof(*m->sprev));
+	m->snext =
+		malloc((size_t)MEMD_MRC_SIM_N * sample_max * sizeof(*m->snext));
+	m->sst = calloc((size_t)MEMD_MRC_SIM_N * sample_max, sizeof(*m->sst));
 	if (!m->e || !m->hhead || !m->heap || !m->freel || !m->slot_entry ||
-	    !m->fen) {
+	    !m->fen || !m->sprev || !m->snext || !m->sst) {
 		memd_mrc_destroy(m);
 		return -ENOMEM;
 	}
@@ -283,6 +486,11 @@ int memd_mrc_create(uint32_t sample_max, uint64_t window_refs,
 	for (uint32_t i = 0; i < sample_max; i++)
 		m->freel[i] = sample_max - 1 - i;
 	m->nfree = sample_max;
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		memset(m->sim[k].head, 0xff, sizeof(m->sim[k].head));
+		memset(m->sim[k].tail, 0xff, sizeof(m->sim[k].tail));
+		m->sim[k].cap = sim_size(k);
+	}
 	*out = m;
 	return 0;
 }
@@ -297,6 +505,9 @@ void memd_mrc_destroy(struct memd_mrc *m)
 	free(m->freel);
 	free(m->slot_entry);
 	free(m->fen);
+	free(m->sprev);
+	free(m->snext);
+	free(m->sst);
 	free(m);
 }
 
@@ -320,6 +531,8 @@ static void record(struct memd_mrc *m, bool cold, uint64_t d, double w)
 		m->refs[c] = 0;
 		m->cold[c] = 0;
 		memset(m->hist[c], 0, sizeof(m->hist[c]));
+		for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++)
+			m->sim[k].hits[c] = 0;
 	}
 }
 
@@ -342,14 +555,22 @@ bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
 				m->total_bytes - fen_prefix(m, m->e[x].slot);
 			double d = (double)above / r + (double)own;
 
+			/* the stores count their hits in the window the
+			 * request goes to: before record() rotates */
+			sims_ref(m, x, true, 1.0 / r);
 			record(m, false,
 			       d > 0x1p62 ? (1ull << 62) : (uint64_t)d,
 			       1.0 / r);
 		}
 		slot_drop(m, x);
-		if (bytes)
+		if (bytes && bytes != m->e[x].bytes) {
+			sims_resize(m, x, bytes);
 			m->e[x].bytes = bytes;
+			sims_rescale(m, r); /* a grown key: evicts to fit */
+		}
 		slot_take(m, x);
+		if (!counted)
+			sims_ref(m, x, false, 0);
 		return true;
 	}
 	if (counted)
@@ -359,12 +580,15 @@ bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
 
 		if (m->e[top].h < h) {
 			m->thr = h - 1; /* the newcomer is the largest */
+			sims_rescale(m, rate_of(m));
 			return false;
 		}
 		m->thr = m->e[top].h - 1;
 		untrack(m, top);
+		sims_rescale(m, rate_of(m));
 	}
-	track(m, h, bytes);
+	/* a first reference misses in every store: in with its size */
+	sims_ref(m, track(m, h, bytes), false, 0);
 	return true;
 }
 
@@ -377,7 +601,7 @@ void memd_mrc_forget(struct memd_mrc *m, uint64_t h)
 	untrack(m, x);
 }
 
-double memd_mrc_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes)
+double memd_mrc_lru_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes)
 {
 	double total = m->cold[0] + m->cold[1], hits = 0,
 	       c = (double)cache_bytes;
@@ -419,11 +643,110 @@ size_t memd_mrc_bytes(const struct memd_mrc *m)
 		       (sizeof(*m->e) + sizeof(*m->heap) + sizeof(*m->freel)) +
 	       m->nbuckets_h * sizeof(*m->hhead) +
 	       m->nslots * sizeof(*m->slot_entry) +
-	       (m->nslots + 1) * sizeof(*m->fen);
+	       (m->nslots + 1) * sizeof(*m->fen) +
+	       (size_t)MEMD_MRC_SIM_N * m->sample_max *
+		       (sizeof(*m->sprev) + sizeof(*m->snext) +
+			sizeof(*m->sst));
+}
+
+/* The grid of sizes the LRU histogram has recorded: the lower edge of
+ * the smallest distance (*lo) and the upper edge of the largest finite
+ * one (*hi). False when nothing finite is recorded. */
+static bool lru_range(const struct memd_mrc *m, double *lo, double *hi)
+{
+	uint32_t first = NONE, last = NONE;
+	double a, b;
+
+	for (uint32_t i = 0; i < MEMD_MRC_NBUCKETS; i++)
+		if (m->hist[0][i] + m->hist[1][i] > 0) {
+			if (first == NONE)
+				first = i;
+			last = i;
+		}
+	if (first == NONE)
+		return false;
+	bucket_edges(first, &a, &b);
+	*lo = a > 0 ? a : (double)MEMD_MRC_MIN_BYTES / 2;
+	bucket_edges(last, &a, hi);
+	return true;
+}
+
+static double window_weight(const struct memd_mrc *m)
+{
+	double w = m->cold[0] + m->cold[1];
+
+	for (uint32_t b = 0; b < MEMD_MRC_NBUCKETS; b++)
+		w += m->hist[0][b] + m->hist[1][b];
+	return w;
+}
+
+double memd_mrc_sim_hit_ratio(const struct memd_mrc *m, unsigned k)
+{
+	double w = window_weight(m);
+
+	if (k >= MEMD_MRC_SIM_N || w <= 0)
+		return 0;
+	return (m->sim[k].hits[0] + m->sim[k].hits[1]) / w;
+}
+
+uint64_t memd_mrc_sim_size(unsigned k)
+{
+	return (uint64_t)sim_size(k);
+}
+
+double memd_mrc_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes)
+{
+	double w = window_weight(m), c = (double)cache_bytes, kf, fr, a, b;
+	unsigned k;
+
+	if (w <= 0)
+		return 0;
+	if (c <= sim_size(0))
+		return (m->sim[0].hits[0] + m->sim[0].hits[1]) / w * c /
+		       sim_size(0);
+	if (c >= sim_size(MEMD_MRC_SIM_N - 1))
+		return memd_mrc_sim_hit_ratio(m, MEMD_MRC_SIM_N - 1);
+	kf = (__builtin_log2(c) - MEMD_MRC_SIM_LO_SHIFT) *
+	     MEMD_MRC_SIM_PER_DOUBLING;
+	k = (unsigned)kf;
+	if (k >= MEMD_MRC_SIM_N - 1)
+		k = MEMD_MRC_SIM_N - 2;
+	fr = kf - k;
+	a = (m->sim[k].hits[0] + m->sim[k].hits[1]) / w;
+	b = (m->sim[k + 1].hits[0] + m->sim[k + 1].hits[1]) / w;
+	return a + (b - a) * fr;
 }
 
 size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
 		       uint64_t *bytes, double *hit, size_t max)
+{
+	double x, hi, step, end;
+	size_t n = 0;
+
+	if (per_doubling < 1 || per_doubling > 64 || !lru_range(m, &x, &hi))
+		return 0;
+	/* S3-FIFO is not a stack algorithm: a larger store may still gain
+	 * past the largest LRU distance; the points go 4 x further, to the
+	 * end of the grid at most */
+	end = 4 * hi;
+	if (end > sim_size(MEMD_MRC_SIM_N - 1))
+		end = sim_size(MEMD_MRC_SIM_N - 1);
+	if (x > end)
+		x = end;
+	step = __builtin_exp2((double)1 / per_doubling);
+	while (n < max) {
+		bytes[n] = (uint64_t)(x + 0.5);
+		hit[n] = memd_mrc_hit_ratio(m, bytes[n]);
+		n++;
+		if (x >= end)
+			break;
+		x *= step;
+	}
+	return n;
+}
+
+size_t memd_mrc_lru_points(const struct memd_mrc *m, unsigned per_doubling,
+			   uint64_t *bytes, double *hit, size_t max)
 {
 	uint32_t first = NONE, last = NONE;
 	double lo, hi, x, step;
@@ -445,7 +768,7 @@ size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
 	step = __builtin_exp2((double)1 / per_doubling);
 	while (n < max) {
 		bytes[n] = (uint64_t)(x + 0.5);
-		hit[n] = memd_mrc_hit_ratio(m, bytes[n]);
+		hit[n] = memd_mrc_lru_hit_ratio(m, bytes[n]);
 		n++;
 		if (x >= hi)
 			break;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * memd/mrc.h - a tenant's miss-ratio curve, estimated online with
- * fixed-size SHARDS (Waldspurger et al., FAST '15), byte-weighted, over a
- * sliding window (docs/capacity.md).
+ * memd/mrc.h - a tenant's miss-ratio curve for memd's S3-FIFO store,
+ * estimated online with miniature simulations (Waldspurger et al., ATC
+ * '17) over a fixed-size SHARDS sample (FAST '15), byte-weighted, over a
+ * sliding window (docs/capacity.md). The sample's LRU curve is kept as a
+ * reference (memd_mrc_lru_*).
  *
  * The caller feeds every reference to a key as its 64-bit spatial hash
  * (a keyed hash of the key, uniform over 0 .. 2^64 - 1) and the bytes the
@@ -25,17 +27,30 @@
  * timestamps, O(log sample_max) per reference, compacted (O(slots)) when
  * the timestamps run out, amortized O(1).
  *
+ * Miniature simulations: MEMD_MRC_SIM_N stores, one per size S on a
+ * grid (2 per doubling, 1 MiB .. 16 TiB), each evicting as memd/kvstore.c
+ * does (S3-FIFO: a small queue of 10 % of the bytes, main, ghosts as many
+ * as resident keys, frequency up to 3) over the tracked keys only, with a
+ * capacity of S x R bytes (a key counts its full bytes). A counted
+ * reference to a resident key is a hit (weight 1 / R); a miss, or a put
+ * of an absent key, inserts it when its size is known (a first request
+ * of a key never put waits for the put). When R drops, the key pushed
+ * out leaves every store and the capacities shrink to S x R (evicting).
+ * O(MEMD_MRC_SIM_N) per sampled reference.
+ *
  * Sliding window: two histograms; when the current one holds window_refs
  * sampled counted references it becomes the previous one and a fresh one
  * starts; the curve is their sum (the last window_refs .. 2 window_refs
- * sampled requests). Tracked keys and their stack positions persist.
+ * sampled requests), and the same for each store's hits. Tracked keys,
+ * their stack positions and the stores' contents persist.
  *
  * Histogram: [0, MEMD_MRC_MIN_BYTES), then MEMD_MRC_SUB equal buckets
  * per doubling (HDR-style: at most 1/32 = 3.1 % wide); the hit ratio at C
  * interpolates linearly inside C's bucket.
  *
  * Memory: memd_mrc_bytes(); at most MEMD_MRC_FIXED_BYTES + sample_max *
- * MEMD_MRC_BYTES_PER_SAMPLE, all allocated by memd_mrc_create.
+ * (MEMD_MRC_BYTES_PER_SAMPLE + MEMD_MRC_SIM_BYTES_PER_SAMPLE), all
+ * allocated by memd_mrc_create (8192 samples: 4.04 MiB).
  *
  * Not thread-safe: the owner (memd's KV store) calls it under its lock.
  */
@@ -55,7 +70,16 @@
  * free-list slot (4), two timestamps (2 x (4 + 8)) */
 #define MEMD_MRC_BYTES_PER_SAMPLE 72u
 /* the two histograms and the structure itself */
-#define MEMD_MRC_FIXED_BYTES (2u * MEMD_MRC_NBUCKETS * 8u + 512u)
+/* the miniature S3-FIFO stores: sizes 2^(LO_SHIFT + k / PER_DOUBLING)
+ * for k in 0 .. SIM_N - 1, 1 MiB .. 16 TiB */
+#define MEMD_MRC_SIM_LO_SHIFT 20
+#define MEMD_MRC_SIM_PER_DOUBLING 2
+#define MEMD_MRC_SIM_N 49
+/* per tracked key and store: two links (2 x 4) and a state byte */
+#define MEMD_MRC_SIM_BYTES_PER_SAMPLE (MEMD_MRC_SIM_N * 9u)
+/* the two histograms, the stores' heads and the structure itself */
+#define MEMD_MRC_FIXED_BYTES                                                   \
+	(2u * MEMD_MRC_NBUCKETS * 8u + MEMD_MRC_SIM_N * 112u + 512u)
 
 struct memd_mrc;
 
@@ -80,9 +104,20 @@ bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
 /* Forgets the key (deleted): a later reference is a first one. */
 void memd_mrc_forget(struct memd_mrc *m, uint64_t h);
 
-/* The estimated hit ratio (0 .. 1) of requests with an LRU cache of
- * cache_bytes, over the window; 0 when nothing is recorded. */
+/*
+ * The estimated hit ratio (0 .. 1) of requests with memd's S3-FIFO store
+ * of cache_bytes, over the window, from the miniature stores: between
+ * two grid sizes, linear in log2 of the size; below the first, linear
+ * from 0; above the last, the last's. 0 when nothing is recorded.
+ */
 double memd_mrc_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes);
+/* The same for an LRU cache, from the SHARDS histogram (a reference:
+ * memd does not evict with LRU). */
+double memd_mrc_lru_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes);
+/* Miniature store k (0 .. MEMD_MRC_SIM_N - 1): its size in bytes, and
+ * its hit ratio over the window. */
+uint64_t memd_mrc_sim_size(unsigned k);
+double memd_mrc_sim_hit_ratio(const struct memd_mrc *m, unsigned k);
 
 struct memd_mrc_info {
 	double rate;		 /* sampling rate R, 0 .. 1 */
@@ -98,13 +133,18 @@ void memd_mrc_get_info(const struct memd_mrc *m, struct memd_mrc_info *i);
 size_t memd_mrc_bytes(const struct memd_mrc *m);
 
 /*
- * The curve as points on a geometric grid of per_doubling (1 .. 64)
- * steps per doubling, from the lower edge of the smallest recorded
- * distance to the upper edge of the largest finite one: sizes in bytes
- * and the hit ratio at each (non-decreasing). At most max points; returns
- * the number written (0 when nothing finite is recorded).
+ * The S3-FIFO curve as points on a geometric grid of per_doubling
+ * (1 .. 64) steps per doubling, from the lower edge of the smallest
+ * recorded LRU distance to 4 x the upper edge of the largest finite one
+ * (at most the last store's size): sizes in bytes and the hit ratio at
+ * each (memd_mrc_hit_ratio; not necessarily non-decreasing: S3-FIFO is
+ * not a stack algorithm). At most max points; returns the number written
+ * (0 when nothing finite is recorded).
  */
 size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
 		       uint64_t *bytes, double *hit, size_t max);
+/* The same for the LRU curve, up to the largest distance (non-decreasing). */
+size_t memd_mrc_lru_points(const struct memd_mrc *m, unsigned per_doubling,
+			   uint64_t *bytes, double *hit, size_t max);
 
 #endif

@@ -1906,6 +1906,8 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 		json_decref(arr);
 		goto fail; /* frees j */
 	}
+	/* what the curve predicts: memd's own eviction (memd/mrc.h) */
+	json_object_set_new(j, "policy", json_string("S3-FIFO"));
 	for (size_t i = 0; i < KV_NMULT; i++)
 		json_array_append_new(arr, json_pack("{sf sI sf}", "mult",
 						     kv_cap_mult[i], "bytes",
@@ -3491,7 +3493,8 @@ static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
 			kv_cap_bytes(s->cfg.slab_bytes, caps[i], &st[i]));
 	memd_metrics_printf(
 		b, "# HELP tidepool_memd_kv_tenant_curve_hit_ratio The hit "
-		   "ratio each tenant's miss-ratio curve predicts (LRU) at "
+		   "ratio each tenant's miss-ratio curve predicts (memd's "
+		   "S3-FIFO, miniature simulations) at "
 		   "a multiple of its KV capacity.\n# TYPE "
 		   "tidepool_memd_kv_tenant_curve_hit_ratio gauge\n");
 	for (uint32_t i = 0; cv && i < n; i++) {

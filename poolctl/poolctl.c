@@ -1886,7 +1886,7 @@ static int png_plot(const struct cap_tenant *t, double lo, double hi,
 		"set logscale x 2\nset xlabel 'KV size (MiB)'\n"
 		"set ylabel 'hit ratio'\nset yrange [0:1]\nset grid\n"
 		"set arrow from %.3f, graph 0 to %.3f, graph 1 nohead\n"
-		"plot '%s' using 1:2 with lines title 'tenant %s (LRU)'\n",
+		"plot '%s' using 1:2 with lines title 'tenant %s (S3-FIFO)'\n",
 		file, t->cap_bytes / (1 << 20), t->cap_bytes / (1 << 20), data,
 		t->name);
 	r = pclose(g);
@@ -1941,13 +1941,14 @@ static json_t *cap_tenant_json(const struct cap_pool *p,
 			json_array_append_new(
 				pts, json_pack("[ff]", x, cap_hit_at(t, x)));
 		}
-		json_object_set_new(
-			o, "curve",
-			json_pack("{sssfsfsfsfsoso}", "policy", "LRU (SHARDS)",
-				  "rate", t->rate_min, "window_samples",
-				  t->samples, "window_requests", t->requests_w,
-				  "memory_bytes", t->memory, "at", at, "points",
-				  pts));
+		json_object_set_new(o, "curve",
+				    json_pack("{sssfsfsfsfsoso}", "policy",
+					      "S3-FIFO (mini-sim)", "rate",
+					      t->rate_min, "window_samples",
+					      t->samples, "window_requests",
+					      t->requests_w, "memory_bytes",
+					      t->memory, "at", at, "points",
+					      pts));
 	} else if (curve) {
 		json_object_set_new(o, "curve", json_null());
 	}
@@ -2008,7 +2009,8 @@ static int cmd_tenant_report(struct opts *o, const char *name)
 		goto png;
 	}
 	ctl_fmt_size((uint64_t)t->memory, a, sizeof(a));
-	printf("curve           LRU, SHARDS: %.0f sampled requests "
+	printf("curve           S3-FIFO, miniature simulations over SHARDS: "
+	       "%.0f sampled requests "
 	       "(rate %.4f) of about %.0f in the window, %s\n",
 	       t->samples, t->rate_min, t->requests_w, a);
 	more = cap_more_needed(t);

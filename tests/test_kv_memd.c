@@ -1472,6 +1472,10 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 		      json_hit_ratio(out), h1);
 	j = json_loads(out, 0, &je);
 	ck_assert_ptr_nonnull(j);
+	/* the curve is memd's policy's, not LRU's */
+	ck_assert_str_eq(json_string_value(json_object_get(
+				 json_object_get(j, "curve"), "policy")),
+			 "S3-FIFO (mini-sim)");
 	/* the unique last chunks are put and never read: waste */
 	ck_assert_int_gt(json_integer_value(json_object_get(
 				 json_object_get(j, "stats"), "oneshot")),
@@ -1535,16 +1539,12 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 	json_decref(j);
 	printf("measured at kv_share %d: %.3f (client %.3f), target %.2f\n",
 	       share, measured, h2, target);
-	/* The curve is LRU's (SHARDS); memd evicts with S3-FIFO, which
-	 * keeps the one-shot last chunks out of the main queue and so does
-	 * better than LRU on this workload (0.74 measured for 0.60 asked
-	 * on this machine): the test checks the suggestion is not too
-	 * small here, not the issue's +-0.05 (docs/capacity.md, "LRU and
-	 * S3-FIFO", which also shows a trace where S3-FIFO does worse). */
-	ck_assert_msg(measured >= target - 0.05, "measured %.3f, target %.2f",
-		      measured, target);
-	ck_assert_msg(measured <= target + 0.2, "measured %.3f, target %.2f",
-		      measured, target);
+	/* The curve is memd's S3-FIFO's (miniature simulations of it over
+	 * the sampled keys, docs/capacity.md): the store at the suggested
+	 * share measures the target within 0.05 (the LRU curve, which it
+	 * replaced, gave a share at which S3-FIFO measured 0.74). */
+	ck_assert_msg(fabs(measured - target) <= 0.05,
+		      "measured %.3f, target %.2f", measured, target);
 	tu_memd_stop_ok(&md);
 }
 END_TEST

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/test_mrc.c - memd/mrc.c: the SHARDS curve against an exact
- * byte-capacity LRU simulation of the same trace, at the sizes poolctl
+ * tests/test_mrc.c - memd/mrc.c: the miniature S3-FIFO curve against an
+ * exact S3-FIFO simulation, and the SHARDS LRU curve against an exact
+ * byte-capacity LRU simulation, of the same trace, at the sizes poolctl
  * reports (1/4, 1/2, 1, 2, 4 x a capacity), on generated
  * traces shaped like the KV tier's (shared prefixes, one-shot prompts,
  * multi-turn sessions, Zipf, a scan over a hot set); the memory bound;
@@ -12,8 +13,10 @@
  * the capacity C0), an uncounted one (the put that follows the miss). The
  * exact simulation of size C serves every request from its own LRU of C
  * bytes and inserts on a miss, which is the same stack. Seeds are fixed.
- * An exact S3-FIFO of each size (memd's policy) is printed beside them:
- * the curve is LRU's; docs/capacity.md reports how far the two differ.
+ * What memd reports, the miniature S3-FIFO stores, is checked the same
+ * way against an exact S3-FIFO of each size (memd's policy, as
+ * memd/kvstore.c evicts), and exactly at a sampling rate of 1;
+ * docs/capacity.md has the tables.
  */
 #include <check.h>
 
@@ -362,7 +365,7 @@ static void check_trace(const char *name, const struct trace *t, uint64_t c0)
 	struct lru l0 = { .cap = c0, .ntab = 1 << 18 };
 	struct memd_mrc *m;
 	struct memd_mrc_info info;
-	double worst = 0;
+	double worst = 0, worst_s3 = 0;
 
 	ck_assert_int_eq(memd_mrc_create(SAMPLES, UINT64_MAX / 2, &m), 0);
 	l0.tab = calloc(l0.ntab, sizeof(*l0.tab));
@@ -379,27 +382,35 @@ static void check_trace(const char *name, const struct trace *t, uint64_t c0)
 	memd_mrc_get_info(m, &info);
 	for (size_t k = 0; k < sizeof(mult) / sizeof(mult[0]); k++) {
 		uint64_t c = (uint64_t)(mult[k] * (double)c0);
-		double ex = exact_hit(t, c), est = memd_mrc_hit_ratio(m, c);
-		double s3 = s3fifo_hit(t, c);
+		double ex = exact_hit(t, c), est = memd_mrc_lru_hit_ratio(m, c);
+		double s3 = s3fifo_hit(t, c), sim = memd_mrc_hit_ratio(m, c);
 
-		printf("%-10s C=%6.3fx %8.1f MiB exact %.4f shards %.4f "
-		       "err %+.4f s3fifo %.4f\n",
-		       name, mult[k], (double)c / MIB, ex, est, est - ex, s3);
+		printf("%-10s C=%6.3fx %8.1f MiB lru exact %.4f shards %.4f "
+		       "err %+.4f | s3fifo exact %.4f minisim %.4f err %+.4f\n",
+		       name, mult[k], (double)c / MIB, ex, est, est - ex, s3,
+		       sim, sim - s3);
 		if (fabs(est - ex) > worst)
 			worst = fabs(est - ex);
+		if (fabs(sim - s3) > worst_s3)
+			worst_s3 = fabs(sim - s3);
 		ck_assert_msg(fabs(est - ex) <= TOL,
 			      "%s at %.3fx: shards %.4f, exact %.4f", name,
 			      mult[k], est, ex);
+		ck_assert_msg(fabs(sim - s3) <= TOL,
+			      "%s at %.3fx: minisim %.4f, exact s3fifo %.4f",
+			      name, mult[k], sim, s3);
 	}
 	printf("%-10s refs %zu rate %.4f tracked %u bytes %" PRIu64
-	       " worst %.4f\n",
-	       name, t->n, info.rate, info.tracked, info.bytes, worst);
+	       " worst lru %.4f s3fifo %.4f\n",
+	       name, t->n, info.rate, info.tracked, info.bytes, worst,
+	       worst_s3);
 	/* the documented memory bound */
 	ck_assert_uint_le(info.tracked, SAMPLES);
 	ck_assert_uint_le(info.bytes,
 			  MEMD_MRC_FIXED_BYTES +
 				  (uint64_t)SAMPLES *
-					  MEMD_MRC_BYTES_PER_SAMPLE);
+					  (MEMD_MRC_BYTES_PER_SAMPLE +
+					   MEMD_MRC_SIM_BYTES_PER_SAMPLE));
 	memd_mrc_destroy(m);
 }
 
@@ -533,6 +544,71 @@ START_TEST(scan)
 }
 END_TEST
 
+/* At a sampling rate of 1 (fewer keys than samples) each miniature store
+ * is memd's S3-FIFO at its size: it hits exactly as the reference
+ * simulation does, whatever the sizes; a forgotten key is a miss. */
+START_TEST(minisim_exact_at_full_rate)
+{
+	struct trace t = { 0 };
+	struct memd_mrc *m;
+	struct memd_mrc_info info;
+	uint64_t s = 6;
+	unsigned checked = 0;
+
+	/* 3000 keys of 64 KiB .. 1 MiB, a hot third read 70 % of the time */
+	for (unsigned i = 0; i < 60000; i++) {
+		uint64_t k = splitmix(&s) % 100 < 70 ? splitmix(&s) % 1000
+						     : splitmix(&s) % 3000;
+
+		push(&t, k, (64 * KIB) << (khash(k) % 5));
+	}
+	ck_assert_int_eq(memd_mrc_create(4096, UINT64_MAX / 2, &m), 0);
+	for (size_t i = 0; i < t.n; i++) {
+		uint64_t h = khash(t.r[i].key);
+
+		/* memd: the request (size unknown on a miss of a key never
+		 * put here), then the put */
+		memd_mrc_access(m, h, 0, true);
+		memd_mrc_access(m, h, t.r[i].bytes, false);
+	}
+	memd_mrc_get_info(m, &info);
+	ck_assert(info.rate == 1.0);
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		uint64_t c = memd_mrc_sim_size(k);
+		double ex, sim = memd_mrc_sim_hit_ratio(m, k);
+
+		if (c > 4 * 3000 * MIB)
+			break;
+		ex = s3fifo_hit(&t, c);
+		ck_assert_msg(fabs(sim - ex) < 1e-9, "%" PRIu64 " B: %f vs %f",
+			      c, sim, ex);
+		/* at a grid size its value; between two, between theirs */
+		ck_assert(fabs(memd_mrc_hit_ratio(m, c) - sim) < 1e-6);
+		if (k) {
+			double a = memd_mrc_sim_hit_ratio(m, k - 1),
+			       mid = memd_mrc_hit_ratio(
+				       m, (uint64_t)((double)c / 1.19));
+
+			ck_assert(mid >= fmin(a, sim) - 1e-9);
+			ck_assert(mid <= fmax(a, sim) + 1e-9);
+		}
+		checked++;
+	}
+	ck_assert_uint_ge(checked, 20);
+	/* a forgotten key misses everywhere, then is back */
+	ck_assert(memd_mrc_hit_ratio(m, 1ull << 40) > 0.9);
+	memd_mrc_forget(m, khash(1));
+	memd_mrc_access(m, khash(1), 0, true);
+	memd_mrc_get_info(m, &info);
+	ck_assert_uint_eq(info.window_samples, t.n + 1);
+	ck_assert(fabs(memd_mrc_sim_hit_ratio(m, MEMD_MRC_SIM_N - 1) -
+		       s3fifo_hit(&t, 1ull << 43) * (double)t.n /
+			       (double)(t.n + 1)) < 1e-9);
+	memd_mrc_destroy(m);
+	free(t.r);
+}
+END_TEST
+
 /* The window: after a phase of reuse within 16 keys, a cycle over 200
  * others: once two windows of samples have passed, the curve says 0 at 64
  * blocks, where the first phase hit. */
@@ -544,16 +620,16 @@ START_TEST(window_slides)
 	ck_assert_int_eq(memd_mrc_create(64, 1000, &m), 0);
 	for (unsigned i = 0; i < 5000; i++)
 		memd_mrc_access(m, khash(i % 16), BLK, true);
-	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) > 0.99);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 64 * BLK) > 0.99);
 	for (unsigned i = 0; i < 1500; i++)
 		memd_mrc_access(m, khash(1000 + i % 200), BLK, true);
 	/* within the window of the first phase: a mix */
-	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) > 0.1);
-	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) < 0.9);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 64 * BLK) > 0.1);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 64 * BLK) < 0.9);
 	for (unsigned i = 1500; i < 30000; i++)
 		memd_mrc_access(m, khash(1000 + i % 200), BLK, true);
-	ck_assert(memd_mrc_hit_ratio(m, 64 * BLK) < 0.01);
-	ck_assert(memd_mrc_hit_ratio(m, 400 * BLK) > 0.95);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 64 * BLK) < 0.01);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 400 * BLK) > 0.95);
 	memd_mrc_get_info(m, &info);
 	ck_assert_uint_lt(info.window_samples, 2000);
 	ck_assert_uint_ge(info.window_samples, 1000);
@@ -578,18 +654,18 @@ START_TEST(byte_distances)
 	memd_mrc_access(m, 1, MIB, false);
 	memd_mrc_access(m, 2, 3 * MIB, false);
 	memd_mrc_access(m, 1, 0, true);
-	ck_assert(fabs(memd_mrc_hit_ratio(m, 4 * MIB) - 0.5) < 1e-9);
-	ck_assert(memd_mrc_hit_ratio(m, 4 * MIB - 200 * KIB) < 1e-9);
+	ck_assert(fabs(memd_mrc_lru_hit_ratio(m, 4 * MIB) - 0.5) < 1e-9);
+	ck_assert(memd_mrc_lru_hit_ratio(m, 4 * MIB - 200 * KIB) < 1e-9);
 	/* b grows to 7 MiB: a's next distance is 8 MiB */
 	memd_mrc_access(m, 2, 7 * MIB, false);
 	memd_mrc_access(m, 1, 0, true);
-	ck_assert(fabs(memd_mrc_hit_ratio(m, 4 * MIB) - 1.0 / 3) < 1e-9);
-	ck_assert(fabs(memd_mrc_hit_ratio(m, 8 * MIB) - 2.0 / 3) < 1e-9);
+	ck_assert(fabs(memd_mrc_lru_hit_ratio(m, 4 * MIB) - 1.0 / 3) < 1e-9);
+	ck_assert(fabs(memd_mrc_lru_hit_ratio(m, 8 * MIB) - 2.0 / 3) < 1e-9);
 	/* forgotten: the next reference is a first one */
 	memd_mrc_forget(m, 1);
 	memd_mrc_access(m, 1, MIB, true);
-	ck_assert(fabs(memd_mrc_hit_ratio(m, 1ull << 40) - 0.5) < 1e-9);
-	n = memd_mrc_points(m, 4, b, h, 64);
+	ck_assert(fabs(memd_mrc_lru_hit_ratio(m, 1ull << 40) - 0.5) < 1e-9);
+	n = memd_mrc_lru_points(m, 4, b, h, 64);
 	ck_assert_uint_gt(n, 2);
 	for (size_t i = 1; i < n; i++) {
 		ck_assert_uint_gt(b[i], b[i - 1]);
@@ -611,6 +687,7 @@ static Suite *mrc_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, byte_distances);
 	tcase_add_test(tc, window_slides);
+	tcase_add_test(tc, minisim_exact_at_full_rate);
 	tcase_add_test(tc, shared_prefix);
 	tcase_add_test(tc, oneshot_mix);
 	tcase_add_test(tc, multiturn);
