@@ -680,13 +680,19 @@ static double window_weight(const struct memd_mrc *m)
 	return w;
 }
 
+/* Bytes mini cache k hit over the window (both halves). */
+static double sim_hits(const struct memd_mrc *m, unsigned k)
+{
+	return m->sim[k].hits[0] + m->sim[k].hits[1];
+}
+
 double memd_mrc_sim_hit_ratio(const struct memd_mrc *m, unsigned k)
 {
 	double w = window_weight(m);
 
 	if (k >= MEMD_MRC_SIM_N || w <= 0)
 		return 0;
-	return (m->sim[k].hits[0] + m->sim[k].hits[1]) / w;
+	return sim_hits(m, k) / w;
 }
 
 uint64_t memd_mrc_sim_size(unsigned k)
@@ -702,26 +708,45 @@ double memd_mrc_hit_ratio(const struct memd_mrc *m, uint64_t cache_bytes)
 	if (w <= 0)
 		return 0;
 	if (c <= sim_size(0))
-		return (m->sim[0].hits[0] + m->sim[0].hits[1]) / w * c /
-		       sim_size(0);
+		return sim_hits(m, 0) / w * c / sim_size(0);
 	if (c >= sim_size(MEMD_MRC_SIM_N - 1))
-		return memd_mrc_sim_hit_ratio(m, MEMD_MRC_SIM_N - 1);
+		return sim_hits(m, MEMD_MRC_SIM_N - 1) / w;
 	kf = (__builtin_log2(c) - MEMD_MRC_SIM_LO_SHIFT) *
 	     MEMD_MRC_SIM_PER_DOUBLING;
 	k = (unsigned)kf;
 	if (k >= MEMD_MRC_SIM_N - 1)
 		k = MEMD_MRC_SIM_N - 2;
 	fr = kf - k;
-	a = (m->sim[k].hits[0] + m->sim[k].hits[1]) / w;
-	b = (m->sim[k + 1].hits[0] + m->sim[k + 1].hits[1]) / w;
+	a = sim_hits(m, k) / w;
+	b = sim_hits(m, k + 1) / w;
 	return a + (b - a) * fr;
+}
+
+/* Sizes from x on, per_doubling of them to a doubling, up to the first
+ * at or past end, each with fn's hit ratio; at most max. */
+static size_t points_from(const struct memd_mrc *m, double x, double end,
+			  unsigned per_doubling,
+			  double (*fn)(const struct memd_mrc *, uint64_t),
+			  uint64_t *bytes, double *hit, size_t max)
+{
+	double step = __builtin_exp2((double)1 / per_doubling);
+	size_t n = 0;
+
+	while (n < max) {
+		bytes[n] = (uint64_t)(x + 0.5);
+		hit[n] = fn(m, bytes[n]);
+		n++;
+		if (x >= end)
+			break;
+		x *= step;
+	}
+	return n;
 }
 
 size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
 		       uint64_t *bytes, double *hit, size_t max)
 {
-	double x, hi, step, end;
-	size_t n = 0;
+	double x, hi, end;
 
 	if (per_doubling < 1 || per_doubling > 64 || !lru_range(m, &x, &hi))
 		return 0;
@@ -733,46 +758,17 @@ size_t memd_mrc_points(const struct memd_mrc *m, unsigned per_doubling,
 		end = sim_size(MEMD_MRC_SIM_N - 1);
 	if (x > end)
 		x = end;
-	step = __builtin_exp2((double)1 / per_doubling);
-	while (n < max) {
-		bytes[n] = (uint64_t)(x + 0.5);
-		hit[n] = memd_mrc_hit_ratio(m, bytes[n]);
-		n++;
-		if (x >= end)
-			break;
-		x *= step;
-	}
-	return n;
+	return points_from(m, x, end, per_doubling, memd_mrc_hit_ratio, bytes,
+			   hit, max);
 }
 
 size_t memd_mrc_lru_points(const struct memd_mrc *m, unsigned per_doubling,
 			   uint64_t *bytes, double *hit, size_t max)
 {
-	uint32_t first = NONE, last = NONE;
-	double lo, hi, x, step;
-	size_t n = 0;
+	double x, hi;
 
-	if (per_doubling < 1 || per_doubling > 64)
+	if (per_doubling < 1 || per_doubling > 64 || !lru_range(m, &x, &hi))
 		return 0;
-	for (uint32_t i = 0; i < MEMD_MRC_NBUCKETS; i++)
-		if (m->hist[0][i] + m->hist[1][i] > 0) {
-			if (first == NONE)
-				first = i;
-			last = i;
-		}
-	if (first == NONE)
-		return 0;
-	bucket_edges(first, &lo, &hi);
-	x = lo > 0 ? lo : (double)MEMD_MRC_MIN_BYTES / 2;
-	bucket_edges(last, &lo, &hi);
-	step = __builtin_exp2((double)1 / per_doubling);
-	while (n < max) {
-		bytes[n] = (uint64_t)(x + 0.5);
-		hit[n] = memd_mrc_lru_hit_ratio(m, bytes[n]);
-		n++;
-		if (x >= hi)
-			break;
-		x *= step;
-	}
-	return n;
+	return points_from(m, x, hi, per_doubling, memd_mrc_lru_hit_ratio,
+			   bytes, hit, max);
 }
