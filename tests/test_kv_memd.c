@@ -1038,6 +1038,27 @@ struct pool_dirs {
 		sec_a2[256], sec_b[256], state[300], state2[300];
 };
 
+/* A scratch directory for a pool test: spill/, state/ and state2/ under
+ * it, and the secrets of two clusters and of tenants a, a2 and b. */
+static void pool_dirs_make(struct pool_dirs *p)
+{
+	auth_init();
+	snprintf(p->dir, sizeof(p->dir), "/tmp/tp-kvb-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(p->dir));
+	snprintf(p->spill, sizeof(p->spill), "%s/spill", p->dir);
+	snprintf(p->state, sizeof(p->state), "%s/state", p->dir);
+	snprintf(p->state2, sizeof(p->state2), "%s/state2", p->dir);
+	mkdir(p->state, 0700);
+	mkdir(p->state2, 0700);
+	ck_assert_int_eq(tu_secret_file(p->dir, "cluster.secret", p->cluster),
+			 0);
+	ck_assert_int_eq(tu_secret_file(p->dir, "cluster2.secret", p->cluster2),
+			 0);
+	ck_assert_int_eq(tu_secret_file(p->dir, "a.secret", p->sec_a), 0);
+	ck_assert_int_eq(tu_secret_file(p->dir, "a2.secret", p->sec_a2), 0);
+	ck_assert_int_eq(tu_secret_file(p->dir, "b.secret", p->sec_b), 0);
+}
+
 /* A registry memd with its own donor part r0, KV spilling to p->spill,
  * with the cluster secret and state dir given; waits for r0. */
 static void start_pool(const struct pool_dirs *p, const char *cluster,
@@ -1140,19 +1161,7 @@ START_TEST(spill_bound_to_pool_and_tenant)
 	char dir_a[200];
 	struct kvc *c;
 
-	auth_init();
-	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(p.dir));
-	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
-	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
-	snprintf(p.state2, sizeof(p.state2), "%s/state2", p.dir);
-	mkdir(p.state, 0700);
-	mkdir(p.state2, 0700);
-	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "cluster2.secret", p.cluster2),
-			 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "a2.secret", p.sec_a2), 0);
+	pool_dirs_make(&p);
 	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
 
 	start_pool(&p, p.cluster, p.state);
@@ -1205,17 +1214,7 @@ START_TEST(spill_not_served_to_new_tenant_under_old_id)
 	char dir_a[200];
 	struct kvc *c;
 
-	auth_init();
-	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(p.dir));
-	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
-	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
-	snprintf(p.state2, sizeof(p.state2), "%s/state2", p.dir);
-	mkdir(p.state, 0700);
-	mkdir(p.state2, 0700);
-	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "a2.secret", p.sec_a2), 0);
+	pool_dirs_make(&p);
 	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
 
 	start_pool(&p, p.cluster, p.state);
@@ -1257,15 +1256,7 @@ START_TEST(removed_tenant_spill_deleted)
 	struct kvc *c;
 	int i;
 
-	auth_init();
-	snprintf(p.dir, sizeof(p.dir), "/tmp/tp-kvb-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(p.dir));
-	snprintf(p.spill, sizeof(p.spill), "%s/spill", p.dir);
-	snprintf(p.state, sizeof(p.state), "%s/state", p.dir);
-	mkdir(p.state, 0700);
-	ck_assert_int_eq(tu_secret_file(p.dir, "cluster.secret", p.cluster), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "a.secret", p.sec_a), 0);
-	ck_assert_int_eq(tu_secret_file(p.dir, "b.secret", p.sec_b), 0);
+	pool_dirs_make(&p);
 	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
 	snprintf(dir_b, sizeof(dir_b), "%s/2", p.spill);
 
