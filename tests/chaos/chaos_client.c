@@ -267,14 +267,11 @@ static void op_free(struct pool *p, uint32_t k)
 	region_drop(k);
 }
 
-static int op_write(struct pool *p, uint32_t k, uint8_t *buf)
+/* nsectors sectors of version ver of block b of region g into buf. */
+static void block_fill(uint8_t *buf, const struct region *g, uint32_t b,
+		       uint64_t ver, uint32_t nsectors)
 {
-	struct region *g = &regions[k];
-	uint32_t b = (uint32_t)rnd(g->nblocks);
-	uint64_t ver = g->next_ver[b]++, t0;
-	int rc;
-
-	for (uint32_t s = 0; s < BLOCK / SECTOR; s++) {
+	for (uint32_t s = 0; s < nsectors; s++) {
 		struct sector_hdr h = { .magic = MAGIC,
 					.owner = owner,
 					.inc = inc,
@@ -285,6 +282,16 @@ static int op_write(struct pool *p, uint32_t k, uint8_t *buf)
 
 		sector_fill(buf + s * SECTOR, &h);
 	}
+}
+
+static int op_write(struct pool *p, uint32_t k, uint8_t *buf)
+{
+	struct region *g = &regions[k];
+	uint32_t b = (uint32_t)rnd(g->nblocks);
+	uint64_t ver = g->next_ver[b]++, t0;
+	int rc;
+
+	block_fill(buf, g, b, ver, BLOCK / SECTOR);
 	t0 = now_ns();
 	rc = pool_write(p, g->r, block_off(g, b), buf, BLOCK);
 	hist("W %" PRIu64 " %" PRIu64 " %u %u %u %" PRIu64 " %d", t0, now_ns(),
@@ -492,17 +499,7 @@ static int op_page_write(struct pool *p, uint32_t k, uint8_t *buf)
 	uint64_t ver = g->next_ver[b]++, t0;
 	bool ok;
 
-	for (uint32_t s = 0; s < PAGE_SECTORS; s++) {
-		struct sector_hdr h = { .magic = MAGIC,
-					.owner = owner,
-					.inc = inc,
-					.rid = g->rid,
-					.block = b,
-					.version = ver,
-					.sector = s };
-
-		sector_fill(buf + s * SECTOR, &h);
-	}
+	block_fill(buf, g, b, ver, PAGE_SECTORS);
 	t0 = now_ns();
 	ok = guarded_copy((uint8_t *)g->map + (size_t)b * PAGE, buf, PAGE);
 	hist("Y %" PRIu64 " %" PRIu64 " %u %u %u %" PRIu64 " %s", t0, now_ns(),
