@@ -1540,21 +1540,6 @@ START_TEST(replica_serves_when_home_killed)
 }
 END_TEST
 
-/* Whether the file at path holds text (a memd's log). */
-static bool file_has(const char *path, const char *text)
-{
-	static char buf[1 << 20];
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	return strstr(buf, text) != NULL;
-}
-
 static void drain_donor(const char *name, bool on)
 {
 	char req[256], out[4096];
@@ -1607,7 +1592,7 @@ START_TEST(undrained_donor_serves_nothing_stale)
 
 	drain_donor("d1", true);
 	snprintf(log, sizeof(log), "%s/memd.log", don[0].dir);
-	for (i = 0; i < 500 && !file_has(log, "kv: draining: tenant="); i++)
+	for (i = 0; i < 500 && !tu_file_has(log, "kv: draining: tenant="); i++)
 		sleep_ms(20);
 	ck_assert_msg(i < 500, "d1 did not forget its KV entries: %s", log);
 	home_becomes(kv, &k, "d1", false);

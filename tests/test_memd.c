@@ -399,21 +399,6 @@ static int run_memd(const char *const *args)
 	return run_memd_log(args, NULL);
 }
 
-/* Whether the file at path holds needle. */
-static bool file_has(const char *path, const char *needle)
-{
-	static char buf[65536];
-	size_t n;
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return false;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = '\0';
-	fclose(f);
-	return strstr(buf, needle) != NULL;
-}
-
 /*
  * A rule between keys (donate a multiple of slab_size, lease_grace below
  * lease_ttl) is a config error like any other: exit 78 (EX_CONFIG), and
@@ -442,7 +427,7 @@ START_TEST(cross_key_errors_name_file_and_line)
 		 "%s:3: key 'donate': 40M is not a multiple of "
 		 "slab_size = 16M",
 		 conf);
-	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
 
 	/* --donate fixes donate; lease_grace (line 4) is next */
 	args[2] = "--donate";
@@ -453,7 +438,7 @@ START_TEST(cross_key_errors_name_file_and_line)
 		 "%s:4: key 'lease_grace': 20s must be less than "
 		 "lease_ttl = 10s",
 		 conf);
-	ck_assert_msg(file_has(errp, want), "memd did not say '%s'", want);
+	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
 
 	/* and a flag that breaks a rule is named as the command line */
 	args[3] = "56M";
@@ -461,8 +446,9 @@ START_TEST(cross_key_errors_name_file_and_line)
 	args[5] = "lease_grace=1s";
 	args[6] = "--check-config";
 	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	ck_assert_msg(file_has(errp, "command line: key 'donate': 56M is not "
-				     "a multiple of slab_size = 16M"),
+	ck_assert_msg(tu_file_has(errp,
+				  "command line: key 'donate': 56M is not "
+				  "a multiple of slab_size = 16M"),
 		      "memd did not blame --donate");
 }
 END_TEST

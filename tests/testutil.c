@@ -436,6 +436,20 @@ struct pool *tu_pool_connect(const struct tu_memd *m)
 	return p;
 }
 
+bool tu_file_has(const char *path, const char *needle)
+{
+	static char buf[1 << 20];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
 int tu_sh(const char *fmt, ...)
 {
 	char cmd[1024];

@@ -107,6 +107,10 @@ int tu_net_partition(const struct tu_net *net, int a, int b, bool on);
 /* Runs a shell command line; 0 when it exits 0, else -EIO. */
 int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Whether the file at path (its first MiB: a memd's log, a program's
+ * stderr) holds needle; false when it cannot be read. */
+bool tu_file_has(const char *path, const char *needle);
+
 /*
  * Cluster helpers (docs/cluster.md). tu_secret_file writes 32 random bytes
  * as hex to dir/name, mode 0600, and its path to path (room for 256).
