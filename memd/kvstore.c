@@ -2273,18 +2273,16 @@ out:
 	return rc;
 }
 
-/* memd_kv_remove_tenant (removed: the tenant is gone for good) and
- * memd_kv_forget_tenant (it stays, with nothing). */
-static ssize_t tenant_forget(struct memd_kv *kv, uint32_t tenant,
-			     uint64_t now_ms, bool removed)
+/* Forgets tenant's entries and deletes its spill files; removed: the
+ * tenant is gone for good (memd_kv_remove_tenant), else it stays, with
+ * nothing (memd_kv_forget_all). kv->lock held. */
+static ssize_t tenant_forget_locked(struct memd_kv *kv, uint32_t tenant,
+				    uint64_t now_ms, bool removed)
 {
 	char dir[PATH_MAX];
 	struct kv_tenant *t;
 	ssize_t n = 0;
 
-	if (!kv)
-		return -EINVAL;
-	pthread_mutex_lock(&kv->lock);
 	t = tenant_find(kv, tenant);
 	if (t) {
 		n = (ssize_t)tenant_purge(kv, t, now_ms);
@@ -2305,20 +2303,35 @@ static ssize_t tenant_forget(struct memd_kv *kv, uint32_t tenant,
 			rmdir(dir);
 		}
 	}
-	pthread_mutex_unlock(&kv->lock);
 	return n;
 }
 
 ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
 			      uint64_t now_ms)
 {
-	return tenant_forget(kv, tenant, now_ms, true);
+	ssize_t n;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	n = tenant_forget_locked(kv, tenant, now_ms, true);
+	pthread_mutex_unlock(&kv->lock);
+	return n;
 }
 
-ssize_t memd_kv_forget_tenant(struct memd_kv *kv, uint32_t tenant,
-			      uint64_t now_ms)
+ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
 {
-	return tenant_forget(kv, tenant, now_ms, false);
+	ssize_t n = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants; i++)
+		if (!kv->tenants[i]->removed)
+			n += tenant_forget_locked(kv, kv->tenants[i]->id,
+						  now_ms, false);
+	pthread_mutex_unlock(&kv->lock);
+	return n;
 }
 
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)

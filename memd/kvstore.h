@@ -342,13 +342,13 @@ ssize_t memd_kv_bind_tenant(struct memd_kv *kv, uint32_t tenant,
 ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
 			      uint64_t now_ms);
 /*
- * Like memd_kv_remove_tenant, but the tenant stays: its entries are
- * forgotten and its spill files deleted, and it may put again at once
- * (its spill binding is kept). For a donor being drained: what it held
- * must not come back after an undrain (docs/kv.md, "Drain").
+ * Like memd_kv_remove_tenant for every tenant, but the tenants stay: their
+ * entries are forgotten and their spill files deleted, and they may put
+ * again at once (spill bindings are kept). For a donor being drained:
+ * what it held must not come back after an undrain (docs/kv.md,
+ * "Drain"). Returns how many entries it forgot, or -EINVAL.
  */
-ssize_t memd_kv_forget_tenant(struct memd_kv *kv, uint32_t tenant,
-			      uint64_t now_ms);
+ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms);
 /* The ids of the tenants the store knows (those with entries, spill files
  * found at start, or bound), but removed ones; at most max. */
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);

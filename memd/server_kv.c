@@ -515,9 +515,7 @@ void srv_kv_cost_publish(struct memd_server *s)
  */
 void srv_kv_drained(struct memd_server *s)
 {
-	static uint32_t ids[1024]; /* memd-ctl only */
 	uint64_t starts;
-	size_t n;
 
 	if (!s->donor || !s->kv)
 		return;
@@ -525,16 +523,10 @@ void srv_kv_drained(struct memd_server *s)
 	if (starts == s->drains_seen)
 		return;
 	s->drains_seen = starts;
-	n = memd_kv_tenant_ids(s->kv, ids, sizeof(ids) / sizeof(ids[0]));
-	for (size_t i = 0; i < n; i++) {
-		ssize_t r = memd_kv_forget_tenant(s->kv, ids[i], srv_now_ms());
-
-		memd_log(LOG_NOTICE,
-			 "kv: draining: tenant=%u entries=%zd forgotten and "
-			 "its spill files deleted (an undrained donor starts "
-			 "empty)",
-			 ids[i], r);
-	}
+	memd_log(LOG_NOTICE,
+		 "kv: draining: entries=%zd of every tenant forgotten and "
+		 "their spill files deleted (an undrained donor starts empty)",
+		 memd_kv_forget_all(s->kv, srv_now_ms()));
 }
 
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen)

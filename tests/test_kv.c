@@ -1592,7 +1592,7 @@ START_TEST(undrained_donor_serves_nothing_stale)
 
 	drain_donor("d1", true);
 	snprintf(log, sizeof(log), "%s/memd.log", don[0].dir);
-	for (i = 0; i < 500 && !tu_file_has(log, "kv: draining: tenant="); i++)
+	for (i = 0; i < 500 && !tu_file_has(log, "kv: draining: entries="); i++)
 		sleep_ms(20);
 	ck_assert_msg(i < 500, "d1 did not forget its KV entries: %s", log);
 	home_becomes(kv, &k, "d1", false);
