@@ -1134,15 +1134,20 @@ static int cmd_tenant_set(struct opts *o, const char *name, bool set_tps,
 	if (o->json) {
 		r = print_json(rep);
 	} else {
+		char b[32];
+
 		printf("tenant '%s':", name);
 		if (set_tps && tps)
 			printf(" prefill %" PRIu64 " tokens/s", tps);
 		else if (set_tps)
-			printf(" prefill rate of each memd");
+			printf(" prefill rate: each memd's");
+		if (set_tps && set_bpt)
+			printf(",");
+		ctl_fmt_size(bpt, b, sizeof(b));
 		if (set_bpt && bpt)
-			printf(" %" PRIu64 " bytes per token", bpt);
+			printf(" %s per token", b);
 		else if (set_bpt)
-			printf(" bytes per token of each memd");
+			printf(" bytes per token: each memd's");
 		printf("\n");
 	}
 	json_decref(rep);
