@@ -79,7 +79,16 @@ struct tenant {
 	uint64_t used_slabs;	 /* sum of the counting donors' reports */
 	uint64_t reserved_slabs; /* sum of live grants */
 	uint64_t kv_slabs;	 /* of used_slabs, KV stores' (same reports) */
+	/* the capacity reports' cost model for this tenant (tenant-set;
+	 * docs/capacity.md); 0: the donors' kv_prefill_tokens_per_s and
+	 * kv_bytes_per_token */
+	uint32_t prefill_tokens_per_s;
+	uint64_t bytes_per_token;
 };
+
+/* bounds of a tenant's cost model: those of memd.conf's keys */
+#define TENANT_TPS_MAX 1000000000u
+#define TENANT_BPT_MAX (1ull << 30)
 
 struct donor {
 	/* durable */
@@ -487,6 +496,19 @@ static json_t *tenant_state_json(const struct tenant *t)
 		      t->name, "key", hex, "quota_bytes",
 		      (json_int_t)t->quota_bytes);
 	memset(hex, 0, sizeof(hex));
+	/* only when set: a file without them is what older memds wrote */
+	if (o && t->prefill_tokens_per_s &&
+	    json_object_set_new(o, "prefill_tokens_per_s",
+				json_integer(t->prefill_tokens_per_s))) {
+		json_decref(o);
+		return NULL;
+	}
+	if (o && t->bytes_per_token &&
+	    json_object_set_new(o, "bytes_per_token",
+				json_integer((json_int_t)t->bytes_per_token))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -800,7 +822,12 @@ static int json_only(json_t *o, const char *const *keys, const char *where,
 static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 		       char *err, size_t errlen)
 {
-	static const char *const keys[] = { "id", "name", "key", "quota_bytes",
+	static const char *const keys[] = { "id",
+					    "name",
+					    "key",
+					    "quota_bytes",
+					    "prefill_tokens_per_s",
+					    "bytes_per_token",
 					    NULL };
 	struct tenant t = { 0 };
 	char where[48];
@@ -820,6 +847,16 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 	if (json_get_name(o, "name", t.name, where, err, errlen) ||
 	    json_get_uint(o, "quota_bytes", 0, INT64_MAX, &t.quota_bytes, where,
 			  err, errlen))
+		return -EINVAL;
+	if (json_object_get(o, "prefill_tokens_per_s")) {
+		if (json_get_uint(o, "prefill_tokens_per_s", 1, TENANT_TPS_MAX,
+				  &v, where, err, errlen))
+			return -EINVAL;
+		t.prefill_tokens_per_s = (uint32_t)v;
+	}
+	if (json_object_get(o, "bytes_per_token") &&
+	    json_get_uint(o, "bytes_per_token", 1, TENANT_BPT_MAX,
+			  &t.bytes_per_token, where, err, errlen))
 		return -EINVAL;
 	k = json_object_get(o, "key");
 	if (!json_is_string(k) || json_string_length(k) != 2 * AUTH_KEY_LEN ||
@@ -2108,8 +2145,9 @@ struct admin_ctx {
 	size_t errlen;
 };
 
-static json_t *tenant_info_json(const struct memd_registry *r,
-				const struct tenant *t, bool with_name_first)
+static json_t *tenant_info_json_base(const struct memd_registry *r,
+				     const struct tenant *t,
+				     bool with_name_first)
 {
 	if (with_name_first)
 		return json_pack(
@@ -2125,6 +2163,24 @@ static json_t *tenant_info_json(const struct memd_registry *r,
 			 (json_int_t)mul_sat(t->used_slabs, r->slab_bytes),
 			 "reserved_bytes",
 			 (json_int_t)mul_sat(t->reserved_slabs, r->slab_bytes));
+}
+
+/* A tenant as admin replies show it: with its cost model (0: the
+ * donors'). */
+static json_t *tenant_info_json(const struct memd_registry *r,
+				const struct tenant *t, bool with_name_first)
+{
+	json_t *o = tenant_info_json_base(r, t, with_name_first);
+
+	if (o && (json_object_set_new(o, "prefill_tokens_per_s",
+				      json_integer(t->prefill_tokens_per_s)) ||
+		  json_object_set_new(
+			  o, "bytes_per_token",
+			  json_integer((json_int_t)t->bytes_per_token)))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static int admin_status(struct admin_ctx *x)
@@ -2435,6 +2491,62 @@ static int admin_quota_set(struct admin_ctx *x)
 	return x->reply ? 0 : -ENOMEM;
 }
 
+/*
+ * tenant-set {"name", "prefill_tokens_per_s"?, "bytes_per_token"?}: the
+ * tenant's cost model for capacity reports (docs/capacity.md); 0 sets a
+ * field back to the donors' memd.conf value. At least one field.
+ */
+static int admin_tenant_set(struct admin_ctx *x)
+{
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
+	struct state_edit e = state_now(x->r);
+	struct tenant *t, nt;
+	bool tps = json_object_get(x->req, "prefill_tokens_per_s") != NULL,
+	     bpt = json_object_get(x->req, "bytes_per_token") != NULL;
+	uint64_t v;
+	int rc;
+
+	t = admin_tenant(x, &rc);
+	if (!t)
+		return rc;
+	if (!tps && !bpt) {
+		set_err(x->err, x->errlen,
+			"tenant-set: give prefill_tokens_per_s or "
+			"bytes_per_token (0: the donors' memd.conf value)");
+		return -EINVAL;
+	}
+	nt = *t;
+	if (tps) {
+		rc = json_get_uint(x->req, "prefill_tokens_per_s", 0,
+				   TENANT_TPS_MAX, &v, "", x->err, x->errlen);
+		if (rc)
+			goto out;
+		nt.prefill_tokens_per_s = (uint32_t)v;
+	}
+	if (bpt) {
+		rc = json_get_uint(x->req, "bytes_per_token", 0, TENANT_BPT_MAX,
+				   &nt.bytes_per_token, "", x->err, x->errlen);
+		if (rc)
+			goto out;
+	}
+	e.tenant_put = &nt;
+	rc = state_write_logged(x->r, &e, x->err, x->errlen);
+	if (rc)
+		goto out;
+	memd_log(LOG_NOTICE,
+		 "registry: tenant set name=%s prefill_tokens_per_s=%u "
+		 "bytes_per_token=%" PRIu64,
+		 memd_log_quote(t->name, logq, sizeof(logq)),
+		 nt.prefill_tokens_per_s, nt.bytes_per_token);
+	t->prefill_tokens_per_s = nt.prefill_tokens_per_s;
+	t->bytes_per_token = nt.bytes_per_token;
+	x->reply = json_object();
+	rc = x->reply ? 0 : -ENOMEM;
+out:
+	sodium_memzero(&nt, sizeof(nt));
+	return rc;
+}
+
 static int admin_drain(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
@@ -2490,6 +2602,9 @@ static const struct admin_cmd admin_cmds[] = {
 	{ "tenant-remove", admin_tenant_remove, { "name", NULL } },
 	{ "quota-get", admin_quota_get, { "name", NULL } },
 	{ "quota-set", admin_quota_set, { "name", "quota_bytes", NULL } },
+	{ "tenant-set",
+	  admin_tenant_set,
+	  { "name", "prefill_tokens_per_s", "bytes_per_token", NULL } },
 	{ "drain", admin_drain, { "donor", "drain", NULL } },
 };
 
