@@ -145,6 +145,10 @@ struct memd_registry {
 	uint64_t warm_until_ms;	 /* took over: donors rejoin until then */
 	char leader_addr[WIRE_HOSTPORT_MAX]; /* the last leader seen */
 	char leader_donor[WIRE_NAME_MAX];    /* its own donor part */
+	/* took over from leader_addr: probe it (memd-etcd), and until the
+	 * probe finds it gone, wait for leader_donor like any donor */
+	char old_leader_addr[WIRE_HOSTPORT_MAX];
+	bool old_leader_probe, old_leader_gone;
 	char self_donor[WIRE_NAME_MAX];
 	char etcd_err[160]; /* the last etcd failure */
 };
@@ -1333,15 +1337,47 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
 	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
 			   (uint64_t)MISSED_REPORTS * r->report_ms;
-	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
 	/* r->leader_donor keeps the previous leader's donor part, which
-	 * the warm-up does not wait for (place) */
+	 * the warm-up waits for until a probe of its address finds nothing
+	 * there (memd_registry_etcd_old_leader) */
+	snprintf(r->old_leader_addr, sizeof(r->old_leader_addr), "%s",
+		 r->leader_addr);
+	r->old_leader_probe = r->leader_donor[0] && r->old_leader_addr[0];
+	r->old_leader_gone = !r->old_leader_probe;
+	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
 	memd_log(LOG_NOTICE,
 		 "registry: elected leader addr=%s registry_epoch=%016" PRIx64
 		 " tenants=%zu donors=%zu state_revision=%" PRId64,
 		 r->advertise, r->epoch, r->ntenants, r->ndonors, r->state_rev);
 	pthread_mutex_unlock(&r->lock);
 	return idle;
+}
+
+bool memd_registry_etcd_old_leader(struct memd_registry *r, char *addr,
+				   size_t cap)
+{
+	bool probe;
+
+	pthread_mutex_lock(&r->lock);
+	probe = r->old_leader_probe;
+	r->old_leader_probe = false;
+	if (probe)
+		snprintf(addr, cap, "%s", r->old_leader_addr);
+	pthread_mutex_unlock(&r->lock);
+	return probe;
+}
+
+void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
+					const char *why)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->leader && !r->old_leader_gone)
+		memd_log(LOG_NOTICE,
+			 "registry: the previous leader %s is gone (%s): its "
+			 "donor part '%s' is not waited for",
+			 r->old_leader_addr, why, r->leader_donor);
+	r->old_leader_gone = true;
+	pthread_mutex_unlock(&r->lock);
 }
 
 void memd_registry_etcd_resign(struct memd_registry *r)
@@ -1927,11 +1963,14 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		for (size_t i = 0; i < r->ndonors; i++) {
 			const struct donor *d = &r->donor[i];
 
-			/* The leader we replace died with its own donor
-			 * part (one that lives on rejoins with a new epoch
-			 * and holds nothing): not waited for. */
+			/* The leader we replace: if nothing listens at its
+			 * address any more, it died with its own donor part
+			 * (one that lives on rejoins with a new epoch and
+			 * holds nothing): not waited for. If it lives (cut
+			 * off etcd only), its donor part holds leases and
+			 * rejoins us like any donor: waited for. */
 			if ((d->up && d->reported) ||
-			    (r->leader_donor[0] &&
+			    (r->old_leader_gone && r->leader_donor[0] &&
 			     !strcmp(d->name, r->leader_donor)))
 				continue;
 			set_err(err, errlen,

@@ -103,6 +103,19 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms);
 void memd_registry_etcd_resign(struct memd_registry *r);
 
 /*
+ * After a takeover, the previous leader's own donor part (named in
+ * PREFIX/leader) is waited for like any donor (it may be alive, only cut
+ * off etcd, and hold leases) until memd-etcd finds its registry gone:
+ * memd_registry_etcd_old_leader gives the address to probe, once per
+ * takeover (false: nothing to probe), and memd_registry_etcd_old_leader_gone
+ * says the probe found nothing listening there. Thread-safe.
+ */
+bool memd_registry_etcd_old_leader(struct memd_registry *r, char *addr,
+				   size_t cap);
+void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
+					const char *why);
+
+/*
  * Copies the registry.json in o->state_dir into etcd (o->etcd,
  * o->etcd_prefix), tenant keys sealed. Only into an etcd that has no
  * registry state yet: -EEXIST otherwise (err says so; nothing written).

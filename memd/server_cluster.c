@@ -8,6 +8,13 @@
  */
 #include "memd/server_int.h"
 
+#include "fabric/rpc.h"
+
+/* How long a new etcd leader tries to connect to the previous one: a
+ * refusal or no answer in this time is "gone" (its donor part is not
+ * waited for); an answer makes the warm-up wait for that donor part. */
+#define OLD_LEADER_PROBE_MS 300
+
 /* ------------------------------------------------------------------ */
 /* protocol 2: authentication, placement, donors, admin                */
 
@@ -1129,6 +1136,20 @@ void *srv_etcd_main(void *arg)
 	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
 		uint64_t until = srv_now_ms() +
 				 memd_registry_etcd_step(s->reg, srv_now_ms());
+		char old[WIRE_HOSTPORT_MAX];
+
+		/* Took over: is the previous leader still there (only cut
+		 * off etcd, its donor part holding leases)? */
+		if (memd_registry_etcd_old_leader(s->reg, old, sizeof(old))) {
+			struct rpc *c = NULL;
+			int r = rpc_connect(old, OLD_LEADER_PROBE_MS, &c, NULL,
+					    0);
+
+			if (r)
+				memd_registry_etcd_old_leader_gone(
+					s->reg, strerror(-r));
+			rpc_close(c);
+		}
 
 		while (srv_now_ms() < until &&
 		       !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE))
