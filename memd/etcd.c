@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_ENDPOINTS 16
 #define REPLY_MAX (8u << 20) /* a bigger reply is refused */
@@ -444,5 +445,220 @@ int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
 	rc = post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), &reply,
 		  err, errlen);
 	json_decref(reply);
+	return rc;
+}
+
+/* ---- watch ------------------------------------------------------------- */
+
+struct watch {
+	struct buf b;
+	memd_etcd_watch_fn fn;
+	void *arg;
+	int64_t *rev;
+	bool created, bad;
+	char why[160];
+};
+
+/* One WatchResponse (a line of the gateway's stream). */
+static void watch_line(struct watch *w, const char *p, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(p, n, 0, &je), *res, *evs, *ev;
+	size_t i;
+
+	if (!j) {
+		snprintf(w->why, sizeof(w->why), "watch: not JSON: %.100s",
+			 je.text);
+		w->bad = true;
+		return;
+	}
+	res = json_object_get(j, "result");
+	if (!json_is_object(res)) {
+		json_t *m =
+			json_object_get(json_object_get(j, "error"), "message");
+
+		snprintf(w->why, sizeof(w->why), "watch: %.140s",
+			 json_is_string(m) ? json_string_value(m)
+					   : "no result");
+		w->bad = true;
+		json_decref(j);
+		return;
+	}
+	if (json_is_true(json_object_get(res, "created")))
+		w->created = true;
+	if (json_is_true(json_object_get(res, "canceled")) ||
+	    i64(res, "compact_revision")) {
+		/* compacted past *rev: start again from now */
+		snprintf(w->why, sizeof(w->why),
+			 "watch canceled (compact revision %" PRId64 ")",
+			 i64(res, "compact_revision"));
+		*w->rev = 0;
+		w->bad = true;
+		json_decref(j);
+		return;
+	}
+	evs = json_object_get(res, "events");
+	json_array_foreach(evs, i, ev)
+	{
+		json_t *kv = json_object_get(ev, "kv"), *t, *k;
+		unsigned char key[512];
+		size_t klen = 0;
+		const char *ks;
+
+		t = json_object_get(ev, "type");
+		k = json_object_get(kv, "key");
+		ks = json_is_string(k) ? json_string_value(k) : "";
+		if (sodium_base642bin(key, sizeof(key) - 1, ks, strlen(ks),
+				      NULL, &klen, NULL,
+				      sodium_base64_VARIANT_ORIGINAL))
+			continue;
+		key[klen] = '\0';
+		w->fn(w->arg, (const char *)key,
+		      json_is_string(t) &&
+			      !strcmp(json_string_value(t), "DELETE"),
+		      i64(kv, "mod_revision"));
+	}
+	{
+		int64_t r = i64(json_object_get(res, "header"), "revision");
+
+		/* the header's revision: every event up to it was sent */
+		if (r > *w->rev && (json_array_size(evs) || w->created))
+			*w->rev = r;
+	}
+	json_decref(j);
+}
+
+static size_t on_watch(char *p, size_t sz, size_t n, void *arg)
+{
+	struct watch *w = arg;
+	size_t len = sz * n;
+	char *nl;
+
+	if (on_body(p, sz, n, &w->b) != len)
+		return 0;
+	while (!w->bad && (nl = memchr(w->b.p, '\n', w->b.n))) {
+		size_t line = (size_t)(nl - w->b.p) + 1;
+
+		if (line > 1)
+			watch_line(w, w->b.p, line - 1);
+		memmove(w->b.p, w->b.p + line, w->b.n - line + 1);
+		w->b.n -= line;
+	}
+	return w->bad ? 0 : len;
+}
+
+int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
+		    uint32_t max_ms, memd_etcd_watch_fn fn, void *arg,
+		    const volatile int *stop, char *err, size_t errlen)
+{
+	size_t plen = strlen(prefix);
+	char *end = malloc(plen + 1), url[300], srev[24];
+	json_t *body;
+	char *text;
+	int rc = -EIO, first;
+
+	if (!end || !plen) {
+		free(end);
+		set_err(err, errlen, "etcd: watch: bad prefix");
+		return -EINVAL;
+	}
+	/* [prefix, prefix with its last byte + 1): every key under it */
+	memcpy(end, prefix, plen);
+	end[plen - 1]++;
+	snprintf(srev, sizeof(srev), "%" PRId64, *rev ? *rev + 1 : 0);
+	body = json_pack("{s:{s:o, s:o, s:s}}", "create_request", "key",
+			 b64(prefix, plen), "range_end", b64(end, plen),
+			 "start_revision", srev);
+	free(end);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&e->lock);
+	first = e->cur;
+	pthread_mutex_unlock(&e->lock);
+	for (int k = 0; k < e->nurl && !*stop; k++) {
+		int i = (first + k) % e->nurl, still = 1;
+		struct watch w = { .fn = fn, .arg = arg, .rev = rev };
+		struct curl_slist *hdr = NULL;
+		CURLM *m = curl_multi_init();
+		CURL *c = curl_easy_init();
+		uint64_t t0 = 0;
+		struct timespec ts;
+		CURLMsg *msg;
+		int left;
+		CURLcode cc = CURLE_OK;
+
+		if (!m || !c) {
+			curl_multi_cleanup(m);
+			curl_easy_cleanup(c);
+			rc = -ENOMEM;
+			set_err(err, errlen, "etcd: out of memory");
+			break;
+		}
+		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+		snprintf(url, sizeof(url), "%s/v3/watch", e->url[i]);
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_watch);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &w);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+				 (long)e->timeout_ms);
+		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+		if (e->cacert)
+			curl_easy_setopt(c, CURLOPT_CAINFO, e->cacert);
+		if (e->cert) {
+			curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
+			curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+		}
+		curl_multi_add_handle(m, c);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = (uint64_t)ts.tv_sec * 1000 +
+		     (uint64_t)ts.tv_nsec / 1000000;
+		while (still && !*stop) {
+			uint64_t now;
+
+			if (curl_multi_perform(m, &still) != CURLM_OK)
+				break;
+			if (!still)
+				break;
+			curl_multi_poll(m, NULL, 0, 100, NULL);
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (uint64_t)ts.tv_sec * 1000 +
+			      (uint64_t)ts.tv_nsec / 1000000;
+			if (now - t0 >= max_ms)
+				break;
+		}
+		while ((msg = curl_multi_info_read(m, &left)))
+			if (msg->msg == CURLMSG_DONE)
+				cc = msg->data.result;
+		curl_multi_remove_handle(m, c);
+		curl_easy_cleanup(c);
+		curl_multi_cleanup(m);
+		curl_slist_free_all(hdr);
+		free(w.b.p);
+		if (w.created) {
+			/* it ran: stopped, timed out, or broke after a while */
+			pthread_mutex_lock(&e->lock);
+			e->cur = i;
+			pthread_mutex_unlock(&e->lock);
+			rc = still || *stop ? 0 : -EIO;
+			if (rc)
+				set_err(err, errlen, "etcd %s: watch ended: %s",
+					e->url[i],
+					w.bad ? w.why : curl_easy_strerror(cc));
+			break;
+		}
+		set_err(err, errlen, "etcd %s: watch: %s", e->url[i],
+			w.bad		 ? w.why
+			: cc != CURLE_OK ? curl_easy_strerror(cc)
+					 : "no stream");
+		if (*stop)
+			rc = 0;
+	}
+	free(text);
 	return rc;
 }

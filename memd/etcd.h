@@ -19,6 +19,7 @@
 #ifndef TP_MEMD_ETCD_H
 #define TP_MEMD_ETCD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,5 +68,24 @@ int memd_etcd_lease_keepalive(struct memd_etcd *e, int64_t id, int64_t *ttl_s,
 /* Revokes lease id (the keys under it go): 0, -EIO... */
 int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
 			   size_t errlen);
+
+/*
+ * Watches every key under prefix (a byte-wise prefix, e.g. "/tidepool/")
+ * through the gateway's streaming POST /v3/watch, on a connection of its
+ * own (the handle's lock is not held meanwhile: other calls go on), from
+ * revision *rev + 1 (*rev 0: from now). Calls fn for each event, in the
+ * caller's thread: key, deleted (false: a put), the key's mod_revision;
+ * keeps *rev at the last revision the stream covered, so a caller that
+ * watches again misses nothing (unless etcd compacted it: *rev is reset
+ * to 0). Returns after max_ms, or within 100 ms of *stop becoming non-zero:
+ * 0; when the stream broke or none could be opened: -EIO with err (watch
+ * again; the caller backs off). One endpoint at a time, the last good one
+ * first.
+ */
+typedef void (*memd_etcd_watch_fn)(void *arg, const char *key, bool deleted,
+				   int64_t mod_rev);
+int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
+		    uint32_t max_ms, memd_etcd_watch_fn fn, void *arg,
+		    const volatile int *stop, char *err, size_t errlen);
 
 #endif
