@@ -9,7 +9,9 @@
  * every distribution and the gateway is part of every etcd 3.x server.
  *
  * Threads: none of its own; one mutex serializes requests on a handle.
- * The endpoint that answered last is tried first next time.
+ * The endpoint that answered last is tried first next time. A watch
+ * (memd_etcd_watch) streams on a connection of its own, in its caller's
+ * thread, without that mutex.
  */
 #include "memd/etcd.h"
 
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define MAX_ENDPOINTS 16
@@ -36,6 +39,9 @@ struct memd_etcd {
 	int nurl, cur;
 	uint32_t timeout_ms;
 	char *cacert, *cert, *key;
+	/* etcd authentication: user and password (NULL: none), and the
+	 * token they got (NULL: none yet, or it expired); under lock */
+	char *user, *password, *token;
 };
 
 struct buf {
@@ -101,6 +107,13 @@ void memd_etcd_close(struct memd_etcd *e)
 	free(e->cacert);
 	free(e->cert);
 	free(e->key);
+	free(e->user);
+	if (e->password)
+		sodium_memzero(e->password, strlen(e->password));
+	free(e->password);
+	if (e->token)
+		sodium_memzero(e->token, strlen(e->token));
+	free(e->token);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }
@@ -108,6 +121,51 @@ void memd_etcd_close(struct memd_etcd *e)
 static char *dup_or_null(const char *s)
 {
 	return s && s[0] ? strdup(s) : NULL;
+}
+
+/* The password: the first line of path, which only its owner may read.
+ * 0 and *out (malloc'ed), or -errno with err. */
+static int password_read(const char *path, char **out, char *err, size_t errlen)
+{
+	char buf[256];
+	struct stat st;
+	size_t n;
+	FILE *f;
+
+	*out = NULL;
+	f = fopen(path, "re");
+	if (!f) {
+		int rc = -errno;
+
+		set_err(err, errlen, "etcd: etcd_password_file %s: %s", path,
+			strerror(-rc));
+		return rc;
+	}
+	if (fstat(fileno(f), &st) || (st.st_mode & 077)) {
+		fclose(f);
+		set_err(err, errlen,
+			"etcd: etcd_password_file %s: group or others may "
+			"access it (chmod 600)",
+			path);
+		return -EPERM;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (!buf[0] || n == sizeof(buf) - 1) {
+		sodium_memzero(buf, sizeof(buf));
+		set_err(err, errlen, "etcd: etcd_password_file %s: %s", path,
+			buf[0] ? "longer than 254 bytes" : "empty first line");
+		return -EINVAL;
+	}
+	*out = strdup(buf);
+	sodium_memzero(buf, sizeof(buf));
+	if (!*out) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
@@ -120,6 +178,13 @@ int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 	*out = NULL;
 	if (!o || !o->endpoints || !o->endpoints[0]) {
 		set_err(err, errlen, "etcd: no endpoints");
+		return -EINVAL;
+	}
+	if (!(o->user && o->user[0]) !=
+	    !(o->password_file && o->password_file[0])) {
+		set_err(err, errlen,
+			"etcd: authentication needs both a user and a password "
+			"file");
 		return -EINVAL;
 	}
 	if (!o->cert != !o->key || (o->cert && !o->cert[0] != !o->key[0])) {
@@ -163,6 +228,18 @@ int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 	e->cacert = dup_or_null(o->cacert);
 	e->cert = dup_or_null(o->cert);
 	e->key = dup_or_null(o->key);
+	if (o->user && o->user[0]) {
+		int rc = password_read(o->password_file, &e->password, err,
+				       errlen);
+
+		if (rc) {
+			memd_etcd_close(e);
+			return rc;
+		}
+		e->user = strdup(o->user);
+		if (!e->user)
+			goto nomem;
+	}
 	e->curl = curl_easy_init();
 	if (!e->curl)
 		goto nomem;
@@ -180,19 +257,28 @@ nomem:
  * the last failure). An HTTP 4xx is etcd refusing the request: -EPROTO
  * with its message, not tried elsewhere. Caller holds e->lock.
  */
-static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
-		       json_t **reply, char *err, size_t errlen)
+static int post_text_locked(struct memd_etcd *e, const char *path,
+			    const char *text, json_t **reply, char *err,
+			    size_t errlen, long *http)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
 	struct curl_slist *hdr = NULL;
 	int rc = -EIO;
 
 	*reply = NULL;
-	if (!text) {
-		set_err(err, errlen, "etcd: out of memory");
-		return -ENOMEM;
-	}
+	*http = 0;
 	hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	if (e->token) {
+		char *auth = NULL;
+
+		if (asprintf(&auth, "Authorization: %s", e->token) < 0) {
+			curl_slist_free_all(hdr);
+			set_err(err, errlen, "etcd: out of memory");
+			return -ENOMEM;
+		}
+		hdr = curl_slist_append(hdr, auth);
+		sodium_memzero(auth, strlen(auth));
+		free(auth);
+	}
 	for (int k = 0; k < e->nurl; k++) {
 		int i = (e->cur + k) % e->nurl;
 		struct buf b = { 0 };
@@ -243,6 +329,7 @@ static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
 			json_decref(*reply);
 			*reply = NULL;
 			free(b.p);
+			*http = code;
 			rc = -EPROTO;
 			break;
 		}
@@ -253,6 +340,97 @@ static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
 		break;
 	}
 	curl_slist_free_all(hdr);
+	return rc;
+}
+
+/* Gets a token for e->user (POST /v3/auth/authenticate). Caller holds
+ * e->lock. */
+static int authenticate_locked(struct memd_etcd *e, char *err, size_t errlen)
+{
+	json_t *body = json_pack("{s:s, s:s}", "name", e->user, "password",
+				 e->password),
+	       *reply = NULL, *t;
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	long http;
+	int rc;
+
+	json_decref(body);
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	rc = post_text_locked(e, "/v3/auth/authenticate", text, &reply, err,
+			      errlen, &http);
+	sodium_memzero(text, strlen(text));
+	free(text);
+	if (rc == -EPROTO) {
+		char why[200];
+
+		snprintf(why, sizeof(why), "%s", err);
+		set_err(err, errlen, "etcd: authentication as '%s' failed: %s",
+			e->user, why);
+		return -EACCES;
+	}
+	if (rc)
+		return rc;
+	t = json_object_get(reply, "token");
+	if (!json_is_string(t) || !json_string_value(t)[0]) {
+		json_decref(reply);
+		set_err(err, errlen,
+			"etcd: authentication as '%s' gave no token (is auth "
+			"enabled in etcd?)",
+			e->user);
+		return -EPROTO;
+	}
+	e->token = strdup(json_string_value(t));
+	json_decref(reply);
+	if (!e->token) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void token_drop_locked(struct memd_etcd *e)
+{
+	if (e->token)
+		sodium_memzero(e->token, strlen(e->token));
+	free(e->token);
+	e->token = NULL;
+}
+
+/* An etcd refusal that a fresh token may cure (simple tokens expire
+ * after --auth-token-ttl, 5 min by default, without use). */
+static bool token_refused(long http, const char *err)
+{
+	return http == 401 || strstr(err, "invalid auth token") ||
+	       strstr(err, "user name is empty");
+}
+
+static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
+		       json_t **reply, char *err, size_t errlen)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	long http = 0;
+	int rc;
+
+	*reply = NULL;
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	for (int tries = 0;; tries++) {
+		if (e->user && !e->token) {
+			rc = authenticate_locked(e, err, errlen);
+			if (rc)
+				break;
+		}
+		rc = post_text_locked(e, path, text, reply, err, errlen, &http);
+		if (rc != -EPROTO || !e->user || tries ||
+		    !token_refused(http, err))
+			break;
+		token_drop_locked(e); /* expired: once more with a new one */
+	}
 	sodium_memzero(text, strlen(text));
 	free(text);
 	return rc;
@@ -599,6 +777,22 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 			break;
 		}
 		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+		if (e->user) {
+			char *auth = NULL;
+			int ar;
+
+			pthread_mutex_lock(&e->lock);
+			ar = e->token ? 0 : authenticate_locked(e, err, errlen);
+			if (!ar &&
+			    asprintf(&auth, "Authorization: %s", e->token) < 0)
+				auth = NULL;
+			pthread_mutex_unlock(&e->lock);
+			if (auth) {
+				hdr = curl_slist_append(hdr, auth);
+				sodium_memzero(auth, strlen(auth));
+				free(auth);
+			}
+		}
 		snprintf(url, sizeof(url), "%s/v3/watch", e->url[i]);
 		curl_easy_setopt(c, CURLOPT_URL, url);
 		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
@@ -656,6 +850,13 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 			w.bad		 ? w.why
 			: cc != CURLE_OK ? curl_easy_strerror(cc)
 					 : "no stream");
+		if (e->user) {
+			/* perhaps an expired token: the next try asks for a
+			 * new one */
+			pthread_mutex_lock(&e->lock);
+			token_drop_locked(e);
+			pthread_mutex_unlock(&e->lock);
+		}
 		if (*stop)
 			rc = 0;
 	}

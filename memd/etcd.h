@@ -3,7 +3,8 @@
  * memd/etcd.h - a small client of etcd's v3 JSON gateway (libcurl +
  * jansson), what the registry's etcd backend needs and nothing more: one
  * key read, a put or delete guarded by a revision compare (one etcd
- * transaction), and leases (grant, keepalive, revoke). docs/cluster.md,
+ * transaction), leases (grant, keepalive, revoke), and a watch of the
+ * keys under a prefix (a streaming response). docs/cluster.md,
  * "The etcd backend".
  *
  * Endpoints are a list; a request that cannot reach one (connect error,
@@ -31,9 +32,17 @@ struct memd_etcd_opts {
 	 * client certificate (both or neither). Passed to libcurl as is. */
 	const char *cacert, *cert, *key;
 	uint32_t timeout_ms; /* per endpoint and request */
+	/* etcd user/password authentication (both or neither): the
+	 * password is the first line of password_file (mode 0600 or
+	 * stricter), read at open. A token is asked for (POST
+	 * /v3/auth/authenticate) before the first request and again when
+	 * etcd refuses an expired one; every request carries it. */
+	const char *user, *password_file;
 };
 
-/* 0 and *out, or -EINVAL (err: a bad endpoint list), -ENOMEM. */
+/* 0 and *out, or -EINVAL (err: a bad endpoint list, a user without a
+ * password file), -EPERM/-ENOENT... (the password file), -ENOMEM. A
+ * wrong password shows at the first request: -EACCES with err. */
 int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 		   char *err, size_t errlen);
 void memd_etcd_close(struct memd_etcd *e);

@@ -1008,6 +1008,8 @@ int srv_cluster_open(struct memd_server *s, char *err, size_t errlen)
 			.cacert = s->cfg.etcd_cacert,
 			.cert = s->cfg.etcd_cert,
 			.key = s->cfg.etcd_key,
+			.user = s->cfg.etcd_user,
+			.password_file = s->cfg.etcd_password_file,
 			/* a step of the election (3 endpoints) stays within
 			 * the lease */
 			.timeout_ms = s->cfg.etcd_lease_ms / 4,

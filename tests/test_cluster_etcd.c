@@ -30,9 +30,13 @@
  *   keys, quotas, donor identities, drain flags) into etcd; a registry on
  *   that etcd authenticates the tenant and holds the quota; a second
  *   migration is refused and changes nothing. etcd holds the tenant's
- *   key sealed only. When the state changes behind the leader, its next
- *   change is refused (EAGAIN, nothing applied), it steps down and is
- *   elected again with the new state, and the change then succeeds.
+ *   key sealed only. When the state changes behind the leader, its watch
+ *   sees it: it steps down at once and is elected again with the new
+ *   state, and a change then succeeds.
+ * - etcd with authentication on (etcdctl; the case says SKIPPED without
+ *   it): tokens, a new one when the old one expired, a wrong password,
+ *   a password file others may read; a registry with etcd_user and
+ *   etcd_password_file leads, one without serves nothing.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -120,6 +124,8 @@ static char initial[512], endpoints[256];
  * endpoints2 reaches etcd only through what an iptables rule can cut. */
 static bool also_lo2;
 static char endpoints2[256];
+/* one more flag and its value for every member (NULL: none) */
+static const char *etcd_extra[2];
 
 static void member_start(int i)
 {
@@ -143,13 +149,23 @@ static void member_start(int i)
 
 		(void)f;
 		dup2(STDERR_FILENO, STDOUT_FILENO);
-		execl(etcd_path(), "etcd", "--name", name, "--data-dir", data,
-		      "--listen-client-urls", lurl, "--advertise-client-urls",
-		      curl, "--listen-peer-urls", purl,
-		      "--initial-advertise-peer-urls", purl,
-		      "--initial-cluster", initial, "--initial-cluster-token",
-		      dir, "--heartbeat-interval", "50", "--election-timeout",
-		      "500", "--logger", "zap", (char *)NULL);
+		const char *argv[] = {
+			"etcd",	       "--name",
+			name,	       "--data-dir",
+			data,	       "--listen-client-urls",
+			lurl,	       "--advertise-client-urls",
+			curl,	       "--listen-peer-urls",
+			purl,	       "--initial-advertise-peer-urls",
+			purl,	       "--initial-cluster",
+			initial,       "--initial-cluster-token",
+			dir,	       "--heartbeat-interval",
+			"50",	       "--election-timeout",
+			"500",	       "--logger",
+			"zap",	       etcd_extra[0],
+			etcd_extra[1], NULL
+		};
+
+		execv(etcd_path(), (char *const *)argv);
 		_exit(127);
 	}
 	mem[i].pid = pid;
@@ -217,12 +233,15 @@ static struct tu_memd reg[2], don[2];
 static char reg_listen[2][64], reg_list[160];
 /* per registry: its etcd endpoints (NULL: endpoints), its donation */
 static const char *reg_endpoints[2], *reg_donate[2];
+static const char *reg_set[2]; /* two more "key=value" for registries */
 
 static void registry_start(int i, const char *lease)
 {
 	char a1[300], a2[300], a3[128], a4[64], a5[64];
 	const char *args[] = {
 		"--listen", reg_listen[i],
+		"--set",    reg_set[0] ? reg_set[0] : "report_interval=300ms",
+		"--set",    reg_set[1] ? reg_set[1] : "report_interval=300ms",
 		"--set",    "registry=etcd",
 		"--set",    a1,
 		"--set",    a2,
@@ -1056,6 +1075,147 @@ START_TEST(migrate_registry_json_to_etcd)
 }
 END_TEST
 
+/* ---- etcd authentication -------------------------------------------- */
+
+static int etcdctl(const char *args)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "ETCDCTL_API=3 etcdctl --endpoints=%s %s >>%s/etcdctl.log "
+		 "2>&1",
+		 endpoints, args, dir);
+	return system(cmd);
+}
+
+/*
+ * etcd with authentication on (simple tokens that expire after 1 s
+ * unused): the client asks for a token, and for a new one when etcd
+ * refuses the old one; a wrong password is a clear error; a registry
+ * given etcd_user and etcd_password_file leads and places, one without
+ * them is refused by etcd and serves nothing.
+ */
+START_TEST(etcd_authentication)
+{
+	char pw[300], bad[300], out[16384], err[256], *v, a1[320], a2[64];
+	struct memd_etcd_opts o = { .timeout_ms = 1000,
+				    .user = "tp",
+				    .password_file = pw };
+	struct memd_etcd *e;
+	struct pool *p;
+	struct pool_region *r;
+	size_t len;
+	int64_t rev;
+	FILE *f;
+
+	if (system("etcdctl version >/dev/null 2>&1")) {
+		printf("etcd_authentication: SKIPPED: no etcdctl "
+		       "(apt-get install etcd-client)\n");
+		return;
+	}
+	setup();
+	etcd_extra[0] = "--auth-token-ttl";
+	etcd_extra[1] = "1";
+	etcd_start(1);
+	ck_assert_int_eq(etcdctl("user add root:rootpw --interactive=false"),
+			 0);
+	ck_assert_int_eq(etcdctl("user grant-role root root"), 0);
+	ck_assert_int_eq(etcdctl("user add tp:tp-pw --interactive=false"), 0);
+	ck_assert_int_eq(etcdctl("role add tp"), 0);
+	ck_assert_int_eq(etcdctl("role grant-permission tp --prefix=true "
+				 "readwrite /tidepool/"),
+			 0);
+	ck_assert_int_eq(etcdctl("user grant-role tp tp"), 0);
+	ck_assert_int_eq(etcdctl("auth enable"), 0);
+	snprintf(pw, sizeof(pw), "%s/etcd.pw", dir);
+	snprintf(bad, sizeof(bad), "%s/etcd.bad", dir);
+	f = fopen(pw, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("tp-pw\n", f);
+	fclose(f);
+	f = fopen(bad, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("not-the-pw\n", f);
+	fclose(f);
+	o.endpoints = endpoints;
+
+	/* a password file others may read is refused */
+	ck_assert_int_eq(chmod(pw, 0644), 0);
+	ck_assert_int_eq(memd_etcd_open(&o, &e, err, sizeof(err)), -EPERM);
+	assert_has(err, "chmod 600");
+	ck_assert_int_eq(chmod(pw, 0600), 0);
+	ck_assert_int_eq(chmod(bad, 0600), 0);
+
+	/* a token, then (the token expired unused) a new one */
+	ck_assert_int_eq(memd_etcd_open(&o, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_put_if(e, "/tidepool/x", "1", 1, 0, 0, NULL,
+					  err, sizeof(err)),
+			 0);
+	sleep_ms(2500);
+	ck_assert_msg(!memd_etcd_get(e, "/tidepool/x", &v, &len, &rev, NULL,
+				     err, sizeof(err)),
+		      "after the token expired: %s", err);
+	ck_assert_str_eq(v, "1");
+	free(v);
+	/* outside its permission: etcd's refusal, not a retry loop */
+	ck_assert_int_eq(memd_etcd_get(e, "/other", &v, &len, &rev, NULL, err,
+				       sizeof(err)),
+			 -EPROTO);
+	assert_has(err, "permission denied");
+	memd_etcd_close(e);
+	/* a wrong password */
+	o.password_file = bad;
+	ck_assert_int_eq(memd_etcd_open(&o, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/x", &v, &len, &rev, NULL,
+				       err, sizeof(err)),
+			 -EACCES);
+	assert_has(err, "authentication as 'tp' failed");
+	memd_etcd_close(e);
+
+	/* registry 1 without credentials serves nothing; registry 0 with
+	 * them leads (its lease outlives the token: it keeps using it) */
+	for (int i = 0; i < 2; i++)
+		snprintf(reg_listen[i], sizeof(reg_listen[i]), "127.0.0.1:%d",
+			 free_port());
+	snprintf(reg_list, sizeof(reg_list), "%s,%s", reg_listen[0],
+		 reg_listen[1]);
+	snprintf(a1, sizeof(a1), "etcd_password_file=%s", pw);
+	snprintf(a2, sizeof(a2), "etcd_user=tp");
+	reg_set[0] = a1;
+	reg_set[1] = a2;
+	registry_start(0, "2s");
+	reg_set[0] = reg_set[1] = NULL;
+	registry_start(1, "2s");
+	ck_assert_int_eq(leader_with_donors(2, out, sizeof(out)), 0);
+	ck_assert_int_eq(
+		tu_tenant_add(reg[0].addr, cluster, "a", sec_a, 2 * SLAB), 0);
+	ck_assert_int_eq(tu_admin(reg[1].addr, cluster, "{\"cmd\":\"donors\"}",
+				  out, sizeof(out)),
+			 -EAGAIN);
+	p = connect_a();
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	pool_free(p, r);
+	pool_close(p);
+	{
+		char log[256];
+
+		snprintf(log, sizeof(log), "%s/memd.log", reg[1].dir);
+		ck_assert_msg(tu_file_has(log, "user name is empty"),
+			      "registry 1 does not log etcd's refusal");
+	}
+	/* the leader's state is in etcd, readable with the credentials */
+	o.password_file = pw;
+	ck_assert_int_eq(memd_etcd_open(&o, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len, &rev,
+				       NULL, err, sizeof(err)),
+			 0);
+	assert_has(v, "\"name\":\"a\"");
+	free(v);
+	memd_etcd_close(e);
+	pool_stop();
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cluster_etcd");
@@ -1073,6 +1233,7 @@ int main(void)
 	tcase_add_test(tc, kill_the_leading_registry_during_a_storm);
 	tcase_add_test(tc, partition_the_leader_from_etcd);
 	tcase_add_test(tc, migrate_registry_json_to_etcd);
+	tcase_add_test(tc, etcd_authentication);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
