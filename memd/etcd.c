@@ -725,6 +725,11 @@ static size_t on_watch(char *p, size_t sz, size_t n, void *arg)
 	return w->bad ? 0 : len;
 }
 
+static bool stopped(const volatile int *stop)
+{
+	return __atomic_load_n(stop, __ATOMIC_ACQUIRE) != 0;
+}
+
 int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 		    uint32_t max_ms, memd_etcd_watch_fn fn, void *arg,
 		    const volatile int *stop, char *err, size_t errlen)
@@ -757,7 +762,7 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 	pthread_mutex_lock(&e->lock);
 	first = e->cur;
 	pthread_mutex_unlock(&e->lock);
-	for (int k = 0; k < e->nurl && !*stop; k++) {
+	for (int k = 0; k < e->nurl && !stopped(stop); k++) {
 		int i = (first + k) % e->nurl, still = 1;
 		struct watch w = { .fn = fn, .arg = arg, .rev = rev };
 		struct curl_slist *hdr = NULL;
@@ -812,7 +817,7 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 		clock_gettime(CLOCK_MONOTONIC, &ts);
 		t0 = (uint64_t)ts.tv_sec * 1000 +
 		     (uint64_t)ts.tv_nsec / 1000000;
-		while (still && !*stop) {
+		while (still && !stopped(stop)) {
 			uint64_t now;
 
 			if (curl_multi_perform(m, &still) != CURLM_OK)
@@ -839,7 +844,7 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 			pthread_mutex_lock(&e->lock);
 			e->cur = i;
 			pthread_mutex_unlock(&e->lock);
-			rc = still || *stop ? 0 : -EIO;
+			rc = still || stopped(stop) ? 0 : -EIO;
 			if (rc)
 				set_err(err, errlen, "etcd %s: watch ended: %s",
 					e->url[i],
@@ -857,7 +862,7 @@ int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
 			token_drop_locked(e);
 			pthread_mutex_unlock(&e->lock);
 		}
-		if (*stop)
+		if (stopped(stop))
 			rc = 0;
 	}
 	free(text);
