@@ -780,7 +780,7 @@ START_TEST(partition_the_leader_from_etcd)
 		struct pool_opts o = { .addr = reg_listen[0],
 				       .tenant = "b",
 				       .secret_file = sec_b,
-				       .timeout_ms = 500 };
+				       .timeout_ms = 2000 };
 
 		setenv("LIBPOOL_REGISTRY_FAILOVER_MS", "300", 1);
 		ck_assert_int_eq(pool_connect(&o, &probe_pool), 0);
@@ -791,7 +791,12 @@ START_TEST(partition_the_leader_from_etcd)
 		ck_assert_int_eq(pthread_create(&th[i], NULL, storm_main,
 						(void *)(intptr_t)i),
 				 0);
+	/* A places for both (slow hosts, sanitizers: give it time) */
 	sleep_ms(1500);
+	for (int t = 0;
+	     t < 300 && (!atomic_load(&probe_ok) || !leases_of_a(reg[0].addr));
+	     t++)
+		sleep_ms(100);
 	ck_assert_int_gt(atomic_load(&probe_ok), 0);
 	ck_assert_int_gt(leases_of_a(reg[0].addr), 0);
 
