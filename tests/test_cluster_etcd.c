@@ -893,10 +893,11 @@ START_TEST(partition_the_leader_from_etcd)
 	}
 	printf("partition: A's donor part held %d of a's slabs at the cut\n",
 	       on_a);
-	printf("partition: A placed last %lld ms after the cut, B served "
-	       "%llu ms after it; A refused %llu PLACEs after that; most "
-	       "slabs held at once %d (quota %d), most in the lease tables "
-	       "%d, at the end %d; A a standby %llu ms after the heal\n",
+	printf("partition: A's last allocation returned %lld ms after the "
+	       "cut, B served %llu ms after it; A refused %llu allocations "
+	       "begun after that; most slabs held at once %d (quota %d), "
+	       "most in the lease tables %d, at the end %d; A a standby "
+	       "%llu ms after the heal\n",
 	       (long long)(atomic_load(&probe_last_ok_ms) - t_cut),
 	       (unsigned long long)(t_b - t_cut),
 	       (unsigned long long)atomic_load(&probe_fail_after_b),
@@ -907,10 +908,12 @@ START_TEST(partition_the_leader_from_etcd)
 	ck_assert_int_le(atomic_load(&max_live), QUOTA_SLABS);
 	ck_assert_msg(held <= QUOTA_SLABS, "%d leased at the end (%s)", held,
 		      tables);
-	/* A placed nothing once B served, and was asked (not vacuous) */
+	/* A placed nothing asked of it once B served, and was asked (not
+	 * vacuous) */
 	ck_assert_int_eq(atomic_load(&probe_ok_after_b), 0);
 	ck_assert_int_gt(atomic_load(&probe_fail_after_b), 0);
-	ck_assert_uint_lt(atomic_load(&probe_last_ok_ms), t_b);
+	/* (not probe_last_ok_ms < t_b: an allocation A placed in time
+	 * may return later, its ticket redeemed at a slow donor) */
 
 	/* B stops: A, sure of a new lease, leads and places again */
 	tu_memd_stop_ok(&reg[1]);
