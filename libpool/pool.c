@@ -465,6 +465,14 @@ static void *hb_main(void *arg)
 		extend_validity(lk, sent);
 		__atomic_add_fetch(&lk->st_heartbeats, 1, __ATOMIC_RELAXED);
 	}
+	/* Nobody will set the fabric up now: release its waiters (they
+	 * find the link lost or closing). */
+	pthread_mutex_lock(&lk->hb_lock);
+	if (lk->fab_pending) {
+		__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&lk->fab_cond);
+	}
+	pthread_mutex_unlock(&lk->hb_lock);
 	return NULL;
 }
 
