@@ -2291,8 +2291,11 @@ static void *warm_main(void *arg)
  */
 static void warm_deferred_check(struct mapping *m)
 {
-	bool half = eng.budget != SIZE_MAX ? eng.resident >= eng.budget / 2
-					   : m->nres >= m->max_res / 2;
+	/* a mapping its own budget holds whole never evicts: no fabric */
+	size_t npages = (m->size + m->psize - 1) >> m->shift;
+	bool half = eng.budget != SIZE_MAX
+			    ? eng.resident >= eng.budget / 2
+			    : npages > m->max_res && m->nres >= m->max_res / 2;
 
 	if (half && pool_fabric_prepare(m->p)) {
 		m->warm_deferred = false;

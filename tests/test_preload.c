@@ -377,7 +377,6 @@ static int prog_small(void)
 	tu_pattern_fill(a, n, 71, 0);
 	printf("small=%016llx\n", (unsigned long long)sum(a, n));
 	fflush(stdout);
-	free(a);
 	f = fopen("/proc/self/status", "r");
 	if (!f)
 		return 61;
@@ -392,6 +391,8 @@ static int prog_small(void)
 		fabric |= strstr(line, "libfabric") != NULL;
 	fclose(f);
 	fprintf(stderr, "small: hwm_kb=%zu libfabric=%d\n", hwm_kb, fabric);
+	/* a is not freed: with regions, the stats line at exit counts the
+	 * allocations alive then */
 	return hwm_kb ? 0 : 63;
 }
 
