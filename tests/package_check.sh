@@ -135,6 +135,14 @@ for f in "$memd" /usr/sbin/poolctl "$unit" /etc/tidepool/memd.conf \
 	/usr/lib/python3/dist-packages/tidepool/__init__.py; do
 	[ -e "$f" ] || fail "$f is not installed"
 done
+# the example local-pool.sh finds the helper it sources beside it (its
+# number check is the helper's)
+ex=/usr/share/doc/tidepool-memd/examples
+st=0
+bash "$ex/local-pool.sh" -n x >"$tmp/ex.log" 2>&1 || st=$?
+if [ $st -ne 64 ] || ! grep -q '^local-pool: -n takes a number' "$tmp/ex.log"; then
+	fail "$ex/local-pool.sh -n x: exit $st: $(cat "$tmp/ex.log")"
+fi
 # (outputs captured first: grep -q ending a pipe early is a SIGPIPE,
 # which pipefail reports as a failure)
 objdump -p "$libdir/libpool.so.0" >"$tmp/dyn"
