@@ -62,6 +62,7 @@
 #include <ini.h>
 
 #include "fabric/hostport.h"
+#include "memd/log.h"
 #include "numa/place.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -469,20 +470,6 @@ _Static_assert(MEMD_CONF_NKEYS <= MEMD_CONF_KEYS_MAX,
 _Static_assert(sizeof(enum memd_hugepages) == sizeof(int),
 	       "hugepages is stored through an int pointer");
 
-static void memd_conf_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void memd_conf_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 /*
  * Copies s for an error message: bounded, and without control bytes that
  * could rewrite the operator's terminal or split a log line.
@@ -816,16 +803,15 @@ static int memd_conf_check_num(const struct memd_conf_key *k, uint64_t v,
 		for (n = k->names; n->name; n++)
 			if ((uint64_t)(int64_t)n->value == v)
 				return 0;
-		memd_conf_err(what, whatlen, "'%s' is not a choice", shown);
+		memd_errf(what, whatlen, "'%s' is not a choice", shown);
 		return -EINVAL;
 	}
 	if (v < k->min || v > k->max) {
-		memd_conf_err(what, whatlen, "'%s' is out of range", shown);
+		memd_errf(what, whatlen, "'%s' is out of range", shown);
 		return -ERANGE;
 	}
 	if ((k->flags & MEMD_CONF_POW2) && (v & (v - 1))) {
-		memd_conf_err(what, whatlen, "'%s' is not a power of two",
-			      shown);
+		memd_errf(what, whatlen, "'%s' is not a power of two", shown);
 		return -EINVAL;
 	}
 	return 0;
@@ -844,30 +830,28 @@ static int memd_conf_parse_num(const struct memd_conf_key *k, const char *value,
 	case MEMD_CONF_BYTES:
 		rc = memd_parse_bytes(value, out);
 		if (rc == -ERANGE)
-			memd_conf_err(what, whatlen,
-				      "'%s' does not fit in 64 bits", shown);
+			memd_errf(what, whatlen, "'%s' does not fit in 64 bits",
+				  shown);
 		else if (rc)
-			memd_conf_err(what, whatlen, "'%s' is not a size",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is not a size", shown);
 		return rc;
 	case MEMD_CONF_MS:
 		rc = memd_parse_ms(value, &v32);
 		if (rc == -ERANGE)
-			memd_conf_err(what, whatlen, "'%s' is too long", shown);
+			memd_errf(what, whatlen, "'%s' is too long", shown);
 		else if (rc)
-			memd_conf_err(what, whatlen, "'%s' is not a duration",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is not a duration",
+				  shown);
 		*out = v32;
 		return rc;
 	case MEMD_CONF_UINT:
 		if (memd_conf_digits(&value, out, &overflow) || *value) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not a whole number", shown);
+			memd_errf(what, whatlen, "'%s' is not a whole number",
+				  shown);
 			return -EINVAL;
 		}
 		if (overflow) {
-			memd_conf_err(what, whatlen, "'%s' is out of range",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is out of range", shown);
 			return -ERANGE;
 		}
 		return 0;
@@ -878,7 +862,7 @@ static int memd_conf_parse_num(const struct memd_conf_key *k, const char *value,
 				return 0;
 			}
 		}
-		memd_conf_err(what, whatlen, "'%s' is not a choice", shown);
+		memd_errf(what, whatlen, "'%s' is not a choice", shown);
 		return -EINVAL;
 	case MEMD_CONF_STRING:
 		break;
@@ -904,13 +888,12 @@ static int memd_conf_assign(struct memd_config *c,
 	if (k->type == MEMD_CONF_STRING) {
 		len = strlen(value);
 		if (len > k->max) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is longer than %" PRIu64
-				      " characters",
-				      shown, k->max);
+			memd_errf(what, whatlen,
+				  "'%s' is longer than %" PRIu64 " characters",
+				  shown, k->max);
 			rc = -EINVAL;
 		} else if (len < k->min) {
-			memd_conf_err(what, whatlen, "must not be empty");
+			memd_errf(what, whatlen, "must not be empty");
 			rc = -EINVAL;
 		} else if (!len) {
 			/* an optional string's "nothing": no parser sees it */
@@ -998,14 +981,14 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		len -= 2;
 	}
 	if (len >= sizeof(host) || len >= outlen) {
-		memd_conf_err(what, whatlen, "host is too long");
+		memd_errf(what, whatlen, "host is too long");
 		return -EINVAL;
 	}
 	memcpy(host, s, len);
 	host[len] = '\0';
 	memd_conf_quote(host, shown, sizeof(shown));
 	if (!len) {
-		memd_conf_err(what, whatlen, "the host is missing");
+		memd_errf(what, whatlen, "the host is missing");
 		return -EINVAL;
 	}
 	if (bracket || memchr(host, ':', len)) {
@@ -1014,14 +997,13 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		/* "node:7470" where only a host belongs */
 		if (!bracket && last == strchr(host, ':') && last[1] &&
 		    strspn(last + 1, "0123456789") == strlen(last + 1)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' has a port; give the host only",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' has a port; give the host only", shown);
 			return -EINVAL;
 		}
 		if (!memd_conf_is_ipv6(host, len)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not an IPv6 address", shown);
+			memd_errf(what, whatlen, "'%s' is not an IPv6 address",
+				  shown);
 			return -EINVAL;
 		}
 	} else {
@@ -1031,9 +1013,8 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		/* all digits and dots: an IPv4 address, not a name */
 		if (i == len ? inet_pton(AF_INET, host, &a4) != 1
 			     : !memd_conf_is_hostname(host)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not a host name or address",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' is not a host name or address", shown);
 			return -EINVAL;
 		}
 	}
@@ -1055,24 +1036,24 @@ static int memd_conf_parse_listen(const char *in, char *out, size_t outlen,
 
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (!colon) {
-		memd_conf_err(what, whatlen, "'%s' has no port", shown);
+		memd_errf(what, whatlen, "'%s' has no port", shown);
 		return -EINVAL;
 	}
 	hlen = (size_t)(colon - in);
 	if (in[0] != '[' && memchr(in, ':', hlen)) {
-		memd_conf_err(what, whatlen,
-			      "'%s': write an IPv6 address in brackets", shown);
+		memd_errf(what, whatlen,
+			  "'%s': write an IPv6 address in brackets", shown);
 		return -EINVAL;
 	}
 	if (in[0] == '[' && (hlen < 2 || in[hlen - 1] != ']')) {
-		memd_conf_err(what, whatlen, "'%s' has no ']' before the port",
-			      shown);
+		memd_errf(what, whatlen, "'%s' has no ']' before the port",
+			  shown);
 		return -EINVAL;
 	}
 	for (p = colon + 1; memd_conf_is_digit(*p) && p - colon <= 5; p++)
 		port = port * 10 + (uint64_t)(*p - '0');
 	if (p == colon + 1 || *p || port > 65535) {
-		memd_conf_err(what, whatlen, "'%s' has a bad port", shown);
+		memd_errf(what, whatlen, "'%s' has a bad port", shown);
 		return -EINVAL;
 	}
 	if (memd_conf_check_host(in, hlen, host, sizeof(host), what, whatlen))
@@ -1100,9 +1081,9 @@ static int memd_conf_parse_word(const char *in, const char *extra,
 
 	for (p = in; *p; p++) {
 		if (!memd_conf_is_alnum(*p) && !strchr(extra, *p)) {
-			memd_conf_err(what, whatlen, "'%s' is not a %s",
-				      memd_conf_quote(in, shown, sizeof(shown)),
-				      noun);
+			memd_errf(what, whatlen, "'%s' is not a %s",
+				  memd_conf_quote(in, shown, sizeof(shown)),
+				  noun);
 			return -EINVAL;
 		}
 	}
@@ -1137,12 +1118,12 @@ static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 	memd_conf_quote(in, shown, sizeof(shown));
 	n = place_parse_nodelist(in, &all, nodes, ARRAY_SIZE(nodes));
 	if (n == -ERANGE) {
-		memd_conf_err(what, whatlen, "'%s' names a node above %d",
-			      shown, PLACE_NODE_MAX - 1);
+		memd_errf(what, whatlen, "'%s' names a node above %d", shown,
+			  PLACE_NODE_MAX - 1);
 		return -EINVAL;
 	}
 	if (n < 0) {
-		memd_conf_err(what, whatlen, "'%s' is not a node list", shown);
+		memd_errf(what, whatlen, "'%s' is not a node list", shown);
 		return -EINVAL;
 	}
 	if (all) {
@@ -1150,10 +1131,10 @@ static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 		return 0;
 	}
 	if (n > MEMD_NUMA_NODES_MAX) {
-		memd_conf_err(what, whatlen,
-			      "'%s' names %zd nodes; memd serves at most %d "
-			      "(one fabric endpoint each)",
-			      shown, n, MEMD_NUMA_NODES_MAX);
+		memd_errf(what, whatlen,
+			  "'%s' names %zd nodes; memd serves at most %d "
+			  "(one fabric endpoint each)",
+			  shown, n, MEMD_NUMA_NODES_MAX);
 		return -EINVAL;
 	}
 	for (i = 0; i < n; i = j) {
@@ -1201,25 +1182,24 @@ static int memd_conf_hostport(const char *in, char *out, size_t outlen,
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (wire_split_hostport(in, host, sizeof(host), &port) || !digits ||
 	    strspn(digits + 1, "0123456789") != strlen(digits + 1)) {
-		memd_conf_err(what, whatlen,
-			      "'%s' is not HOST:PORT (an IPv6 address goes in "
-			      "brackets)",
-			      shown);
+		memd_errf(what, whatlen,
+			  "'%s' is not HOST:PORT (an IPv6 address goes in "
+			  "brackets)",
+			  shown);
 		return -EINVAL;
 	}
 	if (memd_conf_check_host(host, strlen(host), canon, sizeof(canon), what,
 				 whatlen))
 		return -EINVAL;
 	if (!port && !port0_ok) {
-		memd_conf_err(what, whatlen, "'%s': port 0 names no port",
-			      shown);
+		memd_errf(what, whatlen, "'%s': port 0 names no port", shown);
 		return -EINVAL;
 	}
 	if (!wildcard_ok && memd_conf_is_wildcard(canon)) {
-		memd_conf_err(what, whatlen,
-			      "'%s' is a wildcard address; give one that "
-			      "others can reach",
-			      shown);
+		memd_errf(what, whatlen,
+			  "'%s' is a wildcard address; give one that "
+			  "others can reach",
+			  shown);
 		return -EINVAL;
 	}
 	snprintf(out, outlen, "%s", in);
@@ -1240,8 +1220,8 @@ static int memd_conf_parse_hostport_list(const char *in, char *out,
 		size_t len = strcspn(p, ",");
 
 		if (++n > 8) {
-			memd_conf_err(what, whatlen,
-				      "more than 8 addresses in the list");
+			memd_errf(what, whatlen,
+				  "more than 8 addresses in the list");
 			return -EINVAL;
 		}
 		snprintf(one, sizeof(one), "%.*s", (int)len, p);
@@ -1292,18 +1272,17 @@ static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
 
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (*in && *in != '/') {
-		memd_conf_err(what, whatlen, "'%s' is not an absolute path",
-			      shown);
+		memd_errf(what, whatlen, "'%s' is not an absolute path", shown);
 		return -EINVAL;
 	}
 	for (p = in; *p; p++) {
 		unsigned char ch = (unsigned char)*p;
 
 		if (ch <= ' ' || ch == 0x7f || ch == ';' || ch == '#') {
-			memd_conf_err(what, whatlen,
-				      "'%s' holds a blank, control character, "
-				      "';' or '#'",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' holds a blank, control character, "
+				  "';' or '#'",
+				  shown);
 			return -EINVAL;
 		}
 	}
@@ -1320,10 +1299,10 @@ static int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
 	if (memd_conf_parse_path(in, out, outlen, what, whatlen))
 		return -EINVAL;
 	if (!in[0] || in[strlen(in) - 1] == '/') {
-		memd_conf_err(what, whatlen,
-			      "'%s' is not a prefix like /tidepool (it must "
-			      "not end with '/')",
-			      memd_conf_quote(in, shown, sizeof(shown)));
+		memd_errf(what, whatlen,
+			  "'%s' is not a prefix like /tidepool (it must "
+			  "not end with '/')",
+			  memd_conf_quote(in, shown, sizeof(shown)));
 		return -EINVAL;
 	}
 	return 0;
@@ -1429,18 +1408,17 @@ int memd_config_set_src(struct memd_config *c, struct memd_conf_src *src,
 			used += (size_t)snprintf(
 				known + used, sizeof(known) - used, "%s%s",
 				i ? ", " : "", memd_conf_keys[i].name);
-		memd_conf_err(err, errlen, "key '%s': unknown key; keys are %s",
-			      memd_conf_quote(key, shown, sizeof(shown)),
-			      known);
+		memd_errf(err, errlen, "key '%s': unknown key; keys are %s",
+			  memd_conf_quote(key, shown, sizeof(shown)), known);
 		return -ENOENT;
 	}
 	if (!value) {
-		memd_conf_err(err, errlen, "key '%s': no value", k->name);
+		memd_errf(err, errlen, "key '%s': no value", k->name);
 		return -EINVAL;
 	}
 	rc = memd_conf_assign(c, k, value, what, sizeof(what));
 	if (rc) {
-		memd_conf_err(err, errlen, "key '%s': %s", k->name, what);
+		memd_errf(err, errlen, "key '%s': %s", k->name, what);
 		return -EINVAL;
 	}
 	if (src)
@@ -1499,12 +1477,11 @@ int memd_config_validate_src(const struct memd_config *c,
 			const char *s = (const char *)c + k->off;
 
 			if (!memchr(s, '\0', MEMD_CONF_STR_MAX)) {
-				memd_conf_err(err, errlen,
-					      "%skey '%s': not terminated",
-					      memd_conf_where(src, k->name,
-							      NULL, at,
-							      sizeof(at)),
-					      k->name);
+				memd_errf(err, errlen,
+					  "%skey '%s': not terminated",
+					  memd_conf_where(src, k->name, NULL,
+							  at, sizeof(at)),
+					  k->name);
 				return -EINVAL;
 			}
 			rc = memd_conf_assign(&scratch, k, s, what,
@@ -1518,10 +1495,10 @@ int memd_config_validate_src(const struct memd_config *c,
 				memd_conf_append_expect(k, what, sizeof(what));
 		}
 		if (rc) {
-			memd_conf_err(err, errlen, "%skey '%s': %s",
-				      memd_conf_where(src, k->name, NULL, at,
-						      sizeof(at)),
-				      k->name, what);
+			memd_errf(err, errlen, "%skey '%s': %s",
+				  memd_conf_where(src, k->name, NULL, at,
+						  sizeof(at)),
+				  k->name, what);
 			return -EINVAL;
 		}
 	}
@@ -1529,21 +1506,21 @@ int memd_config_validate_src(const struct memd_config *c,
 	memd_conf_format_bytes(c->donate_bytes, a, sizeof(a));
 	memd_conf_format_bytes(c->slab_bytes, b, sizeof(b));
 	if (c->donate_bytes < c->slab_bytes) {
-		memd_conf_err(err, errlen,
-			      "%skey 'donate': %s is less than one slab "
-			      "(slab_size = %s)",
-			      memd_conf_where(src, "donate", "slab_size", at,
-					      sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'donate': %s is less than one slab "
+			  "(slab_size = %s)",
+			  memd_conf_where(src, "donate", "slab_size", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	if (c->donate_bytes % c->slab_bytes) {
-		memd_conf_err(err, errlen,
-			      "%skey 'donate': %s is not a multiple of "
-			      "slab_size = %s",
-			      memd_conf_where(src, "donate", "slab_size", at,
-					      sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'donate': %s is not a multiple of "
+			  "slab_size = %s",
+			  memd_conf_where(src, "donate", "slab_size", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	nnodes = memd_config_numa_nodes(c, nodes);
@@ -1553,98 +1530,97 @@ int memd_config_validate_src(const struct memd_config *c,
 
 		memd_conf_format_bytes(c->slab_bytes * (uint64_t)nnodes, per,
 				       sizeof(per));
-		memd_conf_err(err, errlen,
-			      "%skey 'numa_nodes': donate = %s does not split "
-			      "into whole slabs over %d nodes (slab_size = "
-			      "%s each); make donate a multiple of %s",
-			      memd_conf_where(src, "numa_nodes", "donate", at,
-					      sizeof(at)),
-			      a, nnodes, b, per);
+		memd_errf(err, errlen,
+			  "%skey 'numa_nodes': donate = %s does not split "
+			  "into whole slabs over %d nodes (slab_size = "
+			  "%s each); make donate a multiple of %s",
+			  memd_conf_where(src, "numa_nodes", "donate", at,
+					  sizeof(at)),
+			  a, nnodes, b, per);
 		return -EINVAL;
 	}
 	if (c->registry[0] && !c->cluster_secret_file[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry': registry = %s needs "
-			      "cluster_secret_file",
-			      memd_conf_where(src, "registry",
-					      "cluster_secret_file", at,
-					      sizeof(at)),
-			      c->registry);
+		memd_errf(err, errlen,
+			  "%skey 'registry': registry = %s needs "
+			  "cluster_secret_file",
+			  memd_conf_where(src, "registry",
+					  "cluster_secret_file", at,
+					  sizeof(at)),
+			  c->registry);
 		return -EINVAL;
 	}
 	if (memd_config_registry_is_etcd(c) && !c->etcd_endpoints[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry': registry = etcd needs "
-			      "etcd_endpoints",
-			      memd_conf_where(src, "registry", "etcd_endpoints",
-					      at, sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'registry': registry = etcd needs "
+			  "etcd_endpoints",
+			  memd_conf_where(src, "registry", "etcd_endpoints", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (!c->etcd_user[0] != !c->etcd_password_file[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'etcd_user': etcd authentication needs "
-			      "both etcd_user and etcd_password_file",
-			      memd_conf_where(src, "etcd_user",
-					      "etcd_password_file", at,
-					      sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'etcd_user': etcd authentication needs "
+			  "both etcd_user and etcd_password_file",
+			  memd_conf_where(src, "etcd_user",
+					  "etcd_password_file", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if ((c->etcd_cert[0] || c->etcd_key[0]) &&
 	    (!c->etcd_cert[0] || !c->etcd_key[0] || !c->etcd_cacert[0])) {
-		memd_conf_err(err, errlen,
-			      "%skey 'etcd_cert': a client certificate needs "
-			      "etcd_cert, etcd_key and etcd_cacert",
-			      memd_conf_where(src, "etcd_cert", "etcd_key", at,
-					      sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'etcd_cert': a client certificate needs "
+			  "etcd_cert, etcd_key and etcd_cacert",
+			  memd_conf_where(src, "etcd_cert", "etcd_key", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (c->registry_peers[0] && !memd_config_registry_is_etcd(c)) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry_peers': only with registry = "
-			      "etcd",
-			      memd_conf_where(src, "registry_peers", "registry",
-					      at, sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'registry_peers': only with registry = "
+			  "etcd",
+			  memd_conf_where(src, "registry_peers", "registry", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&
 	    strcmp(strrchr(c->listen, ':'), ":0")) {
-		memd_conf_err(err, errlen,
-			      "%skey 'metrics_listen': %s is the control "
-			      "address (listen); give /metrics a port of its "
-			      "own",
-			      memd_conf_where(src, "metrics_listen", "listen",
-					      at, sizeof(at)),
-			      c->metrics_listen);
+		memd_errf(err, errlen,
+			  "%skey 'metrics_listen': %s is the control "
+			  "address (listen); give /metrics a port of its "
+			  "own",
+			  memd_conf_where(src, "metrics_listen", "listen", at,
+					  sizeof(at)),
+			  c->metrics_listen);
 		return -EINVAL;
 	}
 	if (c->kv_mrc_samples && c->kv_mrc_samples < 16) {
-		memd_conf_err(err, errlen,
-			      "%skey 'kv_mrc_samples': %u is too few to "
-			      "sample (16 at least, or 0 for no curves)",
-			      memd_conf_where(src, "kv_mrc_samples", NULL, at,
-					      sizeof(at)),
-			      c->kv_mrc_samples);
+		memd_errf(err, errlen,
+			  "%skey 'kv_mrc_samples': %u is too few to "
+			  "sample (16 at least, or 0 for no curves)",
+			  memd_conf_where(src, "kv_mrc_samples", NULL, at,
+					  sizeof(at)),
+			  c->kv_mrc_samples);
 		return -EINVAL;
 	}
 	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {
 		memd_conf_format_bytes(c->kv_spill_bytes, a, sizeof(a));
 		if (c->kv_spill_dir[0])
-			memd_conf_err(
-				err, errlen,
-				"%skey 'kv_spill_dir': %s needs a size cap "
-				"(kv_spill_size)",
-				memd_conf_where(src, "kv_spill_dir",
-						"kv_spill_size", at,
-						sizeof(at)),
-				c->kv_spill_dir);
+			memd_errf(err, errlen,
+				  "%skey 'kv_spill_dir': %s needs a size cap "
+				  "(kv_spill_size)",
+				  memd_conf_where(src, "kv_spill_dir",
+						  "kv_spill_size", at,
+						  sizeof(at)),
+				  c->kv_spill_dir);
 		else
-			memd_conf_err(err, errlen,
-				      "%skey 'kv_spill_size': %s without "
-				      "kv_spill_dir",
-				      memd_conf_where(src, "kv_spill_size",
-						      "kv_spill_dir", at,
-						      sizeof(at)),
-				      a);
+			memd_errf(err, errlen,
+				  "%skey 'kv_spill_size': %s without "
+				  "kv_spill_dir",
+				  memd_conf_where(src, "kv_spill_size",
+						  "kv_spill_dir", at,
+						  sizeof(at)),
+				  a);
 		return -EINVAL;
 	}
 	if (c->idle_timeout_ms &&
@@ -1655,7 +1631,7 @@ int memd_config_validate_src(const struct memd_config *c,
 					    ? c->lease_ttl_ms
 					    : c->report_interval_ms,
 				    b, sizeof(b));
-		memd_conf_err(
+		memd_errf(
 			err, errlen,
 			"%skey 'idle_timeout': %s must be 0 or longer "
 			"than lease_ttl and report_interval (%s), or "
@@ -1671,12 +1647,12 @@ int memd_config_validate_src(const struct memd_config *c,
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {
 		memd_conf_format_ms(c->lease_grace_ms, a, sizeof(a));
 		memd_conf_format_ms(c->lease_ttl_ms, b, sizeof(b));
-		memd_conf_err(err, errlen,
-			      "%skey 'lease_grace': %s must be less than "
-			      "lease_ttl = %s",
-			      memd_conf_where(src, "lease_grace", "lease_ttl",
-					      at, sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'lease_grace': %s must be less than "
+			  "lease_ttl = %s",
+			  memd_conf_where(src, "lease_grace", "lease_ttl", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	return 0;
@@ -1803,7 +1779,7 @@ static void memd_conf_parse_fail(struct memd_conf_parse *p, int rc,
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	memd_conf_err(p->err, p->errlen, "%s:%d: %s", p->path, p->lineno, what);
+	memd_errf(p->err, p->errlen, "%s:%d: %s", p->path, p->lineno, what);
 	p->rc = rc;
 }
 
@@ -1937,8 +1913,8 @@ static char *memd_conf_read(char *str, int num, void *stream)
 	}
 	if (n < 0) {
 		p->rc = (int)n;
-		memd_conf_err(p->err, p->errlen, "%s: cannot read: %s", p->path,
-			      strerror((int)-n));
+		memd_errf(p->err, p->errlen, "%s: cannot read: %s", p->path,
+			  strerror((int)-n));
 		return NULL;
 	}
 	if (nul) {
@@ -2065,19 +2041,19 @@ int memd_config_load_src(struct memd_config *c, struct memd_conf_src *src,
 	p->fp = fopen(path, "re");
 	if (!p->fp) {
 		rc = -errno;
-		memd_conf_err(err, errlen, "%s: cannot open: %s", path,
-			      strerror(-rc));
+		memd_errf(err, errlen, "%s: cannot open: %s", path,
+			  strerror(-rc));
 		return rc;
 	}
 	rc = ini_parse_stream(memd_conf_read, p, memd_conf_ini_handler, p);
 	if (p->rc) {
 		rc = p->rc;
 	} else if (rc == -2) {
-		memd_conf_err(err, errlen, "%s: out of memory", path);
+		memd_errf(err, errlen, "%s: out of memory", path);
 		rc = -ENOMEM;
 	} else if (rc) {
 		/* the reader checks every line libinih could refuse */
-		memd_conf_err(err, errlen, "%s:%d: syntax error", path, rc);
+		memd_errf(err, errlen, "%s:%d: syntax error", path, rc);
 		rc = -EINVAL;
 	}
 	fclose(p->fp);

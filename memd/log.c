@@ -147,3 +147,14 @@ const char *memd_log_bytes(uint64_t b, char *out, size_t n)
 	snprintf(out, n, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
 	return out;
 }
+
+void memd_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
