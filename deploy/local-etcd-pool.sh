@@ -26,8 +26,13 @@
 # "standby; the leader is ..."; `poolctl -a BASE,BASE+1 status` answers
 # from whichever leads) and watch the other take over within etcd_lease
 # (3 s). Exit status: 0; 64 bad usage; 69 no etcd binary; 1 when
-# something fails to start (what was started is stopped).
+# something fails to start (what was started is stopped). What it shares
+# with local-pool.sh is in local-pool-lib.sh, beside it (sourced).
 set -euo pipefail
+
+prog=local-etcd-pool
+# shellcheck source=deploy/local-pool-lib.sh
+. "$(dirname "$0")/local-pool-lib.sh"
 
 ndonors=1
 size=256M
@@ -43,20 +48,6 @@ usage() {
 	exit 64
 }
 
-stop_dir() {
-	local dir=$1 pid
-	[ -f "$dir/pids" ] || {
-		echo "local-etcd-pool: $dir/pids not found" >&2
-		return 1
-	}
-	# donors, then the registries, etcd (first line) last
-	for pid in $(tac "$dir/pids"); do
-		kill -TERM "$pid" 2>/dev/null || true
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-	done
-	echo "local-etcd-pool: stopped $dir (logs and etcd data kept there)"
-}
-
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n) ndonors=${2:?}; shift 2 ;;
@@ -67,7 +58,8 @@ while [ $# -gt 0 ]; do
 	-e) etcd=${2:?}; shift 2 ;;
 	--detach) detach=1; shift ;;
 	--stop)
-		stop_dir "${2:?--stop takes the directory of the pool}"
+		lp_stop_dir "${2:?--stop takes the directory of the pool}" \
+			"logs and etcd data"
 		exit $?
 		;;
 	-h | --help) usage ;;
@@ -77,32 +69,8 @@ while [ $# -gt 0 ]; do
 		;;
 	esac
 done
-case "$ndonors" in '' | *[!0-9]*) echo "local-etcd-pool: -n takes a number" >&2; exit 64 ;; esac
-case "$base" in '' | *[!0-9]*) echo "local-etcd-pool: -p takes a port" >&2; exit 64 ;; esac
-if [ "$ndonors" -gt 32 ] || [ $((base + 2001)) -gt 65535 ]; then
-	echo "local-etcd-pool: -n $ndonors with -p $base runs out of ports" >&2
-	exit 64
-fi
-
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$memd" ]; then
-	for c in "$root/build/release/memd/memd" "$root/build/debug/memd/memd" \
-		"$(command -v memd || true)"; do
-		if [ -n "$c" ] && [ -x "$c" ]; then
-			memd=$c
-			break
-		fi
-	done
-fi
-if [ -z "$memd" ] || [ ! -x "$memd" ]; then
-	echo "local-etcd-pool: no memd binary; build one or give -m MEMD" >&2
-	exit 64
-fi
-keys=$("$memd" -c /dev/null --print-config 2>/dev/null || true)
-if ! grep -q '^etcd_endpoints =' <<<"$keys"; then
-	echo "local-etcd-pool: $memd has no etcd backend (etcd_endpoints)" >&2
-	exit 69
-fi
+lp_check_numbers 32 'base + 2001'
+lp_find_memd etcd_endpoints
 [ -n "$etcd" ] || etcd=$(command -v etcd || true)
 if [ -z "$etcd" ] || [ ! -x "$etcd" ]; then
 	echo "local-etcd-pool: no etcd binary: apt-get install etcd-server" \
@@ -110,30 +78,9 @@ if [ -z "$etcd" ] || [ ! -x "$etcd" ]; then
 	exit 69
 fi
 
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-for p in $(seq "$base" $((base + ndonors + 1))) $((base + 2000)) $((base + 2001)); do
-	if port_busy "$p"; then
-		echo "local-etcd-pool: port $p on 127.0.0.1 is in use; pick" \
-			"another base with -p" >&2
-		exit 64
-	fi
-done
-
-dir=$(mktemp -d /tmp/tidepool-etcd-pool.XXXXXX)
-chmod 700 "$dir"
-umask 077
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/cluster.secret"
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/tenant-demo.secret"
-chmod 600 "$dir/cluster.secret" "$dir/tenant-demo.secret"
-: >"$dir/pids"
-pids=()
-started=0
-cleanup() {
-	[ "$detach" -eq 1 ] && [ "$started" -eq 1 ] && return
-	stop_dir "$dir" || true
-}
-trap cleanup EXIT
-trap 'exit 0' INT TERM
+lp_ports_free $(seq "$base" $((base + ndonors + 1))) $((base + 2000)) \
+	$((base + 2001))
+lp_make_dir tidepool-etcd-pool
 
 # --- etcd --------------------------------------------------------------
 eport=$((base + 2000))
@@ -145,13 +92,12 @@ pport=$((base + 2001))
 	--initial-advertise-peer-urls "http://127.0.0.1:$pport" \
 	--initial-cluster "tidepool=http://127.0.0.1:$pport" \
 	>"$dir/etcd.log" 2>&1 &
-echo $! >>"$dir/pids"
-pids+=($!)
+lp_started $!
 for _ in $(seq 1 100); do
-	port_busy "$eport" && break
+	lp_port_busy "$eport" && break
 	sleep 0.1
 done
-port_busy "$eport" || {
+lp_port_busy "$eport" || {
 	echo "local-etcd-pool: etcd did not start; its log:" >&2
 	cat "$dir/etcd.log" >&2
 	exit 1
@@ -160,40 +106,9 @@ port_busy "$eport" || {
 # --- memds ---------------------------------------------------------------
 r0=127.0.0.1:$base
 r1=127.0.0.1:$((base + 1))
+# NAME INDEX [lines...]: a memd of the pool named NAME
 start_memd() {
-	local name=$1 i=$2 conf="$dir/$1.conf" pid
-	shift 2
-	{
-		echo "# $name (deploy/local-etcd-pool.sh)"
-		echo "listen = 127.0.0.1:$((base + i))"
-		echo "advertise = 127.0.0.1:$((base + i))"
-		echo "provider = tcp"
-		echo "donate = $size"
-		echo "slab_size = $slab"
-		echo "cluster_secret_file = $dir/cluster.secret"
-		echo "donor_name = $name"
-		printf '%s\n' "$@"
-	} >"$conf"
-	if ! "$memd" -c "$conf" --check-config >"$dir/$name.check" 2>&1; then
-		echo "local-etcd-pool: $memd refuses $conf:" >&2
-		cat "$dir/$name.check" >&2
-		exit 1
-	fi
-	"$memd" -c "$conf" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
-	pid=$!
-	echo "$pid" >>"$dir/pids"
-	pids+=("$pid")
-	for _ in $(seq 1 300); do
-		[ -s "$dir/$name.ready" ] && return 0
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "local-etcd-pool: $name failed to start; its log:" >&2
-			cat "$dir/$name.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
-	echo "local-etcd-pool: $name not ready after 30 s; see $dir/$name.log" >&2
-	exit 1
+	lp_start_memd "$1" "$2" "donor_name = $1" "${@:3}"
 }
 start_memd r0 0 "registry = etcd" "etcd_endpoints = 127.0.0.1:$eport" \
 	"registry_peers = $r1"
@@ -204,22 +119,7 @@ for i in $(seq 1 "$ndonors"); do
 done
 started=1
 
-poolctl=$(dirname "$(dirname "$memd")")/poolctl/poolctl
-[ -x "$poolctl" ] || poolctl=$(dirname "$memd")/poolctl
-[ -x "$poolctl" ] || poolctl=$(command -v poolctl || true)
-pc="${poolctl:-poolctl} -a $r0,$r1 -s $dir/cluster.secret"
-if [ -n "$poolctl" ]; then
-	for _ in $(seq 1 100); do # until one leads
-		$pc donors >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	if ! $pc tenant add demo --quota "$demo_quota" \
-		--secret-file "$dir/tenant-demo.secret" >"$dir/poolctl.log" 2>&1; then
-		echo "local-etcd-pool: poolctl could not add the tenant demo:" >&2
-		cat "$dir/poolctl.log" >&2
-		exit 1
-	fi
-fi
+lp_add_demo "$r0,$r1" "$demo_quota"
 
 cat <<EOF
 tidepool pool on etcd in $dir

@@ -25,7 +25,13 @@
 # (ulimit -l) unless run as root, and the host needs (DONORS + 1) * SIZE
 # free. Exit status: 0, 64 for bad usage, 69 when memd has no cluster
 # modes, 1 when a memd fails to start (the memds started are stopped).
+# What it shares with local-etcd-pool.sh is in local-pool-lib.sh, beside
+# it (sourced).
 set -euo pipefail
+
+prog=local-pool
+# shellcheck source=deploy/local-pool-lib.sh
+. "$(dirname "$0")/local-pool-lib.sh"
 
 ndonors=2
 demo_quota=256M
@@ -51,22 +57,6 @@ EOF
 	exit 64
 }
 
-stop_dir() {
-	local dir=$1 pid
-	[ -f "$dir/pids" ] || {
-		echo "local-pool: $dir/pids not found" >&2
-		return 1
-	}
-	# donors first, the registry (first line) last
-	for pid in $(tac "$dir/pids"); do
-		kill -TERM "$pid" 2>/dev/null || true
-	done
-	for pid in $(tac "$dir/pids"); do
-		while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-	done
-	echo "local-pool: stopped the memds of $dir (logs kept there)"
-}
-
 while [ $# -gt 0 ]; do
 	case "$1" in
 	-n) ndonors=${2:?}; shift 2 ;;
@@ -76,7 +66,7 @@ while [ $# -gt 0 ]; do
 	-m) memd=${2:?}; shift 2 ;;
 	--detach) detach=1; shift ;;
 	--stop)
-		stop_dir "${2:?--stop takes the directory of the pool}"
+		lp_stop_dir "${2:?--stop takes the directory of the pool}" logs
 		exit $?
 		;;
 	-h | --help) usage ;;
@@ -86,150 +76,30 @@ while [ $# -gt 0 ]; do
 		;;
 	esac
 done
-case "$ndonors" in '' | *[!0-9]*) echo "local-pool: -n takes a number" >&2; exit 64 ;; esac
-case "$base" in '' | *[!0-9]*) echo "local-pool: -p takes a port" >&2; exit 64 ;; esac
-if [ "$ndonors" -gt 64 ] || [ $((base + ndonors + 1000)) -gt 65535 ]; then
-	echo "local-pool: -n $ndonors with -p $base runs out of ports or sense" >&2
-	exit 64
-fi
+lp_check_numbers 64 'base + ndonors + 1000'
+lp_find_memd registry
+lp_ports_free $(seq "$base" $((base + ndonors))) \
+	$(seq $((base + 1000)) $((base + 1000 + ndonors)))
 
-# --- the memd binary ---------------------------------------------------
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -z "$memd" ]; then
-	# release first: it is the build users run (and a debug build may
-	# be stale or sanitized); -m or $MEMD chooses another
-	for c in "$root/build/release/memd/memd" "$root/build/debug/memd/memd" \
-		"$(command -v memd || true)"; do
-		if [ -n "$c" ] && [ -x "$c" ]; then
-			memd=$c
-			break
-		fi
-	done
-fi
-if [ -z "$memd" ] || [ ! -x "$memd" ]; then
-	echo "local-pool: no memd binary; build one (cmake -S . -B" \
-		"build/release -DCMAKE_BUILD_TYPE=Release && cmake --build" \
-		"build/release) or give -m MEMD" >&2
-	exit 64
-fi
-
-# The cluster modes are recent (docs/cluster.md): say so plainly when this
-# memd does not know them, rather than start standalone memds that ignore
-# each other.
-keys=$("$memd" -c /dev/null --print-config 2>/dev/null || true)
-if ! grep -q '^registry =' <<<"$keys"; then
-	echo "local-pool: $memd has no 'registry' key: it predates the" \
-		"cluster modes (registry/donor), so it cannot form a pool." >&2
-	echo "local-pool: build a memd with docs/cluster.md's control plane," \
-		"or run one standalone memd instead (deploy/quickstart.sh)." >&2
-	exit 69
-fi
-
-# --- ports -------------------------------------------------------------
-port_busy() {
-	# a listener answers the connect
-	(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
-for i in $(seq 0 "$ndonors"); do
-	for p in $((base + i)) $((base + 1000 + i)); do
-		if port_busy "$p"; then
-			echo "local-pool: port $p on 127.0.0.1 is in use; pick" \
-				"another base with -p" >&2
-			exit 64
-		fi
-	done
-done
-
-# --- the pool's directory and secrets ----------------------------------
-dir=$(mktemp -d /tmp/tidepool-pool.XXXXXX)
-chmod 700 "$dir"
-umask 077
-# 32 random bytes, hex; memd reads the file's bytes less one newline and
-# refuses a file that group or others may read
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/cluster.secret"
-chmod 600 "$dir/cluster.secret"
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/tenant-demo.secret"
-chmod 600 "$dir/tenant-demo.secret"
+lp_make_dir tidepool-pool
 mkdir -p "$dir/state"
-: >"$dir/pids"
-
 registry_addr=127.0.0.1:$base
-pids=()
-
-started=0
-cleanup() {
-	# a detached pool stays, but only once it is whole
-	[ "$detach" -eq 1 ] && [ "$started" -eq 1 ] && return
-	stop_dir "$dir" || true
-}
-trap cleanup EXIT
-trap 'exit 0' INT TERM
-
-# start NAME INDEX [extra key = value lines...]
+# NAME INDEX [lines...]: a memd of the pool with its /metrics port
 start_memd() {
-	local name=$1 i=$2 conf="$dir/$1.conf" pid
-	shift 2
-	{
-		echo "# $name of the local pool (deploy/local-pool.sh)"
-		echo "listen = 127.0.0.1:$((base + i))"
-		echo "advertise = 127.0.0.1:$((base + i))"
-		echo "provider = tcp"
-		echo "donate = $size"
-		echo "slab_size = $slab"
-		echo "cluster_secret_file = $dir/cluster.secret"
-		echo "metrics_listen = 127.0.0.1:$((base + 1000 + i))"
-		printf '%s\n' "$@"
-	} >"$conf"
-	if ! "$memd" -c "$conf" --check-config >"$dir/$name.check" 2>&1; then
-		echo "local-pool: $memd refuses $conf:" >&2
-		cat "$dir/$name.check" >&2
-		exit 1
-	fi
-	"$memd" -c "$conf" --ready-file "$dir/$name.ready" >"$dir/$name.log" 2>&1 &
-	pid=$!
-	echo "$pid" >>"$dir/pids"
-	pids+=("$pid")
-	for _ in $(seq 1 300); do
-		[ -s "$dir/$name.ready" ] && return 0
-		if ! kill -0 "$pid" 2>/dev/null; then
-			echo "local-pool: $name failed to start; its log:" >&2
-			cat "$dir/$name.log" >&2
-			exit 1
-		fi
-		sleep 0.1
-	done
-	echo "local-pool: $name not ready after 30 s; see $dir/$name.log" >&2
-	exit 1
+	lp_start_memd "$1" "$2" \
+		"metrics_listen = 127.0.0.1:$((base + 1000 + $2))" "${@:3}"
 }
-
 start_memd registry 0 "registry = yes" "state_dir = $dir/state" \
 	"donor_name = registry"
 for i in $(seq 1 "$ndonors"); do
 	start_memd "donor$i" "$i" "registry = $registry_addr" \
 		"donor_name = donor$i"
 done
-
 started=1
 
-# The demo tenant, through poolctl when it is at hand (next to memd, or
-# on PATH): the pool is then ready for a client at once.
-poolctl=$(dirname "$(dirname "$memd")")/poolctl/poolctl # a build tree
-[ -x "$poolctl" ] || poolctl=$(dirname "$memd")/poolctl # installed side by side
-[ -x "$poolctl" ] || poolctl=$(command -v poolctl || true)
-pc=""
-if [ -n "$poolctl" ]; then
-	pc="$poolctl -a $registry_addr -s $dir/cluster.secret"
-	for _ in $(seq 1 50); do # the registry's own donor joins first
-		$pc donors >/dev/null 2>&1 && break
-		sleep 0.1
-	done
-	if ! $pc tenant add demo --quota "$demo_quota" \
-		--secret-file "$dir/tenant-demo.secret" >"$dir/poolctl.log" 2>&1; then
-		echo "local-pool: poolctl could not add the tenant demo:" >&2
-		cat "$dir/poolctl.log" >&2
-		exit 1
-	fi
-fi
+# The demo tenant, through poolctl when it is at hand: the pool is then
+# ready for a client at once.
+lp_add_demo "$registry_addr" "$demo_quota"
 
 # --- how to use it ------------------------------------------------------
 echo "tidepool local pool in $dir ($((ndonors + 1)) memds, $size each," \
@@ -250,10 +120,10 @@ tenant secret   $dir/tenant-demo.secret   (for a tenant named demo)
 
 Administer the pool with poolctl(8) as @admin:
 
-  alias poolctl='${pc:-poolctl -a $registry_addr -s $dir/cluster.secret}'
+  alias poolctl='$pc'
   poolctl status; poolctl donors; poolctl tenants
 EOF
-if [ -z "$pc" ]; then
+if [ -z "$poolctl" ]; then
 	echo "  poolctl tenant add demo --quota $demo_quota --secret-file $dir/tenant-demo.secret"
 	echo "  (poolctl was not found: the tenant demo is not added yet)"
 else

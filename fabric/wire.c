@@ -1655,96 +1655,11 @@ bool wire_name_is_valid(const char *s)
 const char *wire_type_name(uint8_t type)
 {
 	switch (type) {
-	case WIRE_HELLO:
-		return "HELLO";
-	case WIRE_LEASE:
-		return "LEASE";
-	case WIRE_RELEASE:
-		return "RELEASE";
-	case WIRE_HEARTBEAT:
-		return "HEARTBEAT";
-	case WIRE_STATUS:
-		return "STATUS";
-	case WIRE_BYE:
-		return "BYE";
-	case WIRE_HELLO_OK:
-		return "HELLO_OK";
-	case WIRE_LEASE_OK:
-		return "LEASE_OK";
-	case WIRE_RELEASE_OK:
-		return "RELEASE_OK";
-	case WIRE_HEARTBEAT_OK:
-		return "HEARTBEAT_OK";
-	case WIRE_STATUS_OK:
-		return "STATUS_OK";
-	case WIRE_BYE_OK:
-		return "BYE_OK";
-	case WIRE_AUTH:
-		return "AUTH";
-	case WIRE_AUTH_PROOF:
-		return "AUTH_PROOF";
-	case WIRE_PLACE:
-		return "PLACE";
-	case WIRE_LEASE_GRANT:
-		return "LEASE_GRANT";
-	case WIRE_HEARTBEAT2:
-		return "HEARTBEAT2";
-	case WIRE_DONOR_JOIN:
-		return "DONOR_JOIN";
-	case WIRE_DONOR_REPORT:
-		return "DONOR_REPORT";
-	case WIRE_ADMIN:
-		return "ADMIN";
-	case WIRE_AUTH_CHALLENGE:
-		return "AUTH_CHALLENGE";
-	case WIRE_AUTH_OK:
-		return "AUTH_OK";
-	case WIRE_PLACE_OK:
-		return "PLACE_OK";
-	case WIRE_LEASE_GRANT_OK:
-		return "LEASE_GRANT_OK";
-	case WIRE_HEARTBEAT2_OK:
-		return "HEARTBEAT2_OK";
-	case WIRE_DONOR_JOIN_OK:
-		return "DONOR_JOIN_OK";
-	case WIRE_DONOR_REPORT_OK:
-		return "DONOR_REPORT_OK";
-	case WIRE_ADMIN_OK:
-		return "ADMIN_OK";
-	case WIRE_KV_RESERVE:
-		return "KV_RESERVE";
-	case WIRE_KV_RESERVE_OK:
-		return "KV_RESERVE_OK";
-	case WIRE_KV_COMMIT:
-		return "KV_COMMIT";
-	case WIRE_KV_COMMIT_OK:
-		return "KV_COMMIT_OK";
-	case WIRE_KV_LOOKUP:
-		return "KV_LOOKUP";
-	case WIRE_KV_LOOKUP_OK:
-		return "KV_LOOKUP_OK";
-	case WIRE_KV_DONE:
-		return "KV_DONE";
-	case WIRE_KV_DONE_OK:
-		return "KV_DONE_OK";
-	case WIRE_KV_EXISTS:
-		return "KV_EXISTS";
-	case WIRE_KV_EXISTS_OK:
-		return "KV_EXISTS_OK";
-	case WIRE_KV_DELETE:
-		return "KV_DELETE";
-	case WIRE_KV_DELETE_OK:
-		return "KV_DELETE_OK";
-	case WIRE_KV_PIN:
-		return "KV_PIN";
-	case WIRE_KV_PIN_OK:
-		return "KV_PIN_OK";
-	case WIRE_DONORS:
-		return "DONORS";
-	case WIRE_DONORS_OK:
-		return "DONORS_OK";
-	case WIRE_ERROR:
-		return "ERROR";
+#define WIRE_TYPE_NAME(name, value)                                            \
+	case WIRE_##name:                                                      \
+		return #name;
+		WIRE_TYPES(WIRE_TYPE_NAME)
+#undef WIRE_TYPE_NAME
 	}
 	return "UNKNOWN";
 }

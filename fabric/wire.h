@@ -73,55 +73,64 @@
 #define WIRE_KV_MAX_LOCS 1024 /* chunk locations in one KV reply */
 #define WIRE_MAX_DONORS 64    /* entries in one DONORS_OK */
 
-/* Request types are < 0x80; a reply is its request | 0x80; 0xff is ERROR. */
+/*
+ * Every message type, X(NAME, VALUE) for WIRE_NAME: the enum below and
+ * wire_type_name() are written from this one list. Request types are
+ * < 0x80; a reply is its request | 0x80; 0xff is ERROR.
+ */
+#define WIRE_TYPES(X)                                                          \
+	X(HELLO, 0x01)                                                         \
+	X(LEASE, 0x02)                                                         \
+	X(RELEASE, 0x03)                                                       \
+	X(HEARTBEAT, 0x04)                                                     \
+	X(STATUS, 0x05)                                                        \
+	X(BYE, 0x06)                                                           \
+	/* protocol 2 */                                                       \
+	X(AUTH, 0x07)                                                          \
+	X(AUTH_PROOF, 0x08)                                                    \
+	X(PLACE, 0x09)                                                         \
+	X(LEASE_GRANT, 0x0a)                                                   \
+	X(HEARTBEAT2, 0x0b)                                                    \
+	X(DONOR_JOIN, 0x0c)                                                    \
+	X(DONOR_REPORT, 0x0d)                                                  \
+	X(ADMIN, 0x0e)                                                         \
+	/* protocol 2, KV tier (docs/kv.md) and donor list */                  \
+	X(KV_RESERVE, 0x10)                                                    \
+	X(KV_COMMIT, 0x11)                                                     \
+	X(KV_LOOKUP, 0x12)                                                     \
+	X(KV_DONE, 0x13)                                                       \
+	X(KV_EXISTS, 0x14)                                                     \
+	X(KV_DELETE, 0x15)                                                     \
+	X(KV_PIN, 0x16)                                                        \
+	X(DONORS, 0x17)                                                        \
+	X(HELLO_OK, 0x81)                                                      \
+	X(LEASE_OK, 0x82)                                                      \
+	X(RELEASE_OK, 0x83)                                                    \
+	X(HEARTBEAT_OK, 0x84)                                                  \
+	X(STATUS_OK, 0x85)                                                     \
+	X(BYE_OK, 0x86)                                                        \
+	X(AUTH_CHALLENGE, 0x87) /* reply to AUTH */                            \
+	X(AUTH_OK, 0x88)                                                       \
+	X(PLACE_OK, 0x89)                                                      \
+	X(LEASE_GRANT_OK, 0x8a) /* layout of LEASE_OK */                       \
+	X(HEARTBEAT2_OK, 0x8b)	/* layout of HEARTBEAT_OK */                   \
+	X(DONOR_JOIN_OK, 0x8c)                                                 \
+	X(DONOR_REPORT_OK, 0x8d)                                               \
+	X(ADMIN_OK, 0x8e)                                                      \
+	X(KV_RESERVE_OK, 0x90)                                                 \
+	X(KV_COMMIT_OK, 0x91)                                                  \
+	X(KV_LOOKUP_OK, 0x92)                                                  \
+	X(KV_DONE_OK, 0x93)                                                    \
+	X(KV_EXISTS_OK, 0x94)                                                  \
+	X(KV_DELETE_OK, 0x95)                                                  \
+	X(KV_PIN_OK, 0x96)                                                     \
+	X(DONORS_OK, 0x97)                                                     \
+	X(ERROR, 0xff)
+
 enum wire_type {
-	WIRE_HELLO = 0x01,
-	WIRE_LEASE = 0x02,
-	WIRE_RELEASE = 0x03,
-	WIRE_HEARTBEAT = 0x04,
-	WIRE_STATUS = 0x05,
-	WIRE_BYE = 0x06,
-	/* protocol 2 */
-	WIRE_AUTH = 0x07,
-	WIRE_AUTH_PROOF = 0x08,
-	WIRE_PLACE = 0x09,
-	WIRE_LEASE_GRANT = 0x0a,
-	WIRE_HEARTBEAT2 = 0x0b,
-	WIRE_DONOR_JOIN = 0x0c,
-	WIRE_DONOR_REPORT = 0x0d,
-	WIRE_ADMIN = 0x0e,
-	/* protocol 2, KV tier (docs/kv.md) and donor list */
-	WIRE_KV_RESERVE = 0x10,
-	WIRE_KV_COMMIT = 0x11,
-	WIRE_KV_LOOKUP = 0x12,
-	WIRE_KV_DONE = 0x13,
-	WIRE_KV_EXISTS = 0x14,
-	WIRE_KV_DELETE = 0x15,
-	WIRE_KV_PIN = 0x16,
-	WIRE_DONORS = 0x17,
-	WIRE_HELLO_OK = 0x81,
-	WIRE_LEASE_OK = 0x82,
-	WIRE_RELEASE_OK = 0x83,
-	WIRE_HEARTBEAT_OK = 0x84,
-	WIRE_STATUS_OK = 0x85,
-	WIRE_BYE_OK = 0x86,
-	WIRE_AUTH_CHALLENGE = 0x87, /* reply to AUTH */
-	WIRE_AUTH_OK = 0x88,
-	WIRE_PLACE_OK = 0x89,
-	WIRE_LEASE_GRANT_OK = 0x8a, /* layout of LEASE_OK */
-	WIRE_HEARTBEAT2_OK = 0x8b,  /* layout of HEARTBEAT_OK */
-	WIRE_DONOR_JOIN_OK = 0x8c,
-	WIRE_DONOR_REPORT_OK = 0x8d,
-	WIRE_ADMIN_OK = 0x8e,
-	WIRE_KV_RESERVE_OK = 0x90,
-	WIRE_KV_COMMIT_OK = 0x91,
-	WIRE_KV_LOOKUP_OK = 0x92,
-	WIRE_KV_DONE_OK = 0x93,
-	WIRE_KV_EXISTS_OK = 0x94,
-	WIRE_KV_DELETE_OK = 0x95,
-	WIRE_KV_PIN_OK = 0x96,
-	WIRE_DONORS_OK = 0x97,
-	WIRE_ERROR = 0xff,
+#define WIRE_TYPE_ENUM(name, value) WIRE_##name = value,
+	WIRE_TYPES(WIRE_TYPE_ENUM)
+#undef WIRE_TYPE_ENUM
 };
 
 struct wire_hello {

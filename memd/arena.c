@@ -25,6 +25,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "memd/log.h"
 #include "numa/place.h"
 
 static bool have_ipc_lock(void)
@@ -128,16 +129,19 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 {
 	bool huge_fits = h->huge_page_bytes && h->huge_free >= len &&
 			 len % h->huge_page_bytes == 0;
+	char want[MEMD_LOG_BYTES_MAX], have[MEMD_LOG_BYTES_MAX],
+		page[MEMD_LOG_BYTES_MAX];
 
 	*hugetlb = false;
+	memd_log_bytes(len, want, sizeof(want));
 	if (hp == MEMD_HUGEPAGES_YES && !huge_fits) {
 		snprintf(err, errlen,
-			 "hugepages = yes but the host has %" PRIu64
-			 " bytes of free huge pages (page size %" PRIu64
-			 ") for a donation of %" PRIu64
-			 " bytes; reserve more (vm.nr_hugepages) or set "
-			 "hugepages = auto",
-			 h->huge_free, h->huge_page_bytes, len);
+			 "hugepages = yes but the host has %s of free huge "
+			 "pages (page size %s) for a donation of %s; reserve "
+			 "more (vm.nr_hugepages) or set hugepages = auto",
+			 memd_log_bytes(h->huge_free, have, sizeof(have)),
+			 memd_log_bytes(h->huge_page_bytes, page, sizeof(page)),
+			 want);
 		return -ENOMEM;
 	}
 	if (hp != MEMD_HUGEPAGES_NO && huge_fits) {
@@ -146,20 +150,19 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 		/* Huge pages already reserved are not in MemAvailable, and
 		 * anything more would push the host into swap or OOM. */
 		snprintf(err, errlen,
-			 "cannot donate %" PRIu64
-			 " bytes: the host has only %" PRIu64
-			 " bytes available (MemAvailable); lower "
-			 "donate",
-			 len, h->mem_available);
+			 "cannot donate %s: the host has only %s available "
+			 "(MemAvailable); lower donate",
+			 want,
+			 memd_log_bytes(h->mem_available, have, sizeof(have)));
 		return -ENOMEM;
 	}
 	if (!h->can_lock_any && h->memlock_limit < len) {
 		snprintf(err, errlen,
-			 "cannot lock %" PRIu64
-			 " bytes: RLIMIT_MEMLOCK is %" PRIu64
-			 " bytes; raise it (LimitMEMLOCK=infinity in "
-			 "the systemd unit, ulimit -l) or grant CAP_IPC_LOCK",
-			 len, h->memlock_limit);
+			 "cannot lock %s: RLIMIT_MEMLOCK is %s; raise it "
+			 "(LimitMEMLOCK=infinity in the systemd unit, ulimit "
+			 "-l) or grant CAP_IPC_LOCK",
+			 want,
+			 memd_log_bytes(h->memlock_limit, have, sizeof(have)));
 		return -EPERM;
 	}
 	return 0;

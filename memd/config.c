@@ -62,6 +62,7 @@
 #include <ini.h>
 
 #include "fabric/hostport.h"
+#include "memd/log.h"
 #include "numa/place.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -110,6 +111,7 @@ struct memd_conf_key {
 	/*
 	 * MEMD_CONF_STRING: checks in and writes its canonical form to out
 	 * (outlen >= MEMD_CONF_STR_MAX), or describes the problem in what.
+	 * Never called with "": that is refused (min > 0) or stored as is.
 	 */
 	int (*parse_str)(const char *in, char *out, size_t outlen, char *what,
 			 size_t whatlen);
@@ -156,582 +158,286 @@ static const struct memd_conf_name memd_conf_log_level_names[] = {
 	{ "debug", LOG_DEBUG },	  { NULL, 0 },
 };
 
+/*
+ * The rows of memd_conf_keys[], one macro per kind of key, so that a row
+ * holds only what is its own: name, field, bounds, default (in memd.conf
+ * syntax), flags (MEMD_CONF_RELOAD, MEMD_CONF_POW2) and help.
+ *   CONF_BYTES/CONF_MS/CONF_UINT: numbers, min and max in their unit;
+ *   CONF_ENUM: one of a NULL-ended name table;
+ *   CONF_STR: a string of min to max characters checked by parse, expect
+ *     saying what parse accepts;
+ *   CONF_OPT_STR: the same, empty by default and allowed to be (up to
+ *     MEMD_CONF_STR_MAX - 1 characters);
+ *   CONF_OPT_PATH, CONF_OPT_HOSTPORTS: the two common optional strings,
+ *     an absolute path and a list of up to 8 HOST:PORT.
+ * No string key is reloadable.
+ */
 #define FIELD(f) offsetof(struct memd_config, f)
+#define CONF_NUM(t, n, f, lo, hi, d, fl, h)                                    \
+	{                                                                      \
+		.name = n, .type = t, .off = FIELD(f), .min = lo, .max = hi,   \
+		.def = d, .flags = fl, .help = h,                              \
+	}
+#define CONF_BYTES(...) CONF_NUM(MEMD_CONF_BYTES, __VA_ARGS__)
+#define CONF_MS(...) CONF_NUM(MEMD_CONF_MS, __VA_ARGS__)
+#define CONF_UINT(...) CONF_NUM(MEMD_CONF_UINT, __VA_ARGS__)
+#define CONF_ENUM(n, f, d, fl, nm, h)                                          \
+	{                                                                      \
+		.name = n, .type = MEMD_CONF_ENUM, .off = FIELD(f), .def = d,  \
+		.flags = fl, .names = nm, .help = h,                           \
+	}
+#define CONF_STR(n, f, lo, hi, d, parse, exp, h)                               \
+	{                                                                      \
+		.name = n, .type = MEMD_CONF_STRING, .off = FIELD(f),          \
+		.min = lo, .max = hi, .def = d, .parse_str = parse,            \
+		.expect = exp, .help = h,                                      \
+	}
+#define CONF_OPT_STR(n, f, parse, exp, h)                                      \
+	CONF_STR(n, f, 0, MEMD_CONF_STR_MAX - 1, "", parse, exp, h)
+#define CONF_OPT_PATH(n, f, h)                                                 \
+	CONF_OPT_STR(n, f, memd_conf_parse_path,                               \
+		     "nothing or an absolute path without blanks, ';' or '#'", \
+		     h)
+#define CONF_OPT_HOSTPORTS(n, f, h)                                            \
+	CONF_OPT_STR(n, f, memd_conf_parse_hostport_list,                      \
+		     "nothing, or HOST:PORT[,HOST:PORT...] (at most 8)", h)
 
 static const struct memd_conf_key memd_conf_keys[] = {
-	{
-		.name = "listen",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(listen),
-		.min = 1,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "127.0.0.1:7470",
-		.parse_str = memd_conf_parse_listen,
-		.expect = "HOST:PORT with a port from 0 to 65535, "
-			  "an IPv6 address in brackets ([::1]:7470)",
-		.help = "Address of the control server (TCP). Port 0 binds "
-			"a free port; --ready-file reports which.",
-	},
-	{
-		.name = "fabric_node",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(fabric_node),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_node,
-		.expect = "a host name or IP address, or nothing",
-		.help = "Address the libfabric endpoint binds to. Empty means "
-			"the host part of listen.",
-	},
-	{
-		.name = "provider",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(provider),
-		.min = 1,
-		.max = 63,
-		.def = "tcp",
-		.parse_str = memd_conf_parse_provider,
-		.expect = "a libfabric provider name such as tcp, shm, "
-			  "verbs;ofi_rxm, efa or cxi",
-		.help = "libfabric provider of the data plane: tcp runs "
-			"anywhere, shm within one host, verbs;ofi_rxm, efa and "
-			"cxi on their fabrics. Overrides FI_PROVIDER.",
-	},
-	{
-		.name = "donate",
-		.type = MEMD_CONF_BYTES,
-		.off = FIELD(donate_bytes),
-		.min = MEMD_MIB,
-		.max = MEMD_PIB,
-		.def = "1G",
-		.help = "Memory donated to the pool, a multiple of slab_size. "
-			"It is locked and prefaulted at start-up; memd refuses "
-			"to start if it cannot back all of it.",
-	},
-	{
-		.name = "slab_size",
-		.type = MEMD_CONF_BYTES,
-		.off = FIELD(slab_bytes),
-		.min = MEMD_MIB,
-		.max = MEMD_GIB,
-		.def = "64M",
-		.flags = MEMD_CONF_POW2,
-		.help = "Unit of lease, memory registration and revocation. "
-			"Clients sub-allocate inside the slabs they lease.",
-	},
-	{
-		.name = "hugepages",
-		.type = MEMD_CONF_ENUM,
-		.off = FIELD(hugepages),
-		.def = "auto",
-		.names = memd_conf_hugepages_names,
-		.help = "Backing of the donation. auto: hugetlbfs pages when "
-			"enough are free, else anonymous memory advised for "
-			"transparent huge pages. yes: hugetlbfs pages or "
-			"refuse to start. no: anonymous memory only.",
-	},
-	{
-		.name = "numa_nodes",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(numa_nodes),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_numa_nodes,
-		.expect = "nothing, all, or NUMA node numbers and ranges "
-			  "such as 0,2-3 (at most 8 nodes)",
-		.help = "NUMA nodes the donation is split over, evenly: each "
-			"gets its own arena bound to it and its own fabric "
-			"endpoint on the nearest NIC. Empty means one arena "
-			"and no NUMA binding.",
-	},
-	{
-		.name = "lease_ttl",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(lease_ttl_ms),
-		.min = 200,
-		.max = MEMD_MS_PER_H,
-		.def = "10s",
-		.help = "Lifetime of a lease that is not renewed. Clients "
-			"renew every lease_ttl/3 with the session heartbeat.",
-	},
-	{
-		.name = "lease_grace",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(lease_grace_ms),
-		.min = 0,
-		.max = MEMD_MS_PER_H,
-		.def = "2s",
-		.help = "How long after a lease expires memd still waits "
-			"before reclaiming its slab (late heartbeats, clock "
-			"rate differences). Less than lease_ttl.",
-	},
-	{
-		.name = "quiesce",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(quiesce_ms),
-		.min = 0,
-		.max = 10 * MEMD_MS_PER_S,
-		.def = "100ms",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Delay between revoking a lease (closing its memory "
-			"registration) and zeroing its slab, so that RMA "
-			"already in flight drains first.",
-	},
-	{
-		.name = "progress_threads",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(progress_threads),
-		.min = 0,
-		.max = MEMD_NUMA_NODES_MAX,
-		.def = "0",
-		.help = "Fabric endpoints, each with its own domain and "
-			"progress thread, per arena (per NUMA node); a node's "
-			"slabs take turns over them, so leases and KV slabs "
-			"spread over its cores. 0: one per 8 of the node's "
-			"CPUs, 1 to 4. All arenas together have at most 8.",
-	},
-	{
-		.name = "busy_poll_us",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(busy_poll_us),
-		.min = 0,
-		.max = 100000,
-		.def = "0",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Microseconds a fabric progress thread keeps polling "
-			"after a client's request woke it, before it sleeps "
-			"again: the next small request then costs no wake-up. "
-			"Each thread spends at most this much CPU per burst of "
-			"requests. 0: sleep whenever idle. Worth it only where "
-			"memd's progress threads have cores of their own.",
-	},
-	{
-		.name = "max_clients",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(max_clients),
-		.min = 1,
-		.max = 65536,
-		.def = "1024",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Most concurrent control connections; memd closes "
-			"further ones at once. Lowering it closes none.",
-	},
-	{
-		.name = "max_clients_per_host",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(max_clients_per_host),
-		.min = 1,
-		.max = 65536,
-		.def = "256",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Most concurrent control connections from one peer "
-			"address, not counting those authenticated as @admin "
-			"or @donor. A new one past it displaces the oldest "
-			"connection of that address still in its handshake, "
-			"or is refused.",
-	},
-	{
-		.name = "reserved_clients",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(reserved_clients),
-		.min = 0,
-		.max = 65536,
-		.def = "32",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "In a pool: connections of max_clients (at most half "
-			"of it) that tenants may never hold, kept for the "
-			"pool's operators (@admin) and donors (@donor). A "
-			"tenant that authenticates past max_clients - "
-			"reserved_clients is refused.",
-	},
-	{
-		.name = "handshake_timeout",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(handshake_timeout_ms),
-		.min = 100,
-		.max = 10 * MEMD_MS_PER_M,
-		.def = "5s",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Time a new control connection has to complete HELLO "
-			"(and AUTH, in a pool); memd then closes it. While the "
-			"connection table is full, a new connection displaces "
-			"the oldest one still in its handshake.",
-	},
-	{
-		.name = "idle_timeout",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(idle_timeout_ms),
-		.min = 0,
-		.max = 24 * MEMD_MS_PER_H,
-		.def = "5m",
-		.help = "memd closes a control connection from which no "
-			"request has arrived for this long (clients send a "
-			"heartbeat every lease_ttl/3, donors report every "
-			"report_interval). 0: never. Longer than lease_ttl "
-			"and report_interval.",
-	},
-	{
-		.name = "max_sessions_per_tenant",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(max_sessions_per_tenant),
-		.min = 1,
-		.max = 1u << 20,
-		.def = "1024",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "In a pool: most live sessions one tenant may hold on "
-			"this memd (a closed connection's session counts "
-			"until it expires). A tenant that authenticates past "
-			"it is answered EUSERS and closed; other tenants are "
-			"not affected.",
-	},
-	{
-		.name = "max_leases_per_session",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(max_leases_per_session),
-		.min = 1,
-		.max = 1u << 24,
-		.def = "65536",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Most slab leases one session may hold at once; a "
-			"LEASE or LEASE_GRANT that would take it past this is "
-			"refused whole with EDQUOT.",
-	},
-	{
-		.name = "log_level",
-		.type = MEMD_CONF_ENUM,
-		.off = FIELD(log_level),
-		.def = "info",
-		.flags = MEMD_CONF_RELOAD,
-		.names = memd_conf_log_level_names,
-		.help = "Least important message memd writes to stderr.",
-	},
+	CONF_STR("listen", listen, 1, MEMD_CONF_STR_MAX - 1, "127.0.0.1:7470",
+		 memd_conf_parse_listen,
+		 "HOST:PORT with a port from 0 to 65535, "
+		 "an IPv6 address in brackets ([::1]:7470)",
+		 "Address of the control server (TCP). Port 0 binds "
+		 "a free port; --ready-file reports which."),
+	CONF_OPT_STR("fabric_node", fabric_node, memd_conf_parse_node,
+		     "a host name or IP address, or nothing",
+		     "Address the libfabric endpoint binds to. Empty means "
+		     "the host part of listen."),
+	CONF_STR("provider", provider, 1, 63, "tcp", memd_conf_parse_provider,
+		 "a libfabric provider name such as tcp, shm, "
+		 "verbs;ofi_rxm, efa or cxi",
+		 "libfabric provider of the data plane: tcp runs "
+		 "anywhere, shm within one host, verbs;ofi_rxm, efa and "
+		 "cxi on their fabrics. Overrides FI_PROVIDER."),
+	CONF_BYTES("donate", donate_bytes, MEMD_MIB, MEMD_PIB, "1G", 0,
+		   "Memory donated to the pool, a multiple of slab_size. "
+		   "It is locked and prefaulted at start-up; memd refuses "
+		   "to start if it cannot back all of it."),
+	CONF_BYTES("slab_size", slab_bytes, MEMD_MIB, MEMD_GIB, "64M",
+		   MEMD_CONF_POW2,
+		   "Unit of lease, memory registration and revocation. "
+		   "Clients sub-allocate inside the slabs they lease."),
+	CONF_ENUM("hugepages", hugepages, "auto", 0, memd_conf_hugepages_names,
+		  "Backing of the donation. auto: hugetlbfs pages when "
+		  "enough are free, else anonymous memory advised for "
+		  "transparent huge pages. yes: hugetlbfs pages or "
+		  "refuse to start. no: anonymous memory only."),
+	CONF_OPT_STR("numa_nodes", numa_nodes, memd_conf_parse_numa_nodes,
+		     "nothing, all, or NUMA node numbers and ranges "
+		     "such as 0,2-3 (at most 8 nodes)",
+		     "NUMA nodes the donation is split over, evenly: each "
+		     "gets its own arena bound to it and its own fabric "
+		     "endpoint on the nearest NIC. Empty means one arena "
+		     "and no NUMA binding."),
+	CONF_MS("lease_ttl", lease_ttl_ms, 200, MEMD_MS_PER_H, "10s", 0,
+		"Lifetime of a lease that is not renewed. Clients "
+		"renew every lease_ttl/3 with the session heartbeat."),
+	CONF_MS("lease_grace", lease_grace_ms, 0, MEMD_MS_PER_H, "2s", 0,
+		"How long after a lease expires memd still waits "
+		"before reclaiming its slab (late heartbeats, clock "
+		"rate differences). Less than lease_ttl."),
+	CONF_MS("quiesce", quiesce_ms, 0, 10 * MEMD_MS_PER_S, "100ms",
+		MEMD_CONF_RELOAD,
+		"Delay between revoking a lease (closing its memory "
+		"registration) and zeroing its slab, so that RMA "
+		"already in flight drains first."),
+	CONF_UINT("progress_threads", progress_threads, 0, MEMD_NUMA_NODES_MAX,
+		  "0", 0,
+		  "Fabric endpoints, each with its own domain and "
+		  "progress thread, per arena (per NUMA node); a node's "
+		  "slabs take turns over them, so leases and KV slabs "
+		  "spread over its cores. 0: one per 8 of the node's "
+		  "CPUs, 1 to 4. All arenas together have at most 8."),
+	CONF_UINT("busy_poll_us", busy_poll_us, 0, 100000, "0",
+		  MEMD_CONF_RELOAD,
+		  "Microseconds a fabric progress thread keeps polling "
+		  "after a client's request woke it, before it sleeps "
+		  "again: the next small request then costs no wake-up. "
+		  "Each thread spends at most this much CPU per burst of "
+		  "requests. 0: sleep whenever idle. Worth it only where "
+		  "memd's progress threads have cores of their own."),
+	CONF_UINT("max_clients", max_clients, 1, 65536, "1024",
+		  MEMD_CONF_RELOAD,
+		  "Most concurrent control connections; memd closes "
+		  "further ones at once. Lowering it closes none."),
+	CONF_UINT("max_clients_per_host", max_clients_per_host, 1, 65536, "256",
+		  MEMD_CONF_RELOAD,
+		  "Most concurrent control connections from one peer "
+		  "address, not counting those authenticated as @admin "
+		  "or @donor. A new one past it displaces the oldest "
+		  "connection of that address still in its handshake, "
+		  "or is refused."),
+	CONF_UINT("reserved_clients", reserved_clients, 0, 65536, "32",
+		  MEMD_CONF_RELOAD,
+		  "In a pool: connections of max_clients (at most half "
+		  "of it) that tenants may never hold, kept for the "
+		  "pool's operators (@admin) and donors (@donor). A "
+		  "tenant that authenticates past max_clients - "
+		  "reserved_clients is refused."),
+	CONF_MS("handshake_timeout", handshake_timeout_ms, 100,
+		10 * MEMD_MS_PER_M, "5s", MEMD_CONF_RELOAD,
+		"Time a new control connection has to complete HELLO "
+		"(and AUTH, in a pool); memd then closes it. While the "
+		"connection table is full, a new connection displaces "
+		"the oldest one still in its handshake."),
+	CONF_MS("idle_timeout", idle_timeout_ms, 0, 24 * MEMD_MS_PER_H, "5m", 0,
+		"memd closes a control connection from which no "
+		"request has arrived for this long (clients send a "
+		"heartbeat every lease_ttl/3, donors report every "
+		"report_interval). 0: never. Longer than lease_ttl "
+		"and report_interval."),
+	CONF_UINT("max_sessions_per_tenant", max_sessions_per_tenant, 1,
+		  1u << 20, "1024", MEMD_CONF_RELOAD,
+		  "In a pool: most live sessions one tenant may hold on "
+		  "this memd (a closed connection's session counts "
+		  "until it expires). A tenant that authenticates past "
+		  "it is answered EUSERS and closed; other tenants are "
+		  "not affected."),
+	CONF_UINT("max_leases_per_session", max_leases_per_session, 1, 1u << 24,
+		  "65536", MEMD_CONF_RELOAD,
+		  "Most slab leases one session may hold at once; a "
+		  "LEASE or LEASE_GRANT that would take it past this is "
+		  "refused whole with EDQUOT."),
+	CONF_ENUM("log_level", log_level, "info", MEMD_CONF_RELOAD,
+		  memd_conf_log_level_names,
+		  "Least important message memd writes to stderr."),
 	/* The cluster (docs/cluster.md). None is reloadable: a memd's role
 	 * and identity in the pool are fixed for its lifetime. */
-	{
-		.name = "registry",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(registry),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_registry,
-		.expect = "nothing, yes, etcd, or the registries' "
-			  "HOST:PORT[,HOST:PORT...] (port 1 to 65535, at most "
-			  "8)",
-		.help = "Role of this memd. Empty: standalone, one memd is "
-			"the whole pool and nobody authenticates. yes: the "
-			"registry of a pool, which also donates, its state in "
-			"state_dir. etcd: one of the pool's registries, its "
-			"state in etcd (etcd_endpoints). HOST:PORT,...: a "
-			"donor of the registries there, tried in turn. All "
-			"but the first need cluster_secret_file.",
-	},
-	{
-		.name = "etcd_endpoints",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_endpoints),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_hostport_list,
-		.expect = "nothing, or HOST:PORT[,HOST:PORT...] (at most 8)",
-		.help = "The etcd cluster's client addresses, tried in turn. "
-			"Required when registry = etcd.",
-	},
-	{
-		.name = "etcd_prefix",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_prefix),
-		.min = 1,
-		.max = 128,
-		.def = "/tidepool",
-		.parse_str = memd_conf_parse_etcd_prefix,
-		.expect = "a key prefix starting with '/' and not ending with "
-			  "it, without blanks, ';' or '#'",
-		.help = "The etcd keys of this pool live under it (PREFIX/"
-			"state, PREFIX/leader): one etcd can hold several "
-			"pools.",
-	},
-	{
-		.name = "etcd_lease",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(etcd_lease_ms),
-		.min = 2 * MEMD_MS_PER_S,
-		.max = 60 * MEMD_MS_PER_S,
-		.def = "3s",
-		.help = "Lease of the leading registry in etcd (whole "
-			"seconds): a dead leader is replaced about this long "
-			"after it died; a leader that cannot renew it stops "
-			"serving after three quarters of it.",
-	},
-	{
-		.name = "etcd_cacert",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_cacert),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "CA certificate (PEM) of etcd's client TLS: set, memd "
-			"talks https to etcd_endpoints. Empty: plain http.",
-	},
-	{
-		.name = "etcd_cert",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_cert),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "Client certificate (PEM) memd shows etcd; needs "
-			"etcd_key and etcd_cacert.",
-	},
-	{
-		.name = "etcd_key",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_key),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "Private key (PEM) of etcd_cert.",
-	},
-	{
-		.name = "etcd_user",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_user),
-		.min = 0,
-		.max = 63,
-		.def = "",
-		.parse_str = memd_conf_parse_donor_name,
-		.expect = "nothing, or 1 to 63 letters, digits, '_', '.' "
-			  "and '-'",
-		.help = "etcd user the registry authenticates as (etcd's "
-			"auth enabled); needs etcd_password_file. Empty: no "
-			"authentication.",
-	},
-	{
-		.name = "etcd_password_file",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(etcd_password_file),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "File whose first line is etcd_user's password "
-			"(mode 0600 or stricter).",
-	},
-	{
-		.name = "registry_peers",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(registry_peers),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_hostport_list,
-		.expect = "nothing, or HOST:PORT[,HOST:PORT...] (at most 8)",
-		.help = "With registry = etcd: the other registries of the "
-			"pool. This memd's own donor part joins whichever "
-			"leads (itself first).",
-	},
-	{
-		.name = "cluster_secret_file",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(cluster_secret_file),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "File holding the pool's cluster secret, shared by "
-			"every memd of the pool and by its operators (mode "
-			"0600). Required when registry is set.",
-	},
-	{
-		.name = "state_dir",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(state_dir),
-		.min = 1,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "/var/lib/tidepool",
-		.parse_str = memd_conf_parse_path,
-		.expect = "an absolute path without blanks, ';' or '#'",
-		.help = "Directory of the registry's durable state "
-			"(registry.json: tenants, quotas, donor ids). Used "
-			"when registry = yes.",
-	},
-	{
-		.name = "advertise",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(advertise),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_advertise,
-		.expect = "nothing, or HOST:PORT with a port from 1 to 65535 "
-			  "and a host that is not a wildcard address",
-		.help = "Control address a donor gives the registry, which "
-			"hands it to clients. Empty: listen, with a wildcard "
-			"host replaced by the address the donor reaches the "
-			"registry from.",
-	},
-	{
-		.name = "donor_name",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(donor_name),
-		.min = 0,
-		.max = 63,
-		.def = "",
-		.parse_str = memd_conf_parse_donor_name,
-		.expect = "nothing, or 1 to 63 letters, digits, '_', '.' "
-			  "and '-'",
-		.help = "Name of this donor in the pool; the registry gives "
-			"each name a durable donor id. Empty: the host name "
-			"and the control port (host-7470).",
-	},
-	{
-		.name = "report_interval",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(report_interval_ms),
-		.min = 100,
-		.max = 60 * MEMD_MS_PER_S,
-		.def = "1s",
-		.help = "Longest time between two reports of a donor to the "
-			"registry (free slabs, usage per tenant). A donor "
-			"also reports at once after a grant or release.",
-	},
-	{
-		.name = "pass_ttl",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(pass_ttl_ms),
-		.min = 10 * MEMD_MS_PER_S,
-		.max = 24 * MEMD_MS_PER_H,
-		.def = "10m",
-		.help = "Lifetime of the donor pass a registry gives an "
-			"authenticated tenant session, with which it opens "
-			"sessions on donors.",
-	},
-	{
-		.name = "metrics_listen",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(metrics_listen),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_metrics_listen,
-		.expect = "nothing, or HOST:PORT with a port from 0 to 65535",
-		.help = "Address of the HTTP server for Prometheus metrics "
-			"(GET /metrics). Empty: none. Port 0 binds a free "
-			"port; --ready-file reports which.",
-	},
+	CONF_OPT_STR("registry", registry, memd_conf_parse_registry,
+		     "nothing, yes, etcd, or the registries' "
+		     "HOST:PORT[,HOST:PORT...] (port 1 to 65535, at most "
+		     "8)",
+		     "Role of this memd. Empty: standalone, one memd is "
+		     "the whole pool and nobody authenticates. yes: the "
+		     "registry of a pool, which also donates, its state in "
+		     "state_dir. etcd: one of the pool's registries, its "
+		     "state in etcd (etcd_endpoints). HOST:PORT,...: a "
+		     "donor of the registries there, tried in turn. All "
+		     "but the first need cluster_secret_file."),
+	CONF_OPT_HOSTPORTS(
+		"etcd_endpoints", etcd_endpoints,
+		"The etcd cluster's client addresses, tried in turn. "
+		"Required when registry = etcd."),
+	CONF_STR("etcd_prefix", etcd_prefix, 1, 128, "/tidepool",
+		 memd_conf_parse_etcd_prefix,
+		 "a key prefix starting with '/' and not ending with "
+		 "it, without blanks, ';' or '#'",
+		 "The etcd keys of this pool live under it (PREFIX/"
+		 "state, PREFIX/leader): one etcd can hold several "
+		 "pools."),
+	CONF_MS("etcd_lease", etcd_lease_ms, 2 * MEMD_MS_PER_S,
+		60 * MEMD_MS_PER_S, "3s", 0,
+		"Lease of the leading registry in etcd (whole "
+		"seconds): a dead leader is replaced about this long "
+		"after it died; a leader that cannot renew it stops "
+		"serving after three quarters of it."),
+	CONF_OPT_PATH("etcd_cacert", etcd_cacert,
+		      "CA certificate (PEM) of etcd's client TLS: set, memd "
+		      "talks https to etcd_endpoints. Empty: plain http."),
+	CONF_OPT_PATH("etcd_cert", etcd_cert,
+		      "Client certificate (PEM) memd shows etcd; needs "
+		      "etcd_key and etcd_cacert."),
+	CONF_OPT_PATH("etcd_key", etcd_key, "Private key (PEM) of etcd_cert."),
+	CONF_STR("etcd_user", etcd_user, 0, 63, "", memd_conf_parse_donor_name,
+		 "nothing, or 1 to 63 letters, digits, '_', '.' and '-'",
+		 "etcd user the registry authenticates as (etcd's "
+		 "auth enabled); needs etcd_password_file. Empty: no "
+		 "authentication."),
+	CONF_OPT_PATH("etcd_password_file", etcd_password_file,
+		      "File whose first line is etcd_user's password "
+		      "(mode 0600 or stricter)."),
+	CONF_OPT_HOSTPORTS("registry_peers", registry_peers,
+			   "With registry = etcd: the other registries of the "
+			   "pool. This memd's own donor part joins whichever "
+			   "leads (itself first)."),
+	CONF_OPT_PATH("cluster_secret_file", cluster_secret_file,
+		      "File holding the pool's cluster secret, shared by "
+		      "every memd of the pool and by its operators (mode "
+		      "0600). Required when registry is set."),
+	CONF_STR("state_dir", state_dir, 1, MEMD_CONF_STR_MAX - 1,
+		 "/var/lib/tidepool", memd_conf_parse_path,
+		 "an absolute path without blanks, ';' or '#'",
+		 "Directory of the registry's durable state "
+		 "(registry.json: tenants, quotas, donor ids). Used "
+		 "when registry = yes."),
+	CONF_OPT_STR("advertise", advertise, memd_conf_parse_advertise,
+		     "nothing, or HOST:PORT with a port from 1 to 65535 "
+		     "and a host that is not a wildcard address",
+		     "Control address a donor gives the registry, which "
+		     "hands it to clients. Empty: listen, with a wildcard "
+		     "host replaced by the address the donor reaches the "
+		     "registry from."),
+	CONF_STR("donor_name", donor_name, 0, 63, "",
+		 memd_conf_parse_donor_name,
+		 "nothing, or 1 to 63 letters, digits, '_', '.' "
+		 "and '-'",
+		 "Name of this donor in the pool; the registry gives "
+		 "each name a durable donor id. Empty: the host name "
+		 "and the control port (host-7470)."),
+	CONF_MS("report_interval", report_interval_ms, 100, 60 * MEMD_MS_PER_S,
+		"1s", 0,
+		"Longest time between two reports of a donor to the "
+		"registry (free slabs, usage per tenant). A donor "
+		"also reports at once after a grant or release."),
+	CONF_MS("pass_ttl", pass_ttl_ms, 10 * MEMD_MS_PER_S, 24 * MEMD_MS_PER_H,
+		"10m", 0,
+		"Lifetime of the donor pass a registry gives an "
+		"authenticated tenant session, with which it opens "
+		"sessions on donors."),
+	CONF_OPT_STR("metrics_listen", metrics_listen,
+		     memd_conf_parse_metrics_listen,
+		     "nothing, or HOST:PORT with a port from 0 to 65535",
+		     "Address of the HTTP server for Prometheus metrics "
+		     "(GET /metrics). Empty: none. Port 0 binds a free "
+		     "port; --ready-file reports which."),
 	/* The KV tier (docs/kv.md). */
-	{
-		.name = "kv_share",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(kv_share),
-		.min = 0,
-		.max = 100,
-		.def = "50",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "Percent of the donation one tenant's KV store may "
-			"hold on this memd (in a cluster, also no more than "
-			"the registry's allowance from the tenant's quota); "
-			"past it the tenant's blocks are evicted. 0 turns the "
-			"KV tier off.",
-	},
-	{
-		.name = "kv_read_lease",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(kv_lease_ms),
-		.min = 100,
-		.max = 60 * MEMD_MS_PER_S,
-		.def = "2s",
-		.help = "How long a KV lookup keeps the blocks it returns from "
-			"eviction and reuse while the client reads them.",
-	},
-	{
-		.name = "kv_reserve_ttl",
-		.type = MEMD_CONF_MS,
-		.off = FIELD(kv_reserve_ms),
-		.min = 100,
-		.max = 10 * MEMD_MS_PER_M,
-		.def = "10s",
-		.help = "How long a KV put may take between reserve and "
-			"commit; an uncommitted reservation is then dropped "
-			"and its blocks freed.",
-	},
-	{
-		.name = "kv_max_reserved",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(kv_max_reserved),
-		.min = 1,
-		.max = 1u << 24,
-		.def = "65536",
-		.help = "Most KV reservations (puts reserved, not yet "
-			"committed or expired) one tenant may have pending on "
-			"this memd; a RESERVE past it gets the per-key status "
-			"EDQUOT.",
-	},
-	{
-		.name = "kv_spill_dir",
-		.type = MEMD_CONF_STRING,
-		.off = FIELD(kv_spill_dir),
-		.min = 0,
-		.max = MEMD_CONF_STR_MAX - 1,
-		.def = "",
-		.parse_str = memd_conf_parse_path,
-		.expect = "nothing or an absolute path without blanks, ';' "
-			  "or '#'",
-		.help = "Directory where evicted KV blocks are written, and "
-			"read back on demand and after a restart. Empty: "
-			"evicted blocks are gone. Needs kv_spill_size.",
-	},
-	{
-		.name = "kv_spill_size",
-		.type = MEMD_CONF_BYTES,
-		.off = FIELD(kv_spill_bytes),
-		.min = 0,
-		.max = MEMD_PIB,
-		.def = "0",
-		.help = "Most bytes of spill files in kv_spill_dir; the oldest "
-			"are deleted beyond it. Required with kv_spill_dir.",
-	},
+	CONF_UINT("kv_share", kv_share, 0, 100, "50", MEMD_CONF_RELOAD,
+		  "Percent of the donation one tenant's KV store may "
+		  "hold on this memd (in a cluster, also no more than "
+		  "the registry's allowance from the tenant's quota); "
+		  "past it the tenant's blocks are evicted. 0 turns the "
+		  "KV tier off."),
+	CONF_MS("kv_read_lease", kv_lease_ms, 100, 60 * MEMD_MS_PER_S, "2s", 0,
+		"How long a KV lookup keeps the blocks it returns from "
+		"eviction and reuse while the client reads them."),
+	CONF_MS("kv_reserve_ttl", kv_reserve_ms, 100, 10 * MEMD_MS_PER_M, "10s",
+		0,
+		"How long a KV put may take between reserve and "
+		"commit; an uncommitted reservation is then dropped "
+		"and its blocks freed."),
+	CONF_UINT("kv_max_reserved", kv_max_reserved, 1, 1u << 24, "65536", 0,
+		  "Most KV reservations (puts reserved, not yet "
+		  "committed or expired) one tenant may have pending on "
+		  "this memd; a RESERVE past it gets the per-key status "
+		  "EDQUOT."),
+	CONF_OPT_PATH("kv_spill_dir", kv_spill_dir,
+		      "Directory where evicted KV blocks are written, and "
+		      "read back on demand and after a restart. Empty: "
+		      "evicted blocks are gone. Needs kv_spill_size."),
+	CONF_BYTES("kv_spill_size", kv_spill_bytes, 0, MEMD_PIB, "0", 0,
+		   "Most bytes of spill files in kv_spill_dir; the oldest "
+		   "are deleted beyond it. Required with kv_spill_dir."),
 	/* Capacity planning (docs/capacity.md). */
-	{
-		.name = "kv_mrc_samples",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(kv_mrc_samples),
-		.min = 0,
-		.max = 1u << 20,
-		.def = "8192",
-		.help = "Keys each tenant's miss-ratio curve samples at most "
-			"(SHARDS; 72 bytes each plus 25 KiB per tenant); 16 "
-			"or more, or 0 for no curves. poolctl tenant report "
-			"and quota suggest read the curve.",
-	},
-	{
-		.name = "kv_prefill_tokens_per_s",
-		.type = MEMD_CONF_UINT,
-		.off = FIELD(kv_prefill_tokens_per_s),
-		.min = 1,
-		.max = 1000000000,
-		.def = "10000",
-		.flags = MEMD_CONF_RELOAD,
-		.help = "The cost model of what the KV tier saves: tokens per "
-			"second a GPU prefills (recomputes). A hit of B bytes "
-			"saves B / kv_bytes_per_token / this many seconds.",
-	},
+	CONF_UINT("kv_mrc_samples", kv_mrc_samples, 0, 1u << 20, "8192", 0,
+		  "Keys each tenant's miss-ratio curve samples at most "
+		  "(SHARDS; 72 bytes each plus 25 KiB per tenant); 16 "
+		  "or more, or 0 for no curves. poolctl tenant report "
+		  "and quota suggest read the curve."),
+	CONF_UINT("kv_prefill_tokens_per_s", kv_prefill_tokens_per_s, 1,
+		  1000000000, "10000", MEMD_CONF_RELOAD,
+		  "The cost model of what the KV tier saves: tokens per "
+		  "second a GPU prefills (recomputes). A hit of B bytes "
+		  "saves B / kv_bytes_per_token / this many seconds."),
 	{
 		.name = "kv_bytes_per_token",
 		.type = MEMD_CONF_BYTES,
@@ -745,6 +451,15 @@ static const struct memd_conf_key memd_conf_keys[] = {
 	},
 };
 
+#undef CONF_OPT_HOSTPORTS
+#undef CONF_OPT_PATH
+#undef CONF_OPT_STR
+#undef CONF_STR
+#undef CONF_ENUM
+#undef CONF_UINT
+#undef CONF_MS
+#undef CONF_BYTES
+#undef CONF_NUM
 #undef FIELD
 
 #define MEMD_CONF_NKEYS ARRAY_SIZE(memd_conf_keys)
@@ -754,20 +469,6 @@ _Static_assert(MEMD_CONF_NKEYS <= MEMD_CONF_KEYS_MAX,
 /* Enum fields are accessed as int. */
 _Static_assert(sizeof(enum memd_hugepages) == sizeof(int),
 	       "hugepages is stored through an int pointer");
-
-static void memd_conf_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void memd_conf_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 /*
  * Copies s for an error message: bounded, and without control bytes that
@@ -1102,16 +803,15 @@ static int memd_conf_check_num(const struct memd_conf_key *k, uint64_t v,
 		for (n = k->names; n->name; n++)
 			if ((uint64_t)(int64_t)n->value == v)
 				return 0;
-		memd_conf_err(what, whatlen, "'%s' is not a choice", shown);
+		memd_errf(what, whatlen, "'%s' is not a choice", shown);
 		return -EINVAL;
 	}
 	if (v < k->min || v > k->max) {
-		memd_conf_err(what, whatlen, "'%s' is out of range", shown);
+		memd_errf(what, whatlen, "'%s' is out of range", shown);
 		return -ERANGE;
 	}
 	if ((k->flags & MEMD_CONF_POW2) && (v & (v - 1))) {
-		memd_conf_err(what, whatlen, "'%s' is not a power of two",
-			      shown);
+		memd_errf(what, whatlen, "'%s' is not a power of two", shown);
 		return -EINVAL;
 	}
 	return 0;
@@ -1130,30 +830,28 @@ static int memd_conf_parse_num(const struct memd_conf_key *k, const char *value,
 	case MEMD_CONF_BYTES:
 		rc = memd_parse_bytes(value, out);
 		if (rc == -ERANGE)
-			memd_conf_err(what, whatlen,
-				      "'%s' does not fit in 64 bits", shown);
+			memd_errf(what, whatlen, "'%s' does not fit in 64 bits",
+				  shown);
 		else if (rc)
-			memd_conf_err(what, whatlen, "'%s' is not a size",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is not a size", shown);
 		return rc;
 	case MEMD_CONF_MS:
 		rc = memd_parse_ms(value, &v32);
 		if (rc == -ERANGE)
-			memd_conf_err(what, whatlen, "'%s' is too long", shown);
+			memd_errf(what, whatlen, "'%s' is too long", shown);
 		else if (rc)
-			memd_conf_err(what, whatlen, "'%s' is not a duration",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is not a duration",
+				  shown);
 		*out = v32;
 		return rc;
 	case MEMD_CONF_UINT:
 		if (memd_conf_digits(&value, out, &overflow) || *value) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not a whole number", shown);
+			memd_errf(what, whatlen, "'%s' is not a whole number",
+				  shown);
 			return -EINVAL;
 		}
 		if (overflow) {
-			memd_conf_err(what, whatlen, "'%s' is out of range",
-				      shown);
+			memd_errf(what, whatlen, "'%s' is out of range", shown);
 			return -ERANGE;
 		}
 		return 0;
@@ -1164,7 +862,7 @@ static int memd_conf_parse_num(const struct memd_conf_key *k, const char *value,
 				return 0;
 			}
 		}
-		memd_conf_err(what, whatlen, "'%s' is not a choice", shown);
+		memd_errf(what, whatlen, "'%s' is not a choice", shown);
 		return -EINVAL;
 	case MEMD_CONF_STRING:
 		break;
@@ -1190,14 +888,17 @@ static int memd_conf_assign(struct memd_config *c,
 	if (k->type == MEMD_CONF_STRING) {
 		len = strlen(value);
 		if (len > k->max) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is longer than %" PRIu64
-				      " characters",
-				      shown, k->max);
+			memd_errf(what, whatlen,
+				  "'%s' is longer than %" PRIu64 " characters",
+				  shown, k->max);
 			rc = -EINVAL;
 		} else if (len < k->min) {
-			memd_conf_err(what, whatlen, "must not be empty");
+			memd_errf(what, whatlen, "must not be empty");
 			rc = -EINVAL;
+		} else if (!len) {
+			/* an optional string's "nothing": no parser sees it */
+			tmp[0] = '\0';
+			rc = 0;
 		} else {
 			rc = k->parse_str(value, tmp, sizeof(tmp), what,
 					  whatlen);
@@ -1280,14 +981,14 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		len -= 2;
 	}
 	if (len >= sizeof(host) || len >= outlen) {
-		memd_conf_err(what, whatlen, "host is too long");
+		memd_errf(what, whatlen, "host is too long");
 		return -EINVAL;
 	}
 	memcpy(host, s, len);
 	host[len] = '\0';
 	memd_conf_quote(host, shown, sizeof(shown));
 	if (!len) {
-		memd_conf_err(what, whatlen, "the host is missing");
+		memd_errf(what, whatlen, "the host is missing");
 		return -EINVAL;
 	}
 	if (bracket || memchr(host, ':', len)) {
@@ -1296,14 +997,13 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		/* "node:7470" where only a host belongs */
 		if (!bracket && last == strchr(host, ':') && last[1] &&
 		    strspn(last + 1, "0123456789") == strlen(last + 1)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' has a port; give the host only",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' has a port; give the host only", shown);
 			return -EINVAL;
 		}
 		if (!memd_conf_is_ipv6(host, len)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not an IPv6 address", shown);
+			memd_errf(what, whatlen, "'%s' is not an IPv6 address",
+				  shown);
 			return -EINVAL;
 		}
 	} else {
@@ -1313,9 +1013,8 @@ static int memd_conf_check_host(const char *s, size_t len, char *out,
 		/* all digits and dots: an IPv4 address, not a name */
 		if (i == len ? inet_pton(AF_INET, host, &a4) != 1
 			     : !memd_conf_is_hostname(host)) {
-			memd_conf_err(what, whatlen,
-				      "'%s' is not a host name or address",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' is not a host name or address", shown);
 			return -EINVAL;
 		}
 	}
@@ -1337,24 +1036,24 @@ static int memd_conf_parse_listen(const char *in, char *out, size_t outlen,
 
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (!colon) {
-		memd_conf_err(what, whatlen, "'%s' has no port", shown);
+		memd_errf(what, whatlen, "'%s' has no port", shown);
 		return -EINVAL;
 	}
 	hlen = (size_t)(colon - in);
 	if (in[0] != '[' && memchr(in, ':', hlen)) {
-		memd_conf_err(what, whatlen,
-			      "'%s': write an IPv6 address in brackets", shown);
+		memd_errf(what, whatlen,
+			  "'%s': write an IPv6 address in brackets", shown);
 		return -EINVAL;
 	}
 	if (in[0] == '[' && (hlen < 2 || in[hlen - 1] != ']')) {
-		memd_conf_err(what, whatlen, "'%s' has no ']' before the port",
-			      shown);
+		memd_errf(what, whatlen, "'%s' has no ']' before the port",
+			  shown);
 		return -EINVAL;
 	}
 	for (p = colon + 1; memd_conf_is_digit(*p) && p - colon <= 5; p++)
 		port = port * 10 + (uint64_t)(*p - '0');
 	if (p == colon + 1 || *p || port > 65535) {
-		memd_conf_err(what, whatlen, "'%s' has a bad port", shown);
+		memd_errf(what, whatlen, "'%s' has a bad port", shown);
 		return -EINVAL;
 	}
 	if (memd_conf_check_host(in, hlen, host, sizeof(host), what, whatlen))
@@ -1366,25 +1065,25 @@ static int memd_conf_parse_listen(const char *in, char *out, size_t outlen,
 static int memd_conf_parse_node(const char *in, char *out, size_t outlen,
 				char *what, size_t whatlen)
 {
-	if (!*in) {
-		out[0] = '\0';
-		return 0;
-	}
 	return memd_conf_check_host(in, strlen(in), out, outlen, what, whatlen);
 }
 
-/* "tcp", "verbs;ofi_rxm": libfabric names are letters, digits and _-;. */
-static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
-				    char *what, size_t whatlen)
+/*
+ * A name of letters, digits and the characters of extra ("tcp",
+ * "verbs;ofi_rxm", "donor-1.a"), else "'IN' is not a NOUN".
+ */
+static int memd_conf_parse_word(const char *in, const char *extra,
+				const char *noun, char *out, size_t outlen,
+				char *what, size_t whatlen)
 {
 	char shown[MEMD_CONF_QUOTE_MAX];
 	const char *p;
 
 	for (p = in; *p; p++) {
-		if (!memd_conf_is_alnum(*p) && !strchr("_-;", *p)) {
-			memd_conf_err(
-				what, whatlen, "'%s' is not a provider name",
-				memd_conf_quote(in, shown, sizeof(shown)));
+		if (!memd_conf_is_alnum(*p) && !strchr(extra, *p)) {
+			memd_errf(what, whatlen, "'%s' is not a %s",
+				  memd_conf_quote(in, shown, sizeof(shown)),
+				  noun);
 			return -EINVAL;
 		}
 	}
@@ -1392,8 +1091,16 @@ static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
 	return 0;
 }
 
+/* libfabric names are letters, digits and _-; ("verbs;ofi_rxm"). */
+static int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
+				    char *what, size_t whatlen)
+{
+	return memd_conf_parse_word(in, "_-;", "provider name", out, outlen,
+				    what, whatlen);
+}
+
 /*
- * "", "all", or a node list in place_parse_nodelist()'s grammar (blanks
+ * "all", or a node list in place_parse_nodelist()'s grammar (blanks
  * around items allowed). Written back canonical (increasing, no blanks,
  * runs of three or more as a range: "2,0,1" is "0-2"), so that
  * --print-config writes a value without blanks that loads back equal.
@@ -1408,19 +1115,15 @@ static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 	bool all;
 	ssize_t n, i, j;
 
-	if (!*in) {
-		out[0] = '\0';
-		return 0;
-	}
 	memd_conf_quote(in, shown, sizeof(shown));
 	n = place_parse_nodelist(in, &all, nodes, ARRAY_SIZE(nodes));
 	if (n == -ERANGE) {
-		memd_conf_err(what, whatlen, "'%s' names a node above %d",
-			      shown, PLACE_NODE_MAX - 1);
+		memd_errf(what, whatlen, "'%s' names a node above %d", shown,
+			  PLACE_NODE_MAX - 1);
 		return -EINVAL;
 	}
 	if (n < 0) {
-		memd_conf_err(what, whatlen, "'%s' is not a node list", shown);
+		memd_errf(what, whatlen, "'%s' is not a node list", shown);
 		return -EINVAL;
 	}
 	if (all) {
@@ -1428,10 +1131,10 @@ static int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
 		return 0;
 	}
 	if (n > MEMD_NUMA_NODES_MAX) {
-		memd_conf_err(what, whatlen,
-			      "'%s' names %zd nodes; memd serves at most %d "
-			      "(one fabric endpoint each)",
-			      shown, n, MEMD_NUMA_NODES_MAX);
+		memd_errf(what, whatlen,
+			  "'%s' names %zd nodes; memd serves at most %d "
+			  "(one fabric endpoint each)",
+			  shown, n, MEMD_NUMA_NODES_MAX);
 		return -EINVAL;
 	}
 	for (i = 0; i < n; i = j) {
@@ -1479,25 +1182,24 @@ static int memd_conf_hostport(const char *in, char *out, size_t outlen,
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (wire_split_hostport(in, host, sizeof(host), &port) || !digits ||
 	    strspn(digits + 1, "0123456789") != strlen(digits + 1)) {
-		memd_conf_err(what, whatlen,
-			      "'%s' is not HOST:PORT (an IPv6 address goes in "
-			      "brackets)",
-			      shown);
+		memd_errf(what, whatlen,
+			  "'%s' is not HOST:PORT (an IPv6 address goes in "
+			  "brackets)",
+			  shown);
 		return -EINVAL;
 	}
 	if (memd_conf_check_host(host, strlen(host), canon, sizeof(canon), what,
 				 whatlen))
 		return -EINVAL;
 	if (!port && !port0_ok) {
-		memd_conf_err(what, whatlen, "'%s': port 0 names no port",
-			      shown);
+		memd_errf(what, whatlen, "'%s': port 0 names no port", shown);
 		return -EINVAL;
 	}
 	if (!wildcard_ok && memd_conf_is_wildcard(canon)) {
-		memd_conf_err(what, whatlen,
-			      "'%s' is a wildcard address; give one that "
-			      "others can reach",
-			      shown);
+		memd_errf(what, whatlen,
+			  "'%s' is a wildcard address; give one that "
+			  "others can reach",
+			  shown);
 		return -EINVAL;
 	}
 	snprintf(out, outlen, "%s", in);
@@ -1505,7 +1207,7 @@ static int memd_conf_hostport(const char *in, char *out, size_t outlen,
 }
 
 /* HOST:PORT[,HOST:PORT...], each as memd_conf_hostport wants it (no
- * wildcard, no port 0), at most 8; "" is no list. */
+ * wildcard, no port 0), at most 8. */
 static int memd_conf_parse_hostport_list(const char *in, char *out,
 					 size_t outlen, char *what,
 					 size_t whatlen)
@@ -1514,16 +1216,12 @@ static int memd_conf_parse_hostport_list(const char *in, char *out,
 	const char *p = in;
 	int n = 0;
 
-	if (!*in) {
-		out[0] = '\0';
-		return 0;
-	}
 	for (;;) {
 		size_t len = strcspn(p, ",");
 
 		if (++n > 8) {
-			memd_conf_err(what, whatlen,
-				      "more than 8 addresses in the list");
+			memd_errf(what, whatlen,
+				  "more than 8 addresses in the list");
 			return -EINVAL;
 		}
 		snprintf(one, sizeof(one), "%.*s", (int)len, p);
@@ -1552,10 +1250,6 @@ static int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
 static int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
 				     char *what, size_t whatlen)
 {
-	if (!*in) {
-		out[0] = '\0';
-		return 0;
-	}
 	return memd_conf_hostport(in, out, outlen, false, false, what, whatlen);
 }
 
@@ -1563,10 +1257,6 @@ static int memd_conf_parse_metrics_listen(const char *in, char *out,
 					  size_t outlen, char *what,
 					  size_t whatlen)
 {
-	if (!*in) {
-		out[0] = '\0';
-		return 0;
-	}
 	return memd_conf_hostport(in, out, outlen, true, true, what, whatlen);
 }
 
@@ -1582,18 +1272,17 @@ static int memd_conf_parse_path(const char *in, char *out, size_t outlen,
 
 	memd_conf_quote(in, shown, sizeof(shown));
 	if (*in && *in != '/') {
-		memd_conf_err(what, whatlen, "'%s' is not an absolute path",
-			      shown);
+		memd_errf(what, whatlen, "'%s' is not an absolute path", shown);
 		return -EINVAL;
 	}
 	for (p = in; *p; p++) {
 		unsigned char ch = (unsigned char)*p;
 
 		if (ch <= ' ' || ch == 0x7f || ch == ';' || ch == '#') {
-			memd_conf_err(what, whatlen,
-				      "'%s' holds a blank, control character, "
-				      "';' or '#'",
-				      shown);
+			memd_errf(what, whatlen,
+				  "'%s' holds a blank, control character, "
+				  "';' or '#'",
+				  shown);
 			return -EINVAL;
 		}
 	}
@@ -1610,10 +1299,10 @@ static int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
 	if (memd_conf_parse_path(in, out, outlen, what, whatlen))
 		return -EINVAL;
 	if (!in[0] || in[strlen(in) - 1] == '/') {
-		memd_conf_err(what, whatlen,
-			      "'%s' is not a prefix like /tidepool (it must "
-			      "not end with '/')",
-			      memd_conf_quote(in, shown, sizeof(shown)));
+		memd_errf(what, whatlen,
+			  "'%s' is not a prefix like /tidepool (it must "
+			  "not end with '/')",
+			  memd_conf_quote(in, shown, sizeof(shown)));
 		return -EINVAL;
 	}
 	return 0;
@@ -1623,19 +1312,8 @@ static int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
 static int memd_conf_parse_donor_name(const char *in, char *out, size_t outlen,
 				      char *what, size_t whatlen)
 {
-	char shown[MEMD_CONF_QUOTE_MAX];
-	const char *p;
-
-	for (p = in; *p; p++) {
-		if (!memd_conf_is_alnum(*p) && !strchr("_.-", *p)) {
-			memd_conf_err(
-				what, whatlen, "'%s' is not a donor name",
-				memd_conf_quote(in, shown, sizeof(shown)));
-			return -EINVAL;
-		}
-	}
-	snprintf(out, outlen, "%s", in);
-	return 0;
+	return memd_conf_parse_word(in, "_.-", "donor name", out, outlen, what,
+				    whatlen);
 }
 
 enum memd_mode memd_config_mode(const struct memd_config *c)
@@ -1730,18 +1408,17 @@ int memd_config_set_src(struct memd_config *c, struct memd_conf_src *src,
 			used += (size_t)snprintf(
 				known + used, sizeof(known) - used, "%s%s",
 				i ? ", " : "", memd_conf_keys[i].name);
-		memd_conf_err(err, errlen, "key '%s': unknown key; keys are %s",
-			      memd_conf_quote(key, shown, sizeof(shown)),
-			      known);
+		memd_errf(err, errlen, "key '%s': unknown key; keys are %s",
+			  memd_conf_quote(key, shown, sizeof(shown)), known);
 		return -ENOENT;
 	}
 	if (!value) {
-		memd_conf_err(err, errlen, "key '%s': no value", k->name);
+		memd_errf(err, errlen, "key '%s': no value", k->name);
 		return -EINVAL;
 	}
 	rc = memd_conf_assign(c, k, value, what, sizeof(what));
 	if (rc) {
-		memd_conf_err(err, errlen, "key '%s': %s", k->name, what);
+		memd_errf(err, errlen, "key '%s': %s", k->name, what);
 		return -EINVAL;
 	}
 	if (src)
@@ -1800,12 +1477,11 @@ int memd_config_validate_src(const struct memd_config *c,
 			const char *s = (const char *)c + k->off;
 
 			if (!memchr(s, '\0', MEMD_CONF_STR_MAX)) {
-				memd_conf_err(err, errlen,
-					      "%skey '%s': not terminated",
-					      memd_conf_where(src, k->name,
-							      NULL, at,
-							      sizeof(at)),
-					      k->name);
+				memd_errf(err, errlen,
+					  "%skey '%s': not terminated",
+					  memd_conf_where(src, k->name, NULL,
+							  at, sizeof(at)),
+					  k->name);
 				return -EINVAL;
 			}
 			rc = memd_conf_assign(&scratch, k, s, what,
@@ -1819,10 +1495,10 @@ int memd_config_validate_src(const struct memd_config *c,
 				memd_conf_append_expect(k, what, sizeof(what));
 		}
 		if (rc) {
-			memd_conf_err(err, errlen, "%skey '%s': %s",
-				      memd_conf_where(src, k->name, NULL, at,
-						      sizeof(at)),
-				      k->name, what);
+			memd_errf(err, errlen, "%skey '%s': %s",
+				  memd_conf_where(src, k->name, NULL, at,
+						  sizeof(at)),
+				  k->name, what);
 			return -EINVAL;
 		}
 	}
@@ -1830,21 +1506,21 @@ int memd_config_validate_src(const struct memd_config *c,
 	memd_conf_format_bytes(c->donate_bytes, a, sizeof(a));
 	memd_conf_format_bytes(c->slab_bytes, b, sizeof(b));
 	if (c->donate_bytes < c->slab_bytes) {
-		memd_conf_err(err, errlen,
-			      "%skey 'donate': %s is less than one slab "
-			      "(slab_size = %s)",
-			      memd_conf_where(src, "donate", "slab_size", at,
-					      sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'donate': %s is less than one slab "
+			  "(slab_size = %s)",
+			  memd_conf_where(src, "donate", "slab_size", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	if (c->donate_bytes % c->slab_bytes) {
-		memd_conf_err(err, errlen,
-			      "%skey 'donate': %s is not a multiple of "
-			      "slab_size = %s",
-			      memd_conf_where(src, "donate", "slab_size", at,
-					      sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'donate': %s is not a multiple of "
+			  "slab_size = %s",
+			  memd_conf_where(src, "donate", "slab_size", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	nnodes = memd_config_numa_nodes(c, nodes);
@@ -1854,98 +1530,97 @@ int memd_config_validate_src(const struct memd_config *c,
 
 		memd_conf_format_bytes(c->slab_bytes * (uint64_t)nnodes, per,
 				       sizeof(per));
-		memd_conf_err(err, errlen,
-			      "%skey 'numa_nodes': donate = %s does not split "
-			      "into whole slabs over %d nodes (slab_size = "
-			      "%s each); make donate a multiple of %s",
-			      memd_conf_where(src, "numa_nodes", "donate", at,
-					      sizeof(at)),
-			      a, nnodes, b, per);
+		memd_errf(err, errlen,
+			  "%skey 'numa_nodes': donate = %s does not split "
+			  "into whole slabs over %d nodes (slab_size = "
+			  "%s each); make donate a multiple of %s",
+			  memd_conf_where(src, "numa_nodes", "donate", at,
+					  sizeof(at)),
+			  a, nnodes, b, per);
 		return -EINVAL;
 	}
 	if (c->registry[0] && !c->cluster_secret_file[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry': registry = %s needs "
-			      "cluster_secret_file",
-			      memd_conf_where(src, "registry",
-					      "cluster_secret_file", at,
-					      sizeof(at)),
-			      c->registry);
+		memd_errf(err, errlen,
+			  "%skey 'registry': registry = %s needs "
+			  "cluster_secret_file",
+			  memd_conf_where(src, "registry",
+					  "cluster_secret_file", at,
+					  sizeof(at)),
+			  c->registry);
 		return -EINVAL;
 	}
 	if (memd_config_registry_is_etcd(c) && !c->etcd_endpoints[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry': registry = etcd needs "
-			      "etcd_endpoints",
-			      memd_conf_where(src, "registry", "etcd_endpoints",
-					      at, sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'registry': registry = etcd needs "
+			  "etcd_endpoints",
+			  memd_conf_where(src, "registry", "etcd_endpoints", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (!c->etcd_user[0] != !c->etcd_password_file[0]) {
-		memd_conf_err(err, errlen,
-			      "%skey 'etcd_user': etcd authentication needs "
-			      "both etcd_user and etcd_password_file",
-			      memd_conf_where(src, "etcd_user",
-					      "etcd_password_file", at,
-					      sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'etcd_user': etcd authentication needs "
+			  "both etcd_user and etcd_password_file",
+			  memd_conf_where(src, "etcd_user",
+					  "etcd_password_file", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if ((c->etcd_cert[0] || c->etcd_key[0]) &&
 	    (!c->etcd_cert[0] || !c->etcd_key[0] || !c->etcd_cacert[0])) {
-		memd_conf_err(err, errlen,
-			      "%skey 'etcd_cert': a client certificate needs "
-			      "etcd_cert, etcd_key and etcd_cacert",
-			      memd_conf_where(src, "etcd_cert", "etcd_key", at,
-					      sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'etcd_cert': a client certificate needs "
+			  "etcd_cert, etcd_key and etcd_cacert",
+			  memd_conf_where(src, "etcd_cert", "etcd_key", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (c->registry_peers[0] && !memd_config_registry_is_etcd(c)) {
-		memd_conf_err(err, errlen,
-			      "%skey 'registry_peers': only with registry = "
-			      "etcd",
-			      memd_conf_where(src, "registry_peers", "registry",
-					      at, sizeof(at)));
+		memd_errf(err, errlen,
+			  "%skey 'registry_peers': only with registry = "
+			  "etcd",
+			  memd_conf_where(src, "registry_peers", "registry", at,
+					  sizeof(at)));
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&
 	    strcmp(strrchr(c->listen, ':'), ":0")) {
-		memd_conf_err(err, errlen,
-			      "%skey 'metrics_listen': %s is the control "
-			      "address (listen); give /metrics a port of its "
-			      "own",
-			      memd_conf_where(src, "metrics_listen", "listen",
-					      at, sizeof(at)),
-			      c->metrics_listen);
+		memd_errf(err, errlen,
+			  "%skey 'metrics_listen': %s is the control "
+			  "address (listen); give /metrics a port of its "
+			  "own",
+			  memd_conf_where(src, "metrics_listen", "listen", at,
+					  sizeof(at)),
+			  c->metrics_listen);
 		return -EINVAL;
 	}
 	if (c->kv_mrc_samples && c->kv_mrc_samples < 16) {
-		memd_conf_err(err, errlen,
-			      "%skey 'kv_mrc_samples': %u is too few to "
-			      "sample (16 at least, or 0 for no curves)",
-			      memd_conf_where(src, "kv_mrc_samples", NULL, at,
-					      sizeof(at)),
-			      c->kv_mrc_samples);
+		memd_errf(err, errlen,
+			  "%skey 'kv_mrc_samples': %u is too few to "
+			  "sample (16 at least, or 0 for no curves)",
+			  memd_conf_where(src, "kv_mrc_samples", NULL, at,
+					  sizeof(at)),
+			  c->kv_mrc_samples);
 		return -EINVAL;
 	}
 	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {
 		memd_conf_format_bytes(c->kv_spill_bytes, a, sizeof(a));
 		if (c->kv_spill_dir[0])
-			memd_conf_err(
-				err, errlen,
-				"%skey 'kv_spill_dir': %s needs a size cap "
-				"(kv_spill_size)",
-				memd_conf_where(src, "kv_spill_dir",
-						"kv_spill_size", at,
-						sizeof(at)),
-				c->kv_spill_dir);
+			memd_errf(err, errlen,
+				  "%skey 'kv_spill_dir': %s needs a size cap "
+				  "(kv_spill_size)",
+				  memd_conf_where(src, "kv_spill_dir",
+						  "kv_spill_size", at,
+						  sizeof(at)),
+				  c->kv_spill_dir);
 		else
-			memd_conf_err(err, errlen,
-				      "%skey 'kv_spill_size': %s without "
-				      "kv_spill_dir",
-				      memd_conf_where(src, "kv_spill_size",
-						      "kv_spill_dir", at,
-						      sizeof(at)),
-				      a);
+			memd_errf(err, errlen,
+				  "%skey 'kv_spill_size': %s without "
+				  "kv_spill_dir",
+				  memd_conf_where(src, "kv_spill_size",
+						  "kv_spill_dir", at,
+						  sizeof(at)),
+				  a);
 		return -EINVAL;
 	}
 	if (c->idle_timeout_ms &&
@@ -1956,7 +1631,7 @@ int memd_config_validate_src(const struct memd_config *c,
 					    ? c->lease_ttl_ms
 					    : c->report_interval_ms,
 				    b, sizeof(b));
-		memd_conf_err(
+		memd_errf(
 			err, errlen,
 			"%skey 'idle_timeout': %s must be 0 or longer "
 			"than lease_ttl and report_interval (%s), or "
@@ -1972,12 +1647,12 @@ int memd_config_validate_src(const struct memd_config *c,
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {
 		memd_conf_format_ms(c->lease_grace_ms, a, sizeof(a));
 		memd_conf_format_ms(c->lease_ttl_ms, b, sizeof(b));
-		memd_conf_err(err, errlen,
-			      "%skey 'lease_grace': %s must be less than "
-			      "lease_ttl = %s",
-			      memd_conf_where(src, "lease_grace", "lease_ttl",
-					      at, sizeof(at)),
-			      a, b);
+		memd_errf(err, errlen,
+			  "%skey 'lease_grace': %s must be less than "
+			  "lease_ttl = %s",
+			  memd_conf_where(src, "lease_grace", "lease_ttl", at,
+					  sizeof(at)),
+			  a, b);
 		return -EINVAL;
 	}
 	return 0;
@@ -2104,7 +1779,7 @@ static void memd_conf_parse_fail(struct memd_conf_parse *p, int rc,
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	memd_conf_err(p->err, p->errlen, "%s:%d: %s", p->path, p->lineno, what);
+	memd_errf(p->err, p->errlen, "%s:%d: %s", p->path, p->lineno, what);
 	p->rc = rc;
 }
 
@@ -2238,8 +1913,8 @@ static char *memd_conf_read(char *str, int num, void *stream)
 	}
 	if (n < 0) {
 		p->rc = (int)n;
-		memd_conf_err(p->err, p->errlen, "%s: cannot read: %s", p->path,
-			      strerror((int)-n));
+		memd_errf(p->err, p->errlen, "%s: cannot read: %s", p->path,
+			  strerror((int)-n));
 		return NULL;
 	}
 	if (nul) {
@@ -2366,19 +2041,19 @@ int memd_config_load_src(struct memd_config *c, struct memd_conf_src *src,
 	p->fp = fopen(path, "re");
 	if (!p->fp) {
 		rc = -errno;
-		memd_conf_err(err, errlen, "%s: cannot open: %s", path,
-			      strerror(-rc));
+		memd_errf(err, errlen, "%s: cannot open: %s", path,
+			  strerror(-rc));
 		return rc;
 	}
 	rc = ini_parse_stream(memd_conf_read, p, memd_conf_ini_handler, p);
 	if (p->rc) {
 		rc = p->rc;
 	} else if (rc == -2) {
-		memd_conf_err(err, errlen, "%s: out of memory", path);
+		memd_errf(err, errlen, "%s: out of memory", path);
 		rc = -ENOMEM;
 	} else if (rc) {
 		/* the reader checks every line libinih could refuse */
-		memd_conf_err(err, errlen, "%s:%d: syntax error", path, rc);
+		memd_errf(err, errlen, "%s:%d: syntax error", path, rc);
 		rc = -EINVAL;
 	}
 	fclose(p->fp);

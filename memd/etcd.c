@@ -21,13 +21,14 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <sodium.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#include "memd/log.h"
 
 #define MAX_ENDPOINTS 16
 #define REPLY_MAX (8u << 20) /* a bigger reply is refused */
@@ -50,18 +51,8 @@ struct buf {
 	bool too_big;
 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+/* memd_errf() (memd/log.h), by the name this file's callers use */
+#define set_err memd_errf
 
 static size_t on_body(char *p, size_t sz, size_t n, void *arg)
 {

@@ -1332,6 +1332,38 @@ static int batch_check(const struct memd_kv *kv, const void *items, size_t n,
 	return 0;
 }
 
+/*
+ * A batch whose keys need no locations: under the lock, items[i].status =
+ * one(kv, t, &items[i], now_ms, arg) for the tenant's store t, -ENOENT
+ * for each when the tenant has none; then the tenant's spare slabs go
+ * back. The number of items with status 0, or -EINVAL.
+ */
+static ssize_t kv_batch(struct memd_kv *kv, uint32_t tenant,
+			struct memd_kv_item *items, size_t n, uint64_t now_ms,
+			int (*one)(struct memd_kv *kv, struct kv_tenant *t,
+				   struct memd_kv_item *it, uint64_t now_ms,
+				   bool arg),
+			bool arg)
+{
+	struct kv_tenant *t;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, NULL, 0);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = tenant_find(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		items[i].status =
+			t ? one(kv, t, &items[i], now_ms, arg) : -ENOENT;
+		ok += items[i].status == 0;
+	}
+	if (t)
+		tenant_release_spare(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
 static void fill_locs(const struct kv_entry *e, struct memd_kv_item *it,
 		      struct memd_kv_loc *locs, size_t *nl)
 {
@@ -1456,7 +1488,7 @@ ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
 }
 
 static int commit_one(struct memd_kv *kv, struct kv_tenant *t,
-		      struct memd_kv_item *it, uint64_t now_ms)
+		      struct memd_kv_item *it, uint64_t now_ms, bool unused)
 {
 	struct kv_entry *e = index_find(kv, t, it->key);
 
@@ -1481,23 +1513,7 @@ static int commit_one(struct memd_kv *kv, struct kv_tenant *t,
 ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
 {
-	struct kv_tenant *t;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, NULL, 0);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = tenant_find(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		items[i].status =
-			t ? commit_one(kv, t, &items[i], now_ms) : -ENOENT;
-		ok += items[i].status == 0;
-	}
-	if (t)
-		tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_batch(kv, tenant, items, n, now_ms, commit_one, false);
 }
 
 /* Makes a spilled entry resident. 0, or -ENOENT / -ENOSPC / -errno. */
@@ -1596,7 +1612,7 @@ static void deleting_free(struct kv_entry *e)
 }
 
 static int done_one(struct memd_kv *kv, struct kv_tenant *t,
-		    struct memd_kv_item *it)
+		    struct memd_kv_item *it, uint64_t now_ms, bool unused)
 {
 	struct kv_entry *e = index_find(kv, t, it->key);
 
@@ -1628,22 +1644,7 @@ static int done_one(struct memd_kv *kv, struct kv_tenant *t,
 ssize_t memd_kv_done(struct memd_kv *kv, uint32_t tenant,
 		     struct memd_kv_item *items, size_t n, uint64_t now_ms)
 {
-	struct kv_tenant *t;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, NULL, 0);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = tenant_find(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		items[i].status = t ? done_one(kv, t, &items[i]) : -ENOENT;
-		ok += items[i].status == 0;
-	}
-	if (t)
-		tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_batch(kv, tenant, items, n, now_ms, done_one, false);
 }
 
 ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
@@ -1710,94 +1711,54 @@ static int delete_one(struct memd_kv *kv, struct kv_tenant *t,
 	return 0;
 }
 
-static ssize_t delete_batch(struct memd_kv *kv, uint32_t tenant,
-			    struct memd_kv_item *items, size_t n,
-			    uint64_t now_ms, bool keep_pinned)
-{
-	struct kv_tenant *t;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, NULL, 0);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = tenant_find(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		items[i].status =
-			t ? delete_one(kv, t, &items[i], now_ms, keep_pinned)
-			  : -ENOENT;
-		ok += items[i].status == 0;
-	}
-	if (t)
-		tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
-}
-
 ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n, uint64_t now_ms)
 {
-	return delete_batch(kv, tenant, items, n, now_ms, false);
+	return kv_batch(kv, tenant, items, n, now_ms, delete_one, false);
 }
 
 ssize_t memd_kv_drop(struct memd_kv *kv, uint32_t tenant,
 		     struct memd_kv_item *items, size_t n, uint64_t now_ms)
 {
-	return delete_batch(kv, tenant, items, n, now_ms, true);
+	return kv_batch(kv, tenant, items, n, now_ms, delete_one, true);
+}
+
+static int pin_one(struct memd_kv *kv, struct kv_tenant *t,
+		   struct memd_kv_item *it, uint64_t now_ms, bool unused)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+	int s = e ? ensure_resident(kv, e, now_ms) : -ENOENT;
+
+	if (s == 0)
+		e->pins++;
+	return s;
 }
 
 ssize_t memd_kv_pin(struct memd_kv *kv, uint32_t tenant,
 		    struct memd_kv_item *items, size_t n, uint64_t now_ms)
 {
-	struct kv_tenant *t;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, NULL, 0);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = tenant_find(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		struct kv_entry *e = t ? index_find(kv, t, items[i].key) : NULL;
-		int s = e ? ensure_resident(kv, e, now_ms) : -ENOENT;
-
-		if (s == 0)
-			e->pins++;
-		items[i].status = s;
-		ok += s == 0;
-	}
-	if (t)
-		tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_batch(kv, tenant, items, n, now_ms, pin_one, false);
 }
 
+static int unpin_one(struct memd_kv *kv, struct kv_tenant *t,
+		     struct memd_kv_item *it, uint64_t now_ms, bool unused)
+{
+	struct kv_entry *e = index_find(kv, t, it->key);
+
+	if (!e || e->mem != MEM_COMMITTED)
+		return -ENOENT;
+	if (!e->pins)
+		return -EINVAL;
+	e->pins--;
+	return 0;
+}
+
+/* Ends, like every batch, by handing back spare slabs; an unpin frees
+ * none itself. */
 ssize_t memd_kv_unpin(struct memd_kv *kv, uint32_t tenant,
 		      struct memd_kv_item *items, size_t n)
 {
-	struct kv_tenant *t;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, NULL, 0);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = tenant_find(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		struct kv_entry *e = t ? index_find(kv, t, items[i].key) : NULL;
-		int s;
-
-		if (!e || e->mem != MEM_COMMITTED)
-			s = -ENOENT;
-		else if (!e->pins)
-			s = -EINVAL;
-		else
-			s = (e->pins--, 0);
-		items[i].status = s;
-		ok += s == 0;
-	}
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_batch(kv, tenant, items, n, 0, unpin_one, false);
 }
 
 size_t memd_kv_expire(struct memd_kv *kv, uint64_t now_ms)

@@ -7,6 +7,7 @@
  */
 #include "memd/log.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -126,4 +127,34 @@ bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed)
 	*suppressed = l->suppressed;
 	l->suppressed = 0;
 	return true;
+}
+
+const char *memd_log_bytes(uint64_t b, char *out, size_t n)
+{
+	static const char *const unit[] = { "B",   "KiB", "MiB", "GiB",
+					    "TiB", "PiB", "EiB" };
+	double v = (double)b;
+	int u = 0;
+
+	if (b < 1024) {
+		snprintf(out, n, "%" PRIu64 " B", b);
+		return out;
+	}
+	while (v >= 1024 && u < 6) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(out, n, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return out;
+}
+
+void memd_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
 }

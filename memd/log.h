@@ -42,6 +42,23 @@ void memd_log_emit(int level, const char *fmt, ...)
 const char *memd_log_quote(const char *s, char *buf, size_t len);
 
 /*
+ * Writes a message into err (errlen bytes, cut to fit) for a caller that
+ * reports it: the "what went wrong" of config, registry and etcd errors.
+ * Nothing when err is NULL or errlen 0. Any thread.
+ */
+void memd_errf(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/*
+ * b bytes as a size a reader takes in at a glance, for messages: "0 B",
+ * "512 B", "512 MiB", "1.5 GiB", "22.3 GiB" (binary units, three
+ * significant digits at most), into out (n bytes; 16 hold any value).
+ * Returns out. Any thread.
+ */
+#define MEMD_LOG_BYTES_MAX 16
+const char *memd_log_bytes(uint64_t b, char *out, size_t n);
+
+/*
  * Rate limit for a line that a peer can make memd repeat (a refused
  * connection, a full descriptor table): at most one line per
  * MEMD_LOG_LIMIT_MS per limiter, the next one saying how many were left

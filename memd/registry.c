@@ -174,18 +174,8 @@ static uint64_t unix_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || !errlen)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+/* memd_errf() (memd/log.h), by the name this file's callers use */
+#define set_err memd_errf
 
 static uint64_t mul_sat(uint64_t a, uint64_t b)
 {
@@ -194,25 +184,6 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
 	if (__builtin_mul_overflow(a, b, &p))
 		return UINT64_MAX;
 	return p;
-}
-
-/* "0 B", "512 MiB", "1.0 GiB": three significant digits at most. */
-static void fmt_bytes(uint64_t b, char *out, size_t n)
-{
-	static const char *const unit[] = { "B",   "KiB", "MiB", "GiB",
-					    "TiB", "PiB", "EiB" };
-	double v = (double)b;
-	int u = 0;
-
-	if (b < 1024) {
-		snprintf(out, n, "%" PRIu64 " B", b);
-		return;
-	}
-	while (v >= 1024 && u < 6) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(out, n, v < 10 ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
 static struct tenant *tenant_by_id(struct memd_registry *r, uint32_t id)
@@ -1727,8 +1698,8 @@ int memd_registry_donor_join(struct memd_registry *r,
 		return -EINVAL;
 	}
 	if (j->slab_bytes != r->slab_bytes) {
-		fmt_bytes(j->slab_bytes, have, sizeof(have));
-		fmt_bytes(r->slab_bytes, want, sizeof(want));
+		memd_log_bytes(j->slab_bytes, have, sizeof(have));
+		memd_log_bytes(r->slab_bytes, want, sizeof(want));
 		set_err(err, errlen,
 			"donor '%s': slab size %s (%" PRIu64
 			" bytes), the registry's is %s (%" PRIu64 " bytes)",
@@ -2087,11 +2058,12 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 	}
 	total = t->used_slabs + t->reserved_slabs + copies;
 	if (total > t->quota_bytes / r->slab_bytes) {
-		fmt_bytes(t->quota_bytes, q, sizeof(q));
-		fmt_bytes(mul_sat(t->used_slabs, r->slab_bytes), u, sizeof(u));
-		fmt_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
-			  sizeof(s));
-		fmt_bytes(mul_sat(copies, r->slab_bytes), a, sizeof(a));
+		memd_log_bytes(t->quota_bytes, q, sizeof(q));
+		memd_log_bytes(mul_sat(t->used_slabs, r->slab_bytes), u,
+			       sizeof(u));
+		memd_log_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
+			       sizeof(s));
+		memd_log_bytes(mul_sat(copies, r->slab_bytes), a, sizeof(a));
 		set_err(err, errlen,
 			"tenant '%s': quota %s, used %s, reserved %s, asked %s",
 			t->name, q, u, s, a);
@@ -2517,9 +2489,10 @@ static int admin_tenant_remove(struct admin_ctx *x)
 	if (!t)
 		return rc;
 	if (t->used_slabs || t->reserved_slabs) {
-		fmt_bytes(mul_sat(t->used_slabs, r->slab_bytes), u, sizeof(u));
-		fmt_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
-			  sizeof(s));
+		memd_log_bytes(mul_sat(t->used_slabs, r->slab_bytes), u,
+			       sizeof(u));
+		memd_log_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
+			       sizeof(s));
 		set_err(x->err, x->errlen,
 			"tenant '%s' still holds memory: used %s, reserved %s",
 			t->name, u, s);

@@ -152,6 +152,38 @@ struct bufref {
 	PyObject *keep; /* the tensor, for non-views */
 };
 
+/*
+ * The uint64_t counters of a stats struct, in the order the dict gives
+ * them: { "name", offsetof(struct ..., name) }, ended by { NULL }.
+ */
+struct u64_field {
+	const char *name;
+	size_t off;
+};
+#define U64_FIELD(type, f)                                                     \
+	{                                                                      \
+		.name = #f, .off = offsetof(type, f)                           \
+	}
+
+/* Adds st's counters named by f to the new dict d and returns it, or
+ * NULL with an exception (d released); d NULL (its constructor failed,
+ * an exception set) gives NULL. */
+static PyObject *u64_dict(PyObject *d, const void *st,
+			  const struct u64_field *f)
+{
+	for (; d && f->name; f++) {
+		uint64_t v;
+		PyObject *o;
+
+		memcpy(&v, (const char *)st + f->off, sizeof(v));
+		o = PyLong_FromUnsignedLongLong(v);
+		if (!o || PyDict_SetItemString(d, f->name, o) < 0)
+			Py_CLEAR(d);
+		Py_XDECREF(o);
+	}
+	return d;
+}
+
 static PyObject *str_data_ptr, *str_is_contiguous, *str_is_cuda, *str_numel,
 	*str_element_size, *str_device, *str_index, *str_cuda_stream;
 
@@ -708,6 +740,19 @@ static PyObject *pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw);
 static PyObject *pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw);
 static PyObject *pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw);
 
+static const struct u64_field pool_stats_fields[] = {
+	U64_FIELD(struct pool_stats, slabs_held),
+	U64_FIELD(struct pool_stats, slab_bytes),
+	U64_FIELD(struct pool_stats, regions),
+	U64_FIELD(struct pool_stats, bytes_read),
+	U64_FIELD(struct pool_stats, bytes_written),
+	U64_FIELD(struct pool_stats, ops),
+	U64_FIELD(struct pool_stats, errors),
+	U64_FIELD(struct pool_stats, heartbeats),
+	U64_FIELD(struct pool_stats, epoch),
+	{ NULL, 0 },
+};
+
 static PyObject *pool_stats_py(struct py_pool *po, PyObject *unused)
 {
 	struct pool_stats st;
@@ -720,16 +765,7 @@ static PyObject *pool_stats_py(struct py_pool *po, PyObject *unused)
 	pthread_rwlock_unlock(&po->rw);
 	if (r)
 		return raise_call(r, "Pool", "stats");
-	return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "slabs_held",
-			     (unsigned long long)st.slabs_held, "slab_bytes",
-			     (unsigned long long)st.slab_bytes, "regions",
-			     (unsigned long long)st.regions, "bytes_read",
-			     (unsigned long long)st.bytes_read, "bytes_written",
-			     (unsigned long long)st.bytes_written, "ops",
-			     (unsigned long long)st.ops, "errors",
-			     (unsigned long long)st.errors, "heartbeats",
-			     (unsigned long long)st.heartbeats, "epoch",
-			     (unsigned long long)st.epoch);
+	return u64_dict(PyDict_New(), &st, pool_stats_fields);
 }
 
 /* Pool.memds(): pool_get_status as a list of dicts. */
@@ -1991,6 +2027,19 @@ static PyObject *kv_eventfd_py(struct py_kv *k, PyObject *unused)
 	return PyLong_FromLong(fd);
 }
 
+static const struct u64_field kv_stats_fields[] = {
+	U64_FIELD(struct pool_kv_stats, puts),
+	U64_FIELD(struct pool_kv_stats, put_bytes),
+	U64_FIELD(struct pool_kv_stats, gets),
+	U64_FIELD(struct pool_kv_stats, hits),
+	U64_FIELD(struct pool_kv_stats, get_bytes),
+	U64_FIELD(struct pool_kv_stats, bad_reads),
+	U64_FIELD(struct pool_kv_stats, donor_refreshes),
+	U64_FIELD(struct pool_kv_stats, ndonors),
+	U64_FIELD(struct pool_kv_stats, replica_hits),
+	{ NULL, 0 },
+};
+
 static PyObject *kv_stats_py(struct py_kv *k, PyObject *unused)
 {
 	struct pool_kv_stats st;
@@ -2003,16 +2052,7 @@ static PyObject *kv_stats_py(struct py_kv *k, PyObject *unused)
 	pthread_rwlock_unlock(&k->po->rw);
 	if (r)
 		return raise_call(r, "KV", "kv stats");
-	return Py_BuildValue(
-		"{sKsKsKsKsKsKsKsKsK}", "puts", (unsigned long long)st.puts,
-		"put_bytes", (unsigned long long)st.put_bytes, "gets",
-		(unsigned long long)st.gets, "hits",
-		(unsigned long long)st.hits, "get_bytes",
-		(unsigned long long)st.get_bytes, "bad_reads",
-		(unsigned long long)st.bad_reads, "donor_refreshes",
-		(unsigned long long)st.donor_refreshes, "ndonors",
-		(unsigned long long)st.ndonors, "replica_hits",
-		(unsigned long long)st.replica_hits);
+	return u64_dict(PyDict_New(), &st, kv_stats_fields);
 }
 
 static void gpu_do_close(struct py_gpu *gp);
@@ -2307,6 +2347,19 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 	return (PyObject *)s;
 }
 
+/* After the engine's description, its counters. */
+static const struct u64_field gpu_stats_fields[] = {
+	U64_FIELD(struct pool_gpu_stats, xfers),
+	U64_FIELD(struct pool_gpu_stats, errors),
+	U64_FIELD(struct pool_gpu_stats, cancelled),
+	U64_FIELD(struct pool_gpu_stats, bytes_fetched),
+	U64_FIELD(struct pool_gpu_stats, bytes_stored),
+	U64_FIELD(struct pool_gpu_stats, chunks),
+	U64_FIELD(struct pool_gpu_stats, direct_xfers),
+	U64_FIELD(struct pool_gpu_stats, overlapped),
+	{ NULL, 0 },
+};
+
 static PyObject *gpu_stats_py(struct py_gpu *gp, PyObject *unused)
 {
 	struct pool_gpu_stats st;
@@ -2319,20 +2372,15 @@ static PyObject *gpu_stats_py(struct py_gpu *gp, PyObject *unused)
 	pthread_rwlock_unlock(&gp->po->rw);
 	if (r)
 		return raise_call(r, "GPU engine", "gpu stats");
-	return Py_BuildValue(
-		"{sssisssnsIsisisisKsKsKsKsKsKsKsK}", "backend",
-		st.backend == POOL_GPU_CUDA ? "cuda" : "host", "device",
-		st.device, "pci_bus_id", st.pci_bus_id, "staging_bytes",
-		(Py_ssize_t)st.staging_bytes, "staging_count", st.staging_count,
-		"numa_node", st.numa_node, "numa_applied", st.numa_applied,
-		"direct", st.direct, "xfers", (unsigned long long)st.xfers,
-		"errors", (unsigned long long)st.errors, "cancelled",
-		(unsigned long long)st.cancelled, "bytes_fetched",
-		(unsigned long long)st.bytes_fetched, "bytes_stored",
-		(unsigned long long)st.bytes_stored, "chunks",
-		(unsigned long long)st.chunks, "direct_xfers",
-		(unsigned long long)st.direct_xfers, "overlapped",
-		(unsigned long long)st.overlapped);
+	return u64_dict(
+		Py_BuildValue("{sssisssnsIsisisi}", "backend",
+			      st.backend == POOL_GPU_CUDA ? "cuda" : "host",
+			      "device", st.device, "pci_bus_id", st.pci_bus_id,
+			      "staging_bytes", (Py_ssize_t)st.staging_bytes,
+			      "staging_count", st.staging_count, "numa_node",
+			      st.numa_node, "numa_applied", st.numa_applied,
+			      "direct", st.direct),
+		&st, gpu_stats_fields);
 }
 
 /*

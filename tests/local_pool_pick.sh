@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# deploy/local-pool.sh picks its memd: $MEMD or -m first, then the release
-# build, then the debug build, then memd on PATH. Run against a copy of the
-# script in a scratch tree whose build/{debug,release}/memd/memd are stubs
+# deploy/local-pool.sh (and local-etcd-pool.sh, through the
+# local-pool-lib.sh both source) picks its memd: $MEMD or -m first, then
+# the release build, then the debug build, then memd on PATH. Run against
+# a copy of the scripts in a scratch tree whose build/{debug,release}/memd/memd are stubs
 # that only name themselves: each refuses --print-config, so local-pool.sh
 # stops at once (exit 69) naming the memd it chose, and starts nothing.
 #
@@ -18,7 +19,8 @@ fail() {
 }
 
 mkdir -p "$tmp/deploy" "$tmp/bin"
-cp "$src/deploy/local-pool.sh" "$tmp/deploy/"
+cp "$src/deploy/local-pool.sh" "$src/deploy/local-etcd-pool.sh" \
+	"$src/deploy/local-pool-lib.sh" "$tmp/deploy/"
 stub() { # stub PATH: a "memd" without cluster modes
 	mkdir -p "$(dirname "$1")"
 	printf '#!/bin/sh\nexit 0\n' >"$1"
@@ -47,6 +49,22 @@ stub "$tmp/other/memd"
 	fail "\$MEMD does not override"
 [ "$(picked -m "$tmp/other/memd")" = "$tmp/other/memd" ] ||
 	fail "-m does not override"
+# local-etcd-pool.sh picks the same way (local-pool-lib.sh), and stops
+# (69) at a memd without the etcd backend's keys
+rc=0
+PATH="$tmp/bin:/usr/bin:/bin" "$tmp/deploy/local-etcd-pool.sh" \
+	>"$tmp/out" 2>"$tmp/err" || rc=$?
+[ "$rc" -eq 69 ] || fail "local-etcd-pool.sh: exit $rc, want 69: $(cat "$tmp/err")"
+grep -q "^local-etcd-pool: $tmp/build/release/memd/memd has no 'etcd_endpoints' key" \
+	"$tmp/err" || fail "local-etcd-pool.sh did not pick the release build: $(cat "$tmp/err")"
+for script in local-pool.sh local-etcd-pool.sh; do
+	rc=0
+	"$tmp/deploy/$script" -n x >"$tmp/out" 2>"$tmp/err" || rc=$?
+	if [ "$rc" -ne 64 ] ||
+		! grep -q "^${script%.sh}: -n takes a number" "$tmp/err"; then
+		fail "$script -n x: exit $rc: $(cat "$tmp/err")"
+	fi
+done
 "$tmp/deploy/local-pool.sh" --help 2>&1 | grep -q "build/release's" ||
 	fail "usage does not say the release build comes first"
 echo "local_pool_pick: ok"

@@ -57,6 +57,7 @@ chmod 0755 "$tmp" # memd (user tidepool) writes its ready file below
 installed=0
 user_made=0
 memd_pid=
+notify_pid=
 systemd=0
 getent passwd tidepool >/dev/null || user_made=1
 cleanup() {
@@ -70,6 +71,7 @@ cleanup() {
 		kill -TERM "$memd_pid" 2>/dev/null
 		wait "$memd_pid" 2>/dev/null
 	fi
+	[ -z "$notify_pid" ] || kill "$notify_pid" 2>/dev/null
 	if [ $installed -eq 1 ]; then
 		DEBIAN_FRONTEND=noninteractive apt-get purge -y -q \
 			"${allpkgs[@]}" >>"$tmp/apt.log" 2>&1
@@ -135,6 +137,14 @@ for f in "$memd" /usr/sbin/poolctl "$unit" /etc/tidepool/memd.conf \
 	/usr/lib/python3/dist-packages/tidepool/__init__.py; do
 	[ -e "$f" ] || fail "$f is not installed"
 done
+# the example local-pool.sh finds the helper it sources beside it (its
+# number check is the helper's)
+ex=/usr/share/doc/tidepool-memd/examples
+st=0
+bash "$ex/local-pool.sh" -n x >"$tmp/ex.log" 2>&1 || st=$?
+if [ $st -ne 64 ] || ! grep -q '^local-pool: -n takes a number' "$tmp/ex.log"; then
+	fail "$ex/local-pool.sh -n x: exit $st: $(cat "$tmp/ex.log")"
+fi
 # (outputs captured first: grep -q ending a pipe early is a SIGPIPE,
 # which pipefail reports as a failure)
 objdump -p "$libdir/libpool.so.0" >"$tmp/dyn"
@@ -187,9 +197,9 @@ EOF
 	systemctl start memd || fail "systemctl start memd: $(journalctl -u memd -n 30 --no-pager)"
 	pid=$(systemctl show -P MainPID memd)
 else
-	ready=$tmp/run/ready
-	install -d -o tidepool -g tidepool -m 0700 "$tmp/run"
-	say "no systemd: setpriv as tidepool with CAP_IPC_LOCK, as the unit"
+	ready=/var/lib/tidepool/ready
+	say "no systemd: setpriv as tidepool with CAP_IPC_LOCK, in the" \
+		"unit's file system view, as the unit would"
 	# what the unit sets: User=, Group=, AmbientCapabilities=,
 	# LimitMEMLOCK=infinity, NoNewPrivileges=, UMask=
 	# A container without CAP_SYS_RESOURCE cannot raise the limit:
@@ -200,7 +210,51 @@ else
 			"CAP_IPC_LOCK alone"
 		limit=()
 	fi
-	(umask 0077 && exec "${limit[@]}" \
+	# Type=notify: memd's READY=1 on $NOTIFY_SOCKET (a datagram socket
+	# in the state directory, where the namespace below leaves it
+	# writable)
+	notify=/var/lib/tidepool/notify.sock
+	/usr/bin/python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print("bound", flush=True)
+s.settimeout(60)
+while True:
+    m = s.recv(4096).decode()
+    print(m.replace("\n", " "), flush=True)
+    if "READY=1" in m.split("\n"):
+        break
+' "$notify" >"$tmp/notify" 2>&1 &
+	notify_pid=$!
+	for _ in $(seq 1 100); do
+		[ -S "$notify" ] && break
+		sleep 0.1
+	done
+	[ -S "$notify" ] || fail "no notify socket: $(cat "$tmp/notify")"
+	chown tidepool: "$notify"
+	# ProtectSystem=strict + ReadWritePaths=/var/lib/tidepool, PrivateTmp=,
+	# ProtectHome=: a private mount namespace where every mount but /proc,
+	# /sys and /dev is read-only, the state directory a writable bind of
+	# itself, /tmp and /var/tmp empty tmpfs, /home and /root empty and
+	# read-only. It fails (and so does the test) when a mount cannot be
+	# made read-only.
+	# shellcheck disable=SC2016 # the script is bash -c's
+	ns='set -e
+mount --bind /var/lib/tidepool /var/lib/tidepool
+findmnt -rn -o TARGET | while read -r m; do
+	m=$(printf "%b" "$m")
+	case $m in /proc | /proc/* | /sys | /sys/* | /dev | /dev/* | /var/lib/tidepool) continue ;; esac
+	mount -o remount,bind,ro "$m"
+done
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=1777 tmpfs /var/tmp
+for h in /home /root; do mount -t tmpfs -o ro,mode=0755 tmpfs "$h"; done
+if touch /usr/.tp-rw-check 2>/dev/null; then echo "/usr is writable" >&2; exit 1; fi
+exec "$@"'
+	(umask 0077 && NOTIFY_SOCKET=$notify exec \
+		unshare -m --propagation private -- bash -c "$ns" bash \
+		"${limit[@]}" \
 		setpriv --reuid tidepool --regid tidepool --init-groups \
 		--inh-caps -all,+ipc_lock --ambient-caps +ipc_lock \
 		--bounding-set -all,+ipc_lock --no-new-privs -- \
@@ -223,6 +277,22 @@ addr=$(head -n 1 "$ready")
 [ "$(readlink "/proc/$pid/exe")" = "$memd" ] ||
 	fail "memd is $(readlink "/proc/$pid/exe"), not $memd"
 say "memd $memd (pid $pid, user tidepool) at $addr"
+if [ $systemd -eq 0 ]; then
+	wait "$notify_pid" || fail "no READY=1 on NOTIFY_SOCKET: $(cat "$tmp/notify")"
+	notify_pid=
+	grep -q "READY=1" "$tmp/notify" || fail "notify: $(cat "$tmp/notify")"
+	# what the namespace gave memd: / read-only, the state directory
+	# not, its own /tmp
+	for m in / /var/lib/tidepool /tmp; do
+		o=$(findmnt -N "$pid" -rn -o FSTYPE,OPTIONS -T "$m")
+		case $m,$o in
+		/,*\ ro,* | /var/lib/tidepool,*\ rw,* | /tmp,tmpfs\ rw,*) ;;
+		*) fail "memd sees $m mounted $o" ;;
+		esac
+	done
+	say "memd said READY=1 on NOTIFY_SOCKET; it saw / read-only," \
+		"/var/lib/tidepool writable, private /tmp"
+fi
 
 # --- the README's snippet with pkg-config, then CMake ---------------------
 # /usr/local's pkg-config and CMake directories and ld.so's /usr/local/lib

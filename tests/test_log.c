@@ -3,13 +3,20 @@
  * tests/test_log.c - memd/log: memd_log_quote, the one way memd writes a
  * name a peer chose (client, tenant, donor) as a key=value value.
  * Pure: no I/O. The log line memd writes with it is checked by
- * tests/test_memd.c (hello_line_quotes_client_name).
+ * tests/test_memd.c (hello_line_quotes_client_name). Also the sizes
+ * memd's messages give (memd_log_bytes) and memd_arena_plan's refusals,
+ * which name sizes, not byte counts (issue 17: "cannot donate
+ * 966367641600 bytes").
  */
 #include <check.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "memd/arena.h"
 #include "memd/log.h"
 
 START_TEST(quote_leaves_plain_values)
@@ -95,6 +102,63 @@ START_TEST(quote_cuts_to_the_buffer)
 }
 END_TEST
 
+START_TEST(bytes_reads_at_a_glance)
+{
+	char b[MEMD_LOG_BYTES_MAX];
+
+	ck_assert_str_eq(memd_log_bytes(0, b, sizeof(b)), "0 B");
+	ck_assert_str_eq(memd_log_bytes(1023, b, sizeof(b)), "1023 B");
+	ck_assert_str_eq(memd_log_bytes(1024, b, sizeof(b)), "1.0 KiB");
+	ck_assert_str_eq(memd_log_bytes(512ull << 20, b, sizeof(b)), "512 MiB");
+	ck_assert_str_eq(memd_log_bytes(3ull << 29, b, sizeof(b)), "1.5 GiB");
+	ck_assert_str_eq(memd_log_bytes(900ull << 30, b, sizeof(b)), "900 GiB");
+	ck_assert_str_eq(memd_log_bytes(23981801472ull, b, sizeof(b)),
+			 "22 GiB");
+	ck_assert_str_eq(memd_log_bytes(UINT64_MAX, b, sizeof(b)), "16 EiB");
+}
+END_TEST
+
+/* Each refusal of memd_arena_plan says sizes, and no raw byte count. */
+START_TEST(arena_plan_refusals_name_sizes)
+{
+	struct memd_host_mem h = {
+		.mem_available = 23981801472ull,
+		.huge_page_bytes = 2ull << 20,
+		.memlock_limit = 8ull << 20,
+	};
+	char err[512];
+	bool huge;
+
+	ck_assert_int_eq(memd_arena_plan(&h, 900ull << 30, MEMD_HUGEPAGES_NO,
+					 &huge, err, sizeof(err)),
+			 -ENOMEM);
+	ck_assert_str_eq(err, "cannot donate 900 GiB: the host has only "
+			      "22 GiB available (MemAvailable); lower donate");
+	ck_assert_int_eq(memd_arena_plan(&h, 1ull << 30, MEMD_HUGEPAGES_YES,
+					 &huge, err, sizeof(err)),
+			 -ENOMEM);
+	ck_assert_ptr_nonnull(strstr(err, "has 0 B of free huge pages "
+					  "(page size 2.0 MiB) for a donation "
+					  "of 1.0 GiB"));
+	ck_assert_int_eq(memd_arena_plan(&h, 1ull << 30, MEMD_HUGEPAGES_AUTO,
+					 &huge, err, sizeof(err)),
+			 -EPERM);
+	ck_assert_ptr_nonnull(
+		strstr(err, "cannot lock 1.0 GiB: RLIMIT_MEMLOCK is 8.0 MiB;"));
+	/* no byte count of 4 digits or more anywhere */
+	for (const char *p = err; *p; p++)
+		ck_assert_msg(!(p[0] >= '0' && p[0] <= '9' && p[1] >= '0' &&
+				p[1] <= '9' && p[2] >= '0' && p[2] <= '9' &&
+				p[3] >= '0' && p[3] <= '9'),
+			      "a raw count in: %s", err);
+	h.can_lock_any = true;
+	ck_assert_int_eq(memd_arena_plan(&h, 1ull << 30, MEMD_HUGEPAGES_AUTO,
+					 &huge, err, sizeof(err)),
+			 0);
+	ck_assert(!huge);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("log");
@@ -107,6 +171,8 @@ int main(void)
 	tcase_add_test(tc, quote_escapes_quote_and_backslash);
 	tcase_add_test(tc, quote_max_holds_any_name);
 	tcase_add_test(tc, quote_cuts_to_the_buffer);
+	tcase_add_test(tc, bytes_reads_at_a_glance);
+	tcase_add_test(tc, arena_plan_refusals_name_sizes);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

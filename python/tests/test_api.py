@@ -499,6 +499,41 @@ def test_kv_gpu_path_host_backend(pool_args, model_name):
             kv.get_into(keys, dev, stream=None, gpu=g)
 
 
+def test_stats_dicts_name_every_counter(memd, model_name):
+    # the keys and their order are the API (docs/python.md): each counter
+    # of struct pool_stats, pool_kv_stats and pool_gpu_stats, as ints
+    pool_keys = ["slabs_held", "slab_bytes", "regions", "bytes_read",
+                 "bytes_written", "ops", "errors", "heartbeats", "epoch"]
+    kv_keys = ["puts", "put_bytes", "gets", "hits", "get_bytes",
+               "bad_reads", "donor_refreshes", "ndonors", "replica_hits"]
+    gpu_keys = ["backend", "device", "pci_bus_id", "staging_bytes",
+                "staging_count", "numa_node", "numa_applied", "direct",
+                "xfers", "errors", "cancelled", "bytes_fetched",
+                "bytes_stored", "chunks", "direct_xfers", "overlapped"]
+    with tidepool.Pool(memd.addr) as p, p.kv() as kv:
+        r = p.alloc(1 << 20)
+        r.write(0, b"x" * 4096)
+        keys = keys_for(model_name + "stats", 2)
+        assert kv.put(keys, [bytearray(b"v" * 100)] * 2) == [0, 0]
+        assert kv.get_into(keys, [bytearray(100)] * 2) == [True] * 2
+        g = p.gpu("host", staging_bytes=1 << 20)
+        src = torch.from_numpy(value_of(b"st".ljust(32, b"\0"), 1 << 16))
+        assert g.store(r, 0, src, g.stream()).wait()
+        ps, ks, gs = p.stats(), kv.stats(), g.stats()
+        g.close()
+    assert list(ps) == pool_keys and list(ks) == kv_keys
+    assert list(gs) == gpu_keys
+    assert all(type(ps[k]) is int and ps[k] >= 0 for k in pool_keys)
+    assert all(type(ks[k]) is int and ks[k] >= 0 for k in kv_keys)
+    assert ps["regions"] == 1 and ps["bytes_written"] >= 4096
+    assert ps["epoch"] > 0 and ps["slab_bytes"] > 0
+    assert ks["puts"] == 2 and ks["put_bytes"] == 200
+    assert ks["gets"] == 2 and ks["hits"] == 2 and ks["get_bytes"] == 200
+    assert gs["backend"] == "host" and gs["xfers"] == 1
+    assert gs["bytes_stored"] == 1 << 16 and gs["bytes_fetched"] == 0
+    assert gs["errors"] == 0 and gs["cancelled"] == 0
+
+
 def test_cuda_tensors_need_cuda():
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here (Debian's torch is CPU-only); "
