@@ -68,8 +68,10 @@
 /* KV of one (chunk, layer) is 1 MiB, stored as is: the store's block is
  * the value plus its 64-byte header (63 blocks per 64 MiB slab, see
  * docs/kv.md, "Size classes"). Redis stores the same values. */
-#define BLOCK (1u << 20)
-#define FULL_LAYERS 32 /* Llama-3-8B */
+#define BLOCK block_bytes
+static uint32_t block_bytes = 1u << 20; /* --block: smaller, for tests
+					  * of the store's per-request cost */
+#define FULL_LAYERS 32			/* Llama-3-8B */
 #define CHUNK_TOK 256
 #define PROMPT_TOK 30000
 #define PREFIX_TOK 28000
@@ -681,7 +683,7 @@ static int run(const struct cfg *c)
 		       "put_MBps=%.1f exists_ms=%.3f get_ms=%.2f "
 		       "submit_ms=%.3f ttft_s=%.4f ttft_hbm_s=%.4f "
 		       "ttft_recompute_s=%.4f prefill_s=%.4f "
-		       "crit_overhead_pct=%.3f bad=%llu\n",
+		       "crit_overhead_pct=%.3f bad=%llu block=%u\n",
 		       c->tier, c->workload, c->layers, nprompts,
 		       c->hbm_prefixes, c->tps,
 		       (unsigned long long)chunks_total,
@@ -707,7 +709,7 @@ static int run(const struct cfg *c)
 					  1e9) /
 					 prefill_s
 			       : 0,
-		       (unsigned long long)bad);
+		       (unsigned long long)bad, block_bytes);
 	}
 	tier_close(&t);
 	for (size_t i = 0; i < maxblk; i++) {
@@ -735,7 +737,9 @@ static void usage(void)
 		"               [--addr HOST:PORT] [--redis HOST:PORT] "
 		"[--layers 1] [--prompts 40]\n"
 		"               [--hbm-prefixes 5] [--sessions 10] [--turns 4] "
-		"[--tps 10000] [--seed 1]\n");
+		"[--tps 10000] [--seed 1]\n"
+		"               [--block 1048576 (bytes a block, "
+		"4096..1048576)]\n");
 	exit(2);
 }
 
@@ -753,6 +757,7 @@ int main(int argc, char **argv)
 		{ "turns", required_argument, NULL, 'T' },
 		{ "tps", required_argument, NULL, 'p' },
 		{ "seed", required_argument, NULL, 'S' },
+		{ "block", required_argument, NULL, 'B' },
 		{ 0 }
 	};
 	struct cfg c = { .tier = "tidepool",
@@ -801,6 +806,19 @@ int main(int argc, char **argv)
 		case 'S':
 			c.seed = (unsigned)atoi(optarg);
 			break;
+		case 'B': {
+			long b = atol(optarg);
+
+			if (b < 4096 || b > (1l << 20)) {
+				fprintf(stderr,
+					"kvbench: --block %s: not in "
+					"4096..1048576\n",
+					optarg);
+				return 2;
+			}
+			block_bytes = (uint32_t)b;
+			break;
+		}
 		default:
 			usage();
 		}

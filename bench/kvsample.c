@@ -14,6 +14,13 @@
  * which is where sampling adds to memd's, so the ratio is an upper bound
  * of memd's.
  *
+ * usage: kvsample [RUNS] [PROMPTS] [PREFIXES] [VALUE_BYTES] [SAMPLES]
+ * (defaults 5, 20000, 400, 1048576, 8192). More prefixes give the tenant
+ * more distinct keys than samples (the realistic case: most references
+ * are not sampled); under valgrind --tool=callgrind, memd_mrc_access's
+ * inclusive instructions over its calls are the curve's cost per key
+ * reference (docs/bench/kv.md, "Sampling overhead").
+ *
  * Output: one "KVSAMPLE key=value ..." line.
  */
 #include <errno.h>
@@ -27,9 +34,12 @@
 
 #define SLAB (64ull << 20)
 #define NSLABS 16
-#define NPRE 400
 #define PLEN 7
-#define VAL (1u << 20)
+
+/* prefixes to draw from (distinct keys: 7 a prefix, plus a unique key a
+ * prompt) and the value of a key, in bytes: argv[3] and argv[4] */
+static uint64_t npre = 400;
+static uint32_t val = 1u << 20;
 
 struct owner {
 	uint8_t *mem[NSLABS];
@@ -89,7 +99,7 @@ static double run(struct memd_kv *kv, unsigned prompts, uint64_t *uniq,
 	uint64_t now = 1;
 
 	for (unsigned p = 0; p < prompts; p++, now++) {
-		uint64_t pre = rnd() % NPRE;
+		uint64_t pre = rnd() % npre;
 		ssize_t have;
 		size_t n = 0;
 
@@ -110,7 +120,7 @@ static double run(struct memd_kv *kv, unsigned prompts, uint64_t *uniq,
 		memset(it, 0, sizeof(it));
 		for (size_t k = (size_t)have; k <= PLEN; k++, n++) {
 			memcpy(it[n].key, keys[k], MEMD_KV_KEY_BYTES);
-			it[n].value_len = VAL;
+			it[n].value_len = val;
 		}
 		memd_kv_reserve(kv, 1, it, n, locs, WIRE_KV_MAX_LOCS, now);
 		memd_kv_commit(kv, 1, it, n, now);
@@ -130,16 +140,27 @@ int main(int argc, char **argv)
 {
 	unsigned runs = argc > 1 ? (unsigned)atoi(argv[1]) : 5;
 	unsigned prompts = argc > 2 ? (unsigned)atoi(argv[2]) : 20000;
+	long long pre_arg = argc > 3 ? atoll(argv[3]) : 400;
+	long long val_arg = argc > 4 ? atoll(argv[4]) : 1 << 20;
+	long long samples = argc > 5 ? atoll(argv[5]) : 8192;
 	struct owner own[2];
 	struct memd_kv *kv[2];
 	double t[2][64];
 	uint64_t uniq[2] = { 0, 0 }, ops[2] = { 0, 0 };
 	struct memd_kv_stats st;
 
-	if (runs < 1 || runs > 64 || prompts < 1) {
-		fprintf(stderr, "usage: kvsample [RUNS 1..64] [PROMPTS]\n");
+	if (runs < 1 || runs > 64 || prompts < 1 || pre_arg < 1 ||
+	    pre_arg > (1ll << 32) || val_arg < 1 || val_arg > (long long)SLAB ||
+	    samples < 1 || samples > (1ll << 24)) {
+		fprintf(stderr,
+			"usage: kvsample [RUNS 1..64] [PROMPTS >= 1] "
+			"[PREFIXES 1..2^32] [VALUE_BYTES 1..%llu] "
+			"[SAMPLES 1..2^24]\n",
+			SLAB);
 		return 64;
 	}
+	npre = (uint64_t)pre_arg;
+	val = (uint32_t)val_arg;
 	for (int s = 0; s < 2; s++) {
 		struct memd_kv_options o = {
 			.slab_bytes = SLAB,
@@ -147,7 +168,7 @@ int main(int argc, char **argv)
 			.slab_get = get_slab,
 			.slab_put = put_slab,
 			.slab_arg = &own[s],
-			.mrc_samples = s ? 8192 : 0,
+			.mrc_samples = s ? (uint32_t)samples : 0,
 		};
 
 		memset(&own[s], 0, sizeof(own[s]));
@@ -172,10 +193,12 @@ int main(int argc, char **argv)
 	qsort(t[0], runs, sizeof(double), cmp);
 	qsort(t[1], runs, sizeof(double), cmp);
 	memd_kv_get_stats(kv[1], 1, &st);
-	printf("KVSAMPLE runs=%u prompts=%u base_ns_per_op=%.1f "
+	printf("KVSAMPLE runs=%u prompts=%u prefixes=%llu value=%u "
+	       "samples=%lld base_ns_per_op=%.1f "
 	       "sampled_ns_per_op=%.1f cpu_overhead_pct=%.2f "
 	       "hit_ratio=%.3f\n",
-	       runs, prompts, t[0][runs / 2] * 1e9, t[1][runs / 2] * 1e9,
+	       runs, prompts, (unsigned long long)npre, val, samples,
+	       t[0][runs / 2] * 1e9, t[1][runs / 2] * 1e9,
 	       (t[1][runs / 2] / t[0][runs / 2] - 1) * 100,
 	       st.requests ? (double)st.request_hits / (double)st.requests : 0);
 	for (int s = 0; s < 2; s++) {

@@ -23,7 +23,8 @@
 #        bench/run_mrcbench.sh --summarize RAW.txt...
 # Knobs (environment): REPS=3 CAP=2560M SLAB=64M LAYERS=1 PROMPTS=60
 #   SESSIONS=16 TURNS=4 HBM=5 WORKLOADS="shared multiturn" SAMPLES=8192
-#   CALLGRIND=1 CG_PROMPTS=12 CG_CAP=1G OUT_DIR=<BUILD>/mrcbench-results/<time>
+#   CALLGRIND=1 CG_PROMPTS=12 CG_CAP=1G BLOCK=1048576 (kvbench --block)
+#   OUT_DIR=<BUILD>/mrcbench-results/<time>
 # Everything listens on 127.0.0.1; memd processes started here are killed
 # on exit.
 set -euo pipefail
@@ -122,6 +123,7 @@ SESSIONS=${SESSIONS:-16}
 TURNS=${TURNS:-4}
 HBM=${HBM:-5}
 SAMPLES=${SAMPLES:-8192}
+BLOCK=${BLOCK:-1048576}
 WORKLOADS=${WORKLOADS:-shared multiturn}
 CALLGRIND=${CALLGRIND:-1}
 CG_PROMPTS=${CG_PROMPTS:-12}
@@ -193,7 +195,7 @@ now_s() { date +%s.%N; }
 	echo "# run_mrcbench $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	echo "# host cpus=$(nproc) kernel=$(uname -r) clk_tck=$(getconf CLK_TCK)"
 	echo "# loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
-	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM samples=$SAMPLES"
+	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM samples=$SAMPLES block=$BLOCK"
 } >>"$RAW"
 TCK=$(getconf CLK_TCK)
 
@@ -205,7 +207,8 @@ one_run() {
 	t0=$(now_s)
 	line=$("$KVBENCH" --tier tidepool --addr "$ADDR" --workload "$w" \
 		--layers "$LAYERS" --prompts "$PROMPTS" --sessions "$SESSIONS" \
-		--turns "$TURNS" --hbm-prefixes "$HBM" --seed "$rep")
+		--turns "$TURNS" --hbm-prefixes "$HBM" --seed "$rep" \
+		--block "$BLOCK")
 	t1=$(now_s)
 	c1=$(cpu_ticks)
 	stop_memd
@@ -221,7 +224,7 @@ u1, s1 = (float(v) for v in c1.split())
 user, sys_ = (u1 - u0) / float(tck), (s1 - s0) / float(tck)
 cpu = user + sys_
 moved = float(kv["get_bytes"]) + float(kv["put_bytes"])
-blocks = moved / (1 << 20)
+blocks = moved / float(kv.get("block", 1 << 20))
 # requests memd served: every block got or put, and every chunk key an
 # exists asked for (one key a chunk: the prompt's chunks minus the local
 # HBM hits, which never reach the tier)
@@ -262,7 +265,7 @@ if [ "$CALLGRIND" = 1 ]; then
 		line=$("$KVBENCH" --tier tidepool --addr "$ADDR" --workload "$w" \
 			--layers "$LAYERS" --prompts "$CG_PROMPTS" \
 			--sessions "$SESSIONS" --turns "$TURNS" \
-			--hbm-prefixes "$HBM" --seed 1)
+			--hbm-prefixes "$HBM" --seed 1 --block "$BLOCK")
 		stop_memd
 		callgrind_annotate --inclusive=yes "$out" \
 			>"$OUT_DIR/callgrind.$mode.txt" 2>/dev/null
@@ -294,7 +297,7 @@ for l in open(raw):
         calls += int(l.split()[0].split("=")[1])
         to_mrc = False
 moved = float(kv["get_bytes"]) + float(kv["put_bytes"])
-req = moved / (1 << 20) + float(kv["chunks"]) * (1 - float(kv["local_hit"]))
+req = moved / float(kv.get("block", 1 << 20)) + float(kv["chunks"]) * (1 - float(kv["local_hit"]))
 print(f"MRCGRIND mode={mode} workload={w} ir_total={total} ir_mrc={mrc} "
       f"mrc_calls={calls} requests={req:.0f} bytes={moved:.0f}")
 EOF
