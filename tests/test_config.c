@@ -1514,7 +1514,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 44);
+	ck_assert_int_eq(keys, 45);
 	free(text);
 }
 END_TEST
@@ -1721,7 +1721,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 44);
+	ck_assert_int_eq(keys, 45);
 	free(text);
 	free(man);
 }
