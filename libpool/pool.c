@@ -75,6 +75,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -135,8 +136,12 @@ struct plink {
 
 	/* Same-host path (docs/design.md, "Co-located clients over shm"):
 	 * the socket memd passes slab memfds over, bound to this session;
-	 * -1: every slab of the link over the fabric. Used under p->lock. */
+	 * -1: every slab of the link over the fabric. Set before the link
+	 * is published, closed only by link_close; requests on it under
+	 * p->lock; I/O polls it for memd's hang-up. shm_broken (under
+	 * p->lock): out of step with memd, asked no more. */
 	int shm_sock;
+	bool shm_broken;
 
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
 	pthread_rwlock_t ep_rw;
@@ -645,7 +650,7 @@ static int link_shm_slab_fd(struct plink *lk, const struct wire_lease *l)
 	struct wire_shm_rep rep;
 	int fd, r;
 
-	if (lk->shm_sock < 0)
+	if (lk->shm_sock < 0 || lk->shm_broken)
 		return -1;
 	r = shm_call(lk, &q, &rep, &fd);
 	if (!r && (rep.err || rep.slab != l->slab ||
@@ -658,11 +663,8 @@ static int link_shm_slab_fd(struct plink *lk, const struct wire_lease *l)
 			 "alloc: slab=%u of memd=%s over the fabric: its "
 			 "memfd was refused (%s)",
 			 l->slab, lk->addr, strerror(-r));
-		if (r != -ESTALE && r != -EPERM) {
-			/* the socket is out of step: stop using it */
-			close(lk->shm_sock);
-			lk->shm_sock = -1;
-		}
+		if (r != -ESTALE && r != -EPERM)
+			lk->shm_broken = true; /* out of step: ask no more */
 		return -1;
 	}
 	return fd;
@@ -2247,10 +2249,18 @@ static int shm_piece(struct pool *p, struct fab_op *f, const struct slab *s,
 		     uint64_t at, uint8_t *b, uint64_t len, bool write,
 		     uint64_t *now)
 {
+	struct pollfd pfd = { .fd = s->link->shm_sock, .events = POLLRDHUP };
 	int r = link_usable(s->link, now);
 
 	if (r)
 		return r;
+	/* Over the fabric a dead memd fails the next transfer; here
+	 * nothing would: its socket's hang-up is what says so. */
+	if (poll(&pfd, 1, 0) > 0) {
+		link_fail(s->link, -ENOTCONN,
+			  "memd closed its same-host socket");
+		return -ENOTCONN;
+	}
 	for (uint64_t done = 0; done < len;) {
 		ssize_t n = write ? pwrite(s->fd, b + done, len - done,
 					   (off_t)(at + done))

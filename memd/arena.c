@@ -260,6 +260,7 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 	}
 	a->base = p;
 	a->node = node;
+	a->bound = node >= 0;
 	a->len_bytes = len;
 	a->hugetlb = hugetlb;
 	a->page_bytes =
@@ -312,7 +313,7 @@ static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 		return -errno;
 	(void)madvise(at, a->slab_bytes, MADV_HUGEPAGE); /* shmem THP */
 	(void)madvise(at, a->slab_bytes, MADV_DONTFORK);
-	if (a->node >= 0) {
+	if (a->bound) {
 		/* a shared policy on the file: its pages stay on the node */
 		r = place_membind(at, a->slab_bytes, a->node, 0);
 		if (r)
@@ -329,6 +330,8 @@ int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
 	uint32_t n;
 	int r;
 
+	if (a->slab_fd)
+		return 0;
 	if (a->hugetlb) {
 		snprintf(err, errlen,
 			 "the arena is backed by hugetlbfs pages, whose "

@@ -20,7 +20,8 @@ struct memd_arena {
 	uint64_t len_bytes;
 	bool hugetlb;	     /* backed by hugetlbfs pages */
 	uint64_t page_bytes; /* hugetlb page size, or the base page size */
-	int node; /* NUMA node its pages are bound to; -1: not bound */
+	int node;   /* NUMA node its pages are bound to; -1: not bound */
+	bool bound; /* memd_arena_create bound it to node (MPOL_BIND) */
 	/* memd_arena_slab_fds: slab i is the memfd slab_fd[i], mapped
 	 * MAP_SHARED at base + i * slab_bytes; NULL: one anonymous mapping */
 	int *slab_fd;
@@ -77,6 +78,7 @@ void memd_arena_destroy(struct memd_arena *a);
  * handed to a client that may hold its lease. Each memfd is sealed
  * against shrinking and growing: a client holding it cannot truncate
  * the slab under memd (which would make memd's own accesses fault).
+ * An arena already converted is left as it is (0).
  * Returns 0, -EOPNOTSUPP for a hugetlb arena (hugetlbfs files take no
  * write(2): the client's pwrite path would not work), or -errno with err
  * explaining; on error the arena is as it was, or partly converted
