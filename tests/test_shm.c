@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -226,16 +227,18 @@ static void write_pattern_fd(int fd, uint64_t seed)
 }
 
 /*
- * A revoked client reads zeros through the descriptor it kept and cannot
- * write through it; the next tenant of the same slab starts from zeros,
- * and its bytes never show through the old descriptor.
+ * A revoked client reads zeros through the descriptor it kept (and
+ * through a read-only mapping of it, which does not stop the write seal)
+ * and cannot write through it; the next tenant of the same slab starts
+ * from zeros, and its bytes never show through the old descriptor.
  */
 START_TEST(revoked_fd_reads_nothing)
 {
 	struct tu_memd m;
 	struct raw a, b;
-	int fa, fb;
-	char one = 'x';
+	int fa, fb, ro;
+	char one = 'x', path[64];
+	const uint8_t *map;
 
 	tu_memd_start_ok(&m, CONF);
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_enabled"), 1);
@@ -249,9 +252,21 @@ START_TEST(revoked_fd_reads_nothing)
 	ck_assert_int_eq(ftruncate(fa, 0), -1);
 	ck_assert_int_eq(ftruncate(fa, 2 * (off_t)SLAB), -1);
 
+	/* a read-only mapping, as libpool reads through */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fa);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(ro, 0);
+	map = mmap(NULL, SLAB, PROT_READ, MAP_SHARED, ro, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	close(ro);
+	ck_assert_int_eq(tu_pattern_check(map, SLAB, 11, 0), -1);
+
 	raw_release(&a);
 	wait_metric(&m, "tidepool_memd_slabs_zeroed_total", 1);
 	check_zero_fd(fa);
+	for (size_t i = 0; i < SLAB; i += 4096)
+		ck_assert_msg(!map[i] && !map[i + 4095],
+			      "a revoked slab's mapping shows bytes at %zu", i);
 	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
 	ck_assert_int_eq(errno, EPERM);
 	/* a revoked lease's descriptor is refused from now on */
@@ -268,6 +283,10 @@ START_TEST(revoked_fd_reads_nothing)
 	write_pattern_fd(fb, 22);
 	check_pattern_fd(fb, 22);
 	check_zero_fd(fa); /* never b's bytes */
+	for (size_t i = 0; i < SLAB; i += 4096)
+		ck_assert_msg(!map[i], "b's bytes through a's mapping at %zu",
+			      i);
+	munmap((void *)map, SLAB);
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_slabs_renewed_total"),
 			 1);
 	close(fa);
