@@ -1566,6 +1566,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 		accept_all(s);
 	accept_resume(s);
 	conn_timers(s);
+	srv_shm_timers(s);
 	srv_kv_renew(s);
 	expire_sessions(s);
 	memd_kv_expire(s->kv, srv_now_ms());

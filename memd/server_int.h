@@ -157,6 +157,7 @@ struct shm_conn {
 	uint64_t session_id; /* bound to; 0: not yet */
 	pid_t pid;	     /* SO_PEERCRED, for the log */
 	uid_t uid;
+	uint64_t accepted_ms; /* BIND within handshake_timeout of it */
 };
 
 struct memd_server {
@@ -383,6 +384,7 @@ bool srv_shm_owns(struct memd_server *s, void *ptr);
 void srv_shm_accept(struct memd_server *s);
 void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events);
 void srv_shm_session_closed(struct memd_server *s, uint64_t session_id);
+void srv_shm_timers(struct memd_server *s);
 void srv_do_shm(struct memd_server *s, struct conn *c,
 		const struct wire_msg *req, struct wire_msg *rep);
 int srv_shm_zero(struct memd_server *s, uint32_t slab);

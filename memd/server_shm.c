@@ -239,6 +239,7 @@ void srv_shm_accept(struct memd_server *s)
 		sc->session_id = 0;
 		sc->pid = cr.pid;
 		sc->uid = cr.uid;
+		sc->accepted_ms = srv_now_ms();
 	}
 }
 
@@ -393,6 +394,24 @@ void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events)
 	if (shm_reply(sc, &rep, pass) || rep.err == EPROTO ||
 	    (q.op == WIRE_SHM_BIND && rep.err))
 		shm_conn_close(s, sc, rep.err ? strerror(rep.err) : "send");
+}
+
+/* A connection that has not bound within handshake_timeout holds a slot
+ * of max_clients for nothing: closed, as the TCP handshake is. */
+void srv_shm_timers(struct memd_server *s)
+{
+	uint64_t now = srv_now_ms();
+
+	for (uint32_t i = 0; s->shm && i < s->shm_cap; i++) {
+		struct shm_conn *sc = &s->shm[i];
+
+		if (sc->fd >= 0 && !sc->session_id &&
+		    now - sc->accepted_ms >= s->cfg.handshake_timeout_ms) {
+			CTR_ADD(s, shm_refused, 1);
+			shm_conn_close(s, sc,
+				       "no BIND within handshake_timeout");
+		}
+	}
 }
 
 void srv_shm_session_closed(struct memd_server *s, uint64_t session_id)
