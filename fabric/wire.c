@@ -667,6 +667,38 @@ static bool shm_name_ok(const char *s, size_t max)
 	return true;
 }
 
+int wire_boot_id_parse(const char *text, size_t len,
+		       uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	size_t n = 0, i = 0;
+
+	for (; i < len && text[i] != '\n'; i++) {
+		char c = text[i];
+		unsigned v;
+
+		if (c == '-')
+			continue;
+		if (c >= '0' && c <= '9')
+			v = (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v = (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			v = (unsigned)(c - 'A' + 10);
+		else
+			return -EINVAL;
+		if (n >= 2 * WIRE_BOOT_ID_LEN)
+			return -EINVAL;
+		if (n % 2 == 0)
+			out[n / 2] = (uint8_t)(v << 4);
+		else
+			out[n / 2] |= (uint8_t)v;
+		n++;
+	}
+	if (i < len && i + 1 != len) /* only a final newline may follow */
+		return -EINVAL;
+	return n == 2 * WIRE_BOOT_ID_LEN ? 0 : -EINVAL;
+}
+
 #define SHM_MAGIC 0x48535054u /* "TPSH" */
 
 ssize_t wire_shm_req_encode(const struct wire_shm_req *q,

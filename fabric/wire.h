@@ -549,6 +549,14 @@ struct wire_shm_rep {
 	int32_t err; /* 0 or a positive errno, 1 .. WIRE_ERR_MAX */
 	uint32_t slab, generation;
 };
+/*
+ * A kernel boot id as /proc/sys/kernel/random/boot_id gives it (32 hex
+ * digits with dashes anywhere, then an optional newline) into 16 bytes.
+ * Returns 0, or -EINVAL for anything else. Pure.
+ */
+int wire_boot_id_parse(const char *text, size_t len,
+		       uint8_t out[WIRE_BOOT_ID_LEN]);
+
 /* Encodes into out; returns WIRE_SHM_REQ_LEN, or -EINVAL (unknown op). */
 ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
 			    uint8_t out[WIRE_SHM_REQ_LEN]);

@@ -491,35 +491,16 @@ static struct plink *link_new(struct pool *p, const char *addr)
 static int read_boot_id(uint8_t out[WIRE_BOOT_ID_LEN])
 {
 	char text[64];
-	size_t n = 0;
 	ssize_t got;
 	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	got = read(fd, text, sizeof(text) - 1);
+	got = read(fd, text, sizeof(text));
 	close(fd);
 	if (got <= 0)
 		return -EIO;
-	for (ssize_t i = 0; i < got && text[i] != '\n'; i++) {
-		char c = text[i];
-		unsigned v;
-
-		if (c == '-')
-			continue;
-		if (c >= '0' && c <= '9')
-			v = (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = (unsigned)(c - 'a' + 10);
-		else
-			return -EINVAL;
-		if (n >= 2 * WIRE_BOOT_ID_LEN)
-			return -EINVAL;
-		out[n / 2] =
-			n % 2 ? (uint8_t)(out[n / 2] | v) : (uint8_t)(v << 4);
-		n++;
-	}
-	return n == 2 * WIRE_BOOT_ID_LEN ? 0 : -EINVAL;
+	return wire_boot_id_parse(text, (size_t)got, out);
 }
 
 /* One request on the same-host socket and its reply (and descriptor). */

@@ -41,41 +41,16 @@
 int srv_read_boot_id(const char *path, uint8_t out[WIRE_BOOT_ID_LEN])
 {
 	char text[64];
-	size_t n = 0;
 	ssize_t got;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	got = read(fd, text, sizeof(text) - 1);
+	got = read(fd, text, sizeof(text));
 	close(fd);
 	if (got <= 0)
 		return -EIO;
-	text[got] = '\0';
-	/* "c0ffee00-1234-...": 32 hex digits, dashes between */
-	for (ssize_t i = 0; i < got && text[i] != '\n'; i++) {
-		unsigned v;
-		char c = text[i];
-
-		if (c == '-')
-			continue;
-		if (c >= '0' && c <= '9')
-			v = (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			v = (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			v = (unsigned)(c - 'A' + 10);
-		else
-			return -EINVAL;
-		if (n >= 2 * WIRE_BOOT_ID_LEN)
-			return -EINVAL;
-		if (n % 2 == 0)
-			out[n / 2] = (uint8_t)(v << 4);
-		else
-			out[n / 2] |= (uint8_t)v;
-		n++;
-	}
-	return n == 2 * WIRE_BOOT_ID_LEN ? 0 : -EINVAL;
+	return wire_boot_id_parse(text, (size_t)got, out);
 }
 
 static struct memd_arena *slab_arena(struct memd_server *s, uint32_t slab,

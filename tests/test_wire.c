@@ -1306,6 +1306,37 @@ START_TEST(shm_packets)
 }
 END_TEST
 
+/* A boot id as the kernel writes it, and what is not one. */
+START_TEST(boot_id_parse)
+{
+	static const char ok[] = "0123abcd-4567-89ef-ABCD-0123456789ef\n";
+	static const uint8_t want[WIRE_BOOT_ID_LEN] = {
+		0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef,
+		0xab, 0xcd, 0x01, 0x23, 0x45, 0x67, 0x89, 0xef,
+	};
+	uint8_t out[WIRE_BOOT_ID_LEN];
+
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok), out), 0);
+	ck_assert_int_eq(memcmp(out, want, sizeof(want)), 0);
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok) - 1, out), 0);
+	/* one digit short, one too many, a stray byte, text after */
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok) - 2, out), -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789ef0",
+					    37, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789eg",
+					    36, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789ef\nx",
+					    38, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("", 0, out), -EINVAL);
+}
+END_TEST
+
 /* SHM_OK's socket name is an abstract name of [A-Za-z0-9_.-]. */
 START_TEST(shm_ok_name)
 {
@@ -3244,6 +3275,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, unknown_types);
 	tcase_add_test(tc, shm_packets);
 	tcase_add_test(tc, shm_ok_name);
+	tcase_add_test(tc, boot_id_parse);
 	tcase_add_test(tc, type_names);
 	tcase_add_test(tc, pool_names);
 	tcase_add_test(tc, payloadless_types);
