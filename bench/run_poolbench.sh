@@ -21,7 +21,8 @@
 #        bench/run_poolbench.sh --summarize RAW.txt...   medians over runs
 # Knobs (environment):
 #   REPS=3 POINT_SECONDS=1 WARMUP=0.1 SIZES=4K,64K,1M,4M DEPTHS=1,4,16
-#   SHM=1 (0: no poolbench_shm run)
+#   SHM=1 (0: no poolbench_shm run) SHM_MODE=auto (LIBPOOL_SHM of the
+#   poolbench_shm run: auto = pread/pwrite, map = reads through mappings)
 #   PROC_SIZES=4K,1M (read sizes of the rawfab --target-process baseline)
 #   REDIS_SECONDS=2 IPERF_SECONDS=5 OUT_DIR=<BUILD>/poolbench-results/<time>
 #   POOLBENCH_ARGS / RAWFAB_ARGS: extra arguments for those two
@@ -42,6 +43,7 @@ IPERF_SECONDS=${IPERF_SECONDS:-5}
 OUT_DIR=${OUT_DIR:-$BUILD/poolbench-results/$(date +%Y%m%d-%H%M%S)}
 POOLBENCH_ARGS=${POOLBENCH_ARGS:-}
 SHM=${SHM:-1}
+SHM_MODE=${SHM_MODE:-auto}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
 BENCH_NAME=run_poolbench
@@ -226,7 +228,7 @@ START_TIME=$(date +%s)
 	# shellcheck source=/dev/null
 	echo "# host cpus=$(nproc) kernel=$(uname -r) os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" | tr ' ' _)"
 	echo "# libfabric=$(fi_info --version 2>/dev/null | sed -n 's/^libfabric: //p' || echo unknown) loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
-	echo "# reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
+	echo "# shm=$SHM shm_mode=$SHM_MODE reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
 	env | grep -E '^(FI_|LIBPOOL_)' | sed 's/^/# env /' || true
 } >>"$RAW"
 
@@ -369,7 +371,7 @@ for rep in $(seq "$REPS"); do
 	if [ "$SHM" = 1 ]; then
 		log "rep $rep/$REPS: poolbench over shm (same host)"
 		# shellcheck disable=SC2086
-		LIBPOOL_SHM=auto run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" \
+		LIBPOOL_SHM=$SHM_MODE run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" \
 			--sizes "$SIZES" --depths "$DEPTHS" \
 			--seconds "$POINT_SECONDS" --warmup "$WARMUP" \
 			$POOLBENCH_ARGS >"$TMP/out" ||

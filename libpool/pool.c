@@ -227,7 +227,8 @@ struct pool {
 	char addr[ADDR_LIST_MAX]; /* a cluster's: "host:port[,host:port...]" */
 	char client[WIRE_NAME_MAX];
 	int timeout_ms;
-	bool shm; /* LIBPOOL_SHM: same-host links may use slab memfds */
+	bool shm;     /* LIBPOOL_SHM: same-host links may use slab memfds */
+	bool shm_map; /* LIBPOOL_SHM=map: reads through read-only mappings */
 	unsigned max_inflight;
 	size_t xfer_bytes; /* atomic: only ever lowered */
 	uint64_t slab_bytes;
@@ -625,13 +626,15 @@ out:
 }
 
 /*
- * A read-only shared mapping of a slab's memfd, through a read-only
- * descriptor of the same file: no VM_MAYWRITE, so memd can still
- * write-seal the file at revocation. Reads copy from it (the kernel's
- * pread of shmem costs about 0.7 us per 4 KiB page here, 4x a memcpy:
- * docs/bench/poolbench.md). After revocation the mapping shows the
- * punched-out old file: zeros, never the next tenant's bytes. NULL:
- * reads use pread.
+ * LIBPOOL_SHM=map: a read-only shared mapping of a slab's memfd, through
+ * a read-only descriptor of the same file: no VM_MAYWRITE, so memd can
+ * still write-seal the file at revocation. Reads copy from it (the
+ * kernel's pread of shmem costs about 0.7 us per 4 KiB page here, 4x a
+ * memcpy: docs/bench/poolbench.md). After revocation the mapping shows
+ * the punched-out old file: zeros, never the next tenant's bytes. Not
+ * the default: every page read stays mapped and counts in the client's
+ * RSS (RssShmem), which the OOM killer and the paging engine's budget
+ * checks see. NULL: reads use pread.
  */
 static const uint8_t *shm_map_ro(int fd, uint64_t len)
 {
@@ -987,7 +990,8 @@ static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
 	s->l = *l;
 	s->link = lk;
 	s->fd = link_shm_slab_fd(lk, l);
-	s->map = s->fd >= 0 ? shm_map_ro(s->fd, l->len_bytes) : NULL;
+	s->map = s->fd >= 0 && p->shm_map ? shm_map_ro(s->fd, l->len_bytes)
+					  : NULL;
 	s->want_node = node;
 	s->packed = packed;
 	s->next = p->slabs;
@@ -1823,10 +1827,14 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	if (env && *env) {
 		if (!strcmp(env, "off")) {
 			p->shm = false;
+		} else if (!strcmp(env, "map")) {
+			p->shm_map = true;
 		} else if (strcmp(env, "auto")) {
-			pool_log(LOG_ERR,
-				 "session: LIBPOOL_SHM='%s' is not auto or off",
-				 env);
+			pool_log(
+				LOG_ERR,
+				"session: LIBPOOL_SHM='%s' is not auto, map or "
+				"off",
+				env);
 			free(p);
 			return -EINVAL;
 		}

@@ -380,8 +380,9 @@ START_TEST(cross_session_refused)
 }
 END_TEST
 
-/* libpool over shm: data written and read back, poolctl leases says shm,
- * memd passed the descriptors. */
+/* libpool over shm (reads with pread, and with LIBPOOL_SHM=map through
+ * a read-only mapping): data written and read back, poolctl leases says
+ * shm, memd passed the descriptors. */
 START_TEST(libpool_over_shm)
 {
 	char path[256];
@@ -389,14 +390,20 @@ START_TEST(libpool_over_shm)
 	struct tu_memd m;
 	struct pool *p;
 
+	if (_i)
+		setenv("LIBPOOL_SHM", "map", 1);
 	tu_memd_start_ok(&m, CONF);
 	p = tu_pool_connect(&m);
+	unsetenv("LIBPOOL_SHM");
 	/* two whole slabs and a packed region */
 	ck_assert_int_eq(pool_alloc(p, 2 * (size_t)SLAB, &r), 0);
 	ck_assert_int_eq(pool_alloc(p, 10000, &small), 0);
 	tu_pool_write_read_check(p, r, 0, 2 * (size_t)SLAB, 31);
 	tu_pool_write_read_check(p, r, SLAB - 5000, 10000, 32);
 	tu_pool_write_read_check(p, small, 0, 10000, 33);
+	/* map: the slabs' files are mapped here; otherwise never */
+	ck_assert(tu_file_has("/proc/self/maps", "memfd:tidepool-slab") ==
+		  (_i == 1));
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
 			 3);
 	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
@@ -530,7 +537,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, revoked_fd_reads_nothing);
 	tcase_add_test(tc, cross_session_refused);
-	tcase_add_test(tc, libpool_over_shm);
+	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
