@@ -25,7 +25,20 @@
  * broadcast, and followers check it under prog_mu before they sleep, so no
  * wake-up is lost.
  *
- * Provider tuning. We set no FI_* environment defaults: on libfabric 1.17
+ * Provider tuning. One FI_* environment default, set before the first
+ * fi_getinfo of the process and only where the user has not set it:
+ * FI_OFI_RXM_BUFFER_SIZE=1024 (FAB_RXM_BUFFER_SIZE). tcp;ofi_rxm
+ * allocates and clears two pools of 1024 buffers of that size per
+ * endpoint and one per connection: 85 MB of resident memory in every
+ * process at the default 16 KiB, against 5 MB at 1 KiB. We move data
+ * with RMA only (fi_read/fi_write; no fi_send), which uses those buffers
+ * as operation contexts, never for payload, so their size changes
+ * nothing else. ofi_rxm refuses a connection whose peer has another
+ * buffer size ("eager_limit mismatch"): memd and its clients must agree,
+ * which they do when both run this code; beside an older memd, set
+ * FI_OFI_RXM_BUFFER_SIZE=16384 for the newer side (docs/paging.md).
+ *
+ * Beyond that: on libfabric 1.17
  * tcp;ofi_rxm over loopback (2 vCPUs, 4 KiB and 1 MiB reads at depth 1 and
  * 16, medians of 3-5 runs) none of FI_TCP_NODELAY, FI_TCP_ZEROCOPY_SIZE,
  * FI_TCP_STAGING_SBUF_SIZE, FI_TCP_PREFETCH_RBUF_SIZE (larger),
@@ -287,6 +300,15 @@ static unsigned mr_mode_from_fi(int fi_mode)
 	return m;
 }
 
+/* See "Provider tuning" above. setenv() does not replace what the user
+ * set; it runs once, before this process's first fi_getinfo. */
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+static void env_defaults(void)
+{
+	setenv("FI_OFI_RXM_BUFFER_SIZE", FAB_RXM_BUFFER_SIZE, 0);
+}
+
 /*
  * Opens the provider: fi_getinfo with the modes we honour (not the legacy
  * FI_MR_BASIC/SCALABLE), first match, then fabric and domain. node/service
@@ -312,6 +334,7 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 	if (opts->hmem & ~FAB_HMEM_CUDA)
 		return -EINVAL;
 
+	pthread_once(&env_once, env_defaults);
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;

@@ -38,6 +38,9 @@ struct fab_mr;
 #define FAB_ADDR_MAX 128
 /* Longest provider name we carry ("verbs;ofi_rxm" and friends). */
 #define FAB_PROV_MAX 32
+/* FI_OFI_RXM_BUFFER_SIZE that fab_domain_open() sets where the user did
+ * not (fab.c, "Provider tuning"): memd and clients must agree on it. */
+#define FAB_RXM_BUFFER_SIZE "1024"
 
 /* Our view of the provider's mr_mode (FI_MR_* mapped to these bits). */
 #define FAB_MR_VIRT_ADDR 0x01u /* remote address is the target's vaddr */

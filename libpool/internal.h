@@ -13,6 +13,27 @@
 #include "fabric/wire.h"
 #include "tidepool/pool.h"
 
+/*
+ * Sessions connected after this set up each link's fabric (libfabric
+ * domain and endpoint) in the link's heartbeat thread instead of in
+ * pool_connect(): pool_connect returns after HELLO, leases work at once,
+ * and the first transfer waits until the fabric is up (or
+ * pool_fabric_prepare() asks for it earlier). A fabric that
+ * cannot be set up then fails the link (-ENOTCONN) instead of
+ * pool_connect. The preload shim turns it on (LIBPOOL_FABRIC_BACKGROUND,
+ * libpool-preload(8)); default off. Any thread; process-wide.
+ */
+void pool_set_fabric_background(bool on);
+/* True while a link of p has not set up its fabric (see above). */
+bool pool_fabric_is_pending(struct pool *p);
+/* Asks every link of p whose fabric is not set up to set it up now, in
+ * its heartbeat thread; never waits: false when p's lock was busy (ask
+ * again later), true when asked. */
+bool pool_fabric_prepare(struct pool *p);
+/* Waits until no link of p is setting up its fabric: for exit(), whose
+ * destructors must not unload libfabric under a thread still in it. */
+void pool_fabric_settle(struct pool *p);
+
 /* Number of (slab, offset, length) pieces backing r. */
 uint32_t pool_region_nextents(const struct pool_region *r);
 /*

@@ -110,6 +110,7 @@
 #include <unistd.h>
 
 #include "libpool/log.h"
+#include "libpool/internal.h"
 #include "libpool/paging.h"
 
 #define PAGE 4096u
@@ -239,6 +240,9 @@ struct mapping {
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
 	bool ahead_on;	/* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
 	bool warming;	/* warm_thr runs: see warm_main() */
+	/* the session's fabric is not set up yet: ask for it once half
+	 * the budget is resident (warm_deferred_check()) */
+	bool warm_deferred;
 	pthread_t warm_thr;
 	uint8_t warm_buf[64]; /* its read's buffer, outside the range */
 
@@ -798,11 +802,15 @@ static void mapping_fail(struct mapping *m, int err, const char *why)
 /* ------------------------------------------------------------------ */
 /* eviction                                                             */
 
+static void warm_deferred_check(struct mapping *m);
+
 static void ring_push(struct mapping *m, size_t idx)
 {
 	m->ring[(m->head + m->nres) % m->max_res] = idx;
 	m->nres++;
 	eng.resident += m->psize;
+	if (m->warm_deferred)
+		warm_deferred_check(m);
 	__atomic_store_n(&m->st.resident, m->nres, __ATOMIC_RELAXED);
 	if (m->nres > m->st.resident_peak)
 		__atomic_store_n(&m->st.resident_peak, m->nres,
@@ -2272,8 +2280,33 @@ static void *warm_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A session whose fabric is set up on demand (the preload shim:
+ * pool_set_fabric_background()) has none yet: a program that stays
+ * within its budget never needs one, and never pays for it. Once half
+ * the budget (the process's, else the mapping's) is resident, evictions
+ * are near: pool_fabric_prepare() has the fabric set up in the
+ * background from then on. pool-uffd, eng.lock held; the session's lock
+ * is only tried, so this never waits (the next install tries again).
+ */
+static void warm_deferred_check(struct mapping *m)
+{
+	/* a mapping its own budget holds whole never evicts: no fabric */
+	size_t npages = (m->size + m->psize - 1) >> m->shift;
+	bool half = eng.budget != SIZE_MAX
+			    ? eng.resident >= eng.budget / 2
+			    : npages > m->max_res && m->nres >= m->max_res / 2;
+
+	if (half && pool_fabric_prepare(m->p)) {
+		m->warm_deferred = false;
+		STAT_ADD(m, warmups, 1);
+	}
+}
+
 /* Starts warm_main() when the session has not moved a byte yet and
- * LIBPOOL_PAGING_WARMUP is not 0. Called with all signals blocked. */
+ * LIBPOOL_PAGING_WARMUP is not 0; on a session whose fabric is not set
+ * up yet, defers it (warm_deferred_check()). Called with all signals
+ * blocked. */
 static void warm_start(struct mapping *m)
 {
 	const char *env = getenv("LIBPOOL_PAGING_WARMUP");
@@ -2281,6 +2314,10 @@ static void warm_start(struct mapping *m)
 
 	if ((env && !strcmp(env, "0")) || m->size == 0)
 		return;
+	if (pool_fabric_is_pending(m->p)) {
+		m->warm_deferred = true;
+		return;
+	}
 	if (pool_get_stats(m->p, &ps) || ps.ops || ps.bytes_read ||
 	    ps.bytes_written)
 		return;

@@ -109,7 +109,10 @@
 struct pool;
 
 /* One memd we hold a session with. Fields above `next` are set before
- * the link is published in p->links and never change afterwards. */
+ * the link is published in p->links and never change afterwards, except
+ * the fabric's (fd, mr_mode, peer) on a link whose fabric is set up in
+ * the background (fab_pending, docs/paging.md "Start-up"): its heartbeat
+ * thread sets them, and nobody reads them before link_fabric_wait(). */
 struct plink {
 	struct pool *p;
 	char addr[WIRE_HOSTPORT_MAX];
@@ -130,6 +133,12 @@ struct plink {
 	struct wire_endpoint mep[WIRE_MAX_ENDPOINTS];
 	uint64_t peer[WIRE_MAX_ENDPOINTS];
 	uint16_t nendpoints;
+	/* atomic: the fabric (fd, ep, peer) is not set up yet; the
+	 * heartbeat thread does it once fab_go (under hb_lock) is set,
+	 * and waiters sleep on fab_cond under hb_lock */
+	bool fab_pending;
+	bool fab_go;
+	char local[64]; /* where the control connection goes out */
 
 	struct plink *next; /* p->links, under p->lock */
 	uint64_t nslabs;    /* under p->lock */
@@ -153,6 +162,7 @@ struct plink {
 	bool hb_started;
 	pthread_mutex_t hb_lock;
 	pthread_cond_t hb_cond;
+	pthread_cond_t fab_cond;
 	bool hb_stop;
 	uint64_t st_heartbeats; /* atomic */
 };
@@ -251,6 +261,10 @@ struct pool {
 	/* what the pass had left when the last donor link opened with it */
 	int64_t pass_left_at_open_ms;
 
+	/* links set up their fabric in the background (link_fabric_
+	 * background): pool_set_fabric_background() before pool_connect */
+	bool fabric_background;
+
 	pthread_mutex_t lock; /* links, slabs, regions, registry */
 	struct plink *links;  /* in the order they were opened */
 	struct slab *slabs;
@@ -310,9 +324,14 @@ static void link_fail(struct plink *lk, int err, const char *why)
 	}
 	pthread_rwlock_unlock(&lk->ep_rw);
 	/* Its heartbeat thread has nothing left to do: let it end now, so
-	 * that links_reap_locked can join it. */
+	 * that links_reap_locked can join it. A fabric not set up yet never
+	 * will be: its waiters go on (and find the link lost). */
 	pthread_mutex_lock(&lk->hb_lock);
 	pthread_cond_broadcast(&lk->hb_cond);
+	if (!lk->fab_go) {
+		__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&lk->fab_cond);
+	}
 	pthread_mutex_unlock(&lk->hb_lock);
 }
 
@@ -333,9 +352,27 @@ static void rpc_log(void *arg, int level, const char *fmt, ...)
 
 /* 0 when lk's leases may be used now, else -ENOTCONN. *now caches the
  * clock over one operation (0: not read yet). */
+static void link_fabric_wait(struct plink *lk);
+
+/* The same without the fabric: the same-host path needs none, so it
+ * does not make the first transfer wait for one. */
+static inline __attribute__((always_inline)) int
+link_leases_usable(struct plink *lk, uint64_t *now)
+{
+	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	if (!*now)
+		*now = mono_ms();
+	if (*now >= __atomic_load_n(&lk->valid_until_ms, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	return 0;
+}
+
 static inline __attribute__((always_inline)) int link_usable(struct plink *lk,
 							     uint64_t *now)
 {
+	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		link_fabric_wait(lk);
 	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
 		return -ENOTCONN;
 	if (!*now)
@@ -347,6 +384,50 @@ static inline __attribute__((always_inline)) int link_usable(struct plink *lk,
 
 /* ------------------------------------------------------------------ */
 /* heartbeat                                                            */
+
+static int link_fabric(struct plink *lk, const char *local);
+
+/*
+ * A link opened with a deferred fabric (p->fabric_background) is usable
+ * for control messages (leases) at once. Its fabric (fi_getinfo, domain,
+ * endpoint: 0.3-0.6 s with Debian's libfabric 1.17, nearly all of it
+ * libfabric's own start-up) is set up by its heartbeat thread once
+ * somebody asks for it: the first transfer (link_fabric_wait(), which
+ * then waits) or pool_fabric_prepare() (no wait; the paging engine's
+ * warm-up, before evictions need it). A program that never moves a byte
+ * never pays for it. A fabric that cannot be set up ends the link like a
+ * lost memd (-ENOTCONN).
+ */
+static void link_fabric_background(struct plink *lk)
+{
+	int r = link_fabric(lk, lk->local);
+
+	pthread_mutex_lock(&lk->hb_lock);
+	__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
+	pthread_cond_broadcast(&lk->fab_cond);
+	pthread_mutex_unlock(&lk->hb_lock);
+	if (r)
+		link_fail(lk, -ENOTCONN, "fabric set-up failed");
+}
+
+/* Asks lk's heartbeat thread for the fabric; caller holds hb_lock. */
+static void link_fabric_go_locked(struct plink *lk)
+{
+	if (!lk->fab_go) {
+		lk->fab_go = true;
+		pthread_cond_broadcast(&lk->hb_cond);
+	}
+}
+
+/* Sleeps until lk's fabric is set up (or failed): see above. */
+static void __attribute__((noinline)) link_fabric_wait(struct plink *lk)
+{
+	pthread_mutex_lock(&lk->hb_lock);
+	link_fabric_go_locked(lk);
+	while (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&lk->fab_cond, &lk->hb_lock);
+	pthread_mutex_unlock(&lk->hb_lock);
+}
 
 static void *hb_main(void *arg)
 {
@@ -371,12 +452,18 @@ static void *hb_main(void *arg)
 		}
 		pthread_mutex_lock(&lk->hb_lock);
 		while (!lk->hb_stop && !link_is_lost(lk) &&
+		       !(lk->fab_go && lk->fab_pending) &&
 		       pthread_cond_timedwait(&lk->hb_cond, &lk->hb_lock,
 					      &ts) != ETIMEDOUT)
 			;
 		if (lk->hb_stop) {
 			pthread_mutex_unlock(&lk->hb_lock);
 			break;
+		}
+		if (lk->fab_go && lk->fab_pending) {
+			pthread_mutex_unlock(&lk->hb_lock);
+			link_fabric_background(lk);
+			continue; /* the heartbeat's turn comes next */
 		}
 		pthread_mutex_unlock(&lk->hb_lock);
 		if (link_is_lost(lk))
@@ -414,6 +501,14 @@ static void *hb_main(void *arg)
 		extend_validity(lk, sent);
 		__atomic_add_fetch(&lk->st_heartbeats, 1, __ATOMIC_RELAXED);
 	}
+	/* Nobody will set the fabric up now: release its waiters (they
+	 * find the link lost or closing). */
+	pthread_mutex_lock(&lk->hb_lock);
+	if (lk->fab_pending) {
+		__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
+		pthread_cond_broadcast(&lk->fab_cond);
+	}
+	pthread_mutex_unlock(&lk->hb_lock);
 	return NULL;
 }
 
@@ -458,6 +553,7 @@ static void link_close(struct plink *lk)
 	if (lk->shm_sock >= 0)
 		close(lk->shm_sock);
 	pthread_rwlock_destroy(&lk->ep_rw);
+	pthread_cond_destroy(&lk->fab_cond);
 	pthread_cond_destroy(&lk->hb_cond);
 	pthread_mutex_destroy(&lk->hb_lock);
 	free(lk);
@@ -479,6 +575,7 @@ static struct plink *link_new(struct pool *p, const char *addr)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&lk->hb_cond, &ca);
 	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&lk->fab_cond, NULL);
 	pthread_rwlockattr_init(&ra);
 	pthread_rwlockattr_setkind_np(
 		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -861,12 +958,19 @@ static int link_open(struct pool *p, const char *addr,
 			goto fail;
 	}
 	extend_validity(lk, mono_ms());
-	r = link_fabric(lk, local);
-	if (r)
-		goto fail;
+	if (p->fabric_background) {
+		memcpy(lk->local, local, sizeof(lk->local));
+		__atomic_store_n(&lk->fab_pending, true, __ATOMIC_RELEASE);
+	} else {
+		r = link_fabric(lk, local);
+		if (r)
+			goto fail;
+	}
+	/* the same-host path needs no fabric (docs/design.md) */
 	link_shm_open(lk);
 	r = pthread_create(&lk->hb, NULL, hb_main, lk);
 	if (r) {
+		lk->fab_pending = false;
 		r = -r;
 		goto fail;
 	}
@@ -1775,6 +1879,52 @@ static int tenant_init(struct pool *p, const char *tenant, const char *file)
 	return 0;
 }
 
+static bool fabric_background_default;
+
+void pool_set_fabric_background(bool on)
+{
+	__atomic_store_n(&fabric_background_default, on, __ATOMIC_RELAXED);
+}
+
+bool pool_fabric_is_pending(struct pool *p)
+{
+	bool pending = false;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct plink *lk = p->links; lk && !pending; lk = lk->next)
+		pending = __atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE);
+	pthread_mutex_unlock(&p->lock);
+	return pending;
+}
+
+bool pool_fabric_prepare(struct pool *p)
+{
+	if (pthread_mutex_trylock(&p->lock))
+		return false;
+	for (struct plink *lk = p->links; lk; lk = lk->next) {
+		if (!__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+			continue;
+		pthread_mutex_lock(&lk->hb_lock);
+		link_fabric_go_locked(lk);
+		pthread_mutex_unlock(&lk->hb_lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return true;
+}
+
+void pool_fabric_settle(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	for (struct plink *lk = p->links; lk; lk = lk->next) {
+		pthread_mutex_lock(&lk->hb_lock);
+		while (lk->fab_go && lk->hb_started &&
+		       __atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+			pthread_cond_wait(&lk->fab_cond, &lk->hb_lock);
+		pthread_mutex_unlock(&lk->hb_lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 int pool_connect(const struct pool_opts *opts, struct pool **out)
 {
 	struct pool_opts o = { 0 };
@@ -1805,6 +1955,8 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 	p->timeout_ms = o.timeout_ms ? o.timeout_ms : DEFAULT_TIMEOUT_MS;
 	p->max_inflight = o.max_inflight ? o.max_inflight : DEFAULT_INFLIGHT;
 	p->xfer_bytes = DEFAULT_XFER;
+	p->fabric_background =
+		__atomic_load_n(&fabric_background_default, __ATOMIC_RELAXED);
 	p->failover_ms = REG_FAILOVER_MS;
 	env = getenv("LIBPOOL_REGISTRY_FAILOVER_MS");
 	if (env && *env) {
@@ -2269,7 +2421,7 @@ static int shm_piece(struct pool *p, struct fab_op *f, const struct slab *s,
 		     uint64_t *now)
 {
 	struct pollfd pfd = { .fd = s->link->shm_sock, .events = POLLRDHUP };
-	int r = link_usable(s->link, now);
+	int r = link_leases_usable(s->link, now);
 
 	if (r)
 		return r;
@@ -3179,6 +3331,8 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 	int r = -ENOTCONN;
 
 	*mr = NULL;
+	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		link_fabric_wait(lk);
 	if (!(lk->mr_mode & FAB_MR_LOCAL))
 		return 0;
 	pthread_rwlock_rdlock(&lk->ep_rw);
@@ -3198,6 +3352,8 @@ int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 	f->arg = lk;
 	if (endpoint >= lk->nendpoints)
 		return -EPROTO;
+	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		link_fabric_wait(lk);
 	if (link_is_lost(lk))
 		return -ENOTCONN;
 	pthread_rwlock_rdlock(&lk->ep_rw);

@@ -72,6 +72,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "libpool/internal.h"
 #include "libpool/paging.h"
 #include "tidepool/pool.h"
 #include "tidepool/pool_map.h"
@@ -309,6 +310,20 @@ __attribute__((constructor)) static void python_malloc_default(void)
 
 static int heap_start_locked(void);
 
+/*
+ * exit(): the session's fabric may be coming up in a heartbeat thread
+ * (libpool/internal.h), inside libfabric's dlopen() or fi_getinfo(). The
+ * destructors that run after this (atexit runs it before them) unload
+ * libfabric: wait for that thread first. Not in a fork() child, whose
+ * copy of the session has no threads.
+ */
+static void ctx_exit_settle(void)
+{
+	if (__atomic_load_n(&ctx.state, __ATOMIC_ACQUIRE) == CTX_ON &&
+	    !ctx.forked)
+		pool_fabric_settle(ctx.p);
+}
+
 /* Connects on first use; ctx.lock held, in_shim set. */
 static void ctx_start_locked(void)
 {
@@ -323,6 +338,11 @@ static void ctx_start_locked(void)
 		ctx.table = NULL;
 		ret = -ENOMEM;
 	} else {
+		/* The fabric comes up while the program runs: see
+		 * libpool/internal.h and docs/paging.md, "Start-up". */
+		const char *bg = getenv("LIBPOOL_FABRIC_BACKGROUND");
+
+		pool_set_fabric_background(!bg || strcmp(bg, "0"));
 		ret = pool_connect(NULL, &ctx.p);
 	}
 	if (!ctx.atfork) {
@@ -344,6 +364,7 @@ static void ctx_start_locked(void)
 	if (ret == 0) {
 		__atomic_store_n(&ctx.lo, UINTPTR_MAX, __ATOMIC_RELAXED);
 		__atomic_store_n(&ctx.state, CTX_ON, __ATOMIC_RELEASE);
+		atexit(ctx_exit_settle);
 		return;
 	}
 	if (req && !strcmp(req, "1")) {
@@ -955,16 +976,19 @@ EXPORT size_t malloc_usable_size(void *ptr)
 /*
  * LIBPOOL_PRELOAD_STATS (stats_open()): one line at exit with what was
  * pooled and how the heap's paging went (jemalloc; regions: the number
- * of regions alive). snprintf of numbers allocates nothing.
+ * of regions alive), and whether the session's fabric was ever set up
+ * (fabric=1; 0: never needed, libfabric never loaded). snprintf of
+ * numbers allocates nothing.
  */
 __attribute__((destructor)) static void print_stats(void)
 {
 	struct pool_map_stats st = { 0 };
-	char line[512];
-	int n;
+	char line[600];
+	int n, fabric;
 
 	if (ctx.stats_fd <= 0 || ctx.forked)
 		return;
+	fabric = ctx.p && !pool_fabric_is_pending(ctx.p);
 	if (in_heap((void *)ctx.heap) &&
 	    pool_map_get_stats((void *)ctx.heap, &st) == 0) {
 		n = snprintf(
@@ -977,7 +1001,7 @@ __attribute__((destructor)) static void print_stats(void)
 			"writebacks=%llu second_chances=%llu refaults=%llu "
 			"behind_evictions=%llu clock_fifo_windows=%llu "
 			"ahead_pages=%llu "
-			"discarded=%llu sigbus=%llu\n",
+			"discarded=%llu sigbus=%llu fabric=%d\n",
 			ctx.nsegs * SEG_BYTES,
 			(unsigned long long)(st.max_resident * st.page_bytes),
 			(unsigned long long)(st.resident * st.page_bytes),
@@ -995,7 +1019,7 @@ __attribute__((destructor)) static void print_stats(void)
 			(unsigned long long)st.clock_fifo_windows,
 			(unsigned long long)st.ahead_pages,
 			(unsigned long long)st.discarded,
-			(unsigned long long)st.sigbus);
+			(unsigned long long)st.sigbus, fabric);
 	} else {
 		size_t live = 0, bytes = 0;
 
@@ -1007,9 +1031,9 @@ __attribute__((destructor)) static void print_stats(void)
 		}
 		n = snprintf(line, sizeof(line),
 			     "libpool-preload: stats allocator=%s "
-			     "pooled_bytes=%zu regions=%zu\n",
+			     "pooled_bytes=%zu regions=%zu fabric=%d\n",
 			     ctx.mode == MODE_REGIONS ? "regions" : "none",
-			     bytes, live);
+			     bytes, live, fabric);
 	}
 	if (n > 0 && write(ctx.stats_fd - 1, line, (size_t)n) < 0)
 		return;

@@ -526,6 +526,33 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		.help = "Private key (PEM) of etcd_cert.",
 	},
 	{
+		.name = "etcd_user",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_user),
+		.min = 0,
+		.max = 63,
+		.def = "",
+		.parse_str = memd_conf_parse_donor_name,
+		.expect = "nothing, or 1 to 63 letters, digits, '_', '.' "
+			  "and '-'",
+		.help = "etcd user the registry authenticates as (etcd's "
+			"auth enabled); needs etcd_password_file. Empty: no "
+			"authentication.",
+	},
+	{
+		.name = "etcd_password_file",
+		.type = MEMD_CONF_STRING,
+		.off = FIELD(etcd_password_file),
+		.min = 0,
+		.max = MEMD_CONF_STR_MAX - 1,
+		.def = "",
+		.parse_str = memd_conf_parse_path,
+		.expect = "nothing or an absolute path without blanks, ';' "
+			  "or '#'",
+		.help = "File whose first line is etcd_user's password "
+			"(mode 0600 or stricter).",
+	},
+	{
 		.name = "registry_peers",
 		.type = MEMD_CONF_STRING,
 		.off = FIELD(registry_peers),
@@ -1875,6 +1902,15 @@ int memd_config_validate_src(const struct memd_config *c,
 			      "etcd_endpoints",
 			      memd_conf_where(src, "registry", "etcd_endpoints",
 					      at, sizeof(at)));
+		return -EINVAL;
+	}
+	if (!c->etcd_user[0] != !c->etcd_password_file[0]) {
+		memd_conf_err(err, errlen,
+			      "%skey 'etcd_user': etcd authentication needs "
+			      "both etcd_user and etcd_password_file",
+			      memd_conf_where(src, "etcd_user",
+					      "etcd_password_file", at,
+					      sizeof(at)));
 		return -EINVAL;
 	}
 	if ((c->etcd_cert[0] || c->etcd_key[0]) &&

@@ -92,6 +92,8 @@ struct memd_config {
 	char etcd_cacert[MEMD_CONF_STR_MAX];	/* "": plain http */
 	char etcd_cert[MEMD_CONF_STR_MAX];	/* client certificate */
 	char etcd_key[MEMD_CONF_STR_MAX];	/* its key */
+	char etcd_user[64];			/* "": no etcd auth */
+	char etcd_password_file[MEMD_CONF_STR_MAX];
 	/* registry = etcd: the other registries, "host:port,..." (where
 	 * this memd's own donor part joins when it is not the leader) */
 	char registry_peers[MEMD_CONF_STR_MAX];

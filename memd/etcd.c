@@ -9,7 +9,9 @@
  * every distribution and the gateway is part of every etcd 3.x server.
  *
  * Threads: none of its own; one mutex serializes requests on a handle.
- * The endpoint that answered last is tried first next time.
+ * The endpoint that answered last is tried first next time. A watch
+ * (memd_etcd_watch) streams on a connection of its own, in its caller's
+ * thread, without that mutex.
  */
 #include "memd/etcd.h"
 
@@ -24,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #define MAX_ENDPOINTS 16
 #define REPLY_MAX (8u << 20) /* a bigger reply is refused */
@@ -35,6 +39,9 @@ struct memd_etcd {
 	int nurl, cur;
 	uint32_t timeout_ms;
 	char *cacert, *cert, *key;
+	/* etcd authentication: user and password (NULL: none), and the
+	 * token they got (NULL: none yet, or it expired); under lock */
+	char *user, *password, *token;
 };
 
 struct buf {
@@ -100,6 +107,13 @@ void memd_etcd_close(struct memd_etcd *e)
 	free(e->cacert);
 	free(e->cert);
 	free(e->key);
+	free(e->user);
+	if (e->password)
+		sodium_memzero(e->password, strlen(e->password));
+	free(e->password);
+	if (e->token)
+		sodium_memzero(e->token, strlen(e->token));
+	free(e->token);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }
@@ -107,6 +121,51 @@ void memd_etcd_close(struct memd_etcd *e)
 static char *dup_or_null(const char *s)
 {
 	return s && s[0] ? strdup(s) : NULL;
+}
+
+/* The password: the first line of path, which only its owner may read.
+ * 0 and *out (malloc'ed), or -errno with err. */
+static int password_read(const char *path, char **out, char *err, size_t errlen)
+{
+	char buf[256];
+	struct stat st;
+	size_t n;
+	FILE *f;
+
+	*out = NULL;
+	f = fopen(path, "re");
+	if (!f) {
+		int rc = -errno;
+
+		set_err(err, errlen, "etcd: etcd_password_file %s: %s", path,
+			strerror(-rc));
+		return rc;
+	}
+	if (fstat(fileno(f), &st) || (st.st_mode & 077)) {
+		fclose(f);
+		set_err(err, errlen,
+			"etcd: etcd_password_file %s: group or others may "
+			"access it (chmod 600)",
+			path);
+		return -EPERM;
+	}
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	if (!buf[0] || n == sizeof(buf) - 1) {
+		sodium_memzero(buf, sizeof(buf));
+		set_err(err, errlen, "etcd: etcd_password_file %s: %s", path,
+			buf[0] ? "longer than 254 bytes" : "empty first line");
+		return -EINVAL;
+	}
+	*out = strdup(buf);
+	sodium_memzero(buf, sizeof(buf));
+	if (!*out) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
@@ -119,6 +178,13 @@ int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 	*out = NULL;
 	if (!o || !o->endpoints || !o->endpoints[0]) {
 		set_err(err, errlen, "etcd: no endpoints");
+		return -EINVAL;
+	}
+	if (!(o->user && o->user[0]) !=
+	    !(o->password_file && o->password_file[0])) {
+		set_err(err, errlen,
+			"etcd: authentication needs both a user and a password "
+			"file");
 		return -EINVAL;
 	}
 	if (!o->cert != !o->key || (o->cert && !o->cert[0] != !o->key[0])) {
@@ -162,6 +228,18 @@ int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 	e->cacert = dup_or_null(o->cacert);
 	e->cert = dup_or_null(o->cert);
 	e->key = dup_or_null(o->key);
+	if (o->user && o->user[0]) {
+		int rc = password_read(o->password_file, &e->password, err,
+				       errlen);
+
+		if (rc) {
+			memd_etcd_close(e);
+			return rc;
+		}
+		e->user = strdup(o->user);
+		if (!e->user)
+			goto nomem;
+	}
 	e->curl = curl_easy_init();
 	if (!e->curl)
 		goto nomem;
@@ -179,19 +257,28 @@ nomem:
  * the last failure). An HTTP 4xx is etcd refusing the request: -EPROTO
  * with its message, not tried elsewhere. Caller holds e->lock.
  */
-static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
-		       json_t **reply, char *err, size_t errlen)
+static int post_text_locked(struct memd_etcd *e, const char *path,
+			    const char *text, json_t **reply, char *err,
+			    size_t errlen, long *http)
 {
-	char *text = json_dumps(body, JSON_COMPACT);
 	struct curl_slist *hdr = NULL;
 	int rc = -EIO;
 
 	*reply = NULL;
-	if (!text) {
-		set_err(err, errlen, "etcd: out of memory");
-		return -ENOMEM;
-	}
+	*http = 0;
 	hdr = curl_slist_append(hdr, "Content-Type: application/json");
+	if (e->token) {
+		char *auth = NULL;
+
+		if (asprintf(&auth, "Authorization: %s", e->token) < 0) {
+			curl_slist_free_all(hdr);
+			set_err(err, errlen, "etcd: out of memory");
+			return -ENOMEM;
+		}
+		hdr = curl_slist_append(hdr, auth);
+		sodium_memzero(auth, strlen(auth));
+		free(auth);
+	}
 	for (int k = 0; k < e->nurl; k++) {
 		int i = (e->cur + k) % e->nurl;
 		struct buf b = { 0 };
@@ -242,6 +329,7 @@ static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
 			json_decref(*reply);
 			*reply = NULL;
 			free(b.p);
+			*http = code;
 			rc = -EPROTO;
 			break;
 		}
@@ -252,6 +340,97 @@ static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
 		break;
 	}
 	curl_slist_free_all(hdr);
+	return rc;
+}
+
+/* Gets a token for e->user (POST /v3/auth/authenticate). Caller holds
+ * e->lock. */
+static int authenticate_locked(struct memd_etcd *e, char *err, size_t errlen)
+{
+	json_t *body = json_pack("{s:s, s:s}", "name", e->user, "password",
+				 e->password),
+	       *reply = NULL, *t;
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	long http;
+	int rc;
+
+	json_decref(body);
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	rc = post_text_locked(e, "/v3/auth/authenticate", text, &reply, err,
+			      errlen, &http);
+	sodium_memzero(text, strlen(text));
+	free(text);
+	if (rc == -EPROTO) {
+		char why[200];
+
+		snprintf(why, sizeof(why), "%s", err);
+		set_err(err, errlen, "etcd: authentication as '%s' failed: %s",
+			e->user, why);
+		return -EACCES;
+	}
+	if (rc)
+		return rc;
+	t = json_object_get(reply, "token");
+	if (!json_is_string(t) || !json_string_value(t)[0]) {
+		json_decref(reply);
+		set_err(err, errlen,
+			"etcd: authentication as '%s' gave no token (is auth "
+			"enabled in etcd?)",
+			e->user);
+		return -EPROTO;
+	}
+	e->token = strdup(json_string_value(t));
+	json_decref(reply);
+	if (!e->token) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void token_drop_locked(struct memd_etcd *e)
+{
+	if (e->token)
+		sodium_memzero(e->token, strlen(e->token));
+	free(e->token);
+	e->token = NULL;
+}
+
+/* An etcd refusal that a fresh token may cure (simple tokens expire
+ * after --auth-token-ttl, 5 min by default, without use). */
+static bool token_refused(long http, const char *err)
+{
+	return http == 401 || strstr(err, "invalid auth token") ||
+	       strstr(err, "user name is empty");
+}
+
+static int post_locked(struct memd_etcd *e, const char *path, json_t *body,
+		       json_t **reply, char *err, size_t errlen)
+{
+	char *text = json_dumps(body, JSON_COMPACT);
+	long http = 0;
+	int rc;
+
+	*reply = NULL;
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	for (int tries = 0;; tries++) {
+		if (e->user && !e->token) {
+			rc = authenticate_locked(e, err, errlen);
+			if (rc)
+				break;
+		}
+		rc = post_text_locked(e, path, text, reply, err, errlen, &http);
+		if (rc != -EPROTO || !e->user || tries ||
+		    !token_refused(http, err))
+			break;
+		token_drop_locked(e); /* expired: once more with a new one */
+	}
 	sodium_memzero(text, strlen(text));
 	free(text);
 	return rc;
@@ -444,5 +623,248 @@ int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
 	rc = post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), &reply,
 		  err, errlen);
 	json_decref(reply);
+	return rc;
+}
+
+/* ---- watch ------------------------------------------------------------- */
+
+struct watch {
+	struct buf b;
+	memd_etcd_watch_fn fn;
+	void *arg;
+	int64_t *rev;
+	bool created, bad;
+	char why[160];
+};
+
+/* One WatchResponse (a line of the gateway's stream). */
+static void watch_line(struct watch *w, const char *p, size_t n)
+{
+	json_error_t je;
+	json_t *j = json_loadb(p, n, 0, &je), *res, *evs, *ev;
+	size_t i;
+
+	if (!j) {
+		snprintf(w->why, sizeof(w->why), "watch: not JSON: %.100s",
+			 je.text);
+		w->bad = true;
+		return;
+	}
+	res = json_object_get(j, "result");
+	if (!json_is_object(res)) {
+		json_t *m =
+			json_object_get(json_object_get(j, "error"), "message");
+
+		snprintf(w->why, sizeof(w->why), "watch: %.140s",
+			 json_is_string(m) ? json_string_value(m)
+					   : "no result");
+		w->bad = true;
+		json_decref(j);
+		return;
+	}
+	if (json_is_true(json_object_get(res, "created")))
+		w->created = true;
+	if (json_is_true(json_object_get(res, "canceled")) ||
+	    i64(res, "compact_revision")) {
+		/* compacted past *rev: start again from now */
+		snprintf(w->why, sizeof(w->why),
+			 "watch canceled (compact revision %" PRId64 ")",
+			 i64(res, "compact_revision"));
+		*w->rev = 0;
+		w->bad = true;
+		json_decref(j);
+		return;
+	}
+	evs = json_object_get(res, "events");
+	json_array_foreach(evs, i, ev)
+	{
+		json_t *kv = json_object_get(ev, "kv"), *t, *k;
+		unsigned char key[512];
+		size_t klen = 0;
+		const char *ks;
+
+		t = json_object_get(ev, "type");
+		k = json_object_get(kv, "key");
+		ks = json_is_string(k) ? json_string_value(k) : "";
+		if (sodium_base642bin(key, sizeof(key) - 1, ks, strlen(ks),
+				      NULL, &klen, NULL,
+				      sodium_base64_VARIANT_ORIGINAL))
+			continue;
+		key[klen] = '\0';
+		w->fn(w->arg, (const char *)key,
+		      json_is_string(t) &&
+			      !strcmp(json_string_value(t), "DELETE"),
+		      i64(kv, "mod_revision"));
+	}
+	{
+		int64_t r = i64(json_object_get(res, "header"), "revision");
+
+		/* the header's revision: every event up to it was sent */
+		if (r > *w->rev && (json_array_size(evs) || w->created))
+			*w->rev = r;
+	}
+	json_decref(j);
+}
+
+static size_t on_watch(char *p, size_t sz, size_t n, void *arg)
+{
+	struct watch *w = arg;
+	size_t len = sz * n;
+	char *nl;
+
+	if (on_body(p, sz, n, &w->b) != len)
+		return 0;
+	while (!w->bad && (nl = memchr(w->b.p, '\n', w->b.n))) {
+		size_t line = (size_t)(nl - w->b.p) + 1;
+
+		if (line > 1)
+			watch_line(w, w->b.p, line - 1);
+		memmove(w->b.p, w->b.p + line, w->b.n - line + 1);
+		w->b.n -= line;
+	}
+	return w->bad ? 0 : len;
+}
+
+static bool stopped(const volatile int *stop)
+{
+	return __atomic_load_n(stop, __ATOMIC_ACQUIRE) != 0;
+}
+
+int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
+		    uint32_t max_ms, memd_etcd_watch_fn fn, void *arg,
+		    const volatile int *stop, char *err, size_t errlen)
+{
+	size_t plen = strlen(prefix);
+	char *end = malloc(plen + 1), url[300], srev[24];
+	json_t *body;
+	char *text;
+	int rc = -EIO, first;
+
+	if (!end || !plen) {
+		free(end);
+		set_err(err, errlen, "etcd: watch: bad prefix");
+		return -EINVAL;
+	}
+	/* [prefix, prefix with its last byte + 1): every key under it */
+	memcpy(end, prefix, plen);
+	end[plen - 1]++;
+	snprintf(srev, sizeof(srev), "%" PRId64, *rev ? *rev + 1 : 0);
+	body = json_pack("{s:{s:o, s:o, s:s}}", "create_request", "key",
+			 b64(prefix, plen), "range_end", b64(end, plen),
+			 "start_revision", srev);
+	free(end);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!text) {
+		set_err(err, errlen, "etcd: out of memory");
+		return -ENOMEM;
+	}
+	pthread_mutex_lock(&e->lock);
+	first = e->cur;
+	pthread_mutex_unlock(&e->lock);
+	for (int k = 0; k < e->nurl && !stopped(stop); k++) {
+		int i = (first + k) % e->nurl, still = 1;
+		struct watch w = { .fn = fn, .arg = arg, .rev = rev };
+		struct curl_slist *hdr = NULL;
+		CURLM *m = curl_multi_init();
+		CURL *c = curl_easy_init();
+		uint64_t t0 = 0;
+		struct timespec ts;
+		CURLMsg *msg;
+		int left;
+		CURLcode cc = CURLE_OK;
+
+		if (!m || !c) {
+			curl_multi_cleanup(m);
+			curl_easy_cleanup(c);
+			rc = -ENOMEM;
+			set_err(err, errlen, "etcd: out of memory");
+			break;
+		}
+		hdr = curl_slist_append(hdr, "Content-Type: application/json");
+		if (e->user) {
+			char *auth = NULL;
+			int ar;
+
+			pthread_mutex_lock(&e->lock);
+			ar = e->token ? 0 : authenticate_locked(e, err, errlen);
+			if (!ar &&
+			    asprintf(&auth, "Authorization: %s", e->token) < 0)
+				auth = NULL;
+			pthread_mutex_unlock(&e->lock);
+			if (auth) {
+				hdr = curl_slist_append(hdr, auth);
+				sodium_memzero(auth, strlen(auth));
+				free(auth);
+			}
+		}
+		snprintf(url, sizeof(url), "%s/v3/watch", e->url[i]);
+		curl_easy_setopt(c, CURLOPT_URL, url);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+		curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_watch);
+		curl_easy_setopt(c, CURLOPT_WRITEDATA, &w);
+		curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+				 (long)e->timeout_ms);
+		curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+		if (e->cacert)
+			curl_easy_setopt(c, CURLOPT_CAINFO, e->cacert);
+		if (e->cert) {
+			curl_easy_setopt(c, CURLOPT_SSLCERT, e->cert);
+			curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
+		}
+		curl_multi_add_handle(m, c);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = (uint64_t)ts.tv_sec * 1000 +
+		     (uint64_t)ts.tv_nsec / 1000000;
+		while (still && !stopped(stop)) {
+			uint64_t now;
+
+			if (curl_multi_perform(m, &still) != CURLM_OK)
+				break;
+			if (!still)
+				break;
+			curl_multi_poll(m, NULL, 0, 100, NULL);
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (uint64_t)ts.tv_sec * 1000 +
+			      (uint64_t)ts.tv_nsec / 1000000;
+			if (now - t0 >= max_ms)
+				break;
+		}
+		while ((msg = curl_multi_info_read(m, &left)))
+			if (msg->msg == CURLMSG_DONE)
+				cc = msg->data.result;
+		curl_multi_remove_handle(m, c);
+		curl_easy_cleanup(c);
+		curl_multi_cleanup(m);
+		curl_slist_free_all(hdr);
+		free(w.b.p);
+		if (w.created) {
+			/* it ran: stopped, timed out, or broke after a while */
+			pthread_mutex_lock(&e->lock);
+			e->cur = i;
+			pthread_mutex_unlock(&e->lock);
+			rc = still || stopped(stop) ? 0 : -EIO;
+			if (rc)
+				set_err(err, errlen, "etcd %s: watch ended: %s",
+					e->url[i],
+					w.bad ? w.why : curl_easy_strerror(cc));
+			break;
+		}
+		set_err(err, errlen, "etcd %s: watch: %s", e->url[i],
+			w.bad		 ? w.why
+			: cc != CURLE_OK ? curl_easy_strerror(cc)
+					 : "no stream");
+		if (e->user) {
+			/* perhaps an expired token: the next try asks for a
+			 * new one */
+			pthread_mutex_lock(&e->lock);
+			token_drop_locked(e);
+			pthread_mutex_unlock(&e->lock);
+		}
+		if (stopped(stop))
+			rc = 0;
+	}
+	free(text);
 	return rc;
 }

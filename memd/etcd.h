@@ -3,7 +3,8 @@
  * memd/etcd.h - a small client of etcd's v3 JSON gateway (libcurl +
  * jansson), what the registry's etcd backend needs and nothing more: one
  * key read, a put or delete guarded by a revision compare (one etcd
- * transaction), and leases (grant, keepalive, revoke). docs/cluster.md,
+ * transaction), leases (grant, keepalive, revoke), and a watch of the
+ * keys under a prefix (a streaming response). docs/cluster.md,
  * "The etcd backend".
  *
  * Endpoints are a list; a request that cannot reach one (connect error,
@@ -19,6 +20,7 @@
 #ifndef TP_MEMD_ETCD_H
 #define TP_MEMD_ETCD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,9 +32,17 @@ struct memd_etcd_opts {
 	 * client certificate (both or neither). Passed to libcurl as is. */
 	const char *cacert, *cert, *key;
 	uint32_t timeout_ms; /* per endpoint and request */
+	/* etcd user/password authentication (both or neither): the
+	 * password is the first line of password_file (mode 0600 or
+	 * stricter), read at open. A token is asked for (POST
+	 * /v3/auth/authenticate) before the first request and again when
+	 * etcd refuses an expired one; every request carries it. */
+	const char *user, *password_file;
 };
 
-/* 0 and *out, or -EINVAL (err: a bad endpoint list), -ENOMEM. */
+/* 0 and *out, or -EINVAL (err: a bad endpoint list, a user without a
+ * password file), -EPERM/-ENOENT... (the password file), -ENOMEM. A
+ * wrong password shows at the first request: -EACCES with err. */
 int memd_etcd_open(const struct memd_etcd_opts *o, struct memd_etcd **out,
 		   char *err, size_t errlen);
 void memd_etcd_close(struct memd_etcd *e);
@@ -67,5 +77,24 @@ int memd_etcd_lease_keepalive(struct memd_etcd *e, int64_t id, int64_t *ttl_s,
 /* Revokes lease id (the keys under it go): 0, -EIO... */
 int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
 			   size_t errlen);
+
+/*
+ * Watches every key under prefix (a byte-wise prefix, e.g. "/tidepool/")
+ * through the gateway's streaming POST /v3/watch, on a connection of its
+ * own (the handle's lock is not held meanwhile: other calls go on), from
+ * revision *rev + 1 (*rev 0: from now). Calls fn for each event, in the
+ * caller's thread: key, deleted (false: a put), the key's mod_revision;
+ * keeps *rev at the last revision the stream covered, so a caller that
+ * watches again misses nothing (unless etcd compacted it: *rev is reset
+ * to 0). Returns after max_ms, or within 100 ms of *stop becoming non-zero:
+ * 0; when the stream broke or none could be opened: -EIO with err (watch
+ * again; the caller backs off). One endpoint at a time, the last good one
+ * first.
+ */
+typedef void (*memd_etcd_watch_fn)(void *arg, const char *key, bool deleted,
+				   int64_t mod_rev);
+int memd_etcd_watch(struct memd_etcd *e, const char *prefix, int64_t *rev,
+		    uint32_t max_ms, memd_etcd_watch_fn fn, void *arg,
+		    const volatile int *stop, char *err, size_t errlen);
 
 #endif

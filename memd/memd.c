@@ -109,6 +109,8 @@ static int migrate_registry(const struct memd_config *cfg, const char *dir)
 		.cacert = cfg->etcd_cacert,
 		.cert = cfg->etcd_cert,
 		.key = cfg->etcd_key,
+		.user = cfg->etcd_user,
+		.password_file = cfg->etcd_password_file,
 		.timeout_ms = 2000,
 	};
 	struct memd_registry_opts ro = {

@@ -18,7 +18,11 @@
  * reference; fen sums, over slots, the bytes of the key in each;
  * total_bytes is their sum. Only tracked keys are in the stores; each
  * store's used is the bytes of its small and main queues, at most its cap
- * after every call.
+ * after every call. Stores live + 1 .. MEMD_MRC_SIM_N - 1 have never
+ * evicted: a store that never evicted holds every key inserted and not
+ * forgotten, the same keys in the same order as any larger one that never
+ * evicted (the same references, the same decisions), so they are not
+ * simulated: they are store live, until it first has to evict.
  */
 #include "memd/mrc.h"
 
@@ -66,6 +70,11 @@ struct memd_mrc {
 	/* the miniature S3-FIFO stores, one per grid size; per key and
 	 * store: queue links and state, at [k * sample_max + entry] */
 	struct mrc_sim sim[MEMD_MRC_SIM_N];
+	/* stores 0 .. live are simulated; every store above live has never
+	 * evicted, holds exactly what store live holds and is not kept:
+	 * its links, queues and bytes are copied from live's when live
+	 * first has to evict (sim_split), only its hits are counted */
+	unsigned live;
 	uint32_t *sprev, *snext;
 	uint8_t *sst; /* queue (SQ_*) | freq << 2 */
 };
@@ -274,7 +283,11 @@ static void st_set(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
 	m->sst[SI(k, x)] = (uint8_t)(q | freq << 2);
 }
 
-static void sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
+/* always inlined: sim_evict and sims_ref call them in their inner
+ * loops, and the calls were a sixth of the curve's instructions (gcc -O2
+ * does not inline them by itself) */
+static inline __attribute__((always_inline)) void
+sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
 {
 	struct mrc_sim *s = &m->sim[k];
 	unsigned q = sq_of(m, k, x);
@@ -293,8 +306,8 @@ static void sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
 	st_set(m, k, x, SQ_NONE, freq_of(m, k, x));
 }
 
-static void sim_push(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
-		     unsigned freq)
+static inline __attribute__((always_inline)) void
+sim_push(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q, unsigned freq)
 {
 	struct mrc_sim *s = &m->sim[k];
 
@@ -342,6 +355,32 @@ static void sim_evict(struct memd_mrc *m, unsigned k)
 	}
 }
 
+/* Store k is about to evict: when it is the last one simulated, the next
+ * one, which has never evicted and so holds exactly what k holds now,
+ * becomes simulated, with a copy of k's queues (O(sample_max), once per
+ * store). */
+static void sim_split(struct memd_mrc *m, unsigned k)
+{
+	struct mrc_sim *s, *n;
+	double cap, hits[2];
+
+	if (k != m->live || k + 1 == MEMD_MRC_SIM_N)
+		return;
+	s = &m->sim[k];
+	n = &m->sim[k + 1];
+	cap = n->cap;
+	memcpy(hits, n->hits, sizeof(hits));
+	*n = *s;
+	n->cap = cap;
+	memcpy(n->hits, hits, sizeof(hits));
+	for (uint32_t x = 0; x < m->sample_max; x++) {
+		m->sprev[SI(k + 1, x)] = m->sprev[SI(k, x)];
+		m->snext[SI(k + 1, x)] = m->snext[SI(k, x)];
+		m->sst[SI(k + 1, x)] = m->sst[SI(k, x)];
+	}
+	m->live = k + 1;
+}
+
 /* A reference to tracked key x (its bytes already set; 0: unknown) in
  * every store: a request hits when the key is resident (its frequency
  * rises, at most 3) and adds w to the hits; a miss, or a put of an
@@ -349,20 +388,31 @@ static void sim_evict(struct memd_mrc *m, unsigned k)
 static void sims_ref(struct memd_mrc *m, uint32_t x, bool counted, double w)
 {
 	uint64_t bytes = m->e[x].bytes;
+	bool hit = false;
 
-	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+	/* m->live may grow in the loop (sim_split) */
+	for (unsigned k = 0; k <= m->live; k++) {
 		struct mrc_sim *s = &m->sim[k];
 		unsigned q = sq_of(m, k, x), f = freq_of(m, k, x);
 
+		hit = false;
 		if (q == SQ_SMALL || q == SQ_MAIN) {
 			if (counted) {
+				hit = true;
 				s->hits[m->cur] += w;
 				if (f < 3)
 					st_set(m, k, x, q, f + 1);
 			}
 			continue;
 		}
-		if (!bytes || (double)bytes > s->cap)
+		if (!bytes)
+			continue;
+		/* a key too large for k may fit a larger store: then
+		 * those differ from k from now on (split, as for an
+		 * eviction) */
+		if ((double)(s->used + bytes) > s->cap)
+			sim_split(m, k); /* before k changes */
+		if ((double)bytes > s->cap)
 			continue;
 		if (q == SQ_GHOST)
 			sim_unlink(m, k, x);
@@ -371,12 +421,16 @@ static void sims_ref(struct memd_mrc *m, uint32_t x, bool counted, double w)
 		sim_push(m, k, x, q == SQ_GHOST ? SQ_MAIN : SQ_SMALL, 0);
 		s->used += bytes;
 	}
+	/* the stores above live hold what live holds: the same outcome */
+	if (hit)
+		for (unsigned k = m->live + 1; k < MEMD_MRC_SIM_N; k++)
+			m->sim[k].hits[m->cur] += w;
 }
 
 /* Key x's size changes to bytes: resident copies count the new size. */
 static void sims_resize(struct memd_mrc *m, uint32_t x, uint64_t bytes)
 {
-	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+	for (unsigned k = 0; k <= m->live; k++) {
 		struct mrc_sim *s = &m->sim[k];
 		unsigned q = sq_of(m, k, x);
 
@@ -391,7 +445,7 @@ static void sims_resize(struct memd_mrc *m, uint32_t x, uint64_t bytes)
 /* Key x stops being tracked: out of every store. */
 static void sims_forget(struct memd_mrc *m, uint32_t x)
 {
-	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+	for (unsigned k = 0; k <= m->live; k++) {
 		unsigned q = sq_of(m, k, x);
 
 		if (q == SQ_NONE)
@@ -407,10 +461,14 @@ static void sims_forget(struct memd_mrc *m, uint32_t x)
  * down to it. */
 static void sims_rescale(struct memd_mrc *m, double r)
 {
-	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++)
+		m->sim[k].cap = sim_size(k) * r;
+	/* m->live may grow in the loop (sim_split) */
+	for (unsigned k = 0; k <= m->live; k++) {
 		struct mrc_sim *s = &m->sim[k];
 
-		s->cap = sim_size(k) * r;
+		if ((double)s->used > s->cap)
+			sim_split(m, k);
 		while ((double)s->used > s->cap)
 			sim_evict(m, k);
 	}

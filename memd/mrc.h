@@ -36,7 +36,11 @@
  * of an absent key, inserts it when its size is known (a first request
  * of a key never put waits for the put). When R drops, the key pushed
  * out leaves every store and the capacities shrink to S x R (evicting).
- * O(MEMD_MRC_SIM_N) per sampled reference.
+ * O(MEMD_MRC_SIM_N) per sampled reference, but the stores above the
+ * smallest one that never evicted are not simulated: they hold what it
+ * holds (the same keys in the same queues), so only their hits are
+ * counted, until it first evicts and the next one takes a copy of its
+ * queues (results bit-identical to simulating every store).
  *
  * Sliding window: two histograms; when the current one holds window_refs
  * sampled counted references it becomes the previous one and a fresh one

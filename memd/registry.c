@@ -79,7 +79,16 @@ struct tenant {
 	uint64_t used_slabs;	 /* sum of the counting donors' reports */
 	uint64_t reserved_slabs; /* sum of live grants */
 	uint64_t kv_slabs;	 /* of used_slabs, KV stores' (same reports) */
+	/* the capacity reports' cost model for this tenant (tenant-set;
+	 * docs/capacity.md); 0: the donors' kv_prefill_tokens_per_s and
+	 * kv_bytes_per_token */
+	uint32_t prefill_tokens_per_s;
+	uint64_t bytes_per_token;
 };
+
+/* bounds of a tenant's cost model: those of memd.conf's keys */
+#define TENANT_TPS_MAX 1000000000u
+#define TENANT_BPT_MAX (1ull << 30)
 
 struct donor {
 	/* durable */
@@ -135,6 +144,8 @@ struct memd_registry {
 	 * the rest is under the lock. */
 	struct memd_etcd *etcd;
 	char *state_key, *leader_key, *advertise;
+	char *watch_prefix;	    /* "PREFIX/": memd-etcdw watches under it */
+	bool kick;		    /* a watch event: memd-etcd steps now */
 	uint8_t seal[AUTH_KEY_LEN]; /* seals tenant keys in etcd */
 	uint32_t lease_ms;
 	int64_t lease_id;
@@ -145,6 +156,10 @@ struct memd_registry {
 	uint64_t warm_until_ms;	 /* took over: donors rejoin until then */
 	char leader_addr[WIRE_HOSTPORT_MAX]; /* the last leader seen */
 	char leader_donor[WIRE_NAME_MAX];    /* its own donor part */
+	/* took over from leader_addr: probe it (memd-etcd), and until the
+	 * probe finds it gone, wait for leader_donor like any donor */
+	char old_leader_addr[WIRE_HOSTPORT_MAX];
+	bool old_leader_gone;
 	char self_donor[WIRE_NAME_MAX];
 	char etcd_err[160]; /* the last etcd failure */
 };
@@ -487,6 +502,19 @@ static json_t *tenant_state_json(const struct tenant *t)
 		      t->name, "key", hex, "quota_bytes",
 		      (json_int_t)t->quota_bytes);
 	memset(hex, 0, sizeof(hex));
+	/* only when set: a file without them is what older memds wrote */
+	if (o && t->prefill_tokens_per_s &&
+	    json_object_set_new(o, "prefill_tokens_per_s",
+				json_integer(t->prefill_tokens_per_s))) {
+		json_decref(o);
+		return NULL;
+	}
+	if (o && t->bytes_per_token &&
+	    json_object_set_new(o, "bytes_per_token",
+				json_integer((json_int_t)t->bytes_per_token))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -800,7 +828,12 @@ static int json_only(json_t *o, const char *const *keys, const char *where,
 static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 		       char *err, size_t errlen)
 {
-	static const char *const keys[] = { "id", "name", "key", "quota_bytes",
+	static const char *const keys[] = { "id",
+					    "name",
+					    "key",
+					    "quota_bytes",
+					    "prefill_tokens_per_s",
+					    "bytes_per_token",
 					    NULL };
 	struct tenant t = { 0 };
 	char where[48];
@@ -820,6 +853,16 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 	if (json_get_name(o, "name", t.name, where, err, errlen) ||
 	    json_get_uint(o, "quota_bytes", 0, INT64_MAX, &t.quota_bytes, where,
 			  err, errlen))
+		return -EINVAL;
+	if (json_object_get(o, "prefill_tokens_per_s")) {
+		if (json_get_uint(o, "prefill_tokens_per_s", 1, TENANT_TPS_MAX,
+				  &v, where, err, errlen))
+			return -EINVAL;
+		t.prefill_tokens_per_s = (uint32_t)v;
+	}
+	if (json_object_get(o, "bytes_per_token") &&
+	    json_get_uint(o, "bytes_per_token", 1, TENANT_BPT_MAX,
+			  &t.bytes_per_token, where, err, errlen))
 		return -EINVAL;
 	k = json_object_get(o, "key");
 	if (!json_is_string(k) || json_string_length(k) != 2 * AUTH_KEY_LEN ||
@@ -1186,10 +1229,13 @@ static int etcd_attach(struct memd_registry *r,
 		r->state_key = NULL;
 	if (asprintf(&r->leader_key, "%s/leader", pre) < 0)
 		r->leader_key = NULL;
+	if (asprintf(&r->watch_prefix, "%s/", pre) < 0)
+		r->watch_prefix = NULL;
 	r->advertise = strdup(o->advertise ? o->advertise : "");
 	snprintf(r->self_donor, sizeof(r->self_donor), "%s",
 		 o->self_donor ? o->self_donor : "");
-	if (!r->state_key || !r->leader_key || !r->advertise) {
+	if (!r->state_key || !r->leader_key || !r->watch_prefix ||
+	    !r->advertise) {
 		set_err(err, errlen, "registry: out of memory");
 		return -ENOMEM;
 	}
@@ -1333,15 +1379,100 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
 	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
 			   (uint64_t)MISSED_REPORTS * r->report_ms;
-	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
 	/* r->leader_donor keeps the previous leader's donor part, which
-	 * the warm-up does not wait for (place) */
+	 * the warm-up waits for until a probe of its address finds nothing
+	 * there (memd_registry_etcd_old_leader) */
+	snprintf(r->old_leader_addr, sizeof(r->old_leader_addr), "%s",
+		 r->leader_addr);
+	r->old_leader_gone = !r->leader_donor[0] || !r->old_leader_addr[0];
+	snprintf(r->leader_addr, sizeof(r->leader_addr), "%s", r->advertise);
 	memd_log(LOG_NOTICE,
 		 "registry: elected leader addr=%s registry_epoch=%016" PRIx64
 		 " tenants=%zu donors=%zu state_revision=%" PRId64,
 		 r->advertise, r->epoch, r->ntenants, r->ndonors, r->state_rev);
 	pthread_mutex_unlock(&r->lock);
 	return idle;
+}
+
+bool memd_registry_etcd_old_leader(struct memd_registry *r, char *addr,
+				   size_t cap, uint64_t now_ms)
+{
+	bool probe = false;
+
+	pthread_mutex_lock(&r->lock);
+	if (r->leader && !r->old_leader_gone && now_ms < r->warm_until_ms) {
+		const struct donor *d = donor_by_name(r, r->leader_donor);
+
+		probe = !d || !d->up || !d->reported;
+	}
+	if (probe)
+		snprintf(addr, cap, "%s", r->old_leader_addr);
+	pthread_mutex_unlock(&r->lock);
+	return probe;
+}
+
+void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
+					const char *why)
+{
+	pthread_mutex_lock(&r->lock);
+	if (r->leader && !r->old_leader_gone)
+		memd_log(LOG_NOTICE,
+			 "registry: the previous leader %s is gone (%s): its "
+			 "donor part '%s' is not waited for",
+			 r->old_leader_addr, why, r->leader_donor);
+	r->old_leader_gone = true;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* A watch event under PREFIX/ (memd-etcdw). */
+static void on_etcd_event(void *arg, const char *key, bool deleted,
+			  int64_t mod_rev)
+{
+	struct memd_registry *r = arg;
+
+	pthread_mutex_lock(&r->lock);
+	if (!strcmp(key, r->leader_key)) {
+		/* gone (resigned, lease expired): campaign now; put: learn
+		 * who leads now */
+		if (deleted || !r->leader)
+			r->kick = true;
+	} else if (!strcmp(key, r->state_key) && r->leader &&
+		   (deleted || mod_rev > r->state_rev)) {
+		/* a write this leader did not make (its own are applied
+		 * under this lock before their event is seen) */
+		memd_log(LOG_ERR,
+			 "registry: %s %s at revision %" PRId64
+			 " behind this leader (it holds %" PRId64
+			 "): stepping down to read it again",
+			 r->state_key, deleted ? "deleted" : "written", mod_rev,
+			 r->state_rev);
+		r->leader = false;
+		r->resign = true;
+		r->serve_until_ms = 0;
+		r->kick = true;
+	}
+	pthread_mutex_unlock(&r->lock);
+}
+
+int memd_registry_etcd_watch(struct memd_registry *r, int64_t *rev,
+			     uint32_t max_ms, const volatile int *stop,
+			     char *err, size_t errlen)
+{
+	if (!r->etcd)
+		return -EINVAL;
+	return memd_etcd_watch(r->etcd, r->watch_prefix, rev, max_ms,
+			       on_etcd_event, r, stop, err, errlen);
+}
+
+bool memd_registry_etcd_kicked(struct memd_registry *r)
+{
+	bool k;
+
+	pthread_mutex_lock(&r->lock);
+	k = r->kick;
+	r->kick = false;
+	pthread_mutex_unlock(&r->lock);
+	return k;
 }
 
 void memd_registry_etcd_resign(struct memd_registry *r)
@@ -1388,6 +1519,7 @@ static void registry_free(struct memd_registry *r)
 	memd_etcd_close(r->etcd);
 	free(r->state_key);
 	free(r->leader_key);
+	free(r->watch_prefix);
 	free(r->advertise);
 	sodium_memzero(r->seal, sizeof(r->seal));
 	memset(&r->keys, 0, sizeof(r->keys));
@@ -1927,11 +2059,14 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		for (size_t i = 0; i < r->ndonors; i++) {
 			const struct donor *d = &r->donor[i];
 
-			/* The leader we replace died with its own donor
-			 * part (one that lives on rejoins with a new epoch
-			 * and holds nothing): not waited for. */
+			/* The leader we replace: if nothing listens at its
+			 * address any more, it died with its own donor part
+			 * (one that lives on rejoins with a new epoch and
+			 * holds nothing): not waited for. If it lives (cut
+			 * off etcd only), its donor part holds leases and
+			 * rejoins us like any donor: waited for. */
 			if ((d->up && d->reported) ||
-			    (r->leader_donor[0] &&
+			    (r->old_leader_gone && r->leader_donor[0] &&
 			     !strcmp(d->name, r->leader_donor)))
 				continue;
 			set_err(err, errlen,
@@ -2108,8 +2243,9 @@ struct admin_ctx {
 	size_t errlen;
 };
 
-static json_t *tenant_info_json(const struct memd_registry *r,
-				const struct tenant *t, bool with_name_first)
+static json_t *tenant_info_json_base(const struct memd_registry *r,
+				     const struct tenant *t,
+				     bool with_name_first)
 {
 	if (with_name_first)
 		return json_pack(
@@ -2125,6 +2261,24 @@ static json_t *tenant_info_json(const struct memd_registry *r,
 			 (json_int_t)mul_sat(t->used_slabs, r->slab_bytes),
 			 "reserved_bytes",
 			 (json_int_t)mul_sat(t->reserved_slabs, r->slab_bytes));
+}
+
+/* A tenant as admin replies show it: with its cost model (0: the
+ * donors'). */
+static json_t *tenant_info_json(const struct memd_registry *r,
+				const struct tenant *t, bool with_name_first)
+{
+	json_t *o = tenant_info_json_base(r, t, with_name_first);
+
+	if (o && (json_object_set_new(o, "prefill_tokens_per_s",
+				      json_integer(t->prefill_tokens_per_s)) ||
+		  json_object_set_new(
+			  o, "bytes_per_token",
+			  json_integer((json_int_t)t->bytes_per_token)))) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static int admin_status(struct admin_ctx *x)
@@ -2435,6 +2589,62 @@ static int admin_quota_set(struct admin_ctx *x)
 	return x->reply ? 0 : -ENOMEM;
 }
 
+/*
+ * tenant-set {"name", "prefill_tokens_per_s"?, "bytes_per_token"?}: the
+ * tenant's cost model for capacity reports (docs/capacity.md); 0 sets a
+ * field back to the donors' memd.conf value. At least one field.
+ */
+static int admin_tenant_set(struct admin_ctx *x)
+{
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
+	struct state_edit e = state_now(x->r);
+	struct tenant *t, nt;
+	bool tps = json_object_get(x->req, "prefill_tokens_per_s") != NULL,
+	     bpt = json_object_get(x->req, "bytes_per_token") != NULL;
+	uint64_t v;
+	int rc;
+
+	t = admin_tenant(x, &rc);
+	if (!t)
+		return rc;
+	if (!tps && !bpt) {
+		set_err(x->err, x->errlen,
+			"tenant-set: give prefill_tokens_per_s or "
+			"bytes_per_token (0: the donors' memd.conf value)");
+		return -EINVAL;
+	}
+	nt = *t;
+	if (tps) {
+		rc = json_get_uint(x->req, "prefill_tokens_per_s", 0,
+				   TENANT_TPS_MAX, &v, "", x->err, x->errlen);
+		if (rc)
+			goto out;
+		nt.prefill_tokens_per_s = (uint32_t)v;
+	}
+	if (bpt) {
+		rc = json_get_uint(x->req, "bytes_per_token", 0, TENANT_BPT_MAX,
+				   &nt.bytes_per_token, "", x->err, x->errlen);
+		if (rc)
+			goto out;
+	}
+	e.tenant_put = &nt;
+	rc = state_write_logged(x->r, &e, x->err, x->errlen);
+	if (rc)
+		goto out;
+	memd_log(LOG_NOTICE,
+		 "registry: tenant set name=%s prefill_tokens_per_s=%u "
+		 "bytes_per_token=%" PRIu64,
+		 memd_log_quote(t->name, logq, sizeof(logq)),
+		 nt.prefill_tokens_per_s, nt.bytes_per_token);
+	t->prefill_tokens_per_s = nt.prefill_tokens_per_s;
+	t->bytes_per_token = nt.bytes_per_token;
+	x->reply = json_object();
+	rc = x->reply ? 0 : -ENOMEM;
+out:
+	sodium_memzero(&nt, sizeof(nt));
+	return rc;
+}
+
 static int admin_drain(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
@@ -2490,6 +2700,9 @@ static const struct admin_cmd admin_cmds[] = {
 	{ "tenant-remove", admin_tenant_remove, { "name", NULL } },
 	{ "quota-get", admin_quota_get, { "name", NULL } },
 	{ "quota-set", admin_quota_set, { "name", "quota_bytes", NULL } },
+	{ "tenant-set",
+	  admin_tenant_set,
+	  { "name", "prefill_tokens_per_s", "bytes_per_token", NULL } },
 	{ "drain", admin_drain, { "donor", "drain", NULL } },
 };
 

@@ -103,6 +103,36 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms);
 void memd_registry_etcd_resign(struct memd_registry *r);
 
 /*
+ * Watches PREFIX/ (memd_etcd_watch; blocks up to max_ms or until *stop):
+ * PREFIX/leader deleted (a resignation, an expired lease) or written by
+ * another asks memd-etcd to step at once (memd_registry_etcd_kicked)
+ * instead of at its next quarter-lease step; PREFIX/state written or
+ * deleted by anyone else while this registry leads makes it step down at
+ * once (as when its own next write finds the state changed). The
+ * quarter-lease steps stay: a watch only makes them sooner. *rev: as
+ * memd_etcd_watch. 0, -EIO with err (watch again later).
+ */
+int memd_registry_etcd_watch(struct memd_registry *r, int64_t *rev,
+			     uint32_t max_ms, const volatile int *stop,
+			     char *err, size_t errlen);
+/* Whether a watch event asked for a step since the last call. */
+bool memd_registry_etcd_kicked(struct memd_registry *r);
+
+/*
+ * After a takeover, the previous leader's own donor part (named in
+ * PREFIX/leader) is waited for like any donor (it may be alive, only cut
+ * off etcd, and hold leases) until memd-etcd finds its registry gone.
+ * memd_registry_etcd_old_leader: whether to probe it now (this registry
+ * leads, is in its warm-up, has not found it gone nor heard from its
+ * donor part), and its address; memd_registry_etcd_old_leader_gone: a
+ * probe found nothing listening there. Thread-safe.
+ */
+bool memd_registry_etcd_old_leader(struct memd_registry *r, char *addr,
+				   size_t cap, uint64_t now_ms);
+void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
+					const char *why);
+
+/*
  * Copies the registry.json in o->state_dir into etcd (o->etcd,
  * o->etcd_prefix), tenant keys sealed. Only into an etcd that has no
  * registry state yet: -EEXIST otherwise (err says so; nothing written).

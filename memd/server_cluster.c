@@ -8,6 +8,13 @@
  */
 #include "memd/server_int.h"
 
+#include "fabric/rpc.h"
+
+/* How long a new etcd leader tries to connect to the previous one: a
+ * refusal or no answer in this time is "gone" (its donor part is not
+ * waited for); an answer makes the warm-up wait for that donor part. */
+#define OLD_LEADER_PROBE_MS 300
+
 /* ------------------------------------------------------------------ */
 /* protocol 2: authentication, placement, donors, admin                */
 
@@ -1002,6 +1009,8 @@ int srv_cluster_open(struct memd_server *s, char *err, size_t errlen)
 			.cacert = s->cfg.etcd_cacert,
 			.cert = s->cfg.etcd_cert,
 			.key = s->cfg.etcd_key,
+			.user = s->cfg.etcd_user,
+			.password_file = s->cfg.etcd_password_file,
 			/* a step of the election (3 endpoints) stays within
 			 * the lease */
 			.timeout_ms = s->cfg.etcd_lease_ms / 4,
@@ -1120,21 +1129,86 @@ int srv_donor_start(struct memd_server *s, char *err, size_t errlen)
 	}
 }
 
-/* memd-etcd: the registry's election and lease in etcd (registry =
- * etcd); it resigns (revokes its lease) when memd stops. */
-void *srv_etcd_main(void *arg)
+/* memd-etcdw: watches PREFIX/ so that memd-etcd campaigns as soon as the
+ * leader key goes, and a leader steps down as soon as someone else writes
+ * the state (memd_registry_etcd_watch). A broken watch is opened again,
+ * 100 ms later doubling to 2 s while it keeps failing. */
+static void *srv_etcd_watch_main(void *arg)
 {
 	struct memd_server *s = arg;
+	uint32_t backoff = 100;
+	int64_t rev = 0;
+	char err[256], last[256] = "";
 
-	pthread_setname_np(pthread_self(), "memd-etcd");
+	pthread_setname_np(pthread_self(), "memd-etcdw");
 	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
-		uint64_t until = srv_now_ms() +
-				 memd_registry_etcd_step(s->reg, srv_now_ms());
+		int r = memd_registry_etcd_watch(s->reg, &rev, 60000, &s->stop,
+						 err, sizeof(err));
+		uint64_t until;
 
+		if (!r) {
+			backoff = 100;
+			last[0] = '\0';
+			continue;
+		}
+		if (strcmp(err, last))
+			memd_log(LOG_INFO, "registry: etcd: %s; watching again",
+				 err);
+		snprintf(last, sizeof(last), "%s", err);
+		until = srv_now_ms() + backoff;
 		while (srv_now_ms() < until &&
 		       !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE))
 			usleep(20000);
+		backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
 	}
+	return NULL;
+}
+
+/* memd-etcd: the registry's election and lease in etcd (registry =
+ * etcd); it resigns (revokes its lease) when memd stops. It runs
+ * memd-etcdw, whose events make it step before its time. */
+void *srv_etcd_main(void *arg)
+{
+	struct memd_server *s = arg;
+	pthread_t watch;
+	bool watching;
+
+	pthread_setname_np(pthread_self(), "memd-etcd");
+	watching = !pthread_create(&watch, NULL, srv_etcd_watch_main, s);
+	if (!watching)
+		memd_log(LOG_WARNING,
+			 "registry: etcd: no watch thread: polling only");
+	while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+		uint64_t until = srv_now_ms() +
+				 memd_registry_etcd_step(s->reg, srv_now_ms());
+		uint64_t next_probe = 0;
+		char old[WIRE_HOSTPORT_MAX];
+
+		while (srv_now_ms() < until &&
+		       !__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE) &&
+		       !memd_registry_etcd_kicked(s->reg)) {
+			/* Took over: is the previous leader still there
+			 * (only cut off etcd, its donor part holding leases)
+			 * or gone (dead, or stopping: its listener closes)? */
+			if (srv_now_ms() >= next_probe &&
+			    memd_registry_etcd_old_leader(
+				    s->reg, old, sizeof(old), srv_now_ms())) {
+				struct rpc *c = NULL;
+				int r = rpc_connect(old, OLD_LEADER_PROBE_MS,
+						    &c, NULL, 0);
+
+				if (r)
+					memd_registry_etcd_old_leader_gone(
+						s->reg, strerror(-r));
+				rpc_close(c);
+				next_probe = srv_now_ms() + 100;
+				continue;
+			}
+			usleep(20000);
+		}
+	}
+	if (watching)
+		pthread_join(watch, NULL);
 	memd_registry_etcd_resign(s->reg);
 	return NULL;
 }

@@ -66,6 +66,8 @@ struct opts {
 	const char *tenant;	 /* leases --tenant */
 	const char *png;	 /* tenant report --png FILE */
 	const char *hit;	 /* quota suggest --hit H */
+	const char *tps;	 /* tenant set --prefill-tokens-per-s N */
+	const char *bpt;	 /* tenant set --bytes-per-token SIZE */
 	/* the cluster keys, read once when the first AUTH needs them */
 	bool have_keys;
 	struct auth_cluster_keys keys;
@@ -84,6 +86,10 @@ static void usage(FILE *f)
 	      "  tenant add NAME --quota SIZE [--secret-file F | "
 	      "--secret-out F]\n"
 	      "  tenant remove NAME\n"
+	      "  tenant set NAME [--prefill-tokens-per-s N] "
+	      "[--bytes-per-token SIZE]\n"
+	      "                                the tenant's cost model for "
+	      "reports (0: memd's)\n"
 	      "  quota get NAME\n"
 	      "  quota set NAME SIZE\n"
 	      "  quota list\n"
@@ -1101,6 +1107,53 @@ static int cmd_quota_set(struct opts *o, const char *name, uint64_t bytes)
 	return r;
 }
 
+/* tenant set: the tenant's cost model (docs/capacity.md); 0: memd's. */
+static int cmd_tenant_set(struct opts *o, const char *name, bool set_tps,
+			  uint64_t tps, bool set_bpt, uint64_t bpt)
+{
+	json_t *rep, *req = cmd_json("tenant-set");
+	struct conn c;
+	int r;
+
+	json_object_set_new(req, "name", json_string(name));
+	if (set_tps)
+		json_object_set_new(req, "prefill_tokens_per_s",
+				    json_integer((json_int_t)tps));
+	if (set_bpt)
+		json_object_set_new(req, "bytes_per_token",
+				    json_integer((json_int_t)bpt));
+	r = registry_open(o, &c, "tenant set");
+	if (r) {
+		json_decref(req);
+		return r;
+	}
+	r = admin(o, &c, req, &rep, "tenant set");
+	conn_close(&c);
+	if (r)
+		return r;
+	if (o->json) {
+		r = print_json(rep);
+	} else {
+		char b[32];
+
+		printf("tenant '%s':", name);
+		if (set_tps && tps)
+			printf(" prefill %" PRIu64 " tokens/s", tps);
+		else if (set_tps)
+			printf(" prefill rate: each memd's");
+		if (set_tps && set_bpt)
+			printf(",");
+		ctl_fmt_size(bpt, b, sizeof(b));
+		if (set_bpt && bpt)
+			printf(" %s per token", b);
+		else if (set_bpt)
+			printf(" bytes per token: each memd's");
+		printf("\n");
+	}
+	json_decref(rep);
+	return r;
+}
+
 static int cmd_drain(struct opts *o, const char *donor, bool drain)
 {
 	const char *what = drain ? "drain" : "undrain";
@@ -1505,6 +1558,10 @@ struct cap_tenant {
 	double cap_bytes, cap_slabs, saved_s, saved_h, oneshot_put_s, period_s;
 	double samples, requests_w, memory, rate_min;
 	bool have_rate;
+	/* the cost model saved_s is in: the tenant's (the registry's
+	 * tenant-set, model_of_tenant) or else the memds' */
+	uint64_t tps, bpt;
+	bool model_of_tenant;
 	unsigned ndonors;
 	struct cap_curve c[CAP_MAX_DONORS];
 	unsigned ncurves;
@@ -1541,8 +1598,24 @@ static struct cap_tenant *cap_tenant_of(struct cap_pool *p, uint64_t id)
 	return &p->t[p->nt++];
 }
 
-/* Adds one memd's kv_report to the pool's figures. */
-static void cap_add(struct cap_pool *p, const json_t *rep)
+/* The tenant id's entry in the registry's tenants list, or NULL. */
+static const json_t *cap_tenant_entry(const json_t *tenants, uint64_t id)
+{
+	const json_t *e;
+	size_t i;
+
+	json_array_foreach(tenants, i, e) if (jnum(e, "id") == id) return e;
+	return NULL;
+}
+
+/*
+ * Adds one memd's kv_report to the pool's figures. tenants: the
+ * registry's list (NULL: standalone); a tenant's own cost model there
+ * (tenant-set) takes precedence over the memd's, whose saved seconds
+ * are rescaled to it (saved_s is linear in 1 / (tokens/s x bytes/token)).
+ */
+static void cap_add(struct cap_pool *p, const json_t *rep,
+		    const json_t *tenants)
 {
 	const json_t *e;
 	size_t i;
@@ -1560,6 +1633,17 @@ static void cap_add(struct cap_pool *p, const json_t *rep)
 		const char *k;
 		json_t *v;
 
+		const json_t *te = cap_tenant_entry(tenants, t->id);
+		uint64_t tps = te ? jnum(te, "prefill_tokens_per_s") : 0;
+		uint64_t bpt = te ? jnum(te, "bytes_per_token") : 0;
+		double scale = 1;
+
+		t->model_of_tenant = tps || bpt;
+		t->tps = tps ? tps : p->tps;
+		t->bpt = bpt ? bpt : p->bpt;
+		if (t->tps && t->bpt)
+			scale = (double)p->tps * (double)p->bpt /
+				((double)t->tps * (double)t->bpt);
 		t->ndonors++;
 		json_object_foreach((json_t *)st, k, v)
 		{
@@ -1570,8 +1654,8 @@ static void cap_add(struct cap_pool *p, const json_t *rep)
 		}
 		t->cap_bytes += jreal(e, "cap_bytes");
 		t->cap_slabs += jreal(e, "cap_slabs");
-		t->saved_s += jreal(e, "saved_s");
-		t->saved_h += jreal(e, "saved_s_per_hour");
+		t->saved_s += jreal(e, "saved_s") * scale;
+		t->saved_h += jreal(e, "saved_s_per_hour") * scale;
 		t->oneshot_put_s += jreal(e, "oneshot_put_s");
 		if (jreal(e, "period_s") > t->period_s)
 			t->period_s = jreal(e, "period_s");
@@ -1717,7 +1801,7 @@ static int cap_gather(struct opts *o, const char *what, const char *tenant,
 		conn_close(&c);
 		if (r)
 			return r;
-		cap_add(p, rep);
+		cap_add(p, rep, NULL);
 		json_decref(rep);
 		return 0;
 	}
@@ -1767,7 +1851,7 @@ static int cap_gather(struct opts *o, const char *what, const char *tenant,
 		r = admin_quiet(o, &dc, req, &rep, &jerr);
 		if (!r) {
 			p->slab_bytes = 0; /* cap_add sets it */
-			cap_add(p, rep);
+			cap_add(p, rep, *tenants);
 			json_decref(rep);
 		} else if (r != -ENOENT && r != -EOPNOTSUPP) {
 			/* a store without the tenant says ENOENT; one with
@@ -1922,9 +2006,10 @@ static json_t *cap_tenant_json(const struct cap_pool *p,
 				(double)req)
 		    : json_null());
 	json_object_set_new(o, "model",
-			    json_pack("{sIsI}", "prefill_tokens_per_s",
-				      (json_int_t)p->tps, "bytes_per_token",
-				      (json_int_t)p->bpt));
+			    json_pack("{sIsIss}", "prefill_tokens_per_s",
+				      (json_int_t)t->tps, "bytes_per_token",
+				      (json_int_t)t->bpt, "from",
+				      t->model_of_tenant ? "tenant" : "memd"));
 	if (curve && t->ncurves) {
 		json_t *at = json_array(), *pts = json_array();
 		double lo, hi;
@@ -1998,10 +2083,12 @@ static int cmd_tenant_report(struct opts *o, const char *name)
 	printf("saved           %s served: %s of prefill recomputed, %s of "
 	       "GPU time per hour\n",
 	       a, b, c);
-	ctl_fmt_size(p.bpt, a, sizeof(a));
+	ctl_fmt_size(t->bpt, a, sizeof(a));
 	printf("                (model: %" PRIu64 " tokens/s prefill, %s per "
-	       "token)\n",
-	       p.tps, a);
+	       "token, %s)\n",
+	       t->tps, a,
+	       t->model_of_tenant ? "the tenant's: poolctl tenant set"
+				  : "memd.conf's");
 	ctl_fmt_size(jnum(t->stats, "oneshot_bytes"), a, sizeof(a));
 	printf("wasted puts     %" PRIu64 " entries evicted unread, %s, "
 	       "%.1f s of put time\n",
@@ -2280,6 +2367,8 @@ enum {
 	OPT_TENANT,
 	OPT_PNG,
 	OPT_HIT,
+	OPT_TPS,
+	OPT_BPT,
 };
 
 static int parse_timeout(const char *s, int *out)
@@ -2312,6 +2401,10 @@ static int only_opts(const struct opts *o, const char *cmd, bool quota,
 		return usage_error("%s: --png is for tenant report", cmd);
 	if (o->hit && strcmp(cmd, "quota suggest"))
 		return usage_error("%s: --hit is for quota suggest", cmd);
+	if ((o->tps || o->bpt) && strcmp(cmd, "tenant set"))
+		return usage_error("%s: --prefill-tokens-per-s and "
+				   "--bytes-per-token are for tenant set",
+				   cmd);
 	return 0;
 }
 
@@ -2379,7 +2472,48 @@ static int run(struct opts *o, int argc, char **argv)
 		const char *sub = argc > 1 ? argv[1] : NULL;
 
 		if (!sub)
-			return usage_error("tenant: add, remove or report?");
+			return usage_error(
+				"tenant: add, remove, set or report?");
+		if (!strcmp(sub, "set")) {
+			uint64_t tps = 0;
+			char *end;
+
+			if ((r = only_opts(o, "tenant set", false, false,
+					   false)) ||
+			    (r = nargs("tenant set", argc - 2, 1,
+				       "which tenant?")) ||
+			    (r = check_name("tenant set", argv[2])))
+				return r;
+			if (!o->tps && !o->bpt)
+				return usage_error(
+					"tenant set: --prefill-tokens-per-s N "
+					"or --bytes-per-token SIZE is "
+					"required");
+			if (o->tps) {
+				errno = 0;
+				tps = strtoull(o->tps, &end, 10);
+				if (errno || end == o->tps || *end ||
+				    *o->tps == '-' || tps > 1000000000)
+					return fail(EX_DATAERR, "tenant set",
+						    "--prefill-tokens-per-s "
+						    "'%s' is not a number of "
+						    "tokens a second (0 to "
+						    "1000000000; 0: memd's "
+						    "kv_prefill_tokens_per_s)",
+						    o->tps);
+			}
+			bytes = 0;
+			if (o->bpt &&
+			    (r = check_size("tenant set", o->bpt, &bytes)))
+				return r;
+			if (o->bpt && bytes > (1ull << 30))
+				return fail(EX_DATAERR, "tenant set",
+					    "--bytes-per-token '%s' is more "
+					    "than 1G",
+					    o->bpt);
+			return cmd_tenant_set(o, argv[2], o->tps != NULL, tps,
+					      o->bpt != NULL, bytes);
+		}
 		if (!strcmp(sub, "report")) {
 			if ((r = only_opts(o, "tenant report", false, false,
 					   false)) ||
@@ -2515,6 +2649,8 @@ int main(int argc, char **argv)
 		{ "tenant", required_argument, NULL, OPT_TENANT },
 		{ "png", required_argument, NULL, OPT_PNG },
 		{ "hit", required_argument, NULL, OPT_HIT },
+		{ "prefill-tokens-per-s", required_argument, NULL, OPT_TPS },
+		{ "bytes-per-token", required_argument, NULL, OPT_BPT },
 		{ 0 },
 	};
 	struct opts o = { .timeout_ms = DEFAULT_TIMEOUT_MS };
@@ -2572,6 +2708,12 @@ int main(int argc, char **argv)
 			break;
 		case OPT_HIT:
 			o.hit = optarg;
+			break;
+		case OPT_TPS:
+			o.tps = optarg;
+			break;
+		case OPT_BPT:
+			o.bpt = optarg;
 			break;
 		case ':':
 			return usage_error("%s needs a value",

@@ -930,6 +930,16 @@ START_TEST(validate_cross_keys)
 	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "needs etcd_cert, etcd_key and etcd_cacert");
 	c.etcd_cert[0] = '\0';
+	/* etcd authentication: a user and its password file, or neither */
+	snprintf(c.etcd_user, sizeof(c.etcd_user), "tidepool");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "needs both etcd_user and etcd_password_file");
+	snprintf(c.etcd_password_file, sizeof(c.etcd_password_file),
+		 "/etc/tidepool/etcd.password");
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), 0);
+	c.etcd_user[0] = '\0';
+	ck_assert_int_eq(memd_config_validate(&c, err, sizeof(err)), -EINVAL);
+	c.etcd_password_file[0] = '\0';
 	snprintf(c.registry, sizeof(c.registry), "yes");
 	ck_assert(!memd_config_registry_is_etcd(&c));
 	snprintf(c.registry_peers, sizeof(c.registry_peers), "r1:7470");
@@ -1514,7 +1524,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 45);
+	ck_assert_int_eq(keys, 47);
 	free(text);
 }
 END_TEST
@@ -1721,7 +1731,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 45);
+	ck_assert_int_eq(keys, 47);
 	free(text);
 	free(man);
 }

@@ -13,7 +13,10 @@
  * and gets run (misses and errors, never wrong bytes), and two
  * replicas: a killed home's keys read exactly from their replicas (one
  * copy: misses), deletes remove both copies, and a replica never serves
- * a value older than the home's.
+ * a value older than the home's; and the capacity report of a tenant
+ * whose keys are on three donors, merged by poolctl against the registry
+ * (counters summed, curves merged, quota suggest, the tenant's own cost
+ * model).
  *
  * Values derive from their keys (length and bytes), so a wrong, stale,
  * torn or foreign value fails the test.
@@ -32,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <sodium.h>
 
 #include "fabric/auth.h"
@@ -1610,6 +1614,280 @@ START_TEST(undrained_donor_serves_nothing_stale)
 }
 END_TEST
 
+/* ---- capacity reports of a pool: the donors' curves merged ------------ */
+
+/* poolctl (TP_POOLCTL) -a the registry -s its cluster secret, then args;
+ * its stdout in out, its exit status returned. */
+static int poolctl_run(char *out, size_t cap, const char *const *args)
+{
+	const char *pc = getenv("TP_POOLCTL");
+	char cmd[1024];
+	size_t n;
+	FILE *f;
+	int st;
+
+	if (!pc || !*pc)
+		tu_skip("TP_POOLCTL is not set");
+	n = (size_t)snprintf(cmd, sizeof(cmd), "%s -a %s -s %s", pc, reg.addr,
+			     cluster);
+	for (; *args; args++)
+		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, " %s", *args);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	st = pclose(f);
+	ck_assert_msg(WIFEXITED(st), "poolctl died: %s", cmd);
+	return WEXITSTATUS(st);
+}
+
+static double jnum(const json_t *o, const char *key)
+{
+	const json_t *v = json_object_get(o, key);
+
+	ck_assert_msg(json_is_number(v), "no number '%s'", key);
+	return json_number_value(v);
+}
+
+/* One donor's curve from its kv_report: the points, linear between,
+ * from (0, 0) to the first, flat after the last (what poolctl reads). */
+static double donor_curve_at(const json_t *pts, double x)
+{
+	size_t n = json_array_size(pts);
+	double x0, h0, x1, h1;
+
+	ck_assert_uint_gt(n, 0);
+	x0 = json_number_value(json_array_get(json_array_get(pts, 0), 0));
+	h0 = json_number_value(json_array_get(json_array_get(pts, 0), 1));
+	if (x <= x0)
+		return x0 > 0 ? h0 * x / x0 : h0;
+	for (size_t i = 1; i < n; i++) {
+		x1 = json_number_value(
+			json_array_get(json_array_get(pts, i), 0));
+		h1 = json_number_value(
+			json_array_get(json_array_get(pts, i), 1));
+		if (x < x1)
+			return h0 + (h1 - h0) * (x - x0) / (x1 - x0);
+		x0 = x1;
+		h0 = h1;
+	}
+	return h0;
+}
+
+/* The pool's hit ratio at x bytes from the donors' reports: each donor
+ * holds x * its share of the tenant's KV capacity, and its curve counts
+ * for the requests in its window (docs/capacity.md, "A pool"). */
+static double merged_at(json_t *const *rep, int nrep, double x)
+{
+	double cap = 0, w = 0, h = 0;
+
+	for (int d = 0; d < nrep; d++)
+		cap += jnum(rep[d], "cap_bytes");
+	for (int d = 0; d < nrep; d++) {
+		const json_t *cv = json_object_get(rep[d], "curve");
+		double wd = jnum(cv, "window_requests");
+
+		w += wd;
+		h += wd * donor_curve_at(json_object_get(cv, "points"),
+					 x * jnum(rep[d], "cap_bytes") / cap);
+	}
+	return w > 0 ? h / w : 0;
+}
+
+/*
+ * Tenant a's keys spread over the three donors (r0, d1, d2); gets of
+ * present keys (skewed) and of absent ones. Against the registry,
+ * poolctl tenant report sums the donors' counters (equal to what the
+ * client did), merges their curves (equal, at every size it reports, to
+ * the merge computed here from each donor's own kv_report), and at the
+ * pool's capacity (every key fits) predicts exactly the hit ratio the
+ * pool measured; quota suggest answers from the merged curve, and says
+ * when a target is out of reach. The tenant's own cost model (tenant
+ * set) replaces the donors' in the saved time.
+ */
+START_TEST(capacity_report_merges_donors)
+{
+	enum { NKEYS = 120, LEN = 20000, NGETS = 720 };
+	struct pool *pa = connect_as("a", sec_a);
+	struct pool_kv *a = kv_open(pa);
+	static struct pool_kv_key keys[NKEYS];
+	static char out[1 << 17];
+	json_t *rep[3], *pc, *j, *at;
+	const char *addrs[3] = { reg.addr, don[0].addr, don[1].addr };
+	uint64_t rng = 7, asked = 0, hits = 0, sum_req = 0, sum_hits = 0,
+		 sum_hit_bytes = 0, tid;
+	double x, want, hit_bytes;
+	size_t i;
+	int r, tries;
+
+	for (int k = 0; k < NKEYS; k++) {
+		make_key(&keys[k], 16, (uint64_t)k);
+		/* a new tenant may wait for its first KV allowance */
+		for (tries = 0;
+		     (r = put1(a, &keys[k], LEN)) == -ENOSPC && tries < 250;
+		     tries++)
+			sleep_ms(20);
+		ck_assert_int_eq(r, 0);
+	}
+	for (int g = 0; g < NGETS; g++) {
+		struct pool_kv_key absent;
+		uint64_t idx;
+		ssize_t n;
+
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		idx = (rng >> 33) % NKEYS;
+		idx = idx * idx / NKEYS; /* skewed to the first keys */
+		if (g % 6 == 5) {
+			make_key(&absent, 17, (uint64_t)g);
+			ck_assert_int_eq(get1(a, &absent, LEN), -ENOENT);
+		} else {
+			n = get1(a, &keys[idx], LEN);
+			ck_assert_int_eq(n, LEN);
+			hits++;
+		}
+		asked++;
+	}
+
+	/* poolctl against the registry: the pool's figures */
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "--json", "tenant",
+						       "report", "a", NULL }),
+			 0);
+	pc = json_loads(out, 0, NULL);
+	ck_assert_msg(pc, "%s", out);
+	ck_assert_int_eq((int)jnum(pc, "donors"), 3);
+	tid = (uint64_t)jnum(pc, "tenant_id");
+	/* each donor's own report */
+	for (int d = 0; d < 3; d++) {
+		char req[128];
+
+		snprintf(req, sizeof(req),
+			 "{\"cmd\":\"kv_report\",\"tenant_id\":%llu}",
+			 (unsigned long long)tid);
+		ck_assert_int_eq(
+			tu_admin(addrs[d], cluster, req, out, sizeof(out)), 0);
+		j = json_loads(out, 0, NULL);
+		ck_assert_msg(j, "%s", out);
+		rep[d] = json_incref(
+			json_array_get(json_object_get(j, "tenants"), 0));
+		json_decref(j);
+		ck_assert_ptr_nonnull(rep[d]);
+		j = json_object_get(rep[d], "stats");
+		/* keys spread: every donor served some of the requests */
+		ck_assert_double_gt(jnum(j, "requests"), 0);
+		sum_req += (uint64_t)jnum(j, "requests");
+		sum_hits += (uint64_t)jnum(j, "request_hits");
+		sum_hit_bytes += (uint64_t)jnum(j, "hit_bytes");
+		ck_assert_ptr_nonnull(json_object_get(
+			json_object_get(rep[d], "curve"), "points"));
+	}
+	/* counters: the donors' sum, and what the client did */
+	j = json_object_get(pc, "stats");
+	ck_assert_uint_eq(sum_req, asked);
+	ck_assert_uint_eq(sum_hits, hits);
+	ck_assert_uint_eq(sum_hit_bytes, hits * LEN);
+	ck_assert_uint_eq((uint64_t)jnum(j, "requests"), sum_req);
+	ck_assert_uint_eq((uint64_t)jnum(j, "request_hits"), sum_hits);
+	ck_assert_uint_eq((uint64_t)jnum(j, "hit_bytes"), sum_hit_bytes);
+	ck_assert_double_eq_tol(jnum(pc, "cap_bytes"),
+				jnum(rep[0], "cap_bytes") +
+					jnum(rep[1], "cap_bytes") +
+					jnum(rep[2], "cap_bytes"),
+				1);
+	/* the merged curve: at the reported sizes and at every point */
+	json_array_foreach(json_object_get(json_object_get(pc, "curve"), "at"),
+			   i, at)
+	{
+		x = jnum(at, "bytes");
+		ck_assert_double_eq_tol(jnum(at, "hit"), merged_at(rep, 3, x),
+					1e-9);
+	}
+	json_array_foreach(
+		json_object_get(json_object_get(pc, "curve"), "points"), i, at)
+	{
+		x = json_number_value(json_array_get(at, 0));
+		ck_assert_double_eq_tol(
+			json_number_value(json_array_get(at, 1)),
+			merged_at(rep, 3, x), 1e-9);
+	}
+	/* every key fits the pool's capacity: what the curve predicts
+	 * there is what the pool measured (every sampled: rate 1) */
+	want = (double)hits / (double)asked;
+	ck_assert_double_eq_tol(merged_at(rep, 3, jnum(pc, "cap_bytes")), want,
+				0.01);
+
+	/* quota suggest against the registry, from the merged curve */
+	ck_assert_int_eq(
+		poolctl_run(out, sizeof(out),
+			    (const char *[]){ "--json", "quota", "suggest", "a",
+					      "--hit", "0.5", NULL }),
+		0);
+	j = json_loads(out, 0, NULL);
+	ck_assert_msg(j, "%s", out);
+	x = jnum(j, "kv_bytes");
+	ck_assert_double_ge(merged_at(rep, 3, x), 0.5 - 1e-9);
+	ck_assert_double_lt(merged_at(rep, 3, x * 0.97), 0.5);
+	ck_assert_double_ge(jnum(j, "hit_at_quota"), 0.5);
+	json_decref(j);
+	/* out of reach: 1 in 6 requests is for a key never put */
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "quota", "suggest", "a",
+						       "--hit", "0.95", NULL }),
+			 3);
+
+	/* the tenant's cost model: saved time from its hit bytes */
+	hit_bytes = (double)sum_hit_bytes;
+	ck_assert_str_eq(json_string_value(json_object_get(
+				 json_object_get(pc, "model"), "from")),
+			 "memd");
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){
+					     "tenant", "set", "a",
+					     "--prefill-tokens-per-s", "5000",
+					     "--bytes-per-token", "1K", NULL }),
+			 0);
+	json_decref(pc);
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "--json", "tenant",
+						       "report", "a", NULL }),
+			 0);
+	pc = json_loads(out, 0, NULL);
+	ck_assert_msg(pc, "%s", out);
+	j = json_object_get(pc, "model");
+	ck_assert_str_eq(json_string_value(json_object_get(j, "from")),
+			 "tenant");
+	ck_assert_int_eq((int)jnum(j, "prefill_tokens_per_s"), 5000);
+	ck_assert_int_eq((int)jnum(j, "bytes_per_token"), 1024);
+	ck_assert_double_eq_tol(jnum(pc, "saved_s"), hit_bytes / 1024 / 5000,
+				1e-6 * hit_bytes / 1024 / 5000);
+	/* bad input: a clear refusal, nothing changed */
+	ck_assert_int_eq(
+		poolctl_run(out, sizeof(out),
+			    (const char *[]){ "tenant", "set", "a", NULL }),
+		64);
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "tenant", "set", "a",
+						       "--prefill-tokens-per-s",
+						       "fast", NULL }),
+			 65);
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "tenant", "set", "zz",
+						       "--bytes-per-token",
+						       "1K", NULL }),
+			 1);
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "--json", "tenant",
+						       "report", "a", NULL }),
+			 0);
+	ck_assert_msg(strstr(out, "\"prefill_tokens_per_s\": 5000"), "%s", out);
+	json_decref(pc);
+	for (int d = 0; d < 3; d++)
+		json_decref(rep[d]);
+	pool_kv_close(a);
+	pool_close(pa);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -1635,6 +1913,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, put_leaves_a_pinned_replica);
 	tcase_add_test(tp, replica_serves_when_home_killed);
 	tcase_add_test(tp, undrained_donor_serves_nothing_stale);
+	tcase_add_test(tp, capacity_report_merges_donors);
 	suite_add_tcase(s, tp);
 	return s;
 }

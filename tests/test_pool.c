@@ -485,6 +485,61 @@ START_TEST(killed_client_slabs_reclaimed_and_zeroed)
 }
 END_TEST
 
+/*
+ * Fabric on demand (pool_set_fabric_background, the preload shim's
+ * mode): leases work with no fabric; the first transfer sets it up and
+ * moves the right bytes; so does pool_fabric_prepare, from another
+ * thread than the one that waits; a memd killed before any transfer
+ * fails the first one with an error, never a hang.
+ */
+START_TEST(fabric_on_demand)
+{
+	struct pool *p, *p2;
+	struct pool_region *r, *r2;
+	uint8_t b[4096];
+	int ret;
+
+	start_memd(NULL);
+	/* the fabric's set-up: off the same-host path, which needs none */
+	setenv("LIBPOOL_SHM", "off", 1);
+	pool_set_fabric_background(true);
+	p = connect_memd();
+	p2 = connect_memd();
+	pool_set_fabric_background(false);
+	ck_assert(pool_fabric_is_pending(p));
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	ck_assert(pool_fabric_is_pending(p)); /* a lease needs no fabric */
+	write_read_check(p, r, 100, 3 * 4096 + 5, 41);
+	ck_assert(!pool_fabric_is_pending(p));
+	/* prepare, then settle: up without a transfer */
+	ck_assert(pool_fabric_is_pending(p2));
+	ck_assert(pool_fabric_prepare(p2));
+	pool_fabric_settle(p2);
+	ck_assert(!pool_fabric_is_pending(p2));
+	ck_assert_int_eq(pool_alloc(p2, SLAB, &r2), 0);
+	write_read_check(p2, r2, 0, MiB, 42);
+	ck_assert_int_eq(pool_free(p2, r2), 0);
+	pool_close(p2);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	/* memd gone before the fabric was ever set up */
+	pool_set_fabric_background(true);
+	p = connect_memd();
+	pool_set_fabric_background(false);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	kill(md.pid, SIGKILL);
+	waitpid(md.pid, NULL, 0);
+	md.pid = 0;
+	ret = pool_read(p, r, 0, b, sizeof(b));
+	ck_assert_msg(ret == -ENOTCONN || ret == -EIO || ret == -ECONNRESET ||
+			      ret == -ETIMEDOUT || ret == -ECONNREFUSED,
+		      "read after memd death: %d %s", ret, pool_strerror(ret));
+	pool_close(p);
+	tu_memd_stop(&md, SIGKILL);
+	unsetenv("LIBPOOL_SHM");
+}
+END_TEST
+
 START_TEST(memd_killed_gives_errors_not_hangs)
 {
 	struct pool *p;
@@ -633,6 +688,7 @@ int main(void)
 	tcase_add_test(tc, async_many_in_flight);
 	tcase_add_test(tc, eight_threads_one_session);
 	tcase_add_test(tc, freed_lease_key_no_longer_reads);
+	tcase_add_test(tc, fabric_on_demand);
 	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
 	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
 	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);

@@ -273,6 +273,11 @@ START_TEST(bad_arguments_get_usage_and_64)
 		{ "tenant", "add", "a", "--quota", "1G", "--secret-file", "x",
 		  "--secret-out", "y", NULL },
 		{ "tenant", "remove", NULL },
+		{ "tenant", "set", "a", NULL }, /* neither field */
+		{ "tenant", "set", "--bytes-per-token", "1K", NULL },
+		{ "tenant", "set", "a", "b", "--bytes-per-token", "1K", NULL },
+		{ "quota", "set", "a", "1G", "--prefill-tokens-per-s", "9",
+		  NULL },
 		{ "quota", NULL },
 		{ "quota", "get", NULL },
 		{ "quota", "set", "a", NULL },
@@ -358,6 +363,24 @@ START_TEST(bad_data_gets_65_before_connecting)
 	}
 	ctl(r, "drain", "host:7470", NULL);
 	CK_RUN(r, 65);
+	/* tenant set: a rate and a size in bounds, else 65 */
+	static const char *const bad_tps[] = { "fast", "-1", "1.5", "",
+					       "1000000001" };
+	for (size_t i = 0; i < sizeof(bad_tps) / sizeof(bad_tps[0]); i++) {
+		ctl(r, "tenant", "set", "a", "--prefill-tokens-per-s",
+		    bad_tps[i], NULL);
+		CK_RUN(r, 65);
+		CK_HAS(r->err, "is not a number of tokens a second");
+	}
+	ctl(r, "tenant", "set", "a", "--bytes-per-token", "2G", NULL);
+	CK_RUN(r, 65);
+	CK_HAS(r->err, "more than 1G");
+	ctl(r, "tenant", "set", "a", "--bytes-per-token", "4X", NULL);
+	CK_RUN(r, 65);
+	CK_HAS(r->err, "malformed size '4X'");
+	ctl(r, "tenant", "set", "a", "--prefill-tokens-per-s", "0",
+	    "--bytes-per-token", "128K", NULL);
+	CK_RUN(r, 69);
 	/* ... but leases --donor also takes the address given with -a (a
 	 * standalone memd's one donor): that gets as far as connecting */
 	ctl(r, "leases", "--donor", addr, NULL);

@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +359,43 @@ static int prog_stream(void)
 	return 0;
 }
 
+/*
+ * A small program (1 MiB): its checksum on stdout; on stderr its peak
+ * RSS (VmHWM) and whether libfabric is mapped into it, for the shim's
+ * fixed overhead (docs/paging.md, "Start-up and fixed overhead").
+ */
+static int prog_small(void)
+{
+	size_t n = MiB, hwm_kb = 0;
+	uint8_t *a = malloc(n);
+	char line[512];
+	bool fabric = false;
+	FILE *f;
+
+	if (!a)
+		return 60;
+	tu_pattern_fill(a, n, 71, 0);
+	printf("small=%016llx\n", (unsigned long long)sum(a, n));
+	fflush(stdout);
+	f = fopen("/proc/self/status", "r");
+	if (!f)
+		return 61;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmHWM:", 6))
+			hwm_kb = strtoul(line + 6, NULL, 10);
+	fclose(f);
+	f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return 62;
+	while (fgets(line, sizeof(line), f))
+		fabric |= strstr(line, "libfabric") != NULL;
+	fclose(f);
+	fprintf(stderr, "small: hwm_kb=%zu libfabric=%d\n", hwm_kb, fabric);
+	/* a is not freed: with regions, the stats line at exit counts the
+	 * allocations alive then */
+	return hwm_kb ? 0 : 63;
+}
+
 /* ------------------------------------------------------------------ */
 /* running programs                                                     */
 
@@ -668,6 +706,39 @@ static void same_as_plain(const char *mode, const char *const *env,
 	assert_same(o1, o2);
 }
 
+/*
+ * The shim's fixed cost: a 1 MiB program under a 64 MiB budget never
+ * needs the fabric, so the session never sets it up (fabric=0 in the
+ * shim's stats; libfabric's start-up, 0.3-0.6 s, is not paid) and its
+ * peak RSS stays far under the ~95 MiB it had when libfabric's
+ * tcp;ofi_rxm buffer pools (16 KiB buffers) came with every session.
+ * (This binary links libfabric itself, so prog_small's libfabric= says
+ * nothing here; tp_programs does not, see docs/bench/paging.md.) With
+ * LIBPOOL_FABRIC_BACKGROUND=0 the fabric is set up at connect (fabric=1)
+ * and the smaller pools (FI_OFI_RXM_BUFFER_SIZE=1024, fabric/fab.c) keep
+ * it well under that too.
+ */
+START_TEST(small_program_fixed_overhead)
+{
+	static const char *const lazy[] = { "LIBPOOL_LOCAL_BYTES=64M", NULL };
+	static const char *const eager[] = { "LIBPOOL_LOCAL_BYTES=64M",
+					     "LIBPOOL_FABRIC_BACKGROUND=0",
+					     NULL };
+	char err[128];
+
+	start();
+	same_as_plain("small", lazy, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " pooled_bytes="), 0);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	ck_assert_uint_lt(total(err, "hwm_kb="), 32u << 10);
+	same_as_plain("small", eager, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " pooled_bytes="), 0);
+	ck_assert_int_eq(count(err, " fabric=1"), 1);
+	ck_assert_uint_lt(total(err, "hwm_kb="), 48u << 10);
+	stop();
+}
+END_TEST
+
 START_TEST(realloc_across_threshold)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
@@ -915,6 +986,8 @@ int main(int argc, char **argv)
 		return prog_memdkill();
 	if (argc > 1 && !strcmp(argv[1], "stream"))
 		return prog_stream();
+	if (argc > 1 && !strcmp(argv[1], "small"))
+		return prog_small();
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -943,6 +1016,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, unmodified_program);
 	tcase_add_test(tc, sort_bigger_than_budget);
 	tcase_add_test(tc, unreachable_pool);
+	tcase_add_test(tc, small_program_fixed_overhead);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);

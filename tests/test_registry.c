@@ -415,6 +415,84 @@ START_TEST(failed_directory_sync_leaves_nothing_behind)
 }
 END_TEST
 
+/*
+ * tenant-set: a tenant's cost model for capacity reports is durable like
+ * its quota, shown by tenants and quota-get, 0 sets a field back to the
+ * donors' value, and bad requests change nothing.
+ */
+/* The cost model the tenants listing shows for name (0: the donors'). */
+static void tenant_model(const char *name, long long *tps, long long *bpt)
+{
+	json_t *o, *t;
+	size_t i;
+	bool found = false;
+
+	ck_assert_int_gt(admin("{\"cmd\":\"tenants\"}"), 0);
+	o = json_loads(out, 0, NULL);
+	ck_assert_ptr_nonnull(o);
+	json_array_foreach(json_object_get(o, "tenants"), i, t)
+	{
+		if (strcmp(json_string_value(json_object_get(t, "name")), name))
+			continue;
+		*tps = json_integer_value(
+			json_object_get(t, "prefill_tokens_per_s"));
+		*bpt = json_integer_value(
+			json_object_get(t, "bytes_per_token"));
+		found = true;
+	}
+	json_decref(o);
+	ck_assert_msg(found, "no tenant %s in %s", name, out);
+}
+
+START_TEST(tenant_cost_model_persists)
+{
+	long long tps, bpt;
+
+	tenant_add("a", 7 * MiB);
+	tenant_add("b", 7 * MiB);
+	ck_assert_int_gt(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"prefill_tokens_per_s\":5000,"
+			       "\"bytes_per_token\":4096}"),
+			 0);
+	/* bad requests: nothing changes */
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\"}"),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "prefill_tokens_per_s or bytes_per_token"),
+		      "%s", err);
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"prefill_tokens_per_s\":-1}"),
+			 -EINVAL);
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"prefill_tokens_per_s\":7,"
+			       "\"bytes_per_token\":1073741825}"),
+			 -EINVAL);
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"bytes_per_token\":\"4K\"}"),
+			 -EINVAL);
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"quota_bytes\":1}"),
+			 -EINVAL);
+	ck_assert_int_eq(admin("{\"cmd\":\"tenant-set\",\"name\":\"zz\","
+			       "\"bytes_per_token\":1}"),
+			 -ENOENT);
+	reg_reopen();
+	tenant_model("a", &tps, &bpt);
+	ck_assert_int_eq(tps, 5000);
+	ck_assert_int_eq(bpt, 4096);
+	tenant_model("b", &tps, &bpt);
+	ck_assert_int_eq(tps, 0);
+	ck_assert_int_eq(bpt, 0);
+	/* one field back to the donors' value, the other kept */
+	ck_assert_int_gt(admin("{\"cmd\":\"tenant-set\",\"name\":\"a\","
+			       "\"prefill_tokens_per_s\":0}"),
+			 0);
+	reg_reopen();
+	tenant_model("a", &tps, &bpt);
+	ck_assert_int_eq(tps, 0);
+	ck_assert_int_eq(bpt, 4096);
+}
+END_TEST
+
 START_TEST(tenants_persist_across_reopen)
 {
 	uint8_t key[AUTH_KEY_LEN], want[AUTH_KEY_LEN];
@@ -539,6 +617,16 @@ static const char *const bad_state[] = {
 	"{\"id\":1,\"name\":\"a\",\"key\":\""
 	"zz0102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\","
 	"\"quota_bytes\":1}],\"donors\":[]}",
+	/* a cost model of 0 tokens/s (unset is absent, not 0) */
+	"{\"version\":1,\"next_tenant_id\":2,\"next_donor_id\":1,\"tenants\":["
+	"{\"id\":1,\"name\":\"a\",\"key\":\""
+	"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\","
+	"\"quota_bytes\":1,\"prefill_tokens_per_s\":0}],\"donors\":[]}",
+	/* bytes per token above 1 GiB */
+	"{\"version\":1,\"next_tenant_id\":2,\"next_donor_id\":1,\"tenants\":["
+	"{\"id\":1,\"name\":\"a\",\"key\":\""
+	"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\","
+	"\"quota_bytes\":1,\"bytes_per_token\":1073741825}],\"donors\":[]}",
 	/* negative quota */
 	"{\"version\":1,\"next_tenant_id\":2,\"next_donor_id\":1,\"tenants\":["
 	"{\"id\":1,\"name\":\"a\",\"key\":\""
@@ -1728,6 +1816,7 @@ static Suite *registry_suite(void)
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, tenants_persist_across_reopen);
+	tcase_add_test(tc, tenant_cost_model_persists);
 	tcase_add_test(tc, failed_directory_sync_leaves_nothing_behind);
 	tcase_add_test(tc, donor_identity_and_drain_persist);
 	tcase_add_test(tc, corrupt_state_is_refused_and_kept);

@@ -27,6 +27,7 @@
 
 #include "fabric/rpc.h"
 #include "fabric/wire.h"
+#include "libpool/internal.h"
 #include "memd/server_int.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
@@ -393,7 +394,11 @@ START_TEST(libpool_over_shm)
 	if (_i)
 		setenv("LIBPOOL_SHM", "map", 1);
 	tu_memd_start_ok(&m, CONF);
+	/* fabric on demand (the preload shim's mode): the same-host path
+	 * never asks for it */
+	pool_set_fabric_background(true);
 	p = tu_pool_connect(&m);
+	pool_set_fabric_background(false);
 	unsetenv("LIBPOOL_SHM");
 	/* two whole slabs and a packed region */
 	ck_assert_int_eq(pool_alloc(p, 2 * (size_t)SLAB, &r), 0);
@@ -401,6 +406,7 @@ START_TEST(libpool_over_shm)
 	tu_pool_write_read_check(p, r, 0, 2 * (size_t)SLAB, 31);
 	tu_pool_write_read_check(p, r, SLAB - 5000, 10000, 32);
 	tu_pool_write_read_check(p, small, 0, 10000, 33);
+	ck_assert(pool_fabric_is_pending(p));
 	/* map: the slabs' files are mapped here; otherwise never */
 	ck_assert(tu_file_has("/proc/self/maps", "memfd:tidepool-slab") ==
 		  (_i == 1));

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+/*
+ * fabric/fab_dl.c - libfabric loaded on first use, for libpool-preload.so
+ * only.
+ *
+ * DESIGN
+ * An LD_PRELOAD library's dependencies load into every process it enters,
+ * before main(). Debian's libfabric 1.17 brings libpsm_infinipath, whose
+ * libinfinipath constructor measures the CPU clock by sleeping in 125 us
+ * steps for 0.1-0.2 s, and libpsm2, libibverbs, libnl and others: a
+ * program under the shim paid that even when it never pooled a byte
+ * (a shell, /usr/bin/time, a program whose allocations are all under
+ * LIBPOOL_MIN_BYTES). So the shim does not link libfabric: fab.c calls
+ * the four functions libfabric exports that it uses (fi_getinfo,
+ * fi_freeinfo, fi_dupinfo, fi_fabric; everything else is reached through
+ * the objects these return), and this file defines them, hidden, as
+ * calls into libfabric.so.1 opened with dlopen() the first time one is
+ * called, which in the shim is in the session's heartbeat thread while
+ * the program runs (pool_set_fabric_background()).
+ *
+ * The psm libraries' constructors catch SIGSEGV, SIGBUS, SIGILL, SIGFPE
+ * and SIGABRT (to print a backtrace and exit(1)); preload.c used to reset
+ * them at load. Now they run inside dlopen(): the handlers in place
+ * before it are put back where a handler in those libraries replaced
+ * them (a program that changes one of these handlers during the dlopen
+ * itself, a fraction of a second, keeps psm's; see docs/paging.md).
+ *
+ * Built into libpool-preload.so only (libpool/CMakeLists.txt); hidden
+ * like everything there but the malloc family. Threads: any; the load
+ * happens once (pthread_once). Without
+ * libfabric.so.1, fi_getinfo returns -FI_ENODATA and the session is not
+ * set up (one warning line from preload.c).
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <rdma/fabric.h>
+#include <rdma/fi_errno.h>
+
+static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
+static int (*dl_getinfo)(uint32_t, const char *, const char *, uint64_t,
+			 const struct fi_info *, struct fi_info **);
+static void (*dl_freeinfo)(struct fi_info *);
+static struct fi_info *(*dl_dupinfo)(const struct fi_info *);
+static int (*dl_fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+
+static const int crash_sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+
+static bool handler_is_psm(const struct sigaction *sa)
+{
+	void *h = (sa->sa_flags & SA_SIGINFO) ? (void *)sa->sa_sigaction
+					      : (void *)sa->sa_handler;
+	Dl_info info;
+
+	if (h == (void *)SIG_DFL || h == (void *)SIG_IGN || !dladdr(h, &info) ||
+	    !info.dli_fname)
+		return false;
+	return strstr(info.dli_fname, "libinfinipath") ||
+	       strstr(info.dli_fname, "libpsm");
+}
+
+/* The versions fab.c was built against (libfabric 1.x: FABRIC_1.3 for
+ * the info calls, FABRIC_1.1 for fi_fabric); the default one otherwise. */
+static void *sym(void *lib, const char *name, const char *version)
+{
+	void *f = dlvsym(lib, name, version);
+
+	return f ? f : dlsym(lib, name);
+}
+
+static void dl_load(void)
+{
+	struct sigaction before[sizeof(crash_sigs) / sizeof(crash_sigs[0])];
+	bool have[sizeof(crash_sigs) / sizeof(crash_sigs[0])];
+	void *lib;
+
+	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]); i++)
+		have[i] = sigaction(crash_sigs[i], NULL, &before[i]) == 0;
+	lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]);
+	     i++) {
+		struct sigaction now;
+
+		if (!have[i] || sigaction(crash_sigs[i], NULL, &now) ||
+		    !handler_is_psm(&now))
+			continue;
+		if (handler_is_psm(&before[i]))
+			signal(crash_sigs[i], SIG_DFL);
+		else
+			sigaction(crash_sigs[i], &before[i], NULL);
+	}
+	if (!lib)
+		return;
+	dl_freeinfo = (void (*)(struct fi_info *))sym(lib, "fi_freeinfo",
+						      "FABRIC_1.3");
+	dl_dupinfo = (struct fi_info * (*)(const struct fi_info *))
+		sym(lib, "fi_dupinfo", "FABRIC_1.3");
+	dl_fabric = (int (*)(struct fi_fabric_attr *, struct fid_fabric **,
+			     void *))sym(lib, "fi_fabric", "FABRIC_1.1");
+	/* Last: fi_getinfo is what the others are reached through. */
+	if (dl_freeinfo && dl_dupinfo && dl_fabric)
+		dl_getinfo = (int (*)(uint32_t, const char *, const char *,
+				      uint64_t, const struct fi_info *,
+				      struct fi_info **))sym(lib, "fi_getinfo",
+							     "FABRIC_1.3");
+}
+
+int fi_getinfo(uint32_t version, const char *node, const char *service,
+	       uint64_t flags, const struct fi_info *hints,
+	       struct fi_info **info)
+{
+	pthread_once(&dl_once, dl_load);
+	if (!dl_getinfo)
+		return -FI_ENODATA;
+	return dl_getinfo(version, node, service, flags, hints, info);
+}
+
+/* The three below are only reached with what fi_getinfo returned (or,
+ * for fi_dupinfo(NULL), fi_allocinfo() before it): libfabric is loaded
+ * by then; NULL-safe all the same. */
+void fi_freeinfo(struct fi_info *info)
+{
+	pthread_once(&dl_once, dl_load);
+	if (dl_freeinfo)
+		dl_freeinfo(info);
+}
+
+struct fi_info *fi_dupinfo(const struct fi_info *info)
+{
+	pthread_once(&dl_once, dl_load);
+	return dl_dupinfo ? dl_dupinfo(info) : NULL;
+}
+
+int fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric,
+	      void *context)
+{
+	pthread_once(&dl_once, dl_load);
+	if (!dl_fabric)
+		return -FI_ENODATA;
+	return dl_fabric(attr, fabric, context);
+}
