@@ -4,7 +4,10 @@
 # bench/run_poolbench.sh - poolbench with its baselines, side by side.
 #
 # Starts a memd on loopback (free port), then runs REPS repetitions of
-#   poolbench   libpool reads/writes against that memd
+#   poolbench   libpool reads/writes against that memd over the fabric
+#               (LIBPOOL_SHM=off)
+#   poolbench_shm  the same on the same-host path (slab memfds, pread/
+#               pwrite; memd.conf(5) shm), unless SHM=0
 #   rawfab      the same RMA through fabric/fab.h, no memd, no libpool
 #               (target in a thread; again with --target-process)
 #   memcpy      local copies (poolbench memcpy)
@@ -18,6 +21,8 @@
 #        bench/run_poolbench.sh --summarize RAW.txt...   medians over runs
 # Knobs (environment):
 #   REPS=3 POINT_SECONDS=1 WARMUP=0.1 SIZES=4K,64K,1M,4M DEPTHS=1,4,16
+#   SHM=1 (0: no poolbench_shm run) SHM_MODE=auto (LIBPOOL_SHM of the
+#   poolbench_shm run: auto = pread/pwrite, map = reads through mappings)
 #   PROC_SIZES=4K,1M (read sizes of the rawfab --target-process baseline)
 #   REDIS_SECONDS=2 IPERF_SECONDS=5 OUT_DIR=<BUILD>/poolbench-results/<time>
 #   POOLBENCH_ARGS / RAWFAB_ARGS: extra arguments for those two
@@ -37,6 +42,8 @@ REDIS_SECONDS=${REDIS_SECONDS:-2}
 IPERF_SECONDS=${IPERF_SECONDS:-5}
 OUT_DIR=${OUT_DIR:-$BUILD/poolbench-results/$(date +%Y%m%d-%H%M%S)}
 POOLBENCH_ARGS=${POOLBENCH_ARGS:-}
+SHM=${SHM:-1}
+SHM_MODE=${SHM_MODE:-auto}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
 BENCH_NAME=run_poolbench
@@ -115,6 +122,25 @@ for op, rop in (("read", "get"), ("write", "set")):
                   f"{fmt(med('redis', rop, s, d, 'p50_us'), 1):>7}")
     print()
 
+if any(k[0] == "poolbench_shm" for k in rows):
+    print("SAME-HOST (shm: slab memfds, pread/pwrite) vs fabric (tcp), medians")
+    print(f"{'':>11} | {'poolbench_shm':<35} | {'poolbench (fabric)':<26} | memcpy")
+    print(f"{'size':>5} {'depth':>5} | {'ops/s':>9} {'MB/s':>7} "
+          f"{'p50':>7} {'p99':>8} | {'ops/s':>9} {'MB/s':>7} {'p50':>8} | {'MB/s':>8}")
+    for op in ("read", "write"):
+        for s in sizes:
+            for d in depths:
+                print(f"{hsize(s):>5} {d:>5} | "
+                      f"{fmt(med('poolbench_shm', op, s, d)):>9} "
+                      f"{fmt(med('poolbench_shm', op, s, d, 'MBps')):>7} "
+                      f"{fmt(med('poolbench_shm', op, s, d, 'p50_us'), 1):>7} "
+                      f"{fmt(med('poolbench_shm', op, s, d, 'p99_us'), 1):>8} | "
+                      f"{fmt(med('poolbench', op, s, d)):>9} "
+                      f"{fmt(med('poolbench', op, s, d, 'MBps')):>7} "
+                      f"{fmt(med('poolbench', op, s, d, 'p50_us'), 1):>8} | "
+                      f"{fmt(med('memcpy', op, s, 1, 'MBps')):>8}   {op}")
+    print()
+
 print("BASELINES: medians")
 for s in sizes:
     print(f"  memcpy {hsize(s):>4}: read {fmt(med('memcpy', 'read', s, 1, 'MBps'))} MB/s, "
@@ -169,6 +195,19 @@ ratio("read4k_p50_pool_vs_rawproc_d1", med("poolbench", "read", K4, 1, "p50_us")
       note="target_in_a_process_like_memd")
 ratio("read4k_ops_pool_vs_raw_d1", med("poolbench", "read", K4, 1),
       med("rawfab", "read", K4, 1))
+for d in depths:
+    ratio(f"read1m_shm_MBps_vs_memcpy_d{d}",
+          med("poolbench_shm", "read", M1, d, "MBps"),
+          med("memcpy", "read", M1, 1, "MBps"), ">=0.3")
+    ratio(f"read1m_shm_MBps_vs_redis_get_d{d}",
+          med("poolbench_shm", "read", M1, d, "MBps"),
+          med("redis", "get", M1, d, "MBps"), ">=1.2")
+    ratio(f"read4k_shm_ops_vs_redis_get_d{d}",
+          med("poolbench_shm", "read", K4, d), med("redis", "get", K4, d))
+    ratio(f"read4k_p50_shm_vs_fabric_d{d}",
+          med("poolbench_shm", "read", K4, d, "p50_us"),
+          med("poolbench", "read", K4, d, "p50_us"),
+          higher_is_better=False)
 ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MBps"),
       med("rawfab", "read", M1, dmax, "MBps"))
 EOF
@@ -189,7 +228,7 @@ START_TIME=$(date +%s)
 	# shellcheck source=/dev/null
 	echo "# host cpus=$(nproc) kernel=$(uname -r) os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" | tr ' ' _)"
 	echo "# libfabric=$(fi_info --version 2>/dev/null | sed -n 's/^libfabric: //p' || echo unknown) loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
-	echo "# reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
+	echo "# shm=$SHM shm_mode=$SHM_MODE reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
 	env | grep -E '^(FI_|LIBPOOL_)' | sed 's/^/# env /' || true
 } >>"$RAW"
 
@@ -324,11 +363,21 @@ fi
 for rep in $(seq "$REPS"); do
 	log "rep $rep/$REPS: poolbench"
 	# shellcheck disable=SC2086
-	run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" --sizes "$SIZES" \
-		--depths "$DEPTHS" --seconds "$POINT_SECONDS" \
+	LIBPOOL_SHM=off run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" \
+		--sizes "$SIZES" --depths "$DEPTHS" --seconds "$POINT_SECONDS" \
 		--warmup "$WARMUP" $POOLBENCH_ARGS >"$TMP/out" ||
 		die "poolbench failed (memd log: $OUT_DIR/memd.log)"
 	tag "$rep" <"$TMP/out" >>"$RAW"
+	if [ "$SHM" = 1 ]; then
+		log "rep $rep/$REPS: poolbench over shm (same host)"
+		# shellcheck disable=SC2086
+		LIBPOOL_SHM=$SHM_MODE run_cmd "$POOLBENCH" run --addr "$MEMD_ADDR" \
+			--sizes "$SIZES" --depths "$DEPTHS" \
+			--seconds "$POINT_SECONDS" --warmup "$WARMUP" \
+			$POOLBENCH_ARGS >"$TMP/out" ||
+			die "poolbench (shm) failed (memd log: $OUT_DIR/memd.log)"
+		sed 's/^poolbench /poolbench_shm /' "$TMP/out" | tag "$rep" >>"$RAW"
+	fi
 	log "rep $rep/$REPS: rawfab"
 	# shellcheck disable=SC2086
 	run_cmd "$RAWFAB" --sizes "$SIZES" --depths "$DEPTHS" \

@@ -26,6 +26,7 @@
  */
 #include "fabric/wire.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <string.h>
 
@@ -648,6 +649,132 @@ static int put_name(struct wire_wr *w, const char *s, size_t max)
 static int get_name(struct wire_rd *r, char *dst, size_t max)
 {
 	if (get_str(r, dst, max) < 0 || dst[0] == '\0')
+		return -EBADMSG;
+	return 0;
+}
+
+/* An abstract socket name SHM_OK may carry: [A-Za-z0-9_.-], non-empty. */
+static bool shm_name_ok(const char *s, size_t max)
+{
+	size_t n = strnlen(s, max);
+
+	if (n == 0 || n == max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_' &&
+		    s[i] != '.' && s[i] != '-')
+			return false;
+	return true;
+}
+
+int wire_boot_id_parse(const char *text, size_t len,
+		       uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	size_t n = 0, i = 0;
+
+	for (; i < len && text[i] != '\n'; i++) {
+		char c = text[i];
+		unsigned v;
+
+		if (c == '-')
+			continue;
+		if (c >= '0' && c <= '9')
+			v = (unsigned)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v = (unsigned)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			v = (unsigned)(c - 'A' + 10);
+		else
+			return -EINVAL;
+		if (n >= 2 * WIRE_BOOT_ID_LEN)
+			return -EINVAL;
+		if (n % 2 == 0)
+			out[n / 2] = (uint8_t)(v << 4);
+		else
+			out[n / 2] |= (uint8_t)v;
+		n++;
+	}
+	if (i < len && i + 1 != len) /* only a final newline may follow */
+		return -EINVAL;
+	return n == 2 * WIRE_BOOT_ID_LEN ? 0 : -EINVAL;
+}
+
+#define SHM_MAGIC 0x48535054u /* "TPSH" */
+
+ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
+			    uint8_t out[WIRE_SHM_REQ_LEN])
+{
+	struct wire_wr w = { .p = out };
+
+	if (q->op != WIRE_SHM_BIND && q->op != WIRE_SHM_SLAB)
+		return -EINVAL;
+	put_u32(&w, SHM_MAGIC);
+	put_u16(&w, q->op);
+	put_u16(&w, 0);
+	put_u64(&w, q->session_id);
+	put_u32(&w, q->slab);
+	put_u32(&w, q->generation);
+	put_raw(&w, q->nonce, WIRE_NONCE_LEN);
+	return (ssize_t)w.off;
+}
+
+int wire_shm_req_decode(const void *buf, size_t len, struct wire_shm_req *q)
+{
+	struct wire_rd r = { .p = buf, .len = len };
+	uint32_t magic;
+	uint16_t pad;
+
+	memset(q, 0, sizeof(*q));
+	if (len != WIRE_SHM_REQ_LEN)
+		return -EBADMSG;
+	magic = get_u32(&r);
+	q->op = get_u16(&r);
+	pad = get_u16(&r);
+	q->session_id = get_u64(&r);
+	q->slab = get_u32(&r);
+	q->generation = get_u32(&r);
+	get_raw(&r, q->nonce, WIRE_NONCE_LEN);
+	if (r.bad || magic != SHM_MAGIC || pad ||
+	    (q->op != WIRE_SHM_BIND && q->op != WIRE_SHM_SLAB))
+		return -EBADMSG;
+	return 0;
+}
+
+ssize_t wire_shm_rep_encode(const struct wire_shm_rep *p,
+			    uint8_t out[WIRE_SHM_REP_LEN])
+{
+	struct wire_wr w = { .p = out };
+
+	if ((p->op != WIRE_SHM_BIND && p->op != WIRE_SHM_SLAB) || p->err < 0 ||
+	    p->err > WIRE_ERR_MAX)
+		return -EINVAL;
+	put_u32(&w, SHM_MAGIC);
+	put_u16(&w, p->op);
+	put_u16(&w, 0);
+	put_u32(&w, (uint32_t)p->err);
+	put_u32(&w, p->slab);
+	put_u32(&w, p->generation);
+	return (ssize_t)w.off;
+}
+
+int wire_shm_rep_decode(const void *buf, size_t len, struct wire_shm_rep *p)
+{
+	struct wire_rd r = { .p = buf, .len = len };
+	uint32_t magic;
+	uint16_t pad;
+
+	memset(p, 0, sizeof(*p));
+	if (len != WIRE_SHM_REP_LEN)
+		return -EBADMSG;
+	magic = get_u32(&r);
+	p->op = get_u16(&r);
+	pad = get_u16(&r);
+	p->err = (int32_t)get_u32(&r);
+	p->slab = get_u32(&r);
+	p->generation = get_u32(&r);
+	if (r.bad || magic != SHM_MAGIC || pad ||
+	    (p->op != WIRE_SHM_BIND && p->op != WIRE_SHM_SLAB) || p->err < 0 ||
+	    p->err > WIRE_ERR_MAX)
 		return -EBADMSG;
 	return 0;
 }
@@ -1432,6 +1559,18 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 		return enc_kv(m->type, &m->u.kv, w);
 	case WIRE_DONORS_OK:
 		return enc_donors_ok(&m->u.donors_ok, w);
+	case WIRE_SHM:
+		put_raw(w, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
+		return 0;
+	case WIRE_SHM_OK:
+		if (!shm_name_ok(m->u.shm_ok.socket,
+				 sizeof(m->u.shm_ok.socket)))
+			return -EINVAL;
+		put_raw(w, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
+		return put_name(w, m->u.shm_ok.socket,
+				sizeof(m->u.shm_ok.socket)) < 0
+			       ? -EINVAL
+			       : 0;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
@@ -1540,6 +1679,19 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 		break;
 	case WIRE_DONORS_OK:
 		rc = dec_donors_ok(&m->u.donors_ok, r);
+		break;
+	case WIRE_SHM:
+		get_raw(r, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
+		rc = 0;
+		break;
+	case WIRE_SHM_OK:
+		get_raw(r, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
+		rc = get_name(r, m->u.shm_ok.socket,
+			      sizeof(m->u.shm_ok.socket)) < 0 ||
+				     !shm_name_ok(m->u.shm_ok.socket,
+						  sizeof(m->u.shm_ok.socket))
+			     ? -EBADMSG
+			     : 0;
 		break;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:

@@ -103,6 +103,7 @@
 	X(KV_DELETE, 0x15)                                                     \
 	X(KV_PIN, 0x16)                                                        \
 	X(DONORS, 0x17)                                                        \
+	X(SHM, 0x18) /* same-host data path (protocol.md) */                   \
 	X(HELLO_OK, 0x81)                                                      \
 	X(LEASE_OK, 0x82)                                                      \
 	X(RELEASE_OK, 0x83)                                                    \
@@ -125,6 +126,7 @@
 	X(KV_DELETE_OK, 0x95)                                                  \
 	X(KV_PIN_OK, 0x96)                                                     \
 	X(DONORS_OK, 0x97)                                                     \
+	X(SHM_OK, 0x98)                                                        \
 	X(ERROR, 0xff)
 
 enum wire_type {
@@ -512,6 +514,67 @@ struct wire_donors_ok {
 	struct wire_donor_entry donor[WIRE_MAX_DONORS];
 };
 
+/*
+ * SHM: the client's host identity (its kernel's boot id); SHM_OK: where
+ * memd's same-host socket is and the one-time nonce that binds a
+ * connection to it to this session (docs/protocol.md, "Same-host
+ * sessions").
+ */
+#define WIRE_BOOT_ID_LEN 16
+#define WIRE_SHM_NAME_MAX 108 /* sun_path, incl. NUL */
+struct wire_shm {
+	uint8_t boot_id[WIRE_BOOT_ID_LEN];
+};
+
+struct wire_shm_ok {
+	uint8_t nonce[WIRE_NONCE_LEN];
+	/* abstract Unix socket name (without the leading NUL): 1 .. 107
+	 * bytes of [A-Za-z0-9_.-] */
+	char socket[WIRE_SHM_NAME_MAX];
+};
+
+/*
+ * The same-host socket's messages (SOCK_SEQPACKET, one per packet, fixed
+ * length, little-endian; not framed like the TCP protocol). A request
+ * BINDs the connection to (session_id, nonce) once, then asks for the
+ * memfd of a slab it holds (SLAB: slab, generation); a reply echoes op,
+ * slab and generation, with err 0 (and, for SLAB, the descriptor as
+ * SCM_RIGHTS) or a positive errno.
+ */
+enum wire_shm_op {
+	WIRE_SHM_BIND = 1,
+	WIRE_SHM_SLAB = 2,
+};
+#define WIRE_SHM_REQ_LEN 56
+#define WIRE_SHM_REP_LEN 20
+struct wire_shm_req {
+	uint16_t op; /* enum wire_shm_op */
+	uint64_t session_id;
+	uint32_t slab, generation;     /* SLAB */
+	uint8_t nonce[WIRE_NONCE_LEN]; /* BIND */
+};
+struct wire_shm_rep {
+	uint16_t op;
+	int32_t err; /* 0 or a positive errno, 1 .. WIRE_ERR_MAX */
+	uint32_t slab, generation;
+};
+/*
+ * A kernel boot id as /proc/sys/kernel/random/boot_id gives it (32 hex
+ * digits with dashes anywhere, then an optional newline) into 16 bytes.
+ * Returns 0, or -EINVAL for anything else. Pure.
+ */
+int wire_boot_id_parse(const char *text, size_t len,
+		       uint8_t out[WIRE_BOOT_ID_LEN]);
+
+/* Encodes into out; returns WIRE_SHM_REQ_LEN, or -EINVAL (unknown op). */
+ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
+			    uint8_t out[WIRE_SHM_REQ_LEN]);
+/* Decodes one packet; 0, or -EBADMSG (wrong length, magic or op). */
+int wire_shm_req_decode(const void *buf, size_t len, struct wire_shm_req *q);
+ssize_t wire_shm_rep_encode(const struct wire_shm_rep *p,
+			    uint8_t out[WIRE_SHM_REP_LEN]);
+int wire_shm_rep_decode(const void *buf, size_t len, struct wire_shm_rep *p);
+
 struct wire_error {
 	int32_t err;		/* positive Linux errno, 1 .. WIRE_ERR_MAX */
 	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
@@ -547,6 +610,8 @@ struct wire_msg {
 		struct wire_admin admin; /* ADMIN and ADMIN_OK */
 		struct wire_kv kv;	 /* every KV_* request and reply */
 		struct wire_donors_ok donors_ok;
+		struct wire_shm shm;
+		struct wire_shm_ok shm_ok;
 	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS carry no payload */
 };
 

@@ -74,6 +74,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include "fabric/auth.h"
 #include "fabric/fab.h"
@@ -139,6 +144,15 @@ struct plink {
 	uint64_t nslabs;    /* under p->lock */
 	uint64_t refs;	    /* under p->lock: pool_link_get/_hold - _put */
 
+	/* Same-host path (docs/design.md, "Co-located clients over shm"):
+	 * the socket memd passes slab memfds over, bound to this session;
+	 * -1: every slab of the link over the fabric. Set before the link
+	 * is published, closed only by link_close; requests on it under
+	 * p->lock; I/O polls it for memd's hang-up. shm_broken (under
+	 * p->lock): out of step with memd, asked no more. */
+	int shm_sock;
+	bool shm_broken;
+
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
 	pthread_rwlock_t ep_rw;
 	uint64_t valid_until_ms; /* atomic */
@@ -156,6 +170,11 @@ struct plink {
 struct slab {
 	struct wire_lease l; /* l.endpoint < link->nendpoints, checked */
 	struct plink *link;
+	/* the slab's memfd (same-host link), written with pwrite; -1: RMA
+	 * over the fabric. map: a read-only shared mapping of it that reads
+	 * copy from (NULL: pread) */
+	int fd;
+	const uint8_t *map;
 	int want_node; /* node the slab was leased for; -1: any */
 	bool packed;
 	/* packed slabs of replicated regions come in pairs: the primary
@@ -218,6 +237,8 @@ struct pool {
 	char addr[ADDR_LIST_MAX]; /* a cluster's: "host:port[,host:port...]" */
 	char client[WIRE_NAME_MAX];
 	int timeout_ms;
+	bool shm;     /* LIBPOOL_SHM: same-host links may use slab memfds */
+	bool shm_map; /* LIBPOOL_SHM=map: reads through read-only mappings */
 	unsigned max_inflight;
 	size_t xfer_bytes; /* atomic: only ever lowered */
 	uint64_t slab_bytes;
@@ -257,6 +278,7 @@ struct pool {
 
 	/* atomics */
 	uint64_t st_read, st_written, st_ops, st_errors;
+	uint64_t st_shm_bytes; /* of those, moved through slab memfds */
 };
 
 static uint64_t mono_ms(void)
@@ -331,6 +353,20 @@ static void rpc_log(void *arg, int level, const char *fmt, ...)
 /* 0 when lk's leases may be used now, else -ENOTCONN. *now caches the
  * clock over one operation (0: not read yet). */
 static void link_fabric_wait(struct plink *lk);
+
+/* The same without the fabric: the same-host path needs none, so it
+ * does not make the first transfer wait for one. */
+static inline __attribute__((always_inline)) int
+link_leases_usable(struct plink *lk, uint64_t *now)
+{
+	if (__atomic_load_n(&lk->lost, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	if (!*now)
+		*now = mono_ms();
+	if (*now >= __atomic_load_n(&lk->valid_until_ms, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	return 0;
+}
 
 static inline __attribute__((always_inline)) int link_usable(struct plink *lk,
 							     uint64_t *now)
@@ -514,6 +550,8 @@ static void link_close(struct plink *lk)
 	}
 	fab_domain_close(lk->fd);
 	rpc_close(lk->ctl);
+	if (lk->shm_sock >= 0)
+		close(lk->shm_sock);
 	pthread_rwlock_destroy(&lk->ep_rw);
 	pthread_cond_destroy(&lk->fab_cond);
 	pthread_cond_destroy(&lk->hb_cond);
@@ -543,7 +581,201 @@ static struct plink *link_new(struct pool *p, const char *addr)
 		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&lk->ep_rw, &ra);
 	pthread_rwlockattr_destroy(&ra);
+	lk->shm_sock = -1;
 	return lk;
+}
+
+/* This host's kernel boot id, as 16 bytes. */
+static int read_boot_id(uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	char text[64];
+	ssize_t got;
+	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	got = read(fd, text, sizeof(text));
+	close(fd);
+	if (got <= 0)
+		return -EIO;
+	return wire_boot_id_parse(text, (size_t)got, out);
+}
+
+/* One request on the same-host socket and its reply (and descriptor). */
+static int shm_call(struct plink *lk, const struct wire_shm_req *q,
+		    struct wire_shm_rep *rep, int *fd)
+{
+	uint8_t buf[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_LEN + 1];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct timeval tv = { .tv_sec = lk->p->timeout_ms / 1000,
+			      .tv_usec = (lk->p->timeout_ms % 1000) * 1000 };
+	struct cmsghdr *h;
+	ssize_t n;
+	int got = -1;
+
+	*fd = -1;
+	if (wire_shm_req_encode(q, buf) != WIRE_SHM_REQ_LEN)
+		return -EINVAL;
+	(void)setsockopt(lk->shm_sock, SOL_SOCKET, SO_RCVTIMEO, &tv,
+			 sizeof(tv));
+	if (send(lk->shm_sock, buf, sizeof(buf), MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(buf))
+		return -errno ? -errno : -EIO;
+	n = recvmsg(lk->shm_sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+		    h->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&got, CMSG_DATA(h), sizeof(int));
+	if (wire_shm_rep_decode(in, (size_t)n, rep) || rep->op != q->op ||
+	    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		if (got >= 0)
+			close(got);
+		return -EPROTO;
+	}
+	*fd = got;
+	return 0;
+}
+
+/*
+ * Same-host path: when LIBPOOL_SHM allows it and memd answers SHM with
+ * SHM_OK (same boot id, shm on), connects to memd's socket and binds it
+ * to this session. Any failure leaves the link on the fabric (logged),
+ * which is the contract of auto.
+ */
+static void link_shm_open(struct plink *lk)
+{
+	struct wire_msg *req, *rep;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct wire_shm_req q = { .op = WIRE_SHM_BIND };
+	struct wire_shm_rep sr;
+	char text[WIRE_MSG_MAX] = "";
+	socklen_t sl;
+	size_t nl;
+	int r, fd = -1, ign;
+
+	if (!lk->p->shm || lk->proto < 2)
+		return;
+	req = calloc(1, sizeof(*req));
+	rep = calloc(1, sizeof(*rep));
+	if (!req || !rep) {
+		r = -ENOMEM;
+		goto out;
+	}
+	req->type = WIRE_SHM;
+	r = read_boot_id(req->u.shm.boot_id);
+	if (r) {
+		snprintf(text, sizeof(text), "no boot id");
+		goto out;
+	}
+	r = rpc_call(lk->ctl, req, rep, WIRE_SHM_OK, lk->p->timeout_ms, text,
+		     sizeof(text));
+	if (r)
+		goto out;
+	nl = strnlen(rep->u.shm_ok.socket, sizeof(rep->u.shm_ok.socket));
+	memcpy(sa.sun_path + 1, rep->u.shm_ok.socket, nl);
+	sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sl)) {
+		r = -errno;
+		snprintf(text, sizeof(text), "socket @%s unreachable",
+			 rep->u.shm_ok.socket);
+		goto out;
+	}
+	lk->shm_sock = fd;
+	q.session_id = lk->session_id;
+	memcpy(q.nonce, rep->u.shm_ok.nonce, WIRE_NONCE_LEN);
+	r = shm_call(lk, &q, &sr, &ign);
+	explicit_bzero(&q, sizeof(q));
+	if (ign >= 0)
+		close(ign);
+	if (!r && sr.err)
+		r = -sr.err;
+	if (r) {
+		snprintf(text, sizeof(text), "bind refused");
+		lk->shm_sock = -1;
+		goto out;
+	}
+	fd = -1;
+	pool_log(LOG_INFO, "session: shm session=%" PRIx64 " memd=%s",
+		 lk->session_id, lk->addr);
+out:
+	if (r)
+		pool_log(LOG_INFO,
+			 "session: fabric session=%" PRIx64 " memd=%s "
+			 "why=no same-host path (%s: %s)",
+			 lk->session_id, lk->addr, strerror(-r), text);
+	if (fd >= 0)
+		close(fd);
+	if (rep)
+		explicit_bzero(rep, sizeof(*rep));
+	free(req);
+	free(rep);
+}
+
+/*
+ * LIBPOOL_SHM=map: a read-only shared mapping of a slab's memfd, through
+ * a read-only descriptor of the same file: no VM_MAYWRITE, so memd can
+ * still write-seal the file at revocation. Reads copy from it (the
+ * kernel's pread of shmem costs about 0.7 us per 4 KiB page here, 4x a
+ * memcpy: docs/bench/poolbench.md). After revocation the mapping shows
+ * the punched-out old file: zeros, never the next tenant's bytes. Not
+ * the default: every page read stays mapped and counts in the client's
+ * RSS (RssShmem), which the OOM killer and the paging engine's budget
+ * checks see. NULL: reads use pread.
+ */
+static const uint8_t *shm_map_ro(int fd, uint64_t len)
+{
+	char path[64];
+	void *m;
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		return NULL;
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, ro, 0);
+	close(ro);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+/* The memfd of lease l of a same-host link, or -1 (fabric for it). */
+static int link_shm_slab_fd(struct plink *lk, const struct wire_lease *l)
+{
+	struct wire_shm_req q = { .op = WIRE_SHM_SLAB,
+				  .session_id = lk->session_id,
+				  .slab = l->slab,
+				  .generation = l->generation };
+	struct wire_shm_rep rep;
+	int fd, r;
+
+	if (lk->shm_sock < 0 || lk->shm_broken)
+		return -1;
+	r = shm_call(lk, &q, &rep, &fd);
+	if (!r && (rep.err || rep.slab != l->slab ||
+		   rep.generation != l->generation || fd < 0))
+		r = rep.err ? -rep.err : -EPROTO;
+	if (r) {
+		if (fd >= 0)
+			close(fd);
+		pool_log(LOG_WARNING,
+			 "alloc: slab=%u of memd=%s over the fabric: its "
+			 "memfd was refused (%s)",
+			 l->slab, lk->addr, strerror(-r));
+		if (r != -ESTALE && r != -EPERM)
+			lk->shm_broken = true; /* out of step: ask no more */
+		return -1;
+	}
+	return fd;
 }
 
 /* Takes the session fields of lk from its HELLO_OK. */
@@ -734,6 +966,8 @@ static int link_open(struct pool *p, const char *addr,
 		if (r)
 			goto fail;
 	}
+	/* the same-host path needs no fabric (docs/design.md) */
+	link_shm_open(lk);
 	r = pthread_create(&lk->hb, NULL, hb_main, lk);
 	if (r) {
 		lk->fab_pending = false;
@@ -744,9 +978,10 @@ static int link_open(struct pool *p, const char *addr,
 	pool_log(LOG_INFO,
 		 "session: open session=%" PRIx64 " memd=%s donor=%u "
 		 "provider=%s slab=%" PRIu64 " ttl_ms=%u endpoints=%u "
-		 "proto=%u",
+		 "proto=%u shm=%d",
 		 lk->session_id, lk->addr, lk->donor_id, lk->provider,
-		 p->slab_bytes, lk->ttl_ms, lk->nendpoints, lk->proto);
+		 p->slab_bytes, lk->ttl_ms, lk->nendpoints, lk->proto,
+		 lk->shm_sock >= 0);
 	free(hok);
 	*out = lk;
 	return 0;
@@ -817,6 +1052,10 @@ static void links_reap_locked(struct pool *p)
 static void slab_free(struct slab *s)
 {
 	if (s) {
+		if (s->map)
+			munmap((void *)s->map, s->l.len_bytes);
+		if (s->fd >= 0)
+			close(s->fd);
 		free(s->bits);
 		free(s);
 	}
@@ -854,6 +1093,9 @@ static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
 	}
 	s->l = *l;
 	s->link = lk;
+	s->fd = link_shm_slab_fd(lk, l);
+	s->map = s->fd >= 0 && p->shm_map ? shm_map_ro(s->fd, l->len_bytes)
+					  : NULL;
 	s->want_node = node;
 	s->packed = packed;
 	s->next = p->slabs;
@@ -1732,6 +1974,23 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 		}
 		p->failover_ms = (uint32_t)v;
 	}
+	p->shm = true;
+	env = getenv("LIBPOOL_SHM");
+	if (env && *env) {
+		if (!strcmp(env, "off")) {
+			p->shm = false;
+		} else if (!strcmp(env, "map")) {
+			p->shm_map = true;
+		} else if (strcmp(env, "auto")) {
+			pool_log(
+				LOG_ERR,
+				"session: LIBPOOL_SHM='%s' is not auto, map or "
+				"off",
+				env);
+			free(p);
+			return -EINVAL;
+		}
+	}
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);
@@ -2152,6 +2411,52 @@ static bool is_transport_error(int err)
 }
 
 /*
+ * One piece through the slab's memfd (same-host link): copied before
+ * this returns, so the piece is complete at once. A revoked slab's old
+ * file reads zeros and refuses writes (EPERM): -ESTALE; but the lease's
+ * validity is checked first, as for RMA, so a revoked lease is not read.
+ */
+static int shm_piece(struct pool *p, struct fab_op *f, const struct slab *s,
+		     uint64_t at, uint8_t *b, uint64_t len, bool write,
+		     uint64_t *now)
+{
+	struct pollfd pfd = { .fd = s->link->shm_sock, .events = POLLRDHUP };
+	int r = link_leases_usable(s->link, now);
+
+	if (r)
+		return r;
+	/* Over the fabric a dead memd fails the next transfer; here
+	 * nothing would: its socket's hang-up is what says so. */
+	if (poll(&pfd, 1, 0) > 0) {
+		link_fail(s->link, -ENOTCONN,
+			  "memd closed its same-host socket");
+		return -ENOTCONN;
+	}
+	if (!write && s->map)
+		memcpy(b, s->map + at, len);
+	for (uint64_t done = !write && s->map ? len : 0; done < len;) {
+		ssize_t n = write ? pwrite(s->fd, b + done, len - done,
+					   (off_t)(at + done))
+				  : pread(s->fd, b + done, len - done,
+					  (off_t)(at + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n == 0 || errno == EPERM ? -ESTALE : -errno;
+			break;
+		}
+		done += (uint64_t)n;
+	}
+	if (!r)
+		__atomic_add_fetch(&p->st_shm_bytes, len, __ATOMIC_RELAXED);
+	f->arg = s->link;
+	f->status = r;
+	__atomic_store_n(&f->complete, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
  * Posts one piece of a paired op to slab s (at its offset at) as op's
  * next piece. The caller holds *cur's ep_rw (or *cur is NULL); a piece on
  * another link switches to that link's, checking the link first. (The
@@ -2167,6 +2472,12 @@ post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
 	uint64_t peer, raddr = s->l.base + at;
 	int r;
 
+	if (s->fd >= 0) {
+		r = shm_piece(p, f, s, at, b, len, op->write, now);
+		if (!r)
+			op->n++;
+		return r;
+	}
 	if (lk != *cur) {
 		if (*cur)
 			pthread_rwlock_unlock(&(*cur)->ep_rw);
@@ -2276,6 +2587,16 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 				struct fab_op *f = &op->ops[op->n];
 				uint64_t raddr = s->l.base + at + done;
 
+				if (s->fd >= 0) {
+					ret = shm_piece(p, f, s, at + done, b,
+							piece, write, &now);
+					if (ret)
+						goto unlock;
+					op->n++;
+					b += piece;
+					done += piece;
+					continue;
+				}
 				if (s->link != cur) {
 					if (cur)
 						pthread_rwlock_unlock(

@@ -17,8 +17,10 @@
 #include "memd/arena.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
@@ -261,6 +263,7 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 	}
 	a->base = p;
 	a->node = node;
+	a->bound = node >= 0;
 	a->len_bytes = len;
 	a->hugetlb = hugetlb;
 	a->page_bytes =
@@ -275,4 +278,133 @@ void memd_arena_destroy(struct memd_arena *a)
 	munlock(a->base, a->len_bytes);
 	munmap(a->base, a->len_bytes);
 	a->base = NULL;
+	for (uint32_t i = 0; a->slab_fd && i < a->nslab_fd; i++)
+		if (a->slab_fd[i] >= 0)
+			close(a->slab_fd[i]);
+	free(a->slab_fd);
+	a->slab_fd = NULL;
+	a->nslab_fd = 0;
+}
+
+/* A slab's memfd: len bytes of zeros, sealed against resizing (not
+ * against further seals: memd write-seals it when it is revoked). */
+static int slab_memfd(uint64_t len)
+{
+	int fd = memfd_create("tidepool-slab", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW)) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/* Maps fd over slab i of a, as memd_arena_create set up the whole. */
+static int slab_map(struct memd_arena *a, uint32_t i, int fd)
+{
+	uint8_t *at = (uint8_t *)a->base + (uint64_t)i * a->slab_bytes;
+	void *p = mmap(at, a->slab_bytes, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED, fd, 0);
+	int r;
+
+	if (p == MAP_FAILED)
+		return -errno;
+	(void)madvise(at, a->slab_bytes, MADV_HUGEPAGE); /* shmem THP */
+	(void)madvise(at, a->slab_bytes, MADV_DONTFORK);
+	if (a->bound) {
+		/* a shared policy on the file: its pages stay on the node */
+		r = place_membind(at, a->slab_bytes, a->node, 0);
+		if (r)
+			return r;
+	}
+	if (mlock(at, a->slab_bytes))
+		return -errno;
+	return 0;
+}
+
+int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
+			size_t errlen)
+{
+	uint32_t n;
+	int r;
+
+	if (a->slab_fd)
+		return 0;
+	if (a->hugetlb) {
+		snprintf(err, errlen,
+			 "the arena is backed by hugetlbfs pages, whose "
+			 "files take no write(2)");
+		return -EOPNOTSUPP;
+	}
+	if (!slab_bytes || a->len_bytes % slab_bytes) {
+		snprintf(err, errlen, "slab size does not divide the arena");
+		return -EINVAL;
+	}
+	n = (uint32_t)(a->len_bytes / slab_bytes);
+	a->slab_fd = malloc(n * sizeof(*a->slab_fd));
+	if (!a->slab_fd) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		a->slab_fd[i] = -1;
+	a->nslab_fd = n;
+	a->slab_bytes = slab_bytes;
+	for (uint32_t i = 0; i < n; i++) {
+		int fd = slab_memfd(slab_bytes);
+
+		if (fd < 0) {
+			snprintf(err, errlen, "memfd for slab %u: %s%s", i,
+				 strerror(-fd),
+				 fd == -EMFILE ? " (one descriptor per slab: "
+						 "raise LimitNOFILE= or "
+						 "ulimit -n, or set shm = "
+						 "off)"
+					       : "");
+			return fd;
+		}
+		r = slab_map(a, i, fd);
+		if (r) {
+			close(fd);
+			snprintf(err, errlen, "mapping slab %u's memfd: %s", i,
+				 strerror(-r));
+			return r;
+		}
+		a->slab_fd[i] = fd;
+	}
+	return 0;
+}
+
+int memd_arena_slab_renew(struct memd_arena *a, uint32_t i)
+{
+	int old, fd, r;
+
+	if (!a->slab_fd || i >= a->nslab_fd)
+		return -EINVAL;
+	fd = slab_memfd(a->slab_bytes);
+	if (fd < 0)
+		return fd;
+	r = slab_map(a, i, fd);
+	if (r) {
+		close(fd);
+		return r;
+	}
+	old = a->slab_fd[i];
+	a->slab_fd[i] = fd;
+	if (old >= 0) {
+		/* Whoever still holds the old file sees zeros from now on,
+		 * and (once sealed) cannot write pages back into it. A
+		 * client that kept a writable mapping of it makes the seal
+		 * fail (EBUSY); it can then refill only its own dead file. */
+		(void)fallocate(old, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				0, (off_t)a->slab_bytes);
+		(void)fcntl(old, F_ADD_SEALS, F_SEAL_WRITE);
+		close(old);
+	}
+	return 0;
 }

@@ -20,7 +20,13 @@ struct memd_arena {
 	uint64_t len_bytes;
 	bool hugetlb;	     /* backed by hugetlbfs pages */
 	uint64_t page_bytes; /* hugetlb page size, or the base page size */
-	int node; /* NUMA node its pages are bound to; -1: not bound */
+	int node;   /* NUMA node its pages are bound to; -1: not bound */
+	bool bound; /* memd_arena_create bound it to node (MPOL_BIND) */
+	/* memd_arena_slab_fds: slab i is the memfd slab_fd[i], mapped
+	 * MAP_SHARED at base + i * slab_bytes; NULL: one anonymous mapping */
+	int *slab_fd;
+	uint32_t nslab_fd;
+	uint64_t slab_bytes;
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */
@@ -62,5 +68,36 @@ int memd_arena_plan(const struct memd_host_mem *h, uint64_t len,
 int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 		      struct memd_arena *a, char *err, size_t errlen);
 void memd_arena_destroy(struct memd_arena *a);
+
+/*
+ * Same-host sessions (docs/design.md, "Co-located clients over shm"):
+ * turns an anonymous arena into one memfd per slab of slab_bytes, each
+ * mapped MAP_SHARED | MAP_FIXED at its place in the arena (advised,
+ * bound to the arena's node and locked as before), so addresses, memory
+ * registrations and the tcp path do not change, and a slab's fd can be
+ * handed to a client that may hold its lease. Each memfd is sealed
+ * against shrinking and growing: a client holding it cannot truncate
+ * the slab under memd (which would make memd's own accesses fault).
+ * An arena already converted is left as it is (0).
+ * Returns 0, -EOPNOTSUPP for a hugetlb arena (hugetlbfs files take no
+ * write(2): the client's pwrite path would not work), or -errno with err
+ * explaining; on error the arena is as it was, or partly converted
+ * (every slab still mapped and locked, each either way).
+ */
+int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
+			size_t errlen);
+
+/*
+ * Revocation of slab i of a memfd arena: a fresh (zero) memfd takes its
+ * place in the mapping, and the old one is emptied (its pages punched
+ * out, so whoever still holds it reads zeros, never the next tenant's
+ * bytes) and write-sealed (its writes fail) before memd closes it; its
+ * memory goes back when the last holder closes it. This is the zeroing
+ * of the slab. Returns 0, or -errno: the slab's mapping may then be gone
+ * and it must never be leased again (the caller quarantines it).
+ * Called on memd-reclaim only, for a slab nothing can reach (no
+ * registration, not leased).
+ */
+int memd_arena_slab_renew(struct memd_arena *a, uint32_t i);
 
 #endif

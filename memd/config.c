@@ -151,6 +151,12 @@ static const struct memd_conf_name memd_conf_hugepages_names[] = {
 	{ NULL, 0 },
 };
 
+static const struct memd_conf_name memd_conf_shm_names[] = {
+	{ "auto", MEMD_SHM_AUTO },
+	{ "off", MEMD_SHM_OFF },
+	{ NULL, 0 },
+};
+
 /* Only the levels memd logs at; the order is the order of the man page. */
 static const struct memd_conf_name memd_conf_log_level_names[] = {
 	{ "err", LOG_ERR },	  { "warning", LOG_WARNING },
@@ -266,6 +272,15 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		  "Each thread spends at most this much CPU per burst of "
 		  "requests. 0: sleep whenever idle. Worth it only where "
 		  "memd's progress threads have cores of their own."),
+	CONF_ENUM("shm", shm, "auto", 0, memd_conf_shm_names,
+		  "Clients on this host (same boot id, able to reach "
+		  "memd's Unix socket) read and write their leased slabs "
+		  "through the slab's memory file descriptor, with no "
+		  "memd CPU on the data path; revocation replaces the "
+		  "slab's file, so keys, revocation and zeroing hold as "
+		  "on the fabric. auto: each slab is its own memfd "
+		  "(not with hugetlbfs pages: then off). off: one "
+		  "anonymous mapping, every client over the provider."),
 	CONF_UINT("max_clients", max_clients, 1, 65536, "1024",
 		  MEMD_CONF_RELOAD,
 		  "Most concurrent control connections; memd closes "
@@ -467,6 +482,8 @@ _Static_assert(MEMD_CONF_NKEYS <= MEMD_CONF_KEYS_MAX,
 	       "struct memd_conf_src has no room for every key");
 
 /* Enum fields are accessed as int. */
+_Static_assert(sizeof(enum memd_shm) == sizeof(int),
+	       "shm is stored through an int pointer");
 _Static_assert(sizeof(enum memd_hugepages) == sizeof(int),
 	       "hugepages is stored through an int pointer");
 

@@ -33,6 +33,11 @@ enum memd_hugepages {
 	MEMD_HUGEPAGES_YES,	 /* hugetlbfs pages or refuse to start */
 };
 
+enum memd_shm {
+	MEMD_SHM_AUTO = 0, /* same-host sessions may read slabs through fds */
+	MEMD_SHM_OFF,	   /* every session's RMA goes over the provider */
+};
+
 struct memd_config {
 	char listen[MEMD_CONF_STR_MAX]; /* control server "host:port" */
 	char fabric_node
@@ -52,6 +57,7 @@ struct memd_config {
 	uint32_t busy_poll_us;
 	/* endpoints and progress threads per arena; 0: from the cores */
 	uint32_t progress_threads;
+	enum memd_shm shm;    /* same-host sessions through slab memfds */
 	uint32_t max_clients; /* concurrent control connections */
 	/* Hostile connections (docs/reliability.md). */
 	uint32_t max_clients_per_host; /* of one peer address, but operators */

@@ -391,6 +391,21 @@ int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
 	return ret;
 }
 
+int memd_lease_check(struct memd_lease_table *t, const struct memd_session *s,
+		     uint32_t slab, uint32_t generation)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (slab >= t->nslabs || t->slab[slab].state != MEMD_SLAB_LEASED ||
+	    t->slab[slab].generation != generation)
+		ret = -ESTALE;
+	else if (t->slab[slab].owner != s)
+		ret = -EPERM;
+	pthread_mutex_unlock(&t->lock);
+	return ret;
+}
+
 uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,
 			   void (*revoked)(uint32_t, void *), void *arg)
 {

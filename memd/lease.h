@@ -119,6 +119,12 @@ int memd_lease_release(struct memd_lease_table *t, struct memd_session *s,
 		       uint32_t slab, uint32_t generation, uint64_t now_ms,
 		       void (*revoked)(uint32_t, void *), void *arg);
 /*
+ * Whether s holds the live lease (slab, generation) now: 0, or -ESTALE (no
+ * such live lease), -EPERM (another session's). Changes nothing.
+ */
+int memd_lease_check(struct memd_lease_table *t, const struct memd_session *s,
+		     uint32_t slab, uint32_t generation);
+/*
  * Expires every session whose time is up (client gone or silent): its
  * leases go RECLAIMING and revoked() runs for each (under the lock; it
  * must not re-enter the table). A detached session is freed; an attached

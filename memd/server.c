@@ -233,6 +233,9 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 	sodium_memzero(c->skey, sizeof(c->skey));
 	if (c->session)
 		memd_session_detach(s->lt, c->session);
+	if (c->shm_bound)
+		srv_shm_session_closed(s, c->session_id);
+	sodium_memzero(c->shm_nonce, sizeof(c->shm_nonce));
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -291,7 +294,7 @@ static void handle(struct memd_server *s, struct conn *c,
 {
 	static struct wire_msg rep; /* memd-ctl only; PLACE_OK is ~5 KiB */
 	bool v2 = (req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN) ||
-		  (req->type >= WIRE_KV_RESERVE && req->type <= WIRE_DONORS);
+		  (req->type >= WIRE_KV_RESERVE && req->type <= WIRE_SHM);
 
 	CTR_ADD(s, frames_in, 1);
 	c->last_rx_ms = srv_now_ms();
@@ -375,6 +378,9 @@ static void handle(struct memd_server *s, struct conn *c,
 	case WIRE_DONORS:
 		srv_do_donors(s, c, req, &rep);
 		return;
+	case WIRE_SHM:
+		srv_do_shm(s, c, req, &rep);
+		return;
 	case WIRE_STATUS:
 		memset(&rep, 0, sizeof(rep));
 		rep.type = WIRE_STATUS_OK;
@@ -385,6 +391,8 @@ static void handle(struct memd_server *s, struct conn *c,
 		memd_session_close(s->lt, c->session, srv_now_ms(),
 				   srv_revoke_mr, s);
 		c->session = NULL;
+		if (c->shm_bound)
+			srv_shm_session_closed(s, c->session_id);
 		srv_reclaim_kick(s);
 		if (s->donor)
 			memd_donor_kick(s->donor);
@@ -838,8 +846,10 @@ static void expire_sessions(struct memd_server *s)
 #define NOFILE_OWN 128
 static void check_nofile(struct memd_server *s)
 {
-	rlim_t want =
-		(rlim_t)s->cfg.max_clients * NOFILE_PER_CLIENT + NOFILE_OWN;
+	/* shm: each slab's memfd, and a same-host socket per client */
+	rlim_t want = (rlim_t)s->cfg.max_clients * NOFILE_PER_CLIENT +
+		      NOFILE_OWN +
+		      (s->shm_on ? (rlim_t)s->nslabs + s->cfg.max_clients : 0);
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl))
@@ -1024,6 +1034,10 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 			    "tidepool_memd_uptime_seconds %" PRIu64 ".%03u\n",
 			    up_ms / 1000, (unsigned int)(up_ms % 1000));
 
+	srv_put_gauge(b, "shm_enabled",
+		      "1: same-host sessions may read slabs through their "
+		      "memfds (shm = auto and available).",
+		      s->shm_on);
 	srv_put_gauge(b, "slab_bytes", "Size of one slab, the unit of lease.",
 		      slab);
 	srv_put_gauge(b, "capacity_bytes", "Memory donated to the pool.",
@@ -1288,7 +1302,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	s->rebuild = rebuild;
 	s->rebuild_arg = rebuild_arg;
 	s->topo = topo;
-	s->lfd = s->epfd = s->sigfd = s->reserve_fd = -1;
+	s->lfd = s->epfd = s->sigfd = s->reserve_fd = s->shm_lfd = -1;
 	s->start_ms = srv_now_ms();
 	s->epoch = srv_random_key();
 	s->narenas = narenas;
@@ -1363,6 +1377,9 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	r = srv_kv_open(s, err, errlen);
 	if (r)
 		goto fail;
+	r = srv_shm_open(s, arenas, narenas, err, errlen);
+	if (r)
+		goto fail;
 	s->epfd = epoll_create1(EPOLL_CLOEXEC);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -1382,6 +1399,10 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev);
 	ev.data.ptr = &s->sigfd;
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->sigfd, &ev);
+	if (s->shm_lfd >= 0) {
+		ev.data.ptr = &s->shm_lfd;
+		epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->shm_lfd, &ev);
+	}
 
 	for (uint32_t a = 0; a < s->nep; a++) {
 		r = pthread_create(&s->aep[a].thread, NULL, srv_fab_main,
@@ -1492,6 +1513,10 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 			/* after this batch: accepting may close
 			 * connections that have events in it */
 			listener = true;
+		} else if (p == &s->shm_lfd) {
+			srv_shm_accept(s);
+		} else if (srv_shm_owns(s, p)) {
+			srv_shm_serve(s, p, evs[i].events);
 		} else if (p == &s->sigfd) {
 			struct signalfd_siginfo si;
 
@@ -1541,6 +1566,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 		accept_all(s);
 	accept_resume(s);
 	conn_timers(s);
+	srv_shm_timers(s);
 	srv_kv_renew(s);
 	expire_sessions(s);
 	memd_kv_expire(s->kv, srv_now_ms());
@@ -1568,6 +1594,7 @@ int memd_server_run(struct memd_server *s)
 	 * the process (memory is unmapped, registrations closed). */
 	while (s->conns)
 		srv_conn_close(s, s->conns, "memd stopping");
+	srv_shm_close(s);
 	memd_log(LOG_NOTICE, "memd: drained");
 	return 0;
 }
@@ -1608,6 +1635,7 @@ void memd_server_destroy(struct memd_server *s)
 	s->donor = NULL;
 	while (s->conns)
 		srv_conn_close(s, s->conns, "memd stopping");
+	srv_shm_free(s); /* memd-reclaim has stopped */
 	/* Gives every KV slab back (closing its registration) while the
 	 * lease table and the domains still exist. */
 	memd_kv_destroy(s->kv);

@@ -57,6 +57,13 @@ struct place_topo;
 	X(leases_expired, "slab leases revoked because the session expired")   \
 	X(leases_refused, "lease requests refused (no free slab, bad node)")   \
 	X(slabs_zeroed, "revoked slabs zeroed and returned to the free list")  \
+	X(shm_offers, "same-host offers made (SHM answered with SHM_OK)")      \
+	X(shm_refused, "same-host requests refused: shm off, other host, "     \
+		       "bad or foreign binding, lease not held")               \
+	X(shm_binds, "same-host socket connections bound to a session")        \
+	X(shm_fds_passed, "slab memfds passed to same-host sessions")          \
+	X(shm_slabs_renewed,                                                   \
+	  "revoked slabs given a fresh memfd (theirs had been passed out)")    \
 	X(auth_failures, "authentications refused, and requests before one")   \
 	X(places, "placements granted (registry)")                             \
 	X(places_refused, "placements refused: quota, space (registry)")       \

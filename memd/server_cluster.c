@@ -566,10 +566,11 @@ static void leases_json_one(void *arg, const struct memd_lease_info *l)
 	n = snprintf(j->out + j->len, j->cap - j->len,
 		     "%s{\"slab\":%u,\"generation\":%u,\"node\":%d,"
 		     "\"tenant_id\":%u,\"session\":\"%016" PRIx64 "\","
-		     "\"expires_in_ms\":%" PRId64 "}",
+		     "\"expires_in_ms\":%" PRId64 ",\"path\":\"%s\"}",
 		     j->first ? "" : ",", l->slab, l->generation,
 		     srv_slab_aep(j->s, l->slab)->node, l->tenant_id,
-		     l->session_id, (int64_t)(l->expires_ms - j->now));
+		     l->session_id, (int64_t)(l->expires_ms - j->now),
+		     srv_shm_is_given(j->s, l->slab) ? "shm" : "fabric");
 	if (n < 0 || (size_t)n >= j->cap - j->len - 64) {
 		j->full = true;
 		return;

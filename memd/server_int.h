@@ -13,6 +13,8 @@
  *                        redemption's metrics
  * memd/server_kv.c       the KV tier's server side: KV sessions and slabs,
  *                        KV requests, the KV metrics
+ * memd/server_shm.c      same-host sessions: SHM, the Unix socket that
+ *                        passes slab memfds, their renewal at revocation
  */
 #ifndef MEMD_SERVER_INT_H
 #define MEMD_SERVER_INT_H
@@ -103,9 +105,13 @@ struct conn {
 	uint32_t donor_id;     /* at the registry: a joined donor's link */
 	uint64_t donor_epoch;
 	uint64_t hb_read, hb_written; /* last HEARTBEAT2 counters */
-	bool closing;		      /* close once tx is flushed */
-	bool reading;		      /* EPOLLIN armed */
-	bool writing;		      /* EPOLLOUT armed */
+	/* SHM_OK's one-time nonce, until a same-host socket binds with it */
+	uint8_t shm_nonce[WIRE_NONCE_LEN];
+	bool shm_offered;
+	bool shm_bound; /* a same-host socket bound to this session */
+	bool closing;	/* close once tx is flushed */
+	bool reading;	/* EPOLLIN armed */
+	bool writing;	/* EPOLLOUT armed */
 	/* Admission (docs/reliability.md). A connection is in its
 	 * handshake, and on the server's handshake queue, from accept
 	 * until HELLO (standalone) or AUTH (in a pool) succeeds; then it
@@ -143,6 +149,15 @@ struct arena_ep {
 	/* what memd-fab<index> did (fab_ep_serve adds, memd-metrics reads:
 	 * atomics) */
 	struct fab_serve_stats st;
+};
+
+/* A connection to the same-host socket (server_shm.c); fd -1: free. */
+struct shm_conn {
+	int fd;
+	uint64_t session_id; /* bound to; 0: not yet */
+	pid_t pid;	     /* SO_PEERCRED, for the log */
+	uid_t uid;
+	uint64_t accepted_ms; /* BIND within handshake_timeout of it */
 };
 
 struct memd_server {
@@ -204,6 +219,19 @@ struct memd_server {
 	/* Progress fence: memd-fab<a> bumps aep[a].fence after every
 	 * progress call, under rlock, and broadcasts fence_cond. */
 	pthread_cond_t fence_cond;
+
+	/* Same-host sessions (server_shm.c). shm_on: the arenas are memfd
+	 * slabs and the socket listens. shm_given[slab]: the slab's memfd
+	 * went to its holder (set on memd-ctl while it is leased, read and
+	 * cleared by memd-reclaim once the table gave it the slab: the
+	 * lease table's lock orders them), so the reclaimer renews it. */
+	bool shm_on;
+	int shm_lfd;
+	char shm_name[WIRE_SHM_NAME_MAX];
+	uint8_t boot_id[WIRE_BOOT_ID_LEN];
+	struct shm_conn *shm;
+	uint32_t shm_cap;
+	bool *shm_given;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
 	/* busy_poll_us as the progress threads read it (atomic; memd-ctl
@@ -344,5 +372,23 @@ int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);
 void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s);
+
+/* server_shm.c */
+int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
+		 uint32_t narenas, char *err, size_t errlen);
+/* closes the socket and its connections (memd-ctl, at drain) */
+void srv_shm_close(struct memd_server *s);
+/* and frees what memd-reclaim reads: after it has stopped */
+void srv_shm_free(struct memd_server *s);
+bool srv_shm_owns(struct memd_server *s, void *ptr);
+void srv_shm_accept(struct memd_server *s);
+void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events);
+void srv_shm_session_closed(struct memd_server *s, uint64_t session_id);
+void srv_shm_timers(struct memd_server *s);
+void srv_do_shm(struct memd_server *s, struct conn *c,
+		const struct wire_msg *req, struct wire_msg *rep);
+int srv_shm_zero(struct memd_server *s, uint32_t slab);
+bool srv_shm_is_given(struct memd_server *s, uint32_t slab);
+int srv_read_boot_id(const char *path, uint8_t out[WIRE_BOOT_ID_LEN]);
 
 #endif

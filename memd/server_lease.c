@@ -141,9 +141,33 @@ void *srv_reclaim_main(void *arg)
 			wait_progress_fence(s, mask);
 		for (size_t i = 0; i < n; i++) {
 			uint8_t *p = srv_slab_base(s, batch[i]);
+			bool lost = false;
 
-			/* zeroed all the same: the old tenant's bytes go */
-			memset(p, 0, s->cfg.slab_bytes);
+			if (srv_shm_is_given(s, batch[i])) {
+				/* its memfd went out: a fresh one takes its
+				 * place (zero), the old one is emptied */
+				int r = srv_shm_zero(s, batch[i]);
+
+				if (r) {
+					memd_log(LOG_ERR,
+						 "reclaim: slab=%u memfd "
+						 "renewal err=%s",
+						 batch[i], strerror(-r));
+					lost = true;
+				}
+			} else {
+				/* zeroed all the same: the old tenant's
+				 * bytes go */
+				memset(p, 0, s->cfg.slab_bytes);
+			}
+			if (lost) {
+				memd_lease_quarantine(s->lt, batch[i]);
+				memd_log(LOG_WARNING,
+					 "reclaim: slab=%u quarantined (its "
+					 "memfd could not be renewed)",
+					 batch[i]);
+				continue;
+			}
 			if (__atomic_load_n(&s->mr_stuck[batch[i]],
 					    __ATOMIC_RELAXED)) {
 				memd_lease_quarantine(s->lt, batch[i]);

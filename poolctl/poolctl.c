@@ -1394,7 +1394,10 @@ static int donor_leases(struct opts *o, struct conn *c, const char *donor,
 				 "%" PRId64 ".%01" PRId64 " s", ms / 1000,
 				 (ms % 1000) / 100);
 		table_add(&lo->t, donor, slab, gen, nd, tb, jstr(e, "session"),
-			  exp);
+			  exp,
+			  json_is_string(json_object_get(e, "path"))
+				  ? jstr(e, "path")
+				  : "-");
 	}
 	json_decref(rep);
 	return 0;
@@ -1414,8 +1417,8 @@ static int cmd_leases(struct opts *o)
 		fputs("poolctl: out of memory\n", stderr);
 		exit(EX_OSERR);
 	}
-	table_init(&lo.t, "lrrrlll", "DONOR", "SLAB", "GEN", "NODE", "TENANT",
-		   "SESSION", "EXPIRES-IN");
+	table_init(&lo.t, "lrrrllll", "DONOR", "SLAB", "GEN", "NODE", "TENANT",
+		   "SESSION", "EXPIRES-IN", "PATH");
 	r = conn_open(o, o->addr, &c, "leases");
 	if (r)
 		goto out;

@@ -500,6 +500,8 @@ START_TEST(fabric_on_demand)
 	int ret;
 
 	start_memd(NULL);
+	/* the fabric's set-up: off the same-host path, which needs none */
+	setenv("LIBPOOL_SHM", "off", 1);
 	pool_set_fabric_background(true);
 	p = connect_memd();
 	p2 = connect_memd();
@@ -534,6 +536,7 @@ START_TEST(fabric_on_demand)
 		      "read after memd death: %d %s", ret, pool_strerror(ret));
 	pool_close(p);
 	tu_memd_stop(&md, SIGKILL);
+	unsetenv("LIBPOOL_SHM");
 }
 END_TEST
 

@@ -873,8 +873,9 @@ START_TEST(registry_leases)
 	ctl(r, "leases", NULL);
 	CK_RUN(r, 0);
 	ck_row(r->out, "DONOR", "SLAB", "GEN", "NODE", "TENANT", "SESSION",
-	       "EXPIRES-IN", NULL);
-	ck_row(r->out, "r0", "llm", " s", NULL);
+	       "EXPIRES-IN", "PATH", NULL);
+	/* a raw session that never asked for the slabs' memfds */
+	ck_row(r->out, "r0", "llm", " s", "fabric", NULL);
 
 	ctl(r, "--json", "leases", "--donor", "r0", NULL);
 	CK_RUN(r, 0);

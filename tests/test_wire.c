@@ -68,6 +68,8 @@ static const uint8_t all_types[] = {
 	WIRE_KV_DELETE_OK,
 	WIRE_KV_PIN_OK,
 	WIRE_DONORS_OK,
+	WIRE_SHM,
+	WIRE_SHM_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -324,6 +326,13 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		break;
 	case WIRE_AUTH_CHALLENGE:
 		tb_bytes(t, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
+		break;
+	case WIRE_SHM:
+		tb_bytes(t, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
+		break;
+	case WIRE_SHM_OK:
+		tb_bytes(t, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
+		tb_str(t, m->u.shm_ok.socket);
 		break;
 	case WIRE_AUTH_PROOF:
 		tb_bytes(t, m->u.auth_proof.mac, WIRE_MAC_LEN);
@@ -675,6 +684,15 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 		break;
 	case WIRE_AUTH_CHALLENGE:
 		fill_bytes(m->u.auth_challenge.snonce, WIRE_NONCE_LEN, key, 52);
+		break;
+	case WIRE_SHM:
+		fill_bytes(m->u.shm.boot_id, WIRE_BOOT_ID_LEN, key, 54);
+		break;
+	case WIRE_SHM_OK:
+		fill_bytes(m->u.shm_ok.nonce, WIRE_NONCE_LEN, key, 55);
+		snprintf(m->u.shm_ok.socket, sizeof(m->u.shm_ok.socket),
+			 "tidepool-memd-%016llx",
+			 (unsigned long long)kv(key, 56));
 		break;
 	case WIRE_AUTH_PROOF:
 		fill_bytes(m->u.auth_proof.mac, WIRE_MAC_LEN, key, 53);
@@ -1223,6 +1241,115 @@ START_TEST(unknown_types)
 		tb_end(&tb);
 		check_tb_rejected();
 	}
+}
+END_TEST
+
+/* The same-host socket's fixed packets (docs/protocol.md, "Same-host
+ * sessions"): byte layout, round trip, and every malformed form. */
+START_TEST(shm_packets)
+{
+	struct wire_shm_req q = { .op = WIRE_SHM_SLAB,
+				  .session_id = 0x0807060504030201ull,
+				  .slab = 0x0c0b0a09,
+				  .generation = 0x100f0e0d },
+			    q2;
+	struct wire_shm_rep p = { .op = WIRE_SHM_SLAB,
+				  .err = EPERM,
+				  .slab = 7,
+				  .generation = 9 },
+			    p2;
+	uint8_t b[WIRE_SHM_REQ_LEN], c[WIRE_SHM_REP_LEN];
+
+	fill_bytes(q.nonce, WIRE_NONCE_LEN, 1, 2);
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
+	/* "TPSH", op, 0, session, slab, generation, nonce: little-endian */
+	ck_assert_int_eq(memcmp(b, "TPSH", 4), 0);
+	ck_assert_uint_eq(b[4], WIRE_SHM_SLAB);
+	ck_assert_uint_eq(b[8], 0x01);
+	ck_assert_uint_eq(b[15], 0x08);
+	ck_assert_uint_eq(b[16], 0x09);
+	ck_assert_uint_eq(b[23], 0x10);
+	ck_assert_int_eq(memcmp(b + 24, q.nonce, WIRE_NONCE_LEN), 0);
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), 0);
+	ck_assert_uint_eq(q2.op, q.op);
+	ck_assert_uint_eq(q2.session_id, q.session_id);
+	ck_assert_uint_eq(q2.slab, q.slab);
+	ck_assert_uint_eq(q2.generation, q.generation);
+	ck_assert_int_eq(memcmp(q2.nonce, q.nonce, WIRE_NONCE_LEN), 0);
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b) - 1, &q2), -EBADMSG);
+	b[0] ^= 1; /* magic */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	b[0] ^= 1;
+	b[6] = 1; /* padding */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	b[6] = 0;
+	b[4] = 3; /* op */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	q.op = 0;
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), -EINVAL);
+
+	ck_assert_int_eq(wire_shm_rep_encode(&p, c), WIRE_SHM_REP_LEN);
+	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c), &p2), 0);
+	ck_assert_uint_eq(p2.op, p.op);
+	ck_assert_int_eq(p2.err, p.err);
+	ck_assert_uint_eq(p2.slab, p.slab);
+	ck_assert_uint_eq(p2.generation, p.generation);
+	ck_assert_uint_eq(c[8], EPERM);
+	c[8] = 0xff;
+	c[9] = 0xff; /* err 65535 > WIRE_ERR_MAX */
+	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c), &p2), -EBADMSG);
+	p.err = -1;
+	ck_assert_int_eq(wire_shm_rep_encode(&p, c), -EINVAL);
+	p.err = 0;
+	ck_assert_int_eq(wire_shm_rep_encode(&p, c), WIRE_SHM_REP_LEN);
+	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c) - 1, &p2), -EBADMSG);
+}
+END_TEST
+
+/* A boot id as the kernel writes it, and what is not one. */
+START_TEST(boot_id_parse)
+{
+	static const char ok[] = "0123abcd-4567-89ef-ABCD-0123456789ef\n";
+	static const uint8_t want[WIRE_BOOT_ID_LEN] = {
+		0x01, 0x23, 0xab, 0xcd, 0x45, 0x67, 0x89, 0xef,
+		0xab, 0xcd, 0x01, 0x23, 0x45, 0x67, 0x89, 0xef,
+	};
+	uint8_t out[WIRE_BOOT_ID_LEN];
+
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok), out), 0);
+	ck_assert_int_eq(memcmp(out, want, sizeof(want)), 0);
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok) - 1, out), 0);
+	/* one digit short, one too many, a stray byte, text after */
+	ck_assert_int_eq(wire_boot_id_parse(ok, strlen(ok) - 2, out), -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789ef0",
+					    37, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789eg",
+					    36, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("0123abcd-4567-89ef-abcd-"
+					    "0123456789ef\nx",
+					    38, out),
+			 -EINVAL);
+	ck_assert_int_eq(wire_boot_id_parse("", 0, out), -EINVAL);
+}
+END_TEST
+
+/* SHM_OK's socket name is an abstract name of [A-Za-z0-9_.-]. */
+START_TEST(shm_ok_name)
+{
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_SHM_OK;
+	strcpy(m.u.shm_ok.socket, "tidepool-memd-0123abcd");
+	ck_assert_int_gt(enc(&m), 0);
+	strcpy(m.u.shm_ok.socket, "");
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	strcpy(m.u.shm_ok.socket, "a/b");
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	strcpy(m.u.shm_ok.socket, "a b");
+	ck_assert_int_eq(enc(&m), -EINVAL);
 }
 END_TEST
 
@@ -3146,6 +3273,9 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, payload_size_limit);
 	tcase_add_test(tc, header_flags);
 	tcase_add_test(tc, unknown_types);
+	tcase_add_test(tc, shm_packets);
+	tcase_add_test(tc, shm_ok_name);
+	tcase_add_test(tc, boot_id_parse);
 	tcase_add_test(tc, type_names);
 	tcase_add_test(tc, pool_names);
 	tcase_add_test(tc, payloadless_types);

@@ -1,0 +1,455 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/server_shm.c - same-host sessions (docs/design.md, "Co-located
+ * clients over shm"; docs/protocol.md, "Same-host sessions").
+ *
+ * With shm = auto each slab of the donation is its own memfd, mapped at
+ * its place in the arena (memd_arena_slab_fds), so the fabric path is
+ * unchanged. A client on this host (it sends its boot id in SHM and it
+ * matches ours) gets SHM_OK: the name of memd's abstract Unix socket
+ * (SOCK_SEQPACKET) and a one-time nonce. It connects, BINDs with
+ * (session id, nonce), and then asks for the memfd of each slab it holds
+ * (SLAB: slab, generation); memd checks, on memd-ctl, that the session
+ * of the connection that got the nonce holds that live lease, and passes
+ * the descriptor with SCM_RIGHTS. The client then reads and writes with
+ * pread/pwrite: one kernel copy, no memd CPU.
+ *
+ * Invariants:
+ *  - A slab's fd goes only to the session holding its live lease, over a
+ *    socket bound with that session's nonce, which crossed only its own
+ *    (authenticated) control connection.
+ *  - A slab whose fd went out is never zeroed in place: at revocation
+ *    memd-reclaim gives it a fresh memfd at the same address and empties
+ *    and write-seals the old one (memd_arena_slab_renew), so a client
+ *    that kept the old fd reads zeros and cannot write, and never sees
+ *    the next tenant's bytes. shm_given[] says which slabs need that.
+ *  - The memfds are sealed against resizing: a client cannot truncate
+ *    a slab under memd's own mapping.
+ *
+ * Threads: everything here runs on memd-ctl except srv_shm_zero
+ * (memd-reclaim).
+ */
+#include "memd/server_int.h"
+
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "memd/arena.h"
+
+#define SHM_BACKLOG 64
+
+int srv_read_boot_id(const char *path, uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	char text[64];
+	ssize_t got;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	got = read(fd, text, sizeof(text));
+	close(fd);
+	if (got <= 0)
+		return -EIO;
+	return wire_boot_id_parse(text, (size_t)got, out);
+}
+
+static struct memd_arena *slab_arena(struct memd_server *s, uint32_t slab,
+				     uint32_t *index)
+{
+	*index = slab % s->arena_slabs;
+	return srv_slab_aep(s, slab)->arena;
+}
+
+int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
+		 uint32_t narenas, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char why[256];
+	socklen_t sl;
+	int r;
+
+	s->shm_lfd = -1;
+	if (s->cfg.shm == MEMD_SHM_OFF)
+		return 0;
+	for (uint32_t a = 0; a < narenas; a++) {
+		if (arenas[a].hugetlb) {
+			memd_log(LOG_NOTICE,
+				 "shm: off why=the donation is on hugetlbfs "
+				 "pages, whose files take no write(2)");
+			return 0;
+		}
+	}
+	r = srv_read_boot_id("/proc/sys/kernel/random/boot_id", s->boot_id);
+	if (r) {
+		memd_log(LOG_NOTICE,
+			 "shm: off why=cannot read this host's boot id "
+			 "(/proc/sys/kernel/random/boot_id): %s",
+			 strerror(-r));
+		return 0;
+	}
+	{
+		/* one descriptor per slab, on top of the connections' */
+		struct rlimit rl;
+		rlim_t want =
+			(rlim_t)s->nslabs + 64 + (rlim_t)s->cfg.max_clients * 2;
+
+		if (!getrlimit(RLIMIT_NOFILE, &rl) &&
+		    rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+			rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ||
+						      rl.rlim_max > want
+					      ? want
+					      : rl.rlim_max;
+			(void)setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
+	for (uint32_t a = 0; a < narenas; a++) {
+		r = memd_arena_slab_fds(&arenas[a], s->cfg.slab_bytes, why,
+					sizeof(why));
+		if (r) {
+			snprintf(err, errlen,
+				 "shm = auto: arena %u: %s (or set shm = off)",
+				 a, why);
+			return r;
+		}
+	}
+	s->shm_given = calloc(s->nslabs, sizeof(*s->shm_given));
+	s->shm_cap = s->cfg.max_clients;
+	s->shm = calloc(s->shm_cap, sizeof(*s->shm));
+	if (!s->shm_given || !s->shm) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < s->shm_cap; i++)
+		s->shm[i].fd = -1;
+	/* Abstract: nothing to clean up after a crash, reachable from this
+	 * network namespace only, named for this memd's epoch. */
+	snprintf(s->shm_name, sizeof(s->shm_name), "tidepool-memd-%016" PRIx64,
+		 s->epoch);
+	memcpy(sa.sun_path + 1, s->shm_name, strlen(s->shm_name));
+	sl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			 strlen(s->shm_name));
+	s->shm_lfd = socket(AF_UNIX,
+			    SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s->shm_lfd < 0 || bind(s->shm_lfd, (struct sockaddr *)&sa, sl) ||
+	    listen(s->shm_lfd, SHM_BACKLOG)) {
+		r = -errno;
+		snprintf(err, errlen, "shm: Unix socket @%s: %s", s->shm_name,
+			 strerror(-r));
+		return r;
+	}
+	s->shm_on = true;
+	memd_log(LOG_NOTICE, "shm: on socket=@%s slabs=%u", s->shm_name,
+		 s->nslabs);
+	return 0;
+}
+
+static void shm_conn_close(struct memd_server *s, struct shm_conn *sc,
+			   const char *why)
+{
+	if (sc->fd < 0)
+		return;
+	memd_log(LOG_DEBUG, "shm: close pid=%d session=%" PRIx64 " why=%s",
+		 (int)sc->pid, sc->session_id, why);
+	epoll_ctl(s->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
+	close(sc->fd);
+	sc->fd = -1;
+	sc->session_id = 0;
+}
+
+void srv_shm_close(struct memd_server *s)
+{
+	for (uint32_t i = 0; s->shm && i < s->shm_cap; i++)
+		shm_conn_close(s, &s->shm[i], "memd stopping");
+	if (s->shm_lfd >= 0)
+		close(s->shm_lfd);
+	s->shm_lfd = -1;
+}
+
+void srv_shm_free(struct memd_server *s)
+{
+	srv_shm_close(s);
+	free(s->shm);
+	s->shm = NULL;
+	free(s->shm_given);
+	s->shm_given = NULL;
+}
+
+bool srv_shm_owns(struct memd_server *s, void *ptr)
+{
+	return s->shm && (struct shm_conn *)ptr >= s->shm &&
+	       (struct shm_conn *)ptr < s->shm + s->shm_cap;
+}
+
+void srv_shm_accept(struct memd_server *s)
+{
+	for (;;) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		struct shm_conn *sc = NULL;
+		struct ucred cr = { 0 };
+		socklen_t cl = sizeof(cr);
+		int fd = accept4(s->shm_lfd, NULL, NULL,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			return;
+		for (uint32_t i = 0; i < s->shm_cap && !sc; i++)
+			if (s->shm[i].fd < 0)
+				sc = &s->shm[i];
+		if (!sc) {
+			CTR_ADD(s, shm_refused, 1);
+			memd_log_limited(&s->ll_refuse, LOG_WARNING,
+					 "shm: refused why=%u same-host "
+					 "connections (max_clients)",
+					 s->shm_cap);
+			close(fd);
+			continue;
+		}
+		(void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
+		ev.data.ptr = sc;
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			close(fd);
+			continue;
+		}
+		sc->fd = fd;
+		sc->session_id = 0;
+		sc->pid = cr.pid;
+		sc->uid = cr.uid;
+		sc->accepted_ms = srv_now_ms();
+	}
+}
+
+/* The connection holding session id's session, or NULL. */
+static struct conn *session_conn(struct memd_server *s, uint64_t id)
+{
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->session && c->session_id == id)
+			return c;
+	return NULL;
+}
+
+static int shm_reply(struct shm_conn *sc, const struct wire_shm_rep *rep,
+		     int pass_fd)
+{
+	uint8_t buf[WIRE_SHM_REP_LEN];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (wire_shm_rep_encode(rep, buf) != WIRE_SHM_REP_LEN)
+		return -EINVAL;
+	if (pass_fd >= 0) {
+		struct cmsghdr *h;
+
+		memset(&cm, 0, sizeof(cm));
+		mh.msg_control = cm.b;
+		mh.msg_controllen = sizeof(cm.b);
+		h = CMSG_FIRSTHDR(&mh);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(h), &pass_fd, sizeof(int));
+	}
+	/* A client that does not read its replies loses the socket. */
+	if (sendmsg(sc->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(buf))
+		return -EIO;
+	return 0;
+}
+
+static void shm_bind(struct memd_server *s, struct shm_conn *sc,
+		     const struct wire_shm_req *q, struct wire_shm_rep *rep)
+{
+	struct conn *c = session_conn(s, q->session_id);
+
+	if (sc->session_id) {
+		rep->err = EPROTO;
+		return;
+	}
+	if (!c || !c->shm_offered ||
+	    sodium_memcmp(c->shm_nonce, q->nonce, WIRE_NONCE_LEN) != 0) {
+		rep->err = EACCES;
+		memd_log_limited(
+			&s->ll_auth, LOG_WARNING,
+			"shm: bind refused pid=%d uid=%u session=%" PRIx64
+			" why=%s",
+			(int)sc->pid, (unsigned)sc->uid, q->session_id,
+			c ? "wrong or used nonce" : "no such session");
+		return;
+	}
+	/* one connection per nonce */
+	c->shm_offered = false;
+	sodium_memzero(c->shm_nonce, sizeof(c->shm_nonce));
+	c->shm_bound = true;
+	sc->session_id = q->session_id;
+	CTR_ADD(s, shm_binds, 1);
+	memd_log(LOG_INFO, "shm: bound peer=%s pid=%d session=%" PRIx64,
+		 c->peer, (int)sc->pid, sc->session_id);
+}
+
+/* Returns the fd to pass, or -1 with rep->err set. */
+static int shm_slab(struct memd_server *s, struct shm_conn *sc,
+		    const struct wire_shm_req *q, struct wire_shm_rep *rep)
+{
+	struct conn *c;
+	struct memd_arena *a;
+	uint32_t i;
+	int r;
+
+	if (!sc->session_id) {
+		rep->err = EPROTO;
+		return -1;
+	}
+	c = session_conn(s, sc->session_id);
+	if (!c) {
+		rep->err = ENOTCONN;
+		return -1;
+	}
+	r = memd_lease_check(s->lt, c->session, q->slab, q->generation);
+	if (r) {
+		rep->err = -r;
+		memd_log_limited(&s->ll_refuse, LOG_NOTICE,
+				 "shm: slab refused session=%" PRIx64
+				 " slab=%u gen=%u why=%s",
+				 sc->session_id, q->slab, q->generation,
+				 r == -EPERM ? "another session's lease"
+					     : "no such live lease");
+		return -1;
+	}
+	a = slab_arena(s, q->slab, &i);
+	if (!a->slab_fd || i >= a->nslab_fd || a->slab_fd[i] < 0) {
+		rep->err = EIO;
+		return -1;
+	}
+	/* Before the descriptor leaves: the reclaimer must renew it. */
+	__atomic_store_n(&s->shm_given[q->slab], true, __ATOMIC_RELAXED);
+	return a->slab_fd[i];
+}
+
+void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events)
+{
+	struct shm_conn *sc = ptr;
+	uint8_t buf[WIRE_SHM_REQ_LEN + 1];
+	struct wire_shm_req q;
+	struct wire_shm_rep rep;
+	int pass = -1;
+	ssize_t n;
+
+	if (sc->fd < 0)
+		return;
+	n = recv(sc->fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		if (events & (EPOLLHUP | EPOLLERR))
+			shm_conn_close(s, sc, "hang-up");
+		return;
+	}
+	if (n <= 0) {
+		shm_conn_close(s, sc, n ? strerror(errno) : "peer closed");
+		return;
+	}
+	if (wire_shm_req_decode(buf, (size_t)n, &q)) {
+		CTR_ADD(s, shm_refused, 1);
+		shm_conn_close(s, sc, "malformed request");
+		return;
+	}
+	memset(&rep, 0, sizeof(rep));
+	rep.op = q.op;
+	rep.slab = q.slab;
+	rep.generation = q.generation;
+	if (q.op == WIRE_SHM_BIND)
+		shm_bind(s, sc, &q, &rep);
+	else
+		pass = shm_slab(s, sc, &q, &rep);
+	if (rep.err)
+		CTR_ADD(s, shm_refused, 1);
+	else if (q.op == WIRE_SHM_SLAB)
+		CTR_ADD(s, shm_fds_passed, 1);
+	if (shm_reply(sc, &rep, pass) || rep.err == EPROTO ||
+	    (q.op == WIRE_SHM_BIND && rep.err))
+		shm_conn_close(s, sc, rep.err ? strerror(rep.err) : "send");
+}
+
+/* A connection that has not bound within handshake_timeout holds a slot
+ * of max_clients for nothing: closed, as the TCP handshake is. */
+void srv_shm_timers(struct memd_server *s)
+{
+	uint64_t now = srv_now_ms();
+
+	for (uint32_t i = 0; s->shm && i < s->shm_cap; i++) {
+		struct shm_conn *sc = &s->shm[i];
+
+		if (sc->fd >= 0 && !sc->session_id &&
+		    now - sc->accepted_ms >= s->cfg.handshake_timeout_ms) {
+			CTR_ADD(s, shm_refused, 1);
+			shm_conn_close(s, sc,
+				       "no BIND within handshake_timeout");
+		}
+	}
+}
+
+void srv_shm_session_closed(struct memd_server *s, uint64_t session_id)
+{
+	for (uint32_t i = 0; s->shm && i < s->shm_cap; i++)
+		if (s->shm[i].fd >= 0 && s->shm[i].session_id == session_id)
+			shm_conn_close(s, &s->shm[i], "session closed");
+}
+
+void srv_do_shm(struct memd_server *s, struct conn *c,
+		const struct wire_msg *req, struct wire_msg *rep)
+{
+	const char *why = NULL;
+	int err = 0;
+
+	if (!c->session) {
+		err = EPROTO;
+		why = "SHM before HELLO";
+	} else if (!s->shm_on) {
+		err = EOPNOTSUPP;
+		why = s->cfg.shm == MEMD_SHM_OFF
+			      ? "same-host sessions are off (shm = off)"
+			      : "same-host sessions are off on this memd "
+				"(hugetlbfs pages, or no boot id)";
+	} else if (sodium_memcmp(req->u.shm.boot_id, s->boot_id,
+				 WIRE_BOOT_ID_LEN) != 0) {
+		err = EXDEV;
+		why = "the client runs on another host (boot id differs)";
+	}
+	if (err) {
+		CTR_ADD(s, shm_refused, 1);
+		srv_send_error(s, c, req->seq, err, "shm: %s", why);
+		return;
+	}
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_SHM_OK;
+	rep->seq = req->seq;
+	randombytes_buf(c->shm_nonce, sizeof(c->shm_nonce));
+	c->shm_offered = true;
+	memcpy(rep->u.shm_ok.nonce, c->shm_nonce, WIRE_NONCE_LEN);
+	snprintf(rep->u.shm_ok.socket, sizeof(rep->u.shm_ok.socket), "%s",
+		 s->shm_name);
+	CTR_ADD(s, shm_offers, 1);
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
+bool srv_shm_is_given(struct memd_server *s, uint32_t slab)
+{
+	return s->shm_given &&
+	       __atomic_load_n(&s->shm_given[slab], __ATOMIC_RELAXED);
+}
+
+int srv_shm_zero(struct memd_server *s, uint32_t slab)
+{
+	uint32_t i;
+	struct memd_arena *a = slab_arena(s, slab, &i);
+	int r = memd_arena_slab_renew(a, i);
+
+	if (!r) {
+		__atomic_store_n(&s->shm_given[slab], false, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&s->ctr.shm_slabs_renewed, 1,
+				   __ATOMIC_RELAXED);
+	}
+	return r;
+}

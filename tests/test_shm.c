@@ -1,0 +1,555 @@
+// SPDX-License-Identifier: MIT
+/*
+ * tests/test_shm.c - same-host sessions (memd.conf(5) shm, LIBPOOL_SHM;
+ * docs/design.md, "Co-located clients over shm"): a slab's memfd goes
+ * only to the session holding its live lease; a revoked client reads
+ * zeros and cannot write, never the next tenant's bytes; another
+ * session cannot obtain or bind to a lease's descriptor; a client on
+ * another host (boot id), or with shm off on either side, stays on the
+ * fabric; a memd restart ends the old session's reads with an error.
+ *
+ * The raw tests speak the protocol themselves (rpc + the seqpacket
+ * socket), so they check memd, not libpool's good behaviour.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
+#include "libpool/internal.h"
+#include "memd/server_int.h"
+#include "tests/testutil.h"
+#include "tidepool/pool.h"
+
+#define TMO 5000
+#define SLAB (16u << 20) /* testutil's slab_size */
+#define CONF                                                                   \
+	"metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"                       \
+	"handshake_timeout = 1s\n"
+
+static void boot_id(uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	ck_assert_int_eq(
+		srv_read_boot_id("/proc/sys/kernel/random/boot_id", out), 0);
+}
+
+/* SHM on c: 0 and *ok, or the ERROR's -errno. */
+static int shm_ask(struct rpc *c, const uint8_t *bid, struct wire_shm_ok *ok)
+{
+	static struct wire_msg req, rep;
+	char err[256];
+	int r;
+
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_SHM;
+	memcpy(req.u.shm.boot_id, bid, WIRE_BOOT_ID_LEN);
+	r = rpc_call(c, &req, &rep, WIRE_SHM_OK, TMO, err, sizeof(err));
+	if (!r)
+		*ok = rep.u.shm_ok;
+	return r;
+}
+
+static int shm_connect(const struct wire_shm_ok *ok)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strlen(ok->socket);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	memcpy(sa.sun_path + 1, ok->socket, n);
+	ck_assert_int_eq(
+		connect(fd, (struct sockaddr *)&sa,
+			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				    n)),
+		0);
+	return fd;
+}
+
+/* One request; returns the reply's err (0, positive errno) or -1 when
+ * memd closed the socket; *fd: the descriptor passed, or -1. */
+static int shm_req(int sock, uint16_t op, uint64_t session,
+		   const uint8_t *nonce, uint32_t slab, uint32_t gen, int *fd)
+{
+	struct wire_shm_req q = {
+		.op = op, .session_id = session, .slab = slab, .generation = gen
+	};
+	struct wire_shm_rep rep;
+	uint8_t b[WIRE_SHM_REQ_LEN], in[64];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct cmsghdr *h;
+	ssize_t n;
+
+	*fd = -1;
+	if (nonce)
+		memcpy(q.nonce, nonce, WIRE_NONCE_LEN);
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
+	if (send(sock, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b))
+		return -1;
+	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(h), sizeof(int));
+	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, &rep), 0);
+	ck_assert_uint_eq(rep.op, op);
+	if (rep.err)
+		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
+	return rep.err;
+}
+
+/* A raw session with one lease and a bound same-host socket. */
+struct raw {
+	struct rpc *c;
+	struct wire_hello_ok h;
+	struct wire_lease l;
+	struct wire_shm_ok ok;
+	int sock;
+};
+
+static void raw_open(struct raw *r, const char *addr)
+{
+	static struct wire_msg req, rep;
+	uint8_t bid[WIRE_BOOT_ID_LEN];
+	char err[256];
+	int fd;
+
+	r->c = tu_raw_hello(addr, &r->h);
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_LEASE;
+	req.u.lease.nslabs = 1;
+	req.u.lease.node = -1;
+	ck_assert_int_eq(rpc_call(r->c, &req, &rep, WIRE_LEASE_OK, TMO, err,
+				  sizeof(err)),
+			 0);
+	r->l = rep.u.lease_ok.lease[0];
+	boot_id(bid);
+	ck_assert_int_eq(shm_ask(r->c, bid, &r->ok), 0);
+	r->sock = shm_connect(&r->ok);
+	ck_assert_int_eq(shm_req(r->sock, WIRE_SHM_BIND, r->h.session_id,
+				 r->ok.nonce, 0, 0, &fd),
+			 0);
+}
+
+static void raw_close(struct raw *r)
+{
+	close(r->sock);
+	rpc_close(r->c);
+}
+
+static int raw_slab_fd(struct raw *r)
+{
+	int fd;
+
+	ck_assert_int_eq(shm_req(r->sock, WIRE_SHM_SLAB, r->h.session_id, NULL,
+				 r->l.slab, r->l.generation, &fd),
+			 0);
+	ck_assert_int_ge(fd, 0);
+	return fd;
+}
+
+static void raw_release(struct raw *r)
+{
+	static struct wire_msg req, rep;
+	char err[256];
+
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_RELEASE;
+	req.u.release.count = 1;
+	req.u.release.ref[0] = (struct wire_lease_ref){
+		.epoch = r->l.epoch,
+		.slab = r->l.slab,
+		.generation = r->l.generation,
+	};
+	ck_assert_int_eq(rpc_call(r->c, &req, &rep, WIRE_RELEASE_OK, TMO, err,
+				  sizeof(err)),
+			 0);
+	ck_assert_uint_eq(rep.u.release_ok.released, 1);
+}
+
+static void wait_metric(const struct tu_memd *m, const char *name, int64_t want)
+{
+	for (int i = 0; i < 500; i++) {
+		if (tu_metric(m, name) >= want)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("%s never reached %lld", name, (long long)want);
+}
+
+static void check_pattern_fd(int fd, uint64_t seed)
+{
+	uint8_t *b = malloc(SLAB);
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(pread(fd, b, SLAB, 0), SLAB);
+	ck_assert_int_eq(tu_pattern_check(b, SLAB, seed, 0), -1);
+	free(b);
+}
+
+static void check_zero_fd(int fd)
+{
+	uint8_t *b = malloc(SLAB);
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(pread(fd, b, SLAB, 0), SLAB);
+	for (size_t i = 0; i < SLAB; i++)
+		if (b[i])
+			ck_abort_msg("byte %zu of a revoked slab is %u", i,
+				     b[i]);
+	free(b);
+}
+
+static void write_pattern_fd(int fd, uint64_t seed)
+{
+	uint8_t *b = malloc(SLAB);
+
+	ck_assert_ptr_nonnull(b);
+	tu_pattern_fill(b, SLAB, seed, 0);
+	ck_assert_int_eq(pwrite(fd, b, SLAB, 0), SLAB);
+	free(b);
+}
+
+/*
+ * A revoked client reads zeros through the descriptor it kept (and
+ * through a read-only mapping of it, which does not stop the write seal)
+ * and cannot write through it; the next tenant of the same slab starts
+ * from zeros, and its bytes never show through the old descriptor.
+ */
+START_TEST(revoked_fd_reads_nothing)
+{
+	struct tu_memd m;
+	struct raw a, b;
+	int fa, fb, ro;
+	char one = 'x', path[64];
+	const uint8_t *map;
+
+	tu_memd_start_ok(&m, CONF);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_enabled"), 1);
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	write_pattern_fd(fa, 11);
+	check_pattern_fd(fa, 11);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
+			 1);
+	/* the memfd is sealed: the client cannot resize the slab */
+	ck_assert_int_eq(ftruncate(fa, 0), -1);
+	ck_assert_int_eq(ftruncate(fa, 2 * (off_t)SLAB), -1);
+
+	/* a read-only mapping, as libpool reads through */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fa);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(ro, 0);
+	map = mmap(NULL, SLAB, PROT_READ, MAP_SHARED, ro, 0);
+	ck_assert_ptr_ne(map, MAP_FAILED);
+	close(ro);
+	ck_assert_int_eq(tu_pattern_check(map, SLAB, 11, 0), -1);
+
+	raw_release(&a);
+	wait_metric(&m, "tidepool_memd_slabs_zeroed_total", 1);
+	check_zero_fd(fa);
+	for (size_t i = 0; i < SLAB; i += 4096)
+		ck_assert_msg(!map[i] && !map[i + 4095],
+			      "a revoked slab's mapping shows bytes at %zu", i);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	/* a revoked lease's descriptor is refused from now on */
+	ck_assert_int_eq(shm_req(a.sock, WIRE_SHM_SLAB, a.h.session_id, NULL,
+				 a.l.slab, a.l.generation, &fb),
+			 ESTALE);
+
+	/* the next tenant of that slab (lowest free first) */
+	raw_open(&b, m.addr);
+	ck_assert_uint_eq(b.l.slab, a.l.slab);
+	ck_assert_uint_ne(b.l.generation, a.l.generation);
+	fb = raw_slab_fd(&b);
+	check_zero_fd(fb);
+	write_pattern_fd(fb, 22);
+	check_pattern_fd(fb, 22);
+	check_zero_fd(fa); /* never b's bytes */
+	for (size_t i = 0; i < SLAB; i += 4096)
+		ck_assert_msg(!map[i], "b's bytes through a's mapping at %zu",
+			      i);
+	munmap((void *)map, SLAB);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_slabs_renewed_total"),
+			 1);
+	close(fa);
+	close(fb);
+	raw_close(&a);
+	raw_close(&b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * Another session cannot get a lease's descriptor: not by naming the
+ * lease on its own socket, not by binding to the session without its
+ * nonce, not by reusing a nonce; nothing before BIND.
+ */
+START_TEST(cross_session_refused)
+{
+	uint8_t bid[WIRE_BOOT_ID_LEN], bad[WIRE_NONCE_LEN];
+	struct wire_shm_ok ok2;
+	struct tu_memd m;
+	struct raw a, b;
+	int fd, s;
+
+	tu_memd_start_ok(&m, CONF);
+	raw_open(&a, m.addr);
+	raw_open(&b, m.addr);
+	ck_assert_uint_ne(a.l.slab, b.l.slab);
+	/* b names a's lease on its own bound socket */
+	ck_assert_int_eq(shm_req(b.sock, WIRE_SHM_SLAB, b.h.session_id, NULL,
+				 a.l.slab, a.l.generation, &fd),
+			 EPERM);
+	/* the session id in a SLAB request is not what decides: the
+	 * socket's binding is (b's socket, a's session id) */
+	ck_assert_int_eq(shm_req(b.sock, WIRE_SHM_SLAB, a.h.session_id, NULL,
+				 a.l.slab, a.l.generation, &fd),
+			 EPERM);
+	/* a stale generation of its own slab */
+	ck_assert_int_eq(shm_req(b.sock, WIRE_SHM_SLAB, b.h.session_id, NULL,
+				 b.l.slab, b.l.generation + 1, &fd),
+			 ESTALE);
+	/* nothing before BIND: the socket is closed */
+	s = shm_connect(&a.ok);
+	ck_assert_int_eq(shm_req(s, WIRE_SHM_SLAB, a.h.session_id, NULL,
+				 a.l.slab, a.l.generation, &fd),
+			 EPROTO);
+	close(s);
+	/* a's nonce was used by a's bind: no second binding with it */
+	s = shm_connect(&a.ok);
+	ck_assert_int_eq(shm_req(s, WIRE_SHM_BIND, a.h.session_id, a.ok.nonce,
+				 0, 0, &fd),
+			 EACCES);
+	close(s);
+	/* a fresh offer to a, and a guess at its nonce */
+	boot_id(bid);
+	ck_assert_int_eq(shm_ask(a.c, bid, &ok2), 0);
+	memcpy(bad, ok2.nonce, sizeof(bad));
+	bad[0] ^= 1;
+	s = shm_connect(&ok2);
+	ck_assert_int_eq(
+		shm_req(s, WIRE_SHM_BIND, a.h.session_id, bad, 0, 0, &fd),
+		EACCES);
+	close(s);
+	/* b's nonce for a's session */
+	s = shm_connect(&ok2);
+	ck_assert_int_eq(shm_req(s, WIRE_SHM_BIND, a.h.session_id, b.ok.nonce,
+				 0, 0, &fd),
+			 EACCES);
+	close(s);
+	/* a malformed packet closes the socket */
+	s = shm_connect(&ok2);
+	ck_assert_int_eq(send(s, "junk", 4, 0), 4);
+	ck_assert_int_le(recv(s, bad, sizeof(bad), 0), 0);
+	close(s);
+	/* a connection that never binds is closed after handshake_timeout
+	 * (CONF: 1 s): it would hold a slot for nothing */
+	s = shm_connect(&ok2);
+	ck_assert_int_le(recv(s, bad, sizeof(bad), 0), 0);
+	close(s);
+	/* none of it passed a descriptor */
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
+			 0);
+	ck_assert_int_ge(tu_metric(&m, "tidepool_memd_shm_refused_total"), 8);
+	/* and a's own request still works */
+	fd = raw_slab_fd(&a);
+	close(fd);
+	raw_close(&a);
+	raw_close(&b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* libpool over shm (reads with pread, and with LIBPOOL_SHM=map through
+ * a read-only mapping): data written and read back, poolctl leases says
+ * shm, memd passed the descriptors. */
+START_TEST(libpool_over_shm)
+{
+	char path[256];
+	struct pool_region *r, *small;
+	struct tu_memd m;
+	struct pool *p;
+
+	if (_i)
+		setenv("LIBPOOL_SHM", "map", 1);
+	tu_memd_start_ok(&m, CONF);
+	/* fabric on demand (the preload shim's mode): the same-host path
+	 * never asks for it */
+	pool_set_fabric_background(true);
+	p = tu_pool_connect(&m);
+	pool_set_fabric_background(false);
+	unsetenv("LIBPOOL_SHM");
+	/* two whole slabs and a packed region */
+	ck_assert_int_eq(pool_alloc(p, 2 * (size_t)SLAB, &r), 0);
+	ck_assert_int_eq(pool_alloc(p, 10000, &small), 0);
+	tu_pool_write_read_check(p, r, 0, 2 * (size_t)SLAB, 31);
+	tu_pool_write_read_check(p, r, SLAB - 5000, 10000, 32);
+	tu_pool_write_read_check(p, small, 0, 10000, 33);
+	ck_assert(pool_fabric_is_pending(p));
+	/* map: the slabs' files are mapped here; otherwise never */
+	ck_assert(tu_file_has("/proc/self/maps", "memfd:tidepool-slab") ==
+		  (_i == 1));
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
+			 3);
+	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
+	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
+			       getenv("TP_POOLCTL"), m.addr, path),
+			 0);
+	ck_assert(tu_file_has(path, " shm"));
+	ck_assert(!tu_file_has(path, "fabric"));
+	ck_assert_int_eq(pool_free(p, r), 0);
+	ck_assert_int_eq(pool_free(p, small), 0);
+	wait_metric(&m, "tidepool_memd_shm_slabs_renewed_total", 3);
+	pool_close(p);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* Not the same host, or shm off on either side: the fabric. */
+START_TEST(other_host_stays_on_fabric)
+{
+	uint8_t bid[WIRE_BOOT_ID_LEN];
+	struct wire_hello_ok h;
+	struct wire_shm_ok ok;
+	struct pool_region *r;
+	struct tu_memd m, off;
+	struct pool *p;
+	struct rpc *c;
+	char path[256];
+
+	tu_memd_start_ok(&m, CONF);
+	/* another kernel's boot id: refused, EXDEV */
+	c = tu_raw_hello(m.addr, &h);
+	boot_id(bid);
+	bid[3] ^= 0x40;
+	ck_assert_int_eq(shm_ask(c, bid, &ok), -EXDEV);
+	rpc_close(c);
+	/* the client turns it off */
+	setenv("LIBPOOL_SHM", "off", 1);
+	p = tu_pool_connect(&m);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 41);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
+			 0);
+	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
+	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
+			       getenv("TP_POOLCTL"), m.addr, path),
+			 0);
+	ck_assert(tu_file_has(path, "fabric"));
+	pool_close(p);
+	/* a value that is neither */
+	setenv("LIBPOOL_SHM", "yes", 1);
+	{
+		struct pool_opts o = { .addr = m.addr };
+
+		ck_assert_int_eq(pool_connect(&o, &p), -EINVAL);
+	}
+	unsetenv("LIBPOOL_SHM");
+	tu_memd_stop_ok(&m);
+
+	/* memd turns it off: SHM refused, libpool on the fabric */
+	tu_memd_start_ok(&off, CONF "shm = off\n");
+	ck_assert_int_eq(tu_metric(&off, "tidepool_memd_shm_enabled"), 0);
+	c = tu_raw_hello(off.addr, &h);
+	boot_id(bid);
+	ck_assert_int_eq(shm_ask(c, bid, &ok), -EOPNOTSUPP);
+	rpc_close(c);
+	p = tu_pool_connect(&off);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 42);
+	ck_assert_int_eq(tu_metric(&off, "tidepool_memd_shm_fds_passed_total"),
+			 0);
+	pool_close(p);
+	tu_memd_stop_ok(&off);
+}
+END_TEST
+
+/*
+ * memd restarts under a session on shm: the old session's reads end
+ * with an error (its heartbeat finds memd gone) and never return
+ * anything but its own bytes before that; a session on the new memd
+ * starts from zeros.
+ */
+START_TEST(memd_restart)
+{
+	uint8_t *b = malloc(SLAB);
+	struct pool_region *r, *r2;
+	struct tu_memd m, m2;
+	struct pool *p, *p2;
+	int ret = 0;
+
+	ck_assert_ptr_nonnull(b);
+	tu_memd_start_ok(&m, CONF "lease_ttl = 600ms\nlease_grace = 100ms\n");
+	p = tu_pool_connect(&m);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 51);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
+			 1);
+	ck_assert_int_eq(tu_memd_stop(&m, SIGKILL), SIGKILL);
+	tu_memd_start_ok(&m2, CONF);
+	for (int i = 0; i < 300; i++) {
+		ret = pool_read(p, r, 0, b, SLAB);
+		if (ret)
+			break;
+		ck_assert_int_eq(tu_pattern_check(b, SLAB, 51, 0), -1);
+		usleep(10000);
+	}
+	ck_assert_int_eq(ret, -ENOTCONN);
+	p2 = tu_pool_connect(&m2);
+	ck_assert_int_eq(pool_alloc(p2, SLAB, &r2), 0);
+	ck_assert_int_eq(pool_read(p2, r2, 0, b, SLAB), 0);
+	for (size_t i = 0; i < SLAB; i++)
+		if (b[i])
+			ck_abort_msg("byte %zu of a fresh slab is %u", i, b[i]);
+	pool_close(p2);
+	pool_close(p);
+	tu_memd_stop_ok(&m2);
+	free(b);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("shm");
+	TCase *tc = tcase_create("shm");
+	SRunner *sr;
+	int failed;
+
+	if (!tu_memd_path()) {
+		printf("SKIP: TP_MEMD not set\n");
+		return 77;
+	}
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, revoked_fd_reads_nothing);
+	tcase_add_test(tc, cross_session_refused);
+	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
+	tcase_add_test(tc, other_host_stays_on_fabric);
+	tcase_add_test(tc, memd_restart);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
