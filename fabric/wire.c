@@ -28,7 +28,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Every length field is a u16 on the wire. */
 _Static_assert(WIRE_NAME_MAX <= UINT16_MAX && WIRE_PROV_MAX <= UINT16_MAX &&
@@ -697,6 +699,21 @@ int wire_boot_id_parse(const char *text, size_t len,
 	if (i < len && i + 1 != len) /* only a final newline may follow */
 		return -EINVAL;
 	return n == 2 * WIRE_BOOT_ID_LEN ? 0 : -EINVAL;
+}
+
+int wire_boot_id_read(const char *path, uint8_t out[WIRE_BOOT_ID_LEN])
+{
+	char text[64];
+	ssize_t got;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	got = read(fd, text, sizeof(text));
+	close(fd);
+	if (got <= 0)
+		return -EIO;
+	return wire_boot_id_parse(text, (size_t)got, out);
 }
 
 #define SHM_MAGIC 0x48535054u /* "TPSH" */

@@ -565,6 +565,14 @@ struct wire_shm_rep {
  */
 int wire_boot_id_parse(const char *text, size_t len,
 		       uint8_t out[WIRE_BOOT_ID_LEN]);
+#define WIRE_BOOT_ID_PATH "/proc/sys/kernel/random/boot_id"
+/*
+ * Reads and parses the boot id in the file at path (WIRE_BOOT_ID_PATH:
+ * this host's), for memd and libpool alike. 0, -errno of open, -EIO
+ * (empty or unreadable), or -EINVAL (not a boot id). The one function
+ * of the codec that touches a file.
+ */
+int wire_boot_id_read(const char *path, uint8_t out[WIRE_BOOT_ID_LEN]);
 
 /* Encodes into out; returns WIRE_SHM_REQ_LEN, or -EINVAL (unknown op). */
 ssize_t wire_shm_req_encode(const struct wire_shm_req *q,

@@ -585,22 +585,6 @@ static struct plink *link_new(struct pool *p, const char *addr)
 	return lk;
 }
 
-/* This host's kernel boot id, as 16 bytes. */
-static int read_boot_id(uint8_t out[WIRE_BOOT_ID_LEN])
-{
-	char text[64];
-	ssize_t got;
-	int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	got = read(fd, text, sizeof(text));
-	close(fd);
-	if (got <= 0)
-		return -EIO;
-	return wire_boot_id_parse(text, (size_t)got, out);
-}
-
 /* One request on the same-host socket and its reply (and descriptor). */
 static int shm_call(struct plink *lk, const struct wire_shm_req *q,
 		    struct wire_shm_rep *rep, int *fd)
@@ -672,7 +656,7 @@ static void link_shm_open(struct plink *lk)
 		goto out;
 	}
 	req->type = WIRE_SHM;
-	r = read_boot_id(req->u.shm.boot_id);
+	r = wire_boot_id_read(WIRE_BOOT_ID_PATH, req->u.shm.boot_id);
 	if (r) {
 		snprintf(text, sizeof(text), "no boot id");
 		goto out;

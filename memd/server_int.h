@@ -389,6 +389,5 @@ void srv_do_shm(struct memd_server *s, struct conn *c,
 		const struct wire_msg *req, struct wire_msg *rep);
 int srv_shm_zero(struct memd_server *s, uint32_t slab);
 bool srv_shm_is_given(struct memd_server *s, uint32_t slab);
-int srv_read_boot_id(const char *path, uint8_t out[WIRE_BOOT_ID_LEN]);
 
 #endif

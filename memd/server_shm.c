@@ -38,21 +38,6 @@
 
 #define SHM_BACKLOG 64
 
-int srv_read_boot_id(const char *path, uint8_t out[WIRE_BOOT_ID_LEN])
-{
-	char text[64];
-	ssize_t got;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -errno;
-	got = read(fd, text, sizeof(text));
-	close(fd);
-	if (got <= 0)
-		return -EIO;
-	return wire_boot_id_parse(text, (size_t)got, out);
-}
-
 static struct memd_arena *slab_arena(struct memd_server *s, uint32_t slab,
 				     uint32_t *index)
 {
@@ -79,7 +64,7 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 			return 0;
 		}
 	}
-	r = srv_read_boot_id("/proc/sys/kernel/random/boot_id", s->boot_id);
+	r = wire_boot_id_read(WIRE_BOOT_ID_PATH, s->boot_id);
 	if (r) {
 		memd_log(LOG_NOTICE,
 			 "shm: off why=cannot read this host's boot id "

@@ -40,8 +40,7 @@
 
 static void boot_id(uint8_t out[WIRE_BOOT_ID_LEN])
 {
-	ck_assert_int_eq(
-		srv_read_boot_id("/proc/sys/kernel/random/boot_id", out), 0);
+	ck_assert_int_eq(wire_boot_id_read(WIRE_BOOT_ID_PATH, out), 0);
 }
 
 /* SHM on c: 0 and *ok, or the ERROR's -errno. */

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const uint8_t all_types[] = {
 	WIRE_HELLO,
@@ -1334,6 +1335,40 @@ START_TEST(boot_id_parse)
 					    38, out),
 			 -EINVAL);
 	ck_assert_int_eq(wire_boot_id_parse("", 0, out), -EINVAL);
+}
+END_TEST
+
+/* wire_boot_id_read: this host's file, and each way a file can be bad. */
+START_TEST(boot_id_read)
+{
+	char dir[] = "/tmp/tp-wire-XXXXXX", path[64];
+	uint8_t out[WIRE_BOOT_ID_LEN], again[WIRE_BOOT_ID_LEN];
+	FILE *f;
+
+	ck_assert_int_eq(wire_boot_id_read(WIRE_BOOT_ID_PATH, out), 0);
+	ck_assert_int_eq(wire_boot_id_read(WIRE_BOOT_ID_PATH, again), 0);
+	ck_assert_mem_eq(out, again, WIRE_BOOT_ID_LEN);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/id", dir);
+	ck_assert_int_eq(wire_boot_id_read(path, out), -ENOENT);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	ck_assert_int_eq(wire_boot_id_read(path, out), -EIO); /* empty */
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("not-a-boot-id\n", f);
+	fclose(f);
+	ck_assert_int_eq(wire_boot_id_read(path, out), -EINVAL);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("0123ABCD-4567-89ef-abcd-0123456789ab\n", f);
+	fclose(f);
+	ck_assert_int_eq(wire_boot_id_read(path, out), 0);
+	ck_assert_uint_eq(out[0], 0x01);
+	ck_assert_uint_eq(out[15], 0xab);
+	unlink(path);
+	rmdir(dir);
 }
 END_TEST
 
@@ -3276,6 +3311,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, shm_packets);
 	tcase_add_test(tc, shm_ok_name);
 	tcase_add_test(tc, boot_id_parse);
+	tcase_add_test(tc, boot_id_read);
 	tcase_add_test(tc, type_names);
 	tcase_add_test(tc, pool_names);
 	tcase_add_test(tc, payloadless_types);
