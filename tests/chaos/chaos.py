@@ -414,6 +414,17 @@ def donor_metrics(cl, host):
     return m
 
 
+def log_tail(path, n):
+    """The last n lines of a log file (none if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 4096))
+            return f.read().decode("utf-8", "replace").splitlines()[-n:]
+    except OSError:
+        return []
+
+
 def reap_clients(cl, rec, busy):
     """Records and restarts clients that died of something other than a
     fault (a signal: SIGBUS outside an access the client guards, SIGSEGV,
@@ -434,6 +445,10 @@ def reap_clients(cl, rec, busy):
                        "exit": rc if rc >= 0 else None})
             log("client %s died: %s" % (name, "signal %d" % -rc if rc < 0
                                         else "exit %d" % rc))
+            # What it said last (a libpool error line, a backtrace): the
+            # run's directory is gone after a CI run, this line is not.
+            for line in log_tail(p.logpath, 8):
+                log("  %s| %s" % (name, line))
             p.start()
         finally:
             with lock:
