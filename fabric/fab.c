@@ -64,6 +64,14 @@
  *    touches the op again.
  *  - Lock order: prog_mu is never held while taking mu, and neither is held
  *    while calling into the provider or running done.
+ *  - Opening and closing fabrics, domains, endpoints, CQs and AVs is
+ *    serialised process-wide (fab_ctl_mu), although each link has its own
+ *    fabric and domain: libfabric 1.17's tcp;ofi_rxm crashed (SIGSEGV
+ *    inside fi_close of the rxm endpoint) when two threads closed the
+ *    endpoints of two different domains at once -- a client whose
+ *    heartbeat thread failed one donor's link while its I/O thread timed
+ *    out on another's (tests/chaos, a core of it). These are control-path
+ *    calls, a few per link's life; transfers do not take the lock.
  */
 #include "fabric/fab.h"
 
@@ -82,6 +90,9 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+
+/* See "Opening and closing" in the invariants above. */
+static pthread_mutex_t fab_ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* The API we are written against; newer libraries keep its semantics. */
 #define FAB_FI_VERSION FI_VERSION(1, 17)
@@ -368,12 +379,17 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 				   flags, hints, &d->info));
 	if (ret)
 		goto free_hints;
+	pthread_mutex_lock(&fab_ctl_mu);
 	ret = fab_errno(fi_fabric(d->info->fabric_attr, &d->fabric, NULL));
+	if (!ret) {
+		ret = fab_errno(
+			fi_domain(d->fabric, d->info, &d->domain, NULL));
+		if (ret)
+			fi_close(&d->fabric->fid);
+	}
+	pthread_mutex_unlock(&fab_ctl_mu);
 	if (ret)
 		goto free_info;
-	ret = fab_errno(fi_domain(d->fabric, d->info, &d->domain, NULL));
-	if (ret)
-		goto close_fabric;
 
 	d->mr_mode = mr_mode_from_fi(d->info->domain_attr->mr_mode);
 	if (!(d->mr_mode & FAB_MR_PROV_KEY) && fake_prov_key_enabled()) {
@@ -397,8 +413,6 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 	*out = d;
 	return 0;
 
-close_fabric:
-	fi_close(&d->fabric->fid);
 free_info:
 	fi_freeinfo(d->info);
 free_hints:
@@ -413,8 +427,10 @@ void fab_domain_close(struct fab_domain *d)
 {
 	if (!d)
 		return;
+	pthread_mutex_lock(&fab_ctl_mu);
 	fi_close(&d->domain->fid);
 	fi_close(&d->fabric->fid);
+	pthread_mutex_unlock(&fab_ctl_mu);
 	fi_freeinfo(d->info);
 	free(d);
 }
@@ -676,9 +692,10 @@ int fab_ep_open(struct fab_domain *d, unsigned max_inflight,
 	if (ret)
 		goto destroy_prog_mu;
 
+	pthread_mutex_lock(&fab_ctl_mu);
 	ret = ep_av_open(ep);
 	if (ret)
-		goto destroy_cv;
+		goto unlock;
 	ret = ep_cq_open(ep);
 	if (ret)
 		goto close_av;
@@ -695,6 +712,7 @@ int fab_ep_open(struct fab_domain *d, unsigned max_inflight,
 	ret = fab_errno(fi_enable(ep->ep));
 	if (ret)
 		goto close_ep;
+	pthread_mutex_unlock(&fab_ctl_mu);
 	*out = ep;
 	return 0;
 
@@ -704,7 +722,8 @@ close_cq:
 	fi_close(&ep->cq->fid);
 close_av:
 	fi_close(&ep->av->fid);
-destroy_cv:
+unlock:
+	pthread_mutex_unlock(&fab_ctl_mu);
 	pthread_cond_destroy(&ep->prog_cv);
 destroy_prog_mu:
 	pthread_mutex_destroy(&ep->prog_mu);
@@ -784,7 +803,9 @@ void fab_ep_close(struct fab_ep *ep)
 
 	if (!ep)
 		return;
+	pthread_mutex_lock(&fab_ctl_mu);
 	fi_close(&ep->ep->fid);
+	pthread_mutex_unlock(&fab_ctl_mu);
 
 	pthread_mutex_lock(&ep->mu);
 	op = ep->live;
@@ -798,8 +819,10 @@ void fab_ep_close(struct fab_ep *ep)
 		op_finish(op, -ECANCELED);
 	}
 
+	pthread_mutex_lock(&fab_ctl_mu);
 	fi_close(&ep->cq->fid);
 	fi_close(&ep->av->fid);
+	pthread_mutex_unlock(&fab_ctl_mu);
 	pthread_cond_destroy(&ep->prog_cv);
 	pthread_mutex_destroy(&ep->prog_mu);
 	pthread_mutex_destroy(&ep->mu);
