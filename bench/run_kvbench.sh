@@ -18,6 +18,11 @@
 # Knobs (environment): REPS=3 CAP=2560M SLAB=64M LAYERS=1 PROMPTS=60
 #   SESSIONS=16 TURNS=4 HBM=5 TPS=10000 WORKLOADS="shared oneshot multiturn"
 #   ONESHOT_PROMPTS=10 OUT_DIR=<BUILD>/kvbench-results/<time>
+#   FABRIC=1: also the tier "tidepool_fabric", the same memd with the
+#   client's same-host path off (LIBPOOL_SHM=off: KV over RMA, as before
+#   issue 19's KV files), for a before/after in one run; 0: not run
+#   SHM_DIR=<dir>: memd's slabs in that tmpfs directory (memd.conf(5)
+#   shm_dir; gets then read 2 MiB pages, puts go over the fabric)
 # Everything listens on 127.0.0.1; servers started here are killed on exit.
 set -euo pipefail
 
@@ -57,7 +62,7 @@ print(f"{'workload':<10} {'tier':<9} {'runs':>4} {'hit':>6} {'local':>6} "
       f"{'GB put':>7} {'exists ms':>9} {'TTFT s':>7} {'recompute s':>11} "
       f"{'TTFT/recomp':>11}")
 for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "redis", "none"):
+    for t in ("tidepool", "tidepool_fabric", "redis", "none"):
         if (w, t) not in rows:
             continue
         ttft, rec = med(w, t, "ttft_s"), med(w, t, "ttft_recompute_s")
@@ -76,6 +81,12 @@ for t in ("tidepool", "redis"):
               f"value={med('oneshot', t, 'crit_overhead_pct'):.3f} "
               f"range={lo:.3f}..{hi:.3f} (exists + starting the put, "
               f"against prefill)")
+for w in ("shared", "oneshot", "multiturn"):
+    for t in ("tidepool", "tidepool_fabric"):
+        if (w, t) in rows and (w, "redis") in rows:
+            print(f"median get_MBps_vs_redis workload={w} tier={t} "
+                  f"value={med(w, t, 'get_MBps') / med(w, 'redis', 'get_MBps'):.2f} "
+                  f"target=1.5")
 for w in ("shared", "multiturn"):
     for t in ("tidepool", "redis"):
         if (w, t) in rows and (w, "none") in rows:
@@ -102,6 +113,8 @@ TURNS=${TURNS:-4}
 HBM=${HBM:-5}
 TPS=${TPS:-10000}
 WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
+FABRIC=${FABRIC:-1}
+SHM_DIR=${SHM_DIR:-}
 OUT_DIR=${OUT_DIR:-$BUILD/kvbench-results/$(date +%Y%m%d-%H%M%S)}
 
 MEMD=$BUILD/memd/memd
@@ -137,7 +150,8 @@ start_memd() {
 	rm -f "$TMP/memd.ready"
 	"$MEMD" --listen 127.0.0.1:0 --donate "$CAP" --slab-size "$SLAB" \
 		--log-level warning --ready-file "$TMP/memd.ready" \
-		--set kv_share=100 >>"$OUT_DIR/memd.log" 2>&1 &
+		--set kv_share=100 ${SHM_DIR:+--set "shm_dir=$SHM_DIR"} \
+		>>"$OUT_DIR/memd.log" 2>&1 &
 	MEMD_PID=$!
 	for _ in $(seq 600); do
 		[ -s "$TMP/memd.ready" ] && break
@@ -162,6 +176,7 @@ print(int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s))")
 	echo "# run_kvbench $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	echo "# host cpus=$(nproc) kernel=$(uname -r) redis=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 	echo "# loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
+	echo "# fabric=$FABRIC shm_dir=${SHM_DIR:-none} shmem_enabled=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)"
 	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS oneshot_prompts=$ONESHOT_PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM tps=$TPS"
 } >>"$RAW"
 
@@ -177,6 +192,14 @@ for rep in $(seq "$REPS"); do
 		start_memd
 		"$KVBENCH" --tier tidepool --addr "$ADDR" "${args[@]}" | tee -a "$RAW"
 		stop_memd
+		if [ "$FABRIC" = 1 ]; then
+			log "rep $rep/$REPS $w: tidepool over the fabric (LIBPOOL_SHM=off)"
+			start_memd
+			LIBPOOL_SHM=off "$KVBENCH" --tier tidepool --addr "$ADDR" \
+				"${args[@]}" | sed 's/ tier=tidepool / tier=tidepool_fabric /' |
+				tee -a "$RAW"
+			stop_memd
+		fi
 
 		log "rep $rep/$REPS $w: redis"
 		redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \

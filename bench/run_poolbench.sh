@@ -23,6 +23,9 @@
 #   REPS=3 POINT_SECONDS=1 WARMUP=0.1 SIZES=4K,64K,1M,4M DEPTHS=1,4,16
 #   SHM=1 (0: no poolbench_shm run) SHM_MODE=auto (LIBPOOL_SHM of the
 #   poolbench_shm run: auto = pread/pwrite, map = reads through mappings)
+#   SHM_DIR=<dir on a tmpfs mounted huge=always>: a second memd with
+#   memd.conf(5) shm_dir there, and poolbench_shmdir against it (the
+#   same-host path on 2 MiB pages; writes go over the fabric)
 #   PROC_SIZES=4K,1M (read sizes of the rawfab --target-process baseline)
 #   REDIS_SECONDS=2 IPERF_SECONDS=5 OUT_DIR=<BUILD>/poolbench-results/<time>
 #   POOLBENCH_ARGS / RAWFAB_ARGS: extra arguments for those two
@@ -44,6 +47,7 @@ OUT_DIR=${OUT_DIR:-$BUILD/poolbench-results/$(date +%Y%m%d-%H%M%S)}
 POOLBENCH_ARGS=${POOLBENCH_ARGS:-}
 SHM=${SHM:-1}
 SHM_MODE=${SHM_MODE:-auto}
+SHM_DIR=${SHM_DIR:-}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
 BENCH_NAME=run_poolbench
@@ -141,6 +145,25 @@ if any(k[0] == "poolbench_shm" for k in rows):
                       f"{fmt(med('memcpy', op, s, 1, 'MBps')):>8}   {op}")
     print()
 
+if any(k[0] == "poolbench_shmdir" for k in rows):
+    print("SAME-HOST, slabs in shm_dir (tmpfs files) vs memfds, medians")
+    print(f"{'':>11} | {'poolbench_shmdir':<35} | {'poolbench_shm (memfd)':<26} | memcpy")
+    print(f"{'size':>5} {'depth':>5} | {'ops/s':>9} {'MB/s':>7} "
+          f"{'p50':>7} {'p99':>8} | {'ops/s':>9} {'MB/s':>7} {'p50':>8} | {'MB/s':>8}")
+    for op in ("read", "write"):
+        for s in sizes:
+            for d in depths:
+                print(f"{hsize(s):>5} {d:>5} | "
+                      f"{fmt(med('poolbench_shmdir', op, s, d)):>9} "
+                      f"{fmt(med('poolbench_shmdir', op, s, d, 'MBps')):>7} "
+                      f"{fmt(med('poolbench_shmdir', op, s, d, 'p50_us'), 1):>7} "
+                      f"{fmt(med('poolbench_shmdir', op, s, d, 'p99_us'), 1):>8} | "
+                      f"{fmt(med('poolbench_shm', op, s, d)):>9} "
+                      f"{fmt(med('poolbench_shm', op, s, d, 'MBps')):>7} "
+                      f"{fmt(med('poolbench_shm', op, s, d, 'p50_us'), 1):>8} | "
+                      f"{fmt(med('memcpy', op, s, 1, 'MBps')):>8}   {op}")
+    print()
+
 print("BASELINES: medians")
 for s in sizes:
     print(f"  memcpy {hsize(s):>4}: read {fmt(med('memcpy', 'read', s, 1, 'MBps'))} MB/s, "
@@ -208,6 +231,18 @@ for d in depths:
           med("poolbench_shm", "read", K4, d, "p50_us"),
           med("poolbench", "read", K4, d, "p50_us"),
           higher_is_better=False)
+if any(k[0] == "poolbench_shmdir" for k in rows):
+    for d in depths:
+        ratio(f"read1m_shmdir_MBps_vs_memcpy_d{d}",
+              med("poolbench_shmdir", "read", M1, d, "MBps"),
+              med("memcpy", "read", M1, 1, "MBps"), ">=0.3")
+        ratio(f"read1m_shmdir_MBps_vs_shm_d{d}",
+              med("poolbench_shmdir", "read", M1, d, "MBps"),
+              med("poolbench_shm", "read", M1, d, "MBps"))
+        ratio(f"read4k_p50_shmdir_vs_shm_d{d}",
+              med("poolbench_shmdir", "read", K4, d, "p50_us"),
+              med("poolbench_shm", "read", K4, d, "p50_us"),
+              higher_is_better=False)
 ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MBps"),
       med("rawfab", "read", M1, dmax, "MBps"))
 EOF
@@ -228,7 +263,7 @@ START_TIME=$(date +%s)
 	# shellcheck source=/dev/null
 	echo "# host cpus=$(nproc) kernel=$(uname -r) os=$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME" | tr ' ' _)"
 	echo "# libfabric=$(fi_info --version 2>/dev/null | sed -n 's/^libfabric: //p' || echo unknown) loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
-	echo "# shm=$SHM shm_mode=$SHM_MODE reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
+	echo "# shm=$SHM shm_mode=$SHM_MODE shm_dir=${SHM_DIR:-none} reps=$REPS point_seconds=$POINT_SECONDS warmup=$WARMUP sizes=$SIZES depths=$DEPTHS proc_sizes=$PROC_SIZES redis_seconds=$REDIS_SECONDS iperf_seconds=$IPERF_SECONDS"
 	env | grep -E '^(FI_|LIBPOOL_)' | sed 's/^/# env /' || true
 } >>"$RAW"
 
@@ -236,6 +271,21 @@ START_TIME=$(date +%s)
 log "starting memd on 127.0.0.1 (1G donated, 64M slabs)"
 bench_start_memd "$OUT_DIR/memd.log" --donate 1G --slab-size 64M
 log "memd ready at $MEMD_ADDR"
+if [ -n "$SHM_DIR" ]; then
+	[ "$SHM" = 1 ] || die "SHM_DIR needs SHM=1"
+	{
+		echo "# shm_dir_mount $(findmnt -no FSTYPE,OPTIONS --target "$SHM_DIR" || echo unknown)"
+		echo "# shmem_enabled $(cat /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null || echo unknown)"
+	} >>"$RAW"
+	MEMD1_ADDR=$MEMD_ADDR
+	rm -f "$TMP/memd.ready"
+	log "starting a second memd with shm_dir=$SHM_DIR (1G donated, 64M slabs)"
+	bench_start_memd "$OUT_DIR/memd-shmdir.log" --donate 1G --slab-size 64M \
+		--set "shm_dir=$SHM_DIR"
+	MEMD_SHMDIR_ADDR=$MEMD_ADDR
+	MEMD_ADDR=$MEMD1_ADDR
+	log "memd (shm_dir) ready at $MEMD_SHMDIR_ADDR"
+fi
 
 # ---- redis --------------------------------------------------------------
 bench_start_redis redis-server redis-benchmark
@@ -377,6 +427,16 @@ for rep in $(seq "$REPS"); do
 			$POOLBENCH_ARGS >"$TMP/out" ||
 			die "poolbench (shm) failed (memd log: $OUT_DIR/memd.log)"
 		sed 's/^poolbench /poolbench_shm /' "$TMP/out" | tag "$rep" >>"$RAW"
+	fi
+	if [ -n "$SHM_DIR" ]; then
+		log "rep $rep/$REPS: poolbench over shm, slabs in shm_dir"
+		# shellcheck disable=SC2086
+		LIBPOOL_SHM=$SHM_MODE run_cmd "$POOLBENCH" run \
+			--addr "$MEMD_SHMDIR_ADDR" --sizes "$SIZES" \
+			--depths "$DEPTHS" --seconds "$POINT_SECONDS" \
+			--warmup "$WARMUP" $POOLBENCH_ARGS >"$TMP/out" ||
+			die "poolbench (shm_dir) failed (memd log: $OUT_DIR/memd-shmdir.log)"
+		sed 's/^poolbench /poolbench_shmdir /' "$TMP/out" | tag "$rep" >>"$RAW"
 	fi
 	log "rep $rep/$REPS: rawfab"
 	# shellcheck disable=SC2086

@@ -718,17 +718,31 @@ int wire_boot_id_read(const char *path, uint8_t out[WIRE_BOOT_ID_LEN])
 
 #define SHM_MAGIC 0x48535054u /* "TPSH" */
 
+static bool shm_op_ok(uint16_t op)
+{
+	return op == WIRE_SHM_BIND || op == WIRE_SHM_SLAB || op == WIRE_SHM_KV;
+}
+
 ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
 			    uint8_t out[WIRE_SHM_REQ_LEN])
 {
 	struct wire_wr w = { .p = out };
+	static const uint8_t zero[WIRE_NONCE_LEN];
 
-	if (q->op != WIRE_SHM_BIND && q->op != WIRE_SHM_SLAB)
+	if (!shm_op_ok(q->op))
 		return -EINVAL;
 	put_u32(&w, SHM_MAGIC);
 	put_u16(&w, q->op);
 	put_u16(&w, 0);
 	put_u64(&w, q->session_id);
+	if (q->op == WIRE_SHM_KV) {
+		/* endpoint, 0, rkey, 24 zero bytes */
+		put_u32(&w, q->endpoint);
+		put_u32(&w, 0);
+		put_u64(&w, q->rkey);
+		put_raw(&w, zero, WIRE_NONCE_LEN - 8);
+		return (ssize_t)w.off;
+	}
 	put_u32(&w, q->slab);
 	put_u32(&w, q->generation);
 	put_raw(&w, q->nonce, WIRE_NONCE_LEN);
@@ -738,8 +752,9 @@ ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
 int wire_shm_req_decode(const void *buf, size_t len, struct wire_shm_req *q)
 {
 	struct wire_rd r = { .p = buf, .len = len };
-	uint32_t magic;
+	uint32_t magic, ep, pad2 = 0;
 	uint16_t pad;
+	bool nz = false;
 
 	memset(q, 0, sizeof(*q));
 	if (len != WIRE_SHM_REQ_LEN)
@@ -748,22 +763,39 @@ int wire_shm_req_decode(const void *buf, size_t len, struct wire_shm_req *q)
 	q->op = get_u16(&r);
 	pad = get_u16(&r);
 	q->session_id = get_u64(&r);
-	q->slab = get_u32(&r);
-	q->generation = get_u32(&r);
-	get_raw(&r, q->nonce, WIRE_NONCE_LEN);
-	if (r.bad || magic != SHM_MAGIC || pad ||
-	    (q->op != WIRE_SHM_BIND && q->op != WIRE_SHM_SLAB))
+	if (q->op == WIRE_SHM_KV) {
+		ep = get_u32(&r);
+		pad2 = get_u32(&r);
+		q->rkey = get_u64(&r);
+		get_raw(&r, q->nonce, WIRE_NONCE_LEN - 8);
+		for (size_t i = 0; i < WIRE_NONCE_LEN - 8; i++)
+			nz |= q->nonce[i] != 0;
+		memset(q->nonce, 0, sizeof(q->nonce));
+		if (ep >= WIRE_MAX_ENDPOINTS)
+			return -EBADMSG;
+		q->endpoint = (uint16_t)ep;
+	} else {
+		q->slab = get_u32(&r);
+		q->generation = get_u32(&r);
+		get_raw(&r, q->nonce, WIRE_NONCE_LEN);
+	}
+	if (r.bad || magic != SHM_MAGIC || pad || pad2 || nz ||
+	    !shm_op_ok(q->op))
 		return -EBADMSG;
 	return 0;
 }
 
+static size_t shm_rep_len(uint16_t op)
+{
+	return op == WIRE_SHM_KV ? WIRE_SHM_REP_KV_LEN : WIRE_SHM_REP_LEN;
+}
+
 ssize_t wire_shm_rep_encode(const struct wire_shm_rep *p,
-			    uint8_t out[WIRE_SHM_REP_LEN])
+			    uint8_t out[WIRE_SHM_REP_MAX])
 {
 	struct wire_wr w = { .p = out };
 
-	if ((p->op != WIRE_SHM_BIND && p->op != WIRE_SHM_SLAB) || p->err < 0 ||
-	    p->err > WIRE_ERR_MAX)
+	if (!shm_op_ok(p->op) || p->err < 0 || p->err > WIRE_ERR_MAX)
 		return -EINVAL;
 	put_u32(&w, SHM_MAGIC);
 	put_u16(&w, p->op);
@@ -771,6 +803,8 @@ ssize_t wire_shm_rep_encode(const struct wire_shm_rep *p,
 	put_u32(&w, (uint32_t)p->err);
 	put_u32(&w, p->slab);
 	put_u32(&w, p->generation);
+	if (p->op == WIRE_SHM_KV)
+		put_u64(&w, p->base);
 	return (ssize_t)w.off;
 }
 
@@ -781,16 +815,19 @@ int wire_shm_rep_decode(const void *buf, size_t len, struct wire_shm_rep *p)
 	uint16_t pad;
 
 	memset(p, 0, sizeof(*p));
-	if (len != WIRE_SHM_REP_LEN)
+	if (len < WIRE_SHM_REP_LEN)
 		return -EBADMSG;
 	magic = get_u32(&r);
 	p->op = get_u16(&r);
+	if (!shm_op_ok(p->op) || len != shm_rep_len(p->op))
+		return -EBADMSG;
 	pad = get_u16(&r);
 	p->err = (int32_t)get_u32(&r);
 	p->slab = get_u32(&r);
 	p->generation = get_u32(&r);
-	if (r.bad || magic != SHM_MAGIC || pad ||
-	    (p->op != WIRE_SHM_BIND && p->op != WIRE_SHM_SLAB) || p->err < 0 ||
+	if (p->op == WIRE_SHM_KV)
+		p->base = get_u64(&r);
+	if (r.bad || magic != SHM_MAGIC || pad || p->err < 0 ||
 	    p->err > WIRE_ERR_MAX)
 		return -EBADMSG;
 	return 0;

@@ -544,19 +544,28 @@ struct wire_shm_ok {
 enum wire_shm_op {
 	WIRE_SHM_BIND = 1,
 	WIRE_SHM_SLAB = 2,
+	/* the file of the KV slab behind a KV location (endpoint, rkey)
+	 * of the bound session's tenant; the reply adds the location
+	 * base (file offset = raddr - base) */
+	WIRE_SHM_KV = 3,
 };
 #define WIRE_SHM_REQ_LEN 56
-#define WIRE_SHM_REP_LEN 20
+#define WIRE_SHM_REP_LEN 20    /* BIND, SLAB */
+#define WIRE_SHM_REP_KV_LEN 28 /* KV */
+#define WIRE_SHM_REP_MAX 28
 struct wire_shm_req {
 	uint16_t op; /* enum wire_shm_op */
 	uint64_t session_id;
 	uint32_t slab, generation;     /* SLAB */
 	uint8_t nonce[WIRE_NONCE_LEN]; /* BIND */
+	uint64_t rkey;		       /* KV: the location's key */
+	uint16_t endpoint;	       /* KV: the location's endpoint */
 };
 struct wire_shm_rep {
 	uint16_t op;
 	int32_t err; /* 0 or a positive errno, 1 .. WIRE_ERR_MAX */
 	uint32_t slab, generation;
+	uint64_t base; /* KV: raddr - base is the offset in the file */
 };
 /*
  * A kernel boot id as /proc/sys/kernel/random/boot_id gives it (32 hex
@@ -579,8 +588,10 @@ ssize_t wire_shm_req_encode(const struct wire_shm_req *q,
 			    uint8_t out[WIRE_SHM_REQ_LEN]);
 /* Decodes one packet; 0, or -EBADMSG (wrong length, magic or op). */
 int wire_shm_req_decode(const void *buf, size_t len, struct wire_shm_req *q);
+/* Encodes into out; returns WIRE_SHM_REP_LEN (BIND, SLAB) or
+ * WIRE_SHM_REP_KV_LEN (KV), or -EINVAL. */
 ssize_t wire_shm_rep_encode(const struct wire_shm_rep *p,
-			    uint8_t out[WIRE_SHM_REP_LEN]);
+			    uint8_t out[WIRE_SHM_REP_MAX]);
 int wire_shm_rep_decode(const void *buf, size_t len, struct wire_shm_rep *p);
 
 struct wire_error {

@@ -129,9 +129,13 @@ int pool_link_recv(struct plink *lk, struct wire_msg *rep, int expect,
 /* A local registration of buf in lk's domain when its provider needs one
  * (FAB_MR_LOCAL), else *mr = NULL. 0 or -errno. */
 int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr);
+/* Drops the KV slab files a same-host link keeps (after a block read
+ * through one failed its checks: the next get asks memd again). */
+void pool_link_kv_shm_forget(struct plink *lk);
 /* Posts one RMA (f->arg becomes lk) to lk's memd endpoint. 0 when
  * posted; -ENOTCONN (link lost, or the post broke it), -EPROTO (no such
- * endpoint), -errno. */
+ * endpoint), -errno. On a same-host link the transfer goes through the
+ * KV slab's file (WIRE_SHM_KV) where memd gives it, complete at once. */
 int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
 		   struct fab_op *f);

@@ -1420,6 +1420,7 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 				s = get_verify(r, b, j, done_ms);
 				if (s == -EBADMSG) {
 					count(&r->kv->st_bad, 1);
+					pool_link_kv_shm_forget(b->lk);
 					pool_log(LOG_WARNING,
 						 "kv: a block failed its "
 						 "checks (a miss) donor=%s",

@@ -113,6 +113,9 @@ struct pool;
  * the fabric's (fd, mr_mode, peer) on a link whose fabric is set up in
  * the background (fab_pending, docs/paging.md "Start-up"): its heartbeat
  * thread sets them, and nobody reads them before link_fabric_wait(). */
+/* KV slab files a same-host link keeps (struct plink kvshm) */
+#define KVSHM_MAX 128
+
 struct plink {
 	struct pool *p;
 	char addr[WIRE_HOSTPORT_MAX];
@@ -152,6 +155,24 @@ struct plink {
 	 * p->lock): out of step with memd, asked no more. */
 	int shm_sock;
 	bool shm_broken;
+	/* one request at a time on shm_sock (slab fds under p->lock, KV
+	 * files from any thread) */
+	pthread_mutex_t shm_mu;
+	/* The KV tier's same-host path (pool_link_post): the files of the
+	 * KV slabs behind (endpoint, rkey) locations memd gave this
+	 * session (WIRE_SHM_KV); fd -1: memd refused it, that key stays on
+	 * the fabric. Under kvshm_rw: transfers hold it for reading, so an
+	 * entry is never closed under a pread. kvshm_broken: out of step
+	 * with memd, asked no more. */
+	struct kvshm {
+		uint64_t rkey, base;
+		int fd;
+		uint16_t endpoint;
+		bool used, ro;
+	} kvshm[KVSHM_MAX];
+	uint32_t kvshm_next;
+	bool kvshm_broken;
+	pthread_rwlock_t kvshm_rw;
 
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
 	pthread_rwlock_t ep_rw;
@@ -175,6 +196,9 @@ struct slab {
 	 * copy from (NULL: pread) */
 	int fd;
 	const uint8_t *map;
+	/* fd is read-only (memd's shm_dir slabs, which take no seals):
+	 * reads through it, writes over the fabric */
+	bool fd_ro;
 	int want_node; /* node the slab was leased for; -1: any */
 	bool packed;
 	/* packed slabs of replicated regions come in pairs: the primary
@@ -552,6 +576,11 @@ static void link_close(struct plink *lk)
 	rpc_close(lk->ctl);
 	if (lk->shm_sock >= 0)
 		close(lk->shm_sock);
+	for (uint32_t i = 0; i < KVSHM_MAX; i++)
+		if (lk->kvshm[i].used && lk->kvshm[i].fd >= 0)
+			close(lk->kvshm[i].fd);
+	pthread_rwlock_destroy(&lk->kvshm_rw);
+	pthread_mutex_destroy(&lk->shm_mu);
 	pthread_rwlock_destroy(&lk->ep_rw);
 	pthread_cond_destroy(&lk->fab_cond);
 	pthread_cond_destroy(&lk->hb_cond);
@@ -580,7 +609,9 @@ static struct plink *link_new(struct pool *p, const char *addr)
 	pthread_rwlockattr_setkind_np(
 		&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
 	pthread_rwlock_init(&lk->ep_rw, &ra);
+	pthread_rwlock_init(&lk->kvshm_rw, &ra);
 	pthread_rwlockattr_destroy(&ra);
+	pthread_mutex_init(&lk->shm_mu, NULL);
 	lk->shm_sock = -1;
 	return lk;
 }
@@ -589,7 +620,7 @@ static struct plink *link_new(struct pool *p, const char *addr)
 static int shm_call(struct plink *lk, const struct wire_shm_req *q,
 		    struct wire_shm_rep *rep, int *fd)
 {
-	uint8_t buf[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_LEN + 1];
+	uint8_t buf[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX + 1];
 	union {
 		char b[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
@@ -608,14 +639,21 @@ static int shm_call(struct plink *lk, const struct wire_shm_req *q,
 	*fd = -1;
 	if (wire_shm_req_encode(q, buf) != WIRE_SHM_REQ_LEN)
 		return -EINVAL;
+	pthread_mutex_lock(&lk->shm_mu);
 	(void)setsockopt(lk->shm_sock, SOL_SOCKET, SO_RCVTIMEO, &tv,
 			 sizeof(tv));
 	if (send(lk->shm_sock, buf, sizeof(buf), MSG_NOSIGNAL) !=
-	    (ssize_t)sizeof(buf))
-		return -errno ? -errno : -EIO;
+	    (ssize_t)sizeof(buf)) {
+		n = errno ? -errno : -EIO;
+		pthread_mutex_unlock(&lk->shm_mu);
+		return (int)n;
+	}
 	n = recvmsg(lk->shm_sock, &mh, MSG_CMSG_CLOEXEC);
 	if (n < 0)
-		return -errno;
+		n = -errno;
+	pthread_mutex_unlock(&lk->shm_mu);
+	if (n < 0)
+		return (int)n;
 	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
 		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
 		    h->cmsg_len == CMSG_LEN(sizeof(int)))
@@ -1078,6 +1116,8 @@ static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
 	s->l = *l;
 	s->link = lk;
 	s->fd = link_shm_slab_fd(lk, l);
+	s->fd_ro =
+		s->fd >= 0 && (fcntl(s->fd, F_GETFL) & O_ACCMODE) == O_RDONLY;
 	s->map = s->fd >= 0 && p->shm_map ? shm_map_ro(s->fd, l->len_bytes)
 					  : NULL;
 	s->want_node = node;
@@ -2456,7 +2496,7 @@ post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
 	uint64_t peer, raddr = s->l.base + at;
 	int r;
 
-	if (s->fd >= 0) {
+	if (s->fd >= 0 && !(op->write && s->fd_ro)) {
 		r = shm_piece(p, f, s, at, b, len, op->write, now);
 		if (!r)
 			op->n++;
@@ -2571,7 +2611,7 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 				struct fab_op *f = &op->ops[op->n];
 				uint64_t raddr = s->l.base + at + done;
 
-				if (s->fd >= 0) {
+				if (s->fd >= 0 && !(write && s->fd_ro)) {
 					ret = shm_piece(p, f, s, at + done, b,
 							piece, write, &now);
 					if (ret)
@@ -3327,6 +3367,143 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 	return r;
 }
 
+/* The KV file entry of (endpoint, rkey), or NULL. Caller holds
+ * kvshm_rw. */
+static struct kvshm *kvshm_find(struct plink *lk, uint16_t endpoint,
+				uint64_t rkey)
+{
+	for (uint32_t i = 0; i < KVSHM_MAX; i++) {
+		struct kvshm *e = &lk->kvshm[i];
+
+		if (e->used && e->rkey == rkey && e->endpoint == endpoint)
+			return e;
+	}
+	return NULL;
+}
+
+/* Asks memd for the file of the KV slab behind (endpoint, rkey) and
+ * keeps it (or its refusal). Caller holds kvshm_rw for writing. */
+static void kvshm_fetch_locked(struct plink *lk, uint16_t endpoint,
+			       uint64_t rkey)
+{
+	struct wire_shm_req q = { .op = WIRE_SHM_KV,
+				  .session_id = lk->session_id,
+				  .rkey = rkey,
+				  .endpoint = endpoint };
+	struct wire_shm_rep rep;
+	struct kvshm *e;
+	int fd = -1, r;
+
+	if (lk->kvshm_broken || kvshm_find(lk, endpoint, rkey))
+		return;
+	r = shm_call(lk, &q, &rep, &fd);
+	if (!r && (rep.err || fd < 0)) {
+		if (fd >= 0)
+			close(fd);
+		fd = -1;
+		pool_log(LOG_DEBUG,
+			 "kv: memd=%s endpoint=%u over the fabric: the KV "
+			 "slab's file was refused (%s)",
+			 lk->addr, endpoint,
+			 strerror(rep.err ? rep.err : EPROTO));
+	}
+	if (r) {
+		lk->kvshm_broken = true; /* out of step: ask no more */
+		pool_log(LOG_WARNING,
+			 "kv: memd=%s KV over the fabric: same-host socket "
+			 "failed (%s)",
+			 lk->addr, strerror(-r));
+		return;
+	}
+	e = &lk->kvshm[lk->kvshm_next];
+	lk->kvshm_next = (lk->kvshm_next + 1) % KVSHM_MAX;
+	if (e->used && e->fd >= 0)
+		close(e->fd);
+	*e = (struct kvshm){ .rkey = rkey,
+			     .base = rep.base,
+			     .fd = fd,
+			     .endpoint = endpoint,
+			     .used = true,
+			     .ro = fd >= 0 && (fcntl(fd, F_GETFL) &
+					       O_ACCMODE) == O_RDONLY };
+}
+
+void pool_link_kv_shm_forget(struct plink *lk)
+{
+	pthread_rwlock_wrlock(&lk->kvshm_rw);
+	for (uint32_t i = 0; i < KVSHM_MAX; i++) {
+		if (lk->kvshm[i].used && lk->kvshm[i].fd >= 0)
+			close(lk->kvshm[i].fd);
+		lk->kvshm[i].used = false;
+	}
+	pthread_rwlock_unlock(&lk->kvshm_rw);
+}
+
+/*
+ * A KV transfer through the KV slab's file (same-host link): done
+ * before this returns, as shm_piece does for leases. 1: not on this
+ * path (no same-host socket, memd refused the key, a write through a
+ * read-only file): the caller posts it over the fabric. The location
+ * stays memd's to check: only a key it gave this session's tenant
+ * yields a file, and the block's header and checksum are verified after
+ * the read exactly as after RMA.
+ */
+static int kv_shm_xfer(struct plink *lk, bool write, void *buf, size_t len,
+		       uint16_t endpoint, uint64_t raddr, uint64_t rkey,
+		       struct fab_op *f)
+{
+	struct pollfd pfd = { .fd = lk->shm_sock, .events = POLLRDHUP };
+	const struct kvshm *e;
+	uint64_t off, slab = lk->p->slab_bytes;
+	int r = 0;
+
+	pthread_rwlock_rdlock(&lk->kvshm_rw);
+	e = kvshm_find(lk, endpoint, rkey);
+	if (!e) {
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		pthread_rwlock_wrlock(&lk->kvshm_rw);
+		kvshm_fetch_locked(lk, endpoint, rkey);
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		pthread_rwlock_rdlock(&lk->kvshm_rw);
+		e = kvshm_find(lk, endpoint, rkey);
+	}
+	if (!e || e->fd < 0 || (write && e->ro)) {
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		return 1;
+	}
+	off = raddr - e->base;
+	if (raddr < e->base || off > slab || len > slab - off) {
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		return -EPROTO;
+	}
+	/* memd's death closes the socket; a pread would not notice */
+	if (poll(&pfd, 1, 0) > 0) {
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		link_fail(lk, -ENOTCONN, "memd closed its same-host socket");
+		return -ENOTCONN;
+	}
+	for (size_t done = 0; done < len;) {
+		ssize_t n = write ? pwrite(e->fd, (uint8_t *)buf + done,
+					   len - done, (off_t)(off + done))
+				  : pread(e->fd, (uint8_t *)buf + done,
+					  len - done, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n == 0 || errno == EPERM ? -ESTALE : -errno;
+			break;
+		}
+		done += (size_t)n;
+	}
+	pthread_rwlock_unlock(&lk->kvshm_rw);
+	if (!r)
+		__atomic_add_fetch(&lk->p->st_shm_bytes, len, __ATOMIC_RELAXED);
+	f->status = r;
+	__atomic_store_n(&f->complete, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
 		   struct fab_op *f)
@@ -3336,6 +3513,14 @@ int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 	f->arg = lk;
 	if (endpoint >= lk->nendpoints)
 		return -EPROTO;
+	if (lk->shm_sock >= 0) {
+		if (link_is_lost(lk))
+			return -ENOTCONN;
+		r = kv_shm_xfer(lk, write, buf, len, endpoint, raddr, rkey, f);
+		if (r != 1)
+			return r;
+		r = -ENOTCONN;
+	}
 	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
 		link_fabric_wait(lk);
 	if (link_is_lost(lk))

@@ -24,7 +24,9 @@
 #include <string.h>
 #include <linux/capability.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "memd/log.h"
@@ -304,6 +306,34 @@ static int slab_memfd(uint64_t len)
 	return fd;
 }
 
+/* A slab's unnamed file in the tmpfs directory dir: len bytes of zeros,
+ * unsealable (see memd_arena_slab_fds). */
+static int slab_tmpfile(const char *dir, uint64_t len)
+{
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	struct statfs sf;
+	int r;
+
+	if (fd < 0)
+		return -errno;
+	if (fstatfs(fd, &sf) || sf.f_type != TMPFS_MAGIC) {
+		close(fd);
+		return -ENOTTY;
+	}
+	if (ftruncate(fd, (off_t)len)) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+static int slab_file(const struct memd_arena *a)
+{
+	return a->slab_dir[0] ? slab_tmpfile(a->slab_dir, a->slab_bytes)
+			      : slab_memfd(a->slab_bytes);
+}
+
 /* Maps fd over slab i of a, as memd_arena_create set up the whole. */
 static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 {
@@ -327,8 +357,8 @@ static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 	return 0;
 }
 
-int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
-			size_t errlen)
+int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes,
+			const char *dir, char *err, size_t errlen)
 {
 	uint32_t n;
 	int r;
@@ -345,6 +375,11 @@ int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
 		snprintf(err, errlen, "slab size does not divide the arena");
 		return -EINVAL;
 	}
+	if (dir && strlen(dir) >= sizeof(a->slab_dir)) {
+		snprintf(err, errlen, "shm_dir is too long");
+		return -ENAMETOOLONG;
+	}
+	snprintf(a->slab_dir, sizeof(a->slab_dir), "%s", dir ? dir : "");
 	n = (uint32_t)(a->len_bytes / slab_bytes);
 	a->slab_fd = malloc(n * sizeof(*a->slab_fd));
 	if (!a->slab_fd) {
@@ -356,11 +391,20 @@ int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
 	a->nslab_fd = n;
 	a->slab_bytes = slab_bytes;
 	for (uint32_t i = 0; i < n; i++) {
-		int fd = slab_memfd(slab_bytes);
+		int fd = slab_file(a);
 
+		if (fd < 0 && fd == -ENOTTY) {
+			snprintf(err, errlen,
+				 "shm_dir %s is not on tmpfs (mount one, "
+				 "e.g. mount -t tmpfs -o huge=always,size=... "
+				 "none %s)",
+				 a->slab_dir, a->slab_dir);
+			return fd;
+		}
 		if (fd < 0) {
-			snprintf(err, errlen, "memfd for slab %u: %s%s", i,
-				 strerror(-fd),
+			snprintf(err, errlen, "%s for slab %u: %s%s",
+				 a->slab_dir[0] ? "file in shm_dir" : "memfd",
+				 i, strerror(-fd),
 				 fd == -EMFILE ? " (one descriptor per slab: "
 						 "raise LimitNOFILE= or "
 						 "ulimit -n, or set shm = "
@@ -386,7 +430,7 @@ int memd_arena_slab_renew(struct memd_arena *a, uint32_t i)
 
 	if (!a->slab_fd || i >= a->nslab_fd)
 		return -EINVAL;
-	fd = slab_memfd(a->slab_bytes);
+	fd = slab_file(a);
 	if (fd < 0)
 		return fd;
 	r = slab_map(a, i, fd);
@@ -400,7 +444,9 @@ int memd_arena_slab_renew(struct memd_arena *a, uint32_t i)
 		/* Whoever still holds the old file sees zeros from now on,
 		 * and (once sealed) cannot write pages back into it. A
 		 * client that kept a writable mapping of it makes the seal
-		 * fail (EBUSY); it can then refill only its own dead file. */
+		 * fail (EBUSY); it can then refill only its own dead file.
+		 * A shm_dir file takes no seal (EPERM): its clients only
+		 * ever got read-only descriptors. */
 		(void)fallocate(old, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 				0, (off_t)a->slab_bytes);
 		(void)fcntl(old, F_ADD_SEALS, F_SEAL_WRITE);

@@ -27,6 +27,10 @@ struct memd_arena {
 	int *slab_fd;
 	uint32_t nslab_fd;
 	uint64_t slab_bytes;
+	/* slab_dir (shm_dir): the slabs are unnamed files of that tmpfs
+	 * directory, which take no seals, so clients get read-only
+	 * descriptors of them only (srv_shm_ro_fd); "": sealed memfds */
+	char slab_dir[256];
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */
@@ -79,13 +83,21 @@ void memd_arena_destroy(struct memd_arena *a);
  * against shrinking and growing: a client holding it cannot truncate
  * the slab under memd (which would make memd's own accesses fault).
  * An arena already converted is left as it is (0).
+ * dir non-NULL and not empty: the slabs are unnamed files (O_TMPFILE,
+ * mode 0600) of that directory instead, which must be on tmpfs (a tmpfs
+ * mounted huge=always gives them 2 MiB pages whatever
+ * /sys/kernel/mm/transparent_hugepage/shmem_enabled says). Such files
+ * cannot be sealed: memd hands out read-only descriptors of them only
+ * (a read-only descriptor can neither truncate nor write the file, and
+ * mode 0600 keeps another uid from reopening it for writing).
  * Returns 0, -EOPNOTSUPP for a hugetlb arena (hugetlbfs files take no
- * write(2): the client's pwrite path would not work), or -errno with err
- * explaining; on error the arena is as it was, or partly converted
- * (every slab still mapped and locked, each either way).
+ * write(2): the client's pwrite path would not work), -ENOTTY when dir
+ * is not on tmpfs, or -errno with err explaining; on error the arena is
+ * as it was, or partly converted (every slab still mapped and locked,
+ * each either way).
  */
-int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes, char *err,
-			size_t errlen);
+int memd_arena_slab_fds(struct memd_arena *a, uint64_t slab_bytes,
+			const char *dir, char *err, size_t errlen);
 
 /*
  * Revocation of slab i of a memfd arena: a fresh (zero) memfd takes its

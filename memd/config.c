@@ -281,6 +281,16 @@ static const struct memd_conf_key memd_conf_keys[] = {
 		  "on the fabric. auto: each slab is its own memfd "
 		  "(not with hugetlbfs pages: then off). off: one "
 		  "anonymous mapping, every client over the provider."),
+	CONF_OPT_PATH("shm_dir", shm_dir,
+		      "With shm = auto: a tmpfs directory whose unnamed "
+		      "files back the slabs instead of memfds. Mounted with "
+		      "huge=always (or within_size), the slabs get 2 MiB "
+		      "pages whatever shmem_enabled says, and a same-host "
+		      "client's pread of them runs at memcpy speed (4 KiB "
+		      "memfd pages cost a kernel page lookup each). Such "
+		      "files cannot be sealed, so clients get read-only "
+		      "descriptors: same-host reads, writes over the "
+		      "provider. Empty: memfds."),
 	CONF_UINT("max_clients", max_clients, 1, 65536, "1024",
 		  MEMD_CONF_RELOAD,
 		  "Most concurrent control connections; memd closes "

@@ -57,7 +57,10 @@ struct memd_config {
 	uint32_t busy_poll_us;
 	/* endpoints and progress threads per arena; 0: from the cores */
 	uint32_t progress_threads;
-	enum memd_shm shm;    /* same-host sessions through slab memfds */
+	enum memd_shm shm; /* same-host sessions through slab memfds */
+	/* "": slabs are memfds; else a tmpfs directory (mounted with
+	 * huge=always) whose unnamed files back the slabs */
+	char shm_dir[MEMD_CONF_STR_MAX];
 	uint32_t max_clients; /* concurrent control connections */
 	/* Hostile connections (docs/reliability.md). */
 	uint32_t max_clients_per_host; /* of one peer address, but operators */

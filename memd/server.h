@@ -62,6 +62,8 @@ struct place_topo;
 		       "bad or foreign binding, lease not held")               \
 	X(shm_binds, "same-host socket connections bound to a session")        \
 	X(shm_fds_passed, "slab memfds passed to same-host sessions")          \
+	X(shm_kv_fds_passed,                                                   \
+	  "KV slab files passed to same-host sessions of their tenant")        \
 	X(shm_slabs_renewed,                                                   \
 	  "revoked slabs given a fresh memfd (theirs had been passed out)")    \
 	X(auth_failures, "authentications refused, and requests before one")   \

@@ -88,8 +88,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 		}
 	}
 	for (uint32_t a = 0; a < narenas; a++) {
-		r = memd_arena_slab_fds(&arenas[a], s->cfg.slab_bytes, why,
-					sizeof(why));
+		r = memd_arena_slab_fds(&arenas[a], s->cfg.slab_bytes,
+					s->cfg.shm_dir, why, sizeof(why));
 		if (r) {
 			snprintf(err, errlen,
 				 "shm = auto: arena %u: %s (or set shm = off)",
@@ -123,8 +123,9 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 		return r;
 	}
 	s->shm_on = true;
-	memd_log(LOG_NOTICE, "shm: on socket=@%s slabs=%u", s->shm_name,
-		 s->nslabs);
+	memd_log(LOG_NOTICE, "shm: on socket=@%s slabs=%u files=%s%s",
+		 s->shm_name, s->nslabs, s->cfg.shm_dir[0] ? "tmpfs " : "memfd",
+		 s->cfg.shm_dir[0] ? s->cfg.shm_dir : "");
 	return 0;
 }
 
@@ -215,16 +216,18 @@ static struct conn *session_conn(struct memd_server *s, uint64_t id)
 static int shm_reply(struct shm_conn *sc, const struct wire_shm_rep *rep,
 		     int pass_fd)
 {
-	uint8_t buf[WIRE_SHM_REP_LEN];
+	uint8_t buf[WIRE_SHM_REP_MAX];
 	union {
 		char b[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} cm;
 	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n = wire_shm_rep_encode(rep, buf);
 
-	if (wire_shm_rep_encode(rep, buf) != WIRE_SHM_REP_LEN)
+	if (n < 0)
 		return -EINVAL;
+	iov.iov_len = (size_t)n;
 	if (pass_fd >= 0) {
 		struct cmsghdr *h;
 
@@ -238,8 +241,7 @@ static int shm_reply(struct shm_conn *sc, const struct wire_shm_rep *rep,
 		memcpy(CMSG_DATA(h), &pass_fd, sizeof(int));
 	}
 	/* A client that does not read its replies loses the socket. */
-	if (sendmsg(sc->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) !=
-	    (ssize_t)sizeof(buf))
+	if (sendmsg(sc->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != n)
 		return -EIO;
 	return 0;
 }
@@ -274,9 +276,29 @@ static void shm_bind(struct memd_server *s, struct shm_conn *sc,
 		 c->peer, (int)sc->pid, sc->session_id);
 }
 
-/* Returns the fd to pass, or -1 with rep->err set. */
+/*
+ * A read-only descriptor of fd's file (reopened through /proc/self/fd),
+ * which the caller closes once passed: what a client of a shm_dir slab
+ * gets, since that file takes no seals (memd_arena_slab_fds). -1 with
+ * *err set on failure.
+ */
+static int shm_ro_fd(int fd, int32_t *err)
+{
+	char path[64];
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		*err = EIO;
+	return ro;
+}
+
+/* Returns the fd to pass, or -1 with rep->err set; *owned: the caller
+ * closes it after passing it. */
 static int shm_slab(struct memd_server *s, struct shm_conn *sc,
-		    const struct wire_shm_req *q, struct wire_shm_rep *rep)
+		    const struct wire_shm_req *q, struct wire_shm_rep *rep,
+		    bool *owned)
 {
 	struct conn *c;
 	struct memd_arena *a;
@@ -310,6 +332,88 @@ static int shm_slab(struct memd_server *s, struct shm_conn *sc,
 	}
 	/* Before the descriptor leaves: the reclaimer must renew it. */
 	__atomic_store_n(&s->shm_given[q->slab], true, __ATOMIC_RELAXED);
+	if (a->slab_dir[0]) {
+		*owned = true;
+		return shm_ro_fd(a->slab_fd[i], &rep->err);
+	}
+	return a->slab_fd[i];
+}
+
+/*
+ * KV: the file of the KV slab behind a location (endpoint, rkey) that
+ * KV_LOOKUP (read-only key) or KV_RESERVE (write key) gave the bound
+ * session. The slab must be a KV slab of that session's tenant, as for
+ * the keys themselves (kv_fill_loc): a tenant can only get files of its
+ * own store's slabs, never another tenant's. A read-only key gets a
+ * read-only descriptor; a write key a writable one (the write key
+ * already reaches the whole slab over RMA), except for shm_dir slabs
+ * (no seals: EROFS, the writes stay on the fabric). The slab is marked
+ * given, so when the store gives it back memd-reclaim renews its file
+ * (a kept descriptor then reads zeros, never the next owner's bytes).
+ * Returns the fd to pass, or -1 with rep->err set.
+ */
+static int shm_kv(struct memd_server *s, struct shm_conn *sc,
+		  const struct wire_shm_req *q, struct wire_shm_rep *rep,
+		  bool *owned)
+{
+	struct memd_arena *a;
+	struct conn *c;
+	uint32_t slab, i;
+	bool write = false;
+
+	if (!sc->session_id) {
+		rep->err = EPROTO;
+		return -1;
+	}
+	c = session_conn(s, sc->session_id);
+	if (!c) {
+		rep->err = ENOTCONN;
+		return -1;
+	}
+	if (!s->kvs || !s->cfg.kv_share ||
+	    (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT)) {
+		rep->err = EACCES;
+		return -1;
+	}
+	for (slab = 0; slab < s->nslabs; slab++) {
+		const struct kv_slab *k = &s->kvs[slab];
+
+		if (!k->used || k->tenant_id != c->tenant_id ||
+		    srv_slab_aep(s, slab)->index != q->endpoint)
+			continue;
+		if (s->mr_ro[slab] && s->key_ro[slab] == q->rkey)
+			break;
+		if (s->mr[slab] && s->key[slab] == q->rkey) {
+			write = true;
+			break;
+		}
+	}
+	if (slab == s->nslabs) {
+		rep->err = EPERM;
+		memd_log_limited(&s->ll_refuse, LOG_NOTICE,
+				 "shm: kv slab refused session=%" PRIx64
+				 " tenant=%u why=no kv slab of the tenant "
+				 "has that key",
+				 sc->session_id, c->tenant_id);
+		return -1;
+	}
+	a = slab_arena(s, slab, &i);
+	if (!a->slab_fd || i >= a->nslab_fd || a->slab_fd[i] < 0) {
+		rep->err = EIO;
+		return -1;
+	}
+	if (write && a->slab_dir[0]) {
+		rep->err = EROFS;
+		return -1;
+	}
+	rep->slab = slab;
+	rep->generation = s->kvs[slab].generation;
+	rep->base = fab_mr_remote_base(write ? s->mr[slab] : s->mr_ro[slab]);
+	__atomic_store_n(&s->shm_given[slab], true, __ATOMIC_RELAXED);
+	if (!write) {
+		*owned = true;
+		return shm_ro_fd(a->slab_fd[i], &rep->err);
+	}
 	return a->slab_fd[i];
 }
 
@@ -319,6 +423,7 @@ void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events)
 	uint8_t buf[WIRE_SHM_REQ_LEN + 1];
 	struct wire_shm_req q;
 	struct wire_shm_rep rep;
+	bool owned = false;
 	int pass = -1;
 	ssize_t n;
 
@@ -345,15 +450,21 @@ void srv_shm_serve(struct memd_server *s, void *ptr, uint32_t events)
 	rep.generation = q.generation;
 	if (q.op == WIRE_SHM_BIND)
 		shm_bind(s, sc, &q, &rep);
+	else if (q.op == WIRE_SHM_SLAB)
+		pass = shm_slab(s, sc, &q, &rep, &owned);
 	else
-		pass = shm_slab(s, sc, &q, &rep);
+		pass = shm_kv(s, sc, &q, &rep, &owned);
 	if (rep.err)
 		CTR_ADD(s, shm_refused, 1);
 	else if (q.op == WIRE_SHM_SLAB)
 		CTR_ADD(s, shm_fds_passed, 1);
-	if (shm_reply(sc, &rep, pass) || rep.err == EPROTO ||
+	else if (q.op == WIRE_SHM_KV)
+		CTR_ADD(s, shm_kv_fds_passed, 1);
+	if (shm_reply(sc, &rep, rep.err ? -1 : pass) || rep.err == EPROTO ||
 	    (q.op == WIRE_SHM_BIND && rep.err))
 		shm_conn_close(s, sc, rep.err ? strerror(rep.err) : "send");
+	if (owned && pass >= 0)
+		close(pass);
 }
 
 /* A connection that has not bound within handshake_timeout holds a slot

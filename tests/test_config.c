@@ -1524,7 +1524,7 @@ START_TEST(print_format)
 		}
 		prev = line;
 	}
-	ck_assert_int_eq(keys, 47);
+	ck_assert_int_eq(keys, 48);
 	free(text);
 }
 END_TEST
@@ -1731,7 +1731,7 @@ START_TEST(man_page_names_every_key)
 		*end = '\n';
 		keys++;
 	}
-	ck_assert_int_eq(keys, 47);
+	ck_assert_int_eq(keys, 48);
 	free(text);
 	free(man);
 }

@@ -23,8 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -914,6 +916,264 @@ START_TEST(lookup_key_is_read_only)
 }
 END_TEST
 
+/* ---- the KV tier on the same-host path --------------------------------- */
+
+/* A same-host socket bound to c's session (SHM, connect, BIND). */
+static int shm_bound(struct kvc *c)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct wire_shm_req q = { .op = WIRE_SHM_BIND };
+	struct wire_shm_rep sr;
+	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
+	char err[WIRE_MSG_MAX];
+	size_t nl;
+	int fd;
+
+	memset(&req, 0, sizeof(req));
+	req.type = WIRE_SHM;
+	ck_assert_int_eq(
+		wire_boot_id_read(WIRE_BOOT_ID_PATH, req.u.shm.boot_id), 0);
+	ck_assert_int_eq(rpc_call(c->rpc, &req, &rep, WIRE_SHM_OK, TMO, err,
+				  sizeof(err)),
+			 0);
+	nl = strnlen(rep.u.shm_ok.socket, sizeof(rep.u.shm_ok.socket));
+	memcpy(sa.sun_path + 1, rep.u.shm_ok.socket, nl);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(
+		connect(fd, (struct sockaddr *)&sa,
+			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				    nl)),
+		0);
+	q.session_id = c->hello.session_id;
+	memcpy(q.nonce, rep.u.shm_ok.nonce, WIRE_NONCE_LEN);
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
+	ck_assert_int_eq(send(fd, b, sizeof(b), 0), (ssize_t)sizeof(b));
+	ck_assert_int_eq(recv(fd, in, sizeof(in), 0), WIRE_SHM_REP_LEN);
+	ck_assert_int_eq(wire_shm_rep_decode(in, WIRE_SHM_REP_LEN, &sr), 0);
+	ck_assert_int_eq(sr.err, 0);
+	return fd;
+}
+
+/* WIRE_SHM_KV for loc on sock: memd's errno (0: *fd, *base set). */
+static int shm_kv(int sock, const struct wire_kv_loc *loc, int *fd,
+		  uint64_t *base)
+{
+	struct wire_shm_req q = { .op = WIRE_SHM_KV,
+				  .rkey = loc->rkey,
+				  .endpoint = loc->endpoint };
+	struct wire_shm_rep sr;
+	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct cmsghdr *h;
+	ssize_t n;
+
+	*fd = -1;
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
+	ck_assert_int_eq(send(sock, b, sizeof(b), 0), (ssize_t)sizeof(b));
+	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	ck_assert_int_gt(n, 0);
+	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(h), sizeof(int));
+	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, &sr), 0);
+	ck_assert_uint_eq(sr.op, WIRE_SHM_KV);
+	if (sr.err)
+		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
+	*base = sr.base;
+	return sr.err;
+}
+
+/* The block at loc through its file fd: header and value as a get
+ * checks them. */
+static void block_check_fd(int fd, uint64_t base, const struct wire_kv_loc *l,
+			   const struct kvc *c, const uint8_t *key,
+			   uint64_t len)
+{
+	uint8_t *b = malloc(MEMD_KV_HEADER_BYTES + len);
+	struct wire_kv_header h;
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(pread(fd, b, MEMD_KV_HEADER_BYTES + len,
+			       (off_t)(l->raddr - base)),
+			 (ssize_t)(MEMD_KV_HEADER_BYTES + len));
+	wire_kv_header_decode(b, &h);
+	ck_assert_uint_eq(h.magic, MEMD_KV_MAGIC);
+	ck_assert_uint_eq(h.tenant_id, c->tenant_id);
+	ck_assert_int_eq(memcmp(h.key, key, WIRE_KV_KEY_LEN), 0);
+	ck_assert_uint_eq(h.value_len, len);
+	ck_assert_int_eq(tu_pattern_check(b + MEMD_KV_HEADER_BYTES, len,
+					  key_seed(key), 0),
+			 -1);
+	free(b);
+}
+
+/* Whether the whole file behind fd is zeros. */
+static bool file_is_zero(int fd)
+{
+	uint8_t *b = malloc(SLAB);
+	bool zero = true;
+
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(pread(fd, b, SLAB, 0), (ssize_t)SLAB);
+	for (size_t i = 0; i < SLAB && zero; i++)
+		zero = !b[i];
+	free(b);
+	return zero;
+}
+
+/*
+ * WIRE_SHM_KV: a tenant's session gets the files of its own store's KV
+ * slabs behind the locations memd gave it (a lookup's key: read-only; a
+ * reservation's key: writable, and a put through it commits and reads
+ * back), never another tenant's (EPERM for b with a's keys, read or
+ * write); once the store gives a slab back, the file a client kept
+ * reads zeros, never the bytes of the slab's next owner.
+ */
+START_TEST(kv_shm_files_per_tenant)
+{
+	const char *args[] = {
+		"--set", "registry=yes", "--set",    NULL,
+		"--set", NULL,		 "--set",    "donor_name=r0",
+		"--set", "slab_size=2M", "--donate", "64M",
+		NULL
+	};
+	char dir[64];
+	uint8_t k1[WIRE_KV_KEY_LEN], k2[WIRE_KV_KEY_LEN], k3[WIRE_KV_KEY_LEN];
+	uint8_t *v1, *v2, *vb, *got = NULL, one = 1;
+	uint64_t l1 = 5000, l2 = MIB + 4096, lb = 3 * MIB, base, wbase, gen,
+		 csum;
+	struct wire_kv_loc loc1, loc2, wloc;
+	struct wire_kv_header h;
+	int sa, sb, f1, f2, fw, fx, i, r;
+	struct kvc *a, *b;
+
+	two_tenants_up(args, dir, sizeof(dir), &a, &b);
+	sa = shm_bound(a);
+	sb = shm_bound(b);
+	make_key(k1, 71, 0);
+	make_key(k2, 71, 1);
+	make_key(k3, 71, 2);
+	v1 = make_value(k1, l1);
+	v2 = make_value(k2, l2);
+	ck_assert_int_eq(kv_put(a, k1, v1, l1), 0);
+
+	/* a's lookup key: a read-only file of a's slab, with the block */
+	ck_assert_int_eq(kv_call(a, WIRE_KV_LOOKUP, 0, (const uint8_t(*)[32])k1,
+				 1, NULL, NULL, NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	gen = rep.u.kv.item[0].generation;
+	loc1 = rep.u.kv.loc[rep.u.kv.item[0].first_loc];
+	ck_assert_int_eq(shm_kv(sa, &loc1, &f1, &base), 0);
+	ck_assert_int_eq(fcntl(f1, F_GETFL) & O_ACCMODE, O_RDONLY);
+	block_check_fd(f1, base, &loc1, a, k1, l1);
+	ck_assert_int_eq(pwrite(f1, &one, 1, 0), -1);
+	/* b with a's key: refused, nothing passed */
+	ck_assert_int_eq(shm_kv(sb, &loc1, &fx, &base), EPERM);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_DONE, 0, (const uint8_t(*)[32])k1,
+				 1, NULL, &gen, NULL),
+			 0);
+
+	/* a's reservation key: a writable file; a put through it */
+	csum = XXH3_64bits(v2, l2);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_RESERVE, 0,
+				 (const uint8_t(*)[32])k2, 1, &l2, NULL, NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_uint_eq(rep.u.kv.item[0].nchunks, 1);
+	gen = rep.u.kv.item[0].generation;
+	wloc = rep.u.kv.loc[rep.u.kv.item[0].first_loc];
+	ck_assert_int_eq(shm_kv(sb, &wloc, &fx, &base), EPERM);
+	ck_assert_int_eq(shm_kv(sa, &wloc, &fw, &wbase), 0);
+	ck_assert_int_eq(fcntl(fw, F_GETFL) & O_ACCMODE, O_RDWR);
+	h = (struct wire_kv_header){ .magic = MEMD_KV_MAGIC,
+				     .tenant_id = a->tenant_id,
+				     .generation = gen,
+				     .value_len = (uint32_t)l2,
+				     .chunk = 0,
+				     .nchunks = 1,
+				     .checksum = csum };
+	memcpy(h.key, k2, WIRE_KV_KEY_LEN);
+	wire_kv_header_encode(&h, a->stage);
+	memcpy(a->stage + MEMD_KV_HEADER_BYTES, v2, l2);
+	ck_assert_int_eq(pwrite(fw, a->stage, MEMD_KV_HEADER_BYTES + l2,
+				(off_t)(wloc.raddr - wbase)),
+			 (ssize_t)(MEMD_KV_HEADER_BYTES + l2));
+	ck_assert_int_eq(kv_call(a, WIRE_KV_COMMIT, 0, (const uint8_t(*)[32])k2,
+				 1, NULL, &gen, &csum),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(kv_get(a, k2, &got), (int64_t)l2); /* over RMA */
+	ck_assert_int_eq(tu_pattern_check(got, l2, key_seed(k2), 0), -1);
+	free(got);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_LOOKUP, 0, (const uint8_t(*)[32])k2,
+				 1, NULL, NULL, NULL),
+			 0);
+	gen = rep.u.kv.item[0].generation;
+	loc2 = rep.u.kv.loc[rep.u.kv.item[0].first_loc];
+	ck_assert_int_eq(shm_kv(sa, &loc2, &f2, &base), 0);
+	block_check_fd(f2, base, &loc2, a, k2, l2);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_DONE, 0, (const uint8_t(*)[32])k2,
+				 1, NULL, &gen, NULL),
+			 0);
+	close(fw);
+
+	/* a deletes both: its store keeps one empty slab and gives the
+	 * other back; b's next values may land in it. The file a kept of
+	 * the slab given back reads zeros, never b's bytes. */
+	ck_assert_int_eq(kv_call(a, WIRE_KV_DELETE, 0, (const uint8_t(*)[32])k1,
+				 1, NULL, NULL, NULL),
+			 0);
+	ck_assert_int_eq(kv_call(a, WIRE_KV_DELETE, 0, (const uint8_t(*)[32])k2,
+				 1, NULL, NULL, NULL),
+			 0);
+	for (i = 0; i < 500 && !file_is_zero(f1) && !file_is_zero(f2); i++)
+		sleep_ms(10);
+	ck_assert_msg(i < 500, "no slab a gave back was renewed");
+	vb = malloc(lb);
+	ck_assert_ptr_nonnull(vb);
+	tu_pattern_fill(vb, lb, key_seed(k3), 0);
+	for (i = 0; (r = kv_put(b, k3, vb, lb)) == -ENOSPC && i < 250; i++)
+		sleep_ms(20);
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(kv_get(b, k3, &got), (int64_t)lb);
+	free(got);
+	ck_assert(file_is_zero(f1) || file_is_zero(f2));
+	{
+		/* neither of a's files shows b's value anywhere */
+		uint8_t *m = malloc(SLAB);
+
+		ck_assert_ptr_nonnull(m);
+		for (int f = 0; f < 2; f++) {
+			ck_assert_int_eq(pread(f ? f2 : f1, m, SLAB, 0),
+					 (ssize_t)SLAB);
+			ck_assert_ptr_null(memmem(m, SLAB, vb + 4096, 4096));
+		}
+		free(m);
+	}
+	close(f1);
+	close(f2);
+	close(sa);
+	close(sb);
+	free(v1);
+	free(v2);
+	free(vb);
+	kvc_close(a);
+	kvc_close(b);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", dir);
+}
+END_TEST
+
 /* ---- what one tenant may hold ----------------------------------------- */
 
 /* Reserves key (seed, i) of len bytes for c: the item's status. */
@@ -1554,6 +1814,7 @@ static Suite *kv_memd_suite(void)
 	tcase_add_test(tc, kv_tier_off);
 	tcase_add_test(tc, tenants_never_share);
 	tcase_add_test(tc, lookup_key_is_read_only);
+	tcase_add_test(tc, kv_shm_files_per_tenant);
 	tcase_add_test(tc, reservations_per_tenant_capped);
 	tcase_add_test(tc, warm_restart);
 	tcase_add_test(tc, spill_bound_to_pool_and_tenant);

@@ -21,7 +21,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -425,6 +428,100 @@ START_TEST(libpool_over_shm)
 }
 END_TEST
 
+/*
+ * shm_dir: the slabs are unnamed files of a tmpfs directory, which take
+ * no seals, so memd passes read-only descriptors only (mode 0600, memd's
+ * uid): the client cannot write or resize the slab through them, libpool
+ * reads through them and writes over the fabric, and revocation still
+ * leaves a kept descriptor reading zeros, never the next tenant's bytes.
+ * A shm_dir that is not on tmpfs stops memd at start-up.
+ */
+START_TEST(shm_dir_read_only)
+{
+	char dir[] = "/dev/shm/tp-test-shm-XXXXXX", conf[512], path[256];
+	struct pool_region *r, *r2;
+	struct tu_memd m, bad;
+	struct pool *p, *p2;
+	struct statfs sf;
+	struct raw a;
+	struct stat st;
+	char one = 'x';
+	int fa, fl;
+
+	if (statfs("/dev/shm", &sf) || sf.f_type != TMPFS_MAGIC) {
+		printf("SKIP shm_dir_read_only: /dev/shm is not tmpfs\n");
+		return;
+	}
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(conf, sizeof(conf), CONF "shm_dir = %s\n", dir);
+	tu_memd_start_ok(&m, conf);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_enabled"), 1);
+
+	/* raw: the descriptor is read-only, the file not resizable */
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	fl = fcntl(fa, F_GETFL);
+	ck_assert_int_eq(fl & O_ACCMODE, O_RDONLY);
+	ck_assert_int_eq(fstat(fa, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	ck_assert_int_eq(st.st_size, SLAB);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
+	ck_assert_int_eq(errno, EBADF);
+	ck_assert_int_eq(ftruncate(fa, 0), -1);
+	ck_assert_ptr_eq(
+		mmap(NULL, SLAB, PROT_READ | PROT_WRITE, MAP_SHARED, fa, 0),
+		MAP_FAILED);
+	check_zero_fd(fa);
+	close(fa);
+	raw_release(&a);
+	raw_close(&a);
+
+	/* libpool: reads through the descriptor, writes over the fabric */
+	p = tu_pool_connect(&m);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 61);
+	tu_pool_write_read_check(p, r, SLAB - 5000, 5000, 62);
+	ck_assert(!pool_fabric_is_pending(p)); /* the writes needed it */
+	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
+	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
+			       getenv("TP_POOLCTL"), m.addr, path),
+			 0);
+	ck_assert(tu_file_has(path, " shm"));
+
+	/* a raw client that kept a descriptor of p's slab */
+	raw_open(&a, m.addr);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	wait_metric(&m, "tidepool_memd_shm_slabs_renewed_total", 2);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 63);
+	fa = raw_slab_fd(&a);
+	check_zero_fd(fa); /* a's own slab, fresh */
+	/* the next tenant of the slab a held: a's kept fd reads zeros */
+	raw_release(&a);
+	wait_metric(&m, "tidepool_memd_shm_slabs_renewed_total", 3);
+	p2 = tu_pool_connect(&m);
+	ck_assert_int_eq(pool_alloc(p2, SLAB, &r2), 0);
+	tu_pool_write_read_check(p2, r2, 0, SLAB, 64);
+	check_zero_fd(fa);
+	close(fa);
+	raw_close(&a);
+	pool_close(p2);
+	pool_close(p);
+	tu_memd_stop_ok(&m);
+
+	/* not tmpfs (the build tree, where ctest runs us): memd refuses
+	 * to start, saying why */
+	ck_assert_ptr_nonnull(getcwd(path, sizeof(path)));
+	if (statfs(path, &sf) == 0 && sf.f_type != TMPFS_MAGIC) {
+		snprintf(conf, sizeof(conf), CONF "shm_dir = %s\n", path);
+		ck_assert_int_ne(tu_memd_start(&bad, conf), 0);
+		snprintf(path, sizeof(path), "%s/memd.log", bad.dir);
+		ck_assert(tu_file_has(path, "is not on tmpfs"));
+	}
+	ck_assert(rmdir(dir) == 0);
+}
+END_TEST
+
 /* Not the same host, or shm off on either side: the fabric. */
 START_TEST(other_host_stays_on_fabric)
 {
@@ -543,6 +640,7 @@ int main(void)
 	tcase_add_test(tc, revoked_fd_reads_nothing);
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
+	tcase_add_test(tc, shm_dir_read_only);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);

@@ -1259,7 +1259,7 @@ START_TEST(shm_packets)
 				  .slab = 7,
 				  .generation = 9 },
 			    p2;
-	uint8_t b[WIRE_SHM_REQ_LEN], c[WIRE_SHM_REP_LEN];
+	uint8_t b[WIRE_SHM_REQ_LEN], c[WIRE_SHM_REP_MAX];
 
 	fill_bytes(q.nonce, WIRE_NONCE_LEN, 1, 2);
 	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
@@ -1284,13 +1284,59 @@ START_TEST(shm_packets)
 	b[6] = 1; /* padding */
 	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
 	b[6] = 0;
-	b[4] = 3; /* op */
+	b[4] = 4; /* op */
 	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
 	q.op = 0;
 	ck_assert_int_eq(wire_shm_req_encode(&q, b), -EINVAL);
 
+	/* KV: endpoint, 0, rkey, zeros; its reply adds the base */
+	memset(&q, 0, sizeof(q));
+	q.op = WIRE_SHM_KV;
+	q.session_id = 5;
+	q.endpoint = 2;
+	q.rkey = 0x1122334455667788ull;
+	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
+	ck_assert_uint_eq(b[16], 2);
+	ck_assert_uint_eq(b[24], 0x88);
+	ck_assert_uint_eq(b[31], 0x11);
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), 0);
+	ck_assert_uint_eq(q2.op, WIRE_SHM_KV);
+	ck_assert_uint_eq(q2.endpoint, 2);
+	ck_assert(q2.rkey == q.rkey);
+	b[40] = 1; /* the tail must be zero */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	b[40] = 0;
+	b[20] = 1; /* so must the word after the endpoint */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	b[20] = 0;
+	b[16] = WIRE_MAX_ENDPOINTS; /* no such endpoint */
+	ck_assert_int_eq(wire_shm_req_decode(b, sizeof(b), &q2), -EBADMSG);
+	{
+		struct wire_shm_rep k = { .op = WIRE_SHM_KV,
+					  .slab = 3,
+					  .generation = 4,
+					  .base = 0xabcdef0123ull },
+				    k2;
+		uint8_t kb[WIRE_SHM_REP_MAX];
+
+		ck_assert_int_eq(wire_shm_rep_encode(&k, kb),
+				 WIRE_SHM_REP_KV_LEN);
+		ck_assert_int_eq(
+			wire_shm_rep_decode(kb, WIRE_SHM_REP_KV_LEN, &k2), 0);
+		ck_assert(k2.base == k.base);
+		ck_assert_uint_eq(k2.slab, 3);
+		/* a KV reply of a BIND/SLAB reply's length, and back */
+		ck_assert_int_eq(wire_shm_rep_decode(kb, WIRE_SHM_REP_LEN, &k2),
+				 -EBADMSG);
+		k.op = WIRE_SHM_SLAB;
+		ck_assert_int_eq(wire_shm_rep_encode(&k, kb), WIRE_SHM_REP_LEN);
+		ck_assert_int_eq(
+			wire_shm_rep_decode(kb, WIRE_SHM_REP_KV_LEN, &k2),
+			-EBADMSG);
+	}
+
 	ck_assert_int_eq(wire_shm_rep_encode(&p, c), WIRE_SHM_REP_LEN);
-	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c), &p2), 0);
+	ck_assert_int_eq(wire_shm_rep_decode(c, WIRE_SHM_REP_LEN, &p2), 0);
 	ck_assert_uint_eq(p2.op, p.op);
 	ck_assert_int_eq(p2.err, p.err);
 	ck_assert_uint_eq(p2.slab, p.slab);
@@ -1298,12 +1344,14 @@ START_TEST(shm_packets)
 	ck_assert_uint_eq(c[8], EPERM);
 	c[8] = 0xff;
 	c[9] = 0xff; /* err 65535 > WIRE_ERR_MAX */
-	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c), &p2), -EBADMSG);
+	ck_assert_int_eq(wire_shm_rep_decode(c, WIRE_SHM_REP_LEN, &p2),
+			 -EBADMSG);
 	p.err = -1;
 	ck_assert_int_eq(wire_shm_rep_encode(&p, c), -EINVAL);
 	p.err = 0;
 	ck_assert_int_eq(wire_shm_rep_encode(&p, c), WIRE_SHM_REP_LEN);
-	ck_assert_int_eq(wire_shm_rep_decode(c, sizeof(c) - 1, &p2), -EBADMSG);
+	ck_assert_int_eq(wire_shm_rep_decode(c, WIRE_SHM_REP_LEN - 1, &p2),
+			 -EBADMSG);
 }
 END_TEST
 
