@@ -66,12 +66,36 @@
  *    while calling into the provider or running done.
  *  - Opening and closing fabrics, domains, endpoints, CQs and AVs is
  *    serialised process-wide (fab_ctl_mu), although each link has its own
- *    fabric and domain: libfabric 1.17's tcp;ofi_rxm crashed (SIGSEGV
- *    inside fi_close of the rxm endpoint) when two threads closed the
- *    endpoints of two different domains at once -- a client whose
- *    heartbeat thread failed one donor's link while its I/O thread timed
- *    out on another's (tests/chaos, a core of it). These are control-path
- *    calls, a few per link's life; transfers do not take the lock.
+ *    fabric and domain. This is a precaution (providers keep process-wide
+ *    state: the rxm/tcp buffer pools, the tcp CM), not the fix of a race
+ *    we have seen: the crash that first suggested one was single-threaded
+ *    (next paragraph). These are control-path calls, a few per link's
+ *    life; transfers do not take the lock.
+ *
+ * Closing mid-read. libfabric 1.17's tcp provider (and net, its successor)
+ * completes a read twice when its endpoint is closed while the read's
+ * response is partly received: the response's entry is both
+ * ep->cur_rx.entry and still the head of ep->rma_read_queue, and
+ * tcpx_ep_flush_all_queues reports both; the second report comes after
+ * the entry was freed, with op_context NULL, and ofi_rxm's
+ * rxm_handle_comp_error dereferences it (SIGSEGV in fi_close of the rxm
+ * endpoint; upstream fix a74ea0fcd, libfabric 1.18). A client gets there
+ * whenever it gives up on a read while memd's response is on its way: a
+ * slow link, a partition, or the client itself stopped past its deadline
+ * (tests/chaos found it: slow_link, then SIGSTOP of a client). We cannot
+ * see the provider's receive state, so on an affected provider
+ * (close_hazard) fab_ep_close with a read in flight first progresses the
+ * endpoint for up to FAB_CLOSE_DRAIN_MS (a response already in our socket
+ * completes), and if a read is still in flight then, it completes our
+ * ops with -ECANCELED and leaves the provider's endpoint, CQ and AV open
+ * and never progressed again ("quarantined", on fab_graves), and their
+ * domain and fabric too when the domain is closed. That is safe because
+ * progress is manual (FI_PROGRESS_MANUAL, the default of tcp and net, and
+ * no provider thread of its own): an endpoint nobody progresses never
+ * touches a buffer again. The cost is a leak of a few MB (the rxm
+ * buffer pools, fabric/fab.c top) and one socket per quarantined
+ * endpoint until the process exits; only reads given up on in flight pay
+ * it, a rare event (tests/test_fab.c t_close_mid_read builds it).
  */
 #include "fabric/fab.h"
 
@@ -94,6 +118,17 @@
 /* See "Opening and closing" in the invariants above. */
 static pthread_mutex_t fab_ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/*
+ * Quarantined provider objects ("Closing mid-read" above), kept reachable
+ * so that leak checkers see them as held, not lost. Guarded by fab_ctl_mu.
+ */
+struct fab_grave {
+	struct fid *fid[3];
+	struct fab_grave *next;
+};
+static struct fab_grave *fab_graves;
+static unsigned fab_quarantined; /* endpoints among them */
+
 /* The API we are written against; newer libraries keep its semantics. */
 #define FAB_FI_VERSION FI_VERSION(1, 17)
 
@@ -114,6 +149,9 @@ static pthread_mutex_t fab_ctl_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Sleeps of the poll fallback (providers without a CQ wait object). */
 #define FAB_POLL_SLEEP_MIN_NS 10000
 #define FAB_POLL_SLEEP_MAX_NS 1000000
+/* How long fab_ep_close progresses an endpoint with a read in flight on a
+ * close_hazard provider before it quarantines it. */
+#define FAB_CLOSE_DRAIN_MS 100
 /* Default window when fab_ep_open is given 0. */
 #define FAB_INFLIGHT_DEFAULT_MAX 256
 #define FAB_AV_COUNT 64
@@ -136,6 +174,11 @@ struct fab_domain {
 	size_t max_msg;
 	char prov[FAB_PROV_MAX];
 	unsigned hmem; /* FAB_HMEM_* asked for and granted (FI_HMEM) */
+	/* closing an endpoint mid-read crashes the provider ("Closing
+	 * mid-read"); quarantined counts its endpoints kept open (under
+	 * fab_ctl_mu) */
+	bool close_hazard;
+	unsigned quarantined;
 	/* TP_TEST_FAB_PROV_KEY: the keys we pick for the provider */
 	bool fake_prov_key;
 	uint64_t next_fake_key;
@@ -409,6 +452,9 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 		       strnlen(d->info->fabric_attr->prov_name,
 			       sizeof(d->prov) - 1));
 	}
+	d->close_hazard = fi_version() < FI_VERSION(1, 18) &&
+			  (strncmp(d->prov, "tcp", 3) == 0 ||
+			   strncmp(d->prov, "net", 3) == 0);
 	fi_freeinfo(hints);
 	*out = d;
 	return 0;
@@ -422,14 +468,37 @@ free_d:
 	return ret;
 }
 
-/* Closes domain, then fabric; every ep and MR on it must be gone. */
+/* Keeps fids (NULLs allowed) open for good. Caller holds fab_ctl_mu.
+ * Without memory for the record they stay open all the same. */
+static void grave_add_locked(struct fid *a, struct fid *b, struct fid *c)
+{
+	struct fab_grave *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return;
+	g->fid[0] = a;
+	g->fid[1] = b;
+	g->fid[2] = c;
+	g->next = fab_graves;
+	fab_graves = g;
+}
+
+/*
+ * Closes domain, then fabric; every ep and MR on it must be gone. A domain
+ * with a quarantined endpoint stays open with it (the provider would
+ * refuse or, worse, half-close it).
+ */
 void fab_domain_close(struct fab_domain *d)
 {
 	if (!d)
 		return;
 	pthread_mutex_lock(&fab_ctl_mu);
-	fi_close(&d->domain->fid);
-	fi_close(&d->fabric->fid);
+	if (d->quarantined) {
+		grave_add_locked(&d->domain->fid, &d->fabric->fid, NULL);
+	} else {
+		fi_close(&d->domain->fid);
+		fi_close(&d->fabric->fid);
+	}
 	pthread_mutex_unlock(&fab_ctl_mu);
 	fi_freeinfo(d->info);
 	free(d);
@@ -792,19 +861,82 @@ static void ep_complete(struct fab_ep *ep, struct fab_op *op, int status)
 	op_finish(op, status);
 }
 
+static int ep_cq_poll(struct fab_ep *ep);
+
+static bool ep_read_in_flight(struct fab_ep *ep)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&ep->mu);
+	for (struct fab_op *op = ep->live; op && !found; op = op->next_live)
+		found = op->kind == FAB_OP_READ;
+	pthread_mutex_unlock(&ep->mu);
+	return found;
+}
+
+/*
+ * On a close_hazard provider with a read in flight: progresses ep for up
+ * to FAB_CLOSE_DRAIN_MS and returns true when a read is still in flight,
+ * i.e. when ep must not be closed ("Closing mid-read"). The caller owns ep
+ * (no other thread uses it), so this reads the CQ without the leader role.
+ */
+static bool ep_must_quarantine(struct fab_ep *ep)
+{
+	int64_t end;
+
+	if (!ep->d->close_hazard || !ep_read_in_flight(ep))
+		return false;
+	end = now_ns() + (int64_t)FAB_CLOSE_DRAIN_MS * 1000000;
+	for (;;) {
+		int ret = ep_cq_poll(ep);
+
+		if (!ep_read_in_flight(ep))
+			return false;
+		if (ret < 0 || now_ns() >= end)
+			return true;
+		if (ret == 0)
+			sleep_ns(FAB_POLL_SLEEP_MAX_NS / 4);
+	}
+}
+
+bool fab_domain_close_hazard(const struct fab_domain *d)
+{
+	return d->close_hazard;
+}
+
+unsigned fab_quarantined_eps(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&fab_ctl_mu);
+	n = fab_quarantined;
+	pthread_mutex_unlock(&fab_ctl_mu);
+	return n;
+}
+
 /*
  * Closes the provider endpoint first: once fi_close returns the provider
  * no longer touches posted buffers, so what is still on the live list can
- * be completed with -ECANCELED and handed back. Then CQ and AV.
+ * be completed with -ECANCELED and handed back. Then CQ and AV. A
+ * quarantined endpoint is not closed but never progressed again, which
+ * holds the same promise ("Closing mid-read").
  */
 void fab_ep_close(struct fab_ep *ep)
 {
 	struct fab_op *op, *next;
+	bool quarantine;
 
 	if (!ep)
 		return;
+	quarantine = ep_must_quarantine(ep);
 	pthread_mutex_lock(&fab_ctl_mu);
-	fi_close(&ep->ep->fid);
+	if (quarantine) {
+		grave_add_locked(&ep->ep->fid, &ep->cq->fid, &ep->av->fid);
+		ep->d->quarantined++;
+		fab_quarantined++;
+	} else {
+		fi_close(&ep->ep->fid);
+	}
 	pthread_mutex_unlock(&fab_ctl_mu);
 
 	pthread_mutex_lock(&ep->mu);
@@ -819,10 +951,12 @@ void fab_ep_close(struct fab_ep *ep)
 		op_finish(op, -ECANCELED);
 	}
 
-	pthread_mutex_lock(&fab_ctl_mu);
-	fi_close(&ep->cq->fid);
-	fi_close(&ep->av->fid);
-	pthread_mutex_unlock(&fab_ctl_mu);
+	if (!quarantine) {
+		pthread_mutex_lock(&fab_ctl_mu);
+		fi_close(&ep->cq->fid);
+		fi_close(&ep->av->fid);
+		pthread_mutex_unlock(&fab_ctl_mu);
+	}
 	pthread_cond_destroy(&ep->prog_cv);
 	pthread_mutex_destroy(&ep->prog_mu);
 	pthread_mutex_destroy(&ep->mu);

@@ -154,8 +154,20 @@ int fab_ep_open(struct fab_domain *d, unsigned max_inflight,
  * this returns. No other thread may use ep (post, wait, progress) during or
  * after the call; MRs bound to it (FAB_MR_ENDPOINT) are closed first. NULL
  * is a no-op.
+ *
+ * With a read in flight on libfabric < 1.18's tcp (or net) provider, the
+ * endpoint is first progressed for up to 100 ms; a read still
+ * in flight then makes the endpoint (and later its domain) stay open,
+ * never progressed again, until the process exits ("quarantined", counted
+ * by fab_quarantined_eps): closing it could crash inside the provider
+ * (fabric/fab.c, "Closing mid-read"). Its buffers are not touched either
+ * way.
  */
 void fab_ep_close(struct fab_ep *ep);
+/* Endpoints this process kept open in fab_ep_close instead of closing. */
+unsigned fab_quarantined_eps(void);
+/* Whether d's provider is one fab_ep_close quarantines mid-read. */
+bool fab_domain_close_hazard(const struct fab_domain *d);
 /* Copies this endpoint's address into addr (*len in: capacity, out: size).
  * -ENOSPC when it does not fit. */
 int fab_ep_name(struct fab_ep *ep, void *addr, size_t *len);

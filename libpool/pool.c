@@ -343,8 +343,18 @@ static void link_fail(struct plink *lk, int err, const char *why)
 			 why);
 	pthread_rwlock_wrlock(&lk->ep_rw);
 	if (lk->ep) {
+		unsigned kept = fab_quarantined_eps();
+
 		fab_ep_close(lk->ep);
 		lk->ep = NULL;
+		/* fabric/fab.c, "Closing mid-read" */
+		if (fab_quarantined_eps() != kept)
+			pool_log(LOG_WARNING,
+				 "session: endpoint of session=%" PRIx64
+				 " memd=%s kept open until exit: a read was "
+				 "in flight and libfabric <1.18's tcp "
+				 "provider crashes closing it then",
+				 lk->session_id, lk->addr);
 	}
 	pthread_rwlock_unlock(&lk->ep_rw);
 	/* Its heartbeat thread has nothing left to do: let it end now, so

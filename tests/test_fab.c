@@ -845,6 +845,80 @@ START_TEST(t_close_inflight)
 }
 END_TEST
 
+/*
+ * Closing the client while a read's response is partly received (fabric/
+ * fab.c, "Closing mid-read"): libfabric 1.17's tcp completes the read twice
+ * and ofi_rxm crashed on the second, a NULL context, inside fi_close. The
+ * response is made larger than the loopback sockets hold (tcp_rmem max is
+ * 32 MiB here), the target is parked once the first bytes arrived and the
+ * client takes in what the sockets hold: the read is then stuck half-way.
+ * The close must complete it with -ECANCELED, not crash, and nothing may
+ * be written into the buffer afterwards, even with the target serving the
+ * rest.
+ */
+static uint8_t *mid_read_big;
+
+START_TEST(t_close_mid_read)
+{
+	const size_t len = 96u << 20;
+	struct done_count dc = { 0 };
+	struct fab_op op = { 0 };
+	struct fab_mr *bigmr = NULL;
+	uint8_t *big, *snap;
+	unsigned q0 = fab_quarantined_eps();
+	bool hazard = fab_domain_close_hazard(cli.d);
+	struct lbuf b;
+	int i;
+
+	warm_up();
+	big = aligned_alloc(4096, len);
+	snap = malloc(len);
+	ck_assert(big && snap);
+	memset(big, 0xa5, len);
+	ck_assert_int_eq(fab_mr_reg(tgt.d, tgt.ep, big, len, FAB_ACCESS_REMOTE,
+				    random_key(), &bigmr),
+			 0);
+	lbuf_get(&b, len);
+	memset(b.p, 0, len);
+	op.done = count_done;
+	op.arg = &dc;
+	ck_assert_int_eq(fab_ep_read(cli.ep, b.p, len, b.desc, cli.peer,
+				     fab_mr_remote_base(bigmr),
+				     fab_mr_key(bigmr), &op, WAIT_MS),
+			 0);
+	for (i = 0; i < 2000 && b.p[0] != 0xa5 && !op.complete; i++)
+		(void)fab_op_wait(cli.ep, &op, 5);
+	ck_assert_msg(b.p[0] == 0xa5, "no byte of the response arrived");
+	target_pause(&tgt);
+	for (i = 0; i < 100 && !op.complete; i++)
+		(void)fab_op_wait(cli.ep, &op, 2);
+	ck_assert_msg(!op.complete,
+		      "a %zu MiB read completed with its target parked: the "
+		      "sockets hold more than it (raise len)",
+		      len >> 20);
+
+	fab_ep_close(cli.ep);
+	cli.ep = NULL;
+	ck_assert_int_eq(atomic_load(&dc.n), 1);
+	ck_assert_int_eq(op.complete, 1);
+	ck_assert_int_eq(op.status, -ECANCELED);
+	ck_assert_uint_eq(fab_quarantined_eps(), q0 + (hazard ? 1 : 0));
+
+	/* The rest of the response goes nowhere. */
+	memcpy(snap, b.p, len);
+	target_resume(&tgt);
+	usleep(200 * 1000);
+	ck_assert_int_eq(memcmp(snap, b.p, len), 0);
+	ck_assert_int_eq(fab_mr_close(b.mr), 0);
+	free(b.p);
+	ck_assert_int_eq(fab_mr_close(bigmr), 0);
+	/* The target may still be sending from big until pair_close closes
+	 * its endpoint; the forked test's exit frees it. */
+	mid_read_big = big;
+	free(snap);
+}
+END_TEST
+
 struct reader {
 	pthread_t thr;
 	int idx;
@@ -1068,6 +1142,7 @@ static void add_rma_tests(TCase *tc)
 	tcase_add_test(tc, t_dead_peer);
 	tcase_add_test(tc, t_wait_timeout);
 	tcase_add_test(tc, t_close_inflight);
+	tcase_add_test(tc, t_close_mid_read);
 	tcase_add_test(tc, t_threads);
 	tcase_add_test(tc, t_hmem_system_rma);
 	tcase_add_test(tc, t_serve_wake);
