@@ -648,6 +648,7 @@ void srv_do_kv_model(struct memd_server *s, struct conn *c,
 {
 	const struct wire_kv_model *k = &req->u.kv_model;
 	struct kv_tenant *t;
+	bool changed;
 
 	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
 		CTR_ADD(s, kv_refused, 1);
@@ -684,18 +685,19 @@ void srv_do_kv_model(struct memd_server *s, struct conn *c,
 			       "KV_MODEL: out of memory");
 		return;
 	}
+	changed = t->hint_tps != k->prefill_tokens_per_s ||
+		  t->hint_bpt != k->bytes_per_token; /* memd-ctl writes */
 	pthread_mutex_lock(&s->kvlock);
-	if (t->hint_tps != k->prefill_tokens_per_s ||
-	    t->hint_bpt != k->bytes_per_token)
+	t->hint_tps = k->prefill_tokens_per_s;
+	t->hint_bpt = k->bytes_per_token;
+	pthread_mutex_unlock(&s->kvlock);
+	if (changed)
 		memd_log(
 			LOG_INFO,
 			"kv: model hint tenant=%u prefill_tokens_per_s=%" PRIu32
 			" bytes_per_token=%" PRIu64 " peer=%s",
 			c->tenant_id, k->prefill_tokens_per_s,
 			k->bytes_per_token, c->peer);
-	t->hint_tps = k->prefill_tokens_per_s;
-	t->hint_bpt = k->bytes_per_token;
-	pthread_mutex_unlock(&s->kvlock);
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_KV_MODEL_OK;
 	rep->seq = req->seq;
@@ -893,7 +895,7 @@ static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
 
 void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 {
-	static struct kv_model models[WIRE_MAX_TENANTS]; /* memd-metrics */
+	struct kv_model models[WIRE_MAX_TENANTS];
 	uint32_t ids[WIRE_MAX_TENANTS], caps[WIRE_MAX_TENANTS], n = 0;
 	struct memd_kv_stats *st;
 
