@@ -80,6 +80,11 @@
  * through the table's atomic link pointers (a link lives until
  * pool_close, so a stale pointer is never dangling: at worst lost).
  */
+#ifdef TP_LIBPOOL_SHARED
+/* libpool.so: pool_kv_open is pool_kv_open@@LIBPOOL_0.2 (see "ABI" at
+ * pool_kv_open_0_1); the object defines no plain pool_kv_open. */
+#define pool_kv_open pool_kv_open_0_2
+#endif
 #include "tidepool/kv.h"
 
 #include <errno.h>
@@ -2047,6 +2052,41 @@ fail:
 	free(kv);
 	return r;
 }
+
+#ifdef TP_LIBPOOL_SHARED
+/*
+ * ABI. Up to 0.1.0 struct pool_kv_opts held four unsigned (nthreads,
+ * refresh_ms, lease_ms, replicas); 0.2.0 appended the model hint. A
+ * program linked against 0.1 calls pool_kv_open@LIBPOOL_0.1 with the
+ * short struct: this reads only those fields (no hint; the environment's
+ * LIBPOOL_KV_* still apply). pool_kv_open@@LIBPOOL_0.2 is pool_kv_open
+ * above, named pool_kv_open_0_2 in this object (top of file); libpool.map
+ * lists the name in both nodes.
+ */
+struct pool_kv_opts_0_1 {
+	unsigned nthreads, refresh_ms, lease_ms, replicas;
+};
+
+POOL_API int pool_kv_open_0_1(struct pool *p,
+			      const struct pool_kv_opts_0_1 *opts,
+			      struct pool_kv **out);
+__asm__(".symver pool_kv_open_0_1,pool_kv_open@LIBPOOL_0.1");
+__asm__(".symver pool_kv_open_0_2,pool_kv_open@@LIBPOOL_0.2");
+
+int pool_kv_open_0_1(struct pool *p, const struct pool_kv_opts_0_1 *opts,
+		     struct pool_kv **out)
+{
+	struct pool_kv_opts o = { 0 };
+
+	if (!opts)
+		return pool_kv_open(p, NULL, out);
+	o.nthreads = opts->nthreads;
+	o.refresh_ms = opts->refresh_ms;
+	o.lease_ms = opts->lease_ms;
+	o.replicas = opts->replicas;
+	return pool_kv_open(p, &o, out);
+}
+#endif
 
 void pool_kv_close(struct pool_kv *kv)
 {

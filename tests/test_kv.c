@@ -22,6 +22,7 @@
  * torn or foreign value fails the test.
  */
 #include <check.h>
+#include <dlfcn.h>
 
 #include <errno.h>
 #include <poll.h>
@@ -34,6 +35,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <limits.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -2193,6 +2196,66 @@ START_TEST(model_hint_in_a_pool)
 }
 END_TEST
 
+/*
+ * ABI (libpool/kv.c, "ABI"): a program linked against libpool 0.1 passes
+ * the 4-field struct pool_kv_opts to pool_kv_open@LIBPOOL_0.1, which must
+ * not read past it; pool_kv_open@@LIBPOOL_0.2 reads the model hint that
+ * follows. The built libpool.so is loaded next to the linked objects and
+ * both versions are called with a 0.1 struct followed by bytes that, read
+ * as a hint, are out of bounds.
+ */
+START_TEST(kv_open_abi_0_1)
+{
+	typedef int (*connect_fn)(const struct pool_opts *, struct pool **);
+	typedef int (*open_fn)(struct pool *, const void *, struct pool_kv **);
+	struct {
+		unsigned f
+			[4]; /* 0.1: nthreads, refresh_ms, lease_ms, replicas */
+		unsigned char tail[32];
+	} old;
+	struct pool_opts po = { .timeout_ms = 5000 };
+	const char *bdir = getenv("TP_BUILD_DIR");
+	void (*kclose)(struct pool_kv *);
+	void (*pclose)(struct pool *);
+	open_fn open01, open02;
+	struct pool_kv *kv = NULL;
+	struct pool *p = NULL;
+	char path[PATH_MAX];
+	connect_fn conn;
+	void *h;
+
+	ck_assert_msg(bdir, "TP_BUILD_DIR is not set (run through ctest)");
+	snprintf(path, sizeof(path), "%s/libpool/libpool.so.0", bdir);
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen %s: %s", path, dlerror());
+	conn = (connect_fn)dlsym(h, "pool_connect");
+	open01 = (open_fn)dlvsym(h, "pool_kv_open", "LIBPOOL_0.1");
+	open02 = (open_fn)dlvsym(h, "pool_kv_open", "LIBPOOL_0.2");
+	kclose = (void (*)(struct pool_kv *))dlsym(h, "pool_kv_close");
+	pclose = (void (*)(struct pool *))dlsym(h, "pool_close");
+	ck_assert(conn && open01 && open02 && kclose && pclose);
+	ck_assert_ptr_ne(open01, open02);
+	ck_assert_ptr_eq(open02, (open_fn)dlsym(h, "pool_kv_open"));
+
+	start_standalone("", "64M");
+	unsetenv("LIBPOOL_KV_PREFILL_TOKENS_PER_S");
+	unsetenv("LIBPOOL_KV_BYTES_PER_TOKEN");
+	po.addr = md.addr;
+	ck_assert_int_eq(conn(&po, &p), 0);
+	memset(&old, 0xff, sizeof(old));
+	memset(old.f, 0, sizeof(old.f));
+	ck_assert_int_eq(open02(p, &old, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+	ck_assert_int_eq(open01(p, &old, &kv), 0);
+	ck_assert_ptr_nonnull(kv);
+	kclose(kv);
+	ck_assert_int_eq(open01(p, NULL, &kv), 0);
+	kclose(kv);
+	pclose(p);
+	dlclose(h);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -2207,6 +2270,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tc, stress_processes_and_threads);
 	tcase_add_test(tc, warm_restart);
 	tcase_add_test(tc, model_hint_standalone);
+	tcase_add_test(tc, kv_open_abi_0_1);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tp, 300);
 	tcase_add_checked_fixture(tp, cluster_setup, cluster_teardown);
