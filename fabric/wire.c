@@ -1089,6 +1089,24 @@ static int dec_heartbeat2(struct wire_heartbeat2 *h, struct wire_rd *r)
 	return r->bad ? -EBADMSG : 0;
 }
 
+static int enc_kv_model(const struct wire_kv_model *k, struct wire_wr *w)
+{
+	if (k->flags)
+		return -EINVAL;
+	put_u32(w, k->flags);
+	put_u32(w, k->prefill_tokens_per_s);
+	put_u64(w, k->bytes_per_token);
+	return 0;
+}
+
+static int dec_kv_model(struct wire_kv_model *k, struct wire_rd *r)
+{
+	k->flags = get_u32(r);
+	k->prefill_tokens_per_s = get_u32(r);
+	k->bytes_per_token = get_u64(r);
+	return r->bad || k->flags ? -EBADMSG : 0;
+}
+
 static int enc_donor_join(const struct wire_donor_join *j, struct wire_wr *w)
 {
 	uint16_t i;
@@ -1539,7 +1557,7 @@ static int dec_donors_ok(struct wire_donors_ok *d, struct wire_rd *r)
 
 /*
  * Payload of m: validated, and written when w->p is set. -EINVAL for an
- * unknown type or a bound broken. The five payload-less types write
+ * unknown type or a bound broken. The six payload-less types write
  * nothing and ignore the union.
  */
 static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
@@ -1625,11 +1643,14 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 				sizeof(m->u.shm_ok.socket)) < 0
 			       ? -EINVAL
 			       : 0;
+	case WIRE_KV_MODEL:
+		return enc_kv_model(&m->u.kv_model, w);
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
 	case WIRE_BYE_OK:
 	case WIRE_DONORS:
+	case WIRE_KV_MODEL_OK:
 		return 0;
 	}
 	return -EINVAL;
@@ -1747,11 +1768,15 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 			     ? -EBADMSG
 			     : 0;
 		break;
+	case WIRE_KV_MODEL:
+		rc = dec_kv_model(&m->u.kv_model, r);
+		break;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
 	case WIRE_BYE_OK:
 	case WIRE_DONORS:
+	case WIRE_KV_MODEL_OK:
 		rc = 0;
 		break;
 	default:

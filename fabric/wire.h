@@ -53,7 +53,7 @@
  * framing and changes only if the header itself does.
  */
 #define WIRE_PROTO_MIN 1
-#define WIRE_PROTO_MAX 2
+#define WIRE_PROTO_MAX 3
 
 /* Protocol 2 (docs/protocol.md, docs/cluster.md): authentication, the
  * registry's placement and admin requests, donors joining a registry. */
@@ -103,7 +103,8 @@
 	X(KV_DELETE, 0x15)                                                     \
 	X(KV_PIN, 0x16)                                                        \
 	X(DONORS, 0x17)                                                        \
-	X(SHM, 0x18) /* same-host data path (protocol.md) */                   \
+	X(SHM, 0x18)	  /* same-host data path (protocol.md) */              \
+	X(KV_MODEL, 0x19) /* protocol 3: the client's cost model hint */       \
 	X(HELLO_OK, 0x81)                                                      \
 	X(LEASE_OK, 0x82)                                                      \
 	X(RELEASE_OK, 0x83)                                                    \
@@ -127,6 +128,7 @@
 	X(KV_PIN_OK, 0x96)                                                     \
 	X(DONORS_OK, 0x97)                                                     \
 	X(SHM_OK, 0x98)                                                        \
+	X(KV_MODEL_OK, 0x99) /* protocol 3; no payload */                      \
 	X(ERROR, 0xff)
 
 enum wire_type {
@@ -599,6 +601,21 @@ struct wire_error {
 	char msg[WIRE_MSG_MAX]; /* for logs; never parsed, never secret */
 };
 
+/*
+ * KV_MODEL (protocol 3): the client's hint of its model's cost, for the
+ * capacity reports' "recompute seconds saved" (docs/capacity.md). The
+ * codec bounds only flags (reserved, 0); memd refuses values outside
+ * 1 .. WIRE_KV_TPS_MAX and 1 .. WIRE_KV_BPT_MAX with ERROR EINVAL (the
+ * bounds of memd.conf's kv_prefill_tokens_per_s and kv_bytes_per_token).
+ */
+#define WIRE_KV_TPS_MAX 1000000000u
+#define WIRE_KV_BPT_MAX (1ull << 30)
+struct wire_kv_model {
+	uint32_t flags; /* reserved, must be 0 */
+	uint32_t prefill_tokens_per_s;
+	uint64_t bytes_per_token;
+};
+
 struct wire_msg {
 	uint8_t type;	/* enum wire_type */
 	uint16_t flags; /* header flags; 0 in version 1 */
@@ -631,7 +648,10 @@ struct wire_msg {
 		struct wire_donors_ok donors_ok;
 		struct wire_shm shm;
 		struct wire_shm_ok shm_ok;
-	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS carry no payload */
+		/* protocol 3 */
+		struct wire_kv_model kv_model;
+	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK carry no
+	      * payload */
 };
 
 /*

@@ -114,6 +114,8 @@ bool pool_link_is_lost(struct plink *lk);
 void pool_link_fail(struct plink *lk, int err, const char *why);
 uint32_t pool_link_tenant_id(const struct plink *lk);
 uint16_t pool_link_nendpoints(const struct plink *lk);
+/* The protocol version lk's memd negotiated in HELLO. */
+uint16_t pool_link_proto(const struct plink *lk);
 const char *pool_link_addr(const struct plink *lk);
 /* rpc_call on lk's control connection with the session timeout; a
  * broken connection or a timeout fails the link. */

@@ -61,6 +61,13 @@
  * replica holds its home's bytes, the bytes the home is about to
  * commit, or nothing (docs/kv.md, "Replicas").
  *
+ * The model hint (opts, else LIBPOOL_KV_PREFILL_TOKENS_PER_S and
+ * LIBPOOL_KV_BYTES_PER_TOKEN; docs/capacity.md) goes to a memd as one
+ * KV_MODEL call when the handle takes a link to it (donor_link, or the
+ * standalone link at open), before any batch is sent on it, and only on
+ * links that negotiated protocol 3. A refusal is logged; it only changes
+ * memd's reports.
+ *
  * A reply's location list is bounded (WIRE_KV_MAX_LOCS); keys that did
  * not fit (-ENOBUFS) go into the next batch. Posted fab_ops live in their
  * batch until the whole op has waited for them; a transfer that times out
@@ -73,6 +80,11 @@
  * through the table's atomic link pointers (a link lives until
  * pool_close, so a stale pointer is never dangling: at worst lost).
  */
+#ifdef TP_LIBPOOL_SHARED
+/* libpool.so: pool_kv_open is pool_kv_open@@LIBPOOL_0.2 (see "ABI" at
+ * pool_kv_open_0_1); the object defines no plain pool_kv_open. */
+#define pool_kv_open pool_kv_open_0_2
+#endif
 #include "tidepool/kv.h"
 
 #include <errno.h>
@@ -154,6 +166,9 @@ struct pool_kv {
 	struct pool *p;
 	bool cluster;
 	unsigned refresh_ms, lease_ms, replicas;
+	/* the model hint sent to every memd (KV_MODEL); 0: none */
+	uint32_t hint_tps;
+	uint64_t hint_bpt;
 
 	pthread_mutex_t lock;
 	struct kv_donors *donors;
@@ -436,6 +451,47 @@ static struct plink *donor_link_hold(struct pool_kv *kv, struct kv_donor *d)
 	return lk;
 }
 
+/*
+ * Tells lk's memd the handle's model hint (KV_MODEL), if it has one and
+ * the memd speaks protocol 3. A refusal is logged, not an error: the
+ * hint only changes memd's reports. The caller holds no link's control
+ * connection.
+ */
+static void kv_send_model(struct pool_kv *kv, struct plink *lk,
+			  const char *donor)
+{
+	struct wire_msg *req, *rep;
+	char text[WIRE_MSG_MAX] = "";
+	int r;
+
+	if (!kv->hint_tps)
+		return;
+	if (pool_link_proto(lk) < 3) {
+		pool_log(LOG_NOTICE,
+			 "kv: donor=%s speaks protocol %u: no model hint "
+			 "(memd.conf's model applies)",
+			 donor, pool_link_proto(lk));
+		return;
+	}
+	req = calloc(1, sizeof(*req));
+	rep = calloc(1, sizeof(*rep));
+	if (!req || !rep) {
+		free(req);
+		free(rep);
+		return;
+	}
+	req->type = WIRE_KV_MODEL;
+	req->u.kv_model.prefill_tokens_per_s = kv->hint_tps;
+	req->u.kv_model.bytes_per_token = kv->hint_bpt;
+	r = pool_link_call(lk, req, rep, WIRE_KV_MODEL_OK, text, sizeof(text));
+	if (r)
+		pool_log(LOG_WARNING,
+			 "kv: donor=%s refused the model hint err=%s (%s)",
+			 donor, strerror(-r), text);
+	free(req);
+	free(rep);
+}
+
 /* The link to donor d, opened on first use, with a reference for the
  * caller (pool_link_put). 0 or -ENOTCONN. */
 static int donor_link(struct pool_kv *kv, struct kv_donor *d,
@@ -469,6 +525,7 @@ static int donor_link(struct pool_kv *kv, struct kv_donor *d,
 	d->link = lk;
 	pthread_mutex_unlock(&kv->lock);
 	pool_link_put(old);
+	kv_send_model(kv, lk, d->name);
 	*out = lk;
 	return 0;
 }
@@ -1839,12 +1896,71 @@ static void kv_destroy(struct pool_attached *a)
 /* ------------------------------------------------------------------ */
 /* public                                                               */
 
+/* One field of the model hint from the environment: 0 unset (or empty),
+ * 1 set into *v, -EINVAL (logged) not a number in 1 .. max. */
+static int hint_env(const char *name, uint64_t max, uint64_t *v)
+{
+	const char *env = getenv(name);
+	char *end;
+
+	if (!env || !*env)
+		return 0;
+	errno = 0;
+	*v = strtoull(env, &end, 10);
+	if (errno || *end || *env == '-' || *v < 1 || *v > max) {
+		pool_log(LOG_ERR, "kv: %s='%s' is not 1 to %" PRIu64, name, env,
+			 max);
+		return -EINVAL;
+	}
+	return 1;
+}
+
+/* The model hint: opts' fields, else the environment's. 0 or -EINVAL. */
+static int hint_of(const struct pool_kv_opts *o, uint32_t *tps, uint64_t *bpt)
+{
+	uint64_t t = o->prefill_tokens_per_s, b = o->bytes_per_token;
+	int rt, rb;
+
+	if (!t && !b) {
+		rt = hint_env("LIBPOOL_KV_PREFILL_TOKENS_PER_S",
+			      POOL_KV_PREFILL_TOKENS_PER_S_MAX, &t);
+		rb = hint_env("LIBPOOL_KV_BYTES_PER_TOKEN",
+			      POOL_KV_BYTES_PER_TOKEN_MAX, &b);
+		if (rt < 0 || rb < 0)
+			return -EINVAL;
+		if (rt != rb) {
+			pool_log(LOG_ERR,
+				 "kv: set both LIBPOOL_KV_PREFILL_TOKENS_PER_S "
+				 "and LIBPOOL_KV_BYTES_PER_TOKEN, or neither");
+			return -EINVAL;
+		}
+	} else if (!t || !b || t > POOL_KV_PREFILL_TOKENS_PER_S_MAX ||
+		   b > POOL_KV_BYTES_PER_TOKEN_MAX) {
+		pool_log(LOG_ERR,
+			 "kv: model hint prefill_tokens_per_s=%" PRIu64
+			 " bytes_per_token=%" PRIu64
+			 ": give both, 1 to %u and 1 to %llu",
+			 t, b, POOL_KV_PREFILL_TOKENS_PER_S_MAX,
+			 POOL_KV_BYTES_PER_TOKEN_MAX);
+		return -EINVAL;
+	}
+	*tps = (uint32_t)t;
+	*bpt = b;
+	return 0;
+}
+
+_Static_assert(POOL_KV_PREFILL_TOKENS_PER_S_MAX == WIRE_KV_TPS_MAX &&
+		       POOL_KV_BYTES_PER_TOKEN_MAX == WIRE_KV_BPT_MAX,
+	       "the hint's bounds are memd's");
+
 int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 		 struct pool_kv **out)
 {
 	struct pool_kv_opts o = { 0 };
 	pthread_condattr_t ca;
 	struct pool_kv *kv;
+	uint32_t hint_tps = 0;
+	uint64_t hint_bpt = 0;
 	int r;
 
 	if (!out)
@@ -1856,6 +1972,8 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 		o = *opts;
 	if (o.nthreads > KV_MAX_THREADS || o.replicas > KV_MAX_REPLICAS)
 		return -EINVAL;
+	if (hint_of(&o, &hint_tps, &hint_bpt))
+		return -EINVAL;
 	if (sodium_init() < 0)
 		return -ENOMEM;
 	kv = calloc(1, sizeof(*kv));
@@ -1866,6 +1984,8 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 	kv->refresh_ms = o.refresh_ms ? o.refresh_ms : KV_DEFAULT_REFRESH_MS;
 	kv->lease_ms = o.lease_ms ? o.lease_ms : KV_DEFAULT_LEASE_MS;
 	kv->replicas = o.replicas ? o.replicas : 1;
+	kv->hint_tps = hint_tps;
+	kv->hint_bpt = hint_bpt;
 	kv->efd = -1;
 	kv->att.destroy = kv_destroy;
 	pthread_mutex_init(&kv->lock, NULL);
@@ -1903,6 +2023,7 @@ int pool_kv_open(struct pool *p, const struct pool_kv_opts *opts,
 			 "standalone");
 		snprintf(kv->donors->d[0].addr, sizeof(kv->donors->d[0].addr),
 			 "%s", pool_link_addr(lk));
+		kv_send_model(kv, lk, "standalone");
 	}
 	kv->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (kv->efd < 0) {
@@ -1931,6 +2052,41 @@ fail:
 	free(kv);
 	return r;
 }
+
+#ifdef TP_LIBPOOL_SHARED
+/*
+ * ABI. Up to 0.1.0 struct pool_kv_opts held four unsigned (nthreads,
+ * refresh_ms, lease_ms, replicas); 0.2.0 appended the model hint. A
+ * program linked against 0.1 calls pool_kv_open@LIBPOOL_0.1 with the
+ * short struct: this reads only those fields (no hint; the environment's
+ * LIBPOOL_KV_* still apply). pool_kv_open@@LIBPOOL_0.2 is pool_kv_open
+ * above, named pool_kv_open_0_2 in this object (top of file); libpool.map
+ * lists the name in both nodes.
+ */
+struct pool_kv_opts_0_1 {
+	unsigned nthreads, refresh_ms, lease_ms, replicas;
+};
+
+POOL_API int pool_kv_open_0_1(struct pool *p,
+			      const struct pool_kv_opts_0_1 *opts,
+			      struct pool_kv **out);
+__asm__(".symver pool_kv_open_0_1,pool_kv_open@LIBPOOL_0.1");
+__asm__(".symver pool_kv_open_0_2,pool_kv_open@@LIBPOOL_0.2");
+
+int pool_kv_open_0_1(struct pool *p, const struct pool_kv_opts_0_1 *opts,
+		     struct pool_kv **out)
+{
+	struct pool_kv_opts o = { 0 };
+
+	if (!opts)
+		return pool_kv_open(p, NULL, out);
+	o.nthreads = opts->nthreads;
+	o.refresh_ms = opts->refresh_ms;
+	o.lease_ms = opts->lease_ms;
+	o.replicas = opts->replicas;
+	return pool_kv_open(p, &o, out);
+}
+#endif
 
 void pool_kv_close(struct pool_kv *kv)
 {

@@ -3315,6 +3315,11 @@ uint16_t pool_link_nendpoints(const struct plink *lk)
 	return lk->nendpoints;
 }
 
+uint16_t pool_link_proto(const struct plink *lk)
+{
+	return lk->proto;
+}
+
 const char *pool_link_addr(const struct plink *lk)
 {
 	return lk->addr;

@@ -83,7 +83,9 @@
  * tenant (docs/cluster.md, "KV memory and quotas"). kv_slab_put gives
  * it back through the normal path: close the registration, release the
  * lease, quiesce, zero. A KV location is built from the slab's own
- * registration and only ever for a session of the slab's tenant.
+ * registration and only ever for a session of the slab's tenant. A
+ * client's cost model hint (KV_MODEL, protocol 3) is kept in the tenant's
+ * kv_tenant entry (under kvlock) for the capacity reports.
  *
  * Invariants: srv->mr[i] != NULL iff slab i is LEASED (to a client
  * session or to a KV session); srv->mr_ro[i] != NULL iff slab i is a
@@ -311,7 +313,8 @@ static void handle(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	if (v2 && c->proto < 2) {
+	if ((v2 && c->proto < 2) ||
+	    (req->type == WIRE_KV_MODEL && c->proto < 3)) {
 		srv_send_error(s, c, req->seq, EPROTO,
 			       "%s is not in protocol %u (negotiated in HELLO)",
 			       wire_type_name(req->type), c->proto);
@@ -377,6 +380,9 @@ static void handle(struct memd_server *s, struct conn *c,
 		return;
 	case WIRE_DONORS:
 		srv_do_donors(s, c, req, &rep);
+		return;
+	case WIRE_KV_MODEL:
+		srv_do_kv_model(s, c, req, &rep);
 		return;
 	case WIRE_SHM:
 		srv_do_shm(s, c, req, &rep);

@@ -276,6 +276,10 @@ struct memd_server {
 		struct memd_session *ses;
 		uint64_t first_ms;  /* opened: the start of its rates */
 		uint32_t cap_slabs; /* last kv_cap_slabs, for /metrics */
+		/* the client's cost model hint (KV_MODEL, docs/capacity.md),
+		 * the last one received; 0: none, memd.conf's model */
+		uint32_t hint_tps;
+		uint64_t hint_bpt;
 	} * kvt;
 	uint32_t nkvt, kvt_cap;
 };
@@ -371,6 +375,8 @@ void srv_kv_drained(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);
+void srv_do_kv_model(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep);
 void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s);
 
 /* server_shm.c */

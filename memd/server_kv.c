@@ -62,14 +62,37 @@ static uint64_t kv_cap_bytes(uint64_t slab, uint32_t cap_slabs,
 	return (uint64_t)((double)cap_slabs * (double)slab * eff);
 }
 
-/* Seconds of prefill that bytes of KV served save (the cost model). */
-static double kv_saved_s(struct memd_server *s, uint64_t bytes)
-{
-	uint64_t bpt = __atomic_load_n(&s->kv_cost_bpt, __ATOMIC_RELAXED);
-	uint32_t tps = __atomic_load_n(&s->kv_cost_tps, __ATOMIC_RELAXED);
+/* A tenant's cost model here: the client's hint (KV_MODEL) when one came,
+ * else memd.conf's (kv_prefill_tokens_per_s, kv_bytes_per_token). */
+struct kv_model {
+	uint32_t tps;
+	uint64_t bpt;
+	bool from_client;
+};
 
-	return (double)bytes / (double)(bpt ? bpt : 1) /
-	       (double)(tps ? tps : 1);
+/* The model of kt (NULL: no KV entry yet). Caller holds kvlock, or is
+ * memd-ctl. */
+static struct kv_model kv_model_of_locked(struct memd_server *s,
+					  const struct kv_tenant *kt)
+{
+	struct kv_model m = {
+		.tps = __atomic_load_n(&s->kv_cost_tps, __ATOMIC_RELAXED),
+		.bpt = __atomic_load_n(&s->kv_cost_bpt, __ATOMIC_RELAXED),
+	};
+
+	if (kt && kt->hint_tps && kt->hint_bpt) {
+		m.tps = kt->hint_tps;
+		m.bpt = kt->hint_bpt;
+		m.from_client = true;
+	}
+	return m;
+}
+
+/* Seconds of prefill that bytes of KV served save in model m. */
+static double kv_saved_s(const struct kv_model *m, uint64_t bytes)
+{
+	return (double)bytes / (double)(m->bpt ? m->bpt : 1) /
+	       (double)(m->tps ? m->tps : 1);
 }
 
 static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
@@ -83,6 +106,7 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 	json_t *o, *j, *arr;
 	bool by_registry;
 	uint32_t cap_slabs;
+	struct kv_model model;
 
 	if (!cv)
 		return NULL;
@@ -91,6 +115,7 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 	kt = srv_kv_tenant_find_locked(s, tenant);
 	if (kt)
 		first = kt->first_ms;
+	model = kv_model_of_locked(s, kt);
 	pthread_mutex_unlock(&s->kvlock);
 	period_s = (double)(now - first) / 1000.0;
 	cap_slabs = kv_cap_slabs(s, tenant, &by_registry);
@@ -117,12 +142,18 @@ static json_t *kv_report_tenant(struct memd_server *s, uint32_t tenant,
 						    (double)st.requests)
 					: json_null());
 	json_object_set_new(o, "saved_s",
-			    json_real(kv_saved_s(s, st.hit_bytes)));
-	json_object_set_new(o, "saved_s_per_hour",
-			    period_s > 0
-				    ? json_real(kv_saved_s(s, st.hit_bytes) *
-						3600.0 / period_s)
-				    : json_null());
+			    json_real(kv_saved_s(&model, st.hit_bytes)));
+	json_object_set_new(
+		o, "saved_s_per_hour",
+		period_s > 0 ? json_real(kv_saved_s(&model, st.hit_bytes) *
+					 3600.0 / period_s)
+			     : json_null());
+	/* the model saved_s is in: the client's hint or memd.conf's */
+	json_object_set_new(o, "model",
+			    json_pack("{sIsIss}", "prefill_tokens_per_s",
+				      (json_int_t)model.tps, "bytes_per_token",
+				      (json_int_t)model.bpt, "from",
+				      model.from_client ? "client" : "memd"));
 	json_object_set_new(o, "oneshot_put_s",
 			    json_real((double)st.oneshot_put_ms / 1000.0));
 	if (memd_kv_curve(s->kv, tenant, sizes, at, KV_NMULT, cv)) {
@@ -606,6 +637,74 @@ static int kv_fill_loc(struct memd_server *s, uint32_t tenant,
 	return 0;
 }
 
+/*
+ * KV_MODEL (protocol 3): the client's hint of its model's cost for the
+ * tenant's store here (docs/capacity.md). The last hint of any of the
+ * tenant's sessions holds until the next; memd.conf's model until the
+ * first. Opens the tenant's KV entry, as its first KV request would.
+ */
+void srv_do_kv_model(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	const struct wire_kv_model *k = &req->u.kv_model;
+	struct kv_tenant *t;
+	bool changed;
+
+	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EACCES,
+			       "KV_MODEL: only a tenant session uses the KV "
+			       "tier");
+		return;
+	}
+	if (!s->cfg.kv_share) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EOPNOTSUPP,
+			       "KV_MODEL: the KV tier is off on this memd "
+			       "(kv_share = 0)");
+		return;
+	}
+	if (k->prefill_tokens_per_s < 1 ||
+	    k->prefill_tokens_per_s > WIRE_KV_TPS_MAX) {
+		srv_send_error(s, c, req->seq, EINVAL,
+			       "KV_MODEL: prefill_tokens_per_s %" PRIu32
+			       " is not 1 to %u",
+			       k->prefill_tokens_per_s, WIRE_KV_TPS_MAX);
+		return;
+	}
+	if (k->bytes_per_token < 1 || k->bytes_per_token > WIRE_KV_BPT_MAX) {
+		srv_send_error(s, c, req->seq, EINVAL,
+			       "KV_MODEL: bytes_per_token %" PRIu64
+			       " is not 1 to %llu",
+			       k->bytes_per_token, WIRE_KV_BPT_MAX);
+		return;
+	}
+	t = srv_kv_tenant(s, c->tenant_id, true);
+	if (!t) {
+		srv_send_error(s, c, req->seq, ENOMEM,
+			       "KV_MODEL: out of memory");
+		return;
+	}
+	changed = t->hint_tps != k->prefill_tokens_per_s ||
+		  t->hint_bpt != k->bytes_per_token; /* memd-ctl writes */
+	pthread_mutex_lock(&s->kvlock);
+	t->hint_tps = k->prefill_tokens_per_s;
+	t->hint_bpt = k->bytes_per_token;
+	pthread_mutex_unlock(&s->kvlock);
+	if (changed)
+		memd_log(
+			LOG_INFO,
+			"kv: model hint tenant=%u prefill_tokens_per_s=%" PRIu32
+			" bytes_per_token=%" PRIu64 " peer=%s",
+			c->tenant_id, k->prefill_tokens_per_s,
+			k->bytes_per_token, c->peer);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_KV_MODEL_OK;
+	rep->seq = req->seq;
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep)
 {
@@ -790,17 +889,20 @@ static bool kv_stat_is_counter(const char *name)
 static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
 				      struct memd_server *s,
 				      const uint32_t *ids, const uint32_t *caps,
+				      const struct kv_model *models,
 				      const struct memd_kv_stats *st,
 				      uint32_t n);
 
 void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 {
+	struct kv_model models[WIRE_MAX_TENANTS];
 	uint32_t ids[WIRE_MAX_TENANTS], caps[WIRE_MAX_TENANTS], n = 0;
 	struct memd_kv_stats *st;
 
 	pthread_mutex_lock(&s->kvlock);
 	for (uint32_t i = 0; i < s->nkvt && n < WIRE_MAX_TENANTS; i++) {
 		caps[n] = s->kvt[i].cap_slabs;
+		models[n] = kv_model_of_locked(s, &s->kvt[i]);
 		ids[n++] = s->kvt[i].tenant_id;
 	}
 	pthread_mutex_unlock(&s->kvlock);
@@ -828,7 +930,7 @@ void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 	}
 	MEMD_KV_STATS(X)
 #undef X
-	write_kv_capacity_metrics(b, s, ids, caps, st, n);
+	write_kv_capacity_metrics(b, s, ids, caps, models, st, n);
 	free(st);
 }
 
@@ -837,6 +939,7 @@ void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
 				      struct memd_server *s,
 				      const uint32_t *ids, const uint32_t *caps,
+				      const struct kv_model *models,
 				      const struct memd_kv_stats *st,
 				      uint32_t n)
 {
@@ -859,13 +962,16 @@ static void write_kv_capacity_metrics(struct memd_metrics_buf *b,
 	memd_metrics_printf(
 		b, "# HELP tidepool_memd_kv_tenant_saved_seconds Prefill "
 		   "seconds the KV bytes served saved (hit_bytes / "
-		   "kv_bytes_per_token / kv_prefill_tokens_per_s).\n# TYPE "
+		   "bytes_per_token / prefill_tokens_per_s: the client's "
+		   "hint, else kv_bytes_per_token and "
+		   "kv_prefill_tokens_per_s).\n# TYPE "
 		   "tidepool_memd_kv_tenant_saved_seconds gauge\n");
 	for (uint32_t i = 0; i < n; i++)
 		memd_metrics_printf(b,
 				    "tidepool_memd_kv_tenant_saved_seconds{"
 				    "tenant_id=\"%u\"} %.3f\n",
-				    ids[i], kv_saved_s(s, st[i].hit_bytes));
+				    ids[i],
+				    kv_saved_s(&models[i], st[i].hit_bytes));
 	memd_metrics_printf(
 		b, "# HELP tidepool_memd_kv_tenant_capacity_bytes Bytes of "
 		   "blocks each tenant's KV store may hold here.\n# TYPE "

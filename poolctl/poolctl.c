@@ -1558,10 +1558,11 @@ struct cap_tenant {
 	double cap_bytes, cap_slabs, saved_s, saved_h, oneshot_put_s, period_s;
 	double samples, requests_w, memory, rate_min;
 	bool have_rate;
-	/* the cost model saved_s is in: the tenant's (the registry's
-	 * tenant-set, model_of_tenant) or else the memds' */
+	/* the cost model saved_s is in, per field: the tenant's (the
+	 * registry's tenant-set, model_of_tenant), else what each memd
+	 * used: the client's hint (model_of_client) or memd.conf's */
 	uint64_t tps, bpt;
-	bool model_of_tenant;
+	bool model_of_tenant, model_of_client;
 	unsigned ndonors;
 	struct cap_curve c[CAP_MAX_DONORS];
 	unsigned ncurves;
@@ -1611,8 +1612,11 @@ static const json_t *cap_tenant_entry(const json_t *tenants, uint64_t id)
 /*
  * Adds one memd's kv_report to the pool's figures. tenants: the
  * registry's list (NULL: standalone); a tenant's own cost model there
- * (tenant-set) takes precedence over the memd's, whose saved seconds
- * are rescaled to it (saved_s is linear in 1 / (tokens/s x bytes/token)).
+ * (tenant-set) takes precedence, per field, over the model the memd used
+ * (the client's hint, else memd.conf's: the tenant entry's "model", or
+ * the report's own fields from a memd without hints), whose saved
+ * seconds are rescaled to it (saved_s is linear in 1 / (tokens/s x
+ * bytes/token)).
  */
 static void cap_add(struct cap_pool *p, const json_t *rep,
 		    const json_t *tenants)
@@ -1634,15 +1638,27 @@ static void cap_add(struct cap_pool *p, const json_t *rep,
 		json_t *v;
 
 		const json_t *te = cap_tenant_entry(tenants, t->id);
+		const json_t *dm = json_object_get(e, "model");
 		uint64_t tps = te ? jnum(te, "prefill_tokens_per_s") : 0;
 		uint64_t bpt = te ? jnum(te, "bytes_per_token") : 0;
+		uint64_t d_tps = p->tps, d_bpt = p->bpt;
 		double scale = 1;
 
+		if (json_is_object(dm) && jnum(dm, "prefill_tokens_per_s") &&
+		    jnum(dm, "bytes_per_token")) {
+			d_tps = jnum(dm, "prefill_tokens_per_s");
+			d_bpt = jnum(dm, "bytes_per_token");
+			if (json_is_string(json_object_get(dm, "from")) &&
+			    !strcmp(json_string_value(
+					    json_object_get(dm, "from")),
+				    "client"))
+				t->model_of_client = true;
+		}
 		t->model_of_tenant = tps || bpt;
-		t->tps = tps ? tps : p->tps;
-		t->bpt = bpt ? bpt : p->bpt;
+		t->tps = tps ? tps : d_tps;
+		t->bpt = bpt ? bpt : d_bpt;
 		if (t->tps && t->bpt)
-			scale = (double)p->tps * (double)p->bpt /
+			scale = (double)d_tps * (double)d_bpt /
 				((double)t->tps * (double)t->bpt);
 		t->ndonors++;
 		json_object_foreach((json_t *)st, k, v)
@@ -2009,7 +2025,9 @@ static json_t *cap_tenant_json(const struct cap_pool *p,
 			    json_pack("{sIsIss}", "prefill_tokens_per_s",
 				      (json_int_t)t->tps, "bytes_per_token",
 				      (json_int_t)t->bpt, "from",
-				      t->model_of_tenant ? "tenant" : "memd"));
+				      t->model_of_tenant   ? "tenant"
+				      : t->model_of_client ? "client"
+							   : "memd"));
 	if (curve && t->ncurves) {
 		json_t *at = json_array(), *pts = json_array();
 		double lo, hi;
@@ -2087,8 +2105,9 @@ static int cmd_tenant_report(struct opts *o, const char *name)
 	printf("                (model: %" PRIu64 " tokens/s prefill, %s per "
 	       "token, %s)\n",
 	       t->tps, a,
-	       t->model_of_tenant ? "the tenant's: poolctl tenant set"
-				  : "memd.conf's");
+	       t->model_of_tenant   ? "the tenant's: poolctl tenant set"
+	       : t->model_of_client ? "the client's hint: pool_kv(3)"
+				    : "memd.conf's");
 	ctl_fmt_size(jnum(t->stats, "oneshot_bytes"), a, sizeof(a));
 	printf("wasted puts     %" PRIu64 " entries evicted unread, %s, "
 	       "%.1f s of put time\n",

@@ -836,7 +836,8 @@ static PyMethodDef pool_methods[] = {
 	  "Mapping" },
 	{ "kv", (PyCFunction)(void (*)(void))pool_kv_py,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "kv(replicas=1, *, nthreads=0, refresh_ms=0, lease_ms=0) -> KV" },
+	  "kv(replicas=1, *, nthreads=0, refresh_ms=0, lease_ms=0, "
+	  "prefill_tokens_per_s=0, bytes_per_token=0) -> KV" },
 	{ "gpu", (PyCFunction)(void (*)(void))pool_gpu_py,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "gpu(backend='auto', device=0, *, staging_bytes=0, "
@@ -1585,19 +1586,26 @@ static int kv_usable(struct py_kv *k)
 
 static PyObject *pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "replicas", "nthreads", "refresh_ms",
-				  "lease_ms", NULL };
+	static char *kwlist[] = { "replicas",
+				  "nthreads",
+				  "refresh_ms",
+				  "lease_ms",
+				  "prefill_tokens_per_s",
+				  "bytes_per_token",
+				  NULL };
 	struct pool_kv_opts o;
 	struct pool_kv *kv = NULL;
+	unsigned long long bpt = 0;
 	struct py_kv *k;
 	int r;
 
 	memset(&o, 0, sizeof(o));
 	o.replicas = 1;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|I$III", kwlist,
-					 &o.replicas, &o.nthreads,
-					 &o.refresh_ms, &o.lease_ms))
+	if (!PyArg_ParseTupleAndKeywords(
+		    args, kw, "|I$IIIIK", kwlist, &o.replicas, &o.nthreads,
+		    &o.refresh_ms, &o.lease_ms, &o.prefill_tokens_per_s, &bpt))
 		return NULL;
+	o.bytes_per_token = bpt;
 	if (pool_usable(po, "Pool") < 0)
 		return NULL;
 	if (o.replicas < 1 || o.replicas > 2) {
@@ -1610,6 +1618,20 @@ static PyObject *pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 		PyErr_Format(PyExc_ValueError,
 			     "tidepool: nthreads must be 0 .. 64 (got %u)",
 			     o.nthreads);
+		return NULL;
+	}
+	/* the model hint: both or neither, within memd's bounds */
+	if ((o.prefill_tokens_per_s || o.bytes_per_token) &&
+	    (!o.prefill_tokens_per_s || !o.bytes_per_token ||
+	     o.prefill_tokens_per_s > POOL_KV_PREFILL_TOKENS_PER_S_MAX ||
+	     o.bytes_per_token > POOL_KV_BYTES_PER_TOKEN_MAX)) {
+		PyErr_Format(PyExc_ValueError,
+			     "tidepool: give both prefill_tokens_per_s (1 .. "
+			     "%u) and bytes_per_token (1 .. %llu), or neither "
+			     "(got %u and %llu)",
+			     POOL_KV_PREFILL_TOKENS_PER_S_MAX,
+			     POOL_KV_BYTES_PER_TOKEN_MAX,
+			     o.prefill_tokens_per_s, bpt);
 		return NULL;
 	}
 	POOL_CALL(po, false, r, pool_kv_open(p, &o, &kv));

@@ -153,6 +153,12 @@ grep -q 'SONAME *libpool.so.0$' "$tmp/dyn" ||
 	fail "libpool.so.0 has no SONAME libpool.so.0"
 grep -q 'LIBPOOL_0.1 *pool_connect$' "$tmp/syms" ||
 	fail "libpool.so.0 does not export pool_connect@LIBPOOL_0.1"
+# the KV options grew in 0.2: the new default and the 0.1 compatibility
+# symbol (libpool/kv.c, "ABI")
+grep -q ' LIBPOOL_0.2 *pool_kv_open$' "$tmp/syms" ||
+	fail "libpool.so.0 does not export pool_kv_open@@LIBPOOL_0.2"
+grep -q '(LIBPOOL_0.1) *pool_kv_open$' "$tmp/syms" ||
+	fail "libpool.so.0 does not keep pool_kv_open@LIBPOOL_0.1"
 if awk '$4 != "*UND*"' "$tmp/syms" |
 	grep -E ' (fab|wire|place|memd|tp)_' >"$tmp/leak"; then
 	fail "libpool.so.0 exports internal symbols: $(head -n 5 "$tmp/leak")"

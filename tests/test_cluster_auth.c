@@ -118,7 +118,7 @@ static struct rpc *hello(struct wire_hello_ok *h)
 	ck_assert_msg(r == 0, "connect: %s", strerror(-r));
 	r = rpc_hello(c, "test_cluster_auth", 2, TMO, h, err, sizeof(err));
 	ck_assert_msg(r == 0, "hello: %s %s", strerror(-r), err);
-	ck_assert_uint_eq(h->proto, 2);
+	ck_assert_uint_eq(h->proto, WIRE_PROTO_MAX);
 	return c;
 }
 

@@ -22,6 +22,7 @@
  * torn or foreign value fails the test.
  */
 #include <check.h>
+#include <dlfcn.h>
 
 #include <errno.h>
 #include <poll.h>
@@ -35,10 +36,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <limits.h>
+
 #include <jansson.h>
 #include <sodium.h>
 
 #include "fabric/auth.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
 #include "tidepool/kv.h"
@@ -1618,7 +1623,9 @@ END_TEST
 
 /* poolctl (TP_POOLCTL) -a the registry -s its cluster secret, then args;
  * its stdout in out, its exit status returned. */
-static int poolctl_run(char *out, size_t cap, const char *const *args)
+/* poolctl -a addr (-s secret) args; its standard output in out. */
+static int poolctl_at(const char *addr, const char *secret, char *out,
+		      size_t cap, const char *const *args)
 {
 	const char *pc = getenv("TP_POOLCTL");
 	char cmd[1024];
@@ -1628,8 +1635,10 @@ static int poolctl_run(char *out, size_t cap, const char *const *args)
 
 	if (!pc || !*pc)
 		tu_skip("TP_POOLCTL is not set");
-	n = (size_t)snprintf(cmd, sizeof(cmd), "%s -a %s -s %s", pc, reg.addr,
-			     cluster);
+	n = (size_t)snprintf(cmd, sizeof(cmd), "%s -a %s", pc, addr);
+	if (secret)
+		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, " -s %s",
+				      secret);
 	for (; *args; args++)
 		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, " %s", *args);
 	f = popen(cmd, "r");
@@ -1639,6 +1648,12 @@ static int poolctl_run(char *out, size_t cap, const char *const *args)
 	st = pclose(f);
 	ck_assert_msg(WIFEXITED(st), "poolctl died: %s", cmd);
 	return WEXITSTATUS(st);
+}
+
+/* poolctl against the registry, as the cluster's admin. */
+static int poolctl_run(char *out, size_t cap, const char *const *args)
+{
+	return poolctl_at(reg.addr, cluster, out, cap, args);
 }
 
 static double jnum(const json_t *o, const char *key)
@@ -1888,6 +1903,359 @@ START_TEST(capacity_report_merges_donors)
 }
 END_TEST
 
+/* ---- the client's cost model hint (docs/capacity.md) ----------------- */
+
+/* poolctl --json tenant report NAME at addr: its "model" and saved_s. */
+static json_t *report_json(const char *addr, const char *secret,
+			   const char *tenant)
+{
+	static char out[1 << 17];
+	json_t *j;
+
+	ck_assert_int_eq(poolctl_at(addr, secret, out, sizeof(out),
+				    (const char *[]){ "--json", "tenant",
+						      "report", tenant, NULL }),
+			 0);
+	j = json_loads(out, 0, NULL);
+	ck_assert_msg(j, "%s", out);
+	return j;
+}
+
+/* j's "model" is (tps, bpt) from from, and saved_s is hit_bytes in it. */
+static void model_is(const json_t *j, double tps, double bpt, const char *from,
+		     double hit_bytes)
+{
+	const json_t *m = json_object_get(j, "model");
+	double want = hit_bytes / bpt / tps;
+
+	ck_assert_msg(json_is_object(m), "no model");
+	ck_assert_str_eq(json_string_value(json_object_get(m, "from")), from);
+	ck_assert_double_eq(jnum(m, "prefill_tokens_per_s"), tps);
+	ck_assert_double_eq(jnum(m, "bytes_per_token"), bpt);
+	ck_assert_double_eq_tol(jnum(j, "saved_s"), want, 1e-9 * want);
+}
+
+/* Gets every key once (all hits); the bytes served. */
+static double get_all(struct pool_kv *kv, const struct pool_kv_key *keys, int n,
+		      size_t len)
+{
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(get1(kv, &keys[i], len), (ssize_t)len);
+	return (double)n * (double)len;
+}
+
+/* A pool_kv_open with this hint (and the environment) is refused. */
+static void hint_refused(struct pool *p, unsigned tps, uint64_t bpt)
+{
+	struct pool_kv_opts o = { .prefill_tokens_per_s = tps,
+				  .bytes_per_token = bpt };
+	struct pool_kv *kv = (struct pool_kv *)&o;
+
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+}
+
+/* KV_MODEL by hand on c: 0 or -errno, ERROR's text in text. */
+static int kv_model_call(struct rpc *c, uint32_t tps, uint64_t bpt, char *text,
+			 size_t cap)
+{
+	static struct wire_msg q, a;
+
+	memset(&q, 0, sizeof(q));
+	q.type = WIRE_KV_MODEL;
+	q.u.kv_model.prefill_tokens_per_s = tps;
+	q.u.kv_model.bytes_per_token = bpt;
+	text[0] = '\0';
+	return rpc_call(c, &q, &a, WIRE_KV_MODEL_OK, 5000, text, cap);
+}
+
+/*
+ * A standalone memd: the report is in memd.conf's model until a client
+ * hints its own (pool_kv_opts, else LIBPOOL_KV_*), then in the last
+ * hint, for every byte served; /metrics agrees; bad hints are refused by
+ * libpool (-EINVAL) and by memd (ERROR EINVAL, the session stays).
+ */
+START_TEST(model_hint_standalone)
+{
+	enum { NKEYS = 16 };
+	const size_t len = MIB;
+	const char *tps_env = "LIBPOOL_KV_PREFILL_TOKENS_PER_S",
+		   *bpt_env = "LIBPOOL_KV_BYTES_PER_TOKEN";
+	struct pool_kv_opts o = { .prefill_tokens_per_s = 1024,
+				  .bytes_per_token = 4096 };
+	struct pool_kv_key keys[NKEYS];
+	struct pool_kv *kv, *kv2;
+	struct wire_hello_ok hok;
+	char text[WIRE_MSG_MAX], local[64];
+	struct rpc *c;
+	struct pool *p;
+	double hit;
+	json_t *j;
+
+	start_standalone("kv_share = 50\nmetrics_listen = 127.0.0.1:0\n",
+			 "128M");
+	p = tu_pool_connect(&md);
+	unsetenv(tps_env);
+	unsetenv(bpt_env);
+
+	/* libpool refuses bad hints: one field alone, over the bounds */
+	hint_refused(p, 0, 4096);
+	hint_refused(p, 1000, 0);
+	hint_refused(p, POOL_KV_PREFILL_TOKENS_PER_S_MAX + 1, 4096);
+	hint_refused(p, 1000, POOL_KV_BYTES_PER_TOKEN_MAX + 1);
+	hint_refused(p, 1000, UINT64_MAX);
+	setenv(tps_env, "fast", 1);
+	setenv(bpt_env, "4096", 1);
+	hint_refused(p, 0, 0);
+	setenv(tps_env, "0", 1);
+	hint_refused(p, 0, 0);
+	setenv(tps_env, "-5", 1);
+	hint_refused(p, 0, 0);
+	setenv(tps_env, "1000", 1);
+	setenv(bpt_env, "2G", 1);
+	hint_refused(p, 0, 0);
+	unsetenv(bpt_env); /* one alone */
+	hint_refused(p, 0, 0);
+	unsetenv(tps_env);
+
+	/* no hint: memd.conf's model (10000 tokens/s, 128K a token) */
+	kv = kv_open(p);
+	for (int i = 0; i < NKEYS; i++) {
+		make_key(&keys[i], 40, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &keys[i], len), 0);
+	}
+	hit = get_all(kv, keys, NKEYS, len);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 10000, 128 * 1024, "memd", hit);
+	json_decref(j);
+	pool_kv_close(kv);
+
+	/* the client's hint, for every byte served so far: 8 s */
+	kv = NULL;
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), 0);
+	hit += get_all(kv, keys, NKEYS, len);
+	ck_assert_double_eq(hit, 32.0 * MIB);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 1024, 4096, "client", hit);
+	json_decref(j);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_saved_"
+					"seconds{tenant_id=\"0\"}"),
+			 8);
+
+	/* the environment, for a program that sets no options; the last
+	 * hint holds */
+	setenv(tps_env, "2048", 1);
+	setenv(bpt_env, "8192", 1);
+	kv2 = kv_open(p);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 2048, 8192, "client", hit);
+	json_decref(j);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_saved_"
+					"seconds{tenant_id=\"0\"}"),
+			 2);
+	pool_kv_close(kv2);
+	/* options take precedence over the environment */
+	kv2 = NULL;
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv2), 0);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 1024, 4096, "client", hit);
+	json_decref(j);
+	pool_kv_close(kv2);
+	unsetenv(tps_env);
+	unsetenv(bpt_env);
+
+	/* memd refuses a bad KV_MODEL with a clear error; the session
+	 * stays, and the hint before it holds */
+	ck_assert_int_eq(rpc_connect(md.addr, 5000, &c, local, sizeof(local)),
+			 0);
+	ck_assert_int_eq(
+		rpc_hello(c, "test_kv", 1, 5000, &hok, text, sizeof(text)), 0);
+	ck_assert_uint_eq(hok.proto, 3);
+	ck_assert_int_eq(kv_model_call(c, 0, 4096, text, sizeof(text)),
+			 -EINVAL);
+	ck_assert_msg(strstr(text, "prefill_tokens_per_s 0 is not 1 to"), "%s",
+		      text);
+	ck_assert_int_eq(
+		kv_model_call(c, WIRE_KV_TPS_MAX + 1, 4096, text, sizeof(text)),
+		-EINVAL);
+	ck_assert_int_eq(kv_model_call(c, 1000, 0, text, sizeof(text)),
+			 -EINVAL);
+	ck_assert_msg(strstr(text, "bytes_per_token 0 is not 1 to"), "%s",
+		      text);
+	ck_assert_int_eq(
+		kv_model_call(c, 1000, WIRE_KV_BPT_MAX + 1, text, sizeof(text)),
+		-EINVAL);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 1024, 4096, "client", hit);
+	json_decref(j);
+	ck_assert_int_eq(kv_model_call(c, 4096, 4096, text, sizeof(text)), 0);
+	rpc_close(c);
+	j = report_json(md.addr, NULL, "default");
+	model_is(j, 4096, 4096, "client", hit);
+	json_decref(j);
+
+	pool_kv_close(kv);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/*
+ * In a pool: each donor a key of the tenant lives on reports in the
+ * client's hint; poolctl's merged report too, until the registry's
+ * tenant model (tenant set) overrides it field by field. Donors keep
+ * reporting the hint (they do not learn the tenant's model).
+ */
+START_TEST(model_hint_in_a_pool)
+{
+	enum { NKEYS = 48, LEN = 20000 };
+	struct pool_kv_opts o = { .prefill_tokens_per_s = 4000,
+				  .bytes_per_token = 2048 };
+	const char *addrs[3] = { reg.addr, don[0].addr, don[1].addr };
+	static struct pool_kv_key keys[NKEYS];
+	static char out[1 << 17];
+	struct pool *pa = connect_as("a", sec_a);
+	struct pool_kv *a = NULL;
+	double hit;
+	json_t *j;
+	int r, tries;
+
+	ck_assert_int_eq(pool_kv_open(pa, &o, &a), 0);
+	for (int k = 0; k < NKEYS; k++) {
+		make_key(&keys[k], 41, (uint64_t)k);
+		/* a new tenant may wait for its first KV allowance */
+		for (tries = 0;
+		     (r = put1(a, &keys[k], LEN)) == -ENOSPC && tries < 250;
+		     tries++)
+			sleep_ms(20);
+		ck_assert_int_eq(r, 0);
+	}
+	hit = get_all(a, keys, NKEYS, LEN);
+
+	j = report_json(reg.addr, cluster, "a");
+	ck_assert_int_eq((int)jnum(j, "donors"), 3);
+	model_is(j, 4000, 2048, "client", hit);
+	json_decref(j);
+	/* each donor's own report: the hint, for its part of the bytes */
+	for (int d = 0; d < 3; d++) {
+		json_t *t;
+
+		ck_assert_int_eq(tu_admin(addrs[d], cluster,
+					  "{\"cmd\":\"kv_report\"}", out,
+					  sizeof(out)),
+				 0);
+		j = json_loads(out, 0, NULL);
+		ck_assert_msg(j, "%s", out);
+		t = json_array_get(json_object_get(j, "tenants"), 0);
+		ck_assert_msg(t, "%s", out);
+		model_is(t, 4000, 2048, "client",
+			 jnum(json_object_get(t, "stats"), "hit_bytes"));
+		json_decref(j);
+	}
+
+	/* the registry's tenant model wins, per field */
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "tenant", "set", "a",
+						       "--prefill-tokens-per-s",
+						       "5000", NULL }),
+			 0);
+	j = report_json(reg.addr, cluster, "a");
+	model_is(j, 5000, 2048, "tenant", hit);
+	json_decref(j);
+	ck_assert_int_eq(poolctl_run(out, sizeof(out),
+				     (const char *[]){ "tenant", "set", "a",
+						       "--bytes-per-token",
+						       "1K", NULL }),
+			 0);
+	j = report_json(reg.addr, cluster, "a");
+	model_is(j, 5000, 1024, "tenant", hit);
+	json_decref(j);
+	ck_assert_int_eq(
+		poolctl_run(out, sizeof(out),
+			    (const char *[]){ "tenant", "report", "a", NULL }),
+		0);
+	ck_assert_msg(strstr(out, "the tenant's: poolctl tenant set"), "%s",
+		      out);
+	/* back to the hint */
+	ck_assert_int_eq(
+		poolctl_run(out, sizeof(out),
+			    (const char *[]){ "tenant", "set", "a",
+					      "--prefill-tokens-per-s", "0",
+					      "--bytes-per-token", "0", NULL }),
+		0);
+	j = report_json(reg.addr, cluster, "a");
+	model_is(j, 4000, 2048, "client", hit);
+	json_decref(j);
+	ck_assert_int_eq(
+		poolctl_run(out, sizeof(out),
+			    (const char *[]){ "tenant", "report", "a", NULL }),
+		0);
+	ck_assert_msg(strstr(out, "the client's hint"), "%s", out);
+	pool_kv_close(a);
+	pool_close(pa);
+}
+END_TEST
+
+/*
+ * ABI (libpool/kv.c, "ABI"): a program linked against libpool 0.1 passes
+ * the 4-field struct pool_kv_opts to pool_kv_open@LIBPOOL_0.1, which must
+ * not read past it; pool_kv_open@@LIBPOOL_0.2 reads the model hint that
+ * follows. The built libpool.so is loaded next to the linked objects and
+ * both versions are called with a 0.1 struct followed by bytes that, read
+ * as a hint, are out of bounds.
+ */
+START_TEST(kv_open_abi_0_1)
+{
+	typedef int (*connect_fn)(const struct pool_opts *, struct pool **);
+	typedef int (*open_fn)(struct pool *, const void *, struct pool_kv **);
+	struct {
+		unsigned f
+			[4]; /* 0.1: nthreads, refresh_ms, lease_ms, replicas */
+		unsigned char tail[32];
+	} old;
+	struct pool_opts po = { .timeout_ms = 5000 };
+	const char *bdir = getenv("TP_BUILD_DIR");
+	void (*kclose)(struct pool_kv *);
+	void (*pclose)(struct pool *);
+	open_fn open01, open02;
+	struct pool_kv *kv = NULL;
+	struct pool *p = NULL;
+	char path[PATH_MAX];
+	connect_fn conn;
+	void *h;
+
+	ck_assert_msg(bdir, "TP_BUILD_DIR is not set (run through ctest)");
+	snprintf(path, sizeof(path), "%s/libpool/libpool.so.0", bdir);
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_msg(h, "dlopen %s: %s", path, dlerror());
+	conn = (connect_fn)dlsym(h, "pool_connect");
+	open01 = (open_fn)dlvsym(h, "pool_kv_open", "LIBPOOL_0.1");
+	open02 = (open_fn)dlvsym(h, "pool_kv_open", "LIBPOOL_0.2");
+	kclose = (void (*)(struct pool_kv *))dlsym(h, "pool_kv_close");
+	pclose = (void (*)(struct pool *))dlsym(h, "pool_close");
+	ck_assert(conn && open01 && open02 && kclose && pclose);
+	ck_assert_ptr_ne(open01, open02);
+	ck_assert_ptr_eq(open02, (open_fn)dlsym(h, "pool_kv_open"));
+
+	start_standalone("", "64M");
+	unsetenv("LIBPOOL_KV_PREFILL_TOKENS_PER_S");
+	unsetenv("LIBPOOL_KV_BYTES_PER_TOKEN");
+	po.addr = md.addr;
+	ck_assert_int_eq(conn(&po, &p), 0);
+	memset(&old, 0xff, sizeof(old));
+	memset(old.f, 0, sizeof(old.f));
+	ck_assert_int_eq(open02(p, &old, &kv), -EINVAL);
+	ck_assert_ptr_null(kv);
+	ck_assert_int_eq(open01(p, &old, &kv), 0);
+	ck_assert_ptr_nonnull(kv);
+	kclose(kv);
+	ck_assert_int_eq(open01(p, NULL, &kv), 0);
+	kclose(kv);
+	pclose(p);
+	dlclose(h);
+}
+END_TEST
+
 static Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -1901,6 +2269,8 @@ static Suite *kv_suite(void)
 	tcase_add_test(tc, bad_arguments_and_closed_handle);
 	tcase_add_test(tc, stress_processes_and_threads);
 	tcase_add_test(tc, warm_restart);
+	tcase_add_test(tc, model_hint_standalone);
+	tcase_add_test(tc, kv_open_abi_0_1);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tp, 300);
 	tcase_add_checked_fixture(tp, cluster_setup, cluster_teardown);
@@ -1914,6 +2284,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, replica_serves_when_home_killed);
 	tcase_add_test(tp, undrained_donor_serves_nothing_stale);
 	tcase_add_test(tp, capacity_report_merges_donors);
+	tcase_add_test(tp, model_hint_in_a_pool);
 	suite_add_tcase(s, tp);
 	return s;
 }

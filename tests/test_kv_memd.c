@@ -96,7 +96,7 @@ static void kvc_fabric(struct kvc *c, const char *local)
 				 0);
 }
 
-/* A session with HELLO done (protocol 2); at a registry, authenticated
+/* A session with HELLO done (the newest protocol); at a registry, authenticated
  * as tenant with the key in secret_file. */
 static struct kvc *kvc_open(const char *addr, const char *tenant,
 			    const char *secret_file)
@@ -111,7 +111,7 @@ static struct kvc *kvc_open(const char *addr, const char *tenant,
 	r = rpc_hello(c->rpc, "test_kv_memd", 2, TMO, &c->hello, err,
 		      sizeof(err));
 	ck_assert_msg(r == 0, "hello: %s %s", strerror(-r), err);
-	ck_assert_uint_eq(c->hello.proto, 2);
+	ck_assert_uint_eq(c->hello.proto, WIRE_PROTO_MAX);
 	if (tenant) {
 		uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN], skey[32];
 		struct wire_auth_ok ok;

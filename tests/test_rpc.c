@@ -27,7 +27,7 @@ enum scenario {
 	SC_OK,	       /* memd holds the client's key */
 	SC_WRONG_KEY,  /* memd holds another key: refuses the proof */
 	SC_BAD_PROOF,  /* memd answers with a wrong server proof */
-	SC_PROTO3,     /* HELLO_OK with a version we did not offer */
+	SC_PROTO_NEW,  /* HELLO_OK with a version we did not offer */
 	SC_STANDALONE, /* AUTH is EOPNOTSUPP */
 	SC_PROTO1,     /* HELLO_OK chooses protocol 1 (no AUTH) */
 	SC_TOGETHER,   /* HELLO answered once every fake has one (5 s) */
@@ -129,7 +129,8 @@ static void *fake_main(void *arg)
 				break;
 			}
 			rep->type = WIRE_HELLO_OK;
-			rep->u.hello_ok.proto = f->sc == SC_PROTO3   ? 3
+			rep->u.hello_ok.proto = f->sc == SC_PROTO_NEW
+							? WIRE_PROTO_MAX + 1
 						: f->sc == SC_PROTO1 ? 1
 								     : 2;
 			rep->u.hello_ok.session_id = SESSION_ID;
@@ -354,7 +355,7 @@ START_TEST(auth_refusals)
 			 -EOPNOTSUPP);
 	fake_stop(&f, c);
 
-	fake_start(&f, SC_PROTO3, key);
+	fake_start(&f, SC_PROTO_NEW, key);
 	c = fake_connect(&f);
 	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0),
 			 -EPROTONOSUPPORT);
@@ -409,7 +410,7 @@ START_TEST(handshake_in_one_call)
 	fake_stop(&f, c);
 
 	/* HELLO fails: hello untouched */
-	fake_start(&f, SC_PROTO3, key);
+	fake_start(&f, SC_PROTO_NEW, key);
 	c = fake_connect(&f);
 	memset(&hok, 0, sizeof(hok));
 	ck_assert_int_eq(rpc_handshake(c, "t", 1, "acme", key, 0, 2000, &hok,

@@ -71,6 +71,9 @@ static const uint8_t all_types[] = {
 	WIRE_DONORS_OK,
 	WIRE_SHM,
 	WIRE_SHM_OK,
+	/* protocol 3 */
+	WIRE_KV_MODEL,
+	WIRE_KV_MODEL_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -330,6 +333,11 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		break;
 	case WIRE_SHM:
 		tb_bytes(t, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
+		break;
+	case WIRE_KV_MODEL:
+		tb_u32(t, m->u.kv_model.flags);
+		tb_u32(t, m->u.kv_model.prefill_tokens_per_s);
+		tb_u64(t, m->u.kv_model.bytes_per_token);
 		break;
 	case WIRE_SHM_OK:
 		tb_bytes(t, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
@@ -688,6 +696,10 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 		break;
 	case WIRE_SHM:
 		fill_bytes(m->u.shm.boot_id, WIRE_BOOT_ID_LEN, key, 54);
+		break;
+	case WIRE_KV_MODEL: /* any values: memd bounds them, not the codec */
+		m->u.kv_model.prefill_tokens_per_s = (uint32_t)kv(key, 57);
+		m->u.kv_model.bytes_per_token = kv(key, 58);
 		break;
 	case WIRE_SHM_OK:
 		fill_bytes(m->u.shm_ok.nonce, WIRE_NONCE_LEN, key, 55);
@@ -1513,13 +1525,16 @@ START_TEST(type_names)
 	ck_assert_str_eq(wire_type_name(WIRE_KV_DELETE_OK), "KV_DELETE_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_KV_PIN_OK), "KV_PIN_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_DONORS_OK), "DONORS_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_MODEL), "KV_MODEL");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_MODEL_OK), "KV_MODEL_OK");
 }
 END_TEST
 
 START_TEST(payloadless_types)
 {
-	static const uint8_t empty[] = { WIRE_HEARTBEAT, WIRE_STATUS, WIRE_BYE,
-					 WIRE_BYE_OK, WIRE_DONORS };
+	static const uint8_t empty[] = { WIRE_HEARTBEAT, WIRE_STATUS,
+					 WIRE_BYE,	 WIRE_BYE_OK,
+					 WIRE_DONORS,	 WIRE_KV_MODEL_OK };
 	size_t i;
 
 	for (i = 0; i < sizeof(empty); i++) {
@@ -3005,6 +3020,53 @@ static const uint8_t kv_types[] = {
 
 /* KV_COMMIT of one key and LOOKUP_OK of a hit in two chunks, byte by
  * byte as protocol.md shows them. */
+/* KV_MODEL (protocol 3): flags, tokens/s, bytes/token; 16 bytes. */
+START_TEST(kv_model_bounds)
+{
+	static const uint8_t golden[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x19, 0x00, 0x00, /* KV_MODEL */
+		0x05, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, /* seq 5, 16 */
+		0x00, 0x00, 0x00, 0x00,				/* flags */
+		0x10, 0x27, 0x00, 0x00,				/* 10000/s */
+		0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00, 0x00, /* 128 KiB */
+	};
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_MODEL;
+	m.seq = 5;
+	m.u.kv_model.prefill_tokens_per_s = 10000;
+	m.u.kv_model.bytes_per_token = 128 << 10;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden));
+	ck_assert_mem_eq(buf, golden, sizeof(golden));
+	ck_assert_int_eq(wire_decode(golden, sizeof(golden), &m2),
+			 (ssize_t)sizeof(golden));
+	ck_assert_mem_eq(&m, &m2, sizeof(m));
+	check_truncations(&m);
+
+	/* The values are memd's to bound (ERROR EINVAL), not the codec's:
+	 * 0 and the largest travel, so a refusal can name them. */
+	sample(WIRE_KV_MODEL, 3, &m);
+	check_roundtrip(&m);
+	m.u.kv_model.prefill_tokens_per_s = 0;
+	m.u.kv_model.bytes_per_token = 0;
+	check_roundtrip(&m);
+	m.u.kv_model.prefill_tokens_per_s = UINT32_MAX;
+	m.u.kv_model.bytes_per_token = UINT64_MAX;
+	check_roundtrip(&m);
+
+	/* flags are reserved: refused on both sides, every bit */
+	for (int bit = 0; bit < 32; bit++) {
+		m.u.kv_model.flags = 1u << bit;
+		check_both_reject(&m);
+	}
+
+	/* KV_MODEL_OK carries nothing */
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_MODEL_OK;
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN);
+}
+END_TEST
+
 START_TEST(golden_kv)
 {
 	static const uint8_t commit[] = {
@@ -3387,6 +3449,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, donor_report_bounds);
 	tcase_add_test(tc, admin_bounds);
 	tcase_add_test(tc, golden_kv);
+	tcase_add_test(tc, kv_model_bounds);
 	tcase_add_loop_test(tc, kv_count_bounds, 0, NKV_TYPES);
 	tcase_add_loop_test(tc, kv_field_sets, 0, NKV_TYPES);
 	tcase_add_test(tc, kv_pin_flags);

@@ -86,13 +86,31 @@ struct pool_kv_opts {
 	 * copy. Every handle of a tenant should use the same number
 	 * (pool_kv(3), "Replicas"). */
 	unsigned replicas;
+	/* The client's model, a hint for memd's capacity reports
+	 * (docs/capacity.md): tokens per second its GPU prefills, and KV
+	 * bytes per token. Both or neither: 0 and 0 take
+	 * LIBPOOL_KV_PREFILL_TOKENS_PER_S and LIBPOOL_KV_BYTES_PER_TOKEN
+	 * from the environment, and with those unset send no hint (memd
+	 * then uses the tenant's registry model or memd.conf's). At most
+	 * POOL_KV_PREFILL_TOKENS_PER_S_MAX and POOL_KV_BYTES_PER_TOKEN_MAX.
+	 * Sent to each memd the handle talks to (KV_MODEL, protocol 3;
+	 * an older memd gets none). */
+	unsigned prefill_tokens_per_s;
+	uint64_t bytes_per_token;
 };
+
+/* Bounds of pool_kv_opts' model hint (those of memd.conf's keys). */
+#define POOL_KV_PREFILL_TOKENS_PER_S_MAX 1000000000u
+#define POOL_KV_BYTES_PER_TOKEN_MAX (1ull << 30)
 
 /*
  * Opens a KV handle on session p (opts may be NULL: defaults). In a
  * cluster session it fetches the donor list from the registry. Returns 0
  * and *out, or
- *   -EINVAL     p or out NULL, nthreads over 64, replicas over 2
+ *   -EINVAL     p or out NULL, nthreads over 64, replicas over 2, a
+ *               model hint with one of its two fields 0 or either over
+ *               its bound (opts or the environment: the library logs
+ *               which at LIBPOOL_LOG=err)
  *   -ENOTCONN   the session is lost
  *   -EOPNOTSUPP the registry does not serve DONORS
  *   -ENOMEM     out of memory

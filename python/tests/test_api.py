@@ -220,6 +220,54 @@ def test_kv_bad_input(memd, model_name):
         assert got == [100, 50] and same == bytearray(b"b" * 50)
 
 
+def _poolctl():
+    from conftest import BUILD
+    import shutil
+    p = os.path.join(BUILD, "poolctl", "poolctl") if BUILD else None
+    if p and os.access(p, os.X_OK):
+        return p
+    p = shutil.which("poolctl")
+    if not p:
+        pytest.skip("no poolctl binary: build tidepool or install it")
+    return p
+
+
+def test_kv_model_hint(tmp_path, model_name):
+    """The client's cost model (docs/capacity.md): memd's report gives
+    the saved prefill seconds in it; bad hints are a ValueError."""
+    import json
+    import subprocess
+    from conftest import start_memd, stop
+    proc, addr = start_memd(str(tmp_path), "--set", "kv_share=50",
+                            donate="256M", slab="16M")
+    try:
+        with tidepool.Pool(addr) as p:
+            for tps, bpt in ((0, 4096), (1000, 0), (10**9 + 1, 4096),
+                             (1000, 2**30 + 1), (-1, 4096)):
+                with pytest.raises(ValueError, match="bytes_per_token"):
+                    p.kv(prefill_tokens_per_s=tps, bytes_per_token=bpt)
+            with p.kv(prefill_tokens_per_s=1024,
+                      bytes_per_token=4096) as kv:
+                keys = keys_for(model_name, 4)
+                vals = [value_of(k, 1 << 20) for k in keys]
+                assert kv.put(keys, vals) == [0] * 4
+                bufs = [bytearray(1 << 20) for _ in keys]
+                assert kv.get_into(keys, bufs) == [True] * 4
+                assert all(bytes(b) == v.tobytes()
+                           for b, v in zip(bufs, vals))
+        out = subprocess.run(
+            [_poolctl(), "-a", addr, "--json", "tenant", "report",
+             "default"], check=True, capture_output=True, text=True).stdout
+        rep = json.loads(out)
+        assert rep["model"] == {"prefill_tokens_per_s": 1024,
+                                "bytes_per_token": 4096, "from": "client"}
+        # 4 MiB served / 4096 bytes a token / 1024 tokens/s
+        assert rep["stats"]["hit_bytes"] == 4 << 20
+        assert rep["saved_s"] == pytest.approx(1.0, rel=1e-9)
+    finally:
+        stop(proc)
+
+
 def test_kv_futures(pool_args, model_name):
     with tidepool.Pool(**pool_args) as p, p.kv() as kv:
         keys = keys_for(model_name, 16)

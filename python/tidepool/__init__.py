@@ -25,7 +25,7 @@ try:  # installed: the extension lives in the package
 except ImportError:  # a build tree: build/<cfg>/python on sys.path
     import _tidepool as _c  # type: ignore[no-redef]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 PoolError = _c.PoolError
 PoolConnectionError = _c.PoolConnectionError
@@ -442,12 +442,19 @@ class Pool(_c.Pool):
         self.close()
 
     def kv(self, replicas: int = 1, *, nthreads: int = 0,
-           refresh_ms: int = 0, lease_ms: int = 0) -> KV:
+           refresh_ms: int = 0, lease_ms: int = 0,
+           prefill_tokens_per_s: int = 0, bytes_per_token: int = 0) -> KV:
         """Opens a KV handle (pool_kv_open): replicas 1 or 2 (cluster
-        sessions with two donors or more keep a second copy)."""
-        return KV(self, super().kv(replicas, nthreads=nthreads,
-                                   refresh_ms=refresh_ms,
-                                   lease_ms=lease_ms))
+        sessions with two donors or more keep a second copy).
+        prefill_tokens_per_s and bytes_per_token (both or neither) tell
+        memd the client's model, the cost model of its capacity reports
+        ("recompute seconds saved", docs/capacity.md); 0 and 0 take
+        LIBPOOL_KV_PREFILL_TOKENS_PER_S / LIBPOOL_KV_BYTES_PER_TOKEN, and
+        without those memd uses the tenant's or memd.conf's model."""
+        return KV(self, super().kv(
+            replicas, nthreads=nthreads, refresh_ms=refresh_ms,
+            lease_ms=lease_ms, prefill_tokens_per_s=prefill_tokens_per_s,
+            bytes_per_token=bytes_per_token))
 
     def status(self) -> dict:
         """What this session sees of the pool: address, tenant, every
