@@ -860,13 +860,15 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-	Suite *s = suite_create("pool");
-	TCase *tc = tcase_create("memd");
+	Suite *s;
+	TCase *tc;
 	SRunner *sr;
 	int failed;
 
 	if (argc == 3 && !strcmp(argv[1], "--rxm-client"))
 		return rxm_client(argv[2]);
+	s = suite_create("pool");
+	tc = tcase_create("memd");
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	tcase_set_timeout(tc, 120);
