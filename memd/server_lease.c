@@ -357,8 +357,8 @@ void srv_do_fabric(struct memd_server *s, struct conn *c,
 				 "ctl: fabric mismatch peer=%s session=%" PRIx64
 				 " client_rxm_buffer_size=%" PRIu32
 				 " rxm_buffer_size=%" PRIu32
-				 " (FI_OFI_RXM_BUFFER_SIZE: the client's RMA "
-				 "will be refused)",
+				 " why=FI_OFI_RXM_BUFFER_SIZE differs: "
+				 "tcp;ofi_rxm refuses the client's connection",
 				 c->peer, c->session_id, theirs, mine);
 	memset(rep, 0, sizeof(*rep));
 	rep->type = WIRE_FABRIC_OK;
