@@ -182,7 +182,13 @@ static int connect_pool(const struct cfg *c, struct pool **p)
 			       .client_name = "poolbench",
 			       .max_inflight = c->max_inflight };
 	const char *addr = effective_addr(c);
-	int r = pool_connect(&o, p);
+	int r;
+
+	/* libpool's error lines name what went wrong (FI_OFI_RXM_BUFFER_SIZE
+	 * against memd's, a refused authentication): a tool for people
+	 * shows them unless LIBPOOL_LOG says otherwise. */
+	setenv("LIBPOOL_LOG", "err", 0);
+	r = pool_connect(&o, p);
 
 	if (!r)
 		return 0;

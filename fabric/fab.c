@@ -34,9 +34,16 @@
  * with RMA only (fi_read/fi_write; no fi_send), which uses those buffers
  * as operation contexts, never for payload, so their size changes
  * nothing else. ofi_rxm refuses a connection whose peer has another
- * buffer size ("eager_limit mismatch"): memd and its clients must agree,
- * which they do when both run this code; beside an older memd, set
- * FI_OFI_RXM_BUFFER_SIZE=16384 for the newer side (docs/paging.md).
+ * buffer size ("eager_limit mismatch", in libfabric's log only): memd
+ * and its clients must agree, which they do when both run this code or
+ * both have the same value set. fab_rxm_buffer_size() is the value in
+ * effect; memd tells it to clients (FABRIC, protocol 3), and libpool,
+ * where they differ, fails the fabric path at once with -EPROTO and a
+ * line naming both values and the fix, instead of a first RMA that
+ * times out. Beside a memd older than protocol 3 (libfabric's 16384)
+ * there is no such check: the client's first transfer times out, and
+ * FI_OFI_RXM_BUFFER_SIZE=16384 for the newer side is the fix
+ * (docs/paging.md, libpool(3)).
  *
  * Beyond that: on libfabric 1.17
  * tcp;ofi_rxm over loopback (2 vCPUs, 4 KiB and 1 MiB reads at depth 1 and
@@ -361,6 +368,28 @@ static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static void env_defaults(void)
 {
 	setenv("FI_OFI_RXM_BUFFER_SIZE", FAB_RXM_BUFFER_SIZE, 0);
+}
+
+uint32_t fab_rxm_buffer_size(void)
+{
+	const char *v;
+	char *end;
+	unsigned long long n;
+
+	pthread_once(&env_once, env_defaults);
+	v = getenv("FI_OFI_RXM_BUFFER_SIZE");
+	if (!v || *v < '0' || *v > '9')
+		return 0;
+	errno = 0;
+	n = strtoull(v, &end, 0);
+	if (errno || *end || !n || n > UINT32_MAX)
+		return 0;
+	return (uint32_t)n;
+}
+
+bool fab_provider_is_rxm(const char *provider)
+{
+	return provider && strstr(provider, "ofi_rxm") != NULL;
 }
 
 /*

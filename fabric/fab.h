@@ -42,6 +42,21 @@ struct fab_mr;
  * not (fab.c, "Provider tuning"): memd and clients must agree on it. */
 #define FAB_RXM_BUFFER_SIZE "1024"
 
+/*
+ * This process's effective FI_OFI_RXM_BUFFER_SIZE: the user's value where
+ * set, else FAB_RXM_BUFFER_SIZE, which it sets first if nothing has (the
+ * same defaulting as fab_domain_open(), so memd and clients compare what
+ * their providers will use). 0 where the variable holds something that
+ * is not a size in bytes (1 .. UINT32_MAX): not known, compare nothing.
+ * libfabric reads the variable once per process, at its first use, so a
+ * change after that is not what the provider uses. Thread-safe.
+ */
+uint32_t fab_rxm_buffer_size(void);
+
+/* Whether provider (fab_domain_provider(), a HELLO_OK's provider) is
+ * layered on ofi_rxm, which FI_OFI_RXM_BUFFER_SIZE concerns. */
+bool fab_provider_is_rxm(const char *provider);
+
 /* Our view of the provider's mr_mode (FI_MR_* mapped to these bits). */
 #define FAB_MR_VIRT_ADDR 0x01u /* remote address is the target's vaddr */
 #define FAB_MR_PROV_KEY 0x02u  /* provider picks the key */

@@ -1107,6 +1107,22 @@ static int dec_kv_model(struct wire_kv_model *k, struct wire_rd *r)
 	return r->bad || k->flags ? -EBADMSG : 0;
 }
 
+static int enc_fabric(const struct wire_fabric *f, struct wire_wr *w)
+{
+	if (f->flags)
+		return -EINVAL;
+	put_u32(w, f->flags);
+	put_u32(w, f->rxm_buffer_size);
+	return 0;
+}
+
+static int dec_fabric(struct wire_fabric *f, struct wire_rd *r)
+{
+	f->flags = get_u32(r);
+	f->rxm_buffer_size = get_u32(r);
+	return r->bad || f->flags ? -EBADMSG : 0;
+}
+
 static int enc_donor_join(const struct wire_donor_join *j, struct wire_wr *w)
 {
 	uint16_t i;
@@ -1645,6 +1661,9 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 			       : 0;
 	case WIRE_KV_MODEL:
 		return enc_kv_model(&m->u.kv_model, w);
+	case WIRE_FABRIC:
+	case WIRE_FABRIC_OK:
+		return enc_fabric(&m->u.fabric, w);
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:
 	case WIRE_BYE:
@@ -1770,6 +1789,10 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 		break;
 	case WIRE_KV_MODEL:
 		rc = dec_kv_model(&m->u.kv_model, r);
+		break;
+	case WIRE_FABRIC:
+	case WIRE_FABRIC_OK:
+		rc = dec_fabric(&m->u.fabric, r);
 		break;
 	case WIRE_HEARTBEAT:
 	case WIRE_STATUS:

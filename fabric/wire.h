@@ -105,6 +105,7 @@
 	X(DONORS, 0x17)                                                        \
 	X(SHM, 0x18)	  /* same-host data path (protocol.md) */              \
 	X(KV_MODEL, 0x19) /* protocol 3: the client's cost model hint */       \
+	X(FABRIC, 0x1a)	  /* protocol 3: fabric settings both ends share */    \
 	X(HELLO_OK, 0x81)                                                      \
 	X(LEASE_OK, 0x82)                                                      \
 	X(RELEASE_OK, 0x83)                                                    \
@@ -129,6 +130,7 @@
 	X(DONORS_OK, 0x97)                                                     \
 	X(SHM_OK, 0x98)                                                        \
 	X(KV_MODEL_OK, 0x99) /* protocol 3; no payload */                      \
+	X(FABRIC_OK, 0x9a)   /* protocol 3 */                                  \
 	X(ERROR, 0xff)
 
 enum wire_type {
@@ -616,6 +618,20 @@ struct wire_kv_model {
 	uint64_t bytes_per_token;
 };
 
+/*
+ * FABRIC and FABRIC_OK (protocol 3): the fabric settings a client and
+ * memd must share for the client's RMA to connect. rxm_buffer_size is
+ * the sender's effective FI_OFI_RXM_BUFFER_SIZE (fab_rxm_buffer_size());
+ * in FABRIC_OK 0 when memd's provider is not rxm-based, in FABRIC 0 when
+ * the client does not know its own. tcp;ofi_rxm refuses a connection
+ * between ends that differ (docs/protocol.md, "FABRIC"). The codec
+ * bounds only flags (reserved, 0).
+ */
+struct wire_fabric {
+	uint32_t flags; /* reserved, must be 0 */
+	uint32_t rxm_buffer_size;
+};
+
 struct wire_msg {
 	uint8_t type;	/* enum wire_type */
 	uint16_t flags; /* header flags; 0 in version 1 */
@@ -650,6 +666,7 @@ struct wire_msg {
 		struct wire_shm_ok shm_ok;
 		/* protocol 3 */
 		struct wire_kv_model kv_model;
+		struct wire_fabric fabric; /* FABRIC and FABRIC_OK */
 	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK carry no
 	      * payload */
 };

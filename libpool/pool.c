@@ -141,6 +141,12 @@ struct plink {
 	 * and waiters sleep on fab_cond under hb_lock */
 	bool fab_pending;
 	bool fab_go;
+	/* memd's FI_OFI_RXM_BUFFER_SIZE (FABRIC_OK, protocol 3; 0: not rxm,
+	 * or not asked); fab_err: -EPROTO where ours differs, and the
+	 * fabric is then never set up (link_fabric). Written before the
+	 * fabric is marked set up, read after (as fd and ep). */
+	uint32_t memd_rxm;
+	int fab_err;
 	char local[64]; /* where the control connection goes out */
 
 	struct plink *next; /* p->links, under p->lock */
@@ -440,7 +446,9 @@ static void link_fabric_background(struct plink *lk)
 	__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&lk->fab_cond);
 	pthread_mutex_unlock(&lk->hb_lock);
-	if (r)
+	/* -EPROTO (fab_err): the link lives on without a fabric, as in
+	 * link_open */
+	if (r && r != -EPROTO)
 		link_fail(lk, -ENOTCONN, "fabric set-up failed");
 }
 
@@ -867,6 +875,80 @@ static int link_probe_open(struct plink *lk)
 	return r;
 }
 
+static bool is_transport_error(int err);
+
+/*
+ * Protocol 3: asks memd (FABRIC) for the FI_OFI_RXM_BUFFER_SIZE its
+ * provider uses, telling it ours (for its log). tcp;ofi_rxm refuses a
+ * connection between ends that differ without a word to either (the
+ * RMA just times out), so link_fabric() compares first. A memd that
+ * does not answer leaves the check off (logged); only a broken
+ * control connection is an error.
+ */
+static int link_fabric_ask(struct plink *lk)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	struct wire_msg *rep = malloc(sizeof(*rep));
+	char text[WIRE_MSG_MAX] = "";
+	int r = -ENOMEM;
+
+	if (req && rep) {
+		req->type = WIRE_FABRIC;
+		req->u.fabric.rxm_buffer_size =
+			fab_provider_is_rxm(lk->provider)
+				? fab_rxm_buffer_size()
+				: 0;
+		r = rpc_call(lk->ctl, req, rep, WIRE_FABRIC_OK,
+			     lk->p->timeout_ms, text, sizeof(text));
+	}
+	if (!r)
+		lk->memd_rxm = rep->u.fabric.rxm_buffer_size;
+	free(req);
+	free(rep);
+	/* -EPROTO is also rpc_call's "unexpected reply, connection
+	 * dropped": fatal, as the others it keeps */
+	if (r && r != -ENOMEM && r != -ETIMEDOUT && r != -EPROTO &&
+	    !is_transport_error(r)) {
+		pool_log(LOG_NOTICE,
+			 "session: memd=%s refused FABRIC (%s %s): "
+			 "FI_OFI_RXM_BUFFER_SIZE not compared",
+			 lk->addr, strerror(-r), text);
+		r = 0;
+	}
+	return r;
+}
+
+/*
+ * -EPROTO (with one line at error) when lk's memd uses another
+ * FI_OFI_RXM_BUFFER_SIZE than this process: its provider would refuse
+ * our connection, and every transfer would time out. Else 0.
+ */
+static int link_fabric_check(struct plink *lk)
+{
+	uint32_t mine;
+
+	if (!lk->memd_rxm || !fab_provider_is_rxm(lk->provider))
+		return 0;
+	mine = fab_rxm_buffer_size();
+	if (!mine || mine == lk->memd_rxm)
+		return 0;
+	pool_log(LOG_ERR,
+		 "session: memd at %s uses FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
+		 ", this process %" PRIu32
+		 ": set FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
+		 " here, or the same value for memd",
+		 lk->addr, lk->memd_rxm, mine, lk->memd_rxm);
+	lk->fab_err = -EPROTO;
+	return -EPROTO;
+}
+
+/* Why lk has no endpoint: its fabric refused (fab_err, -EPROTO), else
+ * the link failed (-ENOTCONN). */
+static int link_no_ep_err(const struct plink *lk)
+{
+	return lk->fab_err ? lk->fab_err : -ENOTCONN;
+}
+
 /* The fabric side of lk (domain bound where local is, endpoint, AV). */
 static int link_fabric(struct plink *lk, const char *local)
 {
@@ -875,6 +957,9 @@ static int link_fabric(struct plink *lk, const char *local)
 	size_t max, cur;
 	int r;
 
+	r = link_fabric_check(lk);
+	if (r)
+		return r;
 	/* Bind the fabric where the control connection goes out; providers
 	 * without IP addressing (shm) take no node. */
 	fo.provider = lk->provider;
@@ -989,13 +1074,21 @@ static int link_open(struct pool *p, const char *addr,
 		if (r)
 			goto fail;
 	}
+	if (lk->proto >= 3) {
+		r = link_fabric_ask(lk);
+		if (r)
+			goto fail;
+	}
 	extend_validity(lk, mono_ms());
 	if (p->fabric_background) {
 		memcpy(lk->local, local, sizeof(lk->local));
 		__atomic_store_n(&lk->fab_pending, true, __ATOMIC_RELEASE);
 	} else {
+		/* -EPROTO: memd's fabric would refuse ours; the link stays
+		 * for what needs no fabric (leases, the same-host path) and
+		 * its transfers over the fabric fail with it (fab_err). */
 		r = link_fabric(lk, local);
-		if (r)
+		if (r && r != -EPROTO)
 			goto fail;
 	}
 	/* the same-host path needs no fabric (docs/design.md) */
@@ -2522,7 +2615,7 @@ post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
 		pthread_rwlock_rdlock(&lk->ep_rw);
 		*cur = lk;
 		if (!lk->ep)
-			return -ENOTCONN;
+			return link_no_ep_err(lk);
 		r = op_desc(op, lk, desc);
 		if (r)
 			return r;
@@ -2642,7 +2735,7 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 					cur = s->link;
 					pthread_rwlock_rdlock(&cur->ep_rw);
 					if (!cur->ep) {
-						ret = -ENOTCONN;
+						ret = link_no_ep_err(cur);
 						goto unlock;
 					}
 					ret = op_desc(op, cur, &desc);
@@ -3003,7 +3096,9 @@ const char *pool_strerror(int err)
 	case -ESTALE:
 		return "stale lease (memd restarted or lease expired)";
 	case -EPROTO:
-		return "protocol error talking to memd";
+		return "protocol error talking to memd, or memd's fabric "
+		       "refuses this process (FI_OFI_RXM_BUFFER_SIZE differs: "
+		       "LIBPOOL_LOG=err names both values)";
 	case -EACCES:
 		return "authentication failed or not allowed (tenant, secret)";
 	case -EDQUOT:
@@ -3378,6 +3473,8 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 	if (lk->ep)
 		r = fab_mr_reg(lk->fd, lk->ep, buf, len, FAB_ACCESS_LOCAL, 0,
 			       mr);
+	else
+		r = link_no_ep_err(lk);
 	pthread_rwlock_unlock(&lk->ep_rw);
 	return r;
 }
@@ -3548,6 +3645,8 @@ int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 			  : fab_ep_read(lk->ep, buf, len, desc,
 					lk->peer[endpoint], raddr, rkey, f,
 					lk->p->timeout_ms);
+	else
+		r = link_no_ep_err(lk);
 	pthread_rwlock_unlock(&lk->ep_rw);
 	if (is_transport_error(r)) {
 		link_fail(lk, -ENOTCONN, "posting a transfer failed");

@@ -314,7 +314,8 @@ static void handle(struct memd_server *s, struct conn *c,
 		return;
 	}
 	if ((v2 && c->proto < 2) ||
-	    (req->type == WIRE_KV_MODEL && c->proto < 3)) {
+	    ((req->type == WIRE_KV_MODEL || req->type == WIRE_FABRIC) &&
+	     c->proto < 3)) {
 		srv_send_error(s, c, req->seq, EPROTO,
 			       "%s is not in protocol %u (negotiated in HELLO)",
 			       wire_type_name(req->type), c->proto);
@@ -383,6 +384,9 @@ static void handle(struct memd_server *s, struct conn *c,
 		return;
 	case WIRE_KV_MODEL:
 		srv_do_kv_model(s, c, req, &rep);
+		return;
+	case WIRE_FABRIC:
+		srv_do_fabric(s, c, req, &rep);
 		return;
 	case WIRE_SHM:
 		srv_do_shm(s, c, req, &rep);

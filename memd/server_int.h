@@ -209,7 +209,7 @@ struct memd_server {
 	uint64_t accept_on_ms;
 	uint64_t idle_scan_ms; /* next scan for idle connections */
 	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
-		ll_timeout, ll_auth, ll_frame;
+		ll_timeout, ll_auth, ll_frame, ll_fabric;
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
@@ -315,6 +315,8 @@ void srv_revoke_mr(uint32_t slab, void *arg);
 void srv_count_expired(uint32_t slab, void *arg);
 void srv_do_hello(struct memd_server *s, struct conn *c,
 		  const struct wire_msg *req, struct wire_msg *rep);
+void srv_do_fabric(struct memd_server *s, struct conn *c,
+		   const struct wire_msg *req, struct wire_msg *rep);
 uint64_t srv_random_key(void);
 int srv_register_slab_access(struct memd_server *s, uint32_t slab,
 			     unsigned access, struct fab_mr **mr);

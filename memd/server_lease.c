@@ -337,6 +337,37 @@ void srv_do_hello(struct memd_server *s, struct conn *c,
 		c->closing = true;
 }
 
+/*
+ * FABRIC (protocol 3): memd's effective FI_OFI_RXM_BUFFER_SIZE, 0 when
+ * its provider is not rxm-based, so that a client can refuse at once a
+ * fabric that tcp;ofi_rxm would refuse silently (docs/protocol.md). Any
+ * session may ask: the gate in handle() has checked HELLO and, in a
+ * pool, authentication. The client's own value only goes into the log
+ * line of a mismatch; the client is the one that reports the error.
+ */
+void srv_do_fabric(struct memd_server *s, struct conn *c,
+		   const struct wire_msg *req, struct wire_msg *rep)
+{
+	const char *prov = fab_domain_provider(s->aep[0].fd);
+	uint32_t mine = fab_provider_is_rxm(prov) ? fab_rxm_buffer_size() : 0;
+	uint32_t theirs = req->u.fabric.rxm_buffer_size;
+
+	if (mine && theirs && mine != theirs)
+		memd_log_limited(&s->ll_fabric, LOG_NOTICE,
+				 "ctl: fabric mismatch peer=%s session=%" PRIx64
+				 " client_rxm_buffer_size=%" PRIu32
+				 " rxm_buffer_size=%" PRIu32
+				 " why=FI_OFI_RXM_BUFFER_SIZE differs: "
+				 "tcp;ofi_rxm refuses the client's connection",
+				 c->peer, c->session_id, theirs, mine);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_FABRIC_OK;
+	rep->seq = req->seq;
+	rep->u.fabric.rxm_buffer_size = mine;
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
 uint64_t srv_random_key(void)
 {
 	uint64_t k = 0;

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fabric/fab.h"
 #include "fabric/wire.h"
 #include "fabric/rpc.h"
 #include "libpool/internal.h"
@@ -250,6 +251,67 @@ START_TEST(protocol_misuse_after_hello)
 	m.seq = 5;
 	send_msg(fd, &m);
 	ck_assert_uint_eq(expect_error(fd, EBADMSG), 5);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	assert_serving();
+}
+END_TEST
+
+/* HELLO with exactly proto on a new raw connection; returns the fd. */
+static int raw_hello(uint16_t proto, struct wire_hello_ok *ok)
+{
+	int fd = raw_connect();
+	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_msg rep;
+	ssize_t n;
+
+	m.u.hello.proto_min = m.u.hello.proto_max = proto;
+	send_msg(fd, &m);
+	n = read_frame(fd, buf, sizeof(buf), 10000);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
+	ck_assert_int_eq(rep.type, WIRE_HELLO_OK);
+	ck_assert_uint_eq(rep.u.hello_ok.proto, proto);
+	*ok = rep.u.hello_ok;
+	return fd;
+}
+
+/* FABRIC (protocol 3): memd's effective FI_OFI_RXM_BUFFER_SIZE, the
+ * same as this process's (memd inherits our environment, and both
+ * default it alike), 0 for a provider without ofi_rxm; refused in a
+ * version-2 session. */
+START_TEST(fabric_tells_rxm_buffer_size)
+{
+	struct wire_msg m = { .type = WIRE_FABRIC, .seq = 2 }, rep;
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_hello_ok ok;
+	uint32_t want;
+	ssize_t n;
+	int fd;
+
+	fd = raw_hello(WIRE_PROTO_MAX, &ok);
+	want = fab_provider_is_rxm(ok.provider) ? fab_rxm_buffer_size() : 0;
+	m.u.fabric.rxm_buffer_size = 1024;
+	for (uint32_t i = 0; i < 2; i++) { /* asked twice, same answer */
+		m.seq = 2 + i;
+		send_msg(fd, &m);
+		n = read_frame(fd, buf, sizeof(buf), 10000);
+		ck_assert_int_gt(n, 0);
+		ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
+		ck_assert_msg(rep.type == WIRE_FABRIC_OK, "got %s",
+			      wire_type_name(rep.type));
+		ck_assert_uint_eq(rep.seq, 2 + i);
+		ck_assert_uint_eq(rep.u.fabric.flags, 0);
+		ck_assert_uint_eq(rep.u.fabric.rxm_buffer_size, want);
+	}
+	close(fd);
+
+	/* a version-2 session: EPROTO, closed */
+	fd = raw_hello(2, &ok);
+	m.seq = 9;
+	send_msg(fd, &m);
+	ck_assert_uint_eq(expect_error(fd, EPROTO), 9);
 	ck_assert(closed_soon(fd));
 	close(fd);
 	assert_serving();
@@ -697,6 +759,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, requests_before_hello_refused);
 	tcase_add_test(tc, protocol_misuse_after_hello);
 	tcase_add_test(tc, release_of_another_sessions_lease_refused);
+	tcase_add_test(tc, fabric_tells_rxm_buffer_size);
 	tcase_add_test(tc, unsupported_version_refused);
 	tcase_add_test(tc, too_many_clients_refused_then_served);
 	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);

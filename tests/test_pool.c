@@ -2,7 +2,9 @@
 /*
  * tests/test_pool.c - libpool against real memd processes on loopback:
  * bytes written come back exactly, regions over several slabs, packing,
- * threads, async, bounds, exhaustion, killed clients and a killed memd.
+ * threads, async, bounds, exhaustion, killed clients and a killed memd,
+ * and a memd whose FI_OFI_RXM_BUFFER_SIZE differs (-EPROTO, not a
+ * timeout).
  */
 #include <check.h>
 #include <errno.h>
@@ -670,13 +672,203 @@ START_TEST(standalone_alloc_ex_and_tenant_errors)
 }
 END_TEST
 
-int main(void)
+/*
+ * FI_OFI_RXM_BUFFER_SIZE against memd's (docs/protocol.md, FABRIC).
+ * libfabric reads the variable once per process, so each client runs in
+ * a process of its own: this executable again (/proc/self/exe
+ * --rxm-client), with the environment the case gives it, whatever
+ * Check's fork mode. The client connects, allocates one slab, writes a
+ * pattern and reads it back, and prints what each step returned.
+ */
+struct rxm_result {
+	int connect, alloc, write, read, match;
+};
+
+static int rxm_client(const char *addr)
 {
-	Suite *s = suite_create("pool");
-	TCase *tc = tcase_create("memd");
+	struct pool_opts o = { .addr = addr, .timeout_ms = 5000 };
+	struct rxm_result res = { 0 };
+	struct pool_region *r = NULL;
+	struct pool *p = NULL;
+	static uint8_t w[65536], b[65536];
+
+	tu_pattern_fill(w, sizeof(w), 77, 0);
+	res.connect = pool_connect(&o, &p);
+	if (!res.connect)
+		res.alloc = pool_alloc(p, SLAB, &r);
+	if (!res.connect && !res.alloc) {
+		res.write = pool_write(p, r, 0, w, sizeof(w));
+		res.read = pool_read(p, r, 0, b, sizeof(b));
+		res.match = !memcmp(w, b, sizeof(w));
+		pool_free(p, r);
+	}
+	pool_close(p);
+	printf("connect=%d alloc=%d write=%d read=%d match=%d\n", res.connect,
+	       res.alloc, res.write, res.read, res.match);
+	return 0;
+}
+
+/* Runs rxm_client against md with FI_OFI_RXM_BUFFER_SIZE=rxm (NULL:
+ * unset) and LIBPOOL_SHM=shm. */
+static struct rxm_result rxm_run(const char *rxm, const char *shm)
+{
+	struct rxm_result res = { -1, -1, -1, -1, -1 };
+	char line[256] = "";
+	int fds[2], st;
+	ssize_t n;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char *argv[] = { "test_pool", "--rxm-client", md.addr, NULL };
+
+		dup2(fds[1], STDOUT_FILENO);
+		close(fds[0]);
+		close(fds[1]);
+		if (rxm)
+			setenv("FI_OFI_RXM_BUFFER_SIZE", rxm, 1);
+		else
+			unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+		setenv("LIBPOOL_SHM", shm, 1);
+		setenv("LIBPOOL_LOG", "err", 1);
+		execv("/proc/self/exe", argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	n = read(fds[0], line, sizeof(line) - 1);
+	close(fds[0]);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		      "rxm client: status %d", st);
+	ck_assert_msg(n > 0 && sscanf(line,
+				      "connect=%d alloc=%d write=%d read=%d "
+				      "match=%d",
+				      &res.connect, &res.alloc, &res.write,
+				      &res.read, &res.match) == 5,
+		      "rxm client said '%s'", line);
+	return res;
+}
+
+/* md with FI_OFI_RXM_BUFFER_SIZE=16384 (an older memd's, libfabric's
+ * default) in its environment. */
+static void start_memd_rxm16k(const char *extra)
+{
+	const char *had = getenv("FI_OFI_RXM_BUFFER_SIZE");
+	char *keep = had ? strdup(had) : NULL;
+
+	setenv("FI_OFI_RXM_BUFFER_SIZE", "16384", 1);
+	start_memd(extra);
+	if (keep)
+		setenv("FI_OFI_RXM_BUFFER_SIZE", keep, 1);
+	else
+		unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+	free(keep);
+}
+
+/* A client with the default (1024) beside it: over the fabric, every
+ * transfer fails at once with -EPROTO (not a timeout), memd logs the
+ * mismatch; the same client with 16384 works. */
+START_TEST(rxm_mismatch_is_eproto)
+{
+	struct rxm_result res;
+	char log[256];
+
+	start_memd_rxm16k(NULL);
+	res = rxm_run(NULL, "off");
+	ck_assert_int_eq(res.connect, 0);
+	ck_assert_int_eq(res.alloc, 0);
+	ck_assert_int_eq(res.write, -EPROTO);
+	ck_assert_int_eq(res.read, -EPROTO);
+	/* a value of the user's that differs, said the same way */
+	res = rxm_run("4096", "off");
+	ck_assert_int_eq(res.write, -EPROTO);
+	ck_assert_int_eq(res.read, -EPROTO);
+	snprintf(log, sizeof(log), "%s/memd.log", md.dir);
+	ck_assert_msg(tu_file_has(log, "fabric mismatch"),
+		      "memd logged no mismatch (%s)", log);
+	ck_assert_msg(tu_file_has(log, "client_rxm_buffer_size=1024 "
+				       "rxm_buffer_size=16384"),
+		      "memd's mismatch line names no values (%s)", log);
+	res = rxm_run("16384", "off");
+	ck_assert_int_eq(res.connect, 0);
+	ck_assert_int_eq(res.alloc, 0);
+	ck_assert_int_eq(res.write, 0);
+	ck_assert_int_eq(res.read, 0);
+	ck_assert_int_eq(res.match, 1);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* The same mismatch with the fabric set up on demand (the preload
+ * shim's way, pool_set_fabric_background): the first transfer gets
+ * -EPROTO, and the session stays for what needs no fabric. */
+START_TEST(rxm_mismatch_on_demand)
+{
+	struct pool_region *r;
+	struct pool_stats st;
+	struct pool *p;
+	uint8_t b[4096];
+
+	start_memd_rxm16k(NULL);
+	/* tidepool's default, whatever the runner's environment says (Check
+	 * runs each test in a process of its own, before its fabric) */
+	setenv("FI_OFI_RXM_BUFFER_SIZE", FAB_RXM_BUFFER_SIZE, 1);
+	ck_assert_uint_eq(fab_rxm_buffer_size(), 1024);
+	setenv("LIBPOOL_SHM", "off", 1);
+	pool_set_fabric_background(true);
+	p = connect_memd();
+	pool_set_fabric_background(false);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	ck_assert_int_eq(pool_read(p, r, 0, b, sizeof(b)), -EPROTO);
+	ck_assert(!pool_fabric_is_pending(p));
+	ck_assert_int_eq(pool_write(p, r, 0, b, sizeof(b)), -EPROTO);
+	/* leases and heartbeats go on: the session is not lost */
+	sleep_ms(100);
+	ck_assert_int_eq(pool_get_stats(p, &st), 0);
+	ck_assert_uint_eq(st.slabs_held, 1);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* A same-host session needs no fabric: it reads and writes through the
+ * slab's memfd whatever the two values are. */
+START_TEST(rxm_mismatch_same_host_works)
+{
+	struct rxm_result res;
+
+	start_memd_rxm16k("metrics_listen = 127.0.0.1:0");
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_shm_enabled"), 1);
+	res = rxm_run(NULL, "auto");
+	ck_assert_int_eq(res.connect, 0);
+	ck_assert_int_eq(res.alloc, 0);
+	ck_assert_int_eq(res.write, 0);
+	ck_assert_int_eq(res.read, 0);
+	ck_assert_int_eq(res.match, 1);
+	ck_assert_int_ge(tu_metric(&md, "tidepool_memd_shm_fds_passed_total"),
+			 1);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+	Suite *s;
+	TCase *tc;
 	SRunner *sr;
 	int failed;
 
+	if (argc == 3 && !strcmp(argv[1], "--rxm-client"))
+		return rxm_client(argv[2]);
+	s = suite_create("pool");
+	tc = tcase_create("memd");
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	tcase_set_timeout(tc, 120);
@@ -689,6 +881,9 @@ int main(void)
 	tcase_add_test(tc, eight_threads_one_session);
 	tcase_add_test(tc, freed_lease_key_no_longer_reads);
 	tcase_add_test(tc, fabric_on_demand);
+	tcase_add_test(tc, rxm_mismatch_is_eproto);
+	tcase_add_test(tc, rxm_mismatch_on_demand);
+	tcase_add_test(tc, rxm_mismatch_same_host_works);
 	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
 	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
 	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);

@@ -74,6 +74,8 @@ static const uint8_t all_types[] = {
 	/* protocol 3 */
 	WIRE_KV_MODEL,
 	WIRE_KV_MODEL_OK,
+	WIRE_FABRIC,
+	WIRE_FABRIC_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -338,6 +340,11 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		tb_u32(t, m->u.kv_model.flags);
 		tb_u32(t, m->u.kv_model.prefill_tokens_per_s);
 		tb_u64(t, m->u.kv_model.bytes_per_token);
+		break;
+	case WIRE_FABRIC:
+	case WIRE_FABRIC_OK:
+		tb_u32(t, m->u.fabric.flags);
+		tb_u32(t, m->u.fabric.rxm_buffer_size);
 		break;
 	case WIRE_SHM_OK:
 		tb_bytes(t, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
@@ -700,6 +707,10 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 	case WIRE_KV_MODEL: /* any values: memd bounds them, not the codec */
 		m->u.kv_model.prefill_tokens_per_s = (uint32_t)kv(key, 57);
 		m->u.kv_model.bytes_per_token = kv(key, 58);
+		break;
+	case WIRE_FABRIC: /* any size: the peers compare, the codec not */
+	case WIRE_FABRIC_OK:
+		m->u.fabric.rxm_buffer_size = (uint32_t)kv(key, 59);
 		break;
 	case WIRE_SHM_OK:
 		fill_bytes(m->u.shm_ok.nonce, WIRE_NONCE_LEN, key, 55);
@@ -1527,6 +1538,8 @@ START_TEST(type_names)
 	ck_assert_str_eq(wire_type_name(WIRE_DONORS_OK), "DONORS_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_KV_MODEL), "KV_MODEL");
 	ck_assert_str_eq(wire_type_name(WIRE_KV_MODEL_OK), "KV_MODEL_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_FABRIC), "FABRIC");
+	ck_assert_str_eq(wire_type_name(WIRE_FABRIC_OK), "FABRIC_OK");
 }
 END_TEST
 
@@ -3067,6 +3080,62 @@ START_TEST(kv_model_bounds)
 }
 END_TEST
 
+/* FABRIC and FABRIC_OK (protocol 3): flags, rxm buffer size; 8 bytes. */
+START_TEST(fabric_bounds)
+{
+	static const uint8_t golden[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x1a, 0x00, 0x00, /* FABRIC */
+		0x06, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, /* seq 6, 8 */
+		0x00, 0x00, 0x00, 0x00,				/* flags */
+		0x00, 0x04, 0x00, 0x00,				/* 1024 */
+	};
+	static const uint8_t golden_ok[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x9a, 0x00, 0x00, /* FABRIC_OK */
+		0x06, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, /* seq 6, 8 */
+		0x00, 0x00, 0x00, 0x00,				/* flags */
+		0x00, 0x40, 0x00, 0x00,				/* 16384 */
+	};
+	static const uint8_t types[] = { WIRE_FABRIC, WIRE_FABRIC_OK };
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_FABRIC;
+	m.seq = 6;
+	m.u.fabric.rxm_buffer_size = 1024;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden));
+	ck_assert_mem_eq(buf, golden, sizeof(golden));
+	ck_assert_int_eq(wire_decode(golden, sizeof(golden), &m2),
+			 (ssize_t)sizeof(golden));
+	ck_assert_mem_eq(&m, &m2, sizeof(m));
+	check_truncations(&m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_FABRIC_OK;
+	m.seq = 6;
+	m.u.fabric.rxm_buffer_size = 16384;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden_ok));
+	ck_assert_mem_eq(buf, golden_ok, sizeof(golden_ok));
+	ck_assert_int_eq(wire_decode(golden_ok, sizeof(golden_ok), &m2),
+			 (ssize_t)sizeof(golden_ok));
+	ck_assert_mem_eq(&m, &m2, sizeof(m));
+	check_truncations(&m);
+
+	for (size_t t = 0; t < sizeof(types); t++) {
+		/* any size travels (0: not rxm, or not known) */
+		sample(types[t], 4, &m);
+		check_roundtrip(&m);
+		m.u.fabric.rxm_buffer_size = 0;
+		check_roundtrip(&m);
+		m.u.fabric.rxm_buffer_size = UINT32_MAX;
+		check_roundtrip(&m);
+		/* flags are reserved: refused on both sides, every bit */
+		for (int bit = 0; bit < 32; bit++) {
+			m.u.fabric.flags = 1u << bit;
+			check_both_reject(&m);
+		}
+	}
+}
+END_TEST
+
 START_TEST(golden_kv)
 {
 	static const uint8_t commit[] = {
@@ -3450,6 +3519,7 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, admin_bounds);
 	tcase_add_test(tc, golden_kv);
 	tcase_add_test(tc, kv_model_bounds);
+	tcase_add_test(tc, fabric_bounds);
 	tcase_add_loop_test(tc, kv_count_bounds, 0, NKV_TYPES);
 	tcase_add_loop_test(tc, kv_field_sets, 0, NKV_TYPES);
 	tcase_add_test(tc, kv_pin_flags);
