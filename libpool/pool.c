@@ -147,7 +147,8 @@ struct plink {
 	 * fabric is marked set up, read after (as fd and ep). */
 	uint32_t memd_rxm;
 	int fab_err;
-	char local[64]; /* where the control connection goes out */
+	bool fab_err_said; /* the err line for fab_err is out (atomic) */
+	char local[64];	   /* where the control connection goes out */
 
 	struct plink *next; /* p->links, under p->lock */
 	uint64_t nslabs;    /* under p->lock */
@@ -932,21 +933,34 @@ static int link_fabric_check(struct plink *lk)
 	mine = fab_rxm_buffer_size();
 	if (!mine || mine == lk->memd_rxm)
 		return 0;
-	pool_log(LOG_ERR,
-		 "session: memd at %s uses FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
-		 ", this process %" PRIu32
-		 ": set FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
-		 " here, or the same value for memd",
-		 lk->addr, lk->memd_rxm, mine, lk->memd_rxm);
+	/* notice only: a same-host session may never need the fabric;
+	 * the first transfer that does says it at err (link_no_ep_err) */
+	pool_log(LOG_NOTICE,
+		 "session: no fabric to memd=%s: its "
+		 "FI_OFI_RXM_BUFFER_SIZE=%" PRIu32 ", this process %" PRIu32
+		 " (transfers over the fabric fail with EPROTO)",
+		 lk->addr, lk->memd_rxm, mine);
 	lk->fab_err = -EPROTO;
 	return -EPROTO;
 }
 
-/* Why lk has no endpoint: its fabric refused (fab_err, -EPROTO), else
- * the link failed (-ENOTCONN). */
-static int link_no_ep_err(const struct plink *lk)
+/* Why lk has no endpoint: its fabric refused (fab_err, -EPROTO; the
+ * first time, one line at err names both values and the fix), else the
+ * link failed (-ENOTCONN). */
+static int link_no_ep_err(struct plink *lk)
 {
-	return lk->fab_err ? lk->fab_err : -ENOTCONN;
+	if (!lk->fab_err)
+		return -ENOTCONN;
+	if (!__atomic_exchange_n(&lk->fab_err_said, true, __ATOMIC_RELAXED))
+		pool_log(LOG_ERR,
+			 "session: memd at %s uses "
+			 "FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
+			 ", this process %" PRIu32
+			 ": set FI_OFI_RXM_BUFFER_SIZE=%" PRIu32
+			 " here, or the same value for memd",
+			 lk->addr, lk->memd_rxm, fab_rxm_buffer_size(),
+			 lk->memd_rxm);
+	return lk->fab_err;
 }
 
 /* The fabric side of lk (domain bound where local is, endpoint, AV). */
