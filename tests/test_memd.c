@@ -199,7 +199,8 @@ START_TEST(requests_before_hello_refused)
 }
 END_TEST
 
-START_TEST(protocol_misuse_after_hello)
+/* HELLO with exactly proto on a new raw connection; returns the fd. */
+static int raw_hello(uint16_t proto, struct wire_hello_ok *ok)
 {
 	int fd = raw_connect();
 	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
@@ -207,19 +208,31 @@ START_TEST(protocol_misuse_after_hello)
 	struct wire_msg rep;
 	ssize_t n;
 
-	m.u.hello.proto_min = m.u.hello.proto_max = WIRE_PROTO_MAX;
+	m.u.hello.proto_min = m.u.hello.proto_max = proto;
 	send_msg(fd, &m);
 	n = read_frame(fd, buf, sizeof(buf), 10000);
 	ck_assert_int_gt(n, 0);
 	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
 	ck_assert_int_eq(rep.type, WIRE_HELLO_OK);
+	ck_assert_uint_eq(rep.u.hello_ok.proto, proto);
+	*ok = rep.u.hello_ok;
+	return fd;
+}
+
+START_TEST(protocol_misuse_after_hello)
+{
+	static uint8_t buf[WIRE_MAX_FRAME];
+	struct wire_hello_ok ok;
+	int fd = raw_hello(WIRE_PROTO_MAX, &ok);
+	struct wire_msg m, rep;
+	ssize_t n;
 
 	/* A stale lease is skipped (RELEASE is idempotent). */
 	memset(&m, 0, sizeof(m));
 	m.type = WIRE_RELEASE;
 	m.seq = 2;
 	m.u.release.count = 1;
-	m.u.release.ref[0].epoch = rep.u.hello_ok.epoch ^ 1;
+	m.u.release.ref[0].epoch = ok.epoch ^ 1;
 	m.u.release.ref[0].slab = 0;
 	m.u.release.ref[0].generation = 1;
 	send_msg(fd, &m);
@@ -256,26 +269,6 @@ START_TEST(protocol_misuse_after_hello)
 	assert_serving();
 }
 END_TEST
-
-/* HELLO with exactly proto on a new raw connection; returns the fd. */
-static int raw_hello(uint16_t proto, struct wire_hello_ok *ok)
-{
-	int fd = raw_connect();
-	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
-	static uint8_t buf[WIRE_MAX_FRAME];
-	struct wire_msg rep;
-	ssize_t n;
-
-	m.u.hello.proto_min = m.u.hello.proto_max = proto;
-	send_msg(fd, &m);
-	n = read_frame(fd, buf, sizeof(buf), 10000);
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
-	ck_assert_int_eq(rep.type, WIRE_HELLO_OK);
-	ck_assert_uint_eq(rep.u.hello_ok.proto, proto);
-	*ok = rep.u.hello_ok;
-	return fd;
-}
 
 /* FABRIC (protocol 3): memd's effective FI_OFI_RXM_BUFFER_SIZE, the
  * same as this process's (memd inherits our environment, and both

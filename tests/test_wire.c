@@ -2354,6 +2354,20 @@ END_TEST
 
 /* A string field at payload offset off, at its longest (max - 1 bytes in
  * m), must round-trip; one byte longer on the wire must not decode. */
+/* msg encodes to exactly golden, golden decodes to msg, and every
+ * truncation of it is refused. */
+static void check_golden(const struct wire_msg *msg, const uint8_t *golden,
+			 size_t len)
+{
+	struct wire_msg back;
+
+	ck_assert_int_eq(enc(msg), (ssize_t)len);
+	ck_assert_mem_eq(buf, golden, len);
+	ck_assert_int_eq(wire_decode(golden, len, &back), (ssize_t)len);
+	ck_assert_mem_eq(msg, &back, sizeof(back));
+	check_truncations(msg);
+}
+
 static void check_str_limit(const struct wire_msg *msg, size_t off)
 {
 	uint16_t n;
@@ -3049,12 +3063,7 @@ START_TEST(kv_model_bounds)
 	m.seq = 5;
 	m.u.kv_model.prefill_tokens_per_s = 10000;
 	m.u.kv_model.bytes_per_token = 128 << 10;
-	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden));
-	ck_assert_mem_eq(buf, golden, sizeof(golden));
-	ck_assert_int_eq(wire_decode(golden, sizeof(golden), &m2),
-			 (ssize_t)sizeof(golden));
-	ck_assert_mem_eq(&m, &m2, sizeof(m));
-	check_truncations(&m);
+	check_golden(&m, golden, sizeof(golden));
 
 	/* The values are memd's to bound (ERROR EINVAL), not the codec's:
 	 * 0 and the largest travel, so a refusal can name them. */
@@ -3101,23 +3110,13 @@ START_TEST(fabric_bounds)
 	m.type = WIRE_FABRIC;
 	m.seq = 6;
 	m.u.fabric.rxm_buffer_size = 1024;
-	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden));
-	ck_assert_mem_eq(buf, golden, sizeof(golden));
-	ck_assert_int_eq(wire_decode(golden, sizeof(golden), &m2),
-			 (ssize_t)sizeof(golden));
-	ck_assert_mem_eq(&m, &m2, sizeof(m));
-	check_truncations(&m);
+	check_golden(&m, golden, sizeof(golden));
 
 	memset(&m, 0, sizeof(m));
 	m.type = WIRE_FABRIC_OK;
 	m.seq = 6;
 	m.u.fabric.rxm_buffer_size = 16384;
-	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(golden_ok));
-	ck_assert_mem_eq(buf, golden_ok, sizeof(golden_ok));
-	ck_assert_int_eq(wire_decode(golden_ok, sizeof(golden_ok), &m2),
-			 (ssize_t)sizeof(golden_ok));
-	ck_assert_mem_eq(&m, &m2, sizeof(m));
-	check_truncations(&m);
+	check_golden(&m, golden_ok, sizeof(golden_ok));
 
 	for (size_t t = 0; t < sizeof(types); t++) {
 		/* any size travels (0: not rxm, or not known) */
