@@ -950,13 +950,13 @@ unsigned fab_quarantined_eps(void)
  * quarantined endpoint is not closed but never progressed again, which
  * holds the same promise ("Closing mid-read").
  */
-void fab_ep_close(struct fab_ep *ep)
+bool fab_ep_close(struct fab_ep *ep)
 {
 	struct fab_op *op, *next;
 	bool quarantine;
 
 	if (!ep)
-		return;
+		return false;
 	quarantine = ep_must_quarantine(ep);
 	pthread_mutex_lock(&fab_ctl_mu);
 	if (quarantine) {
@@ -990,6 +990,7 @@ void fab_ep_close(struct fab_ep *ep)
 	pthread_mutex_destroy(&ep->prog_mu);
 	pthread_mutex_destroy(&ep->mu);
 	free(ep);
+	return quarantine;
 }
 
 int fab_ep_name(struct fab_ep *ep, void *addr, size_t *len)

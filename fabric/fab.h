@@ -176,9 +176,9 @@ int fab_ep_open(struct fab_domain *d, unsigned max_inflight,
  * never progressed again, until the process exits ("quarantined", counted
  * by fab_quarantined_eps): closing it could crash inside the provider
  * (fabric/fab.c, "Closing mid-read"). Its buffers are not touched either
- * way.
+ * way. Returns true when the endpoint was quarantined, else false.
  */
-void fab_ep_close(struct fab_ep *ep);
+bool fab_ep_close(struct fab_ep *ep);
 /* Endpoints this process kept open in fab_ep_close instead of closing. */
 unsigned fab_quarantined_eps(void);
 /* Whether d's provider is one fab_ep_close quarantines mid-read. */

@@ -350,12 +350,11 @@ static void link_fail(struct plink *lk, int err, const char *why)
 			 why);
 	pthread_rwlock_wrlock(&lk->ep_rw);
 	if (lk->ep) {
-		unsigned kept = fab_quarantined_eps();
-
-		fab_ep_close(lk->ep);
-		lk->ep = NULL;
 		/* fabric/fab.c, "Closing mid-read" */
-		if (fab_quarantined_eps() != kept)
+		bool kept = fab_ep_close(lk->ep);
+
+		lk->ep = NULL;
+		if (kept)
 			pool_log(LOG_WARNING,
 				 "session: endpoint of session=%" PRIx64
 				 " memd=%s kept open until exit: a read was "

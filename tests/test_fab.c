@@ -897,7 +897,7 @@ START_TEST(t_close_mid_read)
 		      "sockets hold more than it (raise len)",
 		      len >> 20);
 
-	fab_ep_close(cli.ep);
+	ck_assert_int_eq(fab_ep_close(cli.ep), hazard);
 	cli.ep = NULL;
 	ck_assert_int_eq(atomic_load(&dc.n), 1);
 	ck_assert_int_eq(op.complete, 1);
