@@ -1570,7 +1570,8 @@ static void cyclic_scan_run(bool behind)
 	before = stats(a).pages_fetched;
 	for (int pass = 1; pass < passes; pass++)
 		for (size_t pg = 0; pg < npages; pg++)
-			sum += a[pg * PG + (size_t)pass];
+			sum += ((const volatile uint8_t *)
+					a)[pg * PG + (size_t)pass];
 	st = stats(a);
 	ck_assert_int_eq(st.failed, 0);
 	ck_assert_uint_le(st.resident_peak, st.max_resident);
