@@ -19,6 +19,13 @@
  * through the mapping): no write-back in the measured time. Samples
  * alternate fault and pool_read so that a change of load hits both.
  * One result line each: p50, p90, p99, mean in microseconds.
+ *
+ * gap_us (default 0): the program computes (spins on the clock) this long
+ * before each fault, as a program does between misses; the engine's
+ * spinning for the next fault (LIBPOOL_PAGING_SPIN_US, docs/paging.md,
+ * "Waiting for faults") catches faults that come within its window. The
+ * header line says how often it did (spin_hits of waits) and the CPU it
+ * spent (spin_us).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -72,17 +79,21 @@ int main(int argc, char **argv)
 	struct pool *p;
 	uint64_t *fault_ns, *read_ns, x = 0x9e3779b97f4a7c15ull, sink = 0;
 	uint32_t *order;
+	struct pool_paging_engine_stats es0, es;
 	size_t samples = 4000, npages = SIZE / PG;
+	uint64_t gap_ns = 0;
 	uint8_t *buf, *a;
 	int ret;
 
 	if (argc < 2) {
-		fprintf(stderr, "usage: %s ADDR [samples]\n", argv[0]);
+		fprintf(stderr, "usage: %s ADDR [samples] [gap_us]\n", argv[0]);
 		return 2;
 	}
 	o.addr = argv[1];
 	if (argc > 2)
 		samples = strtoul(argv[2], NULL, 0);
+	if (argc > 3)
+		gap_ns = strtoull(argv[3], NULL, 0) * 1000u;
 	if (samples < 10 || samples > MAX_SAMPLES) {
 		fprintf(stderr, "fault_latency: 10 <= samples <= %lu\n",
 			MAX_SAMPLES);
@@ -139,9 +150,14 @@ int main(int argc, char **argv)
 	pool_map_get_stats(a, &st);
 	uint64_t f0 = st.faults, fe0 = st.fetches, pf0 = st.pages_fetched;
 
+	pool_paging_get_engine_stats(&es0);
 	for (size_t i = 0; i < samples; i++) {
 		size_t pg = order[i];
 		uint64_t t0 = now_ns();
+
+		while (gap_ns && now_ns() - t0 < gap_ns)
+			;
+		t0 = now_ns();
 
 		sink += ((volatile uint8_t *)a)[pg * PG + (pg & 4095)];
 		fault_ns[i] = now_ns() - t0;
@@ -160,14 +176,21 @@ int main(int argc, char **argv)
 		}
 	}
 	pool_map_get_stats(a, &st);
-	printf("# fault_latency region=%lu local=%lu samples=%zu faults=%llu "
-	       "fetches=%llu pages_fetched=%llu evictions=%llu "
-	       "writebacks=%llu\n",
-	       SIZE, LOCAL, samples, (unsigned long long)(st.faults - f0),
+	pool_paging_get_engine_stats(&es);
+	printf("# fault_latency region=%lu local=%lu samples=%zu gap_us=%llu "
+	       "faults=%llu fetches=%llu pages_fetched=%llu evictions=%llu "
+	       "writebacks=%llu spin_cap_us=%llu waits=%llu spin_hits=%llu "
+	       "spin_us=%llu\n",
+	       SIZE, LOCAL, samples, (unsigned long long)(gap_ns / 1000),
+	       (unsigned long long)(st.faults - f0),
 	       (unsigned long long)(st.fetches - fe0),
 	       (unsigned long long)(st.pages_fetched - pf0),
 	       (unsigned long long)st.evictions,
-	       (unsigned long long)st.writebacks);
+	       (unsigned long long)st.writebacks,
+	       (unsigned long long)(es.spin_cap_ns / 1000),
+	       (unsigned long long)(es.waits - es0.waits),
+	       (unsigned long long)(es.spin_hits - es0.spin_hits),
+	       (unsigned long long)((es.spin_ns - es0.spin_ns) / 1000));
 	report("fault", fault_ns, samples);
 	report("pool_read", read_ns, samples);
 	fprintf(stderr, "(sink %llu)\n", (unsigned long long)sink);

@@ -96,6 +96,7 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -107,6 +108,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "libpool/log.h"
@@ -118,6 +120,16 @@
 #define RA_MAX 32u    /* pages fetched at once on a sequential stream */
 #define WB_BATCH 128u /* pages evicted per round, at most */
 #define MSG_BATCH 16
+/* pool-uffd spins for the next fault up to this long (microseconds) after
+ * serving one: see spin_wait() */
+#define SPIN_US_DEFAULT 50u
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
 #define NSTREAM 4      /* read-ahead streams followed at once */
@@ -287,6 +299,11 @@ static struct {
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
 	size_t resident;   /* bytes resident, all mappings (eng.lock) */
+	/* Spinning for the next fault (spin_wait()): the cap
+	 * (LIBPOOL_PAGING_SPIN_US; 0: never), the current window (pool-uffd
+	 * only) and counters (atomics, pool_paging_get_engine_stats()). */
+	uint64_t spin_cap_ns, spin_win_ns;
+	uint64_t spin_hits, spin_misses, spin_ns, waits;
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER,
 	  .life = PTHREAD_MUTEX_INITIALIZER,
 	  .uffd = -1,
@@ -583,6 +600,40 @@ static size_t process_budget(void)
 	return v ? v : SIZE_MAX;
 }
 
+/*
+ * The spin cap (LIBPOOL_PAGING_SPIN_US, microseconds, at most 10 000;
+ * default SPIN_US_DEFAULT), in ns. 0 where this thread may run on one CPU
+ * only: there a spinning pool-uffd would only keep the faulting thread
+ * from the CPU. A value that is not a number up to 10 000 is logged and
+ * the default kept.
+ */
+static uint64_t spin_cap(void)
+{
+	const char *env = getenv("LIBPOOL_PAGING_SPIN_US");
+	unsigned long us = SPIN_US_DEFAULT;
+	cpu_set_t cpus;
+
+	if (env && *env) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(env, &end, 10);
+		if (errno || *end || end == env || v > 10000 || *env == '-')
+			pool_log(LOG_ERR,
+				 "paging: LIBPOOL_PAGING_SPIN_US=%s is not a "
+				 "number of microseconds from 0 to 10000; "
+				 "using %u",
+				 env, SPIN_US_DEFAULT);
+		else
+			us = v;
+	}
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+	    CPU_COUNT(&cpus) < 2)
+		us = 0;
+	return (uint64_t)us * 1000u;
+}
+
 /* Starts the engine: its userfaultfd, stop eventfd, pidfd and thread.
  * eng.life held. Returns 0 or -errno. */
 static int engine_start(void)
@@ -610,6 +661,8 @@ static int engine_start(void)
 	eng.behind_on = !(getenv("LIBPOOL_PAGING_BEHIND") &&
 			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
 	eng.resident = 0;
+	__atomic_store_n(&eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
+	eng.spin_win_ns = 0;
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
 	sigfillset(&all);
@@ -2185,6 +2238,78 @@ static void batch_faults(struct uffd_msg *msgs, size_t n)
 		msgs[which[j]].event = 0;
 }
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Waits for a fault (or the stop event) as poll(pf, 2, -1) would, but
+ * first spins for up to eng.spin_win_ns, polling without sleeping (with
+ * sched_yield() between polls: a thread that waits for this CPU, the
+ * program's on a busy machine, gets it at once). Why:
+ * a fault is two thread wake-ups (the faulting thread wakes pool-uffd,
+ * pool-uffd's UFFDIO_COPY wakes it back), and waking a thread that sleeps
+ * on another CPU costs an inter-processor interrupt and, on a virtual
+ * machine whose idle vCPUs halt, a trip through the hypervisor: about
+ * 30 us each on the development VM, where a bare userfaultfd round trip
+ * takes ~62 us across CPUs, ~17 us with the handler spinning and ~4 us
+ * on one CPU (docs/paging.md, "Waiting for faults"). A spinning pool-uffd
+ * saves the first wake-up.
+ *
+ * The window adapts as cpuidle's haltpoll governor does: a wait that
+ * ends with a fault after b ns, b over the window but within the cap,
+ * grows the window to 2b (capped): spinning would have caught it; one
+ * that slept past the cap halves it (to 0 under 1 us): faults are
+ * sparse and spinning only burns the CPU. So a program that faults in
+ * bursts gets pool-uffd spinning through each burst, and one that faults
+ * now and then costs at most a few windows of CPU. Returns what poll()
+ * returns.
+ */
+static int spin_wait(struct pollfd *pf)
+{
+	uint64_t t0, b, win = eng.spin_win_ns;
+	int ready = 0;
+
+	if (!eng.spin_cap_ns)
+		return poll(pf, 2, -1);
+	t0 = mono_ns();
+	__atomic_add_fetch(&eng.waits, 1, __ATOMIC_RELAXED);
+	if (win) {
+		uint64_t now = t0;
+
+		do {
+			ready = poll(pf, 2, 0);
+			if (ready)
+				break;
+			sched_yield();
+			now = mono_ns();
+		} while (now - t0 < win);
+		__atomic_add_fetch(&eng.spin_ns, (ready ? mono_ns() : now) - t0,
+				   __ATOMIC_RELAXED);
+		if (ready > 0) {
+			__atomic_add_fetch(&eng.spin_hits, 1, __ATOMIC_RELAXED);
+			return ready;
+		}
+		if (ready < 0)
+			return ready;
+		__atomic_add_fetch(&eng.spin_misses, 1, __ATOMIC_RELAXED);
+	}
+	ready = poll(pf, 2, -1);
+	if (ready <= 0 || pf[1].revents)
+		return ready;
+	b = mono_ns() - t0;
+	if (b <= eng.spin_cap_ns)
+		eng.spin_win_ns =
+			2 * b < eng.spin_cap_ns ? 2 * b : eng.spin_cap_ns;
+	else
+		eng.spin_win_ns = win / 2 < 1000 ? 0 : win / 2;
+	return ready;
+}
+
 static void *uffd_main(void *arg)
 {
 	struct uffd_msg msgs[MSG_BATCH];
@@ -2202,7 +2327,7 @@ static void *uffd_main(void *arg)
 
 		/* With runs to install ahead, only look for faults: they
 		 * come first, and the runs fill the time between them. */
-		ready = poll(pf, 2, pending ? 0 : -1);
+		ready = pending ? poll(pf, 2, 0) : spin_wait(pf);
 		if (ready < 0) {
 			if (errno == EINTR)
 				continue;
@@ -2971,6 +3096,15 @@ bool pool_paging_is_engine_thread(void)
 void pool_paging_mark_engine_thread(void)
 {
 	engine_thread = true;
+}
+
+void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st)
+{
+	st->spin_cap_ns = __atomic_load_n(&eng.spin_cap_ns, __ATOMIC_RELAXED);
+	st->waits = __atomic_load_n(&eng.waits, __ATOMIC_RELAXED);
+	st->spin_hits = __atomic_load_n(&eng.spin_hits, __ATOMIC_RELAXED);
+	st->spin_misses = __atomic_load_n(&eng.spin_misses, __ATOMIC_RELAXED);
+	st->spin_ns = __atomic_load_n(&eng.spin_ns, __ATOMIC_RELAXED);
 }
 
 int pool_paging_set_process_budget(size_t bytes)

@@ -109,4 +109,17 @@ void pool_paging_mark_engine_thread(void);
  */
 int pool_paging_set_process_budget(size_t bytes);
 
+/*
+ * The engine's waiting for faults (process-wide, since the process
+ * started; docs/paging.md, "Waiting for faults"): spin_cap_ns the cap of
+ * the spin window (LIBPOOL_PAGING_SPIN_US; 0: pool-uffd never spins),
+ * waits the times pool-uffd waited for a fault with spinning on,
+ * spin_hits those a spin caught, spin_misses spins that ended in a
+ * sleep, spin_ns the time spent spinning (CPU that pool-uffd burnt).
+ */
+struct pool_paging_engine_stats {
+	uint64_t spin_cap_ns, waits, spin_hits, spin_misses, spin_ns;
+};
+void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st);
+
 #endif

@@ -983,12 +983,14 @@ EXPORT size_t malloc_usable_size(void *ptr)
 __attribute__((destructor)) static void print_stats(void)
 {
 	struct pool_map_stats st = { 0 };
-	char line[600];
+	struct pool_paging_engine_stats es;
+	char line[760];
 	int n, fabric;
 
 	if (ctx.stats_fd <= 0 || ctx.forked)
 		return;
 	fabric = ctx.p && !pool_fabric_is_pending(ctx.p);
+	pool_paging_get_engine_stats(&es);
 	if (in_heap((void *)ctx.heap) &&
 	    pool_map_get_stats((void *)ctx.heap, &st) == 0) {
 		n = snprintf(
@@ -1001,7 +1003,9 @@ __attribute__((destructor)) static void print_stats(void)
 			"writebacks=%llu second_chances=%llu refaults=%llu "
 			"behind_evictions=%llu clock_fifo_windows=%llu "
 			"ahead_pages=%llu "
-			"discarded=%llu sigbus=%llu fabric=%d\n",
+			"discarded=%llu sigbus=%llu fabric=%d "
+			"spin_cap_us=%llu waits=%llu spin_hits=%llu "
+			"spin_misses=%llu spin_us=%llu\n",
 			ctx.nsegs * SEG_BYTES,
 			(unsigned long long)(st.max_resident * st.page_bytes),
 			(unsigned long long)(st.resident * st.page_bytes),
@@ -1019,7 +1023,12 @@ __attribute__((destructor)) static void print_stats(void)
 			(unsigned long long)st.clock_fifo_windows,
 			(unsigned long long)st.ahead_pages,
 			(unsigned long long)st.discarded,
-			(unsigned long long)st.sigbus, fabric);
+			(unsigned long long)st.sigbus, fabric,
+			(unsigned long long)(es.spin_cap_ns / 1000),
+			(unsigned long long)es.waits,
+			(unsigned long long)es.spin_hits,
+			(unsigned long long)es.spin_misses,
+			(unsigned long long)(es.spin_ns / 1000));
 	} else {
 		size_t live = 0, bytes = 0;
 

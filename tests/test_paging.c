@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -1570,7 +1571,8 @@ static void cyclic_scan_run(bool behind)
 	before = stats(a).pages_fetched;
 	for (int pass = 1; pass < passes; pass++)
 		for (size_t pg = 0; pg < npages; pg++)
-			sum += a[pg * PG + (size_t)pass];
+			sum += ((const volatile uint8_t *)
+					a)[pg * PG + (size_t)pass];
 	st = stats(a);
 	ck_assert_int_eq(st.failed, 0);
 	ck_assert_uint_le(st.resident_peak, st.max_resident);
@@ -1744,6 +1746,99 @@ START_TEST(growable_mapping)
 }
 END_TEST
 
+/*
+ * pool-uffd's spinning for the next fault (LIBPOOL_PAGING_SPIN_US,
+ * spin_wait()): faults back to back are caught by a spin (no wake-up of
+ * pool-uffd), and faults 20 ms apart, ten times the cap, shrink the window
+ * to nothing within a few misses instead of burning a window each. Read
+ * faults on pages never written (zero pages: no network) in a mapping
+ * whose budget holds them all. Counters only, no timing.
+ */
+static void spin_run(const char *cap_us, struct pool_paging_engine_stats *d1,
+		     struct pool_paging_engine_stats *d2)
+{
+	const size_t size = 8 * MiB, n = size / PG;
+	struct pool_paging_engine_stats e0, e1, e2;
+	struct pool_region *r;
+	volatile uint8_t *a;
+	struct pool *p;
+	size_t pg = 0;
+	unsigned sum = 0;
+
+	setenv("LIBPOOL_PAGING_SPIN_US", cap_us, 1);
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, size, 0);
+	pool_paging_get_engine_stats(&e0);
+	for (size_t i = 0; i < n - 64; i++) { /* back to back */
+		pg = next_page(pg, n);
+		sum += a[pg * PG];
+	}
+	pool_paging_get_engine_stats(&e1);
+	for (size_t i = 0; i < 40; i++) { /* 20 ms apart */
+		usleep(20000);
+		pg = next_page(pg, n);
+		sum += a[pg * PG];
+	}
+	pool_paging_get_engine_stats(&e2);
+	ck_assert_uint_eq(sum, 0);
+	*d1 = (struct pool_paging_engine_stats){
+		.spin_cap_ns = e1.spin_cap_ns,
+		.waits = e1.waits - e0.waits,
+		.spin_hits = e1.spin_hits - e0.spin_hits,
+		.spin_misses = e1.spin_misses - e0.spin_misses,
+	};
+	*d2 = (struct pool_paging_engine_stats){
+		.spin_cap_ns = e2.spin_cap_ns,
+		.waits = e2.waits - e1.waits,
+		.spin_hits = e2.spin_hits - e1.spin_hits,
+		.spin_misses = e2.spin_misses - e1.spin_misses,
+	};
+	ck_assert_int_eq(pool_unmap(p, (void *)a, POOL_UNMAP_DISCARD), 0);
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+	unsetenv("LIBPOOL_PAGING_SPIN_US");
+}
+
+START_TEST(spin_catches_bursts_and_backs_off)
+{
+	struct pool_paging_engine_stats burst, sparse;
+	cpu_set_t cpus;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+	spin_run("2000", &burst, &sparse);
+	if (CPU_COUNT(&cpus) < 2) { /* spinning is off on one CPU */
+		ck_assert_uint_eq(burst.spin_cap_ns, 0);
+		ck_assert_uint_eq(burst.waits + sparse.waits, 0);
+		return;
+	}
+	ck_assert_uint_eq(burst.spin_cap_ns, 2000000);
+	ck_assert_uint_gt(burst.waits, 0);
+	ck_assert_msg(burst.spin_hits > 0,
+		      "no fault of %lu back to back caught by a spin",
+		      (unsigned long)burst.waits);
+	/* 2 ms halved to under 1 us: 11 misses, then no spin at all */
+	ck_assert_msg(sparse.spin_misses <= 12,
+		      "%lu of 40 sparse faults spun in vain: the window "
+		      "did not shrink",
+		      (unsigned long)sparse.spin_misses);
+	ck_assert_uint_eq(sparse.spin_hits, 0);
+}
+END_TEST
+
+START_TEST(spin_off)
+{
+	struct pool_paging_engine_stats burst, sparse;
+
+	spin_run("0", &burst, &sparse);
+	ck_assert_uint_eq(burst.spin_cap_ns, 0);
+	ck_assert_uint_eq(burst.waits + sparse.waits, 0);
+	ck_assert_uint_eq(burst.spin_hits + sparse.spin_hits, 0);
+}
+END_TEST
+
 /* Whether this kernel gives us what pool_map needs; why not in *why. */
 static int probe_uffd(const char **why)
 {
@@ -1834,6 +1929,8 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, cyclic_scan_behind_off);
 		tcase_add_test(tc, clock_gives_way_when_all_is_used);
 		tcase_add_test(tc, growable_mapping);
+		tcase_add_test(tc, spin_catches_bursts_and_backs_off);
+		tcase_add_test(tc, spin_off);
 	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
