@@ -23,6 +23,7 @@
 #include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
+#include "tidepool/kv.h"
 #include "tidepool/pool.h"
 
 #define MiB (1024u * 1024u)
@@ -803,13 +804,21 @@ END_TEST
 
 /* The same mismatch with the fabric set up on demand (the preload
  * shim's way, pool_set_fabric_background): the first transfer gets
- * -EPROTO, and the session stays for what needs no fabric. */
+ * -EPROTO, so do the asynchronous and KV paths, and the session stays
+ * for what needs no fabric. */
 START_TEST(rxm_mismatch_on_demand)
 {
 	struct pool_region *r;
 	struct pool_stats st;
+	struct pool_kv_key key;
+	struct pool_kv *kv;
+	struct pool_op *op;
 	struct pool *p;
 	uint8_t b[4096];
+	const void *val;
+	void *buf = b;
+	size_t len = sizeof(b), got = 0;
+	int rc, st_kv = 0;
 
 	start_memd_rxm16k(NULL);
 	/* tidepool's default, whatever the runner's environment says (Check
@@ -824,6 +833,26 @@ START_TEST(rxm_mismatch_on_demand)
 	ck_assert_int_eq(pool_read(p, r, 0, b, sizeof(b)), -EPROTO);
 	ck_assert(!pool_fabric_is_pending(p));
 	ck_assert_int_eq(pool_write(p, r, 0, b, sizeof(b)), -EPROTO);
+	/* the asynchronous path says the same, at start or at the wait */
+	rc = pool_read_async(p, r, 0, b, sizeof(b), &op);
+	if (rc == 0)
+		rc = pool_wait(p, op, -1);
+	ck_assert_int_eq(rc, -EPROTO);
+	rc = pool_write_async(p, r, 0, b, sizeof(b), &op);
+	if (rc == 0)
+		rc = pool_wait(p, op, -1);
+	ck_assert_int_eq(rc, -EPROTO);
+	/* and the KV tier: a put fails with -EPROTO (not stored, not a
+	 * timeout), a get of it misses, the handle stays usable */
+	ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
+	memset(&key, 0, sizeof(key));
+	key.b[0] = 7;
+	val = b;
+	ck_assert_int_eq(pool_kv_put(kv, 1, &key, &val, &len, &st_kv), 0);
+	ck_assert_int_eq(st_kv, -EPROTO);
+	ck_assert_int_eq(pool_kv_get(kv, 1, &key, &buf, &len, &got, &st_kv), 0);
+	ck_assert_int_eq(st_kv, -ENOENT);
+	pool_kv_close(kv);
 	/* leases and heartbeats go on: the session is not lost */
 	sleep_ms(100);
 	ck_assert_int_eq(pool_get_stats(p, &st), 0);
