@@ -739,6 +739,37 @@ START_TEST(small_program_fixed_overhead)
 }
 END_TEST
 
+/*
+ * The shim must not bring libfabric with it: libfabric.so.1 loads
+ * libinfinipath, whose constructor calibrates a clock by sleeping for
+ * 0.2 s, in every process under the shim, before main(). fabric/fab_dl.c
+ * defines the libfabric functions fab.c calls; one called directly
+ * (fi_version(), once) put libfabric back into the shim's DT_NEEDED and
+ * cost every pooled program 0.2 s. cat(1), which links nothing of ours,
+ * prints its own mappings under the shim with a session (its stats line)
+ * whose fabric was never needed.
+ */
+START_TEST(shim_does_not_load_libfabric)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=64M", NULL };
+	char *argv[] = { "cat", "/proc/self/maps", NULL };
+	char out[128], err[128];
+	int st;
+
+	start();
+	path(out, sizeof(out), "maps.out");
+	path(err, sizeof(err), "maps.err");
+	st = run(argv, NULL, out, err, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "cat: %d", st);
+	ck_assert_int_ge(count(out, "libpool-preload"), 1);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	ck_assert_msg(count(out, "libfabric") == 0,
+		      "libfabric is mapped in a process under the shim");
+	ck_assert_int_eq(count(out, "libinfinipath"), 0);
+	stop();
+}
+END_TEST
+
 START_TEST(realloc_across_threshold)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
@@ -1017,6 +1048,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, sort_bigger_than_budget);
 	tcase_add_test(tc, unreachable_pool);
 	tcase_add_test(tc, small_program_fixed_overhead);
+	tcase_add_test(tc, shim_does_not_load_libfabric);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);
