@@ -994,7 +994,7 @@ __attribute__((destructor)) static void print_stats(void)
 		n = snprintf(
 			line, sizeof(line),
 			"libpool-preload: stats allocator=jemalloc "
-			"pooled_bytes=%zu budget_bytes=%llu "
+			"pooled_bytes=%zu heap_bytes=%zu budget_bytes=%llu "
 			"resident_bytes=%llu resident_peak_bytes=%llu "
 			"faults=%llu wp_faults=%llu zero_fills=%llu "
 			"fetches=%llu pages_fetched=%llu evictions=%llu "
@@ -1003,6 +1003,7 @@ __attribute__((destructor)) static void print_stats(void)
 			"ahead_pages=%llu "
 			"discarded=%llu sigbus=%llu fabric=%d\n",
 			ctx.nsegs * SEG_BYTES,
+			(size_t)(ctx.heap_next - ctx.heap),
 			(unsigned long long)(st.max_resident * st.page_bytes),
 			(unsigned long long)(st.resident * st.page_bytes),
 			(unsigned long long)(st.resident_peak * st.page_bytes),
