@@ -41,6 +41,8 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 
+#include "fabric/fab.h"
+
 static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
 static int (*dl_getinfo)(uint32_t, const char *, const char *, uint64_t,
 			 const struct fi_info *, struct fi_info **);
@@ -156,4 +158,11 @@ uint32_t fi_version(void)
 {
 	pthread_once(&dl_once, dl_load);
 	return dl_version ? dl_version() : 0;
+}
+
+/* fabric/fab.h: the load alone, so that a caller can stop before any
+ * libfabric call (libpool's fabric set-up at exit). */
+void fab_load(void)
+{
+	pthread_once(&dl_once, dl_load);
 }

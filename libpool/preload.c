@@ -314,14 +314,16 @@ static int heap_start_locked(void);
  * exit(): the session's fabric may be coming up in a heartbeat thread
  * (libpool/internal.h), inside libfabric's dlopen() or fi_getinfo(). The
  * destructors that run after this (atexit runs it before them) unload
- * libfabric: wait for that thread first. Not in a fork() child, whose
- * copy of the session has no threads.
+ * libfabric: wait for that thread first, and stop a set-up that only
+ * pool_fabric_prepare() asked for once libfabric is loaded (nobody
+ * needs it now; the load itself cannot be cut short). Not in a fork()
+ * child, whose copy of the session has no threads.
  */
 static void ctx_exit_settle(void)
 {
 	if (__atomic_load_n(&ctx.state, __ATOMIC_ACQUIRE) == CTX_ON &&
 	    !ctx.forked)
-		pool_fabric_settle(ctx.p);
+		pool_fabric_exit(ctx.p);
 }
 
 /* Connects on first use; ctx.lock held, in_shim set. */
