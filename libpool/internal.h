@@ -27,8 +27,9 @@ void pool_set_fabric_background(bool on);
 /* True while a link of p has not set up its fabric (see above). */
 bool pool_fabric_is_pending(struct pool *p);
 /* Asks every link of p whose fabric is not set up to set it up now, in
- * its heartbeat thread (not after pool_fabric_exit()); never waits:
- * false when p's lock was busy (ask again later), true when asked. */
+ * its heartbeat thread (not same-host links, whose transfers go through
+ * slab memfds, nor after pool_fabric_exit()); never waits: false when
+ * p's lock was busy (ask again later), true when asked. */
 bool pool_fabric_prepare(struct pool *p);
 /* Waits until no link of p is setting up its fabric. */
 void pool_fabric_settle(struct pool *p);

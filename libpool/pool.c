@@ -2069,6 +2069,11 @@ bool pool_fabric_prepare(struct pool *p)
 	for (struct plink *lk = p->links; lk; lk = lk->next) {
 		if (!__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
 			continue;
+		/* A same-host link moves bytes through slab memfds: its
+		 * transfers need no fabric (a slab without a memfd asks
+		 * for it when it is used: link_usable()). */
+		if (lk->shm_sock >= 0 && !lk->shm_broken)
+			continue;
 		pthread_mutex_lock(&lk->hb_lock);
 		if (!lk->fab_cancel) /* not after pool_fabric_exit() */
 			link_fabric_go_locked(lk);

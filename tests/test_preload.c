@@ -396,6 +396,25 @@ static int prog_small(void)
 	return hwm_kb ? 0 : 63;
 }
 
+/*
+ * Fills 3 MiB, well over half of a 4 MiB budget (when the engine asks
+ * for the fabric, evictions being near), then stays 1.5 s, time for a
+ * fabric set-up to finish (docs/paging.md, "Start-up").
+ */
+static int prog_half(void)
+{
+	size_t n = 3 * MiB;
+	uint8_t *a = malloc(n);
+
+	if (!a)
+		return 64;
+	tu_pattern_fill(a, n, 72, 0);
+	printf("half=%016llx\n", (unsigned long long)sum(a, n));
+	fflush(stdout);
+	usleep(1500 * 1000);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* running programs                                                     */
 
@@ -770,6 +789,34 @@ START_TEST(shim_does_not_load_libfabric)
 }
 END_TEST
 
+/*
+ * The engine asks for the fabric once half the budget is resident, so
+ * that evictions do not wait for its set-up (libfabric's load, 0.2 s, and
+ * its first fi_getinfo). A session with a same-host memd moves bytes
+ * through slab memfds and needs none: a program past half its budget
+ * (and one past it, evicting) never sets it up. It did before, and at
+ * 100 % local a short program waited at exit for a set-up nobody used.
+ */
+START_TEST(same_host_needs_no_fabric)
+{
+	static const char *const fits[] = { "LIBPOOL_LOCAL_BYTES=4M", NULL };
+	static const char *const evicts[] = { "LIBPOOL_LOCAL_BYTES=1M", NULL };
+	char err[128];
+
+	if (regions)
+		return; /* per-allocation budgets: no process budget */
+	start();
+	same_as_plain("half", fits, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " resident_peak_bytes="), 2u << 20);
+	ck_assert_uint_eq(total(err, " evictions="), 0);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	same_as_plain("half", evicts, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	stop();
+}
+END_TEST
+
 START_TEST(realloc_across_threshold)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
@@ -1019,6 +1066,8 @@ int main(int argc, char **argv)
 		return prog_stream();
 	if (argc > 1 && !strcmp(argv[1], "small"))
 		return prog_small();
+	if (argc > 1 && !strcmp(argv[1], "half"))
+		return prog_half();
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -1049,6 +1098,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, unreachable_pool);
 	tcase_add_test(tc, small_program_fixed_overhead);
 	tcase_add_test(tc, shim_does_not_load_libfabric);
+	tcase_add_test(tc, same_host_needs_no_fabric);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);
