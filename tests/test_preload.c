@@ -799,8 +799,10 @@ END_TEST
  */
 START_TEST(same_host_needs_no_fabric)
 {
-	static const char *const fits[] = { "LIBPOOL_LOCAL_BYTES=4M", NULL };
-	static const char *const evicts[] = { "LIBPOOL_LOCAL_BYTES=1M", NULL };
+	static const char *const fits[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					    "LIBPOOL_SHM=auto", NULL };
+	static const char *const evicts[] = { "LIBPOOL_LOCAL_BYTES=1M",
+					      "LIBPOOL_SHM=auto", NULL };
 	char err[128];
 
 	if (regions)
