@@ -16,7 +16,11 @@
 # ENGINES (default "jemalloc regions"; an entry ENGINE:VAR=V,VAR2=V2 runs
 # that engine with those variables too, e.g. jemalloc:LIBPOOL_PAGING_BEHIND=0
 # for the policy switches of docs/paging.md), SCALE (default 1: the sizes below;
-# 4 runs them four times bigger), FAULT_SAMPLES (default 4000).
+# 4 runs them four times bigger), FAULT_SAMPLES (default 4000), DONATE
+# (memd's --donate, default (2 * SCALE + 1)G: an exited run's leases live
+# until their TTL, ~10 s, so fast runs back to back need more; a heap run
+# that found the pool full fell back to libc, which shows as pooled_bytes
+# under half the plain peak RSS: an error line, not a figure).
 #
 # Workloads (SCALE=1):
 #   sqlite3  200K rows of ~220 B in :memory:, an index, a sorted query
@@ -55,7 +59,7 @@ bench_need "$MEMD" "$SHIM" "$TPP" "$BUILD/bench/fault_latency" \
 [ -x /usr/bin/time ] || die "/usr/bin/time is needed (peak RSS)"
 bench_out paging_programs
 START_TIME=$(date +%s)
-bench_start_memd "$OUT_DIR/memd.log" --donate "$((2 * SCALE + 1))G"
+bench_start_memd "$OUT_DIR/memd.log" --donate "${DONATE:-$((2 * SCALE + 1))G}"
 log "memd at $MEMD_ADDR; raw lines in $RAW"
 echo "# paging_programs runs=$RUNS scale=$SCALE nproc=$(nproc) loadavg=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,) commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)" >>"$RAW"
 
@@ -136,16 +140,27 @@ for w in $WORKS; do
 		for eng in $ENGINES; do
 			ts=() ks=() bad=0 extra=()
 			[ "${eng#*:}" = "$eng" ] || IFS=, read -r -a extra <<<"${eng#*:}"
+			nopool=0
 			for _ in $(seq "$RUNS"); do
+				: >"$TMP/stats"
 				read -r t k < <(one_run "$TMP/shim.out" \
 					LD_PRELOAD="$SHIM" LIBPOOL_ADDR="$MEMD_ADDR" \
 					LIBPOOL_ALLOCATOR="${eng%%:*}" \
+					LIBPOOL_PRELOAD_STATS="$TMP/stats" \
 					LIBPOOL_LOCAL_BYTES="${budget}M" "${extra[@]}")
 				cmp -s "$TMP/plain.out" "$TMP/shim.out" || bad=1
+				# the heap's regions never shrink and back all
+				# it allocated: under half the plain peak, libc
+				# served the rest (memd full)
+				pooled=$(grep -o ' pooled_bytes=[0-9]*' "$TMP/stats" | cut -d= -f2)
+				[ "${eng%%:*}" != jemalloc ] ||
+					[ "${pooled:-0}" -ge $((peak * 512)) ] ||
+					nopool=$((nopool + 1))
 				ts+=("$t") ks+=("$k")
 			done
 			s=$(median "${ts[@]}")
 			[ $bad = 0 ] || echo "# ERROR work=$w engine=$eng local=$pct output differs from the plain run" | tee -a "$RAW"
+			[ $nopool = 0 ] || echo "# ERROR work=$w engine=$eng local=$pct $nopool runs fell back to libc (pool full? DONATE)" | tee -a "$RAW"
 			echo "programs work=$w engine=$eng local=$pct s=$s slowdown=$(echo "scale=2; $s / $base" | bc) peak_mb=$(($(median "${ks[@]}") / 1024)) budget_mb=$budget runs_s=$(
 				IFS=,
 				echo "${ts[*]}"

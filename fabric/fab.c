@@ -397,6 +397,12 @@ bool fab_provider_is_rxm(const char *provider)
  * FI_MR_BASIC/SCALABLE), first match, then fabric and domain. node/service
  * become the source address (FI_SOURCE) the endpoint listens on.
  */
+/* Linked libfabric is loaded already; fab_dl.c's fab_load() replaces
+ * this one in the preload shim. */
+__attribute__((weak)) void fab_load(void)
+{
+}
+
 int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 {
 	static const struct fab_opts defaults;

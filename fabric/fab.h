@@ -89,6 +89,13 @@ struct fab_opts {
  * Honours FI_* environment variables (e.g. FI_TCP_IFACE) as libfabric does.
  */
 int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out);
+/*
+ * Loads libfabric now where it is opened on first use (the preload shim,
+ * fabric/fab_dl.c: the load alone takes 0.2 s with Debian's 1.17, whose
+ * libinfinipath calibrates a clock); a no-op where it is linked. Any
+ * thread; once.
+ */
+void fab_load(void);
 /* Closes the domain. Every ep and MR on it must be closed. NULL is a no-op. */
 void fab_domain_close(struct fab_domain *d);
 /* The provider name libfabric chose, e.g. "tcp;ofi_rxm". */

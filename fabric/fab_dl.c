@@ -11,9 +11,9 @@
  * program under the shim paid that even when it never pooled a byte
  * (a shell, /usr/bin/time, a program whose allocations are all under
  * LIBPOOL_MIN_BYTES). So the shim does not link libfabric: fab.c calls
- * the four functions libfabric exports that it uses (fi_getinfo,
- * fi_freeinfo, fi_dupinfo, fi_fabric; everything else is reached through
- * the objects these return), and this file defines them, hidden, as
+ * the five functions libfabric exports that it uses (fi_getinfo,
+ * fi_freeinfo, fi_dupinfo, fi_fabric, fi_version; everything else is
+ * reached through the objects these return), and this file defines them, hidden, as
  * calls into libfabric.so.1 opened with dlopen() the first time one is
  * called, which in the shim is in the session's heartbeat thread while
  * the program runs (pool_set_fabric_background()).
@@ -41,12 +41,15 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 
+#include "fabric/fab.h"
+
 static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
 static int (*dl_getinfo)(uint32_t, const char *, const char *, uint64_t,
 			 const struct fi_info *, struct fi_info **);
 static void (*dl_freeinfo)(struct fi_info *);
 static struct fi_info *(*dl_dupinfo)(const struct fi_info *);
 static int (*dl_fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+static uint32_t (*dl_version)(void);
 
 static const int crash_sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
 
@@ -101,6 +104,7 @@ static void dl_load(void)
 		sym(lib, "fi_dupinfo", "FABRIC_1.3");
 	dl_fabric = (int (*)(struct fi_fabric_attr *, struct fid_fabric **,
 			     void *))sym(lib, "fi_fabric", "FABRIC_1.1");
+	dl_version = (uint32_t(*)(void))sym(lib, "fi_version", "FABRIC_1.0");
 	/* Last: fi_getinfo is what the others are reached through. */
 	if (dl_freeinfo && dl_dupinfo && dl_fabric)
 		dl_getinfo = (int (*)(uint32_t, const char *, const char *,
@@ -142,4 +146,23 @@ int fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric,
 	if (!dl_fabric)
 		return -FI_ENODATA;
 	return dl_fabric(attr, fabric, context);
+}
+
+/* fab.c asks after fi_getinfo() succeeded (libfabric is loaded); 0, the
+ * oldest version, where it could not be found: fab.c then takes every
+ * workaround for old releases. Any direct reference to a libfabric
+ * symbol would put libfabric.so.1 back into DT_NEEDED (and its psm
+ * constructors into every process under the shim: tests/test_preload.c,
+ * shim_does_not_load_libfabric). */
+uint32_t fi_version(void)
+{
+	pthread_once(&dl_once, dl_load);
+	return dl_version ? dl_version() : 0;
+}
+
+/* fabric/fab.h: the load alone, so that a caller can stop before any
+ * libfabric call (libpool's fabric set-up at exit). */
+void fab_load(void)
+{
+	pthread_once(&dl_once, dl_load);
 }

@@ -27,12 +27,19 @@ void pool_set_fabric_background(bool on);
 /* True while a link of p has not set up its fabric (see above). */
 bool pool_fabric_is_pending(struct pool *p);
 /* Asks every link of p whose fabric is not set up to set it up now, in
- * its heartbeat thread; never waits: false when p's lock was busy (ask
- * again later), true when asked. */
+ * its heartbeat thread (not same-host links, whose transfers go through
+ * slab memfds, nor after pool_fabric_exit()); never waits: false when
+ * p's lock was busy (ask again later), true when asked. */
 bool pool_fabric_prepare(struct pool *p);
-/* Waits until no link of p is setting up its fabric: for exit(), whose
- * destructors must not unload libfabric under a thread still in it. */
+/* Waits until no link of p is setting up its fabric. */
 void pool_fabric_settle(struct pool *p);
+/* The same for exit(), whose destructors must not unload libfabric under
+ * a thread still in it: a set-up nobody waits for
+ * (pool_fabric_prepare()'s) is cancelled first: not begun, it never
+ * starts; begun, it stops once libfabric is loaded (the load holds
+ * exit's destructors anyway). A transfer that needs the fabric later
+ * still sets it up; pool_fabric_prepare() asks no more. */
+void pool_fabric_exit(struct pool *p);
 
 /* Number of (slab, offset, length) pieces backing r. */
 uint32_t pool_region_nextents(const struct pool_region *r);

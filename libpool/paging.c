@@ -132,8 +132,10 @@
 #endif
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
-#define NSTREAM 4      /* read-ahead streams followed at once */
-#define AHEAD_MAX 512u /* pages installed ahead of a stream, at most */
+#define NSTREAM 4	  /* read-ahead streams followed at once */
+#define NZSTREAM 4	  /* fill streams of fresh pages followed at once */
+#define ZERO_RUN_MAX 512u /* pages zero-filled at once on a fill stream */
+#define AHEAD_MAX 512u	  /* pages installed ahead of a stream, at most */
 #ifndef AHEAD_RUN
 #define AHEAD_RUN 128u /* pages per run installed ahead: one pool_read */
 #endif
@@ -166,6 +168,16 @@ enum {
  * it was evicted would have stayed under an LRU of twice the budget:
  * it comes back referenced. */
 #define REFAULT_EPOCHS 8u
+
+/*
+ * A fill stream: write faults on fresh pages (never written back) that
+ * go up or down. [lo, hi) is what its runs mapped so far.
+ */
+struct zstream {
+	size_t lo, hi;
+	unsigned ra;   /* pages zero-filled at once, doubling */
+	uint64_t used; /* for replacing the least recently used */
+};
 
 /*
  * A sequential fault stream, up or down: the pages just outside the last
@@ -245,8 +257,9 @@ struct mapping {
 	 * the mapping evicts oldest first for now. */
 	size_t clk_marked, clk_unmarked;
 	bool clk_fifo;
-	size_t zero_next; /* page after the last zero fill-ahead run */
-	unsigned zero_ra; /* its length, doubling up to RA_MAX */
+	struct zstream zstreams[NZSTREAM]; /* see zero_fill() */
+	uint64_t zstream_clock;
+	unsigned zero_max; /* longest zero fill run, pages */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
 	bool fail_logged;
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
@@ -2000,53 +2013,139 @@ static bool ahead_pending(const struct mapping *m)
 
 /*
  * A write fault on a page the region never held: the page, and on a
- * sequential stream of such faults the run of untouched pages after it,
- * are mapped as zeros, unprotected, so a program filling fresh memory
- * takes one fault per run instead of one per page. The run's pages are
- * PG_DIRTY | PG_ZERO: protected before eviction like any dirty page, and
- * written back only if they are no longer zero.
+ * sequential stream of such faults (up or down: GNU sort fills its
+ * buffer with lines going up and their descriptors going down) the run
+ * of untouched pages beyond it, are mapped as zeros, unprotected, so a
+ * program filling fresh memory takes one fault per run instead of one
+ * per page. Runs double from 1 up to zero_max pages (2 MiB), at most a
+ * quarter of the budget. The run's pages are PG_DIRTY | PG_ZERO:
+ * protected before eviction like any dirty page, and written back only
+ * if they are no longer zero.
  */
+static struct zstream *zstream_at(struct mapping *m, size_t idx, int *dir)
+{
+	struct zstream *lru = m->zstreams;
+
+	for (struct zstream *z = m->zstreams; z < m->zstreams + NZSTREAM; z++) {
+		/* A stream may skip pages it does not write (a sparse
+		 * fill): up to ra_max of them. */
+		if (z->hi != SIZE_MAX && idx >= z->hi &&
+		    idx - z->hi < m->ra_max) {
+			*dir = 1;
+			z->used = ++m->zstream_clock;
+			return z;
+		}
+		if (z->lo != SIZE_MAX && idx < z->lo &&
+		    z->lo - idx <= m->ra_max) {
+			*dir = -1;
+			z->used = ++m->zstream_clock;
+			return z;
+		}
+		if (z->used < lru->used)
+			lru = z;
+	}
+	*dir = 0;
+	*lru = (struct zstream){ .lo = idx, .hi = idx + 1, .ra = 1 };
+	lru->used = ++m->zstream_clock;
+	return lru;
+}
+
+/* UFFDIO_COPY of zeros into n pages from idx (m->zero is ra_max pages). */
+static int zero_copy(struct mapping *m, size_t idx, size_t n)
+{
+	while (n) {
+		size_t k = n < m->ra_max ? n : m->ra_max;
+		int ret = uffd_copy(m, idx, k, m->zero, false);
+
+		if (ret)
+			return ret;
+		idx += k;
+		n -= k;
+	}
+	return 0;
+}
+
+/* Pages m can still map without an eviction, in its budget and the
+ * process's. */
+static size_t room_free(const struct mapping *m)
+{
+	size_t r = m->nres < m->max_res ? m->max_res - m->nres : 0;
+
+	if (eng.budget != SIZE_MAX) {
+		size_t p = eng.resident < eng.budget
+				   ? (eng.budget - eng.resident) >> m->shift
+				   : 0;
+
+		r = p < r ? p : r;
+	}
+	return r;
+}
+
 static int zero_fill(struct mapping *m, size_t idx)
 {
-	size_t n = 1, limit;
-	int ret;
+	size_t n = 1, limit, lo, live = live_pages(m);
+	struct zstream *z;
+	int dir, ret;
 
-	/* A stream may skip pages it does not write (a sparse fill). */
-	if (idx >= m->zero_next && idx - m->zero_next < m->ra_max)
-		m->zero_ra =
-			m->zero_ra * 2 > m->ra_max ? m->ra_max : m->zero_ra * 2;
-	else
-		m->zero_ra = 1;
-	/* A fill going up: see behind_victim(). Fresh pages are no
-	 * rescan: 4 KiB pages are not evicted behind a fill. */
-	behind_set(m, idx, 1, false);
-	limit = res_cap(m) / 4 < m->zero_ra ? res_cap(m) / 4 : m->zero_ra;
-	while (n < limit && idx + n < m->npages &&
-	       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))
-		n++;
-	m->zero_next = idx + n;
+	z = zstream_at(m, idx, &dir);
+	if (dir)
+		z->ra = z->ra * 2 > m->zero_max ? m->zero_max : z->ra * 2;
+	/* A fill: see behind_victim(). Fresh pages are no rescan: 4 KiB
+	 * pages are not evicted behind a fill. */
+	behind_set(m, idx, dir, false);
+	limit = res_cap(m) / 4 < z->ra ? res_cap(m) / 4 : z->ra;
+	/* Beyond ra_max pages a run takes at most an eighth of the free
+	 * room: pages the program has not asked for yet never push out
+	 * pages it uses, and what a run maps past the end of a fill stays
+	 * a small part of the room left (a program that fits its budget
+	 * keeps fitting: docs/paging.md). */
+	if (limit > m->ra_max && limit > room_free(m) / 8)
+		limit = room_free(m) / 8 > m->ra_max ? room_free(m) / 8
+						     : m->ra_max;
+	if (dir < 0) {
+		while (n < limit && idx >= n &&
+		       !(m->state[idx - n] & (PG_RESIDENT | PG_REMOTE)))
+			n++;
+		lo = idx + 1 - n;
+	} else {
+		while (n < limit && idx + n < live &&
+		       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))
+			n++;
+		lo = idx;
+	}
 	ret = make_room(m, n);
 	m->behind_dir = 0;
 	if (ret)
 		return ret;
+	/* the faulting page first: its thread goes on meanwhile */
 	ret = uffd_copy(m, idx, 1, m->zero, false);
 	if (ret == -EEXIST) {
 		/* Raced with nothing we know of: keep it, as dirty. */
 		uffd_wake(m, idx, 1);
 		n = 1;
+		lo = idx;
 		ret = 0;
 	}
 	if (ret)
 		return ret;
 	ring_push(m, idx);
 	m->state[idx] = PG_RESIDENT | PG_DIRTY | PG_REF; /* see fetch_install */
+	if (dir < 0) {
+		z->lo = lo;
+	} else {
+		z->hi = lo + n;
+		if (!dir)
+			z->lo = idx;
+	}
 	/* The run: missing pages only pool-uffd fills, so any error here
 	 * is the kernel's, and pages it did map would be untracked. */
 	if (n > 1) {
-		ret = uffd_copy(m, idx + 1, n - 1, m->zero, false);
+		size_t from = dir < 0 ? lo : idx + 1;
+
+		ret = zero_copy(m, from, n - 1);
 		if (ret)
 			return ret;
-		for (size_t i = idx + 1; i < idx + n; i++) {
+		for (size_t i = from; i < from + n - 1; i++) {
 			ring_push(m, i);
 			m->state[i] = PG_RESIDENT | PG_DIRTY | PG_ZERO;
 		}
@@ -2832,7 +2931,9 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 	m->stage_out = m->stage_in2 + m->ahead_run * m->psize;
 	m->zero = m->stage_out + m->wb_max * m->psize; /* mmap: zeros */
 	m->st.page_bytes = m->psize;
-	m->zero_next = SIZE_MAX;
+	m->zero_max = huge ? pm->ra_max : ZERO_RUN_MAX;
+	for (size_t i = 0; i < NZSTREAM; i++)
+		m->zstreams[i].lo = m->zstreams[i].hi = SIZE_MAX;
 	m->st.max_resident = max_res;
 	env = getenv("LIBPOOL_PAGING_AHEAD");
 	m->ahead_on = !(env && !strcmp(env, "0"));

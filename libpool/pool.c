@@ -141,6 +141,11 @@ struct plink {
 	 * and waiters sleep on fab_cond under hb_lock */
 	bool fab_pending;
 	bool fab_go;
+	/* hb_lock: the heartbeat thread is setting the fabric up (busy);
+	 * threads in link_fabric_wait() (waiters); the process is exiting
+	 * and nobody waits (cancel: pool_fabric_exit()) */
+	bool fab_busy, fab_cancel;
+	unsigned fab_waiters;
 	/* memd's FI_OFI_RXM_BUFFER_SIZE (FABRIC_OK, protocol 3; 0: not rxm,
 	 * or not asked); fab_err: -EPROTO where ours differs, and the
 	 * fabric is then never set up (link_fabric). Written before the
@@ -440,9 +445,25 @@ static int link_fabric(struct plink *lk, const char *local);
  */
 static void link_fabric_background(struct plink *lk)
 {
-	int r = link_fabric(lk, lk->local);
+	int r;
 
+	/* libfabric's load first (0.2 s with Debian's 1.17): an exit that
+	 * comes meanwhile with nobody waiting for the fabric
+	 * (pool_fabric_exit()) stops the set-up there, before any
+	 * libfabric call that exit's destructors could undo under us. */
+	fab_load();
 	pthread_mutex_lock(&lk->hb_lock);
+	if (lk->fab_cancel && !lk->fab_waiters) {
+		lk->fab_go = false;
+		lk->fab_busy = false;
+		pthread_cond_broadcast(&lk->fab_cond);
+		pthread_mutex_unlock(&lk->hb_lock);
+		return;
+	}
+	pthread_mutex_unlock(&lk->hb_lock);
+	r = link_fabric(lk, lk->local);
+	pthread_mutex_lock(&lk->hb_lock);
+	lk->fab_busy = false;
 	__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&lk->fab_cond);
 	pthread_mutex_unlock(&lk->hb_lock);
@@ -465,9 +486,12 @@ static void link_fabric_go_locked(struct plink *lk)
 static void __attribute__((noinline)) link_fabric_wait(struct plink *lk)
 {
 	pthread_mutex_lock(&lk->hb_lock);
+	lk->fab_waiters++;
+	lk->fab_cancel = false; /* needed after all, exit or not */
 	link_fabric_go_locked(lk);
 	while (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
 		pthread_cond_wait(&lk->fab_cond, &lk->hb_lock);
+	lk->fab_waiters--;
 	pthread_mutex_unlock(&lk->hb_lock);
 }
 
@@ -503,6 +527,7 @@ static void *hb_main(void *arg)
 			break;
 		}
 		if (lk->fab_go && lk->fab_pending) {
+			lk->fab_busy = true;
 			pthread_mutex_unlock(&lk->hb_lock);
 			link_fabric_background(lk);
 			continue; /* the heartbeat's turn comes next */
@@ -2044,24 +2069,52 @@ bool pool_fabric_prepare(struct pool *p)
 	for (struct plink *lk = p->links; lk; lk = lk->next) {
 		if (!__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
 			continue;
+		/* A same-host link moves bytes through slab memfds: its
+		 * transfers need no fabric (a slab without a memfd asks
+		 * for it when it is used: link_usable()). */
+		if (lk->shm_sock >= 0 && !lk->shm_broken)
+			continue;
 		pthread_mutex_lock(&lk->hb_lock);
-		link_fabric_go_locked(lk);
+		if (!lk->fab_cancel) /* not after pool_fabric_exit() */
+			link_fabric_go_locked(lk);
 		pthread_mutex_unlock(&lk->hb_lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return true;
 }
 
+/* Waits for lk's fabric set-up, cancelling it first where nobody waits
+ * for it (cancel); p->lock held. */
+static void link_fabric_settle(struct plink *lk, bool cancel)
+{
+	pthread_mutex_lock(&lk->hb_lock);
+	/* Asked for ahead of need (pool_fabric_prepare()) and nobody waits
+	 * for it: not begun, it never will be; begun, it stops once
+	 * libfabric is loaded. */
+	if (cancel && !lk->fab_waiters) {
+		lk->fab_cancel = true;
+		if (!lk->fab_busy)
+			lk->fab_go = false;
+	}
+	while (lk->fab_go && lk->hb_started &&
+	       __atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&lk->fab_cond, &lk->hb_lock);
+	pthread_mutex_unlock(&lk->hb_lock);
+}
+
 void pool_fabric_settle(struct pool *p)
 {
 	pthread_mutex_lock(&p->lock);
-	for (struct plink *lk = p->links; lk; lk = lk->next) {
-		pthread_mutex_lock(&lk->hb_lock);
-		while (lk->fab_go && lk->hb_started &&
-		       __atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
-			pthread_cond_wait(&lk->fab_cond, &lk->hb_lock);
-		pthread_mutex_unlock(&lk->hb_lock);
-	}
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		link_fabric_settle(lk, false);
+	pthread_mutex_unlock(&p->lock);
+}
+
+void pool_fabric_exit(struct pool *p)
+{
+	pthread_mutex_lock(&p->lock);
+	for (struct plink *lk = p->links; lk; lk = lk->next)
+		link_fabric_settle(lk, true);
 	pthread_mutex_unlock(&p->lock);
 }
 

@@ -314,14 +314,16 @@ static int heap_start_locked(void);
  * exit(): the session's fabric may be coming up in a heartbeat thread
  * (libpool/internal.h), inside libfabric's dlopen() or fi_getinfo(). The
  * destructors that run after this (atexit runs it before them) unload
- * libfabric: wait for that thread first. Not in a fork() child, whose
- * copy of the session has no threads.
+ * libfabric: wait for that thread first, and stop a set-up that only
+ * pool_fabric_prepare() asked for once libfabric is loaded (nobody
+ * needs it now; the load itself cannot be cut short). Not in a fork()
+ * child, whose copy of the session has no threads.
  */
 static void ctx_exit_settle(void)
 {
 	if (__atomic_load_n(&ctx.state, __ATOMIC_ACQUIRE) == CTX_ON &&
 	    !ctx.forked)
-		pool_fabric_settle(ctx.p);
+		pool_fabric_exit(ctx.p);
 }
 
 /* Connects on first use; ctx.lock held, in_shim set. */
@@ -984,7 +986,7 @@ __attribute__((destructor)) static void print_stats(void)
 {
 	struct pool_map_stats st = { 0 };
 	struct pool_paging_engine_stats es;
-	char line[760];
+	char line[1024]; /* 25 numbers of up to 20 digits and the names */
 	int n, fabric;
 
 	if (ctx.stats_fd <= 0 || ctx.forked)
@@ -996,7 +998,7 @@ __attribute__((destructor)) static void print_stats(void)
 		n = snprintf(
 			line, sizeof(line),
 			"libpool-preload: stats allocator=jemalloc "
-			"pooled_bytes=%zu budget_bytes=%llu "
+			"pooled_bytes=%zu heap_bytes=%zu budget_bytes=%llu "
 			"resident_bytes=%llu resident_peak_bytes=%llu "
 			"faults=%llu wp_faults=%llu zero_fills=%llu "
 			"fetches=%llu pages_fetched=%llu evictions=%llu "
@@ -1007,6 +1009,7 @@ __attribute__((destructor)) static void print_stats(void)
 			"spin_cap_us=%llu waits=%llu spin_hits=%llu "
 			"spin_misses=%llu spin_us=%llu\n",
 			ctx.nsegs * SEG_BYTES,
+			(size_t)(ctx.heap_next - ctx.heap),
 			(unsigned long long)(st.max_resident * st.page_bytes),
 			(unsigned long long)(st.resident * st.page_bytes),
 			(unsigned long long)(st.resident_peak * st.page_bytes),
@@ -1044,6 +1047,8 @@ __attribute__((destructor)) static void print_stats(void)
 			     ctx.mode == MODE_REGIONS ? "regions" : "none",
 			     bytes, live, fabric);
 	}
+	if (n >= (int)sizeof(line)) /* never: but never past the buffer */
+		n = (int)sizeof(line) - 1;
 	if (n > 0 && write(ctx.stats_fd - 1, line, (size_t)n) < 0)
 		return;
 }

@@ -218,6 +218,81 @@ START_TEST(streams_fill_and_read_ahead)
 }
 END_TEST
 
+/*
+ * A budget that holds the whole program ("100 % local"): filling fresh
+ * memory costs a few faults, not one per run of 32 pages, in either
+ * direction and with two fills interleaved (GNU sort's lines going up,
+ * their descriptors going down), and the runs mapped ahead never push
+ * out a written page (no eviction, no write-back, no fabric).
+ */
+START_TEST(fresh_fills_take_few_faults)
+{
+	const size_t size = 64 * MiB, npages = size / PG;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+
+	/* 64 MiB going up, every page written: 16 384 pages. */
+	a = map(p, r, size, 0);
+	for (size_t i = 0; i < npages; i++)
+		tu_pattern_fill(a + i * PG, 8, 5, i * PG);
+	st = stats(a);
+	ck_assert_msg(st.faults <= 64, "%llu faults for a 64 MiB fill",
+		      (unsigned long long)st.faults);
+	ck_assert_uint_eq(st.evictions, 0);
+	for (size_t i = 0; i < npages; i++)
+		ck_assert_int_lt(tu_pattern_check(a + i * PG, 8, 5, i * PG), 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+
+	/* 64 MiB going down. */
+	a = map(p, r, size, 0);
+	for (size_t i = npages; i-- > 0;)
+		tu_pattern_fill(a + i * PG, 8, 6, i * PG);
+	st = stats(a);
+	ck_assert_msg(st.faults <= 64, "%llu faults for a 64 MiB fill down",
+		      (unsigned long long)st.faults);
+	ck_assert_uint_eq(st.evictions, 0);
+	for (size_t i = 0; i < npages; i++)
+		ck_assert_int_lt(tu_pattern_check(a + i * PG, 8, 6, i * PG), 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+
+	/* Up from the bottom and down from the top, interleaved, 16 MiB
+	 * each, in a budget of those 32 MiB and 64 pages: the runs mapped
+	 * beyond what is written (each stream's last run, at most 31
+	 * pages past its end) fit in the room left, so nothing is
+	 * evicted. */
+	a = map(p, r, 32 * MiB + 64 * PG, 0);
+	for (size_t i = 0; i < 16 * MiB / PG; i++) {
+		size_t up = i * PG, down = (npages - 1 - i) * PG;
+
+		tu_pattern_fill(a + up, 8, 7, up);
+		tu_pattern_fill(a + down, 8, 7, down);
+	}
+	st = stats(a);
+	ck_assert_msg(st.faults <= 128, "%llu faults for two 16 MiB fills",
+		      (unsigned long long)st.faults);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.writebacks, 0);
+	ck_assert_uint_eq(st.fetches, 0);
+	for (size_t i = 0; i < 16 * MiB / PG; i++) {
+		size_t up = i * PG, down = (npages - 1 - i) * PG;
+
+		ck_assert_int_lt(tu_pattern_check(a + up, 8, 7, up), 0);
+		ck_assert_int_lt(tu_pattern_check(a + down, 8, 7, down), 0);
+	}
+	ck_assert_int_eq(stats(a).failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_free(p, r);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 START_TEST(existing_region)
 {
 	const size_t size = 4 * MiB + 100; /* a partial last page */
@@ -1910,6 +1985,7 @@ int main(int argc, char **argv)
 	} else {
 		tcase_add_test(tc, sequential_and_random);
 		tcase_add_test(tc, streams_fill_and_read_ahead);
+		tcase_add_test(tc, fresh_fills_take_few_faults);
 		tcase_add_test(tc, existing_region);
 		tcase_add_test(tc, zero_pages_cost_no_fetch);
 		tcase_add_test(tc, dirty_pages_survive_eviction);

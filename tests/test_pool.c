@@ -523,6 +523,18 @@ START_TEST(fabric_on_demand)
 	write_read_check(p2, r2, 0, MiB, 42);
 	ck_assert_int_eq(pool_free(p2, r2), 0);
 	pool_close(p2);
+	/* prepare, then exit's cancel: a transfer after it still sets the
+	 * fabric up and moves the right bytes */
+	pool_set_fabric_background(true);
+	p2 = connect_memd();
+	pool_set_fabric_background(false);
+	ck_assert(pool_fabric_prepare(p2));
+	pool_fabric_exit(p2);
+	ck_assert_int_eq(pool_alloc(p2, SLAB, &r2), 0);
+	write_read_check(p2, r2, 0, MiB, 43);
+	ck_assert(!pool_fabric_is_pending(p2));
+	ck_assert_int_eq(pool_free(p2, r2), 0);
+	pool_close(p2);
 	ck_assert_int_eq(pool_free(p, r), 0);
 	pool_close(p);
 	/* memd gone before the fabric was ever set up */

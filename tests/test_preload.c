@@ -396,6 +396,25 @@ static int prog_small(void)
 	return hwm_kb ? 0 : 63;
 }
 
+/*
+ * Fills 3 MiB, well over half of a 4 MiB budget (when the engine asks
+ * for the fabric, evictions being near), then stays 1.5 s, time for a
+ * fabric set-up to finish (docs/paging.md, "Start-up").
+ */
+static int prog_half(void)
+{
+	size_t n = 3 * MiB;
+	uint8_t *a = malloc(n);
+
+	if (!a)
+		return 64;
+	tu_pattern_fill(a, n, 72, 0);
+	printf("half=%016llx\n", (unsigned long long)sum(a, n));
+	fflush(stdout);
+	usleep(1500 * 1000);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* running programs                                                     */
 
@@ -739,6 +758,67 @@ START_TEST(small_program_fixed_overhead)
 }
 END_TEST
 
+/*
+ * The shim must not bring libfabric with it: libfabric.so.1 loads
+ * libinfinipath, whose constructor calibrates a clock by sleeping for
+ * 0.2 s, in every process under the shim, before main(). fabric/fab_dl.c
+ * defines the libfabric functions fab.c calls; one called directly
+ * (fi_version(), once) put libfabric back into the shim's DT_NEEDED and
+ * cost every pooled program 0.2 s. cat(1), which links nothing of ours,
+ * prints its own mappings under the shim with a session (its stats line)
+ * whose fabric was never needed.
+ */
+START_TEST(shim_does_not_load_libfabric)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=64M", NULL };
+	char *argv[] = { "cat", "/proc/self/maps", NULL };
+	char out[128], err[128];
+	int st;
+
+	start();
+	path(out, sizeof(out), "maps.out");
+	path(err, sizeof(err), "maps.err");
+	st = run(argv, NULL, out, err, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "cat: %d", st);
+	ck_assert_int_ge(count(out, "libpool-preload"), 1);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	ck_assert_msg(count(out, "libfabric") == 0,
+		      "libfabric is mapped in a process under the shim");
+	ck_assert_int_eq(count(out, "libinfinipath"), 0);
+	stop();
+}
+END_TEST
+
+/*
+ * The engine asks for the fabric once half the budget is resident, so
+ * that evictions do not wait for its set-up (libfabric's load, 0.2 s, and
+ * its first fi_getinfo). A session with a same-host memd moves bytes
+ * through slab memfds and needs none: a program past half its budget
+ * (and one past it, evicting) never sets it up. It did before, and at
+ * 100 % local a short program waited at exit for a set-up nobody used.
+ */
+START_TEST(same_host_needs_no_fabric)
+{
+	static const char *const fits[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					    "LIBPOOL_SHM=auto", NULL };
+	static const char *const evicts[] = { "LIBPOOL_LOCAL_BYTES=1M",
+					      "LIBPOOL_SHM=auto", NULL };
+	char err[128];
+
+	if (regions)
+		return; /* per-allocation budgets: no process budget */
+	start();
+	same_as_plain("half", fits, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " resident_peak_bytes="), 2u << 20);
+	ck_assert_uint_eq(total(err, " evictions="), 0);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	same_as_plain("half", evicts, err, sizeof(err));
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_int_eq(count(err, " fabric=0"), 1);
+	stop();
+}
+END_TEST
+
 START_TEST(realloc_across_threshold)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
@@ -988,6 +1068,8 @@ int main(int argc, char **argv)
 		return prog_stream();
 	if (argc > 1 && !strcmp(argv[1], "small"))
 		return prog_small();
+	if (argc > 1 && !strcmp(argv[1], "half"))
+		return prog_half();
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -1017,6 +1099,8 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, sort_bigger_than_budget);
 	tcase_add_test(tc, unreachable_pool);
 	tcase_add_test(tc, small_program_fixed_overhead);
+	tcase_add_test(tc, shim_does_not_load_libfabric);
+	tcase_add_test(tc, same_host_needs_no_fabric);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);
