@@ -10,14 +10,16 @@
  * chained hash table keyed by the 64-bit spatial hash, in a max-heap by
  * hash for the fixed-size threshold, at one timestamp slot each), a
  * Fenwick tree of bytes over 2 * sample_max timestamp slots, two
- * histograms, and MEMD_MRC_SIM_N miniature stores whose per-key links
- * are indexed by the key's entry (key-major). No thread of its own; its owner serializes the calls.
+ * histograms, and MEMD_MRC_SIM_N miniature stores, with per key and
+ * store two queue links (store-major: sim_link) and a state byte
+ * (key-major: SI). No thread of its own; its owner serializes the calls.
  *
  * Invariants: every tracked key has h <= thr (the threshold; sampled iff
  * h <= thr) and occupies exactly one slot, the slot of its latest
  * reference; fen sums, over slots, the bytes of the key in each;
- * total_bytes is their sum. Only tracked keys are in the stores; each
- * store's used is the bytes of its small and main queues, at most its cap
+ * total_bytes is their sum. rate is rate_of(m). Only tracked keys are in
+ * the stores, and only with their size known (bytes > 0); each store's
+ * used is the bytes of its small and main queues, at most its capacity
  * after every call. Stores live + 1 .. MEMD_MRC_SIM_N - 1 have never
  * evicted: a store that never evicted holds every key inserted and not
  * forgotten, the same keys in the same order as any larger one that never
@@ -35,20 +37,27 @@
 struct mrc_entry {
 	uint64_t h;
 	uint64_t bytes;
-	uint32_t slot, heap, hnext, pad;
+	uint32_t slot, heap, hnext;
+	uint32_t sti; /* SI(0, its index): its states, next to its bytes */
 };
 
 /* a key's queue in a miniature store */
 enum { SQ_NONE, SQ_SMALL, SQ_MAIN, SQ_GHOST };
 
-struct mrc_sim {
-	double cap;		   /* grid size x R, bytes */
-	uint64_t used;		   /* bytes of small + main */
-	uint32_t head[4], tail[4]; /* by SQ_*; head: newest */
-	uint32_t count[4];
-	uint64_t qbytes[4];
-	double hits[2]; /* weight of requests hit, per window */
+/* a key's links in a store's queue */
+struct mrc_link {
+	uint32_t prev, next; /* circular: the head's prev is the oldest */
 };
+
+/* A store; 64 bytes (an index is a shift). Queues are indexed by SQ_* - 1. */
+struct mrc_sim {
+	uint64_t capb;	    /* evicts while used > capb: cap_bytes(size x R) */
+	uint64_t qbytes[2]; /* small's and main's: used is their sum */
+	uint32_t head[3];   /* the newest; circular (q_push) */
+	uint32_t nsmall, nres, nghost; /* keys in small, small + main, ghost */
+	double hits[2];		       /* weight of requests hit, per window */
+};
+_Static_assert(sizeof(struct mrc_sim) == 64, "a store is 64 bytes");
 
 struct memd_mrc {
 	uint32_t sample_max, nslots, nbuckets_h; /* nbuckets_h: power of 2 */
@@ -68,14 +77,19 @@ struct memd_mrc {
 	double cold[2];
 	double hist[2][MEMD_MRC_NBUCKETS];
 	/* the miniature S3-FIFO stores, one per grid size; per key and
-	 * store: queue links and state, at [k * sample_max + entry] */
+	 * store: queue links (sim_link) and state (SI) */
 	struct mrc_sim sim[MEMD_MRC_SIM_N];
 	/* stores 0 .. live are simulated; every store above live has never
 	 * evicted, holds exactly what store live holds and is not kept:
 	 * its links, queues and bytes are copied from live's when live
-	 * first has to evict (sim_split), only its hits are counted */
+	 * first has to evict (sim_split). They all hit alike, the same
+	 * additions in the same order: their hits are above_hits, copied
+	 * to the one that becomes simulated */
 	unsigned live;
-	uint32_t *sprev, *snext;
+	double above_hits[2];
+	double rate; /* rate_of(m), kept: the R the stores' capb are for */
+	double sizes[MEMD_MRC_SIM_N]; /* the stores' sizes, sim_size(k) */
+	struct mrc_link *slink;
 	uint8_t *sst; /* queue (SQ_*) | freq << 2 */
 };
 
@@ -179,6 +193,39 @@ static void slot_drop(struct memd_mrc *m, uint32_t x)
 	m->slot_entry[m->e[x].slot] = NONE;
 }
 
+/* slot_drop and slot_take with the same bytes, in one walk: the nodes on
+ * both update paths (a common tail) would get -bytes and +bytes, so they
+ * are left alone; total_bytes does not change. The same sums. */
+static void slot_move(struct memd_mrc *m, uint32_t x)
+{
+	uint32_t i, j, n = m->nslots;
+	uint64_t b = m->e[x].bytes;
+
+	if (m->next_slot == m->nslots) {
+		slot_drop(m, x);
+		slot_take(m, x); /* compacts */
+		return;
+	}
+	i = m->e[x].slot + 1;
+	m->slot_entry[m->e[x].slot] = NONE;
+	m->e[x].slot = m->next_slot++;
+	m->slot_entry[m->e[x].slot] = x;
+	j = m->e[x].slot + 1;
+	while (i != j) {
+		if (i < j) {
+			if (i > n)
+				break; /* and j > n */
+			m->fen[i] -= b;
+			i += i & -i;
+		} else {
+			if (j > n)
+				break;
+			m->fen[j] += b;
+			j += j & -j;
+		}
+	}
+}
+
 /* ---- the max-heap of tracked keys by hash ---- */
 
 static void heap_set(struct memd_mrc *m, uint32_t i, uint32_t x)
@@ -254,12 +301,37 @@ static uint32_t find(struct memd_mrc *m, uint64_t h)
 /* ---- the miniature S3-FIFO stores (Waldspurger et al., ATC '17) ----
  * Each mirrors memd/kvstore.c's eviction at one grid size, over the
  * sampled keys only, at a capacity of the size times the sampling rate.
- * Per key and store: links and a state byte, at SI(store, key's entry).
+ * Per key and store: two queue links and a state byte.
+ *
+ * This is the curve's hot path when every reference is sampled (a
+ * tenant with fewer distinct keys than samples: each reference is an
+ * insert and an eviction in most of the stores), so it is written for
+ * instructions, computing exactly what a plain S3-FIFO does (test_mrc's
+ * same_as_reference holds it to a frozen copy of the plain version):
+ *
+ * - The queues are circular, head the newest, its prev the oldest: main's
+ *   second chance (oldest back to the head) is one step of the head, not
+ *   an unlink and a push, and the oldest ghost can be replaced in place
+ *   by a newer one when a push would trim it at once.
+ * - Links are store-major (a store's links of all keys together, indexed
+ *   by entry: one indexed load; the keys an eviction touches are random
+ *   anyway); state bytes are key-major (a key's states in all the stores
+ *   share a cache line or two, and a hit touches only those).
+ * - Capacities are byte counts (capb), not doubles: no conversion per
+ *   test. A store's used bytes are its small and main queues' (not kept
+ *   apart); counts are kept only as the decisions need them.
  */
 
-/* Where key x's links and state in store k are: a key's states in all
- * the stores share a cache line or two (a hit touches only those). */
+/* Where key x's state in store k is. */
 #define SI(k, x) ((size_t)(x)*MEMD_MRC_SIM_N + (k))
+
+/* Store k's queue links, by key entry. */
+static inline struct mrc_link *sim_link(const struct memd_mrc *m, unsigned k)
+{
+	return m->slink + (size_t)k * m->sample_max;
+}
+
+#define QI(q) ((q)-1u) /* a queue's index in head and qbytes */
 
 static double sim_size(unsigned k)
 {
@@ -267,92 +339,205 @@ static double sim_size(unsigned k)
 			      (double)k / MEMD_MRC_SIM_PER_DOUBLING);
 }
 
-static unsigned sq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
+/* The largest byte count u with (double)u <= cap: (double)u > cap, the
+ * test the stores evicted by, is u > cap_bytes(cap), exactly. */
+static uint64_t cap_bytes(double cap)
 {
-	return m->sst[SI(k, x)] & 3u;
+	uint64_t u;
+
+	if (cap >= 0x1p64)
+		return UINT64_MAX;
+	u = (uint64_t)cap;
+	if (cap < 0x1p53)
+		return u; /* every integer up to 2^53 is a double */
+	while (u < UINT64_MAX && (double)(u + 1) <= cap)
+		u++; /* rounds down to cap: within half a unit of it */
+	return u;
 }
 
-static unsigned freq_of(const struct memd_mrc *m, unsigned k, uint32_t x)
+static inline uint64_t sim_used(const struct mrc_sim *s)
 {
-	return m->sst[SI(k, x)] >> 2;
+	return s->qbytes[QI(SQ_SMALL)] + s->qbytes[QI(SQ_MAIN)];
 }
 
-static void st_set(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q,
-		   unsigned freq)
-{
-	m->sst[SI(k, x)] = (uint8_t)(q | freq << 2);
-}
+/* The queue primitives take a queue's head by value (the caller's locals
+ * stay in registers: a store to a state byte, a char type, would
+ * otherwise make the compiler reload anything taken by address) and
+ * touch neither counts, bytes nor states. */
 
-/* always inlined: sim_evict and sims_ref call them in their inner
- * loops, and the calls were a sixth of the curve's instructions (gcc -O2
- * does not inline them by itself) */
+/* Puts x at the head of the queue whose head is h; x is the new head. */
 static inline __attribute__((always_inline)) void
-sim_unlink(struct memd_mrc *m, unsigned k, uint32_t x)
+q_push(uint32_t h, struct mrc_link *l, uint32_t x)
 {
-	struct mrc_sim *s = &m->sim[k];
-	unsigned q = sq_of(m, k, x);
-	uint32_t p = m->sprev[SI(k, x)], n = m->snext[SI(k, x)];
+	if (h == NONE) {
+		l[x].prev = x;
+		l[x].next = x;
+	} else {
+		uint32_t t = l[h].prev;
 
-	if (p != NONE)
-		m->snext[SI(k, p)] = n;
-	else
-		s->head[q] = n;
-	if (n != NONE)
-		m->sprev[SI(k, n)] = p;
-	else
-		s->tail[q] = p;
-	s->count[q]--;
-	s->qbytes[q] -= m->e[x].bytes;
-	st_set(m, k, x, SQ_NONE, freq_of(m, k, x));
+		l[x].next = h;
+		l[x].prev = t;
+		l[h].prev = x;
+		l[t].next = x;
+	}
 }
 
+/* Unlinks and returns the oldest key of the queue whose head is h (not
+ * empty); when that is h, the queue is empty now. */
+static inline __attribute__((always_inline)) uint32_t q_pop(uint32_t h,
+							    struct mrc_link *l)
+{
+	uint32_t x = l[h].prev;
+
+	if (x != h) {
+		uint32_t p = l[x].prev;
+
+		l[p].next = h;
+		l[h].prev = p;
+	}
+	return x;
+}
+
+/* Unlinks x from the queue whose head is h; returns the new head. */
+static inline __attribute__((always_inline)) uint32_t
+q_unlink(uint32_t h, struct mrc_link *l, uint32_t x)
+{
+	uint32_t p = l[x].prev, n = l[x].next;
+
+	if (n == x)
+		return NONE;
+	l[p].next = n;
+	l[n].prev = p;
+	return h == x ? n : h;
+}
+
+/*
+ * Store k (simulated) evicts until bytes more fit (used + bytes <= capb),
+ * then, when x is not NONE, takes key x of those bytes, from queue q (none,
+ * or a ghost: into main). Evictions as kvstore.c's: from small while it
+ * holds at least 10 % of the bytes (its oldest to main when read since,
+ * else out and a ghost), else from main (oldest back to main's head with
+ * freq - 1, or out). Ghosts: at most as many as resident keys, the
+ * oldest out first. full: used + bytes > capb (the caller has tested).
+ */
 static inline __attribute__((always_inline)) void
-sim_push(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q, unsigned freq)
+sim_fit(struct memd_mrc *m, unsigned k, uint64_t bytes, uint32_t x, unsigned q,
+	bool full)
 {
 	struct mrc_sim *s = &m->sim[k];
+	struct mrc_link *l = sim_link(m, k);
+	uint8_t *st = m->sst + k;
+	const struct mrc_entry *e = m->e;
 
-	m->sprev[SI(k, x)] = NONE;
-	m->snext[SI(k, x)] = s->head[q];
-	if (s->head[q] != NONE)
-		m->sprev[SI(k, s->head[q])] = x;
-	s->head[q] = x;
-	if (s->tail[q] == NONE)
-		s->tail[q] = x;
-	s->count[q]++;
-	s->qbytes[q] += m->e[x].bytes;
-	st_set(m, k, x, q, freq);
-}
+	if (q == SQ_GHOST) {
+		s->head[QI(SQ_GHOST)] = q_unlink(s->head[QI(SQ_GHOST)], l, x);
+		s->nghost--;
+	}
+	for (; full; full = sim_used(s) + bytes > s->capb) {
+		uint32_t y, z, h;
+		uint8_t *sy;
+		uint64_t b;
+		unsigned f;
 
-/* One eviction, as kvstore.c's: from small while it holds at least 10 %
- * of the bytes (its oldest to main when read since, else out and a
- * ghost), else from main (oldest back to main's head with freq - 1, or
- * out). Ghosts: at most as many as resident keys. */
-static void sim_evict(struct memd_mrc *m, unsigned k)
-{
-	struct mrc_sim *s = &m->sim[k];
+		if (s->nsmall &&
+		    (s->nsmall == s->nres ||
+		     s->qbytes[QI(SQ_SMALL)] * 10 >= sim_used(s))) {
+			h = s->head[QI(SQ_SMALL)];
+			y = q_pop(h, l);
+			if (y == h)
+				s->head[QI(SQ_SMALL)] = NONE;
+			s->nsmall--;
+			b = e[y].bytes;
+			sy = st + e[y].sti;
+			s->qbytes[QI(SQ_SMALL)] -= b;
+			f = *sy >> 2;
+			if (f >= 1) {
+				q_push(s->head[QI(SQ_MAIN)], l, y);
+				s->head[QI(SQ_MAIN)] = y;
+				s->qbytes[QI(SQ_MAIN)] += b;
+				*sy = (uint8_t)(SQ_MAIN | f << 2);
+				continue; /* not out yet: the next */
+			}
+			/* out, a ghost; then the ghosts are trimmed to the
+			 * resident keys, oldest first */
+			s->nres--;
+			h = s->head[QI(SQ_GHOST)];
+			if (s->nghost < s->nres) {
+				q_push(h, l, y);
+				s->head[QI(SQ_GHOST)] = y;
+				s->nghost++;
+				*sy = SQ_GHOST;
+				continue;
+			}
+			if (h == NONE) {
+				*sy = SQ_NONE; /* in and out */
+				continue;
+			}
+			/* pushing y would trim the oldest, z: y takes
+			 * z's place and becomes the head (the same
+			 * order) */
+			z = l[h].prev;
+			st[SI(0, z)] = SQ_NONE;
+			*sy = SQ_GHOST;
+			if (z == h) {
+				l[y].prev = y;
+				l[y].next = y;
+			} else {
+				uint32_t p = l[z].prev;
 
-	for (;;) {
-		bool small = s->count[SQ_SMALL] &&
-			     (s->count[SQ_MAIN] == 0 ||
-			      s->qbytes[SQ_SMALL] * 10 >=
-				      s->qbytes[SQ_SMALL] + s->qbytes[SQ_MAIN]);
-		uint32_t x = small ? s->tail[SQ_SMALL] : s->tail[SQ_MAIN];
-		unsigned f = freq_of(m, k, x);
-
-		sim_unlink(m, k, x);
-		if (f >= 1) {
-			sim_push(m, k, x, SQ_MAIN, small ? f : f - 1);
+				l[y].prev = p;
+				l[y].next = h;
+				l[p].next = y;
+				l[h].prev = y;
+			}
+			s->head[QI(SQ_GHOST)] = y;
+			while (s->nghost > s->nres) {
+				h = s->head[QI(SQ_GHOST)];
+				z = q_pop(h, l);
+				if (z == h)
+					s->head[QI(SQ_GHOST)] = NONE;
+				st[SI(0, z)] = SQ_NONE;
+				s->nghost--;
+			}
 			continue;
 		}
-		s->used -= m->e[x].bytes;
-		if (!small)
-			return; /* not ghosted */
-		sim_push(m, k, x, SQ_GHOST, 0);
-		while (s->count[SQ_GHOST] >
-		       s->count[SQ_SMALL] + s->count[SQ_MAIN])
-			sim_unlink(m, k, s->tail[SQ_GHOST]);
-		return;
+		/* from main: the queues' bytes do not change until one
+		 * leaves, so small stays out of turn */
+		h = s->head[QI(SQ_MAIN)];
+		for (;;) {
+			y = l[h].prev;
+			f = st[SI(0, y)] >> 2;
+			if (!f)
+				break;
+			h = y; /* oldest to newest: one step */
+			st[SI(0, y)] = (uint8_t)(SQ_MAIN | (f - 1) << 2);
+		}
+		s->head[QI(SQ_MAIN)] = q_pop(h, l) == h ? NONE : h;
+		s->nres--;
+		s->qbytes[QI(SQ_MAIN)] -= e[y].bytes; /* not ghosted */
+		st[SI(0, y)] = SQ_NONE;
 	}
+	if (x == NONE)
+		return;
+	s->nres++;
+	if (q == SQ_GHOST) {
+		q_push(s->head[QI(SQ_MAIN)], l, x);
+		s->head[QI(SQ_MAIN)] = x;
+		s->qbytes[QI(SQ_MAIN)] += bytes;
+		st[SI(0, x)] = SQ_MAIN;
+	} else {
+		q_push(s->head[QI(SQ_SMALL)], l, x);
+		s->head[QI(SQ_SMALL)] = x;
+		s->nsmall++;
+		s->qbytes[QI(SQ_SMALL)] += bytes;
+		st[SI(0, x)] = SQ_SMALL;
+	}
+}
+
+/* Store k evicts down to its capacity (not inlined: rare). */
+static __attribute__((noinline)) void sim_shrink(struct memd_mrc *m, unsigned k)
+{
+	sim_fit(m, k, 0, NONE, SQ_NONE, sim_used(&m->sim[k]) > m->sim[k].capb);
 }
 
 /* Store k is about to evict: when it is the last one simulated, the next
@@ -362,69 +547,101 @@ static void sim_evict(struct memd_mrc *m, unsigned k)
 static void sim_split(struct memd_mrc *m, unsigned k)
 {
 	struct mrc_sim *s, *n;
-	double cap, hits[2];
+	uint64_t capb;
 
 	if (k != m->live || k + 1 == MEMD_MRC_SIM_N)
 		return;
 	s = &m->sim[k];
 	n = &m->sim[k + 1];
-	cap = n->cap;
-	memcpy(hits, n->hits, sizeof(hits));
+	capb = n->capb;
 	*n = *s;
-	n->cap = cap;
-	memcpy(n->hits, hits, sizeof(hits));
-	for (uint32_t x = 0; x < m->sample_max; x++) {
-		m->sprev[SI(k + 1, x)] = m->sprev[SI(k, x)];
-		m->snext[SI(k + 1, x)] = m->snext[SI(k, x)];
-		m->sst[SI(k + 1, x)] = m->sst[SI(k, x)];
-	}
+	n->capb = capb;
+	memcpy(n->hits, m->above_hits, sizeof(n->hits));
+	memcpy(sim_link(m, k + 1), sim_link(m, k),
+	       m->sample_max * sizeof(*m->slink));
+	/* an entry not tracked is in no store (sims_forget) */
+	for (uint32_t i = 0; i < m->tracked; i++)
+		m->sst[SI(k + 1, m->heap[i])] = m->sst[SI(k, m->heap[i])];
 	m->live = k + 1;
 }
 
-/* A reference to tracked key x (its bytes already set; 0: unknown) in
+/* Key x, not resident in simulated store k (queue q: none or a ghost),
+ * of bytes (known): in when it fits; a key too large for k may fit a
+ * larger store: then those differ from k from now on (split, as for an
+ * eviction). */
+static inline __attribute__((always_inline)) void
+sim_miss(struct memd_mrc *m, unsigned k, uint32_t x, unsigned q, uint64_t bytes)
+{
+	struct mrc_sim *s = &m->sim[k];
+	bool full = sim_used(s) + bytes > s->capb;
+
+	if (full && k == m->live)
+		sim_split(m, k); /* before k changes */
+	if (x == NONE)
+		__builtin_unreachable(); /* a tracked key: sim_fit puts it in */
+	if (bytes <= s->capb)
+		sim_fit(m, k, bytes, x, q, full);
+}
+
+#define BYTE_ONES 0x0101010101010101ull
+
+/*
+ * A reference to tracked key x (its bytes already set; 0: unknown) in
  * every store: a request hits when the key is resident (its frequency
  * rises, at most 3) and adds w to the hits; a miss, or a put of an
- * absent key, inserts it when its size is known (a ghost into main). */
+ * absent key, inserts it when its size is known (a ghost into main).
+ *
+ * x's states in stores 0 .. live are read 8 at a time (the array has 8
+ * bytes of slack at its end): bit 0 of each byte of res is "resident"
+ * (queue small or main: the two bits of the queue differ), and the
+ * frequencies rise in the word, which is written back before any insert
+ * (an insert changes other keys' states, which the word may overlap: the
+ * next entry's first ones). Stores are independent, so only the split
+ * orders them: a store split off in the loop is done after it.
+ */
 static void sims_ref(struct memd_mrc *m, uint32_t x, bool counted, double w)
 {
 	uint64_t bytes = m->e[x].bytes;
-	bool hit = false;
+	uint8_t *st = &m->sst[SI(0, x)];
+	unsigned live = m->live, cur = (unsigned)m->cur;
+	unsigned ql = st[live] & 3u;
+	bool hit = counted && (ql == SQ_SMALL || ql == SQ_MAIN);
 
-	/* m->live may grow in the loop (sim_split) */
-	for (unsigned k = 0; k <= m->live; k++) {
-		struct mrc_sim *s = &m->sim[k];
-		unsigned q = sq_of(m, k, x), f = freq_of(m, k, x);
+	for (unsigned k0 = 0; k0 <= live; k0 += 8) {
+		uint64_t v, res, in, mask = ~0ull;
 
-		hit = false;
-		if (q == SQ_SMALL || q == SQ_MAIN) {
-			if (counted) {
-				hit = true;
-				s->hits[m->cur] += w;
-				if (f < 3)
-					st_set(m, k, x, q, f + 1);
-			}
-			continue;
+		if (live - k0 < 7)
+			mask = (1ull << 8 * (live - k0 + 1)) - 1;
+		memcpy(&v, st + k0, sizeof(v));
+		res = (v ^ v >> 1) & BYTE_ONES & mask;
+		in = bytes ? ~res & BYTE_ONES & mask : 0;
+		if (counted && res) {
+			uint64_t up = res & ~(v >> 2 & v >> 3);
+
+			memcpy(st + k0, &(uint64_t){ v + (up << 2) },
+			       sizeof(v));
+			for (uint64_t r = res; r; r &= r - 1)
+				m->sim[k0 + __builtin_ctzll(r) / 8].hits[cur] +=
+					w;
 		}
-		if (!bytes)
-			continue;
-		/* a key too large for k may fit a larger store: then
-		 * those differ from k from now on (split, as for an
-		 * eviction) */
-		if ((double)(s->used + bytes) > s->cap)
-			sim_split(m, k); /* before k changes */
-		if ((double)bytes > s->cap)
-			continue;
-		if (q == SQ_GHOST)
-			sim_unlink(m, k, x);
-		while ((double)(s->used + bytes) > s->cap)
-			sim_evict(m, k);
-		sim_push(m, k, x, q == SQ_GHOST ? SQ_MAIN : SQ_SMALL, 0);
-		s->used += bytes;
+		for (; in; in &= in - 1) {
+			unsigned b = (unsigned)__builtin_ctzll(in);
+
+			sim_miss(m, k0 + b / 8, x, (unsigned)(v >> b) & 3u,
+				 bytes);
+		}
+	}
+	if (m->live != live) {
+		/* split off in the loop: x's state is k's before x went
+		 * in, so absent, and the last is not a hit */
+		hit = false;
+		for (unsigned k = live + 1; k <= m->live; k++)
+			sim_miss(m, k, x, st[k] & 3u, bytes);
+		live = m->live;
 	}
 	/* the stores above live hold what live holds: the same outcome */
 	if (hit)
-		for (unsigned k = m->live + 1; k < MEMD_MRC_SIM_N; k++)
-			m->sim[k].hits[m->cur] += w;
+		m->above_hits[cur] += w;
 }
 
 /* Key x's size changes to bytes: resident copies count the new size. */
@@ -432,13 +649,11 @@ static void sims_resize(struct memd_mrc *m, uint32_t x, uint64_t bytes)
 {
 	for (unsigned k = 0; k <= m->live; k++) {
 		struct mrc_sim *s = &m->sim[k];
-		unsigned q = sq_of(m, k, x);
+		unsigned q = m->sst[SI(k, x)] & 3u;
 
-		if (q == SQ_NONE)
-			continue;
-		s->qbytes[q] = s->qbytes[q] - m->e[x].bytes + bytes;
-		if (q != SQ_GHOST)
-			s->used = s->used - m->e[x].bytes + bytes;
+		if (q == SQ_SMALL || q == SQ_MAIN)
+			s->qbytes[QI(q)] =
+				s->qbytes[QI(q)] - m->e[x].bytes + bytes;
 	}
 }
 
@@ -446,31 +661,38 @@ static void sims_resize(struct memd_mrc *m, uint32_t x, uint64_t bytes)
 static void sims_forget(struct memd_mrc *m, uint32_t x)
 {
 	for (unsigned k = 0; k <= m->live; k++) {
-		unsigned q = sq_of(m, k, x);
+		struct mrc_sim *s = &m->sim[k];
+		unsigned q = m->sst[SI(k, x)] & 3u;
 
 		if (q == SQ_NONE)
 			continue;
-		if (q != SQ_GHOST)
-			m->sim[k].used -= m->e[x].bytes;
-		sim_unlink(m, k, x);
-		st_set(m, k, x, SQ_NONE, 0);
+		if (q == SQ_GHOST) {
+			s->nghost--;
+		} else {
+			s->qbytes[QI(q)] -= m->e[x].bytes;
+			s->nres--;
+			s->nsmall -= q == SQ_SMALL;
+		}
+		s->head[QI(q)] = q_unlink(s->head[QI(q)], sim_link(m, k), x);
+		m->sst[SI(k, x)] = SQ_NONE;
 	}
 }
 
-/* The rate changed: each store's capacity is its size times R; evicts
- * down to it. */
+/* The rate changed (or a key grew): each store's capacity is its size
+ * times R; evicts down to it. */
 static void sims_rescale(struct memd_mrc *m, double r)
 {
-	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++)
-		m->sim[k].cap = sim_size(k) * r;
+	if (r != m->rate) {
+		for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++)
+			m->sim[k].capb = cap_bytes(m->sizes[k] * r);
+		m->rate = r;
+	}
 	/* m->live may grow in the loop (sim_split) */
 	for (unsigned k = 0; k <= m->live; k++) {
-		struct mrc_sim *s = &m->sim[k];
-
-		if ((double)s->used > s->cap)
-			sim_split(m, k);
-		while ((double)s->used > s->cap)
-			sim_evict(m, k);
+		if (sim_used(&m->sim[k]) <= m->sim[k].capb)
+			continue;
+		sim_split(m, k);
+		sim_shrink(m, k);
 	}
 }
 
@@ -529,13 +751,13 @@ int memd_mrc_create(uint32_t sample_max, uint64_t window_refs,
 	m->freel = malloc(sample_max * sizeof(*m->freel));
 	m->slot_entry = malloc(m->nslots * sizeof(*m->slot_entry));
 	m->fen = calloc(m->nslots + 1, sizeof(*m->fen));
-	m->sprev =
-		malloc((size_t)MEMD_MRC_SIM_N * sample_max * sizeof(*m->sprev));
-	m->snext =
-		malloc((size_t)MEMD_MRC_SIM_N * sample_max * sizeof(*m->snext));
-	m->sst = calloc((size_t)MEMD_MRC_SIM_N * sample_max, sizeof(*m->sst));
+	m->slink =
+		malloc((size_t)MEMD_MRC_SIM_N * sample_max * sizeof(*m->slink));
+	/* 8 bytes of slack: sims_ref reads a key's states 8 at a time */
+	m->sst = calloc((size_t)MEMD_MRC_SIM_N * sample_max + 8,
+			sizeof(*m->sst));
 	if (!m->e || !m->hhead || !m->heap || !m->freel || !m->slot_entry ||
-	    !m->fen || !m->sprev || !m->snext || !m->sst) {
+	    !m->fen || !m->slink || !m->sst) {
 		memd_mrc_destroy(m);
 		return -ENOMEM;
 	}
@@ -543,12 +765,15 @@ int memd_mrc_create(uint32_t sample_max, uint64_t window_refs,
 	memset(m->slot_entry, 0xff, m->nslots * sizeof(*m->slot_entry));
 	for (uint32_t i = 0; i < sample_max; i++)
 		m->freel[i] = sample_max - 1 - i;
+	for (uint32_t i = 0; i < sample_max; i++)
+		m->e[i].sti = (uint32_t)SI(0, i);
 	m->nfree = sample_max;
 	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
 		memset(m->sim[k].head, 0xff, sizeof(m->sim[k].head));
-		memset(m->sim[k].tail, 0xff, sizeof(m->sim[k].tail));
-		m->sim[k].cap = sim_size(k);
+		m->sizes[k] = sim_size(k);
+		m->sim[k].capb = cap_bytes(m->sizes[k]);
 	}
+	m->rate = 1; /* rate_of(m) while thr is UINT64_MAX */
 	*out = m;
 	return 0;
 }
@@ -563,8 +788,7 @@ void memd_mrc_destroy(struct memd_mrc *m)
 	free(m->freel);
 	free(m->slot_entry);
 	free(m->fen);
-	free(m->sprev);
-	free(m->snext);
+	free(m->slink);
 	free(m->sst);
 	free(m);
 }
@@ -591,6 +815,7 @@ static void record(struct memd_mrc *m, bool cold, uint64_t d, double w)
 		memset(m->hist[c], 0, sizeof(m->hist[c]));
 		for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++)
 			m->sim[k].hits[c] = 0;
+		m->above_hits[c] = 0;
 	}
 }
 
@@ -604,7 +829,7 @@ bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
 		m->refs[m->cur]++;
 	if (h > m->thr)
 		return false;
-	r = rate_of(m);
+	r = m->rate; /* rate_of(m): sims_rescale follows every change */
 	x = find(m, h);
 	if (x != NONE) {
 		if (counted) {
@@ -620,13 +845,21 @@ bool memd_mrc_access(struct memd_mrc *m, uint64_t h, uint64_t bytes,
 			       d > 0x1p62 ? (1ull << 62) : (uint64_t)d,
 			       1.0 / r);
 		}
-		slot_drop(m, x);
 		if (bytes && bytes != m->e[x].bytes) {
-			sims_resize(m, x, bytes);
+			/* a key of unknown size (0) was put in no store:
+			 * nothing to resize, nothing grew */
+			bool in = m->e[x].bytes != 0;
+
+			slot_drop(m, x);
+			if (in)
+				sims_resize(m, x, bytes);
 			m->e[x].bytes = bytes;
-			sims_rescale(m, r); /* a grown key: evicts to fit */
+			if (in)
+				sims_rescale(m, r); /* grown: evicts to fit */
+			slot_take(m, x);
+		} else {
+			slot_move(m, x);
 		}
-		slot_take(m, x);
 		if (!counted)
 			sims_ref(m, x, false, 0);
 		return true;
@@ -703,8 +936,7 @@ size_t memd_mrc_bytes(const struct memd_mrc *m)
 	       m->nslots * sizeof(*m->slot_entry) +
 	       (m->nslots + 1) * sizeof(*m->fen) +
 	       (size_t)MEMD_MRC_SIM_N * m->sample_max *
-		       (sizeof(*m->sprev) + sizeof(*m->snext) +
-			sizeof(*m->sst));
+		       (sizeof(*m->slink) + sizeof(*m->sst));
 }
 
 /* The grid of sizes the LRU histogram has recorded: the lower edge of
@@ -741,7 +973,9 @@ static double window_weight(const struct memd_mrc *m)
 /* Bytes mini cache k hit over the window (both halves). */
 static double sim_hits(const struct memd_mrc *m, unsigned k)
 {
-	return m->sim[k].hits[0] + m->sim[k].hits[1];
+	const double *h = k > m->live ? m->above_hits : m->sim[k].hits;
+
+	return h[0] + h[1];
 }
 
 double memd_mrc_sim_hit_ratio(const struct memd_mrc *m, unsigned k)

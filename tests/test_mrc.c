@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "memd/mrc.h"
+#include "tests/mrc_ref.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
@@ -460,9 +461,9 @@ START_TEST(oneshot_mix)
 }
 END_TEST
 
-START_TEST(multiturn)
+/* Multi-turn sessions. */
+static void gen_multiturn(struct trace *t)
 {
-	struct trace t = { 0 };
 	uint64_t s = 3;
 	const unsigned sessions = 300, turns = 6;
 	unsigned order[300];
@@ -485,19 +486,26 @@ START_TEST(multiturn)
 					(uint64_t)w * sessions + order[i];
 
 				for (unsigned c = 0; c < 8 + 2 * turn; c++)
-					push(&t, (3ull << 56) | (sid << 20) | c,
+					push(t, (3ull << 56) | (sid << 20) | c,
 					     c % 3 ? BLK : 2 * BLK);
 			}
 		}
 	}
+}
+
+START_TEST(multiturn)
+{
+	struct trace t = { 0 };
+
+	gen_multiturn(&t);
 	check_trace("multiturn", &t, 256 * MIB);
 	free(t.r);
 }
 END_TEST
 
-START_TEST(zipf)
+/* A Zipf (0.9) trace over 40 000 keys of 64, 128 or 256 KiB. */
+static void gen_zipf(struct trace *t)
 {
-	struct trace t = { 0 };
 	const unsigned n = 40000;
 	double *cdf = malloc(n * sizeof(*cdf)), sum = 0;
 	uint64_t s = 4;
@@ -518,27 +526,40 @@ START_TEST(zipf)
 				hi = mid;
 		}
 		/* sizes differ by key: 64, 128 or 256 KiB blocks */
-		push(&t, (4ull << 56) | lo, BLK << (khash(lo) % 3));
+		push(t, (4ull << 56) | lo, BLK << (khash(lo) % 3));
 	}
 	free(cdf);
+}
+
+START_TEST(zipf)
+{
+	struct trace t = { 0 };
+
+	gen_zipf(&t);
 	check_trace("zipf", &t, 512 * MIB);
 	free(t.r);
 }
 END_TEST
 
+/* a hot set of 2000 keys (125 MiB) read 60 % of the time, and a cyclic
+ * scan over 20000 keys (1.25 GiB) */
+static void gen_scan(struct trace *t)
+{
+	uint64_t s = 5, pos = 0;
+
+	for (unsigned i = 0; i < 400000; i++) {
+		if (splitmix(&s) % 100 < 60)
+			push(t, (5ull << 56) | (splitmix(&s) % 2000), BLK);
+		else
+			push(t, (6ull << 56) | (pos++ % 20000), BLK);
+	}
+}
+
 START_TEST(scan)
 {
 	struct trace t = { 0 };
-	uint64_t s = 5, pos = 0;
 
-	/* a hot set of 2000 keys (125 MiB) read 60 % of the time, and a
-	 * cyclic scan over 20000 keys (1.25 GiB) */
-	for (unsigned i = 0; i < 400000; i++) {
-		if (splitmix(&s) % 100 < 60)
-			push(&t, (5ull << 56) | (splitmix(&s) % 2000), BLK);
-		else
-			push(&t, (6ull << 56) | (pos++ % 20000), BLK);
-	}
+	gen_scan(&t);
 	check_trace("scan", &t, 384 * MIB);
 	free(t.r);
 }
@@ -679,6 +700,167 @@ START_TEST(byte_distances)
 }
 END_TEST
 
+/* ---- the same outputs as the frozen reference (tests/mrc_ref.c) ----
+ * memd/mrc.c is made cheaper without changing what it computes: every
+ * output, bit for bit, as the reference's on the same calls. */
+
+#define NPTS 4096
+
+static bool same_bits(double a, double b)
+{
+	return memcmp(&a, &b, sizeof(a)) == 0;
+}
+
+/* Every output of m and r, which have seen the same calls. */
+static void check_same(const struct memd_mrc *m, const struct ref_mrc *r,
+		       const char *name, size_t at)
+{
+	static uint64_t ba[NPTS], bb[NPTS];
+	static double ha[NPTS], hb[NPTS];
+	static const unsigned pd[] = { 1, 4, 64 };
+	struct memd_mrc_info a, b;
+
+	memd_mrc_get_info(m, &a);
+	ref_mrc_get_info(r, &b);
+	ck_assert_msg(same_bits(a.rate, b.rate) &&
+			      a.sample_max == b.sample_max &&
+			      a.tracked == b.tracked &&
+			      a.window_samples == b.window_samples &&
+			      same_bits(a.window_requests, b.window_requests) &&
+			      a.window_refs == b.window_refs,
+		      "%s after %zu calls: info differs", name, at);
+	for (unsigned k = 0; k < MEMD_MRC_SIM_N; k++) {
+		double x = memd_mrc_sim_hit_ratio(m, k);
+		double y = ref_mrc_sim_hit_ratio(r, k);
+
+		ck_assert_msg(same_bits(x, y),
+			      "%s after %zu calls: store %u hits %.17g, "
+			      "reference %.17g",
+			      name, at, k, x, y);
+		ck_assert_uint_eq(memd_mrc_sim_size(k), ref_mrc_sim_size(k));
+	}
+	/* sizes between and beyond the grid's, 8 a doubling */
+	for (unsigned i = 0; i < 8 * 36; i++) {
+		uint64_t c = (uint64_t)__builtin_exp2(14 + i / 8.0);
+
+		ck_assert_msg(same_bits(memd_mrc_hit_ratio(m, c),
+					ref_mrc_hit_ratio(r, c)) &&
+				      same_bits(memd_mrc_lru_hit_ratio(m, c),
+						ref_mrc_lru_hit_ratio(r, c)),
+			      "%s after %zu calls: hit ratio at %" PRIu64
+			      " differs",
+			      name, at, c);
+	}
+	for (size_t i = 0; i < sizeof(pd) / sizeof(pd[0]); i++) {
+		size_t n = memd_mrc_points(m, pd[i], ba, ha, NPTS);
+
+		ck_assert_uint_eq(n, ref_mrc_points(r, pd[i], bb, hb, NPTS));
+		ck_assert(!memcmp(ba, bb, n * sizeof(*ba)));
+		ck_assert(!memcmp(ha, hb, n * sizeof(*ha)));
+		n = memd_mrc_lru_points(m, pd[i], ba, ha, NPTS);
+		ck_assert_uint_eq(n,
+				  ref_mrc_lru_points(r, pd[i], bb, hb, NPTS));
+		ck_assert(!memcmp(ba, bb, n * sizeof(*ba)));
+		ck_assert(!memcmp(ha, hb, n * sizeof(*ha)));
+	}
+}
+
+/*
+ * Feeds trace t to a curve and to the reference as check_trace does
+ * (a counted reference, and a put after each miss of an LRU of c0),
+ * comparing the calls' results and, every `every` references and at the
+ * end, every output. resize: every 7th reference's key takes twice its
+ * bytes (a grown key, then shrunk back); forget: every 997th reference's
+ * key is forgotten first.
+ */
+static void same_on(const char *name, const struct trace *t, uint64_t c0,
+		    uint32_t samples, uint64_t window, bool resize,
+		    size_t every)
+{
+	struct lru l0 = { .cap = c0, .ntab = 1 << 18 };
+	struct memd_mrc *m;
+	struct ref_mrc *r;
+	size_t calls = 0;
+
+	ck_assert_int_eq(memd_mrc_create(samples, window, &m), 0);
+	ck_assert_int_eq(ref_mrc_create(samples, window, &r), 0);
+	l0.tab = calloc(l0.ntab, sizeof(*l0.tab));
+	ck_assert_ptr_nonnull(l0.tab);
+	for (size_t i = 0; i < t->n; i++) {
+		uint64_t h = khash(t->r[i].key), bytes = t->r[i].bytes;
+		bool hit = lru_ref(&l0, t->r[i].key, t->r[i].bytes), x, y;
+
+		if (resize && i % 7 == 0)
+			bytes *= 2;
+		if (resize && i % 997 == 0) {
+			memd_mrc_forget(m, h);
+			ref_mrc_forget(r, h);
+		}
+		x = memd_mrc_access(m, h, hit ? bytes : 0, true);
+		y = ref_mrc_access(r, h, hit ? bytes : 0, true);
+		ck_assert_msg(x == y, "%s: call %zu differs", name, calls);
+		calls++;
+		if (!hit) {
+			x = memd_mrc_access(m, h, bytes, false);
+			y = ref_mrc_access(r, h, bytes, false);
+			ck_assert_msg(x == y, "%s: call %zu differs", name,
+				      calls);
+			calls++;
+		}
+		if (i % every == every - 1)
+			check_same(m, r, name, calls);
+	}
+	check_same(m, r, name, calls);
+	lru_free(&l0);
+	memd_mrc_destroy(m);
+	ref_mrc_destroy(r);
+}
+
+/* The five accuracy traces and a kvsample-shaped one (bench/kvsample's
+ * worst case: 400 prefixes of 7 keys of 1 MiB and a unique key a
+ * prompt, every reference sampled), each at the default sample count
+ * (a sampling rate of 1 for most) and at small ones (the rate falls,
+ * keys are dropped, the stores shrink; short windows rotate), with
+ * resizes and forgets. */
+START_TEST(same_as_reference)
+{
+	struct trace t = { 0 };
+	uint64_t s = 1, uniq = 0;
+
+	gen_shared(&t, &s, 6000, 400, 60, 4, 0, &uniq);
+	same_on("shared", &t, 512 * MIB, SAMPLES, UINT64_MAX / 2, false, 50000);
+	same_on("shared/512", &t, 512 * MIB, 512, 0, true, 50000);
+	t.n = 0;
+	s = 2;
+	uniq = 0;
+	gen_shared(&t, &s, 6000, 200, 60, 4, 0.5, &uniq);
+	same_on("oneshot", &t, 512 * MIB, SAMPLES, UINT64_MAX / 2, false,
+		50000);
+	same_on("oneshot/1024", &t, 512 * MIB, 1024, 3000, true, 50000);
+	t.n = 0;
+	gen_multiturn(&t);
+	same_on("multiturn", &t, 256 * MIB, SAMPLES, UINT64_MAX / 2, false,
+		20000);
+	same_on("multiturn/256", &t, 256 * MIB, 256, 0, true, 20000);
+	t.n = 0;
+	gen_zipf(&t);
+	same_on("zipf", &t, 512 * MIB, SAMPLES, UINT64_MAX / 2, false, 50000);
+	same_on("zipf/2048", &t, 512 * MIB, 2048, 10000, true, 50000);
+	t.n = 0;
+	gen_scan(&t);
+	same_on("scan", &t, 384 * MIB, SAMPLES, UINT64_MAX / 2, false, 50000);
+	same_on("scan/64", &t, 384 * MIB, 64, 1000, true, 50000);
+	t.n = 0;
+	s = 7;
+	uniq = 0;
+	gen_shared(&t, &s, 3000, 400, 7, 1, 0, &uniq);
+	for (size_t i = 0; i < t.n; i++)
+		t.r[i].bytes = MIB;
+	same_on("kvsample", &t, 16 * 64 * MIB, SAMPLES, 0, false, 4000);
+	free(t.r);
+}
+END_TEST
+
 static Suite *mrc_suite(void)
 {
 	Suite *s = suite_create("mrc");
@@ -693,6 +875,7 @@ static Suite *mrc_suite(void)
 	tcase_add_test(tc, multiturn);
 	tcase_add_test(tc, zipf);
 	tcase_add_test(tc, scan);
+	tcase_add_test(tc, same_as_reference);
 	suite_add_tcase(s, tc);
 	return s;
 }
