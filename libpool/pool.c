@@ -467,9 +467,9 @@ static void link_fabric_background(struct plink *lk)
 	__atomic_store_n(&lk->fab_pending, false, __ATOMIC_RELEASE);
 	pthread_cond_broadcast(&lk->fab_cond);
 	pthread_mutex_unlock(&lk->hb_lock);
-	/* -EPROTO (fab_err): the link lives on without a fabric, as in
-	 * link_open */
-	if (r && r != -EPROTO)
+	/* refused by link_fabric_check() (fab_err): the link lives on
+	 * without a fabric, as in link_open */
+	if (r && !lk->fab_err)
 		link_fail(lk, -ENOTCONN, "fabric set-up failed");
 }
 
@@ -1122,11 +1122,12 @@ static int link_open(struct pool *p, const char *addr,
 		memcpy(lk->local, local, sizeof(lk->local));
 		__atomic_store_n(&lk->fab_pending, true, __ATOMIC_RELEASE);
 	} else {
-		/* -EPROTO: memd's fabric would refuse ours; the link stays
+		/* fab_err: memd's fabric would refuse ours; the link stays
 		 * for what needs no fabric (leases, the same-host path) and
-		 * its transfers over the fabric fail with it (fab_err). */
+		 * its transfers over the fabric fail with it. Any other
+		 * error (an -EPROTO from the provider included) fails it. */
 		r = link_fabric(lk, local);
-		if (r && r != -EPROTO)
+		if (r && !lk->fab_err)
 			goto fail;
 	}
 	/* the same-host path needs no fabric (docs/design.md) */
