@@ -392,17 +392,17 @@ bool fab_provider_is_rxm(const char *provider)
 	return provider && strstr(provider, "ofi_rxm") != NULL;
 }
 
-/*
- * Opens the provider: fi_getinfo with the modes we honour (not the legacy
- * FI_MR_BASIC/SCALABLE), first match, then fabric and domain. node/service
- * become the source address (FI_SOURCE) the endpoint listens on.
- */
 /* Linked libfabric is loaded already; fab_dl.c's fab_load() replaces
  * this one in the preload shim. */
 __attribute__((weak)) void fab_load(void)
 {
 }
 
+/*
+ * Opens the provider: fi_getinfo with the modes we honour (not the legacy
+ * FI_MR_BASIC/SCALABLE), first match, then fabric and domain. node/service
+ * become the source address (FI_SOURCE) the endpoint listens on.
+ */
 int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 {
 	static const struct fab_opts defaults;

@@ -13,10 +13,10 @@
  * LIBPOOL_MIN_BYTES). So the shim does not link libfabric: fab.c calls
  * the five functions libfabric exports that it uses (fi_getinfo,
  * fi_freeinfo, fi_dupinfo, fi_fabric, fi_version; everything else is
- * reached through the objects these return), and this file defines them, hidden, as
- * calls into libfabric.so.1 opened with dlopen() the first time one is
- * called, which in the shim is in the session's heartbeat thread while
- * the program runs (pool_set_fabric_background()).
+ * reached through the objects these return), and this file defines
+ * them, hidden, as calls into libfabric.so.1 opened with dlopen() the
+ * first time one is called, which in the shim is in the session's
+ * heartbeat thread while the program runs (pool_set_fabric_background()).
  *
  * The psm libraries' constructors catch SIGSEGV, SIGBUS, SIGILL, SIGFPE
  * and SIGABRT (to print a backtrace and exit(1)); preload.c used to reset
