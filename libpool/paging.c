@@ -2083,7 +2083,7 @@ static size_t room_free(const struct mapping *m)
 
 static int zero_fill(struct mapping *m, size_t idx)
 {
-	size_t n = 1, limit, lo, live = live_pages(m);
+	size_t n = 1, limit, lo, room, live = live_pages(m);
 	struct zstream *z;
 	int dir, ret;
 
@@ -2099,9 +2099,9 @@ static int zero_fill(struct mapping *m, size_t idx)
 	 * pages it uses, and what a run maps past the end of a fill stays
 	 * a small part of the room left (a program that fits its budget
 	 * keeps fitting: docs/paging.md). */
-	if (limit > m->ra_max && limit > room_free(m) / 8)
-		limit = room_free(m) / 8 > m->ra_max ? room_free(m) / 8
-						     : m->ra_max;
+	room = room_free(m) / 8;
+	if (limit > m->ra_max && limit > room)
+		limit = room > m->ra_max ? room : m->ra_max;
 	if (dir < 0) {
 		while (n < limit && idx >= n &&
 		       !(m->state[idx - n] & (PG_RESIDENT | PG_REMOTE)))
@@ -2130,13 +2130,10 @@ static int zero_fill(struct mapping *m, size_t idx)
 		return ret;
 	ring_push(m, idx);
 	m->state[idx] = PG_RESIDENT | PG_DIRTY | PG_REF; /* see fetch_install */
-	if (dir < 0) {
+	if (dir < 0)
 		z->lo = lo;
-	} else {
-		z->hi = lo + n;
-		if (!dir)
-			z->lo = idx;
-	}
+	else
+		z->hi = lo + n; /* a new stream: zstream_at() set lo */
 	/* The run: missing pages only pool-uffd fills, so any error here
 	 * is the kernel's, and pages it did map would be untracked. */
 	if (n > 1) {
