@@ -1903,6 +1903,25 @@ START_TEST(spin_catches_bursts_and_backs_off)
 }
 END_TEST
 
+/* A value that is not a number of microseconds up to 10 000 is logged
+ * and the default cap (50 us) kept. */
+START_TEST(spin_bad_value_keeps_default)
+{
+	static const char *const bad[] = { "10001", "5x", "-1", "" };
+	struct pool_paging_engine_stats burst, sparse;
+	cpu_set_t cpus;
+
+	ck_assert_int_eq(sched_getaffinity(0, sizeof(cpus), &cpus), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		spin_run(bad[i], &burst, &sparse);
+		ck_assert_msg(burst.spin_cap_ns ==
+				      (CPU_COUNT(&cpus) < 2 ? 0 : 50000),
+			      "LIBPOOL_PAGING_SPIN_US=\"%s\": cap %lu ns",
+			      bad[i], (unsigned long)burst.spin_cap_ns);
+	}
+}
+END_TEST
+
 START_TEST(spin_off)
 {
 	struct pool_paging_engine_stats burst, sparse;
@@ -2007,6 +2026,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, growable_mapping);
 		tcase_add_test(tc, spin_catches_bursts_and_backs_off);
 		tcase_add_test(tc, spin_off);
+		tcase_add_test(tc, spin_bad_value_keeps_default);
 	}
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
