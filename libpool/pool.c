@@ -2699,21 +2699,44 @@ post_piece(struct pool *p, struct pool_op *op, struct plink **cur, void **desc,
 	return 0;
 }
 
-/* A piece for a copy that is dead for good: complete, -ENOTCONN. */
-static void dead_piece(struct pool_op *op, const struct slab *s)
+/* A piece for a copy that is dead for good: complete, -ENOTCONN. It
+ * names no link for piece_status() to fail: the link is lost already,
+ * or its fabric was refused, which must not end it (its leases and the
+ * same-host path live on, and its other transfers say EPROTO). */
+static void dead_piece(struct pool_op *op)
 {
 	struct fab_op *f = &op->ops[op->n++];
 
-	f->arg = s->link;
+	f->arg = NULL;
 	f->status = -ENOTCONN;
 	f->complete = 1;
 }
 
-/* The copy of e to read: the first whose link is usable. */
+/*
+ * Whether s can never be reached by this process: its link's fabric was
+ * refused (fab_err: FI_OFI_RXM_BUFFER_SIZE differs) and the same-host
+ * path does not serve this transfer. For a replicated region that copy
+ * is as good as dead: the other one serves (one err line per link).
+ */
+static bool copy_refused(const struct slab *s, bool write)
+{
+	struct plink *lk = s->link;
+
+	if (s->fd >= 0 && !(write && s->fd_ro))
+		return false;
+	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		link_fabric_wait(lk);
+	return lk->fab_err && link_no_ep_err(lk);
+}
+
+/* The copy of e to read: the first whose link is usable and whose
+ * fabric was not refused. */
 static const struct slab *read_copy(const struct extent *e, uint64_t *now)
 {
-	if (e->replica && link_usable(e->slab->link, now) &&
-	    !link_usable(e->replica->link, now))
+	if (e->replica &&
+	    (link_usable(e->slab->link, now) || copy_refused(e->slab, false)) &&
+	    !link_usable(e->replica->link, now) &&
+	    !copy_refused(e->replica, false))
 		return e->replica;
 	return e->slab;
 }
@@ -2828,8 +2851,9 @@ static int io_start(struct pool *p, struct pool_region *r, uint64_t off,
 					const struct slab *cs =
 						c ? e->replica : e->slab;
 
-					if (link_is_lost(cs->link)) {
-						dead_piece(op, cs);
+					if (link_is_lost(cs->link) ||
+					    copy_refused(cs, true)) {
+						dead_piece(op);
 						continue;
 					}
 					ret = post_piece(p, op, &cur, &desc,
@@ -2877,7 +2901,7 @@ static int piece_status(struct fab_op *f)
 
 		/* Every later call on that link must fail fast too, not
 		 * only the ones that reach the dead connection. */
-		if (!link_is_lost(lk))
+		if (lk && !link_is_lost(lk))
 			link_fail(lk, -ENOTCONN, "transfer failed");
 		s = -ENOTCONN;
 	}
@@ -2886,8 +2910,9 @@ static int piece_status(struct fab_op *f)
 
 /*
  * The result of a completed op. A paired range is written when one copy
- * was and the other is dead for good (its link failed: -ENOTCONN); any
- * other failure of a copy is the op's error, as the copies may differ.
+ * was and the other is dead for good (its link failed, or its fabric was
+ * refused: copy_refused(); both -ENOTCONN); any other failure of a copy
+ * is the op's error, as the copies may differ.
  */
 static int op_settle(struct pool_op *op)
 {

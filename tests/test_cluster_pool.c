@@ -11,7 +11,9 @@
  * growth of links or threads); with a short pass_ttl a client renews its
  * donor pass and keeps allocating past several TTLs; a client whose
  * registry was SIGKILLed and restarted (same port and state_dir)
- * allocates again once it is back.
+ * allocates again once it is back. A donor with another
+ * FI_OFI_RXM_BUFFER_SIZE gives -EPROTO for its ranges over the fabric
+ * while a replica elsewhere serves and its link lives on.
  */
 #include <check.h>
 #include <dirent.h>
@@ -649,6 +651,87 @@ START_TEST(client_reconnects_to_a_restarted_registry)
 END_TEST
 
 /* The "since_unix_ms" of donor name in a donors reply, or -1. */
+/* Whether the first copy (the one reads go to) of some piece of r sits
+ * on the donor at addr. */
+static bool primary_on(const struct pool_region *r, const char *addr)
+{
+	uint32_t id;
+	const char *a;
+
+	for (uint32_t e = 0; e < pool_region_nextents(r); e++)
+		if (!pool_region_copy(r, e, 0, &id, &a) && !strcmp(a, addr))
+			return true;
+	return false;
+}
+
+/*
+ * A donor whose FI_OFI_RXM_BUFFER_SIZE differs from the client's (an
+ * older memd beside a newer client, docs/protocol.md, FABRIC): over the
+ * fabric, the client's transfers to that donor fail at once with
+ * -EPROTO while the other donors serve it, a replicated region with a
+ * copy there writes and reads through its other copy, and the
+ * same-host path, which needs no fabric, reaches the donor as before.
+ */
+START_TEST(rxm_mismatch_on_one_donor)
+{
+	static const char *const names[] = { "r0", "d1", "d2" };
+	struct pool_region *bad, *good, *rep = NULL;
+	const char *had = getenv("FI_OFI_RXM_BUFFER_SIZE");
+	int err;
+	struct pool *p;
+	uint8_t b[4096];
+
+	ck_assert_ptr_null(had);
+	tu_memd_stop(&don[1], SIGTERM);
+	setenv("FI_OFI_RXM_BUFFER_SIZE", "16384", 1);
+	start_donor(1);
+	unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+	ck_assert_int_eq(wait_up(names, 3), 0);
+
+	setenv("LIBPOOL_SHM", "off", 1);
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	bad = alloc_on(p, don[1].addr);
+	good = alloc_on(p, don[0].addr);
+	ck_assert_ptr_nonnull(bad);
+	ck_assert_ptr_nonnull(good);
+	memset(b, 7, sizeof(b));
+	ck_assert_int_eq(pool_write(p, bad, 0, b, sizeof(b)), -EPROTO);
+	ck_assert_int_eq(pool_read(p, bad, 0, b, sizeof(b)), -EPROTO);
+	ck_assert_int_eq(touch(p, good, 51), 0);
+	/* A replicated region whose reads would go to d2 first. */
+	for (int i = 0; i < 16 && !rep; i++) {
+		ck_assert_int_eq(pool_alloc_ex(p, 2 * SLAB, -1,
+					       POOL_ALLOC_REPLICA, &rep),
+				 0);
+		if (!primary_on(rep, don[1].addr)) {
+			ck_assert_int_eq(pool_free(p, rep), 0);
+			rep = NULL;
+		}
+	}
+	ck_assert_ptr_nonnull(rep);
+	fill(p, rep, 52);
+	ck_assert_int_eq(check(p, rep, 52), 0);
+	ck_assert_int_eq(pool_free(p, rep), 0);
+	/* ... without ending the link to d2: still EPROTO, not ENOTCONN */
+	ck_assert_int_eq(pool_read(p, bad, 0, b, sizeof(b)), -EPROTO);
+	ck_assert_int_eq(pool_free(p, bad), 0);
+	ck_assert_int_eq(pool_free(p, good), 0);
+	pool_close(p);
+
+	/* The same-host path reaches d2 without its fabric. */
+	setenv("LIBPOOL_SHM", "auto", 1);
+	p = connect_as("a", sec_a, &err);
+	ck_assert_int_eq(err, 0);
+	bad = alloc_on(p, don[1].addr);
+	ck_assert_ptr_nonnull(bad);
+	ck_assert_int_eq(touch(p, bad, 53), 0);
+	ck_assert_int_eq(pool_free(p, bad), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+}
+END_TEST
+
 static long long donor_since(const char *json, const char *name)
 {
 	char want[64];
@@ -716,6 +799,7 @@ int main(void)
 	tcase_add_test(tc, donor_restarts_do_not_grow_links);
 	tcase_add_test(tc, client_reconnects_to_a_restarted_registry);
 	tcase_add_test(tc, stalled_registry_keeps_its_donors_up);
+	tcase_add_test(tc, rxm_mismatch_on_one_donor);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tp, 300); /* 35 s or more by design */
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
