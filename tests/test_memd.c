@@ -273,7 +273,7 @@ END_TEST
 /* FABRIC (protocol 3): memd's effective FI_OFI_RXM_BUFFER_SIZE, the
  * same as this process's (memd inherits our environment, and both
  * default it alike), 0 for a provider without ofi_rxm; refused in a
- * version-2 session. */
+ * version-2 session, as KV_MODEL is. */
 START_TEST(fabric_tells_rxm_buffer_size)
 {
 	struct wire_msg m = { .type = WIRE_FABRIC, .seq = 2 }, rep;
@@ -305,6 +305,17 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.seq = 9;
 	send_msg(fd, &m);
 	ck_assert_uint_eq(expect_error(fd, EPROTO), 9);
+	ck_assert(closed_soon(fd));
+	close(fd);
+	/* so is KV_MODEL, protocol 3's other request */
+	fd = raw_hello(2, &ok);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_MODEL;
+	m.seq = 10;
+	m.u.kv_model.prefill_tokens_per_s = 1000;
+	m.u.kv_model.bytes_per_token = 4096;
+	send_msg(fd, &m);
+	ck_assert_uint_eq(expect_error(fd, EPROTO), 10);
 	ck_assert(closed_soon(fd));
 	close(fd);
 	assert_serving();
