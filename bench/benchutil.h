@@ -95,6 +95,9 @@ struct bench_spec {
 	/* Lanes split the region's offsets between threads: lane i of n
 	 * uses the offsets of operations i, i+n, i+2n, ... */
 	unsigned lane, nlanes;
+	/* Not 0: the server process whose CPU time (bench_proc_cpu_ns) is
+	 * read at the start and the end of the measured phase. */
+	int srv_pid;
 };
 
 struct bench_result {
@@ -102,6 +105,10 @@ struct bench_result {
 	uint64_t elapsed_ns;
 	uint64_t cpu_ns;      /* CPU time of the calling thread in that phase */
 	struct bench_lat lat; /* post to completion, per op */
+	/* The server's CPU time over the measured phase (spec->srv_pid);
+	 * srv_cpu_valid false when not asked for or not readable. */
+	uint64_t srv_cpu_ns;
+	bool srv_cpu_valid;
 };
 
 /*
@@ -116,6 +123,14 @@ int bench_run(const struct bench_engine *e, const struct bench_spec *spec,
 
 /* CPU time (user + system) the calling thread has used, in ns. */
 uint64_t bench_thread_cpu_ns(void);
+
+/*
+ * CPU time (utime + stime of /proc/PID/stat, every thread of the
+ * process; clock-tick resolution, 10 ms where CLK_TCK is 100) of process
+ * pid into *ns. Returns 0, or -errno: -ENOENT (no such process), -EIO
+ * (a stat line it cannot parse).
+ */
+int bench_proc_cpu_ns(int pid, uint64_t *ns);
 
 /*
  * Prints the machine-readable line of a point:
@@ -222,6 +237,11 @@ struct bench_sweep {
 	/* Text of a point's -errno; NULL: strerror. */
 	const char *(*strerror)(int err);
 	void *arg;
+	/* Not 0: every point's spec->srv_pid (its server's CPU time on
+	 * the result lines). */
+	int srv_pid;
+	/* The op= names of reads and writes; NULL: "read" and "write". */
+	const char *op_read, *op_write;
 };
 
 /*
