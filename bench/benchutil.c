@@ -16,11 +16,16 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -487,6 +492,55 @@ void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
 		(double)bench_lat_pct(&res->lat, 99.9) / 1e3, cpu_us, srv,
 		extra ? " " : "", extra ? extra : "");
 	fflush(f);
+}
+
+int bench_tcp_connect(const char *hostport, int *fd)
+{
+	char host[256];
+	const char *colon = hostport ? strrchr(hostport, ':') : NULL;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int one = 1, r = 0;
+
+	*fd = -1;
+	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = '\0';
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EINVAL;
+	*fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*fd < 0 || connect(*fd, ai->ai_addr, ai->ai_addrlen)) {
+		r = -errno;
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (!r)
+		setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return r;
+}
+
+int bench_writev_all(int fd, struct iovec *iov, int n)
+{
+	while (n) {
+		ssize_t w = writev(fd, iov, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -EIO;
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
 }
 
 void *bench_buf_alloc(size_t len)

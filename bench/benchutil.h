@@ -144,6 +144,21 @@ void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
 		 unsigned depth, unsigned threads, const char *api,
 		 struct bench_result *res, const char *extra);
 
+struct iovec;
+
+/*
+ * A TCP connection to HOST:PORT (split at the last ':'), TCP_NODELAY and
+ * close-on-exec set, into *fd (-1 on failure). Returns 0, -EINVAL (not
+ * HOST:PORT, or a host or port that does not resolve) or connect's
+ * -errno. The peers' clients (kvbench's redis and memcached tiers,
+ * mcbench) use it.
+ */
+int bench_tcp_connect(const char *hostport, int *fd);
+
+/* Writes iov[0 .. n) to the blocking fd whole, going on after short
+ * writes (iov is consumed). Returns 0 or -EIO. */
+int bench_writev_all(int fd, struct iovec *iov, int n);
+
 /* Page-aligned, pre-faulted buffer of len bytes, or NULL. free() it. */
 void *bench_buf_alloc(size_t len);
 

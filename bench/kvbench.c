@@ -49,9 +49,6 @@
  */
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -121,24 +118,10 @@ struct tier {
 
 static int redis_connect(const char *hostport, struct redis *r)
 {
-	char host[128];
-	const char *colon = strrchr(hostport, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-	int one = 1;
+	int ret = bench_tcp_connect(hostport, &r->fd);
 
-	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EINVAL;
-	r->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (r->fd < 0 || connect(r->fd, ai->ai_addr, ai->ai_addrlen)) {
-		freeaddrinfo(ai);
-		return -errno;
-	}
-	freeaddrinfo(ai);
-	setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (ret)
+		return ret;
 	r->rcap = 1 << 20;
 	r->rb = malloc(r->rcap);
 	return r->rb ? 0 : -ENOMEM;
@@ -157,29 +140,6 @@ static int write_all(int fd, const void *b, size_t n)
 			return -EIO;
 		p += w;
 		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* One command in as few segments as the kernel allows. */
-static int writev_all(int fd, struct iovec *iov, int n)
-{
-	while (n) {
-		ssize_t w = writev(fd, iov, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -EIO;
-		while (n && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
 	}
 	return 0;
 }
@@ -303,7 +263,7 @@ static void *redis_put_main(void *arg)
 					{ (void *)"\r\n", 2 },
 				};
 
-				writev_all(t->rput.fd, iov, 3);
+				bench_writev_all(t->rput.fd, iov, 3);
 				i++;
 				continue;
 			}

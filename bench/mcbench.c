@@ -31,9 +31,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -204,57 +201,13 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 
 static int conn_open(const char *hostport, struct conn *k, size_t rcap)
 {
-	char host[256];
-	const char *colon = strrchr(hostport, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-	int one = 1, r;
+	int r = bench_tcp_connect(hostport, &k->fd);
 
-	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EINVAL;
-	k->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (k->fd < 0) {
-		r = -errno;
-		freeaddrinfo(ai);
+	if (r)
 		return r;
-	}
-	if (connect(k->fd, ai->ai_addr, ai->ai_addrlen)) {
-		r = -errno;
-		freeaddrinfo(ai);
-		close(k->fd);
-		k->fd = -1;
-		return r;
-	}
-	freeaddrinfo(ai);
-	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	k->rcap = rcap;
 	k->rb = malloc(rcap);
 	return k->rb ? 0 : -ENOMEM;
-}
-
-static int writev_all(int fd, struct iovec *iov, int n)
-{
-	while (n) {
-		ssize_t w = writev(fd, iov, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -EIO;
-		while (n && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
-	}
-	return 0;
 }
 
 static int key_name(char *out, size_t cap, size_t size, unsigned key)
@@ -283,7 +236,7 @@ static int conn_send(struct mc *m, struct conn *k)
 	k->busy = true;
 	k->done = false;
 	k->result = 0;
-	return writev_all(k->fd, iov, k->write ? 3 : 1);
+	return bench_writev_all(k->fd, iov, k->write ? 3 : 1);
 }
 
 static void fail(struct conn *k, const char *what, const char *line)
