@@ -302,7 +302,7 @@ ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MB
       med("rawfab", "read", M1, dmax, "MBps"))
 EOF
 }
-bench_cli 4 35 "$@"
+bench_cli 4 43 "$@"
 
 MEMD=$BUILD/memd/memd
 POOLBENCH=$BUILD/bench/poolbench
