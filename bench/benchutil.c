@@ -79,6 +79,22 @@ int bench_proc_cpu_ns(int pid, uint64_t *ns)
 
 /* ---- parsing ------------------------------------------------------- */
 
+int bench_parse_server_pid(const char *arg, const char *prog, int *pid)
+{
+	unsigned v[1], n;
+	uint64_t ns;
+
+	if (bench_parse_uints(arg, 1u << 30, v, 1, &n))
+		return bench_bad_arg(prog, "--server-pid", arg,
+				     "want a process id");
+	if (bench_proc_cpu_ns((int)v[0], &ns))
+		return bench_bad_arg(prog, "--server-pid", arg,
+				     "no such process (or its /proc/PID/stat "
+				     "is unreadable)");
+	*pid = (int)v[0];
+	return 0;
+}
+
 int bench_parse_size(const char *s, uint64_t *out)
 {
 	unsigned long long v;

@@ -133,6 +133,13 @@ uint64_t bench_thread_cpu_ns(void);
 int bench_proc_cpu_ns(int pid, uint64_t *ns);
 
 /*
+ * Takes the argument of a --server-pid option: a process id whose
+ * /proc/PID/stat bench_proc_cpu_ns can read, into *pid. Returns 0, or 2
+ * after a bench_bad_arg line saying what is wrong.
+ */
+int bench_parse_server_pid(const char *arg, const char *prog, int *pid);
+
+/*
  * Prints the machine-readable line of a point:
  *   BENCH op=read size=4096 depth=16 threads=1 api=async ops=N secs=S
  *   ops_s=.. MBps=.. p50_us=.. p99_us=.. mean_us=.. p90_us=.. p999_us=..

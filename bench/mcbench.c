@@ -126,7 +126,6 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned one[1], n;
-	uint64_t ns;
 	int opt, r;
 
 	memset(c, 0, sizeof(*c));
@@ -169,14 +168,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 			c->preset = false;
 			break;
 		case OPT_SERVER_PID:
-			if (bench_parse_uints(optarg, 1u << 30, one, 1, &n))
-				return bad_arg("--server-pid", optarg,
-					       "want a process id");
-			if (bench_proc_cpu_ns((int)one[0], &ns))
-				return bad_arg("--server-pid", optarg,
-					       "no such process (or its "
-					       "/proc/PID/stat is unreadable)");
-			c->server_pid = (int)one[0];
+			if (bench_parse_server_pid(optarg, "mcbench",
+						   &c->server_pid))
+				return 2;
 			break;
 		case 'h':
 			usage(stdout);

@@ -154,19 +154,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 					       "want a count 1..65536");
 			c->max_inflight = one[0];
 			break;
-		case OPT_SERVER_PID: {
-			uint64_t ns;
-
-			if (bench_parse_uints(optarg, 1u << 30, one, 1, &n))
-				return bad_arg("--server-pid", optarg,
-					       "want a process id");
-			if (bench_proc_cpu_ns((int)one[0], &ns))
-				return bad_arg("--server-pid", optarg,
-					       "no such process (or its "
-					       "/proc/PID/stat is unreadable)");
-			c->server_pid = (int)one[0];
+		case OPT_SERVER_PID:
+			if (bench_parse_server_pid(optarg, "poolbench",
+						   &c->server_pid))
+				return 2;
 			break;
-		}
 		case OPT_SIZE:
 			if (bench_parse_size(optarg, &c->demo_size))
 				return bad_arg("--size", optarg,
