@@ -16,11 +16,16 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,7 +49,51 @@ uint64_t bench_thread_cpu_ns(void)
 		       1000u;
 }
 
+int bench_proc_cpu_ns(int pid, uint64_t *ns)
+{
+	unsigned long long ut, st;
+	char path[64], buf[1024], *p;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -errno;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	/* comm may hold spaces and parentheses: fields count from the last
+	 * ')'; utime and stime are fields 14 and 15, the 12th and 13th
+	 * after it. */
+	p = strrchr(buf, ')');
+	if (!p || hz <= 0 ||
+	    sscanf(p + 1,
+		   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+		   &ut, &st) != 2)
+		return -EIO;
+	*ns = (uint64_t)(ut + st) * (1000000000u / (uint64_t)hz);
+	return 0;
+}
+
 /* ---- parsing ------------------------------------------------------- */
+
+int bench_parse_server_pid(const char *arg, const char *prog, int *pid)
+{
+	unsigned v[1], n;
+	uint64_t ns;
+
+	if (bench_parse_uints(arg, 1u << 30, v, 1, &n))
+		return bench_bad_arg(prog, "--server-pid", arg,
+				     "want a process id");
+	if (bench_proc_cpu_ns((int)v[0], &ns))
+		return bench_bad_arg(prog, "--server-pid", arg,
+				     "no such process (or its /proc/PID/stat "
+				     "is unreadable)");
+	*pid = (int)v[0];
+	return 0;
+}
 
 int bench_parse_size(const char *s, uint64_t *out)
 {
@@ -409,11 +458,20 @@ int bench_run(const struct bench_engine *e, const struct bench_spec *spec,
 	res->cpu_ns = 0;
 	if (spec->warmup > 0)
 		r = run_phase(ph, spec->warmup, 0, NULL, &ops, &ns);
+	res->srv_cpu_valid = false;
 	if (!r) {
+		uint64_t srv0 = 0, srv1 = 0;
+		bool srv = spec->srv_pid &&
+			   !bench_proc_cpu_ns(spec->srv_pid, &srv0);
+
 		cpu = bench_thread_cpu_ns();
 		r = run_phase(ph, spec->seconds, spec->count, &res->lat,
 			      &res->ops, &res->elapsed_ns);
 		res->cpu_ns = bench_thread_cpu_ns() - cpu;
+		if (srv && !bench_proc_cpu_ns(spec->srv_pid, &srv1)) {
+			res->srv_cpu_ns = srv1 - srv0;
+			res->srv_cpu_valid = true;
+		}
 	}
 	free(ph);
 	return r;
@@ -427,21 +485,78 @@ void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
 	double ops_s = secs > 0 ? (double)res->ops / secs : 0;
 	double cpu_us =
 		res->ops ? (double)res->cpu_ns / 1e3 / (double)res->ops : 0;
+	char srv[96] = "";
+
+	if (res->srv_cpu_valid && res->ops && size)
+		snprintf(srv, sizeof(srv),
+			 " srv_cpu_us=%.2f srv_cpu_s_per_GB=%.4f",
+			 (double)res->srv_cpu_ns / 1e3 / (double)res->ops,
+			 (double)res->srv_cpu_ns / 1e9 /
+				 ((double)res->ops * (double)size / 1e9));
 
 	fprintf(f,
 		"%s op=%s size=%" PRIu64 " depth=%u threads=%u api=%s "
 		"ops=%" PRIu64 " secs=%.3f ops_s=%.0f MBps=%.1f "
 		"p50_us=%.1f p99_us=%.1f mean_us=%.1f p90_us=%.1f "
-		"p999_us=%.1f cpu_us=%.2f%s%s\n",
+		"p999_us=%.1f cpu_us=%.2f%s%s%s\n",
 		bench, op, size, depth, threads, api, res->ops, secs, ops_s,
 		ops_s * (double)size / 1e6,
 		(double)bench_lat_pct(&res->lat, 50) / 1e3,
 		(double)bench_lat_pct(&res->lat, 99) / 1e3,
 		(double)bench_lat_mean(&res->lat) / 1e3,
 		(double)bench_lat_pct(&res->lat, 90) / 1e3,
-		(double)bench_lat_pct(&res->lat, 99.9) / 1e3, cpu_us,
+		(double)bench_lat_pct(&res->lat, 99.9) / 1e3, cpu_us, srv,
 		extra ? " " : "", extra ? extra : "");
 	fflush(f);
+}
+
+int bench_tcp_connect(const char *hostport, int *fd)
+{
+	char host[256];
+	const char *colon = hostport ? strrchr(hostport, ':') : NULL;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	int one = 1, r = 0;
+
+	*fd = -1;
+	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
+		return -EINVAL;
+	memcpy(host, hostport, (size_t)(colon - hostport));
+	host[colon - hostport] = '\0';
+	if (getaddrinfo(host, colon + 1, &hints, &ai))
+		return -EINVAL;
+	*fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*fd < 0 || connect(*fd, ai->ai_addr, ai->ai_addrlen)) {
+		r = -errno;
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (!r)
+		setsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return r;
+}
+
+int bench_writev_all(int fd, struct iovec *iov, int n)
+{
+	while (n) {
+		ssize_t w = writev(fd, iov, n);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -EIO;
+		while (n && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n) {
+			iov->iov_base = (uint8_t *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
 }
 
 void *bench_buf_alloc(size_t len)
@@ -605,9 +720,11 @@ int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw)
 	struct bench_result res;
 	int r = 0;
 
+	memset(&res, 0, sizeof(res));
 	bench_lat_init(&res.lat);
 	for (int w = 0; w < 2 && !r; w++) {
-		const char *op = w ? "write" : "read";
+		const char *op = w ? (sw->op_write ? sw->op_write : "write")
+				   : (sw->op_read ? sw->op_read : "read");
 
 		if ((w && !p->write) || (!w && !p->read))
 			continue;
@@ -626,6 +743,7 @@ int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw)
 					.warmup = p->warmup,
 					.lane = 0,
 					.nlanes = 1,
+					.srv_pid = sw->srv_pid,
 				};
 
 				r = sweep_point(sw, op, &s, &res);

@@ -95,6 +95,9 @@ struct bench_spec {
 	/* Lanes split the region's offsets between threads: lane i of n
 	 * uses the offsets of operations i, i+n, i+2n, ... */
 	unsigned lane, nlanes;
+	/* Not 0: the server process whose CPU time (bench_proc_cpu_ns) is
+	 * read at the start and the end of the measured phase. */
+	int srv_pid;
 };
 
 struct bench_result {
@@ -102,6 +105,10 @@ struct bench_result {
 	uint64_t elapsed_ns;
 	uint64_t cpu_ns;      /* CPU time of the calling thread in that phase */
 	struct bench_lat lat; /* post to completion, per op */
+	/* The server's CPU time over the measured phase (spec->srv_pid);
+	 * srv_cpu_valid false when not asked for or not readable. */
+	uint64_t srv_cpu_ns;
+	bool srv_cpu_valid;
 };
 
 /*
@@ -118,6 +125,21 @@ int bench_run(const struct bench_engine *e, const struct bench_spec *spec,
 uint64_t bench_thread_cpu_ns(void);
 
 /*
+ * CPU time (utime + stime of /proc/PID/stat, every thread of the
+ * process; clock-tick resolution, 10 ms where CLK_TCK is 100) of process
+ * pid into *ns. Returns 0, or -errno: -ENOENT (no such process), -EIO
+ * (a stat line it cannot parse).
+ */
+int bench_proc_cpu_ns(int pid, uint64_t *ns);
+
+/*
+ * Takes the argument of a --server-pid option: a process id whose
+ * /proc/PID/stat bench_proc_cpu_ns can read, into *pid. Returns 0, or 2
+ * after a bench_bad_arg line saying what is wrong.
+ */
+int bench_parse_server_pid(const char *arg, const char *prog, int *pid);
+
+/*
  * Prints the machine-readable line of a point:
  *   BENCH op=read size=4096 depth=16 threads=1 api=async ops=N secs=S
  *   ops_s=.. MBps=.. p50_us=.. p99_us=.. mean_us=.. p90_us=.. p999_us=..
@@ -128,6 +150,21 @@ uint64_t bench_thread_cpu_ns(void);
 void bench_print(FILE *f, const char *bench, const char *op, uint64_t size,
 		 unsigned depth, unsigned threads, const char *api,
 		 struct bench_result *res, const char *extra);
+
+struct iovec;
+
+/*
+ * A TCP connection to HOST:PORT (split at the last ':'), TCP_NODELAY and
+ * close-on-exec set, into *fd (-1 on failure). Returns 0, -EINVAL (not
+ * HOST:PORT, or a host or port that does not resolve) or connect's
+ * -errno. The peers' clients (kvbench's redis and memcached tiers,
+ * mcbench) use it.
+ */
+int bench_tcp_connect(const char *hostport, int *fd);
+
+/* Writes iov[0 .. n) to the blocking fd whole, going on after short
+ * writes (iov is consumed). Returns 0 or -EIO. */
+int bench_writev_all(int fd, struct iovec *iov, int n);
 
 /* Page-aligned, pre-faulted buffer of len bytes, or NULL. free() it. */
 void *bench_buf_alloc(size_t len);
@@ -222,6 +259,11 @@ struct bench_sweep {
 	/* Text of a point's -errno; NULL: strerror. */
 	const char *(*strerror)(int err);
 	void *arg;
+	/* Not 0: every point's spec->srv_pid (its server's CPU time on
+	 * the result lines). */
+	int srv_pid;
+	/* The op= names of reads and writes; NULL: "read" and "write". */
+	const char *op_read, *op_write;
 };
 
 /*

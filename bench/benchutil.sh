@@ -23,7 +23,15 @@
 #                             $MEMD with ARG... and a ready file; sets
 #                             MEMD_PID and MEMD_ADDR once it is ready
 #   bench_start_redis CMD...  a redis-server on 127.0.0.1 when every CMD
-#                             is installed; sets HAVE_REDIS (0/1), REDIS_PORT
+#                             is installed; sets HAVE_REDIS (0/1),
+#                             REDIS_PORT, REDIS_PID
+#   bench_start_memcached ARG...
+#                             a memcached on 127.0.0.1 (ARG... added, e.g.
+#                             -t 2 -m 1024 -I 8m) when it is installed;
+#                             sets HAVE_MEMCACHED (0/1), MEMCACHED_PORT,
+#                             MEMCACHED_PID
+#   bench_cpu_ticks PID       utime + stime of PID (/proc/PID/stat), in
+#                             clock ticks (HZ: getconf CLK_TCK)
 #   bench_finish              loadavg_end to RAW, the summary to SUMMARY
 #                             and stdout
 #   bench_summarize_py RAW... runs the Python on stdin over RAW... with
@@ -166,13 +174,45 @@ bench_start_redis() { # commands that must be installed
 	redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' \
 		--appendonly no --protected-mode yes --loglevel warning \
 		--daemonize no >"$OUT_DIR/redis.log" 2>&1 &
-	PIDS+=("$!")
+	REDIS_PID=$!
+	PIDS+=("$REDIS_PID")
 	for _ in $(seq 100); do
 		redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping >/dev/null 2>&1 &&
 			HAVE_REDIS=1 && break
 		sleep 0.1
 	done
 	[ $HAVE_REDIS = 1 ] || log "redis-server did not come up; skipping redis (log: $OUT_DIR/redis.log)"
+}
+
+bench_start_memcached() { # memcached arguments
+	local user=() st
+	HAVE_MEMCACHED=0
+	if ! command -v memcached >/dev/null; then
+		log "memcached not installed; skipping memcached"
+		return 0
+	fi
+	# memcached refuses to run as root without -u
+	[ "$(id -u)" != 0 ] || user=(-u root)
+	MEMCACHED_PORT=$(free_port)
+	memcached "${user[@]}" -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 "$@" \
+		>"$OUT_DIR/memcached.log" 2>&1 &
+	MEMCACHED_PID=$!
+	PIDS+=("$MEMCACHED_PID")
+	for _ in $(seq 100); do
+		kill -0 "$MEMCACHED_PID" 2>/dev/null || break
+		st=$("$PY" -c 'import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
+s.sendall(b"version\r\n")
+print(s.recv(64).decode().split()[0])' "$MEMCACHED_PORT" 2>/dev/null) || true
+		[ "$st" = VERSION ] && HAVE_MEMCACHED=1 && break
+		sleep 0.1
+	done
+	[ $HAVE_MEMCACHED = 1 ] || log "memcached did not come up; skipping memcached (log: $OUT_DIR/memcached.log)"
+}
+
+bench_cpu_ticks() { # pid: utime + stime in clock ticks
+	# comm (field 2) may hold spaces: count from the last ')'
+	sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
 }
 
 bench_finish() {

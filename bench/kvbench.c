@@ -40,16 +40,15 @@
  * RESP client with two commands in flight, which measured faster than
  * deeper pipelines and than redis-benchmark's defaults for 1 MiB values;
  * EXISTS pipelined for the prefix; SETs on a second connection by a put
- * thread), none (HBM only).
+ * thread), memcached (--memcached HOST:PORT; the same over memcached's
+ * text protocol: get/set with the same window, a pipelined meta "mg KEY"
+ * per key for the prefix, keys as 64 hex digits), none (HBM only).
  *
  * Output: one "KVBENCH key=value ..." line per run (run_kvbench.sh takes
  * medians over runs).
  */
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -82,7 +81,7 @@ static uint32_t block_bytes = 1u << 20; /* --block: smaller, for tests
 #define REDIS_PUT_DEPTH 1
 
 struct cfg {
-	const char *tier, *workload, *addr, *redis;
+	const char *tier, *workload, *addr, *redis, *memcached;
 	unsigned layers, prompts, hbm_prefixes, sessions, turns, seed;
 	double tps;
 };
@@ -102,8 +101,9 @@ struct tier {
 	struct pool_kv *kv;
 	struct pool_kv_op *put_op;
 	int put_st[MAX_CHUNKS * 8];
-	/* redis */
+	/* redis, or memcached (mc) over the same connections and thread */
 	struct redis r, rput;
+	bool mc;
 	pthread_t put_thr;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -118,24 +118,10 @@ struct tier {
 
 static int redis_connect(const char *hostport, struct redis *r)
 {
-	char host[128];
-	const char *colon = strrchr(hostport, ':');
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
-	int one = 1;
+	int ret = bench_tcp_connect(hostport, &r->fd);
 
-	if (!colon || (size_t)(colon - hostport) >= sizeof(host))
-		return -EINVAL;
-	memcpy(host, hostport, (size_t)(colon - hostport));
-	host[colon - hostport] = '\0';
-	if (getaddrinfo(host, colon + 1, &hints, &ai))
-		return -EINVAL;
-	r->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (r->fd < 0 || connect(r->fd, ai->ai_addr, ai->ai_addrlen)) {
-		freeaddrinfo(ai);
-		return -errno;
-	}
-	freeaddrinfo(ai);
-	setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (ret)
+		return ret;
 	r->rcap = 1 << 20;
 	r->rb = malloc(r->rcap);
 	return r->rb ? 0 : -ENOMEM;
@@ -154,29 +140,6 @@ static int write_all(int fd, const void *b, size_t n)
 			return -EIO;
 		p += w;
 		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* One command in as few segments as the kernel allows. */
-static int writev_all(int fd, struct iovec *iov, int n)
-{
-	while (n) {
-		ssize_t w = writev(fd, iov, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -EIO;
-		while (n && (size_t)w >= iov->iov_len) {
-			w -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (uint8_t *)iov->iov_base + w;
-			iov->iov_len -= (size_t)w;
-		}
 	}
 	return 0;
 }
@@ -253,6 +216,21 @@ static size_t resp_cmd(char *out, const char *cmd, const struct pool_kv_key *k,
 	return n;
 }
 
+/* A memcached command on key k (hex: text keys may not hold arbitrary
+ * bytes); a set says its value length. */
+static size_t mc_cmd(char *out, const char *cmd, const struct pool_kv_key *k,
+		     bool set, size_t vlen)
+{
+	size_t n = (size_t)sprintf(out, "%s ", cmd);
+
+	for (int i = 0; i < 32; i++)
+		n += (size_t)sprintf(out + n, "%02x", k->b[i]);
+	if (set)
+		n += (size_t)sprintf(out + n, " 0 0 %zu", vlen);
+	memcpy(out + n, "\r\n", 2);
+	return n + 2;
+}
+
 static void *redis_put_main(void *arg)
 {
 	struct tier *t = arg;
@@ -271,8 +249,12 @@ static void *redis_put_main(void *arg)
 			char h[128], line[256];
 
 			if (i < t->put_n && i - got < REDIS_PUT_DEPTH) {
-				size_t n = resp_cmd(h, "SET", &t->put_keys[i],
-						    t->put_lens[i]);
+				size_t n = t->mc ? mc_cmd(h, "set",
+							  &t->put_keys[i], true,
+							  t->put_lens[i])
+						 : resp_cmd(h, "SET",
+							    &t->put_keys[i],
+							    t->put_lens[i]);
 
 				struct iovec iov[3] = {
 					{ h, n },
@@ -281,7 +263,7 @@ static void *redis_put_main(void *arg)
 					{ (void *)"\r\n", 2 },
 				};
 
-				writev_all(t->rput.fd, iov, 3);
+				bench_writev_all(t->rput.fd, iov, 3);
 				i++;
 				continue;
 			}
@@ -308,11 +290,14 @@ static int tier_open(struct tier *t, const struct cfg *c)
 			r = pool_kv_open(t->p, NULL, &t->kv);
 		return r;
 	}
-	if (!strcmp(c->tier, "redis")) {
-		int r = redis_connect(c->redis, &t->r);
+	if (!strcmp(c->tier, "redis") || !strcmp(c->tier, "memcached")) {
+		const char *at = c->tier[0] == 'r' ? c->redis : c->memcached;
+		int r;
 
+		t->mc = c->tier[0] == 'm';
+		r = redis_connect(at, &t->r);
 		if (!r)
-			r = redis_connect(c->redis, &t->rput);
+			r = redis_connect(at, &t->rput);
 		if (r)
 			return r;
 		pthread_mutex_init(&t->mu, NULL);
@@ -369,15 +354,17 @@ static ssize_t tier_exists(struct tier *t, const struct pool_kv_key *k,
 		char *cmds = malloc(n * 128), line[64];
 		size_t len = 0, pre = 0;
 		bool gap = false;
+		const char *yes = t->mc ? "HD" : ":1";
 
 		for (size_t i = 0; i < n; i++)
-			len += resp_cmd(cmds + len, "EXISTS", &k[i], 0);
+			len += t->mc ? mc_cmd(cmds + len, "mg", &k[i], false, 0)
+				     : resp_cmd(cmds + len, "EXISTS", &k[i], 0);
 		write_all(t->r.fd, cmds, len);
 		free(cmds);
 		for (size_t i = 0; i < n; i++) {
 			if (rd_line(&t->r, line, sizeof(line)))
 				return -EIO;
-			if (!gap && !strcmp(line, ":1"))
+			if (!gap && !strcmp(line, yes))
 				pre++;
 			else
 				gap = true;
@@ -385,6 +372,27 @@ static ssize_t tier_exists(struct tier *t, const struct pool_kv_key *k,
 		return (ssize_t)pre;
 	}
 	return 0;
+}
+
+/* One memcached get reply, its value into buf when it is a block's size.
+ * Returns the value's length, -1 for a miss, or -EIO. */
+static ssize_t mc_get_reply(struct redis *r, void *buf)
+{
+	char line[256];
+	unsigned long long len;
+	unsigned flags;
+
+	if (rd_line(r, line, sizeof(line)))
+		return -EIO;
+	if (!strcmp(line, "END"))
+		return -1;
+	if (sscanf(line, "VALUE %*s %u %llu", &flags, &len) != 2)
+		return -EIO;
+	if (rd_bytes(r, len == BLOCK ? buf : NULL, (size_t)len) ||
+	    rd_line(r, line, sizeof(line)) || line[0] ||
+	    rd_line(r, line, sizeof(line)) || strcmp(line, "END"))
+		return -EIO;
+	return (ssize_t)len;
 }
 
 /* Gets n blocks into bufs; hit[i]. Returns the number of hits. */
@@ -412,10 +420,22 @@ static ssize_t tier_get(struct tier *t, const struct pool_kv_key *k, size_t n,
 			long vlen;
 
 			while (sent < n && sent - i < REDIS_DEPTH) {
-				size_t len = resp_cmd(cmd, "GET", &k[sent], 0);
+				size_t len = t->mc ? mc_cmd(cmd, "get",
+							    &k[sent], false, 0)
+						   : resp_cmd(cmd, "GET",
+							      &k[sent], 0);
 
 				write_all(t->r.fd, cmd, len);
 				sent++;
+			}
+			if (t->mc) {
+				ssize_t g = mc_get_reply(&t->r, bufs[i]);
+
+				if (g < -1)
+					return g;
+				hit[i] = g == BLOCK;
+				hits += hit[i];
+				continue;
 			}
 			if (rd_line(&t->r, line, sizeof(line)) ||
 			    line[0] != '$')
@@ -732,9 +752,11 @@ static int run(const struct cfg *c)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: kvbench --tier tidepool|redis|none --workload "
-		"shared|oneshot|multiturn\n"
+		"usage: kvbench --tier tidepool|redis|memcached|none "
+		"--workload shared|oneshot|multiturn\n"
 		"               [--addr HOST:PORT] [--redis HOST:PORT] "
+		"[--memcached HOST:PORT]\n"
+		"               "
 		"[--layers 1] [--prompts 40]\n"
 		"               [--hbm-prefixes 5] [--sessions 10] [--turns 4] "
 		"[--tps 10000] [--seed 1]\n"
@@ -750,6 +772,7 @@ int main(int argc, char **argv)
 		{ "workload", required_argument, NULL, 'w' },
 		{ "addr", required_argument, NULL, 'a' },
 		{ "redis", required_argument, NULL, 'R' },
+		{ "memcached", required_argument, NULL, 'M' },
 		{ "layers", required_argument, NULL, 'l' },
 		{ "prompts", required_argument, NULL, 'n' },
 		{ "hbm-prefixes", required_argument, NULL, 'H' },
@@ -784,6 +807,9 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			c.redis = optarg;
+			break;
+		case 'M':
+			c.memcached = optarg;
 			break;
 		case 'l':
 			c.layers = (unsigned)atoi(optarg);
@@ -828,6 +854,7 @@ int main(int argc, char **argv)
 	    (strcmp(c.workload, "shared") && strcmp(c.workload, "oneshot") &&
 	     strcmp(c.workload, "multiturn")) ||
 	    (!strcmp(c.tier, "redis") && !c.redis) ||
+	    (!strcmp(c.tier, "memcached") && !c.memcached) ||
 	    8192 + 2048 * (c.turns - 1) > 64000)
 		usage();
 	return run(&c) ? 1 : 0;

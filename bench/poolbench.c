@@ -47,6 +47,7 @@ struct cfg {
 	unsigned threads; /* 0: async from one thread */
 	uint64_t demo_size;
 	unsigned max_inflight;
+	int server_pid; /* 0: no server CPU on the result lines */
 };
 
 static void usage(FILE *f)
@@ -69,6 +70,9 @@ static void usage(FILE *f)
 	      "  -r, --region SIZE     remote bytes offsets cycle over (256M)\n"
 	      "      --max-inflight N  libpool RMA pieces in flight\n"
 	      "                        (default: the library's, 64)\n"
+	      "      --server-pid PID  also report that process's CPU time\n"
+	      "                        (/proc/PID/stat) over each point:\n"
+	      "                        srv_cpu_us per op, srv_cpu_s_per_GB\n"
 	      "      --size SIZE       demo: region size (default 256M)\n"
 	      "  -h, --help            this text\n"
 	      "Sizes take K, M, G suffixes (binary). One line per point:\n"
@@ -86,13 +90,14 @@ static int bad_arg(const char *opt, const char *val, const char *want)
 /* Returns 0, or the exit status for a usage error (2) or help (-1). */
 static int parse_args(int argc, char **argv, struct cfg *c)
 {
-	enum { OPT_SIZE = 256, OPT_MAX_INFLIGHT };
+	enum { OPT_SIZE = 256, OPT_MAX_INFLIGHT, OPT_SERVER_PID };
 	static const struct option longopts[] = {
 		{ "addr", required_argument, NULL, 'a' },
 		BENCH_POINTS_LONGOPTS,
 		{ "threads", required_argument, NULL, 't' },
 		{ "max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT },
 		{ "size", required_argument, NULL, OPT_SIZE },
+		{ "server-pid", required_argument, NULL, OPT_SERVER_PID },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -148,6 +153,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 				return bad_arg("--max-inflight", optarg,
 					       "want a count 1..65536");
 			c->max_inflight = one[0];
+			break;
+		case OPT_SERVER_PID:
+			if (bench_parse_server_pid(optarg, "poolbench",
+						   &c->server_pid))
+				return 2;
 			break;
 		case OPT_SIZE:
 			if (bench_parse_size(optarg, &c->demo_size))
@@ -342,6 +352,7 @@ static int run_threads(struct pool *p, struct pool_region *r,
 	res->ops = 0;
 	res->elapsed_ns = 0;
 	res->cpu_ns = 0;
+	res->srv_cpu_valid = false;
 	w = calloc(n, sizeof(*w));
 	if (!w)
 		return -ENOMEM;
@@ -353,6 +364,8 @@ static int run_threads(struct pool *p, struct pool_region *r,
 		w[i].spec.depth = 1;
 		w[i].spec.lane = i;
 		w[i].spec.nlanes = n;
+		/* the first thread's measured phase stands for the point's */
+		w[i].spec.srv_pid = i ? 0 : spec->srv_pid;
 		bench_lat_init(&w[i].res.lat);
 		w[i].gate = &gate;
 		w[i].eng.bufs = bench_buf_alloc(spec->size);
@@ -373,6 +386,10 @@ static int run_threads(struct pool *p, struct pool_region *r,
 			err = w[i].err;
 		res->ops += w[i].res.ops;
 		res->cpu_ns += w[i].res.cpu_ns;
+		if (!i) {
+			res->srv_cpu_ns = w[i].res.srv_cpu_ns;
+			res->srv_cpu_valid = w[i].res.srv_cpu_valid;
+		}
 		if (w[i].res.elapsed_ns > res->elapsed_ns)
 			res->elapsed_ns = w[i].res.elapsed_ns;
 		if (!err && bench_lat_merge(&res->lat, &w[i].res.lat))
@@ -418,6 +435,7 @@ static int cmd_run(const struct cfg *c)
 		.run = run_point,
 		.strerror = pool_strerror,
 		.arg = &x,
+		.srv_pid = c->server_pid,
 	};
 	const char *prov = "?";
 	const uint8_t *fa;

@@ -7,8 +7,11 @@
 # multiturn), runs kvbench three times on an empty tier:
 #   tidepool  a standalone memd on loopback (CAP donated, kv_share 100)
 #   redis     a redis-server on loopback (maxmemory CAP, allkeys-lru)
+#   memcached a memcached on loopback (-m CAP, -I 2m for the 1 MiB blocks,
+#             -t MEMCACHED_THREADS; its own LRU), skipped with a log
+#             line where memcached is not installed
 #   none      local HBM only
-# (memd is restarted and redis flushed before every run), then prints
+# (memd, redis and memcached are restarted before every run), then prints
 # medians per (tier, workload) and the one-shot cost of the tier against
 # no tier. Builds nothing.
 #
@@ -17,7 +20,8 @@
 #        bench/run_kvbench.sh --summarize RAW.txt...
 # Knobs (environment): REPS=3 CAP=2560M SLAB=64M LAYERS=1 PROMPTS=60
 #   SESSIONS=16 TURNS=4 HBM=5 TPS=10000 WORKLOADS="shared oneshot multiturn"
-#   ONESHOT_PROMPTS=10 OUT_DIR=<BUILD>/kvbench-results/<time>
+#   ONESHOT_PROMPTS=10 MEMCACHED_THREADS=2
+#   OUT_DIR=<BUILD>/kvbench-results/<time>
 #   FABRIC=1: also the tier "tidepool_fabric", the same memd with the
 #   client's same-host path off (LIBPOOL_SHM=off: KV over RMA, as before
 #   issue 19's KV files), for a before/after in one run; 0: not run
@@ -53,6 +57,9 @@ def med(w, t, f):
     v = [float(r[f]) for r in rows.get((w, t), []) if f in r]
     return statistics.median(v) if v else float("nan")
 
+def div(a, b):
+    return a / b if b else float("nan")
+
 def rng(w, t, f):
     v = [float(r[f]) for r in rows.get((w, t), []) if f in r]
     return (min(v), max(v)) if v else (float("nan"),) * 2
@@ -62,7 +69,7 @@ print(f"{'workload':<10} {'tier':<9} {'runs':>4} {'hit':>6} {'local':>6} "
       f"{'GB put':>7} {'exists ms':>9} {'TTFT s':>7} {'recompute s':>11} "
       f"{'TTFT/recomp':>11}")
 for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "tidepool_fabric", "redis", "none"):
+    for t in ("tidepool", "tidepool_fabric", "redis", "memcached", "none"):
         if (w, t) not in rows:
             continue
         ttft, rec = med(w, t, "ttft_s"), med(w, t, "ttft_recompute_s")
@@ -73,8 +80,8 @@ for w in ("shared", "oneshot", "multiturn"):
               f"{med(w, t, 'get_bytes') / 1e9:>7.2f} "
               f"{med(w, t, 'put_bytes') / 1e9:>7.2f} "
               f"{med(w, t, 'exists_ms'):>9.3f} {ttft:>7.3f} {rec:>11.3f} "
-              f"{ttft / rec:>11.3f}")
-for t in ("tidepool", "redis"):
+              f"{div(ttft, rec):>11.3f}")
+for t in ("tidepool", "redis", "memcached"):
     if ("oneshot", t) in rows:
         lo, hi = rng("oneshot", t, "crit_overhead_pct")
         print(f"median oneshot_cost_pct tier={t} "
@@ -85,13 +92,16 @@ for w in ("shared", "oneshot", "multiturn"):
     for t in ("tidepool", "tidepool_fabric"):
         if (w, t) in rows and (w, "redis") in rows:
             print(f"median get_MBps_vs_redis workload={w} tier={t} "
-                  f"value={med(w, t, 'get_MBps') / med(w, 'redis', 'get_MBps'):.2f} "
+                  f"value={div(med(w, t, 'get_MBps'), med(w, 'redis', 'get_MBps')):.2f} "
                   f"target=1.5")
+        if (w, t) in rows and (w, "memcached") in rows:
+            print(f"median get_MBps_vs_memcached workload={w} tier={t} "
+                  f"value={div(med(w, t, 'get_MBps'), med(w, 'memcached', 'get_MBps')):.2f}")
 for w in ("shared", "multiturn"):
-    for t in ("tidepool", "redis"):
+    for t in ("tidepool", "redis", "memcached"):
         if (w, t) in rows and (w, "none") in rows:
             print(f"median ttft_vs_hbm_only workload={w} tier={t} "
-                  f"value={med(w, t, 'ttft_s') / med(w, 'none', 'ttft_s'):.3f}")
+                  f"value={div(med(w, t, 'ttft_s'), med(w, 'none', 'ttft_s')):.3f}")
 EOF
 }
 
@@ -115,6 +125,7 @@ TPS=${TPS:-10000}
 WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
 FABRIC=${FABRIC:-1}
 SHM_DIR=${SHM_DIR:-}
+MEMCACHED_THREADS=${MEMCACHED_THREADS:-2}
 OUT_DIR=${OUT_DIR:-$BUILD/kvbench-results/$(date +%Y%m%d-%H%M%S)}
 
 MEMD=$BUILD/memd/memd
@@ -124,6 +135,10 @@ for b in "$MEMD" "$KVBENCH"; do
   cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2 memd kvbench"
 done
 command -v redis-server >/dev/null || die "redis-server is needed (the baseline)"
+HAVE_MEMCACHED=1
+command -v memcached >/dev/null || HAVE_MEMCACHED=0
+[[ $MEMCACHED_THREADS =~ ^[1-9][0-9]*$ ]] ||
+	die "MEMCACHED_THREADS must be a positive count"
 
 mkdir -p "$OUT_DIR"
 RAW=$OUT_DIR/raw.txt
@@ -131,9 +146,11 @@ RAW=$OUT_DIR/raw.txt
 TMP=$(mktemp -d /tmp/kvbench.XXXXXX)
 MEMD_PID=
 REDIS_PID=
+MC_PID=
 cleanup() {
 	[ -z "$MEMD_PID" ] || kill "$MEMD_PID" 2>/dev/null || true
 	[ -z "$REDIS_PID" ] || kill "$REDIS_PID" 2>/dev/null || true
+	[ -z "$MC_PID" ] || kill "$MC_PID" 2>/dev/null || true
 	wait 2>/dev/null || true
 	rm -rf "$TMP"
 }
@@ -168,15 +185,45 @@ stop_memd() {
 	MEMD_PID=
 }
 
+# A fresh memcached, ready for commands (memcached refuses to run as root
+# without -u). Returns 1 when it does not come up.
+start_memcached() {
+	local user=()
+	[ "$(id -u)" != 0 ] || user=(-u root)
+	MC_PORT=$(free_port)
+	memcached "${user[@]}" -l 127.0.0.1 -p "$MC_PORT" -U 0 \
+		-m $((redis_cap >> 20)) -I 2m -t "$MEMCACHED_THREADS" \
+		>>"$OUT_DIR/memcached.log" 2>&1 &
+	MC_PID=$!
+	for _ in $(seq 100); do
+		python3 -c 'import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
+s.sendall(b"version\r\n")
+sys.exit(0 if s.recv(64).startswith(b"VERSION") else 1)' "$MC_PORT" \
+			2>/dev/null && return 0
+		kill -0 "$MC_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	return 1
+}
+
+stop_memcached() {
+	kill "$MC_PID" 2>/dev/null || true
+	wait "$MC_PID" 2>/dev/null || true
+	MC_PID=
+}
+
 REDIS_PORT=$(free_port)
 redis_cap=$(python3 -c "
 s = '$CAP'; m = {'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
 print(int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s))")
+[ $HAVE_MEMCACHED = 1 ] || log "memcached not installed; skipping the memcached tier"
 {
 	echo "# run_kvbench $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 	echo "# host cpus=$(nproc) kernel=$(uname -r) redis=$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 	echo "# loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)"
 	echo "# fabric=$FABRIC shm_dir=${SHM_DIR:-none} shmem_enabled=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/shmem_enabled 2>/dev/null)"
+	echo "# memcached=$(memcached -V 2>/dev/null | tr ' ' _ || echo none) memcached_threads=$MEMCACHED_THREADS"
 	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS oneshot_prompts=$ONESHOT_PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM tps=$TPS"
 } >>"$RAW"
 
@@ -216,6 +263,18 @@ for rep in $(seq "$REPS"); do
 		kill "$REDIS_PID"
 		wait "$REDIS_PID" 2>/dev/null || true
 		REDIS_PID=
+
+		if [ $HAVE_MEMCACHED = 1 ]; then
+			log "rep $rep/$REPS $w: memcached"
+			if start_memcached; then
+				"$KVBENCH" --tier memcached \
+					--memcached "127.0.0.1:$MC_PORT" "${args[@]}" |
+					tee -a "$RAW"
+			else
+				log "memcached did not come up; skipping it (log: $OUT_DIR/memcached.log)"
+			fi
+			stop_memcached
+		fi
 
 		log "rep $rep/$REPS $w: none"
 		"$KVBENCH" --tier none "${args[@]}" | tee -a "$RAW"

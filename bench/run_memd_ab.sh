@@ -116,10 +116,6 @@ START_TIME=$(date +%s)
 	done
 } >>"$RAW"
 
-cpu_ticks() { # pid: utime + stime in clock ticks
-	awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
-
 HZ=$(getconf CLK_TCK)
 for rep in $(seq "$REPS"); do
 	for i in "${!NAMES[@]}"; do
@@ -130,12 +126,12 @@ for rep in $(seq "$REPS"); do
 			--slab-size 64M ${ARGS[$i]}
 		for s in ${SIZES//,/ }; do
 			for d in ${DEPTHS//,/ }; do
-				c0=$(cpu_ticks "$MEMD_PID")
+				c0=$(bench_cpu_ticks "$MEMD_PID")
 				line=$(run_cmd "$POOLBENCH" -a "$MEMD_ADDR" -s "$s" \
 					-d "$d" --rw read -T "$POINT_SECONDS" \
 					-w "$WARMUP" | grep '^poolbench ' | head -1) ||
 					die "poolbench failed against ${NAMES[$i]}"
-				c1=$(cpu_ticks "$MEMD_PID")
+				c1=$(bench_cpu_ticks "$MEMD_PID")
 				"$PY" - "$line" "$((c1 - c0))" "$HZ" \
 					"${NAMES[$i]}" "$rep" >>"$RAW" <<'EOF'
 import sys

@@ -12,7 +12,7 @@ pkgs=(
 	libxxhash-dev
 	libcurl4-openssl-dev etcd-server etcd-client
 	clang libclang-rt-14-dev clang-format
-	iperf3 redis-server redis-tools
+	iperf3 redis-server redis-tools memcached
 	groff-base iproute2 iptables procps util-linux
 	valgrind sqlite3
 	python3-dev python3-numpy python3-torch python3-pytest
