@@ -73,7 +73,8 @@
  *   callers    touch the range (faults block them until pool-uffd
  *              answers); pool_map()/pool_unmap() take reg_lock to find a
  *              mapping; pool_unmap() stops pool-uffd before it touches
- *              handler state. Counters are atomics.
+ *              handler state. Counters are atomics, and so are the
+ *              per-step times (phase_add(), "phases" in the stats).
  *
  * Invariants (handler state):
  *   - PG_RESIDENT pages are exactly the nres entries of the FIFO ring.
@@ -698,7 +699,6 @@ static int engine_start(void)
 	eng.resident = 0;
 	__atomic_store_n(&eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
 	eng.spin_win_ns = 0;
-
 	/* pool-uffd takes no signals: a SIGBUS or SIGINT meant for the
 	 * application must never land on the thread that serves faults. */
 	sigfillset(&all);
@@ -1522,11 +1522,11 @@ static size_t res_cap(const struct mapping *m)
 	return p < m->max_res ? (p ? p : 1) : m->max_res;
 }
 
-/* Evicts in rounds of m->batch pages (more when more are needed at
- * once) until need more pages fit, in m's budget and then in the
- * process's. */
 static int do_make_room(struct mapping *m, size_t need);
 
+/* Evicts in rounds of m->batch pages (more when more are needed at
+ * once) until need more pages fit, in m's budget and then in the
+ * process's (do_make_room()); its time is the step "room". */
 static int make_room(struct mapping *m, size_t need)
 {
 	uint64_t t0 = mono_ns();
