@@ -30,6 +30,9 @@
 #            descending runs of 64 (tp_programs runs: see run.sh)
 #   scan     128 MiB array filled, 4 sequential passes (tp_programs scan)
 #   hash     64 MiB open-addressing table, random inserts and lookups
+#            (uniform keys, half misses: the worst case for any pager)
+#   hashz    the same table, lookups of keys of Zipf(0.99) popularity
+#            (YCSB's skew; not in the default WORKS)
 # The budget (LIBPOOL_LOCAL_BYTES) is that percentage of the plain run's
 # median peak RSS (/usr/bin/time %M); with regions it is per allocation
 # (the old engine has no process budget). Each run's output is compared
@@ -101,6 +104,7 @@ EOF
 		;;
 	scan) CMD=("$TPP" scan $((128 * SCALE))) ;;
 	hash) CMD=("$TPP" hash $((64 * SCALE))) ;;
+	hashz) CMD=("$TPP" hash $((64 * SCALE)) zipf 0.99) ;;
 	*) die "unknown workload $1" ;;
 	esac
 }

@@ -73,7 +73,8 @@
  *   callers    touch the range (faults block them until pool-uffd
  *              answers); pool_map()/pool_unmap() take reg_lock to find a
  *              mapping; pool_unmap() stops pool-uffd before it touches
- *              handler state. Counters are atomics.
+ *              handler state. Counters are atomics, and so are the
+ *              per-step times (phase_add(), "phases" in the stats).
  *
  * Invariants (handler state):
  *   - PG_RESIDENT pages are exactly the nres entries of the FIFO ring.
@@ -317,6 +318,9 @@ static struct {
 	 * only) and counters (atomics, pool_paging_get_engine_stats()). */
 	uint64_t spin_cap_ns, spin_win_ns;
 	uint64_t spin_hits, spin_misses, spin_ns, waits;
+	/* Time per step (phase_add(); atomics, read by
+	 * pool_paging_get_engine_stats()). */
+	uint64_t ph_ns[POOL_PHASE_N], ph_n[POOL_PHASE_N];
 } eng = { .lock = PTHREAD_MUTEX_INITIALIZER,
 	  .life = PTHREAD_MUTEX_INITIALIZER,
 	  .uffd = -1,
@@ -325,6 +329,25 @@ static struct {
 	  .budget = SIZE_MAX };
 
 #define STAT_ADD(m, f, n) __atomic_add_fetch(&(m)->st.f, (n), __ATOMIC_RELAXED)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds the time since t0 to step ph (a vDSO clock read, ~30 ns here, a
+ * few per fault); returns now, the start of the next step. */
+static uint64_t phase_add(unsigned ph, uint64_t t0)
+{
+	uint64_t now = mono_ns();
+
+	__atomic_add_fetch(&eng.ph_ns[ph], now - t0, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&eng.ph_n[ph], 1, __ATOMIC_RELAXED);
+	return now;
+}
 
 static size_t round_up(size_t v, size_t a)
 {
@@ -1229,6 +1252,7 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 	size_t wb[WB_BATCH];
 	size_t nw = 0;
 	int ret;
+	uint64_t t = mono_ns();
 
 	*done = 0;
 	eng.resident -= n * m->psize;
@@ -1236,6 +1260,7 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 	/* Dirty pages are protected first: from then on a write waits
 	 * for us, so the copy we send is the page's last contents. */
 	ret = protect_dirty(m, victims, n);
+	t = phase_add(POOL_PHASE_PROTECT, t);
 	if (ret) {
 		ring_restore(m, victims, n);
 		return ret;
@@ -1249,8 +1274,10 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 			      m->psize);
 		wb[nw++] = idx;
 	}
+	t = phase_add(POOL_PHASE_COPYOUT, t);
 	if (nw) {
 		ret = write_back(m, wb, nw);
+		t = phase_add(POOL_PHASE_WRITEBACK, t);
 		if (ret) {
 			mapping_fail(m, ret, "write-back");
 			ring_restore(m, victims, n);
@@ -1260,6 +1287,7 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 			m->state[wb[i]] |= PG_REMOTE;
 	}
 	drop_pages(m, victims, n);
+	phase_add(POOL_PHASE_DROP, t);
 	for (size_t i = 0; i < n; i++) {
 		m->state[victims[i]] &= (uint8_t)PG_REMOTE;
 		m->evicted[victims[i]] = m->epoch;
@@ -1494,10 +1522,21 @@ static size_t res_cap(const struct mapping *m)
 	return p < m->max_res ? (p ? p : 1) : m->max_res;
 }
 
+static int do_make_room(struct mapping *m, size_t need);
+
 /* Evicts in rounds of m->batch pages (more when more are needed at
  * once) until need more pages fit, in m's budget and then in the
- * process's. */
+ * process's (do_make_room()); its time is the step "room". */
 static int make_room(struct mapping *m, size_t need)
+{
+	uint64_t t0 = mono_ns();
+	int ret = do_make_room(m, need);
+
+	phase_add(POOL_PHASE_ROOM, t0);
+	return ret;
+}
+
+static int do_make_room(struct mapping *m, size_t need)
 {
 	while (m->nres + need > m->max_res) {
 		size_t over = m->nres + need - m->max_res;
@@ -1659,8 +1698,10 @@ static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 {
 	uint64_t off;
 	struct pool_region *r = seg_at(m, lo, &off);
+	uint64_t t0 = mono_ns();
 	int ret = pool_read(m->p, r, off, m->stage_in, run_bytes(m, lo, n));
 
+	phase_add(POOL_PHASE_FETCH, t0);
 	if (ret) {
 		mapping_fail(m, ret, "fetch");
 		return ret;
@@ -1675,6 +1716,7 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 	size_t bytes = run_bytes(m, lo, n), at;
 	bool dirty;
 	int ret;
+	uint64_t t0 = mono_ns();
 
 	if (bytes < n * m->psize)
 		memset((uint8_t *)buf + bytes, 0, n * m->psize - bytes);
@@ -1707,6 +1749,7 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 			ret = uffd_copy(m, idx, 1, buf + at * m->psize,
 					!(dirty || write));
 	}
+	phase_add(POOL_PHASE_INSTALL, t0);
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
@@ -2190,7 +2233,10 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 		return;
 	}
 	if (write && !again) {
+		uint64_t t0 = mono_ns();
+
 		ret = zero_fill(m, idx);
+		phase_add(POOL_PHASE_ZERO, t0);
 		if (ret) {
 			mapping_fail(m, ret, "zero fill");
 			fault_fail(m, tid, idx);
@@ -2204,10 +2250,13 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 			return;
 		}
 	}
+	uint64_t t0 = mono_ns();
+
 	if (write)
 		ret = uffd_copy(m, idx, 1, m->zero, false);
 	else
 		ret = zero_install(m, idx);
+	phase_add(POOL_PHASE_ZERO, t0);
 	if (ret == -EEXIST) { /* raced with nothing we know of: keep it */
 		uffd_wake(m, idx, 1);
 		ret = 0;
@@ -2234,6 +2283,8 @@ static void wp_fault(struct mapping *m, size_t idx)
 		uffd_wake(m, idx, 1);
 		return;
 	}
+	uint64_t t0 = mono_ns();
+
 	STAT_ADD(m, wp_faults, 1);
 	if ((m->state[idx] & (PG_REMOTE | PG_DIRTY | PG_ZERO)) == PG_REMOTE)
 		m->wr_hits++; /* a fetched page, installed protected */
@@ -2247,6 +2298,7 @@ static void wp_fault(struct mapping *m, size_t idx)
 			 strerror(-ret));
 		uffd_wake(m, idx, 1);
 	}
+	phase_add(POOL_PHASE_WP, t0);
 }
 
 /* Whether some mapping has runs to install ahead (eng.lock held). */
@@ -2334,14 +2386,6 @@ static void batch_faults(struct uffd_msg *msgs, size_t n)
 		msgs[which[j]].event = 0;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * Waits for a fault (or the stop event) as poll(pf, 2, -1) would, but
  * first spins for up to eng.spin_win_ns, polling without sleeping (with
@@ -2420,10 +2464,12 @@ static void *uffd_main(void *arg)
 					  .events = POLLIN } };
 		ssize_t n;
 		int ready;
+		uint64_t t = mono_ns();
 
 		/* With runs to install ahead, only look for faults: they
 		 * come first, and the runs fill the time between them. */
 		ready = pending ? poll(pf, 2, 0) : spin_wait(pf);
+		t = phase_add(POOL_PHASE_WAIT, t);
 		if (ready < 0) {
 			if (errno == EINTR)
 				continue;
@@ -2434,8 +2480,10 @@ static void *uffd_main(void *arg)
 		if (pf[1].revents)
 			break;
 		pthread_mutex_lock(&eng.lock);
+		t = phase_add(POOL_PHASE_LOCK, t);
 		if (ready == 0) {
 			install_ahead_any();
+			phase_add(POOL_PHASE_AHEAD, t);
 			pending = ahead_pending_any();
 			pthread_mutex_unlock(&eng.lock);
 			continue;
@@ -2450,6 +2498,7 @@ static void *uffd_main(void *arg)
 				 strerror(errno));
 			break;
 		}
+		t = phase_add(POOL_PHASE_READ, t);
 		n /= (ssize_t)sizeof(msgs[0]);
 		batch_faults(msgs, (size_t)n);
 		for (size_t i = 0; i < (size_t)n; i++) {
@@ -2471,6 +2520,7 @@ static void *uffd_main(void *arg)
 						UFFD_PAGEFAULT_FLAG_WRITE,
 					(pid_t)msg->arg.pagefault.feat.ptid);
 		}
+		phase_add(POOL_PHASE_SERVE, t);
 		pending = ahead_pending_any();
 		pthread_mutex_unlock(&eng.lock);
 	}
@@ -3203,6 +3253,34 @@ void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st)
 	st->spin_hits = __atomic_load_n(&eng.spin_hits, __ATOMIC_RELAXED);
 	st->spin_misses = __atomic_load_n(&eng.spin_misses, __ATOMIC_RELAXED);
 	st->spin_ns = __atomic_load_n(&eng.spin_ns, __ATOMIC_RELAXED);
+	for (unsigned i = 0; i < POOL_PHASE_N; i++) {
+		st->phase_ns[i] =
+			__atomic_load_n(&eng.ph_ns[i], __ATOMIC_RELAXED);
+		st->phase_n[i] =
+			__atomic_load_n(&eng.ph_n[i], __ATOMIC_RELAXED);
+	}
+}
+
+const char *pool_paging_phase_name(unsigned phase)
+{
+	static const char *const names[POOL_PHASE_N] = {
+		[POOL_PHASE_WAIT] = "wait",
+		[POOL_PHASE_LOCK] = "lock",
+		[POOL_PHASE_READ] = "read",
+		[POOL_PHASE_SERVE] = "serve",
+		[POOL_PHASE_FETCH] = "fetch",
+		[POOL_PHASE_INSTALL] = "install",
+		[POOL_PHASE_ZERO] = "zero",
+		[POOL_PHASE_ROOM] = "room",
+		[POOL_PHASE_PROTECT] = "protect",
+		[POOL_PHASE_COPYOUT] = "copyout",
+		[POOL_PHASE_WRITEBACK] = "writeback",
+		[POOL_PHASE_DROP] = "drop",
+		[POOL_PHASE_WP] = "wp",
+		[POOL_PHASE_AHEAD] = "ahead",
+	};
+
+	return phase < POOL_PHASE_N ? names[phase] : "?";
 }
 
 int pool_paging_set_process_budget(size_t bytes)

@@ -109,6 +109,27 @@ void pool_paging_mark_engine_thread(void);
  */
 int pool_paging_set_process_budget(size_t bytes);
 
+/* The engine's steps that pool_paging_get_engine_stats() times; the
+ * names of pool_paging_phase_name() are the shim's stats line's. */
+enum pool_paging_phase {
+	POOL_PHASE_WAIT,      /* poll/spin for the next message */
+	POOL_PHASE_LOCK,      /* taking eng.lock */
+	POOL_PHASE_READ,      /* read() of the userfaultfd's messages */
+	POOL_PHASE_SERVE,     /* serving one batch of messages */
+	POOL_PHASE_FETCH,     /* pool_read() of a fault's run */
+	POOL_PHASE_INSTALL,   /* UFFDIO_COPY of a fetched run (and wake) */
+	POOL_PHASE_ZERO,      /* zero fills and zero pages */
+	POOL_PHASE_ROOM,      /* make_room(): eviction on the fault path */
+	POOL_PHASE_PROTECT,   /* write-protect of dirty victims */
+	POOL_PHASE_COPYOUT,   /* copying dirty victims to stage_out */
+	POOL_PHASE_WRITEBACK, /* their pool_write_async() and waits */
+	POOL_PHASE_DROP,      /* MADV_DONTNEED of the victims */
+	POOL_PHASE_WP,	      /* WP faults (unprotect and wake) */
+	POOL_PHASE_AHEAD,     /* install-ahead between faults */
+	POOL_PHASE_N
+};
+const char *pool_paging_phase_name(unsigned phase);
+
 /*
  * The engine's waiting for faults (process-wide, since the process
  * started; docs/paging.md, "Waiting for faults"): spin_cap_ns the cap of
@@ -119,6 +140,12 @@ int pool_paging_set_process_budget(size_t bytes);
  */
 struct pool_paging_engine_stats {
 	uint64_t spin_cap_ns, waits, spin_hits, spin_misses, spin_ns;
+	/* Where pool-uffd's time went, per step (POOL_PHASE_*): nanoseconds
+	 * and times taken, summed since the process started (CLOCK_MONOTONIC
+	 * stamps around each step; docs/bench/paging.md, "Where a fault's
+	 * time goes"). Steps nest: serve holds the rest but wait, lock and
+	 * read; room holds protect, copyout, writeback and drop. */
+	uint64_t phase_ns[POOL_PHASE_N], phase_n[POOL_PHASE_N];
 };
 void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st);
 

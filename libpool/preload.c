@@ -986,7 +986,7 @@ __attribute__((destructor)) static void print_stats(void)
 {
 	struct pool_map_stats st = { 0 };
 	struct pool_paging_engine_stats es;
-	char line[1024]; /* 25 numbers of up to 20 digits and the names */
+	char line[1536]; /* 28 numbers of up to 20 digits, and names */
 	int n, fabric;
 
 	if (ctx.stats_fd <= 0 || ctx.forked)
@@ -1051,4 +1051,21 @@ __attribute__((destructor)) static void print_stats(void)
 		n = (int)sizeof(line) - 1;
 	if (n > 0 && write(ctx.stats_fd - 1, line, (size_t)n) < 0)
 		return;
+	/* Where pool-uffd's time went: STEP_us=total STEP_n=times. */
+	n = snprintf(line, sizeof(line), "libpool-preload: phases");
+	for (unsigned i = 0; i < POOL_PHASE_N && n > 0 && n < (int)sizeof(line);
+	     i++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n,
+			      " %s_us=%llu %s_n=%llu",
+			      pool_paging_phase_name(i),
+			      (unsigned long long)(es.phase_ns[i] / 1000),
+			      pool_paging_phase_name(i),
+			      (unsigned long long)es.phase_n[i]);
+	if (n >= (int)sizeof(line) - 1)
+		n = (int)sizeof(line) - 2;
+	if (n > 0) {
+		line[n++] = '\n';
+		if (write(ctx.stats_fd - 1, line, (size_t)n) < 0)
+			return;
+	}
 }

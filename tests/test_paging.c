@@ -390,6 +390,64 @@ START_TEST(dirty_pages_survive_eviction)
 }
 END_TEST
 
+/*
+ * The engine's per-step timing (pool_paging_get_engine_stats() phase_*,
+ * the shim's "phases" line): dirty pages evicted and read back take each
+ * step of a remote fault at least once, and the steps served inside a
+ * batch of messages never add up to more than the batch's own time.
+ * Counters only: no bound on any duration.
+ */
+START_TEST(phases_time_each_step)
+{
+	const size_t size = 4 * MiB, local = 256 * KiB, hot = 512 * KiB;
+	struct pool_paging_engine_stats e0, e1;
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+	uint64_t d[POOL_PHASE_N], dn[POOL_PHASE_N];
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	pool_paging_get_engine_stats(&e0);
+	tu_pattern_fill(a, hot, 7, 0);		/* zero fills, evicted dirty */
+	for (size_t i = hot; i < size; i += PG) /* the rest: zero pages */
+		ck_assert_uint_eq(a[i], 0);
+	for (size_t i = 0; i < hot; i += 3 * PG) /* fetched back, random-ish */
+		ck_assert_uint_eq(a[(hot - PG - i) % hot],
+				  tu_pattern_byte(7, (hot - PG - i) % hot));
+	check_range(a, 0, hot, 7);
+	/* the last mapping gone, pool-uffd has stopped: no step half
+	 * counted */
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_paging_get_engine_stats(&e1);
+	for (unsigned i = 0; i < POOL_PHASE_N; i++) {
+		d[i] = e1.phase_ns[i] - e0.phase_ns[i];
+		dn[i] = e1.phase_n[i] - e0.phase_n[i];
+		ck_assert_str_ne(pool_paging_phase_name(i), "?");
+	}
+	ck_assert_str_eq(pool_paging_phase_name(POOL_PHASE_N), "?");
+	static const unsigned taken[] = {
+		POOL_PHASE_WAIT,    POOL_PHASE_LOCK,	  POOL_PHASE_READ,
+		POOL_PHASE_SERVE,   POOL_PHASE_FETCH,	  POOL_PHASE_INSTALL,
+		POOL_PHASE_ZERO,    POOL_PHASE_ROOM,	  POOL_PHASE_PROTECT,
+		POOL_PHASE_COPYOUT, POOL_PHASE_WRITEBACK, POOL_PHASE_DROP,
+	};
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+		ck_assert_msg(dn[taken[i]] > 0 && d[taken[i]] > 0,
+			      "step %s never timed",
+			      pool_paging_phase_name(taken[i]));
+	/* one read per batch, one serve per read */
+	ck_assert_uint_eq(dn[POOL_PHASE_SERVE], dn[POOL_PHASE_READ]);
+	ck_assert_uint_ge(d[POOL_PHASE_SERVE], d[POOL_PHASE_FETCH] +
+						       d[POOL_PHASE_INSTALL] +
+						       d[POOL_PHASE_WP]);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
 /* Word w of the read-modify-write test after passes 0..k (k < 0: as
  * filled). Pass 0 and 1 update every page, pass 2 the odd pages. */
 static uint64_t rmw_word(size_t w, int k)
@@ -2008,6 +2066,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, existing_region);
 		tcase_add_test(tc, zero_pages_cost_no_fetch);
 		tcase_add_test(tc, dirty_pages_survive_eviction);
+		tcase_add_test(tc, phases_time_each_step);
 		tcase_add_test(tc, read_modify_write_passes);
 		tcase_add_test(tc, threads_fault_at_once);
 		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);

@@ -20,6 +20,13 @@
  *   tp_programs hash MIB      an open-addressing hash table of MIB MiB
  *                             (16-byte slots) filled to 1/2, then as many
  *                             random lookups, half of them misses
+ *   tp_programs hash MIB zipf THETA
+ *                             the same table, then as many lookups of
+ *                             keys drawn with Zipf popularity THETA (0.99:
+ *                             YCSB's; a cache's skew, as memcached's ETC),
+ *                             all hits; the keys' ranks are scrambled
+ *                             over the keys (and the keys hash over the
+ *                             table), so hot keys are not adjacent
  *
  * Every byte written is derived from (thread, block, offset) and checked
  * before it is freed or grown, so a wrong byte changes the exit status
@@ -29,6 +36,7 @@
 #define _GNU_SOURCE
 #endif
 #include <malloc.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -278,10 +286,55 @@ static int run_scan(size_t mib)
 	return 0;
 }
 
-static int run_hash(size_t mib)
+/*
+ * Zipf-distributed ranks 0..n-1 (rank 0 the most popular), the
+ * generator of YCSB (Gray et al., "Quickly generating billion-record
+ * synthetic databases", SIGMOD 1994), from a deterministic sequence.
+ */
+struct zipf {
+	double theta, alpha, zetan, eta, half;
+	size_t n;
+	uint64_t seq;
+};
+
+static void zipf_init(struct zipf *z, size_t n, double theta)
+{
+	double zeta2 = 1.0 + pow(0.5, theta);
+
+	z->n = n;
+	z->theta = theta;
+	z->zetan = 0;
+	for (size_t i = 1; i <= n; i++)
+		z->zetan += 1.0 / pow((double)i, theta);
+	z->alpha = 1.0 / (1.0 - theta);
+	z->eta = (1.0 - pow(2.0 / (double)n, 1.0 - theta)) /
+		 (1.0 - zeta2 / z->zetan);
+	z->half = pow(0.5, theta);
+	z->seq = 0;
+}
+
+static size_t zipf_next(struct zipf *z)
+{
+	double u = (double)(mix(++z->seq ^ 0x5851f42d4c957f2dull) >> 11) *
+		   (1.0 / 9007199254740992.0);
+	double uz = u * z->zetan;
+	size_t r;
+
+	if (uz < 1.0)
+		return 0;
+	if (uz < 1.0 + z->half)
+		return 1;
+	r = (size_t)((double)z->n * pow(z->eta * u - z->eta + 1.0, z->alpha));
+	return r < z->n ? r : z->n - 1;
+}
+
+/* theta > 0: the lookups are Zipf(theta) hits (hashz); else uniform,
+ * half misses (hash). */
+static int run_hash(size_t mib, double theta)
 {
 	size_t nslots = (mib << 20) / 16, mask, n;
 	uint64_t(*t)[2], hits = 0, s = 0;
+	struct zipf z = { 0 };
 
 	while (nslots & (nslots - 1))
 		nslots &= nslots - 1;
@@ -299,10 +352,16 @@ static int run_hash(size_t mib)
 		t[h][0] = k;
 		t[h][1] = i;
 	}
+	if (theta > 0)
+		zipf_init(&z, n, theta);
 	for (uint64_t i = 1; i <= n; i++) {
 		/* odd i: a key inserted; even i: most likely a miss */
 		uint64_t k = i & 1 ? mix(mix(i) % n + 1) | 1 : mix(i) & ~1ull;
-		size_t h = (size_t)mix(k) & mask;
+		size_t h;
+
+		if (theta > 0) /* rank r is key number mix(r) % n + 1 */
+			k = mix(mix((uint64_t)zipf_next(&z)) % n + 1) | 1;
+		h = (size_t)mix(k) & mask;
 
 		while (t[h][0] && t[h][0] != k)
 			h = (h + 1) & mask;
@@ -320,10 +379,20 @@ static int run_hash(size_t mib)
 int main(int argc, char **argv)
 {
 	size_t mib;
+	double theta = 0;
 
+	if (argc == 5 && !strcmp(argv[1], "hash") && !strcmp(argv[3], "zipf")) {
+		theta = strtod(argv[4], NULL);
+		if (!(theta > 0 && theta < 1)) {
+			fprintf(stderr, "tp_programs: zipf THETA in (0, 1)\n");
+			return 64;
+		}
+		argc = 3;
+	}
 	if (argc != 3 || !(mib = strtoul(argv[2], NULL, 0))) {
 		fprintf(stderr, "usage: tp_programs "
-				"threads|lines|runs|scan|hash MIB\n");
+				"threads|lines|runs|scan|hash MIB, "
+				"tp_programs hash MIB zipf THETA\n");
 		return 64;
 	}
 	if (!strcmp(argv[1], "threads"))
@@ -335,7 +404,7 @@ int main(int argc, char **argv)
 	if (!strcmp(argv[1], "scan"))
 		return run_scan(mib);
 	if (!strcmp(argv[1], "hash"))
-		return run_hash(mib);
+		return run_hash(mib, theta);
 	fprintf(stderr, "tp_programs: threads, lines, runs, scan or hash\n");
 	return 64;
 }
