@@ -42,6 +42,8 @@
 #include "fabric/wire.h"
 #include "memd/kvstore.h"
 #include "tests/testutil.h"
+#include "tidepool/kv.h"
+#include "tidepool/pool.h"
 
 #define TMO 5000
 #define SLAB (2ull << 20)
@@ -209,6 +211,14 @@ static uint64_t payload_per_chunk(const struct kvc *c)
 	return c->hello.slab_bytes - MEMD_KV_HEADER_BYTES;
 }
 
+/* What kv_spoiled_put gets wrong on purpose (a client's bug, a torn
+ * write): nothing, one payload byte of the last chunk (the checksum no
+ * longer matches), or the generation in the last chunk's header. */
+enum spoil { SPOIL_NONE, SPOIL_PAYLOAD, SPOIL_GENERATION };
+
+static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+			  const uint8_t *val, uint64_t len, enum spoil spoil);
+
 /*
  * A put as docs/kv.md says: reserve, write every chunk (header +
  * payload), commit. Returns the commit status, the reserve status when
@@ -216,6 +226,14 @@ static uint64_t payload_per_chunk(const struct kvc *c)
  */
 static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 		  const uint8_t *val, uint64_t len)
+{
+	return kv_spoiled_put(c, key, val, len, SPOIL_NONE);
+}
+
+/* kv_put, with the last chunk written wrong as spoil says (the commit
+ * carries the checksum of val, as the spoiled client thinks). */
+static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+			  const uint8_t *val, uint64_t len, enum spoil spoil)
 {
 	uint64_t P = payload_per_chunk(c), csum = XXH3_64bits(val, len), gen;
 	struct wire_kv_item it;
@@ -246,8 +264,12 @@ static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 		ck_assert_uint_le(MEMD_KV_HEADER_BYTES + n,
 				  locs[i].block_bytes);
 		memcpy(h.key, key, WIRE_KV_KEY_LEN);
+		if (spoil == SPOIL_GENERATION && i + 1 == it.nchunks)
+			h.generation++;
 		wire_kv_header_encode(&h, c->stage);
 		memcpy(c->stage + MEMD_KV_HEADER_BYTES, val + off, n);
+		if (spoil == SPOIL_PAYLOAD && i + 1 == it.nchunks)
+			c->stage[MEMD_KV_HEADER_BYTES + n / 2] ^= 0x40;
 		r = rma(c, true, MEMD_KV_HEADER_BYTES + n, &locs[i]);
 		if (r)
 			return r;
@@ -380,6 +402,81 @@ START_TEST(put_get_sizes)
 		make_key(key, 1, i);
 		get_check(c, key, sizes[i]);
 	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/*
+ * libpool's get of blocks a client wrote wrong (a payload byte that no
+ * longer matches the committed checksum, a header of another
+ * generation) is a miss and counts a bad read, never bytes; the good
+ * keys of the same batch are byte-exact. Over the same-host path (the
+ * slabs' files, where the checksum is taken as each piece is read) and
+ * over RMA (LIBPOOL_SHM=off), with values of one piece, several pieces
+ * (xfer 1 MiB) and several chunks (2 MiB slabs).
+ */
+START_TEST(libpool_bad_blocks_are_misses)
+{
+	static const uint64_t sizes[] = { 4096 + 3, 3 * MIB + 5, 5 * MIB + 3 };
+	static const char *const shm[] = { "auto", "off" };
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]), N = 3 * NS };
+	struct pool_kv_key keys[N];
+	void *bufs[N];
+	size_t caps[N], got[N];
+	int st[N];
+	struct kvc *c;
+
+	start_standalone(NULL, "128M");
+	c = kvc_open(md.addr, NULL, NULL);
+	/* key i: size i % NS, spoiled as i / NS says */
+	for (int i = 0; i < N; i++) {
+		uint8_t *v;
+
+		make_key(keys[i].b, 9, (uint64_t)i);
+		v = make_value(keys[i].b, sizes[i % NS]);
+		ck_assert_int_eq(kv_spoiled_put(c, keys[i].b, v, sizes[i % NS],
+						(enum spoil)(i / NS)),
+				 0);
+		free(v);
+		caps[i] = sizes[i % NS];
+		bufs[i] = malloc(caps[i]);
+		ck_assert_ptr_nonnull(bufs[i]);
+	}
+	for (size_t m = 0; m < sizeof(shm) / sizeof(shm[0]); m++) {
+		struct pool_kv_stats ks;
+		struct pool_kv *kv;
+		struct pool *p;
+
+		setenv("LIBPOOL_SHM", shm[m], 1);
+		p = tu_pool_connect(&md);
+		ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
+		for (int round = 0; round < 2; round++) {
+			ck_assert_int_eq(
+				pool_kv_get(kv, N, keys, bufs, caps, got, st),
+				NS);
+			for (int i = 0; i < N; i++) {
+				ck_assert_msg(st[i] == (i < NS ? 0 : -ENOENT),
+					      "LIBPOOL_SHM=%s key %d: %d",
+					      shm[m], i, st[i]);
+				if (i >= NS)
+					continue;
+				ck_assert_uint_eq(got[i], sizes[i]);
+				ck_assert_int_eq(
+					tu_pattern_check(bufs[i], got[i],
+							 key_seed(keys[i].b),
+							 0),
+					-1);
+			}
+		}
+		ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+		ck_assert_uint_eq(ks.bad_reads, 2 * (N - NS));
+		pool_kv_close(kv);
+		pool_close(p);
+	}
+	unsetenv("LIBPOOL_SHM");
+	for (int i = 0; i < N; i++)
+		free(bufs[i]);
 	kvc_close(c);
 	tu_memd_stop_ok(&md);
 }
@@ -1807,6 +1904,7 @@ static Suite *kv_memd_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, put_get_sizes);
+	tcase_add_test(tc, libpool_bad_blocks_are_misses);
 	tcase_add_test(tc, put_get_over_two_endpoints);
 	tcase_add_test(tc, exists_delete_pin);
 	tcase_add_test(tc, uncommitted_reservation_expires);
