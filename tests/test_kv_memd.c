@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -407,19 +408,36 @@ START_TEST(put_get_sizes)
 }
 END_TEST
 
+/* How many mappings of memd's slab files (memfds) this process has. */
+static int memfd_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:") != NULL;
+	fclose(f);
+	return n;
+}
+
 /*
  * libpool's get of blocks a client wrote wrong (a payload byte that no
  * longer matches the committed checksum, a header of another
  * generation) is a miss and counts a bad read, never bytes; the good
  * keys of the same batch are byte-exact. Over the same-host path (the
- * slabs' files, where the checksum is taken as each piece is read) and
- * over RMA (LIBPOOL_SHM=off), with values of one piece, several pieces
- * (xfer 1 MiB) and several chunks (2 MiB slabs).
+ * slabs' files, where the checksum is taken as each piece is read),
+ * copying from read-only mappings of them (the default) and with pread
+ * (LIBPOOL_KV_MAP=off), and over RMA (LIBPOOL_SHM=off), with values of
+ * one piece, several pieces (xfer 1 MiB) and several chunks (2 MiB
+ * slabs).
  */
 START_TEST(libpool_bad_blocks_are_misses)
 {
 	static const uint64_t sizes[] = { 4096 + 3, 3 * MIB + 5, 5 * MIB + 3 };
-	static const char *const shm[] = { "auto", "off" };
+	static const char *const shm[] = { "auto", "auto", "off" };
+	static const char *const map[] = { "on", "off", "on" };
 	enum { NS = sizeof(sizes) / sizeof(sizes[0]), N = 3 * NS };
 	struct pool_kv_key keys[N];
 	void *bufs[N];
@@ -449,6 +467,7 @@ START_TEST(libpool_bad_blocks_are_misses)
 		struct pool *p;
 
 		setenv("LIBPOOL_SHM", shm[m], 1);
+		setenv("LIBPOOL_KV_MAP", map[m], 1);
 		p = tu_pool_connect(&md);
 		ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
 		for (int round = 0; round < 2; round++) {
@@ -471,10 +490,21 @@ START_TEST(libpool_bad_blocks_are_misses)
 		}
 		ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
 		ck_assert_uint_eq(ks.bad_reads, 2 * (N - NS));
+		/* the gets copied from mappings only where asked to (a
+		 * failed check drops the link's files: get the good keys
+		 * alone first) */
+		ck_assert_int_eq(pool_kv_get(kv, NS, keys, bufs, caps, got, st),
+				 NS);
+		if (!strcmp(shm[m], "auto") && !strcmp(map[m], "on"))
+			ck_assert_int_gt(memfd_maps(), 0);
+		else
+			ck_assert_int_eq(memfd_maps(), 0);
 		pool_kv_close(kv);
 		pool_close(p);
+		ck_assert_int_eq(memfd_maps(), 0);
 	}
 	unsetenv("LIBPOOL_SHM");
+	unsetenv("LIBPOOL_KV_MAP");
 	for (int i = 0; i < N; i++)
 		free(bufs[i]);
 	kvc_close(c);
@@ -1113,6 +1143,31 @@ static void block_check_fd(int fd, uint64_t base, const struct wire_kv_loc *l,
 	free(b);
 }
 
+/* A read-only shared mapping of the slab file behind fd, made as libpool
+ * makes it for KV gets (a read-only descriptor of the same file). */
+static const uint8_t *map_ro(int fd)
+{
+	char path[64];
+	void *m;
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(ro, 0);
+	m = mmap(NULL, SLAB, PROT_READ, MAP_SHARED, ro, 0);
+	close(ro);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	return m;
+}
+
+static bool mem_is_zero(const uint8_t *m)
+{
+	for (size_t i = 0; i < SLAB; i++)
+		if (m[i])
+			return false;
+	return true;
+}
+
 /* Whether the whole file behind fd is zeros. */
 static bool file_is_zero(int fd)
 {
@@ -1146,6 +1201,7 @@ START_TEST(kv_shm_files_per_tenant)
 	char dir[64];
 	uint8_t k1[WIRE_KV_KEY_LEN], k2[WIRE_KV_KEY_LEN], k3[WIRE_KV_KEY_LEN];
 	uint8_t *v1, *v2, *vb, *got = NULL, one = 1;
+	const uint8_t *m1, *m2;
 	uint64_t l1 = 5000, l2 = MIB + 4096, lb = 3 * MIB, base, wbase, gen,
 		 csum;
 	struct wire_kv_loc loc1, loc2, wloc;
@@ -1223,10 +1279,16 @@ START_TEST(kv_shm_files_per_tenant)
 				 1, NULL, &gen, NULL),
 			 0);
 	close(fw);
+	/* mappings of a's read-only files, as libpool's KV gets copy from,
+	 * each page read in while the blocks are live */
+	m1 = map_ro(f1);
+	m2 = map_ro(f2);
+	ck_assert(!mem_is_zero(m1) && !mem_is_zero(m2));
 
 	/* a deletes both: its store keeps one empty slab and gives the
 	 * other back; b's next values may land in it. The file a kept of
-	 * the slab given back reads zeros, never b's bytes. */
+	 * the slab given back reads zeros, never b's bytes, and so does a
+	 * mapping of it. */
 	ck_assert_int_eq(kv_call(a, WIRE_KV_DELETE, 0, (const uint8_t(*)[32])k1,
 				 1, NULL, NULL, NULL),
 			 0);
@@ -1245,6 +1307,11 @@ START_TEST(kv_shm_files_per_tenant)
 	ck_assert_int_eq(kv_get(b, k3, &got), (int64_t)lb);
 	free(got);
 	ck_assert(file_is_zero(f1) || file_is_zero(f2));
+	ck_assert(mem_is_zero(m1) || mem_is_zero(m2));
+	ck_assert_ptr_null(memmem(m1, SLAB, vb + 4096, 4096));
+	ck_assert_ptr_null(memmem(m2, SLAB, vb + 4096, 4096));
+	munmap((void *)m1, SLAB);
+	munmap((void *)m2, SLAB);
 	{
 		/* neither of a's files shows b's value anywhere */
 		uint8_t *m = malloc(SLAB);
