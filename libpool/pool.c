@@ -3494,6 +3494,11 @@ uint16_t pool_link_nendpoints(const struct plink *lk)
 	return lk->nendpoints;
 }
 
+bool pool_link_is_same_host(const struct plink *lk)
+{
+	return lk->shm_sock >= 0;
+}
+
 uint16_t pool_link_proto(const struct plink *lk)
 {
 	return lk->proto;
