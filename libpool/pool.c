@@ -174,8 +174,9 @@ struct plink {
 	 * KV slabs behind (endpoint, rkey) locations memd gave this
 	 * session (WIRE_SHM_KV); fd -1: memd refused it, that key stays on
 	 * the fabric. Under kvshm_rw: transfers hold it for reading, so an
-	 * entry is never closed under a pread. kvshm_broken: out of step
-	 * with memd, asked no more. */
+	 * entry is never closed (or unmapped) under a pread or a copy
+	 * (map: KV gets, kvshm_map). kvshm_broken: out of step with memd,
+	 * asked no more. */
 	struct kvshm {
 		uint64_t rkey, base;
 		const uint8_t *map; /* read-only mapping of fd, or NULL */
@@ -597,13 +598,13 @@ static void link_stop_hb(struct plink *lk)
 	lk->hb_started = false;
 }
 
+static void kvshm_drop(struct plink *lk, struct kvshm *e);
+
 /*
  * Closes lk and frees it. The endpoint goes first: no RMA of ours may
  * still be running when BYE releases the leases (protocol.md); a lost
  * memd reclaims them by itself when their TTL runs out. NULL is a no-op.
  */
-static void kvshm_drop(struct plink *lk, struct kvshm *e);
-
 static void link_close(struct plink *lk)
 {
 	if (!lk)

@@ -504,6 +504,15 @@ START_TEST(libpool_bad_blocks_are_misses)
 		ck_assert_int_eq(memfd_maps(), 0);
 	}
 	unsetenv("LIBPOOL_SHM");
+	/* a LIBPOOL_KV_MAP that is neither on nor off: refused */
+	{
+		struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+		struct pool *p = NULL;
+
+		setenv("LIBPOOL_KV_MAP", "yes", 1);
+		ck_assert_int_eq(pool_connect(&o, &p), -EINVAL);
+		ck_assert_ptr_null(p);
+	}
 	unsetenv("LIBPOOL_KV_MAP");
 	for (int i = 0; i < N; i++)
 		free(bufs[i]);
