@@ -121,6 +121,9 @@ bool pool_link_is_lost(struct plink *lk);
 void pool_link_fail(struct plink *lk, int err, const char *why);
 uint32_t pool_link_tenant_id(const struct plink *lk);
 uint16_t pool_link_nendpoints(const struct plink *lk);
+/* Whether lk moves KV blocks through memd's files (a same-host link):
+ * its transfers complete in pool_link_post. */
+bool pool_link_is_same_host(const struct plink *lk);
 /* The protocol version lk's memd negotiated in HELLO. */
 uint16_t pool_link_proto(const struct plink *lk);
 const char *pool_link_addr(const struct plink *lk);

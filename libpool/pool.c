@@ -174,10 +174,12 @@ struct plink {
 	 * KV slabs behind (endpoint, rkey) locations memd gave this
 	 * session (WIRE_SHM_KV); fd -1: memd refused it, that key stays on
 	 * the fabric. Under kvshm_rw: transfers hold it for reading, so an
-	 * entry is never closed under a pread. kvshm_broken: out of step
-	 * with memd, asked no more. */
+	 * entry is never closed (or unmapped) under a pread or a copy
+	 * (map: KV gets, kvshm_map). kvshm_broken: out of step with memd,
+	 * asked no more. */
 	struct kvshm {
 		uint64_t rkey, base;
+		const uint8_t *map; /* read-only mapping of fd, or NULL */
 		int fd;
 		uint16_t endpoint;
 		bool used, ro;
@@ -275,6 +277,7 @@ struct pool {
 	int timeout_ms;
 	bool shm;     /* LIBPOOL_SHM: same-host links may use slab memfds */
 	bool shm_map; /* LIBPOOL_SHM=map: reads through read-only mappings */
+	bool kv_map;  /* LIBPOOL_KV_MAP: KV gets copy from mappings */
 	unsigned max_inflight;
 	size_t xfer_bytes; /* atomic: only ever lowered */
 	uint64_t slab_bytes;
@@ -595,6 +598,8 @@ static void link_stop_hb(struct plink *lk)
 	lk->hb_started = false;
 }
 
+static void kvshm_drop(struct plink *lk, struct kvshm *e);
+
 /*
  * Closes lk and frees it. The endpoint goes first: no RMA of ours may
  * still be running when BYE releases the leases (protocol.md); a lost
@@ -620,8 +625,7 @@ static void link_close(struct plink *lk)
 	if (lk->shm_sock >= 0)
 		close(lk->shm_sock);
 	for (uint32_t i = 0; i < KVSHM_MAX; i++)
-		if (lk->kvshm[i].used && lk->kvshm[i].fd >= 0)
-			close(lk->kvshm[i].fd);
+		kvshm_drop(lk, &lk->kvshm[i]);
 	pthread_rwlock_destroy(&lk->kvshm_rw);
 	pthread_mutex_destroy(&lk->shm_mu);
 	pthread_rwlock_destroy(&lk->ep_rw);
@@ -2185,6 +2189,20 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			return -EINVAL;
 		}
 	}
+	p->kv_map = true;
+	env = getenv("LIBPOOL_KV_MAP");
+	if (env && *env) {
+		if (!strcmp(env, "off") || !strcmp(env, "0")) {
+			p->kv_map = false;
+		} else if (strcmp(env, "on") && strcmp(env, "1")) {
+			pool_log(
+				LOG_ERR,
+				"session: LIBPOOL_KV_MAP='%s' is not on or off",
+				env);
+			free(p);
+			return -EINVAL;
+		}
+	}
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);
@@ -3502,6 +3520,11 @@ uint16_t pool_link_nendpoints(const struct plink *lk)
 	return lk->nendpoints;
 }
 
+bool pool_link_is_same_host(const struct plink *lk)
+{
+	return lk->shm_sock >= 0;
+}
+
 uint16_t pool_link_proto(const struct plink *lk)
 {
 	return lk->proto;
@@ -3571,6 +3594,41 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 	return r;
 }
 
+/*
+ * The read-only mapping KV gets copy from (LIBPOOL_KV_MAP, on by
+ * default), or NULL: pread. Why a mapping here when pool_read's default
+ * is pread: docs/kv.md, "Gets through a mapping". Only a memfd slab
+ * (F_SEAL_SHRINK: nobody can truncate it under the mapping, so a copy
+ * never faults with SIGBUS) of 4 KiB pages; a shm_dir file is neither
+ * sealed nor slow to pread (2 MiB pages). After the store gives the slab
+ * back, memd's punch leaves zeros in the mapping, which fail the
+ * block's checks: a miss, as with the kept descriptor.
+ */
+static const uint8_t *kvshm_map(struct plink *lk, int fd)
+{
+	int seals;
+
+	if (fd < 0 || !lk->p->kv_map ||
+	    (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY)
+		return NULL; /* a reservation's file: writes only */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return NULL;
+	return shm_map_ro(fd, lk->p->slab_bytes);
+}
+
+/* Closes KV file entry e (its mapping, its descriptor). Caller holds
+ * kvshm_rw for writing, or is link_close. */
+static void kvshm_drop(struct plink *lk, struct kvshm *e)
+{
+	if (e->used && e->map)
+		munmap((void *)e->map, lk->p->slab_bytes);
+	if (e->used && e->fd >= 0)
+		close(e->fd);
+	e->used = false;
+	e->map = NULL;
+}
+
 /* The KV file entry of (endpoint, rkey), or NULL. Caller holds
  * kvshm_rw. */
 static struct kvshm *kvshm_find(struct plink *lk, uint16_t endpoint,
@@ -3621,9 +3679,9 @@ static void kvshm_fetch_locked(struct plink *lk, uint16_t endpoint,
 	}
 	e = &lk->kvshm[lk->kvshm_next];
 	lk->kvshm_next = (lk->kvshm_next + 1) % KVSHM_MAX;
-	if (e->used && e->fd >= 0)
-		close(e->fd);
+	kvshm_drop(lk, e);
 	*e = (struct kvshm){ .rkey = rkey,
+			     .map = kvshm_map(lk, fd),
 			     .base = rep.base,
 			     .fd = fd,
 			     .endpoint = endpoint,
@@ -3635,11 +3693,8 @@ static void kvshm_fetch_locked(struct plink *lk, uint16_t endpoint,
 void pool_link_kv_shm_forget(struct plink *lk)
 {
 	pthread_rwlock_wrlock(&lk->kvshm_rw);
-	for (uint32_t i = 0; i < KVSHM_MAX; i++) {
-		if (lk->kvshm[i].used && lk->kvshm[i].fd >= 0)
-			close(lk->kvshm[i].fd);
-		lk->kvshm[i].used = false;
-	}
+	for (uint32_t i = 0; i < KVSHM_MAX; i++)
+		kvshm_drop(lk, &lk->kvshm[i]);
 	pthread_rwlock_unlock(&lk->kvshm_rw);
 }
 
@@ -3686,7 +3741,12 @@ static int kv_shm_xfer(struct plink *lk, bool write, void *buf, size_t len,
 		link_fail(lk, -ENOTCONN, "memd closed its same-host socket");
 		return -ENOTCONN;
 	}
-	for (size_t done = 0; done < len;) {
+	/* A copy from a mapping (kvshm_map) may race memd's punch or a
+	 * block's reuse: zeros or other bytes, which the get's checks
+	 * refuse, as they refuse those of a pread. */
+	if (!write && e->map)
+		memcpy(buf, e->map + off, len);
+	for (size_t done = !write && e->map ? len : 0; done < len;) {
 		ssize_t n = write ? pwrite(e->fd, (uint8_t *)buf + done,
 					   len - done, (off_t)(off + done))
 				  : pread(e->fd, (uint8_t *)buf + done,

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -42,6 +43,8 @@
 #include "fabric/wire.h"
 #include "memd/kvstore.h"
 #include "tests/testutil.h"
+#include "tidepool/kv.h"
+#include "tidepool/pool.h"
 
 #define TMO 5000
 #define SLAB (2ull << 20)
@@ -209,6 +212,14 @@ static uint64_t payload_per_chunk(const struct kvc *c)
 	return c->hello.slab_bytes - MEMD_KV_HEADER_BYTES;
 }
 
+/* What kv_spoiled_put gets wrong on purpose (a client's bug, a torn
+ * write): nothing, one payload byte of the last chunk (the checksum no
+ * longer matches), or the generation in the last chunk's header. */
+enum spoil { SPOIL_NONE, SPOIL_PAYLOAD, SPOIL_GENERATION };
+
+static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+			  const uint8_t *val, uint64_t len, enum spoil spoil);
+
 /*
  * A put as docs/kv.md says: reserve, write every chunk (header +
  * payload), commit. Returns the commit status, the reserve status when
@@ -216,6 +227,14 @@ static uint64_t payload_per_chunk(const struct kvc *c)
  */
 static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 		  const uint8_t *val, uint64_t len)
+{
+	return kv_spoiled_put(c, key, val, len, SPOIL_NONE);
+}
+
+/* kv_put, with the last chunk written wrong as spoil says (the commit
+ * carries the checksum of val, as the spoiled client thinks). */
+static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
+			  const uint8_t *val, uint64_t len, enum spoil spoil)
 {
 	uint64_t P = payload_per_chunk(c), csum = XXH3_64bits(val, len), gen;
 	struct wire_kv_item it;
@@ -246,8 +265,12 @@ static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 		ck_assert_uint_le(MEMD_KV_HEADER_BYTES + n,
 				  locs[i].block_bytes);
 		memcpy(h.key, key, WIRE_KV_KEY_LEN);
+		if (spoil == SPOIL_GENERATION && i + 1 == it.nchunks)
+			h.generation++;
 		wire_kv_header_encode(&h, c->stage);
 		memcpy(c->stage + MEMD_KV_HEADER_BYTES, val + off, n);
+		if (spoil == SPOIL_PAYLOAD && i + 1 == it.nchunks)
+			c->stage[MEMD_KV_HEADER_BYTES + n / 2] ^= 0x40;
 		r = rma(c, true, MEMD_KV_HEADER_BYTES + n, &locs[i]);
 		if (r)
 			return r;
@@ -380,6 +403,119 @@ START_TEST(put_get_sizes)
 		make_key(key, 1, i);
 		get_check(c, key, sizes[i]);
 	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* How many mappings of memd's slab files (memfds) this process has. */
+static int memfd_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:") != NULL;
+	fclose(f);
+	return n;
+}
+
+/*
+ * libpool's get of blocks a client wrote wrong (a payload byte that no
+ * longer matches the committed checksum, a header of another
+ * generation) is a miss and counts a bad read, never bytes; the good
+ * keys of the same batch are byte-exact. Over the same-host path (the
+ * slabs' files, where the checksum is taken as each piece is read),
+ * copying from read-only mappings of them (the default) and with pread
+ * (LIBPOOL_KV_MAP=off), and over RMA (LIBPOOL_SHM=off), with values of
+ * one piece, several pieces (xfer 1 MiB) and several chunks (2 MiB
+ * slabs).
+ */
+START_TEST(libpool_bad_blocks_are_misses)
+{
+	static const uint64_t sizes[] = { 4096 + 3, 3 * MIB + 5, 5 * MIB + 3 };
+	static const char *const shm[] = { "auto", "auto", "off" };
+	static const char *const map[] = { "on", "off", "on" };
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]), N = 3 * NS };
+	struct pool_kv_key keys[N];
+	void *bufs[N];
+	size_t caps[N], got[N];
+	int st[N];
+	struct kvc *c;
+
+	start_standalone(NULL, "128M");
+	c = kvc_open(md.addr, NULL, NULL);
+	/* key i: size i % NS, spoiled as i / NS says */
+	for (int i = 0; i < N; i++) {
+		uint8_t *v;
+
+		make_key(keys[i].b, 9, (uint64_t)i);
+		v = make_value(keys[i].b, sizes[i % NS]);
+		ck_assert_int_eq(kv_spoiled_put(c, keys[i].b, v, sizes[i % NS],
+						(enum spoil)(i / NS)),
+				 0);
+		free(v);
+		caps[i] = sizes[i % NS];
+		bufs[i] = malloc(caps[i]);
+		ck_assert_ptr_nonnull(bufs[i]);
+	}
+	for (size_t m = 0; m < sizeof(shm) / sizeof(shm[0]); m++) {
+		struct pool_kv_stats ks;
+		struct pool_kv *kv;
+		struct pool *p;
+
+		setenv("LIBPOOL_SHM", shm[m], 1);
+		setenv("LIBPOOL_KV_MAP", map[m], 1);
+		p = tu_pool_connect(&md);
+		ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
+		for (int round = 0; round < 2; round++) {
+			ck_assert_int_eq(
+				pool_kv_get(kv, N, keys, bufs, caps, got, st),
+				NS);
+			for (int i = 0; i < N; i++) {
+				ck_assert_msg(st[i] == (i < NS ? 0 : -ENOENT),
+					      "LIBPOOL_SHM=%s key %d: %d",
+					      shm[m], i, st[i]);
+				if (i >= NS)
+					continue;
+				ck_assert_uint_eq(got[i], sizes[i]);
+				ck_assert_int_eq(
+					tu_pattern_check(bufs[i], got[i],
+							 key_seed(keys[i].b),
+							 0),
+					-1);
+			}
+		}
+		ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+		ck_assert_uint_eq(ks.bad_reads, 2 * (N - NS));
+		/* the gets copied from mappings only where asked to (a
+		 * failed check drops the link's files: get the good keys
+		 * alone first) */
+		ck_assert_int_eq(pool_kv_get(kv, NS, keys, bufs, caps, got, st),
+				 NS);
+		if (!strcmp(shm[m], "auto") && !strcmp(map[m], "on"))
+			ck_assert_int_gt(memfd_maps(), 0);
+		else
+			ck_assert_int_eq(memfd_maps(), 0);
+		pool_kv_close(kv);
+		pool_close(p);
+		ck_assert_int_eq(memfd_maps(), 0);
+	}
+	unsetenv("LIBPOOL_SHM");
+	/* a LIBPOOL_KV_MAP that is neither on nor off: refused */
+	{
+		struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+		struct pool *p = NULL;
+
+		setenv("LIBPOOL_KV_MAP", "yes", 1);
+		ck_assert_int_eq(pool_connect(&o, &p), -EINVAL);
+		ck_assert_ptr_null(p);
+	}
+	unsetenv("LIBPOOL_KV_MAP");
+	for (int i = 0; i < N; i++)
+		free(bufs[i]);
 	kvc_close(c);
 	tu_memd_stop_ok(&md);
 }
@@ -1016,6 +1152,31 @@ static void block_check_fd(int fd, uint64_t base, const struct wire_kv_loc *l,
 	free(b);
 }
 
+/* A read-only shared mapping of the slab file behind fd, made as libpool
+ * makes it for KV gets (a read-only descriptor of the same file). */
+static const uint8_t *map_ro(int fd)
+{
+	char path[64];
+	void *m;
+	int ro;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(ro, 0);
+	m = mmap(NULL, SLAB, PROT_READ, MAP_SHARED, ro, 0);
+	close(ro);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	return m;
+}
+
+static bool mem_is_zero(const uint8_t *m)
+{
+	for (size_t i = 0; i < SLAB; i++)
+		if (m[i])
+			return false;
+	return true;
+}
+
 /* Whether the whole file behind fd is zeros. */
 static bool file_is_zero(int fd)
 {
@@ -1049,6 +1210,7 @@ START_TEST(kv_shm_files_per_tenant)
 	char dir[64];
 	uint8_t k1[WIRE_KV_KEY_LEN], k2[WIRE_KV_KEY_LEN], k3[WIRE_KV_KEY_LEN];
 	uint8_t *v1, *v2, *vb, *got = NULL, one = 1;
+	const uint8_t *m1, *m2;
 	uint64_t l1 = 5000, l2 = MIB + 4096, lb = 3 * MIB, base, wbase, gen,
 		 csum;
 	struct wire_kv_loc loc1, loc2, wloc;
@@ -1126,10 +1288,16 @@ START_TEST(kv_shm_files_per_tenant)
 				 1, NULL, &gen, NULL),
 			 0);
 	close(fw);
+	/* mappings of a's read-only files, as libpool's KV gets copy from,
+	 * each page read in while the blocks are live */
+	m1 = map_ro(f1);
+	m2 = map_ro(f2);
+	ck_assert(!mem_is_zero(m1) && !mem_is_zero(m2));
 
 	/* a deletes both: its store keeps one empty slab and gives the
 	 * other back; b's next values may land in it. The file a kept of
-	 * the slab given back reads zeros, never b's bytes. */
+	 * the slab given back reads zeros, never b's bytes, and so does a
+	 * mapping of it. */
 	ck_assert_int_eq(kv_call(a, WIRE_KV_DELETE, 0, (const uint8_t(*)[32])k1,
 				 1, NULL, NULL, NULL),
 			 0);
@@ -1148,6 +1316,11 @@ START_TEST(kv_shm_files_per_tenant)
 	ck_assert_int_eq(kv_get(b, k3, &got), (int64_t)lb);
 	free(got);
 	ck_assert(file_is_zero(f1) || file_is_zero(f2));
+	ck_assert(mem_is_zero(m1) || mem_is_zero(m2));
+	ck_assert_ptr_null(memmem(m1, SLAB, vb + 4096, 4096));
+	ck_assert_ptr_null(memmem(m2, SLAB, vb + 4096, 4096));
+	munmap((void *)m1, SLAB);
+	munmap((void *)m2, SLAB);
 	{
 		/* neither of a's files shows b's value anywhere */
 		uint8_t *m = malloc(SLAB);
@@ -1807,6 +1980,7 @@ static Suite *kv_memd_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, put_get_sizes);
+	tcase_add_test(tc, libpool_bad_blocks_are_misses);
 	tcase_add_test(tc, put_get_over_two_endpoints);
 	tcase_add_test(tc, exists_delete_pin);
 	tcase_add_test(tc, uncommitted_reservation_expires);
