@@ -64,6 +64,7 @@
  */
 #include "tidepool/pool.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -2189,12 +2190,16 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			return -EINVAL;
 		}
 	}
-	p->kv_map = true;
+	/* Off by default beside the preload shim (its exported mark): the
+	 * mappings' pages would count in the RSS it bounds (docs/kv.md). */
+	p->kv_map = !dlsym(RTLD_DEFAULT, "tidepool_preload");
 	env = getenv("LIBPOOL_KV_MAP");
 	if (env && *env) {
 		if (!strcmp(env, "off") || !strcmp(env, "0")) {
 			p->kv_map = false;
-		} else if (strcmp(env, "on") && strcmp(env, "1")) {
+		} else if (!strcmp(env, "on") || !strcmp(env, "1")) {
+			p->kv_map = true;
+		} else {
 			pool_log(
 				LOG_ERR,
 				"session: LIBPOOL_KV_MAP='%s' is not on or off",

@@ -160,6 +160,14 @@ static struct {
 } ctx = { .lock = PTHREAD_MUTEX_INITIALIZER,
 	  .grow_lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* The shim's mark in the process (preload.map exports it): a libpool
+ * loaded beside the shim (an inference engine's, with its own copy of
+ * the library) finds it with dlsym() and keeps KV gets off mappings,
+ * whose pages would count in the RSS the shim bounds (docs/kv.md,
+ * "Gets through a mapping"). */
+__attribute__((visibility("default"), used)) const char tidepool_preload[] =
+	"libpool-preload";
+
 static __thread int in_shim __attribute__((tls_model("initial-exec")));
 
 static void say(const char *msg)

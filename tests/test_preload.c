@@ -28,6 +28,8 @@
 #include <unistd.h>
 
 #include "tests/testutil.h"
+#include "tidepool/kv.h"
+#include "tidepool/pool.h"
 
 #define MiB (1024u * 1024u)
 
@@ -356,6 +358,52 @@ static int prog_stream(void)
 	memset(a + n, 0x33, 5 * MiB);
 	printf("grown=%016llx\n", (unsigned long long)sum(a, n + 5 * MiB));
 	free(a);
+	return 0;
+}
+
+/*
+ * "kvmap ADDR": a KV client (a put and a get of one 1 MiB block through
+ * its own libpool) that prints how many memfd mappings it holds after
+ * the get: KV gets copy from mappings of the slab files by default, but
+ * not beside the shim (docs/kv.md, "Gets through a mapping").
+ */
+static int prog_kvmap(const char *addr)
+{
+	struct pool_opts o = { .addr = addr, .timeout_ms = 5000 };
+	struct pool_kv_key key = { .b = { 'k', 'v', 'm', 'a', 'p' } };
+	size_t len = MiB, cap = MiB, got = 0;
+	uint8_t *v = malloc(len), *b = malloc(cap);
+	struct pool_kv *kv = NULL;
+	struct pool *p = NULL;
+	const void *vals[1] = { v };
+	void *bufs[1] = { b };
+	char line[512];
+	int st = -1, maps = 0;
+	FILE *f;
+
+	if (!v || !b || pool_connect(&o, &p) || pool_kv_open(p, NULL, &kv))
+		return 70;
+	tu_pattern_fill(v, len, 73, 0);
+	/* -EEXIST: an earlier run of the test stored it */
+	if (pool_kv_put(kv, 1, &key, vals, &len, &st) != 1 ||
+	    (st && st != -EEXIST)) {
+		fprintf(stderr, "kvmap: put: %s\n", strerror(-st));
+		return 71;
+	}
+	if (pool_kv_get(kv, 1, &key, bufs, &cap, &got, &st) != 1 || st ||
+	    got != len || tu_pattern_check(b, got, 73, 0) != -1)
+		return 72;
+	f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return 73;
+	while (fgets(line, sizeof(line), f))
+		maps += strstr(line, "/memfd:") != NULL;
+	fclose(f);
+	printf("kvmaps=%d\n", maps);
+	pool_kv_close(kv);
+	pool_close(p);
+	free(v);
+	free(b);
 	return 0;
 }
 
@@ -819,6 +867,50 @@ START_TEST(same_host_needs_no_fabric)
 }
 END_TEST
 
+/* prog_kvmap's count of memfd mappings, run with or without the shim
+ * and with env. */
+static int kvmaps(bool preload, const char *const *env)
+{
+	char exe[4096], out[128], err[128];
+	char *argv[] = { exe, "kvmap", md.addr, NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	size_t len;
+	char *text;
+	int st, maps = -1;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	path(out, sizeof(out), "kvmap.out");
+	path(err, sizeof(err), "kvmap.err");
+	st = run(argv, NULL, out, err, preload, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "kvmap: %d (%s)", st,
+		      err);
+	text = slurp(out, &len);
+	ck_assert_int_eq(sscanf(text, "kvmaps=%d", &maps), 1);
+	free(text);
+	return maps;
+}
+
+/*
+ * A KV client's gets copy from read-only mappings of memd's slab files
+ * (LIBPOOL_KV_MAP, on by default), but beside the shim they default to
+ * pread: mapped pages would count in the resident set the shim bounds.
+ * The shim's process is another copy of libpool than the client's (the
+ * test binary's own): the client finds the shim's exported mark. An
+ * explicit LIBPOOL_KV_MAP=on is honoured.
+ */
+START_TEST(kv_gets_unmapped_beside_the_shim)
+{
+	static const char *const on[] = { "LIBPOOL_KV_MAP=on", NULL };
+
+	start();
+	ck_assert_int_gt(kvmaps(false, NULL), 0);
+	ck_assert_int_eq(kvmaps(true, NULL), 0);
+	ck_assert_int_gt(kvmaps(true, on), 0);
+	stop();
+}
+END_TEST
+
 START_TEST(realloc_across_threshold)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
@@ -1070,6 +1162,8 @@ int main(int argc, char **argv)
 		return prog_small();
 	if (argc > 1 && !strcmp(argv[1], "half"))
 		return prog_half();
+	if (argc > 2 && !strcmp(argv[1], "kvmap"))
+		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
@@ -1101,6 +1195,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, small_program_fixed_overhead);
 	tcase_add_test(tc, shim_does_not_load_libfabric);
 	tcase_add_test(tc, same_host_needs_no_fabric);
+	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
 	tcase_add_test(tc, fork_child_copy);
