@@ -79,6 +79,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include "fabric/auth.h"
@@ -3611,6 +3612,7 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
  */
 static const uint8_t *kvshm_map(struct plink *lk, int fd)
 {
+	struct stat st;
 	int seals;
 
 	if (fd < 0 || !lk->p->kv_map ||
@@ -3618,6 +3620,11 @@ static const uint8_t *kvshm_map(struct plink *lk, int fd)
 		return NULL; /* a reservation's file: writes only */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return NULL;
+	/* a file shorter than the slab (a broken memd's) would fault
+	 * with SIGBUS past its end: pread instead, which fails cleanly */
+	if (fstat(fd, &st) || st.st_size < 0 ||
+	    (uint64_t)st.st_size < lk->p->slab_bytes)
 		return NULL;
 	return shm_map_ro(fd, lk->p->slab_bytes);
 }
