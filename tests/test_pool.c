@@ -3,22 +3,28 @@
  * tests/test_pool.c - libpool against real memd processes on loopback:
  * bytes written come back exactly, regions over several slabs, packing,
  * threads, async, bounds, exhaustion, killed clients and a killed memd,
- * and a memd whose FI_OFI_RXM_BUFFER_SIZE differs (-EPROTO, not a
- * timeout).
+ * a memd whose FI_OFI_RXM_BUFFER_SIZE differs (-EPROTO, not a
+ * timeout), and one that answers FABRIC with ERROR (the session goes on
+ * without the comparison).
  */
 #include <check.h>
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fabric/fab.h"
+#include "fabric/hostport.h"
 #include "fabric/wire.h"
 #include "fabric/rpc.h"
 #include "libpool/internal.h"
@@ -818,6 +824,220 @@ END_TEST
  * shim's way, pool_set_fabric_background): the first transfer gets
  * -EPROTO, so do the asynchronous and KV paths, and the session stays
  * for what needs no fabric. */
+/*
+ * A control-connection proxy to md that answers FABRIC itself with
+ * ERROR (EOPNOTSUPP), as a memd that does not know the request would,
+ * and forwards every other frame both ways, whole. RMA goes to md
+ * directly (HELLO_OK carries md's fabric address).
+ */
+struct fproxy {
+	int lfd, port;
+	int stop;    /* atomic */
+	int refused; /* atomic: FABRIC requests answered with ERROR */
+	pthread_t th;
+};
+
+/* Writes all of buf to fd; 0 or -1. */
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *b = buf;
+
+	while (len) {
+		ssize_t n = write(fd, b, len);
+
+		if (n <= 0)
+			return -1;
+		b += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Moves the whole frames at the head of in (*have bytes) from one side
+ * to the other; a FABRIC from the client is answered to it instead. */
+static int fproxy_frames(struct fproxy *px, uint8_t *in, size_t *have, int to,
+			 int back, bool from_client, struct wire_msg *m)
+{
+	for (;;) {
+		ssize_t k = wire_decode(in, *have, m);
+
+		if (k == -EAGAIN)
+			return 0;
+		if (k <= 0)
+			return -1;
+		if (from_client && m->type == WIRE_FABRIC) {
+			uint8_t out[WIRE_MAX_FRAME];
+			uint64_t seq = m->seq;
+			ssize_t n;
+
+			memset(m, 0, sizeof(*m));
+			m->type = WIRE_ERROR;
+			m->seq = seq;
+			m->u.error.err = EOPNOTSUPP;
+			snprintf(m->u.error.msg, sizeof(m->u.error.msg),
+				 "FABRIC: unknown request");
+			n = wire_encode(m, out, sizeof(out));
+			if (n <= 0 || write_all(back, out, (size_t)n))
+				return -1;
+			__atomic_add_fetch(&px->refused, 1, __ATOMIC_RELAXED);
+		} else if (write_all(to, in, (size_t)k)) {
+			return -1;
+		}
+		memmove(in, in + k, *have - (size_t)k);
+		*have -= (size_t)k;
+	}
+}
+
+struct fproxy_conn {
+	struct fproxy *px;
+	int c;
+};
+
+static void *fproxy_conn_main(void *arg)
+{
+	struct fproxy_conn *pc = arg;
+	struct fproxy *px = pc->px;
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	const size_t cap = WIRE_MAX_FRAME * 2;
+	uint8_t *bc = malloc(cap), *bm = malloc(cap);
+	struct wire_msg *m = malloc(sizeof(*m));
+	size_t hc = 0, hm = 0;
+	char host[64];
+	uint16_t port;
+	int c = pc->c, s = socket(AF_INET, SOCK_STREAM, 0);
+
+	free(pc);
+	if (!m || !bc || !bm || s < 0 ||
+	    wire_split_hostport(md.addr, host, sizeof(host), &port))
+		goto out;
+	a.sin_port = htons(port);
+	inet_pton(AF_INET, host, &a.sin_addr);
+	if (connect(s, (struct sockaddr *)&a, sizeof(a)))
+		goto out;
+	while (!__atomic_load_n(&px->stop, __ATOMIC_RELAXED)) {
+		struct pollfd pf[2] = { { .fd = c, .events = POLLIN },
+					{ .fd = s, .events = POLLIN } };
+		ssize_t n;
+
+		if (poll(pf, 2, 100) <= 0)
+			continue;
+		if (pf[0].revents) {
+			n = read(c, bc + hc, cap - hc);
+			if (n <= 0)
+				break;
+			hc += (size_t)n;
+			if (fproxy_frames(px, bc, &hc, s, c, true, m))
+				break;
+		}
+		if (pf[1].revents) {
+			n = read(s, bm + hm, cap - hm);
+			if (n <= 0)
+				break;
+			hm += (size_t)n;
+			if (fproxy_frames(px, bm, &hm, c, s, false, m))
+				break;
+		}
+	}
+out:
+	free(m);
+	free(bc);
+	free(bm);
+	if (s >= 0)
+		close(s);
+	close(c);
+	return NULL;
+}
+
+static void *fproxy_main(void *arg)
+{
+	struct fproxy *px = arg;
+
+	while (!__atomic_load_n(&px->stop, __ATOMIC_RELAXED)) {
+		struct pollfd pf = { .fd = px->lfd, .events = POLLIN };
+		struct fproxy_conn *pc;
+		pthread_t th;
+		int c;
+
+		if (poll(&pf, 1, 100) <= 0)
+			continue;
+		c = accept(px->lfd, NULL, NULL);
+		if (c < 0)
+			continue;
+		pc = malloc(sizeof(*pc));
+		if (!pc) {
+			close(c);
+			continue;
+		}
+		pc->px = px;
+		pc->c = c;
+		if (pthread_create(&th, NULL, fproxy_conn_main, pc)) {
+			free(pc);
+			close(c);
+			continue;
+		}
+		pthread_detach(th);
+	}
+	return NULL;
+}
+
+static void fproxy_start(struct fproxy *px)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+
+	memset(px, 0, sizeof(*px));
+	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	ck_assert_int_ge(px->lfd, 0);
+	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(listen(px->lfd, 8), 0);
+	ck_assert_int_eq(getsockname(px->lfd, (struct sockaddr *)&a, &al), 0);
+	px->port = ntohs(a.sin_port);
+	ck_assert_int_eq(pthread_create(&px->th, NULL, fproxy_main, px), 0);
+}
+
+static void fproxy_stop(struct fproxy *px)
+{
+	__atomic_store_n(&px->stop, 1, __ATOMIC_RELAXED);
+	pthread_join(px->th, NULL);
+	close(px->lfd);
+}
+
+/* A memd that answers FABRIC with ERROR (one that does not know the
+ * request): the session goes on without the comparison (a notice in
+ * the log), and its transfers over the fabric work. */
+START_TEST(fabric_refused_leaves_check_off)
+{
+	static uint8_t w[65536], b[65536];
+	/* static: the proxy's threads outlive no frame of ours */
+	static struct fproxy px;
+	struct pool_region *r;
+	struct pool *p;
+	char addr[64];
+
+	start_memd(NULL);
+	fproxy_start(&px);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
+	setenv("LIBPOOL_SHM", "off", 1);
+	{
+		struct pool_opts o = { .addr = addr, .timeout_ms = 5000 };
+
+		ck_assert_int_eq(pool_connect(&o, &p), 0);
+	}
+	ck_assert_int_ge(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 1);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pattern_fill(w, sizeof(w), 79, 0);
+	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
+	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
+	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	fproxy_stop(&px);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 START_TEST(rxm_mismatch_on_demand)
 {
 	struct pool_region *r;
@@ -924,6 +1144,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, fabric_on_demand);
 	tcase_add_test(tc, rxm_mismatch_is_eproto);
 	tcase_add_test(tc, rxm_mismatch_on_demand);
+	tcase_add_test(tc, fabric_refused_leaves_check_off);
 	tcase_add_test(tc, rxm_mismatch_same_host_works);
 	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
 	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
