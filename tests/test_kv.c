@@ -1185,6 +1185,21 @@ START_TEST(donor_killed_mid_put_and_get)
 		(unsigned long long)pu.ops, (unsigned long long)pu.errors);
 	ck_assert_uint_eq(g.wrong, 0);
 	ck_assert_uint_eq(g.errors, 0); /* loss is a miss, not an error */
+	/* The client drops d1 at its next donor-list refresh (refresh_ms
+	 * 200, due at the first call after it): the ops above can all end
+	 * before that. Wait for it, bounded (5 s): a d1 home after that
+	 * fails below. */
+	for (int w = 0, left = 1; left && w < 100; w++) {
+		left = 0;
+		for (i = 0; i < KILL_KEYS; i++) {
+			make_key(&k, 12, (uint64_t)i);
+			ck_assert_int_eq(
+				pool_kv_home(kv, &k, home, sizeof(home)), 0);
+			left += !strcmp(home, "d1");
+		}
+		if (left)
+			sleep_ms(50);
+	}
 	/* d1's keys are misses now; every other key is still exactly
 	 * there (rendezvous: their homes did not move) */
 	for (i = 0; i < KILL_KEYS; i++) {
