@@ -129,19 +129,9 @@ static int redis_connect(const char *hostport, struct redis *r)
 
 static int write_all(int fd, const void *b, size_t n)
 {
-	const uint8_t *p = b;
+	struct iovec v = { .iov_base = (void *)b, .iov_len = n };
 
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -EIO;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
+	return bench_writev_all(fd, &v, 1);
 }
 
 /* Reads n bytes of the reply stream into dst (NULL: skip). */

@@ -888,6 +888,20 @@ static int fproxy_frames(struct fproxy *px, uint8_t *in, size_t *have, int to,
 	}
 }
 
+/* Reads what side from has into in (*have of cap bytes) and moves its
+ * whole frames on to side to. 0, or -1 when from closed or failed. */
+static int fproxy_read(struct fproxy *px, int from, int to, uint8_t *in,
+		       size_t *have, size_t cap, bool from_client,
+		       struct wire_msg *m)
+{
+	ssize_t n = read(from, in + *have, cap - *have);
+
+	if (n <= 0)
+		return -1;
+	*have += (size_t)n;
+	return fproxy_frames(px, in, have, to, from, from_client, m);
+}
+
 struct fproxy_conn {
 	struct fproxy *px;
 	int c;
@@ -917,26 +931,14 @@ static void *fproxy_conn_main(void *arg)
 	while (!__atomic_load_n(&px->stop, __ATOMIC_RELAXED)) {
 		struct pollfd pf[2] = { { .fd = c, .events = POLLIN },
 					{ .fd = s, .events = POLLIN } };
-		ssize_t n;
 
 		if (poll(pf, 2, 100) <= 0)
 			continue;
-		if (pf[0].revents) {
-			n = read(c, bc + hc, cap - hc);
-			if (n <= 0)
-				break;
-			hc += (size_t)n;
-			if (fproxy_frames(px, bc, &hc, s, c, true, m))
-				break;
-		}
-		if (pf[1].revents) {
-			n = read(s, bm + hm, cap - hm);
-			if (n <= 0)
-				break;
-			hm += (size_t)n;
-			if (fproxy_frames(px, bm, &hm, c, s, false, m))
-				break;
-		}
+		if ((pf[0].revents &&
+		     fproxy_read(px, c, s, bc, &hc, cap, true, m)) ||
+		    (pf[1].revents &&
+		     fproxy_read(px, s, c, bm, &hm, cap, false, m)))
+			break;
 	}
 out:
 	free(m);
