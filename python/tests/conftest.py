@@ -89,6 +89,36 @@ def stop(proc):
             proc.wait()
 
 
+ENGINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines")
+
+
+@pytest.fixture
+def engines():
+    """Puts the engines' stand-ins (python/tests/engines) first on
+    sys.path for one test, so ``import vllm``, ``import sglang`` and
+    ``import lmcache`` find them, and makes the connector modules import
+    afresh (they subclass an engine's classes only when it is importable).
+    Afterwards takes all of that off again and puts back the connector
+    modules imported before (python/tests/engines/README.md). Yields the
+    directory."""
+
+    def ours(name):
+        return (name.split(".")[0] in ("vllm", "sglang", "lmcache") or
+                name.startswith("tidepool.connectors."))
+
+    saved = {n: m for n, m in sys.modules.items() if ours(n)}
+    for n in saved:
+        del sys.modules[n]
+    sys.path.insert(0, ENGINES)
+    try:
+        yield ENGINES
+    finally:
+        sys.path.remove(ENGINES)
+        for n in [n for n in sys.modules if ours(n)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+
+
 @pytest.fixture(scope="session")
 def memd():
     tmp = tempfile.mkdtemp(prefix="tp-pytest-")
