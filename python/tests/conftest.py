@@ -106,17 +106,28 @@ def engines():
         return (name.split(".")[0] in ("vllm", "sglang", "lmcache") or
                 name.startswith("tidepool.connectors."))
 
+    def drop():
+        # the module, and the package's attribute naming it: "from
+        # tidepool.connectors import vllm" reads the attribute
+        for n in [n for n in sys.modules if ours(n)]:
+            del sys.modules[n]
+            pkg, _, attr = n.rpartition(".")
+            if pkg == "tidepool.connectors" and pkg in sys.modules:
+                sys.modules[pkg].__dict__.pop(attr, None)
+
     saved = {n: m for n, m in sys.modules.items() if ours(n)}
-    for n in saved:
-        del sys.modules[n]
+    drop()
     sys.path.insert(0, ENGINES)
     try:
         yield ENGINES
     finally:
         sys.path.remove(ENGINES)
-        for n in [n for n in sys.modules if ours(n)]:
-            del sys.modules[n]
+        drop()
         sys.modules.update(saved)
+        for n, m in saved.items():
+            pkg, _, attr = n.rpartition(".")
+            if pkg == "tidepool.connectors" and pkg in sys.modules:
+                setattr(sys.modules[pkg], attr, m)
 
 
 @pytest.fixture(scope="session")
