@@ -7,8 +7,8 @@ With vLLM importable, this module holds vLLM's own subclasses, built in
 "tidepool.connectors.vllm", ...}``, or by ``spec_name`` alone once the
 ``vllm.general_plugins`` entry point ``register()`` ran),
 ``TidepoolOffloadingManager``, ``TidepoolLoadStoreSpec`` and the worker
-side (``TidepoolOffloadingWorker`` or the two ``OffloadingHandler``\s).
-A vLLM that is missing or of an unsupported generation makes
+side (``TidepoolOffloadingWorker``, or a pair of ``OffloadingHandler``
+subclasses). A vLLM that is missing or of an unsupported generation makes
 ``TidepoolOffloadingSpec`` raise ``UnsupportedVLLMError`` (vLLM's
 factory raises it at selection).
 
