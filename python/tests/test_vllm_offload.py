@@ -639,3 +639,248 @@ def test_handler_api(vllm_engine, pool_args):
         for r in routers:
             r.shutdown()
         m.shutdown()
+
+
+# ---------------------------------------------------------------------
+# the generation before (base.py at 14d6506e): bool lookups,
+# get_handlers, OffloadingSpec(vllm_config, kv_cache_config)
+
+OLD_BASE = '''"""vllm/v1/kv_offload/base.py as read at vllm-project/vllm
+14d6506e258a4e59702f2690c05de70cbcec87f1 (a stand-in: the classes,
+fields and abstract methods the connector meets)."""
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, List, NewType, Optional
+
+import numpy as np
+
+OffloadKey = NewType("OffloadKey", bytes)
+
+
+def make_offload_key(block_hash, group_idx):
+    return OffloadKey(block_hash + group_idx.to_bytes(4, "big"))
+
+
+@dataclass
+class ReqContext:
+    req_id: str
+    kv_transfer_params: Optional[dict] = None
+
+
+class LoadStoreSpec(ABC):
+    @staticmethod
+    @abstractmethod
+    def medium() -> str: ...
+
+
+@dataclass
+class PrepareStoreOutput:
+    keys_to_store: list
+    store_spec: LoadStoreSpec
+    evicted_keys: list
+
+
+@dataclass
+class OffloadingEvent:
+    keys: list
+    medium: str
+    removed: bool
+
+
+class OffloadingManager(ABC):
+    @abstractmethod
+    def lookup(self, key, req_context): ...
+
+    @abstractmethod
+    def prepare_load(self, keys, req_context): ...
+
+    def touch(self, keys, req_context):
+        return
+
+    def complete_load(self, keys, req_context):
+        return
+
+    @abstractmethod
+    def prepare_store(self, keys, req_context): ...
+
+    def complete_store(self, keys, req_context, success=True):
+        return
+
+    def take_events(self):
+        return ()
+
+    def shutdown(self):
+        return
+
+
+class BlockIDsLoadStoreSpec(LoadStoreSpec, ABC):
+    def __init__(self, block_ids):
+        self.block_ids = np.array(block_ids, dtype=np.int64)
+
+
+class GPULoadStoreSpec(BlockIDsLoadStoreSpec):
+    def __init__(self, block_ids, group_sizes, block_indices):
+        super().__init__(block_ids)
+        self.group_sizes = group_sizes
+        self.block_indices = block_indices
+
+    @staticmethod
+    def medium():
+        return "GPU"
+
+
+@dataclass
+class CanonicalKVCacheTensor:
+    tensor: Any
+    page_size_bytes: int
+
+
+@dataclass
+class CanonicalKVCacheRef:
+    tensor_idx: int
+    page_size_bytes: int
+
+
+@dataclass
+class CanonicalKVCaches:
+    tensors: List[CanonicalKVCacheTensor]
+    group_data_refs: List[List[CanonicalKVCacheRef]]
+
+
+class OffloadingSpec(ABC):
+    def __init__(self, vllm_config, kv_cache_config):
+        self.vllm_config = vllm_config
+        self.kv_cache_config = kv_cache_config
+        self.extra_config = (
+            vllm_config.kv_transfer_config.kv_connector_extra_config)
+        self.hash_block_size = vllm_config.cache_config.block_size
+        self.gpu_block_size = tuple(
+            g.kv_cache_spec.block_size
+            for g in kv_cache_config.kv_cache_groups)
+        self.block_size_factor = 1
+        bs = self.extra_config.get("block_size")
+        if bs is not None:
+            self.block_size_factor = int(bs) // self.gpu_block_size[0]
+
+    @abstractmethod
+    def get_manager(self): ...
+
+    @abstractmethod
+    def get_handlers(self, kv_caches): ...
+'''
+
+OLD_FACTORY = '''"""vllm/v1/kv_offload/factory.py's contract (bf17660a) with the spec
+constructor of base.py at 14d6506e: spec_cls(vllm_config,
+kv_cache_config)."""
+import importlib
+
+from vllm.v1.kv_offload.base import OffloadingSpec
+
+
+class OffloadingSpecFactory:
+    _registry = {}
+
+    @classmethod
+    def create_spec(cls, config, kv_cache_config):
+        extra = config.kv_transfer_config.kv_connector_extra_config
+        name = extra.get("spec_name", "CPUOffloadingSpec")
+        spec_cls = getattr(importlib.import_module(
+            extra["spec_module_path"]), name)
+        assert issubclass(spec_cls, OffloadingSpec)
+        return spec_cls(config, kv_cache_config)
+'''
+
+
+@pytest.fixture
+def old_vllm(tmp_path):
+    """The stand-ins with base.py and factory.py of the generation
+    before, first on sys.path for one test (as the engines fixture)."""
+    import shutil
+    import types
+
+    import tidepool.connectors as pkg
+
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "engines", "vllm")
+    shutil.copytree(here, tmp_path / "vllm",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "vllm" / "v1" / "kv_offload" / "base.py").write_text(
+        OLD_BASE)
+    (tmp_path / "vllm" / "v1" / "kv_offload" / "factory.py").write_text(
+        OLD_FACTORY)
+
+    def ours(n):
+        return n.split(".")[0] == "vllm" or n.startswith(
+            "tidepool.connectors.")
+
+    saved = {n: m for n, m in sys.modules.items() if ours(n)}
+    for n in saved:
+        del sys.modules[n]
+    names = ("vllm", "vllm_offload")
+    before = {n: pkg.__dict__.pop(n) for n in names if n in pkg.__dict__}
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield types.SimpleNamespace
+    finally:
+        sys.path.remove(str(tmp_path))
+        for n in [n for n in sys.modules if ours(n)]:
+            del sys.modules[n]
+        sys.modules.update(saved)
+        for n in names:
+            pkg.__dict__.pop(n, None)
+        pkg.__dict__.update(before)
+
+
+def test_generation_before_bool_lookup_and_handlers(old_vllm, pool_args):
+    """base.py at 14d6506e: the spec built from (vllm_config,
+    kv_cache_config), lookup answering True/False, get_handlers serving
+    the worker side (get_worker refused with a clear error), bytes
+    equal."""
+    ns = old_vllm
+    from vllm.v1.kv_offload import base as b
+    from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+    from vllm.v1.kv_offload.worker.worker import HandlerRouter
+    from tidepool.connectors import vllm as tv
+
+    vcfg = ns(kv_transfer_config=ns(
+                  kv_connector_extra_config=extra_config(pool_args)),
+              cache_config=ns(block_size=16, cache_dtype="auto"),
+              model_config=ns(model="old-gen-%s" % uuid.uuid4().hex),
+              parallel_config=ns(world_size=1, rank=0),
+              kv_events_config=None)
+    kcfg = ns(kv_cache_groups=[ns(kv_cache_spec=ns(block_size=16))])
+    spec = OffloadingSpecFactory.create_spec(vcfg, kcfg)
+    assert isinstance(spec, b.OffloadingSpec)
+    assert spec.tidepool["namespace"].startswith("old-gen-")
+    with pytest.raises(tv.UnsupportedVLLMError, match="get_handlers"):
+        spec.get_worker(None)
+    m = spec.get_manager()
+    ca, ta = kv_caches(8, (1024, 512), seed=7)
+    cb, tb = kv_caches(8, (1024, 512), fill=False)
+    ra, rb = HandlerRouter(), HandlerRouter()
+    for r, caches in ((ra, ca), (rb, cb)):
+        for s, d, h in spec.get_handlers(caches):
+            r.register_handler(s, d, h)
+    try:
+        keys = offload_keys(2)
+        ctx = b.ReqContext("r")
+        assert m.lookup(keys[0], ctx) is False
+        out = m.prepare_store(keys, ctx)
+        g = b.GPULoadStoreSpec([2, 3], [2], [0])
+        assert ra.transfer_async(1, (g, out.store_spec))
+        ra.wait({1})
+        assert [x.success for x in ra.get_finished()] == [True]
+        m.complete_store(keys, ctx)
+        assert m.lookup(keys[1], ctx) is True
+        src = m.prepare_load(keys, ctx)
+        assert src.medium() == "TIDEPOOL"
+        assert rb.transfer_async(2, (src, g))
+        rb.wait({2})
+        assert [x.success for x in rb.get_finished()] == [True]
+        m.complete_load(keys, ctx)
+        for x, y in zip(ta, tb):
+            assert torch.equal(x[2:4], y[2:4])
+    finally:
+        ra.shutdown()
+        rb.shutdown()
+        m.shutdown()
