@@ -7,7 +7,7 @@ methods are upstream's; the bodies are only what the contract needs.
 Left out: tier filters, KV hints, metric metadata, canonical page
 mappings, ``get_load_source`` (it returns vLLM's CacheHitSource)."""
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, Collection, Dict, Iterable, List, NamedTuple
 from typing import NewType, Optional, Sequence
