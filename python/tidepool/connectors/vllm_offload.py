@@ -415,7 +415,7 @@ class TidepoolOffloadingSpec(_base.OffloadingSpec):
 
 class _Job:
     __slots__ = ("job_id", "store", "keys", "values", "futs", "state",
-                 "event", "scatter", "nbytes", "t0", "ok", "stage")
+                 "event", "scatter", "nbytes", "t0", "ok", "stage", "keep")
 
     def __init__(self, job_id: int, store: bool) -> None:
         self.job_id = job_id
@@ -427,6 +427,7 @@ class _Job:
         self.event: Any = None
         self.scatter: List[Any] = []  # load: (tensor idx, ids, stage, off)
         self.stage: List[Any] = []
+        self.keep: List[Any] = []  # device tensors the copy stream uses
         self.nbytes = 0
         self.t0 = time.monotonic()
         self.ok = False
@@ -520,23 +521,30 @@ class _Transfers:
         with copy_ctx:
             for g in sorted(set(groups)):
                 pos = [i for i, gg in enumerate(groups) if gg == g]
-                gid = ids[pos]
-                stage = torch.empty((len(pos), self._group_bytes[g]),
-                                    dtype=torch.uint8,
+                gid = ids[pos].to(self.device)
+                shape = (len(pos), self._group_bytes[g])
+                stage = torch.empty(shape, dtype=torch.uint8,
                                     pin_memory=self._cuda)
                 job.stage.append(stage)
+                # on the device the rows are gathered into (or scattered
+                # from) one contiguous tensor, so that the copy between
+                # device and pinned host memory is one contiguous copy
+                # (a strided host side would make torch stage it again)
+                flat = (torch.empty(shape, dtype=torch.uint8,
+                                    device=self.device)
+                        if self._cuda else stage)
                 off = 0
                 for ti in self._groups[g]:
                     width = self._rows[ti].shape[1]
                     if gather:
-                        src = self._rows[ti].index_select(
-                            0, gid.to(self.device))
-                        stage[:, off:off + width].copy_(
-                            src, non_blocking=self._cuda)
+                        flat[:, off:off + width].copy_(
+                            self._rows[ti].index_select(0, gid))
                     else:
-                        job.scatter.append((ti, gid.to(self.device), stage,
-                                            off, width))
+                        job.scatter.append((ti, gid, stage, off, width))
                     off += width
+                if self._cuda and gather:
+                    stage.copy_(flat, non_blocking=True)
+                    job.keep.append(flat)
                 for k, i in enumerate(pos):
                     job.values[i] = stage[k]
         job.nbytes = sum(s.numel() for s in job.stage)
@@ -644,10 +652,18 @@ class _Transfers:
         torch = self._torch
         ctx = torch.cuda.stream(self._stream) if self._cuda else _nullctx()
         with ctx:
+            dev: Dict[int, Any] = {}
             for ti, gid, stage, off, width in job.scatter:
-                src = stage[:, off:off + width].to(self.device,
-                                                   non_blocking=True)
-                self._rows[ti].index_copy_(0, gid, src)
+                if self._cuda:  # one contiguous copy per staging tensor
+                    if id(stage) not in dev:
+                        dev[id(stage)] = stage.to(self.device,
+                                                  non_blocking=True)
+                    src = dev[id(stage)]
+                else:
+                    src = stage
+                self._rows[ti].index_copy_(0, gid,
+                                           src[:, off:off + width])
+            job.keep.extend(dev.values())
         job.scatter = []
         if self._cuda:
             job.event = torch.cuda.Event()
