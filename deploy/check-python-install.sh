@@ -18,6 +18,23 @@ py=/usr/bin/python3
 tmp=$(mktemp -d /tmp/tp-pyinstall.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
+# the vllm.general_plugins entry point vLLM loads (docs/engines.md):
+# present in the install's metadata, naming tidepool's register()
+entry_point() {
+	local got
+	got=$(cd / && PYTHONPATH=$2 "$1" -c '
+from importlib.metadata import entry_points
+import tidepool.connectors.vllm as tv
+eps = [e for e in entry_points(group="vllm.general_plugins")
+       if e.name == "tidepool"]
+print(len(eps), eps and eps[0].load() is tv.register)')
+	if [ "$got" != "1 True" ]; then
+		echo "check-python-install: the vllm.general_plugins entry" \
+			"point is missing or wrong ($got)" >&2
+		exit 1
+	fi
+}
+
 echo "check-python-install: cmake --install $build --prefix $tmp/prefix"
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log"
 init=$(find "$tmp/prefix" -path '*/tidepool/__init__.py' | head -1)
@@ -37,6 +54,7 @@ case "$where" in
 esac
 PYTHONPATH=$site TIDEPOOL_INSTALLED=1 TIDEPOOL_BUILD=$build \
 	"$py" -m pytest -p no:cacheprovider -q python/tests/test_api.py
+entry_point "$py" "$site"
 
 echo "check-python-install: pip install ./python into a venv"
 "$py" -m venv --system-site-packages "$tmp/venv"
@@ -58,4 +76,5 @@ esac
 TIDEPOOL_INSTALLED=1 TIDEPOOL_BUILD=$build \
 	"$tmp/venv/bin/python" -m pytest -p no:cacheprovider -q \
 	python/tests/test_api.py
+entry_point "$tmp/venv/bin/python" ""
 echo "check-python-install: both installs pass"

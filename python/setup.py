@@ -73,5 +73,10 @@ setup(
         libraries=["pool"],
         extra_compile_args=["-std=gnu11", "-Wall"])],
     cmdclass={"build_ext": BuildExt},
+    # vLLM loads these in every process (vllm/plugins/__init__.py):
+    # registers TidepoolOffloadingSpec with its OffloadingSpecFactory
+    # (docs/engines.md, "vLLM")
+    entry_points={"vllm.general_plugins": [
+        "tidepool = tidepool.connectors.vllm:register"]},
     python_requires=">=3.9",
 )

@@ -1,13 +1,25 @@
-"""vLLM KV offloading over tidepool's KV tier (docs/python.md, "vLLM").
+"""vLLM KV offloading over tidepool's KV tier (docs/engines.md, "vLLM").
 
-``TidepoolOffloadingManager`` has the shape of vLLM's ``OffloadingManager``
+With vLLM importable, this module holds vLLM's own subclasses, built in
+:mod:`tidepool.connectors.vllm_offload`: ``TidepoolOffloadingSpec``
+(selected by ``kv_connector_extra_config`` ``{"spec_name":
+"TidepoolOffloadingSpec", "spec_module_path":
+"tidepool.connectors.vllm", ...}``, or by ``spec_name`` alone once the
+``vllm.general_plugins`` entry point ``register()`` ran),
+``TidepoolOffloadingManager``, ``TidepoolLoadStoreSpec`` and the worker
+side (``TidepoolOffloadingWorker``, or a pair of ``OffloadingHandler``
+subclasses). A vLLM that is missing or of an unsupported generation makes
+``TidepoolOffloadingSpec`` raise ``UnsupportedVLLMError`` (vLLM's
+factory raises it at selection).
+
+Without vLLM, ``TidepoolOffloadingManager`` is the duck-typed manager
+below, with the shape of vLLM's ``OffloadingManager``
 (vllm/v1/kv_offload/abstract.py, up to vLLM 0.20: ``lookup``,
 ``prepare_load``, ``touch``, ``complete_load``, ``prepare_store``,
-``complete_store``, ``take_events``), the scheduler-side half of vLLM's
-``OffloadingConnector``. It also accepts the calling convention of the
-later vllm/v1/kv_offload/base.py (an ``OffloadKey`` per block and a
-``req_context`` argument). vLLM is not imported: the outputs are the small
-dataclasses below, with vLLM's field names.
+``complete_store``, ``take_events``), also accepting the calling
+convention of the later base.py (one key per lookup, a ``req_context``
+argument); its outputs are the small dataclasses below, with vLLM's
+field names. vLLM's subclass is built on it.
 
 Keys. A block hash (vLLM's ``BlockHash``/``OffloadKey`` bytes, an int, or
 an object with ``hash_value``, vLLM's older ``BlockHash`` tuple) maps to::
@@ -19,7 +31,8 @@ an object with ``hash_value``, vLLM's older ``BlockHash`` tuple) maps to::
 where ns is the UTF-8 ``namespace`` (the model, say). vLLM's hashes are
 only equal across processes when they are seeded alike (``PYTHONHASHSEED``
 set, the same ``--prefix-caching-hash-algo``), and they do not include the
-model: set ``namespace`` per model.
+model: set ``namespace`` per model. With several workers (tensor or
+pipeline parallel) each stores its share under ``worker_key()``.
 
 What tidepool gives and what it does not:
 
@@ -39,9 +52,9 @@ What tidepool gives and what it does not:
 * ``touch`` does nothing: memd counts hits when blocks are read, and has
   no call to mark recency without reading.
 
-The worker side (moving GPU blocks) is ``store()`` and ``load()``: a
+The duck-typed manager's worker side is ``store()`` and ``load()``: a
 ``KV.put``/``KV.get_into`` of the spec's keys with one buffer (or tensor)
-per block; vLLM's ``OffloadingHandler`` for it is not part of this module.
+per block.
 
 Threads: all methods may be called from several threads; the scheduler
 calls them from one.
@@ -80,6 +93,23 @@ def block_key(block_hash: Any, namespace: str = "") -> bytes:
     d.update(ns)
     d.update(tag)
     d.update(data)
+    return d.digest()
+
+
+def worker_key(key: bytes, rank: int, world_size: int) -> bytes:
+    """The key worker ``rank`` of ``world_size`` stores its share of a
+    block under: the block's key itself with one worker, else
+    BLAKE2b-256(b"tidepool vllm rank v1" || key || le32 rank ||
+    le32 world_size). Tensor- and pipeline-parallel workers each hold
+    different bytes of a block, so each stores its own value."""
+    if world_size == 1:
+        return key
+    if not 0 <= rank < world_size:
+        raise ValueError("rank %d is not in [0, %d)" % (rank, world_size))
+    d = hashlib.blake2b(digest_size=32)
+    d.update(b"tidepool vllm rank v1")
+    d.update(key)
+    d.update(struct.pack("<II", rank, world_size))
     return d.digest()
 
 
@@ -145,7 +175,8 @@ class TidepoolOffloadingManager:
     environment); ``replicas``, ``nthreads`` of the KV handle;
     ``namespace`` (part of every key); ``block_size`` (reported in
     events); ``enable_events`` (collect ``OffloadingEvent`` for
-    ``take_events``).
+    ``take_events``); ``world_size`` (the engine's workers: a block is
+    present when every worker's share is, ``worker_key()``).
     """
 
     def __init__(self, pool: Optional["tidepool.Pool"] = None, *,
@@ -153,7 +184,9 @@ class TidepoolOffloadingManager:
                  secret_file: Optional[str] = None, namespace: str = "",
                  replicas: int = 1, nthreads: int = 0, timeout_ms: int = 0,
                  client_name: Optional[str] = None, block_size: int = 0,
-                 enable_events: bool = False) -> None:
+                 enable_events: bool = False, world_size: int = 1) -> None:
+        if world_size < 1:
+            raise ValueError("world_size must be >= 1, not %d" % world_size)
         self._owns_pool = pool is None
         if pool is None:
             pool = tidepool.Pool(addr, tenant, secret_file,
@@ -167,12 +200,14 @@ class TidepoolOffloadingManager:
                 pool.close()
             raise
         self.namespace = namespace
+        self._key_ns = namespace
+        self.world_size = world_size
         self.block_size = block_size
         self.medium = MEDIUM
         self._events: Optional[List[OffloadingEvent]] = (
             [] if enable_events else None)
         self._lock = threading.Lock()
-        self._pins = {}  # key -> pins this manager holds
+        self._pins = {}  # worker key -> pins this manager holds
         self._storing = {}  # key -> prepared stores not completed
         self._closed = False
 
@@ -198,7 +233,7 @@ class TidepoolOffloadingManager:
         pinned; its load will miss."""
         hashes = list(block_hashes)
         keys = self._keys(hashes)
-        uniq = list(dict.fromkeys(keys))
+        uniq = list(dict.fromkeys(self._expand(keys)))
         if uniq:
             try:
                 pinned = self._batched(self._kv.pin, uniq)
@@ -210,7 +245,7 @@ class TidepoolOffloadingManager:
                 for k, ok in zip(uniq, pinned):
                     if ok:
                         self._pins[k] = self._pins.get(k, 0) + 1
-        return TidepoolLoadStoreSpec(keys, hashes)
+        return self._make_spec(keys, hashes)
 
     def touch(self, block_hashes: Iterable[Any],
               req_context: Any = None) -> None:
@@ -221,7 +256,7 @@ class TidepoolOffloadingManager:
     def complete_load(self, block_hashes: Iterable[Any],
                       req_context: Any = None) -> None:
         """Removes the pins ``prepare_load`` took on these blocks."""
-        keys = list(dict.fromkeys(self._keys(block_hashes)))
+        keys = list(dict.fromkeys(self._expand(self._keys(block_hashes))))
         drop = []
         with self._lock:
             for k in keys:
@@ -258,8 +293,8 @@ class TidepoolOffloadingManager:
         with self._lock:
             for k in todo_k:
                 self._storing[k] = self._storing.get(k, 0) + 1
-        return PrepareStoreOutput(todo_h,
-                                  TidepoolLoadStoreSpec(todo_k, todo_h), [])
+        return self._make_store_output(todo_h,
+                                       self._make_spec(todo_k, todo_h))
 
     def complete_store(self, block_hashes: Iterable[Any], *args: Any,
                        req_context: Any = None,
@@ -292,14 +327,14 @@ class TidepoolOffloadingManager:
         if not success:
             try:
                 self._batched(self._kv.delete,
-                              list(dict.fromkeys(mine_k)))
+                              list(dict.fromkeys(self._expand(mine_k))))
             except tidepool.PoolError:
                 pass  # best effort: what is left is evicted in time
             return
         if self._events is not None:
+            ev = self._make_event(mine_h)
             with self._lock:
-                self._events.append(OffloadingEvent(
-                    mine_h, self.block_size, MEDIUM, False))
+                self._events.append(ev)
 
     def take_events(self) -> List[OffloadingEvent]:
         """The events collected since the last call (stored blocks only;
@@ -375,6 +410,19 @@ class TidepoolOffloadingManager:
 
     # -- internals -----------------------------------------------------
 
+    # what the manager hands out; tidepool.connectors.vllm_offload makes
+    # them vLLM's own classes
+    _spec_types: tuple = ()
+
+    def _make_spec(self, keys: List[bytes], hashes: List[Any]) -> Any:
+        return TidepoolLoadStoreSpec(keys, hashes)
+
+    def _make_store_output(self, hashes: List[Any], spec: Any) -> Any:
+        return PrepareStoreOutput(hashes, spec, [])
+
+    def _make_event(self, hashes: List[Any]) -> Any:
+        return OffloadingEvent(hashes, self.block_size, MEDIUM, False)
+
     def _check_open(self) -> None:
         if self._closed:
             raise tidepool.ClosedError("tidepool: the offloading manager "
@@ -382,17 +430,24 @@ class TidepoolOffloadingManager:
 
     def _key(self, h: Any) -> bytes:
         self._check_open()
-        return block_key(h, self.namespace)
+        return block_key(h, self._key_ns)
 
     def _keys(self, hashes: Iterable[Any]) -> List[bytes]:
         self._check_open()
-        return [block_key(h, self.namespace) for h in hashes]
+        return [block_key(h, self._key_ns) for h in hashes]
+
+    def _expand(self, keys: List[bytes]) -> List[bytes]:
+        """Every worker's key of each block, block by block."""
+        w = self.world_size
+        if w == 1:
+            return keys
+        return [worker_key(k, r, w) for k in keys for r in range(w)]
 
     def _spec_keys(self, spec: Any) -> List[bytes]:
         self._check_open()
-        if isinstance(spec, PrepareStoreOutput):
+        if hasattr(spec, "store_spec"):  # a PrepareStoreOutput
             spec = spec.store_spec
-        if not isinstance(spec, TidepoolLoadStoreSpec):
+        if not isinstance(spec, (TidepoolLoadStoreSpec,) + self._spec_types):
             raise TypeError("a TidepoolLoadStoreSpec is needed, not %s" %
                             type(spec).__name__)
         return spec.keys
@@ -405,7 +460,9 @@ class TidepoolOffloadingManager:
         return out
 
     def _prefix(self, keys: List[bytes]) -> int:
-        """KV.exists over keys in BATCH_MAX pieces."""
+        """The number of leading blocks of keys whose every worker's
+        share is present (KV.exists in BATCH_MAX pieces)."""
+        keys = self._expand(keys)
         total = 0
         for i in range(0, len(keys), tidepool.BATCH_MAX):
             part = keys[i:i + tidepool.BATCH_MAX]
@@ -413,7 +470,7 @@ class TidepoolOffloadingManager:
             total += n
             if n < len(part):
                 break
-        return total
+        return total // self.world_size
 
     def _exists(self, keys: List[bytes]) -> int:
         try:
@@ -422,3 +479,68 @@ class TidepoolOffloadingManager:
             raise
         except tidepool.PoolError:
             return 0
+
+
+# the manager without vLLM's base class; vllm_offload's subclasses it
+_ManagerCore = TidepoolOffloadingManager
+
+
+# ---------------------------------------------------------------------
+# vLLM's own classes (tidepool.connectors.vllm_offload), when vLLM imports
+
+SPEC_NAME = "TidepoolOffloadingSpec"
+_VLLM_NAMES = ("TidepoolOffloadingSpec", "TidepoolOffloadingWorker",
+               "TidepoolStoreHandler", "TidepoolLoadHandler")
+
+
+class UnsupportedVLLMError(ImportError):
+    """vLLM is missing, or of a generation this connector does not
+    support (docs/engines.md, "vLLM"); raised when vLLM selects
+    ``TidepoolOffloadingSpec``."""
+
+
+_unsupported: Optional[UnsupportedVLLMError] = None
+try:
+    import vllm as _vllm  # noqa: F401
+except ImportError as _e:
+    _unsupported = UnsupportedVLLMError(
+        "tidepool.connectors.vllm: vLLM is not importable (%s); "
+        "TidepoolOffloadingSpec needs it" % _e)
+else:
+    try:
+        from .vllm_offload import (  # noqa: F401
+            TidepoolLoadHandler, TidepoolLoadStoreSpec,
+            TidepoolOffloadingManager, TidepoolOffloadingSpec,
+            TidepoolOffloadingWorker, TidepoolStoreHandler)
+    except UnsupportedVLLMError as _e:
+        _unsupported = _e
+
+
+def __getattr__(name: str) -> Any:
+    # the vLLM classes of a vLLM that is missing or not supported: the
+    # error says why (OffloadingSpecFactory's getattr raises it)
+    if name in _VLLM_NAMES and _unsupported is not None:
+        raise _unsupported
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point ("tidepool", see
+    python/setup.py): registers ``TidepoolOffloadingSpec`` with vLLM's
+    ``OffloadingSpecFactory``, so that ``spec_name`` alone selects it.
+    Loaded by vLLM in every process; registering twice is harmless. It
+    never raises: a vLLM without the factory gets a warning, and an
+    unsupported one its error when the spec is selected."""
+    try:
+        from vllm.v1.kv_offload.factory import OffloadingSpecFactory
+    except ImportError as e:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "tidepool: vLLM has no OffloadingSpecFactory (%s); "
+            "TidepoolOffloadingSpec not registered", e)
+        return
+    try:
+        OffloadingSpecFactory.register_spec(SPEC_NAME, __name__, SPEC_NAME)
+    except ValueError:
+        pass  # registered already (plugins loaded again)
