@@ -16,7 +16,7 @@ backend, which constructs ``cls(storage_config, kwargs)``)::
 SGLang is imported here only, lazily: when it is importable the class
 subclasses its ``HiCacheStorage`` (the factory checks ``issubclass``);
 an SGLang whose ``HiCacheStorage`` lacks the zero-copy interface
-(``batch_get_v1``/``batch_set_v1``, SGLang 0.5.3 and later) makes this
+(``batch_get_v1``/``batch_set_v1``) makes this
 module fail to import with a message saying so, which the factory reports
 when the backend is selected. Without SGLang the class is a plain class
 with the same methods (for tests and benchmarks).
@@ -88,8 +88,9 @@ import tidepool
 log = logging.getLogger(__name__)
 
 PAGE_DOMAIN = b"tidepool sglang page v1"
-SUPPORTED = ("SGLang with HiCacheStorage.batch_get_v1/batch_set_v1 and the "
-             "'dynamic' storage backend (0.5.3 and later)")
+SUPPORTED = ("SGLang whose HiCacheStorage has batch_get_v1/batch_set_v1 "
+             "(interface_v1) and whose StorageBackendFactory has the "
+             "'dynamic' backend (read at sgl-project/sglang 001067ff)")
 # HiCacheStorage methods this backend relies on (SGLang calls the rest)
 _REQUIRED = ("register_mem_pool_host", "batch_get_v1", "batch_set_v1",
              "batch_exists", "exists", "get", "set", "batch_get",

@@ -3,4 +3,4 @@ python/sglang/__init__.py): only what tidepool.connectors.sglang and its
 tests use. python/tests/engines/README.md says what these stand-ins are;
 docs/engines.md ("SGLang") lists the upstream files and commits.
 """
-__version__ = "0.5.3-standin"
+__version__ = "0.0.0+standin"
