@@ -571,3 +571,45 @@ def test_without_sglang(memd, model_name):
         sys.modules.pop("tidepool.connectors.sglang", None)
         if saved is not None:
             sys.modules["tidepool.connectors.sglang"] = saved
+
+
+def test_pool_failures_are_misses(engines, memd, model_name, monkeypatch):
+    """A KV call that fails (pool lost: PoolError; or a ValueError) is
+    reported to SGLang as misses / not stored / nothing present, never
+    raised into its prefetch and backup threads (which are not
+    restarted)."""
+    import errno
+
+    hp = host_pool()
+    ctrl = controller({"addr": memd.addr}, hp, model_name, interface_v1=1)
+    b = ctrl.storage_backend
+    try:
+        toks = tokens_of(model_name, 3)
+        hashes, _, _ = backup(ctrl, hp, toks)
+
+        def lost(*a, **k):
+            raise tidepool.PoolConnectionError(errno.ENOTCONN, "lost")
+
+        def odd(*a, **k):
+            raise ValueError("a hit of another length")
+
+        for name in ("get_into", "put", "exists"):
+            monkeypatch.setattr(b.kv, name, lost)
+        assert b.batch_get_v1(hashes, hp.alloc(3 * P)) == [False] * 3
+        assert b.batch_get(hashes) == [None] * 3
+        assert b.batch_set_v1(hashes, hp.alloc(3 * P)) == [False] * 3
+        assert b.set(hashes[0], page_value(hp, hashes[0])) is False
+        assert b.batch_exists(hashes) == 0 and not b.exists(hashes[0])
+        op, found, loaded = prefetch(ctrl, toks)  # threads alive
+        assert found == 0
+        monkeypatch.undo()
+        monkeypatch.setattr(b.kv, "get_into", odd)
+        assert b.batch_get_v1(hashes, hp.alloc(3 * P)) == [False] * 3
+        assert b.batch_get(hashes) == [None] * 3
+        op, found, loaded = prefetch(ctrl, toks)
+        assert (found, loaded) == (3, 0)
+        monkeypatch.undo()
+        op, found, loaded = prefetch(ctrl, toks)
+        assert (found, loaded) == (3, 3)
+    finally:
+        ctrl.detach_storage_backend()

@@ -318,6 +318,9 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                              "(kv_buffer)")
         regions.sort(key=lambda r: r.base)
         npages = int(hp.size) // page
+        if npages < 1:
+            raise ValueError(f"tidepool: the host KV pool has no whole page "
+                             f"({hp.size} tokens, pages of {page})")
         ptrs, sizes = hp.get_page_buffer_meta(torch.arange(page))
         if not ptrs or len(ptrs) != len(sizes) or \
                 any(not isinstance(s, int) for s in sizes):
@@ -428,7 +431,11 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         try:
             for a, b in _chunks(len(tkeys), tidepool.BATCH_MAX):
                 hits.extend(self.kv.get_into(tkeys[a:b], views[a:b]))
-        except tidepool.PoolError as e:
+        except tidepool.ClosedError:
+            raise
+        except (tidepool.PoolError, ValueError) as e:
+            # ValueError: a hit of another length, which the size in
+            # every key rules out; a miss either way, never a dead thread
             log.warning("tidepool: get of %d pieces failed: %s",
                         len(tkeys), e)
             return [False] * len(tkeys)
