@@ -1,0 +1,1 @@
+"""Stand-in of sglang.srt (python/tests/engines/README.md)."""

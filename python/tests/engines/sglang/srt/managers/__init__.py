@@ -1,0 +1,1 @@
+"""Stand-in of sglang.srt.managers (python/tests/engines/README.md)."""
