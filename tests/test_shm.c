@@ -19,7 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -463,7 +466,7 @@ START_TEST(shm_dir_read_only)
 	fl = fcntl(fa, F_GETFL);
 	ck_assert_int_eq(fl & O_ACCMODE, O_RDONLY);
 	ck_assert_int_eq(fstat(fa, &st), 0);
-	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
 	ck_assert_int_eq(st.st_size, SLAB);
 	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
 	ck_assert_int_eq(errno, EBADF);
@@ -519,6 +522,153 @@ START_TEST(shm_dir_read_only)
 		ck_assert(tu_file_has(path, "is not on tmpfs"));
 	}
 	ck_assert(rmdir(dir) == 0);
+}
+END_TEST
+
+/*
+ * In a child that drops to uid and gid 65534 (nobody): reopens fd through
+ * /proc/self/fd with flags. Returns the child's errno (0: it opened).
+ */
+static int reopen_as_other_uid(int fd, int flags)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char path[64];
+		int r;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		/* a changed uid makes us undumpable: /proc/self/fd would
+		 * be root's, and refuse for that reason alone */
+		(void)prctl(PR_SET_DUMPABLE, 1);
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		r = open(path, flags);
+		_exit(r >= 0 ? 0 : errno);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_ne(WEXITSTATUS(st), 100);
+	return WEXITSTATUS(st);
+}
+
+/*
+ * Slab files are mode 0400, the first ones and the renewed ones: a
+ * descriptor passed to a client cannot be reopened read-write through
+ * /proc (nor read-only, by another uid than memd's), so a read-only
+ * descriptor (a KV lookup's, a shm_dir slab's) stays read-only.
+ */
+START_TEST(slab_files_mode_0400)
+{
+	struct tu_memd m;
+	struct raw a, b;
+	struct stat st;
+	int fa, fb;
+
+	if (geteuid() != 0) {
+		printf("SKIP slab_files_mode_0400: needs root for setuid\n");
+		return;
+	}
+	tu_memd_start_ok(&m, CONF);
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	ck_assert_int_eq(fstat(fa, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
+	ck_assert_int_eq(reopen_as_other_uid(fa, O_RDWR), EACCES);
+	ck_assert_int_eq(reopen_as_other_uid(fa, O_RDONLY), EACCES);
+	/* the renewed file of a revoked slab: the same */
+	raw_release(&a);
+	wait_metric(&m, "tidepool_memd_shm_slabs_renewed_total", 1);
+	raw_open(&b, m.addr);
+	ck_assert_uint_eq(b.l.slab, a.l.slab);
+	fb = raw_slab_fd(&b);
+	ck_assert_int_eq(fstat(fb, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
+	ck_assert_int_eq(reopen_as_other_uid(fb, O_RDWR), EACCES);
+	close(fa);
+	close(fb);
+	raw_close(&a);
+	raw_close(&b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * Sets every slab file of memd (its descriptors of files in dir) to len
+ * bytes; returns how many.
+ */
+static int memd_slab_files_truncate(const struct tu_memd *m, const char *dir,
+				    off_t len)
+{
+	char path[320], to[320];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)m->pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		ssize_t k;
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)m->pid,
+			 de->d_name);
+		k = readlink(path, to, sizeof(to) - 1);
+		if (k <= 0)
+			continue;
+		to[k] = 0;
+		if (strncmp(to, dir, strlen(dir)))
+			continue;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(ftruncate(fd, len), 0);
+		close(fd);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * LIBPOOL_SHM=map maps only a file sealed against shrinking: a shm_dir
+ * slab (no seals) that someone truncated reads -ESTALE past its end, as
+ * with pread, and never faults with SIGBUS in the client.
+ */
+START_TEST(map_short_file_estale)
+{
+	char dir[] = "/dev/shm/tp-test-shm-XXXXXX", conf[512];
+	struct pool_region *r;
+	struct tu_memd m;
+	struct statfs sf;
+	struct pool *p;
+	uint8_t *b = malloc(SLAB);
+
+	ck_assert_ptr_nonnull(b);
+	if (statfs("/dev/shm", &sf) || sf.f_type != TMPFS_MAGIC) {
+		printf("SKIP map_short_file_estale: /dev/shm is not tmpfs\n");
+		free(b);
+		return;
+	}
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(conf, sizeof(conf), CONF "shm_dir = %s\n", dir);
+	tu_memd_start_ok(&m, conf);
+	setenv("LIBPOOL_SHM", "map", 1);
+	p = tu_pool_connect(&m);
+	unsetenv("LIBPOOL_SHM");
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 71);
+	ck_assert_int_gt(memd_slab_files_truncate(&m, dir, SLAB / 2), 0);
+	ck_assert_int_eq(pool_read(p, r, SLAB / 2, b, 4096), -ESTALE);
+	ck_assert_int_eq(pool_read(p, r, 0, b, SLAB), -ESTALE);
+	/* memd's own mapping needs its file whole again */
+	ck_assert_int_gt(memd_slab_files_truncate(&m, dir, SLAB), 0);
+	pool_close(p);
+	tu_memd_stop_ok(&m);
+	ck_assert(rmdir(dir) == 0);
+	free(b);
 }
 END_TEST
 
@@ -641,6 +791,8 @@ int main(void)
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
 	tcase_add_test(tc, shm_dir_read_only);
+	tcase_add_test(tc, slab_files_mode_0400);
+	tcase_add_test(tc, map_short_file_estale);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
