@@ -154,9 +154,9 @@ struct arena_ep {
 /* A connection to the same-host socket (server_shm.c); fd -1: free. */
 struct shm_conn {
 	int fd;
-	uint64_t session_id; /* bound to; 0: not yet */
-	pid_t pid;	     /* SO_PEERCRED, for the log */
-	uid_t uid;
+	uint64_t session_id;  /* bound to; 0: not yet */
+	pid_t pid;	      /* SO_PEERCRED, for the log */
+	uid_t uid;	      /* SO_PEERCRED: whose unbound allowance */
 	uint64_t accepted_ms; /* BIND within handshake_timeout of it */
 };
 
@@ -230,7 +230,8 @@ struct memd_server {
 	char shm_name[WIRE_SHM_NAME_MAX];
 	uint8_t boot_id[WIRE_BOOT_ID_LEN];
 	struct shm_conn *shm;
-	uint32_t shm_cap;
+	uint32_t shm_cap;     /* max_clients bound + max_clients unbound */
+	uint32_t shm_unbound; /* connections of shm[] not yet bound */
 	bool *shm_given;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */

@@ -314,6 +314,8 @@ START_TEST(cross_session_refused)
 {
 	uint8_t bid[WIRE_BOOT_ID_LEN], bad[WIRE_NONCE_LEN];
 	struct wire_shm_ok ok2;
+	struct wire_hello_ok dh;
+	struct rpc *d;
 	struct tu_memd m;
 	struct raw a, b;
 	int fd, s;
@@ -347,14 +349,17 @@ START_TEST(cross_session_refused)
 				 0, 0, &fd),
 			 EACCES);
 	close(s);
-	/* a fresh offer to a, and a guess at its nonce */
+	/* a fresh offer to a session d (a, bound, gets none: one bound
+	 * socket per session), and a guess at its nonce */
 	boot_id(bid);
-	ck_assert_int_eq(shm_ask(a.c, bid, &ok2), 0);
+	ck_assert_int_eq(shm_ask(a.c, bid, &ok2), -EBUSY);
+	d = tu_raw_hello(m.addr, &dh);
+	ck_assert_int_eq(shm_ask(d, bid, &ok2), 0);
 	memcpy(bad, ok2.nonce, sizeof(bad));
 	bad[0] ^= 1;
 	s = shm_connect(&ok2);
 	ck_assert_int_eq(
-		shm_req(s, WIRE_SHM_BIND, a.h.session_id, bad, 0, 0, &fd),
+		shm_req(s, WIRE_SHM_BIND, dh.session_id, bad, 0, 0, &fd),
 		EACCES);
 	close(s);
 	/* b's nonce for a's session */
@@ -380,6 +385,7 @@ START_TEST(cross_session_refused)
 	/* and a's own request still works */
 	fd = raw_slab_fd(&a);
 	close(fd);
+	rpc_close(d);
 	raw_close(&a);
 	raw_close(&b);
 	tu_memd_stop_ok(&m);
@@ -595,6 +601,110 @@ START_TEST(slab_files_mode_0400)
 }
 END_TEST
 
+/* A libpool client of m moves one slab; true when it went over shm. */
+static bool pool_client_gets_shm(struct tu_memd *m)
+{
+	int64_t before = tu_metric(m, "tidepool_memd_shm_fds_passed_total");
+	struct pool_region *r;
+	struct pool *p = tu_pool_connect(m);
+	bool shm;
+
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, 4096, 81);
+	shm = tu_metric(m, "tidepool_memd_shm_fds_passed_total") > before;
+	pool_close(p);
+	return shm;
+}
+
+/*
+ * A process of another uid that opens more unbound connections than
+ * max_clients (the socket's name is in /proc/net/unix) only displaces
+ * its own oldest: a new client still gets the same-host path.
+ */
+START_TEST(unbound_flood_of_other_uid)
+{
+	struct tu_memd m;
+	struct raw a;
+	int go[2], done[2];
+	pid_t pid;
+	char c;
+
+	if (geteuid() != 0) {
+		printf("SKIP unbound_flood_of_other_uid: needs root\n");
+		return;
+	}
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\nmax_clients = 8\n"
+			     "max_clients_per_host = 3\n");
+	raw_open(&a, m.addr); /* for the socket's name */
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		for (int i = 0; i < 20; i++)
+			(void)shm_connect(&a.ok);
+		(void)!write(go[1], "x", 1);
+		(void)!read(done[0], &c, 1);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(go[0], &c, 1), 1);
+	/* memd took them in order: the client's connection comes after */
+	ck_assert(pool_client_gets_shm(&m));
+	ck_assert_int_ge(tu_metric(&m, "tidepool_memd_shm_displaced_total"),
+			 20 - 3);
+	ck_assert_int_eq(write(done[1], "x", 1), 1);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * One session that repeats SHM + BIND holds one bound connection: the
+ * second SHM is refused EBUSY, and a new client still gets the
+ * same-host path. Once its socket is closed, the session may bind again.
+ */
+START_TEST(one_bound_socket_per_session)
+{
+	uint8_t bid[WIRE_BOOT_ID_LEN];
+	struct wire_shm_ok ok;
+	struct tu_memd m;
+	struct raw a;
+	int fd;
+
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\nmax_clients = 8\n");
+	boot_id(bid);
+	raw_open(&a, m.addr);
+	for (int i = 0; i < 16; i++) {
+		int r = shm_ask(a.c, bid, &ok), sock;
+
+		if (i == 0)
+			ck_assert_int_eq(r, -EBUSY);
+		if (r)
+			continue;
+		sock = shm_connect(&ok); /* kept, as an attacker would */
+		(void)shm_req(sock, WIRE_SHM_BIND, a.h.session_id, ok.nonce, 0,
+			      0, &fd);
+	}
+	ck_assert(pool_client_gets_shm(&m));
+	/* its socket closed, the session binds a new one */
+	close(a.sock);
+	for (int i = 0; i < 500 && shm_ask(a.c, bid, &ok) == -EBUSY; i++)
+		usleep(10000);
+	a.sock = shm_connect(&ok);
+	ck_assert_int_eq(shm_req(a.sock, WIRE_SHM_BIND, a.h.session_id,
+				 ok.nonce, 0, 0, &fd),
+			 0);
+	ck_assert_int_ge(raw_slab_fd(&a), 0);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /*
  * Sets every slab file of memd (its descriptors of files in dir) to len
  * bytes; returns how many.
@@ -793,6 +903,8 @@ int main(void)
 	tcase_add_test(tc, shm_dir_read_only);
 	tcase_add_test(tc, slab_files_mode_0400);
 	tcase_add_test(tc, map_short_file_estale);
+	tcase_add_test(tc, unbound_flood_of_other_uid);
+	tcase_add_test(tc, one_bound_socket_per_session);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
