@@ -87,21 +87,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 			 strerror(-r));
 		return 0;
 	}
-	{
-		/* one descriptor per slab, on top of the connections' */
-		struct rlimit rl;
-		rlim_t want =
-			(rlim_t)s->nslabs + 64 + (rlim_t)s->cfg.max_clients * 2;
-
-		if (!getrlimit(RLIMIT_NOFILE, &rl) &&
-		    rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-			rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ||
-						      rl.rlim_max > want
-					      ? want
-					      : rl.rlim_max;
-			(void)setrlimit(RLIMIT_NOFILE, &rl);
-		}
-	}
+	/* srv_open raised RLIMIT_NOFILE for the slabs' files too
+	 * (check_nofile) */
 	for (uint32_t a = 0; a < narenas; a++) {
 		r = memd_arena_slab_fds(&arenas[a], s->cfg.slab_bytes,
 					s->cfg.shm_dir, why, sizeof(why));
@@ -138,6 +125,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 			 strerror(-r));
 		return r;
 	}
+	/* srv_shm_zero's spare */
+	s->shm_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	s->shm_on = true;
 	memd_log(LOG_NOTICE, "shm: on socket=@%s slabs=%u files=%s%s",
 		 s->shm_name, s->nslabs, s->cfg.shm_dir[0] ? "tmpfs " : "memfd",
@@ -193,6 +182,9 @@ void srv_shm_free(struct memd_server *s)
 	s->shm = NULL;
 	free(s->shm_given);
 	s->shm_given = NULL;
+	if (s->shm_spare_fd >= 0)
+		close(s->shm_spare_fd);
+	s->shm_spare_fd = -1;
 }
 
 bool srv_shm_owns(struct memd_server *s, void *ptr)
@@ -252,8 +244,25 @@ void srv_shm_accept(struct memd_server *s)
 		int fd = accept4(s->shm_lfd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			int e = errno;
+
+			if (e == EINTR || e == ECONNABORTED)
+				continue;
+			if (e == EAGAIN || e == EWOULDBLOCK)
+				return;
+			/* as the control port: shed at EMFILE, else
+			 * pause; a readable listener must not spin */
+			if ((e == EMFILE || e == ENFILE) &&
+			    srv_accept_shed(s, &s->shm_lfd, e))
+				continue;
+			if (e != EMFILE && e != ENFILE)
+				memd_log_limited(&s->ll_accept, LOG_WARNING,
+						 "shm: accept err=%s",
+						 strerror(e));
+			srv_accept_pause(s, &s->shm_lfd);
 			return;
+		}
 		(void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
 		/* the unbound allowance: per uid, then in all */
 		if (shm_uid_unbound(s, cr.uid) >= s->cfg.max_clients_per_host)
@@ -614,11 +623,26 @@ bool srv_shm_is_given(struct memd_server *s, uint32_t slab)
 	       __atomic_load_n(&s->shm_given[slab], __ATOMIC_RELAXED);
 }
 
+/*
+ * A renewal needs one more descriptor for a moment (the fresh file, then
+ * the old one is closed). memd-reclaim keeps a spare one for that, so a
+ * memd whose connections took every other descriptor still renews; if
+ * even that fails (memd-ctl took the spare's number meanwhile) the
+ * caller retries later (memd_lease_reclaim_retry), never quarantines.
+ */
 int srv_shm_zero(struct memd_server *s, uint32_t slab)
 {
 	uint32_t i;
 	struct memd_arena *a = slab_arena(s, slab, &i);
 	int r = memd_arena_slab_renew(a, i);
+
+	if ((r == -EMFILE || r == -ENFILE) && s->shm_spare_fd >= 0) {
+		close(s->shm_spare_fd);
+		r = memd_arena_slab_renew(a, i);
+		s->shm_spare_fd = -1;
+	}
+	if (s->shm_spare_fd < 0)
+		s->shm_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
 	if (!r) {
 		__atomic_store_n(&s->shm_given[slab], false, __ATOMIC_RELAXED);

@@ -14,6 +14,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -705,6 +707,86 @@ START_TEST(one_bound_socket_per_session)
 }
 END_TEST
 
+/* Descriptors pid holds now. */
+static int count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * memd with no descriptor left (RLIMIT_NOFILE lowered to what it holds):
+ * a pending same-host connection is shed (closed, as the control port's
+ * are), not left in the backlog while memd-ctl spins on the readable
+ * listener; and a revoked slab whose file went out is still renewed
+ * (its kept descriptor gets the write seal), not quarantined for good.
+ */
+START_TEST(out_of_descriptors_same_host)
+{
+	struct rlimit old, low;
+	struct tu_memd m;
+	struct raw a;
+	char one = 'x', b;
+	int fa, i, socks[40];
+	bool shed;
+
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\n");
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), 1);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)count_fds(m.pid);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &low, NULL), 0);
+
+	/* memd takes these until its table of descriptors is full (the
+	 * limit is on numbers, and memd's may have holes); the rest wait
+	 * in the backlog, where memd must shed them, not spin */
+	for (i = 0; i < 40; i++)
+		socks[i] = shm_connect(&a.ok);
+	shed = false;
+	for (int tries = 0; tries < 2000 && !shed; tries++) {
+		for (i = 0; i < 40 && !shed; i++) {
+			struct pollfd pf = { .fd = socks[i], .events = POLLIN };
+
+			shed = poll(&pf, 1, 0) == 1 &&
+			       recv(socks[i], &b, 1, MSG_DONTWAIT) <= 0;
+		}
+		usleep(10000);
+	}
+	ck_assert_msg(shed, "same-host connections stayed pending at EMFILE");
+
+	/* the renewal at release needs a descriptor: memd-reclaim's spare */
+	raw_release(&a);
+	for (i = 0; i < 2000 && pwrite(fa, &one, 1, 0) == 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_slabs_quarantined"), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_slabs_renewed_total"),
+			 1);
+	ck_assert_int_ge(tu_metric(&m, "tidepool_memd_conns_shed_total"), 1);
+	for (i = 0; i < 40; i++)
+		close(socks[i]);
+	ck_assert(pool_client_gets_shm(&m));
+	close(fa);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /*
  * Sets every slab file of memd (its descriptors of files in dir) to len
  * bytes; returns how many.
@@ -905,6 +987,7 @@ int main(void)
 	tcase_add_test(tc, map_short_file_estale);
 	tcase_add_test(tc, unbound_flood_of_other_uid);
 	tcase_add_test(tc, one_bound_socket_per_session);
+	tcase_add_test(tc, out_of_descriptors_same_host);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
