@@ -1132,6 +1132,17 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 			a,
 			__atomic_load_n(&s->aep[a].st.wakeups,
 					__ATOMIC_RELAXED));
+	srv_put_head(b, "fabric_starved_sleeps_total", "counter",
+		     "Millisecond sleeps of a fabric progress thread instead "
+		     "of polling, while memd had no file descriptor left.");
+	for (uint32_t a = 0; a < s->nep; a++)
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_fabric_starved_sleeps_total{endpoint="
+			"\"%u\"} %" PRIu64 "\n",
+			a,
+			__atomic_load_n(&s->aep[a].st.starved_sleeps,
+					__ATOMIC_RELAXED));
 	srv_put_head(
 		b, "fabric_busy_poll_seconds_total", "counter",
 		"Time fabric progress threads spent polling after a request "
