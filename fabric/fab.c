@@ -107,6 +107,7 @@
 #include "fabric/fab.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -114,6 +115,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -153,6 +155,11 @@ static unsigned fab_quarantined; /* endpoints among them */
 #define FAB_RETRY_BLOCK_MS 1
 /* A follower's timed wait; broadcasts wake it earlier. */
 #define FAB_FOLLOW_SLICE_NS 2000000
+/* fab_ep_serve: after this many wake-ups in one call (none completed
+ * anything of ours) it checks whether the process is out of descriptors;
+ * while it is, it sleeps this long between rounds (see fab_ep_serve). */
+#define FAB_STARVED_CHECK_WAKES 256
+#define FAB_STARVED_SLEEP_NS 1000000
 /* Sleeps of the poll fallback (providers without a CQ wait object). */
 #define FAB_POLL_SLEEP_MIN_NS 10000
 #define FAB_POLL_SLEEP_MAX_NS 1000000
@@ -1350,7 +1357,29 @@ int fab_ep_progress(struct fab_ep *ep, int timeout_ms)
  * needs to send its next request (docs/bench/poolbench.md measured
  * that). Without a wait fd, or when another thread leads, it is
  * fab_ep_progress().
+ *
+ * Out of descriptors: the tcp provider accepts connections itself, and
+ * when accept(2) fails with EMFILE the connection stays in its listening
+ * socket's backlog, so the wait fd stays readable and every poll(2)
+ * returns at once: a spin (libfabric's, which memd cannot fix). So
+ * every FAB_STARVED_CHECK_WAKES wake-ups in one call (a target's RMA
+ * completes nothing here, so a busy one wakes often too: the check is
+ * one dup(2), rare) the loop checks whether the process has a
+ * descriptor left; while it has none it sleeps FAB_STARVED_SLEEP_NS
+ * between rounds instead of polling (progress still runs each round,
+ * so transfers go on, slower) and checks again each round.
  */
+static bool out_of_descriptors(int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+	if (d >= 0) {
+		close(d);
+		return false;
+	}
+	return errno == EMFILE || errno == ENFILE;
+}
+
 int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
 		 struct fab_serve_stats *st)
 {
@@ -1358,6 +1387,8 @@ int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
 	struct pollfd pfd;
 	int64_t deadline, t, busy_end = 0, spin_from = 0; /* last stamp */
 	uint64_t wakes;
+	unsigned nwakes = 0; /* in this call: none completed anything */
+	bool starved = false;
 	int ncomp = 0, ret = 0, ms;
 
 	if (!ep)
@@ -1388,6 +1419,18 @@ int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
 		t = now_ns();
 		if (t >= deadline)
 			break;
+		if (starved) {
+			/* no busy window either: the fd is always ready */
+			struct timespec ts = { .tv_nsec =
+						       FAB_STARVED_SLEEP_NS };
+
+			if (st)
+				__atomic_add_fetch(&st->starved_sleeps, 1,
+						   __ATOMIC_RELAXED);
+			nanosleep(&ts, NULL);
+			starved = out_of_descriptors(ep->wait_fd);
+			continue;
+		}
 		if (t < busy_end) {
 			/* counted as it goes, so a reader sees a long window */
 			if (st)
@@ -1434,6 +1477,11 @@ int fab_ep_serve(struct fab_ep *ep, unsigned busy_us, int timeout_ms,
 			if (st)
 				__atomic_add_fetch(&st->wakeups, 1,
 						   __ATOMIC_RELAXED);
+			if (++nwakes % FAB_STARVED_CHECK_WAKES == 0 &&
+			    out_of_descriptors(ep->wait_fd)) {
+				starved = true;
+				continue;
+			}
 			if (busy_us) {
 				spin_from = now_ns();
 				busy_end = spin_from + (int64_t)busy_us * 1000;

@@ -241,6 +241,9 @@ int fab_ep_progress(struct fab_ep *ep, int timeout_ms);
 struct fab_serve_stats {
 	uint64_t wakeups; /* returns from a blocking wait with work */
 	uint64_t busy_ns; /* time spent polling inside busy windows */
+	/* sleeps instead of polls while the process had no descriptor
+	 * left (a provider's listener that cannot accept stays readable) */
+	uint64_t starved_sleeps;
 };
 
 /*

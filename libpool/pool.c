@@ -802,14 +802,32 @@ out:
  * the punched-out old file: zeros, never the next tenant's bytes. Not
  * the default: every page read stays mapped and counts in the client's
  * RSS (RssShmem), which the OOM killer and the paging engine's budget
- * checks see. NULL: reads use pread.
+ * checks see. The KV path maps through here too (kvshm_map).
+ *
+ * Only a file sealed against shrinking (F_SEAL_SHRINK: nobody can
+ * truncate it under the mapping) that holds len bytes is mapped: a copy
+ * from anything else could fault with SIGBUS past the file's end. A
+ * shm_dir file (no seals) or a short one is read with pread instead,
+ * whose short read is -ESTALE (shm_piece). A writable descriptor is
+ * reopened read-only through /proc/self/fd, which the file's mode 0400
+ * allows only to memd's uid (and root): another uid's client reads with
+ * pread. NULL: reads use pread.
  */
 static const uint8_t *shm_map_ro(int fd, uint64_t len)
 {
 	char path[64];
+	struct stat st;
 	void *m;
-	int ro;
+	int ro, seals = fcntl(fd, F_GET_SEALS);
 
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return NULL;
+	if (fstat(fd, &st) || st.st_size < 0 || (uint64_t)st.st_size < len)
+		return NULL;
+	if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY) {
+		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+		return m == MAP_FAILED ? NULL : m;
+	}
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	if (ro < 0)
@@ -3603,29 +3621,18 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 /*
  * The read-only mapping KV gets copy from (LIBPOOL_KV_MAP, on by
  * default), or NULL: pread. Why a mapping here when pool_read's default
- * is pread: docs/kv.md, "Gets through a mapping". Only a memfd slab
- * (F_SEAL_SHRINK: nobody can truncate it under the mapping, so a copy
- * never faults with SIGBUS) of 4 KiB pages; a shm_dir file is neither
- * sealed nor slow to pread (2 MiB pages). After the store gives the slab
- * back, memd's punch leaves zeros in the mapping, which fail the
- * block's checks: a miss, as with the kept descriptor.
+ * is pread: docs/kv.md, "Gets through a mapping". Only what shm_map_ro
+ * maps: a memfd slab of the slab's size (sealed against shrinking, so a
+ * copy never faults with SIGBUS); a shm_dir file is neither sealed nor
+ * slow to pread (2 MiB pages). After the store gives the slab back,
+ * memd's punch leaves zeros in the mapping, which fail the block's
+ * checks: a miss, as with the kept descriptor.
  */
 static const uint8_t *kvshm_map(struct plink *lk, int fd)
 {
-	struct stat st;
-	int seals;
-
 	if (fd < 0 || !lk->p->kv_map ||
 	    (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDONLY)
 		return NULL; /* a reservation's file: writes only */
-	seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0 || !(seals & F_SEAL_SHRINK))
-		return NULL;
-	/* a file shorter than the slab (a broken memd's) would fault
-	 * with SIGBUS past its end: pread instead, which fails cleanly */
-	if (fstat(fd, &st) || st.st_size < 0 ||
-	    (uint64_t)st.st_size < lk->p->slab_bytes)
-		return NULL;
 	return shm_map_ro(fd, lk->p->slab_bytes);
 }
 

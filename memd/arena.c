@@ -26,11 +26,15 @@
 #include <sys/mman.h>
 #include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
 #include "memd/log.h"
 #include "numa/place.h"
+
+/* every slab file: read-only to its owner, nothing to others */
+#define SLAB_FILE_MODE 0400
 
 static bool have_ipc_lock(void)
 {
@@ -288,8 +292,15 @@ void memd_arena_destroy(struct memd_arena *a)
 	a->nslab_fd = 0;
 }
 
-/* A slab's memfd: len bytes of zeros, sealed against resizing (not
- * against further seals: memd write-seals it when it is revoked). */
+/*
+ * A slab's memfd: len bytes of zeros, sealed against resizing (not
+ * against further seals: memd write-seals it when it is revoked), mode
+ * 0400. The mode is what a reopen of /proc/<pid>/fd/N checks: a client
+ * given a read-only descriptor cannot reopen the file read-write (nor,
+ * as another uid than memd's, open it at all); memd keeps the read-write
+ * descriptor it created. memd's own uid (and root) can still chmod the
+ * file back: docs/reliability.md, "Same-host descriptors".
+ */
 static int slab_memfd(uint64_t len)
 {
 	int fd = memfd_create("tidepool-slab", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -297,7 +308,7 @@ static int slab_memfd(uint64_t len)
 
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, (off_t)len) ||
+	if (ftruncate(fd, (off_t)len) || fchmod(fd, SLAB_FILE_MODE) ||
 	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW)) {
 		r = -errno;
 		close(fd);
@@ -307,10 +318,10 @@ static int slab_memfd(uint64_t len)
 }
 
 /* A slab's unnamed file in the tmpfs directory dir: len bytes of zeros,
- * unsealable (see memd_arena_slab_fds). */
+ * unsealable (see memd_arena_slab_fds), mode 0400 as a memfd's. */
 static int slab_tmpfile(const char *dir, uint64_t len)
 {
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, SLAB_FILE_MODE);
 	struct statfs sf;
 	int r;
 

@@ -493,6 +493,29 @@ void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab)
 	pthread_mutex_unlock(&t->lock);
 }
 
+void memd_lease_reclaim_retry(struct memd_lease_table *t, uint32_t slab,
+			      uint64_t at_ms)
+{
+	pthread_mutex_lock(&t->lock);
+	if (slab < t->nslabs && t->slab[slab].state == MEMD_SLAB_ZEROING) {
+		struct slab *sl = &t->slab[slab];
+
+		/* the queue stays in reclaim_at order */
+		if (t->rq_tail != NIL &&
+		    t->slab[t->rq_tail].reclaim_at_ms > at_ms)
+			at_ms = t->slab[t->rq_tail].reclaim_at_ms;
+		sl->state = MEMD_SLAB_RECLAIMING;
+		sl->reclaim_at_ms = at_ms;
+		sl->next = NIL;
+		if (t->rq_tail != NIL)
+			t->slab[t->rq_tail].next = slab;
+		else
+			t->rq_head = slab;
+		t->rq_tail = slab;
+	}
+	pthread_mutex_unlock(&t->lock);
+}
+
 void memd_lease_quarantine(struct memd_lease_table *t, uint32_t slab)
 {
 	pthread_mutex_lock(&t->lock);

@@ -151,6 +151,14 @@ size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
 /* ZEROING -> FREE: the slab is zeroed and may be granted again. */
 void memd_lease_reclaimed(struct memd_lease_table *t, uint32_t slab);
 /*
+ * ZEROING -> RECLAIMING again, due at at_ms (or after the last queued
+ * slab, whichever is later): the reclaimer could not finish the slab for
+ * a reason that passes (memd out of descriptors), so it tries again
+ * rather than lose the slab. A slab in another state is left alone.
+ */
+void memd_lease_reclaim_retry(struct memd_lease_table *t, uint32_t slab,
+			      uint64_t at_ms);
+/*
  * ZEROING -> QUARANTINED: the slab is never granted again in this table's
  * life (memd: its registration could not be closed, so a key to it may
  * still work). A slab in another state is left alone.

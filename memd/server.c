@@ -37,7 +37,7 @@
  * idle_timeout are closed. At EMFILE/ENFILE accept gives up a reserve
  * descriptor to take, answer and close the pending connection (else the
  * listener would fire forever); failing that, the listener is paused for
- * a tick. Lines a peer can make repeat are rate-limited (memd/log.h).
+ * a tick. The same-host socket uses the same (srv_accept_shed). Lines a peer can make repeat are rate-limited (memd/log.h).
  * What a client may hold is bounded too: max_sessions_per_tenant live
  * sessions of a tenant (checked at AUTH_PROOF), max_leases_per_session
  * leases of a session (grant_request), kv_max_reserved pending KV
@@ -582,64 +582,79 @@ static void refuse_fd(int fd, const char *why)
 	close(fd);
 }
 
-/* Stops watching the listener for a while (TICK_MS: the loop's tick
- * re-arms it), so an accept error that repeats cannot spin memd-ctl. */
-static void accept_pause(struct memd_server *s)
+/* The pause state of listener *lfdp (the control port's or the
+ * same-host socket's). */
+static void listener_state(struct memd_server *s, int *lfdp, bool **off,
+			   uint64_t **on_ms)
 {
-	struct epoll_event ev = { .events = 0, .data.ptr = &s->lfd };
-
-	if (s->accept_off)
-		return;
-	epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev);
-	s->accept_off = true;
-	s->accept_on_ms = srv_now_ms() + TICK_MS;
+	if (lfdp == &s->shm_lfd) {
+		*off = &s->shm_accept_off;
+		*on_ms = &s->shm_accept_on_ms;
+	} else {
+		*off = &s->accept_off;
+		*on_ms = &s->accept_on_ms;
+	}
 }
 
-static void accept_resume(struct memd_server *s)
+void srv_accept_pause(struct memd_server *s, int *lfdp)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &s->lfd };
+	struct epoll_event ev = { .events = 0, .data.ptr = lfdp };
+	uint64_t *on_ms;
+	bool *off;
 
-	if (!s->accept_off || srv_now_ms() < s->accept_on_ms)
+	listener_state(s, lfdp, &off, &on_ms);
+	if (*off)
 		return;
-	if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev) == 0)
-		s->accept_off = false;
+	epoll_ctl(s->epfd, EPOLL_CTL_MOD, *lfdp, &ev);
+	*off = true;
+	*on_ms = srv_now_ms() + TICK_MS;
+}
+
+static void accept_resume(struct memd_server *s, int *lfdp)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = lfdp };
+	uint64_t *on_ms;
+	bool *off;
+
+	listener_state(s, lfdp, &off, &on_ms);
+	if (!*off || srv_now_ms() < *on_ms)
+		return;
+	if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, *lfdp, &ev) == 0)
+		*off = false;
 	else
-		s->accept_on_ms = srv_now_ms() + TICK_MS;
+		*on_ms = srv_now_ms() + TICK_MS;
 }
 
-/*
- * accept(2) failed with EMFILE or ENFILE: the pending connection stays in
- * the backlog and the listener stays readable. Give up the reserve
- * descriptor, take the connection, tell it and close it, take the reserve
- * back. Returns true when a connection was shed (try the next one); false
- * when that was impossible (the caller pauses the listener).
- */
-static bool accept_shed(struct memd_server *s, int err)
+bool srv_accept_shed(struct memd_server *s, int *lfdp, int err)
 {
+	const char *who = lfdp == &s->shm_lfd ? "shm" : "ctl";
 	int fd;
 
 	if (s->reserve_fd < 0)
 		s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (s->reserve_fd < 0) {
-		memd_log_limited(
-			&s->ll_shed, LOG_ERR,
-			"ctl: out of file descriptors (%s), no reserve "
-			"left: pausing accept clients=%u",
-			strerror(err), s->nconns);
+		memd_log_limited(&s->ll_shed, LOG_ERR,
+				 "%s: out of file descriptors (%s), no reserve "
+				 "left: pausing accept clients=%u",
+				 who, strerror(err), s->nconns);
 		return false;
 	}
 	close(s->reserve_fd);
-	fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	fd = accept4(*lfdp, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	refuse_fd(fd, "memd is out of file descriptors");
+	/* a same-host client reads the close and stays on the fabric */
+	if (lfdp == &s->lfd)
+		refuse_fd(fd, "memd is out of file descriptors");
+	else
+		close(fd);
 	CTR_ADD(s, conns_shed, 1);
 	memd_log_limited(&s->ll_shed, LOG_ERR,
-			 "ctl: out of file descriptors (%s): shedding new "
+			 "%s: out of file descriptors (%s): shedding new "
 			 "connections clients=%u max_clients=%u; raise "
 			 "RLIMIT_NOFILE (LimitNOFILE=)",
-			 strerror(err), s->nconns, s->cfg.max_clients);
+			 who, strerror(err), s->nconns, s->cfg.max_clients);
 	return true;
 }
 
@@ -769,13 +784,14 @@ static void accept_all(struct memd_server *s)
 				return;
 			if (e == EINTR || e == ECONNABORTED)
 				continue;
-			if ((e == EMFILE || e == ENFILE) && accept_shed(s, e))
+			if ((e == EMFILE || e == ENFILE) &&
+			    srv_accept_shed(s, &s->lfd, e))
 				continue;
 			if (e != EMFILE && e != ENFILE)
 				memd_log_limited(&s->ll_accept, LOG_WARNING,
 						 "ctl: accept err=%s",
 						 strerror(e));
-			accept_pause(s);
+			srv_accept_pause(s, &s->lfd);
 			return;
 		}
 		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host),
@@ -846,20 +862,23 @@ static void expire_sessions(struct memd_server *s)
 }
 
 /*
- * Every client may cost two descriptors (its control connection and, with
- * the tcp provider, its fabric connection), plus those memd keeps for
- * itself. Raises the soft RLIMIT_NOFILE toward the hard limit to fit
- * max_clients, and says so clearly when it cannot: past the limit
- * connections are shed at accept (accept_shed), never spun on.
+ * What memd may hold open: per client its control connection, one
+ * fabric connection to each endpoint (with the tcp provider; the
+ * provider accepts those itself, anyone's, up to the limit) and, with
+ * shm, a same-host socket, plus as many unbound same-host sockets
+ * (server_shm.c's allowance); with shm each slab's file and the
+ * renewal's spare; and those memd keeps for itself. Raises the soft
+ * RLIMIT_NOFILE toward the hard limit to fit, and says so clearly when
+ * it cannot: past the limit connections are shed at accept
+ * (srv_accept_shed), never spun on. Called before the slab files exist
+ * (srv_shm_open needs the room): shm counts as wanted unless off.
  */
-#define NOFILE_PER_CLIENT 2
 #define NOFILE_OWN 128
 static void check_nofile(struct memd_server *s)
 {
-	/* shm: each slab's memfd, and a same-host socket per client */
-	rlim_t want = (rlim_t)s->cfg.max_clients * NOFILE_PER_CLIENT +
-		      NOFILE_OWN +
-		      (s->shm_on ? (rlim_t)s->nslabs + s->cfg.max_clients : 0);
+	bool shm = s->cfg.shm != MEMD_SHM_OFF;
+	rlim_t want = (rlim_t)s->cfg.max_clients * (1 + s->nep + 2 * shm) +
+		      NOFILE_OWN + (shm ? (rlim_t)s->nslabs + 1 : 0);
 	struct rlimit rl;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl))
@@ -1113,6 +1132,17 @@ static void write_metrics(struct memd_metrics_buf *b, void *arg)
 			a,
 			__atomic_load_n(&s->aep[a].st.wakeups,
 					__ATOMIC_RELAXED));
+	srv_put_head(b, "fabric_starved_sleeps_total", "counter",
+		     "Millisecond sleeps of a fabric progress thread instead "
+		     "of polling, while memd had no file descriptor left.");
+	for (uint32_t a = 0; a < s->nep; a++)
+		memd_metrics_printf(
+			b,
+			"tidepool_memd_fabric_starved_sleeps_total{endpoint="
+			"\"%u\"} %" PRIu64 "\n",
+			a,
+			__atomic_load_n(&s->aep[a].st.starved_sleeps,
+					__ATOMIC_RELAXED));
 	srv_put_head(
 		b, "fabric_busy_poll_seconds_total", "counter",
 		"Time fabric progress threads spent polling after a request "
@@ -1313,6 +1343,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	s->rebuild_arg = rebuild_arg;
 	s->topo = topo;
 	s->lfd = s->epfd = s->sigfd = s->reserve_fd = s->shm_lfd = -1;
+	s->shm_spare_fd = -1;
 	s->start_ms = srv_now_ms();
 	s->epoch = srv_random_key();
 	s->narenas = narenas;
@@ -1387,6 +1418,7 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 	r = srv_kv_open(s, err, errlen);
 	if (r)
 		goto fail;
+	check_nofile(s);
 	r = srv_shm_open(s, arenas, narenas, err, errlen);
 	if (r)
 		goto fail;
@@ -1401,9 +1433,9 @@ int memd_server_create(const struct memd_config *cfg, struct memd_arena *arenas,
 		snprintf(err, errlen, "epoll/signalfd: %s", strerror(errno));
 		goto fail;
 	}
-	/* the descriptor accept_shed gives up to refuse a client cleanly */
+	/* the descriptor srv_accept_shed gives up to refuse a client
+	 * cleanly, on every listener */
 	s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	check_nofile(s);
 	ev.events = EPOLLIN;
 	ev.data.ptr = &s->lfd;
 	epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd, &ev);
@@ -1574,7 +1606,8 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	}
 	if (listener)
 		accept_all(s);
-	accept_resume(s);
+	accept_resume(s, &s->lfd);
+	accept_resume(s, &s->shm_lfd);
 	conn_timers(s);
 	srv_shm_timers(s);
 	srv_kv_renew(s);

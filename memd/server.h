@@ -61,6 +61,8 @@ struct place_topo;
 	X(shm_refused, "same-host requests refused: shm off, other host, "     \
 		       "bad or foreign binding, lease not held")               \
 	X(shm_binds, "same-host socket connections bound to a session")        \
+	X(shm_displaced, "unbound same-host connections closed to admit a "    \
+			 "newer one")                                          \
 	X(shm_fds_passed, "slab memfds passed to same-host sessions")          \
 	X(shm_kv_fds_passed,                                                   \
 	  "KV slab files passed to same-host sessions of their tenant")        \

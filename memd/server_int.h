@@ -154,9 +154,9 @@ struct arena_ep {
 /* A connection to the same-host socket (server_shm.c); fd -1: free. */
 struct shm_conn {
 	int fd;
-	uint64_t session_id; /* bound to; 0: not yet */
-	pid_t pid;	     /* SO_PEERCRED, for the log */
-	uid_t uid;
+	uint64_t session_id;  /* bound to; 0: not yet */
+	pid_t pid;	      /* SO_PEERCRED, for the log */
+	uid_t uid;	      /* SO_PEERCRED: whose unbound allowance */
 	uint64_t accepted_ms; /* BIND within handshake_timeout of it */
 };
 
@@ -207,6 +207,8 @@ struct memd_server {
 	int reserve_fd;	  /* /dev/null, given up to shed at EMFILE */
 	bool accept_off;  /* listener disarmed until accept_on_ms */
 	uint64_t accept_on_ms;
+	bool shm_accept_off; /* the same for shm_lfd */
+	uint64_t shm_accept_on_ms;
 	uint64_t idle_scan_ms; /* next scan for idle connections */
 	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
 		ll_timeout, ll_auth, ll_frame, ll_fabric;
@@ -230,7 +232,11 @@ struct memd_server {
 	char shm_name[WIRE_SHM_NAME_MAX];
 	uint8_t boot_id[WIRE_BOOT_ID_LEN];
 	struct shm_conn *shm;
-	uint32_t shm_cap;
+	/* /dev/null, given up when a renewal (memd-reclaim) meets EMFILE */
+	int shm_spare_fd;
+	struct memd_log_limit ll_renew; /* memd-reclaim's */
+	uint32_t shm_cap;     /* max_clients bound + max_clients unbound */
+	uint32_t shm_unbound; /* connections of shm[] not yet bound */
 	bool *shm_given;
 
 	struct memd_counters ctr; /* written by memd-ctl; reclaim adds */
@@ -295,6 +301,17 @@ bool srv_conn_may_establish(struct memd_server *s, struct conn *c, bool cluster,
 			    char *err, size_t errlen);
 void srv_conn_establish(struct memd_server *s, struct conn *c, bool cluster);
 void srv_conn_close(struct memd_server *s, struct conn *c, const char *why);
+/*
+ * accept(2) on listener *lfdp (&s->lfd or &s->shm_lfd) failed with EMFILE
+ * or ENFILE: the pending connection stays in the backlog and the
+ * listener stays readable. Gives up the reserve descriptor, takes the
+ * connection, refuses it (an EBUSY frame on the control port, a close
+ * on the same-host socket) and takes the reserve back. true: one was
+ * shed, try the next; false: impossible, pause the listener
+ * (srv_accept_pause: disarmed for a tick), never spin. memd-ctl only.
+ */
+bool srv_accept_shed(struct memd_server *s, int *lfdp, int err);
+void srv_accept_pause(struct memd_server *s, int *lfdp);
 int srv_conn_send(struct conn *c, const struct wire_msg *m);
 void srv_send_error(struct memd_server *s, struct conn *c, uint32_t seq,
 		    int err, const char *fmt, ...);

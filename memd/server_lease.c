@@ -124,6 +124,9 @@ static void wait_progress_fence(struct memd_server *s, uint32_t mask)
 	pthread_mutex_unlock(&s->rlock);
 }
 
+/* A renewal that met EMFILE is tried again this much later. */
+#define RENEW_RETRY_MS TICK_MS
+
 void *srv_reclaim_main(void *arg)
 {
 	struct memd_server *s = arg;
@@ -148,6 +151,21 @@ void *srv_reclaim_main(void *arg)
 				 * place (zero), the old one is emptied */
 				int r = srv_shm_zero(s, batch[i]);
 
+				if (r == -EMFILE || r == -ENFILE ||
+				    r == -ENOMEM) {
+					/* passes: try again, keep the slab */
+					memd_log_limited(
+						&s->ll_renew, LOG_ERR,
+						"reclaim: slab=%u memfd "
+						"renewal "
+						"err=%s: retrying; raise "
+						"RLIMIT_NOFILE (LimitNOFILE=)",
+						batch[i], strerror(-r));
+					memd_lease_reclaim_retry(
+						s->lt, batch[i],
+						srv_now_ms() + RENEW_RETRY_MS);
+					continue;
+				}
 				if (r) {
 					memd_log(LOG_ERR,
 						 "reclaim: slab=%u memfd "

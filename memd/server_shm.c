@@ -26,6 +26,21 @@
  *  - The memfds are sealed against resizing: a client cannot truncate
  *    a slab under memd's own mapping.
  *
+ * Admission (docs/reliability.md, "Same-host sockets and descriptors").
+ * The socket is abstract: any uid in memd's network namespace can
+ * connect. shm[] has room for max_clients bound connections and as many
+ * unbound ones. A session holds at most one bound connection at a time
+ * (a second SHM is refused EBUSY; a closed one may be replaced), so the
+ * bound ones never outnumber the control connections (max_clients), nor
+ * a tenant's its sessions (max_sessions_per_tenant). Unbound connections
+ * share the other half: one uid holds at most max_clients_per_host of
+ * them (a new one displaces that uid's oldest), and past the half the
+ * oldest unbound of all goes, as on the control port. So a newcomer
+ * always gets a slot. Binding needs no uid check: the nonce crossed only
+ * the session's own (authenticated) control connection, whose TCP peer
+ * has no uid memd could compare; SO_PEERCRED's uid decides whose
+ * allowance an unbound connection takes, and is logged.
+ *
  * Threads: everything here runs on memd-ctl except srv_shm_zero
  * (memd-reclaim).
  */
@@ -72,21 +87,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 			 strerror(-r));
 		return 0;
 	}
-	{
-		/* one descriptor per slab, on top of the connections' */
-		struct rlimit rl;
-		rlim_t want =
-			(rlim_t)s->nslabs + 64 + (rlim_t)s->cfg.max_clients * 2;
-
-		if (!getrlimit(RLIMIT_NOFILE, &rl) &&
-		    rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-			rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ||
-						      rl.rlim_max > want
-					      ? want
-					      : rl.rlim_max;
-			(void)setrlimit(RLIMIT_NOFILE, &rl);
-		}
-	}
+	/* srv_open raised RLIMIT_NOFILE for the slabs' files too
+	 * (check_nofile) */
 	for (uint32_t a = 0; a < narenas; a++) {
 		r = memd_arena_slab_fds(&arenas[a], s->cfg.slab_bytes,
 					s->cfg.shm_dir, why, sizeof(why));
@@ -98,7 +100,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 		}
 	}
 	s->shm_given = calloc(s->nslabs, sizeof(*s->shm_given));
-	s->shm_cap = s->cfg.max_clients;
+	s->shm_cap = 2 * s->cfg.max_clients;
+	s->shm_unbound = 0;
 	s->shm = calloc(s->shm_cap, sizeof(*s->shm));
 	if (!s->shm_given || !s->shm) {
 		snprintf(err, errlen, "out of memory");
@@ -122,6 +125,8 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 			 strerror(-r));
 		return r;
 	}
+	/* srv_shm_zero's spare */
+	s->shm_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	s->shm_on = true;
 	memd_log(LOG_NOTICE, "shm: on socket=@%s slabs=%u files=%s%s",
 		 s->shm_name, s->nslabs, s->cfg.shm_dir[0] ? "tmpfs " : "memfd",
@@ -129,16 +134,35 @@ int srv_shm_open(struct memd_server *s, struct memd_arena *arenas,
 	return 0;
 }
 
+/* The connection holding session id's session, or NULL. */
+static struct conn *session_conn(struct memd_server *s, uint64_t id)
+{
+	for (struct conn *c = s->conns; c; c = c->next)
+		if (c->session && c->session_id == id)
+			return c;
+	return NULL;
+}
+
 static void shm_conn_close(struct memd_server *s, struct shm_conn *sc,
 			   const char *why)
 {
 	if (sc->fd < 0)
 		return;
-	memd_log(LOG_DEBUG, "shm: close pid=%d session=%" PRIx64 " why=%s",
-		 (int)sc->pid, sc->session_id, why);
+	memd_log(LOG_DEBUG,
+		 "shm: close pid=%d uid=%u session=%" PRIx64 " why=%s",
+		 (int)sc->pid, (unsigned)sc->uid, sc->session_id, why);
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, sc->fd, NULL);
 	close(sc->fd);
 	sc->fd = -1;
+	if (sc->session_id) {
+		/* its session may bind a new one (after BYE the connection
+		 * no longer holds it: matched by id alone) */
+		for (struct conn *c = s->conns; c; c = c->next)
+			if (c->session_id == sc->session_id)
+				c->shm_bound = false;
+	} else {
+		s->shm_unbound--;
+	}
 	sc->session_id = 0;
 }
 
@@ -158,6 +182,9 @@ void srv_shm_free(struct memd_server *s)
 	s->shm = NULL;
 	free(s->shm_given);
 	s->shm_given = NULL;
+	if (s->shm_spare_fd >= 0)
+		close(s->shm_spare_fd);
+	s->shm_spare_fd = -1;
 }
 
 bool srv_shm_owns(struct memd_server *s, void *ptr)
@@ -166,18 +193,82 @@ bool srv_shm_owns(struct memd_server *s, void *ptr)
 	       (struct shm_conn *)ptr < s->shm + s->shm_cap;
 }
 
+/*
+ * Closes the oldest unbound connection, of uid when all_uids is false,
+ * to admit a newer one. False when there is none.
+ */
+static bool shm_displace_oldest(struct memd_server *s, uid_t uid, bool all_uids)
+{
+	struct shm_conn *v = NULL;
+
+	for (uint32_t i = 0; i < s->shm_cap; i++) {
+		struct shm_conn *sc = &s->shm[i];
+
+		if (sc->fd < 0 || sc->session_id ||
+		    (!all_uids && sc->uid != uid))
+			continue;
+		if (!v || sc->accepted_ms < v->accepted_ms)
+			v = sc;
+	}
+	if (!v)
+		return false;
+	CTR_ADD(s, shm_displaced, 1);
+	memd_log_limited(
+		&s->ll_evict, LOG_NOTICE,
+		"shm: displaced pid=%d uid=%u age_ms=%" PRIu64 " why=%s",
+		(int)v->pid, (unsigned)v->uid, srv_now_ms() - v->accepted_ms,
+		all_uids ? "max_clients unbound"
+			 : "max_clients_per_host unbound of its uid");
+	shm_conn_close(s, v, "displaced before BIND");
+	return true;
+}
+
+/* Unbound connections of uid. */
+static uint32_t shm_uid_unbound(const struct memd_server *s, uid_t uid)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < s->shm_cap; i++)
+		n += s->shm[i].fd >= 0 && !s->shm[i].session_id &&
+		     s->shm[i].uid == uid;
+	return n;
+}
+
 void srv_shm_accept(struct memd_server *s)
 {
 	for (;;) {
 		struct epoll_event ev = { .events = EPOLLIN };
 		struct shm_conn *sc = NULL;
-		struct ucred cr = { 0 };
+		struct ucred cr = { .uid = (uid_t)-1 };
 		socklen_t cl = sizeof(cr);
 		int fd = accept4(s->shm_lfd, NULL, NULL,
 				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
-		if (fd < 0)
+		if (fd < 0) {
+			int e = errno;
+
+			if (e == EINTR || e == ECONNABORTED)
+				continue;
+			if (e == EAGAIN || e == EWOULDBLOCK)
+				return;
+			/* as the control port: shed at EMFILE, else
+			 * pause; a readable listener must not spin */
+			if ((e == EMFILE || e == ENFILE) &&
+			    srv_accept_shed(s, &s->shm_lfd, e))
+				continue;
+			if (e != EMFILE && e != ENFILE)
+				memd_log_limited(&s->ll_accept, LOG_WARNING,
+						 "shm: accept err=%s",
+						 strerror(e));
+			srv_accept_pause(s, &s->shm_lfd);
 			return;
+		}
+		(void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
+		/* the unbound allowance: per uid, then in all */
+		if (shm_uid_unbound(s, cr.uid) >= s->cfg.max_clients_per_host)
+			shm_displace_oldest(s, cr.uid, false);
+		if (s->shm_unbound >= s->shm_cap / 2)
+			shm_displace_oldest(s, cr.uid, true);
 		for (uint32_t i = 0; i < s->shm_cap && !sc; i++)
 			if (s->shm[i].fd < 0)
 				sc = &s->shm[i];
@@ -190,7 +281,6 @@ void srv_shm_accept(struct memd_server *s)
 			close(fd);
 			continue;
 		}
-		(void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
 		ev.data.ptr = sc;
 		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			close(fd);
@@ -201,16 +291,8 @@ void srv_shm_accept(struct memd_server *s)
 		sc->pid = cr.pid;
 		sc->uid = cr.uid;
 		sc->accepted_ms = srv_now_ms();
+		s->shm_unbound++;
 	}
-}
-
-/* The connection holding session id's session, or NULL. */
-static struct conn *session_conn(struct memd_server *s, uint64_t id)
-{
-	for (struct conn *c = s->conns; c; c = c->next)
-		if (c->session && c->session_id == id)
-			return c;
-	return NULL;
 }
 
 static int shm_reply(struct shm_conn *sc, const struct wire_shm_rep *rep,
@@ -271,9 +353,10 @@ static void shm_bind(struct memd_server *s, struct shm_conn *sc,
 	sodium_memzero(c->shm_nonce, sizeof(c->shm_nonce));
 	c->shm_bound = true;
 	sc->session_id = q->session_id;
+	s->shm_unbound--;
 	CTR_ADD(s, shm_binds, 1);
-	memd_log(LOG_INFO, "shm: bound peer=%s pid=%d session=%" PRIx64,
-		 c->peer, (int)sc->pid, sc->session_id);
+	memd_log(LOG_INFO, "shm: bound peer=%s pid=%d uid=%u session=%" PRIx64,
+		 c->peer, (int)sc->pid, (unsigned)sc->uid, sc->session_id);
 }
 
 /*
@@ -511,6 +594,10 @@ void srv_do_shm(struct memd_server *s, struct conn *c,
 				 WIRE_BOOT_ID_LEN) != 0) {
 		err = EXDEV;
 		why = "the client runs on another host (boot id differs)";
+	} else if (c->shm_bound) {
+		err = EBUSY;
+		why = "a same-host socket is already bound to this session "
+		      "(one per session)";
 	}
 	if (err) {
 		CTR_ADD(s, shm_refused, 1);
@@ -536,11 +623,26 @@ bool srv_shm_is_given(struct memd_server *s, uint32_t slab)
 	       __atomic_load_n(&s->shm_given[slab], __ATOMIC_RELAXED);
 }
 
+/*
+ * A renewal needs one more descriptor for a moment (the fresh file, then
+ * the old one is closed). memd-reclaim keeps a spare one for that, so a
+ * memd whose connections took every other descriptor still renews; if
+ * even that fails (memd-ctl took the spare's number meanwhile) the
+ * caller retries later (memd_lease_reclaim_retry), never quarantines.
+ */
 int srv_shm_zero(struct memd_server *s, uint32_t slab)
 {
 	uint32_t i;
 	struct memd_arena *a = slab_arena(s, slab, &i);
 	int r = memd_arena_slab_renew(a, i);
+
+	if ((r == -EMFILE || r == -ENFILE) && s->shm_spare_fd >= 0) {
+		close(s->shm_spare_fd);
+		r = memd_arena_slab_renew(a, i);
+		s->shm_spare_fd = -1;
+	}
+	if (s->shm_spare_fd < 0)
+		s->shm_spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 
 	if (!r) {
 		__atomic_store_n(&s->shm_given[slab], false, __ATOMIC_RELAXED);

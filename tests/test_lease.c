@@ -131,6 +131,46 @@ START_TEST(release_checks_generation_and_owner)
 }
 END_TEST
 
+/*
+ * A slab whose zeroing could not finish for a passing reason (memd out of
+ * descriptors at a renewal) goes back on the queue, due later and behind
+ * those already queued; it is neither lost nor granted before it is
+ * zeroed.
+ */
+START_TEST(reclaim_retry_requeues)
+{
+	struct memd_session *a;
+	uint32_t s0, s1, g, got[4];
+
+	ck_assert_int_eq(memd_session_open(t, 0, &a), 0);
+	ck_assert_int_eq(memd_lease_grant(t, a, 0, &s0, &g), 0);
+	ck_assert_int_eq(memd_lease_grant(t, a, 0, &s1, &g), 0);
+	ck_assert_int_eq(memd_lease_release(t, a, s0, 1, 0, NULL, NULL), 0);
+	ck_assert_uint_eq(memd_lease_take_reclaim(t, 50, got, 4), 1);
+	ck_assert_uint_eq(got[0], s0);
+	/* s1 queued (due at 100) while s0 is being zeroed */
+	ck_assert_int_eq(memd_lease_release(t, a, s1, 1, 50, NULL, NULL), 0);
+	memd_lease_reclaim_retry(t, s0, 60);
+	ck_assert_int_eq(memd_lease_slab_state(t, s0), MEMD_SLAB_RECLAIMING);
+	/* not granted while it waits */
+	ck_assert_int_eq(memd_lease_grant(t, a, 60, &s0, &g), 0);
+	ck_assert_uint_ne(s0, got[0]);
+	s0 = got[0];
+	/* due behind s1, not before it */
+	ck_assert_uint_eq(memd_lease_take_reclaim(t, 99, got, 4), 0);
+	ck_assert_uint_eq(memd_lease_take_reclaim(t, 100, got, 4), 2);
+	ck_assert_uint_eq(got[0], s1);
+	ck_assert_uint_eq(got[1], s0);
+	memd_lease_reclaimed(t, s0);
+	ck_assert_int_eq(memd_lease_slab_state(t, s0), MEMD_SLAB_FREE);
+	/* a slab in another state is left alone */
+	memd_lease_reclaim_retry(t, s0, 200);
+	ck_assert_int_eq(memd_lease_slab_state(t, s0), MEMD_SLAB_FREE);
+	memd_lease_reclaimed(t, s1);
+	memd_session_close(t, a, 200, NULL, NULL);
+}
+END_TEST
+
 START_TEST(expiry_follows_renewal)
 {
 	struct memd_session *a, *b;
@@ -333,6 +373,7 @@ int main(void)
 	tcase_add_test(tc, create_rejects_bad_args);
 	tcase_add_test(tc, grant_lowest_first_then_enospc);
 	tcase_add_test(tc, release_checks_generation_and_owner);
+	tcase_add_test(tc, reclaim_retry_requeues);
 	tcase_add_test(tc, expiry_follows_renewal);
 	tcase_add_test(tc, detached_session_lives_until_ttl);
 	tcase_add_test(tc, leaseless_session_lives_while_connected_only);

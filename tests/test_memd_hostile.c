@@ -743,6 +743,103 @@ START_TEST(out_of_descriptors_does_not_spin)
 }
 END_TEST
 
+/*
+ * memd out of descriptors because of plain TCP connections to its fabric
+ * port (the tcp provider accepts them, anyone's): the provider's accept
+ * fails, its listening socket stays readable, and memd-fab0 used to spin
+ * on it (~55-70 % of a core). It now sleeps between rounds while no
+ * descriptor is left (fabric_starved_sleeps_total), and serves again
+ * once the connections go.
+ */
+START_TEST(fabric_port_flood_out_of_descriptors)
+{
+	struct sockaddr_in fab;
+	struct wire_hello_ok h;
+	struct rlimit old, low;
+	struct tu_memd m;
+	struct rpc *c;
+	int fds[200];
+	unsigned pct;
+
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\n");
+	c = tu_raw_hello(m.addr, &h);
+	if (h.ep[0].addr_len != sizeof(fab) || strncmp(h.provider, "tcp", 3)) {
+		printf("SKIP fabric_port_flood_out_of_descriptors: provider "
+		       "%s\n",
+		       h.provider);
+		rpc_close(c);
+		tu_memd_stop_ok(&m);
+		return;
+	}
+	memcpy(&fab, h.ep[0].addr, sizeof(fab));
+	rpc_close(c);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)count_fds(m.pid) + 4;
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	for (int i = 0; i < 200; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		ck_assert_int_ge(fds[i], 0);
+		(void)connect(fds[i], (struct sockaddr *)&fab, sizeof(fab));
+	}
+	sleep_ms(300);
+	pct = cpu_percent_over(m.pid, 1000);
+	ck_assert_msg(pct < 50,
+		      "memd used %u%% of a core with its fabric port full",
+		      pct);
+	for (int i = 0; i < 200; i++)
+		close(fds[i]);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	ck_assert_int_gt(tu_metric(&m,
+				   "tidepool_memd_fabric_starved_sleeps_total"
+				   "{endpoint=\"0\"}"),
+			 0);
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * memd sizes RLIMIT_NOFILE for what its clients may hold: with the tcp
+ * provider a connection to each fabric endpoint per client (anyone may
+ * connect there; the provider accepts them), a control connection and
+ * same-host sockets (bound, and as many unbound). It used to count two
+ * per client, so 200 plain TCP connections to the fabric port took
+ * descriptors the rest of memd needed.
+ */
+START_TEST(nofile_counts_fabric_connections)
+{
+	const rlim_t clients = 200, eps = 4;
+	rlim_t want = clients * (1 + eps + 2) + 128;
+	struct rlimit own, low, got;
+	struct tu_memd m;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &own), 0);
+	if (own.rlim_max != RLIM_INFINITY && own.rlim_max < want) {
+		printf("SKIP nofile_counts_fabric_connections: hard limit "
+		       "%llu\n",
+		       (unsigned long long)own.rlim_max);
+		return;
+	}
+	low = own;
+	low.rlim_cur = 256; /* memd inherits it and must raise it */
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	ck_assert_int_eq(tu_memd_start_args(
+				 &m, "max_clients = 200\n",
+				 (const char *[]){
+					 "--set", "progress_threads=4", NULL }),
+			 0);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &own), 0);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, NULL, &got), 0);
+	ck_assert_msg(got.rlim_cur >= want,
+		      "memd's RLIMIT_NOFILE is %llu, under %llu",
+		      (unsigned long long)got.rlim_cur,
+		      (unsigned long long)want);
+	assert_serving(&m);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
 /* The peer's receive window not yet taken by what we sent (TCP_INFO:
  * its last advertised window less our bytes in flight or queued). */
 static int64_t window_room(int fd)
@@ -869,6 +966,8 @@ int main(void)
 	tcase_add_test(tc, stalled_session_dropped_when_idle);
 	tcase_add_test(tc, operators_and_donors_get_in);
 	tcase_add_test(tc, out_of_descriptors_does_not_spin);
+	tcase_add_test(tc, nofile_counts_fabric_connections);
+	tcase_add_test(tc, fabric_port_flood_out_of_descriptors);
 	tcase_add_test(tc, half_closed_nonreader_dropped);
 	tcase_add_test(tc, sessions_per_tenant_capped);
 	tcase_add_test(tc, leases_per_session_capped);

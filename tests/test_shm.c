@@ -14,12 +14,17 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -311,6 +316,8 @@ START_TEST(cross_session_refused)
 {
 	uint8_t bid[WIRE_BOOT_ID_LEN], bad[WIRE_NONCE_LEN];
 	struct wire_shm_ok ok2;
+	struct wire_hello_ok dh;
+	struct rpc *d;
 	struct tu_memd m;
 	struct raw a, b;
 	int fd, s;
@@ -344,14 +351,17 @@ START_TEST(cross_session_refused)
 				 0, 0, &fd),
 			 EACCES);
 	close(s);
-	/* a fresh offer to a, and a guess at its nonce */
+	/* a fresh offer to a session d (a, bound, gets none: one bound
+	 * socket per session), and a guess at its nonce */
 	boot_id(bid);
-	ck_assert_int_eq(shm_ask(a.c, bid, &ok2), 0);
+	ck_assert_int_eq(shm_ask(a.c, bid, &ok2), -EBUSY);
+	d = tu_raw_hello(m.addr, &dh);
+	ck_assert_int_eq(shm_ask(d, bid, &ok2), 0);
 	memcpy(bad, ok2.nonce, sizeof(bad));
 	bad[0] ^= 1;
 	s = shm_connect(&ok2);
 	ck_assert_int_eq(
-		shm_req(s, WIRE_SHM_BIND, a.h.session_id, bad, 0, 0, &fd),
+		shm_req(s, WIRE_SHM_BIND, dh.session_id, bad, 0, 0, &fd),
 		EACCES);
 	close(s);
 	/* b's nonce for a's session */
@@ -377,6 +387,7 @@ START_TEST(cross_session_refused)
 	/* and a's own request still works */
 	fd = raw_slab_fd(&a);
 	close(fd);
+	rpc_close(d);
 	raw_close(&a);
 	raw_close(&b);
 	tu_memd_stop_ok(&m);
@@ -463,7 +474,7 @@ START_TEST(shm_dir_read_only)
 	fl = fcntl(fa, F_GETFL);
 	ck_assert_int_eq(fl & O_ACCMODE, O_RDONLY);
 	ck_assert_int_eq(fstat(fa, &st), 0);
-	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
 	ck_assert_int_eq(st.st_size, SLAB);
 	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
 	ck_assert_int_eq(errno, EBADF);
@@ -519,6 +530,337 @@ START_TEST(shm_dir_read_only)
 		ck_assert(tu_file_has(path, "is not on tmpfs"));
 	}
 	ck_assert(rmdir(dir) == 0);
+}
+END_TEST
+
+/*
+ * In a child that drops to uid and gid 65534 (nobody): reopens fd through
+ * /proc/self/fd with flags. Returns the child's errno (0: it opened).
+ */
+static int reopen_as_other_uid(int fd, int flags)
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char path[64];
+		int r;
+
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		/* a changed uid makes us undumpable: /proc/self/fd would
+		 * be root's, and refuse for that reason alone */
+		(void)prctl(PR_SET_DUMPABLE, 1);
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		r = open(path, flags);
+		_exit(r >= 0 ? 0 : errno);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	ck_assert_int_ne(WEXITSTATUS(st), 100);
+	return WEXITSTATUS(st);
+}
+
+/*
+ * Slab files are mode 0400, the first ones and the renewed ones: a
+ * descriptor passed to a client cannot be reopened read-write through
+ * /proc (nor read-only, by another uid than memd's), so a read-only
+ * descriptor (a KV lookup's, a shm_dir slab's) stays read-only.
+ */
+START_TEST(slab_files_mode_0400)
+{
+	struct tu_memd m;
+	struct raw a, b;
+	struct stat st;
+	int fa, fb;
+
+	if (geteuid() != 0) {
+		printf("SKIP slab_files_mode_0400: needs root for setuid\n");
+		return;
+	}
+	tu_memd_start_ok(&m, CONF);
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	ck_assert_int_eq(fstat(fa, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
+	ck_assert_int_eq(reopen_as_other_uid(fa, O_RDWR), EACCES);
+	ck_assert_int_eq(reopen_as_other_uid(fa, O_RDONLY), EACCES);
+	/* the renewed file of a revoked slab: the same */
+	raw_release(&a);
+	wait_metric(&m, "tidepool_memd_shm_slabs_renewed_total", 1);
+	raw_open(&b, m.addr);
+	ck_assert_uint_eq(b.l.slab, a.l.slab);
+	fb = raw_slab_fd(&b);
+	ck_assert_int_eq(fstat(fb, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0400);
+	ck_assert_int_eq(reopen_as_other_uid(fb, O_RDWR), EACCES);
+	close(fa);
+	close(fb);
+	raw_close(&a);
+	raw_close(&b);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* A libpool client of m moves one slab; true when it went over shm. */
+static bool pool_client_gets_shm(struct tu_memd *m)
+{
+	int64_t before = tu_metric(m, "tidepool_memd_shm_fds_passed_total");
+	struct pool_region *r;
+	struct pool *p = tu_pool_connect(m);
+	bool shm;
+
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, 4096, 81);
+	shm = tu_metric(m, "tidepool_memd_shm_fds_passed_total") > before;
+	pool_close(p);
+	return shm;
+}
+
+/*
+ * A process of another uid that opens more unbound connections than
+ * max_clients (the socket's name is in /proc/net/unix) only displaces
+ * its own oldest: a new client still gets the same-host path.
+ */
+START_TEST(unbound_flood_of_other_uid)
+{
+	struct tu_memd m;
+	struct raw a;
+	int go[2], done[2];
+	pid_t pid;
+	char c;
+
+	if (geteuid() != 0) {
+		printf("SKIP unbound_flood_of_other_uid: needs root\n");
+		return;
+	}
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\nmax_clients = 8\n"
+			     "max_clients_per_host = 3\n");
+	raw_open(&a, m.addr); /* for the socket's name */
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(done), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgid(65534) || setuid(65534))
+			_exit(100);
+		for (int i = 0; i < 20; i++)
+			(void)shm_connect(&a.ok);
+		(void)!write(go[1], "x", 1);
+		(void)!read(done[0], &c, 1);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(go[0], &c, 1), 1);
+	/* memd took them in order: the client's connection comes after */
+	ck_assert(pool_client_gets_shm(&m));
+	ck_assert_int_ge(tu_metric(&m, "tidepool_memd_shm_displaced_total"),
+			 20 - 3);
+	ck_assert_int_eq(write(done[1], "x", 1), 1);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * One session that repeats SHM + BIND holds one bound connection: the
+ * second SHM is refused EBUSY, and a new client still gets the
+ * same-host path. Once its socket is closed, the session may bind again.
+ */
+START_TEST(one_bound_socket_per_session)
+{
+	uint8_t bid[WIRE_BOOT_ID_LEN];
+	struct wire_shm_ok ok;
+	struct tu_memd m;
+	struct raw a;
+	int fd;
+
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\nmax_clients = 8\n");
+	boot_id(bid);
+	raw_open(&a, m.addr);
+	for (int i = 0; i < 16; i++) {
+		int r = shm_ask(a.c, bid, &ok), sock;
+
+		if (i == 0)
+			ck_assert_int_eq(r, -EBUSY);
+		if (r)
+			continue;
+		sock = shm_connect(&ok); /* kept, as an attacker would */
+		(void)shm_req(sock, WIRE_SHM_BIND, a.h.session_id, ok.nonce, 0,
+			      0, &fd);
+	}
+	ck_assert(pool_client_gets_shm(&m));
+	/* its socket closed, the session binds a new one */
+	close(a.sock);
+	for (int i = 0; i < 500 && shm_ask(a.c, bid, &ok) == -EBUSY; i++)
+		usleep(10000);
+	a.sock = shm_connect(&ok);
+	ck_assert_int_eq(shm_req(a.sock, WIRE_SHM_BIND, a.h.session_id,
+				 ok.nonce, 0, 0, &fd),
+			 0);
+	ck_assert_int_ge(raw_slab_fd(&a), 0);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/* Descriptors pid holds now. */
+static int count_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/*
+ * memd with no descriptor left (RLIMIT_NOFILE lowered to what it holds):
+ * a pending same-host connection is shed (closed, as the control port's
+ * are), not left in the backlog while memd-ctl spins on the readable
+ * listener; and a revoked slab whose file went out is still renewed
+ * (its kept descriptor gets the write seal), not quarantined for good.
+ */
+START_TEST(out_of_descriptors_same_host)
+{
+	struct rlimit old, low;
+	struct tu_memd m;
+	struct raw a;
+	char one = 'x', b;
+	int fa, i, socks[40];
+	bool shed;
+
+	tu_memd_start_ok(&m, "metrics_listen = 127.0.0.1:0\nquiesce = 10ms\n"
+			     "handshake_timeout = 60s\n");
+	raw_open(&a, m.addr);
+	fa = raw_slab_fd(&a);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), 1);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, NULL, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)count_fds(m.pid);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &low, NULL), 0);
+
+	/* memd takes these until its table of descriptors is full (the
+	 * limit is on numbers, and memd's may have holes); the rest wait
+	 * in the backlog, where memd must shed them, not spin */
+	for (i = 0; i < 40; i++)
+		socks[i] = shm_connect(&a.ok);
+	shed = false;
+	for (int tries = 0; tries < 2000 && !shed; tries++) {
+		for (i = 0; i < 40 && !shed; i++) {
+			struct pollfd pf = { .fd = socks[i], .events = POLLIN };
+
+			shed = poll(&pf, 1, 0) == 1 &&
+			       recv(socks[i], &b, 1, MSG_DONTWAIT) <= 0;
+		}
+		usleep(10000);
+	}
+	ck_assert_msg(shed, "same-host connections stayed pending at EMFILE");
+
+	/* the renewal at release needs a descriptor: memd-reclaim's spare */
+	raw_release(&a);
+	for (i = 0; i < 2000 && pwrite(fa, &one, 1, 0) == 1; i++)
+		usleep(10000);
+	ck_assert_int_eq(pwrite(fa, &one, 1, 0), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(prlimit(m.pid, RLIMIT_NOFILE, &old, NULL), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_slabs_quarantined"), 0);
+	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_slabs_renewed_total"),
+			 1);
+	ck_assert_int_ge(tu_metric(&m, "tidepool_memd_conns_shed_total"), 1);
+	for (i = 0; i < 40; i++)
+		close(socks[i]);
+	ck_assert(pool_client_gets_shm(&m));
+	close(fa);
+	raw_close(&a);
+	tu_memd_stop_ok(&m);
+}
+END_TEST
+
+/*
+ * Sets every slab file of memd (its descriptors of files in dir) to len
+ * bytes; returns how many.
+ */
+static int memd_slab_files_truncate(const struct tu_memd *m, const char *dir,
+				    off_t len)
+{
+	char path[320], to[320];
+	struct dirent *de;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)m->pid);
+	d = opendir(path);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		ssize_t k;
+		int fd;
+
+		snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)m->pid,
+			 de->d_name);
+		k = readlink(path, to, sizeof(to) - 1);
+		if (k <= 0)
+			continue;
+		to[k] = 0;
+		if (strncmp(to, dir, strlen(dir)))
+			continue;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(ftruncate(fd, len), 0);
+		close(fd);
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * LIBPOOL_SHM=map maps only a file sealed against shrinking: a shm_dir
+ * slab (no seals) that someone truncated reads -ESTALE past its end, as
+ * with pread, and never faults with SIGBUS in the client.
+ */
+START_TEST(map_short_file_estale)
+{
+	char dir[] = "/dev/shm/tp-test-shm-XXXXXX", conf[512];
+	struct pool_region *r;
+	struct tu_memd m;
+	struct statfs sf;
+	struct pool *p;
+	uint8_t *b = malloc(SLAB);
+
+	ck_assert_ptr_nonnull(b);
+	if (statfs("/dev/shm", &sf) || sf.f_type != TMPFS_MAGIC) {
+		printf("SKIP map_short_file_estale: /dev/shm is not tmpfs\n");
+		free(b);
+		return;
+	}
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(conf, sizeof(conf), CONF "shm_dir = %s\n", dir);
+	tu_memd_start_ok(&m, conf);
+	setenv("LIBPOOL_SHM", "map", 1);
+	p = tu_pool_connect(&m);
+	unsetenv("LIBPOOL_SHM");
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 0, SLAB, 71);
+	ck_assert_int_gt(memd_slab_files_truncate(&m, dir, SLAB / 2), 0);
+	ck_assert_int_eq(pool_read(p, r, SLAB / 2, b, 4096), -ESTALE);
+	ck_assert_int_eq(pool_read(p, r, 0, b, SLAB), -ESTALE);
+	/* memd's own mapping needs its file whole again */
+	ck_assert_int_gt(memd_slab_files_truncate(&m, dir, SLAB), 0);
+	pool_close(p);
+	tu_memd_stop_ok(&m);
+	ck_assert(rmdir(dir) == 0);
+	free(b);
 }
 END_TEST
 
@@ -641,6 +983,11 @@ int main(void)
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
 	tcase_add_test(tc, shm_dir_read_only);
+	tcase_add_test(tc, slab_files_mode_0400);
+	tcase_add_test(tc, map_short_file_estale);
+	tcase_add_test(tc, unbound_flood_of_other_uid);
+	tcase_add_test(tc, one_bound_socket_per_session);
+	tcase_add_test(tc, out_of_descriptors_same_host);
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
