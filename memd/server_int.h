@@ -209,7 +209,7 @@ struct memd_server {
 	uint64_t accept_on_ms;
 	uint64_t idle_scan_ms; /* next scan for idle connections */
 	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
-		ll_timeout, ll_auth, ll_frame, ll_fabric;
+		ll_timeout, ll_auth, ll_frame, ll_fabric, ll_close;
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
