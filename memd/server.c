@@ -1620,6 +1620,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	srv_kv_trim(s);
 	srv_tenants_removed(s);
 	srv_kv_drained(s);
+	srv_kv_membership(s);
 	if (s->reg) {
 		reg_awake(s);
 		memd_registry_tick(s->reg, srv_now_ms());

@@ -201,6 +201,7 @@ struct memd_server {
 	bool draining;
 	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
+	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -374,6 +375,7 @@ void srv_kv_trim(struct memd_server *s);
 void srv_kv_renew(struct memd_server *s);
 void srv_kv_cost_publish(struct memd_server *s);
 void srv_kv_drained(struct memd_server *s);
+int srv_kv_membership(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);
