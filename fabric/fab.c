@@ -106,12 +106,14 @@
  */
 #include "fabric/fab.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -399,6 +401,54 @@ bool fab_provider_is_rxm(const char *provider)
 	return provider && strstr(provider, "ofi_rxm") != NULL;
 }
 
+/*
+ * Crash signals. Debian 12's libfabric.so.1 links its psm provider, so
+ * libpsm_infinipath and libinfinipath load with it in every process that
+ * links libfabric (memd, every libpool user: the Python extension too),
+ * whether or not psm is the provider in use; FI_PROVIDER cannot keep
+ * them out. Their constructors catch SIGSEGV, SIGBUS, SIGILL, SIGFPE and
+ * SIGABRT to print a backtrace and call exit(): in a threaded process a
+ * crash then runs atexit handlers and destructors on a corrupt heap and
+ * can hang instead of dying (and no core is written). Where the handler
+ * in place is theirs, it goes back to SIG_DFL: once when this library
+ * loads (dependencies' constructors have run) and after each
+ * fi_getinfo (a provider could install one as it initialises). A
+ * handler of the program's own is never touched. The preload shim, which
+ * loads libfabric later, does the same in fab_dl.c, putting back the
+ * handler in place before the load.
+ */
+static const int crash_sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+
+static bool handler_is_psm(const struct sigaction *sa)
+{
+	void *h = (sa->sa_flags & SA_SIGINFO) ? (void *)sa->sa_sigaction
+					      : (void *)sa->sa_handler;
+	Dl_info info;
+
+	if (h == (void *)SIG_DFL || h == (void *)SIG_IGN || !dladdr(h, &info) ||
+	    !info.dli_fname)
+		return false;
+	return strstr(info.dli_fname, "libinfinipath") ||
+	       strstr(info.dli_fname, "libpsm");
+}
+
+static void crash_handlers_reclaim(void)
+{
+	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]);
+	     i++) {
+		struct sigaction sa;
+
+		if (sigaction(crash_sigs[i], NULL, &sa) == 0 &&
+		    handler_is_psm(&sa))
+			signal(crash_sigs[i], SIG_DFL);
+	}
+}
+
+__attribute__((constructor)) static void fab_ctor(void)
+{
+	crash_handlers_reclaim();
+}
+
 /* Linked libfabric is loaded already; fab_dl.c's fab_load() replaces
  * this one in the preload shim. */
 __attribute__((weak)) void fab_load(void)
@@ -462,6 +512,7 @@ int fab_domain_open(const struct fab_opts *opts, struct fab_domain **out)
 
 	ret = fab_errno(fi_getinfo(FAB_FI_VERSION, opts->node, opts->service,
 				   flags, hints, &d->info));
+	crash_handlers_reclaim();
 	if (ret)
 		goto free_hints;
 	pthread_mutex_lock(&fab_ctl_mu);

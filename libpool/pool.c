@@ -67,6 +67,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1073,15 +1074,67 @@ struct link_auth {
 };
 
 /*
+ * Handshake retries. memd may close a connection still in its handshake
+ * (HELLO, AUTH) for reasons that say nothing about the client: displaced
+ * by newer connections while its table or an address's handshake
+ * allowance is full (a churn of half-open connections does that), its
+ * handshake_timeout on a loaded host, a restart. The client sees
+ * -ENOTCONN (or a reset) from HELLO or AUTH; a fresh connection usually
+ * gets in. So a handshake whose connection was lost is retried on a new
+ * connection, after 10, 20, 40 ... 320 ms, while the call's timeout
+ * lasts; a refusal memd answers (an ERROR: EACCES, EAGAIN, a full
+ * table's "too many clients") and every other error are final.
+ */
+static bool handshake_lost(int r)
+{
+	return r == -ENOTCONN || r == -ECONNRESET || r == -EPIPE;
+}
+
+/* Milliseconds left until deadline, at least 1 (the rpc_* calls take 0
+ * as no time at all). */
+static int ms_left(uint64_t deadline)
+{
+	uint64_t now = mono_ms();
+
+	return now + 1 >= deadline	  ? 1
+	       : deadline - now > INT_MAX ? INT_MAX
+					  : (int)(deadline - now);
+}
+
+/* Waits before retry attempt (1, 2, ...) of a lost handshake with what
+ * at addr; false, without waiting, when the wait would pass deadline. */
+static bool handshake_retry_wait(uint64_t deadline, unsigned attempt,
+				 const char *what, const char *addr, int r)
+{
+	uint64_t wait_ms = 10u << (attempt - 1 < 5 ? attempt - 1 : 5);
+	struct timespec ts;
+
+	if (mono_ms() + wait_ms >= deadline)
+		return false;
+	pool_log(LOG_NOTICE,
+		 "session: %s=%s closed the connection during the handshake "
+		 "err=%s; retrying attempt=%u in_ms=%" PRIu64,
+		 what, addr, strerror(-r), attempt, wait_ms);
+	ts.tv_sec = (time_t)(wait_ms / 1000);
+	ts.tv_nsec = (long)(wait_ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	return true;
+}
+
+/*
  * Opens a link to the memd at addr: control connection, HELLO, AUTH when
  * au is given (else a check that memd does not want it), fabric,
- * heartbeat. Does not publish it. Returns 0 and *out, or -errno.
+ * heartbeat. Does not publish it. A connection lost during HELLO or AUTH
+ * is retried within p->timeout_ms (handshake_lost above). Returns 0 and
+ * *out, or -errno.
  */
 static int link_open(struct pool *p, const char *addr,
 		     const struct link_auth *au, struct plink **out)
 {
 	struct wire_hello_ok *hok = NULL;
 	char local[64], text[WIRE_MSG_MAX];
+	uint64_t deadline = mono_ms() + (uint64_t)p->timeout_ms;
 	struct plink *lk;
 	int r;
 
@@ -1092,43 +1145,58 @@ static int link_open(struct pool *p, const char *addr,
 		r = -ENOMEM;
 		goto fail;
 	}
-	r = rpc_connect(addr, p->timeout_ms, &lk->ctl, local, sizeof(local));
-	if (r) {
-		pool_log(LOG_WARNING, "session: connect memd=%s err=%s", addr,
-			 strerror(-r));
-		goto fail;
-	}
-	rpc_set_log(lk->ctl, rpc_log, NULL);
-	r = rpc_hello(lk->ctl, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok,
-		      text, sizeof(text));
-	if (r) {
-		pool_log(LOG_WARNING, "session: hello memd=%s err=%s %s", addr,
-			 strerror(-r), text);
-		goto fail;
-	}
-	r = link_take_hello(lk, hok);
-	if (r)
-		goto fail;
-	lk->hb2 = lk->proto >= 2;
-	if (au) {
-		struct wire_auth_ok *aok = malloc(sizeof(*aok));
-		uint8_t sk[AUTH_KEY_LEN];
+	for (unsigned attempt = 1;; attempt++) {
+		bool authing = false;
 
-		r = aok ? rpc_auth(lk->ctl, hok, au->principal, au->key,
-				   au->pass, au->pass_len, p->timeout_ms, aok,
-				   sk, text, sizeof(text))
-			: -ENOMEM;
-		explicit_bzero(sk, sizeof(sk));
-		if (!r)
-			lk->tenant_id = aok->tenant_id;
-		free(aok);
+		r = rpc_connect(addr, ms_left(deadline), &lk->ctl, local,
+				sizeof(local));
 		if (r) {
-			pool_log(LOG_ERR,
-				 "session: authentication at donor=%u memd=%s "
-				 "err=%s %s",
-				 au->donor_id, addr, strerror(-r), text);
+			pool_log(LOG_WARNING, "session: connect memd=%s err=%s",
+				 addr, strerror(-r));
 			goto fail;
 		}
+		rpc_set_log(lk->ctl, rpc_log, NULL);
+		text[0] = '\0';
+		r = rpc_hello(lk->ctl, p->client, WIRE_PROTO_MIN,
+			      ms_left(deadline), hok, text, sizeof(text));
+		if (!r)
+			r = link_take_hello(lk, hok);
+		if (!r && au) {
+			struct wire_auth_ok *aok = malloc(sizeof(*aok));
+			uint8_t sk[AUTH_KEY_LEN];
+
+			authing = true;
+			r = aok ? rpc_auth(lk->ctl, hok, au->principal, au->key,
+					   au->pass, au->pass_len,
+					   ms_left(deadline), aok, sk, text,
+					   sizeof(text))
+				: -ENOMEM;
+			explicit_bzero(sk, sizeof(sk));
+			if (!r)
+				lk->tenant_id = aok->tenant_id;
+			free(aok);
+		}
+		if (!r)
+			break;
+		if (!handshake_lost(r) ||
+		    !handshake_retry_wait(deadline, attempt, "memd", addr, r)) {
+			if (authing)
+				pool_log(LOG_ERR,
+					 "session: authentication at donor=%u "
+					 "memd=%s err=%s %s",
+					 au->donor_id, addr, strerror(-r),
+					 text);
+			else
+				pool_log(LOG_WARNING,
+					 "session: hello memd=%s err=%s %s",
+					 addr, strerror(-r), text);
+			goto fail;
+		}
+		rpc_close(lk->ctl);
+		lk->ctl = NULL;
+	}
+	lk->hb2 = lk->proto >= 2;
+	if (au) {
 		lk->donor_id = au->donor_id;
 		lk->donor_epoch = au->donor_epoch;
 	} else if (lk->proto >= 2) {
@@ -1480,30 +1548,43 @@ static int reg_connect_one_locked(struct pool *p, const char *addr)
 	char text[WIRE_MSG_MAX];
 	struct rpc *c = NULL;
 	uint64_t sent = mono_ms();
+	uint64_t deadline = sent + (uint64_t)p->timeout_ms;
 	int r;
 
 	if (!aok || !hok) {
 		r = -ENOMEM;
 		goto out;
 	}
-	r = rpc_connect(addr, p->timeout_ms, &c, NULL, 0);
-	if (r) {
-		pool_log(LOG_WARNING, "session: connect registry=%s err=%s",
-			 addr, strerror(-r));
-		goto out;
+	for (unsigned attempt = 1;; attempt++) {
+		r = rpc_connect(addr, ms_left(deadline), &c, NULL, 0);
+		if (r) {
+			pool_log(LOG_WARNING,
+				 "session: connect registry=%s err=%s", addr,
+				 strerror(-r));
+			goto out;
+		}
+		rpc_set_log(c, rpc_log, NULL);
+		text[0] = '\0';
+		r = rpc_hello(c, p->client, WIRE_PROTO_MIN, ms_left(deadline),
+			      hok, text, sizeof(text));
+		if (!r && hok->proto < 2) {
+			snprintf(text, sizeof(text),
+				 "memd speaks protocol %u, which has no "
+				 "tenants",
+				 hok->proto);
+			r = -EOPNOTSUPP;
+		}
+		if (!r)
+			r = rpc_auth(c, hok, p->tenant, p->tenant_key, NULL, 0,
+				     ms_left(deadline), aok, sk, text,
+				     sizeof(text));
+		if (!handshake_lost(r) ||
+		    !handshake_retry_wait(deadline, attempt, "registry", addr,
+					  r))
+			break;
+		rpc_close(c);
+		c = NULL;
 	}
-	rpc_set_log(c, rpc_log, NULL);
-	r = rpc_hello(c, p->client, WIRE_PROTO_MIN, p->timeout_ms, hok, text,
-		      sizeof(text));
-	if (!r && hok->proto < 2) {
-		snprintf(text, sizeof(text),
-			 "memd speaks protocol %u, which has no tenants",
-			 hok->proto);
-		r = -EOPNOTSUPP;
-	}
-	if (!r)
-		r = rpc_auth(c, hok, p->tenant, p->tenant_key, NULL, 0,
-			     p->timeout_ms, aok, sk, text, sizeof(text));
 	if (r == -EOPNOTSUPP) {
 		pool_log(LOG_ERR,
 			 "session: memd=%s is standalone: it has no tenants "

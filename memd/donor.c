@@ -74,6 +74,11 @@ struct memd_donor {
 	 * tenant); 0 without */
 	uint32_t next_tenant_id;
 	uint64_t reports; /* REPORT_OKs read: memd-ctl sees news */
+	/* Membership (memd_donor_membership): each JOIN_OK begins one */
+	bool linked;	      /* joined on the connection in use now */
+	uint64_t joins;	      /* JOIN_OKs read */
+	uint64_t ok_ms;	      /* last JOIN_OK or REPORT_OK (mono_ms) */
+	uint32_t interval_ms; /* report_ms, for other threads */
 };
 
 static uint64_t mono_ms(void)
@@ -184,6 +189,10 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	    d->registry_epoch != rep->u.donor_join_ok.registry_epoch)
 		d->qlen = 0; /* a new registry knows none of those grants */
 	d->joined = true;
+	d->linked = true;
+	d->joins++;
+	d->ok_ms = mono_ms();
+	d->interval_ms = rep->u.donor_join_ok.report_ms;
 	d->nkv = 0; /* until this membership's first REPORT_OK */
 	d->next_tenant_id = 0;
 	d->donor_id = rep->u.donor_join_ok.donor_id;
@@ -243,6 +252,7 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 				    ? rep->u.donor_report_ok.next_tenant_id
 				    : 0;
 	d->reports++;
+	d->ok_ms = mono_ms();
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
@@ -301,6 +311,9 @@ static void *donor_main(void *arg)
 					 sizeof(text));
 			}
 		}
+		pthread_mutex_lock(&d->lock);
+		d->linked = false;
+		pthread_mutex_unlock(&d->lock);
 		if (r != last_err)
 			memd_log(r == -EACCES ? LOG_ERR : LOG_WARNING,
 				 "donor: registry=%s err=%s%s%s; retrying",
@@ -425,6 +438,21 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 	*drain = d->drain;
 	pthread_mutex_unlock(&d->lock);
 	return joined;
+}
+
+bool memd_donor_membership(struct memd_donor *d, uint64_t *joins)
+{
+	uint64_t now = mono_ms();
+	bool up;
+
+	pthread_mutex_lock(&d->lock);
+	*joins = d->joins;
+	/* the registry marks a donor down after 3 missed reports, counted
+	 * from the last one it received: before the REPORT_OK we read */
+	up = d->linked && now - d->ok_ms <= 3 * (uint64_t)d->interval_ms -
+						    d->interval_ms / 2;
+	pthread_mutex_unlock(&d->lock);
+	return up;
 }
 
 uint64_t memd_donor_drain_starts(struct memd_donor *d)

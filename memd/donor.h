@@ -72,6 +72,18 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 uint64_t memd_donor_drain_starts(struct memd_donor *d);
 
 /*
+ * Whether the registry certainly counts this donor up now: joined on the
+ * link in use, and the last JOIN_OK or REPORT_OK read within 2.5 report
+ * intervals (the registry marks a donor down after 3 missed reports).
+ * *joins gets how many JOIN_OKs the link has read: each one begins a new
+ * membership, after the registry restarted or marked this donor down (or
+ * at start). memd-ctl serves KV only while this is true and forgets its
+ * KV entries at each new membership (docs/kv.md, "Donors that come and
+ * go"). Any thread.
+ */
+bool memd_donor_membership(struct memd_donor *d, uint64_t *joins);
+
+/*
  * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV
  * memory and quotas"): true with *max_slabs from the registry's last
  * REPORT_OK; false when the registry has not said (not joined, no report

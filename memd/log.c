@@ -129,6 +129,28 @@ bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed)
 	return true;
 }
 
+bool memd_log_limit_take_n(struct memd_log_limit *l, uint32_t n,
+			   uint64_t *suppressed)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	if (now >= l->next_ms) {
+		l->next_ms = now + MEMD_LOG_LIMIT_MS;
+		l->taken = 0;
+	}
+	if (l->taken >= n) {
+		l->suppressed++;
+		return false;
+	}
+	l->taken++;
+	*suppressed = l->suppressed;
+	l->suppressed = 0;
+	return true;
+}
+
 const char *memd_log_bytes(uint64_t b, char *out, size_t n)
 {
 	static const char *const unit[] = { "B",   "KiB", "MiB", "GiB",

@@ -68,11 +68,31 @@ const char *memd_log_bytes(uint64_t b, char *out, size_t n);
 struct memd_log_limit {
 	uint64_t next_ms;    /* CLOCK_MONOTONIC: when the next line may go */
 	uint64_t suppressed; /* lines left out since the last written one */
+	uint32_t taken;	     /* memd_log_limit_take_n: lines this period */
 };
 
 /* Whether a line may be written now; when it may, *suppressed gets how
  * many were left out before it and the count restarts. */
 bool memd_log_limit_take(struct memd_log_limit *l, uint64_t *suppressed);
+
+/* As memd_log_limit_take, but up to n lines per MEMD_LOG_LIMIT_MS (for
+ * lines that are routine one at a time and a flood only in a churn). A
+ * limiter is used with one n only. */
+bool memd_log_limit_take_n(struct memd_log_limit *l, uint32_t n,
+			   uint64_t *suppressed);
+
+/* memd_log() through limiter lim allowing n lines per period; appends
+ * " suppressed=N" to the line. */
+#define memd_log_limited_n(lim, n, level, fmt, ...)                            \
+	do {                                                                   \
+		uint64_t sup_;                                                 \
+		if ((level) <= __atomic_load_n(&memd_log_level,                \
+					       __ATOMIC_RELAXED) &&            \
+		    memd_log_limit_take_n((lim), (n), &sup_))                  \
+			memd_log_emit((level), fmt " suppressed=%llu",         \
+				      ##__VA_ARGS__,                           \
+				      (unsigned long long)sup_);               \
+	} while (0)
 
 /* memd_log() through limiter lim; appends " suppressed=N" to the line. */
 #define memd_log_limited(lim, level, fmt, ...)                                 \

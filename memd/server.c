@@ -213,14 +213,51 @@ void srv_conn_establish(struct memd_server *s, struct conn *c, bool cluster)
 		s->ntenant++;
 }
 
+/* Close lines of connections that spoke the protocol: at most this many
+ * a second (ll_close), the next one counting those left out. */
+#define CLOSE_LOG_BURST 20
+
+/*
+ * Did c's peer speak the protocol: established, past HELLO, or at least
+ * one whole frame header sent (in rx, or still in the socket: a client
+ * displaced before memd read its HELLO)? A churn of half-sent headers
+ * never does.
+ */
+static bool conn_spoke(const struct conn *c)
+{
+	uint8_t hdr[WIRE_HDR_LEN];
+	ssize_t n;
+
+	if (c->established || c->proto || c->rx_len >= WIRE_HDR_LEN)
+		return true;
+	n = recv(c->fd, hdr, WIRE_HDR_LEN - c->rx_len, MSG_PEEK | MSG_DONTWAIT);
+	return n > 0 && c->rx_len + (size_t)n >= WIRE_HDR_LEN;
+}
+
 void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 {
-	/* A connection that never finished its handshake is noise an
-	 * attacker controls: its close is a debug line (the reason, where
-	 * it matters, was logged rate-limited). */
-	memd_log(c->established ? LOG_INFO : LOG_DEBUG,
-		 "ctl: close peer=%s session=%" PRIx64 " why=%s", c->peer,
-		 c->session_id, why);
+	/* Why memd closed a client's connection, one line. A connection
+	 * that never sent a whole frame header is noise an attacker
+	 * controls (a churn of half-sent headers): a debug line, the
+	 * reason, where it matters, logged rate-limited where it happened.
+	 * One that did (conn_spoke) is a client's: info once established, notice while still in its
+	 * handshake (a client dropped before it got in: displaced by a
+	 * churn, timed out). Those lines have a limiter of their own, so a
+	 * churn of real handshakes cannot flood the log and a churn of
+	 * half-sent headers cannot crowd them out. */
+	if (conn_spoke(c))
+		memd_log_limited_n(&s->ll_close, CLOSE_LOG_BURST,
+				   c->established ? LOG_INFO : LOG_NOTICE,
+				   "ctl: close peer=%s session=%" PRIx64
+				   " state=%s why=%s",
+				   c->peer, c->session_id,
+				   c->established ? "established" : "handshake",
+				   why);
+	else
+		memd_log(LOG_DEBUG,
+			 "ctl: close peer=%s session=%" PRIx64
+			 " state=handshake why=%s",
+			 c->peer, c->session_id, why);
 	hs_remove(s, c);
 	if (c->established && !c->cluster)
 		s->ntenant--;
@@ -1616,6 +1653,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	srv_kv_trim(s);
 	srv_tenants_removed(s);
 	srv_kv_drained(s);
+	srv_kv_membership(s);
 	if (s->reg) {
 		reg_awake(s);
 		memd_registry_tick(s->reg, srv_now_ms());

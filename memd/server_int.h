@@ -201,6 +201,7 @@ struct memd_server {
 	bool draining;
 	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
+	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -211,7 +212,7 @@ struct memd_server {
 	uint64_t shm_accept_on_ms;
 	uint64_t idle_scan_ms; /* next scan for idle connections */
 	struct memd_log_limit ll_accept, ll_refuse, ll_shed, ll_evict,
-		ll_timeout, ll_auth, ll_frame, ll_fabric;
+		ll_timeout, ll_auth, ll_frame, ll_fabric, ll_close;
 
 	pthread_t reclaim_thread;
 	bool reclaim_started;
@@ -391,6 +392,7 @@ void srv_kv_trim(struct memd_server *s);
 void srv_kv_renew(struct memd_server *s);
 void srv_kv_cost_publish(struct memd_server *s);
 void srv_kv_drained(struct memd_server *s);
+int srv_kv_membership(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);

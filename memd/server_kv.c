@@ -560,6 +560,47 @@ void srv_kv_drained(struct memd_server *s)
 		 memd_kv_forget_all(s->kv, srv_now_ms()));
 }
 
+/*
+ * Donors that come and go (docs/kv.md): while the registry counts this
+ * donor down (its link lost, its reports missed: a partition, SIGSTOP,
+ * a registry restart), clients hash its keys to other donors, and
+ * deletes and newer puts of those keys happen there. So a donor serves
+ * KV only while the registry certainly counts it up, and each new
+ * membership after the first (a JOIN_OK after the registry restarted or
+ * marked it down) begins with every tenant's entries and spill files
+ * forgotten, before any KV request is served. Called on every KV request
+ * and every tick (memd-ctl). Returns 0 when KV may be served, -EAGAIN
+ * while the membership is in doubt. A standalone memd has no registry:
+ * always 0.
+ */
+int srv_kv_membership(struct memd_server *s)
+{
+	uint64_t joins;
+	bool up;
+
+	if (!s->donor || !s->kv)
+		return 0;
+	up = memd_donor_membership(s->donor, &joins);
+	if (joins != s->kv_joins_seen) {
+		bool first = !s->kv_joins_seen;
+
+		s->kv_joins_seen = joins;
+		/* The first membership of this process keeps what the spill
+		 * directory brought (a warm restart): whether the registry
+		 * marked the last incarnation down meanwhile is not known
+		 * here (docs/kv.md: still open). */
+		if (first && joins == 1)
+			return up ? 0 : -EAGAIN;
+		memd_log(LOG_NOTICE,
+			 "kv: new membership joins=%" PRIu64
+			 ": entries=%zd of every tenant forgotten and their "
+			 "spill files deleted (deletes and puts may have gone "
+			 "to other donors meanwhile)",
+			 joins, memd_kv_forget_all(s->kv, srv_now_ms()));
+	}
+	return up ? 0 : -EAGAIN;
+}
+
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen)
 {
 	struct memd_kv_options o = {
@@ -733,6 +774,14 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 			"%s: the KV tier is off on this memd (kv_share = "
 			"0)",
 			wire_type_name(req->type));
+		return;
+	}
+	if (srv_kv_membership(s)) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EAGAIN,
+			       "%s: this donor is out of touch with its "
+			       "registry; KV resumes once it reports again",
+			       wire_type_name(req->type));
 		return;
 	}
 	/* Before anything of the tenant's is served: its spill files must

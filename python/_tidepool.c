@@ -140,16 +140,34 @@ static PyObject *raise_forked(const char *what, pid_t pid)
 /*
  * A buffer taken from a Python object for the length of a call or an
  * asynchronous op: a Py_buffer view (buffer protocol), or a torch
- * tensor's data pointer with a reference to the tensor.
+ * tensor's memory.
+ *
+ * A view is safe to hand to libpool as it is: while it is exported its
+ * owner cannot resize or free it (numpy, bytearray and memoryview
+ * refuse). A tensor gives no such guarantee: set_() moves it to another
+ * storage (freeing the old one when nothing else holds it) and a
+ * growing resize_() reallocates its storage's memory in place, both
+ * from Python code running while libpool writes (an async op, or any
+ * thread while a sync call has the GIL released). So a tensor's storage
+ * object is held for the call's life (set_() and del cannot free the
+ * memory), and a CPU tensor's bytes go through a bounce buffer that
+ * libpool alone owns: a source is copied in when the call starts, a
+ * destination is copied out into the held storage, at the same offset,
+ * once the call has completed (bufref_commit, GIL held). The GPU path
+ * does not bounce: its device copies run on a stream the caller
+ * synchronizes, as torch's own non_blocking copies do.
  */
 struct bufref {
-	void *ptr;
+	void *ptr; /* what libpool reads or writes (bounce when set) */
 	size_t len;
 	bool is_view;
 	bool is_cuda;
 	int cuda_device;
 	Py_buffer view;
-	PyObject *keep; /* the tensor, for non-views */
+	PyObject *keep;	    /* the tensor, for non-views */
+	PyObject *storage;  /* its storage, held for the call (or NULL) */
+	size_t storage_off; /* the tensor's bytes' offset in storage */
+	void *bounce;	    /* CPU tensors: libpool's copy (or NULL) */
 };
 
 /*
@@ -185,13 +203,17 @@ static PyObject *u64_dict(PyObject *d, const void *st,
 }
 
 static PyObject *str_data_ptr, *str_is_contiguous, *str_is_cuda, *str_numel,
-	*str_element_size, *str_device, *str_index, *str_cuda_stream;
+	*str_element_size, *str_device, *str_index, *str_cuda_stream,
+	*str_untyped_storage, *str__storage, *str_storage, *str_nbytes;
 
 static void bufref_release(struct bufref *b)
 {
 	if (b->is_view)
 		PyBuffer_Release(&b->view);
 	Py_CLEAR(b->keep);
+	Py_CLEAR(b->storage);
+	free(b->bounce);
+	b->bounce = NULL;
 	b->is_view = false;
 	b->ptr = NULL;
 	b->len = 0;
@@ -212,15 +234,100 @@ static int pyobj_size(PyObject *o, size_t *out)
 	return 0;
 }
 
+/* A tensor's bytes as it describes them now: data_ptr() and numel() *
+ * element_size(). -1 with error. */
+static int tensor_mem(PyObject *obj, uintptr_t *ptr, size_t *len)
+{
+	size_t p, numel, esize;
+
+	if (pyobj_size(PyObject_CallMethodNoArgs(obj, str_data_ptr), &p) < 0 ||
+	    pyobj_size(PyObject_CallMethodNoArgs(obj, str_numel), &numel) < 0 ||
+	    pyobj_size(PyObject_CallMethodNoArgs(obj, str_element_size),
+		       &esize) < 0)
+		return -1;
+	*ptr = (uintptr_t)p;
+	*len = numel * esize;
+	return 0;
+}
+
+/* A storage's bytes as they are now: data_ptr(), nbytes(). -1 with
+ * error. */
+static int storage_mem(PyObject *st, uintptr_t *ptr, size_t *len)
+{
+	size_t p;
+
+	if (pyobj_size(PyObject_CallMethodNoArgs(st, str_data_ptr), &p) < 0 ||
+	    pyobj_size(PyObject_CallMethodNoArgs(st, str_nbytes), len) < 0)
+		return -1;
+	*ptr = (uintptr_t)p;
+	return 0;
+}
+
+/*
+ * The storage object behind a tensor: untyped_storage() (torch 2),
+ * _storage() or storage() (torch 1.x); *out NULL when obj has none (a
+ * duck-typed object that is not a torch tensor). -1 with error.
+ */
+static int tensor_storage(PyObject *obj, PyObject **out)
+{
+	PyObject *names[] = { str_untyped_storage, str__storage, str_storage };
+
+	*out = NULL;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!PyObject_HasAttr(obj, names[i]))
+			continue;
+		*out = PyObject_CallMethodNoArgs(obj, names[i]);
+		return *out ? 0 : -1;
+	}
+	return 0;
+}
+
+/*
+ * Delivers the first nbytes of b's bounce buffer (a completed read into
+ * a CPU tensor) to the storage b holds, at the tensor's offset in it:
+ * where the tensor's bytes were when the call started, or, after a
+ * growing resize_(), where the storage keeps them now. GIL held; any
+ * exception already set is kept. Returns 0 (also when b has no bounce
+ * buffer), or -1, no exception set, when the storage no longer holds
+ * those bytes (it was shrunk meanwhile): nothing was written.
+ */
+static int bufref_commit(struct bufref *b, size_t nbytes)
+{
+	PyObject *et, *ev, *tb;
+	size_t off = b->storage ? b->storage_off : 0, n = 0;
+	uintptr_t p = 0;
+	int r;
+
+	if (!b->bounce || nbytes == 0)
+		return 0;
+	if (nbytes > b->len)
+		nbytes = b->len;
+	PyErr_Fetch(&et, &ev, &tb);
+	r = b->storage ? storage_mem(b->storage, &p, &n)
+		       : tensor_mem(b->keep, &p, &n);
+	if (r == 0 && p && off <= n && nbytes <= n - off)
+		memcpy((char *)p + off, b->bounce, nbytes);
+	else
+		r = -1;
+	PyErr_Clear();
+	PyErr_Restore(et, ev, tb);
+	return r;
+}
+
 /*
  * Takes obj's memory: a C-contiguous buffer (writable when asked), or a
  * contiguous torch tensor (duck-typed: data_ptr(), is_contiguous(),
- * numel(), element_size(), is_cuda). idx names the item in errors (-1: none). Returns 0,
- * or -1 with TypeError/ValueError set.
+ * numel(), element_size(), is_cuda), whose storage is held. With bounce,
+ * a CPU tensor gets a bounce buffer (struct bufref): b->ptr is then the
+ * bounce buffer, filled with the tensor's bytes unless writable (a
+ * destination, delivered by bufref_commit). idx names the item in
+ * errors (-1: none). Returns 0, or -1 with TypeError/ValueError/
+ * MemoryError set and nothing held.
  */
-static int bufref_get(PyObject *obj, bool writable, Py_ssize_t idx,
+static int bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 		      const char *what, struct bufref *b)
 {
+	uintptr_t tp;
 	PyObject *r;
 	int t;
 
@@ -307,28 +414,48 @@ static int bufref_get(PyObject *obj, bool writable, Py_ssize_t idx,
 			b->cuda_device = (int)di;
 		}
 	}
-	if (pyobj_size(PyObject_CallMethodNoArgs(obj, str_data_ptr),
-		       (size_t *)&b->ptr) < 0)
+	if (tensor_mem(obj, &tp, &b->len) < 0)
 		return -1;
-	{
-		size_t numel, esize;
+	b->ptr = (void *)tp;
+	if (tensor_storage(obj, &b->storage) < 0)
+		return -1;
+	if (b->storage && b->len) {
+		uintptr_t sp;
+		size_t sn;
 
-		if (pyobj_size(PyObject_CallMethodNoArgs(obj, str_numel),
-			       &numel) < 0 ||
-		    pyobj_size(PyObject_CallMethodNoArgs(obj, str_element_size),
-			       &esize) < 0)
-			return -1;
-		b->len = numel * esize;
+		if (storage_mem(b->storage, &sp, &sn) < 0)
+			goto fail;
+		if (tp < sp || tp - sp > sn || b->len > sn - (tp - sp)) {
+			PyErr_Format(PyExc_ValueError,
+				     "tidepool: %s[%zd]'s %zu bytes are not "
+				     "inside its storage",
+				     what, idx, b->len);
+			goto fail;
+		}
+		b->storage_off = tp - sp;
+	}
+	if (bounce && !b->is_cuda && b->len) {
+		if (posix_memalign(&b->bounce, 64, b->len)) {
+			b->bounce = NULL;
+			PyErr_NoMemory();
+			goto fail;
+		}
+		if (!writable)
+			memcpy(b->bounce, b->ptr, b->len);
+		b->ptr = b->bounce;
 	}
 	Py_INCREF(obj);
 	b->keep = obj;
 	return 0;
+fail:
+	Py_CLEAR(b->storage);
+	return -1;
 }
 
 /* A sequence of buffers: fills bs[0..n) or releases what it took and
  * returns -1. */
-static int bufs_get(PyObject *seq, size_t n, bool writable, const char *what,
-		    struct bufref *bs)
+static int bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
+		    const char *what, struct bufref *bs)
 {
 	PyObject *fast = PySequence_Fast(seq, "tidepool: values must be a "
 					      "sequence of buffers");
@@ -345,7 +472,8 @@ static int bufs_get(PyObject *seq, size_t n, bool writable, const char *what,
 	for (i = 0; i < n; i++) {
 		PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
 
-		if (bufref_get(o, writable, (Py_ssize_t)i, what, &bs[i]) < 0)
+		if (bufref_get(o, writable, bounce, (Py_ssize_t)i, what,
+			       &bs[i]) < 0)
 			goto fail;
 		if (bs[i].len == 0) {
 			PyErr_Format(PyExc_ValueError,
@@ -1003,7 +1131,7 @@ static PyObject *region_io(struct py_region *rg, PyObject *args, bool write)
 		return NULL;
 	if (region_usable(rg) < 0)
 		return NULL;
-	if (bufref_get(obj, !write, 0, write ? "buf" : "buf", &b) < 0)
+	if (bufref_get(obj, !write, true, 0, "buf", &b) < 0)
 		return NULL;
 	if (b.is_cuda) {
 		bufref_release(&b);
@@ -1026,6 +1154,13 @@ static PyObject *region_io(struct py_region *rg, PyObject *args, bool write)
 	else
 		POOL_CALL(rg->po, rg->freed, r,
 			  pool_read(p, rg->r, off, b.ptr, b.len));
+	if (!write && !r && bufref_commit(&b, b.len) < 0) {
+		bufref_release(&b);
+		PyErr_SetString(PyExc_BufferError,
+				"tidepool: buf's storage was shrunk during "
+				"the read; nothing was delivered");
+		return NULL;
+	}
 	bufref_release(&b);
 	if (r)
 		return raise_call(r, "Region",
@@ -1420,9 +1555,10 @@ static void kvcall_free(struct kvcall *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* Parses keys (and values/bufs for put/get) into c. -1 with error. */
+/* Parses keys (and values/bufs for put/get) into c; bounce: CPU tensors
+ * go through bounce buffers (struct bufref). -1 with error. */
 static int kvcall_prepare(struct kvcall *c, enum kvop_kind kind, PyObject *keys,
-			  PyObject *vals)
+			  PyObject *vals, bool bounce)
 {
 	memset(c, 0, sizeof(*c));
 	c->kind = kind;
@@ -1441,7 +1577,7 @@ static int kvcall_prepare(struct kvcall *c, enum kvop_kind kind, PyObject *keys,
 		c->caps = PyMem_Calloc(c->n, sizeof(size_t));
 	if (!c->bufs || !c->ptrs || !c->lens || (kind == KVOP_GET && !c->caps))
 		goto nomem;
-	if (bufs_get(vals, c->n, kind == KVOP_GET,
+	if (bufs_get(vals, c->n, kind == KVOP_GET, bounce,
 		     kind == KVOP_GET ? "bufs" : "values", c->bufs) < 0) {
 		PyMem_Free(c->bufs);
 		c->bufs = NULL;
@@ -1468,6 +1604,23 @@ nomem:
 	kvcall_free(c);
 	PyErr_NoMemory();
 	return -1;
+}
+
+/*
+ * A completed get (result r): delivers each hit held in a bounce buffer
+ * to its tensor (GIL held). A hit whose tensor's storage was shrunk
+ * under the call cannot be delivered and becomes a miss (-ESTALE).
+ */
+static void kvcall_commit(struct kvcall *c, ssize_t r)
+{
+	if (r < 0 || c->kind != KVOP_GET || !c->bufs)
+		return;
+	for (size_t i = 0; i < c->n; i++) {
+		if (c->status[i] != 0 || c->lens[i] > c->caps[i])
+			continue;
+		if (bufref_commit(&c->bufs[i], c->lens[i]) < 0)
+			c->status[i] = -ESTALE;
+	}
 }
 
 /* Runs c on kv synchronously (no GIL, under rw). */
@@ -1689,6 +1842,7 @@ static void kvop_complete(struct py_kvop *o, ssize_t r)
 	o->op = NULL;
 	o->result = r;
 	kvop_unlink(o);
+	kvcall_commit(&o->c, r);
 	bufs_release(o->c.bufs, o->c.bufs ? o->c.n : 0);
 }
 
@@ -1716,7 +1870,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 	o->waiting = false;
 	o->result = 0;
 	o->next = o->prev = NULL;
-	if (kvcall_prepare(&o->c, kind, keys, vals) < 0) {
+	if (kvcall_prepare(&o->c, kind, keys, vals, true) < 0) {
 		o->done = true;
 		Py_DECREF(o);
 		return NULL;
@@ -1909,7 +2063,7 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 	if (kv_usable(k) < 0)
 		return NULL;
-	if (kvcall_prepare(&c, kind, keys, vals) < 0)
+	if (kvcall_prepare(&c, kind, keys, vals, true) < 0)
 		return NULL;
 	c.exact = exact;
 	{
@@ -1917,6 +2071,7 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 		POOL_CALL(k->po, k->closed, r, kvcall_run(k->kv, cp));
 	}
+	kvcall_commit(&c, r);
 	out = kvcall_result(&c, r);
 	kvcall_free(&c);
 	return out;
@@ -2533,7 +2688,7 @@ static PyObject *kv_gpu_call(struct py_kv *k, enum kvop_kind kind,
 
 	if (kv_usable(k) < 0)
 		return NULL;
-	if (kvcall_prepare(&c, kind, keys, vals) < 0)
+	if (kvcall_prepare(&c, kind, keys, vals, false) < 0)
 		return NULL;
 	c.exact = exact;
 	if (gpu != Py_None) {
@@ -2652,7 +2807,8 @@ static PyObject *gpu_xfer_start(struct py_gpu *gp, PyObject *args, bool fetch)
 	Py_INCREF(rg);
 	gx->gp = gp;
 	gx->rg = rg;
-	if (bufref_get(dev, fetch, 0, "dst", &gx->dev) < 0) {
+	if (bufref_get(dev, fetch, false, 0, fetch ? "dst" : "src", &gx->dev) <
+	    0) {
 		memset(&gx->dev, 0, sizeof(gx->dev));
 		Py_DECREF(gx);
 		return NULL;
@@ -3134,6 +3290,10 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 				  &GPUStreamType, &GPUXferType };
 
 	str_data_ptr = PyUnicode_InternFromString("data_ptr");
+	str_untyped_storage = PyUnicode_InternFromString("untyped_storage");
+	str__storage = PyUnicode_InternFromString("_storage");
+	str_storage = PyUnicode_InternFromString("storage");
+	str_nbytes = PyUnicode_InternFromString("nbytes");
 	str_is_contiguous = PyUnicode_InternFromString("is_contiguous");
 	str_is_cuda = PyUnicode_InternFromString("is_cuda");
 	str_numel = PyUnicode_InternFromString("numel");
@@ -3141,8 +3301,10 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 	str_device = PyUnicode_InternFromString("device");
 	str_index = PyUnicode_InternFromString("index");
 	str_cuda_stream = PyUnicode_InternFromString("cuda_stream");
-	if (!str_data_ptr || !str_is_contiguous || !str_is_cuda || !str_numel ||
-	    !str_element_size || !str_device || !str_index || !str_cuda_stream)
+	if (!str_data_ptr || !str_untyped_storage || !str__storage ||
+	    !str_storage || !str_nbytes || !str_is_contiguous || !str_is_cuda ||
+	    !str_numel || !str_element_size || !str_device || !str_index ||
+	    !str_cuda_stream)
 		return NULL;
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyType_Ready(types[i]) < 0)

@@ -580,6 +580,79 @@ START_TEST(close_line_names_the_session)
 }
 END_TEST
 
+/* A TCP connection to addr (host:port) from 127.0.0.1; its local port
+ * in *port. */
+static int connect_from(const char *addr, uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	ck_assert_int_ge(fd, 0);
+	sa.sin_port = htons((uint16_t)atoi(strrchr(addr, ':') + 1));
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/*
+ * memd says why it closed a client's connection in its handshake (here
+ * displaced by a newer connection from its address, max_clients_per_host
+ * = 1, before memd read its HELLO), one notice line; a churn of half-sent
+ * headers leaves no such line. memd is stopped before its log is read,
+ * so every line is in it.
+ */
+START_TEST(handshake_close_of_a_client_is_logged)
+{
+	struct wire_msg hm = { .type = WIRE_HELLO, .seq = 1 };
+	uint8_t frame[WIRE_MAX_FRAME], half[8];
+	uint16_t pa, pb, pc;
+	char want[160];
+	struct tu_memd m;
+	const char *log;
+	int a, b, c, st;
+	ssize_t n;
+
+	hm.u.hello.proto_min = hm.u.hello.proto_max = WIRE_PROTO_MAX;
+	n = wire_encode(&hm, frame, sizeof(frame));
+	ck_assert_int_gt(n, WIRE_HDR_LEN);
+	memcpy(half, frame, sizeof(half));
+	tu_memd_start_ok(&m, "max_clients_per_host = 1\n");
+	/* a client whose HELLO's header arrived, its payload not yet */
+	a = connect_from(m.addr, &pa);
+	ck_assert_int_eq(send(a, frame, WIRE_HDR_LEN, MSG_NOSIGNAL),
+			 WIRE_HDR_LEN);
+	/* half a header from the same address displaces it, and so on */
+	b = connect_from(m.addr, &pb);
+	ck_assert_int_eq(send(b, half, sizeof(half), MSG_NOSIGNAL),
+			 sizeof(half));
+	ck_assert(closed_soon(a));
+	c = connect_from(m.addr, &pc);
+	ck_assert_int_eq(send(c, half, sizeof(half), MSG_NOSIGNAL),
+			 sizeof(half));
+	ck_assert(closed_soon(b));
+	close(a);
+	close(b);
+	close(c);
+	/* reaped here, not by tu_memd_stop, which removes the log */
+	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
+	m.pid = 0;
+	log = memd_log_text(&m);
+	snprintf(want, sizeof(want),
+		 "notice ctl: close peer=127.0.0.1:%u session=0 "
+		 "state=handshake why=displaced in its handshake suppressed=",
+		 pa);
+	ck_assert_msg(strstr(log, want), "no '%s' line in:\n%s", want, log);
+	/* (the test's memd logs at debug: half a header's line is one) */
+	snprintf(want, sizeof(want), "debug ctl: close peer=127.0.0.1:%u ", pb);
+	ck_assert_msg(strstr(log, want), "no '%s' line in:\n%s", want, log);
+	tu_memd_stop(&m, SIGTERM); /* removes its directory */
+}
+END_TEST
+
 /*
  * A client name with blanks and quotes is one quoted value in the hello
  * line, so the line still parses as key=value pairs.
@@ -770,6 +843,7 @@ int main(int argc, char **argv)
 	tcase_add_test(cli, command_line_exit_codes);
 	tcase_add_test(cli, cross_key_errors_name_file_and_line);
 	tcase_add_test(logt, close_line_names_the_session);
+	tcase_add_test(logt, handshake_close_of_a_client_is_logged);
 	tcase_add_test(logt, hello_line_quotes_client_name);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);

@@ -826,14 +826,18 @@ END_TEST
  * for what needs no fabric. */
 /*
  * A control-connection proxy to md that answers FABRIC itself with
- * ERROR (EOPNOTSUPP), as a memd that does not know the request would,
- * and forwards every other frame both ways, whole. RMA goes to md
- * directly (HELLO_OK carries md's fabric address).
+ * ERROR (EOPNOTSUPP), as a memd that does not know the request would
+ * (unless pass_fabric), and forwards every other frame both ways, whole.
+ * While shed is above 0 it closes a client's connection at its HELLO
+ * instead, as a memd shedding connections in their handshake does. RMA
+ * goes to md directly (HELLO_OK carries md's fabric address).
  */
 struct fproxy {
 	int lfd, port;
-	int stop;    /* atomic */
-	int refused; /* atomic: FABRIC requests answered with ERROR */
+	int stop;	  /* atomic */
+	int refused;	  /* atomic: FABRIC requests answered with ERROR */
+	int shed;	  /* atomic: HELLOs still to answer with a close */
+	bool pass_fabric; /* forward FABRIC too; set before clients come */
 	pthread_t th;
 };
 
@@ -865,7 +869,12 @@ static int fproxy_frames(struct fproxy *px, uint8_t *in, size_t *have, int to,
 			return 0;
 		if (k <= 0)
 			return -1;
-		if (from_client && m->type == WIRE_FABRIC) {
+		if (from_client && m->type == WIRE_HELLO &&
+		    __atomic_load_n(&px->shed, __ATOMIC_RELAXED) > 0) {
+			__atomic_sub_fetch(&px->shed, 1, __ATOMIC_RELAXED);
+			return -1; /* closes both sides */
+		}
+		if (from_client && m->type == WIRE_FABRIC && !px->pass_fabric) {
 			uint8_t out[WIRE_MAX_FRAME];
 			uint64_t seq = m->seq;
 			ssize_t n;
@@ -1040,6 +1049,47 @@ START_TEST(fabric_refused_leaves_check_off)
 }
 END_TEST
 
+/*
+ * A memd (here the proxy in front of it) that closes the connection at
+ * HELLO, twice, as one shedding connections in their handshake under a
+ * churn does: pool_connect retries on fresh connections within its
+ * timeout, and the session works.
+ */
+START_TEST(handshake_lost_is_retried)
+{
+	static uint8_t w[65536], b[65536];
+	/* static: the proxy's threads outlive no frame of ours */
+	static struct fproxy px;
+	struct pool_region *r;
+	struct pool *p;
+	char addr[64];
+
+	start_memd(NULL);
+	fproxy_start(&px);
+	px.pass_fabric = true;
+	__atomic_store_n(&px.shed, 2, __ATOMIC_RELAXED);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
+	setenv("LIBPOOL_SHM", "off", 1);
+	{
+		struct pool_opts o = { .addr = addr, .timeout_ms = 10000 };
+
+		ck_assert_int_eq(pool_connect(&o, &p), 0);
+	}
+	ck_assert_int_eq(__atomic_load_n(&px.shed, __ATOMIC_RELAXED), 0);
+	ck_assert_int_eq(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 0);
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pattern_fill(w, sizeof(w), 83, 0);
+	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
+	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
+	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	fproxy_stop(&px);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 START_TEST(rxm_mismatch_on_demand)
 {
 	struct pool_region *r;
@@ -1147,6 +1197,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, rxm_mismatch_is_eproto);
 	tcase_add_test(tc, rxm_mismatch_on_demand);
 	tcase_add_test(tc, fabric_refused_leaves_check_off);
+	tcase_add_test(tc, handshake_lost_is_retried);
 	tcase_add_test(tc, rxm_mismatch_same_host_works);
 	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
 	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);

@@ -428,6 +428,114 @@ def test_close_under_load_neither_hangs_nor_crashes(memd):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+RESIZE_IN_FLIGHT = r"""
+import sys, numpy as np, torch, tidepool
+N, SZ, SENTINEL = 8, 1 << 20, 0xA5
+
+def value_of(key, nbytes):
+    seed = int.from_bytes(key[:8], "little")
+    v = (np.arange(nbytes // 8, dtype=np.uint64) *
+         np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed)) ^ np.uint64(seed >> 7)
+    return torch.from_numpy(v.view(np.uint8).copy())
+
+def canaries():
+    # allocations that reuse whatever memory set_/resize_ just freed
+    return [torch.full((SZ,), SENTINEL, dtype=torch.uint8) for _ in range(2 * N)]
+
+def intact(cs):
+    return all(int(c.min()) == SENTINEL == int(c.max()) for c in cs)
+
+p = tidepool.Pool(sys.argv[1])
+kv = p.kv()
+for rnd in range(6):
+    keys = tidepool.prefix_keys(list(range(N * 16)), "t", f"{sys.argv[2]}-{rnd}", 16)
+    vals = [value_of(k, SZ) for k in keys]
+    # a put whose sources are reallocated under it stores what they held
+    src = [v.clone() for v in vals]
+    op = kv.put_async(keys, src)
+    for t in src:
+        t.resize_(4 * SZ)  # grows: the old bytes move, their memory is freed
+    cs = canaries()
+    res = op.result(120)
+    assert res == [0] * N, res
+    assert intact(cs), "a put wrote into memory it no longer owned"
+    out = [torch.empty(SZ, dtype=torch.uint8) for _ in keys]
+    assert kv.get_into(keys, out) == [True] * N
+    assert all(torch.equal(a, b) for a, b in zip(out, vals)), "put stored freed bytes"
+    # a get whose destinations are moved or reallocated under it
+    out = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
+    op = kv.get_into_async(keys, out)
+    for i, t in enumerate(out):
+        if i % 2:
+            t.set_(torch.zeros(SZ, dtype=torch.uint8))  # old storage freed
+        else:
+            t.resize_(3 * SZ)  # storage reallocated in place
+    cs = canaries()
+    res = op.result(120)
+    assert res == [True] * N, res
+    assert intact(cs), "a get wrote into memory now owned by other tensors"
+    for i, t in enumerate(out):
+        if i % 2 == 0:  # the bytes land where the storage keeps them now
+            assert torch.equal(t[:SZ], vals[i]), i
+    # a synchronous read into a tensor: the same bounce
+    r = p.alloc(SZ)
+    r.write(0, vals[0])
+    t = torch.zeros(SZ, dtype=torch.uint8)
+    r.read_into(0, t)
+    assert torch.equal(t, vals[0])
+    r.free()
+kv.close()
+p.close()
+print("ok")
+"""
+
+
+def test_tensor_storage_reallocated_under_a_call(memd, model_name, tmp_path):
+    # set_() and a growing resize_() while an async put/get is in flight
+    # free the memory libpool reads or writes unless the call holds it:
+    # nothing outside the tensors may change, and every value arrives
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", RESIZE_IN_FLIGHT, memd.addr,
+                        model_name],
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           p for p in sys.path if p)},
+                       capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
+CRASH_AFTER_CONNECT = r"""
+import ctypes, sys, tidepool
+p = tidepool.Pool(sys.argv[1])
+p.kv().exists(tidepool.prefix_keys(list(range(16)), "t", "crash", 16))
+sys.stdout.write("connected\n")
+sys.stdout.flush()
+ctypes.string_at(0)  # a NULL dereference: SIGSEGV
+"""
+
+
+def test_a_crash_is_a_crash(memd, tmp_path):
+    # Debian's libfabric links psm, whose libinfinipath catches SIGSEGV
+    # and calls exit(): a crash became exit status 1 or a hang. Once a
+    # session is open, SIGSEGV must still kill the process (core dumps
+    # off: nothing to write)
+    import resource
+    import signal
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p)}
+    env.pop("PYTHONFAULTHANDLER", None)
+    r = subprocess.run(
+        [sys.executable, "-c", CRASH_AFTER_CONNECT, memd.addr], env=env,
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    assert r.stdout == "connected\n", r.stderr[-2000:]
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
+
+
 def test_threads_share_a_handle(pool_args, model_name):
     with tidepool.Pool(**pool_args) as p, p.kv() as kv:
         errs = []
