@@ -68,7 +68,8 @@ PIECE_DOMAIN = b"tidepool lmcache piece v1"
 PIECE_BYTES = 1 << 20
 META_BYTES = 64
 
-# magic, version, dtype code, ndim, reserved, nbytes, piece bytes, 6 dims
+# magic, version, dtype code, ndim, LMCache memory format code, nbytes,
+# piece bytes, 6 dims
 _META = struct.Struct("<4sHHHHQQ6I12x")
 _META_MAGIC = b"TPLC"
 _META_VERSION = 1
@@ -88,6 +89,16 @@ _DTYPE_NAMES = {
     9: "float64",
     10: "int64",
     11: "int16",
+}
+
+# LMCache MemoryFormat codes of the meta value, by member name (LMCache
+# numbers its enum with auto(), so the values may differ by version)
+_FMT_NAMES = {
+    1: "KV_2LTD",
+    2: "KV_T2D",
+    3: "KV_2TD",
+    4: "KV_MLA_FMT",
+    5: "BINARY",
 }
 
 
@@ -164,35 +175,38 @@ def _byte_view(buf: Any, what: str, writable: bool) -> memoryview:
 
 
 def _meta_pack(nbytes: int, piece_bytes: int, dtype_code: int = 0,
-               shape: Sequence[int] = ()) -> bytes:
-    """The 64-byte meta value of a value of nbytes bytes."""
+               shape: Sequence[int] = (), fmt_code: int = 0) -> bytes:
+    """The 64-byte meta value of a value of nbytes bytes (fmt_code: the
+    LMCache MemoryFormat of ``_FMT_NAMES``, 0 when none)."""
     dims = list(shape) + [0] * (_MAX_DIMS - len(shape))
-    return _META.pack(_META_MAGIC, _META_VERSION, dtype_code, len(shape), 0,
-                      nbytes, _piece_size(nbytes, piece_bytes), *dims)
+    return _META.pack(_META_MAGIC, _META_VERSION, dtype_code, len(shape),
+                      fmt_code, nbytes, _piece_size(nbytes, piece_bytes),
+                      *dims)
 
 
 class _Meta:
     """A decoded meta value (None from ``parse`` when it is not one)."""
 
-    __slots__ = ("nbytes", "piece_bytes", "dtype_code", "shape")
+    __slots__ = ("nbytes", "piece_bytes", "dtype_code", "shape", "fmt_code")
 
-    def __init__(self, nbytes, piece_bytes, dtype_code, shape):
+    def __init__(self, nbytes, piece_bytes, dtype_code, shape, fmt_code=0):
         self.nbytes = nbytes
         self.piece_bytes = piece_bytes
         self.dtype_code = dtype_code
         self.shape = shape
+        self.fmt_code = fmt_code
 
     @classmethod
     def parse(cls, raw) -> Optional["_Meta"]:
         """Decodes and checks 64 bytes; None when they are not a meta."""
-        (magic, version, dtype_code, ndim, _res, nbytes, piece,
+        (magic, version, dtype_code, ndim, fmt_code, nbytes, piece,
          *dims) = _META.unpack(bytes(raw))
         if (magic != _META_MAGIC or version != _META_VERSION or
                 ndim > _MAX_DIMS or nbytes == 0 or piece == 0 or
                 piece > nbytes or
                 (dtype_code and dtype_code not in _DTYPE_NAMES)):
             return None
-        return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]))
+        return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]), fmt_code)
 
     def piece_keys(self, base: bytes) -> List[bytes]:
         """The keys of this value's pieces."""
@@ -1141,3 +1155,567 @@ class TidepoolRemoteConnector:
             bufs.append([flat[off:off + p] for off in range(0, m.nbytes, p)])
         hits = yield from _plan_get_grouped(groups, bufs)
         return [t if h else None for t, h in zip(tensors, hits)]
+
+
+# ---------------------------------------------------------------------
+# LMCache's remote backend: a ConnectorAdapter and a RemoteConnector
+#
+# LMCache is imported only here, and only when its classes are asked
+# for (the module's __getattr__ below): importing this module never
+# imports LMCache. The logic lives in plain classes (_LMCacheConnector,
+# _LMCacheAdapter); _lmcache_classes() derives the classes LMCache loads
+# from them and from LMCache's own ConnectorAdapter and RemoteConnector.
+
+ADAPTER_SCHEME = "tidepool://"
+PLUGIN_TYPE = "tidepool"
+
+# the abstract methods of LMCache's RemoteConnector this module implements
+# (base_connector.py; any other abstract method: an unsupported LMCache)
+_REMOTE_ABSTRACT = frozenset(("exists", "exists_sync", "get", "put", "list",
+                              "close"))
+
+# extra_config keys this adapter reads ("tidepool." + name): converter
+_SETTINGS = {
+    "tenant": str,
+    "secret_file": str,
+    "client_name": str,
+    "replicas": int,
+    "nthreads": int,
+    "timeout_ms": int,
+    "piece_bytes": int,
+}
+
+_LMC_CLASSES = None
+_LMC_LOCK = threading.Lock()
+
+
+def _key_string(key: Any) -> str:
+    """An LMCache key's string (``CacheEngineKey.to_string()``)."""
+    if isinstance(key, str):
+        return key
+    to_string = getattr(key, "to_string", None)
+    if to_string is None:
+        raise TypeError("an LMCache key is a str or has to_string(), not %s"
+                        % type(key).__name__)
+    return to_string()
+
+
+def _settings(context) -> dict:
+    """The connector's settings from LMCache's ConnectorContext: the
+    address from the URL (``tidepool://HOST:PORT``; with LMCache's
+    ``plugin://NAME`` form, from ``remote_storage_plugin.NAME.url`` or
+    else ``remote_url``), the rest from ``extra_config["tidepool.*"]``.
+    Raises ValueError naming what is wrong."""
+    from urllib.parse import urlsplit
+
+    config = getattr(context, "config", None)
+    extra = dict(getattr(config, "extra_config", None) or {})
+    url = context.url or ""
+    if url.startswith("plugin://"):
+        name = url[len("plugin://"):]
+        url = (extra.get("remote_storage_plugin.%s.url" % name) or
+               getattr(config, "remote_url", None) or "")
+        if not url:
+            raise ValueError(
+                "tidepool: plugin %r has no address: set extra_config "
+                "remote_storage_plugin.%s.url (or remote_url) to "
+                "tidepool://HOST:PORT" % (name, name))
+    if not url.startswith(ADAPTER_SCHEME):
+        raise ValueError("tidepool: remote URL %r is not tidepool://HOST:PORT"
+                         % url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if (not parts.hostname or port is None or parts.path not in ("", "/")
+            or parts.query or parts.fragment or parts.username):
+        raise ValueError("tidepool: remote URL %r is not tidepool://HOST:PORT"
+                         % url)
+    out = {"addr": parts.netloc}
+    for k, v in extra.items():
+        if not isinstance(k, str) or not k.startswith("tidepool."):
+            continue
+        name = k[len("tidepool."):]
+        conv = _SETTINGS.get(name)
+        if conv is None:
+            raise ValueError("tidepool: unknown extra_config key %r "
+                             "(known: %s)" % (k, ", ".join("tidepool." + n
+                                             for n in sorted(_SETTINGS))))
+        try:
+            out[name] = conv(v)
+        except (TypeError, ValueError):
+            raise ValueError("tidepool: extra_config %r: %r is not %s" %
+                             (k, v, conv.__name__)) from None
+    serde = getattr(config, "remote_serde", None)
+    if serde not in (None, "naive"):
+        raise ValueError("tidepool: remote_serde %r is not supported: the "
+                         "tidepool remote backend stores LMCache's tensors "
+                         "as they are (remote_serde: naive)" % (serde,))
+    return out
+
+
+class _LMCacheConnector:
+    """The logic of ``TidepoolLMCacheConnector``, LMCache's
+    ``RemoteConnector`` on a tidepool KV handle (see that class)."""
+
+    def __init__(self, context, settings: dict) -> None:
+        backend = context.local_cpu_backend
+        if backend is None or not callable(getattr(backend, "allocate",
+                                                   None)):
+            raise ValueError("tidepool: LMCache passed no local CPU backend "
+                             "with allocate(): the remote backend needs one "
+                             "(max_local_cpu_size > 0)")
+        piece_bytes = settings.get("piece_bytes", PIECE_BYTES)
+        if piece_bytes < 0 or piece_bytes > tidepool.VALUE_MAX:
+            raise ValueError("tidepool.piece_bytes must be 0 .. %d, not %d" %
+                             (tidepool.VALUE_MAX, piece_bytes))
+        self._allocator = backend
+        self._piece_bytes = piece_bytes
+        self._pool, self._owns_pool, self._kv = _open_kv(
+            None, settings["addr"], settings.get("tenant"),
+            settings.get("secret_file"), settings.get("replicas", 1),
+            settings.get("nthreads", 0), settings.get("timeout_ms", 0),
+            settings.get("client_name"))
+        self.loop = context.loop
+        self._names = set()  # key strings this connector stored or read
+        self._names_lock = threading.Lock()
+        self._closed = False
+
+    # -- RemoteConnector's abstract methods ----------------------------
+
+    async def exists(self, key: Any) -> bool:
+        """True when the value of key is present (meta and all pieces)."""
+        base = self._base(key)
+        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
+
+    def exists_sync(self, key: Any) -> bool:
+        """``exists`` in the calling thread (not the event loop's)."""
+        base = self._base(key)
+        return _run_sync(self._kv, _plan_exists_each([base]))[0]
+
+    async def get(self, key: Any) -> Optional[Any]:
+        """The MemoryObj of key, allocated from LMCache's local CPU
+        backend and read into directly; None on a miss (what was
+        allocated for it is freed)."""
+        return (await self.batched_get([key]))[0]
+
+    async def put(self, key: Any, memory_obj: Any) -> None:
+        """Stores memory_obj's bytes under key. Leaves its reference
+        count alone: LMCache's wrapper drops the reference once this
+        returns. Raises ValueError for an object this connector cannot
+        store, ``tidepool.PoolError`` when it was not stored."""
+        await self.batched_put([key], [memory_obj])
+
+    async def list(self) -> List[str]:
+        """The key strings this connector stored or read that are still
+        present in the pool (see docs/engines.md: the KV tier cannot
+        enumerate keys, so other processes' keys are not listed)."""
+        with self._names_lock:
+            names = sorted(self._names)
+        if not names:
+            return []
+        bases = [lmcache_key(n) for n in names]
+        self._check_open()
+        found = await _run_async(self._kv, _plan_exists_each(bases))
+        return [n for n, f in zip(names, found) if f]
+
+    async def close(self) -> None:
+        """Closes the KV handle and the Pool (idempotent)."""
+        self.close_sync()
+
+    # -- optional parts --------------------------------------------------
+
+    def support_ping(self) -> bool:
+        """True."""
+        return True
+
+    async def ping(self) -> int:
+        """One round trip: 0, or the errno of the failure."""
+        self._check_open()
+        try:
+            await self._kv.exists_async(bytes(tidepool.KEY_BYTES))
+        except tidepool.ClosedError:
+            raise
+        except tidepool.PoolError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    def support_batched_get(self) -> bool:
+        """True: metas in one round trip, then every piece of every hit."""
+        return True
+
+    async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
+        """The MemoryObjs of keys (None for each miss), each allocated
+        from the local CPU backend and read into in place."""
+        names = [_key_string(k) for k in keys]
+        self._check_open()
+        if not names:
+            return []
+        held = []  # allocated here: freed again on a miss or an error
+        try:
+            objs = await _run_async(
+                self._kv, self._plan_get_objs([lmcache_key(n)
+                                               for n in names], held))
+        except BaseException:
+            for o in held:
+                o.ref_count_down()
+            raise
+        self._remember([n for n, o in zip(names, objs) if o is not None])
+        return objs
+
+    def support_batched_put(self) -> bool:
+        """False, on purpose: LMCache's wrapper drops the references of a
+        batched put only in some versions (instrumented_connector.py),
+        while it always does after put(); RemoteBackend then submits one
+        put per key, all in flight at once."""
+        return False
+
+    async def batched_put(self, keys: Sequence[Any],
+                          memory_objs: Sequence[Any]) -> None:
+        """Stores all objects in one KV call; reference counts untouched.
+        Raises as ``put``."""
+        names = [_key_string(k) for k in keys]
+        bases, metas, views = self._prepare_put(names, memory_objs)
+        if not bases:
+            return
+        stored, first = await _run_async(
+            self._kv, _plan_put(bases, metas, views, self._piece_bytes))
+        self._remember([n for n, s in zip(names, stored) if s])
+        if first is not None:
+            raise tidepool.PoolError(first[1], _fail_text(first))
+
+    def support_batched_async_contains(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_async_contains(self, lookup_id: str,
+                                     keys: Sequence[Any],
+                                     pin: bool = False) -> int:
+        """How many leading keys are present; no pins are taken."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return 0
+        return await _run_async(self._kv, _plan_contains_prefix(bases))
+
+    def support_batched_get_non_blocking(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_get_non_blocking(self, lookup_id: str,
+                                       keys: Sequence[Any]) -> List[Any]:
+        """The MemoryObjs of the leading keys up to the first miss; hits
+        after it are freed again (LMCache's contract)."""
+        out, missed = [], False
+        for o in await self.batched_get(keys):
+            if o is None:
+                missed = True
+            elif missed:
+                o.ref_count_down()
+            else:
+                out.append(o)
+        return out
+
+    def support_batched_contains(self) -> bool:
+        """True."""
+        return True
+
+    def batched_contains(self, keys: Sequence[Any], *older) -> Any:
+        """How many leading keys are present (LMCache's newer contract);
+        called with LMCache's older second argument
+        (``stop_after_first_not_exits``), per key True for that prefix."""
+        bases = [self._base(k) for k in keys]
+        n = _run_sync(self._kv, _plan_contains_prefix(bases)) if bases else 0
+        if older:
+            return [i < n for i in range(len(bases))]
+        return n
+
+    def remove_sync(self, key: Any) -> bool:
+        """Deletes key; True when it was present."""
+        name = _key_string(key)
+        found = _run_sync(self._kv, _plan_delete([self._base(name)]))[0]
+        with self._names_lock:
+            self._names.discard(name)
+        return found
+
+    def close_sync(self) -> None:
+        """``close`` outside asyncio. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._kv.close()
+        finally:
+            if self._owns_pool:
+                self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        return "<TidepoolLMCacheConnector %s>" % self._pool.addr
+
+    # -- internals -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the LMCache remote "
+                                       "connector is closed")
+
+    def _base(self, key: Any) -> bytes:
+        self._check_open()
+        return lmcache_key(key)
+
+    def _remember(self, names) -> None:
+        if names:
+            with self._names_lock:
+                self._names.update(names)
+
+    def _prepare_put(self, names, objs):
+        """(bases, metas, byte views) of MemoryObjs; ValueError (nothing
+        stored) if one cannot be stored."""
+        self._check_open()
+        objs = list(objs)
+        if len(names) != len(objs):
+            raise ValueError("%d keys but %d memory objects" %
+                             (len(names), len(objs)))
+        torch = _torch()
+        bases, metas, views = [], [], []
+        for i, (name, o) in enumerate(zip(names, objs)):
+            dtype = o.get_dtype()
+            if dtype is None:
+                raise ValueError("memory object %d has no dtype (a "
+                                 "serialized buffer): use remote_serde "
+                                 "naive" % i)
+            shape = tuple(o.get_shape())
+            if not 1 <= len(shape) <= _MAX_DIMS:
+                raise ValueError("memory object %d: %d dims (1 .. %d)" %
+                                 (i, len(shape), _MAX_DIMS))
+            view = _byte_view(o.byte_array, "memory object %d" % i, False)
+            n = len(view)
+            numel = 1
+            for d in shape:
+                numel *= d
+            if n != numel * torch.empty((), dtype=dtype).element_size():
+                raise ValueError("memory object %d: %d bytes for shape %s "
+                                 "of %s" % (i, n, list(shape), dtype))
+            if _piece_size(n, self._piece_bytes) > tidepool.VALUE_MAX:
+                raise ValueError("memory object %d: %d bytes in one piece "
+                                 "is over the value limit (set "
+                                 "tidepool.piece_bytes)" % (i, n))
+            bases.append(lmcache_key(name))
+            metas.append(_meta_pack(n, self._piece_bytes, _dtype_code(dtype),
+                                    shape, _fmt_code(o.get_memory_format())))
+            views.append(view)
+        return bases, metas, views
+
+    def _plan_get_objs(self, bases: List[bytes], held: list) -> Plan:
+        """Metas, then an allocation per hit and every piece read into
+        it; misses freed. held: every object allocated (for the caller
+        to free if the plan raises)."""
+        torch = _torch()
+        metas = yield from _plan_metas(bases)
+        objs, groups, bufs = [], [], []
+        for b, m in zip(bases, metas):
+            o = None
+            if m is not None and m.dtype_code and m.shape:
+                o = self._allocate(m, torch)
+            if o is None:
+                objs.append(None)
+                groups.append([])
+                bufs.append([])
+                continue
+            held.append(o)
+            view = _byte_view(o.byte_array, "allocated memory object", True)
+            p = m.piece_bytes
+            objs.append(o)
+            groups.append(m.piece_keys(b))
+            bufs.append([view[off:off + p] for off in range(0, m.nbytes, p)])
+        hits = yield from _plan_get_grouped(groups, bufs)
+        out = []
+        for o, h in zip(objs, hits):
+            if o is not None and not h:
+                o.ref_count_down()
+                o = None
+            out.append(o)
+        held.clear()
+        return out
+
+    def _allocate(self, m: "_Meta", torch) -> Optional[Any]:
+        """A MemoryObj for the value of m from LMCache's allocator, or
+        None (no memory, or a value LMCache cannot hold: a miss)."""
+        dtype = getattr(torch, _DTYPE_NAMES[m.dtype_code], None)
+        if dtype is None:
+            return None
+        numel = 1
+        for d in m.shape:
+            numel *= d
+        if numel * torch.empty((), dtype=dtype).element_size() != m.nbytes:
+            return None
+        fmt = _lmcache_format(m.fmt_code)
+        o = self._allocator.allocate(torch.Size(m.shape), dtype, fmt)
+        if o is None:
+            return None
+        if o.get_size() != m.nbytes:
+            o.ref_count_down()
+            raise ValueError("LMCache allocated %d bytes for %d" %
+                             (o.get_size(), m.nbytes))
+        return o
+
+
+def _fmt_code(fmt: Any) -> int:
+    """The meta code of an LMCache MemoryFormat (0: none or unknown)."""
+    name = getattr(fmt, "name", None)
+    for code, n in _FMT_NAMES.items():
+        if n == name:
+            return code
+    return 0
+
+
+def _lmcache_format(code: int) -> Any:
+    """The LMCache MemoryFormat of a meta code, or None (LMCache's
+    allocator then picks its default)."""
+    from lmcache.v1.memory_management import MemoryFormat
+    name = _FMT_NAMES.get(code)
+    return getattr(MemoryFormat, name, None) if name else None
+
+
+class _LMCacheAdapter:
+    """The logic of ``TidepoolConnectorAdapter`` (see that class)."""
+
+    def can_parse(self, url: str) -> bool:
+        """tidepool://HOST:PORT, or LMCache's plugin://tidepool[.NAME]."""
+        if not isinstance(url, str):
+            return False
+        if url.startswith(ADAPTER_SCHEME):
+            return True
+        if url.startswith("plugin://"):
+            name = url[len("plugin://"):]
+            return name.split(".", 1)[0] == PLUGIN_TYPE
+        return False
+
+    def create_connector(self, context) -> Any:
+        """A ``TidepoolLMCacheConnector`` for LMCache's ConnectorContext.
+        Raises ValueError for a configuration it cannot use."""
+        cls = _lmcache_classes()["TidepoolLMCacheConnector"]
+        return cls(context, _settings(context))
+
+
+def _lmcache_classes() -> dict:
+    """Builds (once) the classes LMCache loads: subclasses of its own
+    ``ConnectorAdapter`` and ``RemoteConnector``. Raises ImportError
+    naming what is missing when LMCache is not importable or is a
+    version whose remote-backend interface this module does not
+    implement."""
+    global _LMC_CLASSES
+    with _LMC_LOCK:
+        if _LMC_CLASSES is not None:
+            return _LMC_CLASSES
+        _LMC_CLASSES = _build_lmcache_classes()
+        return _LMC_CLASSES
+
+
+_SUPPORTED = ("LMCache's v1 remote backend with remote storage plugins "
+              "(docs/engines.md, \"LMCache\")")
+
+
+def _build_lmcache_classes() -> dict:
+    try:
+        import lmcache
+        from lmcache.v1.storage_backend.connector import ConnectorAdapter
+        from lmcache.v1.storage_backend.connector.base_connector import (
+            RemoteConnector)
+        from lmcache.v1.memory_management import MemoryFormat
+    except ImportError as e:
+        raise ImportError("tidepool: TidepoolConnectorAdapter needs %s, "
+                          "which is not importable here: %s" %
+                          (_SUPPORTED, e)) from e
+    version = getattr(lmcache, "__version__", "unknown")
+    missing = [n for n in ("create_connector", "can_parse")
+               if not callable(getattr(ConnectorAdapter, n, None))]
+    extra = set(getattr(RemoteConnector, "__abstractmethods__", ())) - \
+        _REMOTE_ABSTRACT
+    if missing or extra or not hasattr(MemoryFormat, "KV_2LTD"):
+        raise ImportError(
+            "tidepool: LMCache %s is not supported by "
+            "TidepoolConnectorAdapter (%s): %s" % (version, _SUPPORTED,
+                                                   "; ".join(
+                ["ConnectorAdapter lacks " + n for n in missing] +
+                ["RemoteConnector requires %s()" % n for n in sorted(extra)] +
+                (["MemoryFormat lacks KV_2LTD"]
+                 if not hasattr(MemoryFormat, "KV_2LTD") else []))))
+    base_takes_args = RemoteConnector.__init__ is not object.__init__
+
+    def connector_init(self, context, settings):
+        # LMCache's newer RemoteConnector takes (config, metadata); the
+        # older one none (its manager calls init_chunk_meta afterwards)
+        if base_takes_args:
+            RemoteConnector.__init__(self, context.config, context.metadata)
+        _LMCacheConnector.__init__(self, context, settings)
+
+    connector = type("TidepoolLMCacheConnector",
+                     (_LMCacheConnector, RemoteConnector), {
+                         "__init__": connector_init,
+                         "__module__": __name__,
+                         "__doc__": _CONNECTOR_DOC})
+
+    def adapter_init(self):
+        ConnectorAdapter.__init__(self, ADAPTER_SCHEME)
+
+    adapter = type("TidepoolConnectorAdapter",
+                   (_LMCacheAdapter, ConnectorAdapter), {
+                       "__init__": adapter_init,
+                       "__module__": __name__,
+                       "__doc__": _ADAPTER_DOC})
+    for cls in (connector, adapter):
+        if cls.__abstractmethods__:
+            raise ImportError(
+                "tidepool: LMCache %s is not supported: %s leaves %s "
+                "abstract (%s)" % (version, cls.__name__,
+                                   ", ".join(sorted(cls.__abstractmethods__)),
+                                   _SUPPORTED))
+    return {"TidepoolLMCacheConnector": connector,
+            "TidepoolConnectorAdapter": adapter}
+
+
+_CONNECTOR_DOC = """LMCache's ``RemoteConnector`` on tidepool's KV tier.
+
+Created by ``TidepoolConnectorAdapter`` from LMCache's ConnectorContext
+(never by hand). Values are LMCache ``MemoryObj``s stored in the layout of
+the module docstring (meta value with dtype, shape and memory format;
+1 MiB pieces); ``get`` allocates the MemoryObj from the local CPU backend
+LMCache passes and reads the pieces straight into its bytes (no copy),
+returning None on a miss after freeing what it allocated; ``put`` stores
+the object's bytes and never changes its reference count (LMCache's
+wrapper drops the reference after ``put``). ``list`` names the keys this
+connector stored or read that are still present. Thread-safe; the
+coroutines run in LMCache's event loop.
+"""
+
+_ADAPTER_DOC = """LMCache's ``ConnectorAdapter`` for tidepool.
+
+LMCache constructs it with no arguments from its configuration::
+
+    remote_url: tidepool://HOST:PORT
+    remote_storage_plugins: [tidepool]
+    extra_config:
+      remote_storage_plugin.tidepool.module_path: tidepool.connectors.lmcache
+      remote_storage_plugin.tidepool.class_name: TidepoolConnectorAdapter
+      tidepool.tenant: TENANT              # a cluster's tenant (optional)
+      tidepool.secret_file: /path/secret   # its secret (optional)
+
+It parses ``tidepool://HOST:PORT`` and ``plugin://tidepool[.NAME]`` and
+creates a ``TidepoolLMCacheConnector`` whose settings come from the
+configuration (docs/engines.md, "LMCache").
+"""
+
+
+def __getattr__(name: str) -> Any:
+    """``TidepoolConnectorAdapter`` and ``TidepoolLMCacheConnector``,
+    built from LMCache's classes on first use (ImportError when LMCache
+    is missing or unsupported)."""
+    if name in ("TidepoolConnectorAdapter", "TidepoolLMCacheConnector"):
+        return _lmcache_classes()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
