@@ -37,7 +37,8 @@ def _warm_up(args):
         while True:
             keys = [uuid.uuid4().bytes * 2 for _ in range(24)]
             st = k.put(keys, [bytearray(64), bytearray(1 << 20),
-                              bytearray(256 << 10)] * 8)
+                              bytearray(256 << 10), bytearray(128 << 10)]
+                       * 6)
             k.delete(keys)
             if not any(st):
                 return
@@ -543,3 +544,97 @@ def test_close(env):
     rb.close()  # idempotent
     rb.connection = None  # closed: the fixture must not close it again
     o.ref_count_down()
+
+
+# ---------------------------------------------------------------------
+# the example model through LMCache's remote backend
+
+
+class LMCacheTier:
+    """The example's tier (exists, get_into, put_async) on LMCache's
+    remote-backend call sequence: one CacheEngineKey per (chunk, layer)
+    key; exists is batched_contains; a load is batched_get_blocking and
+    the copy of each MemoryObj into the model's buffer (on a GPU host
+    LMCache's copy into the paged KV cache), then the reference dropped;
+    a store allocates MemoryObjs from LMCache's allocator, copies the
+    K/V in (LMCache's copy out of the KV cache), submits them and, once
+    stored, the owner drops its reference."""
+
+    def __init__(self, env, rb):
+        self.env, self.rb = env, rb
+
+    @staticmethod
+    def ckeys(keys):
+        from lmcache.utils import CacheEngineKey
+        return [CacheEngineKey("vllm", "tinylm", 1, 0, k.hex())
+                for k in keys]
+
+    def exists(self, keys):
+        return self.rb.batched_contains(self.ckeys(keys))
+
+    def get_into(self, keys, bufs):
+        hits = []
+        for o, b in zip(self.rb.batched_get_blocking(self.ckeys(keys)),
+                        bufs):
+            if o is None:
+                hits.append(False)
+                continue
+            assert tuple(o.get_shape()) == tuple(b.shape)
+            b.copy_(o.tensor)
+            o.ref_count_down()
+            hits.append(True)
+        return hits
+
+    def put_async(self, keys, values):
+        from lmcache.v1.memory_management import MemoryFormat
+        objs = []
+        for v in values:
+            o = self.env.cpu.allocate(v.shape, v.dtype, MemoryFormat.KV_2LTD)
+            assert o is not None
+            o.tensor.copy_(v)
+            objs.append(o)
+        futs = self.rb.batched_submit_put_task(self.ckeys(keys), objs)
+        return Stored(futs, objs)
+
+
+class Stored:
+    """put_async's future: result() waits for the remote puts, then the
+    owner drops its references; per key 0 (stored), else raises."""
+
+    def __init__(self, futs, objs):
+        self.futs, self.objs = futs, objs
+
+    def result(self):
+        try:
+            wait_all(self.futs)
+        finally:
+            for o in self.objs:
+                o.ref_count_down()
+        return [0] * len(self.objs)
+
+
+def test_model_reuses_kv_bit_exactly(env, model_name):
+    """python/examples/prefix_cache.py served through LMCache's remote
+    backend: prefill with K/V loaded through tidepool is bit-equal to
+    recomputing, every cached chunk came from the tier, and no
+    MemoryObj is leaked."""
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..",
+                                    "examples"))
+    try:
+        import prefix_cache as pc
+    finally:
+        sys.path.pop(0)
+    cfg = pc.Config(layers=2, d_model=64, heads=2, vocab=1000, seed=3)
+    rb = env.backend()
+    base_live = env.live
+    out = pc.run(LMCacheTier(env, rb), cfg=cfg, model=model_name)
+    res = out["results"]
+    assert [r.chunks for r in res] == [5, 6, 5, 6, 5, 6, 5]
+    assert [r.cached_chunks for r in res] == [0, 5, 3, 5, 2, 6, 5]
+    assert [r.exists_chunks for r in res] == [0, 5, 3, 5, 2, 6, 5]
+    assert all(r.equal for r in res), [r.name for r in res if not r.equal]
+    assert out["put_errors"] == 0
+    assert rb.connection.bytes_read == (sum(r.cached_chunks for r in res) *
+                                        cfg.layers * cfg.kv_bytes)
+    assert env.live == base_live
