@@ -1,6 +1,8 @@
-"""LMCache connectors over tidepool's KV tier (docs/python.md, "LMCache").
+"""LMCache connectors over tidepool's KV tier (docs/engines.md, "LMCache";
+docs/python.md).
 
-Two classes, both pure Python over :class:`tidepool.KV`:
+Pure Python over :class:`tidepool.KV`. LMCache is imported only by this
+module and only when the remote-backend classes are first asked for:
 
 ``TidepoolNativeConnector``
     LMCache's *native connector* protocol, the one its C++ connectors
@@ -10,17 +12,20 @@ Two classes, both pure Python over :class:`tidepool.KV`:
     and ``ConnectorClientBase`` (non-MP mode) drive: ``event_fd()``,
     ``submit_batch_get/set/exists/delete()`` returning a future id,
     ``drain_completions()`` returning ``(future_id, ok, error, per-key
-    bools or None)`` tuples, ``close()``.
+    bools or None)`` tuples, ``close()``. Needs no LMCache import.
+
+``TidepoolConnectorAdapter`` and ``TidepoolLMCacheConnector``
+    LMCache's remote backend (``remote_url: tidepool://HOST:PORT``,
+    ``remote_storage_plugins: [tidepool]``): subclasses of LMCache's own
+    ``ConnectorAdapter`` and ``RemoteConnector``, built from them on first
+    access (module ``__getattr__``); the connector takes and returns
+    LMCache ``MemoryObj``s, reading straight into objects allocated from
+    LMCache's local CPU backend.
 
 ``TidepoolRemoteConnector``
-    The shape of LMCache's ``RemoteConnector`` base class
-    (lmcache/v1/storage_backend/connector/base_connector.py): coroutines
-    ``exists``, ``get``, ``put``, ``list``, ``close``, ``batched_get``,
-    ``batched_put``, ``batched_async_contains``, ``batched_get_non_blocking``,
-    ``ping``; plain methods ``exists_sync``, ``remove_sync``,
-    ``batched_contains`` and the ``support_*`` predicates. It takes and
-    returns CPU torch tensors (an LMCache ``MemoryObj``'s ``.tensor``), for
-    example ``[2, num_layers, tokens, num_heads * head_dim]`` fp16/bf16.
+    The ``RemoteConnector`` method set on CPU torch tensors, without
+    LMCache (for programs that hold LMCache-shaped chunks themselves);
+    LMCache loads the adapter above instead.
 
 Keys. An LMCache key is a string (``CacheEngineKey.to_string()`` in
 non-MP mode, ``model@rank@group@hash[@salt]`` in MP mode); anything with a
@@ -31,7 +36,8 @@ non-MP mode, ``model@rank@group@hash[@salt]`` in MP mode); anything with a
 Values. Each LMCache value of L bytes is stored as
 
 * a 64-byte *meta* value under ``base`` (see ``_META``: magic ``TPLC``,
-  version 1, dtype code, ndim, L, piece size P, shape), and
+  version 1, dtype code, ndim, LMCache memory format code, L, piece size
+  P, shape), and
 * ``ceil(L / P)`` *pieces*, piece i holding bytes ``[i P, min(L, (i+1) P))``
   under ``BLAKE2b-256(b"tidepool lmcache piece v1" || 0x00 || base ||
   le64 L || le64 P || le32 i)``; P is ``piece_bytes`` (1 MiB by default),
@@ -44,11 +50,12 @@ value limit; 1 MiB pieces are stored at 98%. Because the length is part of
 every piece's key, a get with a buffer of another length finds no pieces
 (a miss), never a torn or short value. The meta value lets ``exists``
 and the tensor ``get`` learn a value's length and shape (a partial chunk
-has fewer tokens). Both classes use the same layout, so either reads what
-the other stored. A value is present only when its meta and all its
-pieces are; an eviction of any of them is a miss.
+has fewer tokens). All the classes use the same layout, so each reads
+what another stored (the native connector's raw bytes have no dtype and
+are a miss for the others). A value is present only when its meta and
+all its pieces are; an eviction of any of them is a miss.
 
-Threads. Both classes may be used from several threads at once (a lock
+Threads. All classes may be used from several threads at once (a lock
 guards the native connector's pending table; the KV handle is
 thread-safe). ``close()`` must not overlap other calls.
 """
