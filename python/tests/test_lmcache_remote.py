@@ -454,19 +454,24 @@ def test_allocator_full_is_a_miss(env):
 
 
 def test_list_and_remove(env):
-    """list() names what this connector stored and is still there;
-    remove() deletes."""
+    """list() names what any tidepool connector of the tenant stored and
+    is still present (another connector lists this one's keys); remove()
+    deletes."""
     rb = env.backend()
-    conn = rb.connection
+    other = env.backend()
     keys = [env.key() for _ in range(3)]
     objs = [env.obj(k) for k in keys]
     wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
+    names = {k.to_string() for k in keys}
 
-    def listed():
-        return asyncio.run_coroutine_threadsafe(conn.list(),
-                                                env.loop).result(DEADLINE_S)
+    def listed(backend):
+        out = asyncio.run_coroutine_threadsafe(
+            backend.connection.list(), env.loop).result(DEADLINE_S)
+        assert out == sorted(out)
+        return set(out)
 
-    assert listed() == sorted(k.to_string() for k in keys)
+    assert names <= listed(rb)
+    assert names <= listed(other)
     assert rb.remove(keys[1]) is True
     assert rb.remove(keys[1]) is False
     assert not rb.contains(keys[1])
@@ -474,11 +479,66 @@ def test_list_and_remove(env):
     with tidepool.Pool(env.target["addr"], env.target.get("tenant"),
                        env.target.get("secret_file")) as p, p.kv() as kv:
         assert kv.delete([tlm.lmcache_key(keys[2])]) == [True]  # evicted
-    assert listed() == [keys[0].to_string()]
-    fut = asyncio.run_coroutine_threadsafe(conn.ping(), env.loop)
+    got = listed(other)
+    assert keys[0].to_string() in got
+    assert keys[1].to_string() not in got
+    assert keys[2].to_string() not in got
+    fut = asyncio.run_coroutine_threadsafe(rb.connection.ping(), env.loop)
     assert fut.result(DEADLINE_S) == 0
     for o in objs:
         o.ref_count_down()
+
+
+def test_list_sees_concurrent_writers(env):
+    """Many puts in flight on two connectors at once: every key is in
+    the list (the log packs names into few records, the registry takes
+    both logs)."""
+    rbs = [env.backend(), env.backend()]
+    keys = [env.key() for _ in range(40)]
+    objs = [env.obj(k, 64) for k in keys]
+    futs = [rbs[i % 2].submit_put_task(k, o)
+            for i, (k, o) in enumerate(zip(keys, objs))]
+    wait_all(futs)
+    fresh = env.backend()
+    got = asyncio.run_coroutine_threadsafe(
+        fresh.connection.list(), env.loop).result(DEADLINE_S)
+    assert {k.to_string() for k in keys} <= set(got)
+    for o in objs:
+        o.ref_count_down()
+
+
+def test_list_log_record_lost(env):
+    """A log record evicted: its names leave the list, the records
+    after the hole are still read."""
+    tlm = importlib.import_module("tidepool.connectors.lmcache")
+    rb = env.backend()
+    conn = rb.connection.getWrappedConnector()
+    keys = [env.key() for _ in range(2)]
+    objs = [env.obj(k, 64) for k in keys]
+    for k, o in zip(keys, objs):  # one record each
+        wait_all([rb.submit_put_task(k, o)])
+    with tidepool.Pool(env.target["addr"], env.target.get("tenant"),
+                       env.target.get("secret_file")) as p, p.kv() as kv:
+        assert kv.delete([tlm._log_key(conn._log._id, 0)]) == [True]
+    got = asyncio.run_coroutine_threadsafe(
+        conn.list(), env.loop).result(DEADLINE_S)
+    assert keys[0].to_string() not in got
+    assert keys[1].to_string() in got
+    for o in objs:
+        o.ref_count_down()
+
+
+def test_key_log_records():
+    """Records hold as many names as fit; names that cannot be listed
+    (a newline, longer than a record) are left out, not mangled."""
+    tlm = importlib.import_module("tidepool.connectors.lmcache")
+    names = ["vllm@m@1@0@%060x" % i for i in range(200)]
+    recs = tlm._pack_records(names + ["bad\nname", "x" * 5000])
+    assert all(len(r) == tlm.LOG_RECORD_BYTES for r in recs)
+    assert 1 < len(recs) < 10
+    back = [n for r in recs for n in tlm._unpack_record(r)]
+    assert back == names
+    assert tlm._unpack_record(bytes(tlm.LOG_RECORD_BYTES)) == []
 
 
 def test_exists_sync_path(env):

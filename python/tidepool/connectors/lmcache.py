@@ -1262,6 +1262,229 @@ def _settings(context) -> dict:
     return out
 
 
+# The key log behind RemoteConnector.list(). The KV tier cannot enumerate
+# keys, so each connector appends the names it stored to a log of its own
+# in the pool, and registers that log once in a registry shared by the
+# tenant; list() reads every registered log and keeps the names whose
+# values are still present. Write-once values make both safe without
+# locks: a registry slot is claimed by a put that does not get EEXIST, a
+# log has one writer. Best effort: a log record or registry slot that is
+# evicted drops its names from list() (never a name that is not there).
+#
+#   registry slot j: BLAKE2b-256(LIST_DOMAIN || 0x00 || "r" || le64 j),
+#       64 bytes: magic "TPLR", u16 version 1, u16 0, 16-byte log id
+#   log record i:    BLAKE2b-256(LIST_DOMAIN || 0x00 || "l" || log id
+#       || le64 i), LOG_RECORD_BYTES: magic "TPLN", u16 version 1, u16
+#       count, u32 n, then n bytes of UTF-8 names separated by "\n"
+
+LIST_DOMAIN = b"tidepool lmcache list v1"
+LOG_RECORD_BYTES = 4096
+_REG = struct.Struct("<4sHH16s40x")
+_REC = struct.Struct("<4sHHI")
+_SCAN = 64  # slots read per round trip when scanning
+assert _REG.size == META_BYTES
+
+
+def _list_key(*parts: bytes) -> bytes:
+    return hashlib.blake2b(LIST_DOMAIN + b"\0" + b"".join(parts),
+                           digest_size=32).digest()
+
+
+def _registry_key(j: int) -> bytes:
+    return _list_key(b"r", struct.pack("<Q", j))
+
+
+def _log_key(log_id: bytes, i: int) -> bytes:
+    return _list_key(b"l", log_id, struct.pack("<Q", i))
+
+
+def _pack_records(names) -> List[bytes]:
+    """Log records holding names (a name that cannot be stored in one,
+    or holds a newline, is left out: list() then misses it)."""
+    room = LOG_RECORD_BYTES - _REC.size
+    out, cur, used = [], [], 0
+
+    def close():
+        blob = b"\n".join(cur)
+        out.append((_REC.pack(b"TPLN", 1, len(cur), len(blob)) +
+                    blob).ljust(LOG_RECORD_BYTES, b"\0"))
+
+    for n in names:
+        b = n.encode("utf-8")
+        if b"\n" in b or len(b) > room:
+            continue
+        if cur and used + 1 + len(b) > room:
+            close()
+            cur, used = [], 0
+        used += len(b) + (1 if cur else 0)
+        cur.append(b)
+    if cur:
+        close()
+    return out
+
+
+def _unpack_record(raw) -> List[str]:
+    magic, version, count, n = _REC.unpack_from(raw)
+    if (magic != b"TPLN" or version != 1 or
+            n > LOG_RECORD_BYTES - _REC.size):
+        return []
+    names = bytes(raw[_REC.size:_REC.size + n]).split(b"\n")
+    if len(names) != count:
+        return []
+    out = []
+    for b in names:
+        try:
+            out.append(b.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    return out
+
+
+def _plan_scan(keyfn, nbytes: int) -> Plan:
+    """The values of slots keyfn(0), keyfn(1), ... read _SCAN at a time
+    until a whole batch misses (holes left by evictions are skipped)."""
+    out, start = [], 0
+    while True:
+        keys = [keyfn(start + t) for t in range(_SCAN)]
+        bufs = [bytearray(nbytes) for _ in keys]
+        hits = yield from _plan_get_grouped([[k] for k in keys],
+                                            [[b] for b in bufs])
+        got = [b for b, h in zip(bufs, hits) if h]
+        if not got:
+            return out
+        out.extend(got)
+        start += _SCAN
+
+
+def _plan_list() -> Plan:
+    """Every name in every registered log whose value is present."""
+    ids = []
+    for raw in (yield from _plan_scan(_registry_key, META_BYTES)):
+        magic, version, _, log_id = _REG.unpack(bytes(raw))
+        if magic == b"TPLR" and version == 1 and log_id not in ids:
+            ids.append(log_id)
+    names = set()
+    for log_id in ids:
+        recs = yield from _plan_scan(lambda i: _log_key(log_id, i),
+                                     LOG_RECORD_BYTES)
+        for r in recs:
+            names.update(_unpack_record(r))
+    names = sorted(names)
+    if not names:
+        return []
+    found = yield from _plan_exists_each([lmcache_key(n) for n in names])
+    return [n for n, f in zip(names, found) if f]
+
+
+def _check_put(o) -> int:
+    """The status of a one-key put op's outcome (raises its exception)."""
+    if isinstance(o, BaseException):
+        raise o
+    return o[0]
+
+
+class _KeyLog:
+    """This connector's log of the names it stored (see above)."""
+
+    def __init__(self, kv) -> None:
+        import os
+        self._kv = kv
+        self._id = os.urandom(16)
+        self._registered = False
+        self._next = 0
+        self._lock = threading.Lock()
+        self._pending: List[str] = []
+        self._flushing = False
+
+    def add(self, names) -> None:
+        with self._lock:
+            self._pending.extend(names)
+
+    def _take(self) -> List[str]:
+        """The names to write next; [] ends the flush (lock taken)."""
+        with self._lock:
+            names, self._pending = self._pending, []
+            if not names:
+                self._flushing = False
+            return names
+
+    def _start(self) -> bool:
+        with self._lock:
+            if self._flushing or not self._pending:
+                return False
+            self._flushing = True
+            return True
+
+    async def flush(self) -> None:
+        """Writes the names added so far, unless another flush is under
+        way (that one writes them). Failures lose names from list() only."""
+        if not self._start():
+            return
+        try:
+            while True:
+                names = self._take()
+                if not names:
+                    return
+                try:
+                    await _run_async(self._kv, self._plan_append(names))
+                except (tidepool.PoolError, ValueError):
+                    pass
+        except BaseException:
+            with self._lock:
+                self._flushing = False
+            raise
+
+    def flush_sync(self) -> None:
+        """``flush`` in the calling thread."""
+        if not self._start():
+            return
+        try:
+            while True:
+                names = self._take()
+                if not names:
+                    return
+                try:
+                    _run_sync(self._kv, self._plan_append(names))
+                except (tidepool.PoolError, ValueError):
+                    pass
+        except BaseException:
+            with self._lock:
+                self._flushing = False
+            raise
+
+    def _plan_append(self, names) -> Plan:
+        if not self._registered:
+            j = 0
+            while True:  # the first free registry slot
+                n = (yield [_Op("exists", [_registry_key(j + t)
+                                           for t in range(_SCAN)])])[0]
+                if isinstance(n, BaseException):
+                    raise n
+                j += n
+                if n < _SCAN:
+                    break
+            rec = _REG.pack(b"TPLR", 1, 0, self._id)
+            while True:
+                st = _check_put((yield [_Op("put", [_registry_key(j)],
+                                            [rec])])[0])
+                if st == 0:
+                    break
+                if st != errno.EEXIST:
+                    raise tidepool.PoolError(st, tidepool.strerror(st))
+                j += 1
+            self._registered = True
+        for rec in _pack_records(names):
+            while True:
+                st = _check_put((yield [_Op("put", [_log_key(self._id,
+                                                              self._next)],
+                                            [rec])])[0])
+                self._next += 1
+                if st == 0:
+                    break
+                if st != errno.EEXIST:
+                    raise tidepool.PoolError(st, tidepool.strerror(st))
+
+
 class _LMCacheConnector:
     """The logic of ``TidepoolLMCacheConnector``, LMCache's
     ``RemoteConnector`` on a tidepool KV handle (see that class)."""
@@ -1285,8 +1508,7 @@ class _LMCacheConnector:
             settings.get("nthreads", 0), settings.get("timeout_ms", 0),
             settings.get("client_name"))
         self.loop = context.loop
-        self._names = set()  # key strings this connector stored or read
-        self._names_lock = threading.Lock()
+        self._log = _KeyLog(self._kv)
         self._closed = False
 
     # -- RemoteConnector's abstract methods ----------------------------
@@ -1315,17 +1537,12 @@ class _LMCacheConnector:
         await self.batched_put([key], [memory_obj])
 
     async def list(self) -> List[str]:
-        """The key strings this connector stored or read that are still
-        present in the pool (see docs/engines.md: the KV tier cannot
-        enumerate keys, so other processes' keys are not listed)."""
-        with self._names_lock:
-            names = sorted(self._names)
-        if not names:
-            return []
-        bases = [lmcache_key(n) for n in names]
+        """The key strings stored by any tidepool LMCache connector of
+        the tenant whose values are still present, sorted (the key log
+        above: best effort, never a key that is not there)."""
         self._check_open()
-        found = await _run_async(self._kv, _plan_exists_each(bases))
-        return [n for n, f in zip(names, found) if f]
+        await self._log.flush()
+        return await _run_async(self._kv, _plan_list())
 
     async def close(self) -> None:
         """Closes the KV handle and the Pool (idempotent)."""
@@ -1368,7 +1585,6 @@ class _LMCacheConnector:
             for o in held:
                 o.ref_count_down()
             raise
-        self._remember([n for n, o in zip(names, objs) if o is not None])
         return objs
 
     def support_batched_put(self) -> bool:
@@ -1388,7 +1604,8 @@ class _LMCacheConnector:
             return
         stored, first = await _run_async(
             self._kv, _plan_put(bases, metas, views, self._piece_bytes))
-        self._remember([n for n, s in zip(names, stored) if s])
+        self._log.add([n for n, s in zip(names, stored) if s])
+        await self._log.flush()
         if first is not None:
             raise tidepool.PoolError(first[1], _fail_text(first))
 
@@ -1439,22 +1656,22 @@ class _LMCacheConnector:
 
     def remove_sync(self, key: Any) -> bool:
         """Deletes key; True when it was present."""
-        name = _key_string(key)
-        found = _run_sync(self._kv, _plan_delete([self._base(name)]))[0]
-        with self._names_lock:
-            self._names.discard(name)
-        return found
+        return _run_sync(self._kv, _plan_delete([self._base(key)]))[0]
 
     def close_sync(self) -> None:
-        """``close`` outside asyncio. Idempotent."""
+        """``close`` outside asyncio: writes the key log's last names,
+        closes the KV handle and the Pool. Idempotent."""
         if self._closed:
             return
-        self._closed = True
         try:
-            self._kv.close()
+            self._log.flush_sync()
         finally:
-            if self._owns_pool:
-                self._pool.close()
+            self._closed = True
+            try:
+                self._kv.close()
+            finally:
+                if self._owns_pool:
+                    self._pool.close()
 
     @property
     def closed(self) -> bool:
@@ -1474,11 +1691,6 @@ class _LMCacheConnector:
     def _base(self, key: Any) -> bytes:
         self._check_open()
         return lmcache_key(key)
-
-    def _remember(self, names) -> None:
-        if names:
-            with self._names_lock:
-                self._names.update(names)
 
     def _prepare_put(self, names, objs):
         """(bases, metas, byte views) of MemoryObjs; ValueError (nothing
@@ -1696,9 +1908,9 @@ the module docstring (meta value with dtype, shape and memory format;
 LMCache passes and reads the pieces straight into its bytes (no copy),
 returning None on a miss after freeing what it allocated; ``put`` stores
 the object's bytes and never changes its reference count (LMCache's
-wrapper drops the reference after ``put``). ``list`` names the keys this
-connector stored or read that are still present. Thread-safe; the
-coroutines run in LMCache's event loop.
+wrapper drops the reference after ``put``). ``list`` names the keys any
+tidepool LMCache connector of the tenant stored that are still present
+(the key log). Thread-safe; the coroutines run in LMCache's event loop.
 """
 
 _ADAPTER_DOC = """LMCache's ``ConnectorAdapter`` for tidepool.
