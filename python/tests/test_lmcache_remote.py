@@ -271,6 +271,47 @@ def test_unsupported_lmcache_is_a_clear_error(engines, target, loop,
         bc.RemoteConnector = old
 
 
+def test_older_lmcache_generation(engines, target, loop):
+    """LMCache's older RemoteConnector (no constructor arguments; its
+    manager calls init_chunk_meta afterwards) and its older
+    batched_contains(keys, stop_after_first_not_exits) -> per-key bools
+    are served too."""
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.storage_backend import connector as conn_pkg
+    from lmcache.v1.storage_backend.connector import base_connector as bc
+    from lmcache.v1.memory_management import MemoryFormat
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+
+    class OlderRemoteConnector(bc.RemoteConnector):
+        __init__ = object.__init__
+
+    old = bc.RemoteConnector
+    bc.RemoteConnector = OlderRemoteConnector
+    try:
+        cfg = LMCacheEngineConfig.from_dict(lmcache_config(target))
+        cpu = LocalCPUBackend(cfg, None, nbytes=8 << 20)
+        wrapped = conn_pkg.CreateConnector(cfg.remote_url, loop, cpu, cfg,
+                                           None)
+        conn = wrapped.getWrappedConnector()
+        assert isinstance(conn, OlderRemoteConnector)
+        assert not hasattr(conn, "init_args")  # no base constructor run
+        env = Env(cpu=cpu)
+        keys = [env.key() for _ in range(3)]
+        obj = cpu.allocate(torch.Size([2, LAYERS, 8, HIDDEN]),
+                           torch.float16, MemoryFormat.KV_2LTD)
+        obj.tensor.reshape(-1).view(torch.uint8).copy_(
+            content(keys[0], 8))
+        asyncio.run_coroutine_threadsafe(
+            wrapped.put(keys[0], obj), loop).result(DEADLINE_S)
+        assert obj.get_ref_count() == 0  # the wrapper dropped the owner's
+        assert conn.batched_contains(keys, True) == [True, False, False]
+        assert conn.batched_contains(keys) == 1
+        asyncio.run_coroutine_threadsafe(wrapped.close(),
+                                         loop).result(DEADLINE_S)
+    finally:
+        bc.RemoteConnector = old
+
+
 def test_module_imports_without_lmcache():
     """Without LMCache, tidepool.connectors.lmcache imports (the native
     connector needs no LMCache) and the adapter is an ImportError that

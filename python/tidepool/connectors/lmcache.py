@@ -871,14 +871,13 @@ class TidepoolRemoteConnector:
     (KV_2LTD) or ``[1, num_layers, tokens, head_dim]`` (MLA), fp16 or bf16
     (module docstring: layout; 1 to 6 dims; the dtypes of ``_DTYPE_NAMES``).
     ``get`` returns a tensor of the shape and dtype that was put, so a
-    partial chunk comes back with its own token count. LMCache itself
-    cannot load this class (its factories check ``issubclass(...,
-    RemoteConnector)``); docs/python.md shows the shim that subclasses
-    LMCache's base and converts ``MemoryObj`` to and from tensors.
+    partial chunk comes back with its own token count. This class needs
+    no LMCache; LMCache's remote backend loads ``TidepoolConnectorAdapter``
+    instead (docs/engines.md, "LMCache").
 
     Differences from LMCache's connectors, by design: ``list()`` raises
-    NotImplementedError (the KV tier cannot enumerate keys, and LMCache
-    v1's ``RemoteBackend`` never calls it); ``put`` raises
+    NotImplementedError (use ``TidepoolLMCacheConnector``'s, which keeps
+    a key log); ``put`` raises
     ``tidepool.PoolError`` when a value was not stored (LMCache's callers
     log and drop it); the ``pin`` of ``batched_async_contains`` is ignored
     (LMCache has no matching unpin on this interface).
