@@ -1383,7 +1383,10 @@ def _check_put(o) -> int:
 
 
 class _KeyLog:
-    """This connector's log of the names it stored (see above)."""
+    """This connector's log of the names it stored (see above). A put
+    returns once its names are in the log (or failed to go in): names
+    added while a write is under way wait for it and go in the next
+    record, so a burst of puts writes few records."""
 
     def __init__(self, kv) -> None:
         import os
@@ -1393,63 +1396,61 @@ class _KeyLog:
         self._next = 0
         self._lock = threading.Lock()
         self._pending: List[str] = []
+        self._added = 0  # names added so far
+        self._written = 0  # of those, the ones the log has taken care of
         self._flushing = False
 
-    def add(self, names) -> None:
+    def add(self, names) -> int:
+        """Queues names; returns the ticket flush() waits for."""
         with self._lock:
             self._pending.extend(names)
+            self._added += len(names)
+            return self._added
 
-    def _take(self) -> List[str]:
-        """The names to write next; [] ends the flush (lock taken)."""
+    def ticket(self) -> int:
         with self._lock:
-            names, self._pending = self._pending, []
-            if not names:
-                self._flushing = False
-            return names
+            return self._added
 
-    def _start(self) -> bool:
-        with self._lock:
-            if self._flushing or not self._pending:
-                return False
-            self._flushing = True
-            return True
-
-    async def flush(self) -> None:
-        """Writes the names added so far, unless another flush is under
-        way (that one writes them). Failures lose names from list() only."""
-        if not self._start():
-            return
-        try:
-            while True:
-                names = self._take()
-                if not names:
+    async def flush(self, ticket: int) -> None:
+        """Returns once every name up to ticket was written (or failed
+        to be: those are lost from list() only)."""
+        import asyncio
+        while True:
+            with self._lock:
+                if self._written >= ticket:
                     return
+                mine = not self._flushing
+                if mine:
+                    self._flushing = True
+                    names, self._pending = self._pending, []
+                    upto = self._added
+            if not mine:  # another coroutine is writing: wait for it
+                await asyncio.sleep(0.0005)
+                continue
+            try:
                 try:
                     await _run_async(self._kv, self._plan_append(names))
                 except (tidepool.PoolError, ValueError):
                     pass
-        except BaseException:
-            with self._lock:
-                self._flushing = False
-            raise
+            finally:
+                with self._lock:
+                    self._flushing = False
+                    self._written = max(self._written, upto)
 
     def flush_sync(self) -> None:
-        """``flush`` in the calling thread."""
-        if not self._start():
-            return
-        try:
-            while True:
-                names = self._take()
-                if not names:
-                    return
-                try:
-                    _run_sync(self._kv, self._plan_append(names))
-                except (tidepool.PoolError, ValueError):
-                    pass
-        except BaseException:
-            with self._lock:
-                self._flushing = False
-            raise
+        """Writes the names queued so far in the calling thread, without
+        waiting for a write under way elsewhere (close() runs in the
+        event loop that write needs)."""
+        with self._lock:
+            names, self._pending = self._pending, []
+            upto = self._added
+        if names:
+            try:
+                _run_sync(self._kv, self._plan_append(names))
+            except (tidepool.PoolError, ValueError):
+                pass
+        with self._lock:
+            self._written = max(self._written, upto)
 
     def _plan_append(self, names) -> Plan:
         if not self._registered:
@@ -1540,7 +1541,7 @@ class _LMCacheConnector:
         the tenant whose values are still present, sorted (the key log
         above: best effort, never a key that is not there)."""
         self._check_open()
-        await self._log.flush()
+        await self._log.flush(self._log.ticket())
         return await _run_async(self._kv, _plan_list())
 
     async def close(self) -> None:
@@ -1603,8 +1604,8 @@ class _LMCacheConnector:
             return
         stored, first = await _run_async(
             self._kv, _plan_put(bases, metas, views, self._piece_bytes))
-        self._log.add([n for n, s in zip(names, stored) if s])
-        await self._log.flush()
+        await self._log.flush(self._log.add([n for n, s in
+                                             zip(names, stored) if s]))
         if first is not None:
             raise tidepool.PoolError(first[1], _fail_text(first))
 
