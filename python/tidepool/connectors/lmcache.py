@@ -1717,7 +1717,7 @@ class _LMCacheConnector:
             numel = 1
             for d in shape:
                 numel *= d
-            if n != numel * torch.empty((), dtype=dtype).element_size():
+            if n != numel * _itemsize(dtype):
                 raise ValueError("memory object %d: %d bytes for shape %s "
                                  "of %s" % (i, n, list(shape), dtype))
             if _piece_size(n, self._piece_bytes) > tidepool.VALUE_MAX:
@@ -1771,7 +1771,7 @@ class _LMCacheConnector:
         numel = 1
         for d in m.shape:
             numel *= d
-        if numel * torch.empty((), dtype=dtype).element_size() != m.nbytes:
+        if numel * _itemsize(dtype) != m.nbytes:
             return None
         fmt = _lmcache_format(m.fmt_code)
         o = self._allocator.allocate(torch.Size(m.shape), dtype, fmt)
@@ -1793,12 +1793,29 @@ def _fmt_code(fmt: Any) -> int:
     return 0
 
 
+def _itemsize(dtype) -> int:
+    """Bytes per element of a torch dtype."""
+    size = getattr(dtype, "itemsize", None)  # torch >= 2.1
+    if size is None:
+        size = _torch().empty((), dtype=dtype).element_size()
+    return size
+
+
+_FORMATS: dict = {}
+
+
 def _lmcache_format(code: int) -> Any:
     """The LMCache MemoryFormat of a meta code, or None (LMCache's
     allocator then picks its default)."""
+    try:
+        return _FORMATS[code]
+    except KeyError:
+        pass
     from lmcache.v1.memory_management import MemoryFormat
     name = _FMT_NAMES.get(code)
-    return getattr(MemoryFormat, name, None) if name else None
+    fmt = getattr(MemoryFormat, name, None) if name else None
+    _FORMATS[code] = fmt
+    return fmt
 
 
 class _LMCacheAdapter:
