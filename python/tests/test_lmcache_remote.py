@@ -312,6 +312,30 @@ def test_older_lmcache_generation(engines, target, loop):
         bc.RemoteConnector = old
 
 
+def test_scheduler_role_without_allocator(env):
+    """LMCache's scheduler role passes no local CPU backend: lookups
+    work, a get is a clear error (RemoteBackend makes it a miss)."""
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.storage_backend.connector import CreateConnector
+    rb = env.backend()
+    k = env.key()
+    o = env.obj(k)
+    wait_all([rb.submit_put_task(k, o)])
+    cfg = LMCacheEngineConfig.from_dict(env.cfg)
+    sched = CreateConnector(cfg.remote_url, env.loop, None, cfg,
+                            env.metadata)
+    try:
+        assert sched.batched_contains([k, env.key()]) == 1
+        assert sched.exists_sync(k)
+        with pytest.raises(ValueError, match="no local CPU backend"):
+            asyncio.run_coroutine_threadsafe(
+                sched.get(k), env.loop).result(DEADLINE_S)
+    finally:
+        asyncio.run_coroutine_threadsafe(sched.close(),
+                                         env.loop).result(DEADLINE_S)
+    o.ref_count_down()
+
+
 def test_module_imports_without_lmcache():
     """Without LMCache, tidepool.connectors.lmcache imports (the native
     connector needs no LMCache) and the adapter is an ImportError that

@@ -1490,12 +1490,10 @@ class _LMCacheConnector:
     ``RemoteConnector`` on a tidepool KV handle (see that class)."""
 
     def __init__(self, context, settings: dict) -> None:
+        # None in LMCache's scheduler role, which only looks keys up
         backend = context.local_cpu_backend
-        if backend is None or not callable(getattr(backend, "allocate",
-                                                   None)):
-            raise ValueError("tidepool: LMCache passed no local CPU backend "
-                             "with allocate(): the remote backend needs one "
-                             "(max_local_cpu_size > 0)")
+        if not callable(getattr(backend, "allocate", None)):
+            backend = None
         piece_bytes = settings.get("piece_bytes", PIECE_BYTES)
         if piece_bytes < 0 or piece_bytes > tidepool.VALUE_MAX:
             raise ValueError("tidepool.piece_bytes must be 0 .. %d, not %d" %
@@ -1773,6 +1771,10 @@ class _LMCacheConnector:
             numel *= d
         if numel * _itemsize(dtype) != m.nbytes:
             return None
+        if self._allocator is None:
+            raise ValueError("tidepool: LMCache gave this connector no local "
+                             "CPU backend to allocate from (its scheduler "
+                             "role only looks keys up)")
         fmt = _lmcache_format(m.fmt_code)
         o = self._allocator.allocate(torch.Size(m.shape), dtype, fmt)
         if o is None:
