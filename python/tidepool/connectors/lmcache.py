@@ -1,6 +1,8 @@
-"""LMCache connectors over tidepool's KV tier (docs/python.md, "LMCache").
+"""LMCache connectors over tidepool's KV tier (docs/engines.md, "LMCache";
+docs/python.md).
 
-Two classes, both pure Python over :class:`tidepool.KV`:
+Pure Python over :class:`tidepool.KV`. LMCache is imported only by this
+module and only when the remote-backend classes are first asked for:
 
 ``TidepoolNativeConnector``
     LMCache's *native connector* protocol, the one its C++ connectors
@@ -10,17 +12,20 @@ Two classes, both pure Python over :class:`tidepool.KV`:
     and ``ConnectorClientBase`` (non-MP mode) drive: ``event_fd()``,
     ``submit_batch_get/set/exists/delete()`` returning a future id,
     ``drain_completions()`` returning ``(future_id, ok, error, per-key
-    bools or None)`` tuples, ``close()``.
+    bools or None)`` tuples, ``close()``. Needs no LMCache import.
+
+``TidepoolConnectorAdapter`` and ``TidepoolLMCacheConnector``
+    LMCache's remote backend (``remote_url: tidepool://HOST:PORT``,
+    ``remote_storage_plugins: [tidepool]``): subclasses of LMCache's own
+    ``ConnectorAdapter`` and ``RemoteConnector``, built from them on first
+    access (module ``__getattr__``); the connector takes and returns
+    LMCache ``MemoryObj``s, reading straight into objects allocated from
+    LMCache's local CPU backend.
 
 ``TidepoolRemoteConnector``
-    The shape of LMCache's ``RemoteConnector`` base class
-    (lmcache/v1/storage_backend/connector/base_connector.py): coroutines
-    ``exists``, ``get``, ``put``, ``list``, ``close``, ``batched_get``,
-    ``batched_put``, ``batched_async_contains``, ``batched_get_non_blocking``,
-    ``ping``; plain methods ``exists_sync``, ``remove_sync``,
-    ``batched_contains`` and the ``support_*`` predicates. It takes and
-    returns CPU torch tensors (an LMCache ``MemoryObj``'s ``.tensor``), for
-    example ``[2, num_layers, tokens, num_heads * head_dim]`` fp16/bf16.
+    The ``RemoteConnector`` method set on CPU torch tensors, without
+    LMCache (for programs that hold LMCache-shaped chunks themselves);
+    LMCache loads the adapter above instead.
 
 Keys. An LMCache key is a string (``CacheEngineKey.to_string()`` in
 non-MP mode, ``model@rank@group@hash[@salt]`` in MP mode); anything with a
@@ -31,7 +36,8 @@ non-MP mode, ``model@rank@group@hash[@salt]`` in MP mode); anything with a
 Values. Each LMCache value of L bytes is stored as
 
 * a 64-byte *meta* value under ``base`` (see ``_META``: magic ``TPLC``,
-  version 1, dtype code, ndim, L, piece size P, shape), and
+  version 1, dtype code, ndim, LMCache memory format code, L, piece size
+  P, shape), and
 * ``ceil(L / P)`` *pieces*, piece i holding bytes ``[i P, min(L, (i+1) P))``
   under ``BLAKE2b-256(b"tidepool lmcache piece v1" || 0x00 || base ||
   le64 L || le64 P || le32 i)``; P is ``piece_bytes`` (1 MiB by default),
@@ -44,11 +50,12 @@ value limit; 1 MiB pieces are stored at 98%. Because the length is part of
 every piece's key, a get with a buffer of another length finds no pieces
 (a miss), never a torn or short value. The meta value lets ``exists``
 and the tensor ``get`` learn a value's length and shape (a partial chunk
-has fewer tokens). Both classes use the same layout, so either reads what
-the other stored. A value is present only when its meta and all its
-pieces are; an eviction of any of them is a miss.
+has fewer tokens). All the classes use the same layout, so each reads
+what another stored (the native connector's raw bytes have no dtype and
+are a miss for the others). A value is present only when its meta and
+all its pieces are; an eviction of any of them is a miss.
 
-Threads. Both classes may be used from several threads at once (a lock
+Threads. All classes may be used from several threads at once (a lock
 guards the native connector's pending table; the KV handle is
 thread-safe). ``close()`` must not overlap other calls.
 """
@@ -68,7 +75,8 @@ PIECE_DOMAIN = b"tidepool lmcache piece v1"
 PIECE_BYTES = 1 << 20
 META_BYTES = 64
 
-# magic, version, dtype code, ndim, reserved, nbytes, piece bytes, 6 dims
+# magic, version, dtype code, ndim, LMCache memory format code, nbytes,
+# piece bytes, 6 dims
 _META = struct.Struct("<4sHHHHQQ6I12x")
 _META_MAGIC = b"TPLC"
 _META_VERSION = 1
@@ -88,6 +96,16 @@ _DTYPE_NAMES = {
     9: "float64",
     10: "int64",
     11: "int16",
+}
+
+# LMCache MemoryFormat codes of the meta value, by member name (LMCache
+# numbers its enum with auto(), so the values may differ by version)
+_FMT_NAMES = {
+    1: "KV_2LTD",
+    2: "KV_T2D",
+    3: "KV_2TD",
+    4: "KV_MLA_FMT",
+    5: "BINARY",
 }
 
 
@@ -164,35 +182,38 @@ def _byte_view(buf: Any, what: str, writable: bool) -> memoryview:
 
 
 def _meta_pack(nbytes: int, piece_bytes: int, dtype_code: int = 0,
-               shape: Sequence[int] = ()) -> bytes:
-    """The 64-byte meta value of a value of nbytes bytes."""
+               shape: Sequence[int] = (), fmt_code: int = 0) -> bytes:
+    """The 64-byte meta value of a value of nbytes bytes (fmt_code: the
+    LMCache MemoryFormat of ``_FMT_NAMES``, 0 when none)."""
     dims = list(shape) + [0] * (_MAX_DIMS - len(shape))
-    return _META.pack(_META_MAGIC, _META_VERSION, dtype_code, len(shape), 0,
-                      nbytes, _piece_size(nbytes, piece_bytes), *dims)
+    return _META.pack(_META_MAGIC, _META_VERSION, dtype_code, len(shape),
+                      fmt_code, nbytes, _piece_size(nbytes, piece_bytes),
+                      *dims)
 
 
 class _Meta:
     """A decoded meta value (None from ``parse`` when it is not one)."""
 
-    __slots__ = ("nbytes", "piece_bytes", "dtype_code", "shape")
+    __slots__ = ("nbytes", "piece_bytes", "dtype_code", "shape", "fmt_code")
 
-    def __init__(self, nbytes, piece_bytes, dtype_code, shape):
+    def __init__(self, nbytes, piece_bytes, dtype_code, shape, fmt_code=0):
         self.nbytes = nbytes
         self.piece_bytes = piece_bytes
         self.dtype_code = dtype_code
         self.shape = shape
+        self.fmt_code = fmt_code
 
     @classmethod
     def parse(cls, raw) -> Optional["_Meta"]:
         """Decodes and checks 64 bytes; None when they are not a meta."""
-        (magic, version, dtype_code, ndim, _res, nbytes, piece,
+        (magic, version, dtype_code, ndim, fmt_code, nbytes, piece,
          *dims) = _META.unpack(bytes(raw))
         if (magic != _META_MAGIC or version != _META_VERSION or
                 ndim > _MAX_DIMS or nbytes == 0 or piece == 0 or
                 piece > nbytes or
                 (dtype_code and dtype_code not in _DTYPE_NAMES)):
             return None
-        return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]))
+        return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]), fmt_code)
 
     def piece_keys(self, base: bytes) -> List[bytes]:
         """The keys of this value's pieces."""
@@ -850,14 +871,13 @@ class TidepoolRemoteConnector:
     (KV_2LTD) or ``[1, num_layers, tokens, head_dim]`` (MLA), fp16 or bf16
     (module docstring: layout; 1 to 6 dims; the dtypes of ``_DTYPE_NAMES``).
     ``get`` returns a tensor of the shape and dtype that was put, so a
-    partial chunk comes back with its own token count. LMCache itself
-    cannot load this class (its factories check ``issubclass(...,
-    RemoteConnector)``); docs/python.md shows the shim that subclasses
-    LMCache's base and converts ``MemoryObj`` to and from tensors.
+    partial chunk comes back with its own token count. This class needs
+    no LMCache; LMCache's remote backend loads ``TidepoolConnectorAdapter``
+    instead (docs/engines.md, "LMCache").
 
     Differences from LMCache's connectors, by design: ``list()`` raises
-    NotImplementedError (the KV tier cannot enumerate keys, and LMCache
-    v1's ``RemoteBackend`` never calls it); ``put`` raises
+    NotImplementedError (use ``TidepoolLMCacheConnector``'s, which keeps
+    a key log); ``put`` raises
     ``tidepool.PoolError`` when a value was not stored (LMCache's callers
     log and drop it); the ``pin`` of ``batched_async_contains`` is ignored
     (LMCache has no matching unpin on this interface).
@@ -1141,3 +1161,799 @@ class TidepoolRemoteConnector:
             bufs.append([flat[off:off + p] for off in range(0, m.nbytes, p)])
         hits = yield from _plan_get_grouped(groups, bufs)
         return [t if h else None for t, h in zip(tensors, hits)]
+
+
+# ---------------------------------------------------------------------
+# LMCache's remote backend: a ConnectorAdapter and a RemoteConnector
+#
+# LMCache is imported only here, and only when its classes are asked
+# for (the module's __getattr__ below): importing this module never
+# imports LMCache. The logic lives in plain classes (_LMCacheConnector,
+# _LMCacheAdapter); _lmcache_classes() derives the classes LMCache loads
+# from them and from LMCache's own ConnectorAdapter and RemoteConnector.
+
+ADAPTER_SCHEME = "tidepool://"
+PLUGIN_TYPE = "tidepool"
+
+# the abstract methods of LMCache's RemoteConnector this module implements
+# (base_connector.py; any other abstract method: an unsupported LMCache)
+_REMOTE_ABSTRACT = frozenset(("exists", "exists_sync", "get", "put", "list",
+                              "close"))
+
+# extra_config keys this adapter reads ("tidepool." + name): converter
+_SETTINGS = {
+    "tenant": str,
+    "secret_file": str,
+    "client_name": str,
+    "replicas": int,
+    "nthreads": int,
+    "timeout_ms": int,
+    "piece_bytes": int,
+}
+
+_LMC_CLASSES = None
+_LMC_LOCK = threading.Lock()
+
+
+def _key_string(key: Any) -> str:
+    """An LMCache key's string (``CacheEngineKey.to_string()``)."""
+    if isinstance(key, str):
+        return key
+    to_string = getattr(key, "to_string", None)
+    if to_string is None:
+        raise TypeError("an LMCache key is a str or has to_string(), not %s"
+                        % type(key).__name__)
+    return to_string()
+
+
+def _settings(context) -> dict:
+    """The connector's settings from LMCache's ConnectorContext: the
+    address from the URL (``tidepool://HOST:PORT``; with LMCache's
+    ``plugin://NAME`` form, from ``remote_storage_plugin.NAME.url`` or
+    else ``remote_url``), the rest from ``extra_config["tidepool.*"]``.
+    Raises ValueError naming what is wrong."""
+    from urllib.parse import urlsplit
+
+    config = getattr(context, "config", None)
+    extra = dict(getattr(config, "extra_config", None) or {})
+    url = context.url or ""
+    if url.startswith("plugin://"):
+        name = url[len("plugin://"):]
+        url = (extra.get("remote_storage_plugin.%s.url" % name) or
+               getattr(config, "remote_url", None) or "")
+        if not url:
+            raise ValueError(
+                "tidepool: plugin %r has no address: set extra_config "
+                "remote_storage_plugin.%s.url (or remote_url) to "
+                "tidepool://HOST:PORT" % (name, name))
+    if not url.startswith(ADAPTER_SCHEME):
+        raise ValueError("tidepool: remote URL %r is not tidepool://HOST:PORT"
+                         % url)
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if (not parts.hostname or port is None or parts.path not in ("", "/")
+            or parts.query or parts.fragment or parts.username):
+        raise ValueError("tidepool: remote URL %r is not tidepool://HOST:PORT"
+                         % url)
+    out = {"addr": parts.netloc}
+    for k, v in extra.items():
+        if not isinstance(k, str) or not k.startswith("tidepool."):
+            continue
+        name = k[len("tidepool."):]
+        conv = _SETTINGS.get(name)
+        if conv is None:
+            raise ValueError("tidepool: unknown extra_config key %r "
+                             "(known: %s)" % (k, ", ".join("tidepool." + n
+                                             for n in sorted(_SETTINGS))))
+        try:
+            out[name] = conv(v)
+        except (TypeError, ValueError):
+            raise ValueError("tidepool: extra_config %r: %r is not %s" %
+                             (k, v, conv.__name__)) from None
+    serde = getattr(config, "remote_serde", None)
+    if serde not in (None, "naive"):
+        raise ValueError("tidepool: remote_serde %r is not supported: the "
+                         "tidepool remote backend stores LMCache's tensors "
+                         "as they are (remote_serde: naive)" % (serde,))
+    return out
+
+
+# The key log behind RemoteConnector.list(). The KV tier cannot enumerate
+# keys, so each connector appends the names it stored to a log of its own
+# in the pool, and registers that log once in a registry shared by the
+# tenant; list() reads every registered log and keeps the names whose
+# values are still present. Write-once values make both safe without
+# locks: a registry slot is claimed by a put that does not get EEXIST, a
+# log has one writer. Best effort: a log record or registry slot that is
+# evicted drops its names from list() (never a name that is not there).
+#
+#   registry slot j: BLAKE2b-256(LIST_DOMAIN || 0x00 || "r" || le64 j),
+#       64 bytes: magic "TPLR", u16 version 1, u16 0, 16-byte log id
+#   log record i:    BLAKE2b-256(LIST_DOMAIN || 0x00 || "l" || log id
+#       || le64 i), LOG_RECORD_BYTES: magic "TPLN", u16 version 1, u16
+#       count, u32 n, then n bytes of UTF-8 names separated by "\n"
+
+LIST_DOMAIN = b"tidepool lmcache list v1"
+LOG_RECORD_BYTES = 4096
+_REG = struct.Struct("<4sHH16s40x")
+_REC = struct.Struct("<4sHHI")
+_SCAN = 64  # slots read per round trip when scanning
+assert _REG.size == META_BYTES
+
+
+def _list_key(*parts: bytes) -> bytes:
+    return hashlib.blake2b(LIST_DOMAIN + b"\0" + b"".join(parts),
+                           digest_size=32).digest()
+
+
+def _registry_key(j: int) -> bytes:
+    return _list_key(b"r", struct.pack("<Q", j))
+
+
+def _log_key(log_id: bytes, i: int) -> bytes:
+    return _list_key(b"l", log_id, struct.pack("<Q", i))
+
+
+def _pack_records(names) -> List[bytes]:
+    """Log records holding names (a name that cannot be stored in one,
+    or holds a newline, is left out: list() then misses it)."""
+    room = LOG_RECORD_BYTES - _REC.size
+    out, cur, used = [], [], 0
+
+    def close():
+        blob = b"\n".join(cur)
+        out.append((_REC.pack(b"TPLN", 1, len(cur), len(blob)) +
+                    blob).ljust(LOG_RECORD_BYTES, b"\0"))
+
+    for n in names:
+        b = n.encode("utf-8")
+        if b"\n" in b or len(b) > room:
+            continue
+        if cur and used + 1 + len(b) > room:
+            close()
+            cur, used = [], 0
+        used += len(b) + (1 if cur else 0)
+        cur.append(b)
+    if cur:
+        close()
+    return out
+
+
+def _unpack_record(raw) -> List[str]:
+    magic, version, count, n = _REC.unpack_from(raw)
+    if (magic != b"TPLN" or version != 1 or
+            n > LOG_RECORD_BYTES - _REC.size):
+        return []
+    names = bytes(raw[_REC.size:_REC.size + n]).split(b"\n")
+    if len(names) != count:
+        return []
+    out = []
+    for b in names:
+        try:
+            out.append(b.decode("utf-8"))
+        except UnicodeDecodeError:
+            pass
+    return out
+
+
+def _plan_scan(keyfn, nbytes: int) -> Plan:
+    """The values of slots keyfn(0), keyfn(1), ... read _SCAN at a time
+    until a whole batch misses (holes left by evictions are skipped)."""
+    out, start = [], 0
+    while True:
+        keys = [keyfn(start + t) for t in range(_SCAN)]
+        bufs = [bytearray(nbytes) for _ in keys]
+        hits = yield from _plan_get_grouped([[k] for k in keys],
+                                            [[b] for b in bufs])
+        got = [b for b, h in zip(bufs, hits) if h]
+        if not got:
+            return out
+        out.extend(got)
+        start += _SCAN
+
+
+def _plan_list() -> Plan:
+    """Every name in every registered log whose value is present."""
+    ids = []
+    for raw in (yield from _plan_scan(_registry_key, META_BYTES)):
+        magic, version, _, log_id = _REG.unpack(bytes(raw))
+        if magic == b"TPLR" and version == 1 and log_id not in ids:
+            ids.append(log_id)
+    names = set()
+    for log_id in ids:
+        recs = yield from _plan_scan(lambda i: _log_key(log_id, i),
+                                     LOG_RECORD_BYTES)
+        for r in recs:
+            names.update(_unpack_record(r))
+    names = sorted(names)
+    if not names:
+        return []
+    found = yield from _plan_exists_each([lmcache_key(n) for n in names])
+    return [n for n, f in zip(names, found) if f]
+
+
+def _check_put(o) -> int:
+    """The status of a one-key put op's outcome (raises its exception)."""
+    if isinstance(o, BaseException):
+        raise o
+    return o[0]
+
+
+class _KeyLog:
+    """This connector's log of the names it stored (see above). A put
+    returns once its names are in the log (or failed to go in): names
+    added while a write is under way wait for it and go in the next
+    record, so a burst of puts writes few records."""
+
+    def __init__(self, kv) -> None:
+        import os
+        self._kv = kv
+        self._id = os.urandom(16)
+        self._registered = False
+        self._next = 0
+        self._lock = threading.Lock()
+        self._pending: List[str] = []
+        self._added = 0  # names added so far
+        self._written = 0  # of those, the ones the log has taken care of
+        self._flushing = False
+
+    def add(self, names) -> int:
+        """Queues names; returns the ticket flush() waits for."""
+        with self._lock:
+            self._pending.extend(names)
+            self._added += len(names)
+            return self._added
+
+    def ticket(self) -> int:
+        with self._lock:
+            return self._added
+
+    async def flush(self, ticket: int) -> None:
+        """Returns once every name up to ticket was written (or failed
+        to be: those are lost from list() only)."""
+        import asyncio
+        while True:
+            with self._lock:
+                if self._written >= ticket:
+                    return
+                mine = not self._flushing
+                if mine:
+                    self._flushing = True
+                    names, self._pending = self._pending, []
+                    upto = self._added
+            if not mine:  # another coroutine is writing: wait for it
+                await asyncio.sleep(0.0005)
+                continue
+            try:
+                try:
+                    await _run_async(self._kv, self._plan_append(names))
+                except (tidepool.PoolError, ValueError):
+                    pass
+            finally:
+                with self._lock:
+                    self._flushing = False
+                    self._written = max(self._written, upto)
+
+    def flush_sync(self) -> None:
+        """Writes the names queued so far in the calling thread, without
+        waiting for a write under way elsewhere (close() runs in the
+        event loop that write needs)."""
+        with self._lock:
+            names, self._pending = self._pending, []
+            upto = self._added
+        if names:
+            try:
+                _run_sync(self._kv, self._plan_append(names))
+            except (tidepool.PoolError, ValueError):
+                pass
+        with self._lock:
+            self._written = max(self._written, upto)
+
+    def _plan_append(self, names) -> Plan:
+        if not self._registered:
+            j = 0
+            while True:  # the first free registry slot
+                n = (yield [_Op("exists", [_registry_key(j + t)
+                                           for t in range(_SCAN)])])[0]
+                if isinstance(n, BaseException):
+                    raise n
+                j += n
+                if n < _SCAN:
+                    break
+            rec = _REG.pack(b"TPLR", 1, 0, self._id)
+            while True:
+                st = _check_put((yield [_Op("put", [_registry_key(j)],
+                                            [rec])])[0])
+                if st == 0:
+                    break
+                if st != errno.EEXIST:
+                    raise tidepool.PoolError(st, tidepool.strerror(st))
+                j += 1
+            self._registered = True
+        for rec in _pack_records(names):
+            while True:
+                st = _check_put((yield [_Op("put", [_log_key(self._id,
+                                                              self._next)],
+                                            [rec])])[0])
+                self._next += 1
+                if st == 0:
+                    break
+                if st != errno.EEXIST:
+                    raise tidepool.PoolError(st, tidepool.strerror(st))
+
+
+class _LMCacheConnector:
+    """The logic of ``TidepoolLMCacheConnector``, LMCache's
+    ``RemoteConnector`` on a tidepool KV handle (see that class)."""
+
+    def __init__(self, context, settings: dict) -> None:
+        # None in LMCache's scheduler role, which only looks keys up
+        backend = context.local_cpu_backend
+        if not callable(getattr(backend, "allocate", None)):
+            backend = None
+        piece_bytes = settings.get("piece_bytes", PIECE_BYTES)
+        if piece_bytes < 0 or piece_bytes > tidepool.VALUE_MAX:
+            raise ValueError("tidepool.piece_bytes must be 0 .. %d, not %d" %
+                             (tidepool.VALUE_MAX, piece_bytes))
+        self._allocator = backend
+        self._piece_bytes = piece_bytes
+        self._pool, self._owns_pool, self._kv = _open_kv(
+            None, settings["addr"], settings.get("tenant"),
+            settings.get("secret_file"), settings.get("replicas", 1),
+            settings.get("nthreads", 0), settings.get("timeout_ms", 0),
+            settings.get("client_name"))
+        self.loop = context.loop
+        self._log = _KeyLog(self._kv)
+        self._closed = False
+
+    # -- RemoteConnector's abstract methods ----------------------------
+
+    async def exists(self, key: Any) -> bool:
+        """True when the value of key is present (meta and all pieces)."""
+        base = self._base(key)
+        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
+
+    def exists_sync(self, key: Any) -> bool:
+        """``exists`` in the calling thread (not the event loop's)."""
+        base = self._base(key)
+        return _run_sync(self._kv, _plan_exists_each([base]))[0]
+
+    async def get(self, key: Any) -> Optional[Any]:
+        """The MemoryObj of key, allocated from LMCache's local CPU
+        backend and read into directly; None on a miss (what was
+        allocated for it is freed)."""
+        return (await self.batched_get([key]))[0]
+
+    async def put(self, key: Any, memory_obj: Any) -> None:
+        """Stores memory_obj's bytes under key. Leaves its reference
+        count alone: LMCache's wrapper drops the reference once this
+        returns. Raises ValueError for an object this connector cannot
+        store, ``tidepool.PoolError`` when it was not stored."""
+        await self.batched_put([key], [memory_obj])
+
+    async def list(self) -> List[str]:
+        """The key strings stored by any tidepool LMCache connector of
+        the tenant whose values are still present, sorted (the key log
+        above: best effort, never a key that is not there)."""
+        self._check_open()
+        await self._log.flush(self._log.ticket())
+        return await _run_async(self._kv, _plan_list())
+
+    async def close(self) -> None:
+        """Closes the KV handle and the Pool (idempotent)."""
+        self.close_sync()
+
+    # -- optional parts --------------------------------------------------
+
+    def support_ping(self) -> bool:
+        """True."""
+        return True
+
+    async def ping(self) -> int:
+        """One round trip: 0, or the errno of the failure."""
+        self._check_open()
+        try:
+            await self._kv.exists_async(bytes(tidepool.KEY_BYTES))
+        except tidepool.ClosedError:
+            raise
+        except tidepool.PoolError as e:
+            return e.errno or errno.EIO
+        return 0
+
+    def support_batched_get(self) -> bool:
+        """True: metas in one round trip, then every piece of every hit."""
+        return True
+
+    async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
+        """The MemoryObjs of keys (None for each miss), each allocated
+        from the local CPU backend and read into in place."""
+        names = [_key_string(k) for k in keys]
+        self._check_open()
+        if not names:
+            return []
+        held = []  # allocated here: freed again on a miss or an error
+        try:
+            objs = await _run_async(
+                self._kv, self._plan_get_objs([lmcache_key(n)
+                                               for n in names], held))
+        except BaseException:
+            for o in held:
+                o.ref_count_down()
+            raise
+        return objs
+
+    def support_batched_put(self) -> bool:
+        """False, on purpose: LMCache's wrapper drops the references of a
+        batched put only in some versions (instrumented_connector.py),
+        while it always does after put(); RemoteBackend then submits one
+        put per key, all in flight at once."""
+        return False
+
+    async def batched_put(self, keys: Sequence[Any],
+                          memory_objs: Sequence[Any]) -> None:
+        """Stores all objects in one KV call; reference counts untouched.
+        Raises as ``put``."""
+        names = [_key_string(k) for k in keys]
+        bases, metas, views = self._prepare_put(names, memory_objs)
+        if not bases:
+            return
+        stored, first = await _run_async(
+            self._kv, _plan_put(bases, metas, views, self._piece_bytes))
+        await self._log.flush(self._log.add([n for n, s in
+                                             zip(names, stored) if s]))
+        if first is not None:
+            raise tidepool.PoolError(first[1], _fail_text(first))
+
+    def support_batched_async_contains(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_async_contains(self, lookup_id: str,
+                                     keys: Sequence[Any],
+                                     pin: bool = False) -> int:
+        """How many leading keys are present; no pins are taken."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return 0
+        return await _run_async(self._kv, _plan_contains_prefix(bases))
+
+    def support_batched_get_non_blocking(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_get_non_blocking(self, lookup_id: str,
+                                       keys: Sequence[Any]) -> List[Any]:
+        """The MemoryObjs of the leading keys up to the first miss; hits
+        after it are freed again (LMCache's contract)."""
+        out, missed = [], False
+        for o in await self.batched_get(keys):
+            if o is None:
+                missed = True
+            elif missed:
+                o.ref_count_down()
+            else:
+                out.append(o)
+        return out
+
+    def support_batched_contains(self) -> bool:
+        """True."""
+        return True
+
+    def batched_contains(self, keys: Sequence[Any], *older) -> Any:
+        """How many leading keys are present (LMCache's newer contract);
+        called with LMCache's older second argument
+        (``stop_after_first_not_exits``), per key True for that prefix."""
+        bases = [self._base(k) for k in keys]
+        n = _run_sync(self._kv, _plan_contains_prefix(bases)) if bases else 0
+        if older:
+            return [i < n for i in range(len(bases))]
+        return n
+
+    def remove_sync(self, key: Any) -> bool:
+        """Deletes key; True when it was present."""
+        return _run_sync(self._kv, _plan_delete([self._base(key)]))[0]
+
+    def close_sync(self) -> None:
+        """``close`` outside asyncio: writes the key log's last names,
+        closes the KV handle and the Pool. Idempotent."""
+        if self._closed:
+            return
+        try:
+            self._log.flush_sync()
+        finally:
+            self._closed = True
+            try:
+                self._kv.close()
+            finally:
+                if self._owns_pool:
+                    self._pool.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        return "<TidepoolLMCacheConnector %s>" % self._pool.addr
+
+    # -- internals -----------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the LMCache remote "
+                                       "connector is closed")
+
+    def _base(self, key: Any) -> bytes:
+        self._check_open()
+        return lmcache_key(key)
+
+    def _prepare_put(self, names, objs):
+        """(bases, metas, byte views) of MemoryObjs; ValueError (nothing
+        stored) if one cannot be stored."""
+        self._check_open()
+        objs = list(objs)
+        if len(names) != len(objs):
+            raise ValueError("%d keys but %d memory objects" %
+                             (len(names), len(objs)))
+        torch = _torch()
+        bases, metas, views = [], [], []
+        for i, (name, o) in enumerate(zip(names, objs)):
+            dtype = o.get_dtype()
+            if dtype is None:
+                raise ValueError("memory object %d has no dtype (a "
+                                 "serialized buffer): use remote_serde "
+                                 "naive" % i)
+            shape = tuple(o.get_shape())
+            if not 1 <= len(shape) <= _MAX_DIMS:
+                raise ValueError("memory object %d: %d dims (1 .. %d)" %
+                                 (i, len(shape), _MAX_DIMS))
+            view = _byte_view(o.byte_array, "memory object %d" % i, False)
+            n = len(view)
+            numel = 1
+            for d in shape:
+                numel *= d
+            if n != numel * _itemsize(dtype):
+                raise ValueError("memory object %d: %d bytes for shape %s "
+                                 "of %s" % (i, n, list(shape), dtype))
+            if _piece_size(n, self._piece_bytes) > tidepool.VALUE_MAX:
+                raise ValueError("memory object %d: %d bytes in one piece "
+                                 "is over the value limit (set "
+                                 "tidepool.piece_bytes)" % (i, n))
+            bases.append(lmcache_key(name))
+            metas.append(_meta_pack(n, self._piece_bytes, _dtype_code(dtype),
+                                    shape, _fmt_code(o.get_memory_format())))
+            views.append(view)
+        return bases, metas, views
+
+    def _plan_get_objs(self, bases: List[bytes], held: list) -> Plan:
+        """Metas, then an allocation per hit and every piece read into
+        it; misses freed. held: every object allocated (for the caller
+        to free if the plan raises)."""
+        torch = _torch()
+        metas = yield from _plan_metas(bases)
+        objs, groups, bufs = [], [], []
+        for b, m in zip(bases, metas):
+            o = None
+            if m is not None and m.dtype_code and m.shape:
+                o = self._allocate(m, torch)
+            if o is None:
+                objs.append(None)
+                groups.append([])
+                bufs.append([])
+                continue
+            held.append(o)
+            view = _byte_view(o.byte_array, "allocated memory object", True)
+            p = m.piece_bytes
+            objs.append(o)
+            groups.append(m.piece_keys(b))
+            bufs.append([view[off:off + p] for off in range(0, m.nbytes, p)])
+        hits = yield from _plan_get_grouped(groups, bufs)
+        out = []
+        for o, h in zip(objs, hits):
+            if o is not None and not h:
+                o.ref_count_down()
+                o = None
+            out.append(o)
+        held.clear()
+        return out
+
+    def _allocate(self, m: "_Meta", torch) -> Optional[Any]:
+        """A MemoryObj for the value of m from LMCache's allocator, or
+        None (no memory, or a value LMCache cannot hold: a miss)."""
+        dtype = getattr(torch, _DTYPE_NAMES[m.dtype_code], None)
+        if dtype is None:
+            return None
+        numel = 1
+        for d in m.shape:
+            numel *= d
+        if numel * _itemsize(dtype) != m.nbytes:
+            return None
+        if self._allocator is None:
+            raise ValueError("tidepool: LMCache gave this connector no local "
+                             "CPU backend to allocate from (its scheduler "
+                             "role only looks keys up)")
+        fmt = _lmcache_format(m.fmt_code)
+        o = self._allocator.allocate(torch.Size(m.shape), dtype, fmt)
+        if o is None:
+            return None
+        if o.get_size() != m.nbytes:
+            o.ref_count_down()
+            raise ValueError("LMCache allocated %d bytes for %d" %
+                             (o.get_size(), m.nbytes))
+        return o
+
+
+def _fmt_code(fmt: Any) -> int:
+    """The meta code of an LMCache MemoryFormat (0: none or unknown)."""
+    name = getattr(fmt, "name", None)
+    for code, n in _FMT_NAMES.items():
+        if n == name:
+            return code
+    return 0
+
+
+def _itemsize(dtype) -> int:
+    """Bytes per element of a torch dtype."""
+    size = getattr(dtype, "itemsize", None)  # torch >= 2.1
+    if size is None:
+        size = _torch().empty((), dtype=dtype).element_size()
+    return size
+
+
+_FORMATS: dict = {}
+
+
+def _lmcache_format(code: int) -> Any:
+    """The LMCache MemoryFormat of a meta code, or None (LMCache's
+    allocator then picks its default)."""
+    try:
+        return _FORMATS[code]
+    except KeyError:
+        pass
+    from lmcache.v1.memory_management import MemoryFormat
+    name = _FMT_NAMES.get(code)
+    fmt = getattr(MemoryFormat, name, None) if name else None
+    _FORMATS[code] = fmt
+    return fmt
+
+
+class _LMCacheAdapter:
+    """The logic of ``TidepoolConnectorAdapter`` (see that class)."""
+
+    def can_parse(self, url: str) -> bool:
+        """tidepool://HOST:PORT, or LMCache's plugin://tidepool[.NAME]."""
+        if not isinstance(url, str):
+            return False
+        if url.startswith(ADAPTER_SCHEME):
+            return True
+        if url.startswith("plugin://"):
+            name = url[len("plugin://"):]
+            return name.split(".", 1)[0] == PLUGIN_TYPE
+        return False
+
+    def create_connector(self, context) -> Any:
+        """A ``TidepoolLMCacheConnector`` for LMCache's ConnectorContext.
+        Raises ValueError for a configuration it cannot use."""
+        cls = _lmcache_classes()["TidepoolLMCacheConnector"]
+        return cls(context, _settings(context))
+
+
+def _lmcache_classes() -> dict:
+    """Builds (once) the classes LMCache loads: subclasses of its own
+    ``ConnectorAdapter`` and ``RemoteConnector``. Raises ImportError
+    naming what is missing when LMCache is not importable or is a
+    version whose remote-backend interface this module does not
+    implement."""
+    global _LMC_CLASSES
+    with _LMC_LOCK:
+        if _LMC_CLASSES is not None:
+            return _LMC_CLASSES
+        _LMC_CLASSES = _build_lmcache_classes()
+        return _LMC_CLASSES
+
+
+_SUPPORTED = ("LMCache's v1 remote backend with remote storage plugins "
+              "(docs/engines.md, \"LMCache\")")
+
+
+def _build_lmcache_classes() -> dict:
+    try:
+        import lmcache
+        from lmcache.v1.storage_backend.connector import ConnectorAdapter
+        from lmcache.v1.storage_backend.connector.base_connector import (
+            RemoteConnector)
+        from lmcache.v1.memory_management import MemoryFormat
+    except ImportError as e:
+        raise ImportError("tidepool: TidepoolConnectorAdapter needs %s, "
+                          "which is not importable here: %s" %
+                          (_SUPPORTED, e)) from e
+    version = getattr(lmcache, "__version__", "unknown")
+    missing = [n for n in ("create_connector", "can_parse")
+               if not callable(getattr(ConnectorAdapter, n, None))]
+    extra = set(getattr(RemoteConnector, "__abstractmethods__", ())) - \
+        _REMOTE_ABSTRACT
+    if missing or extra or not hasattr(MemoryFormat, "KV_2LTD"):
+        raise ImportError(
+            "tidepool: LMCache %s is not supported by "
+            "TidepoolConnectorAdapter (%s): %s" % (version, _SUPPORTED,
+                                                   "; ".join(
+                ["ConnectorAdapter lacks " + n for n in missing] +
+                ["RemoteConnector requires %s()" % n for n in sorted(extra)] +
+                (["MemoryFormat lacks KV_2LTD"]
+                 if not hasattr(MemoryFormat, "KV_2LTD") else []))))
+    base_takes_args = RemoteConnector.__init__ is not object.__init__
+
+    def connector_init(self, context, settings):
+        # LMCache's newer RemoteConnector takes (config, metadata); the
+        # older one none (its manager calls init_chunk_meta afterwards)
+        if base_takes_args:
+            RemoteConnector.__init__(self, context.config, context.metadata)
+        _LMCacheConnector.__init__(self, context, settings)
+
+    connector = type("TidepoolLMCacheConnector",
+                     (_LMCacheConnector, RemoteConnector), {
+                         "__init__": connector_init,
+                         "__module__": __name__,
+                         "__doc__": _CONNECTOR_DOC})
+
+    def adapter_init(self):
+        ConnectorAdapter.__init__(self, ADAPTER_SCHEME)
+
+    adapter = type("TidepoolConnectorAdapter",
+                   (_LMCacheAdapter, ConnectorAdapter), {
+                       "__init__": adapter_init,
+                       "__module__": __name__,
+                       "__doc__": _ADAPTER_DOC})
+    for cls in (connector, adapter):
+        if cls.__abstractmethods__:
+            raise ImportError(
+                "tidepool: LMCache %s is not supported: %s leaves %s "
+                "abstract (%s)" % (version, cls.__name__,
+                                   ", ".join(sorted(cls.__abstractmethods__)),
+                                   _SUPPORTED))
+    return {"TidepoolLMCacheConnector": connector,
+            "TidepoolConnectorAdapter": adapter}
+
+
+_CONNECTOR_DOC = """LMCache's ``RemoteConnector`` on tidepool's KV tier.
+
+Created by ``TidepoolConnectorAdapter`` from LMCache's ConnectorContext
+(never by hand). Values are LMCache ``MemoryObj``s stored in the layout of
+the module docstring (meta value with dtype, shape and memory format;
+1 MiB pieces); ``get`` allocates the MemoryObj from the local CPU backend
+LMCache passes and reads the pieces straight into its bytes (no copy),
+returning None on a miss after freeing what it allocated; ``put`` stores
+the object's bytes and never changes its reference count (LMCache's
+wrapper drops the reference after ``put``). ``list`` names the keys any
+tidepool LMCache connector of the tenant stored that are still present
+(the key log). Thread-safe; the coroutines run in LMCache's event loop.
+"""
+
+_ADAPTER_DOC = """LMCache's ``ConnectorAdapter`` for tidepool.
+
+LMCache constructs it with no arguments from its configuration::
+
+    remote_url: tidepool://HOST:PORT
+    remote_storage_plugins: [tidepool]
+    extra_config:
+      remote_storage_plugin.tidepool.module_path: tidepool.connectors.lmcache
+      remote_storage_plugin.tidepool.class_name: TidepoolConnectorAdapter
+      tidepool.tenant: TENANT              # a cluster's tenant (optional)
+      tidepool.secret_file: /path/secret   # its secret (optional)
+
+It parses ``tidepool://HOST:PORT`` and ``plugin://tidepool[.NAME]`` and
+creates a ``TidepoolLMCacheConnector`` whose settings come from the
+configuration (docs/engines.md, "LMCache").
+"""
+
+
+def __getattr__(name: str) -> Any:
+    """``TidepoolConnectorAdapter`` and ``TidepoolLMCacheConnector``,
+    built from LMCache's classes on first use (ImportError when LMCache
+    is missing or unsupported)."""
+    if name in ("TidepoolConnectorAdapter", "TidepoolLMCacheConnector"):
+        return _lmcache_classes()[name]
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,0 +1,1 @@
+"""Stand-in of the lmcache.v1 package."""
