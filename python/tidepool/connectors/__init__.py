@@ -1,15 +1,20 @@
-"""Engine connectors of the tidepool package (docs/python.md, "Connectors").
+"""Engine connectors of the tidepool package (docs/python.md, "Connectors";
+docs/engines.md for each engine's configuration).
 
 Pure Python on top of the public API of :mod:`tidepool` (``Pool``, ``KV``,
 ``KVFuture``); nothing here speaks the wire or re-implements libpool.
 
 * :mod:`tidepool.connectors.lmcache`: LMCache's native-connector protocol
-  (``TidepoolNativeConnector``, for the ``native_plugin`` L2 adapter) and a
-  ``RemoteConnector``-shaped class (``TidepoolRemoteConnector``) that takes
-  and returns torch tensors shaped as LMCache chunks.
-* :mod:`tidepool.connectors.vllm`: an ``OffloadingManager``-shaped adapter
-  for vLLM's KV offloading (``TidepoolOffloadingManager``).
+  (``TidepoolNativeConnector``, for the ``native_plugin`` L2 adapter), its
+  remote backend (``TidepoolConnectorAdapter``, ``remote_url:
+  tidepool://``), and a ``RemoteConnector``-shaped class on torch tensors.
+* :mod:`tidepool.connectors.vllm`: vLLM's KV offloading
+  (``TidepoolOffloadingSpec``, selected by ``--kv-transfer-config`` or the
+  ``vllm.general_plugins`` entry point).
+* :mod:`tidepool.connectors.sglang`: SGLang's HiCache L3 storage
+  (``TidepoolHiCacheStorage``, the ``dynamic`` storage backend).
 
-Neither LMCache nor vLLM is imported: the classes mirror their interfaces
-(duck-typed), and docs/python.md says what glue an engine still needs.
+Each module imports its engine lazily, and only subclasses the engine's
+own classes when the engine is importable; no other part of tidepool
+imports an engine.
 """
