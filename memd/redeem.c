@@ -175,6 +175,20 @@ int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
 	return 0;
 }
 
+int memd_redeem_burn(struct memd_redeem *r, uint64_t registry_epoch,
+		     uint64_t grant_id, uint64_t expires_ms,
+		     uint64_t now_unix_ms)
+{
+	int rc = memd_redeem_once(r, registry_epoch, grant_id, expires_ms,
+				  now_unix_ms, NULL);
+
+	if (!rc) {
+		r->st.redeemed--;
+		r->st.burnt++;
+	}
+	return rc;
+}
+
 void memd_redeem_get_stats(const struct memd_redeem *r,
 			   struct memd_redeem_stats *st)
 {

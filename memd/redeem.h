@@ -43,6 +43,7 @@ struct memd_redeem_stats {
 	uint64_t replayed; /* -EALREADY */
 	uint64_t too_old;  /* -ESTALE: below the window */
 	uint64_t busy;	   /* -EBUSY: no epoch slot */
+	uint64_t burnt;	   /* refused, recorded by memd_redeem_burn */
 	uint32_t epochs;   /* slots holding an epoch */
 };
 
@@ -77,6 +78,18 @@ void memd_redeem_destroy(struct memd_redeem *r);
 int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
 		     uint64_t grant_id, uint64_t expires_ms,
 		     uint64_t now_unix_ms, uint64_t *oldest);
+
+/*
+ * Records grant_id of registry_epoch as spent without redeeming it: a
+ * ticket the donor refused for good (and reports to its registry, which
+ * then drops the reservation), so that it is never redeemed later. The
+ * same checks and returns as memd_redeem_once; counted as burnt, not
+ * redeemed. A caller may tell the registry the grant is gone when this
+ * returns 0, -ESTALE or -ETIME (refused for ever), not otherwise.
+ */
+int memd_redeem_burn(struct memd_redeem *r, uint64_t registry_epoch,
+		     uint64_t grant_id, uint64_t expires_ms,
+		     uint64_t now_unix_ms);
 
 /* Counters since creation, and the epochs held. */
 void memd_redeem_get_stats(const struct memd_redeem *r,

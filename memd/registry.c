@@ -1881,6 +1881,16 @@ int memd_registry_donor_report(struct memd_registry *r,
 		ok->flags |= WIRE_DONOR_TENANTS;
 		ok->next_tenant_id = r->next_tenant_id;
 	}
+	/* Fencing (docs/cluster.md): on etcd, no other registry can lead
+	 * before serve_until_ms + a quarter lease; the donor redeems this
+	 * epoch's tickets only until serve_until_ms - now_ms after it sent
+	 * the report (which is before now_ms), so never once another
+	 * registry may place. The quarter lease is the margin for clock
+	 * rates, as for the leader's own serving. */
+	if (r->etcd) {
+		ok->flags |= WIRE_DONOR_FENCE;
+		ok->fence_ms = (uint32_t)(r->serve_until_ms - now_ms);
+	}
 out:
 	pthread_mutex_unlock(&r->lock);
 	return rc;

@@ -159,9 +159,12 @@ int memd_registry_donor_join(struct memd_registry *r,
 			     size_t errlen);
 /*
  * A donor's report: its free slabs, per-tenant usage and the grants it
- * redeemed since its last acknowledged report. Fills *ok (the drain flag
- * tells the donor to lease nothing new). -ESTALE: unknown donor id or an
- * epoch other than the one it joined with (the donor must join again).
+ * is done with since its last acknowledged report (redeemed, their slabs
+ * in this report's usage, or refused for good: either way no longer
+ * reserved). Fills *ok (the drain flag tells the donor to lease nothing
+ * new; on etcd, WIRE_DONOR_FENCE and how long it may redeem this epoch's
+ * tickets). -ESTALE: unknown donor id or an epoch other than the one it
+ * joined with (the donor must join again).
  */
 int memd_registry_donor_report(struct memd_registry *r,
 			       const struct wire_donor_report *rep,

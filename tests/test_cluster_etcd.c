@@ -33,6 +33,10 @@
  *   key sealed only. When the state changes behind the leader, its watch
  *   sees it: it steps down at once and is elected again with the new
  *   state, and a change then succeeds.
+ * - Fencing: the leader is SIGSTOPped past its etcd lease with a
+ *   LEASE_GRANT for its own donor part queued in its socket; the standby
+ *   takes over and grants the whole quota; after SIGCONT the queued
+ *   ticket is refused (ESTALE), so the quota holds.
  * - etcd with authentication on (etcdctl; the case says SKIPPED without
  *   it): tokens, a new one when the old one expired, a wrong password,
  *   a password file others may read; a registry with etcd_user and
@@ -55,6 +59,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fabric/auth.h"
+#include "fabric/rpc.h"
+#include "fabric/wire.h"
 #include "memd/etcd.h"
 #include "tests/testutil.h"
 #include "tidepool/pool.h"
@@ -1115,6 +1122,179 @@ START_TEST(migrate_registry_json_to_etcd)
 }
 END_TEST
 
+/* ---- fencing: a paused leader's tickets ------------------------------ */
+
+#define RAW_TMO 60000 /* covers the pause: the reply comes after SIGCONT */
+
+/* A tenant "a" session at addr: 0 or -errno (EAGAIN: not serving). */
+static int raw_tenant(const char *addr, struct rpc **out,
+		      struct wire_auth_ok *ok, uint8_t skey[AUTH_KEY_LEN])
+{
+	uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN];
+	char err[256];
+	int n = auth_read_secret_file(sec_a, secret, err, sizeof(err)), r;
+
+	ck_assert_msg(n > 0, "%s", err);
+	auth_tenant_key(secret, (size_t)n, key);
+	r = rpc_connect(addr, 5000, out, NULL, 0);
+	if (!r)
+		r = rpc_handshake(*out, "test_cluster_etcd", 2, "a", key,
+				  WIRE_ROLE_TENANT, 5000, NULL, ok, skey, err,
+				  sizeof(err));
+	if (r) {
+		rpc_close(*out);
+		*out = NULL;
+	}
+	return r;
+}
+
+/* A tenant session at the donor part of the memd at addr, with the pass
+ * of the registry session ok/skey. */
+static struct rpc *raw_donor_session(const char *addr,
+				     const struct wire_auth_ok *ok,
+				     const uint8_t skey[AUTH_KEY_LEN])
+{
+	uint8_t pkey[64], skey2[AUTH_KEY_LEN];
+	struct wire_hello_ok h;
+	struct wire_auth_ok ok2;
+	char err[256];
+	struct rpc *c;
+	int r;
+
+	ck_assert_int_eq(
+		auth_open(skey, ok->box, ok->box_len, pkey, sizeof(pkey)),
+		AUTH_KEY_LEN);
+	ck_assert_int_eq(rpc_connect(addr, 5000, &c, NULL, 0), 0);
+	r = rpc_hello(c, "test_cluster_etcd", 2, 5000, &h, err, sizeof(err));
+	ck_assert_msg(!r, "hello: %s", err);
+	r = rpc_auth(c, &h, "a", pkey, ok->pass, ok->pass_len, 5000, &ok2,
+		     skey2, err, sizeof(err));
+	ck_assert_msg(!r, "auth with a pass at %s: %s", addr, err);
+	return c;
+}
+
+static int raw_place(struct rpc *c, uint32_t n, struct wire_msg *rep, char *err,
+		     size_t errlen)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+	int r;
+
+	ck_assert_ptr_nonnull(req);
+	req->type = WIRE_PLACE;
+	req->u.place.nslabs = n;
+	req->u.place.node = -1;
+	r = rpc_call(c, req, rep, WIRE_PLACE_OK, 5000, err, errlen);
+	free(req);
+	return r;
+}
+
+static void raw_grant_send(struct rpc *c, const struct wire_ticket *t)
+{
+	struct wire_msg *req = calloc(1, sizeof(*req));
+
+	ck_assert_ptr_nonnull(req);
+	req->type = WIRE_LEASE_GRANT;
+	req->u.lease_grant.ticket = *t;
+	ck_assert_int_eq(rpc_send(c, req, RAW_TMO), 0);
+	free(req);
+}
+
+/*
+ * issue 32, item 1: the leader is paused past its etcd lease with a
+ * LEASE_GRANT of its own ticket (for its own donor part) queued; the
+ * standby takes over and grants the tenant's whole quota; after SIGCONT
+ * the queued frame is served first. Its donor part must refuse the
+ * ticket: the registry that issued it has not confirmed that it leads
+ * within its fence (docs/cluster.md, "Fencing"). Without the fence it
+ * was granted: 3 slabs leased under a quota of 2.
+ */
+START_TEST(paused_leader_tickets_are_fenced)
+{
+	struct wire_msg *rep = calloc(1, sizeof(*rep));
+	struct wire_auth_ok ok, okn;
+	struct wire_ticket t, tn[WIRE_MAX_GRANTS];
+	uint8_t skey[AUTH_KEY_LEN], skeyn[AUTH_KEY_LEN];
+	uint16_t ng;
+	char out[16384], err[256], json[128];
+	struct rpc *ra, *da, *rn = NULL, *dn;
+	uint64_t t0;
+	int lead, other, r = -EAGAIN, held;
+
+	ck_assert_ptr_nonnull(rep);
+	setup();
+	etcd_start(1);
+	pool_start(2, 0, "2s");
+	lead = leader_with_donors(2, out, sizeof(out));
+	ck_assert_int_ge(lead, 0);
+	other = 1 - lead;
+	ck_assert_int_eq(
+		tu_tenant_add(reg[lead].addr, cluster, "a", sec_a, 2 * SLAB),
+		0);
+	/* the ticket goes to the leader's own donor part: the other
+	 * registry's is drained while we place, and undrained after */
+	snprintf(json, sizeof(json),
+		 "{\"cmd\":\"drain\",\"donor\":\"r%d\",\"drain\":true}", other);
+	admin_at_leader(json);
+	ck_assert_int_eq(raw_tenant(reg[lead].addr, &ra, &ok, skey), 0);
+	ck_assert_int_eq(raw_place(ra, 1, rep, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rep->u.place_ok.ngrants, 1);
+	t = rep->u.place_ok.grant[0].ticket;
+	da = raw_donor_session(reg[lead].addr, &ok, skey);
+	snprintf(json, sizeof(json),
+		 "{\"cmd\":\"drain\",\"donor\":\"r%d\",\"drain\":false}",
+		 other);
+	admin_at_leader(json);
+
+	/* paused, with the LEASE_GRANT waiting in its socket */
+	ck_assert_int_eq(kill(reg[lead].pid, SIGSTOP), 0);
+	raw_grant_send(da, &t);
+	/* the other registry leads (after the lease, and the warm-up that
+	 * waits for the paused one's donor part) and places the quota */
+	t0 = mono_ms();
+	while (r && mono_ms() - t0 < 40000) {
+		if (!rn && raw_tenant(reg[other].addr, &rn, &okn, skeyn)) {
+			sleep_ms(100);
+			continue;
+		}
+		r = raw_place(rn, 2, rep, err, sizeof(err));
+		if (r)
+			sleep_ms(100);
+	}
+	ck_assert_msg(!r, "the new leader never placed: %s", err);
+	dn = raw_donor_session(reg[other].addr, &okn, skeyn);
+	ng = rep->u.place_ok.ngrants;
+	for (uint16_t g = 0; g < ng; g++)
+		tn[g] = rep->u.place_ok.grant[g].ticket;
+	for (uint16_t g = 0; g < ng; g++) {
+		raw_grant_send(dn, &tn[g]);
+		r = rpc_recv(dn, rep, WIRE_LEASE_GRANT_OK, err, sizeof(err));
+		ck_assert_msg(!r, "the new leader's ticket: %s", err);
+	}
+	printf("fencing: the new leader placed the quota %llu ms after the "
+	       "pause\n",
+	       (unsigned long long)(mono_ms() - t0));
+
+	/* the paused leader runs again: the queued ticket is refused */
+	ck_assert_int_eq(kill(reg[lead].pid, SIGCONT), 0);
+	r = rpc_recv(da, rep, WIRE_LEASE_GRANT_OK, err, sizeof(err));
+	ck_assert_msg(r == -ESTALE,
+		      "the paused leader's ticket after SIGCONT: %d (%s) %s", r,
+		      strerror(-r), err);
+	assert_has(err, "not known to lead");
+	held = leases_of_a(reg[0].addr) + leases_of_a(reg[1].addr);
+	ck_assert_int_le(held, 2);
+	snprintf(out, sizeof(out), "%s/memd.log", reg[lead].dir);
+	ck_assert_msg(tu_file_has(out, "past its fence"),
+		      "the refusal is not logged");
+	rpc_close(ra);
+	rpc_close(da);
+	rpc_close(rn);
+	rpc_close(dn);
+	free(rep);
+	pool_stop();
+}
+END_TEST
+
 /* ---- etcd authentication -------------------------------------------- */
 
 static int etcdctl(const char *args)
@@ -1274,6 +1454,11 @@ int main(void)
 	tcase_add_test(tc, partition_the_leader_from_etcd);
 	tcase_add_test(tc, migrate_registry_json_to_etcd);
 	tcase_add_test(tc, etcd_authentication);
+	suite_add_tcase(s, tc);
+	/* issue 32's cases (CK_RUN_CASE=trust runs them alone) */
+	tc = tcase_create("trust");
+	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, paused_leader_tickets_are_fenced);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
