@@ -141,6 +141,20 @@ void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
 int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
 			  size_t *ndonors, char *err, size_t errlen);
 
+/*
+ * memd --seal-registry: adds the MAC to etcd's PREFIX/state written by a
+ * memd before the state was authenticated (docs/cluster.md, "Migration"),
+ * after the old checks (every tenant key opens with the cluster secret,
+ * the document is well formed), if it has not changed meanwhile. 0 with
+ * *already true when it verifies already (nothing written); 0 having
+ * sealed it; -ENOENT (no state), -EPERM (it has a MAC that does not
+ * verify: never re-sealed), -EINVAL (corrupt), -EAGAIN (it changed
+ * meanwhile), -EIO, with err. On 0, *listing (free it; may be NULL) lists
+ * the tenants and donors, for the operator to check.
+ */
+int memd_registry_seal_etcd(const struct memd_registry_opts *o, bool *already,
+			    char **listing, char *err, size_t errlen);
+
 /* Authentication: a tenant's id and key by name. 0 or -ENOENT. */
 int memd_registry_tenant_key(struct memd_registry *r, const char *name,
 			     uint32_t *id, uint8_t key[AUTH_KEY_LEN]);

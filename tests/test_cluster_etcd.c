@@ -37,6 +37,10 @@
  *   LEASE_GRANT for its own donor part queued in its socket; the standby
  *   takes over and grants the whole quota; after SIGCONT the queued
  *   ticket is refused (ESTALE), so the quota holds.
+ * - The state in etcd is authenticated: tenants' sealed keys swapped
+ *   with etcd's API are refused, loudly, and authenticate no one; state
+ *   without a MAC (an older memd's) is refused until memd
+ *   --seal-registry seals it.
  * - etcd with authentication on (etcdctl; the case says SKIPPED without
  *   it): tokens, a new one when the old one expired, a wrong password,
  *   a password file others may read; a registry with etcd_user and
@@ -1126,19 +1130,21 @@ END_TEST
 
 #define RAW_TMO 60000 /* covers the pause: the reply comes after SIGCONT */
 
-/* A tenant "a" session at addr: 0 or -errno (EAGAIN: not serving). */
-static int raw_tenant(const char *addr, struct rpc **out,
-		      struct wire_auth_ok *ok, uint8_t skey[AUTH_KEY_LEN])
+/* A session of tenant name, with the key of secret file sec, at addr: 0
+ * or -errno (EAGAIN: not serving). */
+static int raw_tenant_as(const char *addr, const char *name, const char *sec,
+			 struct rpc **out, struct wire_auth_ok *ok,
+			 uint8_t skey[AUTH_KEY_LEN])
 {
 	uint8_t secret[AUTH_SECRET_MAX], key[AUTH_KEY_LEN];
 	char err[256];
-	int n = auth_read_secret_file(sec_a, secret, err, sizeof(err)), r;
+	int n = auth_read_secret_file(sec, secret, err, sizeof(err)), r;
 
 	ck_assert_msg(n > 0, "%s", err);
 	auth_tenant_key(secret, (size_t)n, key);
 	r = rpc_connect(addr, 5000, out, NULL, 0);
 	if (!r)
-		r = rpc_handshake(*out, "test_cluster_etcd", 2, "a", key,
+		r = rpc_handshake(*out, "test_cluster_etcd", 2, name, key,
 				  WIRE_ROLE_TENANT, 5000, NULL, ok, skey, err,
 				  sizeof(err));
 	if (r) {
@@ -1146,6 +1152,24 @@ static int raw_tenant(const char *addr, struct rpc **out,
 		*out = NULL;
 	}
 	return r;
+}
+
+static int raw_tenant(const char *addr, struct rpc **out,
+		      struct wire_auth_ok *ok, uint8_t skey[AUTH_KEY_LEN])
+{
+	return raw_tenant_as(addr, "a", sec_a, out, ok, skey);
+}
+
+/* Whether tenant name authenticates at addr with the key of sec. */
+static bool auths_as(const char *addr, const char *name, const char *sec)
+{
+	struct wire_auth_ok ok;
+	uint8_t skey[AUTH_KEY_LEN];
+	struct rpc *c = NULL;
+	int r = raw_tenant_as(addr, name, sec, &c, &ok, skey);
+
+	rpc_close(c);
+	return r == 0;
 }
 
 /* A tenant session at the donor part of the memd at addr, with the pass
@@ -1291,6 +1315,157 @@ START_TEST(paused_leader_tickets_are_fenced)
 	rpc_close(rn);
 	rpc_close(dn);
 	free(rep);
+	pool_stop();
+}
+END_TEST
+
+/* Puts text at /tidepool/state over whatever revision is there. */
+static void state_put(const char *text)
+{
+	struct memd_etcd_opts eo = { .endpoints = endpoints,
+				     .timeout_ms = 2000 };
+	struct memd_etcd *e;
+	char err[256], *v;
+	size_t len;
+	int64_t rev;
+
+	ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len, &rev,
+				       NULL, err, sizeof(err)),
+			 0);
+	free(v);
+	ck_assert_msg(!memd_etcd_put_if(e, "/tidepool/state", text,
+					strlen(text), rev, 0, NULL, err,
+					sizeof(err)),
+		      "%s", err);
+	memd_etcd_close(e);
+}
+
+static char *state_get(void)
+{
+	struct memd_etcd_opts eo = { .endpoints = endpoints,
+				     .timeout_ms = 2000 };
+	struct memd_etcd *e;
+	char err[256], *v;
+	size_t len;
+	int64_t rev;
+
+	ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len, &rev,
+				       NULL, err, sizeof(err)),
+			 0);
+	memd_etcd_close(e);
+	return v;
+}
+
+/* Polls registry 0's log for needle (20 s at most). */
+static void log_wait(const char *needle)
+{
+	char log[256];
+	uint64_t t0 = mono_ms();
+
+	snprintf(log, sizeof(log), "%s/memd.log", reg[0].dir);
+	while (!tu_file_has(log, needle) && mono_ms() - t0 < 20000)
+		sleep_ms(50);
+	ck_assert_msg(tu_file_has(log, needle), "'%s' not in %s", needle, log);
+}
+
+/*
+ * issue 32, item 2: whoever can write etcd could log in as another
+ * tenant: key_sealed was not bound to its tenant, and ids and quotas were
+ * plain JSON. Now the whole state is MACed with a key derived from the
+ * cluster secret: a's sealed key copied into b's record (b's into a's) is
+ * refused, loudly, and never authenticates anyone (without the MAC, a's
+ * secret logged in as b). State written before the MAC (no "mac") is
+ * refused too, with what to run: memd --seal-registry seals it, and a
+ * registry leads again.
+ */
+START_TEST(etcd_state_tampered_is_refused)
+{
+	char sec_b[256], out[16384], a1[300], a2[300], *orig, *t, *ka, *kb;
+	const char *seal[] = {
+		"--listen", "127.0.0.1:0", "--set", "registry=etcd",   "--set",
+		a1,	    "--set",	   a2,	    "--seal-registry", NULL
+	};
+	size_t n;
+	uint64_t t0;
+
+	setup();
+	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
+	etcd_start(1);
+	pool_start(1, 0, "2s");
+	ck_assert_int_eq(
+		tu_tenant_add(reg[0].addr, cluster, "a", sec_a, 2 * SLAB), 0);
+	ck_assert_int_eq(tu_tenant_add(reg[0].addr, cluster, "b", sec_b, SLAB),
+			 0);
+	ck_assert(auths_as(reg[0].addr, "a", sec_a));
+	ck_assert(!auths_as(reg[0].addr, "b", sec_a));
+	orig = state_get();
+	assert_has(orig, "\"mac\":\"");
+
+	/* swap the two tenants' sealed keys (same length) */
+	t = strdup(orig);
+	ka = strstr(t, "\"key_sealed\":\"");
+	ck_assert_ptr_nonnull(ka);
+	kb = strstr(ka + 1, "\"key_sealed\":\"");
+	ck_assert_ptr_nonnull(kb);
+	ka += strlen("\"key_sealed\":\"");
+	kb += strlen("\"key_sealed\":\"");
+	n = strcspn(ka, "\"");
+	ck_assert_uint_eq(n, strcspn(kb, "\""));
+	{
+		char *tmp = strndup(ka, n);
+
+		memcpy(ka, kb, n);
+		memcpy(kb, tmp, n);
+		free(tmp);
+	}
+	state_put(t);
+	free(t);
+	/* the leader's watch sees it; the state is read again, refused */
+	log_wait("does not verify with this cluster's secret");
+	t0 = mono_ms();
+	while (mono_ms() - t0 < 3000) {
+		ck_assert_msg(!auths_as(reg[0].addr, "b", sec_a),
+			      "a's secret authenticated as b");
+		ck_assert(!auths_as(reg[0].addr, "a", sec_a));
+		sleep_ms(200);
+	}
+	ck_assert_int_eq(tu_admin(reg[0].addr, cluster, "{\"cmd\":\"tenants\"}",
+				  out, sizeof(out)),
+			 -EAGAIN);
+
+	/* the state of an older memd: no MAC */
+	t = strdup(orig);
+	ka = strstr(t, "\"mac\":\"");
+	n = strlen("\"mac\":\"") + 2 * AUTH_KEY_LEN + 1;
+	if (ka > t && ka[-1] == ',')
+		memmove(ka - 1, ka + n, strlen(ka + n) + 1);
+	else if (ka[n] == ',')
+		memmove(ka, ka + n + 1, strlen(ka + n + 1) + 1);
+	else
+		ck_abort_msg("mac is the only member: %s", orig);
+	ck_assert_ptr_null(strstr(t, "\"mac\""));
+	state_put(t);
+	free(t);
+	log_wait("run `memd --seal-registry`");
+	ck_assert(!auths_as(reg[0].addr, "a", sec_a));
+	/* the operator seals it: a registry leads again, keys in place */
+	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
+	snprintf(a2, sizeof(a2), "etcd_endpoints=%s", endpoints);
+	ck_assert_int_eq(run_memd(seal, out, sizeof(out)), 0);
+	assert_has(out, "sealed");
+	assert_has(out, "tenant a id 1 quota_bytes 33554432");
+	assert_has(out, "tenant b id 2 quota_bytes 16777216");
+	t0 = mono_ms();
+	while (!auths_as(reg[0].addr, "a", sec_a) && mono_ms() - t0 < 20000)
+		sleep_ms(100);
+	ck_assert(auths_as(reg[0].addr, "a", sec_a));
+	ck_assert(auths_as(reg[0].addr, "b", sec_b));
+	ck_assert(!auths_as(reg[0].addr, "b", sec_a));
+	ck_assert_int_eq(run_memd(seal, out, sizeof(out)), 0);
+	assert_has(out, "authenticated already");
+	free(orig);
 	pool_stop();
 }
 END_TEST
@@ -1459,6 +1634,7 @@ int main(void)
 	tc = tcase_create("trust");
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, paused_leader_tickets_are_fenced);
+	tcase_add_test(tc, etcd_state_tampered_is_refused);
 	suite_add_tcase(s, tc);
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
