@@ -356,6 +356,7 @@ static void redeem_publish(struct memd_server *s)
 	__atomic_store_n(&s->redeem_st.too_old, st.too_old, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.busy, st.busy, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.burnt, st.burnt, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.retired, st.retired, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.epochs, st.epochs, __ATOMIC_RELAXED);
 }
 
@@ -372,13 +373,19 @@ static void ticket_refused_for_good(struct memd_server *s,
 				    const struct wire_ticket *t,
 				    uint64_t now_unix, bool burn)
 {
+	uint64_t reg_epoch = 0;
+	uint32_t donor_id = 0;
+	bool drain, current = memd_donor_state(s->donor, &donor_id, &reg_epoch,
+					       &drain) &&
+			      reg_epoch == t->registry_epoch;
 	int r = 0;
 
 	if (!memd_donor_refused_room(s->donor))
 		return; /* its reservation expires */
 	if (burn) {
 		r = memd_redeem_burn(s->redeemed, t->registry_epoch,
-				     t->grant_id, t->expires_ms, now_unix);
+				     t->grant_id, t->expires_ms, now_unix,
+				     current);
 		redeem_publish(s);
 		if (r && r != -ESTALE && r != -ETIME)
 			return; /* redeemed before, or not recorded */
@@ -437,6 +444,12 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 		if (joined && t->donor_id == donor_id &&
 		    t->donor_epoch == s->epoch)
 			ticket_refused_for_good(s, t, now_unix, true);
+		memd_log(LOG_INFO,
+			 "ticket: grant %" PRIu64 " of registry %016" PRIx64
+			 " for donor %u refused: this is donor %u of registry "
+			 "%016" PRIx64 "%s peer=%s",
+			 t->grant_id, t->registry_epoch, t->donor_id, donor_id,
+			 reg_epoch, joined ? "" : " (not joined)", c->peer);
 		srv_send_error(s, c, req->seq, ESTALE,
 			       "ticket: for donor %u epoch %016" PRIx64
 			       " of registry %016" PRIx64 "; this is donor %u "
@@ -493,6 +506,12 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 		if (r == -EALREADY)
 			srv_send_error(s, c, req->seq, EACCES,
 				       "ticket: already redeemed");
+		else if (r == -ESTALE && !oldest)
+			srv_send_error(s, c, req->seq, ESTALE,
+				       "ticket: this donor retired registry "
+				       "%016" PRIx64 "'s replay record for "
+				       "newer incarnations: place again",
+				       t->registry_epoch);
 		else if (r == -ESTALE)
 			srv_send_error(s, c, req->seq, ESTALE,
 				       "ticket: grant %" PRIu64
@@ -507,8 +526,8 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 			srv_send_error(
 				s, c, req->seq, EBUSY,
 				"ticket: this donor still holds unexpired "
-				"tickets of %u other registry incarnations; "
-				"retry within %u s",
+				"tickets of %u other registry incarnations "
+				"and 64 retired ones; retry within %u s",
 				MEMD_REDEEM_EPOCHS,
 				(TICKET_TTL_MS + TICKET_SKEW_MS) / 1000);
 		else
@@ -1000,6 +1019,11 @@ void srv_write_redeem_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 		  "Grant tickets refused for good and reported to their "
 		  "registry (their ids can never be redeemed here).",
 		  offsetof(struct memd_redeem_stats, burnt) },
+		{ "redeem_epochs_retired_total",
+		  "Registry epochs whose replay record was dropped for a "
+		  "newer one while their tickets were live (their tickets "
+		  "are refused until they expire).",
+		  offsetof(struct memd_redeem_stats, retired) },
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
