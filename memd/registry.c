@@ -163,6 +163,10 @@ struct memd_registry {
 	bool old_leader_gone;
 	char self_donor[WIRE_NAME_MAX];
 	char etcd_err[160]; /* the last etcd failure */
+	/* elected but refused the state: no campaign before this (a watch
+	 * kick does not hurry it), and its reason, logged at err once */
+	uint64_t campaign_after_ms;
+	char load_err[768];
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -1152,7 +1156,7 @@ static int doc_verify(const struct memd_registry *r, json_t *doc, char *err,
 
 static void etcd_note_locked(struct memd_registry *r, const char *err)
 {
-	if (strcmp(r->etcd_err, err))
+	if (strncmp(r->etcd_err, err, sizeof(r->etcd_err) - 1))
 		memd_log(LOG_WARNING, "registry: etcd: %s", err);
 	snprintf(r->etcd_err, sizeof(r->etcd_err), "%s", err);
 }
@@ -1368,6 +1372,11 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	if (!r->etcd)
 		return 1000;
 	pthread_mutex_lock(&r->lock);
+	if (!r->leader && now_ms < r->campaign_after_ms) {
+		idle = (uint32_t)(r->campaign_after_ms - now_ms);
+		pthread_mutex_unlock(&r->lock);
+		return idle;
+	}
 	if (r->resign && r->lease_id) {
 		/* revoking deletes PREFIX/leader: a new election follows */
 		r->resign = false;
@@ -1443,10 +1452,14 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	}
 	rc = etcd_state_load_locked(r, err, sizeof(err), NULL);
 	if (rc) {
-		memd_log(LOG_ERR,
+		/* at err once per reason (it names the revision): every
+		 * registry campaigns again each lease while it lasts */
+		memd_log(strcmp(err, r->load_err) ? LOG_ERR : LOG_DEBUG,
 			 "registry: elected, but cannot read the state: %s; "
 			 "resigning",
 			 err);
+		snprintf(r->load_err, sizeof(r->load_err), "%s", err);
+		r->campaign_after_ms = now_ms + r->lease_ms;
 		etcd_note_locked(r, err);
 		pthread_mutex_unlock(&r->lock);
 		memd_etcd_lease_revoke(r->etcd, r->lease_id, err, sizeof(err));
@@ -1459,6 +1472,7 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	r->open_unix_ms = unix_ms();
 	for (size_t i = 0; i < r->ndonors; i++)
 		r->donor[i].since_unix_ms = r->open_unix_ms;
+	r->load_err[0] = '\0';
 	r->leader = true;
 	r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
 	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
