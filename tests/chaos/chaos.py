@@ -1826,6 +1826,39 @@ def selftest(out):
                     done = True
                 if done:
                     break
+            if kind == "tamper":
+                # a registry that used the tampered state would show it
+                for x in snaps:
+                    if x.get("tenants"):
+                        for t in x["tenants"]["tenants"]:
+                            if t["name"] == "ra":
+                                t["quota_bytes"] = TAMPER_QUOTA
+                                done = True
+                                break
+                    if done:
+                        break
+            if kind == "paused":
+                # 41 slabs of ra leased inside a checked pause window
+                fl = [json.loads(l) for l in open(
+                    os.path.join(d, "faults.jsonl"))]
+                c = Checker(d)
+                c.check_etcd(snaps, fl)
+                ids = [t["id"] for x in snaps if x.get("tenants")
+                       for t in x["tenants"]["tenants"] if t["name"] == "ra"]
+                for f in fl if c.stats["pause_leader_windows"] else ():
+                    if f["kind"] != "pause_leader" or done or not ids:
+                        continue
+                    for x in snaps:
+                        if f["t_inject"] <= x["t0"] and x["leases"] and \
+                                x["t1"] <= f["t_heal"] + SETTLE:
+                            l = next(iter(x["leases"].values()))
+                            for k in range(QUOTA["ra"] // SLAB + 1):
+                                l["leases"].append(
+                                    {"slab": 10000 + k, "generation": 1,
+                                     "node": 0, "tenant_id": ids[0],
+                                     "session": "0", "expires_in_ms": 1})
+                            done = True
+                            break
             if kind == "quota" and not done:
                 # two snapshots after the last, clear of every rejoin,
                 # the second over the quota
@@ -1857,6 +1890,16 @@ def selftest(out):
     cases.append(("double", mutate_snap("double"), "double_lease"))
     cases.append(("leak", mutate_snap("leak"), "leak"))
     cases.append(("quota", mutate_snap("quota"), "over_quota"))
+    # --etcd runs only (the CI slice's selftest stays as it was)
+    fp = os.path.join(out, "faults.jsonl")
+    kinds = set(json.loads(l)["kind"] for l in open(fp)) \
+        if os.path.exists(fp) else set()
+    if "etcd_tamper" in kinds:
+        cases.append(("tamper", mutate_snap("tamper"),
+                      "etcd_tamper_accepted"))
+    if "pause_leader" in kinds:
+        cases.append(("paused", mutate_snap("paused"),
+                      "pause_leader_over_quota"))
     # Each case checks a copy of the run whose histories stop SELFTEST_SPAN
     # after the first operation (cheaper; snapshots and faults whole),
     # which must itself check clean.
