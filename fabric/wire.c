@@ -1263,7 +1263,8 @@ static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 			       struct wire_wr *w)
 {
-	if ((d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS)) ||
+	if ((d->flags &
+	     ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE)) ||
 	    d->nkv > WIRE_MAX_TENANTS)
 		return -EINVAL;
 	put_u64(w, d->registry_epoch);
@@ -1275,6 +1276,8 @@ static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 	}
 	if (d->flags & WIRE_DONOR_TENANTS)
 		put_u32(w, d->next_tenant_id);
+	if (d->flags & WIRE_DONOR_FENCE)
+		put_u32(w, d->fence_ms);
 	return 0;
 }
 
@@ -1284,7 +1287,9 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 	d->registry_epoch = get_u64(r);
 	d->flags = get_u32(r);
 	d->nkv = get_u16(r);
-	if (r->bad || (d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS)) ||
+	if (r->bad ||
+	    (d->flags &
+	     ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE)) ||
 	    d->nkv > WIRE_MAX_TENANTS)
 		return -EBADMSG;
 	for (uint16_t i = 0; i < d->nkv; i++) {
@@ -1293,6 +1298,8 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 	}
 	if (d->flags & WIRE_DONOR_TENANTS)
 		d->next_tenant_id = get_u32(r);
+	if (d->flags & WIRE_DONOR_FENCE)
+		d->fence_ms = get_u32(r);
 	return r->bad ? -EBADMSG : 0;
 }
 

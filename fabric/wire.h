@@ -365,6 +365,11 @@ struct wire_donor_join_ok {
  * next_tenant_id follows it: a tenant id below it that is not listed has
  * been removed (ids are never reused). */
 #define WIRE_DONOR_TENANTS 0x2u
+/* REPORT_OK only: fence_ms follows. The registry (on etcd) is sure to be
+ * the only one placing for fence_ms after it took the report: the donor
+ * redeems its tickets until fence_ms after it sent the report, and
+ * refuses them after (docs/cluster.md, "Fencing"). */
+#define WIRE_DONOR_FENCE 0x4u
 
 struct wire_tenant_usage {
 	uint32_t tenant_id;
@@ -403,6 +408,7 @@ struct wire_donor_report_ok {
 	uint16_t nkv;	/* 0 .. WIRE_MAX_TENANTS */
 	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
 	uint32_t next_tenant_id; /* with WIRE_DONOR_TENANTS only */
+	uint32_t fence_ms;	 /* with WIRE_DONOR_FENCE only */
 };
 
 /* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not

@@ -21,6 +21,19 @@
  * counts (the registry never counts them zero times; it may count an id
  * queued after the ids were taken twice, for one report interval, which
  * errs on refusing, never on overshooting a quota).
+ *
+ * Tickets memd-ctl refused for good (memd_donor_refused: it burnt their
+ * ids in its replay record first) ride in the same redeemed[] list, to
+ * the registry epoch that issued them only, so that it drops their
+ * reservations at once instead of when they expire (docs/cluster.md,
+ * "Reservation accounting"). Those of an epoch we are not joined to
+ * wait, in case we join it, until they expire.
+ *
+ * Fencing: an etcd registry's REPORT_OK says how long it is sure to be
+ * the only one placing (fence_ms); memd_donor_fence says whether that
+ * time, counted from when the report was sent, still runs. The link
+ * reports at least every half fence so that it does not run out while
+ * the registry leads.
  */
 #include "memd/donor.h"
 
@@ -38,6 +51,8 @@
 #include "memd/log.h"
 
 #define QUEUE_MAX 4096
+#define REFUSED_MAX 1024
+#define TICKET_SKEW_MS 60000u /* as memd-ctl's expiry check */
 #define CALL_TIMEOUT_MS 5000
 #define KICK_COALESCE_MS 50
 #define BACKOFF_MIN_MS 100
@@ -79,6 +94,16 @@ struct memd_donor {
 	uint64_t joins;	      /* JOIN_OKs read */
 	uint64_t ok_ms;	      /* last JOIN_OK or REPORT_OK (mono_ms) */
 	uint32_t interval_ms; /* report_ms, for other threads */
+	/* fencing: the last REPORT_OK had WIRE_DONOR_FENCE; tickets of
+	 * registry_epoch are good until fence_until_ms (monotonic) */
+	bool fenced;
+	uint32_t fence_ms;
+	uint64_t fence_until_ms;
+	/* tickets refused for good, for their registry's next report */
+	struct refused {
+		uint64_t registry_epoch, grant_id, expires_ms;
+	} refused[REFUSED_MAX];
+	uint32_t nrefused;
 };
 
 static uint64_t mono_ms(void)
@@ -86,6 +111,14 @@ static uint64_t mono_ms(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -186,8 +219,10 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 		return r;
 	pthread_mutex_lock(&d->lock);
 	if (d->joined &&
-	    d->registry_epoch != rep->u.donor_join_ok.registry_epoch)
+	    d->registry_epoch != rep->u.donor_join_ok.registry_epoch) {
 		d->qlen = 0; /* a new registry knows none of those grants */
+		d->fence_until_ms = 0; /* until its first REPORT_OK */
+	}
 	d->joined = true;
 	d->linked = true;
 	d->joins++;
@@ -217,7 +252,8 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 		  struct wire_msg *rep, char *text, size_t textlen)
 {
 	struct wire_donor_report *dr = &req->u.donor_report;
-	uint32_t taken;
+	uint32_t taken, nref = 0, ref_at[WIRE_MAX_REDEEMED];
+	uint64_t sent, now_unix = unix_ms();
 	bool drain;
 	int r;
 
@@ -228,19 +264,48 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	taken = d->qlen < WIRE_MAX_REDEEMED ? d->qlen : WIRE_MAX_REDEEMED;
 	for (uint32_t i = 0; i < taken; i++)
 		dr->redeemed[i] = d->queue[(d->qhead + i) % QUEUE_MAX];
-	dr->nredeemed = (uint16_t)taken;
+	/* refused tickets of this registry epoch; those of others that
+	 * have expired are dropped (no registry will ask for them) */
+	for (uint32_t i = 0; i < d->nrefused;) {
+		struct refused *f = &d->refused[i];
+
+		if (f->registry_epoch == d->registry_epoch) {
+			if (taken + nref < WIRE_MAX_REDEEMED) {
+				ref_at[nref] = i;
+				dr->redeemed[taken + nref++] = f->grant_id;
+			}
+			i++;
+		} else if (now_unix > f->expires_ms + TICKET_SKEW_MS) {
+			*f = d->refused[--d->nrefused];
+		} else {
+			i++;
+		}
+	}
+	dr->nredeemed = (uint16_t)(taken + nref);
 	d->kicked = false;
 	pthread_mutex_unlock(&d->lock);
 	dr->epoch = d->o.epoch;
 	d->o.snapshot(d->o.arg, dr);
+	sent = mono_ms();
 	r = rpc_call(c, req, rep, WIRE_DONOR_REPORT_OK, CALL_TIMEOUT_MS, text,
 		     textlen);
 	if (r)
 		return r;
 	pthread_mutex_lock(&d->lock);
-	/* The ids taken are the oldest ones: drop them. */
+	/* The ids taken are the oldest ones: drop them. memd-ctl only
+	 * appends to refused[] meanwhile: the entries taken are where they
+	 * were; drop them from the highest index down. */
 	d->qhead = (d->qhead + taken) % QUEUE_MAX;
 	d->qlen -= taken;
+	while (nref--)
+		d->refused[ref_at[nref]] = d->refused[--d->nrefused];
+	if (rep->u.donor_report_ok.flags & WIRE_DONOR_FENCE) {
+		d->fenced = true;
+		d->fence_ms = rep->u.donor_report_ok.fence_ms;
+		d->fence_until_ms = sent + d->fence_ms;
+	} else {
+		d->fenced = false;
+	}
 	drain = rep->u.donor_report_ok.flags & WIRE_DONOR_DRAIN;
 	if (drain != d->drain)
 		memd_log(LOG_NOTICE, "donor: registry says drain=%d", drain);
@@ -285,16 +350,18 @@ static void *donor_main(void *arg)
 		if (!r)
 			r = join(d, c, local, req, rep, text, sizeof(text));
 		while (!r) {
-			uint64_t now = mono_ms(), due;
+			uint64_t now = mono_ms(), due, every = d->report_ms;
 			bool kicked;
 
 			backoff = BACKOFF_MIN_MS;
 			last_err = 0;
 			pthread_mutex_lock(&d->lock);
 			kicked = d->kicked;
+			/* renew the fence well before it runs out */
+			if (d->fenced && d->fence_ms / 2 < every)
+				every = d->fence_ms / 2 ? d->fence_ms / 2 : 1;
 			pthread_mutex_unlock(&d->lock);
-			due = kicked ? last + KICK_COALESCE_MS
-				     : last + d->report_ms;
+			due = kicked ? last + KICK_COALESCE_MS : last + every;
 			if (last && now < due) {
 				if (wait_ms(d, due - now, !kicked))
 					goto stopped;
@@ -453,6 +520,52 @@ bool memd_donor_membership(struct memd_donor *d, uint64_t *joins)
 						    d->interval_ms / 2;
 	pthread_mutex_unlock(&d->lock);
 	return up;
+}
+
+bool memd_donor_fence(struct memd_donor *d, uint64_t registry_epoch,
+		      uint64_t now_ms, uint64_t *late_ms)
+{
+	bool ok;
+
+	pthread_mutex_lock(&d->lock);
+	ok = d->joined && d->registry_epoch == registry_epoch &&
+	     (!d->fenced || now_ms < d->fence_until_ms);
+	if (late_ms)
+		*late_ms = ok || now_ms < d->fence_until_ms
+				   ? 0
+				   : now_ms - d->fence_until_ms;
+	pthread_mutex_unlock(&d->lock);
+	return ok;
+}
+
+int memd_donor_refused(struct memd_donor *d, uint64_t registry_epoch,
+		       uint64_t grant_id, uint64_t expires_ms)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->nrefused == REFUSED_MAX)
+		r = -EBUSY;
+	else
+		d->refused[d->nrefused++] =
+			(struct refused){ registry_epoch, grant_id,
+					  expires_ms };
+	if (!r && d->joined && d->registry_epoch == registry_epoch) {
+		d->kicked = true;
+		pthread_cond_broadcast(&d->cond);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+bool memd_donor_refused_room(struct memd_donor *d)
+{
+	bool room;
+
+	pthread_mutex_lock(&d->lock);
+	room = d->nrefused < REFUSED_MAX;
+	pthread_mutex_unlock(&d->lock);
+	return room;
 }
 
 uint64_t memd_donor_drain_starts(struct memd_donor *d)

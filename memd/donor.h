@@ -106,4 +106,28 @@ bool memd_donor_kv_allowance(struct memd_donor *d, uint32_t tenant,
  * (4096 ids) is full because the registry has not acknowledged reports. */
 int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id);
 
+/*
+ * Fencing (docs/cluster.md, "Fencing"): may a ticket of registry_epoch be
+ * redeemed now (now_ms: CLOCK_MONOTONIC)? True when joined to that epoch
+ * and either the registry sets no fence (registry = yes) or its last
+ * REPORT_OK's fence_ms, counted from when that report was sent, has not
+ * run out. False otherwise, *late_ms (may be NULL) = how long the fence
+ * has been out (0 when not joined to that epoch). Any thread.
+ */
+bool memd_donor_fence(struct memd_donor *d, uint64_t registry_epoch,
+		      uint64_t now_ms, uint64_t *late_ms);
+
+/*
+ * A ticket of registry_epoch refused for good (its id already burnt in
+ * the replay record, so it can never be redeemed here): reported in
+ * redeemed[] to that registry epoch when joined to it, so that the
+ * registry drops its reservation; dropped once expired (expires_ms,
+ * unix ms, + 60 s) while joined to another. Reports soon when joined to
+ * that epoch. -EBUSY when 1024 such tickets wait (then do not burn it:
+ * memd_donor_refused_room first). Any thread.
+ */
+int memd_donor_refused(struct memd_donor *d, uint64_t registry_epoch,
+		       uint64_t grant_id, uint64_t expires_ms);
+bool memd_donor_refused_room(struct memd_donor *d);
+
 #endif

@@ -56,6 +56,9 @@ static void usage(FILE *f)
 		"                         copy DIR/registry.json into the etcd "
 		"of\n"
 		"                         registry = etcd, and exit\n"
+		"      --seal-registry    authenticate the etcd state of a "
+		"pool\n"
+		"                         that an older memd wrote, and exit\n"
 		"  -h, --help             this text\n"
 		"  -V, --version          print the version\n"
 		"See memd(8) and memd.conf(5).\n");
@@ -74,6 +77,7 @@ enum {
 	OPT_CHECK,
 	OPT_PRINT,
 	OPT_MIGRATE,
+	OPT_SEAL,
 };
 
 static const struct option longopts[] = {
@@ -90,6 +94,7 @@ static const struct option longopts[] = {
 	{ "check-config", no_argument, NULL, OPT_CHECK },
 	{ "print-config", no_argument, NULL, OPT_PRINT },
 	{ "migrate-registry", required_argument, NULL, OPT_MIGRATE },
+	{ "seal-registry", no_argument, NULL, OPT_SEAL },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
@@ -102,7 +107,8 @@ static const struct option longopts[] = {
  * registries may run already: a standby reads the state when elected,
  * and a leader that wrote its own state first makes this refuse.
  */
-static int migrate_registry(const struct memd_config *cfg, const char *dir)
+static int migrate_registry(const struct memd_config *cfg, const char *dir,
+			    bool seal)
 {
 	struct memd_etcd_opts eo = {
 		.endpoints = cfg->etcd_endpoints,
@@ -131,8 +137,9 @@ static int migrate_registry(const struct memd_config *cfg, const char *dir)
 
 	if (!memd_config_registry_is_etcd(cfg)) {
 		fprintf(stderr,
-			"memd: --migrate-registry needs registry = etcd and "
-			"etcd_endpoints in the config\n");
+			"memd: --%s needs registry = etcd and "
+			"etcd_endpoints in the config\n",
+			seal ? "seal-registry" : "migrate-registry");
 		return EX_CONFIG;
 	}
 	if (auth_init()) {
@@ -148,6 +155,28 @@ static int migrate_registry(const struct memd_config *cfg, const char *dir)
 	auth_cluster_keys(secret, (size_t)n, &keys);
 	explicit_bzero(secret, sizeof(secret));
 	ro.keys = &keys;
+	if (seal) {
+		bool already = false;
+		char *list = NULL;
+
+		n = memd_registry_seal_etcd(&ro, &already, &list, err,
+					    sizeof(err));
+		explicit_bzero(&keys, sizeof(keys));
+		if (n) {
+			fprintf(stderr, "memd: seal-registry: %s\n", err);
+			return n == -EAGAIN || n == -EIO ? EX_TEMPFAIL
+			       : n == -ENOENT		 ? EX_NOINPUT
+							 : EX_DATAERR;
+		}
+		printf("memd: etcd %s%s/state %s; it holds:\n%s",
+		       cfg->etcd_endpoints, cfg->etcd_prefix,
+		       already ? "is authenticated already: nothing written"
+			       : "sealed (authenticated with the cluster "
+				 "secret)",
+		       list ? list : "");
+		free(list);
+		return 0;
+	}
 	n = memd_registry_migrate(&ro, &nt, &nd, err, sizeof(err));
 	explicit_bzero(&keys, sizeof(keys));
 	if (n) {
@@ -269,6 +298,7 @@ int main(int argc, char **argv)
 	const char *ready_file = NULL;
 	bool check = false, print = false;
 	const char *migrate = NULL;
+	bool seal = false;
 	struct memd_config cfg;
 	struct memd_server *srv = NULL;
 	struct place_topo *topo = NULL;
@@ -340,6 +370,9 @@ int main(int argc, char **argv)
 		case OPT_MIGRATE:
 			migrate = optarg;
 			continue;
+		case OPT_SEAL:
+			seal = true;
+			continue;
 		default:
 			usage(stderr);
 			return EX_USAGE;
@@ -370,8 +403,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	memd_log_level = cfg.log_level;
-	if (migrate)
-		return migrate_registry(&cfg, migrate);
+	if (migrate || seal)
+		return migrate_registry(&cfg, migrate, seal);
 	if (check) {
 		/* The nodes are the host's business: check them here too,
 		 * before a restart would find out (no memory is touched). */

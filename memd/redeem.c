@@ -11,6 +11,9 @@
  *   the epoch, so once now > last_expires_ms + skew every one of them is
  *   refused as expired and the slot may go to another epoch.
  * A free slot has epoch 0 (registry epochs are never 0).
+ * - An epoch whose slot was taken while its tickets were live is in
+ *   retired[] until they have all expired: its tickets are refused
+ *   (-ESTALE) meanwhile, so nothing it redeemed can be replayed.
  *
  * Used by memd-ctl only; no lock.
  */
@@ -28,11 +31,20 @@ struct epoch_win {
 	uint64_t *bits; /* window / 64 words, ring indexed by id % window */
 };
 
+/* Epochs retired while their tickets were live (see memd_redeem_once). */
+#define RETIRED_MAX 64
+
+struct retired {
+	uint64_t epoch; /* 0: free */
+	uint64_t last_expires_ms;
+};
+
 struct memd_redeem {
 	uint32_t window; /* ids, power of two >= 64 */
 	uint32_t nepochs;
 	uint32_t skew_ms;
 	struct memd_redeem_stats st;
+	struct retired retired[RETIRED_MAX];
 	struct epoch_win win[];
 };
 
@@ -70,9 +82,41 @@ static bool win_is_dead(const struct memd_redeem *r, const struct epoch_win *w,
 	return w->last_expires_ms + r->skew_ms < now_unix_ms;
 }
 
-/* The slot of epoch, or a free or dead one given to it; NULL: none. */
+/* Whether epoch was retired and may still have live tickets. */
+static bool is_retired(const struct memd_redeem *r, uint64_t epoch,
+		       uint64_t now_unix_ms)
+{
+	for (uint32_t i = 0; i < RETIRED_MAX; i++)
+		if (r->retired[i].epoch == epoch &&
+		    r->retired[i].last_expires_ms + r->skew_ms >= now_unix_ms)
+			return true;
+	return false;
+}
+
+/* Retires w's epoch (its tickets live): false when retired[] has no
+ * entry free or dead. */
+static bool retire(struct memd_redeem *r, const struct epoch_win *w,
+		   uint64_t now_unix_ms)
+{
+	for (uint32_t i = 0; i < RETIRED_MAX; i++) {
+		struct retired *x = &r->retired[i];
+
+		if (!x->epoch ||
+		    x->last_expires_ms + r->skew_ms < now_unix_ms) {
+			x->epoch = w->epoch;
+			x->last_expires_ms = w->last_expires_ms;
+			r->st.retired++;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The slot of epoch, or a free or dead one given to it; failing that,
+ * with evict, the live one least recently redeemed into, its epoch
+ * retired. NULL: none (-EBUSY), or -ESTALE (epoch retired), -ENOMEM. */
 static struct epoch_win *win_for(struct memd_redeem *r, uint64_t epoch,
-				 uint64_t now_unix_ms, int *err)
+				 uint64_t now_unix_ms, bool evict, int *err)
 {
 	struct epoch_win *pick = NULL;
 	size_t words = r->window / 64;
@@ -80,6 +124,10 @@ static struct epoch_win *win_for(struct memd_redeem *r, uint64_t epoch,
 	for (uint32_t i = 0; i < r->nepochs; i++)
 		if (r->win[i].epoch == epoch)
 			return &r->win[i];
+	if (is_retired(r, epoch, now_unix_ms)) {
+		*err = -ESTALE;
+		return NULL;
+	}
 	/* A free slot first; else the dead one that died first. */
 	for (uint32_t i = 0; i < r->nepochs; i++) {
 		struct epoch_win *w = &r->win[i];
@@ -91,6 +139,14 @@ static struct epoch_win *win_for(struct memd_redeem *r, uint64_t epoch,
 		if (win_is_dead(r, w, now_unix_ms) &&
 		    (!pick || w->last_expires_ms < pick->last_expires_ms))
 			pick = w;
+	}
+	if (!pick && evict) {
+		for (uint32_t i = 0; i < r->nepochs; i++)
+			if (!pick ||
+			    r->win[i].last_expires_ms < pick->last_expires_ms)
+				pick = &r->win[i];
+		if (!retire(r, pick, now_unix_ms))
+			pick = NULL;
 	}
 	if (!pick) {
 		*err = -EBUSY;
@@ -129,9 +185,9 @@ static void clear_ids(struct memd_redeem *r, struct epoch_win *w,
 	}
 }
 
-int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
-		     uint64_t grant_id, uint64_t expires_ms,
-		     uint64_t now_unix_ms, uint64_t *oldest)
+static int record(struct memd_redeem *r, uint64_t registry_epoch,
+		  uint64_t grant_id, uint64_t expires_ms, uint64_t now_unix_ms,
+		  uint64_t *oldest, bool evict)
 {
 	struct epoch_win *w;
 	uint64_t *word, bit;
@@ -141,10 +197,15 @@ int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
 		return -EINVAL;
 	if (now_unix_ms > expires_ms + r->skew_ms)
 		return -ETIME;
-	w = win_for(r, registry_epoch, now_unix_ms, &err);
+	w = win_for(r, registry_epoch, now_unix_ms, evict, &err);
 	if (!w) {
 		if (err == -EBUSY)
 			r->st.busy++;
+		if (err == -ESTALE) {
+			if (oldest)
+				*oldest = 0;
+			r->st.too_old++;
+		}
 		return err;
 	}
 	if (w->top >= r->window && grant_id <= w->top - r->window) {
@@ -173,6 +234,28 @@ int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
 		w->last_expires_ms = expires_ms;
 	r->st.redeemed++;
 	return 0;
+}
+
+int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
+		     uint64_t grant_id, uint64_t expires_ms,
+		     uint64_t now_unix_ms, uint64_t *oldest)
+{
+	return record(r, registry_epoch, grant_id, expires_ms, now_unix_ms,
+		      oldest, true);
+}
+
+int memd_redeem_burn(struct memd_redeem *r, uint64_t registry_epoch,
+		     uint64_t grant_id, uint64_t expires_ms,
+		     uint64_t now_unix_ms, bool current)
+{
+	int rc = record(r, registry_epoch, grant_id, expires_ms, now_unix_ms,
+			NULL, current);
+
+	if (!rc) {
+		r->st.redeemed--;
+		r->st.burnt++;
+	}
+	return rc;
 }
 
 void memd_redeem_get_stats(const struct memd_redeem *r,

@@ -17,11 +17,20 @@
  * refused for ever, never accepted again.
  *
  * At most nepochs registry epochs are remembered. A slot is given to a
- * new epoch only when it is free or when every ticket redeemed under its
+ * new epoch when it is free or when every ticket redeemed under its
  * epoch has expired (expires_ms + skew_ms < now): a replay of those is
  * refused as expired, so their bits are no longer needed. This relies on
  * the donor's wall clock not stepping back by more than the skew, as the
- * expiry check itself does.
+ * expiry check itself does. When no slot is free or dead, the one least
+ * recently redeemed into (the oldest last expiry) is taken and its epoch
+ * *retired*: every ticket of a retired epoch is refused (-ESTALE) until
+ * all it redeemed have expired, so nothing is ever accepted twice. A
+ * donor redeems only tickets of the registry incarnation it is joined
+ * to, and an incarnation that was replaced never serves again (a
+ * restarted registry, each etcd election, takes a new epoch), so a
+ * retired epoch costs nothing in practice. At most 64 epochs are retired
+ * with live tickets at once; past that -EBUSY (more than 68 registry
+ * epochs within a ticket's life + skew).
  *
  * Pure bookkeeping: no I/O, no clock reads (callers pass now), no lock:
  * one thread at a time (memd-ctl). Bitmaps are allocated on an epoch's
@@ -30,6 +39,7 @@
 #ifndef TP_MEMD_REDEEM_H
 #define TP_MEMD_REDEEM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 struct memd_redeem;
@@ -43,6 +53,8 @@ struct memd_redeem_stats {
 	uint64_t replayed; /* -EALREADY */
 	uint64_t too_old;  /* -ESTALE: below the window */
 	uint64_t busy;	   /* -EBUSY: no epoch slot */
+	uint64_t retired;  /* epochs retired with live tickets */
+	uint64_t burnt;	   /* refused, recorded by memd_redeem_burn */
 	uint32_t epochs;   /* slots holding an epoch */
 };
 
@@ -65,10 +77,12 @@ void memd_redeem_destroy(struct memd_redeem *r);
  *   -ESTALE    grant_id is window_ids or more below the highest id
  *              redeemed in its epoch: too old to check, refused for ever;
  *              *oldest (when not NULL) = the lowest id still checked;
+ *              or the epoch was retired (*oldest = 0);
  *   -ETIME     the ticket has expired (now_unix_ms > expires_ms +
  *              skew_ms); callers normally refuse those before;
- *   -EBUSY     nepochs other epochs hold tickets that have not expired;
- *              retry once they have (at most their life + skew_ms);
+ *   -EBUSY     nepochs other epochs hold tickets that have not expired
+ *              and 64 more are retired with live tickets; retry once
+ *              they have expired (at most their life + skew_ms);
  *   -EINVAL    registry_epoch or grant_id is 0 (never issued);
  *   -ENOMEM    no memory for a new epoch's window.
  * Nothing is recorded unless it returns 0. O(1) amortised: sliding the
@@ -77,6 +91,20 @@ void memd_redeem_destroy(struct memd_redeem *r);
 int memd_redeem_once(struct memd_redeem *r, uint64_t registry_epoch,
 		     uint64_t grant_id, uint64_t expires_ms,
 		     uint64_t now_unix_ms, uint64_t *oldest);
+
+/*
+ * Records grant_id of registry_epoch as spent without redeeming it: a
+ * ticket the donor refused for good (and reports to its registry, which
+ * then drops the reservation), so that it is never redeemed later. The
+ * same checks and returns as memd_redeem_once; counted as burnt, not
+ * redeemed. current: the epoch is the one the donor is joined to; only
+ * then may it take a live epoch's slot (a burn of another epoch's ticket
+ * must not retire the current one: -EBUSY instead). A caller may tell the registry the grant is gone when this
+ * returns 0, -ESTALE or -ETIME (refused for ever), not otherwise.
+ */
+int memd_redeem_burn(struct memd_redeem *r, uint64_t registry_epoch,
+		     uint64_t grant_id, uint64_t expires_ms,
+		     uint64_t now_unix_ms, bool current);
 
 /* Counters since creation, and the epochs held. */
 void memd_redeem_get_stats(const struct memd_redeem *r,

@@ -147,6 +147,7 @@ struct memd_registry {
 	char *watch_prefix;	    /* "PREFIX/": memd-etcdw watches under it */
 	bool kick;		    /* a watch event: memd-etcd steps now */
 	uint8_t seal[AUTH_KEY_LEN]; /* seals tenant keys in etcd */
+	uint8_t mac[AUTH_KEY_LEN];  /* authenticates PREFIX/state */
 	uint32_t lease_ms;
 	int64_t lease_id;
 	int64_t state_rev; /* mod_revision of the state we hold; 0: none */
@@ -162,6 +163,10 @@ struct memd_registry {
 	bool old_leader_gone;
 	char self_donor[WIRE_NAME_MAX];
 	char etcd_err[160]; /* the last etcd failure */
+	/* elected but refused the state: no campaign before this (a watch
+	 * kick does not hurry it), and its reason, logged at err once */
+	uint64_t campaign_after_ms;
+	char load_err[768];
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -1075,9 +1080,83 @@ static int doc_seal(struct memd_registry *r, json_t *doc, bool seal, char *err,
 	return 0;
 }
 
+/*
+ * The MAC of PREFIX/state (docs/cluster.md, "What etcd learns"): BLAKE2b
+ * keyed with the state MAC key (derived from the cluster secret) over
+ * "tidepool registry state mac v1", the length (u32, little endian) and
+ * bytes of the etcd key, and the document without "mac" as jansson
+ * writes it compact with sorted keys (tenant keys sealed). So it covers
+ * every tenant's id, name, quota, cost model and sealed key together,
+ * the donors, the counters, and which pool (prefix) it is for: a writer
+ * to etcd cannot move a sealed key to another tenant, change an id or a
+ * quota, or copy another prefix's state. 0, or -ENOMEM.
+ */
+static int doc_mac(const struct memd_registry *r, json_t *doc,
+		   uint8_t out[AUTH_KEY_LEN])
+{
+	static const char label[] = "tidepool registry state mac v1";
+	crypto_generichash_state st;
+	uint32_t klen = (uint32_t)strlen(r->state_key);
+	uint8_t le[4] = { (uint8_t)klen, (uint8_t)(klen >> 8),
+			  (uint8_t)(klen >> 16), (uint8_t)(klen >> 24) };
+	char *canon = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+
+	if (!canon)
+		return -ENOMEM;
+	crypto_generichash_init(&st, r->mac, sizeof(r->mac), AUTH_KEY_LEN);
+	crypto_generichash_update(&st, (const uint8_t *)label,
+				  sizeof(label) - 1);
+	crypto_generichash_update(&st, le, sizeof(le));
+	crypto_generichash_update(&st, (const uint8_t *)r->state_key, klen);
+	crypto_generichash_update(&st, (const uint8_t *)canon, strlen(canon));
+	crypto_generichash_final(&st, out, AUTH_KEY_LEN);
+	free(canon);
+	return 0;
+}
+
+/*
+ * Checks and removes doc's "mac". 0: it verifies; -ENOENT: there is none
+ * (state of a memd before the MAC, or written by hand); -EPERM: it does
+ * not verify (or is malformed), err says so.
+ */
+static int doc_verify(const struct memd_registry *r, json_t *doc, char *err,
+		      size_t errlen)
+{
+	uint8_t got[AUTH_KEY_LEN], want[AUTH_KEY_LEN];
+	json_t *x = json_object_get(doc, "mac");
+	int bad;
+
+	if (!x)
+		return -ENOENT;
+	bad = !json_is_string(x) || auth_unhex(json_string_value(x), got,
+					       sizeof(got)) != (int)sizeof(got);
+	json_object_del(doc, "mac");
+	if (bad) {
+		set_err(err, errlen, "its \"mac\" is not %d hex digits",
+			2 * AUTH_KEY_LEN);
+		return -EPERM;
+	}
+	if (doc_mac(r, doc, want)) {
+		set_err(err, errlen, "out of memory");
+		return -EPERM;
+	}
+	if (sodium_memcmp(got, want, sizeof(got))) {
+		set_err(err, errlen,
+			"it does not verify with this cluster's secret: it "
+			"was changed outside the registries (a tenant's "
+			"sealed key, id or quota edited, records swapped, "
+			"another prefix's state copied) or written with "
+			"another cluster secret; never used. Restore a good "
+			"revision (etcdctl get --rev=N %s, then put it back)",
+			r->state_key);
+		return -EPERM;
+	}
+	return 0;
+}
+
 static void etcd_note_locked(struct memd_registry *r, const char *err)
 {
-	if (strcmp(r->etcd_err, err))
+	if (strncmp(r->etcd_err, err, sizeof(r->etcd_err) - 1))
 		memd_log(LOG_WARNING, "registry: etcd: %s", err);
 	snprintf(r->etcd_err, sizeof(r->etcd_err), "%s", err);
 }
@@ -1093,7 +1172,13 @@ static int etcd_state_put_locked(struct memd_registry *r,
 	int64_t rev = 0;
 	int rc;
 
+	uint8_t mac[AUTH_KEY_LEN];
+	char hex[2 * AUTH_KEY_LEN + 1];
+
 	if (!doc || doc_seal(r, doc, true, err, errlen) ||
+	    doc_mac(r, doc, mac) ||
+	    (auth_hex(mac, sizeof(mac), hex),
+	     json_object_set_new(doc, "mac", json_string(hex))) ||
 	    !(text = json_dumps(doc, JSON_COMPACT))) {
 		json_decref(doc);
 		set_err(err, errlen, "registry: cannot encode the state");
@@ -1143,11 +1228,13 @@ static void registry_reset_locked(struct memd_registry *r)
 }
 
 /* Reads PREFIX/state afresh (none: an empty registry). 0 or -errno with
- * err; on failure the registry is empty. */
+ * err; on failure the registry is empty. State without a MAC is refused
+ * (-EPERM) unless *unsigned_ok, which then says whether it had none
+ * (memd --seal-registry). */
 static int etcd_state_load_locked(struct memd_registry *r, char *err,
-				  size_t errlen)
+				  size_t errlen, bool *unsigned_ok)
 {
-	char msg[200];
+	char msg[600];
 	json_error_t je;
 	json_t *doc;
 	char *text;
@@ -1165,7 +1252,33 @@ static int etcd_state_load_locked(struct memd_registry *r, char *err,
 	doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	sodium_memzero(text, len);
 	free(text);
-	rc = doc ? doc_seal(r, doc, false, msg, sizeof(msg)) : -EINVAL;
+	rc = doc ? doc_verify(r, doc, msg, sizeof(msg)) : -EINVAL;
+	if (rc == -ENOENT && unsigned_ok && *unsigned_ok) {
+		rc = 0;
+	} else if (rc == -ENOENT) {
+		json_decref(doc);
+		registry_reset_locked(r);
+		set_err(err, errlen,
+			"etcd %s (revision %" PRId64 "): not authenticated "
+			"(no \"mac\": written by a memd before the state was "
+			"authenticated, or by hand); never used. Once every "
+			"registry runs this release, check it and run `memd "
+			"--seal-registry` with this pool's config "
+			"(docs/cluster.md, \"Migration\")",
+			r->state_key, rev);
+		return -EPERM;
+	} else if (unsigned_ok) {
+		*unsigned_ok = false;
+	}
+	if (rc == -EPERM) {
+		json_decref(doc);
+		registry_reset_locked(r);
+		set_err(err, errlen, "etcd %s (revision %" PRId64 "): %s",
+			r->state_key, rev, msg);
+		return -EPERM;
+	}
+	if (!rc)
+		rc = doc_seal(r, doc, false, msg, sizeof(msg));
 	if (!doc)
 		snprintf(msg, sizeof(msg), "line %d: %s", je.line, je.text);
 	if (!rc)
@@ -1185,6 +1298,7 @@ static int etcd_attach(struct memd_registry *r,
 		       size_t errlen)
 {
 	static const char label[] = "tidepool registry state v1";
+	static const char mac_label[] = "tidepool registry state mac key v1";
 	const char *pre = o->etcd_prefix && o->etcd_prefix[0] ? o->etcd_prefix
 							      : "/tidepool";
 	int rc;
@@ -1194,6 +1308,9 @@ static int etcd_attach(struct memd_registry *r,
 		return rc;
 	crypto_generichash(r->seal, sizeof(r->seal), (const uint8_t *)label,
 			   sizeof(label) - 1, o->keys->admin,
+			   sizeof(o->keys->admin));
+	crypto_generichash(r->mac, sizeof(r->mac), (const uint8_t *)mac_label,
+			   sizeof(mac_label) - 1, o->keys->admin,
 			   sizeof(o->keys->admin));
 	r->lease_ms = o->etcd_lease_ms < 2000 ? 2000 : o->etcd_lease_ms;
 	if (asprintf(&r->state_key, "%s/state", pre) < 0)
@@ -1246,7 +1363,7 @@ bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
 uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 {
 	uint32_t idle = r->lease_ms / 4;
-	char err[256] = "", val[WIRE_HOSTPORT_MAX + WIRE_NAME_MAX + 2];
+	char err[768] = "", val[WIRE_HOSTPORT_MAX + WIRE_NAME_MAX + 2];
 	int64_t ttl_s, mrev;
 	char *lv;
 	size_t len;
@@ -1255,6 +1372,11 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	if (!r->etcd)
 		return 1000;
 	pthread_mutex_lock(&r->lock);
+	if (!r->leader && now_ms < r->campaign_after_ms) {
+		idle = (uint32_t)(r->campaign_after_ms - now_ms);
+		pthread_mutex_unlock(&r->lock);
+		return idle;
+	}
 	if (r->resign && r->lease_id) {
 		/* revoking deletes PREFIX/leader: a new election follows */
 		r->resign = false;
@@ -1328,12 +1450,16 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 		pthread_mutex_unlock(&r->lock);
 		return idle;
 	}
-	rc = etcd_state_load_locked(r, err, sizeof(err));
+	rc = etcd_state_load_locked(r, err, sizeof(err), NULL);
 	if (rc) {
-		memd_log(LOG_ERR,
+		/* at err once per reason (it names the revision): every
+		 * registry campaigns again each lease while it lasts */
+		memd_log(strcmp(err, r->load_err) ? LOG_ERR : LOG_DEBUG,
 			 "registry: elected, but cannot read the state: %s; "
 			 "resigning",
 			 err);
+		snprintf(r->load_err, sizeof(r->load_err), "%s", err);
+		r->campaign_after_ms = now_ms + r->lease_ms;
 		etcd_note_locked(r, err);
 		pthread_mutex_unlock(&r->lock);
 		memd_etcd_lease_revoke(r->etcd, r->lease_id, err, sizeof(err));
@@ -1346,6 +1472,7 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	r->open_unix_ms = unix_ms();
 	for (size_t i = 0; i < r->ndonors; i++)
 		r->donor[i].since_unix_ms = r->open_unix_ms;
+	r->load_err[0] = '\0';
 	r->leader = true;
 	r->serve_until_ms = now_ms + r->lease_ms - r->lease_ms / 4;
 	r->warm_until_ms = now_ms + TAKEOVER_WARM_MS +
@@ -1493,6 +1620,7 @@ static void registry_free(struct memd_registry *r)
 	free(r->watch_prefix);
 	free(r->advertise);
 	sodium_memzero(r->seal, sizeof(r->seal));
+	sodium_memzero(r->mac, sizeof(r->mac));
 	memset(&r->keys, 0, sizeof(r->keys));
 	free(r);
 }
@@ -1646,6 +1774,62 @@ int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
 			rc = -EEXIST;
 		}
 	}
+	memd_registry_close(r);
+	return rc;
+}
+
+int memd_registry_seal_etcd(const struct memd_registry_opts *o, bool *already,
+			    char **listing, char *err, size_t errlen)
+{
+	struct memd_registry *r;
+	struct state_edit e;
+	bool unsigned_ok = true;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+	int rc;
+
+	*already = false;
+	*listing = NULL;
+	if (!o || !o->etcd) {
+		set_err(err, errlen, "seal: needs registry = etcd");
+		return -EINVAL;
+	}
+	rc = memd_registry_open(o, 0, &r, err, errlen);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&r->lock);
+	rc = etcd_state_load_locked(r, err, errlen, &unsigned_ok);
+	if (!rc && !r->state_rev) {
+		set_err(err, errlen, "etcd holds no registry state at %s",
+			r->state_key);
+		rc = -ENOENT;
+	}
+	if (!rc && !unsigned_ok) {
+		*already = true;
+	} else if (!rc) {
+		e = state_now(r);
+		rc = etcd_state_put_locked(r, &e, err, errlen);
+		if (rc == -EAGAIN)
+			set_err(err, errlen,
+				"%s changed while it was being sealed: "
+				"nothing written; run this again",
+				r->state_key);
+	}
+	if (!rc && (f = open_memstream(&out, &len))) {
+		for (size_t i = 0; i < r->ntenants; i++)
+			fprintf(f,
+				"  tenant %s id %u quota_bytes %" PRIu64 "\n",
+				r->tenant[i].name, r->tenant[i].id,
+				r->tenant[i].quota_bytes);
+		for (size_t i = 0; i < r->ndonors; i++)
+			fprintf(f, "  donor %s id %u%s\n", r->donor[i].name,
+				r->donor[i].id,
+				r->donor[i].draining ? " draining" : "");
+		fclose(f);
+		*listing = out;
+	}
+	pthread_mutex_unlock(&r->lock);
 	memd_registry_close(r);
 	return rc;
 }
@@ -1880,6 +2064,16 @@ int memd_registry_donor_report(struct memd_registry *r,
 	if (r->ntenants <= WIRE_MAX_TENANTS) {
 		ok->flags |= WIRE_DONOR_TENANTS;
 		ok->next_tenant_id = r->next_tenant_id;
+	}
+	/* Fencing (docs/cluster.md): on etcd, no other registry can lead
+	 * before serve_until_ms + a quarter lease; the donor redeems this
+	 * epoch's tickets only until serve_until_ms - now_ms after it sent
+	 * the report (which is before now_ms), so never once another
+	 * registry may place. The quarter lease is the margin for clock
+	 * rates, as for the leader's own serving. */
+	if (r->etcd) {
+		ok->flags |= WIRE_DONOR_FENCE;
+		ok->fence_ms = (uint32_t)(r->serve_until_ms - now_ms);
 	}
 out:
 	pthread_mutex_unlock(&r->lock);

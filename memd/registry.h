@@ -141,6 +141,20 @@ void memd_registry_etcd_old_leader_gone(struct memd_registry *r,
 int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
 			  size_t *ndonors, char *err, size_t errlen);
 
+/*
+ * memd --seal-registry: adds the MAC to etcd's PREFIX/state written by a
+ * memd before the state was authenticated (docs/cluster.md, "Migration"),
+ * after the old checks (every tenant key opens with the cluster secret,
+ * the document is well formed), if it has not changed meanwhile. 0 with
+ * *already true when it verifies already (nothing written); 0 having
+ * sealed it; -ENOENT (no state), -EPERM (it has a MAC that does not
+ * verify: never re-sealed), -EINVAL (corrupt), -EAGAIN (it changed
+ * meanwhile), -EIO, with err. On 0, *listing (free it; may be NULL) lists
+ * the tenants and donors, for the operator to check.
+ */
+int memd_registry_seal_etcd(const struct memd_registry_opts *o, bool *already,
+			    char **listing, char *err, size_t errlen);
+
 /* Authentication: a tenant's id and key by name. 0 or -ENOENT. */
 int memd_registry_tenant_key(struct memd_registry *r, const char *name,
 			     uint32_t *id, uint8_t key[AUTH_KEY_LEN]);
@@ -159,9 +173,12 @@ int memd_registry_donor_join(struct memd_registry *r,
 			     size_t errlen);
 /*
  * A donor's report: its free slabs, per-tenant usage and the grants it
- * redeemed since its last acknowledged report. Fills *ok (the drain flag
- * tells the donor to lease nothing new). -ESTALE: unknown donor id or an
- * epoch other than the one it joined with (the donor must join again).
+ * is done with since its last acknowledged report (redeemed, their slabs
+ * in this report's usage, or refused for good: either way no longer
+ * reserved). Fills *ok (the drain flag tells the donor to lease nothing
+ * new; on etcd, WIRE_DONOR_FENCE and how long it may redeem this epoch's
+ * tickets). -ESTALE: unknown donor id or an epoch other than the one it
+ * joined with (the donor must join again).
  */
 int memd_registry_donor_report(struct memd_registry *r,
 			       const struct wire_donor_report *rep,

@@ -355,7 +355,43 @@ static void redeem_publish(struct memd_server *s)
 	__atomic_store_n(&s->redeem_st.replayed, st.replayed, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.too_old, st.too_old, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.busy, st.busy, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.burnt, st.burnt, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->redeem_st.retired, st.retired, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->redeem_st.epochs, st.epochs, __ATOMIC_RELAXED);
+}
+
+/*
+ * A ticket of this donor incarnation that is refused for good: its id is
+ * burnt in the replay record (never redeemed here later) and the grant
+ * goes to its registry epoch in a report, which drops the reservation
+ * at once (docs/cluster.md, "Reservation accounting") instead of when
+ * the ticket expires; without that, tickets the donors refuse after a
+ * registry restart held a tenant's quota for 90 s. burn false: the id
+ * is burnt already (redeemed, then the grant failed). memd-ctl.
+ */
+static void ticket_refused_for_good(struct memd_server *s,
+				    const struct wire_ticket *t,
+				    uint64_t now_unix, bool burn)
+{
+	uint64_t reg_epoch = 0;
+	uint32_t donor_id = 0;
+	bool drain, current = memd_donor_state(s->donor, &donor_id, &reg_epoch,
+					       &drain) &&
+			      reg_epoch == t->registry_epoch;
+	int r = 0;
+
+	if (!memd_donor_refused_room(s->donor))
+		return; /* its reservation expires */
+	if (burn) {
+		r = memd_redeem_burn(s->redeemed, t->registry_epoch,
+				     t->grant_id, t->expires_ms, now_unix,
+				     current);
+		redeem_publish(s);
+		if (r && r != -ESTALE && r != -ETIME)
+			return; /* redeemed before, or not recorded */
+	}
+	memd_donor_refused(s->donor, t->registry_epoch, t->grant_id,
+			   t->expires_ms);
 }
 
 void srv_do_lease_grant(struct memd_server *s, struct conn *c,
@@ -363,7 +399,7 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	const struct wire_ticket *t = &req->u.lease_grant.ticket;
-	uint64_t reg_epoch = 0, now_unix = unix_ms(), oldest = 0;
+	uint64_t reg_epoch = 0, now_unix = unix_ms(), oldest = 0, late = 0;
 	uint32_t donor_id = 0;
 	bool drain = false, joined;
 	int r;
@@ -402,6 +438,18 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 	if (!joined || t->donor_id != donor_id || t->donor_epoch != s->epoch ||
 	    t->registry_epoch != reg_epoch) {
 		CTR_ADD(s, tickets_refused, 1);
+		/* Ours but of another registry epoch: refused for good,
+		 * reported if we join that epoch. Another donor's (or
+		 * incarnation's) is not ours to report. */
+		if (joined && t->donor_id == donor_id &&
+		    t->donor_epoch == s->epoch)
+			ticket_refused_for_good(s, t, now_unix, true);
+		memd_log(LOG_INFO,
+			 "ticket: grant %" PRIu64 " of registry %016" PRIx64
+			 " for donor %u refused: this is donor %u of registry "
+			 "%016" PRIx64 "%s peer=%s",
+			 t->grant_id, t->registry_epoch, t->donor_id, donor_id,
+			 reg_epoch, joined ? "" : " (not joined)", c->peer);
 		srv_send_error(s, c, req->seq, ESTALE,
 			       "ticket: for donor %u epoch %016" PRIx64
 			       " of registry %016" PRIx64 "; this is donor %u "
@@ -411,8 +459,32 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 			       donor_id, s->epoch, reg_epoch);
 		return;
 	}
+	/* Fencing (docs/cluster.md, "Fencing"): redeem a ticket of an
+	 * etcd registry only while that registry is known to lead, i.e.
+	 * within the fence of its last answered report. A leader paused
+	 * past its lease (or cut off) still has tickets in clients' hands
+	 * and LEASE_GRANTs queued in its own socket; another registry may
+	 * lead and place the same quota by now. Checked here, on the
+	 * request, so that nothing queued while this process did not run
+	 * is served on what it knew before. */
+	if (!memd_donor_fence(s->donor, reg_epoch, srv_now_ms(), &late)) {
+		CTR_ADD(s, tickets_refused, 1);
+		memd_log(LOG_WARNING,
+			 "ticket: registry %016" PRIx64 " has not confirmed "
+			 "it leads for %" PRIu64 " ms past its fence: "
+			 "refusing grant %" PRIu64 " peer=%s",
+			 reg_epoch, late, t->grant_id, c->peer);
+		ticket_refused_for_good(s, t, now_unix, true);
+		srv_send_error(s, c, req->seq, ESTALE,
+			       "ticket: registry %016" PRIx64 " is not known "
+			       "to lead (no report answered within its etcd "
+			       "lease's fence): place again",
+			       reg_epoch);
+		return;
+	}
 	if (now_unix > t->expires_ms + TICKET_SKEW_MS) {
 		CTR_ADD(s, tickets_refused, 1);
+		ticket_refused_for_good(s, t, now_unix, false);
 		srv_send_error(s, c, req->seq, ESTALE,
 			       "ticket: expired %" PRIu64
 			       " ms ago: place again",
@@ -421,6 +493,7 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 	}
 	if (drain) {
 		CTR_ADD(s, leases_refused, 1);
+		ticket_refused_for_good(s, t, now_unix, true);
 		srv_send_error(s, c, req->seq, EBUSY,
 			       "lease_grant: this donor is draining");
 		return;
@@ -433,6 +506,12 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 		if (r == -EALREADY)
 			srv_send_error(s, c, req->seq, EACCES,
 				       "ticket: already redeemed");
+		else if (r == -ESTALE && !oldest)
+			srv_send_error(s, c, req->seq, ESTALE,
+				       "ticket: this donor retired registry "
+				       "%016" PRIx64 "'s replay record for "
+				       "newer incarnations: place again",
+				       t->registry_epoch);
 		else if (r == -ESTALE)
 			srv_send_error(s, c, req->seq, ESTALE,
 				       "ticket: grant %" PRIu64
@@ -447,8 +526,8 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 			srv_send_error(
 				s, c, req->seq, EBUSY,
 				"ticket: this donor still holds unexpired "
-				"tickets of %u other registry incarnations; "
-				"retry within %u s",
+				"tickets of %u other registry incarnations "
+				"and 64 retired ones; retry within %u s",
 				MEMD_REDEEM_EPOCHS,
 				(TICKET_TTL_MS + TICKET_SKEW_MS) / 1000);
 		else
@@ -458,8 +537,11 @@ void srv_do_lease_grant(struct memd_server *s, struct conn *c,
 	}
 	r = srv_grant_request(s, c, req->seq, t->nslabs, t->node,
 			      WIRE_LEASE_GRANT_OK, rep);
-	if (r)
-		return; /* the ticket is spent; its reservation expires */
+	if (r) {
+		/* the ticket is spent: its registry drops the reservation */
+		ticket_refused_for_good(s, t, now_unix, false);
+		return;
+	}
 	if (memd_donor_redeemed(s->donor, t->grant_id))
 		memd_log(LOG_WARNING,
 			 "donor: redeemed-grant queue full; the registry "
@@ -933,6 +1015,15 @@ void srv_write_redeem_metrics(struct memd_metrics_buf *b, struct memd_server *s)
 		{ "tickets_busy_total",
 		  "Grant tickets refused for want of a registry epoch slot.",
 		  offsetof(struct memd_redeem_stats, busy) },
+		{ "tickets_burnt_total",
+		  "Grant tickets refused for good and reported to their "
+		  "registry (their ids can never be redeemed here).",
+		  offsetof(struct memd_redeem_stats, burnt) },
+		{ "redeem_epochs_retired_total",
+		  "Registry epochs whose replay record was dropped for a "
+		  "newer one while their tickets were live (their tickets "
+		  "are refused until they expire).",
+		  offsetof(struct memd_redeem_stats, retired) },
 	};
 
 	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {

@@ -655,6 +655,127 @@ START_TEST(removed_tenant_pass_revoked_at_donors)
 }
 END_TEST
 
+/* reserved_bytes of tenant name at the registry (-1: no answer). */
+static long long reserved_of(const char *name)
+{
+	char json[128], out[4096];
+	const char *at;
+
+	snprintf(json, sizeof(json), "{\"cmd\":\"quota-get\",\"name\":\"%s\"}",
+		 name);
+	if (tu_admin(reg.addr, cluster, json, out, sizeof(out)))
+		return -1;
+	at = strstr(out, "\"reserved_bytes\":");
+	return at ? atoll(at + strlen("\"reserved_bytes\":")) : -1;
+}
+
+/*
+ * issue 32, item 3: a donor that refuses a ticket for good reports it,
+ * and the registry drops its reservation at once; before, it held the
+ * tenant's quota until the ticket expired (ticket_ttl + 60 s + a report
+ * interval: the chaos run saw EDQUOT for 77 s after a registry restart).
+ * The refusal here: the donor is draining. The ticket is then spent for
+ * good: the same ticket is refused after the drain too.
+ */
+START_TEST(refused_ticket_releases_its_reservation)
+{
+	struct tu_memd d2;
+	char a1[300], a2[300], d2log[300], err[256], out[8192], sec_e[256];
+	const char *dargs[] = { "--set",    a1,
+				"--set",    a2,
+				"--set",    "donor_name=d2",
+				"--set",    "report_interval=100ms",
+				"--set",    "metrics_listen=127.0.0.1:0",
+				"--donate", "512M",
+				NULL };
+	struct wire_msg *rep = msg();
+	struct wire_auth_ok oke;
+	struct wire_ticket t;
+	uint8_t skey[32], pke[64];
+	struct rpc *re, *de;
+	long long res = -1;
+	int i, r;
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	ck_assert_int_eq(tu_memd_start_args(&d2, NULL, dargs), 0);
+	snprintf(d2log, sizeof(d2log), "%s/memd.log", d2.dir);
+	for (i = 0; i < 500; i++) {
+		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)) &&
+		    strstr(out, "\"d2\""))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(tu_secret_file(dir, "e.secret", sec_e), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "e", sec_e, SLAB), 0);
+	re = tenant("e", sec_e, &oke, skey);
+	ck_assert_int_eq(
+		auth_open(skey, oke.box, oke.box_len, pke, sizeof(pke)),
+		AUTH_KEY_LEN);
+	/* d2 has the most free slabs: the grant is there (placement waits
+	 * for d2's first report, which the "donors" poll above may beat:
+	 * ENOSPC is retried) */
+	for (i = 0; i < 500; i++) {
+		r = call(re,
+			 &(struct wire_msg){
+				 .type = WIRE_PLACE,
+				 .u.place = { .nslabs = 1, .node = -1 } },
+			 rep, WIRE_PLACE_OK, err, sizeof(err));
+		if (r != -ENOSPC)
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_msg(!r, "place: %s", err);
+	ck_assert_str_eq(rep->u.place_ok.grant[0].addr, d2.addr);
+	t = rep->u.place_ok.grant[0].ticket;
+	ck_assert_int_eq(reserved_of("e"), (long long)SLAB);
+	/* quota 1 slab: full */
+	r = call(re,
+		 &(struct wire_msg){ .type = WIRE_PLACE,
+				     .u.place = { .nslabs = 1, .node = -1 } },
+		 rep, WIRE_PLACE_OK, err, sizeof(err));
+	ck_assert_int_eq(r, -EDQUOT);
+
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				  "\"drain\":true}",
+				  out, sizeof(out)),
+			 0);
+	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=1");
+	     i++)
+		sleep_ms(20);
+	ck_assert_int_lt(i, 500);
+	de = pass_session(d2.addr, "e", &oke, pke, &r, err, sizeof(err));
+	ck_assert_msg(de, "e at d2: %s %s", strerror(-r), err);
+	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EBUSY);
+	/* the refusal reaches the registry with d2's next report */
+	for (i = 0; i < 500 && (res = reserved_of("e")) != 0; i++)
+		sleep_ms(20);
+	ck_assert_msg(res == 0, "e's refused grant is still reserved: %lld",
+		      res);
+	ck_assert_int_eq(tu_metric(&d2, "tidepool_memd_tickets_burnt_total"),
+			 1);
+	/* the ticket is spent: refused after the drain as well */
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				  "\"drain\":false}",
+				  out, sizeof(out)),
+			 0);
+	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=0");
+	     i++)
+		sleep_ms(20);
+	ck_assert_int_lt(i, 500);
+	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EACCES);
+	ck_assert_msg(strstr(err, "already redeemed"), "%s", err);
+	rpc_close(de);
+	rpc_close(re);
+	free(rep);
+	tu_memd_stop_ok(&d2);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cluster_auth");
@@ -671,6 +792,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
 	tcase_add_test(tc, admin_json_refusals);
 	tcase_add_test(tc, removed_tenant_pass_revoked_at_donors);
+	tcase_add_test(tc, refused_ticket_releases_its_reservation);
 	suite_add_tcase(s, tc);
 	return s;
 }

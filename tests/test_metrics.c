@@ -650,6 +650,7 @@ START_TEST(ticket_redemptions_are_counted)
 	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_replayed_total"), 0);
 	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_too_old_total"), 0);
 	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_busy_total"), 0);
+	ck_assert_uint_eq(sample(t, "tidepool_memd_tickets_burnt_total"), 0);
 	ck_assert_uint_eq(sample(t, "tidepool_memd_redeem_epochs"), 1);
 	assert_contains(t, "# TYPE tidepool_memd_tickets_redeemed_total "
 			   "counter\n");

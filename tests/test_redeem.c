@@ -16,6 +16,7 @@
 #define EP_A 0xa1a1a1a1a1a1a1a1ull
 #define EP_B 0xb2b2b2b2b2b2b2b2ull
 #define EP_C 0xc3c3c3c3c3c3c3c3ull
+#define EP_D 0xd4d4d4d4d4d4d4d4ull
 
 static struct memd_redeem *mk(uint32_t window, uint32_t nepochs)
 {
@@ -186,41 +187,64 @@ START_TEST(matches_model)
 END_TEST
 
 /*
- * Epoch slots: a new registry epoch gets a slot only when one is free or
- * holds only expired tickets; replays of those stay refused (expired).
+ * Epoch slots: a new registry epoch takes a free slot, or one holding
+ * only expired tickets, or else the least recently used one, whose epoch
+ * is then retired: its tickets are refused until all it redeemed have
+ * expired, so nothing is accepted twice (before, the new epoch was
+ * refused EBUSY and its grants stayed reserved at the registry).
  */
 START_TEST(epoch_slots)
 {
 	struct memd_redeem *r = mk(64, 2);
 	struct memd_redeem_stats st;
+	uint64_t oldest = 77;
 
 	ck_assert_int_eq(memd_redeem_once(r, EP_A, 1, 1000, 0, NULL), 0);
 	ck_assert_int_eq(memd_redeem_once(r, EP_B, 1, 2000, 0, NULL), 0);
-	ck_assert_int_eq(memd_redeem_once(r, EP_C, 1, 3000, 0, NULL), -EBUSY);
-	/* A's last ticket ends at 1000: its slot is free after 1000 + SKEW. */
-	ck_assert_int_eq(memd_redeem_once(r, EP_C, 1, 3000, 1000 + SKEW, NULL),
-			 -EBUSY);
-	ck_assert_int_eq(
-		memd_redeem_once(r, EP_C, 1, 3000, 1000 + SKEW + 1, NULL), 0);
-	/* A's ticket replayed after its epoch left: refused as expired. */
+	/* no slot free or dead: A (least recent) is retired for C */
+	ck_assert_int_eq(memd_redeem_once(r, EP_C, 1, 3000, 0, NULL), 0);
+	ck_assert_int_eq(memd_redeem_once(r, EP_A, 1, 1000, 0, &oldest),
+			 -ESTALE);
+	ck_assert_uint_eq(oldest, 0);
+	ck_assert_int_eq(memd_redeem_once(r, EP_A, 2, 1000, 0, NULL), -ESTALE);
+	ck_assert_int_eq(memd_redeem_once(r, EP_B, 1, 2000, 0, NULL),
+			 -EALREADY);
+	ck_assert_int_eq(memd_redeem_once(r, EP_C, 1, 3000, 0, NULL),
+			 -EALREADY);
+	/* a burn of another epoch's ticket retires nothing */
+	ck_assert_int_eq(memd_redeem_burn(r, EP_D, 1, 4000, 0, false), -EBUSY);
+	ck_assert_int_eq(memd_redeem_burn(r, EP_C, 2, 3000, 0, true), 0);
+	ck_assert_int_eq(memd_redeem_once(r, EP_C, 2, 3000, 0, NULL),
+			 -EALREADY);
+	/* A's tickets expired: A is no longer retired; its replay is
+	 * refused as expired, a new ticket of A takes B's slot (B retired) */
 	ck_assert_int_eq(
 		memd_redeem_once(r, EP_A, 1, 1000, 1000 + SKEW + 1, NULL),
 		-ETIME);
-	/* B and C are live: A cannot come back yet with a new ticket. */
 	ck_assert_int_eq(
-		memd_redeem_once(r, EP_A, 2, 9000, 1000 + SKEW + 1, NULL),
-		-EBUSY);
-	ck_assert_int_eq(memd_redeem_once(r, EP_B, 1, 2000, 1500, NULL),
-			 -EALREADY);
-	ck_assert_int_eq(memd_redeem_once(r, EP_C, 1, 3000, 1500, NULL),
-			 -EALREADY);
-	/* B's slot is taken (and wiped) once B's tickets have expired. */
-	ck_assert_int_eq(memd_redeem_once(r, EP_A, 2, 9000, 2200, NULL), 0);
-	ck_assert_int_eq(memd_redeem_once(r, EP_B, 1, 2000, 2200, NULL),
-			 -ETIME);
+		memd_redeem_once(r, EP_A, 2, 9000, 1000 + SKEW + 1, NULL), 0);
+	ck_assert_int_eq(
+		memd_redeem_once(r, EP_B, 1, 2000, 1000 + SKEW + 1, NULL),
+		-ESTALE);
 	memd_redeem_get_stats(r, &st);
 	ck_assert_uint_eq(st.epochs, 2);
-	ck_assert_uint_eq(st.busy, 3);
+	ck_assert_uint_eq(st.retired, 2);
+	ck_assert_uint_eq(st.busy, 1);
+	ck_assert_uint_eq(st.burnt, 1);
+	memd_redeem_destroy(r);
+
+	/* 64 epochs retired with live tickets at once: then EBUSY */
+	r = mk(64, 1);
+	for (uint64_t e = 1; e <= 65; e++)
+		ck_assert_int_eq(memd_redeem_once(r, e, 1, 100000, 0, NULL), 0);
+	ck_assert_int_eq(memd_redeem_once(r, 66, 1, 100000, 0, NULL), -EBUSY);
+	for (uint64_t e = 1; e <= 64; e++)
+		ck_assert_int_eq(memd_redeem_once(r, e, 1, 100000, 0, NULL),
+				 -ESTALE);
+	ck_assert_int_eq(memd_redeem_once(r, 65, 1, 100000, 0, NULL),
+			 -EALREADY);
+	memd_redeem_get_stats(r, &st);
+	ck_assert_uint_eq(st.retired, 64);
 	memd_redeem_destroy(r);
 }
 END_TEST

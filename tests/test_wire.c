@@ -444,6 +444,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		}
 		if (m->u.donor_report_ok.flags & WIRE_DONOR_TENANTS)
 			tb_u32(t, m->u.donor_report_ok.next_tenant_id);
+		if (m->u.donor_report_ok.flags & WIRE_DONOR_FENCE)
+			tb_u32(t, m->u.donor_report_ok.fence_ms);
 		break;
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
@@ -2597,7 +2599,19 @@ START_TEST(small_v2_bounds)
 	check_roundtrip(&m);
 	check_truncations(&m);
 	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 18);
-	m.u.donor_report_ok.flags = (WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS) + 1;
+	/* an etcd registry's fence: fence_ms follows next_tenant_id */
+	m.u.donor_report_ok.flags = WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE;
+	m.u.donor_report_ok.fence_ms = 0x0a0b0c0d;
+	check_roundtrip(&m);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 22);
+	m.u.donor_report_ok.flags = WIRE_DONOR_FENCE;
+	m.u.donor_report_ok.next_tenant_id = 0;
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 18);
+	m.u.donor_report_ok.fence_ms = 0;
+	m.u.donor_report_ok.flags =
+		(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE) + 1;
 	check_both_reject(&m);
 	m.u.donor_report_ok.flags = 0;
 	m.u.donor_report_ok.next_tenant_id = 0;

@@ -8,7 +8,7 @@ workload clients (tests/chaos/chaos_client.c: two on regions, two on KV
 with two replicas), injects random faults from a fixed seed for a fixed
 time, quiesces, and checks the whole history (tests/chaos/README.md).
 
-  chaos.py run --seed S --duration SEC [--out DIR] [--build DIR]
+  chaos.py run --seed S --duration SEC [--out DIR] [--build DIR] [--etcd]
   chaos.py check DIR...     check finished runs' files again (several:
                             each, then their sum)
   chaos.py selftest DIR     corrupt a finished run's history in several
@@ -53,6 +53,14 @@ FAULT_WEIGHTS = {
     "disk_full_state": 3, "disk_full_spill": 3,
     "quota": 5, "drain": 5,
 }
+# --etcd: two registries on one etcd (one leads), and the faults that
+# only such a pool has. Picked only with --etcd, so that a run without
+# it (the CI slice) draws the same schedule as before.
+ETCD_LEASE = "2s"
+ETCD_FAULT_WEIGHTS = {"pause_leader": 5, "etcd_tamper": 3}
+NOT_ON_ETCD = ("disk_full_state",)  # no state_dir: the state is in etcd
+TAMPER_QUOTA = 1000 * SLAB  # what etcd_tamper writes as ra's quota
+REG_DONORS = ("r0", "r1")  # the registries' own donor parts (drained)
 ENOENT, EEXIST = 2, 17
 # Faults after which KV copies may legitimately come back or go missing:
 # donors that come and go (homes and second choices move; a donor back
@@ -61,7 +69,7 @@ ENOENT, EEXIST = 2, 17
 # read slower than its lease misses). From 1 s before the fault until
 # SETTLE after its heal (lease_ttl + grace + a view refresh).
 KV_DONOR_FAULTS = ("kill_donor", "kill_donor_newid", "stop_donor",
-                   "kill_registry", "stop_registry", "partition1",
+                   "kill_registry", "stop_registry", "pause_leader", "partition1",
                    "partition2", "slow_link", "drain")
 SETTLE = 5e9
 SIGNAMES = {4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
@@ -145,6 +153,8 @@ class Cluster:
     def net_up(self):
         names = ["reg"] + ["d%d" % i for i in range(1, NDONORS + 1)] + \
             ["ca", "cb", "adm"]
+        if self.args.etcd:
+            names += ["reg2", "etcd"]
         sh("ip netns add %s && ip -n %s link add br0 type bridge && "
            "ip -n %s link set br0 up" % (self.sw, self.sw, self.sw))
         for i, h in enumerate(names):
@@ -186,18 +196,23 @@ class Cluster:
         return self.hosts[h][1]
 
     def regaddr(self):
+        if self.args.etcd:
+            return self.ip("reg") + ":7470," + self.ip("reg2") + ":7470"
         return self.ip("reg") + ":7470"
 
     def poolctl_argv(self, *a):
         return [self.poolctl, "-a", self.regaddr(), "-s", self.secret,
                 "--timeout", "2000"] + list(a)
 
-    def ctl(self, *a, host="adm", timeout=15):
+    def ctl(self, *a, host="adm", timeout=15, addr=None):
         """poolctl from a host: (rc, stdout)."""
+        argv = self.poolctl_argv(*a)
+        if addr:
+            argv[2] = addr
         try:
             r = subprocess.run(
                 ["nsenter", "--net=/run/netns/" + self.hosts[host][0], "--"]
-                + self.poolctl_argv(*a), stdout=subprocess.PIPE,
+                + argv, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, timeout=timeout, text=True)
         except subprocess.TimeoutExpired:
             return 124, ""
@@ -251,15 +266,34 @@ class Cluster:
             f.write(os.urandom(32).hex() + "\n")
         os.chmod(self.secret, 0o600)
         self.net_up()
-        state = os.path.join(self.out, "state")
-        self.tmpfs(state, "256k")
-        conf = os.path.join(self.out, "reg.conf")
-        self.memd_conf(conf, "reg", "registry = yes\nstate_dir = %s\n"
-                       "donor_name = r0\n" % state)
-        self.reg = Proc("reg", self.hosts["reg"][0], [self.memd, "-c", conf],
-                        os.path.join(self.out, "reg.log"))
-        self.procs.append(self.reg)
-        self.start_memd(self.reg)
+        self.regs = []  # (proc, donor name)
+        if self.args.etcd:
+            self.etcd_up()
+            for i, h in enumerate(("reg", "reg2")):
+                conf = os.path.join(self.out, h + ".conf")
+                self.memd_conf(conf, h, "registry = etcd\n"
+                               "etcd_endpoints = %s:2379\n"
+                               "etcd_lease = %s\nregistry_peers = %s:7470\n"
+                               "donor_name = r%d\n" %
+                               (self.ip("etcd"), ETCD_LEASE,
+                                self.ip("reg2" if i == 0 else "reg"), i))
+                p = Proc(h, self.hosts[h][0], [self.memd, "-c", conf],
+                         os.path.join(self.out, h + ".log"))
+                self.procs.append(p)
+                self.regs.append((p, "r%d" % i))
+                self.start_memd(p)
+        else:
+            state = os.path.join(self.out, "state")
+            self.tmpfs(state, "256k")
+            conf = os.path.join(self.out, "reg.conf")
+            self.memd_conf(conf, "reg", "registry = yes\nstate_dir = %s\n"
+                           "donor_name = r0\n" % state)
+            p = Proc("reg", self.hosts["reg"][0], [self.memd, "-c", conf],
+                     os.path.join(self.out, "reg.log"))
+            self.procs.append(p)
+            self.regs.append((p, "r0"))
+            self.start_memd(p)
+        self.reg = self.regs[0][0]
         for i in range(1, NDONORS + 1):
             h = "d%d" % i
             spill = os.path.join(self.out, "spill-" + h)
@@ -273,11 +307,13 @@ class Cluster:
             self.procs.append(d["proc"])
             self.donors.append(d)
             self.start_memd(d["proc"])
-        self.wait_donors_up(["r0"] + [d["name"] for d in self.donors], 60)
-        # The registry's own donation stays out of the way.
-        rc, out = self.ctl("drain", "r0")
-        if rc:
-            raise RuntimeError("drain r0: " + out)
+        self.wait_donors_up([n for _, n in self.regs] +
+                            [d["name"] for d in self.donors], 60)
+        # The registries' own donations stay out of the way.
+        for _, n in self.regs:
+            rc, out = self.ctl("drain", n)
+            if rc:
+                raise RuntimeError("drain %s: %s" % (n, out))
         for t, q in QUOTA.items():
             sec = os.path.join(self.out, t + ".secret")
             rc, out = self.ctl("tenant", "add", t, "--quota", str(q),
@@ -306,6 +342,56 @@ class Cluster:
             self.procs.append(p)
             p.start()
 
+    # ---- etcd (--etcd) ----
+    def etcd_up(self):
+        """One etcd member on host etcd, never faulted itself."""
+        ip = self.ip("etcd")
+        data = os.path.join(self.out, "etcd-data")
+        self.etcd = Proc("etcd", self.hosts["etcd"][0], [
+            "etcd", "--name", "e0", "--data-dir", data,
+            "--listen-client-urls", "http://%s:2379" % ip,
+            "--advertise-client-urls", "http://%s:2379" % ip,
+            "--listen-peer-urls", "http://127.0.0.1:2380",
+            "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+            "--initial-cluster", "e0=http://127.0.0.1:2380",
+            "--heartbeat-interval", "50", "--election-timeout", "500",
+            "--logger", "zap"], os.path.join(self.out, "etcd.log"))
+        self.etcd.start()
+        for _ in range(200):
+            if self.etcd_call("kv/range", {"key": "L3Byb2Jl"}) is not None:
+                return
+            if not self.etcd.alive():
+                break
+            time.sleep(0.1)
+        raise RuntimeError("etcd never answered (see %s)" %
+                           self.etcd.logpath)
+
+    def etcd_call(self, path, body):
+        """A request to etcd's v3 JSON gateway from host adm: its
+        answer, or None."""
+        try:
+            r = subprocess.run(
+                ["nsenter", "--net=/run/netns/" + self.hosts["adm"][0], "--",
+                 sys.executable, "-c",
+                 "import sys, urllib.request; sys.stdout.write(urllib."
+                 "request.urlopen(urllib.request.Request(sys.argv[1], "
+                 "data=sys.argv[2].encode()), timeout=3).read().decode())",
+                 "http://%s:2379/v3/%s" % (self.ip("etcd"), path),
+                 json.dumps(body)], stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL, timeout=5, text=True)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            return None
+
+    def leader(self):
+        """The registry that serves now: (proc, donor name) or None."""
+        for p, n in self.regs:
+            rc, _ = self.ctl("status", addr=self.ip(p.name) + ":7470",
+                             timeout=5)
+            if rc == 0:
+                return p, n
+        return None
+
     def write_donor_conf(self, d):
         self.memd_conf(d["conf"], d["host"],
                        "registry = %s\ndonor_name = %s\nkv_spill_dir = %s\n"
@@ -332,6 +418,8 @@ class Cluster:
                 pass
         for m in reversed(self.mounts):
             sh("umount -l %s" % m, check=False)
+        if self.args.etcd and getattr(self, "etcd", None):
+            self.etcd.kill()
         self.net_down()
 
 
@@ -494,13 +582,18 @@ class Scheduler:
                 busy.difference_update(keys)
 
     def pick(self):
-        kinds = [k for k in sorted(FAULT_WEIGHTS)
+        weights = dict(FAULT_WEIGHTS)
+        if self.cl.args.etcd:
+            for k in NOT_ON_ETCD:
+                del weights[k]
+            weights.update(ETCD_FAULT_WEIGHTS)
+        kinds = [k for k in sorted(weights)
                  if (k != "slow_link" or self.cl.tbf_ok) and
                  (not self.cl.args.only or k in self.cl.args.only)]
         if not kinds:
             raise SystemExit("chaos: --only leaves no fault kind to "
                              "inject here (slow_link needs tc tbf)")
-        return self.rng.choices(kinds, [FAULT_WEIGHTS[k] for k in kinds])[0]
+        return self.rng.choices(kinds, [weights[k] for k in kinds])[0]
 
     def run(self, duration, quiet=0):
         end = time.time() + duration
@@ -583,18 +676,90 @@ class Scheduler:
         proc.cont()
         self.record(kind, target, t0, t1)
 
+    def registry(self):
+        # one registry: no draw, so that a run without --etcd keeps the
+        # schedule it had
+        if len(self.cl.regs) == 1:
+            return self.cl.regs[0]
+        return self.rng.choice(self.cl.regs)
+
     def f_kill_registry(self, kind, hold):
-        with self.claim("reg"):
+        p, n = self.registry()
+        with self.claim(p.name):
             t0 = now_ns()
-            self.cl.reg.kill()
+            p.kill()
             time.sleep(hold)
             t1 = now_ns()
-            self.cl.start_memd(self.cl.reg)
-            self.record(kind, "r0", t0, t1)
+            self.cl.start_memd(p)
+            self.record(kind, n, t0, t1)
 
     def f_stop_registry(self, kind, hold):
-        with self.claim("reg"):
-            self.stop(self.cl.reg, kind, "r0", hold)
+        p, n = self.registry()
+        with self.claim(p.name):
+            self.stop(p, kind, n, hold)
+
+    def f_pause_leader(self, kind, hold):
+        """SIGSTOP the leading registry past its etcd lease (the standby
+        takes over; tickets it issued and LEASE_GRANTs queued at it must
+        not pass a quota once it wakes: docs/cluster.md, Fencing), then
+        SIGCONT. The checker's quota check of the donors' lease tables
+        covers this fault's window."""
+        lead = self.cl.leader()
+        if not lead:
+            raise Busy()  # an election under way: another time
+        p, n = lead
+        lease = float(ETCD_LEASE.rstrip("s"))
+        with self.claim(p.name):
+            self.stop(p, kind, n, max(hold, 1.5 * lease))
+
+    def f_etcd_tamper(self, kind, hold):
+        """Whoever writes etcd edits the registry state: tenant ra's
+        quota raised to TAMPER_QUOTA and ra's and kb's sealed keys
+        swapped (the MAC still the old one). Registries must refuse it
+        (no leader, allocation waits) and never show or use it; the
+        original is put back after hold."""
+        import base64
+        key = base64.b64encode(b"/tidepool/state").decode()
+        with self.claim("etcd", "tenant:ra", "tenant:kb"):
+            got = self.cl.etcd_call("kv/range", {"key": key})
+            if not got or not got.get("kvs"):
+                raise RuntimeError("etcd_tamper: no state in etcd")
+            kv = got["kvs"][0]
+            orig = base64.b64decode(kv["value"])
+            doc = json.loads(orig)
+            ts = {t["name"]: t for t in doc["tenants"]}
+            ts["ra"]["quota_bytes"] = TAMPER_QUOTA
+            ts["ra"]["key_sealed"], ts["kb"]["key_sealed"] = \
+                ts["kb"]["key_sealed"], ts["ra"]["key_sealed"]
+            bad = json.dumps(doc, separators=(",", ":")).encode()
+            t0 = now_ns()
+            r = self.cl.etcd_call("kv/txn", {
+                "compare": [{"key": key, "target": "MOD",
+                             "result": "EQUAL",
+                             "mod_revision": kv["mod_revision"]}],
+                "success": [{"request_put": {
+                    "key": key,
+                    "value": base64.b64encode(bad).decode()}}]})
+            if not r or not r.get("succeeded"):
+                raise Busy()  # the leader wrote meanwhile: another time
+            rev = r["header"]["revision"]
+            time.sleep(hold)
+            t1 = now_ns()
+            r = self.cl.etcd_call("kv/txn", {
+                "compare": [{"key": key, "target": "MOD",
+                             "result": "EQUAL", "mod_revision": rev}],
+                "success": [{"request_put": {
+                    "key": key,
+                    "value": base64.b64encode(orig).decode()}}]})
+            refused = sum(open(p.logpath, errors="replace").read().count(
+                "does not verify") for p, _ in self.cl.regs)
+            self.record(kind, "/tidepool/state", t0, t1,
+                        tampered_quota=TAMPER_QUOTA,
+                        restored=bool(r and r.get("succeeded")),
+                        refusals_logged=refused)
+            if not (r and r.get("succeeded")):
+                raise RuntimeError("etcd_tamper: the state changed while "
+                                   "tampered: not restored")
 
     def f_kill_client(self, kind, hold):
         name = self.rng.choice(sorted(self.cl.clients))
@@ -782,7 +947,7 @@ def consistent(s):
               if d["state"] in ("up", "draining")]
     except (TypeError, KeyError):
         return False
-    if any(n not in s["leases"] for n in up if n != "r0"):
+    if any(n not in s["leases"] for n in up if n not in REG_DONORS):
         return False
     cnt = collections.Counter()
     for n, l in s["leases"].items():
@@ -801,6 +966,7 @@ def rejoin_times(faults):
     up with its leases)."""
     return sorted(f["t_heal"] for f in faults
                   if f["kind"] in ("kill_registry", "stop_registry",
+                                   "pause_leader", "etcd_tamper",
                                    "stop_donor", "slow_link") or
                   (f["kind"].startswith("partition") and
                    "reg" in f["target"] and "d" in f["target"]))
@@ -1236,6 +1402,61 @@ class Checker:
                          "over its quota %d at %d" %
                          (t["name"], p[1], held, q, s["t0"]))
 
+        self.check_etcd(snaps, faults)
+
+    def check_etcd(self, snaps, faults):
+        """--etcd runs. etcd_tamper: the tampered state is never used (ra
+        never shows the tampered quota). pause_leader: while the leader is
+        paused past its lease, a standby takes over, and the paused one
+        wakes with tickets out (docs/cluster.md, Fencing), the donors' own
+        lease tables never hold more of ra than its quota. Windows that
+        another fault which takes a donor's usage out of the registry's
+        count (a donor marked down, a registry restart) comes near are
+        left out (counted)."""
+        for s in snaps:
+            for t in (s.get("tenants") or {}).get("tenants", []):
+                if t.get("quota_bytes") == TAMPER_QUOTA:
+                    self.bad("etcd_tamper_accepted", "tenant %s shows the "
+                             "quota written into etcd behind the "
+                             "registries (%d) at %d" %
+                             (t["name"], TAMPER_QUOTA, s["t0"]))
+        pauses = [f for f in faults if f["kind"] == "pause_leader"]
+        if not pauses:
+            return
+        ra = None
+        for s in snaps:
+            for t in (s.get("tenants") or {}).get("tenants", []):
+                if t["name"] == "ra":
+                    ra = t["id"]
+        rej = set(("kill_registry", "stop_registry", "etcd_tamper",
+                   "stop_donor", "slow_link"))
+        for f in pauses:
+            a, b = f["t_inject"], f["t_heal"] + SETTLE
+            near = [g for g in faults if g is not f and
+                    (g["kind"] in rej or (g["kind"].startswith("partition")
+                                          and "reg" in g["target"] and
+                                          "d" in g["target"])) and
+                    g["t_inject"] - 1e9 <= b and g["t_heal"] + 10e9 >= a]
+            if near or ra is None:
+                self.stats["pause_leader_windows_exempt"] += 1
+                continue
+            self.stats["pause_leader_windows"] += 1
+            for s in snaps:
+                if not (a <= s["t0"] and s["t1"] <= b) or \
+                        not s.get("leases"):
+                    continue
+                n = sum(1 for l in s["leases"].values()
+                        for e in l.get("leases", [])
+                        if e["tenant_id"] == ra)
+                self.stats["pause_leader_lease_rows"] += 1
+                if n * SLAB > QUOTA["ra"]:
+                    self.bad("pause_leader_over_quota",
+                             "the donors lease %d slabs of ra (quota %d) "
+                             "at %d, %s paused %.1f s from %d" %
+                             (n, QUOTA["ra"] // SLAB, s["t0"], f["target"],
+                              (f["t_heal"] - f["t_inject"]) / 1e9,
+                              f["t_inject"]))
+
     def check_quiesce(self, snaps, hs):
         hold = [s for s in snaps if s["phase"] == "hold"]
         final = [s for s in snaps if s["phase"] == "final"]
@@ -1414,6 +1635,13 @@ class Checker:
         out.append("quota: %d rows over a quota (lowered below usage, or "
                    "KV past its slack), %d of them grew, across a rejoin"
                    % (st["over_quota_rows"], st["over_quota_growth_rejoin"]))
+        if st["pause_leader_windows"] or st["pause_leader_windows_exempt"]:
+            out.append("etcd: %d paused-leader windows checked (%d lease "
+                       "snapshots within the quota), %d left out near "
+                       "another fault" %
+                       (st["pause_leader_windows"],
+                        st["pause_leader_lease_rows"],
+                        st["pause_leader_windows_exempt"]))
         out.append("%-18s %5s %9s %9s %9s %9s" %
                    ("fault", "n", "rec p50", "rec max", "stall p50",
                     "stall max"))
@@ -1598,6 +1826,39 @@ def selftest(out):
                     done = True
                 if done:
                     break
+            if kind == "tamper":
+                # a registry that used the tampered state would show it
+                for x in snaps:
+                    if x.get("tenants"):
+                        for t in x["tenants"]["tenants"]:
+                            if t["name"] == "ra":
+                                t["quota_bytes"] = TAMPER_QUOTA
+                                done = True
+                                break
+                    if done:
+                        break
+            if kind == "paused":
+                # 41 slabs of ra leased inside a checked pause window
+                fl = [json.loads(l) for l in open(
+                    os.path.join(d, "faults.jsonl"))]
+                c = Checker(d)
+                c.check_etcd(snaps, fl)
+                ids = [t["id"] for x in snaps if x.get("tenants")
+                       for t in x["tenants"]["tenants"] if t["name"] == "ra"]
+                for f in fl if c.stats["pause_leader_windows"] else ():
+                    if f["kind"] != "pause_leader" or done or not ids:
+                        continue
+                    for x in snaps:
+                        if f["t_inject"] <= x["t0"] and x["leases"] and \
+                                x["t1"] <= f["t_heal"] + SETTLE:
+                            l = next(iter(x["leases"].values()))
+                            for k in range(QUOTA["ra"] // SLAB + 1):
+                                l["leases"].append(
+                                    {"slab": 10000 + k, "generation": 1,
+                                     "node": 0, "tenant_id": ids[0],
+                                     "session": "0", "expires_in_ms": 1})
+                            done = True
+                            break
             if kind == "quota" and not done:
                 # two snapshots after the last, clear of every rejoin,
                 # the second over the quota
@@ -1629,6 +1890,16 @@ def selftest(out):
     cases.append(("double", mutate_snap("double"), "double_lease"))
     cases.append(("leak", mutate_snap("leak"), "leak"))
     cases.append(("quota", mutate_snap("quota"), "over_quota"))
+    # --etcd runs only (the CI slice's selftest stays as it was)
+    fp = os.path.join(out, "faults.jsonl")
+    kinds = set(json.loads(l)["kind"] for l in open(fp)) \
+        if os.path.exists(fp) else set()
+    if "etcd_tamper" in kinds:
+        cases.append(("tamper", mutate_snap("tamper"),
+                      "etcd_tamper_accepted"))
+    if "pause_leader" in kinds:
+        cases.append(("paused", mutate_snap("paused"),
+                      "pause_leader_over_quota"))
     # Each case checks a copy of the run whose histories stop SELFTEST_SPAN
     # after the first operation (cheaper; snapshots and faults whole),
     # which must itself check clean.
@@ -1708,7 +1979,8 @@ def cmd_run(args):
     if os.geteuid() != 0:
         print("chaos: SKIP: needs root for network namespaces")
         return 77
-    for tool in ("ip", "iptables", "nsenter", "mount"):
+    for tool in ("ip", "iptables", "nsenter", "mount") + \
+            (("etcd",) if args.etcd else ()):
         if not shutil.which(tool):
             print("chaos: SKIP: %s not found" % tool)
             return 77
@@ -1796,6 +2068,9 @@ def main():
     r.add_argument("--only", type=lambda x: x.split(","), default=None,
                    help="inject only these fault kinds (comma-separated), "
                    "to narrow a failure down")
+    r.add_argument("--etcd", action="store_true",
+                   help="two registries on one etcd (one leads), with "
+                   "the faults pause_leader and etcd_tamper")
     r.add_argument("--corrupt-client", action="store_true",
                    help="client c1 spoils one read: exit 0 only if that "
                    "is caught and nothing else is wrong")
@@ -1805,10 +2080,15 @@ def main():
     s.add_argument("dir")
     args = ap.parse_args()
     if args.cmd == "run":
-        bad = set(args.only or ()) - set(FAULT_WEIGHTS)
+        known = set(FAULT_WEIGHTS) | set(ETCD_FAULT_WEIGHTS)
+        bad = set(args.only or ()) - known
         if bad:
             ap.error("--only: unknown fault kind(s) %s; known: %s" %
-                     (",".join(sorted(bad)), ",".join(sorted(FAULT_WEIGHTS))))
+                     (",".join(sorted(bad)), ",".join(sorted(known))))
+        if not args.etcd and set(args.only or ()) & set(ETCD_FAULT_WEIGHTS):
+            ap.error("--only: %s need --etcd" %
+                     ",".join(sorted(set(args.only) &
+                                     set(ETCD_FAULT_WEIGHTS))))
         if args.seed is None:
             args.seed = int.from_bytes(os.urandom(4), "little")
         return cmd_run(args)
