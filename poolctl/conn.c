@@ -358,3 +358,23 @@ int registry_call(struct opts *o, json_t *req, json_t **out, const char *what)
 	conn_close(&c);
 	return r;
 }
+
+/*
+ * registry_call, then the reply: as JSON with --json, else through show.
+ * 0 or an exit code.
+ */
+int registry_show(struct opts *o, json_t *req, const char *what,
+		  void (*show)(const json_t *rep))
+{
+	json_t *rep;
+	int r = registry_call(o, req, &rep, what);
+
+	if (r)
+		return r;
+	if (o->json)
+		r = print_json(rep);
+	else
+		show(rep);
+	json_decref(rep);
+	return r;
+}

@@ -71,17 +71,7 @@ static void print_donors(const json_t *rep)
 
 int cmd_donors(struct opts *o)
 {
-	json_t *rep;
-	int r = registry_call(o, cmd_json("donors"), &rep, "donors");
-
-	if (r)
-		return r;
-	if (o->json)
-		r = print_json(rep);
-	else
-		print_donors(rep);
-	json_decref(rep);
-	return r;
+	return registry_show(o, cmd_json("donors"), "donors", print_donors);
 }
 
 int cmd_drain(struct opts *o, const char *donor, bool drain)

@@ -113,6 +113,8 @@ void warn_above_capacity(struct opts *o, struct conn *c, const char *what,
 			 uint64_t quota);
 int registry_open(struct opts *o, struct conn *c, const char *what);
 int registry_call(struct opts *o, json_t *req, json_t **out, const char *what);
+int registry_show(struct opts *o, json_t *req, const char *what,
+		  void (*show)(const json_t *rep));
 
 /* ---- status.c ---- */
 

@@ -43,19 +43,14 @@ void tenants_table(const json_t *tenants, bool with_id)
 	table_fini(&t);
 }
 
+static void show_tenants(const json_t *rep)
+{
+	tenants_table(json_object_get(rep, "tenants"), true);
+}
+
 int cmd_tenants(struct opts *o)
 {
-	json_t *rep;
-	int r = registry_call(o, cmd_json("tenants"), &rep, "tenants");
-
-	if (r)
-		return r;
-	if (o->json)
-		r = print_json(rep);
-	else
-		tenants_table(json_object_get(rep, "tenants"), true);
-	json_decref(rep);
-	return r;
+	return registry_show(o, cmd_json("tenants"), "tenants", show_tenants);
 }
 
 static void quota_row(struct table *t, const json_t *e)
@@ -82,31 +77,23 @@ static void quota_table_init(struct table *t)
 		   "AVAILABLE", "USE%");
 }
 
-static void print_quotas(const json_t *tenants)
+/* The reply's tenants as a quota table. */
+static void show_quotas(const json_t *rep)
 {
 	struct table t;
 	size_t i;
 	json_t *e;
 
 	quota_table_init(&t);
-	json_array_foreach(tenants, i, e) quota_row(&t, e);
+	json_array_foreach(json_object_get(rep, "tenants"), i, e)
+		quota_row(&t, e);
 	table_print(&t);
 	table_fini(&t);
 }
 
 int cmd_quota_list(struct opts *o)
 {
-	json_t *rep;
-	int r = registry_call(o, cmd_json("tenants"), &rep, "quota list");
-
-	if (r)
-		return r;
-	if (o->json)
-		r = print_json(rep);
-	else
-		print_quotas(json_object_get(rep, "tenants"));
-	json_decref(rep);
-	return r;
+	return registry_show(o, cmd_json("tenants"), "quota list", show_quotas);
 }
 
 int cmd_quota_get(struct opts *o, const char *name)
