@@ -2121,36 +2121,47 @@ int pool_gpu_xfer_event(struct pool_gpu_xfer *x, int timeout_ms, void **event)
 /* ================================================================== */
 /* public: the device side                                              */
 
-int pool_gpu_dev_alloc(struct pool_gpu *g, size_t len, void **dev_ptr)
+/* Memory through the backend: on the device, or pinned on the host. */
+static int gpu_mem_alloc(struct pool_gpu *g, size_t len, void **out,
+			 bool pinned)
 {
-	if (!dev_ptr)
+	if (!out)
 		return -EINVAL;
-	*dev_ptr = NULL;
+	*out = NULL;
 	if (!g || !len)
 		return -EINVAL;
-	return g->be->dev_alloc(g->dev, len, dev_ptr);
+	return pinned ? g->be->pinned_alloc(g->dev, len, out)
+		      : g->be->dev_alloc(g->dev, len, out);
+}
+
+static void gpu_mem_free(struct pool_gpu *g, void *p, bool pinned)
+{
+	if (!g || !p)
+		return;
+	if (pinned)
+		g->be->pinned_free(g->dev, p);
+	else
+		g->be->dev_free(g->dev, p);
+}
+
+int pool_gpu_dev_alloc(struct pool_gpu *g, size_t len, void **dev_ptr)
+{
+	return gpu_mem_alloc(g, len, dev_ptr, false);
 }
 
 void pool_gpu_dev_free(struct pool_gpu *g, void *dev_ptr)
 {
-	if (g && dev_ptr)
-		g->be->dev_free(g->dev, dev_ptr);
+	gpu_mem_free(g, dev_ptr, false);
 }
 
 int pool_gpu_pinned_alloc(struct pool_gpu *g, size_t len, void **ptr)
 {
-	if (!ptr)
-		return -EINVAL;
-	*ptr = NULL;
-	if (!g || !len)
-		return -EINVAL;
-	return g->be->pinned_alloc(g->dev, len, ptr);
+	return gpu_mem_alloc(g, len, ptr, true);
 }
 
 void pool_gpu_pinned_free(struct pool_gpu *g, void *ptr)
 {
-	if (g && ptr)
-		g->be->pinned_free(g->dev, ptr);
+	gpu_mem_free(g, ptr, true);
 }
 
 int pool_gpu_stream_create(struct pool_gpu *g, void **stream)
