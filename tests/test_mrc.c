@@ -33,6 +33,10 @@
 #include "memd/mrc.h"
 #include "tests/mrc_ref.h"
 
+/* the sizes poolctl reports, as multiples of a capacity */
+static const double mult[] = { 0.25, 0.5, 1, 2, 4 };
+#define NMULT (sizeof(mult) / sizeof(mult[0]))
+
 #define KIB 1024ull
 #define MIB (1024ull * 1024)
 #define BLK (64 * KIB + 64) /* the smallest class's block */
@@ -235,7 +239,6 @@ static void feed(struct memd_mrc *m, struct ref_trace *rt,
  */
 static void check_trace(const char *name, const struct trace *t, uint64_t c0)
 {
-	static const double mult[] = { 0.25, 0.5, 1, 2, 4 };
 	struct ref_trace rt = { 0 };
 	struct memd_mrc *m;
 	struct memd_mrc_info info;
@@ -244,7 +247,7 @@ static void check_trace(const char *name, const struct trace *t, uint64_t c0)
 	ck_assert_int_eq(memd_mrc_create(SAMPLES, UINT64_MAX / 2, &m), 0);
 	feed(m, &rt, t, c0, false);
 	memd_mrc_get_info(m, &info);
-	for (size_t k = 0; k < sizeof(mult) / sizeof(mult[0]); k++) {
+	for (size_t k = 0; k < NMULT; k++) {
 		uint64_t c = (uint64_t)(mult[k] * (double)c0);
 		double ex = exact_hit(t, c), est = memd_mrc_lru_hit_ratio(m, c);
 		double s3 = ref_s3fifo_hit_ratio(&rt, c);
@@ -302,30 +305,6 @@ static void gen_shared(struct trace *t, uint64_t *s, unsigned nprompts,
 	}
 }
 
-START_TEST(shared_prefix)
-{
-	struct trace t = { 0 };
-	uint64_t s = 1, uniq = 0;
-
-	/* 400 prefixes of 60 chunks (1.5 GiB), 4-chunk tails */
-	gen_shared(&t, &s, 6000, 400, 60, 4, 0, &uniq);
-	check_trace("shared", &t, 512 * MIB);
-	free(t.r);
-}
-END_TEST
-
-START_TEST(oneshot_mix)
-{
-	struct trace t = { 0 };
-	uint64_t s = 2, uniq = 0;
-
-	/* half the prompts are one-shot: they pass through and push out */
-	gen_shared(&t, &s, 6000, 200, 60, 4, 0.5, &uniq);
-	check_trace("oneshot", &t, 512 * MIB);
-	free(t.r);
-}
-END_TEST
-
 /* Multi-turn sessions. */
 static void gen_multiturn(struct trace *t)
 {
@@ -358,16 +337,6 @@ static void gen_multiturn(struct trace *t)
 	}
 }
 
-START_TEST(multiturn)
-{
-	struct trace t = { 0 };
-
-	gen_multiturn(&t);
-	check_trace("multiturn", &t, 256 * MIB);
-	free(t.r);
-}
-END_TEST
-
 /* A Zipf (0.9) trace over 40 000 keys of 64, 128 or 256 KiB. */
 static void gen_zipf(struct trace *t)
 {
@@ -396,16 +365,6 @@ static void gen_zipf(struct trace *t)
 	free(cdf);
 }
 
-START_TEST(zipf)
-{
-	struct trace t = { 0 };
-
-	gen_zipf(&t);
-	check_trace("zipf", &t, 512 * MIB);
-	free(t.r);
-}
-END_TEST
-
 /* a hot set of 2000 keys (125 MiB) read 60 % of the time, and a cyclic
  * scan over 20000 keys (1.25 GiB) */
 static void gen_scan(struct trace *t)
@@ -420,12 +379,49 @@ static void gen_scan(struct trace *t)
 	}
 }
 
-START_TEST(scan)
+/* 400 prefixes of 60 chunks (1.5 GiB), 4-chunk tails */
+static void gen_shared_prefix(struct trace *t)
+{
+	uint64_t s = 1, uniq = 0;
+
+	gen_shared(t, &s, 6000, 400, 60, 4, 0, &uniq);
+}
+
+/* half the prompts are one-shot: they pass through and push out */
+static void gen_oneshot(struct trace *t)
+{
+	uint64_t s = 2, uniq = 0;
+
+	gen_shared(t, &s, 6000, 200, 60, 4, 0.5, &uniq);
+}
+
+/*
+ * The accuracy traces: the cache memd serves (c0), a sample count of at
+ * least the trace's keys (a sampling rate of 1; 0: too many keys for
+ * one) and a small one with its error bound.
+ */
+static const struct kind {
+	const char *name;
+	void (*gen)(struct trace *t);
+	uint64_t c0;
+	uint32_t all, few;
+	double tol_few;
+} kinds[] = {
+	{ "shared", gen_shared_prefix, 512 * MIB, 1 << 16, 512, TOL_FEW },
+	{ "oneshot", gen_oneshot, 512 * MIB, 0, 1024, TOL_FEW },
+	{ "multiturn", gen_multiturn, 256 * MIB, 1 << 15, 256, TOL_FEW },
+	{ "zipf", gen_zipf, 512 * MIB, 1 << 16, 2048, TOL_FEW },
+	{ "scan", gen_scan, 384 * MIB, 1 << 15, 64, TOL_64 },
+};
+#define NKINDS (int)(sizeof(kinds) / sizeof(kinds[0]))
+
+/* trace _i at SAMPLES against the exact simulations (check_trace) */
+START_TEST(accuracy)
 {
 	struct trace t = { 0 };
 
-	gen_scan(&t);
-	check_trace("scan", &t, 384 * MIB);
+	kinds[_i].gen(&t);
+	check_trace(kinds[_i].name, &t, kinds[_i].c0);
 	free(t.r);
 }
 END_TEST
@@ -605,7 +601,6 @@ END_TEST
 static void exact_on(const char *name, const struct trace *t, uint64_t c0,
 		     uint32_t samples, double tol, bool lru)
 {
-	static const double mult[] = { 0.25, 0.5, 1, 2, 4 };
 	struct ref_trace rt = { 0 };
 	struct memd_mrc *m;
 	uint64_t *d = NULL, all = 0;
@@ -621,7 +616,7 @@ static void exact_on(const char *name, const struct trace *t, uint64_t c0,
 		check_exact(name, m, &rt, all, d, nd);
 		free(d);
 	}
-	for (size_t k = 0; tol > 0 && k < sizeof(mult) / sizeof(mult[0]); k++) {
+	for (size_t k = 0; tol > 0 && k < NMULT; k++) {
 		uint64_t c = (uint64_t)(mult[k] * (double)c0);
 		double ex = ref_s3fifo_hit_ratio(&rt, c);
 		double sim = memd_mrc_hit_ratio(m, c);
@@ -639,32 +634,26 @@ static void exact_on(const char *name, const struct trace *t, uint64_t c0,
 
 START_TEST(exact_on_traces)
 {
+	const struct kind *k = &kinds[_i];
 	struct trace t = { 0 };
-	uint64_t s = 1, uniq = 0;
+	char name[32];
 
-	gen_shared(&t, &s, 6000, 400, 60, 4, 0, &uniq);
-	exact_on("shared", &t, 512 * MIB, 1 << 16, 0, false);
-	exact_on("shared/512", &t, 512 * MIB, 512, TOL_FEW, false);
-	t.n = 0;
-	s = 2;
-	uniq = 0;
-	gen_shared(&t, &s, 6000, 200, 60, 4, 0.5, &uniq);
-	exact_on("oneshot/1024", &t, 512 * MIB, 1024, TOL_FEW, false);
-	t.n = 0;
-	gen_multiturn(&t);
-	exact_on("multiturn", &t, 256 * MIB, 1 << 15, 0, false);
-	exact_on("multiturn/256", &t, 256 * MIB, 256, TOL_FEW, false);
-	t.n = 0;
-	gen_zipf(&t);
-	exact_on("zipf", &t, 512 * MIB, 1 << 16, 0, false);
-	exact_on("zipf/2048", &t, 512 * MIB, 2048, TOL_FEW, false);
-	t.n = 0;
-	gen_scan(&t);
-	exact_on("scan", &t, 384 * MIB, 1 << 15, 0, false);
-	exact_on("scan/64", &t, 384 * MIB, 64, TOL_64, false);
-	t.n = 0;
-	s = 7;
-	uniq = 0;
+	k->gen(&t);
+	if (k->all)
+		exact_on(k->name, &t, k->c0, k->all, 0, false);
+	snprintf(name, sizeof(name), "%s/%u", k->name, k->few);
+	exact_on(name, &t, k->c0, k->few, k->tol_few, false);
+	free(t.r);
+}
+END_TEST
+
+/* bench/kvsample's worst case: 400 prefixes of 7 keys of 1 MiB and a
+ * unique key a prompt, every reference sampled; LRU checked too */
+START_TEST(exact_kvsample)
+{
+	struct trace t = { 0 };
+	uint64_t s = 7, uniq = 0;
+
 	gen_shared(&t, &s, 3000, 400, 7, 1, 0, &uniq);
 	for (size_t i = 0; i < t.n; i++)
 		t.r[i].bytes = MIB;
@@ -682,12 +671,9 @@ static Suite *mrc_suite(void)
 	tcase_add_test(tc, byte_distances);
 	tcase_add_test(tc, window_slides);
 	tcase_add_test(tc, minisim_exact_at_full_rate);
-	tcase_add_test(tc, shared_prefix);
-	tcase_add_test(tc, oneshot_mix);
-	tcase_add_test(tc, multiturn);
-	tcase_add_test(tc, zipf);
-	tcase_add_test(tc, scan);
-	tcase_add_test(tc, exact_on_traces);
+	tcase_add_loop_test(tc, accuracy, 0, NKINDS);
+	tcase_add_loop_test(tc, exact_on_traces, 0, NKINDS);
+	tcase_add_test(tc, exact_kvsample);
 	suite_add_tcase(s, tc);
 	return s;
 }
