@@ -156,7 +156,6 @@ int cmd_tenant_set(struct opts *o, const char *name, bool set_tps, uint64_t tps,
 		   bool set_bpt, uint64_t bpt)
 {
 	json_t *rep, *req = cmd_json("tenant-set");
-	struct conn c;
 	int r;
 
 	json_object_set_new(req, "name", json_string(name));
@@ -166,13 +165,7 @@ int cmd_tenant_set(struct opts *o, const char *name, bool set_tps, uint64_t tps,
 	if (set_bpt)
 		json_object_set_new(req, "bytes_per_token",
 				    json_integer((json_int_t)bpt));
-	r = registry_open(o, &c, "tenant set");
-	if (r) {
-		json_decref(req);
-		return r;
-	}
-	r = admin(o, &c, req, &rep, "tenant set");
-	conn_close(&c);
+	r = registry_call(o, req, &rep, "tenant set");
 	if (r)
 		return r;
 	if (o->json) {
