@@ -1435,23 +1435,36 @@ static bool advance_copies(struct pool_gpu *g)
 	return moved;
 }
 
+/*
+ * Slot s's stage ended with r while the other stage (S_COPY or S_FABRIC)
+ * may be busy with another slot: counts the overlap; an abandoned slot
+ * is done, a failed one fails. True when s goes on.
+ */
+static bool stage_ended(struct pool_gpu *g, struct slot *s, int r,
+			enum stage other)
+{
+	if (s->abandoned) {
+		s->st = S_DONE;
+		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	if (other_in_stage(g, s, other))
+		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
+	if (r) {
+		slot_fail(g, s, r);
+		return false;
+	}
+	return true;
+}
+
 static void fabric_done(struct pool_gpu *g, struct slot *s, int r)
 {
 	struct pool_gpu_xfer *x = s->x;
 
 	s->op = NULL;
 	g->nfabric--;
-	if (s->abandoned) {
-		s->st = S_DONE;
-		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+	if (!stage_ended(g, s, r, S_COPY))
 		return;
-	}
-	if (other_in_stage(g, s, S_COPY))
-		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
-	if (r) {
-		slot_fail(g, s, r);
-		return;
-	}
 	if (x->store || s->direct)
 		slot_finish(g, s);
 	else
@@ -1463,17 +1476,8 @@ static void copy_done(struct pool_gpu *g, struct slot *s, int r)
 	struct pool_gpu_xfer *x = s->x;
 
 	g->ncopy--;
-	if (s->abandoned) {
-		s->st = S_DONE;
-		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+	if (!stage_ended(g, s, r, S_FABRIC))
 		return;
-	}
-	if (other_in_stage(g, s, S_FABRIC))
-		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
-	if (r) {
-		slot_fail(g, s, r);
-		return;
-	}
 	if (!x->store || xfer_err(x) || !s->len) {
 		if (x->store && s->last && !xfer_err(x))
 			publish(g, x, false, true);
