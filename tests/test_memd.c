@@ -104,6 +104,21 @@ static uint32_t expect_error(int fd, int err)
 	return m.seq;
 }
 
+/* An ERROR with err for seq, then the connection closed; closes fd. */
+static void expect_error_closed(int fd, int err, uint32_t seq)
+{
+	ck_assert_uint_eq(expect_error(fd, err), seq);
+	ck_assert(closed_soon(fd));
+	close(fd);
+}
+
+/* Sends m, which memd refuses with err and closes the connection for. */
+static void refused_closed(int fd, struct wire_msg *m, int err)
+{
+	send_msg(fd, m);
+	expect_error_closed(fd, err, m->seq);
+}
+
 /* memd still serves a real client end to end. */
 static void assert_serving(void)
 {
@@ -161,9 +176,7 @@ START_TEST(oversized_frame_gets_emsgsize)
 	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD; the ERROR carries
 	 * the header's seq (docs/protocol.md) */
 	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	ck_assert_uint_eq(expect_error(fd, EMSGSIZE), 9);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	expect_error_closed(fd, EMSGSIZE, 9);
 	assert_serving();
 }
 END_TEST
@@ -178,9 +191,7 @@ START_TEST(malformed_payload_gets_ebadmsg)
 					1,   0,	  200, 0 };
 
 	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
-	ck_assert_uint_eq(expect_error(fd, EBADMSG), 7);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	expect_error_closed(fd, EBADMSG, 7);
 	assert_serving();
 }
 END_TEST
@@ -262,10 +273,7 @@ START_TEST(protocol_misuse_after_hello)
 	memset(&m, 0, sizeof(m));
 	m.type = WIRE_BYE_OK;
 	m.seq = 5;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EBADMSG), 5);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EBADMSG);
 	assert_serving();
 }
 END_TEST
@@ -303,10 +311,7 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	/* a version-2 session: EPROTO, closed */
 	fd = raw_hello(2, &ok);
 	m.seq = 9;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EPROTO), 9);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EPROTO);
 	/* so is KV_MODEL, protocol 3's other request */
 	fd = raw_hello(2, &ok);
 	memset(&m, 0, sizeof(m));
@@ -314,10 +319,7 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.seq = 10;
 	m.u.kv_model.prefill_tokens_per_s = 1000;
 	m.u.kv_model.bytes_per_token = 4096;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EPROTO), 10);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EPROTO);
 	assert_serving();
 }
 END_TEST
