@@ -458,15 +458,6 @@ static int host_enqueue(struct gpu_dev *d, void *stream, struct hop *op)
 	return 0;
 }
 
-static struct hop *hop_new(enum hop_kind kind)
-{
-	struct hop *op = calloc(1, sizeof(*op));
-
-	if (op)
-		op->kind = kind;
-	return op;
-}
-
 static int host_probe(void)
 {
 	return 1;
@@ -592,39 +583,36 @@ static void host_dev_free(struct gpu_dev *d, void *p)
 	host_unmap(p);
 }
 
+/* Queues a copy of op on stream s. */
+static int host_post(struct gpu_dev *d, void *s, struct hop op)
+{
+	struct hop *p = malloc(sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	*p = op;
+	return host_enqueue(d, s, p);
+}
+
 static int host_stream_wait_event(struct gpu_dev *d, void *s, void *ev)
 {
-	struct hop *op = hop_new(HOP_WAIT);
-
-	if (!op)
-		return -ENOMEM;
-	op->ev = ev;
-	return host_enqueue(d, s, op);
+	return host_post(d, s, (struct hop){ .kind = HOP_WAIT, .ev = ev });
 }
 
 static int host_host_fn(struct gpu_dev *d, void *s, void (*fn)(void *),
 			void *arg)
 {
-	struct hop *op = hop_new(HOP_FN);
-
-	if (!op)
-		return -ENOMEM;
-	op->fn = fn;
-	op->arg = arg;
-	return host_enqueue(d, s, op);
+	return host_post(d, s,
+			 (struct hop){ .kind = HOP_FN, .fn = fn, .arg = arg });
 }
 
 static int host_memcpy_async(struct gpu_dev *d, void *dst, const void *src,
 			     size_t len, void *s)
 {
-	struct hop *op = hop_new(HOP_COPY);
-
-	if (!op)
-		return -ENOMEM;
-	op->dst = dst;
-	op->src = src;
-	op->len = len;
-	return host_enqueue(d, s, op);
+	return host_post(
+		d, s,
+		(struct hop){
+			.kind = HOP_COPY, .dst = dst, .src = src, .len = len });
 }
 
 static int host_event_create(struct gpu_dev *d, void **out)
@@ -648,12 +636,7 @@ static void host_event_destroy(struct gpu_dev *d, void *p)
 
 static int host_event_record(struct gpu_dev *d, void *ev, void *s)
 {
-	struct hop *op = hop_new(HOP_RECORD);
-
-	if (!op)
-		return -ENOMEM;
-	op->ev = ev;
-	return host_enqueue(d, s, op);
+	return host_post(d, s, (struct hop){ .kind = HOP_RECORD, .ev = ev });
 }
 
 static int host_event_query(struct gpu_dev *d, void *p)
