@@ -1012,6 +1012,15 @@ static int direct_target(struct pool_gpu *g, struct pool_gpu_xfer *x,
 	return 0;
 }
 
+/* Slot s's fabric operation is posted: s is in the fabric stage. */
+static void fabric_posted(struct pool_gpu *g, struct slot *s)
+{
+	s->st = S_FABRIC;
+	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
+	g->nfabric++;
+	stat_max(&g->st_fabric_max, g->nfabric);
+}
+
 static int post_direct(struct pool_gpu *g, struct slot *s)
 {
 	struct pool_gpu_xfer *x = s->x;
@@ -1025,10 +1034,7 @@ static int post_direct(struct pool_gpu *g, struct slot *s)
 				   s->raddr, s->key, &s->fop, g->timeout_ms);
 	if (r)
 		return r;
-	s->st = S_FABRIC;
-	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
-	g->nfabric++;
-	stat_max(&g->st_fabric_max, g->nfabric);
+	fabric_posted(g, s);
 	return 0;
 }
 
@@ -1262,10 +1268,7 @@ static int post_rma(struct pool_gpu *g, struct slot *s)
 		     : pool_read_async(g->p, x->r, off, s->buf, s->len, &s->op);
 	if (r)
 		return r;
-	s->st = S_FABRIC;
-	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
-	g->nfabric++;
-	stat_max(&g->st_fabric_max, g->nfabric);
+	fabric_posted(g, s);
 	return 0;
 }
 
