@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -467,6 +468,24 @@ static int run_memd(const char *const *args)
 	return run_memd_log(args, NULL);
 }
 
+/* memd with args exits 78 (EX_CONFIG) and its stderr (errp) says what
+ * fmt formats. */
+static void memd_config_error(const char *const *args, const char *errp,
+			      const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void memd_config_error(const char *const *args, const char *errp,
+			      const char *fmt, ...)
+{
+	char want[PATH_MAX + 128];
+	va_list ap;
+
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+}
+
 /*
  * A rule between keys (donate a multiple of slab_size, lease_grace below
  * lease_ttl) is a config error like any other: exit 78 (EX_CONFIG), and
@@ -476,7 +495,6 @@ START_TEST(cross_key_errors_name_file_and_line)
 {
 	const char *args[8] = { "-c", NULL, "--check-config", NULL };
 	char dir[PATH_MAX], conf[PATH_MAX + 16], errp[PATH_MAX + 16];
-	char want[PATH_MAX + 128];
 	FILE *f;
 
 	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "crosskey"), 0);
@@ -490,34 +508,28 @@ START_TEST(cross_key_errors_name_file_and_line)
 	fclose(f);
 	args[1] = conf;
 
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	snprintf(want, sizeof(want),
-		 "%s:3: key 'donate': 40M is not a multiple of "
-		 "slab_size = 16M",
-		 conf);
-	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+	memd_config_error(args, errp,
+			  "%s:3: key 'donate': 40M is not a multiple of "
+			  "slab_size = 16M",
+			  conf);
 
 	/* --donate fixes donate; lease_grace (line 4) is next */
 	args[2] = "--donate";
 	args[3] = "48M";
 	args[4] = "--check-config";
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	snprintf(want, sizeof(want),
-		 "%s:4: key 'lease_grace': 20s must be less than "
-		 "lease_ttl = 10s",
-		 conf);
-	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+	memd_config_error(args, errp,
+			  "%s:4: key 'lease_grace': 20s must be less than "
+			  "lease_ttl = 10s",
+			  conf);
 
 	/* and a flag that breaks a rule is named as the command line */
 	args[3] = "56M";
 	args[4] = "--set";
 	args[5] = "lease_grace=1s";
 	args[6] = "--check-config";
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	ck_assert_msg(tu_file_has(errp,
-				  "command line: key 'donate': 56M is not "
-				  "a multiple of slab_size = 16M"),
-		      "memd did not blame --donate");
+	memd_config_error(args, errp,
+			  "command line: key 'donate': 56M is not a multiple "
+			  "of slab_size = 16M");
 }
 END_TEST
 
