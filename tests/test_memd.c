@@ -550,6 +550,27 @@ static const char *memd_log_text(const struct tu_memd *m)
 	return buf;
 }
 
+/* Stops m with SIGTERM and reaps it here (tu_memd_stop would remove its
+ * log); returns the log's text (memd_log_text); *st: the wait status. */
+static const char *memd_stop_keep_log(struct tu_memd *m, int *st)
+{
+	ck_assert_int_eq(kill(m->pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m->pid, st, 0), m->pid);
+	m->pid = 0;
+	return memd_log_text(m);
+}
+
+/* Starts m and opens and closes one session of client o to it. */
+static void memd_one_session(struct tu_memd *m, struct pool_opts *o)
+{
+	struct pool *p;
+
+	tu_memd_start_ok(m, NULL);
+	o->addr = m->addr;
+	ck_assert_int_eq(pool_connect(o, &p), 0);
+	pool_close(p);
+}
+
 /*
  * The close line of a standalone client names the session its hello
  * line named, also after BYE closed the session (it said session=0).
@@ -559,23 +580,15 @@ START_TEST(close_line_names_the_session)
 {
 	struct tu_memd m;
 	struct pool_opts o = { .client_name = "sessiontest" };
-	struct pool *p;
 	const char *log, *l;
 	char peer[64], want[128];
 	uint64_t sid = 0, closed;
 	int st;
 
-	tu_memd_start_ok(&m, NULL);
-	o.addr = m.addr;
-	ck_assert_int_eq(pool_connect(&o, &p), 0);
-	pool_close(p);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
+	memd_one_session(&m, &o);
+	log = memd_stop_keep_log(&m, &st);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		      "memd exit status %d", st);
-	log = memd_log_text(&m);
 
 	l = strstr(log, "ctl: hello peer=");
 	ck_assert_msg(l, "no hello line in:\n%s", log);
@@ -650,11 +663,7 @@ START_TEST(handshake_close_of_a_client_is_logged)
 	close(a);
 	close(b);
 	close(c);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
-	log = memd_log_text(&m);
+	log = memd_stop_keep_log(&m, &st);
 	snprintf(want, sizeof(want),
 		 "notice ctl: close peer=127.0.0.1:%u session=0 "
 		 "state=handshake why=displaced in its handshake suppressed=",
@@ -675,20 +684,12 @@ START_TEST(hello_line_quotes_client_name)
 {
 	struct tu_memd m;
 	struct pool_opts o = { .client_name = "kvbench pid 13498 \"x\"" };
-	struct pool *p;
 	const char *want = " client=\"kvbench pid 13498 \\\"x\\\"\"";
 	const char *log, *l, *e;
 	int st;
 
-	tu_memd_start_ok(&m, NULL);
-	o.addr = m.addr;
-	ck_assert_int_eq(pool_connect(&o, &p), 0);
-	pool_close(p);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
-	log = memd_log_text(&m);
+	memd_one_session(&m, &o);
+	log = memd_stop_keep_log(&m, &st);
 	l = strstr(log, "ctl: hello peer=");
 	ck_assert_msg(l, "no hello line in:\n%s", log);
 	e = strchr(l, '\n');
