@@ -15,35 +15,33 @@ cd "$src"
 dirs="fabric numa memd libpool poolctl python"
 map=docs/design.md
 bad=0
-named=$(mktemp /tmp/tp-map-XXXXXX)
-trap 'rm -f "$named"' EXIT INT TERM
 problem() {
 	echo "module_map_check: $*" >&2
 	bad=1
 }
 
-# the section: from its heading to the next heading
+# the files the section names, from its heading to the next heading
 # shellcheck disable=SC2016 # the backquotes are Markdown's
-sed -n '/^### Source files$/,/^#/p' "$map" |
+named=$(sed -n '/^### Source files$/,/^#/p' "$map" |
 	grep -o '`[A-Za-z0-9_]*/[A-Za-z0-9_./-]*\.[ch]`' |
-	tr -d '`' | sort -u >"$named" || true
-if [ ! -s "$named" ]; then
+	tr -d '`' | sort -u) || true
+if [ -z "$named" ]; then
 	echo "module_map_check: $map has no \"### Source files\" section" \
 		"naming files" >&2
 	exit 1
 fi
 
 # 1. every file named exists
-while IFS= read -r f; do
+for f in $named; do
 	[ -f "$f" ] ||
 		problem "$map names $f, which does not exist" \
 			"(remove or rename its row)"
-done <"$named"
+done
 
 # 2. every source file is named
 # shellcheck disable=SC2086 # dirs is a word list
 for f in $(find $dirs -name build -prune -o -name '*.c' -print | sort); do
-	grep -qx "$f" "$named" ||
+	printf '%s\n' "$named" | grep -qx "$f" ||
 		problem "$f is not in $map's module map" \
 			"(add a row: | \`$f\` | what it owns |)"
 done
