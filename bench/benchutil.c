@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -228,31 +229,29 @@ int bench_parse_seconds(const char *s, double *out)
 	return 0;
 }
 
+/* rw[0]: "read" named, rw[1]: "write" */
+static int one_rw(const char *tok, unsigned i, void *arg)
+{
+	bool *rw = arg;
+
+	if (!strcmp(tok, "read"))
+		rw[0] = true;
+	else if (!strcmp(tok, "write"))
+		rw[1] = true;
+	else
+		return -EINVAL;
+	return 0;
+}
+
 int bench_parse_rw(const char *s, bool *read, bool *write)
 {
-	bool r = false, w = false;
-	char *copy, *tok, *save = NULL;
-	int ret = 0;
+	bool rw[2] = { false, false };
+	unsigned n;
 
-	if (!s || !*s)
+	if (parse_list(s, UINT_MAX, &n, one_rw, rw))
 		return -EINVAL;
-	copy = strdup(s);
-	if (!copy)
-		return -ENOMEM;
-	for (tok = strtok_r(copy, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(tok, "read"))
-			r = true;
-		else if (!strcmp(tok, "write"))
-			w = true;
-		else
-			ret = -EINVAL;
-	}
-	free(copy);
-	if (ret || (!r && !w))
-		return -EINVAL;
-	*read = r;
-	*write = w;
+	*read = rw[0];
+	*write = rw[1];
 	return 0;
 }
 

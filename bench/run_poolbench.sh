@@ -161,43 +161,34 @@ for op, rop in (("read", "get"), ("write", "set")):
             print(f"{op:>5} {hsize(s):>5} {d:>5} | " + " | ".join(cells))
 print()
 
-if any(k[0] == "poolbench_shm" for k in rows):
-    print("SAME-HOST (shm: slab memfds, pread/pwrite) vs fabric (tcp), medians")
-    print(f"{'':>11} | {'poolbench_shm':<35} | {'poolbench (fabric)':<26} | memcpy")
+def same_host(a, b, title, b_name):
+    """Bench a against bench b (and memcpy), medians."""
+    print(title)
+    print(f"{'':>11} | {a:<35} | {b_name:<26} | memcpy")
     print(f"{'size':>5} {'depth':>5} | {'ops/s':>9} {'MB/s':>7} "
           f"{'p50':>7} {'p99':>8} | {'ops/s':>9} {'MB/s':>7} {'p50':>8} | {'MB/s':>8}")
     for op in ("read", "write"):
         for s in sizes:
             for d in depths:
                 print(f"{hsize(s):>5} {d:>5} | "
-                      f"{fmt(med('poolbench_shm', op, s, d)):>9} "
-                      f"{fmt(med('poolbench_shm', op, s, d, 'MBps')):>7} "
-                      f"{fmt(med('poolbench_shm', op, s, d, 'p50_us'), 1):>7} "
-                      f"{fmt(med('poolbench_shm', op, s, d, 'p99_us'), 1):>8} | "
-                      f"{fmt(med('poolbench', op, s, d)):>9} "
-                      f"{fmt(med('poolbench', op, s, d, 'MBps')):>7} "
-                      f"{fmt(med('poolbench', op, s, d, 'p50_us'), 1):>8} | "
+                      f"{fmt(med(a, op, s, d)):>9} "
+                      f"{fmt(med(a, op, s, d, 'MBps')):>7} "
+                      f"{fmt(med(a, op, s, d, 'p50_us'), 1):>7} "
+                      f"{fmt(med(a, op, s, d, 'p99_us'), 1):>8} | "
+                      f"{fmt(med(b, op, s, d)):>9} "
+                      f"{fmt(med(b, op, s, d, 'MBps')):>7} "
+                      f"{fmt(med(b, op, s, d, 'p50_us'), 1):>8} | "
                       f"{fmt(med('memcpy', op, s, 1, 'MBps')):>8}   {op}")
     print()
 
+if any(k[0] == "poolbench_shm" for k in rows):
+    same_host("poolbench_shm", "poolbench",
+              "SAME-HOST (shm: slab memfds, pread/pwrite) vs fabric (tcp), medians",
+              "poolbench (fabric)")
 if any(k[0] == "poolbench_shmdir" for k in rows):
-    print("SAME-HOST, slabs in shm_dir (tmpfs files) vs memfds, medians")
-    print(f"{'':>11} | {'poolbench_shmdir':<35} | {'poolbench_shm (memfd)':<26} | memcpy")
-    print(f"{'size':>5} {'depth':>5} | {'ops/s':>9} {'MB/s':>7} "
-          f"{'p50':>7} {'p99':>8} | {'ops/s':>9} {'MB/s':>7} {'p50':>8} | {'MB/s':>8}")
-    for op in ("read", "write"):
-        for s in sizes:
-            for d in depths:
-                print(f"{hsize(s):>5} {d:>5} | "
-                      f"{fmt(med('poolbench_shmdir', op, s, d)):>9} "
-                      f"{fmt(med('poolbench_shmdir', op, s, d, 'MBps')):>7} "
-                      f"{fmt(med('poolbench_shmdir', op, s, d, 'p50_us'), 1):>7} "
-                      f"{fmt(med('poolbench_shmdir', op, s, d, 'p99_us'), 1):>8} | "
-                      f"{fmt(med('poolbench_shm', op, s, d)):>9} "
-                      f"{fmt(med('poolbench_shm', op, s, d, 'MBps')):>7} "
-                      f"{fmt(med('poolbench_shm', op, s, d, 'p50_us'), 1):>8} | "
-                      f"{fmt(med('memcpy', op, s, 1, 'MBps')):>8}   {op}")
-    print()
+    same_host("poolbench_shmdir", "poolbench_shm",
+              "SAME-HOST, slabs in shm_dir (tmpfs files) vs memfds, medians",
+              "poolbench_shm (memfd)")
 
 print("BASELINES: medians")
 for s in sizes:

@@ -458,15 +458,6 @@ static int host_enqueue(struct gpu_dev *d, void *stream, struct hop *op)
 	return 0;
 }
 
-static struct hop *hop_new(enum hop_kind kind)
-{
-	struct hop *op = calloc(1, sizeof(*op));
-
-	if (op)
-		op->kind = kind;
-	return op;
-}
-
 static int host_probe(void)
 {
 	return 1;
@@ -592,39 +583,36 @@ static void host_dev_free(struct gpu_dev *d, void *p)
 	host_unmap(p);
 }
 
+/* Queues a copy of op on stream s. */
+static int host_post(struct gpu_dev *d, void *s, struct hop op)
+{
+	struct hop *p = malloc(sizeof(*p));
+
+	if (!p)
+		return -ENOMEM;
+	*p = op;
+	return host_enqueue(d, s, p);
+}
+
 static int host_stream_wait_event(struct gpu_dev *d, void *s, void *ev)
 {
-	struct hop *op = hop_new(HOP_WAIT);
-
-	if (!op)
-		return -ENOMEM;
-	op->ev = ev;
-	return host_enqueue(d, s, op);
+	return host_post(d, s, (struct hop){ .kind = HOP_WAIT, .ev = ev });
 }
 
 static int host_host_fn(struct gpu_dev *d, void *s, void (*fn)(void *),
 			void *arg)
 {
-	struct hop *op = hop_new(HOP_FN);
-
-	if (!op)
-		return -ENOMEM;
-	op->fn = fn;
-	op->arg = arg;
-	return host_enqueue(d, s, op);
+	return host_post(d, s,
+			 (struct hop){ .kind = HOP_FN, .fn = fn, .arg = arg });
 }
 
 static int host_memcpy_async(struct gpu_dev *d, void *dst, const void *src,
 			     size_t len, void *s)
 {
-	struct hop *op = hop_new(HOP_COPY);
-
-	if (!op)
-		return -ENOMEM;
-	op->dst = dst;
-	op->src = src;
-	op->len = len;
-	return host_enqueue(d, s, op);
+	return host_post(
+		d, s,
+		(struct hop){
+			.kind = HOP_COPY, .dst = dst, .src = src, .len = len });
 }
 
 static int host_event_create(struct gpu_dev *d, void **out)
@@ -648,12 +636,7 @@ static void host_event_destroy(struct gpu_dev *d, void *p)
 
 static int host_event_record(struct gpu_dev *d, void *ev, void *s)
 {
-	struct hop *op = hop_new(HOP_RECORD);
-
-	if (!op)
-		return -ENOMEM;
-	op->ev = ev;
-	return host_enqueue(d, s, op);
+	return host_post(d, s, (struct hop){ .kind = HOP_RECORD, .ev = ev });
 }
 
 static int host_event_query(struct gpu_dev *d, void *p)
@@ -1029,6 +1012,15 @@ static int direct_target(struct pool_gpu *g, struct pool_gpu_xfer *x,
 	return 0;
 }
 
+/* Slot s's fabric operation is posted: s is in the fabric stage. */
+static void fabric_posted(struct pool_gpu *g, struct slot *s)
+{
+	s->st = S_FABRIC;
+	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
+	g->nfabric++;
+	stat_max(&g->st_fabric_max, g->nfabric);
+}
+
 static int post_direct(struct pool_gpu *g, struct slot *s)
 {
 	struct pool_gpu_xfer *x = s->x;
@@ -1042,10 +1034,7 @@ static int post_direct(struct pool_gpu *g, struct slot *s)
 				   s->raddr, s->key, &s->fop, g->timeout_ms);
 	if (r)
 		return r;
-	s->st = S_FABRIC;
-	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
-	g->nfabric++;
-	stat_max(&g->st_fabric_max, g->nfabric);
+	fabric_posted(g, s);
 	return 0;
 }
 
@@ -1279,10 +1268,7 @@ static int post_rma(struct pool_gpu *g, struct slot *s)
 		     : pool_read_async(g->p, x->r, off, s->buf, s->len, &s->op);
 	if (r)
 		return r;
-	s->st = S_FABRIC;
-	s->deadline_ms = mono_ms() + (uint64_t)g->timeout_ms;
-	g->nfabric++;
-	stat_max(&g->st_fabric_max, g->nfabric);
+	fabric_posted(g, s);
 	return 0;
 }
 
@@ -1435,23 +1421,36 @@ static bool advance_copies(struct pool_gpu *g)
 	return moved;
 }
 
+/*
+ * Slot s's stage ended with r while the other stage (S_COPY or S_FABRIC)
+ * may be busy with another slot: counts the overlap; an abandoned slot
+ * is done, a failed one fails. True when s goes on.
+ */
+static bool stage_ended(struct pool_gpu *g, struct slot *s, int r,
+			enum stage other)
+{
+	if (s->abandoned) {
+		s->st = S_DONE;
+		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+		return false;
+	}
+	if (other_in_stage(g, s, other))
+		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
+	if (r) {
+		slot_fail(g, s, r);
+		return false;
+	}
+	return true;
+}
+
 static void fabric_done(struct pool_gpu *g, struct slot *s, int r)
 {
 	struct pool_gpu_xfer *x = s->x;
 
 	s->op = NULL;
 	g->nfabric--;
-	if (s->abandoned) {
-		s->st = S_DONE;
-		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+	if (!stage_ended(g, s, r, S_COPY))
 		return;
-	}
-	if (other_in_stage(g, s, S_COPY))
-		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
-	if (r) {
-		slot_fail(g, s, r);
-		return;
-	}
 	if (x->store || s->direct)
 		slot_finish(g, s);
 	else
@@ -1463,17 +1462,8 @@ static void copy_done(struct pool_gpu *g, struct slot *s, int r)
 	struct pool_gpu_xfer *x = s->x;
 
 	g->ncopy--;
-	if (s->abandoned) {
-		s->st = S_DONE;
-		__atomic_sub_fetch(&g->st_abandoned, 1, __ATOMIC_RELAXED);
+	if (!stage_ended(g, s, r, S_FABRIC))
 		return;
-	}
-	if (other_in_stage(g, s, S_FABRIC))
-		__atomic_add_fetch(&g->st_overlapped, 1, __ATOMIC_RELAXED);
-	if (r) {
-		slot_fail(g, s, r);
-		return;
-	}
 	if (!x->store || xfer_err(x) || !s->len) {
 		if (x->store && s->last && !xfer_err(x))
 			publish(g, x, false, true);
@@ -2121,36 +2111,47 @@ int pool_gpu_xfer_event(struct pool_gpu_xfer *x, int timeout_ms, void **event)
 /* ================================================================== */
 /* public: the device side                                              */
 
-int pool_gpu_dev_alloc(struct pool_gpu *g, size_t len, void **dev_ptr)
+/* Memory through the backend: on the device, or pinned on the host. */
+static int gpu_mem_alloc(struct pool_gpu *g, size_t len, void **out,
+			 bool pinned)
 {
-	if (!dev_ptr)
+	if (!out)
 		return -EINVAL;
-	*dev_ptr = NULL;
+	*out = NULL;
 	if (!g || !len)
 		return -EINVAL;
-	return g->be->dev_alloc(g->dev, len, dev_ptr);
+	return pinned ? g->be->pinned_alloc(g->dev, len, out)
+		      : g->be->dev_alloc(g->dev, len, out);
+}
+
+static void gpu_mem_free(struct pool_gpu *g, void *p, bool pinned)
+{
+	if (!g || !p)
+		return;
+	if (pinned)
+		g->be->pinned_free(g->dev, p);
+	else
+		g->be->dev_free(g->dev, p);
+}
+
+int pool_gpu_dev_alloc(struct pool_gpu *g, size_t len, void **dev_ptr)
+{
+	return gpu_mem_alloc(g, len, dev_ptr, false);
 }
 
 void pool_gpu_dev_free(struct pool_gpu *g, void *dev_ptr)
 {
-	if (g && dev_ptr)
-		g->be->dev_free(g->dev, dev_ptr);
+	gpu_mem_free(g, dev_ptr, false);
 }
 
 int pool_gpu_pinned_alloc(struct pool_gpu *g, size_t len, void **ptr)
 {
-	if (!ptr)
-		return -EINVAL;
-	*ptr = NULL;
-	if (!g || !len)
-		return -EINVAL;
-	return g->be->pinned_alloc(g->dev, len, ptr);
+	return gpu_mem_alloc(g, len, ptr, true);
 }
 
 void pool_gpu_pinned_free(struct pool_gpu *g, void *ptr)
 {
-	if (g && ptr)
-		g->be->pinned_free(g->dev, ptr);
+	gpu_mem_free(g, ptr, true);
 }
 
 int pool_gpu_stream_create(struct pool_gpu *g, void **stream)

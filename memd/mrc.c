@@ -168,10 +168,13 @@ static void slots_compact(struct memd_mrc *m)
 		m->e[x].slot = n++;
 	}
 	memset(m->fen, 0, (m->nslots + 1) * sizeof(*m->fen));
-	for (uint32_t s = 0; s < n; s++) {
-		uint32_t i = s + 1, p = i + (i & -i);
+	for (uint32_t s = 0; s < n; s++)
+		m->fen[s + 1] = m->e[m->slot_entry[s]].bytes;
+	/* every node, the empty slots' too: a node past n sums the ones
+	 * below it, which may hold bytes */
+	for (uint32_t i = 1; i <= m->nslots; i++) {
+		uint32_t p = i + (i & -i);
 
-		m->fen[i] += m->e[m->slot_entry[s]].bytes;
 		if (p <= m->nslots)
 			m->fen[p] += m->fen[i];
 	}
@@ -306,8 +309,8 @@ static uint32_t find(struct memd_mrc *m, uint64_t h)
  * This is the curve's hot path when every reference is sampled (a
  * tenant with fewer distinct keys than samples: each reference is an
  * insert and an eviction in most of the stores), so it is written for
- * instructions, computing exactly what a plain S3-FIFO does (test_mrc's
- * same_as_reference holds it to a frozen copy of the plain version):
+ * instructions, computing exactly what a plain S3-FIFO does (test_mrc
+ * holds it to tests/mrc_ref.c, an exact S3-FIFO written independently):
  *
  * - The queues are circular, head the newest, its prev the oldest: main's
  *   second chance (oldest back to the head) is one step of the head, not

@@ -1,30 +1,48 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/mrc_ref.h - the frozen reference curve (tests/mrc_ref.c): memd/mrc.h's
- * functions under ref_mrc_* names, for test_mrc only.
+ * tests/mrc_ref.h - exact references for test_mrc (tests/mrc_ref.c),
+ * written from memd/mrc.h's and memd/kvstore.c's definitions, not from
+ * memd/mrc.c: a byte-capacity S3-FIFO cache and a byte-weighted LRU
+ * stack, each over every key of the whole trace (no sampling, no window).
+ *
+ * Both take the calls memd_mrc takes: a reference to a key (its bytes,
+ * 0 for unknown: the size last seen stays; counted: a request, else a
+ * put) and a forget.
  */
 #ifndef TP_TESTS_MRC_REF_H
 #define TP_TESTS_MRC_REF_H
 
-#include "memd/mrc.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-struct ref_mrc;
+/* One call, as recorded to be replayed into a reference. */
+struct ref_call {
+	uint64_t key, bytes;
+	enum { REF_REQUEST, REF_PUT, REF_FORGET } op;
+};
 
-int ref_mrc_create(uint32_t sample_max, uint64_t window_refs,
-		   struct ref_mrc **out);
-void ref_mrc_destroy(struct ref_mrc *m);
-bool ref_mrc_access(struct ref_mrc *m, uint64_t h, uint64_t bytes,
-		    bool counted);
-void ref_mrc_forget(struct ref_mrc *m, uint64_t h);
-double ref_mrc_hit_ratio(const struct ref_mrc *m, uint64_t cache_bytes);
-double ref_mrc_lru_hit_ratio(const struct ref_mrc *m, uint64_t cache_bytes);
-uint64_t ref_mrc_sim_size(unsigned k);
-double ref_mrc_sim_hit_ratio(const struct ref_mrc *m, unsigned k);
-void ref_mrc_get_info(const struct ref_mrc *m, struct memd_mrc_info *i);
-size_t ref_mrc_bytes(const struct ref_mrc *m);
-size_t ref_mrc_points(const struct ref_mrc *m, unsigned per_doubling,
-		      uint64_t *bytes, double *hit, size_t max);
-size_t ref_mrc_lru_points(const struct ref_mrc *m, unsigned per_doubling,
-			  uint64_t *bytes, double *hit, size_t max);
+/* A recorded call sequence. */
+struct ref_trace {
+	struct ref_call *c;
+	size_t n, cap;
+};
+
+void ref_trace_add(struct ref_trace *t, int op, uint64_t key, uint64_t bytes);
+void ref_trace_free(struct ref_trace *t);
+
+/*
+ * The hit ratio of the requests of t with memd's S3-FIFO store of
+ * cap_bytes (hits / requests; 0 without requests).
+ */
+double ref_s3fifo_hit_ratio(const struct ref_trace *t, uint64_t cap_bytes);
+
+/*
+ * Every request's exact LRU reuse distance in bytes (UINT64_MAX for a
+ * first reference), in t's order, into *out (malloc'd; the count is
+ * returned). ref_lru_hit_ratio: the share of those <= cap_bytes.
+ */
+size_t ref_lru_distances(const struct ref_trace *t, uint64_t **out);
+double ref_lru_hit_ratio(const uint64_t *d, size_t n, uint64_t cap_bytes);
 
 #endif

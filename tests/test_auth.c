@@ -16,6 +16,7 @@
  * forked child).
  */
 #include "fabric/auth.h"
+#include "tests/testutil.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -750,29 +751,12 @@ static char tdir[1024];
 
 static void tmpdir_setup(void)
 {
-	const char *base = getenv("TMPDIR");
-
-	snprintf(tdir, sizeof(tdir), "%s/test_auth.XXXXXX",
-		 base && *base ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tdir));
+	tu_tmpdir_make(tdir, sizeof(tdir), "test_auth");
 }
 
 static void tmpdir_teardown(void)
 {
-	char path[PATH_MAX * 2];
-	struct dirent *de;
-	DIR *d = opendir(tdir);
-
-	ck_assert_ptr_nonnull(d);
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name);
-		if (unlink(path) && (errno == EISDIR || errno == EPERM))
-			rmdir(path);
-	}
-	closedir(d);
-	ck_assert_int_eq(rmdir(tdir), 0);
+	tu_tmpdir_remove(tdir);
 }
 
 /* Writes len bytes to tdir/name with mode; path receives its path. */

@@ -10,6 +10,7 @@
  * a parser that is consistently wrong still fails.
  */
 #include "memd/config.h"
+#include "tests/testutil.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -37,30 +38,12 @@ static char tdir[1024]; /* short enough that tdir/name fits PATH_MAX */
 
 static void tmpdir_setup(void)
 {
-	const char *base = getenv("TMPDIR");
-
-	snprintf(tdir, sizeof(tdir), "%s/test_config.XXXXXX",
-		 base && *base ? base : "/tmp");
-	ck_assert_ptr_nonnull(mkdtemp(tdir));
+	tu_tmpdir_make(tdir, sizeof(tdir), "test_config");
 }
 
 static void tmpdir_teardown(void)
 {
-	char path[PATH_MAX * 2];
-	struct dirent *de;
-	DIR *d = opendir(tdir);
-
-	ck_assert_ptr_nonnull(d);
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name);
-		chmod(path, 0700);
-		if (unlink(path) && (errno == EISDIR || errno == EPERM))
-			rmdir(path);
-	}
-	closedir(d);
-	ck_assert_int_eq(rmdir(tdir), 0);
+	tu_tmpdir_remove(tdir);
 }
 
 /* Writes len bytes to tdir/name; path receives the file's path. */
@@ -1657,24 +1640,6 @@ END_TEST
 
 /* --- memd.conf(5) documents the table ----------------------------------- */
 
-static char *read_whole(const char *path)
-{
-	char *buf = NULL;
-	size_t len = 0, n;
-	char chunk[4096];
-	FILE *out, *in = fopen(path, "r");
-
-	if (!in)
-		return NULL;
-	out = open_memstream(&buf, &len);
-	ck_assert_ptr_nonnull(out);
-	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
-		fwrite(chunk, 1, n, out);
-	fclose(in);
-	fclose(out);
-	return buf;
-}
-
 START_TEST(man_page_names_every_key)
 {
 	const char *src = getenv("TP_SOURCE_DIR");
@@ -1686,7 +1651,7 @@ START_TEST(man_page_names_every_key)
 	/* ctest sets TP_SOURCE_DIR; by hand, run from the repository root */
 	snprintf(path, sizeof(path), "%s/man/memd.conf.5",
 		 src && *src ? src : ".");
-	man = read_whole(path);
+	man = tu_read_whole(path);
 	ck_assert_msg(man, "cannot read %s (set TP_SOURCE_DIR)", path);
 
 	memd_config_defaults(&c);
@@ -1748,7 +1713,7 @@ START_TEST(man_page_example_loads)
 
 	snprintf(path, sizeof(path), "%s/man/memd.conf.5",
 		 src && *src ? src : ".");
-	man = read_whole(path);
+	man = tu_read_whole(path);
 	ck_assert_msg(man, "cannot read %s (set TP_SOURCE_DIR)", path);
 	begin = strstr(man, start);
 	ck_assert_msg(begin, "no example configuration in %s", path);

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -104,6 +105,21 @@ static uint32_t expect_error(int fd, int err)
 	return m.seq;
 }
 
+/* An ERROR with err for seq, then the connection closed; closes fd. */
+static void expect_error_closed(int fd, int err, uint32_t seq)
+{
+	ck_assert_uint_eq(expect_error(fd, err), seq);
+	ck_assert(closed_soon(fd));
+	close(fd);
+}
+
+/* Sends m, which memd refuses with err and closes the connection for. */
+static void refused_closed(int fd, struct wire_msg *m, int err)
+{
+	send_msg(fd, m);
+	expect_error_closed(fd, err, m->seq);
+}
+
 /* memd still serves a real client end to end. */
 static void assert_serving(void)
 {
@@ -161,9 +177,7 @@ START_TEST(oversized_frame_gets_emsgsize)
 	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD; the ERROR carries
 	 * the header's seq (docs/protocol.md) */
 	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	ck_assert_uint_eq(expect_error(fd, EMSGSIZE), 9);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	expect_error_closed(fd, EMSGSIZE, 9);
 	assert_serving();
 }
 END_TEST
@@ -178,9 +192,7 @@ START_TEST(malformed_payload_gets_ebadmsg)
 					1,   0,	  200, 0 };
 
 	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
-	ck_assert_uint_eq(expect_error(fd, EBADMSG), 7);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	expect_error_closed(fd, EBADMSG, 7);
 	assert_serving();
 }
 END_TEST
@@ -262,10 +274,7 @@ START_TEST(protocol_misuse_after_hello)
 	memset(&m, 0, sizeof(m));
 	m.type = WIRE_BYE_OK;
 	m.seq = 5;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EBADMSG), 5);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EBADMSG);
 	assert_serving();
 }
 END_TEST
@@ -303,10 +312,7 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	/* a version-2 session: EPROTO, closed */
 	fd = raw_hello(2, &ok);
 	m.seq = 9;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EPROTO), 9);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EPROTO);
 	/* so is KV_MODEL, protocol 3's other request */
 	fd = raw_hello(2, &ok);
 	memset(&m, 0, sizeof(m));
@@ -314,10 +320,7 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.seq = 10;
 	m.u.kv_model.prefill_tokens_per_s = 1000;
 	m.u.kv_model.bytes_per_token = 4096;
-	send_msg(fd, &m);
-	ck_assert_uint_eq(expect_error(fd, EPROTO), 10);
-	ck_assert(closed_soon(fd));
-	close(fd);
+	refused_closed(fd, &m, EPROTO);
 	assert_serving();
 }
 END_TEST
@@ -465,6 +468,24 @@ static int run_memd(const char *const *args)
 	return run_memd_log(args, NULL);
 }
 
+/* memd with args exits 78 (EX_CONFIG) and its stderr (errp) says what
+ * fmt formats. */
+static void memd_config_error(const char *const *args, const char *errp,
+			      const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void memd_config_error(const char *const *args, const char *errp,
+			      const char *fmt, ...)
+{
+	char want[PATH_MAX + 128];
+	va_list ap;
+
+	ck_assert_int_eq(run_memd_log(args, errp), 78);
+	va_start(ap, fmt);
+	vsnprintf(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+}
+
 /*
  * A rule between keys (donate a multiple of slab_size, lease_grace below
  * lease_ttl) is a config error like any other: exit 78 (EX_CONFIG), and
@@ -474,7 +495,6 @@ START_TEST(cross_key_errors_name_file_and_line)
 {
 	const char *args[8] = { "-c", NULL, "--check-config", NULL };
 	char dir[PATH_MAX], conf[PATH_MAX + 16], errp[PATH_MAX + 16];
-	char want[PATH_MAX + 128];
 	FILE *f;
 
 	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "crosskey"), 0);
@@ -488,34 +508,28 @@ START_TEST(cross_key_errors_name_file_and_line)
 	fclose(f);
 	args[1] = conf;
 
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	snprintf(want, sizeof(want),
-		 "%s:3: key 'donate': 40M is not a multiple of "
-		 "slab_size = 16M",
-		 conf);
-	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+	memd_config_error(args, errp,
+			  "%s:3: key 'donate': 40M is not a multiple of "
+			  "slab_size = 16M",
+			  conf);
 
 	/* --donate fixes donate; lease_grace (line 4) is next */
 	args[2] = "--donate";
 	args[3] = "48M";
 	args[4] = "--check-config";
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	snprintf(want, sizeof(want),
-		 "%s:4: key 'lease_grace': 20s must be less than "
-		 "lease_ttl = 10s",
-		 conf);
-	ck_assert_msg(tu_file_has(errp, want), "memd did not say '%s'", want);
+	memd_config_error(args, errp,
+			  "%s:4: key 'lease_grace': 20s must be less than "
+			  "lease_ttl = 10s",
+			  conf);
 
 	/* and a flag that breaks a rule is named as the command line */
 	args[3] = "56M";
 	args[4] = "--set";
 	args[5] = "lease_grace=1s";
 	args[6] = "--check-config";
-	ck_assert_int_eq(run_memd_log(args, errp), 78);
-	ck_assert_msg(tu_file_has(errp,
-				  "command line: key 'donate': 56M is not "
-				  "a multiple of slab_size = 16M"),
-		      "memd did not blame --donate");
+	memd_config_error(args, errp,
+			  "command line: key 'donate': 56M is not a multiple "
+			  "of slab_size = 16M");
 }
 END_TEST
 
@@ -536,6 +550,27 @@ static const char *memd_log_text(const struct tu_memd *m)
 	return buf;
 }
 
+/* Stops m with SIGTERM and reaps it here (tu_memd_stop would remove its
+ * log); returns the log's text (memd_log_text); *st: the wait status. */
+static const char *memd_stop_keep_log(struct tu_memd *m, int *st)
+{
+	ck_assert_int_eq(kill(m->pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(m->pid, st, 0), m->pid);
+	m->pid = 0;
+	return memd_log_text(m);
+}
+
+/* Starts m and opens and closes one session of client o to it. */
+static void memd_one_session(struct tu_memd *m, struct pool_opts *o)
+{
+	struct pool *p;
+
+	tu_memd_start_ok(m, NULL);
+	o->addr = m->addr;
+	ck_assert_int_eq(pool_connect(o, &p), 0);
+	pool_close(p);
+}
+
 /*
  * The close line of a standalone client names the session its hello
  * line named, also after BYE closed the session (it said session=0).
@@ -545,23 +580,15 @@ START_TEST(close_line_names_the_session)
 {
 	struct tu_memd m;
 	struct pool_opts o = { .client_name = "sessiontest" };
-	struct pool *p;
 	const char *log, *l;
 	char peer[64], want[128];
 	uint64_t sid = 0, closed;
 	int st;
 
-	tu_memd_start_ok(&m, NULL);
-	o.addr = m.addr;
-	ck_assert_int_eq(pool_connect(&o, &p), 0);
-	pool_close(p);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
+	memd_one_session(&m, &o);
+	log = memd_stop_keep_log(&m, &st);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		      "memd exit status %d", st);
-	log = memd_log_text(&m);
 
 	l = strstr(log, "ctl: hello peer=");
 	ck_assert_msg(l, "no hello line in:\n%s", log);
@@ -636,11 +663,7 @@ START_TEST(handshake_close_of_a_client_is_logged)
 	close(a);
 	close(b);
 	close(c);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
-	log = memd_log_text(&m);
+	log = memd_stop_keep_log(&m, &st);
 	snprintf(want, sizeof(want),
 		 "notice ctl: close peer=127.0.0.1:%u session=0 "
 		 "state=handshake why=displaced in its handshake suppressed=",
@@ -661,20 +684,12 @@ START_TEST(hello_line_quotes_client_name)
 {
 	struct tu_memd m;
 	struct pool_opts o = { .client_name = "kvbench pid 13498 \"x\"" };
-	struct pool *p;
 	const char *want = " client=\"kvbench pid 13498 \\\"x\\\"\"";
 	const char *log, *l, *e;
 	int st;
 
-	tu_memd_start_ok(&m, NULL);
-	o.addr = m.addr;
-	ck_assert_int_eq(pool_connect(&o, &p), 0);
-	pool_close(p);
-	/* reaped here, not by tu_memd_stop, which removes the log */
-	ck_assert_int_eq(kill(m.pid, SIGTERM), 0);
-	ck_assert_int_eq(waitpid(m.pid, &st, 0), m.pid);
-	m.pid = 0;
-	log = memd_log_text(&m);
+	memd_one_session(&m, &o);
+	log = memd_stop_keep_log(&m, &st);
 	l = strstr(log, "ctl: hello peer=");
 	ck_assert_msg(l, "no hello line in:\n%s", log);
 	e = strchr(l, '\n');

@@ -427,23 +427,6 @@ START_TEST(metrics_port_in_use)
 }
 END_TEST
 
-static char *read_whole(const char *path)
-{
-	char *buf = NULL, chunk[4096];
-	size_t len = 0, n;
-	FILE *out, *in = fopen(path, "r");
-
-	if (!in)
-		return NULL;
-	out = open_memstream(&buf, &len);
-	ck_assert_ptr_nonnull(out);
-	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
-		fwrite(chunk, 1, n, out);
-	fclose(in);
-	fclose(out);
-	return buf;
-}
-
 /* memd(8), METRICS, documents every name a scrape has. */
 START_TEST(man_page_names_every_metric)
 {
@@ -452,7 +435,7 @@ START_TEST(man_page_names_every_metric)
 	int names = 0;
 
 	snprintf(path, sizeof(path), "%s/man/memd.8", src && *src ? src : ".");
-	man = read_whole(path);
+	man = tu_read_whole(path);
 	ck_assert_msg(man, "cannot read %s (set TP_SOURCE_DIR)", path);
 	for (char *line = t; *line; line = strchr(line, '\n') + 1) {
 		size_t n = strcspn(line, "{ \n");

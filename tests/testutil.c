@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -448,6 +449,50 @@ bool tu_file_has(const char *path, const char *needle)
 	fclose(f);
 	buf[n] = '\0';
 	return strstr(buf, needle) != NULL;
+}
+
+char *tu_read_whole(const char *path)
+{
+	char *buf = NULL, chunk[4096];
+	size_t len = 0, n;
+	FILE *out, *in = fopen(path, "r");
+
+	if (!in)
+		return NULL;
+	out = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(out);
+	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
+		fwrite(chunk, 1, n, out);
+	fclose(in);
+	fclose(out);
+	return buf;
+}
+
+void tu_tmpdir_make(char *dir, size_t len, const char *name)
+{
+	const char *base = getenv("TMPDIR");
+
+	snprintf(dir, len, "%s/%s.XXXXXX", base && *base ? base : "/tmp", name);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+void tu_tmpdir_remove(const char *dir)
+{
+	char path[PATH_MAX * 2];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		chmod(path, 0700);
+		if (unlink(path) && (errno == EISDIR || errno == EPERM))
+			rmdir(path);
+	}
+	closedir(d);
+	ck_assert_int_eq(rmdir(dir), 0);
 }
 
 int tu_sh(const char *fmt, ...)

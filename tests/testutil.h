@@ -111,6 +111,19 @@ int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * stderr) holds needle; false when it cannot be read. */
 bool tu_file_has(const char *path, const char *needle);
 
+/* The whole file at path, NUL-terminated (free it); NULL when it cannot
+ * be read. */
+char *tu_read_whole(const char *path);
+
+/*
+ * A fixture's directory: tu_tmpdir_make creates $TMPDIR/name.XXXXXX
+ * (TMPDIR unset: /tmp) in dir, len bytes; tu_tmpdir_remove removes what
+ * it holds (files, empty directories, made writable first) and it.
+ * Both assert.
+ */
+void tu_tmpdir_make(char *dir, size_t len, const char *name);
+void tu_tmpdir_remove(const char *dir);
+
 /*
  * Cluster helpers (docs/cluster.md). tu_secret_file writes 32 random bytes
  * as hex to dir/name, mode 0600, and its path to path (room for 256).
