@@ -5,7 +5,7 @@
  * and O(1) per ticket, at any redemption rate.
  *
  * The registry numbers grants 1, 2, 3, ... per registry epoch (its
- * incarnation; memd/registry.c, one counter under its lock, for all
+ * incarnation; memd/registry_place.c, one counter under its lock, for all
  * donors). So a donor keeps, per registry epoch, an anti-replay window
  * like IPsec's (RFC 4303, 3.4.3): top, the highest grant id it redeemed,
  * and one bit for each of the window_ids ids up to top. A grant id

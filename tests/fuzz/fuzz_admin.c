@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/fuzz/fuzz_admin.c - libFuzzer harness for the registry's admin
- * requests (memd/registry.c: memd_registry_admin, what poolctl sends as
+ * requests (memd/registry_admin.c: memd_registry_admin, what poolctl sends as
  * ADMIN's JSON), parsed as memd's server parses them. Built by
  * tests/fuzz/CMakeLists.txt, run by .ci/fuzz.sh.
  *

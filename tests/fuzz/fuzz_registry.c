@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/fuzz/fuzz_registry.c - libFuzzer harness for the registry's
- * loader of STATE_DIR/registry.json (memd/registry.c: state_load and
+ * loader of STATE_DIR/registry.json (memd/registry_state.c: state_load and
  * load_doc). Built by tests/fuzz/CMakeLists.txt, run by .ci/fuzz.sh.
  *
  * Each input is a registry.json, written to a state directory on tmpfs

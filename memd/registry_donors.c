@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/registry_donors.c - the registry's donors (registry.h,
+ * docs/cluster.md): join (a new identity is made durable first), report,
+ * loss, liveness (down after MISSED_REPORTS report intervals of silence,
+ * with memd-ctl's own stalls not counted: loop_gap), and the soft state
+ * their reports feed: each tenant's usage, the live grants (reservations
+ * that placement makes and reports or expiry end) and the KV allowances
+ * a report's answer carries.
+ *
+ * Threads: memd-ctl (join, report, loss, tick, loop_gap), under r->lock;
+ * expire_locked runs at the start of every entry point of the registry.
+ *
+ * Invariants (registry_int.h): a donor's usage counts iff it is up; the
+ * reserved sums are those of the live grants, which all belong to their
+ * donors' current incarnations. A new incarnation (join with another
+ * epoch) or a donor marked down loses its usage and grants at once.
+ */
+#include "memd/registry_int.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- soft state: usage and grants ------------------------------------- */
+
+/* Adds (sign > 0) or removes d's reported usage from its tenants' sums. */
+static void usage_apply_locked(struct memd_registry *r, const struct donor *d,
+			       int sign)
+{
+	for (uint32_t i = 0; i < d->nusage; i++) {
+		struct tenant *t = tenant_by_id(r, d->usage[i].tenant_id);
+
+		if (!t)
+			continue;
+		if (sign > 0) {
+			t->used_slabs += d->usage[i].slabs;
+			t->kv_slabs += d->usage[i].kv_slabs;
+		} else {
+			t->used_slabs -= d->usage[i].slabs;
+			t->kv_slabs -= d->usage[i].kv_slabs;
+		}
+	}
+}
+
+static void usage_clear_locked(struct memd_registry *r, struct donor *d)
+{
+	if (d->up)
+		usage_apply_locked(r, d, -1);
+	free(d->usage);
+	d->usage = NULL;
+	d->nusage = 0;
+}
+
+/* The up donors that are not draining, in order of id: d's rank among
+ * them (-1: d is not one) and their number. */
+static int kv_rank_locked(const struct memd_registry *r, const struct donor *d,
+			  uint32_t *n)
+{
+	int rank = -1;
+
+	*n = 0;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *x = &r->donor[i];
+
+		if (!x->up || x->draining)
+			continue;
+		if (x == d)
+			rank = (int)*n;
+		(*n)++;
+	}
+	return rank;
+}
+
+/* The KV slabs tenant holds on draining donors (they take no new ones). */
+static uint64_t kv_draining_locked(const struct memd_registry *r,
+				   uint32_t tenant)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *x = &r->donor[i];
+
+		if (!x->up || !x->draining)
+			continue;
+		for (uint32_t k = 0; k < x->nusage; k++)
+			if (x->usage[k].tenant_id == tenant)
+				n += x->usage[k].kv_slabs;
+	}
+	return n;
+}
+
+/*
+ * The KV allowances for d's report, into ok->kv[] (cluster.md, "KV memory
+ * and quotas"): one for each tenant (the first WIRE_MAX_TENANTS by id),
+ * so a donor knows its allowance before a tenant's first KV put. What the
+ * tenant's quota leaves for KV memory, after its other usage and its
+ * reserved grants, and after its KV slabs on draining donors,
+ *   kv = quota - (used - kv_used) - reserved - kv_on_draining
+ * is split evenly over the up donors that are not draining (the first
+ * kv % n of them, by id, get one slab more): rendezvous hashing spreads a
+ * tenant's keys evenly, so an even split starves no donor. A draining
+ * donor keeps what it holds. A donor holding more than its allowance
+ * evicts the tenant's entries until it does not (memd_kv_trim).
+ */
+static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
+				 struct wire_donor_report_ok *ok)
+{
+	uint32_t n, nd = 0;
+	int rank = kv_rank_locked(r, d, &n);
+	bool draining = false;
+
+	for (size_t i = 0; i < r->ndonors && !draining; i++)
+		draining = r->donor[i].up && r->donor[i].draining;
+	ok->nkv = 0;
+	for (size_t i = 0; i < r->ntenants && nd < WIRE_MAX_TENANTS; i++) {
+		const struct tenant *t = &r->tenant[i];
+		uint64_t quota = t->quota_bytes / r->slab_bytes, other, kv,
+			 cap = 0;
+
+		other = t->used_slabs - t->kv_slabs + t->reserved_slabs +
+			(draining ? kv_draining_locked(r, t->id) : 0);
+		kv = quota > other ? quota - other : 0;
+		if (rank < 0) { /* draining: what it holds, no more */
+			for (uint32_t k = 0; k < d->nusage; k++)
+				if (d->usage[k].tenant_id == t->id)
+					cap = d->usage[k].kv_slabs;
+		} else {
+			cap = kv / n + ((uint64_t)rank < kv % n ? 1 : 0);
+		}
+		ok->kv[nd].tenant_id = t->id;
+		ok->kv[nd].kv_slabs_max =
+			cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
+		nd++;
+	}
+	ok->nkv = (uint16_t)nd;
+}
+
+static void grant_drop_locked(struct memd_registry *r, size_t i)
+{
+	struct grant *g = &r->grant[i];
+	struct tenant *t = tenant_by_id(r, g->tenant_id);
+	struct donor *d = donor_by_id(r, g->donor_id);
+
+	if (t)
+		t->reserved_slabs -= g->nslabs;
+	if (d)
+		d->reserved_slabs -= g->nslabs;
+	r->grant[i] = r->grant[--r->ngrants];
+}
+
+static void donor_grants_drop_locked(struct memd_registry *r, uint32_t id)
+{
+	for (size_t i = 0; i < r->ngrants;)
+		if (r->grant[i].donor_id == id)
+			grant_drop_locked(r, i);
+		else
+			i++;
+}
+
+static void donor_down_locked(struct memd_registry *r, struct donor *d,
+			      const char *why)
+{
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
+	usage_clear_locked(r, d);
+	d->up = false;
+	d->reported = false;
+	donor_set_reason(d, "%s", why);
+	memd_log(LOG_WARNING,
+		 "registry: donor down name=%s id=%u epoch=%016" PRIx64
+		 " reason=\"%s\"",
+		 memd_log_quote(d->name, logq, sizeof(logq)), d->id, d->epoch,
+		 d->reason);
+}
+
+/* Liveness and grant expiry as of now_ms; every entry point runs it, so
+ * what now_ms says decides, whether or not tick ran. */
+void expire_locked(struct memd_registry *r, uint64_t now_ms)
+{
+	uint64_t limit = (uint64_t)MISSED_REPORTS * r->report_ms;
+
+	for (size_t i = 0; i < r->ndonors; i++) {
+		struct donor *d = &r->donor[i];
+		char why[64];
+
+		if (!d->up || now_ms <= d->last_report_ms ||
+		    now_ms - d->last_report_ms <= limit)
+			continue;
+		snprintf(why, sizeof(why), "no report for %" PRIu64 " ms",
+			 now_ms - d->last_report_ms);
+		donor_down_locked(r, d, why);
+	}
+	/* Every call comes here: scan the grants only when the earliest
+	 * deadline has passed (a full scan per call cost half of memd's CPU
+	 * with 49k grants outstanding: docs/bench/registry.md). */
+	if (now_ms < r->grant_next_deadline_ms)
+		return;
+	r->grant_next_deadline_ms = UINT64_MAX;
+	for (size_t i = 0; i < r->ngrants;)
+		if (r->grant[i].deadline_ms <= now_ms) {
+			grant_drop_locked(r, i);
+		} else {
+			if (r->grant[i].deadline_ms < r->grant_next_deadline_ms)
+				r->grant_next_deadline_ms =
+					r->grant[i].deadline_ms;
+			i++;
+		}
+}
+
+/* ---- donors ------------------------------------------------------------ */
+
+int memd_registry_donor_join(struct memd_registry *r,
+			     const struct wire_donor_join *j, uint64_t now_ms,
+			     struct wire_donor_join_ok *ok, char *err,
+			     size_t errlen)
+{
+	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
+	char have[32], want[32];
+	struct donor *d;
+	uint32_t nfree = 0;
+	int rc;
+
+	if (!j || !ok)
+		return -EINVAL;
+	if (strnlen(j->name, WIRE_NAME_MAX) >= WIRE_NAME_MAX ||
+	    !wire_name_is_valid(j->name)) {
+		set_err(err, errlen,
+			"donor name '%.63s' is not [A-Za-z0-9_.-], 1 to %d "
+			"characters",
+			j->name, WIRE_NAME_MAX - 1);
+		return -EINVAL;
+	}
+	if (strnlen(j->addr, WIRE_HOSTPORT_MAX) >= WIRE_HOSTPORT_MAX ||
+	    !j->addr[0]) {
+		set_err(err, errlen, "donor '%s': no address", j->name);
+		return -EINVAL;
+	}
+	if (j->slab_bytes != r->slab_bytes) {
+		memd_log_bytes(j->slab_bytes, have, sizeof(have));
+		memd_log_bytes(r->slab_bytes, want, sizeof(want));
+		set_err(err, errlen,
+			"donor '%s': slab size %s (%" PRIu64
+			" bytes), the registry's is %s (%" PRIu64 " bytes)",
+			j->name, have, j->slab_bytes, want, r->slab_bytes);
+		return -EINVAL;
+	}
+	if (j->nnodes > WIRE_MAX_NODES) {
+		set_err(err, errlen, "donor '%s': %u nodes, at most %d",
+			j->name, j->nnodes, WIRE_MAX_NODES);
+		return -EINVAL;
+	}
+	for (uint16_t i = 0; i < j->nnodes; i++)
+		nfree += j->node[i].slabs_free;
+	pthread_mutex_lock(&r->lock);
+	if (!is_serving_locked(r, now_ms, err, errlen)) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	expire_locked(r, now_ms);
+	d = donor_by_name(r, j->name);
+	if (!d) {
+		struct state_edit e = state_now(r);
+		struct donor nd = { 0 };
+
+		if (r->ndonors >= MAX_DONORS) {
+			set_err(err, errlen,
+				"donor '%s': the registry has %d donors "
+				"already, its most",
+				j->name, MAX_DONORS);
+			rc = -ENOSPC;
+			goto out;
+		}
+		if (r->next_donor_id == UINT32_MAX ||
+		    grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
+			 sizeof(*d))) {
+			set_err(err, errlen, "registry: out of memory or ids");
+			rc = -ENOMEM;
+			goto out;
+		}
+		nd.id = r->next_donor_id;
+		strcpy(nd.name, j->name);
+		e.donor_put = &nd;
+		e.next_donor_id = r->next_donor_id + 1;
+		rc = state_write_logged(r, &e, err, errlen);
+		if (rc)
+			goto out;
+		r->next_donor_id++;
+		r->donor[r->ndonors++] = nd;
+		d = &r->donor[r->ndonors - 1];
+	} else if (!d->joined || d->epoch != j->epoch) {
+		/* A new incarnation: the old one's leases and tickets are
+		 * gone with it. */
+		usage_clear_locked(r, d);
+		donor_grants_drop_locked(r, d->id);
+		d->up = false;
+		d->reported = false;
+	}
+	d->joined = true;
+	d->epoch = j->epoch;
+	memcpy(d->addr, j->addr, sizeof(d->addr));
+	d->nnodes = j->nnodes;
+	for (uint16_t i = 0; i < j->nnodes; i++)
+		d->node[i] = j->node[i].node;
+	d->slabs_total = j->slabs_total;
+	if (!d->reported) {
+		/* until its first report, what the join says (for display:
+		 * placement waits for a report) */
+		d->slabs_free = j->nnodes ? nfree : j->slabs_total;
+		d->slabs_leased = 0;
+	}
+	d->last_report_ms = now_ms;
+	if (!d->up) {
+		d->up = true;
+		donor_set_reason(d, "joined");
+	}
+	memd_log(
+		LOG_NOTICE,
+		"registry: donor joined name=%s id=%u addr=%s epoch=%016" PRIx64
+		" slabs=%u draining=%d",
+		memd_log_quote(d->name, logq, sizeof(logq)), d->id, d->addr,
+		d->epoch, d->slabs_total, (int)d->draining);
+	ok->donor_id = d->id;
+	ok->registry_epoch = r->epoch;
+	ok->report_ms = r->report_ms;
+	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
+	rc = 0;
+out:
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
+int memd_registry_donor_report(struct memd_registry *r,
+			       const struct wire_donor_report *rep,
+			       uint64_t now_ms, struct wire_donor_report_ok *ok,
+			       char *err, size_t errlen)
+{
+	struct wire_tenant_usage *u = NULL;
+	struct donor *d;
+	int rc = 0;
+
+	if (!rep || !ok)
+		return -EINVAL;
+	if (rep->ntenants > WIRE_MAX_TENANTS ||
+	    rep->nredeemed > WIRE_MAX_REDEEMED) {
+		set_err(err, errlen,
+			"donor %u: report of %u tenants and %u grants, at "
+			"most %d and %d",
+			rep->donor_id, rep->ntenants, rep->nredeemed,
+			WIRE_MAX_TENANTS, WIRE_MAX_REDEEMED);
+		return -EINVAL;
+	}
+	for (uint16_t i = 0; i < rep->ntenants; i++) {
+		if (rep->tenant[i].kv_slabs > rep->tenant[i].slabs) {
+			set_err(err, errlen,
+				"donor %u: tenant %u has %u KV slabs of %u",
+				rep->donor_id, rep->tenant[i].tenant_id,
+				rep->tenant[i].kv_slabs, rep->tenant[i].slabs);
+			return -EINVAL;
+		}
+	}
+	if (rep->ntenants) {
+		u = malloc(rep->ntenants * sizeof(*u));
+		if (!u) {
+			set_err(err, errlen, "registry: out of memory");
+			return -ENOMEM;
+		}
+		memcpy(u, rep->tenant, rep->ntenants * sizeof(*u));
+	}
+	pthread_mutex_lock(&r->lock);
+	if (!is_serving_locked(r, now_ms, err, errlen)) {
+		free(u);
+		rc = -EAGAIN;
+		goto out;
+	}
+	expire_locked(r, now_ms);
+	d = donor_by_id(r, rep->donor_id);
+	if (!d || !d->up || d->epoch != rep->epoch) {
+		if (!d)
+			set_err(err, errlen, "donor %u: unknown: join first",
+				rep->donor_id);
+		else if (!d->up)
+			set_err(err, errlen,
+				"donor %u ('%s'): marked down (%s): join again",
+				d->id, d->name, d->reason);
+		else
+			set_err(err, errlen,
+				"donor %u ('%s'): epoch %016" PRIx64
+				" is not the one it joined with (%016" PRIx64
+				"): join again",
+				d->id, d->name, rep->epoch, d->epoch);
+		free(u);
+		rc = -ESTALE;
+		goto out;
+	}
+	usage_clear_locked(r, d);
+	d->usage = u;
+	d->nusage = rep->ntenants;
+	usage_apply_locked(r, d, +1);
+	d->slabs_free = rep->slabs_free;
+	d->slabs_leased = rep->slabs_leased;
+	d->bytes_read = rep->bytes_read;
+	d->bytes_written = rep->bytes_written;
+	d->last_report_ms = now_ms;
+	d->reports++;
+	d->reported = true;
+	/* The redeemed grants are in this report's usage: counted once. */
+	for (uint16_t k = 0; k < rep->nredeemed; k++)
+		for (size_t i = 0; i < r->ngrants; i++)
+			if (r->grant[i].id == rep->redeemed[k] &&
+			    r->grant[i].donor_id == d->id) {
+				grant_drop_locked(r, i);
+				break;
+			}
+	ok->registry_epoch = r->epoch;
+	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
+	kv_allowances_locked(r, d, ok);
+	/* Every tenant listed: the donor may tell a removed one. */
+	if (r->ntenants <= WIRE_MAX_TENANTS) {
+		ok->flags |= WIRE_DONOR_TENANTS;
+		ok->next_tenant_id = r->next_tenant_id;
+	}
+	/* Fencing (docs/cluster.md): on etcd, no other registry can lead
+	 * before serve_until_ms + a quarter lease; the donor redeems this
+	 * epoch's tickets only until serve_until_ms - now_ms after it sent
+	 * the report (which is before now_ms), so never once another
+	 * registry may place. The quarter lease is the margin for clock
+	 * rates, as for the leader's own serving. */
+	if (r->etcd) {
+		ok->flags |= WIRE_DONOR_FENCE;
+		ok->fence_ms = (uint32_t)(r->serve_until_ms - now_ms);
+	}
+out:
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
+void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
+			      uint64_t epoch, uint64_t now_ms, const char *why)
+{
+	struct donor *d;
+
+	pthread_mutex_lock(&r->lock);
+	expire_locked(r, now_ms);
+	d = donor_by_id(r, donor_id);
+	if (d && d->up && d->epoch == epoch)
+		donor_down_locked(r, d, why && why[0] ? why : "link closed");
+	pthread_mutex_unlock(&r->lock);
+}
+
+void memd_registry_tick(struct memd_registry *r, uint64_t now_ms)
+{
+	pthread_mutex_lock(&r->lock);
+	expire_locked(r, now_ms);
+	pthread_mutex_unlock(&r->lock);
+}
+
+void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms)
+{
+	uint64_t half = (uint64_t)MISSED_REPORTS * r->report_ms / 2;
+
+	if (gap_ms <= half)
+		return;
+	pthread_mutex_lock(&r->lock);
+	for (size_t i = 0; i < r->ndonors; i++)
+		if (r->donor[i].up)
+			r->donor[i].last_report_ms += gap_ms - half;
+	pthread_mutex_unlock(&r->lock);
+	memd_log(LOG_NOTICE,
+		 "registry: did not run for %" PRIu64
+		 " ms; donors' reports are read before their liveness",
+		 gap_ms);
+}
