@@ -34,7 +34,7 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-uint64_t unix_ms(void)
+uint64_t reg_unix_ms(void)
 {
 	struct timespec ts;
 
@@ -42,7 +42,7 @@ uint64_t unix_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-uint64_t mul_sat(uint64_t a, uint64_t b)
+uint64_t reg_mul_sat(uint64_t a, uint64_t b)
 {
 	uint64_t p;
 
@@ -51,7 +51,7 @@ uint64_t mul_sat(uint64_t a, uint64_t b)
 	return p;
 }
 
-struct tenant *tenant_by_id(struct memd_registry *r, uint32_t id)
+struct tenant *reg_tenant_by_id(struct memd_registry *r, uint32_t id)
 {
 	for (size_t i = 0; i < r->ntenants; i++)
 		if (r->tenant[i].id == id)
@@ -59,7 +59,7 @@ struct tenant *tenant_by_id(struct memd_registry *r, uint32_t id)
 	return NULL;
 }
 
-struct tenant *tenant_by_name(struct memd_registry *r, const char *name)
+struct tenant *reg_tenant_by_name(struct memd_registry *r, const char *name)
 {
 	for (size_t i = 0; i < r->ntenants; i++)
 		if (!strcmp(r->tenant[i].name, name))
@@ -67,7 +67,7 @@ struct tenant *tenant_by_name(struct memd_registry *r, const char *name)
 	return NULL;
 }
 
-struct donor *donor_by_id(struct memd_registry *r, uint32_t id)
+struct donor *reg_donor_by_id(struct memd_registry *r, uint32_t id)
 {
 	for (size_t i = 0; i < r->ndonors; i++)
 		if (r->donor[i].id == id)
@@ -75,7 +75,7 @@ struct donor *donor_by_id(struct memd_registry *r, uint32_t id)
 	return NULL;
 }
 
-struct donor *donor_by_name(struct memd_registry *r, const char *name)
+struct donor *reg_donor_by_name(struct memd_registry *r, const char *name)
 {
 	for (size_t i = 0; i < r->ndonors; i++)
 		if (!strcmp(r->donor[i].name, name))
@@ -84,7 +84,7 @@ struct donor *donor_by_name(struct memd_registry *r, const char *name)
 }
 
 /* Grows *arr to hold at least want elements. 0 or -ENOMEM. */
-int grow(void **arr, size_t *cap, size_t want, size_t elem)
+int reg_grow(void **arr, size_t *cap, size_t want, size_t elem)
 {
 	size_t n = *cap ? *cap : 8;
 	void *p;
@@ -101,7 +101,7 @@ int grow(void **arr, size_t *cap, size_t want, size_t elem)
 	return 0;
 }
 
-enum memd_donor_state donor_state(const struct donor *d)
+enum memd_donor_state reg_donor_state(const struct donor *d)
 {
 	if (!d->up)
 		return MEMD_DONOR_DOWN;
@@ -121,20 +121,20 @@ const char *memd_donor_state_name(enum memd_donor_state s)
 	return "unknown";
 }
 
-void donor_set_reason(struct donor *d, const char *fmt, ...)
+void reg_donor_set_reason(struct donor *d, const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
 	vsnprintf(d->reason, sizeof(d->reason), fmt, ap);
 	va_end(ap);
-	d->since_unix_ms = unix_ms();
+	d->since_unix_ms = reg_unix_ms();
 }
 
 /* ---- attaching to etcd ------------------------------------------------- */
 
-int etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
-		char *err, size_t errlen)
+int reg_etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
+		    char *err, size_t errlen)
 {
 	static const char label[] = "tidepool registry state v1";
 	static const char mac_label[] = "tidepool registry state mac key v1";
@@ -235,7 +235,7 @@ int memd_registry_open(const struct memd_registry_opts *o, uint64_t now_ms,
 		r->tmp_path = strdup("");
 		if (!r->dir || !r->path || !r->tmp_path)
 			goto nomem;
-		rc = etcd_attach(r, o, err, errlen);
+		rc = reg_etcd_attach(r, o, err, errlen);
 		if (rc) {
 			registry_free(r);
 			return rc;
@@ -277,13 +277,13 @@ common:
 	r->next_tenant_id = 1;
 	r->next_donor_id = 1;
 	r->next_grant_id = 1;
-	r->open_unix_ms = unix_ms();
+	r->open_unix_ms = reg_unix_ms();
 	do
 		auth_random(&r->epoch, sizeof(r->epoch));
 	while (!r->epoch);
 	r->grant_next_deadline_ms = UINT64_MAX;
 	/* etcd: the state is read when this registry is elected */
-	rc = r->etcd ? 0 : state_load(r, err, errlen);
+	rc = r->etcd ? 0 : reg_state_load(r, err, errlen);
 	if (rc) {
 		registry_free(r);
 		return rc;
@@ -330,7 +330,7 @@ int memd_registry_tenant_key(struct memd_registry *r, const char *name,
 	int rc = -ENOENT;
 
 	pthread_mutex_lock(&r->lock);
-	t = name ? tenant_by_name(r, name) : NULL;
+	t = name ? reg_tenant_by_name(r, name) : NULL;
 	if (t) {
 		if (id)
 			*id = t->id;
@@ -350,7 +350,7 @@ int memd_registry_make_pass(struct memd_registry *r, uint32_t tenant_id,
 
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_lock(&r->lock);
-	t = tenant_by_id(r, tenant_id);
+	t = reg_tenant_by_id(r, tenant_id);
 	if (t) {
 		p->tenant_id = t->id;
 		memcpy(p->tenant, t->name, sizeof(p->tenant));
@@ -383,8 +383,9 @@ void memd_registry_foreach_tenant(
 		s[i].id = t->id;
 		memcpy(s[i].name, t->name, sizeof(s[i].name));
 		s[i].quota_bytes = t->quota_bytes;
-		s[i].used_bytes = mul_sat(t->used_slabs, r->slab_bytes);
-		s[i].reserved_bytes = mul_sat(t->reserved_slabs, r->slab_bytes);
+		s[i].used_bytes = reg_mul_sat(t->used_slabs, r->slab_bytes);
+		s[i].reserved_bytes =
+			reg_mul_sat(t->reserved_slabs, r->slab_bytes);
 	}
 	pthread_mutex_unlock(&r->lock);
 	for (size_t i = 0; s && i < n; i++)
@@ -409,7 +410,7 @@ void memd_registry_foreach_donor(
 		s[i].id = d->id;
 		memcpy(s[i].name, d->name, sizeof(s[i].name));
 		memcpy(s[i].addr, d->addr, sizeof(s[i].addr));
-		s[i].state = donor_state(d);
+		s[i].state = reg_donor_state(d);
 		memcpy(s[i].reason, d->reason, sizeof(s[i].reason));
 		s[i].since_unix_ms = d->since_unix_ms;
 		s[i].epoch = d->epoch;

@@ -43,15 +43,17 @@ static json_t *tenant_info_json_base(const struct memd_registry *r,
 			"{s:s, s:I, s:I, s:I, s:I}", "name", t->name, "id",
 			(json_int_t)t->id, "quota_bytes",
 			(json_int_t)t->quota_bytes, "used_bytes",
-			(json_int_t)mul_sat(t->used_slabs, r->slab_bytes),
+			(json_int_t)reg_mul_sat(t->used_slabs, r->slab_bytes),
 			"reserved_bytes",
-			(json_int_t)mul_sat(t->reserved_slabs, r->slab_bytes));
-	return json_pack("{s:I, s:s, s:I, s:I, s:I}", "id", (json_int_t)t->id,
-			 "name", t->name, "quota_bytes",
-			 (json_int_t)t->quota_bytes, "used_bytes",
-			 (json_int_t)mul_sat(t->used_slabs, r->slab_bytes),
-			 "reserved_bytes",
-			 (json_int_t)mul_sat(t->reserved_slabs, r->slab_bytes));
+			(json_int_t)reg_mul_sat(t->reserved_slabs,
+						r->slab_bytes));
+	return json_pack(
+		"{s:I, s:s, s:I, s:I, s:I}", "id", (json_int_t)t->id, "name",
+		t->name, "quota_bytes", (json_int_t)t->quota_bytes,
+		"used_bytes",
+		(json_int_t)reg_mul_sat(t->used_slabs, r->slab_bytes),
+		"reserved_bytes",
+		(json_int_t)reg_mul_sat(t->reserved_slabs, r->slab_bytes));
 }
 
 /* A tenant as admin replies show it: with its cost model (0: the
@@ -82,7 +84,7 @@ static int admin_status(struct admin_ctx *x)
 	for (size_t i = 0; i < r->ndonors; i++) {
 		const struct donor *d = &r->donor[i];
 
-		switch (donor_state(d)) {
+		switch (reg_donor_state(d)) {
 		case MEMD_DONOR_UP:
 			nup++;
 			if (d->slabs_free > d->reserved_slabs)
@@ -128,17 +130,19 @@ static json_t *donor_info_json(struct memd_registry *r, const struct donor *d)
 	json_t *ts = json_array();
 
 	for (uint32_t i = 0; i < d->nusage && ts; i++) {
-		const struct tenant *t = tenant_by_id(r, d->usage[i].tenant_id);
+		const struct tenant *t =
+			reg_tenant_by_id(r, d->usage[i].tenant_id);
 
 		if (!t)
 			continue; /* removed since the donor counted it */
 		if (json_array_append_new(
-			    ts, json_pack("{s:s, s:I, s:I}", "name", t->name,
-					  "used_bytes",
-					  (json_int_t)mul_sat(d->usage[i].slabs,
+			    ts,
+			    json_pack("{s:s, s:I, s:I}", "name", t->name,
+				      "used_bytes",
+				      (json_int_t)reg_mul_sat(d->usage[i].slabs,
 							      r->slab_bytes),
-					  "sessions",
-					  (json_int_t)d->usage[i].sessions))) {
+				      "sessions",
+				      (json_int_t)d->usage[i].sessions))) {
 			json_decref(ts);
 			ts = NULL;
 		}
@@ -152,7 +156,7 @@ static json_t *donor_info_json(struct memd_registry *r, const struct donor *d)
 		"{s:I, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:I, "
 		"s:I, s:I, s:I, s:I, s:o}",
 		"id", (json_int_t)d->id, "name", d->name, "addr", d->addr,
-		"state", memd_donor_state_name(donor_state(d)), "reason",
+		"state", memd_donor_state_name(reg_donor_state(d)), "reason",
 		d->reason, "since_unix_ms", (json_int_t)d->since_unix_ms,
 		"epoch", epoch, "slabs_total", (json_int_t)d->slabs_total,
 		"slabs_free", (json_int_t)d->slabs_free, "slabs_leased",
@@ -203,10 +207,10 @@ static struct tenant *admin_tenant(struct admin_ctx *x, int *rc)
 	char name[WIRE_NAME_MAX];
 	struct tenant *t;
 
-	*rc = json_get_name(x->req, "name", name, "", x->err, x->errlen);
+	*rc = reg_json_get_name(x->req, "name", name, "", x->err, x->errlen);
 	if (*rc)
 		return NULL;
-	t = tenant_by_name(x->r, name);
+	t = reg_tenant_by_name(x->r, name);
 	if (!t) {
 		set_err(x->err, x->errlen, "no tenant '%s'", name);
 		*rc = -ENOENT;
@@ -218,16 +222,16 @@ static int admin_tenant_add(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct memd_registry *r = x->r;
-	struct state_edit e = state_now(r);
+	struct state_edit e = reg_state_now(r);
 	uint8_t box[WIRE_BOX_MAX];
 	struct tenant t = { 0 };
 	json_t *kb;
 	int n, rc;
 
-	if ((rc = json_get_name(x->req, "name", t.name, "", x->err,
-				x->errlen)) ||
-	    (rc = json_get_uint(x->req, "quota_bytes", 0, INT64_MAX,
-				&t.quota_bytes, "", x->err, x->errlen)))
+	if ((rc = reg_json_get_name(x->req, "name", t.name, "", x->err,
+				    x->errlen)) ||
+	    (rc = reg_json_get_uint(x->req, "quota_bytes", 0, INT64_MAX,
+				    &t.quota_bytes, "", x->err, x->errlen)))
 		return rc;
 	kb = json_object_get(x->req, "key_box");
 	if (!kb) {
@@ -252,7 +256,7 @@ static int admin_tenant_add(struct admin_ctx *x)
 			AUTH_KEY_LEN);
 		return -EINVAL;
 	}
-	if (tenant_by_name(r, t.name)) {
+	if (reg_tenant_by_name(r, t.name)) {
 		set_err(x->err, x->errlen, "tenant '%s' exists", t.name);
 		rc = -EEXIST;
 		goto out;
@@ -263,15 +267,15 @@ static int admin_tenant_add(struct admin_ctx *x)
 		rc = -ENOSPC;
 		goto out;
 	}
-	if (grow((void **)&r->tenant, &r->tenant_cap, r->ntenants + 1,
-		 sizeof(t))) {
+	if (reg_grow((void **)&r->tenant, &r->tenant_cap, r->ntenants + 1,
+		     sizeof(t))) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	t.id = r->next_tenant_id;
 	e.tenant_put = &t;
 	e.next_tenant_id = r->next_tenant_id + 1;
-	rc = state_write_logged(r, &e, x->err, x->errlen);
+	rc = reg_state_write_logged(r, &e, x->err, x->errlen);
 	if (rc)
 		goto out;
 	/* A donor may have counted slabs under this id already (a report
@@ -299,7 +303,7 @@ static int admin_tenant_remove(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct memd_registry *r = x->r;
-	struct state_edit e = state_now(r);
+	struct state_edit e = reg_state_now(r);
 	char u[32], s[32];
 	struct tenant *t;
 	int rc;
@@ -308,9 +312,9 @@ static int admin_tenant_remove(struct admin_ctx *x)
 	if (!t)
 		return rc;
 	if (t->used_slabs || t->reserved_slabs) {
-		memd_log_bytes(mul_sat(t->used_slabs, r->slab_bytes), u,
+		memd_log_bytes(reg_mul_sat(t->used_slabs, r->slab_bytes), u,
 			       sizeof(u));
-		memd_log_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
+		memd_log_bytes(reg_mul_sat(t->reserved_slabs, r->slab_bytes), s,
 			       sizeof(s));
 		set_err(x->err, x->errlen,
 			"tenant '%s' still holds memory: used %s, reserved %s",
@@ -318,7 +322,7 @@ static int admin_tenant_remove(struct admin_ctx *x)
 		return -EBUSY;
 	}
 	e.tenant_del = t->id;
-	rc = state_write_logged(r, &e, x->err, x->errlen);
+	rc = reg_state_write_logged(r, &e, x->err, x->errlen);
 	if (rc)
 		return rc;
 	memd_log(LOG_NOTICE, "registry: tenant removed name=%s id=%u",
@@ -343,16 +347,16 @@ static int admin_quota_get(struct admin_ctx *x)
 	x->reply = json_pack(
 		"{s:s, s:I, s:I, s:I}", "name", t->name, "quota_bytes",
 		(json_int_t)t->quota_bytes, "used_bytes",
-		(json_int_t)mul_sat(t->used_slabs, x->r->slab_bytes),
+		(json_int_t)reg_mul_sat(t->used_slabs, x->r->slab_bytes),
 		"reserved_bytes",
-		(json_int_t)mul_sat(t->reserved_slabs, x->r->slab_bytes));
+		(json_int_t)reg_mul_sat(t->reserved_slabs, x->r->slab_bytes));
 	return x->reply ? 0 : -ENOMEM;
 }
 
 static int admin_quota_set(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
-	struct state_edit e = state_now(x->r);
+	struct state_edit e = reg_state_now(x->r);
 	struct tenant *t, nt;
 	uint64_t q;
 	int rc;
@@ -360,14 +364,14 @@ static int admin_quota_set(struct admin_ctx *x)
 	t = admin_tenant(x, &rc);
 	if (!t)
 		return rc;
-	rc = json_get_uint(x->req, "quota_bytes", 0, INT64_MAX, &q, "", x->err,
-			   x->errlen);
+	rc = reg_json_get_uint(x->req, "quota_bytes", 0, INT64_MAX, &q, "",
+			       x->err, x->errlen);
 	if (rc)
 		return rc;
 	nt = *t;
 	nt.quota_bytes = q;
 	e.tenant_put = &nt;
-	rc = state_write_logged(x->r, &e, x->err, x->errlen);
+	rc = reg_state_write_logged(x->r, &e, x->err, x->errlen);
 	memset(&nt, 0, sizeof(nt));
 	if (rc)
 		return rc;
@@ -389,7 +393,7 @@ static int admin_quota_set(struct admin_ctx *x)
 static int admin_tenant_set(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
-	struct state_edit e = state_now(x->r);
+	struct state_edit e = reg_state_now(x->r);
 	struct tenant *t, nt;
 	bool tps = json_object_get(x->req, "prefill_tokens_per_s") != NULL,
 	     bpt = json_object_get(x->req, "bytes_per_token") != NULL;
@@ -407,20 +411,22 @@ static int admin_tenant_set(struct admin_ctx *x)
 	}
 	nt = *t;
 	if (tps) {
-		rc = json_get_uint(x->req, "prefill_tokens_per_s", 0,
-				   TENANT_TPS_MAX, &v, "", x->err, x->errlen);
+		rc = reg_json_get_uint(x->req, "prefill_tokens_per_s", 0,
+				       TENANT_TPS_MAX, &v, "", x->err,
+				       x->errlen);
 		if (rc)
 			goto out;
 		nt.prefill_tokens_per_s = (uint32_t)v;
 	}
 	if (bpt) {
-		rc = json_get_uint(x->req, "bytes_per_token", 0, TENANT_BPT_MAX,
-				   &nt.bytes_per_token, "", x->err, x->errlen);
+		rc = reg_json_get_uint(x->req, "bytes_per_token", 0,
+				       TENANT_BPT_MAX, &nt.bytes_per_token, "",
+				       x->err, x->errlen);
 		if (rc)
 			goto out;
 	}
 	e.tenant_put = &nt;
-	rc = state_write_logged(x->r, &e, x->err, x->errlen);
+	rc = reg_state_write_logged(x->r, &e, x->err, x->errlen);
 	if (rc)
 		goto out;
 	memd_log(LOG_NOTICE,
@@ -440,18 +446,18 @@ out:
 static int admin_drain(struct admin_ctx *x)
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
-	struct state_edit e = state_now(x->r);
+	struct state_edit e = reg_state_now(x->r);
 	char name[WIRE_NAME_MAX];
 	struct donor *d, nd;
 	bool drain;
 	int rc;
 
-	if ((rc = json_get_name(x->req, "donor", name, "", x->err,
-				x->errlen)) ||
-	    (rc = json_get_bool(x->req, "drain", &drain, "", x->err,
-				x->errlen)))
+	if ((rc = reg_json_get_name(x->req, "donor", name, "", x->err,
+				    x->errlen)) ||
+	    (rc = reg_json_get_bool(x->req, "drain", &drain, "", x->err,
+				    x->errlen)))
 		return rc;
-	d = donor_by_name(x->r, name);
+	d = reg_donor_by_name(x->r, name);
 	if (!d) {
 		set_err(x->err, x->errlen, "no donor '%s'", name);
 		return -ENOENT;
@@ -460,7 +466,7 @@ static int admin_drain(struct admin_ctx *x)
 		nd = *d;
 		nd.draining = drain;
 		e.donor_put = &nd;
-		rc = state_write_logged(x->r, &e, x->err, x->errlen);
+		rc = reg_state_write_logged(x->r, &e, x->err, x->errlen);
 		if (rc)
 			return rc;
 		d->draining = drain;
@@ -468,9 +474,9 @@ static int admin_drain(struct admin_ctx *x)
 			 memd_log_quote(d->name, logq, sizeof(logq)), d->id,
 			 (int)drain);
 		if (d->up)
-			donor_set_reason(d, drain ? "drained by an operator"
-						  : "drain ended by an "
-						    "operator");
+			reg_donor_set_reason(d, drain ? "drained by an operator"
+						      : "drain ended by an "
+							"operator");
 	}
 	x->reply = json_object();
 	return x->reply ? 0 : -ENOMEM;
@@ -562,8 +568,8 @@ int memd_registry_admin(struct memd_registry *r, json_t *req,
 	if (rc)
 		goto out;
 	pthread_mutex_lock(&r->lock);
-	if (is_serving_locked(r, now_ms, err, errlen)) {
-		expire_locked(r, now_ms);
+	if (reg_is_serving_locked(r, now_ms, err, errlen)) {
+		reg_expire_locked(r, now_ms);
 		rc = c->fn(&x);
 	} else {
 		rc = -EAGAIN;

@@ -31,7 +31,7 @@ static void usage_apply_locked(struct memd_registry *r, const struct donor *d,
 			       int sign)
 {
 	for (uint32_t i = 0; i < d->nusage; i++) {
-		struct tenant *t = tenant_by_id(r, d->usage[i].tenant_id);
+		struct tenant *t = reg_tenant_by_id(r, d->usage[i].tenant_id);
 
 		if (!t)
 			continue;
@@ -141,8 +141,8 @@ static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
 static void grant_drop_locked(struct memd_registry *r, size_t i)
 {
 	struct grant *g = &r->grant[i];
-	struct tenant *t = tenant_by_id(r, g->tenant_id);
-	struct donor *d = donor_by_id(r, g->donor_id);
+	struct tenant *t = reg_tenant_by_id(r, g->tenant_id);
+	struct donor *d = reg_donor_by_id(r, g->donor_id);
 
 	if (t)
 		t->reserved_slabs -= g->nslabs;
@@ -167,7 +167,7 @@ static void donor_down_locked(struct memd_registry *r, struct donor *d,
 	usage_clear_locked(r, d);
 	d->up = false;
 	d->reported = false;
-	donor_set_reason(d, "%s", why);
+	reg_donor_set_reason(d, "%s", why);
 	memd_log(LOG_WARNING,
 		 "registry: donor down name=%s id=%u epoch=%016" PRIx64
 		 " reason=\"%s\"",
@@ -177,7 +177,7 @@ static void donor_down_locked(struct memd_registry *r, struct donor *d,
 
 /* Liveness and grant expiry as of now_ms; every entry point runs it, so
  * what now_ms says decides, whether or not tick ran. */
-void expire_locked(struct memd_registry *r, uint64_t now_ms)
+void reg_expire_locked(struct memd_registry *r, uint64_t now_ms)
 {
 	uint64_t limit = (uint64_t)MISSED_REPORTS * r->report_ms;
 
@@ -254,14 +254,14 @@ int memd_registry_donor_join(struct memd_registry *r,
 	for (uint16_t i = 0; i < j->nnodes; i++)
 		nfree += j->node[i].slabs_free;
 	pthread_mutex_lock(&r->lock);
-	if (!is_serving_locked(r, now_ms, err, errlen)) {
+	if (!reg_is_serving_locked(r, now_ms, err, errlen)) {
 		rc = -EAGAIN;
 		goto out;
 	}
-	expire_locked(r, now_ms);
-	d = donor_by_name(r, j->name);
+	reg_expire_locked(r, now_ms);
+	d = reg_donor_by_name(r, j->name);
 	if (!d) {
-		struct state_edit e = state_now(r);
+		struct state_edit e = reg_state_now(r);
 		struct donor nd = { 0 };
 
 		if (r->ndonors >= MAX_DONORS) {
@@ -273,8 +273,8 @@ int memd_registry_donor_join(struct memd_registry *r,
 			goto out;
 		}
 		if (r->next_donor_id == UINT32_MAX ||
-		    grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
-			 sizeof(*d))) {
+		    reg_grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
+			     sizeof(*d))) {
 			set_err(err, errlen, "registry: out of memory or ids");
 			rc = -ENOMEM;
 			goto out;
@@ -283,7 +283,7 @@ int memd_registry_donor_join(struct memd_registry *r,
 		strcpy(nd.name, j->name);
 		e.donor_put = &nd;
 		e.next_donor_id = r->next_donor_id + 1;
-		rc = state_write_logged(r, &e, err, errlen);
+		rc = reg_state_write_logged(r, &e, err, errlen);
 		if (rc)
 			goto out;
 		r->next_donor_id++;
@@ -313,7 +313,7 @@ int memd_registry_donor_join(struct memd_registry *r,
 	d->last_report_ms = now_ms;
 	if (!d->up) {
 		d->up = true;
-		donor_set_reason(d, "joined");
+		reg_donor_set_reason(d, "joined");
 	}
 	memd_log(
 		LOG_NOTICE,
@@ -369,13 +369,13 @@ int memd_registry_donor_report(struct memd_registry *r,
 		memcpy(u, rep->tenant, rep->ntenants * sizeof(*u));
 	}
 	pthread_mutex_lock(&r->lock);
-	if (!is_serving_locked(r, now_ms, err, errlen)) {
+	if (!reg_is_serving_locked(r, now_ms, err, errlen)) {
 		free(u);
 		rc = -EAGAIN;
 		goto out;
 	}
-	expire_locked(r, now_ms);
-	d = donor_by_id(r, rep->donor_id);
+	reg_expire_locked(r, now_ms);
+	d = reg_donor_by_id(r, rep->donor_id);
 	if (!d || !d->up || d->epoch != rep->epoch) {
 		if (!d)
 			set_err(err, errlen, "donor %u: unknown: join first",
@@ -442,8 +442,8 @@ void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
 	struct donor *d;
 
 	pthread_mutex_lock(&r->lock);
-	expire_locked(r, now_ms);
-	d = donor_by_id(r, donor_id);
+	reg_expire_locked(r, now_ms);
+	d = reg_donor_by_id(r, donor_id);
 	if (d && d->up && d->epoch == epoch)
 		donor_down_locked(r, d, why && why[0] ? why : "link closed");
 	pthread_mutex_unlock(&r->lock);
@@ -452,7 +452,7 @@ void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
 void memd_registry_tick(struct memd_registry *r, uint64_t now_ms)
 {
 	pthread_mutex_lock(&r->lock);
-	expire_locked(r, now_ms);
+	reg_expire_locked(r, now_ms);
 	pthread_mutex_unlock(&r->lock);
 }
 

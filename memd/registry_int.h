@@ -170,49 +170,49 @@ struct state_edit {
 #define set_err memd_errf
 
 /* registry.c: small helpers and lookups */
-uint64_t unix_ms(void);
-uint64_t mul_sat(uint64_t a, uint64_t b);
-struct tenant *tenant_by_id(struct memd_registry *r, uint32_t id);
-struct tenant *tenant_by_name(struct memd_registry *r, const char *name);
-struct donor *donor_by_id(struct memd_registry *r, uint32_t id);
-struct donor *donor_by_name(struct memd_registry *r, const char *name);
-int grow(void **arr, size_t *cap, size_t want, size_t elem);
-enum memd_donor_state donor_state(const struct donor *d);
-void donor_set_reason(struct donor *d, const char *fmt, ...)
+uint64_t reg_unix_ms(void);
+uint64_t reg_mul_sat(uint64_t a, uint64_t b);
+struct tenant *reg_tenant_by_id(struct memd_registry *r, uint32_t id);
+struct tenant *reg_tenant_by_name(struct memd_registry *r, const char *name);
+struct donor *reg_donor_by_id(struct memd_registry *r, uint32_t id);
+struct donor *reg_donor_by_name(struct memd_registry *r, const char *name);
+int reg_grow(void **arr, size_t *cap, size_t want, size_t elem);
+enum memd_donor_state reg_donor_state(const struct donor *d);
+void reg_donor_set_reason(struct donor *d, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Opens the etcd client of o and derives the keys under o->etcd_prefix
  * (the seal and MAC keys from the cluster secret). 0 or -errno with err. */
-int etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
-		char *err, size_t errlen);
+int reg_etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
+		    char *err, size_t errlen);
 
 /* registry_donors.c */
-void expire_locked(struct memd_registry *r, uint64_t now_ms);
+void reg_expire_locked(struct memd_registry *r, uint64_t now_ms);
 
 /* registry_state.c */
-struct state_edit state_now(const struct memd_registry *r);
+struct state_edit reg_state_now(const struct memd_registry *r);
 /* Writes the durable state as the current one changed by e (to
  * registry.json or etcd), logging a failure. 0: apply e; -errno with err:
  * apply nothing. */
-int state_write_logged(struct memd_registry *r, const struct state_edit *e,
-		       char *err, size_t errlen);
-int state_load(struct memd_registry *r, char *err, size_t errlen);
-int etcd_state_load_locked(struct memd_registry *r, char *err, size_t errlen,
-			   bool *unsigned_ok);
+int reg_state_write_logged(struct memd_registry *r, const struct state_edit *e,
+			   char *err, size_t errlen);
+int reg_state_load(struct memd_registry *r, char *err, size_t errlen);
+int reg_etcd_state_load_locked(struct memd_registry *r, char *err,
+			       size_t errlen, bool *unsigned_ok);
 /* Members of a JSON object, checked: 0, or -EINVAL with err (where
  * prefixes it). An integer in [min, max]; a name (wire_name_is_valid);
  * true or false. */
-int json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
-		  uint64_t *v, const char *where, char *err, size_t errlen);
-int json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
-		  const char *where, char *err, size_t errlen);
-int json_get_bool(json_t *o, const char *key, bool *v, const char *where,
-		  char *err, size_t errlen);
+int reg_json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
+		      uint64_t *v, const char *where, char *err, size_t errlen);
+int reg_json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
+		      const char *where, char *err, size_t errlen);
+int reg_json_get_bool(json_t *o, const char *key, bool *v, const char *where,
+		      char *err, size_t errlen);
 
 /* registry_leader.c */
 /* Whether this registry serves now (memd_registry_is_serving). */
-bool is_serving_locked(struct memd_registry *r, uint64_t now_ms, char *why,
-		       size_t whylen);
+bool reg_is_serving_locked(struct memd_registry *r, uint64_t now_ms, char *why,
+			   size_t whylen);
 /* Records err as the last etcd failure (logged when it is a new one). */
-void etcd_note_locked(struct memd_registry *r, const char *err);
+void reg_etcd_note_locked(struct memd_registry *r, const char *err);
 
 #endif

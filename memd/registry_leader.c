@@ -35,15 +35,15 @@
  */
 #define TAKEOVER_WARM_MS 4000u
 
-void etcd_note_locked(struct memd_registry *r, const char *err)
+void reg_etcd_note_locked(struct memd_registry *r, const char *err)
 {
 	if (strncmp(r->etcd_err, err, sizeof(r->etcd_err) - 1))
 		memd_log(LOG_WARNING, "registry: etcd: %s", err);
 	snprintf(r->etcd_err, sizeof(r->etcd_err), "%s", err);
 }
 
-bool is_serving_locked(struct memd_registry *r, uint64_t now_ms, char *why,
-		       size_t whylen)
+bool reg_is_serving_locked(struct memd_registry *r, uint64_t now_ms, char *why,
+			   size_t whylen)
 {
 	if (!r->etcd || (r->leader && now_ms < r->serve_until_ms))
 		return true;
@@ -67,7 +67,7 @@ bool memd_registry_is_serving(struct memd_registry *r, uint64_t now_ms,
 	bool ok;
 
 	pthread_mutex_lock(&r->lock);
-	ok = is_serving_locked(r, now_ms, why, whylen);
+	ok = reg_is_serving_locked(r, now_ms, why, whylen);
 	pthread_mutex_unlock(&r->lock);
 	return ok;
 }
@@ -112,7 +112,7 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 					       err, sizeof(err));
 	pthread_mutex_lock(&r->lock);
 	if (rc) {
-		etcd_note_locked(r, err);
+		reg_etcd_note_locked(r, err);
 		if (rc == -ENOENT) {
 			if (r->leader)
 				memd_log(LOG_ERR,
@@ -158,11 +158,11 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	}
 	pthread_mutex_lock(&r->lock);
 	if (rc) {
-		etcd_note_locked(r, err);
+		reg_etcd_note_locked(r, err);
 		pthread_mutex_unlock(&r->lock);
 		return idle;
 	}
-	rc = etcd_state_load_locked(r, err, sizeof(err), NULL);
+	rc = reg_etcd_state_load_locked(r, err, sizeof(err), NULL);
 	if (rc) {
 		/* at err once per reason (it names the revision): every
 		 * registry campaigns again each lease while it lasts */
@@ -172,7 +172,7 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 			 err);
 		snprintf(r->load_err, sizeof(r->load_err), "%s", err);
 		r->campaign_after_ms = now_ms + r->lease_ms;
-		etcd_note_locked(r, err);
+		reg_etcd_note_locked(r, err);
 		pthread_mutex_unlock(&r->lock);
 		memd_etcd_lease_revoke(r->etcd, r->lease_id, err, sizeof(err));
 		r->lease_id = 0;
@@ -181,7 +181,7 @@ uint32_t memd_registry_etcd_step(struct memd_registry *r, uint64_t now_ms)
 	do
 		auth_random(&r->epoch, sizeof(r->epoch));
 	while (!r->epoch);
-	r->open_unix_ms = unix_ms();
+	r->open_unix_ms = reg_unix_ms();
 	for (size_t i = 0; i < r->ndonors; i++)
 		r->donor[i].since_unix_ms = r->open_unix_ms;
 	r->load_err[0] = '\0';
@@ -211,7 +211,7 @@ bool memd_registry_etcd_old_leader(struct memd_registry *r, char *addr,
 
 	pthread_mutex_lock(&r->lock);
 	if (r->leader && !r->old_leader_gone && now_ms < r->warm_until_ms) {
-		const struct donor *d = donor_by_name(r, r->leader_donor);
+		const struct donor *d = reg_donor_by_name(r, r->leader_donor);
 
 		probe = !d || !d->up || !d->reported;
 	}

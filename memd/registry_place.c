@@ -125,11 +125,11 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 	memset(out, 0, sizeof(*out));
 
 	pthread_mutex_lock(&r->lock);
-	if (!is_serving_locked(r, now_ms, err, errlen)) {
+	if (!reg_is_serving_locked(r, now_ms, err, errlen)) {
 		rc = -EAGAIN;
 		goto out;
 	}
-	expire_locked(r, now_ms);
+	reg_expire_locked(r, now_ms);
 	if (r->etcd && now_ms < r->warm_until_ms) {
 		/* Just took over: the tenants' usage is the sum of the
 		 * donors' reports, so place only once every donor known
@@ -159,7 +159,7 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 			goto out;
 		}
 	}
-	t = tenant_by_id(r, tenant_id);
+	t = reg_tenant_by_id(r, tenant_id);
 	if (!t) {
 		set_err(err, errlen, "no tenant with id %u (removed?)",
 			tenant_id);
@@ -169,19 +169,20 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 	total = t->used_slabs + t->reserved_slabs + copies;
 	if (total > t->quota_bytes / r->slab_bytes) {
 		memd_log_bytes(t->quota_bytes, q, sizeof(q));
-		memd_log_bytes(mul_sat(t->used_slabs, r->slab_bytes), u,
+		memd_log_bytes(reg_mul_sat(t->used_slabs, r->slab_bytes), u,
 			       sizeof(u));
-		memd_log_bytes(mul_sat(t->reserved_slabs, r->slab_bytes), s,
+		memd_log_bytes(reg_mul_sat(t->reserved_slabs, r->slab_bytes), s,
 			       sizeof(s));
-		memd_log_bytes(mul_sat(copies, r->slab_bytes), a, sizeof(a));
+		memd_log_bytes(reg_mul_sat(copies, r->slab_bytes), a,
+			       sizeof(a));
 		set_err(err, errlen,
 			"tenant '%s': quota %s, used %s, reserved %s, asked %s",
 			t->name, q, u, s, a);
 		rc = -EDQUOT;
 		goto out;
 	}
-	if (grow((void **)&r->grant, &r->grant_cap,
-		 r->ngrants + WIRE_MAX_GRANTS, sizeof(*r->grant))) {
+	if (reg_grow((void **)&r->grant, &r->grant_cap,
+		     r->ngrants + WIRE_MAX_GRANTS, sizeof(*r->grant))) {
 		set_err(err, errlen, "registry: out of memory");
 		rc = -ENOMEM;
 		goto out;

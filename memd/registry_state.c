@@ -134,7 +134,7 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-struct state_edit state_now(const struct memd_registry *r)
+struct state_edit reg_state_now(const struct memd_registry *r)
 {
 	struct state_edit e = { .next_tenant_id = r->next_tenant_id,
 				.next_donor_id = r->next_donor_id };
@@ -239,7 +239,7 @@ static int state_write_locked(struct memd_registry *r,
 			      const struct state_edit *e, char *err,
 			      size_t errlen)
 {
-	struct state_edit now = state_now(r);
+	struct state_edit now = reg_state_now(r);
 	char err2[256];
 	bool renamed, back;
 	int rc;
@@ -264,8 +264,8 @@ static int state_write_locked(struct memd_registry *r,
 	return -EIO;
 }
 
-int state_write_logged(struct memd_registry *r, const struct state_edit *e,
-		       char *err, size_t errlen)
+int reg_state_write_logged(struct memd_registry *r, const struct state_edit *e,
+			   char *err, size_t errlen)
 {
 	int rc = state_write_locked(r, e, err, errlen);
 
@@ -276,8 +276,8 @@ int state_write_logged(struct memd_registry *r, const struct state_edit *e,
 }
 
 /* Reads an integer member in [min, max]. 0, or -EINVAL with err. */
-int json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
-		  uint64_t *v, const char *where, char *err, size_t errlen)
+int reg_json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
+		      uint64_t *v, const char *where, char *err, size_t errlen)
 {
 	json_t *x = json_object_get(o, key);
 	json_int_t i;
@@ -302,8 +302,8 @@ int json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
 	return 0;
 }
 
-int json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
-		  const char *where, char *err, size_t errlen)
+int reg_json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
+		      const char *where, char *err, size_t errlen)
 {
 	json_t *x = json_object_get(o, key);
 	const char *s;
@@ -329,8 +329,8 @@ int json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
 	return 0;
 }
 
-int json_get_bool(json_t *o, const char *key, bool *v, const char *where,
-		  char *err, size_t errlen)
+int reg_json_get_bool(json_t *o, const char *key, bool *v, const char *where,
+		      char *err, size_t errlen)
 {
 	json_t *x = json_object_get(o, key);
 
@@ -390,23 +390,23 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 		return -EINVAL;
 	}
 	if (json_only(o, keys, where, err, errlen) ||
-	    json_get_uint(o, "id", 1, r->next_tenant_id - 1, &v, where, err,
-			  errlen))
+	    reg_json_get_uint(o, "id", 1, r->next_tenant_id - 1, &v, where, err,
+			      errlen))
 		return -EINVAL;
 	t.id = (uint32_t)v;
-	if (json_get_name(o, "name", t.name, where, err, errlen) ||
-	    json_get_uint(o, "quota_bytes", 0, INT64_MAX, &t.quota_bytes, where,
-			  err, errlen))
+	if (reg_json_get_name(o, "name", t.name, where, err, errlen) ||
+	    reg_json_get_uint(o, "quota_bytes", 0, INT64_MAX, &t.quota_bytes,
+			      where, err, errlen))
 		return -EINVAL;
 	if (json_object_get(o, "prefill_tokens_per_s")) {
-		if (json_get_uint(o, "prefill_tokens_per_s", 1, TENANT_TPS_MAX,
-				  &v, where, err, errlen))
+		if (reg_json_get_uint(o, "prefill_tokens_per_s", 1,
+				      TENANT_TPS_MAX, &v, where, err, errlen))
 			return -EINVAL;
 		t.prefill_tokens_per_s = (uint32_t)v;
 	}
 	if (json_object_get(o, "bytes_per_token") &&
-	    json_get_uint(o, "bytes_per_token", 1, TENANT_BPT_MAX,
-			  &t.bytes_per_token, where, err, errlen))
+	    reg_json_get_uint(o, "bytes_per_token", 1, TENANT_BPT_MAX,
+			      &t.bytes_per_token, where, err, errlen))
 		return -EINVAL;
 	k = json_object_get(o, "key");
 	if (!json_is_string(k) || json_string_length(k) != 2 * AUTH_KEY_LEN ||
@@ -416,7 +416,7 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 			where, 2 * AUTH_KEY_LEN);
 		return -EINVAL;
 	}
-	if (tenant_by_id(r, t.id) || tenant_by_name(r, t.name)) {
+	if (reg_tenant_by_id(r, t.id) || reg_tenant_by_name(r, t.name)) {
 		set_err(err, errlen, "%sid %u or name '%s' appears twice",
 			where, t.id, t.name);
 		return -EINVAL;
@@ -425,8 +425,8 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 		set_err(err, errlen, "more than %d tenants", MAX_TENANTS);
 		return -EINVAL;
 	}
-	if (grow((void **)&r->tenant, &r->tenant_cap, r->ntenants + 1,
-		 sizeof(t))) {
+	if (reg_grow((void **)&r->tenant, &r->tenant_cap, r->ntenants + 1,
+		     sizeof(t))) {
 		set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -449,13 +449,13 @@ static int load_donor(struct memd_registry *r, json_t *o, size_t idx, char *err,
 		return -EINVAL;
 	}
 	if (json_only(o, keys, where, err, errlen) ||
-	    json_get_uint(o, "id", 1, r->next_donor_id - 1, &v, where, err,
-			  errlen) ||
-	    json_get_name(o, "name", d.name, where, err, errlen) ||
-	    json_get_bool(o, "draining", &d.draining, where, err, errlen))
+	    reg_json_get_uint(o, "id", 1, r->next_donor_id - 1, &v, where, err,
+			      errlen) ||
+	    reg_json_get_name(o, "name", d.name, where, err, errlen) ||
+	    reg_json_get_bool(o, "draining", &d.draining, where, err, errlen))
 		return -EINVAL;
 	d.id = (uint32_t)v;
-	if (donor_by_id(r, d.id) || donor_by_name(r, d.name)) {
+	if (reg_donor_by_id(r, d.id) || reg_donor_by_name(r, d.name)) {
 		set_err(err, errlen, "%sid %u or name '%s' appears twice",
 			where, d.id, d.name);
 		return -EINVAL;
@@ -464,8 +464,8 @@ static int load_donor(struct memd_registry *r, json_t *o, size_t idx, char *err,
 		set_err(err, errlen, "more than %d donors", MAX_DONORS);
 		return -EINVAL;
 	}
-	if (grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
-		 sizeof(d))) {
+	if (reg_grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
+		     sizeof(d))) {
 		set_err(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -499,12 +499,12 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 			STATE_VERSION, STATE_VERSION);
 		return -EINVAL;
 	}
-	if (json_get_uint(doc, "next_tenant_id", 1, UINT32_MAX, &v, "", err,
-			  errlen))
+	if (reg_json_get_uint(doc, "next_tenant_id", 1, UINT32_MAX, &v, "", err,
+			      errlen))
 		return -EINVAL;
 	r->next_tenant_id = (uint32_t)v;
-	if (json_get_uint(doc, "next_donor_id", 1, UINT32_MAX, &v, "", err,
-			  errlen))
+	if (reg_json_get_uint(doc, "next_donor_id", 1, UINT32_MAX, &v, "", err,
+			      errlen))
 		return -EINVAL;
 	r->next_donor_id = (uint32_t)v;
 	ts = json_object_get(doc, "tenants");
@@ -527,7 +527,7 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 }
 
 /* Loads registry.json; a missing one is an empty registry. */
-int state_load(struct memd_registry *r, char *err, size_t errlen)
+int reg_state_load(struct memd_registry *r, char *err, size_t errlen)
 {
 	char msg[200];
 	json_error_t je;
@@ -767,7 +767,7 @@ static int etcd_state_put_locked(struct memd_registry *r,
 		return -EAGAIN;
 	}
 	if (rc) {
-		etcd_note_locked(r, err);
+		reg_etcd_note_locked(r, err);
 		return rc == -ENOMEM ? rc : -EIO;
 	}
 	r->state_rev = rev;
@@ -791,8 +791,8 @@ static void registry_reset_locked(struct memd_registry *r)
  * err; on failure the registry is empty. State without a MAC is refused
  * (-EPERM) unless *unsigned_ok, which then says whether it had none
  * (memd --seal-registry). */
-int etcd_state_load_locked(struct memd_registry *r, char *err, size_t errlen,
-			   bool *unsigned_ok)
+int reg_etcd_state_load_locked(struct memd_registry *r, char *err,
+			       size_t errlen, bool *unsigned_ok)
 {
 	char msg[600];
 	json_error_t je;
@@ -870,10 +870,10 @@ int memd_registry_migrate(const struct memd_registry_opts *o, size_t *ntenants,
 	rc = memd_registry_open(&fo, 0, &r, err, errlen);
 	if (rc)
 		return rc;
-	rc = etcd_attach(r, o, err, errlen);
+	rc = reg_etcd_attach(r, o, err, errlen);
 	if (!rc) {
 		pthread_mutex_lock(&r->lock);
-		e = state_now(r);
+		e = reg_state_now(r);
 		r->state_rev = 0; /* create only */
 		rc = etcd_state_put_locked(r, &e, err, errlen);
 		*ntenants = r->ntenants;
@@ -912,7 +912,7 @@ int memd_registry_seal_etcd(const struct memd_registry_opts *o, bool *already,
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&r->lock);
-	rc = etcd_state_load_locked(r, err, errlen, &unsigned_ok);
+	rc = reg_etcd_state_load_locked(r, err, errlen, &unsigned_ok);
 	if (!rc && !r->state_rev) {
 		set_err(err, errlen, "etcd holds no registry state at %s",
 			r->state_key);
@@ -921,7 +921,7 @@ int memd_registry_seal_etcd(const struct memd_registry_opts *o, bool *already,
 	if (!rc && !unsigned_ok) {
 		*already = true;
 	} else if (!rc) {
-		e = state_now(r);
+		e = reg_state_now(r);
 		rc = etcd_state_put_locked(r, &e, err, errlen);
 		if (rc == -EAGAIN)
 			set_err(err, errlen,
