@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -460,6 +461,39 @@ static int prog_half(void)
 	printf("half=%016llx\n", (unsigned long long)sum(a, n));
 	fflush(stdout);
 	usleep(1500 * 1000);
+	return 0;
+}
+
+/*
+ * A program that splits the heap's mapping under the engine, as numpy
+ * does (madvise(MADV_HUGEPAGE) on each large array, which need not be
+ * aligned) and as mprotect does: a VMA boundary inside the run the
+ * engine zero-fills or fetches at once made UFFDIO_COPY fail with ENOENT
+ * and the process die of SIGBUS (issue 28, numpy.ones(10**6).sum()).
+ */
+static int prog_split(void)
+{
+	size_t n = 24 * MiB;
+	uint8_t *a = malloc(n), *b;
+	uint64_t s;
+
+	if (!a)
+		return 75;
+	/* boundaries at odd pages, not where a run would start */
+	b = (uint8_t *)(((uintptr_t)a + 5 * 4096 + 4095) & ~(uintptr_t)4095);
+	if (madvise(b, 8 * MiB + 3 * 4096, MADV_HUGEPAGE) ||
+	    madvise(b + 10 * MiB + 7 * 4096, 2 * MiB, MADV_NOHUGEPAGE) ||
+	    mprotect(b + 14 * MiB + 4096, 9 * 4096,
+		     PROT_READ | PROT_WRITE | PROT_EXEC) ||
+	    madvise(b + 16 * MiB + 9 * 4096, 5 * 4096, MADV_NOHUGEPAGE))
+		return 76;
+	tu_pattern_fill(a, n, 91, 0);
+	s = sum(a, n);
+	for (size_t i = 0; i < n; i += 4099)
+		a[i] ^= 0x5a;
+	s = s * 31 + sum(a, n);
+	printf("split=%016llx\n", (unsigned long long)s);
+	free(a);
 	return 0;
 }
 
@@ -934,6 +968,23 @@ START_TEST(realloc_across_threshold)
 }
 END_TEST
 
+/* prog_split(): VMA boundaries inside the heap, under a budget small
+ * enough that runs are zero-filled, evicted and fetched across them. */
+START_TEST(mapping_split_by_program)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("split", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "raising SIGBUS"), 0);
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
 START_TEST(threads_fault_at_once)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
@@ -1162,6 +1213,8 @@ int main(int argc, char **argv)
 		return prog_small();
 	if (argc > 1 && !strcmp(argv[1], "half"))
 		return prog_half();
+	if (argc > 1 && !strcmp(argv[1], "split"))
+		return prog_split();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
@@ -1198,6 +1251,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
+	tcase_add_test(tc, mapping_split_by_program);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
