@@ -13,6 +13,7 @@
  * print the same. Not run in sanitizer builds.
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -465,6 +466,78 @@ static int prog_half(void)
 }
 
 /*
+ * C++ operator new and delete as a C program reaches them (python3 and
+ * its C++ extensions: the executable does not link libstdc++): by name,
+ * from the global scope. Under the shim, libjemalloc.so.2 (its
+ * dependency, with new and delete of its own) came before libstdc++
+ * there: new bypassed the heap and delete aborted in glibc's free
+ * (issue 28, torch's import). Every variant; 48 MiB through new, so the
+ * heap pages it through a small budget.
+ */
+static int prog_cxx(void)
+{
+	void *(*nw)(size_t), *(*na)(size_t), *(*nwa)(size_t, size_t);
+	void *(*nwt)(size_t, const void *);
+	void (*dl)(void *), (*da)(void *), (*dls)(void *, size_t);
+	void (*dla)(void *, size_t);
+	size_t big = 48 * MiB;
+	uint64_t s = 0;
+	uint8_t *a, *b, *c, *d;
+	char nothrow = 0;
+
+	if (!dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL))
+		return 70;
+	nw = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znwm");
+	na = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znam");
+	nwa = (void *(*)(size_t, size_t))dlsym(RTLD_DEFAULT,
+					       "_ZnwmSt11align_val_t");
+	nwt = (void *(*)(size_t, const void *))dlsym(RTLD_DEFAULT,
+						     "_ZnwmRKSt9nothrow_t");
+	dl = (void (*)(void *))dlsym(RTLD_DEFAULT, "_ZdlPv");
+	da = (void (*)(void *))dlsym(RTLD_DEFAULT, "_ZdaPv");
+	dls = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+	dla = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT,
+					      "_ZdlPvSt11align_val_t");
+	if (!nw || !na || !nwa || !nwt || !dl || !da || !dls || !dla)
+		return 71;
+	a = nw(big);
+	tu_pattern_fill(a, big, 81, 0);
+	s = sum(a, big);
+	for (int i = 0; i < 1000; i++) {
+		b = nw(24 + (size_t)i % 200);
+		c = na(100 + (size_t)i);
+		memset(b, i, 24);
+		memset(c, i + 1, 100);
+		s = s * 7 + b[3] + c[99];
+		/* a pointer from new freed by free() and from malloc() by
+		 * delete (wrong in C++, common in C libraries), both ways */
+		if (i % 2) {
+			free(b);
+			da(c);
+		} else {
+			dl(b);
+			free(c);
+		}
+	}
+	d = nwa(3 * MiB, 2 * MiB);
+	if ((uintptr_t)d % (2 * MiB))
+		return 72;
+	tu_pattern_fill(d, 3 * MiB, 82, 0);
+	s = s * 31 + sum(d, 3 * MiB);
+	dla(d, 2 * MiB);
+	b = nwt(4096, &nothrow);
+	if (!b)
+		return 73;
+	memset(b, 5, 4096);
+	s += b[4095];
+	dls(b, 4096);
+	s = s * 31 + sum(a, big); /* again: fetched back */
+	dl(a);
+	printf("cxx=%016llx\n", (unsigned long long)s);
+	return 0;
+}
+
+/*
  * A program that splits the heap's mapping under the engine, as numpy
  * does (madvise(MADV_HUGEPAGE) on each large array, which need not be
  * aligned) and as mprotect does: a VMA boundary inside the run the
@@ -495,6 +568,55 @@ static int prog_split(void)
 	printf("split=%016llx\n", (unsigned long long)s);
 	free(a);
 	return 0;
+}
+
+/*
+ * A library dlopen()ed with RTLD_DEEPBIND (tests/programs/tp_deepbind.c)
+ * frees what this program allocated and allocates what it frees, small
+ * and large: deep binding made the library's free glibc's, and a heap
+ * pointer there was glibc's abort (issue 28).
+ */
+static int prog_deepbind(void)
+{
+	char lib[4096], *sl;
+	ssize_t n = readlink("/proc/self/exe", lib, sizeof(lib) - 32);
+	char *(*dup)(const char *, size_t);
+	void (*fr)(void *);
+	void *(*grow)(void *, size_t);
+	uint64_t s = 0;
+	void *h;
+
+	if (n <= 0)
+		return 80;
+	lib[n] = '\0';
+	sl = strrchr(lib, '/');
+	strcpy(sl ? sl + 1 : lib, "libtp_deepbind.so");
+	h = dlopen(lib, RTLD_NOW | RTLD_DEEPBIND);
+	if (!h) {
+		fprintf(stderr, "deepbind: %s\n", dlerror());
+		return 81;
+	}
+	dup = (char *(*)(const char *, size_t))dlsym(h, "tp_deepbind_dup");
+	fr = (void (*)(void *))dlsym(h, "tp_deepbind_free");
+	grow = (void *(*)(void *, size_t))dlsym(h, "tp_deepbind_grow");
+	if (!dup || !fr || !grow)
+		return 82;
+	for (size_t i = 1; i < 2000; i += 37) {
+		char *a = malloc(i * 64), *b = dup("pooled", i * 512);
+
+		if (!a || !b)
+			return 83;
+		memset(a, (int)i, i * 64);
+		s = s * 31 + sum((uint8_t *)a, i * 64) + strlen(b) + b[i];
+		a = grow(a, i * 128); /* the library's realloc of ours */
+		if (!a)
+			return 84;
+		s = s * 31 + sum((uint8_t *)a, i * 64);
+		fr(a);	 /* the library frees ours */
+		free(b); /* we free the library's */
+	}
+	printf("deepbind=%016llx\n", (unsigned long long)s);
+	return dlclose(h) ? 85 : 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -968,6 +1090,25 @@ START_TEST(realloc_across_threshold)
 }
 END_TEST
 
+/* prog_cxx(): C++ new and delete from a C program are the shim's: the
+ * 48 MiB from new went through the heap and its 4 MiB budget. */
+START_TEST(cxx_new_delete_from_c)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	if (regions)
+		return; /* the heap's test: regions leave small ones to libc */
+	start();
+	same_as_plain("cxx", env, err, sizeof(err));
+	ck_assert_uint_ge(total(err, " pooled_bytes="), 48u << 20);
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
 /* prog_split(): VMA boundaries inside the heap, under a budget small
  * enough that runs are zero-filled, evicted and fetched across them. */
 START_TEST(mapping_split_by_program)
@@ -981,6 +1122,21 @@ START_TEST(mapping_split_by_program)
 	ck_assert_int_eq(count(err, "raising SIGBUS"), 0);
 	ck_assert_uint_gt(total(err, " evictions="), 0);
 	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
+/* prog_deepbind(): pointers cross between the program and a library
+ * opened with RTLD_DEEPBIND, both ways, through a 4 MiB budget. */
+START_TEST(deepbind_library)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("deepbind", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "dlopen(RTLD_DEEPBIND) opens without"), 1);
 	stop();
 }
 END_TEST
@@ -1213,8 +1369,12 @@ int main(int argc, char **argv)
 		return prog_small();
 	if (argc > 1 && !strcmp(argv[1], "half"))
 		return prog_half();
+	if (argc > 1 && !strcmp(argv[1], "cxx"))
+		return prog_cxx();
 	if (argc > 1 && !strcmp(argv[1], "split"))
 		return prog_split();
+	if (argc > 1 && !strcmp(argv[1], "deepbind"))
+		return prog_deepbind();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
@@ -1251,7 +1411,9 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
+	tcase_add_test(tc, cxx_new_delete_from_c);
 	tcase_add_test(tc, mapping_split_by_program);
+	tcase_add_test(tc, deepbind_library);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
