@@ -765,16 +765,28 @@ static enum ctx_mode pool_mode(size_t n)
 	return mode;
 }
 
-/* glibc's malloc_usable_size (ours shadows it), found once. */
+/* glibc's malloc_usable_size (ours shadows it), found once in libc.so.6
+ * itself: "the next" one (RTLD_NEXT) is jemalloc's in a program linked
+ * with libjemalloc.so.2 (redis), and jemalloc reading a glibc pointer
+ * crashed it. */
 static size_t libc_usable(void *ptr)
 {
 	size_t (*fn)(void *) =
 		__atomic_load_n(&ctx.libc_usable, __ATOMIC_ACQUIRE);
 
 	if (!fn) {
+		void *libc;
+
 		in_shim++;
-		fn = (size_t(*)(void *))dlsym(RTLD_NEXT, "malloc_usable_size");
+		libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+		fn = libc ? (size_t(*)(void *))dlsym(libc, "malloc_usable_size")
+			  : NULL;
+		if (libc)
+			dlclose(libc);
 		in_shim--;
+		if (!fn)
+			say("cannot find glibc's malloc_usable_size: "
+			    "malloc_usable_size() of glibc's blocks is 0");
 		if (!fn)
 			return 0;
 		__atomic_store_n(&ctx.libc_usable, fn, __ATOMIC_RELEASE);

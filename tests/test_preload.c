@@ -1141,6 +1141,37 @@ START_TEST(deepbind_library)
 }
 END_TEST
 
+/* tests/programs/tp_jeuser.c: a program linked with libjemalloc.so.2 asks
+ * malloc_usable_size() of glibc's blocks (those under LIBPOOL_MIN_BYTES)
+ * and of pooled ones. */
+START_TEST(jemalloc_linked_program)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_MIN_BYTES=1M", NULL };
+	char exe[4096], o1[128], o2[128], e1[128], e2[128], *sl;
+	char *argv[] = { exe, NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+	int st;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	sl = strrchr(exe, '/');
+	ck_assert_ptr_nonnull(sl);
+	strcpy(sl + 1, "tp_jeuser");
+	start();
+	path(o1, sizeof(o1), "plain.out");
+	path(e1, sizeof(e1), "plain.err");
+	path(o2, sizeof(o2), "shim.out");
+	path(e2, sizeof(e2), "shim.err");
+	st = run(argv, NULL, o1, e1, false, NULL);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain: %d", st);
+	st = run(argv, NULL, o2, e2, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim: %d", st);
+	assert_same(o1, o2);
+	stop();
+}
+END_TEST
+
 START_TEST(threads_fault_at_once)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
@@ -1414,6 +1445,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, cxx_new_delete_from_c);
 	tcase_add_test(tc, mapping_split_by_program);
 	tcase_add_test(tc, deepbind_library);
+	tcase_add_test(tc, jemalloc_linked_program);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
