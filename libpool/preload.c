@@ -433,7 +433,7 @@ static void *heap_extent_alloc(extent_hooks_t *h, void *new_addr, size_t size,
 		ctx.heap_end += SEG_BYTES;
 		ctx.nsegs++;
 	}
-	ctx.heap_next = a + size;
+	__atomic_store_n(&ctx.heap_next, a + size, __ATOMIC_RELEASE);
 	*zero = true;
 	*commit = true;
 	ret = (void *)a;
@@ -859,11 +859,44 @@ EXPORT void *malloc(size_t n)
 	return a ? a : __libc_malloc(n);
 }
 
+/*
+ * A pointer no allocator of this process can have handed out, given to
+ * fn: one line naming it and the call, then abort(), rather than let
+ * jemalloc or glibc work on it (heap corruption). Caught: a heap address
+ * the heap never handed out (at or past its high-water mark) or not
+ * 8-aligned (jemalloc's least alignment), and a glibc pointer not
+ * 16-aligned (glibc's). glibc checks its own pointers further.
+ */
+__attribute__((noreturn)) static void bad_pointer(const char *fn,
+						  const void *ptr)
+{
+	char line[160];
+
+	snprintf(line, sizeof(line),
+		 "%s(%p): not a pointer this process's allocators handed "
+		 "out (heap %#lx-%#lx); aborting",
+		 fn, ptr, (unsigned long)ctx.heap,
+		 (unsigned long)__atomic_load_n(&ctx.heap_next,
+						__ATOMIC_RELAXED));
+	say(line);
+	signal(SIGABRT, SIG_DFL);
+	abort();
+}
+
+/* ptr is in the heap: whether it can be a block of it (else fn aborts). */
+static void heap_check(const char *fn, const void *ptr)
+{
+	if (((uintptr_t)ptr & 7) ||
+	    (uintptr_t)ptr >= __atomic_load_n(&ctx.heap_next, __ATOMIC_RELAXED))
+		bad_pointer(fn, ptr);
+}
+
 EXPORT void free(void *ptr)
 {
 	if (!ptr)
 		return;
 	if (in_heap(ptr)) {
+		heap_check("free", ptr);
 		/* A fork child leaves the heap alone: its arena state is a
 		 * copy of the parent's, and the pages may be fenced. */
 		if (!ctx.forked)
@@ -872,6 +905,8 @@ EXPORT void free(void *ptr)
 	}
 	if (pooled_free(ptr))
 		return;
+	if ((uintptr_t)ptr & 15)
+		bad_pointer("free", ptr);
 	__libc_free(ptr);
 }
 
@@ -930,8 +965,10 @@ EXPORT void *realloc(void *ptr, size_t n)
 		return __libc_realloc(ptr, n); /* ld.so's: libc's (NULL too) */
 	if (!ptr)
 		return malloc(n);
-	if (in_heap(ptr))
+	if (in_heap(ptr)) {
+		heap_check("realloc", ptr);
 		return heap_realloc(ptr, n);
+	}
 	old = pooled_size(ptr);
 	if (!old) {
 		if (n == 0 || !(a = pool_alloc_any(n, 0)))
@@ -1040,8 +1077,10 @@ EXPORT size_t malloc_usable_size(void *ptr)
 
 	if (!ptr)
 		return 0;
-	if (in_heap(ptr))
+	if (in_heap(ptr)) {
+		heap_check("malloc_usable_size", ptr);
 		return sallocx(ptr, 0);
+	}
 	n = pooled_size(ptr);
 	/* Pooled: exactly what was asked for (bytes past it in the last
 	 * page are not backed by the region). */

@@ -619,6 +619,26 @@ static int prog_deepbind(void)
 	return dlclose(h) ? 85 : 0;
 }
 
+/* free() of a pointer into a block, not its start: a program's bug the
+ * shim must report, not hand to jemalloc (bad_free_named). */
+static int prog_badfree(void)
+{
+	char *p = malloc(100);
+
+	if (!p)
+		return 90;
+	memset(p, 1, 100);
+	printf("badfree\n");
+	fflush(stdout);
+	/* through a volatile pointer: the compiler sees the bug too */
+	{
+		char *volatile q = p + 4;
+
+		free(q);
+	}
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* running programs                                                     */
 
@@ -1172,6 +1192,32 @@ START_TEST(jemalloc_linked_program)
 }
 END_TEST
 
+/* prog_badfree(): a pointer the shim cannot place is one line naming it
+ * and SIGABRT, never jemalloc freeing the middle of a block. */
+START_TEST(bad_free_named)
+{
+	char exe[4096], o[128], e[128];
+	char *argv[] = { exe, "badfree", NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int st;
+
+	if (regions)
+		return; /* small blocks are glibc's there: glibc's check */
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	start();
+	path(o, sizeof(o), "shim.out");
+	path(e, sizeof(e), "shim.err");
+	st = run(argv, NULL, o, e, true, NULL);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "shim: %d",
+		      st);
+	ck_assert_int_eq(count(e, "libpool-preload: free(0x"), 1);
+	ck_assert_int_eq(count(e, "not a pointer this process's allocators"),
+			 1);
+	stop();
+}
+END_TEST
+
 START_TEST(threads_fault_at_once)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
@@ -1406,6 +1452,8 @@ int main(int argc, char **argv)
 		return prog_split();
 	if (argc > 1 && !strcmp(argv[1], "deepbind"))
 		return prog_deepbind();
+	if (argc > 1 && !strcmp(argv[1], "badfree"))
+		return prog_badfree();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
@@ -1446,6 +1494,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, mapping_split_by_program);
 	tcase_add_test(tc, deepbind_library);
 	tcase_add_test(tc, jemalloc_linked_program);
+	tcase_add_test(tc, bad_free_named);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
