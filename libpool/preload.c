@@ -4,7 +4,8 @@
  * unmodified program's memory into the pool.
  *
  * DESIGN
- * The shim exports the malloc family only (preload.map). Two allocators
+ * The shim exports the malloc family, C++ operator new and delete and, on
+ * x86-64, dlopen (preload.map; why: below). Two allocators
  * (LIBPOOL_ALLOCATOR):
  *
  *   jemalloc (default). Every allocation of at least LIBPOOL_MIN_BYTES
