@@ -13,6 +13,7 @@
  * print the same. Not run in sanitizer builds.
  */
 #include <check.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -639,6 +640,85 @@ static int prog_badfree(void)
 	return 0;
 }
 
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/*
+ * Blocks glibc's own functions allocate (strdup, asprintf, getline,
+ * open_memstream, realpath, scandir) freed, grown and measured by the
+ * program; aligned allocations at alignments from 8 bytes to 64 MiB;
+ * reallocarray. Every owner must agree (issue 28's list); prints what it
+ * computed.
+ */
+static int prog_glibc(void)
+{
+	uint64_t s = 0;
+	char *a, *b = NULL, *c = NULL, *d, *e;
+	size_t bl = 0, cl = 0;
+	struct dirent **ents;
+	FILE *f;
+	int n;
+
+	a = strdup("interposition");
+	if (!a || asprintf(&d, "%s-%d", a, 28) < 0)
+		return 100;
+	a = realloc(a, 4096);
+	if (!a)
+		return 101;
+	s = s * 31 + malloc_usable_size(a) / 4096 + strlen(d);
+	free(a);
+	free(d);
+	f = fopen("/proc/self/cmdline", "r");
+	if (!f || getline(&b, &bl, f) < 0)
+		return 102;
+	fclose(f);
+	s = s * 31 + (malloc_usable_size(b) >= bl);
+	free(b);
+	f = open_memstream(&c, &cl);
+	if (!f)
+		return 103;
+	for (int i = 0; i < 10000; i++)
+		fprintf(f, "%d,", i);
+	fclose(f);
+	s = s * 31 + cl + (uint8_t)c[cl / 2];
+	c = reallocarray(c, cl + 1, 2);
+	if (!c)
+		return 104;
+	free(c);
+	e = realpath("/proc/self/../self/", NULL);
+	if (!e)
+		return 105;
+	free(e);
+	n = scandir("/", &ents, NULL, by_name);
+	if (n < 0)
+		return 106;
+	for (int i = 0; i < n; i++) {
+		s = s * 31 + strlen(ents[i]->d_name);
+		free(ents[i]);
+	}
+	free(ents);
+	for (size_t al = 8; al <= 64 * MiB; al *= 4) {
+		void *p = NULL, *q = aligned_alloc(al, al * 2),
+		     *r = memalign(al, 3);
+
+		if (posix_memalign(&p, al, al + 1) || !q || !r)
+			return 107;
+		if ((uintptr_t)p % al || (uintptr_t)q % al || (uintptr_t)r % al)
+			return 108;
+		memset(p, 1, al + 1);
+		memset(q, 2, al * 2);
+		s = s * 31 + (malloc_usable_size(p) >= al + 1) +
+		    (malloc_usable_size(q) >= al * 2);
+		free(p);
+		free(q);
+		free(r);
+	}
+	printf("glibc=%016llx\n", (unsigned long long)s);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* running programs                                                     */
 
@@ -1218,6 +1298,19 @@ START_TEST(bad_free_named)
 }
 END_TEST
 
+/* prog_glibc(): glibc's own allocations and every alignment, through a
+ * small budget. */
+START_TEST(glibc_blocks_and_alignments)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("glibc", env, err, sizeof(err));
+	stop();
+}
+END_TEST
+
 START_TEST(threads_fault_at_once)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
@@ -1454,6 +1547,8 @@ int main(int argc, char **argv)
 		return prog_deepbind();
 	if (argc > 1 && !strcmp(argv[1], "badfree"))
 		return prog_badfree();
+	if (argc > 1 && !strcmp(argv[1], "glibc"))
+		return prog_glibc();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
@@ -1495,6 +1590,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, deepbind_library);
 	tcase_add_test(tc, jemalloc_linked_program);
 	tcase_add_test(tc, bad_free_named);
+	tcase_add_test(tc, glibc_blocks_and_alignments);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
