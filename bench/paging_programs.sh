@@ -33,6 +33,8 @@
 #            (uniform keys, half misses: the worst case for any pager)
 #   hashz    the same table, lookups of keys of Zipf(0.99) popularity
 #            (YCSB's skew; not in the default WORKS)
+#   hot      64 MiB array, random read-modify-writes, 80 % to its first
+#            30 % (issue 28's hot set; not in the default WORKS)
 # The budget (LIBPOOL_LOCAL_BYTES) is that percentage of the plain run's
 # median peak RSS (/usr/bin/time %M); with regions it is per allocation
 # (the old engine has no process budget). Each run's output is compared
@@ -105,6 +107,7 @@ EOF
 	scan) CMD=("$TPP" scan $((128 * SCALE))) ;;
 	hash) CMD=("$TPP" hash $((64 * SCALE))) ;;
 	hashz) CMD=("$TPP" hash $((64 * SCALE)) zipf 0.99) ;;
+	hot) CMD=("$TPP" hot $((64 * SCALE))) ;;
 	*) die "unknown workload $1" ;;
 	esac
 }

@@ -263,6 +263,7 @@ struct mapping {
 	unsigned zero_max; /* longest zero fill run, pages */
 	int failed; /* read by others after pool-uffd stopped, or atomic */
 	bool fail_logged;
+	const char *fail_why; /* mapping_fail()'s step, for fault_fail() */
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
 	bool ahead_on;	/* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
 	bool warming;	/* warm_thr runs: see warm_main() */
@@ -458,22 +459,35 @@ static bool page_is_present(struct mapping *m, size_t idx);
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
 {
-	size_t done = 0, len = n * m->psize;
+	size_t done = 0, len = n * m->psize, step = len;
 
 	while (done < len) {
 		struct uffdio_copy c = {
 			.dst = (uintptr_t)page_addr(m, idx) + done,
 			.src = (uintptr_t)src + done,
-			.len = len - done,
+			.len = step < len - done ? step : len - done,
 			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
 		};
 		int err;
 
-		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0)
-			return 0;
+		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0) {
+			done += c.len;
+			step = len - done;
+			continue;
+		}
 		err = errno;
 		if (c.copy > 0) {
 			done += (size_t)c.copy;
+			continue;
+		}
+		/* ENOENT: the range is not inside one VMA. The program split
+		 * the mapping (madvise(MADV_HUGEPAGE) on part of an array, as
+		 * numpy does, mprotect): the kernel checks the whole range
+		 * against one VMA before copying anything. Shorter copies
+		 * find the boundary; one page that is still refused is
+		 * really gone (unmapped), and that is the error. */
+		if (err == ENOENT && c.len > m->psize) {
+			step = (c.len / 2 + m->psize - 1) & ~(m->psize - 1);
 			continue;
 		}
 		/* Linux (6.x) says EEXIST, not ENOMEM, when it finds no
@@ -843,6 +857,20 @@ static bool sigbus_is_masked(pid_t tid)
 	return false;
 }
 
+/* What fault_fail() says a failed mapping's cause was: the pool (its
+ * reads and writes), the kernel's hugetlb pool, or the kernel refusing
+ * a page table change (userfaultfd ioctls) for the step that failed. */
+static const char *fail_cause(const struct mapping *m, int err)
+{
+	const char *why = m->fail_why;
+
+	if (err == -ENOMEM && m->huge)
+		return "no huge page left (vm.nr_hugepages)";
+	if (why && (!strcmp(why, "fetch") || !strcmp(why, "write-back")))
+		return "pool unreachable";
+	return "the kernel refused to map the page";
+}
+
 /*
  * A fault we cannot serve: the thread must not run on with a page of
  * wrong (or zero) contents. It gets SIGBUS, like a file mapping past the
@@ -860,11 +888,10 @@ static void fault_fail(struct mapping *m, pid_t tid, size_t idx)
 		 * this line is what explains it. */
 		pool_log_emit(LOG_ERR,
 			      "paging: cannot serve a fault, %s map=%p "
-			      "page=%zu tid=%d err=%s; raising SIGBUS",
-			      err == -ENOMEM && m->huge
-				      ? "no huge page left (vm.nr_hugepages)"
-				      : "pool unreachable",
-			      (void *)m->base, idx, (int)tid, strerror(-err));
+			      "page=%zu tid=%d step=%s err=%s; raising SIGBUS",
+			      fail_cause(m, err), (void *)m->base, idx,
+			      (int)tid, m->fail_why ? m->fail_why : "?",
+			      strerror(-err));
 	}
 	if (sigbus_is_masked(tid)) {
 		pool_log_emit(LOG_ERR,
@@ -882,6 +909,7 @@ static void mapping_fail(struct mapping *m, int err, const char *why)
 {
 	if (m->failed)
 		return;
+	m->fail_why = why;
 	__atomic_store_n(&m->failed, err, __ATOMIC_RELEASE);
 	__atomic_store_n(&m->st.failed, err, __ATOMIC_RELAXED);
 	pool_log(LOG_ERR, "paging: mapping failed map=%p err=%s why=%s",

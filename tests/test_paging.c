@@ -391,6 +391,45 @@ START_TEST(dirty_pages_survive_eviction)
 END_TEST
 
 /*
+ * The program splits the mapping's VMA under the engine (madvise and
+ * mprotect of ranges that end at odd pages, as numpy's
+ * madvise(MADV_HUGEPAGE) does): zero fills, evictions and fetches across
+ * the boundaries keep every byte. UFFDIO_COPY refuses a range that spans
+ * two VMAs (ENOENT), which failed the mapping (SIGBUS) before the engine
+ * cut its copies at them (issue 28).
+ */
+START_TEST(vma_split_by_program)
+{
+	const size_t size = 8 * MiB, local = 512 * KiB;
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint8_t *a;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	ck_assert_int_eq(madvise(a + 5 * PG, 2 * MiB + 3 * PG, MADV_HUGEPAGE),
+			 0);
+	ck_assert_int_eq(mprotect(a + 3 * MiB + PG, 7 * PG,
+				  PROT_READ | PROT_WRITE | PROT_EXEC),
+			 0);
+	ck_assert_int_eq(madvise(a + 5 * MiB + 9 * PG, 5 * PG, MADV_NOHUGEPAGE),
+			 0);
+	tu_pattern_fill(a, size, 12, 0);
+	check_range(a, 0, size, 12);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.evictions, 0);
+	ck_assert_uint_gt(st.pages_fetched, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/*
  * The engine's per-step timing (pool_paging_get_engine_stats() phase_*,
  * the shim's "phases" line): dirty pages evicted and read back take each
  * step of a remote fault at least once, and the steps served inside a
@@ -2066,6 +2105,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, existing_region);
 		tcase_add_test(tc, zero_pages_cost_no_fetch);
 		tcase_add_test(tc, dirty_pages_survive_eviction);
+		tcase_add_test(tc, vma_split_by_program);
 		tcase_add_test(tc, phases_time_each_step);
 		tcase_add_test(tc, read_modify_write_passes);
 		tcase_add_test(tc, threads_fault_at_once);

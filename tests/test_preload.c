@@ -13,6 +13,8 @@
  * print the same. Not run in sanitizer builds.
  */
 #include <check.h>
+#include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -460,6 +463,259 @@ static int prog_half(void)
 	printf("half=%016llx\n", (unsigned long long)sum(a, n));
 	fflush(stdout);
 	usleep(1500 * 1000);
+	return 0;
+}
+
+/*
+ * C++ operator new and delete as a C program reaches them (python3 and
+ * its C++ extensions: the executable does not link libstdc++): by name,
+ * from the global scope. Under the shim, libjemalloc.so.2 (its
+ * dependency, with new and delete of its own) came before libstdc++
+ * there: new bypassed the heap and delete aborted in glibc's free
+ * (issue 28, torch's import). Every variant; 48 MiB through new, so the
+ * heap pages it through a small budget.
+ */
+static int prog_cxx(void)
+{
+	void *(*nw)(size_t), *(*na)(size_t), *(*nwa)(size_t, size_t);
+	void *(*nwt)(size_t, const void *);
+	void (*dl)(void *), (*da)(void *), (*dls)(void *, size_t);
+	void (*dla)(void *, size_t);
+	size_t big = 48 * MiB;
+	uint64_t s = 0;
+	uint8_t *a, *b, *c, *d;
+	char nothrow = 0;
+
+	if (!dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL))
+		return 70;
+	nw = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znwm");
+	na = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "_Znam");
+	nwa = (void *(*)(size_t, size_t))dlsym(RTLD_DEFAULT,
+					       "_ZnwmSt11align_val_t");
+	nwt = (void *(*)(size_t, const void *))dlsym(RTLD_DEFAULT,
+						     "_ZnwmRKSt9nothrow_t");
+	dl = (void (*)(void *))dlsym(RTLD_DEFAULT, "_ZdlPv");
+	da = (void (*)(void *))dlsym(RTLD_DEFAULT, "_ZdaPv");
+	dls = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "_ZdlPvm");
+	dla = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT,
+					      "_ZdlPvSt11align_val_t");
+	if (!nw || !na || !nwa || !nwt || !dl || !da || !dls || !dla)
+		return 71;
+	a = nw(big);
+	tu_pattern_fill(a, big, 81, 0);
+	s = sum(a, big);
+	for (int i = 0; i < 1000; i++) {
+		b = nw(24 + (size_t)i % 200);
+		c = na(100 + (size_t)i);
+		memset(b, i, 24);
+		memset(c, i + 1, 100);
+		s = s * 7 + b[3] + c[99];
+		/* a pointer from new freed by free() and from malloc() by
+		 * delete (wrong in C++, common in C libraries), both ways */
+		if (i % 2) {
+			free(b);
+			da(c);
+		} else {
+			dl(b);
+			free(c);
+		}
+	}
+	d = nwa(3 * MiB, 2 * MiB);
+	if ((uintptr_t)d % (2 * MiB))
+		return 72;
+	tu_pattern_fill(d, 3 * MiB, 82, 0);
+	s = s * 31 + sum(d, 3 * MiB);
+	dla(d, 2 * MiB);
+	b = nwt(4096, &nothrow);
+	if (!b)
+		return 73;
+	memset(b, 5, 4096);
+	s += b[4095];
+	dls(b, 4096);
+	s = s * 31 + sum(a, big); /* again: fetched back */
+	dl(a);
+	printf("cxx=%016llx\n", (unsigned long long)s);
+	return 0;
+}
+
+/*
+ * A program that splits the heap's mapping under the engine, as numpy
+ * does (madvise(MADV_HUGEPAGE) on each large array, which need not be
+ * aligned) and as mprotect does: a VMA boundary inside the run the
+ * engine zero-fills or fetches at once made UFFDIO_COPY fail with ENOENT
+ * and the process die of SIGBUS (issue 28, numpy.ones(10**6).sum()).
+ */
+static int prog_split(void)
+{
+	size_t n = 24 * MiB;
+	uint8_t *a = malloc(n), *b;
+	uint64_t s;
+
+	if (!a)
+		return 75;
+	/* boundaries at odd pages, not where a run would start */
+	b = (uint8_t *)(((uintptr_t)a + 5 * 4096 + 4095) & ~(uintptr_t)4095);
+	if (madvise(b, 8 * MiB + 3 * 4096, MADV_HUGEPAGE) ||
+	    madvise(b + 10 * MiB + 7 * 4096, 2 * MiB, MADV_NOHUGEPAGE) ||
+	    mprotect(b + 14 * MiB + 4096, 9 * 4096,
+		     PROT_READ | PROT_WRITE | PROT_EXEC) ||
+	    madvise(b + 16 * MiB + 9 * 4096, 5 * 4096, MADV_NOHUGEPAGE))
+		return 76;
+	tu_pattern_fill(a, n, 91, 0);
+	s = sum(a, n);
+	for (size_t i = 0; i < n; i += 4099)
+		a[i] ^= 0x5a;
+	s = s * 31 + sum(a, n);
+	printf("split=%016llx\n", (unsigned long long)s);
+	free(a);
+	return 0;
+}
+
+/*
+ * A library dlopen()ed with RTLD_DEEPBIND (tests/programs/tp_deepbind.c)
+ * frees what this program allocated and allocates what it frees, small
+ * and large: deep binding made the library's free glibc's, and a heap
+ * pointer there was glibc's abort (issue 28).
+ */
+static int prog_deepbind(void)
+{
+	char lib[4096], *sl;
+	ssize_t n = readlink("/proc/self/exe", lib, sizeof(lib) - 32);
+	char *(*dup)(const char *, size_t);
+	void (*fr)(void *);
+	void *(*grow)(void *, size_t);
+	uint64_t s = 0;
+	void *h;
+
+	if (n <= 0)
+		return 80;
+	lib[n] = '\0';
+	sl = strrchr(lib, '/');
+	strcpy(sl ? sl + 1 : lib, "libtp_deepbind.so");
+	h = dlopen(lib, RTLD_NOW | RTLD_DEEPBIND);
+	if (!h) {
+		fprintf(stderr, "deepbind: %s\n", dlerror());
+		return 81;
+	}
+	dup = (char *(*)(const char *, size_t))dlsym(h, "tp_deepbind_dup");
+	fr = (void (*)(void *))dlsym(h, "tp_deepbind_free");
+	grow = (void *(*)(void *, size_t))dlsym(h, "tp_deepbind_grow");
+	if (!dup || !fr || !grow)
+		return 82;
+	for (size_t i = 1; i < 2000; i += 37) {
+		char *a = malloc(i * 64), *b = dup("pooled", i * 512);
+
+		if (!a || !b)
+			return 83;
+		memset(a, (int)i, i * 64);
+		s = s * 31 + sum((uint8_t *)a, i * 64) + strlen(b) + b[i];
+		a = grow(a, i * 128); /* the library's realloc of ours */
+		if (!a)
+			return 84;
+		s = s * 31 + sum((uint8_t *)a, i * 64);
+		fr(a);	 /* the library frees ours */
+		free(b); /* we free the library's */
+	}
+	printf("deepbind=%016llx\n", (unsigned long long)s);
+	return dlclose(h) ? 85 : 0;
+}
+
+/* free() of a pointer into a block, not its start: a program's bug the
+ * shim must report, not hand to jemalloc (bad_free_named). */
+static int prog_badfree(void)
+{
+	char *p = malloc(100);
+
+	if (!p)
+		return 90;
+	memset(p, 1, 100);
+	printf("badfree\n");
+	fflush(stdout);
+	/* through a volatile pointer: the compiler sees the bug too */
+	{
+		char *volatile q = p + 4;
+
+		free(q);
+	}
+	return 0;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+/*
+ * Blocks glibc's own functions allocate (strdup, asprintf, getline,
+ * open_memstream, realpath, scandir) freed, grown and measured by the
+ * program; aligned allocations at alignments from 8 bytes to 64 MiB;
+ * reallocarray. Every owner must agree (issue 28's list); prints what it
+ * computed.
+ */
+static int prog_glibc(void)
+{
+	uint64_t s = 0;
+	char *a, *b = NULL, *c = NULL, *d, *e;
+	size_t bl = 0, cl = 0;
+	struct dirent **ents;
+	FILE *f;
+	int n;
+
+	a = strdup("interposition");
+	if (!a || asprintf(&d, "%s-%d", a, 28) < 0)
+		return 100;
+	a = realloc(a, 4096);
+	if (!a)
+		return 101;
+	s = s * 31 + malloc_usable_size(a) / 4096 + strlen(d);
+	free(a);
+	free(d);
+	f = fopen("/proc/self/cmdline", "r");
+	if (!f || getline(&b, &bl, f) < 0)
+		return 102;
+	fclose(f);
+	s = s * 31 + (malloc_usable_size(b) >= bl);
+	free(b);
+	f = open_memstream(&c, &cl);
+	if (!f)
+		return 103;
+	for (int i = 0; i < 10000; i++)
+		fprintf(f, "%d,", i);
+	fclose(f);
+	s = s * 31 + cl + (uint8_t)c[cl / 2];
+	c = reallocarray(c, cl + 1, 2);
+	if (!c)
+		return 104;
+	free(c);
+	e = realpath("/proc/self/../self/", NULL);
+	if (!e)
+		return 105;
+	free(e);
+	n = scandir("/", &ents, NULL, by_name);
+	if (n < 0)
+		return 106;
+	for (int i = 0; i < n; i++) {
+		s = s * 31 + strlen(ents[i]->d_name);
+		free(ents[i]);
+	}
+	free(ents);
+	for (size_t al = 8; al <= 64 * MiB; al *= 4) {
+		void *p = NULL, *q = aligned_alloc(al, al * 2),
+		     *r = memalign(al, 3);
+
+		if (posix_memalign(&p, al, al + 1) || !q || !r)
+			return 107;
+		if ((uintptr_t)p % al || (uintptr_t)q % al || (uintptr_t)r % al)
+			return 108;
+		memset(p, 1, al + 1);
+		memset(q, 2, al * 2);
+		s = s * 31 + (malloc_usable_size(p) >= al + 1) +
+		    (malloc_usable_size(q) >= al * 2);
+		free(p);
+		free(q);
+		free(r);
+	}
+	printf("glibc=%016llx\n", (unsigned long long)s);
 	return 0;
 }
 
@@ -934,6 +1190,127 @@ START_TEST(realloc_across_threshold)
 }
 END_TEST
 
+/* prog_cxx(): C++ new and delete from a C program are the shim's: the
+ * 48 MiB from new went through the heap and its 4 MiB budget. */
+START_TEST(cxx_new_delete_from_c)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	if (regions)
+		return; /* the heap's test: regions leave small ones to libc */
+	start();
+	same_as_plain("cxx", env, err, sizeof(err));
+	ck_assert_uint_ge(total(err, " pooled_bytes="), 48u << 20);
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
+/* prog_split(): VMA boundaries inside the heap, under a budget small
+ * enough that runs are zero-filled, evicted and fetched across them. */
+START_TEST(mapping_split_by_program)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("split", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "raising SIGBUS"), 0);
+	ck_assert_uint_gt(total(err, " evictions="), 0);
+	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
+	stop();
+}
+END_TEST
+
+/* prog_deepbind(): pointers cross between the program and a library
+ * opened with RTLD_DEEPBIND, both ways, through a 4 MiB budget. */
+START_TEST(deepbind_library)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_LOG=info", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("deepbind", env, err, sizeof(err));
+	ck_assert_int_eq(count(err, "dlopen(RTLD_DEEPBIND) opens without"), 1);
+	stop();
+}
+END_TEST
+
+/* tests/programs/tp_jeuser.c: a program linked with libjemalloc.so.2 asks
+ * malloc_usable_size() of glibc's blocks (those under LIBPOOL_MIN_BYTES)
+ * and of pooled ones. */
+START_TEST(jemalloc_linked_program)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
+					   "LIBPOOL_MIN_BYTES=1M", NULL };
+	char exe[4096], o1[128], o2[128], e1[128], e2[128], *sl;
+	char *argv[] = { exe, NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
+	int st;
+
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	sl = strrchr(exe, '/');
+	ck_assert_ptr_nonnull(sl);
+	strcpy(sl + 1, "tp_jeuser");
+	start();
+	path(o1, sizeof(o1), "plain.out");
+	path(e1, sizeof(e1), "plain.err");
+	path(o2, sizeof(o2), "shim.out");
+	path(e2, sizeof(e2), "shim.err");
+	st = run(argv, NULL, o1, e1, false, NULL);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain: %d", st);
+	st = run(argv, NULL, o2, e2, true, env);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim: %d", st);
+	assert_same(o1, o2);
+	stop();
+}
+END_TEST
+
+/* prog_badfree(): a pointer the shim cannot place is one line naming it
+ * and SIGABRT, never jemalloc freeing the middle of a block. */
+START_TEST(bad_free_named)
+{
+	char exe[4096], o[128], e[128];
+	char *argv[] = { exe, "badfree", NULL };
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	int st;
+
+	if (regions)
+		return; /* small blocks are glibc's there: glibc's check */
+	ck_assert_int_gt(n, 0);
+	exe[n] = '\0';
+	start();
+	path(o, sizeof(o), "shim.out");
+	path(e, sizeof(e), "shim.err");
+	st = run(argv, NULL, o, e, true, NULL);
+	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "shim: %d",
+		      st);
+	ck_assert_int_eq(count(e, "libpool-preload: free(0x"), 1);
+	ck_assert_int_eq(count(e, "not a pointer this process's allocators"),
+			 1);
+	stop();
+}
+END_TEST
+
+/* prog_glibc(): glibc's own allocations and every alignment, through a
+ * small budget. */
+START_TEST(glibc_blocks_and_alignments)
+{
+	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M", NULL };
+	char err[128];
+
+	start();
+	same_as_plain("glibc", env, err, sizeof(err));
+	stop();
+}
+END_TEST
+
 START_TEST(threads_fault_at_once)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
@@ -1162,6 +1539,16 @@ int main(int argc, char **argv)
 		return prog_small();
 	if (argc > 1 && !strcmp(argv[1], "half"))
 		return prog_half();
+	if (argc > 1 && !strcmp(argv[1], "cxx"))
+		return prog_cxx();
+	if (argc > 1 && !strcmp(argv[1], "split"))
+		return prog_split();
+	if (argc > 1 && !strcmp(argv[1], "deepbind"))
+		return prog_deepbind();
+	if (argc > 1 && !strcmp(argv[1], "badfree"))
+		return prog_badfree();
+	if (argc > 1 && !strcmp(argv[1], "glibc"))
+		return prog_glibc();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
 	if (!tu_memd_path())
@@ -1198,6 +1585,12 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
 	tcase_add_test(tc, realloc_across_threshold);
 	tcase_add_test(tc, threads_fault_at_once);
+	tcase_add_test(tc, cxx_new_delete_from_c);
+	tcase_add_test(tc, mapping_split_by_program);
+	tcase_add_test(tc, deepbind_library);
+	tcase_add_test(tc, jemalloc_linked_program);
+	tcase_add_test(tc, bad_free_named);
+	tcase_add_test(tc, glibc_blocks_and_alignments);
 	tcase_add_test(tc, fork_child_copy);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);

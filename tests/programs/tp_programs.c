@@ -15,6 +15,9 @@
  *                             index (sort's input), on stdout.
  *   tp_programs runs MIB      the same with keys in descending blocks of
  *                             64 lines, shuffled inside each block
+ *   tp_programs hot MIB       an array of MIB MiB filled, then random
+ *                             read-modify-writes, 80 % of them to its
+ *                             first 30 % (a hot set; bench/paging_programs.sh)
  *   tp_programs scan MIB      an array of MIB MiB filled, then summed in
  *                             4 sequential passes (bench/paging_programs.sh)
  *   tp_programs hash MIB      an open-addressing hash table of MIB MiB
@@ -287,6 +290,38 @@ static int run_scan(size_t mib)
 }
 
 /*
+ * A hot set: an array of MIB MiB filled, then 2 * (its words) random
+ * read-modify-writes of which 80 % fall in its first 30 % (the hot set,
+ * contiguous) and 20 % anywhere else. With a budget above 30 % of the
+ * array the hot set stays resident and only the cold 20 % fault
+ * (issue 28's "hot set fits the budget" workload).
+ */
+static int run_hot(size_t mib)
+{
+	size_t n = (mib << 20) / 8, hot = n * 3 / 10;
+	uint64_t *a = malloc(n * 8), s = 0, x = 88172645463325252ull;
+
+	if (!a || hot == 0 || hot == n)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		a[i] = mix(i);
+	for (size_t k = 0; k < 2 * n; k++) {
+		size_t i;
+
+		x ^= x << 13; /* xorshift64: deterministic */
+		x ^= x >> 7;
+		x ^= x << 17;
+		i = (x >> 32) % 10 < 8 ? (size_t)(x % hot)
+				       : hot + (size_t)(x % (n - hot));
+		a[i] = a[i] * 31 + k;
+		s += a[i];
+	}
+	printf("hot n=%zu sum=%016llx\n", n, (unsigned long long)s);
+	free(a);
+	return 0;
+}
+
+/*
  * Zipf-distributed ranks 0..n-1 (rank 0 the most popular), the
  * generator of YCSB (Gray et al., "Quickly generating billion-record
  * synthetic databases", SIGMOD 1994), from a deterministic sequence.
@@ -391,7 +426,7 @@ int main(int argc, char **argv)
 	}
 	if (argc != 3 || !(mib = strtoul(argv[2], NULL, 0))) {
 		fprintf(stderr, "usage: tp_programs "
-				"threads|lines|runs|scan|hash MIB, "
+				"threads|lines|runs|scan|hash|hot MIB, "
 				"tp_programs hash MIB zipf THETA\n");
 		return 64;
 	}
@@ -405,6 +440,9 @@ int main(int argc, char **argv)
 		return run_scan(mib);
 	if (!strcmp(argv[1], "hash"))
 		return run_hash(mib, theta);
-	fprintf(stderr, "tp_programs: threads, lines, runs, scan or hash\n");
+	if (!strcmp(argv[1], "hot"))
+		return run_hot(mib);
+	fprintf(stderr,
+		"tp_programs: threads, lines, runs, scan, hash or hot\n");
 	return 64;
 }
