@@ -405,7 +405,6 @@ static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 				 "transparent huge pages (MADV_COLLAPSE: %s)",
 				 strerror(errno));
 		a->thp_failed |= !huge;
-		a->thp_slabs += huge;
 	}
 	if (mlock(at, a->slab_bytes))
 		return -errno;

@@ -32,10 +32,8 @@ struct memd_arena {
 	 * descriptors of them only (srv_shm_ro_fd); "": sealed memfds */
 	char slab_dir[256];
 	/* memfd slabs on transparent huge pages (slab_collapse) unless
-	 * hugepages = no; thp_slabs: how many are; thp_failed: one was
-	 * refused (logged once) */
+	 * hugepages = no; thp_failed: one was refused (logged once) */
 	bool thp, thp_failed;
-	uint32_t thp_slabs;
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */
