@@ -27,6 +27,9 @@
 #   issue 19's KV files), for a before/after in one run; 0: not run
 #   SHM_DIR=<dir>: memd's slabs in that tmpfs directory (memd.conf(5)
 #   shm_dir; gets then read 2 MiB pages, puts go over the fabric)
+# Where BUILD has bench/poolbench, a local memcpy of 1 MiB (poolbench
+# memcpy, 1 s) is measured before and after the runs (MEMCPY lines), for
+# issue 29's ratio of the KV get to memcpy.
 # Everything listens on 127.0.0.1; servers started here are killed on exit.
 set -euo pipefail
 
@@ -43,10 +46,15 @@ import fileinput, statistics, sys
 from collections import defaultdict
 
 rows = defaultdict(list)
+memcpy = []
 for line in fileinput.input(sys.argv[1:]):
     line = line.strip()
     if line.startswith("#"):
         print(line)
+        continue
+    if line.startswith("MEMCPY"):
+        memcpy.append(float(dict(w.split("=", 1)
+                                 for w in line.split()[1:])["MBps"]))
         continue
     if not line.startswith("KVBENCH"):
         continue
@@ -95,13 +103,23 @@ for w in ("shared", "oneshot", "multiturn"):
                   f"value={div(med(w, t, 'get_MBps'), med(w, 'redis', 'get_MBps')):.2f} "
                   f"target=1.5")
         if (w, t) in rows and (w, "memcached") in rows:
+            # issue 29: same-host 1.5x memcached, over tcp 1.2x
             print(f"median get_MBps_vs_memcached workload={w} tier={t} "
-                  f"value={div(med(w, t, 'get_MBps'), med(w, 'memcached', 'get_MBps')):.2f}")
+                  f"value={div(med(w, t, 'get_MBps'), med(w, 'memcached', 'get_MBps')):.2f} "
+                  f"target={1.5 if t == 'tidepool' else 1.2}")
+        if t == "tidepool" and (w, t) in rows and memcpy:
+            print(f"median get_MBps_vs_memcpy workload={w} tier={t} "
+                  f"value={div(med(w, t, 'get_MBps'), statistics.median(memcpy)):.2f} "
+                  f"memcpy_MBps={statistics.median(memcpy):.0f} target=0.3")
 for w in ("shared", "multiturn"):
     for t in ("tidepool", "redis", "memcached"):
         if (w, t) in rows and (w, "none") in rows:
             print(f"median ttft_vs_hbm_only workload={w} tier={t} "
                   f"value={div(med(w, t, 'ttft_s'), med(w, 'none', 'ttft_s')):.3f}")
+    if (w, "tidepool") in rows and (w, "memcached") in rows:
+        print(f"median ttft_vs_memcached workload={w} tier=tidepool "
+              f"value={div(med(w, 'tidepool', 'ttft_s'), med(w, 'memcached', 'ttft_s')):.3f} "
+              f"target=0.9")
 EOF
 }
 
@@ -227,6 +245,15 @@ print(int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s))")
 	echo "# reps=$REPS cap=$CAP slab=$SLAB layers=$LAYERS prompts=$PROMPTS oneshot_prompts=$ONESHOT_PROMPTS sessions=$SESSIONS turns=$TURNS hbm=$HBM tps=$TPS"
 } >>"$RAW"
 
+# memcpy_line: one MEMCPY line (1 MiB local copies), where poolbench is built
+memcpy_line() {
+	[ -x "$BUILD/bench/poolbench" ] || return 0
+	"$BUILD/bench/poolbench" memcpy --sizes 1M --seconds 1 --rw read |
+		grep -o 'MBps=[0-9.]*' | head -n1 | sed "s/^/MEMCPY when=$1 /" |
+		tee -a "$RAW"
+}
+memcpy_line start
+
 for rep in $(seq "$REPS"); do
 	for w in $WORKLOADS; do
 		n=$PROMPTS
@@ -280,5 +307,6 @@ for rep in $(seq "$REPS"); do
 		"$KVBENCH" --tier none "${args[@]}" | tee -a "$RAW"
 	done
 done
+memcpy_line end
 echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" >>"$RAW"
 summarize "$RAW" | tee "$OUT_DIR/summary.txt"

@@ -103,6 +103,11 @@
 
 #include <sodium.h>
 #include <xxhash.h>
+#ifdef TP_HAVE_XXH_DISPATCH
+/* XXH3_64bits and _update become the library's x86 dispatch: the same
+ * sums at AVX2/AVX-512 width (libpool/CMakeLists.txt) */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "fabric/fab.h"
 #include "fabric/wire.h"

@@ -794,6 +794,44 @@ out:
 	free(rep);
 }
 
+#define SHM_HUGE_BYTES ((uint64_t)2 << 20)
+
+/*
+ * A read-only shared mapping of len bytes of fd at an address aligned
+ * to 2 MiB, or NULL. memd puts its memfd slabs on 2 MiB pages where the
+ * kernel lets it (memd.conf(5) hugepages); the kernel maps such a page
+ * with one page-table entry, one fault, only where the address is as
+ * aligned as the file offset, and mmap(NULL) of a memfd is only 4 KiB
+ * aligned. A copy from a mapping at a misaligned address faults per 16
+ * pages (about half the speed: docs/bench/kv.md, "Huge pages for
+ * memfd slabs"). munmap(m, len) undoes it: the slack is unmapped here.
+ */
+static void *shm_map_aligned(int fd, uint64_t len)
+{
+	uint8_t *r, *at;
+	void *m;
+	size_t head, tail;
+
+	r = mmap(NULL, len + SHM_HUGE_BYTES, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r == MAP_FAILED)
+		return NULL;
+	at = (uint8_t *)(((uintptr_t)r + SHM_HUGE_BYTES - 1) &
+			 ~(uintptr_t)(SHM_HUGE_BYTES - 1));
+	m = mmap(at, len, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (m == MAP_FAILED) {
+		munmap(r, len + SHM_HUGE_BYTES);
+		return NULL;
+	}
+	head = (size_t)(at - r);
+	tail = (size_t)(SHM_HUGE_BYTES - head);
+	if (head)
+		munmap(r, head);
+	if (tail)
+		munmap(at + len, tail);
+	return m;
+}
+
 /*
  * LIBPOOL_SHM=map: a read-only shared mapping of a slab's memfd, through
  * a read-only descriptor of the same file: no VM_MAYWRITE, so memd can
@@ -818,24 +856,22 @@ static const uint8_t *shm_map_ro(int fd, uint64_t len)
 {
 	char path[64];
 	struct stat st;
-	void *m;
+	uint8_t *m;
 	int ro, seals = fcntl(fd, F_GET_SEALS);
 
 	if (seals < 0 || !(seals & F_SEAL_SHRINK))
 		return NULL;
 	if (fstat(fd, &st) || st.st_size < 0 || (uint64_t)st.st_size < len)
 		return NULL;
-	if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY) {
-		m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-		return m == MAP_FAILED ? NULL : m;
-	}
+	if ((fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDONLY)
+		return shm_map_aligned(fd, len);
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	if (ro < 0)
 		return NULL;
-	m = mmap(NULL, len, PROT_READ, MAP_SHARED, ro, 0);
+	m = shm_map_aligned(ro, len);
 	close(ro);
-	return m == MAP_FAILED ? NULL : m;
+	return m;
 }
 
 /* The memfd of lease l of a same-host link, or -1 (fabric for it). */

@@ -272,6 +272,7 @@ int memd_arena_create(uint64_t len, enum memd_hugepages hp, int node,
 	a->bound = node >= 0;
 	a->len_bytes = len;
 	a->hugetlb = hugetlb;
+	a->thp = hp != MEMD_HUGEPAGES_NO;
 	a->page_bytes =
 		hugetlb ? h.huge_page_bytes : (uint64_t)sysconf(_SC_PAGESIZE);
 	return 0;
@@ -345,6 +346,37 @@ static int slab_file(const struct memd_arena *a)
 			      : slab_memfd(a->slab_bytes);
 }
 
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+#define SLAB_THP_BYTES ((uint64_t)2 << 20)
+
+/*
+ * Puts the memfd slab mapped at at (len bytes, 2 MiB aligned) on 2 MiB
+ * transparent huge pages, where the kernel allows: a memfd's pages are
+ * 4 KiB unless /sys/kernel/mm/transparent_hugepage/shmem_enabled says
+ * otherwise (Debian: never), and a 4 KiB shmem page costs every reader
+ * a page-cache lookup per pread and a fault per 16 pages mapped (a
+ * client's same-host KV get: docs/bench/kv.md, "Huge pages for memfd
+ * slabs"). MADV_COLLAPSE (Linux 6.1) builds huge pages whatever
+ * shmem_enabled says short of deny, but only over pages that exist:
+ * one zero byte written per 2 MiB (the file stays zeros) gives it one
+ * page to collapse around, the holes are filled with zeros. Best
+ * effort: where it fails (older kernel, shmem_enabled deny, no 2 MiB of
+ * contiguous free memory) the slab stays on 4 KiB pages, as before.
+ * Returns whether every 2 MiB of the slab is now a huge page.
+ */
+static bool slab_collapse(uint8_t *at, uint64_t len)
+{
+	if ((uintptr_t)at % SLAB_THP_BYTES || len % SLAB_THP_BYTES) {
+		errno = EINVAL;
+		return false;
+	}
+	for (uint64_t off = 0; off < len; off += SLAB_THP_BYTES)
+		((volatile uint8_t *)at)[off] = 0;
+	return madvise(at, len, MADV_COLLAPSE) == 0;
+}
+
 /* Maps fd over slab i of a, as memd_arena_create set up the whole. */
 static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 {
@@ -362,6 +394,17 @@ static int slab_map(struct memd_arena *a, uint32_t i, int fd)
 		r = place_membind(at, a->slab_bytes, a->node, 0);
 		if (r)
 			return r;
+	}
+	if (a->thp && !a->slab_dir[0]) {
+		bool huge = slab_collapse(at, a->slab_bytes);
+
+		if (!huge && !a->thp_failed)
+			memd_log(LOG_INFO,
+				 "arena: memfd slabs stay on 4 KiB pages: the "
+				 "kernel refused to collapse one into "
+				 "transparent huge pages (MADV_COLLAPSE: %s)",
+				 strerror(errno));
+		a->thp_failed |= !huge;
 	}
 	if (mlock(at, a->slab_bytes))
 		return -errno;

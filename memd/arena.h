@@ -31,6 +31,9 @@ struct memd_arena {
 	 * directory, which take no seals, so clients get read-only
 	 * descriptors of them only (srv_shm_ro_fd); "": sealed memfds */
 	char slab_dir[256];
+	/* memfd slabs on transparent huge pages (slab_collapse) unless
+	 * hugepages = no; thp_failed: one was refused (logged once) */
+	bool thp, thp_failed;
 };
 
 /* What the host can back, read from /proc/meminfo and getrlimit. */

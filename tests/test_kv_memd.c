@@ -18,6 +18,8 @@
 #include <check.h>
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -421,6 +423,118 @@ static int memfd_maps(void)
 	fclose(f);
 	return n;
 }
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+/* Whether this kernel puts a memfd of ours on a 2 MiB page with
+ * MADV_COLLAPSE, as memd does with its slabs (memd/arena.c
+ * slab_collapse): where it cannot, memd cannot either. */
+static bool kernel_collapses_memfd(void)
+{
+	size_t len = 2 * MIB;
+	int fd = memfd_create("tp-test-thp", MFD_CLOEXEC);
+	uint8_t *r, *at;
+	bool ok = false;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(ftruncate(fd, (off_t)len), 0);
+	r = mmap(NULL, 2 * len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(r, MAP_FAILED);
+	at = (uint8_t *)(((uintptr_t)r + len - 1) & ~(uintptr_t)(len - 1));
+	if (mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+		 0) != MAP_FAILED) {
+		at[0] = 0;
+		ok = madvise(at, len, MADV_COLLAPSE) == 0;
+	}
+	munmap(r, 2 * len);
+	close(fd);
+	return ok;
+}
+
+/* kB of this process's read-only mappings of memd's slab memfds that
+ * are mapped with 2 MiB page-table entries (smaps ShmemPmdMapped) */
+static long slab_map_pmd_kb(void)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false;
+	long kb = 0, v;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (strchr(line, '-') && strstr(line, " r--s ")) {
+			in = strstr(line, "/memfd:tidepool-slab") != NULL;
+			continue;
+		}
+		if (strchr(line, '-') && strstr(line, " /"))
+			in = false;
+		if (in && sscanf(line, "ShmemPmdMapped: %ld kB", &v) == 1)
+			kb += v;
+	}
+	fclose(f);
+	return kb;
+}
+
+/*
+ * memd puts its memfd slabs on 2 MiB transparent huge pages where the
+ * kernel lets it (memd.conf(5) hugepages: auto), and libpool maps a KV
+ * slab's file at a 2 MiB-aligned address: a same-host get copies from
+ * huge pages mapped one fault per 2 MiB, byte-exact. hugepages = no
+ * keeps them on 4 KiB pages. Skipped where the kernel does not collapse
+ * a memfd of the test's own (before Linux 6.1, shmem_enabled = deny).
+ */
+START_TEST(kv_slabs_on_huge_pages)
+{
+	static const char *const conf[] = { NULL, "hugepages = no\n" };
+	enum { N = 6 };
+	struct pool_kv_key keys[N];
+	void *vals[N], *bufs[N];
+	size_t lens[N], got[N];
+	int st[N];
+
+	if (!kernel_collapses_memfd())
+		tu_skip("the kernel does not collapse memfds (MADV_COLLAPSE)");
+	for (int i = 0; i < N; i++) {
+		make_key(keys[i].b, 31, (uint64_t)i);
+		lens[i] = MIB + 7 * (size_t)i;
+		vals[i] = make_value(keys[i].b, lens[i]);
+		bufs[i] = malloc(lens[i]);
+		ck_assert_ptr_nonnull(bufs[i]);
+	}
+	for (int m = 0; m < 2; m++) {
+		struct pool_kv *kv;
+		struct pool *p;
+
+		start_standalone(conf[m], "128M");
+		p = tu_pool_connect(&md);
+		ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
+		ck_assert_int_eq(pool_kv_put(kv, N, keys,
+					     (const void *const *)vals, lens,
+					     st),
+				 N);
+		ck_assert_int_eq(pool_kv_get(kv, N, keys, bufs, lens, got, st),
+				 N);
+		for (int i = 0; i < N; i++) {
+			ck_assert_int_eq(st[i], 0);
+			ck_assert_uint_eq(got[i], lens[i]);
+			ck_assert_int_eq(memcmp(bufs[i], vals[i], lens[i]), 0);
+		}
+		if (m == 0)
+			ck_assert_int_ge(slab_map_pmd_kb(), 2048);
+		else
+			ck_assert_int_eq(slab_map_pmd_kb(), 0);
+		pool_kv_close(kv);
+		pool_close(p);
+		tu_memd_stop_ok(&md);
+	}
+	for (int i = 0; i < N; i++) {
+		free(vals[i]);
+		free(bufs[i]);
+	}
+}
+END_TEST
 
 /*
  * libpool's get of blocks a client wrote wrong (a payload byte that no
@@ -1160,12 +1274,22 @@ static const uint8_t *map_ro(int fd)
 	void *m;
 	int ro;
 
+	uint8_t *r, *at;
+
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	ro = open(path, O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(ro, 0);
-	m = mmap(NULL, SLAB, PROT_READ, MAP_SHARED, ro, 0);
+	/* at a SLAB-aligned address, as libpool maps (shm_map_aligned):
+	 * where memd put the slab on a 2 MiB page, one entry maps it */
+	r = mmap(NULL, 2 * SLAB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(r, MAP_FAILED);
+	at = (uint8_t *)(((uintptr_t)r + SLAB - 1) & ~(uintptr_t)(SLAB - 1));
+	m = mmap(at, SLAB, PROT_READ, MAP_SHARED | MAP_FIXED, ro, 0);
 	close(ro);
 	ck_assert_ptr_ne(m, MAP_FAILED);
+	if (at > r)
+		munmap(r, (size_t)(at - r));
+	munmap(at + SLAB, (size_t)(r + SLAB - at));
 	return m;
 }
 
@@ -1293,6 +1417,10 @@ START_TEST(kv_shm_files_per_tenant)
 	m1 = map_ro(f1);
 	m2 = map_ro(f2);
 	ck_assert(!mem_is_zero(m1) && !mem_is_zero(m2));
+	/* on 2 MiB pages where the kernel allows (memd/arena.c
+	 * slab_collapse): the punch below must empty those too */
+	if (kernel_collapses_memfd())
+		ck_assert_int_ge(slab_map_pmd_kb(), 2048);
 
 	/* a deletes both: its store keeps one empty slab and gives the
 	 * other back; b's next values may land in it. The file a kept of
@@ -1981,6 +2109,7 @@ static Suite *kv_memd_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, put_get_sizes);
 	tcase_add_test(tc, libpool_bad_blocks_are_misses);
+	tcase_add_test(tc, kv_slabs_on_huge_pages);
 	tcase_add_test(tc, put_get_over_two_endpoints);
 	tcase_add_test(tc, exists_delete_pin);
 	tcase_add_test(tc, uncommitted_reservation_expires);
