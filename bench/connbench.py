@@ -7,7 +7,7 @@ the KV API they are built on, in one run on one memd
 usage: /usr/bin/python3 bench/connbench.py [BUILD_DIR]   (default
            build/release, else build-bench)
        /usr/bin/python3 bench/connbench.py --summarize RAW.txt...
-Knobs (options, or the environment): --reps REPS=5, --cap CAP=2560M,
+Knobs (options, or the environment): --reps REPS=5, --cap CAP=3584M,
   --slab SLAB=64M, --prompts PROMPTS=60, --hbm HBM=5,
   --impls IMPLS="direct vllm sglang lmcache", --out-dir OUT_DIR=
   <BUILD>/connbench-results/<time>.
@@ -16,7 +16,10 @@ pybench's shared-prefix workload (kvbench's: 60 prompts of 30,000 tokens,
 the first 28,000 from one of 20 prefixes, one 1 MiB block per 256-token
 chunk, an HBM LRU of 5 prefixes' chunks; bench/pybench.py's shared_run,
 the same prompts, keys and HBM model, so the same hits) on pybench's
-memd, per repetition through, in an order that rotates with it:
+memd (CAP larger than pybench's 2560M, so that no path evicts: the
+paths store different small values besides the 1 MiB blocks, LMCache's
+metas and key log, whose slabs would shift what memd evicts and so the
+hits), per repetition through, in an order that rotates with it:
 
 direct   tidepool.KV: exists, get_into numpy buffers, put_async
          (pybench's impl=numpy): the baseline.
@@ -41,8 +44,10 @@ lmcache  LMCache's RemoteBackend on the tidepool:// connector (its plugin
 
 The engines are the stand-ins in python/tests/engines (put first on
 sys.path here). Every block fetched is checked (its first 32 bytes are
-its chunk's key as stored): bad= counts wrong ones. The tier is emptied
-between runs (every key each path can have stored, checked gone).
+its chunk's key as stored): bad= counts wrong ones. Each run gets a
+fresh memd (pybench's start, CAP donated): on one memd emptied between
+runs, as pybench does, runs after the first found more tier hits than
+an empty tier gives (docs/bench/python.md), so the paths' hits differed.
 
 Output in OUT_DIR: raw.txt, summary.txt (printed): medians, a ratio line
 per connector (get MB/s over direct's of the same repetition, the median
@@ -179,8 +184,6 @@ class VllmIO:
         self._finish(job)
         self.manager.complete_store(keys, self.ctx)
 
-    def tier_keys(self, chunk_key):
-        return self.manager._keys(self._keys([chunk_key]))
 
     def close(self):
         self.worker.shutdown()
@@ -253,8 +256,6 @@ class SglangIO:
     def wait_put(self, handle):
         handle.result()
 
-    def tier_keys(self, chunk_key):
-        return self.st.page_keys(self._keys([chunk_key]))
 
     def close(self):
         self.pool.shutdown()
@@ -350,10 +351,6 @@ class LmcacheIO:
         for o in objs:
             o.ref_count_down()  # the owner's reference
 
-    def tier_keys(self, chunk_key):
-        from tidepool.connectors import lmcache as tl
-        base = tl.lmcache_key(self._keys([chunk_key])[0].to_string())
-        return [base] + tl.piece_keys(base, BLOCK, tl.PIECE_BYTES)
 
     def close(self):
         self.rb.close()
@@ -362,19 +359,6 @@ class LmcacheIO:
         self.loop.close()
         if self.cpu.memory_allocator.num_active_allocations:
             raise RuntimeError("connbench: LMCache allocations leaked")
-
-
-def clear(kv, io, keys_per_prompt):
-    """Deletes every key io's path can have stored; checks they are
-    gone."""
-    every = sorted({k for ck in keys_per_prompt for c in ck
-                    for k in io.tier_keys(c)})
-    for i in range(0, len(every), 1024):
-        kv.delete(every[i:i + 1024])
-    left = sum(kv.exists([k]) for k in every[::97])
-    if left:
-        raise RuntimeError(f"connbench: {left} keys still present after "
-                           "clearing the tier")
 
 
 class Run(pybench.Run):
@@ -388,7 +372,13 @@ class Run(pybench.Run):
     def line(self, s):
         super().line(s.replace("# pybench", "# connbench", 1))
 
-    def shared(self, rep, kv):
+    def start_memd(self):
+        ready = os.path.join(self.tmp, "memd.ready")
+        if os.path.exists(ready):
+            os.unlink(ready)  # the previous memd's
+        super().start_memd()
+
+    def shared(self, rep):
         import tidepool
         a = self.a
         keys = pybench.prompt_keys(rep, a.prompts)
@@ -397,37 +387,42 @@ class Run(pybench.Run):
         k = (rep - 1) % len(order)
         order = order[k:] + order[:k]
         for impl in order:
-            self.log(f"rep {rep}/{a.reps} shared: {impl}")
-            if impl == "direct":
-                with tidepool.Pool(self.addr, client_name="connbench") as \
-                        pool, pool.kv() as run_kv:
-                    io = pybench.DirectIO(run_kv, "numpy", maxblk, 1)
-                    f = pybench.shared_run(io, keys, a)
-            else:
-                io = {"vllm": VllmIO, "sglang": SglangIO,
-                      "lmcache": LmcacheIO}[impl](self.addr, maxblk)
-                try:
-                    f = pybench.shared_run(io, keys, a)
-                    clear(kv, io, keys)
-                finally:
-                    io.close()
+            # a fresh memd per run: every path starts from an empty tier
+            # and every slab free (see the top of this file)
+            self.start_memd()
+            try:
+                self.log(f"rep {rep}/{a.reps} shared: {impl} "
+                         f"(memd {self.addr})")
+                if impl == "direct":
+                    with tidepool.Pool(self.addr, client_name="connbench") \
+                            as pool, pool.kv() as kv:
+                        io = pybench.DirectIO(kv, "numpy", maxblk, 1)
+                        f = pybench.shared_run(io, keys, a)
+                else:
+                    io = {"vllm": VllmIO, "sglang": SglangIO,
+                          "lmcache": LmcacheIO}[impl](self.addr, maxblk)
+                    try:
+                        f = pybench.shared_run(io, keys, a)
+                    finally:
+                        io.close()
+            finally:
+                self.stop_memd()
             f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
                  for k, v in f.items()}
             self.line(f"connbench part=shared impl={impl} "
                       f"prompts={a.prompts} "
                       + " ".join(f"{k}={v}" for k, v in f.items())
                       + f" rep={rep}")
-            time.sleep(0.5)  # memd reclaims the emptied slabs (quiesce)
 
     def run(self):
-        import tidepool
-        self.start_memd()
+        self.start_memd()  # the header names one; each run has its own
         try:
             self.header()
-            with tidepool.Pool(self.addr, client_name="connbench") as pool, \
-                    pool.kv() as kv:
-                for rep in range(1, self.a.reps + 1):
-                    self.shared(rep, kv)
+        finally:
+            self.stop_memd()
+        try:
+            for rep in range(1, self.a.reps + 1):
+                self.shared(rep)
             self.line("# loadavg_end=" + ",".join(
                 open("/proc/loadavg").read().split()[:3]))
         finally:
@@ -522,7 +517,7 @@ def main():
     ap.add_argument("--summarize", nargs="+", metavar="RAW",
                     help="medians and ratios of raw.txt files, then exit")
     ap.add_argument("--reps", type=int, default=int(env("REPS", 5)))
-    ap.add_argument("--cap", default=env("CAP", "2560M"))
+    ap.add_argument("--cap", default=env("CAP", "3584M"))
     ap.add_argument("--slab", default=env("SLAB", "64M"))
     ap.add_argument("--prompts", type=int, default=int(env("PROMPTS", 60)))
     ap.add_argument("--hbm", type=int, default=int(env("HBM", 5)))

@@ -327,6 +327,21 @@ def clear_tier(kv, keys_per_prompt, layers):
                            "clearing the tier")
 
 
+def wait_reclaimed(pool, timeout_s=300):
+    """Waits until memd has zeroed every slab the tier gave back (none
+    "reclaiming" in its STATUS): a run that starts earlier finds fewer
+    free slabs, evicts, and its hits are not the others' (under load
+    zeroing a few GiB takes seconds). Returns the seconds waited."""
+    t0 = time.monotonic()
+    time.sleep(0.5)  # the quiesce delay before memd reclaims a slab
+    while time.monotonic() - t0 < timeout_s:
+        if all(not m["err"] and m["slabs_reclaiming"] == 0
+               for m in pool.memds()):
+            break
+        time.sleep(0.2)
+    return time.monotonic() - t0
+
+
 # ---- per-call costs ----------------------------------------------------
 
 class CPool:
@@ -608,7 +623,7 @@ class Run:
                   f"tps={a.tps} calls_scale={a.calls_scale} "
                   f"parts={','.join(a.parts)} memd={self.addr}")
 
-    def shared(self, rep, kv):
+    def shared(self, rep, pool, kv):
         a = self.a
         keys = prompt_keys(rep, a.prompts)
         order = ["c", "numpy", "torch"]
@@ -637,7 +652,7 @@ class Run:
                 # connection is set up inside the run in both
                 import tidepool
                 with tidepool.Pool(self.addr, client_name="pybench-" +
-                                   impl) as pool, pool.kv() as run_kv:
+                                   impl) as run_pool, run_pool.kv() as run_kv:
                     f = shared_py(run_kv, keys, a, impl)
                 f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
                      for k, v in f.items()}
@@ -646,7 +661,7 @@ class Run:
                       + " ".join(f"{k}={v}" for k, v in f.items())
                       + f" rep={rep}")
             clear_tier(kv, keys, a.layers)
-            time.sleep(0.5)  # memd reclaims the emptied slabs (quiesce)
+            wait_reclaimed(pool)  # the next run starts with every slab
 
     def calls(self, rep, kv, cp):
         """Every (op, batch): the ctypes baseline and the Python calls in
@@ -703,7 +718,7 @@ class Run:
                     cp = CPool(self.build, self.addr)
                 for rep in range(1, self.a.reps + 1):
                     if "shared" in self.a.parts:
-                        self.shared(rep, kv)
+                        self.shared(rep, pool, kv)
                     if "calls" in self.a.parts:
                         self.log(f"rep {rep}/{self.a.reps} calls")
                         self.bulk(rep, kv, cp)

@@ -1569,7 +1569,8 @@ class _LMCacheConnector:
         return 0
 
     def support_batched_get(self) -> bool:
-        """True: metas in one round trip, then every piece of every hit."""
+        """True: metas and pieces in one round trip once a value of the
+        layout was seen (``_plan_get_objs``), else metas, then pieces."""
         return True
 
     async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
