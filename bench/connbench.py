@@ -9,7 +9,8 @@ usage: /usr/bin/python3 bench/connbench.py [BUILD_DIR]   (default
        /usr/bin/python3 bench/connbench.py --summarize RAW.txt...
 Knobs (options, or the environment): --reps REPS=5, --cap CAP=3584M,
   --slab SLAB=64M, --prompts PROMPTS=60, --hbm HBM=5,
-  --impls IMPLS="direct vllm sglang lmcache", --out-dir OUT_DIR=
+  --impls IMPLS="direct vllm sglang lmcache", --parts PARTS="shared bulk",
+  --bulk-iters BULK_ITERS=30, --out-dir OUT_DIR=
   <BUILD>/connbench-results/<time>.
 
 pybench's shared-prefix workload (kvbench's: 60 prompts of 30,000 tokens,
@@ -42,6 +43,11 @@ lmcache  LMCache's RemoteBackend on the tidepool:// connector (its plugin
          (the measured get; hits freed after the check), stores by
          batched_submit_put_task.
 
+bulk: one prefix's 109 blocks stored through every path on one memd,
+then got through each path in turn, call by call, the order rotating,
+BULK_ITERS calls each after a tenth as many unmeasured (pybench's bulk
+part): the same gets without the workload's noise.
+
 The engines are the stand-ins in python/tests/engines (put first on
 sys.path here). Every block fetched is checked (its first 32 bytes are
 its chunk's key as stored): bad= counts wrong ones. Each run gets a
@@ -54,12 +60,15 @@ per connector (get MB/s over direct's of the same repetition, the median
 of those, target 0.9), whether the hits of every impl equal direct's in
 every repetition, and last
 
-  connbench result vllm_ratio=R sglang_ratio=R lmcache_ratio=R target=0.9
-      same_hits=yes|no bad=N pass=yes|no direct_get_MBps=.. ...
+  connbench result vllm_ratio=R sglang_ratio=R lmcache_ratio=R
+      bulk_vllm_ratio=R ... target=0.9 same_hits=yes|no bad=N pass=yes|no
+      direct_get_MBps=.. ...
 
 Raw lines: connbench part=shared impl=direct|vllm|sglang|lmcache
   get_MBps=.. put_MBps=.. exists_ms=.. get_ms=.. submit_ms=.. hit=..
   tier_hit=.. local_hit=.. chunks=.. get_bytes=.. put_bytes=.. bad=.. rep=N
+  connbench part=bulk impl=.. batch=109 size=1048576 iters=.. ms_call=..
+  MBps=.. bad=.. rep=N
 
 Builds nothing: cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release &&
 cmake --build build/release -j2 --target memd kvbench _tidepool
@@ -414,6 +423,61 @@ class Run(pybench.Run):
                       + " ".join(f"{k}={v}" for k, v in f.items())
                       + f" rep={rep}")
 
+    def bulk(self, rep):
+        """One prefix's 109 blocks stored through every path, then got
+        through each path in turn, call by call, the order rotating
+        (pybench's bulk part): the connectors' get without the
+        workload's noise. One memd for all paths (every get a hit)."""
+        import tidepool
+        a = self.a
+        chunks = pybench.prompt_keys(rep, 1)[0][:pybench.BULK_BATCH]
+        n = len(chunks)
+        self.start_memd()
+        ios = []
+        try:
+            with tidepool.Pool(self.addr, client_name="connbench") as pool, \
+                    pool.kv() as kv:
+                for impl in a.impls:
+                    io = (pybench.DirectIO(kv, "numpy", n, 1)
+                          if impl == "direct" else
+                          {"vllm": VllmIO, "sglang": SglangIO,
+                           "lmcache": LmcacheIO}[impl](self.addr, n))
+                    ios.append((impl, io))
+                    io.prepare_put(chunks)
+                    io.wait_put(io.submit_put(chunks))
+                iters = a.bulk_iters
+                warm = max(1, iters // 10)
+                ns = {impl: [] for impl, _ in ios}
+                bad = {impl: 0 for impl, _ in ios}
+                now = time.perf_counter_ns
+                self.log(f"rep {rep}/{a.reps} bulk: {n} blocks x "
+                         f"{warm}+{iters}")
+                for it in range(warm + iters):
+                    for j in range(len(ios)):
+                        impl, io = ios[(it + j) % len(ios)]
+                        io.prepare_get(chunks)
+                        t0 = now()
+                        hit = io.get(chunks)
+                        dt = now() - t0
+                        bad[impl] += sum(
+                            1 for b in range(n) if not hit[b] or
+                            io.head(b) != io.expected(chunks[b], 0))
+                        io.release()
+                        if it >= warm:
+                            ns[impl].append(dt)
+                for impl, _ in ios:
+                    med = statistics.median(ns[impl])
+                    self.line(f"connbench part=bulk impl={impl} batch={n} "
+                              f"size={BLOCK} iters={len(ns[impl])} "
+                              f"ms_call={med / 1e6:.3f} "
+                              f"MBps={n * BLOCK / (med / 1e9) / 1e6:.1f} "
+                              f"bad={bad[impl]} rep={rep}")
+        finally:
+            for impl, io in ios:
+                if impl != "direct":
+                    io.close()
+            self.stop_memd()
+
     def run(self):
         self.start_memd()  # the header names one; each run has its own
         try:
@@ -422,7 +486,10 @@ class Run(pybench.Run):
             self.stop_memd()
         try:
             for rep in range(1, self.a.reps + 1):
-                self.shared(rep)
+                if "shared" in self.a.parts:
+                    self.shared(rep)
+                if "bulk" in self.a.parts:
+                    self.bulk(rep)
             self.line("# loadavg_end=" + ",".join(
                 open("/proc/loadavg").read().split()[:3]))
         finally:
@@ -437,20 +504,24 @@ class Run(pybench.Run):
 
 def summarize(paths):
     def key(bench, kv):
-        if bench != "connbench" or kv.get("part") != "shared":
+        if bench != "connbench":
             return None
-        return kv["impl"]
+        if kv.get("part") == "bulk":
+            return ("bulk", kv["impl"])
+        return kv["impl"] if kv.get("part") == "shared" else None
 
     rows, comments = benchutil.load(paths, key)
     med = benchutil.median
     out = list(comments)
-    out.append("")
-    out.append("shared-prefix workload (kvbench's) through each path, "
-               "medians over repetitions:")
-    out.append(f"{'impl':<8} {'runs':>4} {'get MB/s':>9} {'range':>13} "
-               f"{'put MB/s':>9} {'exists ms':>9} {'get ms':>8} "
-               f"{'submit ms':>9} {'hit':>6} {'tier':>6} {'bad':>4}")
     res, bad = {}, 0
+    if any(isinstance(k, str) for k in rows):
+        out.append("")
+        out.append("shared-prefix workload (kvbench's) through each path, "
+                   "medians over repetitions:")
+        out.append(f"{'impl':<8} {'runs':>4} {'get MB/s':>9} "
+                   f"{'range':>13} {'put MB/s':>9} {'exists ms':>9} "
+                   f"{'get ms':>8} {'submit ms':>9} {'hit':>6} {'tier':>6} "
+                   f"{'bad':>4}")
     for impl in IMPLS:
         if impl not in rows:
             continue
@@ -496,6 +567,36 @@ def summarize(paths):
                 f"ratio name=get_MBps_{impl}_vs_direct value={r:.3f} "
                 f"target={TARGET} pass={'yes' if r >= TARGET else 'no'} "
                 "per_rep=" + ",".join(f"{x:.3f}" for x in per))
+    if any(isinstance(k, tuple) for k in rows):
+        out.append("")
+        out.append(f"get of {pybench.BULK_BATCH} blocks of 1 MiB in one "
+                   "call through each path in turn, medians over calls, "
+                   "then repetitions:")
+        out.append(f"{'impl':<8} {'runs':>4} {'MB/s':>7} {'range':>13} "
+                   f"{'ms/call':>8} {'bad':>4}")
+        base = {r["rep"]: r for r in rows.get(("bulk", "direct"), [])}
+        for impl in IMPLS:
+            k = ("bulk", impl)
+            if k not in rows:
+                continue
+            g = benchutil.values(rows, k, "MBps")
+            b = int(max(benchutil.values(rows, k, "bad")))
+            bad += b
+            out.append(f"{impl:<8} {len(rows[k]):>4} "
+                       f"{med(rows, k, 'MBps'):>7.0f} "
+                       f"{min(g):>6.0f}..{max(g):<6.0f} "
+                       f"{med(rows, k, 'ms_call'):>8.2f} {b:>4}")
+            res[f"bulk_{impl}_MBps"] = med(rows, k, "MBps")
+            if impl == "direct" or not base:
+                continue
+            per = [float(r["MBps"]) / float(base[r["rep"]]["MBps"])
+                   for r in rows[k] if r["rep"] in base]
+            r = statistics.median(per)
+            ratios["bulk_" + impl] = r
+            out.append(
+                f"ratio name=bulk_get_MBps_{impl}_vs_direct value={r:.3f} "
+                f"target={TARGET} pass={'yes' if r >= TARGET else 'no'} "
+                "per_rep=" + ",".join(f"{x:.3f}" for x in per))
     ok = bool(ratios) and all(v >= TARGET for v in ratios.values()) and \
         same and not bad
     out.append("")
@@ -522,6 +623,9 @@ def main():
     ap.add_argument("--prompts", type=int, default=int(env("PROMPTS", 60)))
     ap.add_argument("--hbm", type=int, default=int(env("HBM", 5)))
     ap.add_argument("--impls", default=env("IMPLS", " ".join(IMPLS)))
+    ap.add_argument("--parts", default=env("PARTS", "shared bulk"))
+    ap.add_argument("--bulk-iters", type=int,
+                    default=int(env("BULK_ITERS", 30)))
     ap.add_argument("--out-dir", default=env("OUT_DIR"))
     a = ap.parse_args()
     if a.summarize:
@@ -532,7 +636,9 @@ def main():
         ap.error("bad --impls or --reps")
     # pybench's settings that this bench does not vary
     a.layers, a.tps, a.calls_scale = 1, "10000", 1.0
-    a.parts = ["shared"]
+    a.parts = a.parts.replace(",", " ").split()
+    if not a.parts or not set(a.parts) <= {"shared", "bulk"}:
+        ap.error("bad --parts")
     if not a.build:
         a.build = env("BUILD")
     if not a.build:
