@@ -51,9 +51,10 @@ part): the same gets without the workload's noise.
 The engines are the stand-ins in python/tests/engines (put first on
 sys.path here). Every block fetched is checked (its first 32 bytes are
 its chunk's key as stored): bad= counts wrong ones. Each run gets a
-fresh memd (pybench's start, CAP donated): on one memd emptied between
-runs, as pybench does, runs after the first found more tier hits than
-an empty tier gives (docs/bench/python.md), so the paths' hits differed.
+fresh memd (pybench's start, CAP donated), so that every path starts
+from an empty tier with every slab free: on one memd emptied between
+runs the paths' hits differed while memd was still zeroing the emptied
+slabs (seconds under load).
 
 Output in OUT_DIR: raw.txt, summary.txt (printed): medians, a ratio line
 per connector (get MB/s over direct's of the same repetition, the median
