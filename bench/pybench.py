@@ -156,35 +156,92 @@ class HBM:
         self.d[k] = None
 
 
-def shared_py(kv, keys_per_prompt, a, buf):
-    """kvbench --workload shared through tidepool.KV; buf: numpy|torch.
-    Returns the fields of a KVBENCH line that compare."""
-    import numpy as np
-    import torch
+class DirectIO:
+    """The shared workload's tier calls on tidepool.KV itself, values in
+    numpy arrays or torch tensors (buf): the baseline. shared_run drives
+    an object with these methods; bench/connbench.py gives it the
+    engines' call sequences instead."""
 
-    maxblk = max(len(k) for k in keys_per_prompt) * a.layers
+    def __init__(self, kv, buf, maxblk, layers):
+        import numpy as np
+        import torch
 
-    def alloc():
-        if buf == "numpy":
-            b = np.empty(BLOCK, dtype=np.uint8)
-            b.fill(0)  # faulted in now, not inside a measurement
-            return b, b
-        t = torch.empty(BLOCK, dtype=torch.uint8)
-        t.fill_(0)
-        return t, t.numpy()  # the tensor, and a view for the checks
+        def alloc():
+            if buf == "numpy":
+                b = np.empty(BLOCK, dtype=np.uint8)
+                b.fill(0)  # faulted in now, not inside a measurement
+                return b, b
+            t = torch.empty(BLOCK, dtype=torch.uint8)
+            t.fill_(0)
+            return t, t.numpy()  # the tensor, and a view for the checks
 
-    bufs = [alloc() for _ in range(maxblk)]
-    pvals = [alloc() for _ in range(maxblk)]
+        self.kv, self.layers, self.np = kv, layers, np
+        self.bufs = [alloc() for _ in range(maxblk)]
+        self.pvals = [alloc() for _ in range(maxblk)]
+        self.block_bytes = BLOCK
+
+    def expected(self, chunk_key, layer):
+        """The first 32 bytes of the chunk's layer block as stored."""
+        return block_key(chunk_key, layer)
+
+    def exists(self, chunks):
+        return self.kv.exists(chunks)
+
+    def prepare_get(self, chunks):
+        """Untimed: the arguments of get()."""
+        bk = [block_key(c, ly) for c in chunks for ly in range(self.layers)]
+        self._get = (bk, [b[0] for b in self.bufs[:len(bk)]])
+
+    def get(self, chunks):
+        """Per block (chunk by chunk, layer by layer): hit or not."""
+        return self.kv.get_into(*self._get)
+
+    def head(self, b):
+        """The first 32 bytes of block b of the last get."""
+        return self.bufs[b][1][:32].tobytes()
+
+    def release(self):
+        """After the checks of a get."""
+
+    def prepare_put(self, chunks):
+        keys = []
+        for c in chunks:
+            for ly in range(self.layers):
+                k = block_key(c, ly)
+                self.pvals[len(keys)][1][:32] = self.np.frombuffer(
+                    k, self.np.uint8)
+                keys.append(k)
+        self._put = (keys, [p[0] for p in self.pvals[:len(keys)]])
+
+    def submit_put(self, chunks):
+        """Starts the put of prepare_put's blocks; returns a handle."""
+        return self.kv.put_async(*self._put)
+
+    def wait_put(self, handle):
+        handle.result()
+
+    def tier_keys(self, chunk_key):
+        """The tidepool keys this path stores for a chunk."""
+        return [block_key(chunk_key, ly) for ly in range(self.layers)]
+
+    def close(self):
+        pass
+
+
+def shared_run(io, keys_per_prompt, a):
+    """kvbench --workload shared through io (DirectIO or a connector's
+    call sequence). Returns the fields of a KVBENCH line that compare."""
     hbm = HBM(a.hbm * (PREFIX_TOK // CHUNK_TOK))
     put_fut = None
     put_t0 = 0
     n = dict(total=0, local=0, tier=0, got=0, bad=0, put_bytes=0, exists=0,
              get=0, submit=0, put=0)
     now = time.perf_counter_ns
+    layers = a.layers
     for ck in keys_per_prompt:
         nk = len(ck)
         if put_fut is not None:  # the previous put, "during decode"
-            put_fut.result()
+            io.wait_put(put_fut)
             n["put"] += now() - put_t0
             put_fut = None
         loc = 0
@@ -193,46 +250,41 @@ def shared_py(kv, keys_per_prompt, a, buf):
         pre = rem = 0
         t0 = now()
         if loc < nk:
-            pre = kv.exists(ck[loc:])
+            pre = io.exists(ck[loc:])
         n["exists"] += now() - t0
         if pre > 0:
-            bk = [block_key(ck[loc + j], ly) for j in range(pre)
-                  for ly in range(a.layers)]
-            targets = [b[0] for b in bufs[:len(bk)]]
+            want = ck[loc:loc + pre]
+            io.prepare_get(want)
             t0 = now()
-            hit = kv.get_into(bk, targets)
+            hit = io.get(want)
             n["get"] += now() - t0
             while rem < pre:
                 ok = True
-                for ly in range(a.layers):
-                    b = rem * a.layers + ly
+                for ly in range(layers):
+                    b = rem * layers + ly
                     ok = ok and hit[b]
                     if hit[b]:
-                        n["got"] += BLOCK
-                        if bufs[b][1][:32].tobytes() != bk[b]:
+                        n["got"] += io.block_bytes
+                        if io.head(b) != io.expected(want[rem], ly):
                             n["bad"] += 1
                 if not ok:
                     break
                 rem += 1
+            io.release()
         n["total"] += nk
         n["local"] += loc
         n["tier"] += rem
-        put_keys = []
-        for j in range(loc + rem, nk):
-            for ly in range(a.layers):
-                k = block_key(ck[j], ly)
-                pvals[len(put_keys)][1][:32] = np.frombuffer(k, np.uint8)
-                put_keys.append(k)
-        if put_keys:
-            vals = [p[0] for p in pvals[:len(put_keys)]]
-            n["put_bytes"] += len(put_keys) * BLOCK
+        todo = ck[loc + rem:]
+        if todo:
+            io.prepare_put(todo)
+            n["put_bytes"] += len(todo) * layers * io.block_bytes
             t0 = put_t0 = now()
-            put_fut = kv.put_async(put_keys, vals)
+            put_fut = io.submit_put(todo)
             n["submit"] += now() - t0
         for k in ck:
             hbm.touch(k)
     if put_fut is not None:
-        put_fut.result()
+        io.wait_put(put_fut)
         n["put"] += now() - put_t0
     np_ = len(keys_per_prompt)
     return {
@@ -251,6 +303,17 @@ def shared_py(kv, keys_per_prompt, a, buf):
     }
 
 
+def max_blocks(keys_per_prompt, layers):
+    return max(len(k) for k in keys_per_prompt) * layers
+
+
+def shared_py(kv, keys_per_prompt, a, buf):
+    """kvbench --workload shared through tidepool.KV; buf: numpy|torch.
+    Returns the fields of a KVBENCH line that compare."""
+    io = DirectIO(kv, buf, max_blocks(keys_per_prompt, a.layers), a.layers)
+    return shared_run(io, keys_per_prompt, a)
+
+
 def clear_tier(kv, keys_per_prompt, layers):
     """Deletes every block the workload can have stored; checks they are
     gone."""
@@ -262,6 +325,21 @@ def clear_tier(kv, keys_per_prompt, layers):
     if left:
         raise RuntimeError(f"pybench: {left} keys still present after "
                            "clearing the tier")
+
+
+def wait_reclaimed(pool, timeout_s=300):
+    """Waits until memd has zeroed every slab the tier gave back (none
+    "reclaiming" in its STATUS): a run that starts earlier finds fewer
+    free slabs, evicts, and its hits are not the others' (under load
+    zeroing a few GiB takes seconds). Returns the seconds waited."""
+    t0 = time.monotonic()
+    time.sleep(0.5)  # the quiesce delay before memd reclaims a slab
+    while time.monotonic() - t0 < timeout_s:
+        if all(not m["err"] and m["slabs_reclaiming"] == 0
+               for m in pool.memds()):
+            break
+        time.sleep(0.2)
+    return time.monotonic() - t0
 
 
 # ---- per-call costs ----------------------------------------------------
@@ -545,7 +623,7 @@ class Run:
                   f"tps={a.tps} calls_scale={a.calls_scale} "
                   f"parts={','.join(a.parts)} memd={self.addr}")
 
-    def shared(self, rep, kv):
+    def shared(self, rep, pool, kv):
         a = self.a
         keys = prompt_keys(rep, a.prompts)
         order = ["c", "numpy", "torch"]
@@ -574,7 +652,7 @@ class Run:
                 # connection is set up inside the run in both
                 import tidepool
                 with tidepool.Pool(self.addr, client_name="pybench-" +
-                                   impl) as pool, pool.kv() as run_kv:
+                                   impl) as run_pool, run_pool.kv() as run_kv:
                     f = shared_py(run_kv, keys, a, impl)
                 f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
                      for k, v in f.items()}
@@ -583,7 +661,7 @@ class Run:
                       + " ".join(f"{k}={v}" for k, v in f.items())
                       + f" rep={rep}")
             clear_tier(kv, keys, a.layers)
-            time.sleep(0.5)  # memd reclaims the emptied slabs (quiesce)
+            wait_reclaimed(pool)  # the next run starts with every slab
 
     def calls(self, rep, kv, cp):
         """Every (op, batch): the ctypes baseline and the Python calls in
@@ -640,7 +718,7 @@ class Run:
                     cp = CPool(self.build, self.addr)
                 for rep in range(1, self.a.reps + 1):
                     if "shared" in self.a.parts:
-                        self.shared(rep, kv)
+                        self.shared(rep, pool, kv)
                     if "calls" in self.a.parts:
                         self.log(f"rep {rep}/{self.a.reps} calls")
                         self.bulk(rep, kv, cp)

@@ -809,3 +809,54 @@ def test_model_reuses_kv_bit_exactly(env, model_name):
     assert rb.connection.bytes_read == (sum(r.cached_chunks for r in res) *
                                         cfg.layers * cfg.kv_bytes)
     assert env.live == base_live
+
+
+class _CountingKV:
+    """A KV handle counting the get calls started on it."""
+
+    def __init__(self, kv):
+        self.kv, self.gets = kv, 0
+
+    def __getattr__(self, name):
+        fn = getattr(self.kv, name)
+        if name not in ("get_into", "get_into_async"):
+            return fn
+
+        def count(*a, **kw):
+            self.gets += 1
+            return fn(*a, **kw)
+        return count
+
+
+def test_batched_get_one_round_trip_once_a_layout_is_known(env):
+    """A batched get reads metas and pieces in one KV call once the
+    connector has seen a value of that layout (a put or a get); a value
+    of another layout among them (a partial chunk), a miss and a key
+    stored under a different shape are still exact, read in a second
+    call; nothing leaks."""
+    rb = env.backend()
+    conn = rb.connection.getWrappedConnector()
+    spy = _CountingKV(conn._kv)
+    conn._kv = spy
+    full = [env.key() for _ in range(4)]
+    part = env.key()
+    objs = [env.obj(k) for k in full] + [env.obj(part, 64)]
+    wait_all([rb.submit_put_task(k, o) for k, o in zip(full + [part], objs)])
+    for o in objs:
+        o.ref_count_down()
+    live = env.live
+    spy.gets = 0
+    got = rb.batched_get_blocking(full)
+    assert spy.gets == 1
+    assert all(has_bytes(o, k) for o, k in zip(got, full))
+    for o in got:
+        o.ref_count_down()
+    spy.gets = 0
+    keys = [full[0], part, env.key(), full[3]]
+    got = rb.batched_get_blocking(keys)
+    assert spy.gets == 2
+    assert has_bytes(got[0], full[0]) and has_bytes(got[3], full[3])
+    assert has_bytes(got[1], part, 64) and got[2] is None
+    for o in (got[0], got[1], got[3]):
+        o.ref_count_down()
+    assert env.live == live

@@ -887,3 +887,55 @@ def test_generation_before_bool_lookup_and_handlers(old_vllm, pool_args):
         ra.shutdown()
         rb.shutdown()
         m.shutdown()
+
+
+class _SpyKV:
+    """A KV handle that records the types of the buffers its transfers
+    get, then calls the real one."""
+
+    def __init__(self, kv):
+        self.kv, self.types = kv, set()
+
+    def __getattr__(self, name):
+        fn = getattr(self.kv, name)
+        if name not in ("put_async", "get_into_async", "put", "get_into"):
+            return fn
+
+        def spy(keys, bufs, *a, **kw):
+            self.types.update(type(b) for b in bufs)
+            return fn(keys, bufs, *a, **kw)
+        return spy
+
+
+def test_cpu_rows_reach_the_kv_calls_as_buffers(vllm_engine, memd):
+    """A one-tensor group in CPU memory hands its rows to put/get as
+    numpy arrays over the rows (the buffer protocol, no bounce copy),
+    never as torch tensors, which the extension copies through a bounce
+    buffer (docs/bench/python.md, "Engine connectors"); bytes equal."""
+    import numpy as np
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec, ReqContext
+
+    spec = create_spec(extra_config({"addr": memd.addr}))
+    caches, ts = kv_caches(8, (8192,), seed=5)
+    w = spec.get_worker(caches)
+    m = spec.get_manager()
+    spy = _SpyKV(w.transfers._kv)
+    w.transfers._kv = spy
+    try:
+        keys = offload_keys(3)
+        ctx = ReqContext("r")
+        out = m.prepare_store(keys, ctx)
+        assert w.submit_store(1, GPULoadStoreSpec([0, 1, 2], [3], [0]),
+                              out.store_spec)
+        assert drain(w, [1])[1].success
+        m.complete_store(keys, ctx)
+        src = m.prepare_load(keys, ctx)
+        assert w.submit_load(2, src, GPULoadStoreSpec([5, 6, 7], [3], [0]))
+        assert drain(w, [2])[2].success
+        m.complete_load(keys, ctx)
+        for a, b in ((0, 5), (1, 6), (2, 7)):
+            assert torch.equal(ts[0][a], ts[0][b])
+        assert spy.types == {np.ndarray}
+    finally:
+        w.shutdown()
+        m.shutdown()

@@ -1507,6 +1507,11 @@ class _LMCacheConnector:
             settings.get("client_name"))
         self.loop = context.loop
         self._log = _KeyLog(self._kv)
+        # (meta bytes, _Meta) of the largest value stored or read with a
+        # dtype and shape (the latest of that size): gets guess that a
+        # key's value looks like it (LMCache's full chunks do; only a
+        # prompt's last chunk is smaller) and read meta and pieces at once
+        self._guess: Optional[tuple] = None
         self._closed = False
 
     # -- RemoteConnector's abstract methods ----------------------------
@@ -1564,7 +1569,8 @@ class _LMCacheConnector:
         return 0
 
     def support_batched_get(self) -> bool:
-        """True: metas in one round trip, then every piece of every hit."""
+        """True: metas and pieces in one round trip once a value of the
+        layout was seen (``_plan_get_objs``), else metas, then pieces."""
         return True
 
     async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
@@ -1600,6 +1606,8 @@ class _LMCacheConnector:
         bases, metas, views = self._prepare_put(names, memory_objs)
         if not bases:
             return
+        for meta in metas:
+            self._learn(meta)
         stored, first = await _run_async(
             self._kv, _plan_put(bases, metas, views, self._piece_bytes))
         await self._log.flush(self._log.add([n for n, s in
@@ -1728,12 +1736,98 @@ class _LMCacheConnector:
             views.append(view)
         return bases, metas, views
 
+    def _learn(self, raw: bytes, m: Optional["_Meta"] = None) -> None:
+        """Takes raw (a meta value) as the next gets' guess when it
+        describes a value LMCache can hold (a dtype and a shape) at
+        least as large as the guess's."""
+        if m is None:
+            m = _Meta.parse(raw)
+        if m is None or not m.dtype_code or not m.shape:
+            return
+        g = self._guess
+        if g is None or m.nbytes >= g[1].nbytes:
+            self._guess = (bytes(raw), m)
+
     def _plan_get_objs(self, bases: List[bytes], held: list) -> Plan:
-        """Metas, then an allocation per hit and every piece read into
-        it; misses freed. held: every object allocated (for the caller
-        to free if the plan raises)."""
+        """The MemoryObjs of bases (None for a miss), read in place;
+        misses freed. held: every object allocated and not yet freed
+        (for the caller to free if the plan raises).
+
+        With a guess (the largest value stored or read before: LMCache's
+        chunks share their size and shape, but for a last partial one), one
+        round trip: every meta, and into an object allocated per key
+        for a value like the guess, its pieces. A key whose meta is the
+        guess's and whose pieces all hit is read; one with another meta
+        is freed and read as without a guess (its pieces' keys hold the
+        value's length, so the guessed ones missed or held a value of
+        the same length); a missing meta is a miss. Without a guess:
+        the metas, then the pieces of each hit."""
         torch = _torch()
-        metas = yield from _plan_metas(bases)
+        guess = self._guess
+        if guess is None:
+            metas = yield from _plan_metas(bases)
+            return (yield from self._plan_read_objs(bases, metas, held,
+                                                    torch))
+        graw, gm = guess
+        n = len(bases)
+        raws = [bytearray(META_BYTES) for _ in bases]
+        objs: List[Any] = []
+        keys: List[bytes] = list(bases)
+        bufs: list = list(raws)
+        for b in bases:
+            o = self._allocate(gm, torch)
+            objs.append(o)
+            if o is None:
+                continue
+            held.append(o)
+            view = _byte_view(o.byte_array, "allocated memory object", True)
+            p = gm.piece_bytes
+            keys.extend(gm.piece_keys(b))
+            bufs.extend(view[off:off + p] for off in range(0, gm.nbytes, p))
+        r = (yield [_Op("get", keys, bufs)])[0]
+        if _is_size_error(r):
+            # a value of another length at one of these keys: read as
+            # without a guess (per key where the batch fails so)
+            for o in objs:
+                if o is not None:
+                    held.remove(o)
+                    o.ref_count_down()
+            metas = yield from _plan_metas(bases)
+            return (yield from self._plan_read_objs(bases, metas, held,
+                                                    torch))
+        if isinstance(r, BaseException):
+            raise r
+        out: List[Any] = [None] * n
+        redo, redo_metas = [], []
+        pos = n
+        per = -(-gm.nbytes // gm.piece_bytes)
+        for i, o in enumerate(objs):
+            got = None
+            if o is not None:
+                got = all(r[pos:pos + per])
+                pos += per
+            m = _Meta.parse(raws[i]) if r[i] else None
+            if m is not None and got and raws[i] == graw:
+                out[i] = o
+                continue
+            if o is not None:
+                held.remove(o)
+                o.ref_count_down()
+            if m is not None:
+                redo.append(i)
+                redo_metas.append(m)
+        if redo:
+            objs2 = yield from self._plan_read_objs(
+                [bases[i] for i in redo], redo_metas, held, torch)
+            for i, o in zip(redo, objs2):
+                out[i] = o
+        held.clear()
+        return out
+
+    def _plan_read_objs(self, bases: List[bytes], metas: list, held: list,
+                        torch) -> Plan:
+        """An allocation per meta and every piece read into it (one
+        round trip); misses freed."""
         objs, groups, bufs = [], [], []
         for b, m in zip(bases, metas):
             o = None
@@ -1752,12 +1846,15 @@ class _LMCacheConnector:
             bufs.append([view[off:off + p] for off in range(0, m.nbytes, p)])
         hits = yield from _plan_get_grouped(groups, bufs)
         out = []
-        for o, h in zip(objs, hits):
+        for o, h, m in zip(objs, hits, metas):
             if o is not None and not h:
+                held.remove(o)
                 o.ref_count_down()
                 o = None
+            elif o is not None:
+                self._learn(_meta_pack(m.nbytes, m.piece_bytes, m.dtype_code,
+                                       m.shape, m.fmt_code), m)
             out.append(o)
-        held.clear()
         return out
 
     def _allocate(self, m: "_Meta", torch) -> Optional[Any]:

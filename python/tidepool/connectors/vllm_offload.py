@@ -45,6 +45,15 @@ Transfers (one job = one vLLM job id):
   GPU) skips staging: ``put_async``/``get_into_async`` take the rows
   themselves, no copy at all.
 
+Rows and staging tensors reach the KV calls as numpy arrays over their
+memory (the buffer protocol): the extension copies a CPU torch tensor
+through a bounce buffer (docs/python.md, a tensor's storage can be
+reallocated under a call), which cost 5x in get throughput here
+(docs/bench/python.md, "Engine connectors"). That is safe for these
+buffers: the KV cache tensors are vLLM's, held by this worker for its
+life and never resized or re-pointed by vLLM, and the staging tensors
+are this connector's own, referenced by their job only.
+
 A load with a block missing (deleted, or a donor lost, since
 ``prepare_load`` pinned it) is a failed transfer (``success`` False);
 with staging its rows are never written. A store always reports success
@@ -453,6 +462,10 @@ class _Transfers:
                 raise ValueError("tidepool: a KV cache tensor whose blocks "
                                  "are not contiguous rows")
             self._rows.append(rows.view(torch.uint8))
+        # CPU rows as numpy arrays over the same memory: the values handed
+        # to the KV calls (buffer protocol, no copy; see _plan)
+        self._np_rows = [r.numpy() if r.device.type == "cpu" else None
+                         for r in self._rows]
         # per group: the tensors its layers use, in order, once each
         self._groups: List[List[int]] = [
             list(dict.fromkeys(r.tensor_idx for r in refs))
@@ -510,8 +523,8 @@ class _Transfers:
         torch = self._torch
         if self._direct(groups):
             for b, g in zip(ids.tolist(), groups):
-                job.values.append(self._rows[self._groups[g][0]][b])
-            job.nbytes = sum(v.numel() for v in job.values)
+                job.values.append(self._np_rows[self._groups[g][0]][b])
+            job.nbytes = sum(v.nbytes for v in job.values)
             return
         job.values = [None] * len(groups)
         copy_ctx = (torch.cuda.stream(self._stream) if self._cuda
@@ -545,8 +558,9 @@ class _Transfers:
                 if self._cuda and gather:
                     stage.copy_(flat, non_blocking=True)
                     job.keep.append(flat)
+                rows = stage.numpy()
                 for k, i in enumerate(pos):
-                    job.values[i] = stage[k]
+                    job.values[i] = rows[k]
         job.nbytes = sum(s.numel() for s in job.stage)
         if self._cuda and gather:
             job.event = torch.cuda.Event()
