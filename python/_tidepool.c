@@ -184,8 +184,9 @@ struct bufref {
  * whole life and returned when the call's buffers are released, so two
  * calls in flight never share one. The cache keeps at most
  * BOUNCE_CACHE_SLOTS blocks and bounce_cache_max bytes (256 MiB, or
- * TIDEPOOL_BOUNCE_CACHE at import; 0 caches nothing); a block that
- * would pass either limit is unmapped. Blocks are anonymous mappings,
+ * TIDEPOOL_BOUNCE_CACHE at import; 0 caches nothing); a block given
+ * back displaces smaller ones to stay within both, or is unmapped.
+ * Blocks are anonymous mappings,
  * prefaulted when made; the cache is emptied at module teardown.
  */
 #define BOUNCE_CACHE_SLOTS 8
@@ -236,24 +237,49 @@ static void *bounce_take(size_t need, size_t *cap)
 	return p;
 }
 
-/* Gives block p (cap bytes) back: to the cache while it has room, else
- * to the kernel. */
+/* Gives block p (cap bytes) back: to the cache while it has room,
+ * displacing smaller cached blocks when it has not (a process's large
+ * calls keep their block), else to the kernel. */
 static void bounce_give(void *p, size_t cap)
 {
+	struct {
+		void *p;
+		size_t cap;
+	} out[BOUNCE_CACHE_SLOTS + 1];
+	size_t nout = 0;
+
 	pthread_mutex_lock(&bounce_mu);
-	if (bounce_cached + cap <= bounce_cache_max) {
+	for (;;) {
+		size_t free_i = BOUNCE_CACHE_SLOTS, small = BOUNCE_CACHE_SLOTS;
+
 		for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++) {
-			if (bounce_slot[i].p)
-				continue;
-			bounce_slot[i].p = p;
-			bounce_slot[i].cap = cap;
-			bounce_cached += cap;
-			pthread_mutex_unlock(&bounce_mu);
-			return;
+			if (!bounce_slot[i].p)
+				free_i = i;
+			else if (small == BOUNCE_CACHE_SLOTS ||
+				 bounce_slot[i].cap < bounce_slot[small].cap)
+				small = i;
 		}
+		if (free_i < BOUNCE_CACHE_SLOTS &&
+		    bounce_cached + cap <= bounce_cache_max) {
+			bounce_slot[free_i].p = p;
+			bounce_slot[free_i].cap = cap;
+			bounce_cached += cap;
+			break;
+		}
+		if (cap > bounce_cache_max || small == BOUNCE_CACHE_SLOTS ||
+		    bounce_slot[small].cap >= cap) {
+			out[nout].p = p;
+			out[nout++].cap = cap;
+			break;
+		}
+		out[nout].p = bounce_slot[small].p;
+		out[nout++].cap = bounce_slot[small].cap;
+		bounce_cached -= bounce_slot[small].cap;
+		bounce_slot[small].p = NULL;
 	}
 	pthread_mutex_unlock(&bounce_mu);
-	munmap(p, cap);
+	for (size_t i = 0; i < nout; i++)
+		munmap(out[i].p, out[i].cap);
 }
 
 /* bounce_cache_max from TIDEPOOL_BOUNCE_CACHE (bytes, or with a K, M
