@@ -583,6 +583,46 @@ def test_tensor_bounce_cache_is_bounded(memd, model_name, tmp_path):
         (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
 
 
+BOUNCE_CACHE_KEEPS_LARGE = r"""
+import sys, torch, tidepool
+from tidepool import _c
+
+p = tidepool.Pool(sys.argv[1])
+kv = p.kv()
+keys = tidepool.prefix_keys(list(range(4 * 16)), "t", sys.argv[2], 16)
+small = [torch.zeros(4096, dtype=torch.uint8) for _ in range(8)]
+ops = [kv.get_into_async(keys[:1], [t]) for t in small]  # misses
+assert [op.result(120) for op in ops] == [[False]] * 8
+st = _c._bounce_stats()
+assert st["cached_blocks"] == st["cache_slots"] == 8, st
+big = [torch.zeros(1 << 20, dtype=torch.uint8) for _ in keys]
+kv.get_into(keys, big)
+made = _c._bounce_stats()["made"]
+kv.get_into(keys, big)  # takes the block the last call gave back
+st = _c._bounce_stats()
+assert st["made"] == made and st["cached_blocks"] == 8, st
+kv.close()
+p.close()
+print("ok")
+"""
+
+
+def test_tensor_bounce_cache_keeps_a_large_block(memd, model_name, tmp_path):
+    # a cache full of small blocks makes room for a large one given back,
+    # so a process's large calls keep reusing their block
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p)}
+    env.pop("TIDEPOOL_BOUNCE_CACHE", None)
+    r = subprocess.run([sys.executable, "-c", BOUNCE_CACHE_KEEPS_LARGE,
+                        memd.addr, model_name], env=env,
+                       capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
 @pytest.mark.parametrize("bad", ["", "lots", "8X", "-1", "99999999999G"])
 def test_bad_bounce_cache_size_is_a_clear_error(bad, tmp_path):
     import subprocess
