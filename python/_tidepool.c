@@ -45,7 +45,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,7 +170,161 @@ struct bufref {
 	PyObject *storage;  /* its storage, held for the call (or NULL) */
 	size_t storage_off; /* the tensor's bytes' offset in storage */
 	void *bounce;	    /* CPU tensors: libpool's copy (or NULL) */
+	bool want_bounce;   /* bufref_take: a bounce buffer is due */
+	void *blk;	    /* the bounce block this bufref returns */
+	size_t blk_cap;
 };
+
+/*
+ * Bounce blocks. A call's bounce buffers share one block (bufs_bounce),
+ * taken from a small cache of blocks that earlier calls gave back: a
+ * fresh allocation per call cost more than the copy itself (every page
+ * of a new mapping faulted in, and glibc hands blocks this size back to
+ * the kernel on free). A block is taken out of the cache for its call's
+ * whole life and returned when the call's buffers are released, so two
+ * calls in flight never share one. The cache keeps at most
+ * BOUNCE_CACHE_SLOTS blocks and bounce_cache_max bytes (256 MiB, or
+ * TIDEPOOL_BOUNCE_CACHE at import; 0 caches nothing); a block given
+ * back displaces smaller ones to stay within both, or is unmapped.
+ * Blocks are anonymous mappings,
+ * prefaulted when made; the cache is emptied at module teardown.
+ */
+#define BOUNCE_CACHE_SLOTS 8
+#define BOUNCE_CACHE_DEFAULT ((size_t)256 << 20)
+#define BOUNCE_GRAIN ((size_t)64 << 10)
+
+static pthread_mutex_t bounce_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *p;
+	size_t cap;
+} bounce_slot[BOUNCE_CACHE_SLOTS];
+static size_t bounce_cache_max = BOUNCE_CACHE_DEFAULT;
+static size_t bounce_cached;		    /* bytes in bounce_slot */
+static uint64_t bounce_made, bounce_reused; /* blocks mapped, reused */
+
+/* A block of at least need bytes (> 0): a cached one (the smallest that
+ * fits) or a new mapping. NULL when out of memory. */
+static void *bounce_take(size_t need, size_t *cap)
+{
+	size_t best = BOUNCE_CACHE_SLOTS, c;
+	void *p;
+
+	pthread_mutex_lock(&bounce_mu);
+	for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++)
+		if (bounce_slot[i].p && bounce_slot[i].cap >= need &&
+		    (best == BOUNCE_CACHE_SLOTS ||
+		     bounce_slot[i].cap < bounce_slot[best].cap))
+			best = i;
+	if (best < BOUNCE_CACHE_SLOTS) {
+		p = bounce_slot[best].p;
+		*cap = bounce_slot[best].cap;
+		bounce_slot[best].p = NULL;
+		bounce_cached -= *cap;
+		bounce_reused++;
+		pthread_mutex_unlock(&bounce_mu);
+		return p;
+	}
+	pthread_mutex_unlock(&bounce_mu);
+	c = (need + BOUNCE_GRAIN - 1) & ~(BOUNCE_GRAIN - 1);
+	p = mmap(NULL, c, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	pthread_mutex_lock(&bounce_mu);
+	bounce_made++;
+	pthread_mutex_unlock(&bounce_mu);
+	*cap = c;
+	return p;
+}
+
+/* Gives block p (cap bytes) back: to the cache while it has room,
+ * displacing smaller cached blocks when it has not (a process's large
+ * calls keep their block), else to the kernel. */
+static void bounce_give(void *p, size_t cap)
+{
+	struct {
+		void *p;
+		size_t cap;
+	} out[BOUNCE_CACHE_SLOTS + 1];
+	size_t nout = 0;
+
+	pthread_mutex_lock(&bounce_mu);
+	for (;;) {
+		size_t free_i = BOUNCE_CACHE_SLOTS, small = BOUNCE_CACHE_SLOTS;
+
+		for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++) {
+			if (!bounce_slot[i].p)
+				free_i = i;
+			else if (small == BOUNCE_CACHE_SLOTS ||
+				 bounce_slot[i].cap < bounce_slot[small].cap)
+				small = i;
+		}
+		if (free_i < BOUNCE_CACHE_SLOTS &&
+		    bounce_cached + cap <= bounce_cache_max) {
+			bounce_slot[free_i].p = p;
+			bounce_slot[free_i].cap = cap;
+			bounce_cached += cap;
+			break;
+		}
+		if (cap > bounce_cache_max || small == BOUNCE_CACHE_SLOTS ||
+		    bounce_slot[small].cap >= cap) {
+			out[nout].p = p;
+			out[nout++].cap = cap;
+			break;
+		}
+		out[nout].p = bounce_slot[small].p;
+		out[nout++].cap = bounce_slot[small].cap;
+		bounce_cached -= bounce_slot[small].cap;
+		bounce_slot[small].p = NULL;
+	}
+	pthread_mutex_unlock(&bounce_mu);
+	for (size_t i = 0; i < nout; i++)
+		munmap(out[i].p, out[i].cap);
+}
+
+/* bounce_cache_max from TIDEPOOL_BOUNCE_CACHE (bytes, or with a K, M
+ * or G suffix). -1 with ValueError when it is not such a size. */
+static int bounce_cache_env(void)
+{
+	const char *v = getenv("TIDEPOOL_BOUNCE_CACHE");
+	unsigned long long n;
+	char *end;
+	int shift = 0;
+
+	if (!v)
+		return 0;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	if (*end == 'K' || *end == 'k')
+		shift = 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30, end++;
+	if (errno || end == v || *end || !isdigit((unsigned char)*v) ||
+	    n > (SIZE_MAX >> 1) >> shift) {
+		PyErr_Format(PyExc_ValueError,
+			     "tidepool: TIDEPOOL_BOUNCE_CACHE='%s' is not a "
+			     "size (bytes, or a number with K, M or G)",
+			     v);
+		return -1;
+	}
+	bounce_cache_max = (size_t)n << shift;
+	return 0;
+}
+
+/* Unmaps every cached block (module teardown). */
+static void bounce_drain(void)
+{
+	pthread_mutex_lock(&bounce_mu);
+	for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++) {
+		if (bounce_slot[i].p)
+			munmap(bounce_slot[i].p, bounce_slot[i].cap);
+		bounce_slot[i].p = NULL;
+	}
+	bounce_cached = 0;
+	pthread_mutex_unlock(&bounce_mu);
+}
 
 /*
  * The uint64_t counters of a stats struct, in the order the dict gives
@@ -212,8 +368,11 @@ static void bufref_release(struct bufref *b)
 		PyBuffer_Release(&b->view);
 	Py_CLEAR(b->keep);
 	Py_CLEAR(b->storage);
-	free(b->bounce);
+	if (b->blk)
+		bounce_give(b->blk, b->blk_cap);
+	b->blk = NULL;
 	b->bounce = NULL;
+	b->want_bounce = false;
 	b->is_view = false;
 	b->ptr = NULL;
 	b->len = 0;
@@ -283,30 +442,25 @@ static int tensor_storage(PyObject *obj, PyObject **out)
 }
 
 /*
- * Delivers the first nbytes of b's bounce buffer (a completed read into
- * a CPU tensor) to the storage b holds, at the tensor's offset in it:
- * where the tensor's bytes were when the call started, or, after a
- * growing resize_(), where the storage keeps them now. GIL held; any
- * exception already set is kept. Returns 0 (also when b has no bounce
- * buffer), or -1, no exception set, when the storage no longer holds
- * those bytes (it was shrunk meanwhile): nothing was written.
+ * Where b's tensor's first nbytes are now, GIL held: in the storage b
+ * holds, at the tensor's offset in it (after a growing resize_(), where
+ * the storage keeps them now), or, for an object without a storage,
+ * where it says its bytes are. Any exception already set is kept.
+ * Returns 0 with *p, or -1, no exception set, when the storage no
+ * longer holds those bytes (it was shrunk meanwhile).
  */
-static int bufref_commit(struct bufref *b, size_t nbytes)
+static int bufref_where(struct bufref *b, size_t nbytes, char **p)
 {
 	PyObject *et, *ev, *tb;
 	size_t off = b->storage ? b->storage_off : 0, n = 0;
-	uintptr_t p = 0;
+	uintptr_t sp = 0;
 	int r;
 
-	if (!b->bounce || nbytes == 0)
-		return 0;
-	if (nbytes > b->len)
-		nbytes = b->len;
 	PyErr_Fetch(&et, &ev, &tb);
-	r = b->storage ? storage_mem(b->storage, &p, &n)
-		       : tensor_mem(b->keep, &p, &n);
-	if (r == 0 && p && off <= n && nbytes <= n - off)
-		memcpy((char *)p + off, b->bounce, nbytes);
+	r = b->storage ? storage_mem(b->storage, &sp, &n)
+		       : tensor_mem(b->keep, &sp, &n);
+	if (r == 0 && sp && off <= n && nbytes <= n - off)
+		*p = (char *)sp + off;
 	else
 		r = -1;
 	PyErr_Clear();
@@ -315,17 +469,91 @@ static int bufref_commit(struct bufref *b, size_t nbytes)
 }
 
 /*
+ * Delivers the first nbytes of b's bounce buffer (a completed read into
+ * a CPU tensor) to where the tensor's bytes are now (bufref_where). GIL
+ * held. Returns 0 (also when b has no bounce buffer), or -1, no
+ * exception set, when the storage no longer holds those bytes: nothing
+ * was written.
+ */
+static int bufref_commit(struct bufref *b, size_t nbytes)
+{
+	char *p;
+
+	if (!b->bounce || nbytes == 0)
+		return 0;
+	if (nbytes > b->len)
+		nbytes = b->len;
+	if (bufref_where(b, nbytes, &p) < 0)
+		return -1;
+	memcpy(p, b->bounce, nbytes);
+	return 0;
+}
+
+/*
+ * Gives the bufrefs of bs[0..n) that want one (bufref_take) their
+ * bounce buffers, all in one block (owned by the first of them), and
+ * fills a source's (!writable) with its tensor's bytes, re-read from
+ * its storage: Python code that ran since bufref_take (another item's
+ * data_ptr()) may have moved them. GIL held. Returns 0, or -1 with
+ * MemoryError/BufferError set (the caller releases bs).
+ */
+static int bufs_bounce(struct bufref *bs, size_t n, bool writable)
+{
+	size_t need = 0, off = 0, cap;
+	struct bufref *owner = NULL;
+	char *blk;
+
+	for (size_t i = 0; i < n; i++)
+		if (bs[i].want_bounce)
+			need += (bs[i].len + 63) & ~(size_t)63;
+	if (need == 0)
+		return 0;
+	blk = bounce_take(need, &cap);
+	if (!blk) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct bufref *b = &bs[i];
+
+		if (!b->want_bounce)
+			continue;
+		if (!owner) {
+			owner = b;
+			b->blk = blk;
+			b->blk_cap = cap;
+		}
+		b->want_bounce = false;
+		b->bounce = blk + off;
+		off += (b->len + 63) & ~(size_t)63;
+		if (!writable) {
+			char *src;
+
+			if (bufref_where(b, b->len, &src) < 0) {
+				PyErr_Format(PyExc_BufferError,
+					     "tidepool: item %zu's storage "
+					     "was shrunk while the call was "
+					     "set up",
+					     i);
+				return -1;
+			}
+			memcpy(b->bounce, src, b->len);
+		}
+		b->ptr = b->bounce;
+	}
+	return 0;
+}
+
+/*
  * Takes obj's memory: a C-contiguous buffer (writable when asked), or a
  * contiguous torch tensor (duck-typed: data_ptr(), is_contiguous(),
  * numel(), element_size(), is_cuda), whose storage is held. With bounce,
- * a CPU tensor gets a bounce buffer (struct bufref): b->ptr is then the
- * bounce buffer, filled with the tensor's bytes unless writable (a
- * destination, delivered by bufref_commit). idx names the item in
- * errors (-1: none). Returns 0, or -1 with TypeError/ValueError/
- * MemoryError set and nothing held.
+ * a CPU tensor is marked for a bounce buffer (struct bufref), which
+ * bufs_bounce gives it. idx names the item in errors (-1: none).
+ * Returns 0, or -1 with TypeError/ValueError set and nothing held.
  */
-static int bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
-		      const char *what, struct bufref *b)
+static int bufref_take(PyObject *obj, bool writable, bool bounce,
+		       Py_ssize_t idx, const char *what, struct bufref *b)
 {
 	uintptr_t tp;
 	PyObject *r;
@@ -434,22 +662,29 @@ static int bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 		}
 		b->storage_off = tp - sp;
 	}
-	if (bounce && !b->is_cuda && b->len) {
-		if (posix_memalign(&b->bounce, 64, b->len)) {
-			b->bounce = NULL;
-			PyErr_NoMemory();
-			goto fail;
-		}
-		if (!writable)
-			memcpy(b->bounce, b->ptr, b->len);
-		b->ptr = b->bounce;
-	}
+	b->want_bounce = bounce && !b->is_cuda && b->len;
 	Py_INCREF(obj);
 	b->keep = obj;
 	return 0;
 fail:
 	Py_CLEAR(b->storage);
 	return -1;
+}
+
+/* bufref_take and, with bounce, a CPU tensor's bounce buffer: b->ptr
+ * is then the bounce buffer, filled with the tensor's bytes unless
+ * writable (a destination, delivered by bufref_commit). -1 with error
+ * and nothing held. */
+static int bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
+		      const char *what, struct bufref *b)
+{
+	if (bufref_take(obj, writable, bounce, idx, what, b) < 0)
+		return -1;
+	if (bufs_bounce(b, 1, writable) < 0) {
+		bufref_release(b);
+		return -1;
+	}
+	return 0;
 }
 
 /* A sequence of buffers: fills bs[0..n) or releases what it took and
@@ -472,8 +707,8 @@ static int bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
 	for (i = 0; i < n; i++) {
 		PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
 
-		if (bufref_get(o, writable, bounce, (Py_ssize_t)i, what,
-			       &bs[i]) < 0)
+		if (bufref_take(o, writable, bounce, (Py_ssize_t)i, what,
+				&bs[i]) < 0)
 			goto fail;
 		if (bs[i].len == 0) {
 			PyErr_Format(PyExc_ValueError,
@@ -482,6 +717,8 @@ static int bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
 			goto fail;
 		}
 	}
+	if (bufs_bounce(bs, n, writable) < 0)
+		goto fail;
 	Py_DECREF(fast);
 	return 0;
 fail:
@@ -3243,6 +3480,35 @@ static PyObject *mod_gpu_probe(PyObject *self, PyObject *arg)
 	return PyLong_FromLong(r);
 }
 
+/* _bounce_stats() -> dict: the bounce block cache, for tests. */
+static PyObject *mod_bounce_stats(PyObject *self, PyObject *unused)
+{
+	size_t cached, blocks = 0;
+	uint64_t made, reused;
+
+	(void)self;
+	(void)unused;
+	pthread_mutex_lock(&bounce_mu);
+	cached = bounce_cached;
+	for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++)
+		blocks += bounce_slot[i].p != NULL;
+	made = bounce_made;
+	reused = bounce_reused;
+	pthread_mutex_unlock(&bounce_mu);
+	return Py_BuildValue(
+		"{s:n,s:n,s:K,s:K,s:n,s:n}", "cached_bytes", (Py_ssize_t)cached,
+		"cached_blocks", (Py_ssize_t)blocks, "made",
+		(unsigned long long)made, "reused", (unsigned long long)reused,
+		"cache_max", (Py_ssize_t)bounce_cache_max, "cache_slots",
+		(Py_ssize_t)BOUNCE_CACHE_SLOTS);
+}
+
+static void mod_free(void *m)
+{
+	(void)m;
+	bounce_drain();
+}
+
 static PyMethodDef mod_methods[] = {
 	{ "prefix_keys", (PyCFunction)(void (*)(void))mod_prefix_keys,
 	  METH_VARARGS | METH_KEYWORDS,
@@ -3252,6 +3518,8 @@ static PyMethodDef mod_methods[] = {
 	  "strerror(errno) -> pool_strerror's text" },
 	{ "gpu_probe", mod_gpu_probe, METH_O,
 	  "gpu_probe(backend) -> devices (>= 1) or a negative errno" },
+	{ "_bounce_stats", mod_bounce_stats, METH_NOARGS,
+	  "_bounce_stats() -> the tensor bounce block cache's counters" },
 	{ NULL, NULL, 0, NULL },
 };
 
@@ -3261,6 +3529,7 @@ static struct PyModuleDef moddef = {
 	.m_doc = "libpool bindings (use the tidepool package).",
 	.m_size = -1,
 	.m_methods = mod_methods,
+	.m_free = mod_free,
 };
 
 static PyObject *new_exc(PyObject *m, const char *name, PyObject *bases,
@@ -3309,6 +3578,8 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyType_Ready(types[i]) < 0)
 			return NULL;
+	if (bounce_cache_env() < 0)
+		return NULL;
 	m = PyModule_Create(&moddef);
 	if (!m)
 		return NULL;

@@ -506,6 +506,136 @@ def test_tensor_storage_reallocated_under_a_call(memd, model_name, tmp_path):
         (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
 
 
+def test_tensor_bounce_blocks_are_not_shared_in_flight(pool_args,
+                                                        model_name):
+    # the bounce blocks of CPU tensors come from a cache: overlapping
+    # calls each need a block of their own while in flight, or one
+    # call's bytes land in (or are stored from) another's tensors
+    from tidepool import _c
+    n, sz, calls = 4, 64 << 10, 12
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        for rnd in range(3):  # later rounds take the cached blocks
+            keys = [keys_for(f"{model_name}-{rnd}-{c}", n)
+                    for c in range(calls)]
+            vals = [[torch.from_numpy(value_of(k, sz)) for k in ks]
+                    for ks in keys]
+            puts = [kv.put_async(ks, vs) for ks, vs in zip(keys, vals)]
+            assert [op.result(120) for op in puts] == [[0] * n] * calls
+            outs = [[torch.zeros(sz, dtype=torch.uint8) for _ in ks]
+                    for ks in keys]
+            gets = [kv.get_into_async(ks, os_)
+                    for ks, os_ in zip(keys, outs)]
+            assert [op.result(120) for op in gets] == [[True] * n] * calls
+            for c in range(calls):
+                for i in range(n):
+                    assert torch.equal(outs[c][i], vals[c][i]), (rnd, c, i)
+    st = _c._bounce_stats()
+    assert st["reused"] > 0, st
+
+
+BOUNCE_CACHE_BOUNDED = r"""
+import sys, torch, tidepool
+from tidepool import _c
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+p = tidepool.Pool(sys.argv[1])
+kv = p.kv()
+assert _c._bounce_stats()["cache_max"] == 8 << 20
+keys = tidepool.prefix_keys(list(range(4 * 16)), "t", sys.argv[2], 16)
+# the tensors are made once (RSS then counts the bounce blocks, not
+# freed tensors an allocator or ASan's quarantine keeps)
+bigs = [torch.zeros((1 << 20) + 12 * 4096, dtype=torch.uint8) for _ in keys]
+kv.get_into(keys, bigs)  # misses: the keys are never stored
+base = rss()
+for rnd in range(12):
+    # 8 calls of 4 MiB (and a few pages more each round) in flight at
+    # once: 32 MiB of bounce blocks, of which the cache keeps 8 MiB
+    outs = [t[:(1 << 20) + rnd * 4096] for t in bigs]
+    ops = [kv.get_into_async(keys, outs) for _ in range(8)]
+    assert [op.result(120) for op in ops] == [[False] * 4] * 8
+    st = _c._bounce_stats()
+    assert st["cached_bytes"] <= st["cache_max"], st
+    assert st["cached_blocks"] <= st["cache_slots"], st
+grow = rss() - base
+assert grow < 24 << 20, ("RSS grew", grow, _c._bounce_stats())
+kv.close()
+p.close()
+print("ok")
+"""
+
+
+def test_tensor_bounce_cache_is_bounded(memd, model_name, tmp_path):
+    # blocks given back past the cache's cap are unmapped: the cache's
+    # bytes stay under TIDEPOOL_BOUNCE_CACHE and RSS does not grow with
+    # the calls made
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p), "TIDEPOOL_BOUNCE_CACHE": "8M"}
+    r = subprocess.run([sys.executable, "-c", BOUNCE_CACHE_BOUNDED,
+                        memd.addr, model_name], env=env,
+                       capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
+BOUNCE_CACHE_KEEPS_LARGE = r"""
+import sys, torch, tidepool
+from tidepool import _c
+
+p = tidepool.Pool(sys.argv[1])
+kv = p.kv()
+keys = tidepool.prefix_keys(list(range(4 * 16)), "t", sys.argv[2], 16)
+small = [torch.zeros(4096, dtype=torch.uint8) for _ in range(8)]
+ops = [kv.get_into_async(keys[:1], [t]) for t in small]  # misses
+assert [op.result(120) for op in ops] == [[False]] * 8
+st = _c._bounce_stats()
+assert st["cached_blocks"] == st["cache_slots"] == 8, st
+big = [torch.zeros(1 << 20, dtype=torch.uint8) for _ in keys]
+kv.get_into(keys, big)
+made = _c._bounce_stats()["made"]
+kv.get_into(keys, big)  # takes the block the last call gave back
+st = _c._bounce_stats()
+assert st["made"] == made and st["cached_blocks"] == 8, st
+kv.close()
+p.close()
+print("ok")
+"""
+
+
+def test_tensor_bounce_cache_keeps_a_large_block(memd, model_name, tmp_path):
+    # a cache full of small blocks makes room for a large one given back,
+    # so a process's large calls keep reusing their block
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p)}
+    env.pop("TIDEPOOL_BOUNCE_CACHE", None)
+    r = subprocess.run([sys.executable, "-c", BOUNCE_CACHE_KEEPS_LARGE,
+                        memd.addr, model_name], env=env,
+                       capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "8X", "-1", "99999999999G"])
+def test_bad_bounce_cache_size_is_a_clear_error(bad, tmp_path):
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p), "TIDEPOOL_BOUNCE_CACHE": bad}
+    r = subprocess.run([sys.executable, "-c", "import tidepool"], env=env,
+                       capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
+    assert r.returncode != 0
+    assert "TIDEPOOL_BOUNCE_CACHE" in r.stderr and "not a size" in r.stderr
+
+
 CRASH_AFTER_CONNECT = r"""
 import ctypes, sys, tidepool
 p = tidepool.Pool(sys.argv[1])
