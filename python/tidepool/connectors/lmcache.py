@@ -63,6 +63,7 @@ thread-safe). ``close()`` must not overlap other calls.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import struct
 import threading
@@ -124,6 +125,21 @@ def lmcache_key(key: Any) -> bytes:
             raise TypeError("an LMCache key is a str or has to_string(), "
                             "not %s" % type(key).__name__)
         key = to_string()
+    return _base_key(key)
+
+
+# Keys cached: LMCache asks for the same chunks again and again (every
+# lookup, load and store of a shared prefix), and a BLAKE2b per key and
+# per piece is most of a get's own work after LMCache's allocator. Bounded
+# LRUs (lru_cache: thread-safe); the piece keys of a 1 MiB value are one
+# key, of a 32 MiB chunk 32 (~1 KiB an entry). Callers must not mutate
+# what they return (tuples).
+_KEY_CACHE = 1 << 14
+
+
+@functools.lru_cache(maxsize=_KEY_CACHE)
+def _base_key(key: str) -> bytes:
+    """lmcache_key of a string."""
     h = hashlib.blake2b(digest_size=32)
     h.update(KEY_DOMAIN)
     h.update(b"\0")
@@ -145,13 +161,16 @@ def piece_keys(base: bytes, nbytes: int, piece_bytes: int) -> List[bytes]:
     bind the length and the piece size, so readers that disagree on either
     find nothing instead of wrong bytes.
     """
-    p = _piece_size(nbytes, piece_bytes)
-    keys = []
+    return list(_piece_keys(base, nbytes, _piece_size(nbytes, piece_bytes)))
+
+
+@functools.lru_cache(maxsize=_KEY_CACHE)
+def _piece_keys(base: bytes, nbytes: int, p: int) -> tuple:
+    """piece_keys for the piece size p actually used (cached)."""
     prefix = PIECE_DOMAIN + b"\0" + base + struct.pack("<QQ", nbytes, p)
-    for i in range((nbytes + p - 1) // p):
-        keys.append(hashlib.blake2b(prefix + struct.pack("<I", i),
-                                    digest_size=32).digest())
-    return keys
+    return tuple(hashlib.blake2b(prefix + struct.pack("<I", i),
+                                 digest_size=32).digest()
+                 for i in range((nbytes + p - 1) // p))
 
 
 def _pieces(base: bytes, view: memoryview, piece_bytes: int):
@@ -215,9 +234,9 @@ class _Meta:
             return None
         return cls(nbytes, piece, dtype_code, tuple(dims[:ndim]), fmt_code)
 
-    def piece_keys(self, base: bytes) -> List[bytes]:
-        """The keys of this value's pieces."""
-        return piece_keys(base, self.nbytes, self.piece_bytes)
+    def piece_keys(self, base: bytes) -> tuple:
+        """The keys of this value's pieces (cached: do not mutate)."""
+        return _piece_keys(base, self.nbytes, self.piece_bytes)
 
 
 # ---------------------------------------------------------------------
@@ -1485,6 +1504,15 @@ class _KeyLog:
                     raise tidepool.PoolError(st, tidepool.strerror(st))
 
 
+# Keys per KV call of the LMCache connector's batched get once a layout is
+# known: each call starts as soon as its objects are allocated. One call
+# per batch (up to BATCH_MAX keys): calls of 8..32 keys, overlapping
+# LMCache's allocator with the transfer, measured 2-5% slower on a loaded
+# 2-vCPU host, where a same-host get is a CPU copy that competes with the
+# allocator for the same cores (docs/bench/python.md, "Engine connectors").
+_OVERLAP_KEYS = 1 << 30
+
+
 class _LMCacheConnector:
     """The logic of ``TidepoolLMCacheConnector``, LMCache's
     ``RemoteConnector`` on a tidepool KV handle (see that class)."""
@@ -1512,6 +1540,9 @@ class _LMCacheConnector:
         # key's value looks like it (LMCache's full chunks do; only a
         # prompt's last chunk is smaller) and read meta and pieces at once
         self._guess: Optional[tuple] = None
+        self._specs: dict = {}  # layout -> _alloc_spec
+        # keys per KV call of a guessed batched get (_get_objs)
+        self._overlap_keys = _OVERLAP_KEYS
         self._closed = False
 
     # -- RemoteConnector's abstract methods ----------------------------
@@ -1570,7 +1601,7 @@ class _LMCacheConnector:
 
     def support_batched_get(self) -> bool:
         """True: metas and pieces in one round trip once a value of the
-        layout was seen (``_plan_get_objs``), else metas, then pieces."""
+        layout was seen (``_get_objs``), else metas, then pieces."""
         return True
 
     async def batched_get(self, keys: Sequence[Any]) -> List[Optional[Any]]:
@@ -1582,9 +1613,8 @@ class _LMCacheConnector:
             return []
         held = []  # allocated here: freed again on a miss or an error
         try:
-            objs = await _run_async(
-                self._kv, self._plan_get_objs([lmcache_key(n)
-                                               for n in names], held))
+            objs = await self._get_objs([lmcache_key(n) for n in names],
+                                        held)
         except BaseException:
             for o in held:
                 o.ref_count_down()
@@ -1748,81 +1778,124 @@ class _LMCacheConnector:
         if g is None or m.nbytes >= g[1].nbytes:
             self._guess = (bytes(raw), m)
 
-    def _plan_get_objs(self, bases: List[bytes], held: list) -> Plan:
+    async def _get_objs(self, bases: List[bytes], held: list) -> list:
         """The MemoryObjs of bases (None for a miss), read in place;
         misses freed. held: every object allocated and not yet freed
-        (for the caller to free if the plan raises).
+        (for the caller to free if this raises).
 
         With a guess (the largest value stored or read before: LMCache's
         chunks share their size and shape, but for a last partial one), one
         round trip: every meta, and into an object allocated per key
-        for a value like the guess, its pieces. A key whose meta is the
-        guess's and whose pieces all hit is read; one with another meta
-        is freed and read as without a guess (its pieces' keys hold the
-        value's length, so the guessed ones missed or held a value of
-        the same length); a missing meta is a miss. Without a guess:
-        the metas, then the pieces of each hit."""
+        for a value like the guess, its pieces. The keys go in calls of
+        ``_overlap_keys``, each started as soon as its objects are
+        allocated, so that LMCache's allocator and the byte views of the
+        next keys run while the previous keys' bytes arrive. A key whose
+        meta is the guess's and whose pieces all hit is read; one with
+        another meta is freed and read as without a guess (its pieces'
+        keys hold the value's length, so the guessed ones missed or held
+        a value of the same length); a missing meta is a miss. Without a
+        guess: the metas, then the pieces of each hit."""
         torch = _torch()
         guess = self._guess
         if guess is None:
-            metas = yield from _plan_metas(bases)
-            return (yield from self._plan_read_objs(bases, metas, held,
-                                                    torch))
+            return await _run_async(self._kv,
+                                    self._plan_by_metas(bases, held, torch))
         graw, gm = guess
         n = len(bases)
+        spec = self._alloc_spec(gm, torch)
+        p, nbytes = gm.piece_bytes, gm.nbytes
+        per = -(-nbytes // p)
+        whole = per == 1  # one piece: the object's view itself
+        step = max(1, min(self._overlap_keys,
+                          tidepool.BATCH_MAX // (per + 1)))
         raws = [bytearray(META_BYTES) for _ in bases]
         objs: List[Any] = []
-        keys: List[bytes] = list(bases)
-        bufs: list = list(raws)
-        for b in bases:
-            o = self._allocate(gm, torch)
-            objs.append(o)
-            if o is None:
-                continue
-            held.append(o)
-            view = _byte_view(o.byte_array, "allocated memory object", True)
-            p = gm.piece_bytes
-            keys.extend(gm.piece_keys(b))
-            bufs.extend(view[off:off + p] for off in range(0, gm.nbytes, p))
-        r = (yield [_Op("get", keys, bufs)])[0]
-        if _is_size_error(r):
+        started = []  # KVFutures, or the exception a start raised
+        keys: List[bytes] = []
+        bufs: list = []
+        kv = self._kv
+        try:
+            for i, b in enumerate(bases):
+                o = self._allocate(gm, torch, spec)
+                objs.append(o)
+                keys.append(b)
+                bufs.append(raws[i])
+                if o is not None:
+                    held.append(o)
+                    view = _byte_view(o.byte_array,
+                                      "allocated memory object", True)
+                    keys += _piece_keys(b, nbytes, p)
+                    if whole:
+                        bufs.append(view)
+                    else:
+                        bufs.extend(view[off:off + p]
+                                    for off in range(0, nbytes, p))
+                if len(keys) >= step * (per + 1) or i == n - 1:
+                    try:
+                        started.append(_start(kv, "get", keys, bufs))
+                    except (tidepool.PoolError, ValueError) as e:
+                        started.append(e)
+                    keys, bufs = [], []
+        finally:
+            # every call started writes into held objects: wait for all
+            # before anything is freed (also when an allocation raised)
+            r: list = []
+            err = None
+            for f in started:
+                if not isinstance(f, BaseException):
+                    try:
+                        f = await f
+                    except (tidepool.PoolError, ValueError) as e:
+                        f = e
+                if isinstance(f, BaseException):
+                    if err is None or _is_size_error(err):
+                        err = f
+                else:
+                    r.extend(f)
+        if err is not None and _is_size_error(err):
             # a value of another length at one of these keys: read as
             # without a guess (per key where the batch fails so)
             for o in objs:
                 if o is not None:
                     held.remove(o)
                     o.ref_count_down()
-            metas = yield from _plan_metas(bases)
-            return (yield from self._plan_read_objs(bases, metas, held,
-                                                    torch))
-        if isinstance(r, BaseException):
-            raise r
+            return await _run_async(self._kv,
+                                    self._plan_by_metas(bases, held, torch))
+        if err is not None:
+            raise err
         out: List[Any] = [None] * n
         redo, redo_metas = [], []
-        pos = n
-        per = -(-gm.nbytes // gm.piece_bytes)
+        pos = 0
         for i, o in enumerate(objs):
-            got = None
+            meta_hit = r[pos]
+            pos += 1
+            got = False
             if o is not None:
                 got = all(r[pos:pos + per])
                 pos += per
-            m = _Meta.parse(raws[i]) if r[i] else None
-            if m is not None and got and raws[i] == graw:
+            if got and meta_hit and raws[i] == graw:
                 out[i] = o
                 continue
             if o is not None:
                 held.remove(o)
                 o.ref_count_down()
+            m = _Meta.parse(raws[i]) if meta_hit else None
             if m is not None:
                 redo.append(i)
                 redo_metas.append(m)
         if redo:
-            objs2 = yield from self._plan_read_objs(
-                [bases[i] for i in redo], redo_metas, held, torch)
+            objs2 = await _run_async(self._kv, self._plan_read_objs(
+                [bases[i] for i in redo], redo_metas, held, torch))
             for i, o in zip(redo, objs2):
                 out[i] = o
         held.clear()
         return out
+
+    def _plan_by_metas(self, bases: List[bytes], held: list, torch) -> Plan:
+        """The MemoryObjs of bases without a guess: the metas, then the
+        pieces of each hit."""
+        metas = yield from _plan_metas(bases)
+        return (yield from self._plan_read_objs(bases, metas, held, torch))
 
     def _plan_read_objs(self, bases: List[bytes], metas: list, held: list,
                         torch) -> Plan:
@@ -1857,23 +1930,41 @@ class _LMCacheConnector:
             out.append(o)
         return out
 
-    def _allocate(self, m: "_Meta", torch) -> Optional[Any]:
-        """A MemoryObj for the value of m from LMCache's allocator, or
-        None (no memory, or a value LMCache cannot hold: a miss)."""
+    def _alloc_spec(self, m: "_Meta", torch) -> Optional[tuple]:
+        """(torch.Size, dtype, MemoryFormat) to allocate the value of m
+        with, or None when LMCache cannot hold it (cached per layout)."""
+        key = (m.dtype_code, m.shape, m.fmt_code, m.nbytes)
+        spec = self._specs.get(key, False)
+        if spec is not False:
+            return spec
         dtype = getattr(torch, _DTYPE_NAMES[m.dtype_code], None)
-        if dtype is None:
-            return None
-        numel = 1
-        for d in m.shape:
-            numel *= d
-        if numel * _itemsize(dtype) != m.nbytes:
+        spec = None
+        if dtype is not None:
+            numel = 1
+            for d in m.shape:
+                numel *= d
+            if numel * _itemsize(dtype) == m.nbytes:
+                spec = (torch.Size(m.shape), dtype,
+                        _lmcache_format(m.fmt_code))
+        if len(self._specs) >= 64:
+            self._specs.clear()
+        self._specs[key] = spec
+        return spec
+
+    def _allocate(self, m: "_Meta", torch,
+                  spec: Any = False) -> Optional[Any]:
+        """A MemoryObj for the value of m from LMCache's allocator, or
+        None (no memory, or a value LMCache cannot hold: a miss). spec:
+        ``_alloc_spec(m)`` when the caller has it."""
+        if spec is False:
+            spec = self._alloc_spec(m, torch)
+        if spec is None:
             return None
         if self._allocator is None:
             raise ValueError("tidepool: LMCache gave this connector no local "
                              "CPU backend to allocate from (its scheduler "
                              "role only looks keys up)")
-        fmt = _lmcache_format(m.fmt_code)
-        o = self._allocator.allocate(torch.Size(m.shape), dtype, fmt)
+        o = self._allocator.allocate(*spec)
         if o is None:
             return None
         if o.get_size() != m.nbytes:
@@ -1892,11 +1983,17 @@ def _fmt_code(fmt: Any) -> int:
     return 0
 
 
+_ITEMSIZES: dict = {}
+
+
 def _itemsize(dtype) -> int:
     """Bytes per element of a torch dtype."""
-    size = getattr(dtype, "itemsize", None)  # torch >= 2.1
+    size = _ITEMSIZES.get(dtype)
     if size is None:
-        size = _torch().empty((), dtype=dtype).element_size()
+        size = getattr(dtype, "itemsize", None)  # torch >= 2.1
+        if size is None:
+            size = _torch().empty((), dtype=dtype).element_size()
+        _ITEMSIZES[dtype] = size
     return size
 
 
