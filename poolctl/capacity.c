@@ -542,7 +542,7 @@ static json_t *cap_tenant_json(const struct cap_pool *p,
 int cmd_tenant_report(struct opts *o, const char *name)
 {
 	struct cap_pool p;
-	struct cap_tenant *t;
+	struct cap_tenant *t = NULL;
 	json_t *tenants = NULL;
 	uint64_t tid = 0;
 	char a[32], b[32], c[32];
@@ -681,7 +681,7 @@ static double cap_size_for(const struct cap_tenant *t, double h)
 int cmd_quota_suggest(struct opts *o, const char *name, double hit)
 {
 	struct cap_pool p;
-	struct cap_tenant *t;
+	struct cap_tenant *t = NULL;
 	json_t *tenants = NULL, *j;
 	uint64_t tid = 0, slabs, quota;
 	double size, eff, best, more, se, lo_size, hi_size, lo, hi;

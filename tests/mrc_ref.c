@@ -34,13 +34,17 @@
 
 #define NIL SIZE_MAX
 
+static void oom(void)
+{
+	fprintf(stderr, "mrc_ref: out of memory\n");
+	abort();
+}
+
 static void *xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n);
-	if (!p) {
-		fprintf(stderr, "mrc_ref: out of memory\n");
-		abort();
-	}
+	if (!p)
+		oom();
 	return p;
 }
 
@@ -99,7 +103,7 @@ static size_t key_find(struct keys *k, uint64_t key)
 		k->nslot = k->nslot ? 2 * k->nslot : 1024;
 		k->slot = calloc(k->nslot, sizeof(*k->slot));
 		if (!k->slot)
-			xrealloc(NULL, SIZE_MAX); /* reports and aborts */
+			oom();
 		for (size_t j = 0; j < nold; j++) {
 			if (!old[j])
 				continue;
