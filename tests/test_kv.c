@@ -2129,7 +2129,7 @@ START_TEST(model_hint_standalone)
 			 0);
 	ck_assert_int_eq(
 		rpc_hello(c, "test_kv", 1, 5000, &hok, text, sizeof(text)), 0);
-	ck_assert_uint_eq(hok.proto, 3);
+	ck_assert_uint_eq(hok.proto, WIRE_PROTO_MAX);
 	ck_assert_int_eq(kv_model_call(c, 0, 4096, text, sizeof(text)),
 			 -EINVAL);
 	ck_assert_msg(strstr(text, "prefill_tokens_per_s 0 is not 1 to"), "%s",
