@@ -25,7 +25,7 @@ try:  # installed: the extension lives in the package
 except ImportError:  # a build tree: build/<cfg>/python on sys.path
     import _tidepool as _c  # type: ignore[no-redef]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 PoolError = _c.PoolError
 PoolConnectionError = _c.PoolConnectionError
