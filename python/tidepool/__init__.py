@@ -307,6 +307,14 @@ class KV:
         """Removes one pin of each key."""
         return self._c.unpin(keys)
 
+    def clear(self) -> None:
+        """Empties the tenant's store on every donor: every key of the
+        tenant's, whoever stored it, pinned ones too; other tenants'
+        keys stay. Raises PoolError (EOPNOTSUPP: a memd older than
+        protocol 4) when a donor could not; the others are still asked.
+        Releases the GIL."""
+        self._c.clear()
+
     def _future(self, op: Any) -> KVFuture:
         f = KVFuture(self, op)
         with self._plock:
