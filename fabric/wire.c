@@ -1677,6 +1677,8 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 	case WIRE_BYE_OK:
 	case WIRE_DONORS:
 	case WIRE_KV_MODEL_OK:
+	case WIRE_KV_CLEAR:
+	case WIRE_KV_CLEAR_OK:
 		return 0;
 	}
 	return -EINVAL;
@@ -1807,6 +1809,8 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	case WIRE_BYE_OK:
 	case WIRE_DONORS:
 	case WIRE_KV_MODEL_OK:
+	case WIRE_KV_CLEAR:
+	case WIRE_KV_CLEAR_OK:
 		rc = 0;
 		break;
 	default:

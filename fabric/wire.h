@@ -53,7 +53,7 @@
  * framing and changes only if the header itself does.
  */
 #define WIRE_PROTO_MIN 1
-#define WIRE_PROTO_MAX 3
+#define WIRE_PROTO_MAX 4
 
 /* Protocol 2 (docs/protocol.md, docs/cluster.md): authentication, the
  * registry's placement and admin requests, donors joining a registry. */
@@ -106,6 +106,7 @@
 	X(SHM, 0x18)	  /* same-host data path (protocol.md) */              \
 	X(KV_MODEL, 0x19) /* protocol 3: the client's cost model hint */       \
 	X(FABRIC, 0x1a)	  /* protocol 3: fabric settings both ends share */    \
+	X(KV_CLEAR, 0x1b) /* protocol 4: empty the tenant's KV store */        \
 	X(HELLO_OK, 0x81)                                                      \
 	X(LEASE_OK, 0x82)                                                      \
 	X(RELEASE_OK, 0x83)                                                    \
@@ -131,6 +132,7 @@
 	X(SHM_OK, 0x98)                                                        \
 	X(KV_MODEL_OK, 0x99) /* protocol 3; no payload */                      \
 	X(FABRIC_OK, 0x9a)   /* protocol 3 */                                  \
+	X(KV_CLEAR_OK, 0x9b) /* protocol 4; no payload */                      \
 	X(ERROR, 0xff)
 
 enum wire_type {
@@ -673,7 +675,7 @@ struct wire_msg {
 		/* protocol 3 */
 		struct wire_kv_model kv_model;
 		struct wire_fabric fabric; /* FABRIC and FABRIC_OK */
-	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK carry no
+	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK, KV_CLEAR, KV_CLEAR_OK carry no
 	      * payload */
 };
 

@@ -2421,6 +2421,82 @@ int pool_kv_op_test(struct pool_kv *kv, struct pool_kv_op *op)
 	return done ? 1 : 0;
 }
 
+/* KV_CLEAR on donor d's memd: 0 or -errno (-EOPNOTSUPP: its memd
+ * speaks no protocol 4). */
+static int donor_clear(struct pool_kv *kv, struct kv_donor *d)
+{
+	struct wire_msg *req, *rep;
+	char text[WIRE_MSG_MAX] = "";
+	struct plink *lk;
+	int r = donor_link(kv, d, &lk);
+
+	if (r)
+		return r;
+	if (pool_link_proto(lk) < 4) {
+		pool_log(LOG_WARNING,
+			 "kv: donor=%s speaks protocol %u: no KV_CLEAR (a "
+			 "memd of protocol 4 empties a store)",
+			 d->name, pool_link_proto(lk));
+		pool_link_put(lk);
+		return -EOPNOTSUPP;
+	}
+	req = calloc(1, sizeof(*req));
+	rep = calloc(1, sizeof(*rep));
+	if (!req || !rep) {
+		r = -ENOMEM;
+		goto out;
+	}
+	req->type = WIRE_KV_CLEAR;
+	r = pool_link_call(lk, req, rep, WIRE_KV_CLEAR_OK, text, sizeof(text));
+	if (r) {
+		pool_log(LOG_WARNING,
+			 "kv: donor=%s refused KV_CLEAR err=%s (%s)", d->name,
+			 strerror(-r), text);
+		if (pool_link_is_lost(lk))
+			donor_failed(kv, d, lk);
+	}
+out:
+	free(req);
+	free(rep);
+	pool_link_put(lk);
+	return r;
+}
+
+int pool_kv_clear(struct pool_kv *kv)
+{
+	struct kv_donors *t;
+	int first = 0;
+
+	if (!kv)
+		return -EINVAL;
+	if (!kv_is_open(kv))
+		return -EBADF;
+	if (kv->cluster) {
+		/* every donor up now, not the table of the last refresh */
+		int r;
+
+		pthread_mutex_lock(&kv->refresh_lock);
+		r = donors_refresh(kv);
+		if (!r)
+			__atomic_store_n(&kv->refresh_at_ms,
+					 now_ms() + kv->refresh_ms,
+					 __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&kv->refresh_lock);
+		if (r)
+			return r;
+	}
+	t = donors_get(kv);
+	for (uint32_t i = 0; t && i < t->n; i++) {
+		int r = donor_clear(kv, &t->d[i]);
+
+		if (r && !first)
+			first = r;
+	}
+	if (t)
+		donors_put(kv, t);
+	return first;
+}
+
 int pool_kv_get_stats(struct pool_kv *kv, struct pool_kv_stats *st)
 {
 	if (!kv || !st)

@@ -2295,6 +2295,18 @@ ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
 	return n;
 }
 
+ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms)
+{
+	ssize_t n;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	n = tenant_forget_locked(kv, tenant, now_ms, false);
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)
 {
 	size_t n = 0;

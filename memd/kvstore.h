@@ -349,6 +349,17 @@ ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
  * "Drain"). Returns how many entries it forgot, or -EINVAL.
  */
 ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms);
+/*
+ * Empties one tenant's store (KV_CLEAR): as memd_kv_delete of every key
+ * of the tenant's, pinned ones included (their pins go with them),
+ * entries under read leases freed when the leases end (a reader gets its
+ * exact bytes), reservations dropped as a drain drops them (their commit
+ * then finds no entry: -ENOENT), and every spill file of the tenant's
+ * deleted. Other tenants are not touched; the tenant stays and may put
+ * again at once (its spill binding is kept). Returns how many entries it
+ * forgot, or -EINVAL.
+ */
+ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms);
 /* The ids of the tenants the store knows (those with entries, spill files
  * found at start, or bound), but removed ones; at most max. */
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);

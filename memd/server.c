@@ -352,7 +352,8 @@ static void handle(struct memd_server *s, struct conn *c,
 	}
 	if ((v2 && c->proto < 2) ||
 	    ((req->type == WIRE_KV_MODEL || req->type == WIRE_FABRIC) &&
-	     c->proto < 3)) {
+	     c->proto < 3) ||
+	    (req->type == WIRE_KV_CLEAR && c->proto < 4)) {
 		srv_send_error(s, c, req->seq, EPROTO,
 			       "%s is not in protocol %u (negotiated in HELLO)",
 			       wire_type_name(req->type), c->proto);
@@ -424,6 +425,9 @@ static void handle(struct memd_server *s, struct conn *c,
 		return;
 	case WIRE_FABRIC:
 		srv_do_fabric(s, c, req, &rep);
+		return;
+	case WIRE_KV_CLEAR:
+		srv_do_kv_clear(s, c, req, &rep);
 		return;
 	case WIRE_SHM:
 		srv_do_shm(s, c, req, &rep);

@@ -396,6 +396,8 @@ int srv_kv_membership(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);
+void srv_do_kv_clear(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep);
 void srv_do_kv_model(struct memd_server *s, struct conn *c,
 		     const struct wire_msg *req, struct wire_msg *rep);
 void srv_write_kv_metrics(struct memd_metrics_buf *b, struct memd_server *s);

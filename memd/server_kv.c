@@ -746,6 +746,55 @@ void srv_do_kv_model(struct memd_server *s, struct conn *c,
 		c->closing = true;
 }
 
+/*
+ * KV_CLEAR (protocol 4): empties the requesting tenant's store on this
+ * memd (memd_kv_clear: every entry as KV_DELETE would drop it, pinned
+ * ones too, and its spill files). Only the session's own tenant.
+ */
+void srv_do_kv_clear(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, struct wire_msg *rep)
+{
+	uint32_t tenant = c->tenant_id;
+	uint64_t now = srv_now_ms();
+	ssize_t r;
+
+	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EACCES,
+			       "KV_CLEAR: only a tenant session uses the KV "
+			       "tier");
+		return;
+	}
+	if (!s->cfg.kv_share) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EOPNOTSUPP,
+			       "KV_CLEAR: the KV tier is off on this memd "
+			       "(kv_share = 0)");
+		return;
+	}
+	if (srv_kv_membership(s)) {
+		CTR_ADD(s, kv_refused, 1);
+		srv_send_error(s, c, req->seq, EAGAIN,
+			       "KV_CLEAR: this donor is out of touch with its "
+			       "registry; KV resumes once it reports again");
+		return;
+	}
+	r = memd_kv_clear(s->kv, tenant, now);
+	if (r < 0) {
+		srv_send_error(s, c, req->seq, (int)-r, "KV_CLEAR: %s",
+			       strerror((int)-r));
+		return;
+	}
+	CTR_ADD(s, kv_deleted, (uint64_t)r);
+	memd_log(LOG_INFO, "kv: clear tenant=%u entries=%zd peer=%s", tenant, r,
+		 c->peer);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_KV_CLEAR_OK;
+	rep->seq = req->seq;
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep)
 {

@@ -2469,6 +2469,19 @@ static PyObject *kv_stats_py(struct py_kv *k, PyObject *unused)
 	return u64_dict(PyDict_New(), &st, kv_stats_fields);
 }
 
+/* KV.clear(): pool_kv_clear without the GIL. */
+static PyObject *kv_clear_py(struct py_kv *k, PyObject *unused)
+{
+	int r;
+
+	if (kv_usable(k) < 0)
+		return NULL;
+	POOL_CALL(k->po, k->closed, r, pool_kv_clear(k->kv));
+	if (r)
+		return raise_call(r, "KV", "kv clear");
+	Py_RETURN_NONE;
+}
+
 static void gpu_do_close(struct py_gpu *gp);
 
 /* Closes k (GIL held): libpool waits for its ops, then the pending op
@@ -2561,6 +2574,8 @@ static PyMethodDef kv_methods[] = {
 	  "unpin_async(keys) -> KVOp" },
 	{ "eventfd", (PyCFunction)kv_eventfd_py, METH_NOARGS,
 	  "The completion eventfd (owned by the handle)." },
+	{ "clear", (PyCFunction)kv_clear_py, METH_NOARGS,
+	  "clear() -> None: empties the tenant's store on every donor" },
 	{ "stats", (PyCFunction)kv_stats_py, METH_NOARGS,
 	  "The handle's counters as a dict." },
 	{ "close", (PyCFunction)kv_close_py, METH_NOARGS,

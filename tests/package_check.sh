@@ -159,6 +159,9 @@ grep -q ' LIBPOOL_0.2 *pool_kv_open$' "$tmp/syms" ||
 	fail "libpool.so.0 does not export pool_kv_open@@LIBPOOL_0.2"
 grep -q '(LIBPOOL_0.1) *pool_kv_open$' "$tmp/syms" ||
 	fail "libpool.so.0 does not keep pool_kv_open@LIBPOOL_0.1"
+# 0.3 added pool_kv_clear
+grep -q ' LIBPOOL_0.3 *pool_kv_clear$' "$tmp/syms" ||
+	fail "libpool.so.0 does not export pool_kv_clear@@LIBPOOL_0.3"
 if awk '$4 != "*UND*"' "$tmp/syms" |
 	grep -E ' (fab|wire|place|memd|tp)_' >"$tmp/leak"; then
 	fail "libpool.so.0 exports internal symbols: $(head -n 5 "$tmp/leak")"

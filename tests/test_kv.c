@@ -400,6 +400,119 @@ START_TEST(exists_delete_pin_async)
 }
 END_TEST
 
+/* Reads keys[0 .. CLR_N) over and over until stop: every hit must be
+ * exactly its key's bytes (bad counts those that are not). */
+enum { CLR_N = 12 };
+struct clear_reader {
+	struct pool_kv *kv;
+	const struct pool_kv_key *keys;
+	int stop; /* atomic */
+	long hits, misses, bad;
+};
+
+static size_t clr_len(int i)
+{
+	return 70000 + 4099 * (size_t)i;
+}
+
+static void *clear_reader_thread(void *arg)
+{
+	struct clear_reader *a = arg;
+	size_t cap = clr_len(CLR_N), len;
+	uint8_t *b = malloc(cap);
+
+	while (b && !__atomic_load_n(&a->stop, __ATOMIC_ACQUIRE))
+		for (int i = 0; i < CLR_N; i++) {
+			void *bufs[1] = { b };
+			int st = 1;
+
+			len = 0;
+			pool_kv_get(a->kv, 1, &a->keys[i], bufs, &cap, &len,
+				    &st);
+			if (st == -ENOENT)
+				a->misses++;
+			else if (st == 0 && len == clr_len(i) &&
+				 tu_pattern_check(b, len, key_seed(&a->keys[i]),
+						  0) == -1)
+				a->hits++;
+			else
+				a->bad++;
+		}
+	free(b);
+	return NULL;
+}
+
+/* pool_kv_clear on a standalone memd: every key goes, pinned ones too,
+ * and the store takes puts again at once; gets racing clears read exact
+ * bytes or miss. */
+START_TEST(clear_empties_the_store)
+{
+	struct pool_kv_key keys[CLR_N];
+	struct clear_reader rd = { 0 };
+	pthread_t th;
+	struct pool_kv *kv, *kv2;
+	struct pool *p;
+	int st[CLR_N];
+	long stored = 0;
+
+	start_standalone(NULL, "256M");
+	p = tu_pool_connect(&md);
+	kv = kv_open(p);
+	kv2 = kv_open(p);
+	for (int i = 0; i < CLR_N; i++) {
+		make_key(&keys[i], 21, (uint64_t)i);
+		ck_assert_int_eq(put1(kv, &keys[i], clr_len(i)), 0);
+	}
+	ck_assert_int_eq(pool_kv_pin(kv, 2, keys, st), 2);
+	ck_assert_int_eq(pool_kv_exists(kv, CLR_N, keys), CLR_N);
+	/* another handle of the tenant's clears what kv put */
+	ck_assert_int_eq(pool_kv_clear(kv2), 0);
+	ck_assert_int_eq(pool_kv_exists(kv, CLR_N, keys), 0);
+	for (int i = 0; i < CLR_N; i++)
+		ck_assert_int_eq(get1(kv, &keys[i], clr_len(i)), -ENOENT);
+	/* the pins went with their keys */
+	ck_assert_int_eq(pool_kv_unpin(kv, 1, keys, st), 0);
+	ck_assert_int_eq(st[0], -ENOENT);
+	/* an empty store clears too */
+	ck_assert_int_eq(pool_kv_clear(kv), 0);
+	/* puts again at once */
+	for (int i = 0; i < CLR_N; i++)
+		ck_assert_int_eq(put1(kv, &keys[i], clr_len(i)), 0);
+	ck_assert_int_eq(get1(kv2, &keys[3], clr_len(3)), (ssize_t)clr_len(3));
+
+	/* gets racing clears (and puts): exact bytes or a miss. A put may
+	 * find no room (-ENOSPC) while the slabs a clear gave back are
+	 * reclaimed, as after deletes. */
+	rd.kv = kv2;
+	rd.keys = keys;
+	ck_assert_int_eq(pthread_create(&th, NULL, clear_reader_thread, &rd),
+			 0);
+	for (int round = 0; round < 40; round++) {
+		for (int i = 0; i < CLR_N; i++) {
+			int r = put1(kv, &keys[i], clr_len(i));
+
+			ck_assert_msg(r == 0 || r == -EEXIST || r == -ENOSPC,
+				      "put: %s", strerror(-r));
+			stored += r == 0;
+		}
+		ck_assert_int_eq(pool_kv_clear(kv), 0);
+	}
+	__atomic_store_n(&rd.stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	ck_assert_int_eq(rd.bad, 0);
+	ck_assert_int_gt(rd.hits + rd.misses, 0);
+	ck_assert_int_gt(stored, 0);
+	ck_assert_int_eq(pool_kv_exists(kv, CLR_N, keys), 0);
+
+	pool_kv_close(kv);
+	ck_assert_int_eq(pool_kv_clear(kv), -EBADF);
+	ck_assert_int_eq(pool_kv_clear(NULL), -EINVAL);
+	pool_kv_close(kv2);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 START_TEST(bad_arguments_and_closed_handle)
 {
 	struct pool_kv_key keys[2];
@@ -935,6 +1048,42 @@ START_TEST(tenants_never_share)
 	ck_assert_int_eq(get1(b, &keys[0], lb), -ENOENT);
 	ck_assert_int_eq(get1(a, &keys[0], 5000), 5000);
 	free(vb);
+	pool_close(pa);
+	pool_close(pb);
+}
+END_TEST
+
+/* pool_kv_clear in a pool: a's keys go from every donor, b's stay. */
+START_TEST(clear_empties_only_the_tenant)
+{
+	struct pool *pa = connect_as("a", sec_a), *pb = connect_as("b", sec_b);
+	struct pool_kv *a = kv_open(pa), *b = kv_open(pb), *a2 = kv_open(pa);
+	struct pool_kv_key keys[32];
+	char ha[64];
+	int st, homes = 0;
+
+	for (int i = 0; i < 32; i++) {
+		make_key(&keys[i], 22, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(a, &keys[i], ha, sizeof(ha)), 0);
+		homes |= ha[0] == 'r' ? 1 : ha[1] == '1' ? 2 : 4;
+		ck_assert_int_eq(put1(a, &keys[i], 5000 + (size_t)i), 0);
+		ck_assert_int_eq(put1(b, &keys[i], 5000 + (size_t)i), 0);
+	}
+	ck_assert_int_eq(homes, 7); /* on every donor */
+	ck_assert_int_eq(pool_kv_pin(a, 1, keys, &st), 1);
+	ck_assert_int_eq(pool_kv_exists(a, 32, keys), 32);
+	/* another handle of a's clears them all */
+	ck_assert_int_eq(pool_kv_clear(a2), 0);
+	for (int i = 0; i < 32; i++) {
+		ck_assert_int_eq(pool_kv_exists(a, 1, &keys[i]), 0);
+		ck_assert_int_eq(get1(a, &keys[i], 5000 + (size_t)i), -ENOENT);
+		ck_assert_int_eq(get1(b, &keys[i], 5000 + (size_t)i), 5000 + i);
+	}
+	ck_assert_int_eq(pool_kv_exists(b, 32, keys), 32);
+	/* a puts again */
+	ck_assert_int_eq(put1(a, &keys[5], 5005), 0);
+	ck_assert_int_eq(get1(a, &keys[5], 5005), 5005);
+	pool_kv_close(a2);
 	pool_close(pa);
 	pool_close(pb);
 }
@@ -2129,7 +2278,7 @@ START_TEST(model_hint_standalone)
 			 0);
 	ck_assert_int_eq(
 		rpc_hello(c, "test_kv", 1, 5000, &hok, text, sizeof(text)), 0);
-	ck_assert_uint_eq(hok.proto, 3);
+	ck_assert_uint_eq(hok.proto, WIRE_PROTO_MAX);
 	ck_assert_int_eq(kv_model_call(c, 0, 4096, text, sizeof(text)),
 			 -EINVAL);
 	ck_assert_msg(strstr(text, "prefill_tokens_per_s 0 is not 1 to"), "%s",
@@ -2326,6 +2475,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tc, round_trips);
 	tcase_add_test(tc, exists_delete_pin_async);
 	tcase_add_test(tc, bad_arguments_and_closed_handle);
+	tcase_add_test(tc, clear_empties_the_store);
 	tcase_add_test(tc, stress_processes_and_threads);
 	tcase_add_test(tc, warm_restart);
 	tcase_add_test(tc, model_hint_standalone);
@@ -2334,6 +2484,7 @@ static Suite *kv_suite(void)
 	tcase_set_timeout(tp, 300);
 	tcase_add_checked_fixture(tp, cluster_setup, cluster_teardown);
 	tcase_add_test(tp, tenants_never_share);
+	tcase_add_test(tp, clear_empties_only_the_tenant);
 	tcase_add_test(tp, eviction_stays_within_the_tenant);
 	tcase_add_test(tp, kv_stays_within_the_quota);
 	tcase_add_test(tp, donor_killed_mid_put_and_get);

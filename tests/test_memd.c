@@ -321,6 +321,13 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.u.kv_model.prefill_tokens_per_s = 1000;
 	m.u.kv_model.bytes_per_token = 4096;
 	refused_closed(fd, &m, EPROTO);
+	/* KV_CLEAR (protocol 4) in a version-3 session: EPROTO, closed,
+	 * as an older memd answers it (libpool sends it only on 4) */
+	fd = raw_hello(3, &ok);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_CLEAR;
+	m.seq = 11;
+	refused_closed(fd, &m, EPROTO);
 	assert_serving();
 }
 END_TEST

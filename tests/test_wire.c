@@ -76,6 +76,9 @@ static const uint8_t all_types[] = {
 	WIRE_KV_MODEL_OK,
 	WIRE_FABRIC,
 	WIRE_FABRIC_OK,
+	/* protocol 4 */
+	WIRE_KV_CLEAR,
+	WIRE_KV_CLEAR_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -1542,6 +1545,8 @@ START_TEST(type_names)
 	ck_assert_str_eq(wire_type_name(WIRE_KV_MODEL_OK), "KV_MODEL_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_FABRIC), "FABRIC");
 	ck_assert_str_eq(wire_type_name(WIRE_FABRIC_OK), "FABRIC_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_CLEAR), "KV_CLEAR");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_CLEAR_OK), "KV_CLEAR_OK");
 }
 END_TEST
 
@@ -1549,7 +1554,8 @@ START_TEST(payloadless_types)
 {
 	static const uint8_t empty[] = { WIRE_HEARTBEAT, WIRE_STATUS,
 					 WIRE_BYE,	 WIRE_BYE_OK,
-					 WIRE_DONORS,	 WIRE_KV_MODEL_OK };
+					 WIRE_DONORS,	 WIRE_KV_MODEL_OK,
+					 WIRE_KV_CLEAR,	 WIRE_KV_CLEAR_OK };
 	size_t i;
 
 	for (i = 0; i < sizeof(empty); i++) {

@@ -208,6 +208,22 @@ POOL_API ssize_t pool_kv_delete(struct pool_kv *kv, size_t n,
 				const struct pool_kv_key *keys, int *status);
 
 /*
+ * Empties the tenant's KV store: sends KV_CLEAR to every donor of the
+ * session (in a pool every donor the registry lists as up, fetched anew;
+ * standalone the one memd), each of which drops every key of the
+ * tenant's as pool_kv_delete would (a get under way returns its exact
+ * bytes or a miss; a put under way fails or its key is gone), pinned
+ * keys included, and deletes the tenant's spill files. Other tenants'
+ * keys stay. Keys that another thread puts meanwhile may survive.
+ * Thread-safe, as every call on a handle; synchronous.
+ * Returns 0, or the first -errno of the donors (it still asks the
+ * others): -EOPNOTSUPP a memd older than protocol 4, or with the KV tier
+ * off; -ENOTCONN a donor unreachable; -EACCES, -EAGAIN as memd answers;
+ * -EBADF / -EINVAL (kv closed or NULL), -ENOMEM.
+ */
+POOL_API int pool_kv_clear(struct pool_kv *kv);
+
+/*
  * Pins keys (pool_kv_pin): a pinned key is never evicted, until each pin
  * is removed (pool_kv_unpin). status[i] (may be NULL): 0, -ENOENT
  * absent, -ENOSPC spilled and no room to load it back, -EINVAL (unpin)

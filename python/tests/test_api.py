@@ -176,6 +176,29 @@ def test_kv_round_trip(pool_args, model_name):
         assert st["puts"] == 5 and st["hits"] >= 8
 
 
+def test_kv_clear(pool_args, model_name):
+    """KV.clear empties the tenant's store on every donor: keys another
+    handle stored, pinned ones too; puts work again at once."""
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv, p.kv() as kv2:
+        keys = keys_for(model_name + "clear", 12)
+        vals = [value_of(k, 3000 + 100 * i) for i, k in enumerate(keys)]
+        assert kv.put(keys, vals) == [0] * 12
+        assert kv.pin(keys[:1]) == [True]
+        assert kv2.exists(keys) == 12
+        assert kv2.clear() is None
+        assert kv.exists(keys) == 0
+        out = [np.zeros(v.size, np.uint8) for v in vals]
+        assert kv.get_into(keys, out) == [False] * 12
+        assert kv.unpin(keys[:1]) == [False]
+        kv.clear()  # an empty store too
+        assert kv.put(keys[:3], vals[:3]) == [0] * 3
+        assert kv2.get_into(keys[:3], out[:3]) == [True] * 3
+        assert all(np.array_equal(a, b) for a, b in zip(vals[:3], out[:3]))
+        kv.clear()
+    with pytest.raises(tidepool.ClosedError):
+        kv.clear()
+
+
 def test_kv_bad_input(memd, model_name):
     with tidepool.Pool(memd.addr) as p, p.kv() as kv:
         keys = keys_for(model_name, 3)

@@ -393,9 +393,9 @@ def test_concurrency(engines, target, model_name):
 
 
 def test_clear(engines, target, model_name):
-    """clear (SGLang's clear_storage_backend) deletes every key this
-    backend stored; what another instance stored stays (the KV tier
-    cannot list a tenant's keys: docs/engines.md)."""
+    """clear (SGLang's clear_storage_backend) empties the tenant's store:
+    what this backend stored and what another instance stored, pinned
+    keys too (docs/engines.md)."""
     hp1, hp2 = host_pool(), host_pool(seed=3)
     c1 = controller(target, hp1, model_name, interface_v1=1)
     c2 = controller(target, hp2, model_name)
@@ -404,10 +404,14 @@ def test_clear(engines, target, model_name):
         theirs, _, _ = backup(c2, hp2, tokens_of(model_name + "b", 3))
         b1 = c1.storage_backend
         assert b1.batch_exists(mine) == 6 and b1.batch_exists(theirs) == 3
+        with tidepool.Pool(**target) as pool, pool.kv() as kv:
+            pinned = b1.page_keys(theirs[:1])
+            assert kv.pin(pinned) == [True] * len(pinned)
         assert c1.clear_storage_backend()
         assert b1.batch_exists(mine) == 0
         assert all(not b1.exists(h) for h in mine)
-        assert b1.batch_exists(theirs) == 3
+        assert b1.batch_exists(theirs) == 0
+        assert c2.storage_backend.batch_exists(theirs) == 0
         b1.clear()  # nothing left to delete
         # stored again after a clear, cleared again
         backup(c1, hp1, tokens_of(model_name + "a", 6))

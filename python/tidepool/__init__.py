@@ -25,7 +25,7 @@ try:  # installed: the extension lives in the package
 except ImportError:  # a build tree: build/<cfg>/python on sys.path
     import _tidepool as _c  # type: ignore[no-redef]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 PoolError = _c.PoolError
 PoolConnectionError = _c.PoolConnectionError
@@ -306,6 +306,14 @@ class KV:
     def unpin(self, keys: Any) -> List[bool]:
         """Removes one pin of each key."""
         return self._c.unpin(keys)
+
+    def clear(self) -> None:
+        """Empties the tenant's store on every donor: every key of the
+        tenant's, whoever stored it, pinned ones too; other tenants'
+        keys stay. Raises PoolError (EOPNOTSUPP: a memd older than
+        protocol 4) when a donor could not; the others are still asked.
+        Releases the GIL."""
+        self._c.clear()
 
     def _future(self, op: Any) -> KVFuture:
         f = KVFuture(self, op)

@@ -24,8 +24,9 @@ with the same methods (for tests and benchmarks).
 Settings (``extra_config``; also accepted in the factory's ``kwargs``):
 ``addr``, ``tenant``, ``secret_file`` (None: the LIBPOOL_* environment,
 libpool(3)), ``replicas``, ``nthreads``, ``timeout_ms``, ``client_name``,
-``namespace`` (part of every key), ``clear_track_keys`` (how many stored
-keys ``clear`` remembers, default 1 Mi). SGLang's own keys
+``namespace`` (part of every key). ``clear_track_keys`` (an integer
+>= 0) is accepted for older configurations and has no effect: ``clear``
+no longer tracks keys. SGLang's own keys
 (``backend_name``, ``module_path``, ``class_name``, ``interface_v1``) are
 ignored here; any other key is logged as unknown.
 
@@ -63,9 +64,10 @@ of the pages (the present prefix, in pages); a page is read back only
 when every piece of it hits (a miss is reported, never wrong bytes);
 pages present at ``batch_exists`` may be evicted before they are read
 (SGLang then loads the shorter prefix). No pins are taken. ``clear``
-deletes the keys this object stored (up to ``clear_track_keys`` of the
-latest): the KV tier cannot list a tenant's keys, so keys stored by other
-processes or before a restart stay until memd evicts them.
+empties the tenant's whole store (``KV.clear``, on every donor), as
+SGLang's own backends empty theirs: keys stored by other processes, other
+namespaces or before a restart go too, pinned ones included; other
+tenants' keys stay.
 
 Threads: every method may be called from several threads at once
 (SGLang's prefetch, prefetch-IO and backup threads, and the scheduler's
@@ -79,8 +81,6 @@ import errno
 import hashlib
 import logging
 import struct
-import threading
-from collections import OrderedDict
 from typing import Any, List, Optional, Sequence, Tuple
 
 import tidepool
@@ -217,14 +217,14 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             PAGE_DOMAIN + b"\0" + _lp(ns.encode("utf-8")) +
             _lp(model.encode("utf-8")) + _lp(self._rank.encode("utf-8")),
             digest_size=32).digest()
-        track = settings.get("clear_track_keys", 1 << 20)
+        track = settings.get("clear_track_keys", 0)
         if not isinstance(track, int) or isinstance(track, bool) or \
                 track < 0:
             raise ValueError("tidepool: clear_track_keys must be an "
                              f"integer >= 0, not {track!r}")
-        self._track_max = track
-        self._stored: "OrderedDict[bytes, None]" = OrderedDict()
-        self._lock = threading.Lock()
+        if "clear_track_keys" in settings:
+            log.info("tidepool: clear_track_keys has no effect: clear "
+                     "empties the tenant's store")
         self._geom: Optional[dict] = None
         self._closed = False
 
@@ -413,17 +413,6 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
                 out.append(hi.digest())
         return out
 
-    def _track(self, keys: Sequence[bytes]) -> None:
-        if not self._track_max:
-            return
-        with self._lock:
-            st = self._stored
-            for k in keys:
-                st[k] = None
-                st.move_to_end(k)
-            while len(st) > self._track_max:
-                st.popitem(last=False)
-
     # -- the tier -----------------------------------------------------------
 
     def _get(self, tkeys: List[bytes], views: list) -> List[bool]:
@@ -451,7 +440,6 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
             log.warning("tidepool: put of %d pieces failed: %s",
                         len(tkeys), e)
             return [False] * len(tkeys)
-        self._track([k for k, o in zip(tkeys, ok) if o])
         return ok
 
     def _per_page(self, flags: List[bool], n: int) -> List[bool]:
@@ -603,20 +591,11 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
     # -- lifecycle ----------------------------------------------------------
 
     def clear(self) -> None:
-        """Deletes the keys this object stored (the latest
-        ``clear_track_keys``); module docstring for why not more."""
-        with self._lock:
-            keys = list(self._stored)
-            self._stored.clear()
-        deleted = 0
-        try:
-            for a, b in _chunks(len(keys), tidepool.BATCH_MAX):
-                deleted += sum(self.kv.delete(keys[a:b]))
-        except BaseException:
-            self._track(keys)
-            raise
-        log.info("tidepool: clear deleted %d of %d stored pieces", deleted,
-                 len(keys))
+        """Empties the tenant's store on every donor (``KV.clear``):
+        every key of the tenant's, whoever stored it. Raises what
+        ``KV.clear`` raises (EOPNOTSUPP: a memd older than protocol 4)."""
+        self.kv.clear()
+        log.info("tidepool: clear emptied the tenant's store")
 
     def get_stats(self) -> Any:
         """SGLang's storage metrics: none (the KV handle's counters are
