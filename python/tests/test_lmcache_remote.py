@@ -588,6 +588,28 @@ def test_list_sees_concurrent_writers(env, quiet_memd):
         o.ref_count_down()
 
 
+def test_key_log_registry_slot_busy_takes_the_next():
+    """Two connectors registering their key logs at once put the same
+    free registry slot: the one whose reserve finds the other's open put
+    (EBUSY) takes the next slot instead of dropping its names (the flake
+    of test_list_sees_concurrent_writers). Driven as a plan, no memd."""
+    import errno
+    tlm = importlib.import_module("tidepool.connectors.lmcache")
+    log = tlm._KeyLog(kv=None)
+    plan = log._plan_append(["vllm@m@1@0@abc"])
+    ops = next(plan)
+    assert ops[0].kind == "exists"
+    ops = plan.send([0])  # no slot taken yet
+    assert ops[0].kind == "put" and ops[0].keys == [tlm._registry_key(0)]
+    ops = plan.send([[errno.EBUSY]])  # another connector's reservation
+    assert ops[0].kind == "put" and ops[0].keys == [tlm._registry_key(1)]
+    ops = plan.send([[0]])
+    assert ops[0].keys == [tlm._log_key(log._id, 0)]
+    with pytest.raises(StopIteration):
+        plan.send([[0]])
+    assert log._registered
+
+
 def test_list_log_record_lost(env, quiet_memd):
     """A log record evicted: its names leave the list, the records
     after the hole are still read."""

@@ -1488,7 +1488,9 @@ class _KeyLog:
                                             [rec])])[0])
                 if st == 0:
                     break
-                if st != errno.EEXIST:
+                # EBUSY: another connector is putting this slot right now
+                # (its reservation); it takes the slot, we the next
+                if st not in (errno.EEXIST, errno.EBUSY):
                     raise tidepool.PoolError(st, tidepool.strerror(st))
                 j += 1
             self._registered = True
