@@ -978,13 +978,7 @@ class TidepoolRemoteConnector:
     async def ping(self) -> int:
         """One round trip to the pool: 0, or the errno of the failure."""
         self._check_open()
-        try:
-            await self._kv.exists_async(bytes(tidepool.KEY_BYTES))
-        except tidepool.ClosedError:
-            raise
-        except tidepool.PoolError as e:
-            return e.errno or errno.EIO
-        return 0
+        return await _ping(self._kv)
 
     def support_batched_get(self) -> bool:
         """True: ``batched_get`` reads all keys in two round trips."""
@@ -1394,6 +1388,18 @@ def _plan_list() -> Plan:
     return [n for n, f in zip(names, found) if f]
 
 
+async def _ping(kv) -> int:
+    """One round trip to the pool on kv: 0, or the errno of the failure
+    (both RemoteConnector classes' ``ping``); a closed handle raises."""
+    try:
+        await kv.exists_async(bytes(tidepool.KEY_BYTES))
+    except tidepool.ClosedError:
+        raise
+    except tidepool.PoolError as e:
+        return e.errno or errno.EIO
+    return 0
+
+
 def _check_put(o) -> int:
     """The status of a one-key put op's outcome (raises its exception)."""
     if isinstance(o, BaseException):
@@ -1593,13 +1599,7 @@ class _LMCacheConnector:
     async def ping(self) -> int:
         """One round trip: 0, or the errno of the failure."""
         self._check_open()
-        try:
-            await self._kv.exists_async(bytes(tidepool.KEY_BYTES))
-        except tidepool.ClosedError:
-            raise
-        except tidepool.PoolError as e:
-            return e.errno or errno.EIO
-        return 0
+        return await _ping(self._kv)
 
     def support_batched_get(self) -> bool:
         """True: metas and pieces in one round trip once a value of the
