@@ -38,8 +38,10 @@ struct pool_map_stats {
 				    * (LIBPOOL_PAGING_BEHIND) */
 	uint64_t clock_fifo_windows; /* adaptive CLOCK: windows of a budget's
 				      * pages evicted oldest first */
-	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
-	int failed;	     /* 0, or the -errno that failed the mapping */
+	uint64_t fork_fetched; /* pages fetched before a fork() for the child:
+				* see docs/paging.md, "fork()" */
+	bool user_mode_only;   /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
+	int failed;	       /* 0, or the -errno that failed the mapping */
 };
 
 /*

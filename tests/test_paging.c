@@ -11,6 +11,9 @@
  * under threads. With --huge (test_paging_huge): the same in 2 MiB
  * hugetlb pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES), clean pages never
  * written back, what is refused, a kernel pool that runs short, fork().
+ * fork() of a mapping larger than its budget: the child reads every
+ * byte (pages evicted before the fork are fetched for it), or with the
+ * fetch off finds them fenced with a line saying why.
  */
 #include <check.h>
 #include <dirent.h>
@@ -984,6 +987,157 @@ START_TEST(memd_killed_gives_sigbus)
 		      "served after memd died, 6 = wrong byte)",
 		      st);
 	tu_memd_stop(&md, SIGKILL); /* reaps the killed memd */
+}
+END_TEST
+
+/*
+ * fork() of a mapping four times its budget (issue 28: torch's
+ * DataLoader workers died of SIGSEGV at a quarter of the peak RSS). The
+ * pages evicted to the region before the fork are fetched for the child
+ * (fork_fetch()): it reads every byte right and rewrites its copy; then
+ * the parent still reads every byte right, and its resident set is back
+ * within the budget. A thread of the parent reads everything and
+ * rewrites a page in eight (the same bytes) meanwhile: evictions and
+ * write faults while the fork holds pages mapped.
+ */
+struct fork_busy {
+	uint8_t *a;
+	size_t size;
+	volatile int stop;
+	size_t bad; /* 1 + offset of a wrong byte, or 0 */
+};
+
+static void *fork_busy_main(void *arg)
+{
+	struct fork_busy *b = arg;
+
+	while (!b->stop && !b->bad) {
+		for (size_t i = 0; i < b->size && !b->stop; i += PG) {
+			ssize_t bad = tu_pattern_check(b->a + i, PG, 31, i);
+
+			if (bad >= 0) {
+				b->bad = i + (size_t)bad + 1;
+				break;
+			}
+			if ((i / PG) % 8 == 0)
+				tu_pattern_fill(b->a + i, PG, 31, i);
+		}
+	}
+	return NULL;
+}
+
+static int fork_child_check(uint8_t *a, size_t size)
+{
+	if (tu_pattern_check(a, size, 31, 0) >= 0)
+		return 2;
+	tu_pattern_fill(a, size, 32, 0);
+	if (tu_pattern_check(a, size, 32, 0) >= 0)
+		return 3;
+	return 0;
+}
+
+START_TEST(fork_child_reads_evicted)
+{
+	const size_t size = 16 * MiB, local = 4 * MiB;
+	struct fork_busy busy = { 0 };
+	struct pool_map_stats st;
+	struct pool_region *r;
+	struct pool *p;
+	pthread_t th;
+	uint8_t *a;
+	pid_t child;
+	int ws;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 31, 0);
+	st = stats(a);
+	ck_assert_uint_ge(st.evictions, (size - local) / PG);
+	busy = (struct fork_busy){ .a = a, .size = size };
+	ck_assert_int_eq(pthread_create(&th, NULL, fork_busy_main, &busy), 0);
+	for (int k = 0; k < 3; k++) {
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0)
+			_exit(fork_child_check(a, size));
+		ck_assert_int_eq(waitpid(child, &ws, 0), child);
+		ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+			      "child %d: status %d (signal 11: an evicted page "
+			      "was fenced; exit 2: a wrong byte)",
+			      k, ws);
+	}
+	busy.stop = 1;
+	pthread_join(th, NULL);
+	ck_assert_msg(!busy.bad, "parent thread: wrong byte at %zu",
+		      busy.bad - 1);
+	st = stats(a);
+	ck_assert_uint_ge(st.fork_fetched, (size - local) / PG);
+	ck_assert_uint_le(st.resident, local / PG);
+	check_range(a, 0, size, 31);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/*
+ * The same fork with the fetch turned off (LIBPOOL_FORK_FETCH=0): the
+ * child's evicted pages are fenced, and touching one prints the line
+ * that says why before the SIGSEGV, never wrong bytes.
+ */
+START_TEST(fork_fetch_off_fences_with_a_reason)
+{
+	const size_t size = 8 * MiB, local = 1 * MiB;
+	char path[] = "/tmp/tp-paging-fork.XXXXXX", buf[4096] = "";
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+	pid_t child;
+	ssize_t n;
+	int ws, fd;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 33, 0);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	setenv("LIBPOOL_FORK_FETCH", "0", 1);
+	child = fork();
+	unsetenv("LIBPOOL_FORK_FETCH");
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		volatile uint8_t v;
+
+		/* the last page is resident: the child's own copy */
+		if (tu_pattern_check(a + size - PG, PG, 33, size - PG) >= 0)
+			_exit(2);
+		dup2(fd, 2);
+		v = a[0]; /* evicted long ago */
+		_exit(v == tu_pattern_byte(33, 0) ? 3 : 4);
+	}
+	ck_assert_int_eq(waitpid(child, &ws, 0), child);
+	ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGSEGV,
+		      "child: status %d (3: an evicted page read right "
+		      "without a fetch, 4: wrong byte)",
+		      ws);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	ck_assert_int_gt(n, 0);
+	buf[n] = '\0';
+	ck_assert_msg(
+		strstr(buf, "paging: fork child touched page 0 of map=") &&
+			strstr(buf, "(over LIBPOOL_FORK_FETCH); SIGSEGV"),
+		"child's stderr: %s", buf);
+	ck_assert_uint_eq(stats(a).fork_fetched, 0);
+	check_range(a, 0, size, 33);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
 }
 END_TEST
 
@@ -2116,6 +2270,8 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, syscall_kernel_mode);
 		tcase_add_test(tc, syscall_user_mode_only);
 		tcase_add_test(tc, memd_killed_gives_sigbus);
+		tcase_add_test(tc, fork_child_reads_evicted);
+		tcase_add_test(tc, fork_fetch_off_fences_with_a_reason);
 		tcase_add_test(tc, one_engine_for_all_mappings);
 		tcase_add_test(tc, process_budget_across_mappings);
 		tcase_add_test(tc, clock_keeps_pages_in_use);
