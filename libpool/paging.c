@@ -434,6 +434,62 @@ __attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src,
 /* ------------------------------------------------------------------ */
 /* userfaultfd                                                          */
 
+/*
+ * Test-only fault injection: TP_TEST_UFFD_EAGAIN=N (at least 2) makes
+ * every Nth of the engine's page-table ioctls (UFFDIO_COPY, _ZEROPAGE,
+ * _WRITEPROTECT, _WAKE) fail with EAGAIN before it reaches the kernel,
+ * as the kernel answers while the faulting mm is changing
+ * (mmap_changing). Read once; unset, it costs one relaxed load per
+ * ioctl. Never set it in production.
+ */
+static unsigned uffd_eagain_every; /* 0: off */
+static unsigned uffd_eagain_count;
+static pthread_once_t uffd_eagain_once = PTHREAD_ONCE_INIT;
+
+static void uffd_eagain_init(void)
+{
+	const char *v = getenv("TP_TEST_UFFD_EAGAIN");
+	long n = v ? strtol(v, NULL, 10) : 0;
+
+	__atomic_store_n(&uffd_eagain_every,
+			 n <= 0	       ? 0u
+			 : n < 2       ? 2u
+			 : n > 1000000 ? 1000000u
+				       : (unsigned)n,
+			 __ATOMIC_RELAXED);
+}
+
+/* ioctl() on the engine's userfaultfd, through the injection above. */
+static int uffd_ioctl(const struct mapping *m, unsigned long req, void *arg)
+{
+	unsigned every;
+
+	pthread_once(&uffd_eagain_once, uffd_eagain_init);
+	every = __atomic_load_n(&uffd_eagain_every, __ATOMIC_RELAXED);
+	if (every &&
+	    __atomic_add_fetch(&uffd_eagain_count, 1, __ATOMIC_RELAXED) %
+			    every ==
+		    0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return ioctl(m->uffd, req, arg);
+}
+
+/*
+ * EAGAIN from a page-table ioctl is transient: the faulting mm was
+ * changing (a fork, mremap or unmap under way in the kernel) and nothing
+ * or part of the range was done. It is retried, never turned into a
+ * failed mapping (SIGBUS). The change ends without us (we ask for no
+ * non-cooperative events, so none waits for pool-uffd): yield and go
+ * again. Counted (uffd_retries in the stats).
+ */
+static void uffd_again(struct mapping *m)
+{
+	STAT_ADD(m, uffd_retries, 1);
+	sched_yield();
+}
+
 static int uffd_wake(struct mapping *m, size_t idx, size_t n)
 {
 	struct uffdio_range rg = {
@@ -441,10 +497,16 @@ static int uffd_wake(struct mapping *m, size_t idx, size_t n)
 		.len = n * m->psize,
 	};
 
-	return ioctl(m->uffd, UFFDIO_WAKE, &rg) ? -errno : 0;
+	while (uffd_ioctl(m, UFFDIO_WAKE, &rg)) {
+		if (errno != EAGAIN)
+			return -errno;
+		uffd_again(m);
+	}
+	return 0;
 }
 
-/* Sets (wp) or clears write protection; clearing wakes the writers. */
+/* Sets (wp) or clears write protection; clearing wakes the writers. A
+ * retry after EAGAIN does the whole range again (idempotent). */
 static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 {
 	struct uffdio_writeprotect w = {
@@ -453,7 +515,12 @@ static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
 	};
 
-	return ioctl(m->uffd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
+	while (uffd_ioctl(m, UFFDIO_WRITEPROTECT, &w)) {
+		if (errno != EAGAIN)
+			return -errno;
+		uffd_again(m);
+	}
+	return 0;
 }
 
 static int evict(struct mapping *m, size_t n);
@@ -480,7 +547,7 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		};
 		int err;
 
-		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0) {
+		if (uffd_ioctl(m, UFFDIO_COPY, &c) == 0) {
 			done += c.len;
 			step = len - done;
 			continue;
@@ -513,7 +580,9 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			if (ret)
 				return ret;
 			STAT_ADD(m, huge_short, 1);
-		} else if (err != EAGAIN) { /* EAGAIN: mm changing */
+		} else if (err == EAGAIN) { /* the mm was changing */
+			uffd_again(m);
+		} else {
 			return -err;
 		}
 	}
@@ -540,9 +609,10 @@ static int zero_install(struct mapping *m, size_t idx)
 	 * protected in the same step (no window for a silent write). */
 	if (m->huge)
 		return uffd_copy(m, idx, 1, m->zero, true);
-	while (ioctl(m->uffd, UFFDIO_ZEROPAGE, &z)) {
-		if (errno != EAGAIN || z.zeropage > 0)
+	while (uffd_ioctl(m, UFFDIO_ZEROPAGE, &z)) {
+		if (errno != EAGAIN)
 			return -errno;
+		uffd_again(m);
 	}
 	ret = uffd_protect(m, idx, 1, true);
 	if (ret)

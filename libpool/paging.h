@@ -38,6 +38,7 @@ struct pool_map_stats {
 				    * (LIBPOOL_PAGING_BEHIND) */
 	uint64_t clock_fifo_windows; /* adaptive CLOCK: windows of a budget's
 				      * pages evicted oldest first */
+	uint64_t uffd_retries; /* page-table ioctls retried after EAGAIN */
 	uint64_t fork_fetched; /* pages fetched before a fork() for the child:
 				* see docs/paging.md, "fork()" */
 	bool user_mode_only;   /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */

@@ -991,6 +991,86 @@ START_TEST(memd_killed_gives_sigbus)
 END_TEST
 
 /*
+ * A page-table ioctl that answers EAGAIN (the faulting mm was changing)
+ * is retried, never a failed mapping and SIGBUS (issue 28). The
+ * test-only hook TP_TEST_UFFD_EAGAIN=3 fails every third of the engine's
+ * UFFDIO_COPY, _ZEROPAGE, _WRITEPROTECT and _WAKE with EAGAIN; every
+ * path is taken: zero-page reads and their write-protection, write
+ * faults and fills, evictions (protect, drop), fetches and installs
+ * ahead, WP faults on fetched pages, a fork's fetch. In a child, where
+ * the hook is read first (each test is a process of its own, but this
+ * way the setting cannot leak into another case either).
+ */
+static int eagain_child(void)
+{
+	const size_t size = 8 * MiB, local = 1 * MiB, npages = size / PG;
+	struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+	struct pool_map_stats st;
+	struct pool_region *r;
+	struct pool *p = NULL;
+	void *v = NULL;
+	uint8_t *a;
+	pid_t child;
+	int ws;
+
+	setenv("TP_TEST_UFFD_EAGAIN", "3", 1);
+	if (pool_connect(&o, &p) || pool_alloc(p, size, &r) ||
+	    pool_map(p, r, local, 0, &v))
+		return 2;
+	a = v;
+	for (size_t i = 0; i < size; i += 2 * PG) /* zero pages */
+		if (a[i])
+			return 3;
+	tu_pattern_fill(a, size, 6, 0); /* WP faults, fills, evictions */
+	if (tu_pattern_check(a, size, 6, 0) >= 0) /* fetches, ahead */
+		return 4;
+	for (size_t i = 0; i < npages; i += 5) /* WP faults on fetched */
+		tu_pattern_fill(a + i * PG, PG, 7, i * PG);
+	for (size_t i = 0; i < npages; i++)
+		if (tu_pattern_check(a + i * PG, PG, i % 5 ? 6 : 7, i * PG) >=
+		    0)
+			return 5;
+	child = fork(); /* the fork's fetch */
+	if (child == 0) {
+		for (size_t i = 0; i < npages; i++)
+			if (tu_pattern_check(a + i * PG, PG, i % 5 ? 6 : 7,
+					     i * PG) >= 0)
+				_exit(1);
+		_exit(0);
+	}
+	if (child < 0 || waitpid(child, &ws, 0) != child || ws != 0)
+		return 6;
+	if (pool_map_get_stats(a, &st) || st.failed || st.sigbus)
+		return 7;
+	if (st.uffd_retries < 100 || !st.fork_fetched)
+		return 8;
+	if (pool_unmap(p, a, POOL_UNMAP_FLUSH))
+		return 9;
+	pool_close(p);
+	return 0;
+}
+
+START_TEST(uffd_eagain_is_retried)
+{
+	pid_t child;
+	int ws;
+
+	start_memd();
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(eagain_child());
+	ck_assert_int_eq(waitpid(child, &ws, 0), child);
+	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+		      "child: status %d (signal 7: SIGBUS on an EAGAIN; exit "
+		      "3-6: a wrong byte, 7: the mapping failed, 8: too few "
+		      "retries counted)",
+		      ws);
+	stop_memd();
+}
+END_TEST
+
+/*
  * fork() of a mapping four times its budget (issue 28: torch's
  * DataLoader workers died of SIGSEGV at a quarter of the peak RSS). The
  * pages evicted to the region before the fork are fetched for the child
@@ -2271,6 +2351,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, syscall_user_mode_only);
 		tcase_add_test(tc, memd_killed_gives_sigbus);
 		tcase_add_test(tc, fork_child_reads_evicted);
+		tcase_add_test(tc, uffd_eagain_is_retried);
 		tcase_add_test(tc, fork_fetch_off_fences_with_a_reason);
 		tcase_add_test(tc, one_engine_for_all_mappings);
 		tcase_add_test(tc, process_budget_across_mappings);
