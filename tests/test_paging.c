@@ -1083,16 +1083,18 @@ END_TEST
 struct fork_busy {
 	uint8_t *a;
 	size_t size;
-	volatile int stop;
-	size_t bad; /* 1 + offset of a wrong byte, or 0 */
+	int stop;   /* atomic */
+	size_t bad; /* 1 + offset of a wrong byte, or 0; read after join */
 };
 
 static void *fork_busy_main(void *arg)
 {
 	struct fork_busy *b = arg;
 
-	while (!b->stop && !b->bad) {
-		for (size_t i = 0; i < b->size && !b->stop; i += PG) {
+	while (!__atomic_load_n(&b->stop, __ATOMIC_RELAXED) && !b->bad) {
+		for (size_t i = 0; i < b->size &&
+				   !__atomic_load_n(&b->stop, __ATOMIC_RELAXED);
+		     i += PG) {
 			ssize_t bad = tu_pattern_check(b->a + i, PG, 31, i);
 
 			if (bad >= 0) {
@@ -1148,7 +1150,7 @@ START_TEST(fork_child_reads_evicted)
 			      "was fenced; exit 2: a wrong byte)",
 			      k, ws);
 	}
-	busy.stop = 1;
+	__atomic_store_n(&busy.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(th, NULL);
 	ck_assert_msg(!busy.bad, "parent thread: wrong byte at %zu",
 		      busy.bad - 1);
