@@ -320,6 +320,7 @@ static struct {
 	 * the last fork left pages to fence (NULL: none). */
 	bool fork_hold;
 	const char *fork_why;
+	bool wake_split; /* LIBPOOL_PAGING_WAKE_SPLIT=1: POOL_PHASE_WAKE */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -533,8 +534,18 @@ static bool page_is_present(struct mapping *m, size_t idx);
  * short, another process took them) costs us one of ours: the oldest is
  * evicted, which gives its page back, and the copy is tried again; with
  * none of ours left, -ENOMEM (the mapping fails). */
+static int uffd_copy_mode(struct mapping *m, size_t idx, size_t n,
+			  const uint8_t *src, bool wp, uint64_t mode);
+
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
+{
+	return uffd_copy_mode(m, idx, n, src, wp, 0);
+}
+
+/* uffd_copy() with more UFFDIO_COPY mode bits (MODE_DONTWAKE). */
+static int uffd_copy_mode(struct mapping *m, size_t idx, size_t n,
+			  const uint8_t *src, bool wp, uint64_t mode)
 {
 	size_t done = 0, len = n * m->psize, step = len;
 
@@ -543,7 +554,7 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			.dst = (uintptr_t)page_addr(m, idx) + done,
 			.src = (uintptr_t)src + done,
 			.len = step < len - done ? step : len - done,
-			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
+			.mode = (wp ? UFFDIO_COPY_MODE_WP : 0) | mode,
 		};
 		int err;
 
@@ -790,6 +801,8 @@ static int engine_start(void)
 	eng.clock_auto = !getenv("LIBPOOL_PAGING_CLOCK");
 	eng.behind_on = !(getenv("LIBPOOL_PAGING_BEHIND") &&
 			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
+	eng.wake_split = getenv("LIBPOOL_PAGING_WAKE_SPLIT") &&
+			 !strcmp(getenv("LIBPOOL_PAGING_WAKE_SPLIT"), "1");
 	eng.resident = 0;
 	__atomic_store_n(&eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
 	eng.spin_win_ns = 0;
@@ -1860,10 +1873,21 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 			ret = uffd_copy(m, idx + 1, n - at - 1,
 					buf + (at + 1) * m->psize, !dirty);
 		if (ret == 0)
-			ret = uffd_copy(m, idx, 1, buf + at * m->psize,
-					!(dirty || write));
+			ret = uffd_copy_mode(
+				m, idx, 1, buf + at * m->psize,
+				!(dirty || write),
+				eng.wake_split ? UFFDIO_COPY_MODE_DONTWAKE : 0);
 	}
 	phase_add(POOL_PHASE_INSTALL, t0);
+	/* A measurement (LIBPOOL_PAGING_WAKE_SPLIT=1): the faulting
+	 * thread's wake-up as a step of its own, so that install is the
+	 * copy alone (one more ioctl per fault). */
+	if (ret == 0 && idx != SIZE_MAX && eng.wake_split) {
+		uint64_t tw = mono_ns();
+
+		ret = uffd_wake(m, idx, 1);
+		phase_add(POOL_PHASE_WAKE, tw);
+	}
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
@@ -3654,6 +3678,7 @@ const char *pool_paging_phase_name(unsigned phase)
 		[POOL_PHASE_DROP] = "drop",
 		[POOL_PHASE_WP] = "wp",
 		[POOL_PHASE_AHEAD] = "ahead",
+		[POOL_PHASE_WAKE] = "wake",
 	};
 
 	return phase < POOL_PHASE_N ? names[phase] : "?";

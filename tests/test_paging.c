@@ -439,7 +439,7 @@ END_TEST
  * batch of messages never add up to more than the batch's own time.
  * Counters only: no bound on any duration.
  */
-START_TEST(phases_time_each_step)
+static void phases_run(bool wake_split)
 {
 	const size_t size = 4 * MiB, local = 256 * KiB, hot = 512 * KiB;
 	struct pool_paging_engine_stats e0, e1;
@@ -448,6 +448,8 @@ START_TEST(phases_time_each_step)
 	uint8_t *a;
 	uint64_t d[POOL_PHASE_N], dn[POOL_PHASE_N];
 
+	if (wake_split) /* read when the engine starts: at map() below */
+		setenv("LIBPOOL_PAGING_WAKE_SPLIT", "1", 1);
 	start_memd();
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
@@ -482,11 +484,30 @@ START_TEST(phases_time_each_step)
 			      pool_paging_phase_name(taken[i]));
 	/* one read per batch, one serve per read */
 	ck_assert_uint_eq(dn[POOL_PHASE_SERVE], dn[POOL_PHASE_READ]);
-	ck_assert_uint_ge(d[POOL_PHASE_SERVE], d[POOL_PHASE_FETCH] +
-						       d[POOL_PHASE_INSTALL] +
-						       d[POOL_PHASE_WP]);
+	ck_assert_uint_ge(d[POOL_PHASE_SERVE],
+			  d[POOL_PHASE_FETCH] + d[POOL_PHASE_INSTALL] +
+				  d[POOL_PHASE_WP] + d[POOL_PHASE_WAKE]);
+	/* the wake-up out of install only when asked: one per fetch of a
+	 * fault (a batch's each) */
+	if (wake_split)
+		ck_assert_uint_ge(dn[POOL_PHASE_WAKE], dn[POOL_PHASE_FETCH]);
+	else
+		ck_assert_uint_eq(dn[POOL_PHASE_WAKE], 0);
 	pool_close(p);
 	stop_memd();
+}
+
+START_TEST(phases_time_each_step)
+{
+	phases_run(false);
+}
+END_TEST
+
+/* LIBPOOL_PAGING_WAKE_SPLIT=1 (a measurement): the faulting thread's
+ * wake-up is a step of its own, and the bytes are right all the same. */
+START_TEST(phases_wake_split)
+{
+	phases_run(true);
 }
 END_TEST
 
@@ -2343,6 +2364,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, dirty_pages_survive_eviction);
 		tcase_add_test(tc, vma_split_by_program);
 		tcase_add_test(tc, phases_time_each_step);
+		tcase_add_test(tc, phases_wake_split);
 		tcase_add_test(tc, read_modify_write_passes);
 		tcase_add_test(tc, threads_fault_at_once);
 		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
