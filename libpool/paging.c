@@ -2841,6 +2841,9 @@ static bool fork_fetches(const struct mapping *m)
  * time under eng.lock; between runs pool-uffd serves faults. No page
  * leaves once held, so none is missing at the fork. A read that fails
  * fails the mapping, as a fault's would: the child finds the rest fenced.
+ * eng.life is held throughout: a pool_unmap() that took its mapping off
+ * reg_lock's list before the fork waits in engine_detach() until the
+ * walk of eng.maps is done (it frees the mapping after).
  */
 static void fork_fetch(void)
 {
@@ -2849,6 +2852,7 @@ static void fork_fetch(void)
 	const char *why = NULL;
 	uint64_t t0 = mono_ns(), nfetched = 0;
 
+	pthread_mutex_lock(&eng.life);
 	pthread_mutex_lock(&eng.lock);
 	eng.fork_why = NULL;
 	for (struct mapping *m = eng.maps; m; m = m->enext) {
@@ -2862,12 +2866,14 @@ static void fork_fetch(void)
 	}
 	if (!need) {
 		pthread_mutex_unlock(&eng.lock);
+		pthread_mutex_unlock(&eng.life);
 		return;
 	}
 	cap = fork_cap(&why);
 	if (need > cap / PAGE) {
 		eng.fork_why = why;
 		pthread_mutex_unlock(&eng.lock);
+		pthread_mutex_unlock(&eng.life);
 		pool_log(LOG_INFO,
 			 "paging: fork: %zu evicted pages not fetched, %s",
 			 need, why);
@@ -2922,6 +2928,7 @@ static void fork_fetch(void)
 	}
 	engine_thread = was;
 	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng.life);
 	pool_log(LOG_INFO, "paging: fork: fetched %llu pages in %llu us",
 		 (unsigned long long)nfetched,
 		 (unsigned long long)((mono_ns() - t0) / 1000));
