@@ -86,9 +86,10 @@
  *   - once failed, a fault that needs the pool gets SIGBUS (fault_fail()),
  *     never a page with wrong contents.
  *
- * fork(): a child's copy of a mapping has no handler; pages whose data is
- * only in the region are PROT_NONE there (fork_child_fence()), the rest
- * is the child's private copy. pool_unmap() in the child frees the copy.
+ * fork(): a child's copy of a mapping has no handler; the pages whose
+ * data is only in the region are fetched for it before the fork
+ * (fork_fetch()), or past LIBPOOL_FORK_FETCH made PROT_NONE there
+ * (fork_child_fence()). pool_unmap() in the child frees the copy.
  */
 #include "tidepool/pool_map.h"
 
@@ -162,6 +163,9 @@ enum {
 			   * clock_select() (4 KiB pages) */
 	PG_CLAIM = 1u << 5,  /* in a run of fetch_batch() being read */
 	PG_VICTIM = 1u << 6, /* chosen by behind_select(), leaving the ring */
+	PG_FORK = 1u << 7,   /* out of the ring but still mapped (and
+			      * protected) for a fork under way: see
+			      * fork_fetch() */
 };
 
 /* CLOCK's refault test: a page fetched again within REFAULT_EPOCHS
@@ -265,8 +269,9 @@ struct mapping {
 	bool fail_logged;
 	const char *fail_why; /* mapping_fail()'s step, for fault_fail() */
 	bool inherited; /* a fork() child's copy: no thread, see fork_child */
-	bool ahead_on;	/* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
-	bool warming;	/* warm_thr runs: see warm_main() */
+	const char *fenced; /* in the child: why pages are fenced, or NULL */
+	bool ahead_on; /* install-ahead (LIBPOOL_PAGING_AHEAD, default on) */
+	bool warming;  /* warm_thr runs: see warm_main() */
 	/* the session's fabric is not set up yet: ask for it once half
 	 * the budget is resident (warm_deferred_check()) */
 	bool warm_deferred;
@@ -310,6 +315,12 @@ static struct {
 	bool clock_auto; /* LIBPOOL_PAGING_CLOCK unset: clock_adapt() */
 	bool behind_on;	 /* LIBPOOL_PAGING_BEHIND (default on): 4 KiB pages
 			 * evicted behind a stream, see behind_select() */
+	/* A fork() is under way (fork_fetch() to fork_release()): 4 KiB
+	 * pages leave the ring but stay mapped (PG_FORK). fork_why: why
+	 * the last fork left pages to fence (NULL: none). */
+	bool fork_hold;
+	const char *fork_why;
+	bool wake_split; /* LIBPOOL_PAGING_WAKE_SPLIT=1: POOL_PHASE_WAKE */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -424,6 +435,62 @@ __attribute__((no_sanitize("thread"))) static bool page_is_zero(const void *src,
 /* ------------------------------------------------------------------ */
 /* userfaultfd                                                          */
 
+/*
+ * Test-only fault injection: TP_TEST_UFFD_EAGAIN=N (at least 2) makes
+ * every Nth of the engine's page-table ioctls (UFFDIO_COPY, _ZEROPAGE,
+ * _WRITEPROTECT, _WAKE) fail with EAGAIN before it reaches the kernel,
+ * as the kernel answers while the faulting mm is changing
+ * (mmap_changing). Read once; unset, it costs one relaxed load per
+ * ioctl. Never set it in production.
+ */
+static unsigned uffd_eagain_every; /* 0: off */
+static unsigned uffd_eagain_count;
+static pthread_once_t uffd_eagain_once = PTHREAD_ONCE_INIT;
+
+static void uffd_eagain_init(void)
+{
+	const char *v = getenv("TP_TEST_UFFD_EAGAIN");
+	long n = v ? strtol(v, NULL, 10) : 0;
+
+	__atomic_store_n(&uffd_eagain_every,
+			 n <= 0	       ? 0u
+			 : n < 2       ? 2u
+			 : n > 1000000 ? 1000000u
+				       : (unsigned)n,
+			 __ATOMIC_RELAXED);
+}
+
+/* ioctl() on the engine's userfaultfd, through the injection above. */
+static int uffd_ioctl(const struct mapping *m, unsigned long req, void *arg)
+{
+	unsigned every;
+
+	pthread_once(&uffd_eagain_once, uffd_eagain_init);
+	every = __atomic_load_n(&uffd_eagain_every, __ATOMIC_RELAXED);
+	if (every &&
+	    __atomic_add_fetch(&uffd_eagain_count, 1, __ATOMIC_RELAXED) %
+			    every ==
+		    0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return ioctl(m->uffd, req, arg);
+}
+
+/*
+ * EAGAIN from a page-table ioctl is transient: the faulting mm was
+ * changing (a fork, mremap or unmap under way in the kernel) and nothing
+ * or part of the range was done. It is retried, never turned into a
+ * failed mapping (SIGBUS). The change ends without us (we ask for no
+ * non-cooperative events, so none waits for pool-uffd): yield and go
+ * again. Counted (uffd_retries in the stats).
+ */
+static void uffd_again(struct mapping *m)
+{
+	STAT_ADD(m, uffd_retries, 1);
+	sched_yield();
+}
+
 static int uffd_wake(struct mapping *m, size_t idx, size_t n)
 {
 	struct uffdio_range rg = {
@@ -431,10 +498,16 @@ static int uffd_wake(struct mapping *m, size_t idx, size_t n)
 		.len = n * m->psize,
 	};
 
-	return ioctl(m->uffd, UFFDIO_WAKE, &rg) ? -errno : 0;
+	while (uffd_ioctl(m, UFFDIO_WAKE, &rg)) {
+		if (errno != EAGAIN)
+			return -errno;
+		uffd_again(m);
+	}
+	return 0;
 }
 
-/* Sets (wp) or clears write protection; clearing wakes the writers. */
+/* Sets (wp) or clears write protection; clearing wakes the writers. A
+ * retry after EAGAIN does the whole range again (idempotent). */
 static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 {
 	struct uffdio_writeprotect w = {
@@ -443,7 +516,12 @@ static int uffd_protect(struct mapping *m, size_t idx, size_t n, bool wp)
 		.mode = wp ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
 	};
 
-	return ioctl(m->uffd, UFFDIO_WRITEPROTECT, &w) ? -errno : 0;
+	while (uffd_ioctl(m, UFFDIO_WRITEPROTECT, &w)) {
+		if (errno != EAGAIN)
+			return -errno;
+		uffd_again(m);
+	}
+	return 0;
 }
 
 static int evict(struct mapping *m, size_t n);
@@ -456,8 +534,18 @@ static bool page_is_present(struct mapping *m, size_t idx);
  * short, another process took them) costs us one of ours: the oldest is
  * evicted, which gives its page back, and the copy is tried again; with
  * none of ours left, -ENOMEM (the mapping fails). */
+static int uffd_copy_mode(struct mapping *m, size_t idx, size_t n,
+			  const uint8_t *src, bool wp, uint64_t mode);
+
 static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 		     const uint8_t *src, bool wp)
+{
+	return uffd_copy_mode(m, idx, n, src, wp, 0);
+}
+
+/* uffd_copy() with more UFFDIO_COPY mode bits (MODE_DONTWAKE). */
+static int uffd_copy_mode(struct mapping *m, size_t idx, size_t n,
+			  const uint8_t *src, bool wp, uint64_t mode)
 {
 	size_t done = 0, len = n * m->psize, step = len;
 
@@ -466,11 +554,11 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			.dst = (uintptr_t)page_addr(m, idx) + done,
 			.src = (uintptr_t)src + done,
 			.len = step < len - done ? step : len - done,
-			.mode = wp ? UFFDIO_COPY_MODE_WP : 0,
+			.mode = (wp ? UFFDIO_COPY_MODE_WP : 0) | mode,
 		};
 		int err;
 
-		if (ioctl(m->uffd, UFFDIO_COPY, &c) == 0) {
+		if (uffd_ioctl(m, UFFDIO_COPY, &c) == 0) {
 			done += c.len;
 			step = len - done;
 			continue;
@@ -503,7 +591,9 @@ static int uffd_copy(struct mapping *m, size_t idx, size_t n,
 			if (ret)
 				return ret;
 			STAT_ADD(m, huge_short, 1);
-		} else if (err != EAGAIN) { /* EAGAIN: mm changing */
+		} else if (err == EAGAIN) { /* the mm was changing */
+			uffd_again(m);
+		} else {
 			return -err;
 		}
 	}
@@ -530,9 +620,10 @@ static int zero_install(struct mapping *m, size_t idx)
 	 * protected in the same step (no window for a silent write). */
 	if (m->huge)
 		return uffd_copy(m, idx, 1, m->zero, true);
-	while (ioctl(m->uffd, UFFDIO_ZEROPAGE, &z)) {
-		if (errno != EAGAIN || z.zeropage > 0)
+	while (uffd_ioctl(m, UFFDIO_ZEROPAGE, &z)) {
+		if (errno != EAGAIN)
 			return -errno;
+		uffd_again(m);
 	}
 	ret = uffd_protect(m, idx, 1, true);
 	if (ret)
@@ -710,6 +801,8 @@ static int engine_start(void)
 	eng.clock_auto = !getenv("LIBPOOL_PAGING_CLOCK");
 	eng.behind_on = !(getenv("LIBPOOL_PAGING_BEHIND") &&
 			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
+	eng.wake_split = getenv("LIBPOOL_PAGING_WAKE_SPLIT") &&
+			 !strcmp(getenv("LIBPOOL_PAGING_WAKE_SPLIT"), "1");
 	eng.resident = 0;
 	__atomic_store_n(&eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
 	eng.spin_win_ns = 0;
@@ -1314,10 +1407,16 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 		for (size_t i = 0; i < nw; i++)
 			m->state[wb[i]] |= PG_REMOTE;
 	}
-	drop_pages(m, victims, n);
+	/* While a fork is under way the child must find every page
+	 * mapped: the victims leave the ring (the budget counts them out)
+	 * but stay, protected, until fork_release() drops them. */
+	if (!eng.fork_hold || m->huge)
+		drop_pages(m, victims, n);
 	phase_add(POOL_PHASE_DROP, t);
 	for (size_t i = 0; i < n; i++) {
 		m->state[victims[i]] &= (uint8_t)PG_REMOTE;
+		if (eng.fork_hold && !m->huge)
+			m->state[victims[i]] |= PG_FORK;
 		m->evicted[victims[i]] = m->epoch;
 	}
 	if (m->epoch_left <= n) {
@@ -1673,8 +1772,8 @@ static struct stream *stream_at(struct mapping *m, size_t idx, bool *cont)
 
 static bool page_is_fetchable(const struct mapping *m, size_t idx)
 {
-	return (m->state[idx] & (PG_RESIDENT | PG_REMOTE | PG_CLAIM)) ==
-	       PG_REMOTE;
+	return (m->state[idx] &
+		(PG_RESIDENT | PG_REMOTE | PG_CLAIM | PG_FORK)) == PG_REMOTE;
 }
 
 /* Fetches before a pattern of writes is trusted; every how many fetches
@@ -1774,10 +1873,21 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 			ret = uffd_copy(m, idx + 1, n - at - 1,
 					buf + (at + 1) * m->psize, !dirty);
 		if (ret == 0)
-			ret = uffd_copy(m, idx, 1, buf + at * m->psize,
-					!(dirty || write));
+			ret = uffd_copy_mode(
+				m, idx, 1, buf + at * m->psize,
+				!(dirty || write),
+				eng.wake_split ? UFFDIO_COPY_MODE_DONTWAKE : 0);
 	}
 	phase_add(POOL_PHASE_INSTALL, t0);
+	/* A measurement (LIBPOOL_PAGING_WAKE_SPLIT=1): the faulting
+	 * thread's wake-up as a step of its own, so that install is the
+	 * copy alone (one more ioctl per fault). */
+	if (ret == 0 && idx != SIZE_MAX && eng.wake_split) {
+		uint64_t tw = mono_ns();
+
+		ret = uffd_wake(m, idx, 1);
+		phase_add(POOL_PHASE_WAKE, tw);
+	}
 	if (ret) {
 		mapping_fail(m, ret, "UFFDIO_COPY");
 		return ret;
@@ -2175,12 +2285,14 @@ static int zero_fill(struct mapping *m, size_t idx)
 		limit = room > m->ra_max ? room : m->ra_max;
 	if (dir < 0) {
 		while (n < limit && idx >= n &&
-		       !(m->state[idx - n] & (PG_RESIDENT | PG_REMOTE)))
+		       !(m->state[idx - n] &
+			 (PG_RESIDENT | PG_REMOTE | PG_FORK)))
 			n++;
 		lo = idx + 1 - n;
 	} else {
 		while (n < limit && idx + n < live &&
-		       !(m->state[idx + n] & (PG_RESIDENT | PG_REMOTE)))
+		       !(m->state[idx + n] &
+			 (PG_RESIDENT | PG_REMOTE | PG_FORK)))
 			n++;
 		lo = idx;
 	}
@@ -2228,6 +2340,17 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 	uint8_t s = m->state[idx];
 	int ret;
 
+	if (s & PG_FORK) {
+		/* Mapped for a fork under way (fork_fetch()) after this
+		 * fault was sent: the install woke it already. */
+		if (page_is_present(m, idx)) {
+			uffd_wake(m, idx, 1);
+			return;
+		}
+		/* dropped behind our back: as any page out of the ring */
+		s &= (uint8_t)~PG_FORK;
+		m->state[idx] = s;
+	}
 	if (s & PG_RESIDENT) {
 		/* Another thread's fault on the same page, answered
 		 * already; or the page was dropped behind our back
@@ -2301,10 +2424,23 @@ static void missing_fault(struct mapping *m, size_t idx, bool write, pid_t tid)
 	m->state[idx] = PG_RESIDENT | (write ? PG_DIRTY | PG_REF : PG_ZERO);
 }
 
-static void wp_fault(struct mapping *m, size_t idx)
+static void wp_fault(struct mapping *m, size_t idx, pid_t tid)
 {
 	int ret;
 
+	if (m->state[idx] & PG_FORK) {
+		/* A write to a page kept mapped for a fork under way: it
+		 * comes back into the ring (room made as for a fault, which
+		 * keeps other pages mapped meanwhile) and goes on below. */
+		ret = make_room(m, 1);
+		if (ret) {
+			fault_fail(m, tid, idx);
+			return;
+		}
+		m->state[idx] =
+			(uint8_t)((m->state[idx] & ~PG_FORK) | PG_RESIDENT);
+		ring_push(m, idx);
+	}
 	if (!(m->state[idx] & PG_RESIDENT)) {
 		/* Evicted while the writer waited: it faults again as a
 		 * missing page. */
@@ -2540,7 +2676,8 @@ static void *uffd_main(void *arg)
 				continue;
 			idx = (a - (uintptr_t)m->base) >> m->shift;
 			if (msg->arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP)
-				wp_fault(m, idx);
+				wp_fault(m, idx,
+					 (pid_t)msg->arg.pagefault.feat.ptid);
 			else
 				missing_fault(
 					m, idx,
@@ -2630,16 +2767,200 @@ static void warm_start(struct mapping *m)
 
 /*
  * A fork() child gets a copy of the range without our userfaultfd (we do
- * not ask for UFFD_FEATURE_EVENT_FORK): its resident pages are the
- * child's private copy, right as they were; a missing page the region
- * never held reads as zero, which is its value. A page evicted to the
- * region would read as zero too, silently wrong, and the child cannot
- * fetch it (the session is the parent's, and the parent goes on writing
- * the region). Such pages are made PROT_NONE: touching one in the child
- * is SIGSEGV, never wrong bytes. The state array is the parent's at the
- * fork; pool-uffd sets PG_REMOTE before it drops a page, and a page in
- * flight (state and presence disagree) is fenced too.
+ * not ask for UFFD_FEATURE_EVENT_FORK: serving the child would need a
+ * snapshot of the region, which the parent goes on writing). Pages
+ * mapped at the fork are the child's private copy, right as they were; a
+ * missing page the region never held reads as zero, which is its value.
+ * A missing page whose data only the region holds would read as zero
+ * too, silently wrong, and the child cannot fetch it. So before the fork
+ * the forking thread fetches every such page (fork_fetch()) and maps it,
+ * protected, outside the ring (PG_FORK), and from then until the fork
+ * returns evictions leave their victims mapped too (eng.fork_hold): the
+ * child finds every page. In the parent the pages come out again after
+ * the fork (fork_release()); the child keeps them, as any child keeps
+ * the pages it shares with its parent. That costs a read of every
+ * evicted page per fork() and, while the child lives, the memory
+ * (docs/paging.md, "fork()").
+ *
+ * Not fetched: more than the cap (LIBPOOL_FORK_FETCH, default half of
+ * MemAvailable), LIBPOOL_FORK_FETCH=0, a failed mapping, huge pages.
+ * There the child's missing pages that the region holds are made
+ * PROT_NONE (fork_child_fence()), and the first touch of one prints a
+ * line naming the page and why before the program's SIGSEGV
+ * (fence_segv()), never wrong bytes.
  */
+
+/* The most bytes fork_fetch() brings in: LIBPOOL_FORK_FETCH ("0": none),
+ * else half of MemAvailable; *why says where the cap came from. */
+static size_t fork_cap(const char **why)
+{
+	const char *env = getenv("LIBPOOL_FORK_FETCH");
+	char buf[4096];
+	const char *v;
+	ssize_t n = -1;
+	int fd;
+
+	if (env && *env) {
+		*why = "over LIBPOOL_FORK_FETCH";
+		if (!strcmp(env, "0"))
+			return 0;
+		if (parse_size(env))
+			return parse_size(env);
+		pool_log(LOG_ERR,
+			 "paging: LIBPOOL_FORK_FETCH=%s is not a size; using "
+			 "half of MemAvailable",
+			 env);
+	}
+	*why = "over half of MemAvailable (LIBPOOL_FORK_FETCH)";
+	fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+	}
+	if (n <= 0)
+		return SIZE_MAX; /* unknown: fetch */
+	buf[n] = '\0';
+	v = strstr(buf, "MemAvailable:");
+	if (!v)
+		return SIZE_MAX;
+	return (size_t)strtoull(v + strlen("MemAvailable:"), NULL, 10) * 1024 /
+	       2;
+}
+
+/* Whether m's pages are fetched before a fork. */
+static bool fork_fetches(const struct mapping *m)
+{
+	return !m->huge && !__atomic_load_n(&m->failed, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * pthread_atfork prepare, reg_lock held: maps every page whose data only
+ * the region holds, if they fit fork_cap(), and holds evictions until
+ * fork_release(). The forking thread reads as pool-uffd would (an engine
+ * thread meanwhile: what libfabric allocates stays in libc), one run at a
+ * time under eng.lock; between runs pool-uffd serves faults. No page
+ * leaves once held, so none is missing at the fork. A read that fails
+ * fails the mapping, as a fault's would: the child finds the rest fenced.
+ * eng.life is held throughout: a pool_unmap() that took its mapping off
+ * reg_lock's list before the fork waits in engine_detach() until the
+ * walk of eng.maps is done (it frees the mapping after).
+ */
+static void fork_fetch(void)
+{
+	size_t need = 0, cap;
+	bool was = engine_thread;
+	const char *why = NULL;
+	uint64_t t0 = mono_ns(), nfetched = 0;
+
+	pthread_mutex_lock(&eng.life);
+	pthread_mutex_lock(&eng.lock);
+	eng.fork_why = NULL;
+	for (struct mapping *m = eng.maps; m; m = m->enext) {
+		size_t live = live_pages(m);
+
+		if (!fork_fetches(m))
+			continue;
+		for (size_t i = 0; i < live; i++)
+			if (page_is_fetchable(m, i))
+				need++;
+	}
+	if (!need) {
+		pthread_mutex_unlock(&eng.lock);
+		pthread_mutex_unlock(&eng.life);
+		return;
+	}
+	cap = fork_cap(&why);
+	if (need > cap / PAGE) {
+		eng.fork_why = why;
+		pthread_mutex_unlock(&eng.lock);
+		pthread_mutex_unlock(&eng.life);
+		pool_log(LOG_INFO,
+			 "paging: fork: %zu evicted pages not fetched, %s",
+			 need, why);
+		return;
+	}
+	eng.fork_hold = true;
+	engine_thread = true;
+	for (struct mapping *m = eng.maps; m; m = m->enext) {
+		size_t live = live_pages(m), i = 0;
+		size_t most =
+			m->ahead_run > m->ra_max ? m->ahead_run : m->ra_max;
+
+		while (fork_fetches(m) && i < live) {
+			size_t n = 0, lo;
+			uint64_t off;
+			struct pool_region *r;
+			int ret;
+
+			while (i < live && !page_is_fetchable(m, i))
+				i++;
+			lo = i;
+			while (n < most && i < live && seg_same(m, lo, i) &&
+			       page_is_fetchable(m, i)) {
+				n++;
+				i++;
+			}
+			if (!n)
+				break;
+			r = seg_at(m, lo, &off);
+			ret = pool_read(m->p, r, off, m->stage_in,
+					run_bytes(m, lo, n));
+			if (ret) {
+				mapping_fail(m, ret, "fetch");
+				break;
+			}
+			if (run_bytes(m, lo, n) < n * m->psize)
+				memset(m->stage_in + run_bytes(m, lo, n), 0,
+				       n * m->psize - run_bytes(m, lo, n));
+			ret = uffd_copy(m, lo, n, m->stage_in, true);
+			if (ret) {
+				mapping_fail(m, ret, "UFFDIO_COPY");
+				break;
+			}
+			for (size_t j = lo; j < lo + n; j++)
+				m->state[j] |= PG_FORK;
+			STAT_ADD(m, fork_fetched, n);
+			nfetched += n;
+			/* let pool-uffd serve what waits meanwhile */
+			pthread_mutex_unlock(&eng.lock);
+			pthread_mutex_lock(&eng.lock);
+		}
+	}
+	engine_thread = was;
+	pthread_mutex_unlock(&eng.lock);
+	pthread_mutex_unlock(&eng.life);
+	pool_log(LOG_INFO, "paging: fork: fetched %llu pages in %llu us",
+		 (unsigned long long)nfetched,
+		 (unsigned long long)((mono_ns() - t0) / 1000));
+}
+
+/* pthread_atfork parent: ends the hold, drops the pages kept mapped for
+ * the child (all clean: the region or zero holds each). */
+static void fork_release(void)
+{
+	pthread_mutex_lock(&eng.lock);
+	if (!eng.fork_hold) {
+		pthread_mutex_unlock(&eng.lock);
+		return;
+	}
+	eng.fork_hold = false;
+	for (struct mapping *m = eng.maps; m; m = m->enext) {
+		size_t live = live_pages(m), v[WB_BATCH], k = 0;
+
+		for (size_t i = 0; i <= live; i++) {
+			if (i < live && (m->state[i] & PG_FORK)) {
+				m->state[i] &= (uint8_t)~PG_FORK;
+				v[k++] = i;
+			}
+			if (k && (k == WB_BATCH || i == live)) {
+				drop_pages(m, v, k);
+				k = 0;
+			}
+		}
+	}
+	pthread_mutex_unlock(&eng.lock);
+}
+
 static void fence_range(struct mapping *m, size_t idx, size_t n)
 {
 	if (mprotect(page_addr(m, idx), n * m->psize, PROT_NONE) == 0)
@@ -2651,11 +2972,14 @@ static void fence_range(struct mapping *m, size_t idx, size_t n)
 			      (void *)m->base, strerror(errno));
 }
 
-static void fork_child_fence(struct mapping *m)
+/* Fences the child's missing pages that only the region holds; returns
+ * how many. A page mapped at the fork is the parent's as it was then,
+ * whatever the state byte says (a run in flight). */
+static size_t fork_child_fence(struct mapping *m)
 {
 	unsigned char vec[1024]; /* one per 4 KiB */
 	size_t per = m->psize / PAGE, chunk = sizeof(vec) / per;
-	size_t run = 0, start = 0;
+	size_t run = 0, start = 0, fenced = 0;
 
 	m->inherited = true;
 	m->uffd = -1;
@@ -2667,14 +2991,14 @@ static void fork_child_fence(struct mapping *m)
 		if (mincore(page_addr(m, c), n * m->psize, vec))
 			memset(vec, 0, n * per); /* unknown: fence remote */
 		for (size_t i = 0; i < n; i++) {
-			uint8_t s = m->state[c + i];
-			bool fence = (s & PG_REMOTE) && (!(s & PG_RESIDENT) ||
-							 !(vec[i * per] & 1));
+			bool fence = (m->state[c + i] & PG_REMOTE) &&
+				     !(vec[i * per] & 1);
 
 			if (fence) {
 				if (!run)
 					start = c + i;
 				run++;
+				fenced++;
 			} else if (run) {
 				fence_range(m, start, run);
 				run = 0;
@@ -2683,20 +3007,57 @@ static void fork_child_fence(struct mapping *m)
 	}
 	if (run)
 		fence_range(m, start, run);
+	return fenced;
+}
+
+static struct sigaction fence_old;
+
+/*
+ * A fork child's SIGSEGV while it has fenced pages: on a fenced page,
+ * one line that says which and why; then the handler that was there
+ * before (the program's, or the default: death by SIGSEGV) takes the
+ * signal, as the faulting access runs again.
+ */
+static void fence_segv(int sig, siginfo_t *si, void *uc)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	int saved = errno;
+
+	(void)sig;
+	(void)uc;
+	for (struct mapping *m = reg_head; m; m = m->next) {
+		if (!m->fenced || si->si_code != SEGV_ACCERR ||
+		    a < (uintptr_t)m->base || a >= (uintptr_t)m->base + m->len)
+			continue;
+		pool_log_emit(LOG_ERR,
+			      "paging: fork child touched page %zu of map=%p, "
+			      "evicted to the pool before the fork and not "
+			      "fetched for the child (%s); SIGSEGV",
+			      (size_t)((a - (uintptr_t)m->base) >> m->shift),
+			      (void *)m->base, m->fenced);
+		break;
+	}
+	sigaction(SIGSEGV, &fence_old, NULL);
+	errno = saved;
 }
 
 static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&reg_lock);
+	fork_fetch();
 }
 
 static void atfork_parent(void)
 {
+	fork_release();
 	pthread_mutex_unlock(&reg_lock);
 }
 
 static void atfork_child(void)
 {
+	const char *why = eng.fork_why;
+	bool any = false;
+
 	/* The engine is the parent's: its descriptors go (writing stopfd
 	 * would stop the parent's thread), its locks start afresh (pool-uffd
 	 * may have held eng.lock at the fork), and a pool_map() of the
@@ -2712,11 +3073,29 @@ static void atfork_child(void)
 	eng.maps = eng.cursor = eng.last_hit = NULL;
 	eng.nmaps = 0;
 	eng.resident = 0;
+	eng.fork_hold = false;
+	eng.fork_why = NULL;
 	pthread_mutex_init(&eng.lock, NULL);
 	pthread_mutex_init(&eng.life, NULL);
-	for (struct mapping *m = reg_head; m; m = m->next)
-		if (!m->inherited)
-			fork_child_fence(m);
+	for (struct mapping *m = reg_head; m; m = m->next) {
+		const char *mwhy = m->huge ? "2 MiB pages are not fetched"
+				   : m->failed
+					   ? "the pool failed before the fork"
+				   : why ? why
+					 : "a page in flight at the fork";
+
+		if (m->inherited || !fork_child_fence(m))
+			continue;
+		m->fenced = mwhy;
+		any = true;
+	}
+	if (any) {
+		struct sigaction sa = { .sa_sigaction = fence_segv,
+					.sa_flags = SA_SIGINFO };
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGSEGV, &sa, &fence_old);
+	}
 	pthread_mutex_unlock(&reg_lock);
 }
 
@@ -3306,6 +3685,7 @@ const char *pool_paging_phase_name(unsigned phase)
 		[POOL_PHASE_DROP] = "drop",
 		[POOL_PHASE_WP] = "wp",
 		[POOL_PHASE_AHEAD] = "ahead",
+		[POOL_PHASE_WAKE] = "wake",
 	};
 
 	return phase < POOL_PHASE_N ? names[phase] : "?";

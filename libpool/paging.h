@@ -38,8 +38,11 @@ struct pool_map_stats {
 				    * (LIBPOOL_PAGING_BEHIND) */
 	uint64_t clock_fifo_windows; /* adaptive CLOCK: windows of a budget's
 				      * pages evicted oldest first */
-	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
-	int failed;	     /* 0, or the -errno that failed the mapping */
+	uint64_t uffd_retries; /* page-table ioctls retried after EAGAIN */
+	uint64_t fork_fetched; /* pages fetched before a fork() for the child:
+				* see docs/paging.md, "fork()" */
+	bool user_mode_only;   /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
+	int failed;	       /* 0, or the -errno that failed the mapping */
 };
 
 /*
@@ -117,7 +120,8 @@ enum pool_paging_phase {
 	POOL_PHASE_READ,      /* read() of the userfaultfd's messages */
 	POOL_PHASE_SERVE,     /* serving one batch of messages */
 	POOL_PHASE_FETCH,     /* pool_read() of a fault's run */
-	POOL_PHASE_INSTALL,   /* UFFDIO_COPY of a fetched run (and wake) */
+	POOL_PHASE_INSTALL,   /* UFFDIO_COPY of a fetched run (and wake,
+			       * but see POOL_PHASE_WAKE) */
 	POOL_PHASE_ZERO,      /* zero fills and zero pages */
 	POOL_PHASE_ROOM,      /* make_room(): eviction on the fault path */
 	POOL_PHASE_PROTECT,   /* write-protect of dirty victims */
@@ -126,6 +130,9 @@ enum pool_paging_phase {
 	POOL_PHASE_DROP,      /* MADV_DONTNEED of the victims */
 	POOL_PHASE_WP,	      /* WP faults (unprotect and wake) */
 	POOL_PHASE_AHEAD,     /* install-ahead between faults */
+	POOL_PHASE_WAKE,      /* with LIBPOOL_PAGING_WAKE_SPLIT=1 only: the
+			       * UFFDIO_WAKE of a fetch's faulting thread,
+			       * out of install (a measurement) */
 	POOL_PHASE_N
 };
 const char *pool_paging_phase_name(unsigned phase);

@@ -11,6 +11,9 @@
  * under threads. With --huge (test_paging_huge): the same in 2 MiB
  * hugetlb pages (POOL_MAP_HUGE, LIBPOOL_HUGE_PAGES), clean pages never
  * written back, what is refused, a kernel pool that runs short, fork().
+ * fork() of a mapping larger than its budget: the child reads every
+ * byte (pages evicted before the fork are fetched for it), or with the
+ * fetch off finds them fenced with a line saying why.
  */
 #include <check.h>
 #include <dirent.h>
@@ -436,7 +439,7 @@ END_TEST
  * batch of messages never add up to more than the batch's own time.
  * Counters only: no bound on any duration.
  */
-START_TEST(phases_time_each_step)
+static void phases_run(bool wake_split)
 {
 	const size_t size = 4 * MiB, local = 256 * KiB, hot = 512 * KiB;
 	struct pool_paging_engine_stats e0, e1;
@@ -445,6 +448,8 @@ START_TEST(phases_time_each_step)
 	uint8_t *a;
 	uint64_t d[POOL_PHASE_N], dn[POOL_PHASE_N];
 
+	if (wake_split) /* read when the engine starts: at map() below */
+		setenv("LIBPOOL_PAGING_WAKE_SPLIT", "1", 1);
 	start_memd();
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
@@ -479,11 +484,30 @@ START_TEST(phases_time_each_step)
 			      pool_paging_phase_name(taken[i]));
 	/* one read per batch, one serve per read */
 	ck_assert_uint_eq(dn[POOL_PHASE_SERVE], dn[POOL_PHASE_READ]);
-	ck_assert_uint_ge(d[POOL_PHASE_SERVE], d[POOL_PHASE_FETCH] +
-						       d[POOL_PHASE_INSTALL] +
-						       d[POOL_PHASE_WP]);
+	ck_assert_uint_ge(d[POOL_PHASE_SERVE],
+			  d[POOL_PHASE_FETCH] + d[POOL_PHASE_INSTALL] +
+				  d[POOL_PHASE_WP] + d[POOL_PHASE_WAKE]);
+	/* the wake-up out of install only when asked: one per fetch of a
+	 * fault (a batch's each) */
+	if (wake_split)
+		ck_assert_uint_ge(dn[POOL_PHASE_WAKE], dn[POOL_PHASE_FETCH]);
+	else
+		ck_assert_uint_eq(dn[POOL_PHASE_WAKE], 0);
 	pool_close(p);
 	stop_memd();
+}
+
+START_TEST(phases_time_each_step)
+{
+	phases_run(false);
+}
+END_TEST
+
+/* LIBPOOL_PAGING_WAKE_SPLIT=1 (a measurement): the faulting thread's
+ * wake-up is a step of its own, and the bytes are right all the same. */
+START_TEST(phases_wake_split)
+{
+	phases_run(true);
 }
 END_TEST
 
@@ -984,6 +1008,239 @@ START_TEST(memd_killed_gives_sigbus)
 		      "served after memd died, 6 = wrong byte)",
 		      st);
 	tu_memd_stop(&md, SIGKILL); /* reaps the killed memd */
+}
+END_TEST
+
+/*
+ * A page-table ioctl that answers EAGAIN (the faulting mm was changing)
+ * is retried, never a failed mapping and SIGBUS (issue 28). The
+ * test-only hook TP_TEST_UFFD_EAGAIN=3 fails every third of the engine's
+ * UFFDIO_COPY, _ZEROPAGE, _WRITEPROTECT and _WAKE with EAGAIN; every
+ * path is taken: zero-page reads and their write-protection, write
+ * faults and fills, evictions (protect, drop), fetches and installs
+ * ahead, WP faults on fetched pages, a fork's fetch. In a child, where
+ * the hook is read first (each test is a process of its own, but this
+ * way the setting cannot leak into another case either).
+ */
+static int eagain_child(void)
+{
+	const size_t size = 8 * MiB, local = 1 * MiB, npages = size / PG;
+	struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+	struct pool_map_stats st;
+	struct pool_region *r;
+	struct pool *p = NULL;
+	void *v = NULL;
+	uint8_t *a;
+	pid_t child;
+	int ws;
+
+	setenv("TP_TEST_UFFD_EAGAIN", "3", 1);
+	if (pool_connect(&o, &p) || pool_alloc(p, size, &r) ||
+	    pool_map(p, r, local, 0, &v))
+		return 2;
+	a = v;
+	for (size_t i = 0; i < size; i += 2 * PG) /* zero pages */
+		if (a[i])
+			return 3;
+	tu_pattern_fill(a, size, 6, 0); /* WP faults, fills, evictions */
+	if (tu_pattern_check(a, size, 6, 0) >= 0) /* fetches, ahead */
+		return 4;
+	for (size_t i = 0; i < npages; i += 5) /* WP faults on fetched */
+		tu_pattern_fill(a + i * PG, PG, 7, i * PG);
+	for (size_t i = 0; i < npages; i++)
+		if (tu_pattern_check(a + i * PG, PG, i % 5 ? 6 : 7, i * PG) >=
+		    0)
+			return 5;
+	child = fork(); /* the fork's fetch */
+	if (child == 0) {
+		for (size_t i = 0; i < npages; i++)
+			if (tu_pattern_check(a + i * PG, PG, i % 5 ? 6 : 7,
+					     i * PG) >= 0)
+				_exit(1);
+		_exit(0);
+	}
+	if (child < 0 || waitpid(child, &ws, 0) != child || ws != 0)
+		return 6;
+	if (pool_map_get_stats(a, &st) || st.failed || st.sigbus)
+		return 7;
+	if (st.uffd_retries < 100 || !st.fork_fetched)
+		return 8;
+	if (pool_unmap(p, a, POOL_UNMAP_FLUSH))
+		return 9;
+	pool_close(p);
+	return 0;
+}
+
+START_TEST(uffd_eagain_is_retried)
+{
+	pid_t child;
+	int ws;
+
+	start_memd();
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(eagain_child());
+	ck_assert_int_eq(waitpid(child, &ws, 0), child);
+	ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+		      "child: status %d (signal 7: SIGBUS on an EAGAIN; exit "
+		      "3-6: a wrong byte, 7: the mapping failed, 8: too few "
+		      "retries counted)",
+		      ws);
+	stop_memd();
+}
+END_TEST
+
+/*
+ * fork() of a mapping four times its budget (issue 28: torch's
+ * DataLoader workers died of SIGSEGV at a quarter of the peak RSS). The
+ * pages evicted to the region before the fork are fetched for the child
+ * (fork_fetch()): it reads every byte right and rewrites its copy; then
+ * the parent still reads every byte right, and its resident set is back
+ * within the budget. A thread of the parent reads everything and
+ * rewrites a page in eight (the same bytes) meanwhile: evictions and
+ * write faults while the fork holds pages mapped.
+ */
+struct fork_busy {
+	uint8_t *a;
+	size_t size;
+	int stop;   /* atomic */
+	size_t bad; /* 1 + offset of a wrong byte, or 0; read after join */
+};
+
+static void *fork_busy_main(void *arg)
+{
+	struct fork_busy *b = arg;
+
+	while (!__atomic_load_n(&b->stop, __ATOMIC_RELAXED) && !b->bad) {
+		for (size_t i = 0; i < b->size &&
+				   !__atomic_load_n(&b->stop, __ATOMIC_RELAXED);
+		     i += PG) {
+			ssize_t bad = tu_pattern_check(b->a + i, PG, 31, i);
+
+			if (bad >= 0) {
+				b->bad = i + (size_t)bad + 1;
+				break;
+			}
+			if ((i / PG) % 8 == 0)
+				tu_pattern_fill(b->a + i, PG, 31, i);
+		}
+	}
+	return NULL;
+}
+
+static int fork_child_check(uint8_t *a, size_t size)
+{
+	if (tu_pattern_check(a, size, 31, 0) >= 0)
+		return 2;
+	tu_pattern_fill(a, size, 32, 0);
+	if (tu_pattern_check(a, size, 32, 0) >= 0)
+		return 3;
+	return 0;
+}
+
+START_TEST(fork_child_reads_evicted)
+{
+	const size_t size = 16 * MiB, local = 4 * MiB;
+	struct fork_busy busy = { 0 };
+	struct pool_map_stats st;
+	struct pool_region *r;
+	struct pool *p;
+	pthread_t th;
+	uint8_t *a;
+	pid_t child;
+	int ws;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 31, 0);
+	st = stats(a);
+	ck_assert_uint_ge(st.evictions, (size - local) / PG);
+	busy = (struct fork_busy){ .a = a, .size = size };
+	ck_assert_int_eq(pthread_create(&th, NULL, fork_busy_main, &busy), 0);
+	for (int k = 0; k < 3; k++) {
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0)
+			_exit(fork_child_check(a, size));
+		ck_assert_int_eq(waitpid(child, &ws, 0), child);
+		ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+			      "child %d: status %d (signal 11: an evicted page "
+			      "was fenced; exit 2: a wrong byte)",
+			      k, ws);
+	}
+	__atomic_store_n(&busy.stop, 1, __ATOMIC_RELAXED);
+	pthread_join(th, NULL);
+	ck_assert_msg(!busy.bad, "parent thread: wrong byte at %zu",
+		      busy.bad - 1);
+	st = stats(a);
+	ck_assert_uint_ge(st.fork_fetched, (size - local) / PG);
+	ck_assert_uint_le(st.resident, local / PG);
+	check_range(a, 0, size, 31);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
+}
+END_TEST
+
+/*
+ * The same fork with the fetch turned off (LIBPOOL_FORK_FETCH=0): the
+ * child's evicted pages are fenced, and touching one prints the line
+ * that says why before the SIGSEGV, never wrong bytes.
+ */
+START_TEST(fork_fetch_off_fences_with_a_reason)
+{
+	const size_t size = 8 * MiB, local = 1 * MiB;
+	char path[] = "/tmp/tp-paging-fork.XXXXXX", buf[4096] = "";
+	struct pool_region *r;
+	struct pool *p;
+	uint8_t *a;
+	pid_t child;
+	ssize_t n;
+	int ws, fd;
+
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	tu_pattern_fill(a, size, 33, 0);
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	unlink(path);
+	setenv("LIBPOOL_FORK_FETCH", "0", 1);
+	child = fork();
+	unsetenv("LIBPOOL_FORK_FETCH");
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		volatile uint8_t v;
+
+		/* the last page is resident: the child's own copy */
+		if (tu_pattern_check(a + size - PG, PG, 33, size - PG) >= 0)
+			_exit(2);
+		dup2(fd, 2);
+		v = a[0]; /* evicted long ago */
+		_exit(v == tu_pattern_byte(33, 0) ? 3 : 4);
+	}
+	ck_assert_int_eq(waitpid(child, &ws, 0), child);
+	ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGSEGV,
+		      "child: status %d (3: an evicted page read right "
+		      "without a fetch, 4: wrong byte)",
+		      ws);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	close(fd);
+	ck_assert_int_gt(n, 0);
+	buf[n] = '\0';
+	ck_assert_msg(
+		strstr(buf, "paging: fork child touched page 0 of map=") &&
+			strstr(buf, "(over LIBPOOL_FORK_FETCH); SIGSEGV"),
+		"child's stderr: %s", buf);
+	ck_assert_uint_eq(stats(a).fork_fetched, 0);
+	check_range(a, 0, size, 33);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_close(p);
+	stop_memd();
 }
 END_TEST
 
@@ -2107,6 +2364,7 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, dirty_pages_survive_eviction);
 		tcase_add_test(tc, vma_split_by_program);
 		tcase_add_test(tc, phases_time_each_step);
+		tcase_add_test(tc, phases_wake_split);
 		tcase_add_test(tc, read_modify_write_passes);
 		tcase_add_test(tc, threads_fault_at_once);
 		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
@@ -2116,6 +2374,9 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, syscall_kernel_mode);
 		tcase_add_test(tc, syscall_user_mode_only);
 		tcase_add_test(tc, memd_killed_gives_sigbus);
+		tcase_add_test(tc, fork_child_reads_evicted);
+		tcase_add_test(tc, uffd_eagain_is_retried);
+		tcase_add_test(tc, fork_fetch_off_fences_with_a_reason);
 		tcase_add_test(tc, one_engine_for_all_mappings);
 		tcase_add_test(tc, process_budget_across_mappings);
 		tcase_add_test(tc, clock_keeps_pages_in_use);

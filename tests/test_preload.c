@@ -215,10 +215,12 @@ static void on_segv(int sig, siginfo_t *si, void *uctx)
 
 /*
  * fork() under the shim: a (2 MiB) fits the budget and is the child's
- * copy entirely: it reads and rewrites it. Of b (16 MiB) only
- * the pages resident at the fork are the child's: the last page reads
- * right, the first (evicted to the pool) is SIGSEGV, never zeros. The
- * parent's data is untouched by the child's writes.
+ * copy entirely: it reads and rewrites it. Of b (16 MiB) most pages
+ * were evicted to the pool before the fork: they are fetched for the
+ * child, which reads and rewrites all of b. With TP_FORK_FENCE=1 (run
+ * with LIBPOOL_FORK_FETCH=0) they are not: the last page reads right,
+ * the first is SIGSEGV, never zeros. The parent's data is untouched by
+ * the child's writes.
  */
 static int prog_fork(void)
 {
@@ -251,6 +253,12 @@ static int prog_fork(void)
 			_exit(34);
 		tu_pattern_fill(b + nb - 4096, 4096, 52, 0);
 		free(a); /* the child's copy only */
+		if (!getenv("TP_FORK_FENCE")) {
+			if (tu_pattern_check(b, nb - 4096, 42, 0) >= 0)
+				_exit(39);
+			tu_pattern_fill(b, nb, 53, 0);
+			_exit(tu_pattern_check(b, nb, 53, 0) >= 0 ? 40 : 0);
+		}
 		mt_buf = b;
 		mt_len = nb;
 		sigaction(SIGSEGV, &sa, NULL);
@@ -1343,13 +1351,18 @@ START_TEST(freed_memory_purged)
 }
 END_TEST
 
-START_TEST(fork_child_copy)
+/* The shim's fork test (prog_fork()): "fetch" with the evicted pages
+ * fetched for the child (the default), else LIBPOOL_FORK_FETCH=0. */
+static void fork_run(bool fetch)
 {
 	/* regions: a (2 MiB) fits its own budget; the heap: a is filled
 	 * last and b's last page just before, within 8 MiB for both */
 	const char *const env[] = { regions ? "LIBPOOL_LOCAL_BYTES=4M"
 					    : "LIBPOOL_LOCAL_BYTES=8M",
-				    "LIBPOOL_LOG=info", NULL };
+				    "LIBPOOL_LOG=info",
+				    /* fetch: the list ends here */
+				    fetch ? NULL : "LIBPOOL_FORK_FETCH=0",
+				    "TP_FORK_FENCE=1", NULL };
 	char exe[4096], o[128], e[128];
 	char *argv[] = { exe, "fork", NULL };
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -1365,15 +1378,32 @@ START_TEST(fork_child_copy)
 	st = run(argv, NULL, o, e, true, env);
 	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim fork: %d", st);
 	out = slurp(o, &len);
-	/* 42: the evicted page faulted (SIGSEGV on a fenced page). */
-	ck_assert_msg(strstr(out, "child status=10752 exit=42\n"),
+	/* fetch: 0, every byte of b read and rewritten in the child;
+	 * else 42: the evicted page faulted (SIGSEGV on a fenced page). */
+	ck_assert_msg(strstr(out, fetch ? "child status=0 exit=0\n"
+					: "child status=10752 exit=42\n"),
 		      "child: %s (35/36: an evicted page read without a "
-		      "fault; 32-34: a resident page read wrong)",
+		      "fault; 32-34: a resident page read wrong; 39: an "
+		      "evicted page read wrong, 40: rewritten wrong; "
+		      "status 139: SIGSEGV on a fenced page)",
 		      out);
 	ck_assert_ptr_nonnull(strstr(out, "parent a="));
 	free(out);
 	ck_assert_int_eq(count(e, "paging: map addr="), regions ? 2 : 1);
+	if (fetch)
+		ck_assert_uint_gt(total(e, "paging: fork: fetched "), 0);
 	stop();
+}
+
+START_TEST(fork_child_copy)
+{
+	fork_run(true);
+}
+END_TEST
+
+START_TEST(fork_fetch_off)
+{
+	fork_run(false);
 }
 END_TEST
 
@@ -1592,6 +1622,7 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, bad_free_named);
 	tcase_add_test(tc, glibc_blocks_and_alignments);
 	tcase_add_test(tc, fork_child_copy);
+	tcase_add_test(tc, fork_fetch_off);
 	tcase_add_test(tc, freed_memory_purged);
 	tcase_add_test(tc, memd_killed_sigbus);
 	tcase_add_test(tc, memd_killed_sigbus_blocked);
