@@ -706,9 +706,12 @@ def test_lookup_of_a_prefix_is_one_exists(vllm_engine, pool_args):
 def test_lookup_of_a_cold_request_is_answered_at_once(vllm_engine,
                                                       pool_args):
     """A request whose first block is not in the tier: one KV.exists and
-    a MISS at once, nothing deferred."""
+    a MISS at once, nothing deferred. The miss holds for that step and
+    the next; after that the pool is asked again (the block stored by
+    another engine meanwhile is found)."""
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
         scheduler)
+    from tidepool.connectors.vllm import block_key
 
     spec = create_spec(extra_config(pool_args))
     sched = scheduler.OffloadingConnectorScheduler(spec)
@@ -716,9 +719,22 @@ def test_lookup_of_a_cold_request_is_answered_at_once(vllm_engine,
     try:
         spy = CountingKV(m._kv)
         m._kv = spy
-        req = scheduler.Request("cold", 8 * 16, offload_keys(8))
+        keys = offload_keys(8)
+        req = scheduler.Request("cold", 8 * 16, keys)
         assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
         assert spy.exists_calls == [1] and not m.has_pending_work()
+        ns = spec.tidepool["namespace"]
+        with tidepool.Pool(**pool_args) as pool, pool.kv() as kv:
+            assert kv.put([block_key(k, ns) for k in keys[:3]],
+                          [b"x" * 64] * 3) == [0] * 3
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert spy.exists_calls == [1]
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (None, False)
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (48, True)
+        assert spy.exists_calls == [1, 1, 7]
     finally:
         m.shutdown()
 

@@ -177,13 +177,14 @@ class TidepoolLoadStoreSpec(_base.LoadStoreSpec):
 
 class _Lookup:
     """One request's lookups (``TidepoolOffloadingManager.lookup``):
-    verdicts by tidepool key, keys waiting for the end of the step, and
-    the one ``KV.exists_async`` in flight with its keys."""
+    verdicts by tidepool key (hits, and misses with the step they were
+    taken in), keys waiting for the end of the step, and the one
+    ``KV.exists_async`` in flight with its keys."""
 
     __slots__ = ("known", "pending", "inflight")
 
     def __init__(self) -> None:
-        self.known: Dict[bytes, bool] = {}
+        self.known: Dict[bytes, Any] = {}  # True, or the step of a miss
         self.pending: List[bytes] = []
         self.inflight: Optional[Tuple[Any, List[bytes]]] = None
 
@@ -208,6 +209,7 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         _tv._ManagerCore.__init__(self, *args, **kwargs)
         self._epoch = 0
         self._lookups: Dict[Any, _Lookup] = {}  # req_id -> its lookups
+        self._step = 0  # on_schedule_end calls
 
     def lookup(self, key: Any, req_context: Any = None) -> Any:
         """One ``OffloadKey``: ``LookupResult.HIT`` when every worker's
@@ -227,7 +229,9 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         the next lookup): a prefix of n blocks costs two round trips and
         one step, not n round trips of the scheduler's time. The
         verdicts are kept for the request until ``prepare_load`` uses
-        them, it finishes, is preempted, or ``reset_cache``."""
+        them, it finishes, is preempted, or ``reset_cache``; a miss only
+        for the step it was taken in and the next (another engine may
+        store the block meanwhile)."""
         if not _tv._is_one_block(key):
             return _tv._ManagerCore.lookup(self, key)
         k = self._key(key)
@@ -241,16 +245,20 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         self._settle_lookups(st)
         with self._lock:
             verdict = st.known.get(k)
+            if verdict is not None and verdict is not True and \
+                    verdict < self._step - 1:
+                del st.known[k]  # a miss two steps old: ask again
+                verdict = None
             if verdict is None and (st.known or st.pending or
                                     st.inflight is not None):
                 if k not in st.pending:
                     st.pending.append(k)
                 return LookupResult.RETRY
         if verdict is None:
-            verdict = self._exists([k]) == 1
+            hit = self._exists([k]) == 1
             with self._lock:
-                st.known[k] = verdict
-        return LookupResult.HIT if verdict else LookupResult.MISS
+                verdict = st.known[k] = True if hit else self._step
+        return LookupResult.HIT if verdict is True else LookupResult.MISS
 
     def prepare_load(self, block_hashes: Any, req_context: Any = None
                      ) -> Any:
@@ -274,10 +282,10 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         """Starts one ``KV.exists_async`` per request for the keys its
         lookups deferred this step (their present prefix); drops the
         lookups of preempted requests."""
-        for req_id in getattr(context, "preempted_req_ids", None) or ():
-            with self._lock:
-                self._lookups.pop(req_id, None)
         with self._lock:
+            self._step += 1
+            for req_id in getattr(context, "preempted_req_ids", None) or ():
+                self._lookups.pop(req_id, None)
             todo = [st for st in self._lookups.values()
                     if st.pending and st.inflight is None]
             batches = []
@@ -367,7 +375,7 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
             for k in keys[:n]:
                 st.known[k] = True
             if n < len(keys):
-                st.known[keys[n]] = False
+                st.known[keys[n]] = self._step
                 st.pending = []  # keys after a miss: the scan stops there
 
     def _make_spec(self, keys: List[bytes], hashes: List[Any]) -> Any:
