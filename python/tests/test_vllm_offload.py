@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 
 import pytest
@@ -689,6 +690,11 @@ def test_lookup_of_a_prefix_is_one_exists(vllm_engine, pool_args):
         assert spy.exists_calls == [1] and m.has_pending_work()
         sched.build_connector_meta({})  # the step ends
         assert spy.exists_calls == [1, 39]
+        # no work left for vLLM once that exists completed
+        deadline = time.monotonic() + 60
+        while m.has_pending_work():
+            assert time.monotonic() < deadline, "KV.exists never completed"
+            time.sleep(0.01)
         assert sched.get_num_new_matched_tokens(req, 0) == (25 * 16, True)
         assert sched.get_num_new_matched_tokens(req, 16) == (24 * 16, True)
         assert spy.exists_calls == [1, 39] and not m.has_pending_work()

@@ -305,9 +305,14 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
 
     def has_pending_work(self) -> bool:
         """True while lookups wait for the end of a step or for their
-        ``KV.exists`` (so that vLLM keeps calling ``on_schedule_end``)."""
+        ``KV.exists`` to complete (so that vLLM keeps stepping); a
+        completed one waits for the request's next lookup, not for a
+        step (a request vLLM stops asking for keeps no engine busy)."""
         with self._lock:
-            return any(st.pending or st.inflight is not None
+            return any(st.pending or (st.inflight is not None and
+                                      not isinstance(st.inflight[0],
+                                                     BaseException) and
+                                      not st.inflight[0].done())
                        for st in self._lookups.values())
 
     def reset_cache(self) -> None:
