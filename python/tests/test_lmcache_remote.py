@@ -1078,6 +1078,32 @@ def test_batched_get_of_unaligned_objects_allocates_per_key(env):
     assert env.live == live
 
 
+def test_batched_get_with_another_batched_allocate(env):
+    """A local CPU backend whose batched_allocate takes other arguments
+    (TypeError, before allocating): the get allocates per key, every key
+    exact, and later gets do not try batched_allocate again; nothing
+    leaks."""
+    rb = env.backend()
+    keys = [env.key() for _ in range(3)]
+    _stored(env, rb, keys)
+    live = env.live
+    calls = []
+
+    def other(shape, dtype, batch_size):
+        calls.append(batch_size)
+        raise AssertionError("not reached")
+    env.cpu.batched_allocate = lambda *a, **kw: (calls.append(kw),
+                                                 other(*a, **kw))
+    try:
+        for _ in range(2):
+            got = rb.batched_get_blocking(keys)
+            assert all(has_bytes(o, k) for o, k in zip(got, keys))
+            for o in got:
+                o.ref_count_down()
+    finally:
+        del env.cpu.batched_allocate
+    assert len(calls) == 1 and env.live == live
+
 def test_batched_get_without_data_ptr_reads_byte_array(env, monkeypatch):
     """An LMCache whose MemoryObj has no data_ptr (the older interface):
     the pieces go to the KV call as views of byte_array, every key

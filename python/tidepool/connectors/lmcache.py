@@ -1576,6 +1576,7 @@ class _LMCacheConnector:
         # prompt's last chunk is smaller) and read meta and pieces at once
         self._guess: Optional[tuple] = None
         self._specs: dict = {}  # layout -> _alloc_spec
+        self._batched_allocate = True  # until it turns out unusable
         # keys per KV call of a guessed batched get (_get_objs)
         self._overlap_keys = _OVERLAP_KEYS
         self._closed = False
@@ -1995,13 +1996,21 @@ class _LMCacheConnector:
         transfer). When that finds no block, or its objects are not of
         m's size (an older LMCache cuts the block at its alignment), they
         are freed and each key gets its own ``allocate`` as before
-        (which may evict from LMCache's hot cache)."""
+        (which may evict from LMCache's hot cache); so do all later
+        gets when it does not take these arguments (TypeError)."""
         if spec is None:
             return [None] * k
-        batched = getattr(self._allocator, "batched_allocate", None)
+        batched = (getattr(self._allocator, "batched_allocate", None)
+                   if self._batched_allocate else None)
         if k > 1 and batched is not None:
-            got = batched(spec[0], spec[1], k, spec[2], eviction=False,
-                          busy_loop=False)
+            try:
+                got = batched(spec[0], spec[1], k, spec[2], eviction=False,
+                              busy_loop=False)
+            except TypeError:
+                # a batched_allocate of another signature (before it
+                # allocated anything): allocate per key from now on
+                self._batched_allocate = False
+                got = None
             if got is not None:
                 got = list(got)
                 held.extend(got)
