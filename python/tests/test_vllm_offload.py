@@ -745,6 +745,45 @@ def test_lookup_of_a_cold_request_is_answered_at_once(vllm_engine,
         m.shutdown()
 
 
+def test_lookup_under_a_scheduler_that_stops_at_retry(vllm_engine, memd):
+    """A scheduler that ends its scan at the first RETRY (not vLLM's
+    _maximal_prefix_lookup) hands the manager one deferred key per step:
+    once such a batch of one key hits, the manager asks the request's
+    next keys one at a time, so the whole prefix is known in two steps,
+    not one step per block."""
+    from vllm.v1.kv_offload.base import (LookupResult, ReqContext,
+                                         ScheduleEndContext)
+    from tidepool.connectors.vllm import block_key
+
+    spec = create_spec(extra_config({"addr": memd.addr}))
+    m = spec.get_manager()
+    try:
+        keys = offload_keys(12)
+        ns = spec.tidepool["namespace"]
+        with tidepool.Pool(memd.addr) as pool, pool.kv() as kv:
+            assert kv.put([block_key(k, ns) for k in keys[:9]],
+                          [b"x" * 64] * 9) == [0] * 9
+        ctx = ReqContext("stops")
+        steps = 0
+        while True:
+            steps += 1
+            assert steps < 5, "one step per block"
+            n, deferred = 0, False
+            for k in keys:
+                r = m.lookup(k, ctx)
+                if r is LookupResult.RETRY:
+                    deferred = True
+                    break
+                if r is not LookupResult.HIT:
+                    break
+                n += 1
+            if not deferred:
+                break
+            m.on_schedule_end(ScheduleEndContext((), ()))
+        assert (n, steps) == (9, 2)
+    finally:
+        m.shutdown()
+
 def test_batched_lookup_counts_every_workers_share(vllm_engine, memd):
     """World size 2: the deferred keys' KV.exists asks for both ranks'
     shares of each; a block with one rank's share ends the prefix. A

@@ -181,12 +181,15 @@ class _Lookup:
     taken in), keys waiting for the end of the step, and the one
     ``KV.exists_async`` in flight with its keys."""
 
-    __slots__ = ("known", "pending", "inflight")
+    __slots__ = ("known", "pending", "inflight", "one_by_one")
 
     def __init__(self) -> None:
         self.known: Dict[bytes, Any] = {}  # True, or the step of a miss
         self.pending: List[bytes] = []
         self.inflight: Optional[Tuple[Any, List[bytes]]] = None
+        # a batch of one key that hit: the scheduler stops its scan at a
+        # RETRY, so batching would cost a step per block: ask per key
+        self.one_by_one = False
 
 
 # requests whose lookups are kept at most (those vLLM never finishes, a
@@ -250,7 +253,9 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
                 del st.known[k]  # a miss two steps old: ask again
                 verdict = None
             if verdict is None and (st.known or st.pending or
-                                    st.inflight is not None):
+                                    st.inflight is not None) and not (
+                    st.one_by_one and st.inflight is None and
+                    k not in st.pending):
                 if k not in st.pending:
                     st.pending.append(k)
                 return LookupResult.RETRY
@@ -379,6 +384,8 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         with self._lock:
             for k in keys[:n]:
                 st.known[k] = True
+            if n == len(keys) == 1:
+                st.one_by_one = True
             if n < len(keys):
                 st.known[keys[n]] = self._step
                 st.pending = []  # keys after a miss: the scan stops there
