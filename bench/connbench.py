@@ -26,7 +26,9 @@ direct   tidepool.KV: exists, get_into numpy buffers, put_async
          (pybench's impl=numpy): the baseline.
 vllm     vLLM's OffloadingConnector call sequence on TidepoolOffloadingSpec
          made by OffloadingSpecFactory.create_spec: the scheduler's
-         manager.lookup per block until a miss; load = prepare_load,
+         manager.lookup per block until a miss, again after
+         on_schedule_end when one answered RETRY (a request per
+         prompt); load = prepare_load,
          worker submit_load into a CPU int8 tensor (N, 1 MiB) standing in
          for the GPU KV cache, wait, get_finished, complete_load; store =
          prepare_store, submit_store, then wait/get_finished/
@@ -126,7 +128,8 @@ class VllmIO:
                                      [[b.CanonicalKVCacheRef(0, BLOCK)]])
         self.worker = self.spec.get_worker(caches)
         self.manager = self.spec.get_manager()
-        self.ctx = b.ReqContext("connbench")
+        self.ctx = b.ReqContext("connbench-0")
+        self.nreq = 0
         self.job = 0
         self.done = {}
         self.block_bytes = BLOCK
@@ -145,13 +148,30 @@ class VllmIO:
         return chunk_key
 
     def exists(self, chunks):
-        hit = self.b.LookupResult.HIT
-        n = 0
-        for k in self._keys(chunks):  # the scheduler: per block
-            if self.manager.lookup(k, self.ctx) != hit:
-                break
-            n += 1
-        return n
+        """The scheduler's lookup of a new request: per block until a
+        miss, going on after a RETRY; when one deferred, the step ends
+        (on_schedule_end) and the scan runs again."""
+        r = self.b.LookupResult
+        self.manager.on_request_finished(self.ctx)
+        self.nreq += 1
+        self.ctx = self.b.ReqContext("connbench-%d" % self.nreq)
+        keys = self._keys(chunks)
+        while True:
+            n, defer = 0, False
+            for k in keys:
+                v = self.manager.lookup(k, self.ctx)
+                if v is r.HIT:
+                    n += 1
+                elif v is r.HIT_PENDING:
+                    n += 1
+                    defer = True
+                elif v is r.RETRY:
+                    defer = True
+                else:
+                    break
+            if not defer:
+                return n
+            self.manager.on_schedule_end(self.b.ScheduleEndContext((), ()))
 
     def prepare_get(self, chunks):
         self.rows[:len(chunks), :32] = 0

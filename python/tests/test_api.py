@@ -332,6 +332,36 @@ def test_kv_asyncio(pool_args, model_name):
         assert asyncio.run(main(errno.EEXIST)) == len(keys)
 
 
+def test_kv_asyncio_resolves_in_the_loop_thread(pool_args, model_name):
+    """A future settled in the event loop's own thread (its eventfd
+    reader, or the check as the await starts) resolves the awaiter at
+    once, never through call_soon_threadsafe (the loop's self-pipe and
+    one more turn per operation); every get still returns its bytes."""
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        keys = keys_for(model_name, 16)
+        vals = [value_of(k, 1 << 20) for k in keys]
+        assert kv.put(keys, vals) == [0] * 16
+        threadsafe = []
+
+        async def main():
+            loop = asyncio.get_running_loop()
+            real = loop.call_soon_threadsafe
+
+            def spy(fn, *args, **kw):
+                if getattr(fn, "__name__", "") == "_resolve_aio":
+                    threadsafe.append(fn)
+                return real(fn, *args, **kw)
+            loop.call_soon_threadsafe = spy
+            outs = [np.zeros(1 << 20, np.uint8) for _ in keys]
+            for k, o in zip(keys, outs):
+                assert await asyncio.wait_for(
+                    kv.get_into_async([k], [o]), 30) == [True]
+            return outs
+
+        outs = asyncio.run(main())
+        assert all(np.array_equal(a, b) for a, b in zip(vals, outs))
+        assert threadsafe == []
+
 def test_kv_closed_and_pool_closed(memd, model_name):
     p = tidepool.Pool(memd.addr)
     kv = p.kv()

@@ -911,9 +911,10 @@ def _address(buf):
 @pytest.mark.parametrize("piece", [1 << 20, 256 << 10])
 def test_batched_get_starts_calls_while_allocating(env, piece):
     """Once a layout is known, a batched get starts one KV call per
-    _overlap_keys keys as soon as their objects are allocated, so that
-    LMCache's allocator runs for the next keys while the previous ones'
-    bytes arrive; every piece goes to the KV call as a byte view of its
+    _overlap_keys keys as soon as their objects are allocated (one
+    batched_allocate per call of several keys), so that LMCache's
+    allocator runs for the next keys while the previous ones' bytes
+    arrive; every piece goes to the KV call as a byte view of its
     MemoryObj's own memory (no torch tensor: no bounce copy, no copy at
     all), and every key comes back exact, nothing leaked."""
     rb = env.backend(lmcache_config(env.target,
@@ -927,24 +928,30 @@ def test_batched_get_starts_calls_while_allocating(env, piece):
     live = env.live
     log = []
     conn._kv = _RecordingKV(conn._kv, log)
-    allocate = env.cpu.allocate
+    allocate, batched = env.cpu.allocate, env.cpu.batched_allocate
 
     def logged(*a, **kw):
         o = allocate(*a, **kw)
-        log.append(("alloc", o))
+        log.append(("alloc", [o]))
         return o
-    env.cpu.allocate = logged
+
+    def logged_batch(*a, **kw):
+        objs = batched(*a, **kw)
+        log.append(("batch", objs))
+        return objs
+    env.cpu.allocate, env.cpu.batched_allocate = logged, logged_batch
     conn._overlap_keys = 2
     try:
         got = rb.batched_get_blocking(keys)
     finally:
-        del env.cpu.allocate
-    assert [e[0] for e in log] == ["alloc", "alloc", "get", "alloc",
-                                   "alloc", "get", "alloc", "get"]
-    assert all(g is a for g, (_, a) in
-               zip(got, [e for e in log if e[0] == "alloc"]))
+        del env.cpu.allocate, env.cpu.batched_allocate
+    per = (1 << 20) // piece  # pieces per key: each has a meta too
+    assert [(e[0], len(e[1])) for e in log] == [
+        ("batch", 2), ("get", 2 * (1 + per)), ("batch", 2),
+        ("get", 2 * (1 + per)), ("alloc", 1), ("get", 1 + per)]
+    allocated = [o for e in log if e[0] != "get" for o in e[1]]
+    assert all(g is a for g, a in zip(got, allocated))
     assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    per = (1 << 20) // piece
     bufs = [b for kind, bs in log if kind == "get" for b in bs]
     assert len(bufs) == len(keys) * (1 + per)
     for i, o in enumerate(got):
@@ -954,6 +961,171 @@ def test_batched_get_starts_calls_while_allocating(env, piece):
         for n, b in enumerate(pieces):
             assert isinstance(b, memoryview) and not b.readonly
             assert _address(b) == base + n * piece and len(b) == piece
+    for o in got:
+        o.ref_count_down()
+    assert env.live == live
+
+
+def _stored(env, rb, keys, **kw):
+    """Puts an object per key through rb (owners' references dropped)."""
+    objs = [env.obj(k, **kw) for k in keys]
+    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
+    for o in objs:
+        o.ref_count_down()
+
+
+def test_batched_get_allocates_a_batch_at_once(env, monkeypatch):
+    """A batched get of a known layout takes its objects from one
+    batched_allocate of LMCache's local CPU backend (one free block,
+    without eviction or busy wait), never one allocate per key, and
+    gives the pieces to the KV call as views at the objects' data_ptr,
+    never reading byte_array (a tensor view and a ctypes cast per
+    object); every key exact, nothing leaked."""
+    from lmcache.v1.memory_management import TensorMemoryObj
+    rb = env.backend()
+    keys = [env.key() for _ in range(6)]
+    _stored(env, rb, keys)
+    live = env.live
+    calls = []
+    allocate, batched = env.cpu.allocate, env.cpu.batched_allocate
+
+    def one(*a, **kw):
+        calls.append(("allocate", kw))
+        return allocate(*a, **kw)
+
+    def many(*a, **kw):
+        calls.append(("batched_allocate", a[2], kw))
+        return batched(*a, **kw)
+    env.cpu.allocate, env.cpu.batched_allocate = one, many
+    real = TensorMemoryObj.byte_array
+    read = []
+
+    def byte_array(o):
+        read.append(o)
+        return real.fget(o)
+    monkeypatch.setattr(TensorMemoryObj, "byte_array", property(byte_array))
+    try:
+        got = rb.batched_get_blocking(keys)
+    finally:
+        del env.cpu.allocate, env.cpu.batched_allocate
+    monkeypatch.undo()
+    assert calls == [("batched_allocate", 6,
+                      {"eviction": False, "busy_loop": False})]
+    assert read == []
+    assert all(has_bytes(o, k) for o, k in zip(got, keys))
+    for o in got:
+        o.ref_count_down()
+    assert env.live == live
+
+
+def test_batched_get_without_a_free_block_allocates_per_key(env):
+    """LMCache's memory fragmented so that no free block holds the batch
+    (batched_allocate None) while each object still fits: the get falls
+    back to one allocate per key and reads every key exactly; nothing
+    leaks."""
+    rb = env.backend()
+    keys = [env.key() for _ in range(4)]
+    _stored(env, rb, keys)
+    live = env.live
+    # fill LMCache's memory, then free every other object: 1 MiB holes
+    fill = []
+    while True:
+        o = env.obj(keys[0])
+        fill.append(o)
+        if env.cpu.memory_allocator.free_list == []:
+            break
+        if len(fill) > 200:
+            pytest.fail("the allocator never filled up")
+    for o in fill[::2]:
+        o.ref_count_down()
+    assert env.cpu.batched_allocate(fill[0].get_shape(), torch.float16,
+                                    2) is None
+    got = rb.batched_get_blocking(keys)
+    assert all(has_bytes(o, k) for o, k in zip(got, keys))
+    for o in got:
+        o.ref_count_down()
+    for o in fill[1::2]:
+        o.ref_count_down()
+    assert env.live == live
+
+
+def test_batched_get_of_unaligned_objects_allocates_per_key(env):
+    """Objects of a size that is not a multiple of LMCache's allocator
+    alignment: its batched_allocate cuts its block at the aligned size,
+    so the objects report the wrong size; the get frees them and takes
+    one allocate per key, and every key is exact; nothing leaks."""
+    from lmcache.v1.memory_management import MemoryFormat
+    rb = env.backend()
+    keys = [env.key() for _ in range(3)]
+    shape = torch.Size([2, 1, 3, 5])  # 60 bytes of fp16
+    for k in keys:
+        o = env.cpu.allocate(shape, torch.float16, MemoryFormat.KV_2LTD)
+        o.tensor.reshape(-1).view(torch.uint8).copy_(
+            content(k)[:o.get_size()])
+        wait_all([rb.submit_put_task(k, o)])
+        o.ref_count_down()
+    live = env.live
+    cut = env.cpu.batched_allocate(shape, torch.float16, 3)
+    assert [o.get_size() for o in cut] == [512] * 3  # upstream's cut
+    for o in cut:
+        o.ref_count_down()
+    got = rb.batched_get_blocking(keys)
+    for o, k in zip(got, keys):
+        assert o is not None and o.get_shape() == shape
+        assert torch.equal(o.tensor.reshape(-1).view(torch.uint8),
+                           content(k)[:60])
+        o.ref_count_down()
+    assert env.live == live
+
+
+def test_batched_get_with_another_batched_allocate(env):
+    """A local CPU backend whose batched_allocate takes other arguments
+    (TypeError, before allocating): the get allocates per key, every key
+    exact, and later gets do not try batched_allocate again; nothing
+    leaks."""
+    rb = env.backend()
+    keys = [env.key() for _ in range(3)]
+    _stored(env, rb, keys)
+    live = env.live
+    calls = []
+
+    def other(shape, dtype, batch_size):
+        calls.append(batch_size)
+        raise AssertionError("not reached")
+    env.cpu.batched_allocate = lambda *a, **kw: (calls.append(kw),
+                                                 other(*a, **kw))
+    try:
+        for _ in range(2):
+            got = rb.batched_get_blocking(keys)
+            assert all(has_bytes(o, k) for o, k in zip(got, keys))
+            for o in got:
+                o.ref_count_down()
+    finally:
+        del env.cpu.batched_allocate
+    assert len(calls) == 1 and env.live == live
+
+def test_batched_get_without_data_ptr_reads_byte_array(env, monkeypatch):
+    """An LMCache whose MemoryObj has no data_ptr (the older interface):
+    the pieces go to the KV call as views of byte_array, every key
+    exact, nothing leaked."""
+    from lmcache.v1.memory_management import MemoryObj, TensorMemoryObj
+    rb = env.backend()
+    keys = [env.key() for _ in range(3)]
+    _stored(env, rb, keys)
+    live = env.live
+    monkeypatch.delattr(TensorMemoryObj, "data_ptr")
+    monkeypatch.delattr(MemoryObj, "data_ptr")
+    real = TensorMemoryObj.byte_array
+    read = []
+
+    def byte_array(o):
+        read.append(o)
+        return real.fget(o)
+    monkeypatch.setattr(TensorMemoryObj, "byte_array", property(byte_array))
+    got = rb.batched_get_blocking(keys)
+    monkeypatch.undo()
+    assert len(read) == 3 and all(r is g for r, g in zip(read, got))
+    assert all(has_bytes(o, k) for o, k in zip(got, keys))
     for o in got:
         o.ref_count_down()
     assert env.live == live

@@ -88,7 +88,7 @@ class Served:
         self.nreq += 1
         rid = "r%d" % self.nreq
         req = e.Request(rid, len(tokens), block_hashes(tokens, salt))
-        hit, _ = e.sched.get_num_new_matched_tokens(req, 0)
+        hit, _ = e.matched(req, 0)
         ids = [self.free.pop() for _ in range(-(-len(tokens) // BLOCK))]
         e.sched.update_state_after_alloc(req, ids, 0, hit)
         e.step()  # the loads

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import uuid
 
 import pytest
@@ -106,6 +107,47 @@ def drain(worker, jobs):
         for r in worker.get_finished():
             out[r.job_id] = r
     return out
+
+
+def prefix(m, keys, ctx):
+    """How many leading keys vLLM's scheduler finds present through
+    manager m: lookups in order until a MISS, going on after a RETRY;
+    while one deferred, the step ends (on_schedule_end) and it scans
+    again."""
+    from vllm.v1.kv_offload.base import LookupResult, ScheduleEndContext
+
+    for _ in range(10):
+        n, defer = 0, False
+        for k in keys:
+            r = m.lookup(k, ctx)
+            if r is LookupResult.HIT:
+                n += 1
+            elif r is LookupResult.RETRY:
+                defer = True
+            else:
+                break
+        if not defer:
+            return n
+        m.on_schedule_end(ScheduleEndContext((), ()))
+    raise AssertionError("the lookup stayed deferred")
+
+
+class CountingKV:
+    """A KV handle recording the number of keys of each exists call."""
+
+    def __init__(self, kv):
+        self.kv, self.exists_calls = kv, []
+
+    def __getattr__(self, name):
+        return getattr(self.kv, name)
+
+    def exists(self, keys):
+        self.exists_calls.append(len(keys))
+        return self.kv.exists(keys)
+
+    def exists_async(self, keys):
+        self.exists_calls.append(len(keys))
+        return self.kv.exists_async(keys)
 
 
 @pytest.fixture
@@ -314,6 +356,16 @@ class Engine:
         self.worker.register_kv_caches(caches)
         self.Request = scheduler.Request
 
+    def matched(self, req, computed):
+        """get_num_new_matched_tokens as vLLM's engine gets it: asked
+        again after a step while the connector defers (None)."""
+        for _ in range(10):
+            got = self.sched.get_num_new_matched_tokens(req, computed)
+            if got[0] is not None:
+                return got
+            self.step()
+        raise AssertionError("the lookup stayed deferred")
+
     def step(self, computed=None):
         """One engine step: the scheduler's metadata, the worker's
         transfers (stores of the step before are started here, as
@@ -366,7 +418,7 @@ def test_store_then_load_bytes_equal(vllm_engine, pool_args, layout):
         a.sched.request_finished(req)
 
         req = b.Request("b1", 7 * 16, keys + offload_keys(1))
-        assert b.sched.get_num_new_matched_tokens(req, 0) == (96, True)
+        assert b.matched(req, 0) == (96, True)
         assert b.sched.get_num_new_matched_tokens(req, 32) == (64, True)
         ids_b = [20, 21, 5, 6, 0, 31, 2]
         b.sched.update_state_after_alloc(req, ids_b, 0, 96)
@@ -406,7 +458,7 @@ def test_block_gone_between_lookup_and_load(vllm_engine, pool_args):
         a.sched.update_state_after_alloc(req, [0, 1, 2, 3], 0, 0)
         a.step({"a": 64})
         req = b.Request("b", 64, keys)
-        assert b.sched.get_num_new_matched_tokens(req, 0) == (64, True)
+        assert b.matched(req, 0) == (64, True)
         from tidepool.connectors.vllm import block_key
 
         ns = b.sched_spec.tidepool["namespace"]
@@ -422,7 +474,7 @@ def test_block_gone_between_lookup_and_load(vllm_engine, pool_args):
                                                              before[1])
         # the next lookup sees the prefix up to the hole
         req2 = b.Request("b2", 64, keys)
-        assert b.sched.get_num_new_matched_tokens(req2, 0) == (32, True)
+        assert b.matched(req2, 0) == (32, True)
     finally:
         a.close()
         b.close()
@@ -538,7 +590,7 @@ def test_shutdown_waits_unpins_and_refuses(vllm_engine, pool_args):
     assert not w.submit_store(2, GPULoadStoreSpec([0], [1], [0]),
                               out.store_spec)
     m.complete_store(keys, ctx)
-    assert all(m.lookup(k, ctx).name == "HIT" for k in keys)
+    assert prefix(m, keys, ReqContext("r2")) == 4
     m.prepare_load(keys, ctx)
     m.prepare_load(keys[:1], ctx)  # pins nest
     m.shutdown()
@@ -578,7 +630,7 @@ def test_tensor_parallel_workers_and_reset(vllm_engine, memd):
         assert ws[1].submit_store(1, g, out.store_spec)
         assert drain(ws[1], [1])[1].success
         m.complete_store(keys, ctx)
-        assert m.lookup(keys[1], ctx) is LookupResult.HIT
+        assert m.lookup(keys[1], ReqContext("r2")) is LookupResult.HIT
         src = m.prepare_load(keys, ctx)
         for r in range(2):
             assert wb[r].submit_load(2, src, g)
@@ -593,6 +645,175 @@ def test_tensor_parallel_workers_and_reset(vllm_engine, memd):
             w.shutdown()
         m.shutdown()
 
+
+def _store(m, w, keys, ctx):
+    """Stores one block per key through manager m and worker w (block
+    ids 0..)."""
+    from vllm.v1.kv_offload.base import GPULoadStoreSpec
+
+    out = m.prepare_store(keys, ctx)
+    n = len(keys)
+    assert w.submit_store(99, GPULoadStoreSpec(list(range(n)), [n], [0]),
+                          out.store_spec)
+    assert drain(w, [99])[99].success
+    m.complete_store(keys, ctx)
+
+
+def test_lookup_of_a_prefix_is_one_exists(vllm_engine, pool_args):
+    """vLLM's scheduler looks a request's blocks up one key at a time:
+    the first key is one KV.exists, and when it hits, the keys after it
+    answer RETRY (the scheduler scans on and defers the request) and go
+    to the pool together as one KV.exists at the end of the step; the
+    next scan counts the present prefix, up to a block missing in the
+    middle, with no further round trip. prepare_load uses the verdicts
+    up: a later lookup asks the pool again."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        scheduler)
+    from vllm.v1.kv_offload.base import ReqContext
+    from tidepool.connectors.vllm import block_key
+
+    spec = create_spec(extra_config(pool_args))
+    caches, _ = kv_caches(40, (1024,), seed=7)
+    w = spec.get_worker(caches)
+    sched = scheduler.OffloadingConnectorScheduler(spec)
+    m = sched.manager
+    try:
+        keys = offload_keys(40)
+        _store(m, w, keys, ReqContext("store"))
+        ns = spec.tidepool["namespace"]
+        with tidepool.Pool(**pool_args) as pool, pool.kv() as kv:
+            assert kv.delete([block_key(keys[25], ns)]) == [True]
+        spy = CountingKV(m._kv)
+        m._kv = spy
+        req = scheduler.Request("q", 40 * 16, keys)
+        assert sched.get_num_new_matched_tokens(req, 0) == (None, False)
+        assert spy.exists_calls == [1] and m.has_pending_work()
+        sched.build_connector_meta({})  # the step ends
+        assert spy.exists_calls == [1, 39]
+        # no work left for vLLM once that exists completed
+        deadline = time.monotonic() + 60
+        while m.has_pending_work():
+            assert time.monotonic() < deadline, "KV.exists never completed"
+            time.sleep(0.01)
+        assert sched.get_num_new_matched_tokens(req, 0) == (25 * 16, True)
+        assert sched.get_num_new_matched_tokens(req, 16) == (24 * 16, True)
+        assert spy.exists_calls == [1, 39] and not m.has_pending_work()
+        sched.update_state_after_alloc(req, list(range(25)), 0, 25 * 16)
+        with tidepool.Pool(**pool_args) as pool, pool.kv() as kv:
+            assert kv.unpin([block_key(keys[0], ns)]) == [True]
+            assert kv.delete([block_key(keys[0], ns)]) == [True]
+        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert spy.exists_calls == [1, 39, 1]
+    finally:
+        w.shutdown()
+        m.shutdown()
+
+
+def test_lookup_of_a_cold_request_is_answered_at_once(vllm_engine,
+                                                      pool_args):
+    """A request whose first block is not in the tier: one KV.exists and
+    a MISS at once, nothing deferred. The miss holds for that step and
+    the next; after that the pool is asked again (the block stored by
+    another engine meanwhile is found)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        scheduler)
+    from tidepool.connectors.vllm import block_key
+
+    spec = create_spec(extra_config(pool_args))
+    sched = scheduler.OffloadingConnectorScheduler(spec)
+    m = sched.manager
+    try:
+        spy = CountingKV(m._kv)
+        m._kv = spy
+        keys = offload_keys(8)
+        req = scheduler.Request("cold", 8 * 16, keys)
+        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert spy.exists_calls == [1] and not m.has_pending_work()
+        ns = spec.tidepool["namespace"]
+        with tidepool.Pool(**pool_args) as pool, pool.kv() as kv:
+            assert kv.put([block_key(k, ns) for k in keys[:3]],
+                          [b"x" * 64] * 3) == [0] * 3
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (0, False)
+        assert spy.exists_calls == [1]
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (None, False)
+        sched.build_connector_meta({})
+        assert sched.get_num_new_matched_tokens(req, 0) == (48, True)
+        assert spy.exists_calls == [1, 1, 7]
+    finally:
+        m.shutdown()
+
+
+def test_lookup_under_a_scheduler_that_stops_at_retry(vllm_engine, memd):
+    """A scheduler that ends its scan at the first RETRY (not vLLM's
+    _maximal_prefix_lookup) hands the manager one deferred key per step:
+    once such a batch of one key hits, the manager asks the request's
+    next keys one at a time, so the whole prefix is known in two steps,
+    not one step per block."""
+    from vllm.v1.kv_offload.base import (LookupResult, ReqContext,
+                                         ScheduleEndContext)
+    from tidepool.connectors.vllm import block_key
+
+    spec = create_spec(extra_config({"addr": memd.addr}))
+    m = spec.get_manager()
+    try:
+        keys = offload_keys(12)
+        ns = spec.tidepool["namespace"]
+        with tidepool.Pool(memd.addr) as pool, pool.kv() as kv:
+            assert kv.put([block_key(k, ns) for k in keys[:9]],
+                          [b"x" * 64] * 9) == [0] * 9
+        ctx = ReqContext("stops")
+        steps = 0
+        while True:
+            steps += 1
+            assert steps < 5, "one step per block"
+            n, deferred = 0, False
+            for k in keys:
+                r = m.lookup(k, ctx)
+                if r is LookupResult.RETRY:
+                    deferred = True
+                    break
+                if r is not LookupResult.HIT:
+                    break
+                n += 1
+            if not deferred:
+                break
+            m.on_schedule_end(ScheduleEndContext((), ()))
+        assert (n, steps) == (9, 2)
+    finally:
+        m.shutdown()
+
+def test_batched_lookup_counts_every_workers_share(vllm_engine, memd):
+    """World size 2: the deferred keys' KV.exists asks for both ranks'
+    shares of each; a block with one rank's share ends the prefix. A
+    preempted request's verdicts are dropped (asked again)."""
+    from vllm.v1.kv_offload.base import ReqContext, ScheduleEndContext
+    from tidepool.connectors.vllm import block_key, worker_key
+
+    spec = create_spec(extra_config({"addr": memd.addr}), world=2)
+    m = spec.get_manager()
+    try:
+        keys = offload_keys(5)
+        ns = spec.tidepool["namespace"]
+        wk = [[worker_key(block_key(k, ns), r, 2) for r in range(2)]
+              for k in keys]
+        with tidepool.Pool(memd.addr) as pool, pool.kv() as kv:
+            put = [wk[0][0], wk[0][1], wk[1][0], wk[1][1], wk[2][0],
+                   wk[3][0], wk[3][1]]
+            assert kv.put(put, [b"x" * 64] * len(put)) == [0] * len(put)
+            spy = CountingKV(m._kv)
+            m._kv = spy
+            ctx = ReqContext("tp")
+            assert prefix(m, keys, ctx) == 2
+            assert spy.exists_calls == [2, 8]
+            assert kv.put([wk[2][1]], [b"x" * 64]) == [0]
+            assert prefix(m, keys, ctx) == 2  # the verdicts are kept
+            m.on_schedule_end(ScheduleEndContext((), ("tp",)))
+            assert prefix(m, keys, ctx) == 4  # preempted: asked again
+            assert spy.exists_calls == [2, 8, 2, 8]
+    finally:
+        m.shutdown()
 
 def test_handler_api(vllm_engine, pool_args):
     """The OffloadingHandler generation (worker/worker.py): get_handlers

@@ -129,9 +129,15 @@ class KVFuture:
             callbacks, self._callbacks = self._callbacks, []
             aio, self._aio = self._aio, []
         self._kv._forget(self)
+        if aio:
+            running = asyncio._get_running_loop()
         for fut in aio:
             loop = fut.get_loop()
-            if not loop.is_closed():
+            if loop is running:
+                # settled by the loop's own reader (KV.poll): resolve now,
+                # not through the loop's self-pipe and another turn
+                self._resolve_aio(fut)
+            elif not loop.is_closed():
                 loop.call_soon_threadsafe(self._resolve_aio, fut)
         for fn in callbacks:
             try:

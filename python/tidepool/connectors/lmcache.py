@@ -62,6 +62,7 @@ thread-safe). ``close()`` must not overlap other calls.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import functools
 import hashlib
@@ -198,6 +199,32 @@ def _byte_view(buf: Any, what: str, writable: bool) -> memoryview:
     if len(mv) == 0:
         raise ValueError("%s: the buffer is empty" % what)
     return mv
+
+
+_UBYTE_ARRAYS: dict = {}  # nbytes -> ctypes.c_ubyte * nbytes
+
+
+def _obj_view(o: Any, nbytes: int, what: str) -> memoryview:
+    """A writable byte view of the first nbytes bytes of LMCache
+    MemoryObj o's memory. From its ``data_ptr`` (an int property of
+    LMCache's newer MemoryObj, the address ``byte_array`` is built from;
+    the caller checked ``get_size() == nbytes``): a ctypes array at that
+    address, about a microsecond, where ``byte_array`` (a tensor view, a
+    cast and the array) takes three. Without it, ``byte_array``, cut to
+    nbytes (newer LMCache sizes it to the aligned allocation)."""
+    ptr = getattr(o, "data_ptr", None)
+    if type(ptr) is int and ptr:
+        t = _UBYTE_ARRAYS.get(nbytes)
+        if t is None:
+            if len(_UBYTE_ARRAYS) >= 64:
+                _UBYTE_ARRAYS.clear()
+            t = _UBYTE_ARRAYS[nbytes] = ctypes.c_ubyte * nbytes
+        return memoryview(t.from_address(ptr))
+    view = _byte_view(o.byte_array, what, True)
+    if len(view) < nbytes:
+        raise ValueError("%s: %d bytes where %d are needed" %
+                         (what, len(view), nbytes))
+    return view if len(view) == nbytes else view[:nbytes]
 
 
 def _meta_pack(nbytes: int, piece_bytes: int, dtype_code: int = 0,
@@ -1549,6 +1576,7 @@ class _LMCacheConnector:
         # prompt's last chunk is smaller) and read meta and pieces at once
         self._guess: Optional[tuple] = None
         self._specs: dict = {}  # layout -> _alloc_spec
+        self._batched_allocate = True  # until it turns out unusable
         # keys per KV call of a guessed batched get (_get_objs)
         self._overlap_keys = _OVERLAP_KEYS
         self._closed = False
@@ -1791,7 +1819,9 @@ class _LMCacheConnector:
         for a value like the guess, its pieces. The keys go in calls of
         ``_overlap_keys``, each started as soon as its objects are
         allocated, so that LMCache's allocator and the byte views of the
-        next keys run while the previous keys' bytes arrive. A key whose
+        next keys run while the previous keys' bytes arrive; a call's
+        objects come from one ``batched_allocate`` (``_allocate_many``). A
+        key whose
         meta is the guess's and whose pieces all hit is read; one with
         another meta is freed and read as without a guess (its pieces'
         keys hold the value's length, so the guessed ones missed or held
@@ -1817,27 +1847,28 @@ class _LMCacheConnector:
         bufs: list = []
         kv = self._kv
         try:
-            for i, b in enumerate(bases):
-                o = self._allocate(gm, torch, spec)
-                objs.append(o)
-                keys.append(b)
-                bufs.append(raws[i])
-                if o is not None:
-                    held.append(o)
-                    view = _byte_view(o.byte_array,
-                                      "allocated memory object", True)
+            for s0 in range(0, n, step):
+                part = bases[s0:s0 + step]
+                for j, o in enumerate(self._allocate_many(gm, torch, spec,
+                                                          len(part), held)):
+                    b = part[j]
+                    objs.append(o)
+                    keys.append(b)
+                    bufs.append(raws[s0 + j])
+                    if o is None:
+                        continue
+                    view = _obj_view(o, nbytes, "allocated memory object")
                     keys += _piece_keys(b, nbytes, p)
                     if whole:
                         bufs.append(view)
                     else:
                         bufs.extend(view[off:off + p]
                                     for off in range(0, nbytes, p))
-                if len(keys) >= step * (per + 1) or i == n - 1:
-                    try:
-                        started.append(_start(kv, "get", keys, bufs))
-                    except (tidepool.PoolError, ValueError) as e:
-                        started.append(e)
-                    keys, bufs = [], []
+                try:
+                    started.append(_start(kv, "get", keys, bufs))
+                except (tidepool.PoolError, ValueError) as e:
+                    started.append(e)
+                keys, bufs = [], []
         finally:
             # every call started writes into held objects: wait for all
             # before anything is freed (also when an allocation raised)
@@ -1914,7 +1945,7 @@ class _LMCacheConnector:
                 bufs.append([])
                 continue
             held.append(o)
-            view = _byte_view(o.byte_array, "allocated memory object", True)
+            view = _obj_view(o, m.nbytes, "allocated memory object")
             p = m.piece_bytes
             objs.append(o)
             groups.append(m.piece_keys(b))
@@ -1952,6 +1983,50 @@ class _LMCacheConnector:
             self._specs.clear()
         self._specs[key] = spec
         return spec
+
+    def _allocate_many(self, m: "_Meta", torch, spec: Any, k: int,
+                       held: list) -> list:
+        """k MemoryObjs (None where LMCache has no memory) for values
+        like m's, each appended to held. spec: ``_alloc_spec(m)``.
+
+        Two or more come from the local CPU backend's
+        ``batched_allocate`` when it has one: one free block for all,
+        without eviction or LMCache's busy wait (a quarter of the time
+        of k ``allocate`` calls, most of a get's own work before its
+        transfer). When that finds no block, or its objects are not of
+        m's size (an older LMCache cuts the block at its alignment), they
+        are freed and each key gets its own ``allocate`` as before
+        (which may evict from LMCache's hot cache); so do all later
+        gets when it does not take these arguments (TypeError)."""
+        if spec is None:
+            return [None] * k
+        batched = (getattr(self._allocator, "batched_allocate", None)
+                   if self._batched_allocate else None)
+        if k > 1 and batched is not None:
+            try:
+                got = batched(spec[0], spec[1], k, spec[2], eviction=False,
+                              busy_loop=False)
+            except TypeError:
+                # a batched_allocate of another signature (before it
+                # allocated anything): allocate per key from now on
+                self._batched_allocate = False
+                got = None
+            if got is not None:
+                got = list(got)
+                held.extend(got)
+                if len(got) == k and all(o.get_size() == m.nbytes
+                                         for o in got):
+                    return got
+                del held[len(held) - len(got):]
+                for o in got:
+                    o.ref_count_down()
+        out = []
+        for _ in range(k):
+            o = self._allocate(m, torch, spec)
+            if o is not None:
+                held.append(o)
+            out.append(o)
+        return out
 
     def _allocate(self, m: "_Meta", torch,
                   spec: Any = False) -> Optional[Any]:

@@ -22,7 +22,9 @@ Supported vLLM: the generations whose vllm/v1/kv_offload/base.py holds
 * ``OffloadingHandler`` in vllm/v1/kv_offload/worker/worker.py
   (``transfer_async``/``get_finished``/``wait``; ``get_handlers``).
 
-``lookup`` answers ``LookupResult`` where base.py has it, else a bool.
+``lookup`` answers ``LookupResult`` where base.py has it (a request's
+first key at once; when it hits, ``RETRY`` for the keys after it, asked
+together as one ``KV.exists`` at the end of the step), else a bool.
 Anything older (vllm/v1/kv_offload/abstract.py only, a lookup over a list
 of hashes, per-layer ``kv_caches`` dicts) is refused at import with
 ``UnsupportedVLLMError``, which ``OffloadingSpecFactory`` raises at
@@ -173,6 +175,28 @@ class TidepoolLoadStoreSpec(_base.LoadStoreSpec):
         return "TidepoolLoadStoreSpec(%d blocks)" % len(self.keys)
 
 
+class _Lookup:
+    """One request's lookups (``TidepoolOffloadingManager.lookup``):
+    verdicts by tidepool key (hits, and misses with the step they were
+    taken in), keys waiting for the end of the step, and the one
+    ``KV.exists_async`` in flight with its keys."""
+
+    __slots__ = ("known", "pending", "inflight", "one_by_one")
+
+    def __init__(self) -> None:
+        self.known: Dict[bytes, Any] = {}  # True, or the step of a miss
+        self.pending: List[bytes] = []
+        self.inflight: Optional[Tuple[Any, List[bytes]]] = None
+        # a batch of one key that hit: the scheduler stops its scan at a
+        # RETRY, so batching would cost a step per block: ask per key
+        self.one_by_one = False
+
+
+# requests whose lookups are kept at most (those vLLM never finishes, a
+# test's contexts, say, are dropped oldest first)
+_MAX_LOOKUPS = 4096
+
+
 class TidepoolOffloadingManager(_tv._ManagerCore,
                                 _base.OffloadingManager):
     """vLLM's ``OffloadingManager`` (scheduler side) over tidepool.
@@ -187,19 +211,68 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         _tv._ManagerCore.__init__(self, *args, **kwargs)
         self._epoch = 0
+        self._lookups: Dict[Any, _Lookup] = {}  # req_id -> its lookups
+        self._step = 0  # on_schedule_end calls
 
     def lookup(self, key: Any, req_context: Any = None) -> Any:
         """One ``OffloadKey``: ``LookupResult.HIT`` when every worker's
-        share of the block is in the tier, else ``MISS`` (a pool that
-        cannot be reached: ``MISS``); a bool where vLLM has no
-        ``LookupResult``. A list of hashes (abstract.py's convention):
-        the number of leading blocks present."""
+        share of the block is in the tier, ``MISS`` when not (or the pool
+        cannot be reached), ``RETRY`` when the answer comes after the
+        step; a bool where vLLM has no ``LookupResult`` (one round trip
+        per key). A list of hashes (abstract.py's convention): the
+        number of leading blocks present.
+
+        vLLM's scheduler asks for a request's blocks one key at a time,
+        in order, and keeps asking after a ``RETRY`` until a ``MISS``.
+        The first key of a request is asked of the pool at once (one
+        round trip: a request with nothing in the tier is answered
+        without delay); when it is a hit, the keys after it answer
+        ``RETRY`` and are asked together, as one ``KV.exists``, at the
+        end of the step (``on_schedule_end``, started there and read at
+        the next lookup): a prefix of n blocks costs two round trips and
+        one step, not n round trips of the scheduler's time. The
+        verdicts are kept for the request until ``prepare_load`` uses
+        them, it finishes, is preempted, or ``reset_cache``; a miss only
+        for the step it was taken in and the next (another engine may
+        store the block meanwhile)."""
         if not _tv._is_one_block(key):
             return _tv._ManagerCore.lookup(self, key)
-        hit = self._exists([self._key(key)]) == 1
-        if LookupResult is None:
-            return hit
-        return LookupResult.HIT if hit else LookupResult.MISS
+        k = self._key(key)
+        req_id = getattr(req_context, "req_id", None)
+        if LookupResult is None or req_id is None:
+            hit = self._exists([k]) == 1
+            if LookupResult is None:
+                return hit
+            return LookupResult.HIT if hit else LookupResult.MISS
+        st = self._request_lookups(req_id)
+        self._settle_lookups(st)
+        with self._lock:
+            verdict = st.known.get(k)
+            if verdict is not None and verdict is not True and \
+                    verdict < self._step - 1:
+                del st.known[k]  # a miss two steps old: ask again
+                verdict = None
+            if verdict is None and (st.known or st.pending or
+                                    st.inflight is not None) and not (
+                    st.one_by_one and st.inflight is None and
+                    k not in st.pending):
+                if k not in st.pending:
+                    st.pending.append(k)
+                return LookupResult.RETRY
+        if verdict is None:
+            hit = self._exists([k]) == 1
+            with self._lock:
+                verdict = st.known[k] = True if hit else self._step
+        return LookupResult.HIT if verdict is True else LookupResult.MISS
+
+    def prepare_load(self, block_hashes: Any, req_context: Any = None
+                     ) -> Any:
+        """``prepare_load`` of the duck-typed manager (pins the blocks);
+        the request's lookup verdicts are used up (a later lookup asks the
+        pool again)."""
+        self._forget_lookups(req_context)
+        return _tv._ManagerCore.prepare_load(self, block_hashes,
+                                             req_context)
 
     def on_new_request(self, req_context: Any) -> Any:
         """vLLM's default offloading policy for every request."""
@@ -207,14 +280,45 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         return _RequestContext() if _RequestContext is not None else None
 
     def on_request_finished(self, req_context: Any) -> None:
-        """Nothing is kept per request."""
+        """Drops the request's lookup verdicts."""
+        self._forget_lookups(req_context)
 
     def on_schedule_end(self, context: Any) -> None:
-        """Nothing is deferred to the end of a step."""
+        """Starts one ``KV.exists_async`` per request for the keys its
+        lookups deferred this step (their present prefix); drops the
+        lookups of preempted requests."""
+        with self._lock:
+            self._step += 1
+            for req_id in getattr(context, "preempted_req_ids", None) or ():
+                self._lookups.pop(req_id, None)
+            todo = [st for st in self._lookups.values()
+                    if st.pending and st.inflight is None]
+            batches = []
+            most = max(1, tidepool.BATCH_MAX // self.world_size)
+            for st in todo:
+                keys, st.pending = st.pending[:most], st.pending[most:]
+                batches.append((st, keys))
+        for st, keys in batches:
+            try:
+                fut = self._kv.exists_async(self._expand(keys))
+            except tidepool.ClosedError:
+                raise
+            except (tidepool.PoolError, ValueError) as e:
+                fut = e
+            with self._lock:
+                st.inflight = (fut, keys)
 
     def has_pending_work(self) -> bool:
-        """Never: stores and loads are the worker's."""
-        return False
+        """True while lookups wait for the end of a step or for their
+        ``KV.exists`` to complete (so that vLLM keeps stepping); a
+        completed one waits for the request's next lookup, not for a
+        step (a request vLLM stops asking for keeps no engine busy)."""
+        with self._lock:
+            return any(st.pending or (st.inflight is not None and
+                                      not isinstance(st.inflight[0],
+                                                     BaseException) and
+                                      not st.inflight[0].done())
+                       for st in self._lookups.values())
 
     def reset_cache(self) -> None:
         """vLLM resets its prefix caches (new weights, say): this manager
@@ -224,6 +328,7 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         with self._lock:
             pins, self._pins = self._pins, {}
             self._storing = {}
+            self._lookups = {}
             self._epoch += 1
             self._key_ns = "%s\0reset %d" % (self.namespace, self._epoch)
         keys = [k for k, n in pins.items() for _ in range(n)]
@@ -240,6 +345,50 @@ class TidepoolOffloadingManager(_tv._ManagerCore,
         """No connector stats of its own (the KV handle's counters:
         ``python -m tidepool status``)."""
         return None
+
+    def _request_lookups(self, req_id: Any) -> _Lookup:
+        with self._lock:
+            st = self._lookups.get(req_id)
+            if st is None:
+                if len(self._lookups) >= _MAX_LOOKUPS:
+                    del self._lookups[next(iter(self._lookups))]
+                st = self._lookups[req_id] = _Lookup()
+            return st
+
+    def _forget_lookups(self, req_context: Any) -> None:
+        req_id = getattr(req_context, "req_id", None)
+        if req_id is not None:
+            with self._lock:
+                self._lookups.pop(req_id, None)
+
+    def _settle_lookups(self, st: _Lookup) -> None:
+        """Takes the verdicts of st's exists in flight (waiting for it:
+        started at the end of the step before, it is done by now in
+        practice): its keys' present prefix are hits, the key after them
+        a miss (the scheduler stops there); a failed call is a miss of
+        its first key."""
+        with self._lock:
+            inflight, st.inflight = st.inflight, None
+        if inflight is None:
+            return
+        fut, keys = inflight
+        if isinstance(fut, BaseException):
+            n = 0
+        else:
+            try:
+                n = fut.result() // self.world_size
+            except tidepool.ClosedError:
+                raise
+            except (tidepool.PoolError, ValueError):
+                n = 0
+        with self._lock:
+            for k in keys[:n]:
+                st.known[k] = True
+            if n == len(keys) == 1:
+                st.one_by_one = True
+            if n < len(keys):
+                st.known[keys[n]] = self._step
+                st.pending = []  # keys after a miss: the scan stops there
 
     def _make_spec(self, keys: List[bytes], hashes: List[Any]) -> Any:
         return TidepoolLoadStoreSpec(keys, hashes)

@@ -2,10 +2,18 @@
 004446a04251774aae68bc880b61a1d7771501a2): ``MemoryFormat``,
 ``MemoryObjMetadata``, the ``MemoryObj`` interface, ``TensorMemoryObj``
 (a flat uint8 tensor viewed with the object's dtype and shape; its
-``byte_array`` a ctypes memoryview of format "<B" as upstream; reference
+``byte_array`` a ctypes memoryview of format "<B" as upstream; its
+``data_ptr`` property, the raw tensor's address, from the newer
+memory_management.py at b98a5592cb81317ba4c5c520415339cb0e074d78, where
+it is abstract in ``MemoryObj`` and ``byte_array`` is built from it; reference
 counts under a lock, freed to its allocator when the count reaches 0)
 and a first-fit ``TensorMemoryAllocator`` over one torch buffer that
-counts its live allocations (what the tests check leaks with)."""
+counts its live allocations (what the tests check leaks with).
+``batched_allocate(shape, dtype, batch_size, fmt)`` takes one first-fit
+block for the whole batch and cuts it with ``torch.chunk`` into pieces of
+the *aligned* size (as upstream at that commit: an object of a size that
+is not a multiple of 512 then reports the aligned size from
+``get_size()``); None when no free block holds the batch."""
 
 import abc
 import ctypes
@@ -71,6 +79,10 @@ class MemoryObj(metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def byte_array(self): ...
 
+    @property
+    @abc.abstractmethod
+    def data_ptr(self) -> int: ...
+
 
 class TensorMemoryObj(MemoryObj):
     def __init__(self, raw_data: torch.Tensor, metadata: MemoryObjMetadata,
@@ -125,6 +137,10 @@ class TensorMemoryObj(MemoryObj):
         n = t.numel() * t.element_size()
         return memoryview((ctypes.c_ubyte * n).from_address(t.data_ptr()))
 
+    @property
+    def data_ptr(self) -> int:
+        return self.raw_data.data_ptr()
+
 
 class TensorMemoryAllocator:
     """First fit over one flat uint8 tensor, 512-byte aligned."""
@@ -161,6 +177,35 @@ class TensorMemoryAllocator:
                 return None
         meta = MemoryObjMetadata(shape, dtype, start, size, 1, fmt=fmt)
         return TensorMemoryObj(self.buffer[start:start + raw], meta, self)
+
+    def batched_allocate(self, shape, dtype, batch_size,
+                         fmt=MemoryFormat.UNDEFINED
+                         ) -> Optional[List[TensorMemoryObj]]:
+        shape = torch.Size(shape)
+        raw = shape.numel() * torch.empty((), dtype=dtype).element_size()
+        unit = (raw + self.ALIGN - 1) // self.ALIGN * self.ALIGN
+        total = unit * batch_size
+        with self.lock:
+            for blk in self.free_list:
+                if blk[1] >= total:
+                    start = blk[0]
+                    blk[0] += total
+                    blk[1] -= total
+                    if blk[1] == 0:
+                        self.free_list.remove(blk)
+                    for i in range(batch_size):
+                        self.live[start + i * unit] = unit
+                    break
+            else:
+                return None
+        raws = torch.chunk(self.buffer[start:start + total], batch_size)
+        objs = []
+        addr = start
+        for r in raws:
+            meta = MemoryObjMetadata(shape, dtype, addr, unit, 1, fmt=fmt)
+            objs.append(TensorMemoryObj(r, meta, self))
+            addr += unit
+        return objs
 
     def free(self, obj: TensorMemoryObj) -> None:
         with self.lock:

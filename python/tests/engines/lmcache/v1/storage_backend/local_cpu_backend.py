@@ -3,7 +3,10 @@
 side the remote backend uses. ``allocate(shapes, dtypes, fmt=None,
 eviction=True, busy_loop=True)`` returns a MemoryObj with reference count
 1, or None when the memory is full (no hot cache to evict here); a None
-fmt means KV_2LTD, as upstream without layerwise."""
+fmt means KV_2LTD, as upstream without layerwise. ``batched_allocate(
+shapes, dtypes, batch_size, fmt=None, eviction=True, busy_loop=True)``:
+``batch_size`` such objects from the allocator's ``batched_allocate`` (one
+block), or None."""
 
 from lmcache.v1.memory_management import MemoryFormat, TensorMemoryAllocator
 
@@ -26,3 +29,14 @@ class LocalCPUBackend:
 
     def __str__(self):
         return "LocalCPUBackend"
+
+    def batched_allocate(self, shapes, dtypes, batch_size, fmt=None,
+                         eviction=True, busy_loop=True):
+        if isinstance(shapes, list):
+            shapes = shapes[0]
+        if isinstance(dtypes, list):
+            dtypes = dtypes[0]
+        if fmt is None:
+            fmt = MemoryFormat.KV_2LTD
+        return self.memory_allocator.batched_allocate(shapes, dtypes,
+                                                      batch_size, fmt)

@@ -1,5 +1,5 @@
 """Stand-in of vllm/v1/kv_offload/base.py, read at vllm-project/vllm
-0105e232f7fa4e1b59ec87531f167c0443a5095d (the newest generation read:
+0105e232b7fa4e1b59ec87531f167c0443a5095d (the newest generation read:
 ``lookup`` of one ``OffloadKey`` answering ``LookupResult``, abstract
 ``on_new_request``, the ``OffloadingWorker`` API, ``OffloadingSpec``
 built from an ``OffloadingConfig``). The classes, fields and abstract

@@ -5,9 +5,15 @@ The call sequence was read at vllm-project/vllm
 e57c0d427864471fe231b58b2cd9a73453322cb2 (get_num_new_matched_tokens,
 update_state_after_alloc, build_connector_meta, update_connector_output,
 request_finished, take_events) and is driven here with the manager
-contract of base.py at 0105e232f7fa4e1b59ec87531f167c0443a5095d: one
-``lookup(key, req_context)`` per block until it is not ``HIT``
-(``RETRY``/``HIT_PENDING``: ask again later), ``on_new_request`` once per
+contract of base.py at 0105e232b7fa4e1b59ec87531f167c0443a5095d: one
+``lookup(key, req_context)`` per block, in order, as the newer
+scheduler.py's ``_maximal_prefix_lookup`` does (found by content in the
+index, no commit recorded): ``HIT`` counts, ``HIT_PENDING`` counts and
+defers, ``RETRY`` defers and the scan goes on (so that the manager can
+start the lookups of the keys after it; vllm/v1/kv_offload/tiering/
+async_lookup.py at 030ea52effcb05071543c8c42b8f0145e94cee43 flushes them
+in ``on_schedule_end``), ``MISS`` ends it; a deferred lookup answers
+None (ask again next step), ``on_new_request`` once per
 request, ``prepare_load``/``complete_load`` around a load job,
 ``prepare_store``/``complete_store`` around a store job (completion from
 the worker's completed job ids, as worker.py at 0078e9d2 reports them),
@@ -74,14 +80,20 @@ class OffloadingConnectorScheduler:
                                    ) -> Tuple[Optional[int], bool]:
         ctx = self._context(req)
         start = num_computed_tokens // self.block_size
-        hits = 0
+        hits, defer = 0, False
         for key in req.offload_keys[start:]:
             r = self.manager.lookup(key, ctx)
-            if r in (LookupResult.RETRY, LookupResult.HIT_PENDING):
-                return None, False
-            if r is not LookupResult.HIT:
+            if r is LookupResult.HIT:
+                hits += 1
+            elif r is LookupResult.HIT_PENDING:
+                hits += 1
+                defer = True
+            elif r is LookupResult.RETRY:
+                defer = True
+            else:
                 break
-            hits += 1
+        if defer:
+            return None, False
         if not hits:
             return 0, False
         return hits * self.block_size, True
