@@ -155,7 +155,11 @@ static PyObject *raise_forked(const char *what, pid_t pid)
  * memory), and a CPU tensor's bytes go through a bounce buffer that
  * libpool alone owns: a source is copied in when the call starts, a
  * destination is copied out into the held storage, at the same offset,
- * once the call has completed (bufref_commit, GIL held). The GPU path
+ * once the call has completed (bufref_commit, GIL held). A CPU tensor
+ * whose storage cannot be resized (storage_is_fixed: torch.from_numpy,
+ * frombuffer, shared memory, memory torch did not allocate) needs no
+ * bounce: holding the storage keeps its memory where it is, so libpool
+ * reads and writes the tensor's bytes in place. The GPU path
  * does not bounce: its device copies run on a stream the caller
  * synchronizes, as torch's own non_blocking copies do.
  */
@@ -360,7 +364,8 @@ static PyObject *u64_dict(PyObject *d, const void *st,
 
 static PyObject *str_data_ptr, *str_is_contiguous, *str_is_cuda, *str_numel,
 	*str_element_size, *str_device, *str_index, *str_cuda_stream,
-	*str_untyped_storage, *str__storage, *str_storage, *str_nbytes;
+	*str_untyped_storage, *str__storage, *str_storage, *str_nbytes,
+	*str_resizable, *str_is_shared;
 
 static void bufref_release(struct bufref *b)
 {
@@ -439,6 +444,38 @@ static int tensor_storage(PyObject *obj, PyObject **out)
 		return *out ? 0 : -1;
 	}
 	return 0;
+}
+
+/*
+ * Whether storage st can never be resized, so that holding it keeps its
+ * memory in place for a call: resizable() is False (torch 2), or, on a
+ * torch whose storages lack resizable(), is_shared() is True (a shared
+ * memory storage: torch 1.x refuses to resize those). Anything else,
+ * errors included (cleared), counts as resizable: the tensor bounces.
+ */
+static bool storage_is_fixed(PyObject *st)
+{
+	PyObject *r;
+	bool fixed = false;
+	int t;
+
+	if (!st)
+		return false;
+	if (PyObject_HasAttr(st, str_resizable)) {
+		r = PyObject_CallMethodNoArgs(st, str_resizable);
+		t = r ? PyObject_IsTrue(r) : -1;
+		fixed = t == 0;
+	} else if (PyObject_HasAttr(st, str_is_shared)) {
+		r = PyObject_CallMethodNoArgs(st, str_is_shared);
+		t = r ? PyObject_IsTrue(r) : -1;
+		fixed = t == 1;
+	} else {
+		return false;
+	}
+	Py_XDECREF(r);
+	if (t < 0)
+		PyErr_Clear();
+	return fixed;
 }
 
 /*
@@ -662,7 +699,8 @@ static int bufref_take(PyObject *obj, bool writable, bool bounce,
 		}
 		b->storage_off = tp - sp;
 	}
-	b->want_bounce = bounce && !b->is_cuda && b->len;
+	b->want_bounce = bounce && !b->is_cuda && b->len &&
+			 !storage_is_fixed(b->storage);
 	Py_INCREF(obj);
 	b->keep = obj;
 	return 0;
@@ -3578,6 +3616,8 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 	str__storage = PyUnicode_InternFromString("_storage");
 	str_storage = PyUnicode_InternFromString("storage");
 	str_nbytes = PyUnicode_InternFromString("nbytes");
+	str_resizable = PyUnicode_InternFromString("resizable");
+	str_is_shared = PyUnicode_InternFromString("is_shared");
 	str_is_contiguous = PyUnicode_InternFromString("is_contiguous");
 	str_is_cuda = PyUnicode_InternFromString("is_cuda");
 	str_numel = PyUnicode_InternFromString("numel");
@@ -3588,7 +3628,7 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 	if (!str_data_ptr || !str_untyped_storage || !str__storage ||
 	    !str_storage || !str_nbytes || !str_is_contiguous || !str_is_cuda ||
 	    !str_numel || !str_element_size || !str_device || !str_index ||
-	    !str_cuda_stream)
+	    !str_cuda_stream || !str_resizable || !str_is_shared)
 		return NULL;
 	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
 		if (PyType_Ready(types[i]) < 0)
