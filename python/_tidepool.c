@@ -50,6 +50,9 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include <tidepool/kv.h>
 #include <tidepool/pool.h>
@@ -506,6 +509,47 @@ static int bufref_where(struct bufref *b, size_t nbytes, char **p)
 }
 
 /*
+ * The copy of a completed read out of its bounce buffer into the
+ * tensor's memory. From BOUNCE_STREAM_MIN bytes on, with non-temporal
+ * stores where the CPU has SSE2: the destination is written whole and
+ * not read here, so its cache lines need not be fetched first (109 x 1
+ * MiB: 4.2-5.1 ms against glibc memcpy's 5.7-6.1 on this project's VM,
+ * docs/bench/python.md). The fence orders the streamed stores before
+ * anything this thread writes next (the GIL's release among them).
+ */
+#define BOUNCE_STREAM_MIN ((size_t)256 << 10)
+
+static void bounce_copy_out(char *dst, const char *src, size_t n)
+{
+#ifdef __SSE2__
+	if (n >= BOUNCE_STREAM_MIN) {
+		size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+
+		memcpy(dst, src, head);
+		dst += head;
+		src += head;
+		n -= head;
+		for (; n >= 64; n -= 64, dst += 64, src += 64) {
+			__m128i a = _mm_loadu_si128((const __m128i *)src);
+			__m128i b =
+				_mm_loadu_si128((const __m128i *)(src + 16));
+			__m128i c =
+				_mm_loadu_si128((const __m128i *)(src + 32));
+			__m128i d =
+				_mm_loadu_si128((const __m128i *)(src + 48));
+
+			_mm_stream_si128((__m128i *)dst, a);
+			_mm_stream_si128((__m128i *)(dst + 16), b);
+			_mm_stream_si128((__m128i *)(dst + 32), c);
+			_mm_stream_si128((__m128i *)(dst + 48), d);
+		}
+		_mm_sfence();
+	}
+#endif
+	memcpy(dst, src, n);
+}
+
+/*
  * Delivers the first nbytes of b's bounce buffer (a completed read into
  * a CPU tensor) to where the tensor's bytes are now (bufref_where). GIL
  * held. Returns 0 (also when b has no bounce buffer), or -1, no
@@ -522,7 +566,7 @@ static int bufref_commit(struct bufref *b, size_t nbytes)
 		nbytes = b->len;
 	if (bufref_where(b, nbytes, &p) < 0)
 		return -1;
-	memcpy(p, b->bounce, nbytes);
+	bounce_copy_out(p, b->bounce, nbytes);
 	return 0;
 }
 

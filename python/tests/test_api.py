@@ -602,6 +602,33 @@ def test_fixed_storage_tensors_are_used_in_place(pool_args, model_name):
         assert _bounces() > b0
 
 
+def test_bounced_get_lands_exactly_in_its_views(pool_args, model_name):
+    # the bounce copy out (streamed from 256 KiB on) writes each value
+    # exactly into its tensor view, whatever the view's alignment and
+    # length, and not a byte beside it
+    sizes = [(256 << 10) + 1, (300 << 10) + 63, (1 << 20) + 17,
+             (256 << 10) - 1, 4096 + 5]
+    keys = keys_for(model_name, len(sizes))
+    vals = [value_of(k, n) for k, n in zip(keys, sizes)]
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        assert kv.put(keys, vals) == [0] * len(keys)
+        for shift in (0, 1, 7, 15, 16, 33):
+            base = torch.full((sum(sizes) + 64 * len(sizes) + shift,),
+                              0x5A, dtype=torch.uint8)
+            views, at = [], shift
+            for n in sizes:
+                views.append(base[at:at + n])
+                at += n + 64
+            assert kv.get_into(keys, views) == [True] * len(keys)
+            b = base.numpy()
+            at = shift
+            assert (b[:shift] == 0x5A).all(), shift
+            for v, n in zip(vals, sizes):
+                assert np.array_equal(b[at:at + n], v), (shift, n)
+                assert (b[at + n:at + n + 64] == 0x5A).all(), (shift, n)
+                at += n + 64
+
+
 class _DuckStorage:
     """A storage as the extension sees one (data_ptr(), nbytes(), and
     resizable() when given): its memory is a numpy array that a "resize"
