@@ -600,6 +600,22 @@ def test_fixed_storage_tensors_are_used_in_place(pool_args, model_name):
         # the counter does see a bounce: a resizable tensor takes one
         assert kv.get_into(keys[:1], [torch.zeros(sz, dtype=torch.uint8)])
         assert _bounces() > b0
+        # fixed and resizable tensors in one call, the resizable ones
+        # reallocated while it is in flight: the fixed ones are written
+        # in place, the others where their storage is now, and nothing
+        # else (memory the reallocation freed, reused by the canaries)
+        out = [torch.zeros(sz, dtype=torch.uint8).share_memory_()
+               if i % 2 == 0 else torch.zeros(sz, dtype=torch.uint8)
+               for i in range(n)]
+        op = kv.get_into_async(keys[:n], out)
+        for t in out[1::2]:
+            t.resize_(3 * sz)
+        canaries = [torch.full((sz,), 0xA5, dtype=torch.uint8)
+                    for _ in range(2 * n)]
+        assert op.result(120) == [True] * n
+        assert all(int(c.min()) == 0xA5 == int(c.max()) for c in canaries)
+        for t, v in zip(out, vals[:n]):
+            assert np.array_equal(t[:sz].numpy(), v)
 
 
 def test_bounced_get_lands_exactly_in_its_views(pool_args, model_name):
