@@ -159,9 +159,9 @@ static PyObject *raise_forked(const char *what, pid_t pid)
  * libpool alone owns: a source is copied in when the call starts, a
  * destination is copied out into the held storage, at the same offset,
  * once the call has completed (bufref_commit, GIL held). A CPU tensor
- * whose storage cannot be resized (storage_is_fixed: torch.from_numpy,
- * frombuffer, shared memory, memory torch did not allocate) needs no
- * bounce: holding the storage keeps its memory where it is, so libpool
+ * whose storage cannot be resized (storage_is_fixed: on torch 2
+ * from_numpy, frombuffer, shared memory, memory torch did not allocate;
+ * on torch 1.x shared memory only) needs no bounce: holding the storage keeps its memory where it is, so libpool
  * reads and writes the tensor's bytes in place. The GPU path
  * does not bounce: its device copies run on a stream the caller
  * synchronizes, as torch's own non_blocking copies do.
