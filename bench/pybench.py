@@ -38,7 +38,10 @@ calls   what one call costs at batches of 1, 64 and 1024 keys: exists
         baseline is the same calls on libpool itself through ctypes with
         every argument array built beforehand: C's cost plus ctypes' own
         (about a microsecond). us_call - the baseline's is what the
-        Python layer adds.
+        Python layer adds. First, bulk: one get of a prefix's 109 blocks
+        of 1 MiB, ctypes, numpy, torch and torch_fixed (tensors whose
+        storage torch cannot resize, share_memory_(): read in place, no
+        bounce) in turn, call by call.
 
 Output in OUT_DIR: raw.txt (every line of every repetition, "# ..." lines
 for the host and settings), summary.txt (printed too): medians over the
@@ -406,6 +409,10 @@ class PyCalls:
             if buf == "numpy":
                 return [np.full(size, i & 0xFF, np.uint8)
                         for i in range(batch)]
+            if buf == "torch_fixed":  # storages torch cannot resize
+                return [torch.full((size,), i & 0xFF,
+                                   dtype=torch.uint8).share_memory_()
+                        for i in range(batch)]
             return [torch.full((size,), i & 0xFF, dtype=torch.uint8)
                     for i in range(batch)]
 
@@ -695,7 +702,9 @@ class Run:
                 ("py", "numpy", PyCalls(kv, "get", BULK_BATCH, "numpy",
                                         BLOCK)),
                 ("py", "torch", PyCalls(kv, "get", BULK_BATCH, "torch",
-                                        BLOCK))]
+                                        BLOCK)),
+                ("py", "torch_fixed", PyCalls(kv, "get", BULK_BATCH,
+                                              "torch_fixed", BLOCK))]
         ns = interleave(runs, max(1, iters // 10), iters)
         for (impl, buf, c), t in zip(runs, ns):
             c.close()
@@ -816,15 +825,15 @@ def summarize(paths):
         out.append("")
         out.append(f"get of {BULK_BATCH} blocks of 1 MiB in one call, C "
                    "(ctypes) and Python in turn; medians over repetitions:")
-        out.append(f"{'buf':<6} {'runs':>4} {'MB/s':>7} {'range':>13} "
+        out.append(f"{'buf':<11} {'runs':>4} {'MB/s':>7} {'range':>13} "
                    f"{'ms/call':>8}")
         ratios = []
-        for buf in ("c", "numpy", "torch"):
+        for buf in ("c", "numpy", "torch", "torch_fixed"):
             k = ("bulk", buf)
             if k not in rows:
                 continue
             g = benchutil.values(rows, k, "MBps")
-            out.append(f"{buf:<6} {len(rows[k]):>4} "
+            out.append(f"{buf:<11} {len(rows[k]):>4} "
                        f"{med(rows, k, 'MBps'):>7.0f} "
                        f"{min(g):>6.0f}..{max(g):<6.0f} "
                        f"{med(rows, k, 'us_call') / 1e3:>8.1f}")

@@ -30,6 +30,12 @@
 # Where BUILD has bench/poolbench, a local memcpy of 1 MiB (poolbench
 # memcpy, 1 s) is measured before and after the runs (MEMCPY lines), for
 # issue 29's ratio of the KV get to memcpy.
+# TRANSPORT=1 (default where FABRIC=1): per repetition, before its
+# workloads, what the transport under the tcp tier carries on this host
+# (TRANSPORT lines): one loopback TCP stream (iperf3 -J, 2 s of 1 MiB
+# writes, where iperf3 is installed) and raw 1 MiB RMA reads over the
+# fabric (poolbench --rw read, depth 16, 1 s, LIBPOOL_SHM=off) against a
+# fresh memd; the summary sets the tcp tier and memcached against them.
 # Everything listens on 127.0.0.1; servers started here are killed on exit.
 set -euo pipefail
 
@@ -47,6 +53,7 @@ from collections import defaultdict
 
 rows = defaultdict(list)
 memcpy = []
+transport = defaultdict(list)
 for line in fileinput.input(sys.argv[1:]):
     line = line.strip()
     if line.startswith("#"):
@@ -55,6 +62,10 @@ for line in fileinput.input(sys.argv[1:]):
     if line.startswith("MEMCPY"):
         memcpy.append(float(dict(w.split("=", 1)
                                  for w in line.split()[1:])["MBps"]))
+        continue
+    if line.startswith("TRANSPORT"):
+        kv = dict(w.split("=", 1) for w in line.split()[1:])
+        transport[kv["what"]].append(float(kv["MBps"]))
         continue
     if not line.startswith("KVBENCH"):
         continue
@@ -111,6 +122,17 @@ for w in ("shared", "oneshot", "multiturn"):
             print(f"median get_MBps_vs_memcpy workload={w} tier={t} "
                   f"value={div(med(w, t, 'get_MBps'), statistics.median(memcpy)):.2f} "
                   f"memcpy_MBps={statistics.median(memcpy):.0f} target=0.3")
+for what in ("tcp_stream", "rma_read"):
+    if not transport[what]:
+        continue
+    tm = statistics.median(transport[what])
+    print(f"median transport what={what} MBps={tm:.0f} "
+          f"runs={len(transport[what])}")
+    for w in ("shared", "oneshot", "multiturn"):
+        for t in ("tidepool_fabric", "memcached"):
+            if (w, t) in rows:
+                print(f"median get_MBps_vs_{what} workload={w} tier={t} "
+                      f"value={div(med(w, t, 'get_MBps'), tm):.2f}")
 for w in ("shared", "multiturn"):
     for t in ("tidepool", "redis", "memcached"):
         if (w, t) in rows and (w, "none") in rows:
@@ -142,6 +164,7 @@ HBM=${HBM:-5}
 TPS=${TPS:-10000}
 WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
 FABRIC=${FABRIC:-1}
+TRANSPORT=${TRANSPORT:-$FABRIC}
 SHM_DIR=${SHM_DIR:-}
 MEMCACHED_THREADS=${MEMCACHED_THREADS:-2}
 OUT_DIR=${OUT_DIR:-$BUILD/kvbench-results/$(date +%Y%m%d-%H%M%S)}
@@ -254,7 +277,37 @@ memcpy_line() {
 }
 memcpy_line start
 
+# transport_lines: TRANSPORT lines (see the top), where the tools exist
+transport_lines() {
+	[ "$TRANSPORT" = 1 ] || return 0
+	if command -v iperf3 >/dev/null; then
+		local port
+		port=$(free_port)
+		iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+		local ipid=$!
+		sleep 0.3
+		iperf3 -J -c 127.0.0.1 -p "$port" -t 2 -l 1M 2>/dev/null |
+			python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("TRANSPORT what=tcp_stream streams=1 MBps=%.1f"
+      % (d["end"]["sum_received"]["bits_per_second"] / 8e6))' |
+			tee -a "$RAW" || log "iperf3 failed; no tcp_stream line"
+		kill "$ipid" 2>/dev/null || true
+		wait "$ipid" 2>/dev/null || true
+	fi
+	if [ -x "$BUILD/bench/poolbench" ]; then
+		start_memd
+		LIBPOOL_SHM=off "$BUILD/bench/poolbench" --addr "$ADDR" \
+			--sizes 1M --depths 16 --rw read --seconds 1 |
+			grep -o 'MBps=[0-9.]*' | head -n1 |
+			sed 's/^/TRANSPORT what=rma_read size=1M depth=16 /' |
+			tee -a "$RAW"
+		stop_memd
+	fi
+}
+
 for rep in $(seq "$REPS"); do
+	transport_lines
 	for w in $WORKLOADS; do
 		n=$PROMPTS
 		[ "$w" = oneshot ] && n=$ONESHOT_PROMPTS

@@ -586,6 +586,166 @@ def test_tensor_bounce_blocks_are_not_shared_in_flight(pool_args,
     assert st["reused"] > 0, st
 
 
+def _bounces():
+    from tidepool import _c
+    st = _c._bounce_stats()
+    return st["made"] + st["reused"]
+
+
+def test_fixed_storage_tensors_are_used_in_place(pool_args, model_name):
+    # a storage torch cannot resize (shared memory here; from_numpy,
+    # frombuffer on a torch with resizable()) keeps its memory while the
+    # call holds it: no bounce, the bytes land in the tensor itself
+    n, sz = 4, 1 << 20
+    keys = keys_for(model_name, 2 * n)
+    vals = [value_of(k, sz) for k in keys]
+    fixed = [torch.zeros(sz, dtype=torch.uint8).share_memory_()
+             for _ in range(n)]
+    with pytest.raises(RuntimeError, match="not resizable"):
+        # the premise, on this torch (a throw-away tensor: the failed
+        # resize_ leaves its size changed)
+        torch.zeros(sz, dtype=torch.uint8).share_memory_().resize_(2 * sz)
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        src = [torch.from_numpy(v).clone().share_memory_()
+               for v in vals[n:]]
+        b0 = _bounces()
+        assert kv.put(keys[n:], src) == [0] * n
+        assert kv.put(keys[:n], vals[:n]) == [0] * n
+        assert kv.get_into(keys[:n], fixed) == [True] * n
+        assert _bounces() == b0, "a fixed storage went through a bounce"
+        for t, v in zip(fixed, vals):
+            assert np.array_equal(t.numpy(), v)
+        # set_() under an async get: the bytes land in the storage the
+        # tensor had (a view of it sees them), not in the new one
+        out = [torch.zeros(sz, dtype=torch.uint8).share_memory_()
+               for _ in range(n)]
+        views = [t.view(-1) for t in out]
+        op = kv.get_into_async(keys[n:], out)
+        for t in out:
+            t.set_(torch.zeros(sz, dtype=torch.uint8))
+        assert op.result(120) == [True] * n
+        assert _bounces() == b0
+        for t, w, v in zip(out, views, vals[n:]):
+            assert np.array_equal(w.numpy(), v) and not t.any()
+        # the counter does see a bounce: a resizable tensor takes one
+        assert kv.get_into(keys[:1], [torch.zeros(sz, dtype=torch.uint8)])
+        assert _bounces() > b0
+        # fixed and resizable tensors in one call, the resizable ones
+        # reallocated while it is in flight: the fixed ones are written
+        # in place, the others where their storage is now, and nothing
+        # else (memory the reallocation freed, reused by the canaries)
+        out = [torch.zeros(sz, dtype=torch.uint8).share_memory_()
+               if i % 2 == 0 else torch.zeros(sz, dtype=torch.uint8)
+               for i in range(n)]
+        op = kv.get_into_async(keys[:n], out)
+        for t in out[1::2]:
+            t.resize_(3 * sz)
+        canaries = [torch.full((sz,), 0xA5, dtype=torch.uint8)
+                    for _ in range(2 * n)]
+        assert op.result(120) == [True] * n
+        assert all(int(c.min()) == 0xA5 == int(c.max()) for c in canaries)
+        for t, v in zip(out, vals[:n]):
+            assert np.array_equal(t[:sz].numpy(), v)
+
+
+def test_bounced_get_lands_exactly_in_its_views(pool_args, model_name):
+    # the bounce copy out (streamed from 256 KiB on) writes each value
+    # exactly into its tensor view, whatever the view's alignment and
+    # length, and not a byte beside it
+    sizes = [(256 << 10) + 1, (300 << 10) + 63, (1 << 20) + 17,
+             (256 << 10) - 1, 4096 + 5]
+    keys = keys_for(model_name, len(sizes))
+    vals = [value_of(k, n) for k, n in zip(keys, sizes)]
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        assert kv.put(keys, vals) == [0] * len(keys)
+        for shift in (0, 1, 7, 15, 16, 33):
+            base = torch.full((sum(sizes) + 64 * len(sizes) + shift,),
+                              0x5A, dtype=torch.uint8)
+            views, at = [], shift
+            for n in sizes:
+                views.append(base[at:at + n])
+                at += n + 64
+            assert kv.get_into(keys, views) == [True] * len(keys)
+            b = base.numpy()
+            at = shift
+            assert (b[:shift] == 0x5A).all(), shift
+            for v, n in zip(vals, sizes):
+                assert np.array_equal(b[at:at + n], v), (shift, n)
+                assert (b[at + n:at + n + 64] == 0x5A).all(), (shift, n)
+                at += n + 64
+
+
+class _DuckStorage:
+    """A storage as the extension sees one (data_ptr(), nbytes(), and
+    resizable() when given): its memory is a numpy array that a "resize"
+    replaces, as a growing resize_() does."""
+
+    def __init__(self, nbytes, resizable):
+        self.arr = np.zeros(nbytes, np.uint8)
+        if resizable is not None:
+            self.resizable = (lambda: resizable) if resizable != "raise" \
+                else self._raise
+
+    def _raise(self):
+        raise RuntimeError("resizable() failed")
+
+    def data_ptr(self):
+        return self.arr.ctypes.data
+
+    def nbytes(self):
+        return self.arr.nbytes
+
+
+class _DuckTensor:
+    is_cuda = False
+
+    def __init__(self, st):
+        self.st = st
+
+    def data_ptr(self):
+        return self.st.data_ptr()
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return self.st.arr.size
+
+    def element_size(self):
+        return 1
+
+    def untyped_storage(self):
+        return self.st
+
+
+@pytest.mark.parametrize("resizable", [True, None, "raise", False])
+def test_only_a_fixed_storage_is_written_in_place(pool_args, model_name,
+                                                  resizable):
+    # the in-place path must never take a storage that may be resized:
+    # one that says resizable(), one that cannot say, one whose answer
+    # fails. Its memory is replaced while an async get is in flight;
+    # the memory it left must not see a byte. Only resizable() False
+    # is written in place.
+    sz = 256 << 10
+    keys = keys_for(model_name, 1)
+    val = value_of(keys[0], sz)
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        assert kv.put(keys, [val]) == [0]
+        st = _DuckStorage(sz, resizable)
+        left = st.arr
+        b0 = _bounces()
+        op = kv.get_into_async(keys, [_DuckTensor(st)])
+        st.arr = np.zeros(sz, np.uint8)  # "resized": new memory
+        assert op.result(120) == [True]
+        if resizable is False:
+            assert np.array_equal(left, val) and not st.arr.any()
+            assert _bounces() == b0
+        else:
+            assert not left.any(), "wrote into memory the storage left"
+            assert np.array_equal(st.arr, val)
+            assert _bounces() > b0
+
+
 BOUNCE_CACHE_BOUNDED = r"""
 import sys, torch, tidepool
 from tidepool import _c
