@@ -1172,12 +1172,17 @@ static int dec_donor_join(struct wire_donor_join *j, struct wire_rd *r)
 static int enc_donor_join_ok(const struct wire_donor_join_ok *j,
 			     struct wire_wr *w)
 {
-	if (j->report_ms < 1 || (j->flags & ~WIRE_DONOR_KNOWN))
+	if (j->report_ms < 1 ||
+	    (j->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_MEMBERSHIP)) ||
+	    (j->flags & WIRE_DONOR_MEMBERSHIP ? j->membership < 1
+					      : j->membership != 0))
 		return -EINVAL;
 	put_u32(w, j->donor_id);
 	put_u64(w, j->registry_epoch);
 	put_u32(w, j->report_ms);
 	put_u32(w, j->flags);
+	if (j->flags & WIRE_DONOR_MEMBERSHIP)
+		put_u64(w, j->membership);
 	return 0;
 }
 
@@ -1187,8 +1192,14 @@ static int dec_donor_join_ok(struct wire_donor_join_ok *j, struct wire_rd *r)
 	j->registry_epoch = get_u64(r);
 	j->report_ms = get_u32(r);
 	j->flags = get_u32(r);
-	if (r->bad || j->report_ms < 1 || (j->flags & ~WIRE_DONOR_KNOWN))
+	if (r->bad || j->report_ms < 1 ||
+	    (j->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_MEMBERSHIP)))
 		return -EBADMSG;
+	if (j->flags & WIRE_DONOR_MEMBERSHIP) {
+		j->membership = get_u64(r);
+		if (r->bad || j->membership < 1)
+			return -EBADMSG;
+	}
 	return 0;
 }
 
@@ -1263,9 +1274,11 @@ static int dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 			       struct wire_wr *w)
 {
-	if ((d->flags &
-	     ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE)) ||
-	    d->nkv > WIRE_MAX_TENANTS)
+	if ((d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS |
+			  WIRE_DONOR_FENCE | WIRE_DONOR_MEMBERSHIP)) ||
+	    d->nkv > WIRE_MAX_TENANTS ||
+	    (d->flags & WIRE_DONOR_MEMBERSHIP ? d->membership < 1
+					      : d->membership != 0))
 		return -EINVAL;
 	put_u64(w, d->registry_epoch);
 	put_u32(w, d->flags);
@@ -1278,6 +1291,8 @@ static int enc_donor_report_ok(const struct wire_donor_report_ok *d,
 		put_u32(w, d->next_tenant_id);
 	if (d->flags & WIRE_DONOR_FENCE)
 		put_u32(w, d->fence_ms);
+	if (d->flags & WIRE_DONOR_MEMBERSHIP)
+		put_u64(w, d->membership);
 	return 0;
 }
 
@@ -1288,8 +1303,8 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 	d->flags = get_u32(r);
 	d->nkv = get_u16(r);
 	if (r->bad ||
-	    (d->flags &
-	     ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE)) ||
+	    (d->flags & ~(WIRE_DONOR_KNOWN | WIRE_DONOR_TENANTS |
+			  WIRE_DONOR_FENCE | WIRE_DONOR_MEMBERSHIP)) ||
 	    d->nkv > WIRE_MAX_TENANTS)
 		return -EBADMSG;
 	for (uint16_t i = 0; i < d->nkv; i++) {
@@ -1300,6 +1315,11 @@ static int dec_donor_report_ok(struct wire_donor_report_ok *d,
 		d->next_tenant_id = get_u32(r);
 	if (d->flags & WIRE_DONOR_FENCE)
 		d->fence_ms = get_u32(r);
+	if (d->flags & WIRE_DONOR_MEMBERSHIP) {
+		d->membership = get_u64(r);
+		if (d->membership < 1)
+			return -EBADMSG;
+	}
 	return r->bad ? -EBADMSG : 0;
 }
 
@@ -1341,9 +1361,63 @@ enum {
 	KVF_STATUS = 0x20,    /* i32 */
 	KVF_LOCS = 0x40,      /* first_loc, nchunks per item; nlocs + loc[] */
 	KVF_NOITEMS = 0x80,   /* count only (EXISTS_OK) */
+	KVF_MSEQ = 0x100,     /* u64 membership first (the _AT requests) */
 };
 
+uint8_t wire_kv_at(uint8_t type)
+{
+	switch (type) {
+	case WIRE_KV_RESERVE:
+	case WIRE_KV_COMMIT:
+	case WIRE_KV_LOOKUP:
+	case WIRE_KV_EXISTS:
+	case WIRE_KV_DELETE:
+	case WIRE_KV_PIN:
+	case WIRE_KV_RESERVE_OK:
+	case WIRE_KV_COMMIT_OK:
+	case WIRE_KV_LOOKUP_OK:
+	case WIRE_KV_EXISTS_OK:
+	case WIRE_KV_DELETE_OK:
+	case WIRE_KV_PIN_OK:
+		return (uint8_t)(type + 0x10);
+	}
+	return 0;
+}
+
+uint8_t wire_kv_plain(uint8_t type)
+{
+	switch (type) {
+	case WIRE_KV_RESERVE_AT:
+	case WIRE_KV_COMMIT_AT:
+	case WIRE_KV_LOOKUP_AT:
+	case WIRE_KV_EXISTS_AT:
+	case WIRE_KV_DELETE_AT:
+	case WIRE_KV_PIN_AT:
+	case WIRE_KV_RESERVE_AT_OK:
+	case WIRE_KV_COMMIT_AT_OK:
+	case WIRE_KV_LOOKUP_AT_OK:
+	case WIRE_KV_EXISTS_AT_OK:
+	case WIRE_KV_DELETE_AT_OK:
+	case WIRE_KV_PIN_AT_OK:
+		return (uint8_t)(type - 0x10);
+	}
+	return type;
+}
+
+/* The fields of an _AT type are its plain namesake's, and the requests'
+ * membership first. */
+static unsigned int kv_fields_plain(uint8_t type);
+
 static unsigned int kv_fields(uint8_t type)
+{
+	uint8_t plain = wire_kv_plain(type);
+
+	if (plain == type)
+		return kv_fields_plain(type);
+	return kv_fields_plain(plain) | (type & 0x80 ? 0 : KVF_MSEQ);
+}
+
+static unsigned int kv_fields_plain(uint8_t type)
 {
 	switch (type) {
 	case WIRE_KV_RESERVE:
@@ -1396,6 +1470,8 @@ static bool kv_ok(uint8_t type, const struct wire_kv *k)
 	uint16_t i;
 
 	if (f & KVF_FLAGS ? k->flags & ~WIRE_KV_KNOWN : k->flags)
+		return false;
+	if (f & KVF_MSEQ ? k->membership < 1 : k->membership != 0)
 		return false;
 	if (k->count > WIRE_KV_BATCH || (!(f & KVF_NOITEMS) && k->count < 1))
 		return false;
@@ -1455,6 +1531,8 @@ static int enc_kv(uint8_t type, const struct wire_kv *k, struct wire_wr *w)
 
 	if (!kv_ok(type, k))
 		return -EINVAL;
+	if (f & KVF_MSEQ)
+		put_u64(w, k->membership);
 	if (f & KVF_FLAGS)
 		put_u32(w, k->flags);
 	put_u16(w, k->count);
@@ -1493,6 +1571,8 @@ static int dec_kv(uint8_t type, struct wire_kv *k, struct wire_rd *r)
 	unsigned int f = kv_fields(type);
 	uint16_t i;
 
+	if (f & KVF_MSEQ)
+		k->membership = get_u64(r);
 	if (f & KVF_FLAGS)
 		k->flags = get_u32(r);
 	k->count = get_u16(r);
@@ -1544,10 +1624,13 @@ static bool donors_ok_ok(const struct wire_donors_ok *d)
 	return true;
 }
 
-static int enc_donors_ok(const struct wire_donors_ok *d, struct wire_wr *w)
+static int enc_donors_ok(const struct wire_donors_ok *d, bool members,
+			 struct wire_wr *w)
 {
-	if (!donors_ok_ok(d))
+	if (!donors_ok_ok(d) || (members ? d->membership < 1 : d->membership))
 		return -EINVAL;
+	if (members)
+		put_u64(w, d->membership);
 	put_u16(w, d->count);
 	for (uint16_t i = 0; i < d->count; i++) {
 		const struct wire_donor_entry *e = &d->donor[i];
@@ -1561,8 +1644,14 @@ static int enc_donors_ok(const struct wire_donors_ok *d, struct wire_wr *w)
 	return 0;
 }
 
-static int dec_donors_ok(struct wire_donors_ok *d, struct wire_rd *r)
+static int dec_donors_ok(struct wire_donors_ok *d, bool members,
+			 struct wire_rd *r)
 {
+	if (members) {
+		d->membership = get_u64(r);
+		if (r->bad || d->membership < 1)
+			return -EBADMSG;
+	}
 	d->count = get_u16(r);
 	if (r->bad || d->count > WIRE_MAX_DONORS)
 		return -EBADMSG;
@@ -1651,9 +1740,23 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 	case WIRE_KV_EXISTS_OK:
 	case WIRE_KV_DELETE_OK:
 	case WIRE_KV_PIN_OK:
+	case WIRE_KV_RESERVE_AT:
+	case WIRE_KV_COMMIT_AT:
+	case WIRE_KV_LOOKUP_AT:
+	case WIRE_KV_EXISTS_AT:
+	case WIRE_KV_DELETE_AT:
+	case WIRE_KV_PIN_AT:
+	case WIRE_KV_RESERVE_AT_OK:
+	case WIRE_KV_COMMIT_AT_OK:
+	case WIRE_KV_LOOKUP_AT_OK:
+	case WIRE_KV_EXISTS_AT_OK:
+	case WIRE_KV_DELETE_AT_OK:
+	case WIRE_KV_PIN_AT_OK:
 		return enc_kv(m->type, &m->u.kv, w);
 	case WIRE_DONORS_OK:
-		return enc_donors_ok(&m->u.donors_ok, w);
+	case WIRE_MEMBERS_OK:
+		return enc_donors_ok(&m->u.donors_ok,
+				     m->type == WIRE_MEMBERS_OK, w);
 	case WIRE_SHM:
 		put_raw(w, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
 		return 0;
@@ -1679,6 +1782,7 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 	case WIRE_KV_MODEL_OK:
 	case WIRE_KV_CLEAR:
 	case WIRE_KV_CLEAR_OK:
+	case WIRE_MEMBERS:
 		return 0;
 	}
 	return -EINVAL;
@@ -1778,10 +1882,24 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	case WIRE_KV_EXISTS_OK:
 	case WIRE_KV_DELETE_OK:
 	case WIRE_KV_PIN_OK:
+	case WIRE_KV_RESERVE_AT:
+	case WIRE_KV_COMMIT_AT:
+	case WIRE_KV_LOOKUP_AT:
+	case WIRE_KV_EXISTS_AT:
+	case WIRE_KV_DELETE_AT:
+	case WIRE_KV_PIN_AT:
+	case WIRE_KV_RESERVE_AT_OK:
+	case WIRE_KV_COMMIT_AT_OK:
+	case WIRE_KV_LOOKUP_AT_OK:
+	case WIRE_KV_EXISTS_AT_OK:
+	case WIRE_KV_DELETE_AT_OK:
+	case WIRE_KV_PIN_AT_OK:
 		rc = dec_kv(m->type, &m->u.kv, r);
 		break;
 	case WIRE_DONORS_OK:
-		rc = dec_donors_ok(&m->u.donors_ok, r);
+	case WIRE_MEMBERS_OK:
+		rc = dec_donors_ok(&m->u.donors_ok, m->type == WIRE_MEMBERS_OK,
+				   r);
 		break;
 	case WIRE_SHM:
 		get_raw(r, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
@@ -1811,6 +1929,7 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	case WIRE_KV_MODEL_OK:
 	case WIRE_KV_CLEAR:
 	case WIRE_KV_CLEAR_OK:
+	case WIRE_MEMBERS:
 		rc = 0;
 		break;
 	default:

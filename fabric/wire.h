@@ -53,7 +53,7 @@
  * framing and changes only if the header itself does.
  */
 #define WIRE_PROTO_MIN 1
-#define WIRE_PROTO_MAX 4
+#define WIRE_PROTO_MAX 5
 
 /* Protocol 2 (docs/protocol.md, docs/cluster.md): authentication, the
  * registry's placement and admin requests, donors joining a registry. */
@@ -107,6 +107,14 @@
 	X(KV_MODEL, 0x19) /* protocol 3: the client's cost model hint */       \
 	X(FABRIC, 0x1a)	  /* protocol 3: fabric settings both ends share */    \
 	X(KV_CLEAR, 0x1b) /* protocol 4: empty the tenant's KV store */        \
+	/* protocol 5: membership (struct wire_kv, wire_donors_ok) */          \
+	X(MEMBERS, 0x1c)                                                       \
+	X(KV_RESERVE_AT, 0x20)                                                 \
+	X(KV_COMMIT_AT, 0x21)                                                  \
+	X(KV_LOOKUP_AT, 0x22)                                                  \
+	X(KV_EXISTS_AT, 0x24)                                                  \
+	X(KV_DELETE_AT, 0x25)                                                  \
+	X(KV_PIN_AT, 0x26)                                                     \
 	X(HELLO_OK, 0x81)                                                      \
 	X(LEASE_OK, 0x82)                                                      \
 	X(RELEASE_OK, 0x83)                                                    \
@@ -133,6 +141,13 @@
 	X(KV_MODEL_OK, 0x99) /* protocol 3; no payload */                      \
 	X(FABRIC_OK, 0x9a)   /* protocol 3 */                                  \
 	X(KV_CLEAR_OK, 0x9b) /* protocol 4; no payload */                      \
+	X(MEMBERS_OK, 0x9c)  /* protocol 5 */                                  \
+	X(KV_RESERVE_AT_OK, 0xa0)                                              \
+	X(KV_COMMIT_AT_OK, 0xa1)                                               \
+	X(KV_LOOKUP_AT_OK, 0xa2)                                               \
+	X(KV_EXISTS_AT_OK, 0xa4)                                               \
+	X(KV_DELETE_AT_OK, 0xa5)                                               \
+	X(KV_PIN_AT_OK, 0xa6)                                                  \
 	X(ERROR, 0xff)
 
 enum wire_type {
@@ -358,8 +373,9 @@ struct wire_donor_join {
 struct wire_donor_join_ok {
 	uint32_t donor_id;
 	uint64_t registry_epoch;
-	uint32_t report_ms; /* >= 1: send DONOR_REPORT at least this often */
-	uint32_t flags;	    /* WIRE_DONOR_DRAIN */
+	uint32_t report_ms;  /* >= 1: send DONOR_REPORT at least this often */
+	uint32_t flags;	     /* WIRE_DONOR_DRAIN, WIRE_DONOR_MEMBERSHIP */
+	uint64_t membership; /* with WIRE_DONOR_MEMBERSHIP only; >= 1 */
 };
 #define WIRE_DONOR_DRAIN 0x1u /* JOIN_OK / REPORT_OK: lease nothing new */
 #define WIRE_DONOR_KNOWN WIRE_DONOR_DRAIN
@@ -372,6 +388,11 @@ struct wire_donor_join_ok {
  * redeems its tickets until fence_ms after it sent the report, and
  * refuses them after (docs/cluster.md, "Fencing"). */
 #define WIRE_DONOR_FENCE 0x4u
+/* JOIN_OK and REPORT_OK, protocol 5 (sent only on links that negotiated
+ * it): membership follows, last. The registry's durable membership
+ * sequence: it names one list of the donors that are up, and grows at
+ * every change of that list (docs/kv.md, "Donors that come and go"). */
+#define WIRE_DONOR_MEMBERSHIP 0x8u
 
 struct wire_tenant_usage {
 	uint32_t tenant_id;
@@ -411,6 +432,7 @@ struct wire_donor_report_ok {
 	struct wire_kv_allowance kv[WIRE_MAX_TENANTS];
 	uint32_t next_tenant_id; /* with WIRE_DONOR_TENANTS only */
 	uint32_t fence_ms;	 /* with WIRE_DONOR_FENCE only */
+	uint64_t membership;	 /* with WIRE_DONOR_MEMBERSHIP only; >= 1 */
 };
 
 /* ADMIN / ADMIN_OK carry one JSON object as text. The decoder does not
@@ -504,9 +526,17 @@ _Static_assert(sizeof(struct wire_kv_header) == WIRE_KV_HEADER_LEN,
 #define WIRE_KV_DROP 0x2u
 #define WIRE_KV_KNOWN (WIRE_KV_UNPIN | WIRE_KV_DROP)
 
+/*
+ * The _AT requests (protocol 5) are their plain namesakes with the
+ * membership the client routed them by first (u64, >= 1: the sequence of
+ * the donor list it hashed over, MEMBERS_OK); their replies have the
+ * plain replies' layouts. A donor serves one only while its own
+ * membership is that one (else ERROR ESTALE: docs/protocol.md).
+ */
 struct wire_kv {
-	uint32_t flags; /* KV_PIN: WIRE_KV_*; every other type: 0 */
-	uint16_t count; /* 1 .. WIRE_KV_BATCH (EXISTS_OK: prefix, 0 ..) */
+	uint64_t membership; /* the _AT requests: >= 1; every other type: 0 */
+	uint32_t flags;	     /* KV_PIN: WIRE_KV_*; every other type: 0 */
+	uint16_t count;	     /* 1 .. WIRE_KV_BATCH (EXISTS_OK: prefix, 0 ..) */
 	struct wire_kv_item item[WIRE_KV_BATCH];
 	uint16_t nlocs; /* RESERVE_OK, LOOKUP_OK: 0 .. WIRE_KV_MAX_LOCS */
 	struct wire_kv_loc loc[WIRE_KV_MAX_LOCS];
@@ -522,6 +552,9 @@ struct wire_donor_entry {
 	char addr[WIRE_HOSTPORT_MAX];
 };
 struct wire_donors_ok {
+	/* MEMBERS_OK (protocol 5): the membership sequence of this list,
+	 * >= 1, first on the wire; DONORS_OK: 0, not on the wire */
+	uint64_t membership;
 	uint16_t count; /* 0 .. WIRE_MAX_DONORS */
 	struct wire_donor_entry donor[WIRE_MAX_DONORS];
 };
@@ -669,14 +702,14 @@ struct wire_msg {
 		struct wire_donor_report_ok donor_report_ok;
 		struct wire_admin admin; /* ADMIN and ADMIN_OK */
 		struct wire_kv kv;	 /* every KV_* request and reply */
-		struct wire_donors_ok donors_ok;
+		struct wire_donors_ok donors_ok; /* DONORS_OK, MEMBERS_OK */
 		struct wire_shm shm;
 		struct wire_shm_ok shm_ok;
 		/* protocol 3 */
 		struct wire_kv_model kv_model;
 		struct wire_fabric fabric; /* FABRIC and FABRIC_OK */
-	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK, KV_CLEAR, KV_CLEAR_OK carry no
-	      * payload */
+	} u; /* HEARTBEAT, STATUS, BYE, BYE_OK, DONORS, KV_MODEL_OK, KV_CLEAR,
+	      * KV_CLEAR_OK, MEMBERS carry no payload */
 };
 
 /*
@@ -725,6 +758,15 @@ void wire_ticket_body(const struct wire_ticket *t,
 
 /* "HELLO", "LEASE_OK", ... or "UNKNOWN". */
 const char *wire_type_name(uint8_t type);
+
+/*
+ * Protocol 5's _AT forms (struct wire_kv): wire_kv_at gives the _AT type
+ * of a plain KV request or reply that has one (RESERVE, COMMIT, LOOKUP,
+ * EXISTS, DELETE, PIN and their replies), else 0; wire_kv_plain gives the
+ * plain type of an _AT type, and any other type unchanged. Pure.
+ */
+uint8_t wire_kv_at(uint8_t type);
+uint8_t wire_kv_plain(uint8_t type);
 
 /*
  * Whether s is a pool name: tenant and donor names, as the registry

@@ -102,7 +102,8 @@ int pool_timeout_ms(const struct pool *p);
 uint64_t pool_slab_bytes(const struct pool *p);
 /* Largest single RMA transfer for every link of p. */
 size_t pool_xfer_bytes(struct pool *p);
-/* DONORS at the registry into *rep (DONORS_OK). -EOPNOTSUPP standalone. */
+/* DONORS (MEMBERS on a protocol-5 registry: with its membership) at the
+ * registry into *rep (DONORS_OK / MEMBERS_OK). -EOPNOTSUPP standalone. */
 int pool_donors(struct pool *p, struct wire_msg *rep);
 /*
  * The link to donor incarnation (donor_id, epoch) at addr, opened (with

@@ -146,6 +146,9 @@ struct kv_donor {
 /* Immutable but for each donor's link and retry_ms; refs under kv->lock. */
 struct kv_donors {
 	unsigned refs;
+	/* the registry's membership sequence of this list (MEMBERS_OK,
+	 * protocol 5); 0: none (an older registry, or standalone) */
+	uint64_t membership;
 	uint32_t n;
 	struct kv_donor d[];
 };
@@ -359,6 +362,7 @@ static int donors_refresh(struct pool_kv *kv)
 		goto out;
 	}
 	t->refs = 1;
+	t->membership = ok->membership;
 	t->n = ok->count;
 	for (uint32_t i = 0; i < t->n; i++) {
 		struct kv_donor *d = &t->d[i];
@@ -387,7 +391,8 @@ static int donors_refresh(struct pool_kv *kv)
 	donors_put_locked(old);
 	pthread_mutex_unlock(&kv->lock);
 	count(&kv->st_refresh, 1);
-	pool_log(LOG_DEBUG, "kv: %u donors up", t->n);
+	pool_log(LOG_DEBUG, "kv: %u donors up membership=%" PRIu64, t->n,
+		 t->membership);
 out:
 	free(rep);
 	return r;
@@ -606,6 +611,7 @@ struct kv_run {
 	size_t xfer;
 	XXH3_state_t *xs; /* get: post_key's running checksum, or NULL */
 	int timeout_ms;
+	bool stale; /* a donor answered ESTALE: t is older than its list */
 	struct kv_batch *batches, **tail;
 };
 
@@ -685,6 +691,7 @@ static void req_keys(struct kv_run *r, uint8_t type, uint32_t flags,
 
 	q->type = type;
 	q->flags = 0;
+	q->u.kv.membership = 0;
 	q->u.kv.flags = flags;
 	q->u.kv.count = (uint16_t)n;
 	q->u.kv.nlocs = 0;
@@ -695,6 +702,25 @@ static void req_keys(struct kv_run *r, uint8_t type, uint32_t flags,
 	}
 }
 
+/*
+ * Protocol 5 (docs/kv.md, "Donors that come and go"): on a link that
+ * negotiated it, a request that has an _AT form goes as that form with
+ * the membership of the table it was routed by, so that a donor whose
+ * list is another refuses it (ESTALE) instead of serving a stale
+ * routing. The reply type to expect.
+ */
+static int kv_route(const struct kv_run *r, struct plink *lk,
+		    struct wire_msg *q)
+{
+	uint8_t at = wire_kv_at(q->type);
+
+	if (at && r->t && r->t->membership && pool_link_proto(lk) >= 5) {
+		q->type = at;
+		q->u.kv.membership = r->t->membership;
+	}
+	return q->type | 0x80;
+}
+
 /* After a call of n keys to donor d: a lost donor is noted; a reply with
  * the wrong item count is -EPROTO. */
 static int call_checked(struct kv_run *r, struct kv_donor *d,
@@ -703,6 +729,8 @@ static int call_checked(struct kv_run *r, struct kv_donor *d,
 {
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
 		donor_failed(r->kv, d, NULL);
+	if (rc == -ESTALE)
+		r->stale = true;
 	if (!rc && type != WIRE_KV_EXISTS && rep->u.kv.count != n)
 		rc = -EPROTO;
 	return rc;
@@ -724,6 +752,7 @@ struct kv_lane {
 	uint32_t carry[WIRE_KV_BATCH];
 	struct wire_msg *rep;
 	int rc;
+	int expect;	/* the reply type (kv_route) */
 	uint64_t t0_ms; /* when the request went out */
 };
 
@@ -821,6 +850,7 @@ static void round_send(struct kv_run *r, struct kv_lanes *ls, uint8_t type,
 			for (uint32_t j = 0; j < l->n; j++)
 				r->req->u.kv.item[j].value_len =
 					r->op->lens[l->idx[j]];
+		l->expect = kv_route(r, l->lk, r->req);
 		l->t0_ms = now_ms();
 		l->rc = pool_link_send(l->lk, r->req);
 	}
@@ -832,7 +862,7 @@ static void round_recv(struct kv_run *r, struct kv_lanes *ls, uint8_t type)
 		struct kv_lane *l = ls->ord[i];
 
 		if (!l->rc)
-			l->rc = pool_link_recv(l->lk, l->rep, type | 0x80, NULL,
+			l->rc = pool_link_recv(l->lk, l->rep, l->expect, NULL,
 					       0);
 		l->rc = call_checked(r, l->d, l->rep, type, l->n, l->rc);
 	}
@@ -1113,9 +1143,12 @@ static void put_commit(struct kv_run *r, struct kv_batch *b)
 		r->req->u.kv.item[i].generation = b->gen[pos[i]];
 		r->req->u.kv.item[i].checksum = b->csum[pos[i]];
 	}
-	rc = pool_link_call(b->lk, r->req, r->rep, WIRE_KV_COMMIT_OK, NULL, 0);
+	rc = pool_link_call(b->lk, r->req, r->rep, kv_route(r, b->lk, r->req),
+			    NULL, 0);
 	if (!rc && r->rep->u.kv.count != m)
 		rc = -EPROTO;
+	if (rc == -ESTALE)
+		r->stale = true;
 	if (rc == -ENOTCONN || rc == -ETIMEDOUT || rc == -EPROTO)
 		donor_failed(r->kv, b->donor, b->lk);
 	for (uint32_t i = 0; i < m; i++) {
@@ -1785,7 +1818,8 @@ out:
 /* ------------------------------------------------------------------ */
 /* running an op                                                        */
 
-static ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+static ssize_t kv_run_once(struct pool_kv *kv, struct pool_kv_op *op,
+			   uint64_t *stale)
 {
 	struct kv_run r = { .kv = kv, .op = op };
 	ssize_t ret;
@@ -1848,6 +1882,8 @@ out:
 		r.batches = b->next;
 		batch_free(b);
 	}
+	/* the membership the op was routed by, when a donor refused it */
+	*stale = r.stale && r.t ? r.t->membership : 0;
 	if (r.t)
 		donors_put(kv, r.t);
 	free(r.home);
@@ -1858,6 +1894,102 @@ out:
 	free(r.req);
 	free(r.rep);
 	free(own);
+	return ret;
+}
+
+/*
+ * A donor answered ESTALE (protocol 5): the table the op was routed by
+ * is older than the donor's list. Fetch the list again (unless another
+ * thread already did) and run the op once more on it: gets, exists and
+ * puts (idempotent) as a whole, a key that the first run stored staying
+ * stored (0) when the second finds it present; deletes as a whole too, a
+ * key that the first run deleted staying deleted (0) when the second
+ * finds it absent;
+ * pins and unpins only for the keys refused. A second refusal (the
+ * donor has not heard of the registry's list yet) leaves those keys
+ * -EAGAIN (try again): gets miss. docs/kv.md, "Donors that come and go".
+ */
+static ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	uint64_t stale = 0, again = 0;
+	int *first = NULL, *own = NULL;
+	struct pool_kv_op sub;
+	ssize_t ret;
+
+	if (kv->cluster && op->kind != KV_EXISTS && !op->status) {
+		/* the retry below needs the statuses */
+		op->status = own = malloc(op->n * sizeof(*own));
+		if (!own)
+			return -ENOMEM;
+	}
+	ret = kv_run_once(kv, op, &stale);
+	if (!stale || ret < 0)
+		goto out;
+	pthread_mutex_lock(&kv->refresh_lock);
+	pthread_mutex_lock(&kv->lock);
+	again = kv->donors ? kv->donors->membership : 0;
+	pthread_mutex_unlock(&kv->lock);
+	if (again == stale && !donors_refresh(kv))
+		__atomic_store_n(&kv->refresh_at_ms, now_ms() + kv->refresh_ms,
+				 __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&kv->refresh_lock);
+	pool_log(LOG_INFO,
+		 "kv: donor list membership=%" PRIu64
+		 " was stale: fetched again, op retried",
+		 stale);
+	if (op->kind == KV_PIN || op->kind == KV_UNPIN) {
+		struct pool_kv_key *ks = malloc(op->n * sizeof(*ks));
+		size_t *at = malloc(op->n * sizeof(*at)), m = 0;
+
+		first = malloc(op->n * sizeof(*first));
+		for (size_t i = 0; ks && at && first && i < op->n; i++)
+			if (op->status[i] == -ESTALE) {
+				ks[m] = op->keys[i];
+				at[m++] = i;
+			}
+		sub = *op;
+		sub.n = m;
+		sub.keys = ks;
+		sub.status = first;
+		if (m && kv_run_once(kv, &sub, &again) >= 0)
+			for (size_t i = 0; i < m; i++)
+				op->status[at[i]] = first[i];
+		free(ks);
+		free(at);
+		ret = 0;
+		for (size_t i = 0; i < op->n; i++)
+			ret += !op->status[i];
+		goto out;
+	}
+	if (op->kind == KV_DELETE || op->kind == KV_PUT) {
+		first = malloc(op->n * sizeof(*first));
+		if (!first)
+			goto out;
+		memcpy(first, op->status, op->n * sizeof(*first));
+	}
+	ret = kv_run_once(kv, op, &again);
+	if (ret >= 0 && first) {
+		/* what the first run did stays done: deleted (the second
+		 * finds the key absent), or stored (present) */
+		int done = op->kind == KV_DELETE ? -ENOENT : -EEXIST;
+
+		ret = 0;
+		for (size_t i = 0; i < op->n; i++) {
+			if (op->status[i] == done && !first[i])
+				op->status[i] = 0;
+			ret += !op->status[i] ||
+			       (op->kind == KV_PUT && op->status[i] == -EEXIST);
+		}
+	}
+out:
+	for (size_t i = 0; op->status && op->kind != KV_EXISTS && i < op->n;
+	     i++)
+		if (op->status[i] == -ESTALE)
+			op->status[i] = -EAGAIN;
+	if (own)
+		op->status = NULL;
+	free(own);
+	free(first);
 	return ret;
 }
 

@@ -3498,15 +3498,19 @@ int pool_donors(struct pool *p, struct wire_msg *rep)
 	req = calloc(1, sizeof(*req));
 	if (!req)
 		return -ENOMEM;
-	req->type = WIRE_DONORS;
 	text[0] = '\0';
 	pthread_mutex_lock(&p->lock);
-	r = reg_call_locked(p, req, rep, WIRE_DONORS_OK, text, sizeof(text));
+	/* protocol 5: the list with its membership sequence (docs/kv.md);
+	 * a registry failed over to that speaks less refuses it once
+	 * (EPROTO), and the next call asks as that one's HELLO_OK says */
+	req->type = p->reg_hello.proto >= 5 ? WIRE_MEMBERS : WIRE_DONORS;
+	r = reg_call_locked(p, req, rep, req->type | 0x80, text, sizeof(text));
 	pthread_mutex_unlock(&p->lock);
-	free(req);
 	if (r)
-		pool_log(LOG_WARNING, "kv: DONORS at registry=%s err=%s %s",
-			 p->addr, strerror(-r), text);
+		pool_log(LOG_WARNING, "kv: %s at registry=%s err=%s %s",
+			 wire_type_name(req->type), p->addr, strerror(-r),
+			 text);
+	free(req);
 	return r;
 }
 

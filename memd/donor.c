@@ -90,8 +90,11 @@ struct memd_donor {
 	uint32_t next_tenant_id;
 	uint64_t reports; /* REPORT_OKs read: memd-ctl sees news */
 	/* Membership (memd_donor_membership): each JOIN_OK begins one */
-	bool linked;	      /* joined on the connection in use now */
-	uint64_t joins;	      /* JOIN_OKs read */
+	bool linked;	/* joined on the connection in use now */
+	uint64_t joins; /* JOIN_OKs read that began a membership */
+	/* the registry's membership sequence of the last JOIN_OK or
+	 * REPORT_OK (protocol 5); 0: it sent none */
+	uint64_t membership;
 	uint64_t ok_ms;	      /* last JOIN_OK or REPORT_OK (mono_ms) */
 	uint32_t interval_ms; /* report_ms, for other threads */
 	/* fencing: the last REPORT_OK had WIRE_DONOR_FENCE; tickets of
@@ -201,7 +204,7 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 {
 	char logq[MEMD_LOG_QUOTE_MAX(WIRE_NAME_MAX)];
 	struct wire_donor_join *j = &req->u.donor_join;
-	bool drain;
+	bool drain, cont;
 	int r;
 
 	memset(req, 0, sizeof(*req));
@@ -225,7 +228,18 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	}
 	d->joined = true;
 	d->linked = true;
-	d->joins++;
+	/* A JOIN_OK under the very membership this link last read (the
+	 * registry restarted, or the link failed, and no donor came or went
+	 * meanwhile: a sequence names one list for good) continues it;
+	 * any other begins a new one (docs/kv.md). */
+	cont = d->membership &&
+	       (rep->u.donor_join_ok.flags & WIRE_DONOR_MEMBERSHIP) &&
+	       rep->u.donor_join_ok.membership == d->membership;
+	if (!cont)
+		d->joins++;
+	d->membership = rep->u.donor_join_ok.flags & WIRE_DONOR_MEMBERSHIP
+				? rep->u.donor_join_ok.membership
+				: 0;
 	d->ok_ms = mono_ms();
 	d->interval_ms = rep->u.donor_join_ok.report_ms;
 	d->nkv = 0; /* until this membership's first REPORT_OK */
@@ -239,11 +253,13 @@ static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
 	d->report_ms = rep->u.donor_join_ok.report_ms;
 	memd_log(LOG_NOTICE,
 		 "donor: joined registry=%s donor_id=%u name=%s addr=%s "
-		 "registry_epoch=%016" PRIx64 " drain=%d",
+		 "registry_epoch=%016" PRIx64 " drain=%d membership=%" PRIu64
+		 "%s",
 		 d->registry, rep->u.donor_join_ok.donor_id,
 		 memd_log_quote(d->name, logq, sizeof(logq)),
 		 req->u.donor_join.addr, rep->u.donor_join_ok.registry_epoch,
-		 d->drain);
+		 d->drain, rep->u.donor_join_ok.membership,
+		 cont ? " (continued)" : "");
 	return 0;
 }
 
@@ -316,6 +332,9 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	d->next_tenant_id = rep->u.donor_report_ok.flags & WIRE_DONOR_TENANTS
 				    ? rep->u.donor_report_ok.next_tenant_id
 				    : 0;
+	d->membership = rep->u.donor_report_ok.flags & WIRE_DONOR_MEMBERSHIP
+				? rep->u.donor_report_ok.membership
+				: 0;
 	d->reports++;
 	d->ok_ms = mono_ms();
 	pthread_mutex_unlock(&d->lock);
@@ -507,13 +526,16 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 	return joined;
 }
 
-bool memd_donor_membership(struct memd_donor *d, uint64_t *joins)
+bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,
+			   uint64_t *membership)
 {
 	uint64_t now = mono_ms();
 	bool up;
 
 	pthread_mutex_lock(&d->lock);
 	*joins = d->joins;
+	if (membership)
+		*membership = d->membership;
 	/* the registry marks a donor down after 3 missed reports, counted
 	 * from the last one it received: before the REPORT_OK we read */
 	up = d->linked && now - d->ok_ms <= 3 * (uint64_t)d->interval_ms -

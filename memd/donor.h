@@ -75,13 +75,17 @@ uint64_t memd_donor_drain_starts(struct memd_donor *d);
  * Whether the registry certainly counts this donor up now: joined on the
  * link in use, and the last JOIN_OK or REPORT_OK read within 2.5 report
  * intervals (the registry marks a donor down after 3 missed reports).
- * *joins gets how many JOIN_OKs the link has read: each one begins a new
- * membership, after the registry restarted or marked this donor down (or
- * at start). memd-ctl serves KV only while this is true and forgets its
+ * *joins gets how many JOIN_OKs the link has read that began a new
+ * membership: after the registry restarted or marked this donor down (or
+ * at start), unless the JOIN_OK carries the membership sequence the link
+ * last read (protocol 5: nothing changed meanwhile). *membership (may be
+ * NULL) gets that sequence as of the last JOIN_OK or REPORT_OK (0: the
+ * registry sends none). memd-ctl serves KV only while this is true and forgets its
  * KV entries at each new membership (docs/kv.md, "Donors that come and
  * go"). Any thread.
  */
-bool memd_donor_membership(struct memd_donor *d, uint64_t *joins);
+bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,
+			   uint64_t *membership);
 
 /*
  * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV

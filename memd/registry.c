@@ -192,6 +192,7 @@ static void registry_free(struct memd_registry *r)
 	free(r->tenant);
 	free(r->donor);
 	free(r->grant);
+	free(r->pub);
 	free(r->dir);
 	free(r->path);
 	free(r->tmp_path);

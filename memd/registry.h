@@ -291,4 +291,18 @@ void memd_registry_foreach_donor(
 	void *arg);
 const char *memd_donor_state_name(enum memd_donor_state s);
 
+/*
+ * The published donor list and its membership sequence (DONORS_OK,
+ * MEMBERS_OK; docs/kv.md, "Donors that come and go"), published anew
+ * first when the donors up and not draining changed. Fills out (at most
+ * WIRE_MAX_DONORS entries; *nlisted gets how many the list has). 0, or
+ * -EAGAIN with err: not serving, no list written yet, or the list loaded
+ * with the state (a restart, a takeover) still has donors that have not
+ * joined again (for at most MISSED_REPORTS + 1 report intervals and
+ * 3 s).
+ */
+int memd_registry_members(struct memd_registry *r, uint64_t now_ms,
+			  struct wire_donors_ok *out, uint32_t *nlisted,
+			  char *err, size_t errlen);
+
 #endif

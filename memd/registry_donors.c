@@ -209,6 +209,151 @@ void reg_expire_locked(struct memd_registry *r, uint64_t now_ms)
 		}
 }
 
+/* ---- membership --------------------------------------------------------- */
+
+/* How long past MISSED_REPORTS + 1 report intervals a loaded list waits
+ * for its donors: memd-donor reconnects with a backoff of up to 2 s. */
+#define REJOIN_MARGIN_MS 3000
+
+static int id_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool is_member_locked(const struct memd_registry *r, uint32_t id)
+{
+	return r->pub_valid &&
+	       bsearch(&id, r->pub, r->npub, sizeof(id), id_cmp) != NULL;
+}
+
+/* Donors of a loaded list that have not joined this registry yet. */
+static size_t members_pending_locked(const struct memd_registry *r)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < r->ndonors; i++)
+		n += !r->donor[i].joined && is_member_locked(r, r->donor[i].id);
+	return n;
+}
+
+/*
+ * The membership (docs/kv.md, "Donors that come and go"): clients hash
+ * KV keys over the published list, and a donor serves a KV request only
+ * under the sequence it was routed by. A sequence names one list for
+ * good: it is written (registry.json or etcd) before anything carries
+ * it, so a restarted registry, or the next leader, never hands out the
+ * same number for another list. Until a write succeeds the old list and
+ * sequence stay published: a donor that went down stays listed (its keys
+ * fail as unreachable), one that came up is not (no keys go to it).
+ */
+void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms)
+{
+	uint32_t *cur;
+	size_t n = 0;
+	struct state_edit e;
+	char err[256];
+
+	cur = malloc((r->ndonors ? r->ndonors : 1) * sizeof(*cur));
+	if (!cur)
+		return;
+	if (r->pub_restored && !r->restored_until_ms)
+		r->restored_until_ms =
+			now_ms + (uint64_t)(MISSED_REPORTS + 1) * r->report_ms +
+			REJOIN_MARGIN_MS;
+	if (r->pub_restored &&
+	    (now_ms >= r->restored_until_ms || !members_pending_locked(r)))
+		r->pub_restored = false;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *d = &r->donor[i];
+
+		/* a loaded list's donors that have not joined this registry
+		 * yet still count, until restored_until_ms */
+		if (reg_donor_state(d) == MEMD_DONOR_UP ||
+		    (r->pub_restored && !d->joined &&
+		     is_member_locked(r, d->id)))
+			cur[n++] = d->id;
+	}
+	qsort(cur, n, sizeof(*cur), id_cmp);
+	if ((r->pub_valid && n == r->npub &&
+	     (!n || !memcmp(cur, r->pub, n * sizeof(*cur)))) ||
+	    now_ms < r->pub_retry_ms) {
+		free(cur);
+		return;
+	}
+	e = reg_state_now(r);
+	e.membership = r->membership + 1;
+	e.members = cur;
+	e.nmembers = n;
+	if (reg_state_write_logged(r, &e, err, sizeof(err))) {
+		r->pub_retry_ms = now_ms + 1000; /* the log at most 1/s */
+		free(cur);
+		return;
+	}
+	r->pub_retry_ms = 0;
+	free(r->pub);
+	r->pub = cur;
+	r->npub = n;
+	r->pub_valid = true;
+	r->membership = e.membership;
+	memd_log(LOG_NOTICE, "registry: membership=%" PRIu64 " donors=%zu",
+		 r->membership, n);
+}
+
+int memd_registry_members(struct memd_registry *r, uint64_t now_ms,
+			  struct wire_donors_ok *out, uint32_t *nlisted,
+			  char *err, size_t errlen)
+{
+	int rc = 0;
+
+	out->count = 0;
+	out->membership = 0;
+	*nlisted = 0;
+	pthread_mutex_lock(&r->lock);
+	if (!reg_is_serving_locked(r, now_ms, err, errlen)) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	reg_expire_locked(r, now_ms);
+	reg_members_sync_locked(r, now_ms);
+	if (!r->pub_valid) { /* its first write failed */
+		set_err(err, errlen,
+			"registry: its donor list is not saved yet (state "
+			"not written); ask again");
+		rc = -EAGAIN;
+		goto out;
+	}
+	if (r->pub_restored) {
+		set_err(err, errlen,
+			"registry: waiting %" PRIu64
+			" ms more for %zu donors of membership %" PRIu64
+			" to join again; ask again",
+			r->restored_until_ms - now_ms,
+			members_pending_locked(r), r->membership);
+		rc = -EAGAIN;
+		goto out;
+	}
+	out->membership = r->membership;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *d = &r->donor[i];
+		struct wire_donor_entry *e;
+
+		if (!is_member_locked(r, d->id))
+			continue;
+		if ((*nlisted)++ >= WIRE_MAX_DONORS)
+			continue;
+		e = &out->donor[out->count++];
+		e->donor_id = d->id;
+		e->epoch = d->epoch;
+		snprintf(e->name, sizeof(e->name), "%s", d->name);
+		snprintf(e->addr, sizeof(e->addr), "%s", d->addr);
+	}
+out:
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
 /* ---- donors ------------------------------------------------------------ */
 
 int memd_registry_donor_join(struct memd_registry *r,
@@ -325,6 +470,11 @@ int memd_registry_donor_join(struct memd_registry *r,
 	ok->registry_epoch = r->epoch;
 	ok->report_ms = r->report_ms;
 	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
+	reg_members_sync_locked(r, now_ms);
+	if (r->pub_valid) {
+		ok->flags |= WIRE_DONOR_MEMBERSHIP;
+		ok->membership = r->membership;
+	}
 	rc = 0;
 out:
 	pthread_mutex_unlock(&r->lock);
@@ -431,6 +581,11 @@ int memd_registry_donor_report(struct memd_registry *r,
 		ok->flags |= WIRE_DONOR_FENCE;
 		ok->fence_ms = (uint32_t)(r->serve_until_ms - now_ms);
 	}
+	reg_members_sync_locked(r, now_ms);
+	if (r->pub_valid) {
+		ok->flags |= WIRE_DONOR_MEMBERSHIP;
+		ok->membership = r->membership;
+	}
 out:
 	pthread_mutex_unlock(&r->lock);
 	return rc;
@@ -446,6 +601,8 @@ void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
 	d = reg_donor_by_id(r, donor_id);
 	if (d && d->up && d->epoch == epoch)
 		donor_down_locked(r, d, why && why[0] ? why : "link closed");
+	if (reg_is_serving_locked(r, now_ms, NULL, 0))
+		reg_members_sync_locked(r, now_ms);
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -453,6 +610,8 @@ void memd_registry_tick(struct memd_registry *r, uint64_t now_ms)
 {
 	pthread_mutex_lock(&r->lock);
 	reg_expire_locked(r, now_ms);
+	if (reg_is_serving_locked(r, now_ms, NULL, 0))
+		reg_members_sync_locked(r, now_ms);
 	pthread_mutex_unlock(&r->lock);
 }
 

@@ -156,6 +156,24 @@ struct memd_registry {
 	 * kick does not hurry it), and its reason, logged at err once */
 	uint64_t campaign_after_ms;
 	char load_err[768];
+	/* The membership (docs/kv.md, "Donors that come and go"): the
+	 * sequence of the donor list last published (durable, and written
+	 * before it is published), and that list, pub[0 .. npub): the ids of
+	 * the donors up and not draining when it was written, in id order
+	 * (durable too). A registry that loaded them (restarted, or took
+	 * over: pub_restored) waits for those donors to join again, until
+	 * restored_until_ms (set at its first sync), before it counts one
+	 * that has not as gone; until they all have, it publishes no list
+	 * (DONORS is EAGAIN: clients keep theirs), and if they all do the
+	 * membership goes on unchanged and they keep their KV entries.
+	 * pub_valid is false while there is no list (none written yet). */
+	uint64_t membership;
+	uint32_t *pub;
+	size_t npub;
+	bool pub_valid;
+	bool pub_restored;
+	uint64_t restored_until_ms;
+	uint64_t pub_retry_ms; /* a write failed: not again before this */
 };
 
 /* A change to the durable state, applied to the JSON of the current one. */
@@ -164,6 +182,9 @@ struct state_edit {
 	uint32_t tenant_del;		 /* id, or 0 */
 	const struct donor *donor_put;	 /* added, or replaces the same id */
 	uint32_t next_tenant_id, next_donor_id;
+	uint64_t membership;
+	const uint32_t *members; /* the list membership names */
+	size_t nmembers;
 };
 
 /* memd_errf() (memd/log.h), by the name the registry's files use */
@@ -187,6 +208,11 @@ int reg_etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
 
 /* registry_donors.c */
 void reg_expire_locked(struct memd_registry *r, uint64_t now_ms);
+/* Publishes a new membership when the donors up and not draining are not
+ * the published list: writes its sequence first (a failed write keeps the
+ * old list and sequence, and is tried again a second later). Only while
+ * serving. */
+void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms);
 
 /* registry_state.c */
 struct state_edit reg_state_now(const struct memd_registry *r);

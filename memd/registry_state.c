@@ -83,6 +83,25 @@ static json_t *state_json_locked(struct memd_registry *r,
 			"tenants", "donors");
 	if (!doc)
 		return NULL;
+	/* only once there is one: a file without it is what older memds
+	 * wrote, and reads as 0 */
+	if (e->membership) {
+		json_t *ms = json_array();
+
+		for (size_t i = 0; ms && i < e->nmembers; i++)
+			if (json_array_append_new(
+				    ms, json_integer(e->members[i]))) {
+				json_decref(ms);
+				ms = NULL;
+			}
+		if (!ms || json_object_set_new(doc, "members", ms) ||
+		    json_object_set_new(
+			    doc, "membership",
+			    json_integer((json_int_t)e->membership))) {
+			json_decref(doc);
+			return NULL;
+		}
+	}
 	ts = json_object_get(doc, "tenants");
 	ds = json_object_get(doc, "donors");
 	for (size_t i = 0; i < r->ntenants && !rc; i++) {
@@ -137,7 +156,10 @@ static int write_all(int fd, const char *p, size_t n)
 struct state_edit reg_state_now(const struct memd_registry *r)
 {
 	struct state_edit e = { .next_tenant_id = r->next_tenant_id,
-				.next_donor_id = r->next_donor_id };
+				.next_donor_id = r->next_donor_id,
+				.membership = r->membership,
+				.members = r->pub,
+				.nmembers = r->pub_valid ? r->npub : 0 };
 	return e;
 }
 
@@ -481,7 +503,8 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 {
 	static const char *const keys[] = { "version",	     "next_tenant_id",
 					    "next_donor_id", "tenants",
-					    "donors",	     NULL };
+					    "donors",	     "membership",
+					    "members",	     NULL };
 	json_t *ts, *ds, *x;
 	uint64_t v;
 	size_t i;
@@ -507,6 +530,55 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 			      errlen))
 		return -EINVAL;
 	r->next_donor_id = (uint32_t)v;
+	r->membership = 0;
+	r->npub = 0;
+	r->pub_valid = r->pub_restored = false;
+	r->restored_until_ms = 0;
+	if (json_object_get(doc, "membership")) {
+		json_t *ms = json_object_get(doc, "members");
+		uint32_t *ids;
+
+		if (reg_json_get_uint(doc, "membership", 1, INT64_MAX, &v, "",
+				      err, errlen))
+			return -EINVAL;
+		r->membership = v;
+		if (!json_is_array(ms) || json_array_size(ms) > MAX_DONORS) {
+			set_err(err, errlen,
+				"'members' is not an array of at most %d donor "
+				"ids",
+				MAX_DONORS);
+			return -EINVAL;
+		}
+		ids = malloc((json_array_size(ms) + 1) * sizeof(*ids));
+		if (!ids) {
+			set_err(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		json_array_foreach(ms, i, x)
+		{
+			json_int_t id =
+				json_is_integer(x) ? json_integer_value(x) : 0;
+
+			/* ascending: the order the registry writes */
+			if (id < 1 || id >= r->next_donor_id ||
+			    (i && (uint32_t)id <= ids[i - 1])) {
+				set_err(err, errlen,
+					"members[%zu]: not a donor id above "
+					"the one before it",
+					i);
+				free(ids);
+				return -EINVAL;
+			}
+			ids[i] = (uint32_t)id;
+		}
+		free(r->pub);
+		r->pub = ids;
+		r->npub = json_array_size(ms);
+		r->pub_valid = r->pub_restored = true;
+	} else if (json_object_get(doc, "members")) {
+		set_err(err, errlen, "'members' without 'membership'");
+		return -EINVAL;
+	}
 	ts = json_object_get(doc, "tenants");
 	ds = json_object_get(doc, "donors");
 	if (!json_is_array(ts) || !json_is_array(ds)) {
@@ -783,6 +855,10 @@ static void registry_reset_locked(struct memd_registry *r)
 		sodium_memzero(r->tenant, r->tenant_cap * sizeof(*r->tenant));
 	r->ntenants = r->ndonors = r->ngrants = 0;
 	r->next_tenant_id = r->next_donor_id = 1;
+	r->membership = 0;
+	r->npub = 0;
+	r->pub_valid = r->pub_restored = false;
+	r->restored_until_ms = 0;
 	r->grant_next_deadline_ms = UINT64_MAX;
 	r->state_rev = 0;
 }

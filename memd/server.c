@@ -353,7 +353,10 @@ static void handle(struct memd_server *s, struct conn *c,
 	if ((v2 && c->proto < 2) ||
 	    ((req->type == WIRE_KV_MODEL || req->type == WIRE_FABRIC) &&
 	     c->proto < 3) ||
-	    (req->type == WIRE_KV_CLEAR && c->proto < 4)) {
+	    (req->type == WIRE_KV_CLEAR && c->proto < 4) ||
+	    ((req->type == WIRE_MEMBERS ||
+	      wire_kv_plain(req->type) != req->type) &&
+	     c->proto < 5)) {
 		srv_send_error(s, c, req->seq, EPROTO,
 			       "%s is not in protocol %u (negotiated in HELLO)",
 			       wire_type_name(req->type), c->proto);
@@ -415,9 +418,16 @@ static void handle(struct memd_server *s, struct conn *c,
 	case WIRE_KV_EXISTS:
 	case WIRE_KV_DELETE:
 	case WIRE_KV_PIN:
+	case WIRE_KV_RESERVE_AT:
+	case WIRE_KV_COMMIT_AT:
+	case WIRE_KV_LOOKUP_AT:
+	case WIRE_KV_EXISTS_AT:
+	case WIRE_KV_DELETE_AT:
+	case WIRE_KV_PIN_AT:
 		srv_do_kv(s, c, req, &rep);
 		return;
 	case WIRE_DONORS:
+	case WIRE_MEMBERS:
 		srv_do_donors(s, c, req, &rep);
 		return;
 	case WIRE_KV_MODEL:

@@ -74,7 +74,7 @@ struct place_topo;
 	X(tickets_refused, "grant tickets refused: forged, stale, replayed")   \
 	X(admin_requests, "admin requests answered")                           \
 	X(kv_requests, "KV requests answered (one batch each)")                \
-	X(kv_refused, "KV requests refused whole: role, KV tier off")          \
+	X(kv_refused, "KV requests refused whole: role, tier off, stale")      \
 	X(kv_reserved, "KV keys reserved for a put")                           \
 	X(kv_committed, "KV keys committed")                                   \
 	X(kv_hits, "KV lookups that found their key")                          \

@@ -625,6 +625,14 @@ void srv_do_donor(struct memd_server *s, struct conn *c,
 		srv_send_error(s, c, req->seq, -r, "%s", err);
 		return;
 	}
+	/* the membership is protocol 5's (one union member each) */
+	if (c->proto < 5 && rep->type == WIRE_DONOR_JOIN_OK) {
+		rep->u.donor_join_ok.flags &= ~WIRE_DONOR_MEMBERSHIP;
+		rep->u.donor_join_ok.membership = 0;
+	} else if (c->proto < 5) {
+		rep->u.donor_report_ok.flags &= ~WIRE_DONOR_MEMBERSHIP;
+		rep->u.donor_report_ok.membership = 0;
+	}
 	if (srv_conn_send(c, rep))
 		c->closing = true;
 }
@@ -787,36 +795,21 @@ static void donor_snapshot(void *arg, struct wire_donor_report *rep)
 	free(u);
 }
 
-/* DONORS: the up donors, for rendezvous hashing (protocol.md). */
-struct donors_list {
-	struct wire_donors_ok *out;
-	uint32_t up;
-};
-
-static void donors_one(void *arg, const struct memd_registry_donor_info *d)
-{
-	struct donors_list *l = arg;
-	struct wire_donor_entry *e;
-
-	if (d->state != MEMD_DONOR_UP)
-		return;
-	if (l->up++ >= WIRE_MAX_DONORS)
-		return;
-	e = &l->out->donor[l->out->count++];
-	e->donor_id = d->id;
-	e->epoch = d->epoch;
-	snprintf(e->name, sizeof(e->name), "%s", d->name);
-	snprintf(e->addr, sizeof(e->addr), "%s", d->addr);
-}
-
+/*
+ * DONORS (MEMBERS in protocol 5: with the membership sequence): the
+ * published donor list, for rendezvous hashing (protocol.md, kv.md).
+ */
 void srv_do_donors(struct memd_server *s, struct conn *c,
 		   const struct wire_msg *req, struct wire_msg *rep)
 {
-	struct donors_list l = { .out = &rep->u.donors_ok };
+	char why[WIRE_MSG_MAX] = "";
+	uint32_t n;
+	int r;
 
 	if (!s->reg) {
 		srv_send_error(s, c, req->seq, EOPNOTSUPP,
-			       "donors: this memd is not the registry%s",
+			       "%s: this memd is not the registry%s",
+			       wire_type_name(req->type),
 			       s->mode == MODE_STANDALONE
 				       ? " (standalone: it is the only donor)"
 				       : "");
@@ -824,19 +817,30 @@ void srv_do_donors(struct memd_server *s, struct conn *c,
 	}
 	if (c->role != WIRE_ROLE_TENANT) {
 		srv_send_error(s, c, req->seq, EACCES,
-			       "donors: only a tenant session asks");
+			       "%s: only a tenant session asks",
+			       wire_type_name(req->type));
 		return;
 	}
 	memset(rep, 0, sizeof(*rep));
-	memd_registry_foreach_donor(s->reg, donors_one, &l);
-	if (l.up > WIRE_MAX_DONORS) {
+	r = memd_registry_members(s->reg, srv_now_ms(), &rep->u.donors_ok, &n,
+				  why, sizeof(why));
+	if (r) {
+		srv_send_error(s, c, req->seq, -r, "%s", why);
+		return;
+	}
+	if (n > WIRE_MAX_DONORS) {
 		srv_send_error(s, c, req->seq, EOVERFLOW,
 			       "donors: %u donors are up, more than one reply "
 			       "holds (%d)",
-			       l.up, WIRE_MAX_DONORS);
+			       n, WIRE_MAX_DONORS);
 		return;
 	}
-	rep->type = WIRE_DONORS_OK;
+	if (req->type == WIRE_MEMBERS) {
+		rep->type = WIRE_MEMBERS_OK;
+	} else {
+		rep->type = WIRE_DONORS_OK;
+		rep->u.donors_ok.membership = 0;
+	}
 	rep->seq = req->seq;
 	if (srv_conn_send(c, rep))
 		c->closing = true;

@@ -580,7 +580,7 @@ int srv_kv_membership(struct memd_server *s)
 
 	if (!s->donor || !s->kv)
 		return 0;
-	up = memd_donor_membership(s->donor, &joins);
+	up = memd_donor_membership(s->donor, &joins, NULL);
 	if (joins != s->kv_joins_seen) {
 		bool first = !s->kv_joins_seen;
 
@@ -804,6 +804,7 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 	const struct wire_kv *in = &req->u.kv;
 	struct wire_kv *out = &rep->u.kv;
 	uint32_t tenant = c->tenant_id;
+	uint8_t type = wire_kv_plain(req->type); /* _AT: served as plain */
 	uint64_t now = srv_now_ms();
 	size_t n = in->count;
 	uint32_t j;
@@ -833,6 +834,29 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 			       wire_type_name(req->type));
 		return;
 	}
+	if (type != req->type) { /* an _AT request: routed by which list? */
+		uint64_t own = 0, joins;
+
+		if (s->donor)
+			memd_donor_membership(s->donor, &joins, &own);
+		/* A client whose list is newer than ours routed by it: ours
+		 * is the one behind (we hear of a change at our next report,
+		 * which we ask for now), and our entries are as good as
+		 * they were. One whose list is older may have missed homes
+		 * that moved since: it must fetch the list again. */
+		if (in->membership > own && s->donor)
+			memd_donor_kick(s->donor);
+		if (in->membership < own || !s->donor) {
+			CTR_ADD(s, kv_refused, 1);
+			srv_send_error(s, c, req->seq, ESTALE,
+				       "%s: routed by membership %" PRIu64
+				       ", this donor's is %" PRIu64
+				       ": fetch the donor list again",
+				       wire_type_name(req->type),
+				       in->membership, own);
+			return;
+		}
+	}
 	/* Before anything of the tenant's is served: its spill files must
 	 * be its own (another pool's or tenant's are deleted). */
 	r = memd_kv_bind_tenant(
@@ -853,7 +877,7 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 		items[i].generation = in->item[i].generation;
 		items[i].checksum = in->item[i].checksum;
 	}
-	switch (req->type) {
+	switch (type) {
 	case WIRE_KV_RESERVE:
 		r = memd_kv_reserve(s->kv, tenant, items, n, locs,
 				    WIRE_KV_MAX_LOCS, now);
@@ -898,7 +922,7 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 	memset(rep, 0, sizeof(*rep));
 	rep->type = (uint8_t)(req->type | 0x80);
 	rep->seq = req->seq;
-	if (req->type == WIRE_KV_EXISTS) {
+	if (type == WIRE_KV_EXISTS) {
 		out->count = (uint16_t)r;
 		goto send;
 	}
@@ -909,7 +933,7 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 		bool ok = it->status == 0;
 
 		o->status = it->status;
-		switch (req->type) {
+		switch (type) {
 		case WIRE_KV_RESERVE:
 			o->generation = ok || it->status == -EEXIST
 						? it->generation
@@ -939,15 +963,14 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 				CTR_ADD(s, kv_deleted, 1);
 			break;
 		}
-		if (!ok || (req->type != WIRE_KV_RESERVE &&
-			    req->type != WIRE_KV_LOOKUP))
+		if (!ok || (type != WIRE_KV_RESERVE && type != WIRE_KV_LOOKUP))
 			continue;
 		/* This key's chunks, packed after the previous key's. */
 		o->first_loc = out->nlocs;
 		o->nchunks = it->nchunks;
 		for (j = 0; j < it->nchunks; j++)
 			if (kv_fill_loc(s, tenant, &locs[it->first_loc + j],
-					req->type == WIRE_KV_RESERVE,
+					type == WIRE_KV_RESERVE,
 					&out->loc[out->nlocs + j]))
 				break;
 		if (j < it->nchunks) {

@@ -328,6 +328,46 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.type = WIRE_KV_CLEAR;
 	m.seq = 11;
 	refused_closed(fd, &m, EPROTO);
+	/* protocol 5's MEMBERS and _AT forms in a version-4 session */
+	fd = raw_hello(4, &ok);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_MEMBERS;
+	m.seq = 12;
+	refused_closed(fd, &m, EPROTO);
+	fd = raw_hello(4, &ok);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_LOOKUP_AT;
+	m.seq = 13;
+	m.u.kv.membership = 1;
+	m.u.kv.count = 1;
+	refused_closed(fd, &m, EPROTO);
+	/* in a version-5 session at a standalone memd: no registry, so no
+	 * donor list (EOPNOTSUPP) and no membership a request could have
+	 * been routed by (ESTALE); the connection stays */
+	fd = raw_hello(5, &ok);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_MEMBERS;
+	m.seq = 14;
+	send_msg(fd, &m);
+	ck_assert_uint_eq(expect_error(fd, EOPNOTSUPP), 14);
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_LOOKUP_AT;
+	m.seq = 15;
+	m.u.kv.membership = 1;
+	m.u.kv.count = 1;
+	send_msg(fd, &m);
+	ck_assert_uint_eq(expect_error(fd, ESTALE), 15);
+	m.type = WIRE_KV_LOOKUP; /* the plain form is served: a miss */
+	m.seq = 16;
+	m.u.kv.membership = 0;
+	send_msg(fd, &m);
+	n = read_frame(fd, buf, sizeof(buf), 10000);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
+	ck_assert_msg(rep.type == WIRE_KV_LOOKUP_OK, "got %s",
+		      wire_type_name(rep.type));
+	ck_assert_int_eq(rep.u.kv.item[0].status, -ENOENT);
+	close(fd);
 	assert_serving();
 }
 END_TEST

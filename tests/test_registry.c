@@ -205,6 +205,9 @@ static struct wire_donor_join join_msg(const char *name, uint64_t epoch,
 	return j;
 }
 
+/* The membership of the last JOIN_OK or REPORT_OK. */
+static uint64_t last_membership;
+
 static uint32_t join_at(const char *name, uint64_t epoch, uint32_t total,
 			uint64_t now, uint32_t *flags)
 {
@@ -217,8 +220,12 @@ static uint32_t join_at(const char *name, uint64_t epoch, uint32_t total,
 	ck_assert_msg(rc == 0, "join %s: %d %s", name, rc, err);
 	ck_assert_uint_eq(ok.registry_epoch, memd_registry_epoch(r));
 	ck_assert_uint_eq(ok.report_ms, REPORT_MS);
+	/* protocol 5: the membership, always (membership_names_one_list) */
+	ck_assert(ok.flags & WIRE_DONOR_MEMBERSHIP);
+	ck_assert_uint_ge(ok.membership, 1);
+	last_membership = ok.membership;
 	if (flags)
-		*flags = ok.flags;
+		*flags = ok.flags & ~WIRE_DONOR_MEMBERSHIP;
 	return ok.donor_id;
 }
 
@@ -261,8 +268,11 @@ static int report_full(uint32_t id, uint64_t epoch, uint32_t nfree,
 		for (uint16_t i = 0; i < ok.nkv; i++)
 			ck_assert_uint_lt(ok.kv[i].tenant_id,
 					  ok.next_tenant_id);
+		ck_assert(ok.flags & WIRE_DONOR_MEMBERSHIP);
+		last_membership = ok.membership;
 		if (flags)
-			*flags = ok.flags & ~WIRE_DONOR_TENANTS;
+			*flags = ok.flags &
+				 ~(WIRE_DONOR_TENANTS | WIRE_DONOR_MEMBERSHIP);
 	}
 	return rc;
 }
@@ -1273,6 +1283,111 @@ START_TEST(down_after_three_missed_reports)
 }
 END_TEST
 
+/* The published donor list at now: 0 and its membership, or -errno. */
+static int members_at(uint64_t now, uint32_t *count, uint64_t *membership)
+{
+	static struct wire_donors_ok l;
+	uint32_t n;
+	int rc;
+
+	err[0] = '\0';
+	rc = memd_registry_members(r, now, &l, &n, err, sizeof(err));
+	if (!rc) {
+		ck_assert_uint_eq(n, l.count);
+		*count = n;
+		*membership = l.membership;
+	}
+	return rc;
+}
+
+/*
+ * The membership (docs/kv.md, "Donors that come and go"): a sequence
+ * that names one list of the donors up and not draining, grows at every
+ * change of it (join, down, drain, undrain), is durable, and after a
+ * restart stays the same when the same donors join again: the registry
+ * publishes no list until they have (EAGAIN), for MISSED_REPORTS + 1
+ * report intervals and 3 s at most, and then without the ones that did
+ * not, under a new sequence.
+ */
+START_TEST(membership_names_one_list)
+{
+	uint64_t grace = 4 * REPORT_MS + 3000, m0, m1, m2, m3, m4, m;
+	uint32_t a, b, n;
+
+	ck_assert_int_eq(members_at(T0, &n, &m0), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_uint_ge(m0, 1);
+	a = join_at("host-a", 1, 100, T0, NULL);
+	m1 = last_membership;
+	ck_assert_uint_gt(m1, m0);
+	b = join_at("host-b", 2, 100, T0, NULL);
+	m2 = last_membership;
+	ck_assert_uint_gt(m2, m1);
+	ck_assert_int_eq(members_at(T0, &n, &m), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(m, m2);
+	/* no change, no new sequence: a report, a join of the same
+	 * incarnation, a new incarnation under the same name */
+	ck_assert_int_eq(report(a, 1, 90, T0), 0);
+	ck_assert_uint_eq(last_membership, m2);
+	ck_assert_uint_eq(join_at("host-a", 1, 100, T0, NULL), a);
+	ck_assert_uint_eq(last_membership, m2);
+	ck_assert_uint_eq(join_at("host-a", 3, 100, T0, NULL), a);
+	ck_assert_uint_eq(last_membership, m2);
+	/* a drain and an undrain: two lists */
+	ck_assert_int_gt(admin("{\"cmd\":\"drain\",\"donor\":\"host-b\","
+			       "\"drain\":true}"),
+			 0);
+	ck_assert_int_eq(members_at(T0, &n, &m3), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_gt(m3, m2);
+	ck_assert_int_gt(admin("{\"cmd\":\"drain\",\"donor\":\"host-b\","
+			       "\"drain\":false}"),
+			 0);
+	ck_assert_int_eq(members_at(T0, &n, &m4), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_gt(m4, m3);
+
+	/* restarted: no list until both are back, then the same one */
+	reg_reopen();
+	ck_assert_int_eq(members_at(T0, &n, &m), -EAGAIN);
+	ck_assert_msg(strstr(err, "join again"), "%s", err);
+	ck_assert_uint_eq(join_at("host-a", 3, 100, T0, NULL), a);
+	ck_assert_uint_eq(last_membership, m4);
+	ck_assert_int_eq(members_at(T0 + 10, &n, &m), -EAGAIN);
+	ck_assert_uint_eq(join_at("host-b", 2, 100, T0 + 20, NULL), b);
+	ck_assert_uint_eq(last_membership, m4);
+	ck_assert_int_eq(members_at(T0 + 30, &n, &m), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(m, m4);
+
+	/* restarted again, and b never comes back: a new list once the
+	 * wait is over; a reported all along */
+	reg_reopen();
+	ck_assert_uint_eq(join_at("host-a", 3, 100, T0, NULL), a);
+	ck_assert_uint_eq(last_membership, m4);
+	for (uint64_t t = T0; t < T0 + grace; t += REPORT_MS / 2) {
+		ck_assert_int_eq(report(a, 3, 90, t), 0);
+		ck_assert_int_eq(members_at(t, &n, &m), -EAGAIN);
+	}
+	ck_assert_int_eq(report(a, 3, 90, T0 + grace), 0);
+	ck_assert_int_eq(members_at(T0 + grace, &n, &m), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_gt(m, m4);
+	ck_assert_uint_eq(last_membership, m);
+
+	/* a donor marked down: a new list at once */
+	m4 = m;
+	ck_assert_uint_eq(join_at("host-b", 4, 100, T0 + grace, NULL), b);
+	ck_assert_uint_gt(last_membership, m4);
+	m4 = last_membership;
+	memd_registry_donor_lost(r, b, 4, T0 + grace, "link closed");
+	ck_assert_int_eq(members_at(T0 + grace, &n, &m), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_gt(m, m4);
+}
+END_TEST
+
 START_TEST(donor_lost_marks_down)
 {
 	struct memd_registry_donor_info i;
@@ -1834,6 +1949,7 @@ static Suite *registry_suite(void)
 	tcase_add_test(tc, place_rejects_bad_requests);
 	tcase_add_test(tc, down_after_three_missed_reports);
 	tcase_add_test(tc, donor_lost_marks_down);
+	tcase_add_test(tc, membership_names_one_list);
 	tcase_add_test(tc, rejoin_new_epoch_keeps_id_drops_usage);
 	tcase_add_test(tc, reservations_released);
 	tcase_add_test(tc, tickets_verify);

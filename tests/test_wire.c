@@ -79,6 +79,21 @@ static const uint8_t all_types[] = {
 	/* protocol 4 */
 	WIRE_KV_CLEAR,
 	WIRE_KV_CLEAR_OK,
+	/* protocol 5 */
+	WIRE_MEMBERS,
+	WIRE_MEMBERS_OK,
+	WIRE_KV_RESERVE_AT,
+	WIRE_KV_COMMIT_AT,
+	WIRE_KV_LOOKUP_AT,
+	WIRE_KV_EXISTS_AT,
+	WIRE_KV_DELETE_AT,
+	WIRE_KV_PIN_AT,
+	WIRE_KV_RESERVE_AT_OK,
+	WIRE_KV_COMMIT_AT_OK,
+	WIRE_KV_LOOKUP_AT_OK,
+	WIRE_KV_EXISTS_AT_OK,
+	WIRE_KV_DELETE_AT_OK,
+	WIRE_KV_PIN_AT_OK,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -263,9 +278,14 @@ static void tb_kv_items(struct tb *t, const struct wire_kv *k, bool key,
 static bool spec_kv(const struct wire_msg *m, struct tb *t)
 {
 	const struct wire_kv *k = &m->u.kv;
+	uint8_t type = wire_kv_plain(m->type);
 	uint32_t i;
 
-	switch (m->type) {
+	/* protocol 5: an _AT request is its namesake after the membership;
+	 * an _AT reply is its namesake's layout */
+	if (type != m->type && !(m->type & 0x80))
+		tb_u64(t, k->membership);
+	switch (type) {
 	case WIRE_KV_RESERVE:
 		tb_kv_items(t, k, 1, 1, 0, 0, 0, 0);
 		return true;
@@ -299,7 +319,10 @@ static bool spec_kv(const struct wire_msg *m, struct tb *t)
 	case WIRE_KV_EXISTS_OK:
 		tb_u16(t, k->count);
 		return true;
+	case WIRE_MEMBERS_OK:
 	case WIRE_DONORS_OK:
+		if (m->type == WIRE_MEMBERS_OK)
+			tb_u64(t, m->u.donors_ok.membership);
 		tb_u16(t, m->u.donors_ok.count);
 		for (i = 0; i < m->u.donors_ok.count; i++) {
 			const struct wire_donor_entry *e =
@@ -415,6 +438,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		tb_u64(t, m->u.donor_join_ok.registry_epoch);
 		tb_u32(t, m->u.donor_join_ok.report_ms);
 		tb_u32(t, m->u.donor_join_ok.flags);
+		if (m->u.donor_join_ok.flags & WIRE_DONOR_MEMBERSHIP)
+			tb_u64(t, m->u.donor_join_ok.membership);
 		break;
 	case WIRE_DONOR_REPORT:
 		tb_u32(t, dr->donor_id);
@@ -449,6 +474,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 			tb_u32(t, m->u.donor_report_ok.next_tenant_id);
 		if (m->u.donor_report_ok.flags & WIRE_DONOR_FENCE)
 			tb_u32(t, m->u.donor_report_ok.fence_ms);
+		if (m->u.donor_report_ok.flags & WIRE_DONOR_MEMBERSHIP)
+			tb_u64(t, m->u.donor_report_ok.membership);
 		break;
 	case WIRE_ADMIN:
 	case WIRE_ADMIN_OK:
@@ -780,7 +807,11 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 		m->u.donor_join_ok.donor_id = (uint32_t)kv(key, 79);
 		m->u.donor_join_ok.registry_epoch = kv(key, 80);
 		m->u.donor_join_ok.report_ms = (uint32_t)kv(key, 81) | 1;
-		m->u.donor_join_ok.flags = WIRE_DONOR_KNOWN & (uint32_t)key;
+		m->u.donor_join_ok.flags =
+			(WIRE_DONOR_KNOWN | WIRE_DONOR_MEMBERSHIP) &
+			(uint32_t)key;
+		if (m->u.donor_join_ok.flags & WIRE_DONOR_MEMBERSHIP)
+			m->u.donor_join_ok.membership = kv(key, 9910) | 1;
 		break;
 	case WIRE_DONOR_REPORT:
 		dr->donor_id = (uint32_t)kv(key, 82);
@@ -808,7 +839,11 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 		break;
 	case WIRE_DONOR_REPORT_OK:
 		m->u.donor_report_ok.registry_epoch = kv(key, 89);
-		m->u.donor_report_ok.flags = WIRE_DONOR_KNOWN & (uint32_t)key;
+		m->u.donor_report_ok.flags =
+			(WIRE_DONOR_KNOWN | WIRE_DONOR_MEMBERSHIP) &
+			(uint32_t)key;
+		if (m->u.donor_report_ok.flags & WIRE_DONOR_MEMBERSHIP)
+			m->u.donor_report_ok.membership = kv(key, 9920) | 1;
 		m->u.donor_report_ok.nkv = (uint16_t)(key % 30);
 		for (i = 0; i < m->u.donor_report_ok.nkv; i++) {
 			m->u.donor_report_ok.kv[i].tenant_id =
@@ -830,10 +865,19 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 	case WIRE_DONORS_OK:
 		sample_donors_ok(key, &m->u.donors_ok);
 		break;
+	case WIRE_MEMBERS_OK:
+		sample_donors_ok(key, &m->u.donors_ok);
+		m->u.donors_ok.membership = kv(key, 9930) | 1;
+		break;
 	default:
-		if ((type & 0x7f) >= WIRE_KV_RESERVE &&
-		    (type & 0x7f) <= WIRE_KV_PIN)
+		if (wire_kv_plain(type) != type) { /* protocol 5's _AT */
+			sample_kv(wire_kv_plain(type), key, &m->u.kv);
+			if (!(type & 0x80))
+				m->u.kv.membership = kv(key, 9940) | 1;
+		} else if ((type & 0x7f) >= WIRE_KV_RESERVE &&
+			   (type & 0x7f) <= WIRE_KV_PIN) {
 			sample_kv(type, key, &m->u.kv);
+		}
 		break;
 	}
 }
@@ -1547,6 +1591,10 @@ START_TEST(type_names)
 	ck_assert_str_eq(wire_type_name(WIRE_FABRIC_OK), "FABRIC_OK");
 	ck_assert_str_eq(wire_type_name(WIRE_KV_CLEAR), "KV_CLEAR");
 	ck_assert_str_eq(wire_type_name(WIRE_KV_CLEAR_OK), "KV_CLEAR_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_MEMBERS), "MEMBERS");
+	ck_assert_str_eq(wire_type_name(WIRE_MEMBERS_OK), "MEMBERS_OK");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_LOOKUP_AT), "KV_LOOKUP_AT");
+	ck_assert_str_eq(wire_type_name(WIRE_KV_PIN_AT_OK), "KV_PIN_AT_OK");
 }
 END_TEST
 
@@ -1555,7 +1603,8 @@ START_TEST(payloadless_types)
 	static const uint8_t empty[] = { WIRE_HEARTBEAT, WIRE_STATUS,
 					 WIRE_BYE,	 WIRE_BYE_OK,
 					 WIRE_DONORS,	 WIRE_KV_MODEL_OK,
-					 WIRE_KV_CLEAR,	 WIRE_KV_CLEAR_OK };
+					 WIRE_KV_CLEAR,	 WIRE_KV_CLEAR_OK,
+					 WIRE_MEMBERS };
 	size_t i;
 
 	for (i = 0; i < sizeof(empty); i++) {
@@ -3442,6 +3491,144 @@ START_TEST(kv_loc_bounds)
 }
 END_TEST
 
+/*
+ * Protocol 5: the membership a KV request was routed by (the _AT forms),
+ * the one a donor list names (MEMBERS_OK) and the one a registry tells
+ * its donors (JOIN_OK and REPORT_OK with WIRE_DONOR_MEMBERSHIP). Always
+ * >= 1 where it travels, never set where it does not.
+ */
+static const uint8_t kv_at_types[] = {
+	WIRE_KV_RESERVE_AT, WIRE_KV_COMMIT_AT, WIRE_KV_LOOKUP_AT,
+	WIRE_KV_EXISTS_AT,  WIRE_KV_DELETE_AT, WIRE_KV_PIN_AT,
+};
+
+START_TEST(kv_at_membership)
+{
+	static const uint8_t lookup_at[] = {
+		0x54, 0x44, 0x50, 0x4c, 0x01, 0x22, 0x00, 0x00, /* LOOKUP_AT */
+		0x09, 0x00, 0x00, 0x00, 0x2a, 0x00, 0x00, 0x00, /* seq 9, 42 */
+		0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* mship 7 */
+		0x01, 0x00,					/* count 1 */
+		0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, /* key */
+		0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+		0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
+		0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f,
+	};
+	uint8_t type = kv_at_types[_i], plain = wire_kv_plain(type);
+	uint64_t keys[] = { 1, 5, WIRE_KV_BATCH - 1 };
+	ssize_t n_at;
+
+	ck_assert_uint_ne(plain, type);
+	ck_assert_uint_eq(wire_kv_at(plain), type);
+	ck_assert_uint_eq(wire_kv_at(plain | 0x80), type | 0x80);
+	ck_assert_uint_eq(wire_kv_plain(type | 0x80), plain | 0x80);
+	ck_assert_uint_eq(wire_kv_at(type), 0);
+	ck_assert_uint_eq(wire_kv_at(WIRE_KV_DONE), 0);
+	ck_assert_uint_eq(wire_kv_plain(WIRE_KV_DONE), WIRE_KV_DONE);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		sample(type, keys[i], &m);
+		check_roundtrip(&m);
+		ck_assert_uint_eq(m2.u.kv.membership, m.u.kv.membership);
+		check_truncations(&m);
+		/* the same batch as its namesake, 8 bytes longer */
+		n_at = enc(&m);
+		m.type = plain;
+		m.u.kv.membership = 0;
+		ck_assert_int_eq(enc(&m) + 8, n_at);
+		sample(type | 0x80, keys[i], &m);
+		check_roundtrip(&m);
+		ck_assert_uint_eq(m2.u.kv.membership, 0);
+	}
+	/* 0 names no membership: the plain types are for that */
+	sample(type, 3, &m);
+	m.u.kv.membership = 0;
+	check_both_reject(&m);
+	/* the plain types and every reply carry none */
+	sample(plain, 3, &m);
+	m.u.kv.membership = 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	sample(type | 0x80, 3, &m);
+	m.u.kv.membership = 1;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	/* the largest one */
+	sample(type, 3, &m);
+	m.u.kv.membership = UINT64_MAX;
+	check_roundtrip(&m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = WIRE_KV_LOOKUP_AT;
+	m.seq = 9;
+	m.u.kv.membership = 7;
+	m.u.kv.count = 1;
+	for (int i = 0; i < WIRE_KV_KEY_LEN; i++)
+		m.u.kv.item[0].key[i] = (uint8_t)i;
+	ck_assert_int_eq(enc(&m), (ssize_t)sizeof(lookup_at));
+	ck_assert_mem_eq(buf, lookup_at, sizeof(lookup_at));
+}
+END_TEST
+
+START_TEST(membership_fields)
+{
+	struct wire_donor_join_ok *j = &m.u.donor_join_ok;
+	struct wire_donor_report_ok *r = &m.u.donor_report_ok;
+
+	/* MEMBERS_OK: DONORS_OK after the membership, which is >= 1 */
+	sample(WIRE_MEMBERS_OK, 3, &m);
+	check_roundtrip(&m);
+	ck_assert_uint_eq(m2.u.donors_ok.membership, m.u.donors_ok.membership);
+	check_truncations(&m);
+	m.u.donors_ok.membership = 0;
+	check_both_reject(&m);
+	sample(WIRE_MEMBERS_OK, WIRE_MAX_DONORS + 1, &m); /* none up */
+	check_roundtrip(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 8 + 2);
+	sample(WIRE_DONORS_OK, 3, &m);
+	m.u.donors_ok.membership = 1; /* DONORS_OK has no room for it */
+	ck_assert_int_eq(enc(&m), -EINVAL);
+
+	/* JOIN_OK: the flag brings 8 bytes after flags */
+	sample(WIRE_DONOR_JOIN_OK, 8, &m);
+	ck_assert_uint_eq(j->flags, WIRE_DONOR_MEMBERSHIP);
+	check_roundtrip(&m);
+	ck_assert_uint_eq(m2.u.donor_join_ok.membership, j->membership);
+	check_truncations(&m);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 20 + 8);
+	j->membership = 0;
+	check_both_reject(&m);
+	sample(WIRE_DONOR_JOIN_OK, 1, &m);
+	ck_assert_uint_eq(j->flags, WIRE_DONOR_DRAIN);
+	ck_assert_int_eq(enc(&m), WIRE_HDR_LEN + 20);
+	j->membership = 5; /* without the flag: nowhere to go */
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	j->membership = 0;
+	j->flags = 0x10; /* still reserved */
+	check_both_reject(&m);
+	j->flags = WIRE_DONOR_TENANTS; /* REPORT_OK's only */
+	check_both_reject(&m);
+
+	/* REPORT_OK: the flag brings 8 bytes, last */
+	sample(WIRE_DONOR_REPORT_OK, 8, &m);
+	ck_assert_uint_eq(r->flags, WIRE_DONOR_MEMBERSHIP);
+	check_roundtrip(&m);
+	check_truncations(&m);
+	r->flags |= WIRE_DONOR_TENANTS | WIRE_DONOR_FENCE;
+	r->next_tenant_id = 77;
+	r->fence_ms = 1234;
+	check_roundtrip(&m);
+	ck_assert_uint_eq(m2.u.donor_report_ok.membership, r->membership);
+	ck_assert_uint_eq(m2.u.donor_report_ok.fence_ms, 1234);
+	check_truncations(&m);
+	r->membership = 0;
+	check_both_reject(&m);
+	r->flags &= ~WIRE_DONOR_MEMBERSHIP;
+	r->membership = 9;
+	ck_assert_int_eq(enc(&m), -EINVAL);
+	r->membership = 0;
+	r->flags |= 0x10;
+	check_both_reject(&m);
+}
+END_TEST
+
 START_TEST(donors_ok_bounds)
 {
 	struct wire_donors_ok *d = &m.u.donors_ok;
@@ -3545,6 +3732,9 @@ static Suite *wire_suite(void)
 	tcase_add_test(tc, kv_status_bounds);
 	tcase_add_loop_test(tc, kv_loc_bounds, 0, 2);
 	tcase_add_test(tc, donors_ok_bounds);
+	tcase_add_loop_test(tc, kv_at_membership, 0,
+			    sizeof(kv_at_types) / sizeof(kv_at_types[0]));
+	tcase_add_test(tc, membership_fields);
 	suite_add_tcase(s, tc);
 	return s;
 }
