@@ -799,14 +799,7 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set");
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(suite());
 }

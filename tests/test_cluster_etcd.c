@@ -1644,8 +1644,6 @@ int main(void)
 {
 	Suite *s = suite_create("cluster_etcd");
 	TCase *tc = tcase_create("etcd");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -1665,9 +1663,5 @@ int main(void)
 	tcase_add_test(tc, paused_leader_tickets_are_fenced);
 	tcase_add_test(tc, etcd_state_tampered_is_refused);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -461,7 +461,6 @@ int main(void)
 {
 	Suite *s = suite_create("cluster_net");
 	TCase *tc = tcase_create("net");
-	SRunner *sr;
 	int failed;
 
 	if (!tu_memd_path())
@@ -472,10 +471,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, pool_over_namespaces);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tu_run_suite(s);
 	teardown();
-	return failed ? 1 : 0;
+	return failed;
 }

@@ -784,8 +784,6 @@ int main(void)
 	Suite *s = suite_create("cluster_pool");
 	TCase *tc = tcase_create("cluster");
 	TCase *tp = tcase_create("short_pass");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -805,9 +803,5 @@ int main(void)
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
 	tcase_add_test(tp, pass_is_renewed_past_its_ttl);
 	suite_add_tcase(s, tp);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

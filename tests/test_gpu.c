@@ -1464,8 +1464,7 @@ static int run_bind(void)
 	struct place_topo *t = NULL;
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int n, failed;
+	int n;
 
 	unsetenv("HWLOC_XMLFILE");
 	unsetenv("TIDEPOOL_GPU_NODE");
@@ -1487,19 +1486,13 @@ static int run_bind(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, numa_binds_other_node);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }
 
 int main(int argc, char **argv)
 {
 	Suite *s;
 	TCase *tc, *cu;
-	SRunner *sr;
-	int failed;
 
 	if (argc == 2 && !strcmp(argv[1], "--probe-cuda")) {
 		int r = pool_gpu_probe(POOL_GPU_CUDA);
@@ -1543,9 +1536,5 @@ int main(int argc, char **argv)
 		printf("SKIP cuda_round_trip: no usable CUDA device (%s)\n",
 		       pool_strerror(pool_gpu_probe(POOL_GPU_CUDA)));
 	suite_add_tcase(s, cu);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -2502,13 +2502,7 @@ static Suite *kv_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(kv_suite());
-	int failed;
-
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set");
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(kv_suite());
 }

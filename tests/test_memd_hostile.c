@@ -953,8 +953,6 @@ int main(void)
 {
 	Suite *s = suite_create("memd_hostile");
 	TCase *tc = tcase_create("hostile");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -977,9 +975,5 @@ int main(void)
 	tcase_add_test(tc, failed_mr_close_quarantines_slab);
 	tcase_add_test(tc, provider_keys_warned_once);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -2074,8 +2074,6 @@ int main(int argc, char **argv)
 	const char *why = NULL;
 	Suite *s = suite_create("paging");
 	TCase *tc = tcase_create("paging");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -2128,9 +2126,5 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, spin_bad_value_keeps_default);
 	}
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

@@ -971,8 +971,6 @@ int main(void)
 {
 	Suite *s = suite_create("shm");
 	TCase *tc = tcase_create("shm");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path()) {
 		printf("SKIP: TP_MEMD not set\n");
@@ -991,9 +989,5 @@ int main(void)
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

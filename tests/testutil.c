@@ -112,6 +112,17 @@ void tu_skip(const char *fmt, ...)
 	exit(77);
 }
 
+int tu_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
 const char *tu_memd_path(void)
 {
 	const char *p = getenv("TP_MEMD");

@@ -32,6 +32,13 @@ void tu_skip(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));
 
 /*
+ * Runs every test of s (Check's Suite) in Check's default mode and frees
+ * the runner: main()'s exit status, EXIT_FAILURE when a test failed.
+ */
+struct Suite;
+int tu_run_suite(struct Suite *s);
+
+/*
  * Makes a fresh directory "ROOT/name.XXXXXX" into buf (len bytes) under
  * this test run's scratch root (/tmp/tp-test-PID, PID of the test's main
  * process), which that process removes with everything in it when it
