@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
+#include "fabric/wire.h"
 #include "tidepool/pool.h"
 
 /* The 8 bytes at offset off (a multiple of 8) of seed's stream, as one
@@ -811,6 +814,56 @@ struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello)
 			 0);
 	*hello = rep.u.hello_ok;
 	return c;
+}
+
+int tu_shm_connect(const struct wire_shm_ok *ok)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strnlen(ok->socket, sizeof(ok->socket));
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	/* an abstract name: a NUL, then the name */
+	memcpy(sa.sun_path + 1, ok->socket, n);
+	ck_assert_int_eq(
+		connect(fd, (struct sockaddr *)&sa,
+			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				    n)),
+		0);
+	return fd;
+}
+
+int tu_shm_call(int sock, const struct wire_shm_req *q,
+		struct wire_shm_rep *rep, int *fd)
+{
+	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct cmsghdr *h;
+	ssize_t n;
+
+	*fd = -1;
+	ck_assert_int_eq(wire_shm_req_encode(q, b), WIRE_SHM_REQ_LEN);
+	if (send(sock, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b))
+		return -1;
+	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(h), sizeof(int));
+	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, rep), 0);
+	ck_assert_uint_eq(rep->op, q->op);
+	if (rep->err)
+		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */

@@ -170,6 +170,22 @@ struct rpc;
 struct wire_hello_ok;
 struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello);
 
+/* A socket connected to memd's same-host socket named in ok (SHM_OK).
+ * Fails the running test on error. */
+struct wire_shm_ok;
+int tu_shm_connect(const struct wire_shm_ok *ok);
+/*
+ * One same-host request q on sock and its reply in *rep; *fd is the
+ * descriptor passed with it, or -1. Returns 0, or -1 when the request
+ * could not be sent or memd closed the socket. Fails the running test on
+ * a reply that does not decode or answers another op, and on a refusal
+ * (rep->err) that passes a descriptor.
+ */
+struct wire_shm_req;
+struct wire_shm_rep;
+int tu_shm_call(int sock, const struct wire_shm_req *q,
+		struct wire_shm_rep *rep, int *fd);
+
 /*
  * hugetlb pages (2 MiB) for a test: tu_huge_reserve() takes an exclusive
  * flock on /tmp/tp-hugetlb.lock (test executables ctest runs in parallel
