@@ -38,6 +38,10 @@ void tu_skip(const char *fmt, ...)
 struct Suite;
 int tu_run_suite(struct Suite *s);
 
+/* How many threads of this process are named name (comm); *tid, when
+ * given, is the first one found. */
+int tu_threads_named(const char *name, pid_t *tid);
+
 /*
  * Makes a fresh directory "ROOT/name.XXXXXX" into buf (len bytes) under
  * this test run's scratch root (/tmp/tp-test-PID, PID of the test's main
