@@ -365,8 +365,8 @@ static struct pool *connect_a(void)
 /* The scratch directory (etcd's data, secrets) of a test. */
 static void setup(void)
 {
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "etcd"), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(
+		tu_pool_dir(dir, sizeof(dir), "etcd", NULL, 0, cluster), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 }
 

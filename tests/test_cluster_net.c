@@ -432,11 +432,8 @@ static void setup(void)
 	if (r)
 		tu_skip("network namespaces, veth or bridges unavailable: %s",
 			strerror(-r));
-	if (tu_scratch_dir(dir, sizeof(dir), "cnet"))
-		abort();
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	if (tu_secret_file(dir, "cluster.secret", cluster) ||
+	if (tu_pool_dir(dir, sizeof(dir), "cnet", state, sizeof(state),
+			cluster) ||
 	    tu_secret_file(dir, "a.secret", sec_a) ||
 	    tu_secret_file(dir, "b.secret", sec_b))
 		abort();

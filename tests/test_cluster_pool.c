@@ -157,10 +157,9 @@ static void setup(void)
 {
 	static const char *const names[] = { "r0", "d1", "d2" };
 
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "cpool"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "cpool", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);

@@ -642,6 +642,33 @@ int tu_secret_file(const char *dir, const char *name, char *path)
 	return 0;
 }
 
+int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
+		size_t statelen, char *cluster)
+{
+	int r = tu_scratch_dir(dir, dirlen, name);
+
+	if (r)
+		return r;
+	if (state) {
+		if ((size_t)snprintf(state, statelen, "%s/state", dir) >=
+		    statelen)
+			return -ENAMETOOLONG;
+		if (mkdir(state, 0700))
+			return -errno;
+	}
+	return tu_secret_file(dir, "cluster.secret", cluster);
+}
+
+void tu_tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
+{
+	uint8_t secret[AUTH_SECRET_MAX];
+	char err[256];
+	int n = auth_read_secret_file(path, secret, err, sizeof(err));
+
+	ck_assert_msg(n > 0, "%s", err);
+	auth_tenant_key(secret, (size_t)n, key);
+}
+
 /* An "@admin" session to addr: 0 and *out, with its session key. */
 static int admin_session(const char *addr, const char *cluster_secret,
 			 struct rpc **out, uint8_t skey[AUTH_KEY_LEN],

@@ -149,6 +149,17 @@ int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes);
+/*
+ * A test pool's files in a fresh scratch directory "name" (see
+ * tu_scratch_dir), its path in dir: the cluster secret, dir/cluster.secret,
+ * its path in cluster (room for 256), and, when state is not NULL, the
+ * registry's state directory, dir/state, its path in state. 0 or -errno.
+ */
+int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
+		size_t statelen, char *cluster);
+/* The tenant key derived from the secret in the file at path. Fails the
+ * running test when the file does not hold a secret. */
+void tu_tenant_key(const char *path, uint8_t key[32]);
 
 /*
  * What the kernel says about pid's memory with policy "bind:NODE"
