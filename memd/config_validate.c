@@ -15,6 +15,7 @@
 #include "memd/config_int.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,15 +52,34 @@ int memd_config_validate(const struct memd_config *c, char *err, size_t errlen)
 	return memd_config_validate_src(c, NULL, err, errlen);
 }
 
+/*
+ * Writes "WHERE key 'a': WHAT" to err, WHERE naming what set key a (or
+ * b, the rule's other key, when a kept its default). Returns -EINVAL.
+ */
+__attribute__((format(printf, 6, 7))) static int
+memd_conf_refuse(const struct memd_conf_src *src, const char *a, const char *b,
+		 char *err, size_t errlen, const char *fmt, ...)
+{
+	char at[MEMD_CONF_STR_MAX + 32], what[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	memd_errf(err, errlen, "%skey '%s': %s",
+		  memd_conf_where(src, a, b, at, sizeof(at)), a, what);
+	return -EINVAL;
+}
+
 int memd_config_validate_src(const struct memd_config *c,
 			     const struct memd_conf_src *src, char *err,
 			     size_t errlen)
 {
-	char what[MEMD_CONF_WHAT_MAX], shown[64], a[32], b[32];
-	char at[MEMD_CONF_STR_MAX + 32];
+	char what[MEMD_CONF_WHAT_MAX], shown[64], a[32], b[32], per[32];
 	struct memd_config scratch; /* strings are re-parsed into it */
 	const struct memd_conf_key *k;
 	int nodes[MEMD_NUMA_NODES_MAX], nnodes;
+	const char *longer;
 	size_t i;
 	uint64_t v;
 	int rc;
@@ -70,14 +90,10 @@ int memd_config_validate_src(const struct memd_config *c,
 		if (k->type == MEMD_CONF_STRING) {
 			const char *s = (const char *)c + k->off;
 
-			if (!memchr(s, '\0', MEMD_CONF_STR_MAX)) {
-				memd_errf(err, errlen,
-					  "%skey '%s': not terminated",
-					  memd_conf_where(src, k->name, NULL,
-							  at, sizeof(at)),
-					  k->name);
-				return -EINVAL;
-			}
+			if (!memchr(s, '\0', MEMD_CONF_STR_MAX))
+				return memd_conf_refuse(src, k->name, NULL, err,
+							errlen,
+							"not terminated");
 			rc = memd_conf_assign(&scratch, k, s, what,
 					      sizeof(what));
 		} else {
@@ -88,166 +104,112 @@ int memd_config_validate_src(const struct memd_config *c,
 			if (rc)
 				memd_conf_append_expect(k, what, sizeof(what));
 		}
-		if (rc) {
-			memd_errf(err, errlen, "%skey '%s': %s",
-				  memd_conf_where(src, k->name, NULL, at,
-						  sizeof(at)),
-				  k->name, what);
-			return -EINVAL;
-		}
+		if (rc)
+			return memd_conf_refuse(src, k->name, NULL, err, errlen,
+						"%s", what);
 	}
 
 	memd_conf_format_bytes(c->donate_bytes, a, sizeof(a));
 	memd_conf_format_bytes(c->slab_bytes, b, sizeof(b));
-	if (c->donate_bytes < c->slab_bytes) {
-		memd_errf(err, errlen,
-			  "%skey 'donate': %s is less than one slab "
-			  "(slab_size = %s)",
-			  memd_conf_where(src, "donate", "slab_size", at,
-					  sizeof(at)),
-			  a, b);
-		return -EINVAL;
-	}
-	if (c->donate_bytes % c->slab_bytes) {
-		memd_errf(err, errlen,
-			  "%skey 'donate': %s is not a multiple of "
-			  "slab_size = %s",
-			  memd_conf_where(src, "donate", "slab_size", at,
-					  sizeof(at)),
-			  a, b);
-		return -EINVAL;
-	}
+	if (c->donate_bytes < c->slab_bytes)
+		return memd_conf_refuse(src, "donate", "slab_size", err, errlen,
+					"%s is less than one slab "
+					"(slab_size = %s)",
+					a, b);
+	if (c->donate_bytes % c->slab_bytes)
+		return memd_conf_refuse(src, "donate", "slab_size", err, errlen,
+					"%s is not a multiple of "
+					"slab_size = %s",
+					a, b);
 	nnodes = memd_config_numa_nodes(c, nodes);
 	if (nnodes > 1 &&
 	    c->donate_bytes % (c->slab_bytes * (uint64_t)nnodes)) {
-		char per[32];
-
 		memd_conf_format_bytes(c->slab_bytes * (uint64_t)nnodes, per,
 				       sizeof(per));
-		memd_errf(err, errlen,
-			  "%skey 'numa_nodes': donate = %s does not split "
-			  "into whole slabs over %d nodes (slab_size = "
-			  "%s each); make donate a multiple of %s",
-			  memd_conf_where(src, "numa_nodes", "donate", at,
-					  sizeof(at)),
-			  a, nnodes, b, per);
-		return -EINVAL;
+		return memd_conf_refuse(src, "numa_nodes", "donate", err,
+					errlen,
+					"donate = %s does not split "
+					"into whole slabs over %d nodes "
+					"(slab_size = %s each); make donate "
+					"a multiple of %s",
+					a, nnodes, b, per);
 	}
-	if (c->registry[0] && !c->cluster_secret_file[0]) {
-		memd_errf(err, errlen,
-			  "%skey 'registry': registry = %s needs "
-			  "cluster_secret_file",
-			  memd_conf_where(src, "registry",
-					  "cluster_secret_file", at,
-					  sizeof(at)),
-			  c->registry);
-		return -EINVAL;
-	}
-	if (memd_config_registry_is_etcd(c) && !c->etcd_endpoints[0]) {
-		memd_errf(err, errlen,
-			  "%skey 'registry': registry = etcd needs "
-			  "etcd_endpoints",
-			  memd_conf_where(src, "registry", "etcd_endpoints", at,
-					  sizeof(at)));
-		return -EINVAL;
-	}
-	if (!c->etcd_user[0] != !c->etcd_password_file[0]) {
-		memd_errf(err, errlen,
-			  "%skey 'etcd_user': etcd authentication needs "
-			  "both etcd_user and etcd_password_file",
-			  memd_conf_where(src, "etcd_user",
-					  "etcd_password_file", at,
-					  sizeof(at)));
-		return -EINVAL;
-	}
+	if (c->registry[0] && !c->cluster_secret_file[0])
+		return memd_conf_refuse(src, "registry", "cluster_secret_file",
+					err, errlen,
+					"registry = %s needs "
+					"cluster_secret_file",
+					c->registry);
+	if (memd_config_registry_is_etcd(c) && !c->etcd_endpoints[0])
+		return memd_conf_refuse(src, "registry", "etcd_endpoints", err,
+					errlen,
+					"registry = etcd needs "
+					"etcd_endpoints");
+	if (!c->etcd_user[0] != !c->etcd_password_file[0])
+		return memd_conf_refuse(src, "etcd_user", "etcd_password_file",
+					err, errlen,
+					"etcd authentication needs both "
+					"etcd_user and etcd_password_file");
 	if ((c->etcd_cert[0] || c->etcd_key[0]) &&
-	    (!c->etcd_cert[0] || !c->etcd_key[0] || !c->etcd_cacert[0])) {
-		memd_errf(err, errlen,
-			  "%skey 'etcd_cert': a client certificate needs "
-			  "etcd_cert, etcd_key and etcd_cacert",
-			  memd_conf_where(src, "etcd_cert", "etcd_key", at,
-					  sizeof(at)));
-		return -EINVAL;
-	}
-	if (c->registry_peers[0] && !memd_config_registry_is_etcd(c)) {
-		memd_errf(err, errlen,
-			  "%skey 'registry_peers': only with registry = "
-			  "etcd",
-			  memd_conf_where(src, "registry_peers", "registry", at,
-					  sizeof(at)));
-		return -EINVAL;
-	}
+	    (!c->etcd_cert[0] || !c->etcd_key[0] || !c->etcd_cacert[0]))
+		return memd_conf_refuse(src, "etcd_cert", "etcd_key", err,
+					errlen,
+					"a client certificate needs "
+					"etcd_cert, etcd_key and etcd_cacert");
+	if (c->registry_peers[0] && !memd_config_registry_is_etcd(c))
+		return memd_conf_refuse(src, "registry_peers", "registry", err,
+					errlen, "only with registry = etcd");
 	if (c->metrics_listen[0] && !strcmp(c->metrics_listen, c->listen) &&
-	    strcmp(strrchr(c->listen, ':'), ":0")) {
-		memd_errf(err, errlen,
-			  "%skey 'metrics_listen': %s is the control "
-			  "address (listen); give /metrics a port of its "
-			  "own",
-			  memd_conf_where(src, "metrics_listen", "listen", at,
-					  sizeof(at)),
-			  c->metrics_listen);
-		return -EINVAL;
-	}
-	if (c->kv_mrc_samples && c->kv_mrc_samples < 16) {
-		memd_errf(err, errlen,
-			  "%skey 'kv_mrc_samples': %u is too few to "
-			  "sample (16 at least, or 0 for no curves)",
-			  memd_conf_where(src, "kv_mrc_samples", NULL, at,
-					  sizeof(at)),
-			  c->kv_mrc_samples);
-		return -EINVAL;
-	}
-	if (!c->kv_spill_dir[0] != !c->kv_spill_bytes) {
+	    strcmp(strrchr(c->listen, ':'), ":0"))
+		return memd_conf_refuse(src, "metrics_listen", "listen", err,
+					errlen,
+					"%s is the control address "
+					"(listen); give /metrics a port of "
+					"its own",
+					c->metrics_listen);
+	if (c->kv_mrc_samples && c->kv_mrc_samples < 16)
+		return memd_conf_refuse(src, "kv_mrc_samples", NULL, err,
+					errlen,
+					"%u is too few to sample (16 at "
+					"least, or 0 for no curves)",
+					c->kv_mrc_samples);
+	if (c->kv_spill_dir[0] && !c->kv_spill_bytes)
+		return memd_conf_refuse(
+			src, "kv_spill_dir", "kv_spill_size", err, errlen,
+			"%s needs a size cap (kv_spill_size)", c->kv_spill_dir);
+	if (!c->kv_spill_dir[0] && c->kv_spill_bytes) {
 		memd_conf_format_bytes(c->kv_spill_bytes, a, sizeof(a));
-		if (c->kv_spill_dir[0])
-			memd_errf(err, errlen,
-				  "%skey 'kv_spill_dir': %s needs a size cap "
-				  "(kv_spill_size)",
-				  memd_conf_where(src, "kv_spill_dir",
-						  "kv_spill_size", at,
-						  sizeof(at)),
-				  c->kv_spill_dir);
-		else
-			memd_errf(err, errlen,
-				  "%skey 'kv_spill_size': %s without "
-				  "kv_spill_dir",
-				  memd_conf_where(src, "kv_spill_size",
-						  "kv_spill_dir", at,
-						  sizeof(at)),
-				  a);
-		return -EINVAL;
+		return memd_conf_refuse(src, "kv_spill_size", "kv_spill_dir",
+					err, errlen, "%s without kv_spill_dir",
+					a);
 	}
 	if (c->idle_timeout_ms &&
 	    (c->idle_timeout_ms <= c->lease_ttl_ms ||
 	     c->idle_timeout_ms <= c->report_interval_ms)) {
+		longer = c->lease_ttl_ms > c->report_interval_ms
+				 ? "lease_ttl"
+				 : "report_interval";
 		memd_conf_format_ms(c->idle_timeout_ms, a, sizeof(a));
 		memd_conf_format_ms(c->lease_ttl_ms > c->report_interval_ms
 					    ? c->lease_ttl_ms
 					    : c->report_interval_ms,
 				    b, sizeof(b));
-		memd_errf(
-			err, errlen,
-			"%skey 'idle_timeout': %s must be 0 or longer "
-			"than lease_ttl and report_interval (%s), or "
-			"memd would close clients that only heartbeat",
-			memd_conf_where(src, "idle_timeout",
-					c->lease_ttl_ms > c->report_interval_ms
-						? "lease_ttl"
-						: "report_interval",
-					at, sizeof(at)),
-			a, b);
-		return -EINVAL;
+		return memd_conf_refuse(src, "idle_timeout", longer, err,
+					errlen,
+					"%s must be 0 or longer than "
+					"lease_ttl and report_interval (%s), "
+					"or memd would close clients that "
+					"only heartbeat",
+					a, b);
 	}
 	if (c->lease_grace_ms >= c->lease_ttl_ms) {
 		memd_conf_format_ms(c->lease_grace_ms, a, sizeof(a));
 		memd_conf_format_ms(c->lease_ttl_ms, b, sizeof(b));
-		memd_errf(err, errlen,
-			  "%skey 'lease_grace': %s must be less than "
-			  "lease_ttl = %s",
-			  memd_conf_where(src, "lease_grace", "lease_ttl", at,
-					  sizeof(at)),
-			  a, b);
-		return -EINVAL;
+		return memd_conf_refuse(src, "lease_grace", "lease_ttl", err,
+					errlen,
+					"%s must be less than "
+					"lease_ttl = %s",
+					a, b);
 	}
 	return 0;
 }
