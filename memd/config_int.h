@@ -62,6 +62,14 @@ struct memd_conf_name {
 	int value;
 };
 
+/*
+ * A string key's syntax: checks in and writes its canonical form to out
+ * (outlen >= MEMD_CONF_STR_MAX), or describes the problem in what. 0 or
+ * -EINVAL.
+ */
+typedef int memd_conf_parse_str_fn(const char *in, char *out, size_t outlen,
+				   char *what, size_t whatlen);
+
 struct memd_conf_key {
 	const char *name;
 	enum memd_conf_type type;
@@ -70,13 +78,9 @@ struct memd_conf_key {
 	const char *def;   /* default, in memd.conf syntax */
 	unsigned int flags;
 	const struct memd_conf_name *names; /* MEMD_CONF_ENUM; NULL-ended */
-	/*
-	 * MEMD_CONF_STRING: checks in and writes its canonical form to out
-	 * (outlen >= MEMD_CONF_STR_MAX), or describes the problem in what.
-	 * Never called with "": that is refused (min > 0) or stored as is.
-	 */
-	int (*parse_str)(const char *in, char *out, size_t outlen, char *what,
-			 size_t whatlen);
+	/* MEMD_CONF_STRING. Never called with "": that is refused
+	 * (min > 0) or stored as is. */
+	memd_conf_parse_str_fn *parse_str;
 	const char *expect; /* MEMD_CONF_STRING: the accepted format */
 	const char *help;
 };
@@ -153,27 +157,16 @@ int memd_conf_parse_num(const struct memd_conf_key *k, const char *value,
 
 /* --- config_strings.c: the string keys' parse_str ----------------------- */
 
-int memd_conf_parse_listen(const char *in, char *out, size_t outlen, char *what,
-			   size_t whatlen);
-int memd_conf_parse_node(const char *in, char *out, size_t outlen, char *what,
-			 size_t whatlen);
-int memd_conf_parse_provider(const char *in, char *out, size_t outlen,
-			     char *what, size_t whatlen);
-int memd_conf_parse_numa_nodes(const char *in, char *out, size_t outlen,
-			       char *what, size_t whatlen);
-int memd_conf_parse_hostport_list(const char *in, char *out, size_t outlen,
-				  char *what, size_t whatlen);
-int memd_conf_parse_registry(const char *in, char *out, size_t outlen,
-			     char *what, size_t whatlen);
-int memd_conf_parse_etcd_prefix(const char *in, char *out, size_t outlen,
-				char *what, size_t whatlen);
-int memd_conf_parse_path(const char *in, char *out, size_t outlen, char *what,
-			 size_t whatlen);
-int memd_conf_parse_advertise(const char *in, char *out, size_t outlen,
-			      char *what, size_t whatlen);
-int memd_conf_parse_donor_name(const char *in, char *out, size_t outlen,
-			       char *what, size_t whatlen);
-int memd_conf_parse_metrics_listen(const char *in, char *out, size_t outlen,
-				   char *what, size_t whatlen);
+memd_conf_parse_str_fn memd_conf_parse_listen;
+memd_conf_parse_str_fn memd_conf_parse_node;
+memd_conf_parse_str_fn memd_conf_parse_provider;
+memd_conf_parse_str_fn memd_conf_parse_numa_nodes;
+memd_conf_parse_str_fn memd_conf_parse_hostport_list;
+memd_conf_parse_str_fn memd_conf_parse_registry;
+memd_conf_parse_str_fn memd_conf_parse_etcd_prefix;
+memd_conf_parse_str_fn memd_conf_parse_path;
+memd_conf_parse_str_fn memd_conf_parse_advertise;
+memd_conf_parse_str_fn memd_conf_parse_donor_name;
+memd_conf_parse_str_fn memd_conf_parse_metrics_listen;
 
 #endif
