@@ -5,10 +5,10 @@
  * A backend is a table of operations modelled on the CUDA runtime: device
  * and pinned memory, streams (in-order queues of work), events (markers
  * recorded on a stream that complete when the work before them has) and
- * asynchronous copies. gpu.c's pipeline drives nothing else, so the same
+ * asynchronous copies. gpu_pipeline.c drives nothing else, so the same
  * pipeline runs on the CUDA backend (gpu_cuda.c, the only file that
- * includes CUDA headers) and on the host backend (gpu.c: host memory, one
- * thread per stream), which is what CI tests.
+ * includes CUDA headers) and on the host backend (gpu_host.c: host memory,
+ * one thread per stream), which is what CI tests.
  *
  * Streams and events are void *: cudaStream_t / cudaEvent_t, or the host
  * backend's own objects. A NULL stream is the backend's default stream.
@@ -78,6 +78,9 @@ struct gpu_backend {
 struct pool_gpu;
 void gpu_test_force_hmem(int on);
 void *gpu_test_staging_buf(struct pool_gpu *g, unsigned i);
+
+/* The host backend (gpu_host.c), always built. */
+extern const struct gpu_backend gpu_host_backend;
 
 /* The CUDA backend (gpu_cuda.c), compiled when CMake found the toolkit. */
 #ifdef TP_HAVE_CUDA

@@ -143,6 +143,26 @@ static struct conn *session_conn(struct memd_server *s, uint64_t id)
 	return NULL;
 }
 
+/*
+ * The connection holding the session sc is bound to, or NULL with
+ * rep->err set: EPROTO before BIND, ENOTCONN once that connection is
+ * gone.
+ */
+static struct conn *bound_conn(struct memd_server *s, const struct shm_conn *sc,
+			       struct wire_shm_rep *rep)
+{
+	struct conn *c;
+
+	if (!sc->session_id) {
+		rep->err = EPROTO;
+		return NULL;
+	}
+	c = session_conn(s, sc->session_id);
+	if (!c)
+		rep->err = ENOTCONN;
+	return c;
+}
+
 static void shm_conn_close(struct memd_server *s, struct shm_conn *sc,
 			   const char *why)
 {
@@ -388,15 +408,9 @@ static int shm_slab(struct memd_server *s, struct shm_conn *sc,
 	uint32_t i;
 	int r;
 
-	if (!sc->session_id) {
-		rep->err = EPROTO;
+	c = bound_conn(s, sc, rep);
+	if (!c)
 		return -1;
-	}
-	c = session_conn(s, sc->session_id);
-	if (!c) {
-		rep->err = ENOTCONN;
-		return -1;
-	}
 	r = memd_lease_check(s->lt, c->session, q->slab, q->generation);
 	if (r) {
 		rep->err = -r;
@@ -444,15 +458,9 @@ static int shm_kv(struct memd_server *s, struct shm_conn *sc,
 	uint32_t slab, i;
 	bool write = false;
 
-	if (!sc->session_id) {
-		rep->err = EPROTO;
+	c = bound_conn(s, sc, rep);
+	if (!c)
 		return -1;
-	}
-	c = session_conn(s, sc->session_id);
-	if (!c) {
-		rep->err = ENOTCONN;
-		return -1;
-	}
 	if (!s->kvs || !s->cfg.kv_share ||
 	    (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT)) {
 		rep->err = EACCES;

@@ -1008,16 +1008,9 @@ static Suite *auth_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	if (auth_init() != 0) {
 		fprintf(stderr, "auth_init failed\n");
 		return EXIT_FAILURE;
 	}
-	sr = srunner_create(auth_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(auth_suite());
 }

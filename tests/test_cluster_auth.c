@@ -39,16 +39,6 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-static void tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
-{
-	uint8_t secret[AUTH_SECRET_MAX];
-	char err[256];
-	int n = auth_read_secret_file(path, secret, err, sizeof(err));
-
-	ck_assert_msg(n > 0, "%s", err);
-	auth_tenant_key(secret, (size_t)n, key);
-}
-
 /* Waits until the registry lists its own donor r0 as up. */
 static int wait_r0_up(void)
 {
@@ -78,11 +68,8 @@ static void suite_setup(void)
 	int r;
 
 	auth_init();
-	if (tu_scratch_dir(dir, sizeof(dir), "cauth"))
-		abort();
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	if (tu_secret_file(dir, "cluster.secret", cluster) ||
+	if (tu_pool_dir(dir, sizeof(dir), "cauth", state, sizeof(state),
+			cluster) ||
 	    tu_secret_file(dir, "a.secret", sec_a) ||
 	    tu_secret_file(dir, "b.secret", sec_b))
 		abort();
@@ -132,7 +119,7 @@ static struct rpc *tenant(const char *name, const char *secret,
 	struct rpc *c = hello(&h);
 	int r;
 
-	tenant_key(secret, key);
+	tu_tenant_key(secret, key);
 	r = rpc_auth(c, &h, name, key, NULL, 0, TMO, ok, skey, err,
 		     sizeof(err));
 	ck_assert_msg(r == 0, "auth %s: %s %s", name, strerror(-r), err);
@@ -180,7 +167,7 @@ START_TEST(wrong_secret_and_unknown_tenant)
 	int r;
 
 	ck_assert_int_eq(tu_secret_file(dir, "wrong.secret", path), 0);
-	tenant_key(path, key);
+	tu_tenant_key(path, key);
 	c = hello(&h);
 	r = rpc_auth(c, &h, "a", key, NULL, 0, TMO, &ok, skey, err,
 		     sizeof(err));
@@ -209,7 +196,7 @@ START_TEST(replayed_handshake)
 	char err[256];
 	struct rpc *c;
 
-	tenant_key(sec_a, key);
+	tu_tenant_key(sec_a, key);
 	/* A good handshake, recorded as an eavesdropper would. */
 	c = hello(&h);
 	req->type = WIRE_AUTH;
@@ -799,14 +786,7 @@ static Suite *suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set");
-	sr = srunner_create(suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(suite());
 }

@@ -365,8 +365,8 @@ static struct pool *connect_a(void)
 /* The scratch directory (etcd's data, secrets) of a test. */
 static void setup(void)
 {
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "etcd"), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(
+		tu_pool_dir(dir, sizeof(dir), "etcd", NULL, 0, cluster), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 }
 
@@ -1644,8 +1644,6 @@ int main(void)
 {
 	Suite *s = suite_create("cluster_etcd");
 	TCase *tc = tcase_create("etcd");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -1665,9 +1663,5 @@ int main(void)
 	tcase_add_test(tc, paused_leader_tickets_are_fenced);
 	tcase_add_test(tc, etcd_state_tampered_is_refused);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -432,11 +432,8 @@ static void setup(void)
 	if (r)
 		tu_skip("network namespaces, veth or bridges unavailable: %s",
 			strerror(-r));
-	if (tu_scratch_dir(dir, sizeof(dir), "cnet"))
-		abort();
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	if (tu_secret_file(dir, "cluster.secret", cluster) ||
+	if (tu_pool_dir(dir, sizeof(dir), "cnet", state, sizeof(state),
+			cluster) ||
 	    tu_secret_file(dir, "a.secret", sec_a) ||
 	    tu_secret_file(dir, "b.secret", sec_b))
 		abort();
@@ -461,7 +458,6 @@ int main(void)
 {
 	Suite *s = suite_create("cluster_net");
 	TCase *tc = tcase_create("net");
-	SRunner *sr;
 	int failed;
 
 	if (!tu_memd_path())
@@ -472,10 +468,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, pool_over_namespaces);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tu_run_suite(s);
 	teardown();
-	return failed ? 1 : 0;
+	return failed;
 }

@@ -157,10 +157,9 @@ static void setup(void)
 {
 	static const char *const names[] = { "r0", "d1", "d2" };
 
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "cpool"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "cpool", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
@@ -784,8 +783,6 @@ int main(void)
 	Suite *s = suite_create("cluster_pool");
 	TCase *tc = tcase_create("cluster");
 	TCase *tp = tcase_create("short_pass");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -805,9 +802,5 @@ int main(void)
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
 	tcase_add_test(tp, pass_is_renewed_past_its_ttl);
 	suite_add_tcase(s, tp);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

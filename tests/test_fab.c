@@ -1201,8 +1201,6 @@ int main(void)
 {
 	char why[256] = "";
 	bool with_shm;
-	SRunner *sr;
-	int failed;
 
 	if (!provider_works(rma_provider(), why, sizeof(why)))
 		tu_skip("test_fab: libfabric %s provider unusable here: %s",
@@ -1214,9 +1212,5 @@ int main(void)
 			"unusable here: %s\n",
 			why);
 
-	sr = srunner_create(fab_suite(with_shm));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(fab_suite(with_shm));
 }

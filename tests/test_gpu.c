@@ -41,21 +41,6 @@
 static struct tu_memd md;
 static char topo_dir[PATH_MAX]; /* tests/data, "" if absent */
 
-static void start_memd(const char *extra)
-{
-	tu_memd_start_ok(&md, extra);
-}
-
-static void stop_memd(void)
-{
-	tu_memd_stop_ok(&md);
-}
-
-static struct pool *connect_memd(void)
-{
-	return tu_pool_connect(&md);
-}
-
 static struct pool_gpu *open_host(struct pool *p, size_t staging,
 				  unsigned count, int timeout_ms)
 {
@@ -154,8 +139,8 @@ START_TEST(bytes_exact_at_every_size)
 	struct pool *p;
 	struct pool_region *r;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, REGION, &r), 0);
 	for (size_t k = 0; k < sizeof(rings) / sizeof(rings[0]); k++) {
 		struct pool_gpu *g =
@@ -179,7 +164,7 @@ START_TEST(bytes_exact_at_every_size)
 	}
 	ck_assert_int_eq(pool_free(p, r), 0);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -193,8 +178,8 @@ START_TEST(zero_length)
 	uint8_t b[1];
 	void *ev = NULL;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 100, &r), 0);
 	g = open_host(p, 0, 0, 0);
 	ck_assert_int_eq(pool_gpu_fetch(g, r, 100, NULL, 0, NULL, &x), 0);
@@ -209,7 +194,7 @@ START_TEST(zero_length)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -230,8 +215,8 @@ START_TEST(many_queued_transfers)
 	uint64_t off[NQ], at = 0;
 	struct pool_gpu_stats st;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 16 * MiB, &r), 0);
 	g = open_host(p, 64 * KiB, 3, 0);
 	/* Odd ones are fetched: put their bytes in the pool first. */
@@ -284,7 +269,7 @@ START_TEST(many_queued_transfers)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -334,8 +319,8 @@ START_TEST(four_threads_one_engine)
 	struct pool_region *r;
 	struct pool_gpu *g;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 4 * MiB, &r), 0);
 	g = open_host(p, 256 * KiB, 4, 0);
 	for (int i = 0; i < 4; i++) {
@@ -351,7 +336,7 @@ START_TEST(four_threads_one_engine)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -371,8 +356,8 @@ START_TEST(fabric_and_copies_overlap)
 	struct pool_gpu_stats st;
 	uint8_t *dev;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
 	g = open_host(p, MiB, 4, 0);
 	dev = dev_alloc(g, n);
@@ -399,7 +384,7 @@ START_TEST(fabric_and_copies_overlap)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -439,8 +424,8 @@ START_TEST(stream_ordering)
 	uint8_t *dev, *host = malloc(n);
 	struct work before = { 0 }, after = { 0 };
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
 	g = open_host(p, MiB, 2, 0);
 	dev = dev_alloc(g, n);
@@ -499,7 +484,7 @@ START_TEST(stream_ordering)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -547,8 +532,8 @@ START_TEST(cancel_mid_transfer)
 	void *s, *ev = (void *)1;
 	uint8_t *dev, *small;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
 	g = open_host(p, 256 * KiB, 2, 0);
 	dev = dev_alloc(g, n);
@@ -606,7 +591,7 @@ START_TEST(cancel_mid_transfer)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -628,8 +613,8 @@ START_TEST(memd_killed_mid_transfer)
 	uint8_t *dev;
 	int ret;
 
-	start_memd("lease_ttl = 2s\nlease_grace = 200ms");
-	p = connect_memd();
+	tu_memd_start_ok(&md, "lease_ttl = 2s\nlease_grace = 200ms");
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
 	g = open_host(p, 256 * KiB, 4, 0);
 	dev = dev_alloc(g, n);
@@ -677,11 +662,12 @@ START_TEST(frozen_memd_times_out_then_recovers)
 	uint8_t *dev;
 	int ret, st_wait;
 
-	start_memd(NULL); /* TTL 10 s: the session outlives the freeze */
+	tu_memd_start_ok(&md,
+			 NULL); /* TTL 10 s: the session outlives the freeze */
 	/* Over the fabric: a same-host session (shm = auto) reads the
 	 * slab's memfd itself, which a frozen memd does not stop. */
 	setenv("LIBPOOL_SHM", "off", 1);
-	p = connect_memd();
+	p = tu_pool_connect(&md);
 	unsetenv("LIBPOOL_SHM");
 	ck_assert_int_eq(pool_alloc(p, 8 * MiB, &r), 0);
 	g = open_host(p, MiB, 2, 300);
@@ -722,7 +708,7 @@ START_TEST(frozen_memd_times_out_then_recovers)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -745,8 +731,8 @@ START_TEST(close_with_transfers_in_flight)
 	/* With the host backend any host memory serves as device memory. */
 	uint8_t *dev = malloc(16 * MiB);
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 16 * MiB, &r), 0);
 	g = open_host(p, MiB, 3, 0);
 	gate_init(&gt);
@@ -769,7 +755,7 @@ START_TEST(close_with_transfers_in_flight)
 	free(dev);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -784,8 +770,8 @@ START_TEST(bad_arguments)
 	uint8_t b[16];
 	void *v = (void *)1;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 100, &r), 0);
 
 	pool_gpu_opts_init(&o);
@@ -871,7 +857,7 @@ START_TEST(bad_arguments)
 	pool_gpu_opts_init(NULL);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -913,8 +899,8 @@ START_TEST(cuda_without_device)
 		       probe);
 		return;
 	}
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_msg(probe == -ENODEV || probe == -ENOENT ||
 			      probe == -EOPNOTSUPP,
 		      "probe CUDA: %d %s", probe, pool_strerror(probe));
@@ -935,7 +921,7 @@ START_TEST(cuda_without_device)
 		ck_assert_int_eq(probe_in_child("/nonexistent/libcudart.so"),
 				 ENOENT);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -952,8 +938,8 @@ START_TEST(cuda_round_trip)
 	uint8_t *dev, *pin;
 	void *s, *ev;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, n + 4096, &r), 0);
 	pool_gpu_opts_init(&o);
 	o.backend = POOL_GPU_AUTO;
@@ -998,7 +984,7 @@ START_TEST(cuda_round_trip)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1059,8 +1045,8 @@ START_TEST(numa_from_topology)
 	struct pool_gpu_stats st;
 	struct pool *p;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	expect_placed(p, "nvidiaDGX2.xml", "0000:34:00.0", -1, 0, "0-1");
 	expect_placed(p, "nvidiaDGX2.xml", "0000:5e:00.0", -1, 0, "0-1");
 	expect_placed(p, "nvidiaDGX2.xml", "0000:b7:00.0", -1, 1, "24-25");
@@ -1105,7 +1091,7 @@ START_TEST(numa_from_topology)
 	ck_assert_int_eq(open_placed(p, "nvidiaDGX2.xml", "b7:00.0", -3, &st),
 			 -EINVAL);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1148,46 +1134,27 @@ static bool numa_maps_line(const void *addr, char *line, size_t len)
 /* Cpus_allowed_list of this process's thread called comm. */
 static bool thread_cpus(const char *comm, char *out, size_t len)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
+	char path[64], buf[256];
 	bool found = false;
+	pid_t tid;
+	FILE *f;
 
-	ck_assert_ptr_nonnull(d);
-	while (!found && (e = readdir(d))) {
-		char path[300], buf[256];
-		FILE *f;
+	if (tu_threads_named(comm, &tid) < 1)
+		return false;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (fgets(buf, sizeof(buf), f))
+		if (!strncmp(buf, "Cpus_allowed_list:", 18)) {
+			char *v = buf + 18;
 
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		buf[0] = '\0';
-		if (!fgets(buf, sizeof(buf), f))
-			buf[0] = '\0';
-		fclose(f);
-		buf[strcspn(buf, "\n")] = '\0';
-		if (strcmp(buf, comm))
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/status",
-			 e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		while (fgets(buf, sizeof(buf), f))
-			if (!strncmp(buf, "Cpus_allowed_list:", 18)) {
-				char *v = buf + 18;
-
-				v += strspn(v, " \t");
-				v[strcspn(v, "\n")] = '\0';
-				snprintf(out, len, "%s", v);
-				found = true;
-			}
-		fclose(f);
-	}
-	closedir(d);
+			v += strspn(v, " \t");
+			v[strcspn(v, "\n")] = '\0';
+			snprintf(out, len, "%s", v);
+			found = true;
+		}
+	fclose(f);
 	return found;
 }
 
@@ -1283,11 +1250,11 @@ START_TEST(numa_binds_staging)
 {
 	struct pool *p;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	check_bound(p, host_node(false), false);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1297,12 +1264,12 @@ START_TEST(numa_binds_other_node)
 {
 	struct pool *p;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	check_bound(p, host_node(true), false);
 	check_bound(p, host_node(true), true);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1317,8 +1284,8 @@ START_TEST(direct_not_on_tcp)
 	struct pool_region *r;
 	struct pool *p;
 
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, 2 * MiB, &r), 0);
 	g = open_host(p, 256 * KiB, 2, 0);
 	store_then_fetch(p, g, r, 0, 2 * MiB, 71);
@@ -1337,7 +1304,7 @@ START_TEST(direct_not_on_tcp)
 	ck_assert_int_eq(pool_gpu_open(p, &o, &g), -EINVAL);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1377,8 +1344,8 @@ START_TEST(direct_forced)
 	void *s, *ev;
 
 	gpu_test_force_hmem(1);
-	start_memd(NULL);
-	p = connect_memd();
+	tu_memd_start_ok(&md, NULL);
+	p = tu_pool_connect(&md);
 	ck_assert_int_eq(pool_alloc(p, REGION, &r), 0);
 	ck_assert_uint_gt(pool_region_nextents(r), 1);
 	g = open_host(p, stage, 3, 0);
@@ -1438,7 +1405,7 @@ START_TEST(direct_forced)
 	pool_gpu_close(g);
 	pool_free(p, r);
 	pool_close(p);
-	stop_memd();
+	tu_memd_stop_ok(&md);
 }
 END_TEST
 
@@ -1464,8 +1431,7 @@ static int run_bind(void)
 	struct place_topo *t = NULL;
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int n, failed;
+	int n;
 
 	unsetenv("HWLOC_XMLFILE");
 	unsetenv("TIDEPOOL_GPU_NODE");
@@ -1487,19 +1453,13 @@ static int run_bind(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, numa_binds_other_node);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }
 
 int main(int argc, char **argv)
 {
 	Suite *s;
 	TCase *tc, *cu;
-	SRunner *sr;
-	int failed;
 
 	if (argc == 2 && !strcmp(argv[1], "--probe-cuda")) {
 		int r = pool_gpu_probe(POOL_GPU_CUDA);
@@ -1543,9 +1503,5 @@ int main(int argc, char **argv)
 		printf("SKIP cuda_round_trip: no usable CUDA device (%s)\n",
 		       pool_strerror(pool_gpu_probe(POOL_GPU_CUDA)));
 	suite_add_tcase(s, cu);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -969,10 +969,9 @@ static void cluster_setup(void)
 	int i;
 
 	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "kvc"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "kvc", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
@@ -2658,13 +2657,7 @@ static Suite *kv_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(kv_suite());
-	int failed;
-
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set");
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(kv_suite());
 }

@@ -1205,13 +1205,10 @@ END_TEST
 /* A same-host socket bound to c's session (SHM, connect, BIND). */
 static int shm_bound(struct kvc *c)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct wire_shm_req q = { .op = WIRE_SHM_BIND };
 	struct wire_shm_rep sr;
-	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
 	char err[WIRE_MSG_MAX];
-	size_t nl;
-	int fd;
+	int fd, passed;
 
 	memset(&req, 0, sizeof(req));
 	req.type = WIRE_SHM;
@@ -1220,22 +1217,12 @@ static int shm_bound(struct kvc *c)
 	ck_assert_int_eq(rpc_call(c->rpc, &req, &rep, WIRE_SHM_OK, TMO, err,
 				  sizeof(err)),
 			 0);
-	nl = strnlen(rep.u.shm_ok.socket, sizeof(rep.u.shm_ok.socket));
-	memcpy(sa.sun_path + 1, rep.u.shm_ok.socket, nl);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(
-		connect(fd, (struct sockaddr *)&sa,
-			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-				    nl)),
-		0);
+	fd = tu_shm_connect(&rep.u.shm_ok);
 	q.session_id = c->hello.session_id;
 	memcpy(q.nonce, rep.u.shm_ok.nonce, WIRE_NONCE_LEN);
-	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
-	ck_assert_int_eq(send(fd, b, sizeof(b), 0), (ssize_t)sizeof(b));
-	ck_assert_int_eq(recv(fd, in, sizeof(in), 0), WIRE_SHM_REP_LEN);
-	ck_assert_int_eq(wire_shm_rep_decode(in, WIRE_SHM_REP_LEN, &sr), 0);
+	ck_assert_int_eq(tu_shm_call(fd, &q, &sr, &passed), 0);
 	ck_assert_int_eq(sr.err, 0);
+	ck_assert_int_eq(passed, -1);
 	return fd;
 }
 
@@ -1247,31 +1234,8 @@ static int shm_kv(int sock, const struct wire_kv_loc *loc, int *fd,
 				  .rkey = loc->rkey,
 				  .endpoint = loc->endpoint };
 	struct wire_shm_rep sr;
-	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} cm;
-	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cm.b,
-			     .msg_controllen = sizeof(cm.b) };
-	struct cmsghdr *h;
-	ssize_t n;
 
-	*fd = -1;
-	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
-	ck_assert_int_eq(send(sock, b, sizeof(b), 0), (ssize_t)sizeof(b));
-	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	ck_assert_int_gt(n, 0);
-	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
-		if (h->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(h), sizeof(int));
-	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, &sr), 0);
-	ck_assert_uint_eq(sr.op, WIRE_SHM_KV);
-	if (sr.err)
-		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
+	ck_assert_int_eq(tu_shm_call(sock, &q, &sr, fd), 0);
 	*base = sr.base;
 	return sr.err;
 }
@@ -2166,13 +2130,7 @@ static Suite *kv_memd_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(kv_memd_suite());
-	int failed;
-
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set");
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(kv_memd_suite());
 }

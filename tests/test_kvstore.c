@@ -1708,11 +1708,5 @@ static Suite *kvstore_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(kvstore_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(kvstore_suite());
 }

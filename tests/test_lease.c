@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "memd/lease.h"
+#include "tests/testutil.h"
 
 static struct memd_lease_table *t;
 
@@ -366,8 +367,6 @@ int main(void)
 {
 	Suite *s = suite_create("lease");
 	TCase *tc = tcase_create("table");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, create_rejects_bad_args);
@@ -380,9 +379,5 @@ int main(void)
 	tcase_add_test(tc, many_sessions_expire_in_order);
 	tcase_add_test(tc, groups_grant_within_and_fullest);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -18,6 +18,7 @@
 
 #include "memd/arena.h"
 #include "memd/log.h"
+#include "tests/testutil.h"
 
 START_TEST(quote_leaves_plain_values)
 {
@@ -163,8 +164,6 @@ int main(void)
 {
 	Suite *s = suite_create("log");
 	TCase *tc = tcase_create("quote");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, quote_leaves_plain_values);
 	tcase_add_test(tc, quote_values_that_would_split);
@@ -174,9 +173,5 @@ int main(void)
 	tcase_add_test(tc, bytes_reads_at_a_glance);
 	tcase_add_test(tc, arena_plan_refusals_name_sizes);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

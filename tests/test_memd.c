@@ -858,8 +858,6 @@ int main(int argc, char **argv)
 	Suite *s;
 	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -879,11 +877,7 @@ int main(int argc, char **argv)
 		tcase_set_timeout(hc, 120);
 		tcase_add_test(hc, hugepages_auto_falls_back_when_reserved);
 		suite_add_tcase(s, hc);
-		sr = srunner_create(s);
-		srunner_run_all(sr, CK_NORMAL);
-		failed = srunner_ntests_failed(sr);
-		srunner_free(sr);
-		return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+		return tu_run_suite(s);
 	}
 	tc = tcase_create("control");
 	cli = tcase_create("cli");
@@ -910,9 +904,5 @@ int main(int argc, char **argv)
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, logt);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

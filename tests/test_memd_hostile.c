@@ -297,16 +297,6 @@ END_TEST
 
 /* --- a pool: tenants and strangers never lock out operators ----------- */
 
-static void tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
-{
-	uint8_t secret[AUTH_SECRET_MAX];
-	char err[256];
-	int n = auth_read_secret_file(path, secret, err, sizeof(err));
-
-	ck_assert_msg(n > 0, "%s", err);
-	auth_tenant_key(secret, (size_t)n, key);
-}
-
 /* A tenant session at addr: 0 or the handshake's -errno. */
 static int tenant_connect(const char *addr, const uint8_t key[AUTH_KEY_LEN],
 			  struct rpc **out)
@@ -395,7 +385,7 @@ START_TEST(operators_and_donors_get_in)
 	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "t", sec, 1ull << 30),
 			 0);
-	tenant_key(sec, key);
+	tu_tenant_key(sec, key);
 
 	/* A tenant takes every slot it may have. */
 	while (ntenant < 16 && tenant_connect(reg.addr, key, &t[ntenant]) == 0)
@@ -494,8 +484,8 @@ START_TEST(sessions_per_tenant_capped)
 		tu_tenant_add(reg.addr, cluster, "t", sec_t, 1ull << 30), 0);
 	ck_assert_int_eq(
 		tu_tenant_add(reg.addr, cluster, "u", sec_u, 1ull << 30), 0);
-	tenant_key(sec_t, kt);
-	tenant_key(sec_u, ku);
+	tu_tenant_key(sec_t, kt);
+	tu_tenant_key(sec_u, ku);
 
 	for (int i = 0; i < 3; i++)
 		ck_assert_int_eq(tenant_connect_as(reg.addr, "t", kt, &t[i],
@@ -953,8 +943,6 @@ int main(void)
 {
 	Suite *s = suite_create("memd_hostile");
 	TCase *tc = tcase_create("hostile");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -977,9 +965,5 @@ int main(void)
 	tcase_add_test(tc, failed_mr_close_quarantines_slab);
 	tcase_add_test(tc, provider_keys_warned_once);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -648,8 +648,6 @@ int main(void)
 {
 	Suite *s = suite_create("metrics");
 	TCase *tc = tcase_create("metrics");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -667,9 +665,5 @@ int main(void)
 	tcase_add_test(tc, fabric_progress_is_reported);
 	tcase_add_test(tc, progress_threads_share_the_arena);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -32,6 +32,7 @@
 
 #include "memd/mrc.h"
 #include "tests/mrc_ref.h"
+#include "tests/testutil.h"
 
 /* the sizes poolctl reports, as multiples of a capacity */
 static const double mult[] = { 0.25, 0.5, 1, 2, 4 };
@@ -680,11 +681,5 @@ static Suite *mrc_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(mrc_suite());
-	int nf;
-
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(mrc_suite());
 }

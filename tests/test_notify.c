@@ -164,8 +164,6 @@ int main(void)
 {
 	Suite *s = suite_create("notify");
 	TCase *tc = tcase_create("notify");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -174,9 +172,5 @@ int main(void)
 	tcase_add_test(tc, ready_reload_stopping);
 	tcase_add_test(tc, notify_function);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -851,8 +851,7 @@ int main(int argc, char **argv)
 	Suite *s = suite_create("numa_memd");
 	TCase *unit = tcase_create("nodes");
 	TCase *tc;
-	SRunner *sr;
-	int failed, r;
+	int r;
 
 	if (argc > 1 && !strcmp(argv[1], "--recorded")) {
 		/* only the recorded machine, and a skip without it */
@@ -862,11 +861,7 @@ int main(int argc, char **argv)
 				"in or beside the source tree)");
 		tcase_add_test(unit, recorded_machine_nic_choice);
 		suite_add_tcase(s, unit);
-		sr = srunner_create(s);
-		srunner_run_all(sr, CK_NORMAL);
-		failed = srunner_ntests_failed(sr);
-		srunner_free(sr);
-		return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+		return tu_run_suite(s);
 	}
 	tc = tcase_create("memd");
 	if (!tu_memd_path())
@@ -896,9 +891,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, two_arenas_in_process);
 	suite_add_tcase(s, unit);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -150,7 +150,6 @@ int main(void)
 {
 	Suite *s = suite_create("numa_memd_bind");
 	TCase *tc = tcase_create("two nodes");
-	SRunner *sr;
 	int failed, r, usable = 0;
 
 	if (!tu_memd_path())
@@ -181,10 +180,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, two_nodes_two_arenas_two_endpoints);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = tu_run_suite(s);
 	place_topo_close(topo);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return failed;
 }

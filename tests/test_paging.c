@@ -1798,35 +1798,6 @@ START_TEST(huge_fork_child)
 }
 END_TEST
 
-/* Threads of this process named name. */
-static int threads_named(const char *name)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	char path[300], comm[64];
-	int n = 0;
-
-	ck_assert_ptr_nonnull(d);
-	while ((e = readdir(d))) {
-		FILE *f;
-
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f)) {
-			comm[strcspn(comm, "\n")] = '\0';
-			n += !strcmp(comm, name);
-		}
-		fclose(f);
-	}
-	closedir(d);
-	return n;
-}
-
 /*
  * One engine per process: eight mappings are served by one pool-uffd
  * thread (not one each), every byte right; the last unmap stops it.
@@ -1845,7 +1816,7 @@ START_TEST(one_engine_for_all_mappings)
 		ck_assert_int_eq(pool_alloc(p, size, &r[i]), 0);
 		a[i] = map(p, r[i], local, 0);
 	}
-	ck_assert_int_eq(threads_named("pool-uffd"), 1);
+	ck_assert_int_eq(tu_threads_named("pool-uffd", NULL), 1);
 	for (int i = 0; i < N; i++)
 		tu_pattern_fill(a[i], size, 100 + (uint64_t)i, 0);
 	for (int i = 0; i < N; i++) {
@@ -1856,7 +1827,7 @@ START_TEST(one_engine_for_all_mappings)
 		ck_assert_int_eq(pool_unmap(p, a[i], POOL_UNMAP_DISCARD), 0);
 		pool_free(p, r[i]);
 	}
-	ck_assert_int_eq(threads_named("pool-uffd"), 0);
+	ck_assert_int_eq(tu_threads_named("pool-uffd", NULL), 0);
 	pool_close(p);
 	stop_memd();
 }
@@ -2331,8 +2302,6 @@ int main(int argc, char **argv)
 	const char *why = NULL;
 	Suite *s = suite_create("paging");
 	TCase *tc = tcase_create("paging");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
@@ -2389,9 +2358,5 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, spin_bad_value_keeps_default);
 	}
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

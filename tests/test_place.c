@@ -1352,17 +1352,6 @@ static Suite *place_suite(bool topologies)
 	return s;
 }
 
-static int run(Suite *s)
-{
-	SRunner *sr = srunner_create(s);
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed;
-}
-
 static int run_bind(void)
 {
 	struct place_topo *t = NULL;
@@ -1389,7 +1378,7 @@ static int run_bind(void)
 	tcase_add_test(tc, test_bind_each_node);
 	tcase_add_test(tc, test_bind_move);
 	suite_add_tcase(s, tc);
-	return run(s);
+	return tu_run_suite(s);
 }
 
 int main(int argc, char **argv)
@@ -1399,7 +1388,7 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--bind"))
 		return run_bind() ? EXIT_FAILURE : EXIT_SUCCESS;
 	topologies = find_topologies();
-	if (run(place_suite(topologies)))
+	if (tu_run_suite(place_suite(topologies)))
 		return EXIT_FAILURE;
 	if (!topologies)
 		tu_skip("recorded topologies not found at "

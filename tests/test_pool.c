@@ -1175,8 +1175,6 @@ int main(int argc, char **argv)
 {
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
 	if (argc == 3 && !strcmp(argv[1], "--rxm-client"))
 		return rxm_client(argv[2]);
@@ -1204,9 +1202,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);
 	tcase_add_test(tc, standalone_alloc_ex_and_tenant_errors);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

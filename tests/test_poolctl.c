@@ -990,8 +990,6 @@ int main(void)
 	TCase *cli = tcase_create("cli");
 	TCase *alone = tcase_create("standalone");
 	TCase *reg = tcase_create("registry");
-	SRunner *sr;
-	int failed;
 
 	if (!poolctl_path())
 		tu_skip("TP_POOLCTL is not set (run through ctest)");
@@ -1014,9 +1012,5 @@ int main(void)
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, alone);
 	suite_add_tcase(s, reg);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(s);
 }

@@ -1548,8 +1548,6 @@ int main(int argc, char **argv)
 {
 	Suite *s;
 	TCase *tc;
-	SRunner *sr;
-	int failed;
 
 	if (argc > 1 && !strcmp(argv[1], "prog"))
 		return prog_main();
@@ -1629,9 +1627,5 @@ int main(int argc, char **argv)
 	tcase_add_test(tc, python_hashes_a_large_bytearray);
 run:
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "memd/redeem.h"
+#include "tests/testutil.h"
 
 #define SKEW 100
 #define EP_A 0xa1a1a1a1a1a1a1a1ull
@@ -266,11 +267,5 @@ static Suite *redeem_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(redeem_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(redeem_suite());
 }

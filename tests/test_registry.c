@@ -1964,11 +1964,5 @@ static Suite *registry_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(registry_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(registry_suite());
 }

@@ -22,6 +22,7 @@
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
 #include "fabric/wire.h"
+#include "tests/testutil.h"
 
 enum scenario {
 	SC_OK,	       /* memd holds the client's key */
@@ -487,8 +488,6 @@ int main(void)
 {
 	Suite *s = suite_create("rpc");
 	TCase *tc = tcase_create("handshake");
-	SRunner *sr;
-	int failed;
 
 	if (auth_init()) {
 		fprintf(stderr, "libsodium does not initialize\n");
@@ -501,9 +500,5 @@ int main(void)
 	tcase_add_test(tc, handshake_in_one_call);
 	tcase_add_test(tc, send_recv_overlap);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

@@ -67,22 +67,6 @@ static int shm_ask(struct rpc *c, const uint8_t *bid, struct wire_shm_ok *ok)
 	return r;
 }
 
-static int shm_connect(const struct wire_shm_ok *ok)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	size_t n = strlen(ok->socket);
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	ck_assert_int_ge(fd, 0);
-	memcpy(sa.sun_path + 1, ok->socket, n);
-	ck_assert_int_eq(
-		connect(fd, (struct sockaddr *)&sa,
-			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-				    n)),
-		0);
-	return fd;
-}
-
 /* One request; returns the reply's err (0, positive errno) or -1 when
  * memd closed the socket; *fd: the descriptor passed, or -1. */
 static int shm_req(int sock, uint16_t op, uint64_t session,
@@ -92,35 +76,11 @@ static int shm_req(int sock, uint16_t op, uint64_t session,
 		.op = op, .session_id = session, .slab = slab, .generation = gen
 	};
 	struct wire_shm_rep rep;
-	uint8_t b[WIRE_SHM_REQ_LEN], in[64];
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} cm;
-	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
-	struct msghdr mh = { .msg_iov = &iov,
-			     .msg_iovlen = 1,
-			     .msg_control = cm.b,
-			     .msg_controllen = sizeof(cm.b) };
-	struct cmsghdr *h;
-	ssize_t n;
 
-	*fd = -1;
 	if (nonce)
 		memcpy(q.nonce, nonce, WIRE_NONCE_LEN);
-	ck_assert_int_eq(wire_shm_req_encode(&q, b), WIRE_SHM_REQ_LEN);
-	if (send(sock, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b))
+	if (tu_shm_call(sock, &q, &rep, fd))
 		return -1;
-	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	if (n <= 0)
-		return -1;
-	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
-		if (h->cmsg_type == SCM_RIGHTS)
-			memcpy(fd, CMSG_DATA(h), sizeof(int));
-	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, &rep), 0);
-	ck_assert_uint_eq(rep.op, op);
-	if (rep.err)
-		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
 	return rep.err;
 }
 
@@ -151,7 +111,7 @@ static void raw_open(struct raw *r, const char *addr)
 	r->l = rep.u.lease_ok.lease[0];
 	boot_id(bid);
 	ck_assert_int_eq(shm_ask(r->c, bid, &r->ok), 0);
-	r->sock = shm_connect(&r->ok);
+	r->sock = tu_shm_connect(&r->ok);
 	ck_assert_int_eq(shm_req(r->sock, WIRE_SHM_BIND, r->h.session_id,
 				 r->ok.nonce, 0, 0, &fd),
 			 0);
@@ -340,13 +300,13 @@ START_TEST(cross_session_refused)
 				 b.l.slab, b.l.generation + 1, &fd),
 			 ESTALE);
 	/* nothing before BIND: the socket is closed */
-	s = shm_connect(&a.ok);
+	s = tu_shm_connect(&a.ok);
 	ck_assert_int_eq(shm_req(s, WIRE_SHM_SLAB, a.h.session_id, NULL,
 				 a.l.slab, a.l.generation, &fd),
 			 EPROTO);
 	close(s);
 	/* a's nonce was used by a's bind: no second binding with it */
-	s = shm_connect(&a.ok);
+	s = tu_shm_connect(&a.ok);
 	ck_assert_int_eq(shm_req(s, WIRE_SHM_BIND, a.h.session_id, a.ok.nonce,
 				 0, 0, &fd),
 			 EACCES);
@@ -359,25 +319,25 @@ START_TEST(cross_session_refused)
 	ck_assert_int_eq(shm_ask(d, bid, &ok2), 0);
 	memcpy(bad, ok2.nonce, sizeof(bad));
 	bad[0] ^= 1;
-	s = shm_connect(&ok2);
+	s = tu_shm_connect(&ok2);
 	ck_assert_int_eq(
 		shm_req(s, WIRE_SHM_BIND, dh.session_id, bad, 0, 0, &fd),
 		EACCES);
 	close(s);
 	/* b's nonce for a's session */
-	s = shm_connect(&ok2);
+	s = tu_shm_connect(&ok2);
 	ck_assert_int_eq(shm_req(s, WIRE_SHM_BIND, a.h.session_id, b.ok.nonce,
 				 0, 0, &fd),
 			 EACCES);
 	close(s);
 	/* a malformed packet closes the socket */
-	s = shm_connect(&ok2);
+	s = tu_shm_connect(&ok2);
 	ck_assert_int_eq(send(s, "junk", 4, 0), 4);
 	ck_assert_int_le(recv(s, bad, sizeof(bad), 0), 0);
 	close(s);
 	/* a connection that never binds is closed after handshake_timeout
 	 * (CONF: 1 s): it would hold a slot for nothing */
-	s = shm_connect(&ok2);
+	s = tu_shm_connect(&ok2);
 	ck_assert_int_le(recv(s, bad, sizeof(bad), 0), 0);
 	close(s);
 	/* none of it passed a descriptor */
@@ -647,7 +607,7 @@ START_TEST(unbound_flood_of_other_uid)
 		if (setgid(65534) || setuid(65534))
 			_exit(100);
 		for (int i = 0; i < 20; i++)
-			(void)shm_connect(&a.ok);
+			(void)tu_shm_connect(&a.ok);
 		(void)!write(go[1], "x", 1);
 		(void)!read(done[0], &c, 1);
 		_exit(0);
@@ -688,7 +648,7 @@ START_TEST(one_bound_socket_per_session)
 			ck_assert_int_eq(r, -EBUSY);
 		if (r)
 			continue;
-		sock = shm_connect(&ok); /* kept, as an attacker would */
+		sock = tu_shm_connect(&ok); /* kept, as an attacker would */
 		(void)shm_req(sock, WIRE_SHM_BIND, a.h.session_id, ok.nonce, 0,
 			      0, &fd);
 	}
@@ -697,7 +657,7 @@ START_TEST(one_bound_socket_per_session)
 	close(a.sock);
 	for (int i = 0; i < 500 && shm_ask(a.c, bid, &ok) == -EBUSY; i++)
 		usleep(10000);
-	a.sock = shm_connect(&ok);
+	a.sock = tu_shm_connect(&ok);
 	ck_assert_int_eq(shm_req(a.sock, WIRE_SHM_BIND, a.h.session_id,
 				 ok.nonce, 0, 0, &fd),
 			 0);
@@ -754,7 +714,7 @@ START_TEST(out_of_descriptors_same_host)
 	 * limit is on numbers, and memd's may have holes); the rest wait
 	 * in the backlog, where memd must shed them, not spin */
 	for (i = 0; i < 40; i++)
-		socks[i] = shm_connect(&a.ok);
+		socks[i] = tu_shm_connect(&a.ok);
 	shed = false;
 	for (int tries = 0; tries < 2000 && !shed; tries++) {
 		for (i = 0; i < 40 && !shed; i++) {
@@ -971,8 +931,6 @@ int main(void)
 {
 	Suite *s = suite_create("shm");
 	TCase *tc = tcase_create("shm");
-	SRunner *sr;
-	int failed;
 
 	if (!tu_memd_path()) {
 		printf("SKIP: TP_MEMD not set\n");
@@ -991,9 +949,5 @@ int main(void)
 	tcase_add_test(tc, other_host_stays_on_fabric);
 	tcase_add_test(tc, memd_restart);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s);
 }

@@ -12,6 +12,7 @@
  * key with distinct bytes in every position, so any misplaced byte shows.
  */
 #include "fabric/wire.h"
+#include "tests/testutil.h"
 
 #include <check.h>
 #include <errno.h>
@@ -3741,11 +3742,5 @@ static Suite *wire_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(wire_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return tu_run_suite(wire_suite());
 }

@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
+#include "fabric/wire.h"
 #include "tidepool/pool.h"
 
 /* The 8 bytes at offset off (a multiple of 8) of seed's stream, as one
@@ -110,6 +113,46 @@ void tu_skip(const char *fmt, ...)
 	fputc('\n', stdout);
 	fflush(stdout);
 	exit(77);
+}
+
+int tu_run_suite(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+int tu_threads_named(const char *name, pid_t *tid)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	char path[300], comm[64];
+	int n = 0;
+
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = '\0';
+			if (!strcmp(comm, name) && n++ == 0 && tid)
+				*tid = (pid_t)atoi(e->d_name);
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return n;
 }
 
 const char *tu_memd_path(void)
@@ -599,6 +642,33 @@ int tu_secret_file(const char *dir, const char *name, char *path)
 	return 0;
 }
 
+int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
+		size_t statelen, char *cluster)
+{
+	int r = tu_scratch_dir(dir, dirlen, name);
+
+	if (r)
+		return r;
+	if (state) {
+		if ((size_t)snprintf(state, statelen, "%s/state", dir) >=
+		    statelen)
+			return -ENAMETOOLONG;
+		if (mkdir(state, 0700))
+			return -errno;
+	}
+	return tu_secret_file(dir, "cluster.secret", cluster);
+}
+
+void tu_tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
+{
+	uint8_t secret[AUTH_SECRET_MAX];
+	char err[256];
+	int n = auth_read_secret_file(path, secret, err, sizeof(err));
+
+	ck_assert_msg(n > 0, "%s", err);
+	auth_tenant_key(secret, (size_t)n, key);
+}
+
 /* An "@admin" session to addr: 0 and *out, with its session key. */
 static int admin_session(const char *addr, const char *cluster_secret,
 			 struct rpc **out, uint8_t skey[AUTH_KEY_LEN],
@@ -800,6 +870,56 @@ struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello)
 			 0);
 	*hello = rep.u.hello_ok;
 	return c;
+}
+
+int tu_shm_connect(const struct wire_shm_ok *ok)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = strnlen(ok->socket, sizeof(ok->socket));
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	/* an abstract name: a NUL, then the name */
+	memcpy(sa.sun_path + 1, ok->socket, n);
+	ck_assert_int_eq(
+		connect(fd, (struct sockaddr *)&sa,
+			(socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				    n)),
+		0);
+	return fd;
+}
+
+int tu_shm_call(int sock, const struct wire_shm_req *q,
+		struct wire_shm_rep *rep, int *fd)
+{
+	uint8_t b[WIRE_SHM_REQ_LEN], in[WIRE_SHM_REP_MAX];
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = { .iov_base = in, .iov_len = sizeof(in) };
+	struct msghdr mh = { .msg_iov = &iov,
+			     .msg_iovlen = 1,
+			     .msg_control = cm.b,
+			     .msg_controllen = sizeof(cm.b) };
+	struct cmsghdr *h;
+	ssize_t n;
+
+	*fd = -1;
+	ck_assert_int_eq(wire_shm_req_encode(q, b), WIRE_SHM_REQ_LEN);
+	if (send(sock, b, sizeof(b), MSG_NOSIGNAL) != (ssize_t)sizeof(b))
+		return -1;
+	n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	for (h = CMSG_FIRSTHDR(&mh); h; h = CMSG_NXTHDR(&mh, h))
+		if (h->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(h), sizeof(int));
+	ck_assert_int_eq(wire_shm_rep_decode(in, (size_t)n, rep), 0);
+	ck_assert_uint_eq(rep->op, q->op);
+	if (rep->err)
+		ck_assert_int_eq(*fd, -1); /* a refusal passes nothing */
+	return 0;
 }
 
 /* ------------------------------------------------------------------ */

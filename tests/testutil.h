@@ -32,6 +32,17 @@ void tu_skip(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));
 
 /*
+ * Runs every test of s (Check's Suite) in Check's default mode and frees
+ * the runner: main()'s exit status, EXIT_FAILURE when a test failed.
+ */
+struct Suite;
+int tu_run_suite(struct Suite *s);
+
+/* How many threads of this process are named name (comm); *tid, when
+ * given, is the first one found. */
+int tu_threads_named(const char *name, pid_t *tid);
+
+/*
  * Makes a fresh directory "ROOT/name.XXXXXX" into buf (len bytes) under
  * this test run's scratch root (/tmp/tp-test-PID, PID of the test's main
  * process), which that process removes with everything in it when it
@@ -138,6 +149,17 @@ int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes);
+/*
+ * A test pool's files in a fresh scratch directory "name" (see
+ * tu_scratch_dir), its path in dir: the cluster secret, dir/cluster.secret,
+ * its path in cluster (room for 256), and, when state is not NULL, the
+ * registry's state directory, dir/state, its path in state. 0 or -errno.
+ */
+int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
+		size_t statelen, char *cluster);
+/* The tenant key derived from the secret in the file at path. Fails the
+ * running test when the file does not hold a secret. */
+void tu_tenant_key(const char *path, uint8_t key[32]);
 
 /*
  * What the kernel says about pid's memory with policy "bind:NODE"
@@ -162,6 +184,22 @@ void tu_assert_arena_on(pid_t pid, int node, uint64_t bytes);
 struct rpc;
 struct wire_hello_ok;
 struct rpc *tu_raw_hello(const char *addr, struct wire_hello_ok *hello);
+
+/* A socket connected to memd's same-host socket named in ok (SHM_OK).
+ * Fails the running test on error. */
+struct wire_shm_ok;
+int tu_shm_connect(const struct wire_shm_ok *ok);
+/*
+ * One same-host request q on sock and its reply in *rep; *fd is the
+ * descriptor passed with it, or -1. Returns 0, or -1 when the request
+ * could not be sent or memd closed the socket. Fails the running test on
+ * a reply that does not decode or answers another op, and on a refusal
+ * (rep->err) that passes a descriptor.
+ */
+struct wire_shm_req;
+struct wire_shm_rep;
+int tu_shm_call(int sock, const struct wire_shm_req *q,
+		struct wire_shm_rep *rep, int *fd);
 
 /*
  * hugetlb pages (2 MiB) for a test: tu_huge_reserve() takes an exclusive
