@@ -82,7 +82,7 @@ int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open);
  * pool_link_get hands out a link with a reference; it lives until its
  * last reference is dropped with pool_link_put (or pool_close), so a
  * pointer to one may be kept while its reference is. Once lost it stays
- * lost (pool_link_is_lost) and a new pool_link_get opens another; pool.c
+ * lost (pool_link_is_lost) and a new pool_link_get opens another; pool_link.c
  * reaps a failed link when no slab and no reference remains.
  */
 struct plink;
