@@ -4,12 +4,12 @@
  *
  * DESIGN
  * A KV handle (struct pool_kv) sits on a pool session and talks to each
- * key's home donor over the session's link to it (pool.c opens and keeps
+ * key's home donor over the session's link to it (pool_link.c opens and keeps
  * links; this file only asks for them: pool_link_get, _call, _post,
  * _wait). Links are counted: each donor table entry holds a reference
  * to its link, and each lane and batch one more (pool_link_hold) while it
  * uses the link, dropped with pool_link_put when the donor is forgotten
- * (donor_failed, the table freed) or the batch freed, so pool.c reaps a
+ * (donor_failed, the table freed) or the batch freed, so pool_link.c reaps a
  * failed link no batch is on. The homes: a standalone session has one,
  * its memd; a cluster session knows the donors that are up (DONORS at
  * the registry, kept in a refcounted, immutable table that is fetched
@@ -74,7 +74,7 @@
  * A reply's location list is bounded (WIRE_KV_MAX_LOCS); keys that did
  * not fit (-ENOBUFS) go into the next batch. Posted fab_ops live in their
  * batch until the whole op has waited for them; a transfer that times out
- * fails its link (pool.c closes the endpoint, which completes it), so no
+ * fails its link (pool_link.c closes the endpoint, which completes it), so no
  * buffer is touched after the operation returns.
  *
  * Threads: any number of callers; kv->lock guards the donor table
