@@ -68,7 +68,10 @@ setup(
     packages=["tidepool", "tidepool.connectors"],
     package_data={"tidepool": ["py.typed", "*.pyi"]},
     ext_modules=[Extension(
-        "tidepool._tidepool", ["_tidepool.c"],
+        "tidepool._tidepool",
+        ["_tidepool.c", "tp_buffer.c", "tp_pool.c", "tp_region.c",
+         "tp_map.c", "tp_kv.c", "tp_gpu.c"],
+        depends=["tp_int.h"],
         include_dirs=[os.path.join(ROOT, "include")],
         libraries=["pool"],
         extra_compile_args=["-std=gnu11", "-Wall"])],
