@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "libpool/log.h"
-#include "libpool/paging.h"
+#include "libpool/thread_role.h"
 
 enum hop_kind { HOP_COPY, HOP_RECORD, HOP_WAIT, HOP_FN };
 
@@ -80,7 +80,7 @@ static void *hstream_main(void *arg)
 	struct gpu_dev *d = s->d;
 
 	pthread_setname_np(pthread_self(), "pool-gpu-hs");
-	pool_paging_mark_engine_thread();
+	pool_thread_mark_internal();
 	pthread_mutex_lock(&d->lock);
 	for (;;) {
 		struct hop *op;

@@ -18,7 +18,7 @@
 #include <sys/prctl.h>
 
 #include "libpool/log.h"
-#include "libpool/paging.h"
+#include "libpool/thread_role.h"
 #include "numa/place.h"
 
 #define IDLE_WAIT_MS 1000 /* idle worker re-checks this often anyway */
@@ -617,7 +617,7 @@ void *gpu_worker_main(void *arg)
 	int r;
 
 	pthread_setname_np(pthread_self(), "pool-gpu");
-	pool_paging_mark_engine_thread();
+	pool_thread_mark_internal();
 	/* Our polls sleep a few microseconds: without this the kernel may
 	 * stretch each sleep by its default slack of 50 us. */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);

@@ -113,7 +113,7 @@
 #include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
-#include "libpool/paging.h"
+#include "libpool/thread_role.h"
 
 #define KV_OPEN 0x6b76706fu   /* "opvk" */
 #define KV_CLOSED 0x6b766364u /* "dcvk" */
@@ -2001,7 +2001,7 @@ static void *kv_worker(void *arg)
 	struct pool_kv *kv = arg;
 
 	pthread_setname_np(pthread_self(), "pool-kv");
-	pool_paging_mark_engine_thread();
+	pool_thread_mark_internal();
 	pthread_mutex_lock(&kv->qlock);
 	for (;;) {
 		struct pool_kv_op *op = kv->qhead;

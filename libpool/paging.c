@@ -116,6 +116,7 @@
 #include "libpool/log.h"
 #include "libpool/internal.h"
 #include "libpool/paging.h"
+#include "libpool/thread_role.h"
 
 #define PAGE 4096u
 #define PAGE_SHIFT 12
@@ -280,9 +281,6 @@ struct mapping {
 
 	struct pool_map_stats st; /* atomics */
 };
-
-/* Set in pool-uffd threads: see pool_paging_is_engine_thread(). */
-static __thread bool engine_thread;
 
 /* Every live mapping, for pool_unmap() and pool_map_get_stats(). */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -2620,7 +2618,7 @@ static void *uffd_main(void *arg)
 	bool pending = false;
 
 	(void)arg;
-	engine_thread = true;
+	pool_thread_mark_internal();
 	pthread_setname_np(pthread_self(), "pool-uffd");
 	for (;;) {
 		struct pollfd pf[2] = { { .fd = eng.uffd, .events = POLLIN },
@@ -2708,7 +2706,7 @@ static void *warm_main(void *arg)
 	struct mapping *m = arg;
 	int ret;
 
-	engine_thread = true;
+	pool_thread_mark_internal();
 	pthread_setname_np(pthread_self(), "pool-warm");
 	ret = pool_read(m->p, m->segs[0], 0, m->warm_buf, 1);
 	pool_log(LOG_DEBUG, "paging: warm-up map=%p err=%d", (void *)m->base,
@@ -2848,7 +2846,7 @@ static bool fork_fetches(const struct mapping *m)
 static void fork_fetch(void)
 {
 	size_t need = 0, cap;
-	bool was = engine_thread;
+	bool was;
 	const char *why = NULL;
 	uint64_t t0 = mono_ns(), nfetched = 0;
 
@@ -2880,7 +2878,7 @@ static void fork_fetch(void)
 		return;
 	}
 	eng.fork_hold = true;
-	engine_thread = true;
+	was = pool_thread_set_internal(true);
 	for (struct mapping *m = eng.maps; m; m = m->enext) {
 		size_t live = live_pages(m), i = 0;
 		size_t most =
@@ -2926,7 +2924,7 @@ static void fork_fetch(void)
 			pthread_mutex_lock(&eng.lock);
 		}
 	}
-	engine_thread = was;
+	pool_thread_set_internal(was);
 	pthread_mutex_unlock(&eng.lock);
 	pthread_mutex_unlock(&eng.life);
 	pool_log(LOG_INFO, "paging: fork: fetched %llu pages in %llu us",
@@ -3641,16 +3639,6 @@ size_t pool_map_grown_bytes(const void *addr)
 		n = live_pages(m) << m->shift;
 	pthread_mutex_unlock(&reg_lock);
 	return n;
-}
-
-bool pool_paging_is_engine_thread(void)
-{
-	return engine_thread;
-}
-
-void pool_paging_mark_engine_thread(void)
-{
-	engine_thread = true;
 }
 
 void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st)

@@ -88,23 +88,6 @@ int pool_map_discard(void *addr, void *start, size_t len);
 size_t pool_map_grown_bytes(const void *addr);
 
 /*
- * Whether the calling thread is a paging engine thread (pool-uffd). The
- * preload shim sends such a thread's allocations to libc: memory the
- * engine (or libfabric under it) allocates must never be pooled memory
- * that the engine itself would have to fault in.
- */
-bool pool_paging_is_engine_thread(void);
-
-/*
- * Makes the calling thread count as an engine thread: libpool's own
- * threads (heartbeat, KV and GPU workers) call it first, so that under
- * the preload shim nothing they (or libfabric under them) allocate is
- * pooled memory that could fault while they hold a lock the fault path
- * needs.
- */
-void pool_paging_mark_engine_thread(void);
-
-/*
  * The process budget: bytes resident in all mappings together (every
  * mapping also keeps its own, pool_map()'s local_bytes). Default: set
  * by LIBPOOL_LOCAL_BYTES when the engine starts (the first mapping),

@@ -97,7 +97,7 @@
 #include "fabric/rpc.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
-#include "libpool/paging.h"
+#include "libpool/thread_role.h"
 
 #define CHUNK_BYTES 4096u /* packing granularity */
 #define DEFAULT_ADDR "127.0.0.1:7470"

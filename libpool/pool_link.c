@@ -145,7 +145,7 @@ static void *hb_main(void *arg)
 	uint32_t period = lk->ttl_ms / 3;
 
 	pthread_setname_np(pthread_self(), "pool-hb");
-	pool_paging_mark_engine_thread();
+	pool_thread_mark_internal();
 	for (;;) {
 		struct wire_msg req = { .type = WIRE_HEARTBEAT };
 		struct wire_msg rep;

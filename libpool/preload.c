@@ -42,7 +42,7 @@
  * (connect, alloc, map, grow, unmap, free) its own allocations go to libc
  * (in_shim), so pool code never re-enters itself. Engine threads
  * (pool-uffd, and libpool's heartbeat, KV and GPU workers:
- * pool_paging_is_engine_thread) always allocate from libc: pooled memory
+ * pool_thread_is_internal) always allocate from libc: pooled memory
  * there could fault while the thread holds a lock the fault path needs.
  *
  * Failure: a pool that cannot be reached at the first pooled allocation
@@ -78,6 +78,7 @@
 #include "libpool/internal.h"
 #include "libpool/log.h"
 #include "libpool/paging.h"
+#include "libpool/thread_role.h"
 #include "tidepool/pool.h"
 #include "tidepool/pool_map.h"
 
@@ -755,7 +756,7 @@ static enum ctx_mode pool_mode(size_t n)
 {
 	enum ctx_mode mode;
 
-	if (in_shim || pool_paging_is_engine_thread())
+	if (in_shim || pool_thread_is_internal())
 		return MODE_UNSET;
 	mode = __atomic_load_n(&ctx.mode, __ATOMIC_ACQUIRE);
 	if (mode == MODE_UNSET)
