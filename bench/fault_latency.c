@@ -38,9 +38,7 @@
  * without): otherwise install holds it, and on a shared CPU the woken
  * program's run until pool-uffd gets the CPU back. Per fetch as well
  * where read-ahead made fetches fewer than faults. drop_us: of room, the
- * MADV_DONTNEED of the victims. The experiments of issue 28 (reverted):
- * room_ahead_us, evictions between faults (LIBPOOL_PAGING_ROOM_AHEAD=1),
- * and moves/move_fallbacks (LIBPOOL_PAGING_MOVE=1).
+ * MADV_DONTNEED of the victims (the rest of room is choosing them).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -223,9 +221,8 @@ int main(int argc, char **argv)
 		printf("fault_latency op=phases faults=%llu fetches=%llu "
 		       "serve_us=%.2f fetch_us=%.2f install_us=%.2f "
 		       "room_us=%.2f drop_us=%.2f wake_us=%.2f "
-		       "room_ahead_us=%.2f fetch_per_fetch_us=%.2f "
-		       "serve_nowake_vs_pool_read=%.2f moves=%llu "
-		       "move_fallbacks=%llu room_ahead_pages=%llu\n",
+		       "fetch_per_fetch_us=%.2f "
+		       "serve_nowake_vs_pool_read=%.2f\n",
 		       (unsigned long long)nf, (unsigned long long)nfe,
 		       d[POOL_PHASE_SERVE] / (double)nf,
 		       d[POOL_PHASE_FETCH] / (double)nf,
@@ -233,13 +230,9 @@ int main(int argc, char **argv)
 		       d[POOL_PHASE_ROOM] / (double)nf,
 		       d[POOL_PHASE_DROP] / (double)nf,
 		       d[POOL_PHASE_WAKE] / (double)nf,
-		       d[POOL_PHASE_ROOM_AHEAD] / (double)nf,
 		       d[POOL_PHASE_FETCH] / (double)nfe,
 		       (d[POOL_PHASE_SERVE] - d[POOL_PHASE_WAKE]) / (double)nf /
-			       ((double)read_ns[samples / 2] / 1e3),
-		       (unsigned long long)st.moves,
-		       (unsigned long long)st.move_fallbacks,
-		       (unsigned long long)st.room_ahead);
+			       ((double)read_ns[samples / 2] / 1e3));
 	}
 	fprintf(stderr, "(sink %llu)\n", (unsigned long long)sink);
 	pool_unmap(p, a, POOL_UNMAP_DISCARD);

@@ -119,21 +119,6 @@
 
 #define PAGE 4096u
 #define PAGE_SHIFT 12
-/* UFFDIO_MOVE (Linux 6.8+): the uapi header of the build host may predate
- * it; the ABI is fixed. */
-#ifndef UFFD_FEATURE_MOVE
-#define UFFD_FEATURE_MOVE (1 << 16)
-#define _UFFDIO_MOVE 0x05
-#define UFFDIO_MOVE_MODE_DONTWAKE ((__u64)1 << 0)
-struct uffdio_move {
-	__u64 dst;
-	__u64 src;
-	__u64 len;
-	__u64 mode;
-	__s64 move;
-};
-#define UFFDIO_MOVE _IOWR(UFFDIO, _UFFDIO_MOVE, struct uffdio_move)
-#endif
 #define RA_MAX 32u    /* pages fetched at once on a sequential stream */
 #define WB_BATCH 128u /* pages evicted per round, at most */
 #define MSG_BATCH 16
@@ -147,8 +132,6 @@ struct uffdio_move {
 #else
 #define cpu_relax() ((void)0)
 #endif
-/* Room made ahead (room_ahead()): pages evicted per step between faults */
-#define ROOM_PIECE 16u
 #define MIN_LOCAL_BYTES (64u * PAGE)
 #define DEFAULT_LOCAL_BYTES (256ull << 20)
 #define NSTREAM 4	  /* read-ahead streams followed at once */
@@ -247,7 +230,6 @@ struct mapping {
 	size_t ahead_run, ahead_max, wb_max;
 	size_t meta_bytes; /* this mmap(): struct, arrays, staging */
 	int uffd;	   /* the engine's (eng.uffd): not this mapping's */
-	bool move_ok;	   /* eng.move_on and the range takes UFFDIO_MOVE */
 	bool user_only;
 	struct mapping *enext; /* eng.maps (eng.lock) */
 
@@ -260,7 +242,6 @@ struct mapping {
 	uint8_t epoch;	   /* current eviction epoch, 1..255 */
 	size_t epoch_left; /* evictions until the next epoch */
 	size_t batch; /* pages evicted per round: max_res / 8, 8..WB_BATCH */
-	size_t room_goal; /* pages still to evict between faults: room_ahead() */
 	uint8_t *stage_in;   /* max(ahead_run, ra_max) pages */
 	uint8_t *stage_in2;  /* ahead_run pages: the run read meanwhile */
 	size_t stage_pages;  /* stage_in and stage_in2, one block */
@@ -339,10 +320,7 @@ static struct {
 	 * the last fork left pages to fence (NULL: none). */
 	bool fork_hold;
 	const char *fork_why;
-	bool wake_split;    /* LIBPOOL_PAGING_WAKE_SPLIT=1: POOL_PHASE_WAKE */
-	bool room_ahead_on; /* LIBPOOL_PAGING_ROOM_AHEAD=1 (experiment) */
-	bool move_on;	    /* LIBPOOL_PAGING_MOVE=1 (experiment) and the
-			     * kernel has it */
+	bool wake_split; /* LIBPOOL_PAGING_WAKE_SPLIT=1: POOL_PHASE_WAKE */
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -623,49 +601,6 @@ static int uffd_copy_mode(struct mapping *m, size_t idx, size_t n,
 }
 
 /*
- * EXPERIMENT (LIBPOOL_PAGING_MOVE=1; measured slower, reverted: see
- * docs/bench/paging.md, "UFFDIO_MOVE and room ahead"). Installs the
- * faulting page idx by moving the staging page src into place
- * (UFFDIO_MOVE) instead of copying it: no page allocated, no copy; the
- * staging page is gone and the next read into it takes a fresh one. A
- * move maps the page writable, so a read fault's page (wp) is
- * write-protected after it, before its thread is woken: another thread's
- * write in between would be lost at eviction (not safe for threaded
- * programs). Returns 0, 1 when the kernel refused the move (the caller
- * copies instead; counted: move_fallbacks), or -errno.
- */
-static int uffd_move_in(struct mapping *m, size_t idx, const uint8_t *src,
-			bool wp, bool wake)
-{
-	struct uffdio_move mv = {
-		.dst = (uintptr_t)page_addr(m, idx),
-		.src = (uintptr_t)src,
-		.len = m->psize,
-		.mode = UFFDIO_MOVE_MODE_DONTWAKE,
-	};
-	int ret;
-
-	while (uffd_ioctl(m, UFFDIO_MOVE, &mv)) {
-		/* EAGAIN: the mm was changing, nothing moved. Anything else
-		 * (EBUSY: the staging page is shared after a fork or pinned;
-		 * EEXIST, EINVAL, ENOSYS, ENOENT) leaves the copy to do. */
-		if (errno == EAGAIN && mv.move <= 0) {
-			uffd_again(m);
-			continue;
-		}
-		STAT_ADD(m, move_fallbacks, 1);
-		return 1;
-	}
-	STAT_ADD(m, moves, 1);
-	if (wp) {
-		ret = uffd_protect(m, idx, 1, true);
-		if (ret)
-			return ret;
-	}
-	return wake ? uffd_wake(m, idx, 1) : 0;
-}
-
-/*
  * Maps the zero page at idx for a read fault. The page is write-protected
  * before its waiter is woken, so its first write comes to us. Another
  * thread may write it between the two ioctls without faulting (the
@@ -740,24 +675,18 @@ static int engine_open_uffd(void)
 	const uint64_t huge = UFFD_FEATURE_MISSING_HUGETLBFS |
 			      UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
 
-	for (int pass = 0; pass < 4; pass++) {
-		bool move = pass < 2;
+	for (int pass = 0; pass < 2; pass++) {
 		struct uffdio_api api = {
 			.api = UFFD_API,
-			.features = base | (pass % 2 == 0 ? huge : 0) |
-				    (move ? UFFD_FEATURE_MOVE : 0),
+			.features = base | (pass == 0 ? huge : 0),
 		};
-		int fd;
+		int fd = uffd_open(&eng.user_only);
 
-		if (move && !eng.move_on)
-			continue;
-		fd = uffd_open(&eng.user_only);
 		if (fd < 0)
 			return fd;
 		if (ioctl(fd, UFFDIO_API, &api) == 0) {
 			eng.uffd = fd;
-			eng.huge_ok = pass % 2 == 0;
-			eng.move_on = move;
+			eng.huge_ok = pass == 0;
 			return 0;
 		}
 		close(fd);
@@ -791,13 +720,6 @@ static int uffd_register(struct mapping *m)
 		ioctl(m->uffd, UFFDIO_UNREGISTER, &rg);
 		return -EOPNOTSUPP;
 	}
-	/* The staging pages are the moves' sources: 4 KiB pages, never a
-	 * transparent huge page that each move would split. */
-	m->move_ok = eng.move_on && !m->huge &&
-		     (reg.ioctls & (1ull << _UFFDIO_MOVE));
-	if (m->move_ok)
-		madvise(m->stage_in, m->stage_pages * m->psize,
-			MADV_NOHUGEPAGE);
 	return 0;
 }
 
@@ -860,8 +782,6 @@ static int engine_start(void)
 	sigset_t all, old;
 	int ret;
 
-	eng.move_on = getenv("LIBPOOL_PAGING_MOVE") &&
-		      !strcmp(getenv("LIBPOOL_PAGING_MOVE"), "1");
 	ret = engine_open_uffd();
 	if (ret)
 		return ret;
@@ -883,8 +803,6 @@ static int engine_start(void)
 			  !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
 	eng.wake_split = getenv("LIBPOOL_PAGING_WAKE_SPLIT") &&
 			 !strcmp(getenv("LIBPOOL_PAGING_WAKE_SPLIT"), "1");
-	eng.room_ahead_on = getenv("LIBPOOL_PAGING_ROOM_AHEAD") &&
-			    !strcmp(getenv("LIBPOOL_PAGING_ROOM_AHEAD"), "1");
 	eng.resident = 0;
 	__atomic_store_n(&eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
 	eng.spin_win_ns = 0;
@@ -1954,12 +1872,7 @@ static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 		if (ret == 0 && at + 1 < n)
 			ret = uffd_copy(m, idx + 1, n - at - 1,
 					buf + (at + 1) * m->psize, !dirty);
-		if (ret == 0 && m->move_ok)
-			ret = uffd_move_in(m, idx, buf + at * m->psize,
-					   !(dirty || write), !eng.wake_split);
-		else if (ret == 0)
-			ret = 1;
-		if (ret == 1)
+		if (ret == 0)
 			ret = uffd_copy_mode(
 				m, idx, 1, buf + at * m->psize,
 				!(dirty || write),
@@ -2049,7 +1962,7 @@ static void ahead_arm(struct mapping *m, struct stream *st, bool grown)
  * it on a stream going down) from the region. */
 static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 {
-	bool cont, evicts_behind = false;
+	bool cont;
 	struct stream *st = stream_at(m, idx, &cont);
 	size_t lo = idx, n = 1, limit;
 	int ret;
@@ -2069,7 +1982,6 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 		st->rescan = m->evicted[idx] != 0;
 		behind_set(m, idx, st->dir,
 			   cont && st->ra >= m->ra_max && st->rescan);
-		evicts_behind = m->behind_dir != 0;
 		ret = make_room(m, n);
 		m->behind_dir = 0;
 		if (ret)
@@ -2078,56 +1990,7 @@ static int fetch(struct mapping *m, size_t idx, bool write, bool again)
 	ret = fetch_run(m, lo, n, idx, write);
 	if (ret == 0)
 		ahead_arm(m, st, cont);
-	/* Under half a round of room left: the fetches to come would
-	 * evict on their faults' path. Room for a round is made between
-	 * faults instead (room_ahead()), unless room is made behind a
-	 * stream (its own victims). */
-	if (ret == 0 && !again && !evicts_behind && !m->huge &&
-	    eng.room_ahead_on && m->nres + m->batch / 2 >= m->max_res)
-		m->room_goal = m->batch;
 	return ret;
-}
-
-/*
- * EXPERIMENT (LIBPOOL_PAGING_ROOM_AHEAD=1; reverted: docs/bench/paging.md,
- * "UFFDIO_MOVE and room ahead"). Room made ahead: the evictions a full set owes its next fetch, done
- * while no fault waits (pool-uffd would spin or sleep), ROOM_PIECE pages
- * a step so that a fault that comes meanwhile waits for one step at
- * most; the fault then finds room and its service is fetch and install
- * alone. The same victims (the mapping's CLOCK) as on the fault path, the
- * same round (m->batch pages): what changes is only when. Not behind a
- * stream (fetch() leaves room_goal 0 there), not while a fork is under
- * way, not for huge pages (one page a round already). Its time is the
- * step "room_ahead". Returns whether it evicted (eng.lock held).
- */
-static bool room_pending(const struct mapping *m)
-{
-	return m->room_goal && !m->failed && !eng.fork_hold;
-}
-
-static bool room_ahead(struct mapping *m)
-{
-	size_t free = m->nres < m->max_res ? m->max_res - m->nres : 0, done;
-	size_t n;
-	uint64_t t0;
-
-	if (free >= m->batch || m->nres == 0) {
-		m->room_goal = 0;
-		return false;
-	}
-	n = m->batch - free;
-	if (n > m->room_goal)
-		n = m->room_goal;
-	if (n > ROOM_PIECE)
-		n = ROOM_PIECE;
-	t0 = mono_ns();
-	if (evict_some(m, n, true, &done) || !done)
-		m->room_goal = 0;
-	else
-		m->room_goal -= done < m->room_goal ? done : m->room_goal;
-	phase_add(POOL_PHASE_ROOM_AHEAD, t0);
-	STAT_ADD(m, room_ahead, done);
-	return done > 0;
 }
 
 /* A missing fault read from the userfaultfd, for fetch_batch(). */
@@ -2606,7 +2469,7 @@ static void wp_fault(struct mapping *m, size_t idx, pid_t tid)
 static bool ahead_pending_any(void)
 {
 	for (struct mapping *m = eng.maps; m; m = m->enext)
-		if (ahead_pending(m) || room_pending(m))
+		if (ahead_pending(m))
 			return true;
 	return false;
 }
@@ -2616,11 +2479,6 @@ static void install_ahead_any(void)
 {
 	static size_t turn;
 	size_t i = 0, k = turn++ % (eng.nmaps ? eng.nmaps : 1);
-
-	/* Room first: the next fault's service waits on it. */
-	for (struct mapping *m = eng.maps; m; m = m->enext)
-		if (room_pending(m) && room_ahead(m))
-			return;
 
 	for (struct mapping *m = eng.maps; m; m = m->enext, i++)
 		if (i >= k && ahead_pending(m) && install_ahead(m))
@@ -3828,7 +3686,6 @@ const char *pool_paging_phase_name(unsigned phase)
 		[POOL_PHASE_WP] = "wp",
 		[POOL_PHASE_AHEAD] = "ahead",
 		[POOL_PHASE_WAKE] = "wake",
-		[POOL_PHASE_ROOM_AHEAD] = "room_ahead",
 	};
 
 	return phase < POOL_PHASE_N ? names[phase] : "?";

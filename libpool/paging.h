@@ -38,17 +38,11 @@ struct pool_map_stats {
 				    * (LIBPOOL_PAGING_BEHIND) */
 	uint64_t clock_fifo_windows; /* adaptive CLOCK: windows of a budget's
 				      * pages evicted oldest first */
-	uint64_t uffd_retries;	 /* page-table ioctls retried after EAGAIN */
-	uint64_t fork_fetched;	 /* pages fetched before a fork() for the child:
+	uint64_t uffd_retries; /* page-table ioctls retried after EAGAIN */
+	uint64_t fork_fetched; /* pages fetched before a fork() for the child:
 				* see docs/paging.md, "fork()" */
-	uint64_t room_ahead;	 /* pages evicted between faults, off the fault
-			      * path (LIBPOOL_PAGING_ROOM_AHEAD=1) */
-	uint64_t moves;		 /* faulting pages installed by UFFDIO_MOVE of
-				  * their staging page (LIBPOOL_PAGING_MOVE=1) */
-	uint64_t move_fallbacks; /* moves the kernel refused (EBUSY: a shared
-				  * or pinned staging page, ...): copied */
-	bool user_mode_only; /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
-	int failed;	     /* 0, or the -errno that failed the mapping */
+	bool user_mode_only;   /* UFFD_USER_MODE_ONLY: kernel accesses EFAULT */
+	int failed;	       /* 0, or the -errno that failed the mapping */
 };
 
 /*
@@ -121,26 +115,24 @@ int pool_paging_set_process_budget(size_t bytes);
 /* The engine's steps that pool_paging_get_engine_stats() times; the
  * names of pool_paging_phase_name() are the shim's stats line's. */
 enum pool_paging_phase {
-	POOL_PHASE_WAIT,       /* poll/spin for the next message */
-	POOL_PHASE_LOCK,       /* taking eng.lock */
-	POOL_PHASE_READ,       /* read() of the userfaultfd's messages */
-	POOL_PHASE_SERVE,      /* serving one batch of messages */
-	POOL_PHASE_FETCH,      /* pool_read() of a fault's run */
-	POOL_PHASE_INSTALL,    /* UFFDIO_COPY of a fetched run (and wake,
+	POOL_PHASE_WAIT,      /* poll/spin for the next message */
+	POOL_PHASE_LOCK,      /* taking eng.lock */
+	POOL_PHASE_READ,      /* read() of the userfaultfd's messages */
+	POOL_PHASE_SERVE,     /* serving one batch of messages */
+	POOL_PHASE_FETCH,     /* pool_read() of a fault's run */
+	POOL_PHASE_INSTALL,   /* UFFDIO_COPY of a fetched run (and wake,
 			       * but see POOL_PHASE_WAKE) */
-	POOL_PHASE_ZERO,       /* zero fills and zero pages */
-	POOL_PHASE_ROOM,       /* make_room(): eviction on the fault path */
-	POOL_PHASE_PROTECT,    /* write-protect of dirty victims */
-	POOL_PHASE_COPYOUT,    /* copying dirty victims to stage_out */
-	POOL_PHASE_WRITEBACK,  /* their pool_write_async() and waits */
-	POOL_PHASE_DROP,       /* MADV_DONTNEED of the victims */
-	POOL_PHASE_WP,	       /* WP faults (unprotect and wake) */
-	POOL_PHASE_AHEAD,      /* install-ahead between faults */
-	POOL_PHASE_WAKE,       /* with LIBPOOL_PAGING_WAKE_SPLIT=1 only: the
+	POOL_PHASE_ZERO,      /* zero fills and zero pages */
+	POOL_PHASE_ROOM,      /* make_room(): eviction on the fault path */
+	POOL_PHASE_PROTECT,   /* write-protect of dirty victims */
+	POOL_PHASE_COPYOUT,   /* copying dirty victims to stage_out */
+	POOL_PHASE_WRITEBACK, /* their pool_write_async() and waits */
+	POOL_PHASE_DROP,      /* MADV_DONTNEED of the victims */
+	POOL_PHASE_WP,	      /* WP faults (unprotect and wake) */
+	POOL_PHASE_AHEAD,     /* install-ahead between faults */
+	POOL_PHASE_WAKE,      /* with LIBPOOL_PAGING_WAKE_SPLIT=1 only: the
 			       * UFFDIO_WAKE of a fetch's faulting thread,
 			       * out of install (a measurement) */
-	POOL_PHASE_ROOM_AHEAD, /* evictions between faults (room_ahead()):
-				* not part of any fault's serve */
 	POOL_PHASE_N
 };
 const char *pool_paging_phase_name(unsigned phase);
