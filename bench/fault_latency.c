@@ -37,7 +37,8 @@
  * step of its own only with LIBPOOL_PAGING_WAKE_SPLIT=1 (wake_us 0
  * without): otherwise install holds it, and on a shared CPU the woken
  * program's run until pool-uffd gets the CPU back. Per fetch as well
- * where read-ahead made fetches fewer than faults.
+ * where read-ahead made fetches fewer than faults. drop_us: of room, the
+ * MADV_DONTNEED of the victims (the rest of room is choosing them).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -219,13 +220,15 @@ int main(int argc, char **argv)
 			nfe = 1;
 		printf("fault_latency op=phases faults=%llu fetches=%llu "
 		       "serve_us=%.2f fetch_us=%.2f install_us=%.2f "
-		       "room_us=%.2f wake_us=%.2f fetch_per_fetch_us=%.2f "
+		       "room_us=%.2f drop_us=%.2f wake_us=%.2f "
+		       "fetch_per_fetch_us=%.2f "
 		       "serve_nowake_vs_pool_read=%.2f\n",
 		       (unsigned long long)nf, (unsigned long long)nfe,
 		       d[POOL_PHASE_SERVE] / (double)nf,
 		       d[POOL_PHASE_FETCH] / (double)nf,
 		       d[POOL_PHASE_INSTALL] / (double)nf,
 		       d[POOL_PHASE_ROOM] / (double)nf,
+		       d[POOL_PHASE_DROP] / (double)nf,
 		       d[POOL_PHASE_WAKE] / (double)nf,
 		       d[POOL_PHASE_FETCH] / (double)nfe,
 		       (d[POOL_PHASE_SERVE] - d[POOL_PHASE_WAKE]) / (double)nf /
