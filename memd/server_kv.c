@@ -568,36 +568,72 @@ void srv_kv_drained(struct memd_server *s)
  * KV only while the registry certainly counts it up, and each new
  * membership after the first (a JOIN_OK after the registry restarted or
  * marked it down) begins with every tenant's entries and spill files
- * forgotten, before any KV request is served. Called on every KV request
+ * forgotten, before any KV request is served. The first keeps the spill
+ * files an earlier run left only if they were written under the
+ * membership sequence its JOIN_OK carries (memd_kv_spill_membership:
+ * the sequence the directory records, which this keeps up to date). Called on every KV request
  * and every tick (memd-ctl). Returns 0 when KV may be served, -EAGAIN
  * while the membership is in doubt. A standalone memd has no registry:
  * always 0.
  */
 int srv_kv_membership(struct memd_server *s)
 {
-	uint64_t joins;
+	uint64_t joins, seq, had;
 	bool up;
+	int r;
 
 	if (!s->donor || !s->kv)
 		return 0;
-	up = memd_donor_membership(s->donor, &joins, NULL);
+	up = memd_donor_membership(s->donor, &joins, &seq);
 	if (joins != s->kv_joins_seen) {
 		bool first = !s->kv_joins_seen;
 
 		s->kv_joins_seen = joins;
-		/* The first membership of this process keeps what the spill
-		 * directory brought (a warm restart): whether the registry
-		 * marked the last incarnation down meanwhile is not known
-		 * here (docs/kv.md: still open). */
-		if (first && joins == 1)
-			return up ? 0 : -EAGAIN;
-		memd_log(LOG_NOTICE,
-			 "kv: new membership joins=%" PRIu64
-			 ": entries=%zd of every tenant forgotten and their "
-			 "spill files deleted (deletes and puts may have gone "
-			 "to other donors meanwhile)",
-			 joins, memd_kv_forget_all(s->kv, srv_now_ms()));
+		had = memd_kv_spill_membership(s->kv);
+		if (first && joins == 1 && !s->cfg.kv_spill_dir[0]) {
+			/* nothing from an earlier run */
+		} else if (first && joins == 1 && seq && had == seq) {
+			/* The process's first membership keeps what the
+			 * spill directory brought (a warm restart) only if
+			 * its files were written under the very membership
+			 * it joined: the registry never counted this donor
+			 * down meanwhile, so no delete or put of its keys
+			 * went elsewhere. */
+			memd_log(LOG_NOTICE,
+				 "kv: spill files of membership=%" PRIu64
+				 " kept (the membership goes on)",
+				 seq);
+		} else if (first && joins == 1) {
+			memd_log(LOG_NOTICE,
+				 "kv: first membership=%" PRIu64
+				 ": entries=%zd of the spill directory's "
+				 "membership=%" PRIu64
+				 " (0: unknown) forgotten and their spill "
+				 "files deleted (deletes and puts may have "
+				 "gone to other donors meanwhile)",
+				 seq, memd_kv_forget_all(s->kv, srv_now_ms()),
+				 had);
+		} else {
+			memd_log(LOG_NOTICE,
+				 "kv: new membership joins=%" PRIu64
+				 ": entries=%zd of every tenant forgotten and "
+				 "their spill files deleted (deletes and puts "
+				 "may have gone to other donors meanwhile)",
+				 joins,
+				 memd_kv_forget_all(s->kv, srv_now_ms()));
+		}
 	}
+	/* Every spill file is valid under the membership the link last
+	 * read (those of an earlier one are gone): record it, so that a
+	 * restart knows (0, a registry before protocol 5: unknown). */
+	if (s->kv_joins_seen &&
+	    seq != (had = memd_kv_spill_membership(s->kv)) &&
+	    (r = memd_kv_spill_membership_set(s->kv, seq)))
+		memd_log(LOG_WARNING,
+			 "kv: cannot record membership=%" PRIu64
+			 " in the spill directory (it names %" PRIu64
+			 ", which a restart will not keep): %s",
+			 seq, had, strerror(-r));
 	return up ? 0 : -EAGAIN;
 }
 
