@@ -2397,6 +2397,50 @@ ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
 	return n;
 }
 
+ssize_t memd_kv_forget_unless(struct memd_kv *kv,
+			      bool (*keep)(const uint8_t *key, void *arg),
+			      void *arg, uint64_t now_ms)
+{
+	ssize_t n = 0;
+
+	if (!kv || !keep)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants; i++) {
+		struct kv_tenant *t = kv->tenants[i];
+
+		for (uint32_t b = 0; b < t->nbuckets; b++) {
+			struct kv_entry *e = t->bucket[b], *next;
+
+			for (; e; e = next) {
+				next = e->hnext;
+				if (e->busy || keep(e->key, arg))
+					continue;
+				if (e->mem == MEM_RESERVED) {
+					drop_reserved(kv, e);
+					n++;
+				} else if (e->mem == MEM_NONE) {
+					n += e->spilled;
+					spill_forget(kv, e, true);
+					queue_remove(e);
+					entry_maybe_free(kv, e);
+				} else {
+					struct memd_kv_item it = { .status =
+									   0 };
+
+					memcpy(it.key, e->key,
+					       MEMD_KV_KEY_BYTES);
+					n += delete_one(kv, t, &it, now_ms,
+							false) == 0;
+				}
+			}
+		}
+		tenant_release_spare(kv, t);
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
 ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms)
 {
 	ssize_t n;

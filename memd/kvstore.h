@@ -370,6 +370,17 @@ ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
  */
 ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms);
 /*
+ * Forgets, of every tenant, the entries (in memory, reserved or spilled)
+ * of the keys keep() says no to, as a delete does. For a donor that no
+ * longer ranks first or second for a key (docs/kv.md, "Donors that come
+ * and go"): deletes go to those two, so it could not see them. keep runs
+ * under the store's mutex. Returns how many entries it forgot, or
+ * -EINVAL.
+ */
+ssize_t memd_kv_forget_unless(struct memd_kv *kv,
+			      bool (*keep)(const uint8_t *key, void *arg),
+			      void *arg, uint64_t now_ms);
+/*
  * Empties one tenant's store (KV_CLEAR): as memd_kv_delete of every key
  * of the tenant's, pinned ones included (their pins go with them),
  * entries under read leases freed when the leases end (a reader gets its

@@ -43,6 +43,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
+#include "fabric/rendezvous.h"
 #include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
@@ -906,8 +907,11 @@ static void donors_have_allowances(void)
 	}
 }
 
-/* Donor d<i+1>; with spill (not NULL) spilling KV to that directory. */
-static void start_donor_spill(int i, const char *spill)
+static struct tu_memd extra[2]; /* d3, d4: donors that join later */
+
+/* Donor name as m; with spill (not NULL) spilling KV to that directory. */
+static void start_donor_as(struct tu_memd *m, const char *name,
+			   const char *spill)
 {
 	char a1[300], a2[300], a3[64], a4[300];
 	const char *args[] = { "--set",	   NULL,
@@ -922,7 +926,7 @@ static void start_donor_spill(int i, const char *spill)
 
 	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
 	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	snprintf(a3, sizeof(a3), "donor_name=d%d", i + 1);
+	snprintf(a3, sizeof(a3), "donor_name=%s", name);
 	args[1] = a1;
 	args[3] = a2;
 	args[5] = a3;
@@ -933,12 +937,21 @@ static void start_donor_spill(int i, const char *spill)
 		args[14] = "--set";
 		args[15] = "kv_spill_size=256M";
 	}
-	ck_assert_int_eq(tu_memd_start_args(&don[i],
+	ck_assert_int_eq(tu_memd_start_args(m,
 					    "lease_ttl = 2s\nlease_grace = "
 					    "500ms\nkv_share = 25\n"
 					    "kv_reserve_ttl = 2s\n",
 					    args),
 			 0);
+}
+
+/* Donor d<i+1>; with spill (not NULL) spilling KV to that directory. */
+static void start_donor_spill(int i, const char *spill)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "d%d", i + 1);
+	start_donor_as(&don[i], name, spill);
 }
 
 static void start_donor(int i)
@@ -1009,9 +1022,13 @@ static void cluster_setup(void)
 
 static void cluster_teardown(void)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (don[i].pid > 0)
 			tu_memd_stop(&don[i], SIGTERM);
+		if (extra[i].pid > 0)
+			tu_memd_stop(&extra[i], SIGTERM);
+		extra[i].pid = 0;
+	}
 	if (reg.pid > 0)
 		tu_memd_stop(&reg, SIGTERM);
 	tu_sh("rm -rf %s", dir);
@@ -1904,9 +1921,9 @@ START_TEST(stale_list_reads_nothing_deleted)
 	for (i = 0; i < 500; i++) { /* both back in fresh's list */
 		ck_assert_int_eq(pool_kv_home(fresh, &k, home, sizeof(home)),
 				 0);
-		ck_assert_int_eq(
-			pool_kv_second(fresh, &k, second, sizeof(second)), 0);
-		if (strcmp(home, "r0") && strcmp(second, "r0"))
+		/* -ENOENT while the list is still r0 alone */
+		if (pool_kv_second(fresh, &k, second, sizeof(second)) == 0 &&
+		    strcmp(home, "r0") && strcmp(second, "r0"))
 			break;
 		sleep_ms(20);
 	}
@@ -2022,6 +2039,76 @@ START_TEST(restarted_donor_spill_serves_nothing_stale)
 	snprintf(log, sizeof(log), "%s/memd.log", don[0].dir);
 	ck_assert_msg(tu_file_has(log, "kv: first membership="),
 		      "no membership line in %s", log);
+	pool_close(p);
+}
+END_TEST
+
+/*
+ * Homes that move without the donor leaving (docs/kv.md, "Donors that
+ * come and go"): d3 and d4 join and both rank above a key's home; the
+ * old home is third, where deletes (home, then second choice) no longer
+ * reach it. A delete through the new list, both leave again: the old
+ * home is the home once more and must not serve the deleted value. It
+ * forgets the entries of keys it no longer ranks first or second for
+ * when it learns the new list. Before, it served the deleted value.
+ */
+START_TEST(homes_moved_by_two_joins_serve_nothing_deleted)
+{
+	static const char *const names[] = { "r0", "d1", "d2", "d3", "d4" };
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 1, 100);
+	struct pool_kv_key k;
+	char home[64], second[64], log[300];
+	size_t len = 30000;
+	int i, st, old = -1;
+
+	for (i = 0; i < 2048 && old < 0; i++) { /* d3 and d4 above home */
+		uint64_t sc[5];
+		int h = 0;
+
+		make_key(&k, 53, (uint64_t)i);
+		for (int d = 0; d < 5; d++)
+			sc[d] = tp_rendezvous_score(
+				tp_rendezvous_seed(names[d]), k.b);
+		for (int d = 1; d < 3; d++)
+			if (tp_rendezvous_above(sc[d], names[d], sc[h],
+						names[h]))
+				h = d;
+		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
+		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
+			old = h;
+	}
+	ck_assert_int_ge(old, 0);
+	ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+	ck_assert_str_eq(home, names[old]); /* the client ranks alike */
+	ck_assert_int_eq(put1(kv, &k, len), 0);
+	ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+
+	start_donor_as(&extra[0], "d3", NULL);
+	start_donor_as(&extra[1], "d4", NULL);
+	for (i = 0; i < 500; i++) { /* both in kv's list: old is third */
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		ck_assert_int_eq(pool_kv_second(kv, &k, second, sizeof(second)),
+				 0);
+		if (strcmp(home, names[old]) && strcmp(second, names[old]))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	snprintf(log, sizeof(log), "%s/memd.log",
+		 old ? don[old - 1].dir : reg.dir);
+	for (i = 0; i < 500 && !tu_file_has(log, "no longer ranks first"); i++)
+		sleep_ms(20);
+	ck_assert_msg(i < 500, "%s kept the key: %s", names[old], log);
+	ck_assert_int_ge(pool_kv_delete(kv, 1, &k, &st), 0);
+
+	for (int d = 0; d < 2; d++) {
+		ck_assert_int_eq(tu_memd_stop(&extra[d], SIGTERM), 0);
+		extra[d].pid = 0;
+	}
+	home_becomes(kv, &k, names[old], true);
+	ck_assert_int_eq(get1(kv, &k, len), -ENOENT);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, &k), 0);
 	pool_close(p);
 }
 END_TEST
@@ -2757,6 +2844,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, stale_list_reads_nothing_deleted);
 	tcase_add_test(tp, registry_restart_keeps_kv);
 	tcase_add_test(tp, restarted_donor_spill_serves_nothing_stale);
+	tcase_add_test(tp, homes_moved_by_two_joins_serve_nothing_deleted);
 	tcase_add_test(tp, capacity_report_merges_donors);
 	tcase_add_test(tp, model_hint_in_a_pool);
 	suite_add_tcase(s, tp);
