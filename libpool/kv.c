@@ -110,6 +110,7 @@
 #endif
 
 #include "fabric/fab.h"
+#include "fabric/rendezvous.h"
 #include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "libpool/log.h"
@@ -285,17 +286,20 @@ ssize_t pool_kv_prefix_keys(const char *tenant, const char *model,
 /* ------------------------------------------------------------------ */
 /* homes                                                                */
 
+_Static_assert(POOL_KV_KEY_BYTES == TP_RENDEZVOUS_KEY_BYTES,
+	       "the donors rank the keys the client hashes");
+
 static uint64_t home_score(const struct kv_donor *d, const uint8_t *key)
 {
-	return XXH3_64bits_withSeed(key, POOL_KV_KEY_BYTES, d->seed);
+	return tp_rendezvous_score(d->seed, key);
 }
 
 /* Donor i with score s ranks above donor j with score sj: the higher
- * score, ties to the greater name (names are distinct). */
+ * score, ties to the greater name (fabric/rendezvous.h). */
 static bool ranks_above(const struct kv_donors *t, uint32_t i, uint64_t s,
 			uint32_t j, uint64_t sj)
 {
-	return s > sj || (s == sj && strcmp(t->d[i].name, t->d[j].name) > 0);
+	return tp_rendezvous_above(s, t->d[i].name, sj, t->d[j].name);
 }
 
 /* Indices in t (t->n >= 1) of key's home, the donor that ranks first,
@@ -373,7 +377,7 @@ static int donors_refresh(struct pool_kv *kv)
 		memcpy(d->addr, ok->donor[i].addr, sizeof(d->addr));
 		d->name[sizeof(d->name) - 1] = '\0';
 		d->addr[sizeof(d->addr) - 1] = '\0';
-		d->seed = XXH3_64bits(d->name, strlen(d->name));
+		d->seed = tp_rendezvous_seed(d->name);
 	}
 	pthread_mutex_lock(&kv->lock);
 	old = kv->donors;

@@ -95,6 +95,12 @@ struct memd_donor {
 	/* the registry's membership sequence of the last JOIN_OK or
 	 * REPORT_OK (protocol 5); 0: it sent none */
 	uint64_t membership;
+	/* the donor list (MEMBERS_OK) last fetched for a new membership:
+	 * its sequence (0: none yet), asked for (the fetch is done for
+	 * that sequence, listed or not), and its names */
+	uint64_t list_membership, list_asked;
+	uint16_t nlist;
+	char list[WIRE_MAX_DONORS][WIRE_NAME_MAX];
 	uint64_t ok_ms;	      /* last JOIN_OK or REPORT_OK (mono_ms) */
 	uint32_t interval_ms; /* report_ms, for other threads */
 	/* fencing: the last REPORT_OK had WIRE_DONOR_FENCE; tickets of
@@ -341,6 +347,53 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	return 0;
 }
 
+/*
+ * The donor list of the membership the link last read, when that is new
+ * (protocol 5, MEMBERS on the donor's link): memd-ctl forgets the entries
+ * of keys it no longer ranks first or second for (docs/kv.md). EAGAIN
+ * (the registry waits for a restored list's donors) asks again after the
+ * next report; another refusal gives up on that sequence. Returns 0 or
+ * -errno when the link failed.
+ */
+static int members(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
+		   struct wire_msg *rep, char *text, size_t textlen)
+{
+	uint64_t want;
+	int r;
+
+	pthread_mutex_lock(&d->lock);
+	want = d->membership;
+	pthread_mutex_unlock(&d->lock);
+	if (!want || want == d->list_asked)
+		return 0;
+	memset(req, 0, sizeof(*req));
+	req->type = WIRE_MEMBERS;
+	r = rpc_call(c, req, rep, WIRE_MEMBERS_OK, CALL_TIMEOUT_MS, text,
+		     textlen);
+	if (r == -EAGAIN)
+		return 0;
+	d->list_asked = want;
+	if (r == -EACCES || r == -EOPNOTSUPP || r == -EOVERFLOW) {
+		memd_log(LOG_WARNING,
+			 "donor: registry=%s refused MEMBERS (%s): keys whose "
+			 "homes moved past this donor are kept",
+			 d->registry, text);
+		return 0;
+	}
+	if (r)
+		return r;
+	pthread_mutex_lock(&d->lock);
+	d->list_membership = rep->u.donors_ok.membership;
+	d->nlist = rep->u.donors_ok.count;
+	for (uint16_t i = 0; i < d->nlist; i++) {
+		memcpy(d->list[i], rep->u.donors_ok.donor[i].name,
+		       WIRE_NAME_MAX);
+		d->list[i][WIRE_NAME_MAX - 1] = '\0';
+	}
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
 static void *donor_main(void *arg)
 {
 	struct memd_donor *d = arg;
@@ -368,6 +421,8 @@ static void *donor_main(void *arg)
 		}
 		if (!r)
 			r = join(d, c, local, req, rep, text, sizeof(text));
+		if (!r)
+			r = members(d, c, req, rep, text, sizeof(text));
 		while (!r) {
 			uint64_t now = mono_ms(), due, every = d->report_ms;
 			bool kicked;
@@ -396,6 +451,8 @@ static void *donor_main(void *arg)
 				r = join(d, c, local, req, rep, text,
 					 sizeof(text));
 			}
+			if (!r)
+				r = members(d, c, req, rep, text, sizeof(text));
 		}
 		pthread_mutex_lock(&d->lock);
 		d->linked = false;
@@ -524,6 +581,20 @@ bool memd_donor_state(struct memd_donor *d, uint32_t *donor_id,
 	*drain = d->drain;
 	pthread_mutex_unlock(&d->lock);
 	return joined;
+}
+
+uint64_t memd_donor_members(struct memd_donor *d, char (*names)[WIRE_NAME_MAX],
+			    uint16_t *n, char *self, size_t selflen)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&d->lock);
+	m = d->list_membership;
+	*n = d->nlist;
+	memcpy(names, d->list, (size_t)d->nlist * WIRE_NAME_MAX);
+	pthread_mutex_unlock(&d->lock);
+	snprintf(self, selflen, "%s", d->name);
+	return m;
 }
 
 bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,

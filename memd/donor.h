@@ -88,6 +88,14 @@ bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,
 			   uint64_t *membership);
 
 /*
+ * The donor list (names, *n of them, WIRE_MAX_DONORS at most) the link
+ * fetched (MEMBERS) after it read a new membership sequence; returns that
+ * list's sequence (0: none yet). self gets this donor's name. Any thread.
+ */
+uint64_t memd_donor_members(struct memd_donor *d, char (*names)[WIRE_NAME_MAX],
+			    uint16_t *n, char *self, size_t selflen);
+
+/*
  * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV
  * memory and quotas"): true with *max_slabs from the registry's last
  * REPORT_OK; false when the registry has not said (not joined, no report

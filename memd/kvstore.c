@@ -152,6 +152,8 @@ struct memd_kv {
 	size_t ntenants, tenants_cap;
 	struct kv_entry *spill_head, *spill_tail; /* head: oldest */
 	uint64_t spill_used;
+	/* <spill_dir>/membership as last read or written (0: none) */
+	uint64_t spill_membership;
 };
 
 /* ---- little-endian ---- */
@@ -907,6 +909,74 @@ static int fsync_dir(const char *path)
 		r = -errno;
 	close(fd);
 	return r;
+}
+
+/*
+ * <spill_dir>/membership: the membership sequence the spill files were
+ * written under, as decimal text and a newline. 0 when it is missing,
+ * unreadable or malformed (unknown).
+ */
+#define SPILL_MEMBERSHIP_FILE "membership"
+
+static uint64_t spill_membership_read(const struct memd_kv *kv)
+{
+	char path[PATH_MAX], buf[32], *end;
+	unsigned long long v;
+	ssize_t n;
+	int fd;
+
+	if (snprintf(path, sizeof(path), "%s/" SPILL_MEMBERSHIP_FILE,
+		     kv->spill_dir) >= (int)sizeof(path))
+		return 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 1 || buf[n - 1] != '\n' || buf[0] < '1' || buf[0] > '9')
+		return 0;
+	buf[n - 1] = '\0';
+	errno = 0;
+	v = strtoull(buf, &end, 10);
+	if (errno || *end)
+		return 0;
+	return (uint64_t)v;
+}
+
+/* Writes (membership 0: deletes) <spill_dir>/membership: temp file,
+ * fsync, rename, fsync of the directory. kv->lock held. */
+static int spill_membership_write(const struct memd_kv *kv, uint64_t membership)
+{
+	char path[PATH_MAX], tmp[PATH_MAX], buf[32];
+	int fd, n, r = 0;
+
+	if (snprintf(path, sizeof(path), "%s/" SPILL_MEMBERSHIP_FILE,
+		     kv->spill_dir) >= (int)sizeof(path) ||
+	    snprintf(tmp, sizeof(tmp), "%s/" SPILL_MEMBERSHIP_FILE ".tmp",
+		     kv->spill_dir) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	if (!membership) {
+		if (unlink(path) && errno != ENOENT)
+			return -errno;
+		return fsync_dir(kv->spill_dir);
+	}
+	n = snprintf(buf, sizeof(buf), "%llu\n",
+		     (unsigned long long)membership);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, (const uint8_t *)buf, (uint64_t)n);
+	if (!r && fsync(fd))
+		r = -errno;
+	close(fd);
+	if (!r && rename(tmp, path))
+		r = -errno;
+	if (r) {
+		unlink(tmp);
+		return r;
+	}
+	return fsync_dir(kv->spill_dir);
 }
 
 /* Writes e (COMMITTED, in memory) to its spill file. */
@@ -2034,6 +2104,8 @@ int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *res)
 	if (!buf)
 		return -ENOMEM;
 	pthread_mutex_lock(&kv->lock);
+	kv->spill_membership = spill_membership_read(kv);
+	res->membership = kv->spill_membership;
 	top = opendir(kv->spill_dir);
 	if (!top) {
 		r = -errno;
@@ -2086,6 +2158,36 @@ out:
 	pthread_mutex_unlock(&kv->lock);
 	free(files);
 	free(buf);
+	return r;
+}
+
+uint64_t memd_kv_spill_membership(struct memd_kv *kv)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&kv->lock);
+	m = kv->spill_membership;
+	pthread_mutex_unlock(&kv->lock);
+	return m;
+}
+
+int memd_kv_spill_membership_set(struct memd_kv *kv, uint64_t membership)
+{
+	int r = 0;
+
+	if (!kv)
+		return -EINVAL;
+	if (!kv->spill_dir)
+		return 0;
+	pthread_mutex_lock(&kv->lock);
+	if (membership != kv->spill_membership) {
+		/* whatever happens, it no longer names what is on disk
+		 * (a failed write may have left the old file: that one is
+		 * older than membership, so names no later list) */
+		kv->spill_membership = membership;
+		r = spill_membership_write(kv, membership);
+	}
+	pthread_mutex_unlock(&kv->lock);
 	return r;
 }
 
@@ -2291,6 +2393,50 @@ ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
 		if (!kv->tenants[i]->removed)
 			n += tenant_forget_locked(kv, kv->tenants[i]->id,
 						  now_ms, false);
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
+ssize_t memd_kv_forget_unless(struct memd_kv *kv,
+			      bool (*keep)(const uint8_t *key, void *arg),
+			      void *arg, uint64_t now_ms)
+{
+	ssize_t n = 0;
+
+	if (!kv || !keep)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants; i++) {
+		struct kv_tenant *t = kv->tenants[i];
+
+		for (uint32_t b = 0; b < t->nbuckets; b++) {
+			struct kv_entry *e = t->bucket[b], *next;
+
+			for (; e; e = next) {
+				next = e->hnext;
+				if (e->busy || keep(e->key, arg))
+					continue;
+				if (e->mem == MEM_RESERVED) {
+					drop_reserved(kv, e);
+					n++;
+				} else if (e->mem == MEM_NONE) {
+					n += e->spilled;
+					spill_forget(kv, e, true);
+					queue_remove(e);
+					entry_maybe_free(kv, e);
+				} else {
+					struct memd_kv_item it = { .status =
+									   0 };
+
+					memcpy(it.key, e->key,
+					       MEMD_KV_KEY_BYTES);
+					n += delete_one(kv, t, &it, now_ms,
+							false) == 0;
+				}
+			}
+		}
+		tenant_release_spare(kv, t);
+	}
 	pthread_mutex_unlock(&kv->lock);
 	return n;
 }

@@ -311,6 +311,7 @@ struct memd_kv_scan_result {
 	uint64_t files, bytes; /* indexed */
 	uint64_t deleted;      /* failed verification, or stale temp files */
 	uint64_t dropped;      /* valid but over spill_bytes (oldest) */
+	uint64_t membership;   /* memd_kv_spill_membership() */
 };
 /*
  * Indexes the spill directory: verifies every <tenant>/<key hex> file
@@ -321,6 +322,25 @@ struct memd_kv_scan_result {
  * directory cannot be read.
  */
 int memd_kv_scan_spill(struct memd_kv *kv, struct memd_kv_scan_result *r);
+
+/*
+ * The membership the spill files are valid under (docs/kv.md, "Donors
+ * that come and go"): the registry's membership sequence, kept in
+ * <spill_dir>/membership (decimal). memd_kv_scan_spill() reads it; 0:
+ * no such file (a spill directory of a standalone memd, or of a memd
+ * before the file existed), or one that cannot be read: unknown.
+ *
+ * memd_kv_spill_membership_set() records a new one (temp file, fsync,
+ * rename, fsync of the directory; 0 deletes the file) when it differs
+ * from the last one read or recorded. The caller records a sequence
+ * only while every spill file is valid under it: after it forgot the
+ * files of an earlier membership, or when its membership went on under
+ * a new sequence. Returns 0 (also without a spill directory) or -errno
+ * (the file may then still name an older sequence, which never comes
+ * again).
+ */
+uint64_t memd_kv_spill_membership(struct memd_kv *kv);
+int memd_kv_spill_membership_set(struct memd_kv *kv, uint64_t membership);
 
 /*
  * Says whose the tenant's spill files must be. The first call for a
@@ -349,6 +369,17 @@ ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
  * "Drain"). Returns how many entries it forgot, or -EINVAL.
  */
 ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms);
+/*
+ * Forgets, of every tenant, the entries (in memory, reserved or spilled)
+ * of the keys keep() says no to, as a delete does. For a donor that no
+ * longer ranks first or second for a key (docs/kv.md, "Donors that come
+ * and go"): deletes go to those two, so it could not see them. keep runs
+ * under the store's mutex. Returns how many entries it forgot, or
+ * -EINVAL.
+ */
+ssize_t memd_kv_forget_unless(struct memd_kv *kv,
+			      bool (*keep)(const uint8_t *key, void *arg),
+			      void *arg, uint64_t now_ms);
 /*
  * Empties one tenant's store (KV_CLEAR): as memd_kv_delete of every key
  * of the tenant's, pinned ones included (their pins go with them),

@@ -263,7 +263,9 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 		s->ntenant--;
 	epoll_ctl(s->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
-	if (c->donor_id && s->reg)
+	/* A registry that stops does not count its donors down: the list
+	 * it saved is the one its restart waits for (docs/kv.md). */
+	if (c->donor_id && s->reg && !s->draining && !s->stop)
 		memd_registry_donor_lost(s->reg, c->donor_id, c->donor_epoch,
 					 srv_now_ms(),
 					 "its link to the registry "

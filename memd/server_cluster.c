@@ -815,7 +815,10 @@ void srv_do_donors(struct memd_server *s, struct conn *c,
 				       : "");
 		return;
 	}
-	if (c->role != WIRE_ROLE_TENANT) {
+	/* a donor's link asks too (MEMBERS): for the keys it no longer
+	 * ranks first or second for (docs/kv.md) */
+	if (c->role != WIRE_ROLE_TENANT &&
+	    !(c->role == WIRE_ROLE_DONOR && req->type == WIRE_MEMBERS)) {
 		srv_send_error(s, c, req->seq, EACCES,
 			       "%s: only a tenant session asks",
 			       wire_type_name(req->type));

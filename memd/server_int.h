@@ -202,6 +202,7 @@ struct memd_server {
 	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
 	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
+	uint64_t kv_ranked;	/* memd_donor_members: the list applied */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */

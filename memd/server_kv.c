@@ -7,6 +7,7 @@
  * metrics writer.
  */
 #include "memd/server_int.h"
+#include "fabric/rendezvous.h"
 
 /* The tenant's KV entry, or NULL. Caller holds kvlock (or is memd-ctl,
  * the only writer). */
@@ -568,36 +569,138 @@ void srv_kv_drained(struct memd_server *s)
  * KV only while the registry certainly counts it up, and each new
  * membership after the first (a JOIN_OK after the registry restarted or
  * marked it down) begins with every tenant's entries and spill files
- * forgotten, before any KV request is served. Called on every KV request
+ * forgotten, before any KV request is served. The first keeps the spill
+ * files an earlier run left only if they were written under the
+ * membership sequence its JOIN_OK carries (memd_kv_spill_membership:
+ * the sequence the directory records, which this keeps up to date). Called on every KV request
  * and every tick (memd-ctl). Returns 0 when KV may be served, -EAGAIN
  * while the membership is in doubt. A standalone memd has no registry:
  * always 0.
  */
+/* This donor's rank among the donor list for one key (fabric/rendezvous.h):
+ * kept while fewer than two donors rank above it. */
+struct kv_rank {
+	uint16_t n, self;
+	uint64_t seed[WIRE_MAX_DONORS];
+	const char (*names)[WIRE_NAME_MAX];
+};
+
+static bool kv_ranked_first_or_second(const uint8_t *key, void *arg)
+{
+	const struct kv_rank *rk = arg;
+	uint64_t own = tp_rendezvous_score(rk->seed[rk->self], key);
+	int above = 0;
+
+	for (uint16_t i = 0; i < rk->n && above < 2; i++)
+		above += i != rk->self &&
+			 tp_rendezvous_above(
+				 tp_rendezvous_score(rk->seed[i], key),
+				 rk->names[i], own, rk->names[rk->self]);
+	return above < 2;
+}
+
+/*
+ * Homes that move without the donor leaving (docs/kv.md): after a join
+ * that ranks this donor third or lower for a key, deletes and puts of the
+ * key reach its home and second choice only, so its entry here could come
+ * back as the home's when the joined donors leave again. At each donor
+ * list its link fetched for a new membership, the entries of keys it no
+ * longer ranks first or second for go. A list that does not name this
+ * donor (drained, down) changes nothing here: that is the membership's.
+ */
+static void kv_forget_unranked(struct memd_server *s)
+{
+	char names[WIRE_MAX_DONORS][WIRE_NAME_MAX];
+	struct kv_rank rk;
+	char self[WIRE_NAME_MAX];
+	uint64_t seq;
+	uint16_t n;
+	ssize_t gone;
+
+	seq = memd_donor_members(s->donor, names, &n, self, sizeof(self));
+	if (!seq || seq == s->kv_ranked)
+		return;
+	s->kv_ranked = seq;
+	rk.n = n;
+	rk.self = UINT16_MAX;
+	rk.names = (const char(*)[WIRE_NAME_MAX])names;
+	for (uint16_t i = 0; i < n; i++) {
+		rk.seed[i] = tp_rendezvous_seed(names[i]);
+		if (!strcmp(names[i], self))
+			rk.self = i;
+	}
+	if (rk.self == UINT16_MAX || n < 3)
+		return;
+	gone = memd_kv_forget_unless(s->kv, kv_ranked_first_or_second, &rk,
+				     srv_now_ms());
+	if (gone > 0)
+		memd_log(LOG_NOTICE,
+			 "kv: membership=%" PRIu64 " donors=%u: entries=%zd "
+			 "of keys this donor no longer ranks first or second "
+			 "for forgotten",
+			 seq, n, gone);
+}
+
 int srv_kv_membership(struct memd_server *s)
 {
-	uint64_t joins;
+	uint64_t joins, seq, had;
 	bool up;
+	int r;
 
 	if (!s->donor || !s->kv)
 		return 0;
-	up = memd_donor_membership(s->donor, &joins, NULL);
+	up = memd_donor_membership(s->donor, &joins, &seq);
 	if (joins != s->kv_joins_seen) {
 		bool first = !s->kv_joins_seen;
 
 		s->kv_joins_seen = joins;
-		/* The first membership of this process keeps what the spill
-		 * directory brought (a warm restart): whether the registry
-		 * marked the last incarnation down meanwhile is not known
-		 * here (docs/kv.md: still open). */
-		if (first && joins == 1)
-			return up ? 0 : -EAGAIN;
-		memd_log(LOG_NOTICE,
-			 "kv: new membership joins=%" PRIu64
-			 ": entries=%zd of every tenant forgotten and their "
-			 "spill files deleted (deletes and puts may have gone "
-			 "to other donors meanwhile)",
-			 joins, memd_kv_forget_all(s->kv, srv_now_ms()));
+		had = memd_kv_spill_membership(s->kv);
+		if (first && joins == 1 && !s->cfg.kv_spill_dir[0]) {
+			/* nothing from an earlier run */
+		} else if (first && joins == 1 && seq && had == seq) {
+			/* The process's first membership keeps what the
+			 * spill directory brought (a warm restart) only if
+			 * its files were written under the very membership
+			 * it joined: the registry never counted this donor
+			 * down meanwhile, so no delete or put of its keys
+			 * went elsewhere. */
+			memd_log(LOG_NOTICE,
+				 "kv: spill files of membership=%" PRIu64
+				 " kept (the membership goes on)",
+				 seq);
+		} else if (first && joins == 1) {
+			memd_log(LOG_NOTICE,
+				 "kv: first membership=%" PRIu64
+				 ": entries=%zd of the spill directory's "
+				 "membership=%" PRIu64
+				 " (0: unknown) forgotten and their spill "
+				 "files deleted (deletes and puts may have "
+				 "gone to other donors meanwhile)",
+				 seq, memd_kv_forget_all(s->kv, srv_now_ms()),
+				 had);
+		} else {
+			memd_log(LOG_NOTICE,
+				 "kv: new membership joins=%" PRIu64
+				 ": entries=%zd of every tenant forgotten and "
+				 "their spill files deleted (deletes and puts "
+				 "may have gone to other donors meanwhile)",
+				 joins,
+				 memd_kv_forget_all(s->kv, srv_now_ms()));
+		}
 	}
+	/* Every spill file is valid under the membership the link last
+	 * read (those of an earlier one are gone): record it, so that a
+	 * restart knows (0, a registry before protocol 5: unknown). */
+	if (s->kv_joins_seen)
+		kv_forget_unranked(s);
+	if (s->kv_joins_seen &&
+	    seq != (had = memd_kv_spill_membership(s->kv)) &&
+	    (r = memd_kv_spill_membership_set(s->kv, seq)))
+		memd_log(LOG_WARNING,
+			 "kv: cannot record membership=%" PRIu64
+			 " in the spill directory (it names %" PRIu64
+			 ", which a restart will not keep): %s",
+			 seq, had, strerror(-r));
 	return up ? 0 : -EAGAIN;
 }
 

@@ -43,6 +43,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
+#include "fabric/rendezvous.h"
 #include "fabric/wire.h"
 #include "libpool/internal.h"
 #include "tests/testutil.h"
@@ -906,29 +907,56 @@ static void donors_have_allowances(void)
 	}
 }
 
-static void start_donor(int i)
+static struct tu_memd extra[2]; /* d3, d4: donors that join later */
+
+/* Donor name as m; with spill (not NULL) spilling KV to that directory. */
+static void start_donor_as(struct tu_memd *m, const char *name,
+			   const char *spill)
 {
-	char a1[300], a2[300], a3[64];
+	char a1[300], a2[300], a3[64], a4[300];
 	const char *args[] = { "--set",	   NULL,
 			       "--set",	   NULL,
 			       "--set",	   NULL,
 			       "--donate", "128M",
 			       "--set",	   "report_interval=100ms",
 			       "--set",	   "slab_size=2M",
+			       NULL,	   NULL,
+			       NULL,	   NULL,
 			       NULL };
 
 	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
 	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	snprintf(a3, sizeof(a3), "donor_name=d%d", i + 1);
+	snprintf(a3, sizeof(a3), "donor_name=%s", name);
 	args[1] = a1;
 	args[3] = a2;
 	args[5] = a3;
-	ck_assert_int_eq(tu_memd_start_args(&don[i],
+	if (spill) {
+		snprintf(a4, sizeof(a4), "kv_spill_dir=%s", spill);
+		args[12] = "--set";
+		args[13] = a4;
+		args[14] = "--set";
+		args[15] = "kv_spill_size=256M";
+	}
+	ck_assert_int_eq(tu_memd_start_args(m,
 					    "lease_ttl = 2s\nlease_grace = "
 					    "500ms\nkv_share = 25\n"
 					    "kv_reserve_ttl = 2s\n",
 					    args),
 			 0);
+}
+
+/* Donor d<i+1>; with spill (not NULL) spilling KV to that directory. */
+static void start_donor_spill(int i, const char *spill)
+{
+	char name[16];
+
+	snprintf(name, sizeof(name), "d%d", i + 1);
+	start_donor_as(&don[i], name, spill);
+}
+
+static void start_donor(int i)
+{
+	start_donor_spill(i, NULL);
 }
 
 /* The registry (r0, which donates too) on listen (NULL: a free port),
@@ -994,9 +1022,13 @@ static void cluster_setup(void)
 
 static void cluster_teardown(void)
 {
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 2; i++) {
 		if (don[i].pid > 0)
 			tu_memd_stop(&don[i], SIGTERM);
+		if (extra[i].pid > 0)
+			tu_memd_stop(&extra[i], SIGTERM);
+		extra[i].pid = 0;
+	}
 	if (reg.pid > 0)
 		tu_memd_stop(&reg, SIGTERM);
 	tu_sh("rm -rf %s", dir);
@@ -1923,6 +1955,168 @@ START_TEST(stale_list_reads_nothing_deleted)
 }
 END_TEST
 
+/* Whether k has a spill file in spill (any tenant's directory). */
+static bool spill_file_of(const char *spill, const struct pool_kv_key *k)
+{
+	char path[400], hex[2 * sizeof(k->b) + 1];
+
+	for (size_t j = 0; j < sizeof(k->b); j++)
+		snprintf(hex + 2 * j, 3, "%02x", k->b[j]);
+	for (int t = 1; t <= 3; t++) {
+		snprintf(path, sizeof(path), "%s/%d/%s", spill, t, hex);
+		if (!access(path, F_OK))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A donor's spill directory outlives the donor (docs/kv.md, "Donors that
+ * come and go"): while d1 is down the registry counts it down, clients
+ * hash its keys elsewhere, and a newer put and a delete of keys it has
+ * spilled go there. Restarted on the same directory it must serve
+ * neither old value: its files were written under a membership that has
+ * ended (the directory records which). Before, the process's first
+ * membership kept whatever the directory brought, and d1 served both.
+ */
+#define SD_KEYS 24
+
+START_TEST(restarted_donor_spill_serves_nothing_stale)
+{
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 1, 100);
+	struct pool_kv_key k[SD_KEYS];
+	char spill[300], home[64], log[300];
+	size_t len = MIB;
+	int n = 0, ns = 0, sp[2], i, st;
+
+	snprintf(spill, sizeof(spill), "%s/d1-spill", dir);
+	tu_memd_stop(&don[0], SIGTERM);
+	don[0].pid = 0;
+	start_donor_spill(0, spill);
+	for (i = 0; i < 1500 && !donor_is_up("d1"); i++)
+		sleep_ms(20);
+	ck_assert_int_lt(i, 1500);
+	donors_have_allowances(); /* and in kv's list (refresh_ms 100) */
+	for (i = 0; i < 4096 && n < SD_KEYS; i++) { /* keys homed at d1 */
+		int j = 0;
+
+		make_key(&k[n], 47, (uint64_t)i);
+		ck_assert_int_eq(pool_kv_home(kv, &k[n], home, sizeof(home)),
+				 0);
+		if (strcmp(home, "d1"))
+			continue;
+		/* d1 refuses (EAGAIN) until its first report is answered;
+		 * a new tenant holds one slab until its allowance */
+		while ((st = put1(kv, &k[n], len)) != 0 && j++ < 500)
+			sleep_ms(20);
+		ck_assert_msg(st == 0, "put at d1: %s", strerror(-st));
+		n++;
+	}
+	ck_assert_int_eq(n, SD_KEYS);
+	for (i = 0; i < n && ns < 2; i++)
+		if (spill_file_of(spill, &k[i]))
+			sp[ns++] = i;
+	ck_assert_msg(ns == 2, "d1 spilled %d of %d 1 MiB values", ns, n);
+
+	ck_assert_int_ne(tu_memd_stop(&don[0], SIGKILL), 0);
+	don[0].pid = 0;
+	home_becomes(kv, &k[sp[0]], "d1", false); /* the registry: d1 is down */
+	home_becomes(kv, &k[sp[1]], "d1", false);
+	/* a newer value of one, and a delete of the other, elsewhere */
+	ck_assert_int_eq(put_other(kv, &k[sp[0]], len), 0);
+	ck_assert_int_eq(get_other(kv, &k[sp[0]], len), 1);
+	ck_assert_int_ge(pool_kv_delete(kv, 1, &k[sp[1]], &st), 0);
+	ck_assert_int_eq(get1(kv, &k[sp[1]], len), -ENOENT);
+
+	start_donor_spill(0, spill); /* its spill files still there */
+	home_becomes(kv, &k[sp[0]], "d1", true);
+	home_becomes(kv, &k[sp[1]], "d1", true);
+	donors_have_allowances(); /* d1 serves KV again */
+	/* get_other fails the test on the first value's bytes */
+	st = get_other(kv, &k[sp[0]], len);
+	ck_assert(st == -ENOENT || st == 1);
+	ck_assert_int_eq(get1(kv, &k[sp[1]], len), -ENOENT);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, &k[sp[1]]), 0);
+	ck_assert(!spill_file_of(spill, &k[sp[0]]));
+	ck_assert(!spill_file_of(spill, &k[sp[1]]));
+	snprintf(log, sizeof(log), "%s/memd.log", don[0].dir);
+	ck_assert_msg(tu_file_has(log, "kv: first membership="),
+		      "no membership line in %s", log);
+	pool_close(p);
+}
+END_TEST
+
+/*
+ * Homes that move without the donor leaving (docs/kv.md, "Donors that
+ * come and go"): d3 and d4 join and both rank above a key's home; the
+ * old home is third, where deletes (home, then second choice) no longer
+ * reach it. A delete through the new list, both leave again: the old
+ * home is the home once more and must not serve the deleted value. It
+ * forgets the entries of keys it no longer ranks first or second for
+ * when it learns the new list. Before, it served the deleted value.
+ */
+START_TEST(homes_moved_by_two_joins_serve_nothing_deleted)
+{
+	static const char *const names[] = { "r0", "d1", "d2", "d3", "d4" };
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *kv = kv_open_replicas(p, 1, 100);
+	struct pool_kv_key k;
+	char home[64], second[64], log[300];
+	size_t len = 30000;
+	int i, st, old = -1;
+
+	for (i = 0; i < 2048 && old < 0; i++) { /* d3 and d4 above home */
+		uint64_t sc[5];
+		int h = 0;
+
+		make_key(&k, 53, (uint64_t)i);
+		for (int d = 0; d < 5; d++)
+			sc[d] = tp_rendezvous_score(
+				tp_rendezvous_seed(names[d]), k.b);
+		for (int d = 1; d < 3; d++)
+			if (tp_rendezvous_above(sc[d], names[d], sc[h],
+						names[h]))
+				h = d;
+		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
+		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
+			old = h;
+	}
+	ck_assert_int_ge(old, 0);
+	ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+	ck_assert_str_eq(home, names[old]); /* the client ranks alike */
+	ck_assert_int_eq(put1(kv, &k, len), 0);
+	ck_assert_int_eq(get1(kv, &k, len), (ssize_t)len);
+
+	start_donor_as(&extra[0], "d3", NULL);
+	start_donor_as(&extra[1], "d4", NULL);
+	for (i = 0; i < 500; i++) { /* both in kv's list: old is third */
+		ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
+		ck_assert_int_eq(pool_kv_second(kv, &k, second, sizeof(second)),
+				 0);
+		if (strcmp(home, names[old]) && strcmp(second, names[old]))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 500);
+	snprintf(log, sizeof(log), "%s/memd.log",
+		 old ? don[old - 1].dir : reg.dir);
+	for (i = 0; i < 500 && !tu_file_has(log, "no longer ranks first"); i++)
+		sleep_ms(20);
+	ck_assert_msg(i < 500, "%s kept the key: %s", names[old], log);
+	ck_assert_int_ge(pool_kv_delete(kv, 1, &k, &st), 0);
+
+	for (int d = 0; d < 2; d++) {
+		ck_assert_int_eq(tu_memd_stop(&extra[d], SIGTERM), 0);
+		extra[d].pid = 0;
+	}
+	home_becomes(kv, &k, names[old], true);
+	ck_assert_int_eq(get1(kv, &k, len), -ENOENT);
+	ck_assert_int_eq(pool_kv_exists(kv, 1, &k), 0);
+	pool_close(p);
+}
+END_TEST
+
 /*
  * A registry restart with no donor coming or going does not empty the
  * KV tier (docs/kv.md): the registry keeps its membership sequence and
@@ -2653,6 +2847,8 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, stopped_donor_serves_nothing_stale);
 	tcase_add_test(tp, stale_list_reads_nothing_deleted);
 	tcase_add_test(tp, registry_restart_keeps_kv);
+	tcase_add_test(tp, restarted_donor_spill_serves_nothing_stale);
+	tcase_add_test(tp, homes_moved_by_two_joins_serve_nothing_deleted);
 	tcase_add_test(tp, capacity_report_merges_donors);
 	tcase_add_test(tp, model_hint_in_a_pool);
 	suite_add_tcase(s, tp);

@@ -1076,6 +1076,88 @@ START_TEST(spill_reload_and_warm_restart)
 }
 END_TEST
 
+/* Keeps the keys of even numbers (make_key(n) for n < 64). */
+static bool keep_even(const uint8_t *key, void *arg)
+{
+	(void)arg;
+	for (uint64_t n = 0; n < 64; n++) {
+		uint8_t k[MEMD_KV_KEY_BYTES];
+
+		make_key(n, k);
+		if (!memcmp(k, key, sizeof(k)))
+			return n % 2 == 0;
+	}
+	return true;
+}
+
+/*
+ * <spill_dir>/membership: written, read back by the next store's scan,
+ * deleted by 0; a malformed one reads as 0 (unknown). And
+ * memd_kv_forget_unless forgets exactly the entries, resident and
+ * spilled, that keep() says no to.
+ */
+START_TEST(spill_membership_and_forget_unless)
+{
+	struct owner *o = owner_new(MIB, 16);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_scan_result sr;
+	char path[300];
+	uint64_t now = 0;
+	FILE *f;
+
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.membership, 0);
+	ck_assert_uint_eq(memd_kv_spill_membership(kv), 0);
+	ck_assert_int_eq(memd_kv_spill_membership_set(kv, 41), 0);
+	ck_assert_uint_eq(memd_kv_spill_membership(kv), 41);
+	o->share[1] = 4;
+	for (uint64_t k = 0; k < 40; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 100 * KIB, now++), 0);
+	ck_assert_uint_gt(stats(kv, 1).spilled, 0);
+	memd_kv_destroy(kv);
+
+	kv = store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.membership, 41);
+	ck_assert_uint_eq(memd_kv_spill_membership(kv), 41);
+	/* the odd keys go, resident or spilled; the even ones stay */
+	ck_assert_int_gt(memd_kv_forget_unless(kv, keep_even, NULL, now), 0);
+	for (uint64_t k = 0; k < 40; k++) {
+		if (k % 2)
+			ck_assert(!spill_exists(1, k));
+		if (k % 2)
+			ck_assert(!exists1(kv, 1, k));
+	}
+	ck_assert_uint_gt(stats(kv, 1).spilled, 0);
+	ck_assert_int_eq(memd_kv_forget_unless(kv, NULL, NULL, now), -EINVAL);
+	ck_assert_int_eq(memd_kv_spill_membership_set(kv, 0), 0);
+	memd_kv_destroy(kv);
+
+	snprintf(path, sizeof(path), "%s/membership", spill_dir);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	kv = store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+	ck_assert_uint_eq(sr.membership, 0);
+	memd_kv_destroy(kv);
+	/* malformed: no newline, a sign, a leading zero, not a number */
+	for (int i = 0; i < 4; i++) {
+		static const char *const bad[] = { "41", "-41\n", "041\n",
+						   "4x1\n" };
+
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(bad[i], f);
+		fclose(f);
+		kv = store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+		ck_assert_int_eq(memd_kv_scan_spill(kv, &sr), 0);
+		ck_assert_uint_eq(sr.membership, 0);
+		memd_kv_destroy(kv);
+	}
+	owner_free(o);
+}
+END_TEST
+
 static void copy_file(const char *from, const char *to)
 {
 	char buf[4096];
@@ -1699,6 +1781,7 @@ static Suite *kvstore_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
 	tcase_add_test(ts, spill_reload_and_warm_restart);
+	tcase_add_test(ts, spill_membership_and_forget_unless);
 	tcase_add_test(ts, corrupt_spill_files_are_deleted_at_scan);
 	tcase_add_test(ts, spill_cap_is_enforced);
 	tcase_add_test(ts, model_based_random_ops);
