@@ -2,7 +2,7 @@
 /*
  * fabric/fab.h - the libfabric data plane, behind our own types.
  *
- * Only fabric/fab.c includes <rdma/...>. Callers (memd, libpool) see three
+ * Only fabric/fab*.c include <rdma/...>. Callers (memd, libpool) see three
  * opaque objects:
  *
  *   fab_domain  provider + fabric + domain. Thread-safe.

@@ -2,7 +2,7 @@
 /*
  * tests/test_auth.c - the pool's cryptography (fabric/auth.c) against the
  * constructions its header comment documents, and the ticket body layout
- * (wire_ticket_body in fabric/wire.c).
+ * (wire_ticket_body in fabric/wire_lease.c).
  *
  * Single-threaded. The known answers were computed outside this tree with
  * Python's hashlib.blake2b (digest_size=32, key=...) and hmac/sha256 from

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/test_fab.c - the libfabric data plane (fabric/fab.c): pure helpers,
+ * tests/test_fab.c - the libfabric data plane (fabric/fab*.c): pure helpers,
  * then real RMA over loopback between a "target" and a "client" endpoint in
  * one process, on tcp (offset addressing) and, where it works here, shm
  * (virtual addressing).

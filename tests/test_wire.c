@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * tests/test_wire.c - the control-plane codec (fabric/wire.c) against its
+ * tests/test_wire.c - the control-plane codec (fabric/wire*.c) against its
  * spec (docs/protocol.md).
  *
  * Owns no state beyond its static scratch buffers; single-threaded.

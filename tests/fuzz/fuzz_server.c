@@ -808,7 +808,7 @@ static void kv_items(struct wire_msg *m, uint8_t type, uint32_t seq,
 	for (uint16_t i = 0; i < count; i++) {
 		for (int j = 0; j < (int)sizeof(m->u.kv.item[i].key); j++)
 			m->u.kv.item[i].key[j] = (uint8_t)(i * 16 + j);
-		/* each type carries only its fields (wire.c's kv_fields) */
+		/* each type carries only its fields (wire_kv.c's kv_fields) */
 		if (type == WIRE_KV_RESERVE)
 			m->u.kv.item[i].value_len = 4096u * (i + 1);
 		if (type == WIRE_KV_COMMIT || type == WIRE_KV_DONE)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/fuzz/fuzz_wire.c - libFuzzer harness for the control-plane codec
- * (fabric/wire.c). Built by tests/fuzz/CMakeLists.txt, run by .ci/fuzz.sh.
+ * (fabric/wire*.c). Built by tests/fuzz/CMakeLists.txt, run by .ci/fuzz.sh.
  *
  * Owns nothing but static scratch buffers; libFuzzer calls it from one
  * thread. Any property violation aborts, which libFuzzer reports as a crash
