@@ -686,11 +686,17 @@ def test_exists_sync_path(env):
 
 
 def test_concurrent_puts_and_gets(env):
-    """Several threads put and get through one backend at once."""
+    """Several threads put and get through one backend at once. The
+    standalone memd (512 MiB) keeps every value; on the shared cluster
+    the tenant's KV allowance is what its 256 MiB quota leaves after the
+    session's other tests, and S3-FIFO may evict a value before its get
+    (seen once, a main run at load 6): a miss there is a cache's answer,
+    so only the bytes of what comes back are checked."""
     rb = env.backend()
     base_live = env.live
     errors = []
     sizes = (TOKENS, 64)  # the size classes _warm_up opened
+    cluster = "tenant" in env.target
 
     def worker(w):
         try:
@@ -700,6 +706,8 @@ def test_concurrent_puts_and_gets(env):
             for _ in range(2):
                 got = rb.batched_get_blocking(keys)
                 for i, (k, g) in enumerate(zip(keys, got)):
+                    if g is None and cluster:
+                        continue
                     assert has_bytes(g, k, sizes[i % 2]), (w, i)
                     g.ref_count_down()
             for o in objs:
