@@ -165,11 +165,33 @@ int pl_reg_connect_locked(struct pool *p)
 	return r;
 }
 
+/* The longest wait between two asks of one registry that answered EAGAIN
+ * (it took over and donors are rejoining; the tenant's KV stores are
+ * yielding to a PLACE: docs/cluster.md, "KV memory and quotas"). */
+#define REG_RETRY_MAX_MS 500
+
+/* Sleeps *wait_ms, no later than until, and doubles *wait_ms up to
+ * REG_RETRY_MAX_MS. */
+static void reg_retry_sleep(uint32_t *wait_ms, uint64_t until)
+{
+	uint64_t now = mono_ms(), ms = *wait_ms;
+
+	if (now >= until)
+		return;
+	if (ms > until - now)
+		ms = until - now;
+	usleep((useconds_t)(ms * 1000));
+	*wait_ms = *wait_ms * 2 > REG_RETRY_MAX_MS ? REG_RETRY_MAX_MS
+						   : *wait_ms * 2;
+}
+
 /*
  * A call to the registries: with a list, a broken connection, a registry
  * that died or one that does not serve now is failed over to the next in
  * p->addr (and round again) for up to p->failover_ms; with one registry,
- * a broken connection is opened again once, as before lists. Caller holds
+ * a broken connection is opened again once, as before lists, and EAGAIN
+ * is asked again, 100 ms doubling to REG_RETRY_MAX_MS apart, for as long.
+ * At the end the last refusal and its text are the answer. Caller holds
  * lock.
  */
 static int reg_call_locked(struct pool *p, struct wire_msg *req,
@@ -179,13 +201,14 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 	uint64_t until = mono_ms() + ((uint32_t)p->timeout_ms > p->failover_ms
 					      ? (uint64_t)p->timeout_ms
 					      : p->failover_ms);
+	uint32_t wait_ms = REG_RETRY_MS;
 	int r = -ENOTCONN;
 
 	if (!strchr(p->addr, ',')) {
 		/* One registry: a broken connection (it restarted) is opened
-		 * again, once; EAGAIN (an etcd registry taking over) is
-		 * asked again until the failover time is over; other
-		 * refusals are final. */
+		 * again, once; EAGAIN (an etcd registry taking over, KV
+		 * stores yielding to a PLACE) is asked again until the
+		 * failover time is over; other refusals are final. */
 		for (int i = 0; i < 2 && (r == -ENOTCONN || r == -EAGAIN);) {
 			if (!p->reg || rpc_is_broken(p->reg)) {
 				r = pl_reg_connect_locked(p);
@@ -194,12 +217,18 @@ static int reg_call_locked(struct pool *p, struct wire_msg *req,
 			}
 			r = rpc_call(p->reg, req, rep, expect, p->timeout_ms,
 				     text, textlen);
-			if (r != -EAGAIN)
+			if (r != -EAGAIN) {
 				i++;
-			else if (mono_ms() >= until)
+			} else if (mono_ms() >= until) {
 				break;
-			else
-				usleep(REG_RETRY_MS * 1000);
+			} else {
+				if (wait_ms == REG_RETRY_MS)
+					pool_log(LOG_INFO,
+						 "session: registry=%s asks "
+						 "again: %s",
+						 p->reg_addr, text);
+				reg_retry_sleep(&wait_ms, until);
+			}
 		}
 		return r;
 	}

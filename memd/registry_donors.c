@@ -74,9 +74,7 @@ static int kv_rank_locked(const struct memd_registry *r, const struct donor *d,
 	return rank;
 }
 
-/* The KV slabs tenant holds on draining donors (they take no new ones). */
-static uint64_t kv_draining_locked(const struct memd_registry *r,
-				   uint32_t tenant)
+uint64_t reg_kv_draining_locked(const struct memd_registry *r, uint32_t tenant)
 {
 	uint64_t n = 0;
 
@@ -92,13 +90,19 @@ static uint64_t kv_draining_locked(const struct memd_registry *r,
 	return n;
 }
 
+uint64_t reg_kv_demand_locked(const struct tenant *t, uint64_t now_ms)
+{
+	return now_ms < t->kv_demand_until_ms ? t->kv_demand_slabs : 0;
+}
+
 /*
  * The KV allowances for d's report, into ok->kv[] (cluster.md, "KV memory
  * and quotas"): one for each tenant (the first WIRE_MAX_TENANTS by id),
  * so a donor knows its allowance before a tenant's first KV put. What the
  * tenant's quota leaves for KV memory, after its other usage and its
- * reserved grants, and after its KV slabs on draining donors,
- *   kv = quota - (used - kv_used) - reserved - kv_on_draining
+ * reserved grants, after its KV slabs on draining donors, and after
+ * what a PLACE refused for KV memory asked (its demand, registry_place.c),
+ *   kv = quota - (used - kv_used) - reserved - kv_on_draining - demand
  * is split evenly over the up donors that are not draining (the first
  * kv % n of them, by id, get one slab more): rendezvous hashing spreads a
  * tenant's keys evenly, so an even split starves no donor. A draining
@@ -106,6 +110,7 @@ static uint64_t kv_draining_locked(const struct memd_registry *r,
  * evicts the tenant's entries until it does not (memd_kv_trim).
  */
 static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
+				 uint64_t now_ms,
 				 struct wire_donor_report_ok *ok)
 {
 	uint32_t n, nd = 0;
@@ -121,7 +126,8 @@ static void kv_allowances_locked(struct memd_registry *r, const struct donor *d,
 			 cap = 0;
 
 		other = t->used_slabs - t->kv_slabs + t->reserved_slabs +
-			(draining ? kv_draining_locked(r, t->id) : 0);
+			(draining ? reg_kv_draining_locked(r, t->id) : 0) +
+			reg_kv_demand_locked(t, now_ms);
 		kv = quota > other ? quota - other : 0;
 		if (rank < 0) { /* draining: what it holds, no more */
 			for (uint32_t k = 0; k < d->nusage; k++)
@@ -565,7 +571,7 @@ int memd_registry_donor_report(struct memd_registry *r,
 			}
 	ok->registry_epoch = r->epoch;
 	ok->flags = d->draining ? WIRE_DONOR_DRAIN : 0;
-	kv_allowances_locked(r, d, ok);
+	kv_allowances_locked(r, d, now_ms, ok);
 	/* Every tenant listed: the donor may tell a removed one. */
 	if (r->ntenants <= WIRE_MAX_TENANTS) {
 		ok->flags |= WIRE_DONOR_TENANTS;

@@ -68,6 +68,12 @@ struct tenant {
 	uint64_t used_slabs;	 /* sum of the counting donors' reports */
 	uint64_t reserved_slabs; /* sum of live grants */
 	uint64_t kv_slabs;	 /* of used_slabs, KV stores' (same reports) */
+	/* A PLACE refused because KV memory fills the quota (cluster.md,
+	 * "KV memory and quotas"): the KV allowances leave kv_demand_slabs
+	 * free until kv_demand_until_ms (monotonic), or until a PLACE of
+	 * the tenant's succeeds, so that its stores yield. */
+	uint64_t kv_demand_slabs;
+	uint64_t kv_demand_until_ms;
 	/* the capacity reports' cost model for this tenant (tenant-set;
 	 * docs/capacity.md); 0: the donors' kv_prefill_tokens_per_s and
 	 * kv_bytes_per_token */
@@ -208,6 +214,12 @@ int reg_etcd_attach(struct memd_registry *r, const struct memd_registry_opts *o,
 
 /* registry_donors.c */
 void reg_expire_locked(struct memd_registry *r, uint64_t now_ms);
+/* The KV slabs tenant holds on draining donors (they take no new ones,
+ * and keep what they hold). */
+uint64_t reg_kv_draining_locked(const struct memd_registry *r, uint32_t tenant);
+/* The slabs t's KV allowances leave free now for a refused PLACE (0: no
+ * demand, or it expired). */
+uint64_t reg_kv_demand_locked(const struct tenant *t, uint64_t now_ms);
 /* Publishes a new membership when the donors up and not draining are not
  * the published list: writes its sequence first (a failed write keeps the
  * old list and sequence, and is tried again a second later). Only while

@@ -13,7 +13,10 @@
  *
  * Invariants: a place that fails reserves nothing and returns an empty
  * reply; used + reserved never passes a tenant's quota through placement
- * (reports may: what donors hold is counted, never refused). An etcd
+ * (reports may: what donors hold is counted, never refused). One that
+ * fails because the tenant's KV memory fills its quota (and would cover
+ * the ask) is EAGAIN and records a KV demand: the allowances
+ * (registry_donors.c) leave the ask free, so the stores yield. An etcd
  * leader that just took over places only once every known donor has
  * reported to it (or the warm-up is over).
  */
@@ -32,6 +35,17 @@
  * reservation earlier could let the tenant overshoot its quota.
  */
 #define TICKET_SKEW_MS 60000u
+
+/*
+ * A PLACE refused because KV memory fills the quota keeps the KV
+ * allowances lowered for this long after it (the client places again
+ * within a second, with its backoff: libpool/pool_cluster.c), or until a
+ * PLACE of the tenant's succeeds: long enough for every donor to report
+ * and trim, short enough that a client that gave up does not hold the
+ * stores down.
+ */
+#define KV_DEMAND_HOLD_MS 2000u
+#define KV_DEMAND_REPORTS 2u
 
 /* ---- placement --------------------------------------------------------- */
 
@@ -97,7 +111,7 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 	size_t by_grant[WIRE_MAX_GRANTS];
 	char q[32], u[32], s[32], a[32];
 	bool replica, served = false;
-	uint64_t copies, total, freesum = 0;
+	uint64_t copies, total, quota, freesum = 0;
 	struct tenant *t;
 	size_t n = 0, nall;
 	int rc = 0;
@@ -167,7 +181,30 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		goto out;
 	}
 	total = t->used_slabs + t->reserved_slabs + copies;
-	if (total > t->quota_bytes / r->slab_bytes) {
+	quota = t->quota_bytes / r->slab_bytes;
+	if (total > quota &&
+	    total - quota <= t->kv_slabs - reg_kv_draining_locked(r, t->id)) {
+		/* The tenant's KV stores hold what the quota lacks: they
+		 * are a cache, and yield. The allowances leave what this
+		 * asks free from now on (the next REPORT_OK of each donor
+		 * lowers them, and the donor trims down to them on its next
+		 * tick, reporting at once); the client places again. */
+		if (reg_kv_demand_locked(t, now_ms) < copies)
+			t->kv_demand_slabs = copies;
+		t->kv_demand_until_ms =
+			now_ms + KV_DEMAND_HOLD_MS +
+			(uint64_t)KV_DEMAND_REPORTS * r->report_ms;
+		memd_log_bytes(t->quota_bytes, q, sizeof(q));
+		memd_log_bytes(reg_mul_sat(total - quota, r->slab_bytes), a,
+			       sizeof(a));
+		set_err(err, errlen,
+			"tenant '%s': quota %s full of KV cache; KV stores "
+			"are yielding %s: place again",
+			t->name, q, a);
+		rc = -EAGAIN;
+		goto out;
+	}
+	if (total > quota) {
 		memd_log_bytes(t->quota_bytes, q, sizeof(q));
 		memd_log_bytes(reg_mul_sat(t->used_slabs, r->slab_bytes), u,
 			       sizeof(u));
@@ -278,6 +315,9 @@ int memd_registry_place(struct memd_registry *r, uint32_t tenant_id,
 		c[i].d->reserved_slabs += rg->nslabs;
 		t->reserved_slabs += rg->nslabs;
 	}
+	/* What the KV stores yielded for is reserved now. */
+	t->kv_demand_slabs = 0;
+	t->kv_demand_until_ms = 0;
 out:
 	if (rc == -ENOSPC && r->etcd && now_ms < r->warm_until_ms) {
 		/* Just took over: donors are still joining us. */

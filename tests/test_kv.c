@@ -1221,6 +1221,46 @@ START_TEST(kv_stays_within_the_quota)
 }
 END_TEST
 
+/*
+ * q's KV memory fills its quota (every donor has its allowance, and q
+ * puts far more than its quota); a region of 3 slabs is then placed
+ * within pool_alloc's time: the registry answers PLACE with EAGAIN and
+ * lowers q's KV allowances, the donors evict q's blocks down to them,
+ * and libpool places again (docs/cluster.md, "KV memory and quotas").
+ * q's values read back exactly or miss. A region the quota does not
+ * allow even with no KV memory left is EDQUOT, without waiting.
+ */
+START_TEST(kv_yields_to_a_place)
+{
+	struct pool *pq = connect_as("q", sec_q);
+	struct pool_kv *q = kv_open(pq);
+	struct pool_region *rg = NULL, *big = NULL;
+	struct pool_kv_key k;
+	int hits = 0;
+
+	donors_have_allowances();
+	for (int i = 0; i < 40; i++) {
+		make_key(&k, 33, (uint64_t)i);
+		ck_assert_int_eq(put1(q, &k, MIB), 0);
+	}
+	donors_have_allowances(); /* they have reported what they hold */
+	ck_assert_uint_gt(used_bytes("q") + 3 * QSLAB, Q_QUOTA);
+	ck_assert_int_eq(pool_alloc(pq, 3 * QSLAB, &rg), 0);
+	ck_assert_int_eq(pool_write(pq, rg, 0, "yield", 5), 0);
+	for (int i = 0; i < 40; i++) {
+		make_key(&k, 33, (uint64_t)i);
+		if (get1(q, &k, MIB) == (ssize_t)MIB)
+			hits++;
+	}
+	ck_assert_int_le(hits, 5); /* 8 slabs of quota, 3 taken */
+	/* 3 + 6 slabs: past the quota with no KV memory at all */
+	ck_assert_int_eq(pool_alloc(pq, 6 * QSLAB, &big), -EDQUOT);
+	ck_assert_ptr_null(big);
+	ck_assert_int_eq(pool_free(pq, rg), 0);
+	pool_close(pq);
+}
+END_TEST
+
 START_TEST(eviction_stays_within_the_tenant)
 {
 	struct pool *pa = connect_as("a", sec_a), *pb = connect_as("b", sec_b);
@@ -2820,6 +2860,7 @@ static Suite *kv_suite(void)
 	Suite *s = suite_create("kv");
 	TCase *tc = tcase_create("standalone");
 	TCase *tp = tcase_create("pool");
+	TCase *ty = tcase_create("pool_yield"); /* CK_RUN_CASE=pool_yield */
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, prefix_keys);
@@ -2852,6 +2893,10 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, capacity_report_merges_donors);
 	tcase_add_test(tp, model_hint_in_a_pool);
 	suite_add_tcase(s, tp);
+	tcase_set_timeout(ty, 300);
+	tcase_add_checked_fixture(ty, cluster_setup, cluster_teardown);
+	tcase_add_test(ty, kv_yields_to_a_place);
+	suite_add_tcase(s, ty);
 	return s;
 }
 

@@ -835,8 +835,8 @@ END_TEST
 
 /* One report of tenant t's slabs (kv of them its KV store's); returns the
  * allowance REPORT_OK gives for tenant want (UINT32_MAX: none listed). */
-static uint32_t report_kv(uint32_t id, uint32_t t, uint32_t slabs, uint32_t kv,
-			  uint32_t want)
+static uint32_t report_kv_at(uint32_t id, uint32_t t, uint32_t slabs,
+			     uint32_t kv, uint32_t want, uint64_t now)
 {
 	static struct wire_donor_report rep;
 	static struct wire_donor_report_ok ok;
@@ -854,12 +854,18 @@ static uint32_t report_kv(uint32_t id, uint32_t t, uint32_t slabs, uint32_t kv,
 						    kv ? WIRE_TENANT_KV : 0 };
 	}
 	memset(&ok, 0, sizeof(ok));
-	rc = memd_registry_donor_report(r, &rep, T0, &ok, err, sizeof(err));
+	rc = memd_registry_donor_report(r, &rep, now, &ok, err, sizeof(err));
 	ck_assert_msg(rc == 0, "report: %d %s", rc, err);
 	for (uint16_t i = 0; i < ok.nkv; i++)
 		if (ok.kv[i].tenant_id == want)
 			got = ok.kv[i].kv_slabs_max;
 	return got;
+}
+
+static uint32_t report_kv(uint32_t id, uint32_t t, uint32_t slabs, uint32_t kv,
+			  uint32_t want)
+{
+	return report_kv_at(id, t, slabs, kv, want, T0);
 }
 
 /*
@@ -917,6 +923,75 @@ START_TEST(kv_allowances_split_what_the_quota_leaves)
 				 -EINVAL);
 		ck_assert_str_eq(err, "donor 1: tenant 1 has 3 KV slabs of 2");
 	}
+}
+END_TEST
+
+/*
+ * KV memory yields to a PLACE (docs/cluster.md, "KV memory and quotas"):
+ * a PLACE the quota refuses but the tenant's KV slabs could make room for
+ * is EAGAIN, and the allowances leave what it asked free (the largest
+ * ask) until a PLACE of the tenant's succeeds or the demand expires (2 s
+ * + two report intervals after the last ask); a deficit the KV slabs
+ * cannot cover is EDQUOT and asks nothing of them.
+ */
+START_TEST(place_makes_kv_yield)
+{
+	const uint64_t hold = 2000 + 2 * REPORT_MS;
+	struct wire_place_ok ok;
+	uint32_t a, d1, d2;
+
+	a = tenant_add("a", 10 * MiB);
+	d1 = donor_up("host-a", 1, 100);
+	d2 = donor_up("host-b", 1, 100);
+	/* a's KV stores fill its quota: 6 + 4 slabs, 5 each allowed */
+	ck_assert_uint_eq(report_kv(d1, a, 6, 6, a), 5);
+	ck_assert_uint_eq(report_kv(d2, a, 4, 4, a), 5);
+	ck_assert_int_eq(place(a, 3, 0, &ok), -EAGAIN);
+	ck_assert_str_eq(err, "tenant 'a': quota 10 MiB full of KV cache; KV "
+			      "stores are yielding 3.0 MiB: place again");
+	ck_assert_uint_eq(ok.ngrants, 0);
+	/* 10 - 3 for KV: 4 and 3 */
+	ck_assert_uint_eq(report_kv(d1, a, 6, 6, a), 4);
+	ck_assert_uint_eq(report_kv(d2, a, 4, 4, a), 3);
+	/* 11 slabs: not even with no KV memory; the demand stays 3 */
+	ck_assert_int_eq(place(a, 11, 0, &ok), -EDQUOT);
+	ck_assert_str_eq(err, "tenant 'a': quota 10 MiB, used 10 MiB, "
+			      "reserved 0 B, asked 11 MiB");
+	ck_assert_uint_eq(report_kv(d2, a, 4, 4, a), 3);
+	/* a larger ask: the demand is the largest */
+	ck_assert_int_eq(place(a, 4, 0, &ok), -EAGAIN);
+	ck_assert_uint_eq(report_kv(d1, a, 6, 6, a), 3);
+	ck_assert_int_eq(place(a, 2, 0, &ok), -EAGAIN);
+	ck_assert_uint_eq(report_kv(d1, a, 6, 6, a), 3);
+	/* it holds while asked, and lapses after (the donors report at
+	 * least every 3 report intervals, or are down) */
+	ck_assert_uint_eq(report_kv_at(d1, a, 6, 6, a, T0 + 2000), 3);
+	ck_assert_uint_eq(report_kv_at(d2, a, 4, 4, a, T0 + 2000), 3);
+	ck_assert_uint_eq(report_kv_at(d1, a, 6, 6, a, T0 + hold - 1), 3);
+	ck_assert_uint_eq(report_kv_at(d2, a, 4, 4, a, T0 + hold - 1), 3);
+	ck_assert_uint_eq(report_kv_at(d1, a, 6, 6, a, T0 + hold), 5);
+	ck_assert_uint_eq(report_kv_at(d2, a, 4, 4, a, T0 + hold), 5);
+	/* asked again; the stores trim, and the PLACE succeeds: what it
+	 * reserved replaces the demand (10 - 4 reserved: 3 each) */
+	ck_assert_int_eq(place_at(a, 4, 0, WIRE_NODE_ANY, T0 + hold, &ok),
+			 -EAGAIN);
+	ck_assert_uint_eq(report_kv_at(d1, a, 3, 3, a, T0 + hold + 10), 3);
+	ck_assert_uint_eq(report_kv_at(d2, a, 3, 3, a, T0 + hold + 10), 3);
+	ck_assert_int_eq(place_at(a, 4, 0, WIRE_NODE_ANY, T0 + hold + 20, &ok),
+			 0);
+	ck_assert_uint_eq(report_kv_at(d1, a, 3, 3, a, T0 + hold + 30), 3);
+	ck_assert_uint_eq(report_kv_at(d2, a, 3, 3, a, T0 + hold + 30), 3);
+	/* KV on a draining donor does not yield: a, at its quota again
+	 * with 4 reserved, 3 KV on d1 and 3 on d2; d2 drains and a asks 2
+	 * more (6 + 4 + 2 - 10 = 2 <= 3 on d1: EAGAIN), then 4 more (4 >
+	 * 3 on d1: EDQUOT) */
+	ck_assert_int_gt(admin("{\"cmd\":\"drain\",\"donor\":\"host-b\","
+			       "\"drain\":true}"),
+			 0);
+	ck_assert_int_eq(place_at(a, 2, 0, WIRE_NODE_ANY, T0 + hold + 40, &ok),
+			 -EAGAIN);
+	ck_assert_int_eq(place_at(a, 4, 0, WIRE_NODE_ANY, T0 + hold + 40, &ok),
+			 -EDQUOT);
 }
 END_TEST
 
@@ -1940,6 +2015,7 @@ static Suite *registry_suite(void)
 	tcase_add_test(tc, edquot_exact_boundary);
 	tcase_add_test(tc, quota_counts_used_and_lowering_blocks);
 	tcase_add_test(tc, kv_allowances_split_what_the_quota_leaves);
+	tcase_add_test(tc, place_makes_kv_yield);
 	tcase_add_test(tc, concurrent_places_never_overshoot);
 	tcase_add_test(tc, striping_spreads_evenly);
 	tcase_add_test(tc, at_most_16_donors_the_freest);

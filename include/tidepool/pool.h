@@ -149,8 +149,13 @@ POOL_API int pool_alloc_node(struct pool *p, size_t len, int node,
  * Returns 0 and *out, the errors of pool_alloc_node(), and
  *   -EINVAL     unknown flags
  *   -EOPNOTSUPP POOL_ALLOC_REPLICA in a standalone session
- *   -EDQUOT     the tenant's quota does not allow len more bytes (the
- *               registry's text is logged at level info)
+ *   -EDQUOT     the tenant's quota does not allow len more bytes, even
+ *               with none of its KV memory left (the registry's text is
+ *               logged at level info); KV memory in the way is evicted
+ *               and the allocation placed once it is
+ *   -EAGAIN     the registry still asked to place again when the session
+ *               stopped retrying it (LIBPOOL_REGISTRY_FAILOVER_MS or the
+ *               timeout): a takeover, or KV memory not yet evicted
  *   -ENOSPC     no donor (for a replica: no two donors) has room
  *   -EACCES     a donor refused the session or the grant
  *   -ESTALE     a donor restarted while we placed: try again
