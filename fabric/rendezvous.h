@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * fabric/rendezvous.h - the KV tier's rendezvous hashing, shared by the
- * client (libpool/kv.c: a key's home and second choice) and the donor
+ * client (libpool/kv_donors.c: a key's home and second choice) and the donor
  * (memd/server_kv.c: the entries of keys it no longer ranks first or
  * second for). Header-only; callers link libxxhash.
  *

@@ -78,7 +78,7 @@ uint64_t pool_session_links_reaped(struct pool *p);
 int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open);
 
 /*
- * For other modules of libpool (the KV tier, kv.c): the session's links.
+ * For other modules of libpool (the KV tier, kv*.c): the session's links.
  * pool_link_get hands out a link with a reference; it lives until its
  * last reference is dropped with pool_link_put (or pool_close), so a
  * pointer to one may be kept while its reference is. Once lost it stays

@@ -58,7 +58,7 @@
  * threads and closes and frees a failed link once nothing refers to it:
  * no slab (lk->nslabs: regions, packed slabs, I/O on them) and no
  * reference another module holds (lk->refs: pool_link_get takes one,
- * pool_link_put drops it and reaps then; kv.c holds one per donor table
+ * pool_link_put drops it and reaps then; kv*.c hold one per donor table
  * slot and one per lane and batch using the link, so a link an in-flight
  * batch uses is never freed under it). A standalone session's one link is
  * never reaped. So a session that sees donors come and go holds links

@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libpool/kv_run.c - the KV tier's client: running one op, a run over
+ * the current donor table and the retry when a donor answered ESTALE.
+ *
+ * libpool/kv.c's top comment has the design.
+ */
+#include "libpool/kv_int.h"
+
+/* ------------------------------------------------------------------ */
+/* running an op                                                        */
+
+static ssize_t kv_run_once(struct pool_kv *kv, struct pool_kv_op *op,
+			   uint64_t *stale)
+{
+	struct kv_run r = { .kv = kv, .op = op };
+	ssize_t ret;
+	int *own = NULL;
+
+	r.tail = &r.batches;
+	r.status = op->status;
+	if (!r.status && op->kind != KV_EXISTS) {
+		r.status = own = malloc(op->n * sizeof(*own));
+		if (!own)
+			return -ENOMEM;
+	}
+	r.req = calloc(1, sizeof(*r.req));
+	r.rep = malloc(sizeof(*r.rep));
+	r.t = kv_donors_get(kv);
+	r.payload = pool_slab_bytes(kv->p) - KV_HDR;
+	r.xfer = pool_xfer_bytes(kv->p);
+	r.timeout_ms = pool_timeout_ms(kv->p);
+	/* without it, gets hash the values after their reads, as over RMA */
+	if (op->kind == KV_GET)
+		r.xs = XXH3_createState();
+	if (!r.req || !r.rep) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = kv_run_group(&r);
+	if (ret)
+		goto out;
+	if (r.status)
+		for (size_t i = 0; i < op->n; i++)
+			r.status[i] = op->kind == KV_PUT   ? -ENOTCONN
+				      : op->kind == KV_GET ? -ENOENT
+							   : -ENOTCONN;
+	if (op->kind == KV_GET)
+		for (size_t i = 0; i < op->n; i++)
+			op->out_lens[i] = 0;
+	switch (op->kind) {
+	case KV_PUT:
+		ret = kv_run_put(&r);
+		break;
+	case KV_GET:
+		ret = kv_run_get(&r);
+		break;
+	case KV_EXISTS:
+		ret = kv_run_exists(&r);
+		break;
+	default:
+		ret = kv_run_simple(&r);
+		break;
+	}
+	if (ret == -ENOMEM) {
+		/* Batches already posted settle before we return. */
+		for (struct kv_batch *b = r.batches; b; b = b->next)
+			kv_batch_wait(&r, b);
+	}
+out:
+	while (r.batches) {
+		struct kv_batch *b = r.batches;
+
+		r.batches = b->next;
+		kv_batch_free(b);
+	}
+	/* the membership the op was routed by, when a donor refused it */
+	*stale = r.stale && r.t ? r.t->membership : 0;
+	if (r.t)
+		kv_donors_put(kv, r.t);
+	free(r.home);
+	free(r.second);
+	kv_groups_free(&r.hg);
+	free(r.csum);
+	XXH3_freeState(r.xs);
+	free(r.req);
+	free(r.rep);
+	free(own);
+	return ret;
+}
+
+/*
+ * A donor answered ESTALE (protocol 5): the table the op was routed by
+ * is older than the donor's list. Fetch the list again (unless another
+ * thread already did) and run the op once more on it: gets, exists and
+ * puts (idempotent) as a whole, a key that the first run stored staying
+ * stored (0) when the second finds it present; deletes as a whole too, a
+ * key that the first run deleted staying deleted (0) when the second
+ * finds it absent;
+ * pins and unpins only for the keys refused. A second refusal (the
+ * donor has not heard of the registry's list yet) leaves those keys
+ * -EAGAIN (try again): gets miss. docs/kv.md, "Donors that come and go".
+ */
+ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	uint64_t stale = 0, again = 0;
+	int *first = NULL, *own = NULL;
+	struct pool_kv_op sub;
+	ssize_t ret;
+
+	if (kv->cluster && op->kind != KV_EXISTS && !op->status) {
+		/* the retry below needs the statuses */
+		op->status = own = malloc(op->n * sizeof(*own));
+		if (!own)
+			return -ENOMEM;
+	}
+	ret = kv_run_once(kv, op, &stale);
+	if (!stale || ret < 0)
+		goto out;
+	pthread_mutex_lock(&kv->refresh_lock);
+	pthread_mutex_lock(&kv->lock);
+	again = kv->donors ? kv->donors->membership : 0;
+	pthread_mutex_unlock(&kv->lock);
+	if (again == stale && !kv_donors_refresh(kv))
+		__atomic_store_n(&kv->refresh_at_ms, now_ms() + kv->refresh_ms,
+				 __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&kv->refresh_lock);
+	pool_log(LOG_INFO,
+		 "kv: donor list membership=%" PRIu64
+		 " was stale: fetched again, op retried",
+		 stale);
+	if (op->kind == KV_PIN || op->kind == KV_UNPIN) {
+		struct pool_kv_key *ks = malloc(op->n * sizeof(*ks));
+		size_t *at = malloc(op->n * sizeof(*at)), m = 0;
+
+		first = malloc(op->n * sizeof(*first));
+		for (size_t i = 0; ks && at && first && i < op->n; i++)
+			if (op->status[i] == -ESTALE) {
+				ks[m] = op->keys[i];
+				at[m++] = i;
+			}
+		sub = *op;
+		sub.n = m;
+		sub.keys = ks;
+		sub.status = first;
+		if (m && kv_run_once(kv, &sub, &again) >= 0)
+			for (size_t i = 0; i < m; i++)
+				op->status[at[i]] = first[i];
+		free(ks);
+		free(at);
+		ret = 0;
+		for (size_t i = 0; i < op->n; i++)
+			ret += !op->status[i];
+		goto out;
+	}
+	if (op->kind == KV_DELETE || op->kind == KV_PUT) {
+		first = malloc(op->n * sizeof(*first));
+		if (!first)
+			goto out;
+		memcpy(first, op->status, op->n * sizeof(*first));
+	}
+	ret = kv_run_once(kv, op, &again);
+	if (ret >= 0 && first) {
+		/* what the first run did stays done: deleted (the second
+		 * finds the key absent), or stored (present) */
+		int done = op->kind == KV_DELETE ? -ENOENT : -EEXIST;
+
+		ret = 0;
+		for (size_t i = 0; i < op->n; i++) {
+			if (op->status[i] == done && !first[i])
+				op->status[i] = 0;
+			ret += !op->status[i] ||
+			       (op->kind == KV_PUT && op->status[i] == -EEXIST);
+		}
+	}
+out:
+	for (size_t i = 0; op->status && op->kind != KV_EXISTS && i < op->n;
+	     i++)
+		if (op->status[i] == -ESTALE)
+			op->status[i] = -EAGAIN;
+	if (own)
+		op->status = NULL;
+	free(own);
+	free(first);
+	return ret;
+}
