@@ -302,7 +302,7 @@ static uint32_t find(struct memd_mrc *m, uint64_t h)
 }
 
 /* ---- the miniature S3-FIFO stores (Waldspurger et al., ATC '17) ----
- * Each mirrors memd/kvstore.c's eviction at one grid size, over the
+ * Each mirrors memd/kvstore_evict.c's eviction at one grid size, over the
  * sampled keys only, at a capacity of the size times the sampling rate.
  * Per key and store: two queue links and a state byte.
  *
@@ -417,7 +417,7 @@ q_unlink(uint32_t h, struct mrc_link *l, uint32_t x)
 /*
  * Store k (simulated) evicts until bytes more fit (used + bytes <= capb),
  * then, when x is not NONE, takes key x of those bytes, from queue q (none,
- * or a ghost: into main). Evictions as kvstore.c's: from small while it
+ * or a ghost: into main). Evictions as kvstore_evict.c's: from small while it
  * holds at least 10 % of the bytes (its oldest to main when read since,
  * else out and a ghost), else from main (oldest back to main's head with
  * freq - 1, or out). Ghosts: at most as many as resident keys, the

@@ -28,9 +28,10 @@
  * the timestamps run out, amortized O(1).
  *
  * Miniature simulations: MEMD_MRC_SIM_N stores, one per size S on a
- * grid (2 per doubling, 1 MiB .. 16 TiB), each evicting as memd/kvstore.c
- * does (S3-FIFO: a small queue of 10 % of the bytes, main, ghosts as many
- * as resident keys, frequency up to 3) over the tracked keys only, with a
+ * grid (2 per doubling, 1 MiB .. 16 TiB), each evicting as
+ * memd/kvstore_evict.c does (S3-FIFO: a small queue of 10 % of the
+ * bytes, main, ghosts as many as resident keys, frequency up to 3) over
+ * the tracked keys only, with a
  * capacity of S x R bytes (a key counts its full bytes). A counted
  * reference to a resident key is a hit (weight 1 / R); a miss, or a put
  * of an absent key, inserts it when its size is known (a first request

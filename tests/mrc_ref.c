@@ -5,7 +5,7 @@
  * slowly, sharing no code with memd/mrc.c: a bug there shows as a
  * difference here.
  *
- * S3-FIFO (Yang et al., SOSP '23), byte-weighted, as memd/kvstore.c
+ * S3-FIFO (Yang et al., SOSP '23), byte-weighted, as memd/kvstore_evict.c
  * evicts and memd/mrc.h defines its miniature stores: a small FIFO, a
  * main FIFO and a ghost FIFO of keys only. A request to a resident key
  * hits and raises its frequency (at most 3). A key not resident goes in

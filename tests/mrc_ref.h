@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/mrc_ref.h - exact references for test_mrc (tests/mrc_ref.c),
- * written from memd/mrc.h's and memd/kvstore.c's definitions, not from
+ * written from memd/mrc.h's and memd/kvstore_evict.c's definitions, not from
  * memd/mrc.c: a byte-capacity S3-FIFO cache and a byte-weighted LRU
  * stack, each over every key of the whole trace (no sampling, no window).
  *

@@ -31,7 +31,7 @@
 
 /* ---- the owner: slabs and per-tenant shares ---- */
 
-/* Empty slabs a tenant keeps after an operation (kvstore.c,
+/* Empty slabs a tenant keeps after an operation (kvstore_slab.c,
  * KV_SPARE_SLABS): "all freed" means this many held, none in use. */
 #define SPARE 1u
 

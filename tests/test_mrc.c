@@ -15,7 +15,7 @@
  * bytes and inserts on a miss, which is the same stack. Seeds are fixed.
  * What memd reports, the miniature S3-FIFO stores, is checked against
  * tests/mrc_ref.c's exact S3-FIFO of each size (memd's policy, as
- * memd/kvstore.c evicts; written from the definition, sharing no code
+ * memd/kvstore_evict.c evicts; written from the definition, sharing no code
  * with memd/mrc.c) fed the same calls: within a bound at sampling rates
  * below 1, exactly at a rate of 1 (every store, on every trace, with
  * resizes and forgets), where the LRU curve is also checked against the

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/fuzz/fuzz_spill.c - libFuzzer harness for the KV store's spill
- * files as a warm restart reads them back (memd/kvstore.c:
+ * files as a warm restart reads them back (memd/kvstore_spill.c:
  * memd_kv_scan_spill, then a lookup that reloads the entry). Built by
  * tests/fuzz/CMakeLists.txt, run by .ci/fuzz.sh.
  *

@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT
+/*
+ * memd/kvstore_evict.c - the KV store's FIFOs and eviction: S3-FIFO (or
+ * plain FIFO) per tenant (see kvstore.h), and memd_kv_trim.
+ */
+#include "memd/kvstore_int.h"
+
+#include <errno.h>
+#include <pthread.h>
+
+/* ---- FIFOs ---- */
+
+static struct kv_fifo *fifo_of(struct kv_tenant *t, uint8_t q)
+{
+	switch (q) {
+	case Q_SMALL:
+		return &t->small;
+	case Q_MAIN:
+		return &t->main;
+	case Q_GHOST:
+		return &t->ghost;
+	case Q_RESERVED:
+		return &t->reserved;
+	case Q_DELETING:
+		return &t->deleting;
+	}
+	return NULL;
+}
+
+void kvs_queue_push(struct kv_entry *e, uint8_t q)
+{
+	struct kv_fifo *f = fifo_of(e->t, q);
+
+	e->queue = q;
+	e->qprev = NULL;
+	e->qnext = f->head;
+	if (f->head)
+		f->head->qprev = e;
+	else
+		f->tail = e;
+	f->head = e;
+	f->count++;
+	f->bytes += e->bytes;
+}
+
+void kvs_queue_remove(struct kv_entry *e)
+{
+	struct kv_fifo *f = fifo_of(e->t, e->queue);
+
+	if (!f)
+		return;
+	if (e->qprev)
+		e->qprev->qnext = e->qnext;
+	else
+		f->head = e->qnext;
+	if (e->qnext)
+		e->qnext->qprev = e->qprev;
+	else
+		f->tail = e->qprev;
+	f->count--;
+	f->bytes -= e->bytes;
+	e->qprev = e->qnext = NULL;
+	e->queue = Q_NONE;
+}
+
+static void queue_move(struct kv_entry *e, uint8_t q)
+{
+	kvs_queue_remove(e);
+	kvs_queue_push(e, q);
+}
+
+void kvs_queue_committed(struct memd_kv *kv, struct kv_entry *e)
+{
+	bool main = kv->o.policy == MEMD_KV_POLICY_S3FIFO && e->to_main;
+
+	e->to_main = false;
+	e->freq = 0;
+	kvs_queue_push(e, main ? Q_MAIN : Q_SMALL);
+}
+
+/* ---- eviction ---- */
+
+static bool is_evictable(const struct kv_entry *e, uint64_t now_ms)
+{
+	return e->pins == 0 && !kvs_lease_is_live(e, now_ms);
+}
+
+static void ghost_trim(struct memd_kv *kv, struct kv_tenant *t)
+{
+	uint64_t cap = t->small.count + t->main.count;
+
+	if (cap == 0)
+		cap = 1;
+	while (t->ghost.count > cap) {
+		struct kv_entry *g = t->ghost.tail;
+
+		kvs_queue_remove(g);
+		kvs_entry_maybe_free(kv, g);
+	}
+}
+
+/* Evicts e (COMMITTED, evictable): spill, free its blocks, maybe ghost. */
+static void evict_entry(struct memd_kv *kv, struct kv_entry *e, bool ghost)
+{
+	struct kv_tenant *t = e->t;
+
+	if (kv->spill_dir && !e->spilled) {
+		if (kvs_spill_write(kv, e) == 0)
+			t->st.spills++;
+		else
+			t->st.spill_errors++;
+	}
+	if (!e->read) { /* put, never read: the put was waste */
+		t->st.oneshot++;
+		t->st.oneshot_bytes += e->value_len;
+		t->st.oneshot_put_ms += e->put_ms;
+	}
+	e->read = false;
+	kvs_queue_remove(e);
+	kvs_lease_clear(e); /* lapsed ones only: live ones are not evicted */
+	kvs_entry_free_blocks(e);
+	e->mem = MEM_NONE;
+	e->generation = 0;
+	e->freq = 0;
+	e->pins = 0;
+	t->st.evictions++;
+	if (ghost && kv->o.policy == MEMD_KV_POLICY_S3FIFO) {
+		kvs_queue_push(e, Q_GHOST);
+		ghost_trim(kv, t);
+	}
+	kvs_entry_maybe_free(kv, e);
+}
+
+static bool evict_any(struct memd_kv *kv, struct kv_fifo *f, bool ghost,
+		      uint64_t now_ms)
+{
+	for (struct kv_entry *e = f->tail; e; e = e->qprev) {
+		if (is_evictable(e, now_ms)) {
+			evict_entry(kv, e, ghost);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* One S3-FIFO eviction in t (see kvstore.h). False: nothing evictable. */
+bool kvs_evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms)
+{
+	uint64_t budget;
+
+	if (kv->o.policy == MEMD_KV_POLICY_FIFO)
+		return evict_any(kv, &t->small, false, now_ms);
+	budget = 4 * (t->small.count + t->main.count) + 4;
+	while (budget-- && (t->small.count || t->main.count)) {
+		struct kv_fifo *s = &t->small, *m = &t->main;
+		bool from_small =
+			s->count &&
+			(m->count == 0 || s->bytes * 10 >= s->bytes + m->bytes);
+		struct kv_entry *e = from_small ? s->tail : m->tail;
+
+		if (!is_evictable(e, now_ms)) {
+			queue_move(e, e->queue);
+		} else if (from_small && e->freq >= 1) {
+			queue_move(e, Q_MAIN);
+		} else if (!from_small && e->freq >= 1) {
+			e->freq--;
+			queue_move(e, Q_MAIN);
+		} else {
+			evict_entry(kv, e, from_small);
+			return true;
+		}
+	}
+	/* the walk only met pinned or leased entries: take any other one */
+	return evict_any(kv, &t->small, true, now_ms) ||
+	       evict_any(kv, &t->main, false, now_ms);
+}
+
+/* Evicts t's evictable committed entries with a block in slab sl. */
+static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
+			      const struct kv_slab *sl, uint64_t now_ms)
+{
+	struct kv_fifo *fifos[2] = { &t->small, &t->main };
+	uint64_t n = 0;
+
+	for (int f = 0; f < 2; f++) {
+		struct kv_entry *e, *next;
+
+		for (e = fifos[f]->tail; e; e = next) {
+			bool here = false;
+
+			next = e->qprev;
+			for (uint32_t i = 0; i < e->nchunks && !here; i++)
+				here = e->chunks[i].slab == sl;
+			if (here && is_evictable(e, now_ms)) {
+				evict_entry(kv, e, f == 0);
+				n++;
+			}
+		}
+	}
+	return n;
+}
+
+ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
+		     uint64_t now_ms)
+{
+	struct kv_tenant *t;
+	uint64_t n = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	t = kvs_tenant_find(kv, tenant);
+	if (t)
+		kvs_tenant_release_empty(kv, t);
+	for (uint32_t i = 0; t && i < t->nslabs; i++)
+		t->slabs[i]->trim_tried = false;
+	while (t && t->nslabs > max_slabs) {
+		struct kv_slab *best = NULL;
+
+		/* the slab with the fewest blocks in use costs least */
+		for (uint32_t i = 0; i < t->nslabs; i++) {
+			struct kv_slab *x = t->slabs[i];
+
+			if (!x->trim_tried &&
+			    (!best || x->nblocks - x->nfree <
+					      best->nblocks - best->nfree))
+				best = x;
+		}
+		if (!best)
+			break; /* pinned, leased or reserved blocks everywhere */
+		n += evict_in_slab(kv, t, best, now_ms);
+		if (best->list != L_EMPTY)
+			best->trim_tried = true;
+		kvs_tenant_release_empty(kv, t);
+	}
+	pthread_mutex_unlock(&kv->lock);
+	return (ssize_t)n;
+}
