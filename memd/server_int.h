@@ -4,8 +4,12 @@
  * connection structures, the counters macro, and the functions one file
  * calls in another. Private to memd/server*.c; memd/server.h is the API.
  *
- * memd/server.c          the control loop: connections, admission, frame
- *                        dispatch (handle), timers, reload, /metrics, life
+ * memd/server.c          the control loop's life: create, the epoll pass
+ *                        (serve_once), session expiry, reload, run, destroy
+ * memd/server_accept.c   accepting: listeners, shedding, displacement,
+ *                        the handshake and idle deadlines
+ * memd/server_dispatch.c a connection's reads and writes, frame dispatch
+ *                        (handle) to the handlers below
  * memd/server_lease.c    leases over the fabric: HELLO, LEASE, RELEASE,
  *                        STATUS, registrations, progress and reclaim threads
  * memd/server_cluster.c  the pool: AUTH, PLACE, LEASE_GRANT, HEARTBEAT,
@@ -15,6 +19,20 @@
  *                        KV requests, the KV metrics
  * memd/server_shm.c      same-host sessions: SHM, the Unix socket that
  *                        passes slab memfds, their renewal at revocation
+ * memd/server_conn.c     connections: the clock, admission's checks,
+ *                        establish, close, queueing replies
+ * memd/server_metrics.c  GET /metrics (srv_write_metrics)
+ * memd/server_prom.c     the Prometheus text helpers (srv_put_*)
+ *
+ * Calls go one way: server.c -> server_accept.c, server_dispatch.c,
+ * server_metrics.c -> the handlers (server_lease.c, server_cluster.c,
+ * server_kv.c, server_shm.c) -> server_conn.c, server_prom.c, which
+ * call no other server file, except that server_conn.c's close tells
+ * server_shm.c (srv_shm_session_closed). Among the handlers
+ * server_cluster.c calls server_kv.c, server_lease.c and server_shm.c;
+ * server_kv.c calls server_lease.c; server_lease.c and server_shm.c call
+ * each other (the slab's endpoint; a given memfd's renewal);
+ * server_shm.c uses server_accept.c's shedding for its own listener.
  */
 #ifndef MEMD_SERVER_INT_H
 #define MEMD_SERVER_INT_H
@@ -296,13 +314,18 @@ struct memd_server {
 #define TICKET_TTL_MS 30000u  /* the registry's tickets' life */
 /* Shared between memd/server*.c (each defined in the file named). */
 
-/* server.c */
+/* server_conn.c */
 uint64_t srv_now_ms(void);
 uint32_t srv_client_sessions(struct memd_server *s, uint32_t sessions);
 bool srv_conn_may_establish(struct memd_server *s, struct conn *c, bool cluster,
 			    char *err, size_t errlen);
 void srv_conn_establish(struct memd_server *s, struct conn *c, bool cluster);
 void srv_conn_close(struct memd_server *s, struct conn *c, const char *why);
+int srv_conn_send(struct conn *c, const struct wire_msg *m);
+void srv_send_error(struct memd_server *s, struct conn *c, uint32_t seq,
+		    int err, const char *fmt, ...);
+
+/* server_accept.c */
 /*
  * accept(2) on listener *lfdp (&s->lfd or &s->shm_lfd) failed with EMFILE
  * or ENFILE: the pending connection stays in the backlog and the
@@ -314,14 +337,28 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why);
  */
 bool srv_accept_shed(struct memd_server *s, int *lfdp, int err);
 void srv_accept_pause(struct memd_server *s, int *lfdp);
-int srv_conn_send(struct conn *c, const struct wire_msg *m);
-void srv_send_error(struct memd_server *s, struct conn *c, uint32_t seq,
-		    int err, const char *fmt, ...);
+void srv_accept_resume(struct memd_server *s, int *lfdp);
+void srv_accept_one(struct memd_server *s, int fd, const char *host,
+		    const char *port);
+void srv_accept_all(struct memd_server *s);
+void srv_conn_timers(struct memd_server *s);
+
+/* server_dispatch.c */
+void srv_reg_awake(struct memd_server *s);
+void srv_conn_process(struct memd_server *s, struct conn *c);
+int srv_conn_flush(struct conn *c);
+int srv_conn_read(struct conn *c);
+void srv_conn_service(struct memd_server *s, struct conn *c);
+
+/* server_prom.c */
 void srv_put_label(struct memd_metrics_buf *b, const char *v);
 void srv_put_head(struct memd_metrics_buf *b, const char *name,
 		  const char *type, const char *help);
 void srv_put_gauge(struct memd_metrics_buf *b, const char *name,
 		   const char *help, uint64_t v);
+
+/* server_metrics.c */
+void srv_write_metrics(struct memd_metrics_buf *b, void *arg);
 
 /* server_lease.c */
 struct arena_ep *srv_arena_aep(struct memd_server *s, uint32_t a);

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * tests/test_metrics.c - memd's GET /metrics (memd/metrics.c and
- * write_metrics in memd/server.c) against a real memd: the ready file's
- * second line, the exposition's names and values before, during and after
- * leases taken through libpool, every MEMD_COUNTERS counter, and the HTTP
- * errors (404, 405, malformed requests), over plain sockets.
+ * srv_write_metrics in memd/server_metrics.c) against a real memd: the
+ * ready file's second line, the exposition's names and values before,
+ * during and after leases taken through libpool, every MEMD_COUNTERS
+ * counter, and the HTTP errors (404, 405, malformed requests), over plain
+ * sockets.
  */
 #include <arpa/inet.h>
 #include <check.h>
