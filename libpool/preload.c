@@ -54,7 +54,7 @@
  * has no session (its threads did not fork): its new allocations go to
  * libc. Of pooled memory it inherited, the pages resident at the fork are
  * its private copy; pages whose data only the pool held are PROT_NONE
- * there (paging.c), so touching one is SIGSEGV, never wrong bytes.
+ * there (paging_fork.c), so touching one is SIGSEGV, never wrong bytes.
  * free() in the child releases its copy of a region (regions) or leaves
  * the heap alone (jemalloc: the arena's state is the parent's).
  */
@@ -233,7 +233,7 @@ static void atfork_child(void)
 	/* The session's threads did not come along: the child allocates
 	 * from libc only. Its inherited pooled pointers stay in the table
 	 * so free() recognises them and releases the child's copy only
-	 * (paging.c fenced the pages the child cannot have). */
+	 * (paging_fork.c fenced the pages the child cannot have). */
 	if (ctx.state == CTX_ON)
 		__atomic_store_n(&ctx.state, CTX_OFF, __ATOMIC_RELAXED);
 	ctx.forked = true;
