@@ -99,7 +99,7 @@ int pool_paging_set_process_budget(size_t bytes);
  * names of pool_paging_phase_name() are the shim's stats line's. */
 enum pool_paging_phase {
 	POOL_PHASE_WAIT,      /* poll/spin for the next message */
-	POOL_PHASE_LOCK,      /* taking eng.lock */
+	POOL_PHASE_LOCK,      /* taking pg_eng.lock */
 	POOL_PHASE_READ,      /* read() of the userfaultfd's messages */
 	POOL_PHASE_SERVE,     /* serving one batch of messages */
 	POOL_PHASE_FETCH,     /* pool_read() of a fault's run */
