@@ -2011,6 +2011,60 @@ START_TEST(cyclic_scan_behind_off)
 END_TEST
 
 /*
+ * n read-modify-writes of random 4 KiB pages of a 2 MiB mapping under a
+ * budget of `local` bytes, with the environment variable `name` set to
+ * `val` for the run (NULL: unset); hot > 0: 80 % of them to the first
+ * hot pages, the rest anywhere else. The sequence is the same on every
+ * call. Every page's counter must read back right; returns the
+ * mapping's stats.
+ */
+static struct pool_map_stats rmw_pages(const char *name, const char *val,
+				       size_t local, size_t hot, size_t n)
+{
+	const size_t size = 2 * MiB, npages = size / PG;
+	uint8_t want[2 * MiB / PG] = { 0 };
+	struct pool_region *r;
+	struct pool_map_stats st;
+	struct pool *p;
+	uint64_t x = 88172645463325252ull;
+	uint8_t *a;
+
+	if (val)
+		setenv(name, val, 1);
+	else
+		unsetenv(name);
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	a = map(p, r, local, 0);
+	for (size_t i = 0; i < n; i++) {
+		size_t pg;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (!hot)
+			pg = (size_t)(x % npages);
+		else
+			pg = (x >> 32) % 10 < 8
+				     ? (size_t)(x % hot)
+				     : hot + (size_t)(x % (npages - hot));
+		a[pg * PG] = (uint8_t)(a[pg * PG] + 1);
+		want[pg]++;
+	}
+	for (size_t pg = 0; pg < npages; pg++)
+		ck_assert_uint_eq(a[pg * PG], want[pg]);
+	st = stats(a);
+	ck_assert_int_eq(st.failed, 0);
+	ck_assert_uint_gt(st.evictions, 0);
+	ck_assert_uint_le(st.resident_peak, st.max_resident);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_free(p, r);
+	pool_close(p);
+	unsetenv(name);
+	return st;
+}
+
+/*
  * Adaptive CLOCK: a program that writes every page it touches, over a
  * working set a quarter larger than the budget (CPython's reference
  * counts), marks nearly every page between two passes of the hand, so
@@ -2022,43 +2076,11 @@ END_TEST
  */
 static uint64_t rmw_random(const char *clock, uint64_t *fifo_windows)
 {
-	const size_t size = 2 * MiB, local = 1600 * KiB, npages = size / PG;
-	const size_t n = 16 * npages;
-	uint8_t want[2 * MiB / PG] = { 0 };
-	struct pool_region *r;
-	struct pool_map_stats st;
-	struct pool *p;
-	uint64_t x = 88172645463325252ull;
-	uint8_t *a;
+	const size_t npages = 2 * MiB / PG;
+	struct pool_map_stats st = rmw_pages("LIBPOOL_PAGING_CLOCK", clock,
+					     1600 * KiB, 0, 16 * npages);
 
-	if (clock)
-		setenv("LIBPOOL_PAGING_CLOCK", clock, 1);
-	else
-		unsetenv("LIBPOOL_PAGING_CLOCK");
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
-	for (size_t i = 0; i < n; i++) {
-		size_t pg;
-
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		pg = (size_t)(x % npages);
-		a[pg * PG] = (uint8_t)(a[pg * PG] + 1);
-		want[pg]++;
-	}
-	for (size_t pg = 0; pg < npages; pg++)
-		ck_assert_uint_eq(a[pg * PG], want[pg]);
-	st = stats(a);
-	ck_assert_int_eq(st.failed, 0);
-	ck_assert_uint_gt(st.evictions, 0);
-	ck_assert_uint_le(st.resident_peak, st.max_resident);
 	*fifo_windows = st.clock_fifo_windows;
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_free(p, r);
-	pool_close(p);
-	unsetenv("LIBPOOL_PAGING_CLOCK");
 	return st.wp_faults;
 }
 
@@ -2092,44 +2114,12 @@ END_TEST
  */
 static uint64_t hot_set_rmw(const char *credit, uint64_t *wp_faults)
 {
-	const size_t size = 2 * MiB, local = 1 * MiB, npages = size / PG;
-	const size_t hot = npages * 3 / 10, n = 48 * npages;
-	uint8_t want[2 * MiB / PG] = { 0 };
-	struct pool_region *r;
-	struct pool_map_stats st;
-	struct pool *p;
-	uint64_t x = 88172645463325252ull;
-	uint8_t *a;
+	const size_t npages = 2 * MiB / PG;
+	struct pool_map_stats st =
+		rmw_pages("LIBPOOL_PAGING_CREDIT", credit, 1 * MiB,
+			  npages * 3 / 10, 48 * npages);
 
-	if (credit)
-		setenv("LIBPOOL_PAGING_CREDIT", credit, 1);
-	else
-		unsetenv("LIBPOOL_PAGING_CREDIT");
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
-	for (size_t i = 0; i < n; i++) {
-		size_t pg;
-
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		pg = (x >> 32) % 10 < 8 ? (size_t)(x % hot)
-					: hot + (size_t)(x % (npages - hot));
-		a[pg * PG] = (uint8_t)(a[pg * PG] + 1);
-		want[pg]++;
-	}
-	for (size_t pg = 0; pg < npages; pg++)
-		ck_assert_uint_eq(a[pg * PG], want[pg]);
-	st = stats(a);
-	ck_assert_int_eq(st.failed, 0);
-	ck_assert_uint_gt(st.evictions, 0);
-	ck_assert_uint_le(st.resident_peak, st.max_resident);
 	*wp_faults = st.wp_faults;
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_free(p, r);
-	pool_close(p);
-	unsetenv("LIBPOOL_PAGING_CREDIT");
 	return st.pages_fetched;
 }
 
