@@ -5,6 +5,7 @@
  * file, and the warm-restart scan of the spill directory.
  */
 #include "memd/kvstore_int.h"
+#include "fabric/locked.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -701,12 +702,7 @@ out:
 
 uint64_t memd_kv_spill_membership(struct memd_kv *kv)
 {
-	uint64_t m;
-
-	pthread_mutex_lock(&kv->lock);
-	m = kv->spill_membership;
-	pthread_mutex_unlock(&kv->lock);
-	return m;
+	return TP_LOCKED_READ(&kv->lock, kv->spill_membership);
 }
 
 int memd_kv_spill_membership_set(struct memd_kv *kv, uint64_t membership)
