@@ -20,6 +20,7 @@
  */
 #include "memd/lease.h"
 #include "fabric/locked.h"
+#include "fabric/dlist.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -65,26 +66,12 @@ struct memd_lease_table {
 
 static void live_unlink(struct memd_lease_table *t, struct memd_session *s)
 {
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		t->live_head = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	else
-		t->live_tail = s->prev;
-	s->next = s->prev = NULL;
+	TP_DLIST_UNLINK(t->live_head, t->live_tail, s, prev, next);
 }
 
 static void live_append(struct memd_lease_table *t, struct memd_session *s)
 {
-	s->prev = t->live_tail;
-	s->next = NULL;
-	if (t->live_tail)
-		t->live_tail->next = s;
-	else
-		t->live_head = s;
-	t->live_tail = s;
+	TP_DLIST_APPEND(t->live_head, t->live_tail, s, prev, next);
 }
 
 static void do_renew_locked(struct memd_lease_table *t, struct memd_session *s,
