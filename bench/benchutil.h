@@ -22,8 +22,12 @@
 /* Largest depth (operations in flight) we drive. */
 #define BENCH_DEPTH_MAX 256
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds; bench_now_us in microseconds. */
 uint64_t bench_now_ns(void);
+double bench_now_us(void);
+
+/* Sorts v[0 .. n) ascending (for percentiles: v[n / 2] is the median). */
+void bench_sort_doubles(double *v, size_t n);
 
 /*
  * Parses a byte size: digits with an optional binary suffix K, M, G, T
