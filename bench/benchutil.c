@@ -15,6 +15,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <inttypes.h>
 #include <netdb.h>
@@ -36,6 +37,26 @@ uint64_t bench_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+double bench_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void bench_sort_doubles(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
 }
 
 uint64_t bench_thread_cpu_ns(void)
@@ -596,6 +617,31 @@ int bench_args_left(const char *prog, int first, int argc, char **argv)
 	return 2;
 }
 
+int bench_parse_count(const char *prog, const char *opt, const char *arg,
+		      unsigned max, unsigned *out)
+{
+	char want[48];
+	unsigned v[1], n;
+
+	if (!bench_parse_uints(arg, max, v, 1, &n)) {
+		*out = v[0];
+		return 0;
+	}
+	snprintf(want, sizeof(want), "want a count 1..%u", max);
+	return bench_bad_arg(prog, opt, arg, want);
+}
+
+int bench_opt_other(int opt, void (*usage)(FILE *f), const char *prog)
+{
+	if (opt == BENCH_OPT_BAD)
+		return 2;
+	if (opt == 'h') {
+		usage(stdout);
+		return -1;
+	}
+	return bench_try_help(prog);
+}
+
 /* ---- a sweep of points --------------------------------------------- */
 
 void bench_points_init(struct bench_points *p)
@@ -680,6 +726,31 @@ int bench_points_check(const struct bench_points *p, const char *prog)
 		return 2;
 	}
 	return 0;
+}
+
+int bench_points_getopt(struct bench_points *p, int argc, char **argv,
+			const char *shortopts, const struct option *longopts,
+			const char *prog)
+{
+	int opt, r;
+
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) !=
+	       -1) {
+		r = bench_points_opt(p, opt, optarg, prog);
+		if (r == 2)
+			return BENCH_OPT_BAD;
+		if (!r)
+			return opt;
+	}
+	return -1;
+}
+
+int bench_points_end(const struct bench_points *p, int argc, char **argv,
+		     const char *prog)
+{
+	if (bench_args_left(prog, optind, argc, argv))
+		return 2;
+	return bench_points_check(p, prog);
 }
 
 void bench_points_max(const struct bench_points *p, uint64_t *size,

@@ -22,8 +22,12 @@
 /* Largest depth (operations in flight) we drive. */
 #define BENCH_DEPTH_MAX 256
 
-/* CLOCK_MONOTONIC in nanoseconds. */
+/* CLOCK_MONOTONIC in nanoseconds; bench_now_us in microseconds. */
 uint64_t bench_now_ns(void);
+double bench_now_us(void);
+
+/* Sorts v[0 .. n) ascending (for percentiles: v[n / 2] is the median). */
+void bench_sort_doubles(double *v, size_t n);
 
 /*
  * Parses a byte size: digits with an optional binary suffix K, M, G, T
@@ -182,6 +186,21 @@ int bench_bad_arg(const char *prog, const char *opt, const char *val,
 		  const char *want);
 int bench_args_left(const char *prog, int first, int argc, char **argv);
 
+/* A count option: 0 with *out in 1 .. max, else 2 after a bench_bad_arg
+ * line "prog: OPT 'ARG': want a count 1..MAX". */
+int bench_parse_count(const char *prog, const char *opt, const char *arg,
+		      unsigned max, unsigned *out);
+
+/*
+ * What a usage() (FILE *) -> void prints, and the option codes a
+ * command line's switch leaves to bench_opt_other: -h/--help prints
+ * usage on stdout and returns -1; BENCH_OPT_BAD (a usage error already
+ * said) returns 2; any other code (getopt_long's '?') returns
+ * bench_try_help's 2.
+ */
+#define BENCH_OPT_BAD (-2)
+int bench_opt_other(int opt, void (*usage)(FILE *f), const char *prog);
+
 /*
  * The points a sweep measures, and the options that set them (poolbench
  * and rawfab take the same ones): -s/--sizes, -d/--depths, --rw,
@@ -230,6 +249,20 @@ int bench_points_opt(struct bench_points *p, int opt, const char *arg,
 /* After the options: 0, or 2 with a usage error on stderr when a size is
  * larger than the region. */
 int bench_points_check(const struct bench_points *p, const char *prog);
+
+/*
+ * getopt_long over a sweep's command line: takes the points options
+ * into p and returns the next option that is the caller's, -1 at the
+ * end, or BENCH_OPT_BAD after the usage error of a points option.
+ * bench_points_end, after the loop: bench_args_left, then
+ * bench_points_check.
+ */
+struct option;
+int bench_points_getopt(struct bench_points *p, int argc, char **argv,
+			const char *shortopts, const struct option *longopts,
+			const char *prog);
+int bench_points_end(const struct bench_points *p, int argc, char **argv,
+		     const char *prog);
 
 /* The largest size and the largest depth of p. */
 void bench_points_max(const struct bench_points *p, uint64_t *size,

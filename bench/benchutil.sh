@@ -20,8 +20,12 @@
 #   free_port                 a free TCP port on 127.0.0.1
 #   tag REP                   appends rep=REP to result lines (filter)
 #   bench_start_memd LOG ARG...
-#                             $MEMD with ARG... and a ready file; sets
-#                             MEMD_PID and MEMD_ADDR once it is ready
+#                             $MEMD with ARG... and a fresh ready file,
+#                             its output appended to LOG; under the
+#                             command of the array BENCH_MEMD_WRAP when
+#                             set (e.g. valgrind); waits BENCH_MEMD_WAIT_S
+#                             (30) for it; sets MEMD_PID and MEMD_ADDR
+#   bench_stop_memd           stops MEMD_PID (SIGTERM, waited for)
 #   bench_start_redis CMD...  a redis-server on 127.0.0.1 when every CMD
 #                             is installed; sets HAVE_REDIS (0/1),
 #                             REDIS_PORT, REDIS_PID
@@ -93,6 +97,7 @@ bench_need() {
 
 # pids of servers we started, killed by pid at exit (never by name)
 PIDS=()
+BENCH_MEMD_WRAP=()
 # The program running now (see run_cmd): a signal must not wait for it to end.
 CUR=
 cleanup() {
@@ -141,21 +146,35 @@ tag() { # rep: appends rep=N to result lines, keeps comments
 }
 
 bench_start_memd() { # log args...
-	local mlog=$1
+	local mlog=$1 wait_s=${BENCH_MEMD_WAIT_S:-30}
 	shift
-	"$MEMD" --listen 127.0.0.1:0 --log-level warning \
-		--ready-file "$TMP/memd.ready" "$@" >"$mlog" 2>&1 &
+	rm -f "$TMP/memd.ready"
+	"${BENCH_MEMD_WRAP[@]}" "$MEMD" --listen 127.0.0.1:0 \
+		--log-level warning --ready-file "$TMP/memd.ready" "$@" \
+		>>"$mlog" 2>&1 &
 	MEMD_PID=$!
 	PIDS+=("$MEMD_PID")
-	for _ in $(seq 300); do
+	for _ in $(seq $((wait_s * 10))); do
 		[ -s "$TMP/memd.ready" ] && break
 		kill -0 "$MEMD_PID" 2>/dev/null ||
 			die "memd exited; its log ($mlog):
 $(cat "$mlog")"
 		sleep 0.1
 	done
-	[ -s "$TMP/memd.ready" ] || die "memd not ready after 30 s (log: $mlog)"
+	[ -s "$TMP/memd.ready" ] ||
+		die "memd not ready after $wait_s s (log: $mlog)"
 	MEMD_ADDR=$(head -n1 "$TMP/memd.ready")
+}
+
+bench_stop_memd() {
+	local p keep=()
+	kill "$MEMD_PID" 2>/dev/null || true
+	wait "$MEMD_PID" 2>/dev/null || true
+	for p in "${PIDS[@]}"; do
+		[ "$p" = "$MEMD_PID" ] || keep+=("$p")
+	done
+	PIDS=("${keep[@]}")
+	MEMD_PID=
 }
 
 bench_start_redis() { # commands that must be installed

@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/benchutil.h"
 #include "fabric/auth.h"
 #include "tests/testutil.h"
 #include "tidepool/kv.h"
@@ -39,21 +39,6 @@
 
 static struct tu_memd md[MAX_DONORS];
 static int nmd;
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 static void stop_all(void)
 {
@@ -113,7 +98,7 @@ static int donors_up(const char *reg, const char *cluster, int n)
 
 static void report(const char *op, double *t, int iters, int donors, int keys)
 {
-	qsort(t, (size_t)iters, sizeof(*t), cmp_double);
+	bench_sort_doubles(t, (size_t)iters);
 	printf("KVFANOUT op=%s donors=%d keys=%d p50_us=%.1f p90_us=%.1f\n", op,
 	       donors, keys, t[iters / 2], t[iters * 9 / 10]);
 }
@@ -215,29 +200,29 @@ int main(int argc, char **argv)
 	if (n != nkeys)
 		return die("put", n < 0 ? (int)n : EIO);
 	for (int i = 0; i < iters; i++) {
-		double t0 = now_us();
+		double t0 = bench_now_us();
 
 		n = pool_kv_exists(kv, (size_t)nkeys, keys);
-		t[i] = now_us() - t0;
+		t[i] = bench_now_us() - t0;
 		if (n != nkeys)
 			return die("exists", n < 0 ? (int)n : EIO);
 	}
 	report("exists", t, iters, donors, nkeys);
 	for (int i = 0; i < iters; i++) {
-		double t0 = now_us();
+		double t0 = bench_now_us();
 
 		n = pool_kv_get(kv, (size_t)nkeys, keys, bufs, caps, got, st);
-		t[i] = now_us() - t0;
+		t[i] = bench_now_us() - t0;
 		if (n != nkeys)
 			return die("get", n < 0 ? (int)n : EIO);
 	}
 	report("get", t, iters, donors, nkeys);
 	for (int i = 0; i < iters; i++) {
-		double t0 = now_us();
+		double t0 = bench_now_us();
 
 		n = pool_kv_put(kv, (size_t)nkeys, keys,
 				(const void *const *)vals, lens, st);
-		t[i] = now_us() - t0;
+		t[i] = bench_now_us() - t0;
 		if (n != nkeys)
 			return die("put again", n < 0 ? (int)n : EIO);
 	}

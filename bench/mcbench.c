@@ -126,7 +126,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ NULL, 0, NULL, 0 },
 	};
 	unsigned one[1], n;
-	int opt, r;
+	int opt;
 
 	memset(c, 0, sizeof(*c));
 	bench_points_init(&c->pts);
@@ -134,13 +134,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 	c->nkeys = 16;
 	c->verify_every = 64;
 	c->preset = true;
-	while ((opt = getopt_long(argc, argv, "a:k:h" BENCH_POINTS_SHORTOPTS,
-				  longopts, NULL)) != -1) {
-		r = bench_points_opt(&c->pts, opt, optarg, "mcbench");
-		if (r == 2)
-			return 2;
-		if (r)
-			continue;
+	while ((opt = bench_points_getopt(&c->pts, argc, argv,
+					  "a:k:h" BENCH_POINTS_SHORTOPTS,
+					  longopts, "mcbench")) != -1) {
 		switch (opt) {
 		case 'a':
 			if (!strrchr(optarg, ':'))
@@ -149,10 +145,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 			c->addr = optarg;
 			break;
 		case 'k':
-			if (bench_parse_uints(optarg, KEYS_MAX, one, 1, &n))
-				return bad_arg("--keys", optarg,
-					       "want a count 1..4096");
-			c->nkeys = one[0];
+			if (bench_parse_count("mcbench", "--keys", optarg,
+					      KEYS_MAX, &c->nkeys))
+				return 2;
 			break;
 		case OPT_VERIFY:
 			if (!strcmp(optarg, "0"))
@@ -172,11 +167,8 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 						   &c->server_pid))
 				return 2;
 			break;
-		case 'h':
-			usage(stdout);
-			return -1;
 		default:
-			return bench_try_help("mcbench");
+			return bench_opt_other(opt, usage, "mcbench");
 		}
 	}
 	if (bench_args_left("mcbench", optind, argc, argv))

@@ -101,9 +101,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned one[1];
-	unsigned n;
-	int opt, r;
+	int opt;
 
 	memset(c, 0, sizeof(*c));
 	c->cmd = CMD_RUN;
@@ -131,28 +129,22 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		argc--;
 	}
 
-	while ((opt = getopt_long(argc, argv, "a:t:h" BENCH_POINTS_SHORTOPTS,
-				  longopts, NULL)) != -1) {
-		r = bench_points_opt(&c->pts, opt, optarg, "poolbench");
-		if (r == 2)
-			return 2;
-		if (r)
-			continue;
+	while ((opt = bench_points_getopt(&c->pts, argc, argv,
+					  "a:t:h" BENCH_POINTS_SHORTOPTS,
+					  longopts, "poolbench")) != -1) {
 		switch (opt) {
 		case 'a':
 			c->addr = optarg;
 			break;
 		case 't':
-			if (bench_parse_uints(optarg, THREADS_MAX, one, 1, &n))
-				return bad_arg("--threads", optarg,
-					       "want a count 1..64");
-			c->threads = one[0];
+			if (bench_parse_count("poolbench", "--threads", optarg,
+					      THREADS_MAX, &c->threads))
+				return 2;
 			break;
 		case OPT_MAX_INFLIGHT:
-			if (bench_parse_uints(optarg, 65536, one, 1, &n))
-				return bad_arg("--max-inflight", optarg,
-					       "want a count 1..65536");
-			c->max_inflight = one[0];
+			if (bench_parse_count("poolbench", "--max-inflight",
+					      optarg, 65536, &c->max_inflight))
+				return 2;
 			break;
 		case OPT_SERVER_PID:
 			if (bench_parse_server_pid(optarg, "poolbench",
@@ -164,16 +156,11 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 				return bad_arg("--size", optarg,
 					       "want a size like 256M");
 			break;
-		case 'h':
-			usage(stdout);
-			return -1;
 		default:
-			return bench_try_help("poolbench");
+			return bench_opt_other(opt, usage, "poolbench");
 		}
 	}
-	if (bench_args_left("poolbench", optind, argc, argv))
-		return 2;
-	return bench_points_check(&c->pts, "poolbench");
+	return bench_points_end(&c->pts, argc, argv, "poolbench");
 }
 
 static const char *effective_addr(const struct cfg *c)

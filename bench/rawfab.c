@@ -133,8 +133,7 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned one[1], n;
-	int opt, r;
+	int opt;
 
 	memset(c, 0, sizeof(*c));
 	c->provider = "tcp";
@@ -142,13 +141,9 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 	bench_points_init(&c->pts);
 	c->max_inflight = DEFAULT_INFLIGHT;
 
-	while ((opt = getopt_long(argc, argv, "p:x:h" BENCH_POINTS_SHORTOPTS,
-				  longopts, NULL)) != -1) {
-		r = bench_points_opt(&c->pts, opt, optarg, "rawfab");
-		if (r == 2)
-			return 2;
-		if (r)
-			continue;
+	while ((opt = bench_points_getopt(&c->pts, argc, argv,
+					  "p:x:h" BENCH_POINTS_SHORTOPTS,
+					  longopts, "rawfab")) != -1) {
 		switch (opt) {
 		case 'p':
 			c->provider = optarg;
@@ -162,24 +157,18 @@ static int parse_args(int argc, char **argv, struct cfg *c)
 					       "want a size like 1M");
 			break;
 		case OPT_MAX_INFLIGHT:
-			if (bench_parse_uints(optarg, 65536, one, 1, &n))
-				return bad_arg("--max-inflight", optarg,
-					       "want a count 1..65536");
-			c->max_inflight = one[0];
+			if (bench_parse_count("rawfab", "--max-inflight",
+					      optarg, 65536, &c->max_inflight))
+				return 2;
 			break;
 		case OPT_TARGET_PROCESS:
 			c->target_process = true;
 			break;
-		case 'h':
-			usage(stdout);
-			return -1;
 		default:
-			return bench_try_help("rawfab");
+			return bench_opt_other(opt, usage, "rawfab");
 		}
 	}
-	if (bench_args_left("rawfab", optind, argc, argv))
-		return 2;
-	return bench_points_check(&c->pts, "rawfab");
+	return bench_points_end(&c->pts, argc, argv, "rawfab");
 }
 
 /*

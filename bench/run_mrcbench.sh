@@ -30,30 +30,21 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-die() {
-	echo "run_mrcbench: $*" >&2
-	exit 1
-}
-command -v python3 >/dev/null || die "python3 is needed to parse results"
+BENCH_NAME=run_mrcbench
+# shellcheck source=bench/benchutil.sh
+. "$ROOT/bench/benchutil.sh"
+bench_python
 
 summarize() {
-	python3 - "$@" <<'EOF'
-import fileinput, statistics, sys
-from collections import defaultdict
+	bench_summarize_py "$@" <<'EOF'
+import statistics, sys
+from benchutil import load
 
-rows = defaultdict(list)
-cg = {}
-for line in fileinput.input(sys.argv[1:]):
-    line = line.strip()
-    if line.startswith("#"):
-        print(line)
-        continue
-    if line.startswith("MRCBENCH"):
-        kv = dict(w.split("=", 1) for w in line.split()[1:])
-        rows[(kv["workload"], kv["mode"])].append(kv)
-    elif line.startswith("MRCGRIND"):
-        kv = dict(w.split("=", 1) for w in line.split()[1:])
-        cg[kv["mode"]] = kv
+lines, comments = load(sys.argv[1:], lambda b, kv: (
+    b, kv.get("workload"), kv.get("mode")))
+print("\n".join(comments))
+rows = {(w, m): v for (b, w, m), v in lines.items() if b == "MRCBENCH"}
+cg = {m: v[-1] for (b, w, m), v in lines.items() if b == "MRCGRIND"}
 
 def med(w, m, f):
     v = [float(r[f]) for r in rows.get((w, m), [])]
@@ -107,11 +98,7 @@ if "on" in cg and "off" in cg:
 EOF
 }
 
-if [ "${1:-}" = --summarize ]; then
-	shift
-	summarize "$@"
-	exit 0
-fi
+bench_cli 4 29 "$@"
 
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
 REPS=${REPS:-3}
@@ -132,10 +119,7 @@ OUT_DIR=${OUT_DIR:-$BUILD/mrcbench-results/$(date +%Y%m%d-%H%M%S)}
 
 MEMD=$BUILD/memd/memd
 KVBENCH=$BUILD/bench/kvbench
-for b in "$MEMD" "$KVBENCH"; do
-	[ -x "$b" ] || die "$b not found: build first, e.g.
-  cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2 memd kvbench"
-done
+bench_need "$MEMD" "$KVBENCH"
 if [ "$CALLGRIND" = 1 ]; then
 	command -v valgrind >/dev/null ||
 		die "valgrind is needed for CALLGRIND=1 (or set CALLGRIND=0)"
@@ -143,45 +127,20 @@ if [ "$CALLGRIND" = 1 ]; then
 		die "callgrind_annotate is needed for CALLGRIND=1"
 fi
 
-mkdir -p "$OUT_DIR"
-RAW=$OUT_DIR/raw.txt
-: >"$RAW"
-TMP=$(mktemp -d /tmp/mrcbench.XXXXXX)
-MEMD_PID=
-cleanup() {
-	[ -z "$MEMD_PID" ] || kill "$MEMD_PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
+bench_out mrcbench
+START_TIME=$(date +%s)
+BENCH_MEMD_WAIT_S=120 # memd under valgrind starts slowly
 
 # start_memd MODE CAP [WRAPPER...]: memd with the curves on or off
 start_memd() {
 	local mode=$1 cap=$2 samples=$SAMPLES
 	shift 2
 	[ "$mode" = off ] && samples=0
-	rm -f "$TMP/memd.ready"
-	"$@" "$MEMD" --listen 127.0.0.1:0 --donate "$cap" --slab-size "$SLAB" \
-		--log-level warning --ready-file "$TMP/memd.ready" \
-		--set kv_share=100 --set kv_mrc_samples="$samples" \
-		>>"$OUT_DIR/memd.log" 2>&1 &
-	MEMD_PID=$!
-	for _ in $(seq 1200); do
-		[ -s "$TMP/memd.ready" ] && break
-		kill -0 "$MEMD_PID" 2>/dev/null || die "memd exited (log: $OUT_DIR/memd.log)"
-		sleep 0.1
-	done
-	[ -s "$TMP/memd.ready" ] || die "memd not ready (log: $OUT_DIR/memd.log)"
-	ADDR=$(head -n1 "$TMP/memd.ready")
-}
-
-stop_memd() {
-	kill "$MEMD_PID" 2>/dev/null || true
-	wait "$MEMD_PID" 2>/dev/null || true
-	MEMD_PID=
+	BENCH_MEMD_WRAP=("$@")
+	bench_start_memd "$OUT_DIR/memd.log" --donate "$cap" \
+		--slab-size "$SLAB" --set kv_share=100 \
+		--set kv_mrc_samples="$samples"
+	ADDR=$MEMD_ADDR
 }
 
 # memd's CPU time so far, in clock ticks: utime and stime (all threads)
@@ -211,9 +170,9 @@ one_run() {
 		--block "$BLOCK")
 	t1=$(now_s)
 	c1=$(cpu_ticks)
-	stop_memd
+	bench_stop_memd
 	echo "$line" >>"$OUT_DIR/kvbench.txt"
-	python3 - "$mode" "$w" "$rep" "$c0" "$c1" "$TCK" "$t0" "$t1" "$line" \
+	"$PY" - "$mode" "$w" "$rep" "$c0" "$c1" "$TCK" "$t0" "$t1" "$line" \
 		<<'EOF' | tee -a "$RAW"
 import sys
 mode, w, rep, c0, c1, tck, t0, t1, line = sys.argv[1:]
@@ -266,10 +225,10 @@ if [ "$CALLGRIND" = 1 ]; then
 			--layers "$LAYERS" --prompts "$CG_PROMPTS" \
 			--sessions "$SESSIONS" --turns "$TURNS" \
 			--hbm-prefixes "$HBM" --seed 1 --block "$BLOCK")
-		stop_memd
+		bench_stop_memd
 		callgrind_annotate --inclusive=yes "$out" \
 			>"$OUT_DIR/callgrind.$mode.txt" 2>/dev/null
-		python3 - "$mode" "$w" "$line" "$OUT_DIR/callgrind.$mode.txt" \
+		"$PY" - "$mode" "$w" "$line" "$OUT_DIR/callgrind.$mode.txt" \
 			"$out" <<'EOF' | tee -a "$RAW"
 import re, sys
 mode, w, line, ann, raw = sys.argv[1:]
@@ -303,5 +262,4 @@ print(f"MRCGRIND mode={mode} workload={w} ir_total={total} ir_mrc={mrc} "
 EOF
 	done
 fi
-echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" >>"$RAW"
-summarize "$RAW" | tee "$OUT_DIR/summary.txt"
+bench_finish

@@ -29,8 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "bench/benchutil.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
@@ -39,21 +40,6 @@
 #define FILE_BYTES (64ul << 20)
 #define ANON_BYTES (256ul << 20)
 #define NWAYS 7
-
-static double now_us(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv)
 {
@@ -117,7 +103,7 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < iters; i++) {
 			size_t off = (size_t)rand() % (FILE_BYTES / len) * len;
-			double a = now_us();
+			double a = bench_now_us();
 			uint8_t *x;
 
 			switch (m) {
@@ -159,10 +145,10 @@ int main(int argc, char **argv)
 				munmap(x, len);
 				break;
 			}
-			t[i] = now_us() - a;
+			t[i] = bench_now_us() - a;
 		}
 		munmap(map, FILE_BYTES);
-		qsort(t, (size_t)iters, sizeof(*t), cmp_double);
+		bench_sort_doubles(t, (size_t)iters);
 		printf("shmread way=%s size=%zu p50_us=%.1f p10_us=%.1f "
 		       "MBps_p50=%.0f\n",
 		       names[m], len, t[iters / 2], t[iters / 10],

@@ -49,25 +49,17 @@ usage() {
 }
 
 while [ $# -gt 0 ]; do
-	case "$1" in
-	-n) ndonors=${2:?}; shift 2 ;;
-	-d) size=${2:?}; shift 2 ;;
-	-s) slab=${2:?}; shift 2 ;;
-	-p) base=${2:?}; shift 2 ;;
-	-m) memd=${2:?}; shift 2 ;;
-	-e) etcd=${2:?}; shift 2 ;;
-	--detach) detach=1; shift ;;
-	--stop)
-		lp_stop_dir "${2:?--stop takes the directory of the pool}" \
-			"logs and etcd data"
-		exit $?
-		;;
-	-h | --help) usage ;;
-	*)
+	if [ "$1" = -e ]; then
+		etcd=${2:?}
+		shift 2
+		continue
+	fi
+	lp_opt "logs and etcd data" "$@"
+	if [ "$lp_took" = 0 ]; then
 		echo "local-etcd-pool: unknown argument '$1'" >&2
 		usage
-		;;
-	esac
+	fi
+	shift "$lp_took"
 done
 lp_check_numbers 32 'base + 2001'
 lp_find_memd etcd_endpoints

@@ -23,6 +23,31 @@ lp_stop_dir() {
 	echo "$prog: stopped the processes of $dir ($kept kept there)"
 }
 
+# lp_opt KEPT ARG...: takes the option at the head of ARG... that both
+# scripts have (-n -d -s -p -m --detach --stop -h); sets lp_took to the
+# words it took (0: not one of them). --stop stops the pool (lp_stop_dir
+# DIR KEPT) and exits; -h calls the caller's usage.
+# shellcheck disable=SC2034 # lp_took and what the options set: the caller's
+lp_opt() {
+	local kept=$1
+	shift
+	lp_took=2
+	case "$1" in
+	-n) ndonors=${2:?} ;;
+	-d) size=${2:?} ;;
+	-s) slab=${2:?} ;;
+	-p) base=${2:?} ;;
+	-m) memd=${2:?} ;;
+	--detach) detach=1 lp_took=1 ;;
+	--stop)
+		lp_stop_dir "${2:?--stop takes the directory of the pool}" "$kept"
+		exit $?
+		;;
+	-h | --help) usage ;;
+	*) lp_took=0 ;;
+	esac
+}
+
 # lp_check_numbers MAXDONORS 'LASTPORT': -n and -p are numbers, and the
 # pool's last port, the arithmetic expression LASTPORT (of base and
 # ndonors), exists (exit 64 otherwise).

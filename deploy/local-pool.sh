@@ -58,23 +58,12 @@ EOF
 }
 
 while [ $# -gt 0 ]; do
-	case "$1" in
-	-n) ndonors=${2:?}; shift 2 ;;
-	-d) size=${2:?}; shift 2 ;;
-	-s) slab=${2:?}; shift 2 ;;
-	-p) base=${2:?}; shift 2 ;;
-	-m) memd=${2:?}; shift 2 ;;
-	--detach) detach=1; shift ;;
-	--stop)
-		lp_stop_dir "${2:?--stop takes the directory of the pool}" logs
-		exit $?
-		;;
-	-h | --help) usage ;;
-	*)
+	lp_opt logs "$@"
+	if [ "$lp_took" = 0 ]; then
 		echo "local-pool: unknown argument '$1'" >&2
 		usage
-		;;
-	esac
+	fi
+	shift "$lp_took"
 done
 lp_check_numbers 64 'base + ndonors + 1000'
 lp_find_memd registry

@@ -263,9 +263,10 @@ bool fab_provider_is_rxm(const char *provider)
  * loads libfabric later, does the same in fab_dl.c, putting back the
  * handler in place before the load.
  */
-static const int crash_sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
+const int fab_crash_sigs[FAB_CRASH_NSIGS] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+					      SIGABRT };
 
-static bool handler_is_psm(const struct sigaction *sa)
+bool fab_handler_is_psm(const struct sigaction *sa)
 {
 	void *h = (sa->sa_flags & SA_SIGINFO) ? (void *)sa->sa_sigaction
 					      : (void *)sa->sa_handler;
@@ -280,13 +281,12 @@ static bool handler_is_psm(const struct sigaction *sa)
 
 static void crash_handlers_reclaim(void)
 {
-	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]);
-	     i++) {
+	for (size_t i = 0; i < FAB_CRASH_NSIGS; i++) {
 		struct sigaction sa;
 
-		if (sigaction(crash_sigs[i], NULL, &sa) == 0 &&
-		    handler_is_psm(&sa))
-			signal(crash_sigs[i], SIG_DFL);
+		if (sigaction(fab_crash_sigs[i], NULL, &sa) == 0 &&
+		    fab_handler_is_psm(&sa))
+			signal(fab_crash_sigs[i], SIG_DFL);
 	}
 }
 

@@ -41,7 +41,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_errno.h>
 
-#include "fabric/fab.h"
+#include "fabric/fab_int.h"
 
 static pthread_once_t dl_once = PTHREAD_ONCE_INIT;
 static int (*dl_getinfo)(uint32_t, const char *, const char *, uint64_t,
@@ -50,21 +50,6 @@ static void (*dl_freeinfo)(struct fi_info *);
 static struct fi_info *(*dl_dupinfo)(const struct fi_info *);
 static int (*dl_fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
 static uint32_t (*dl_version)(void);
-
-static const int crash_sigs[] = { SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT };
-
-static bool handler_is_psm(const struct sigaction *sa)
-{
-	void *h = (sa->sa_flags & SA_SIGINFO) ? (void *)sa->sa_sigaction
-					      : (void *)sa->sa_handler;
-	Dl_info info;
-
-	if (h == (void *)SIG_DFL || h == (void *)SIG_IGN || !dladdr(h, &info) ||
-	    !info.dli_fname)
-		return false;
-	return strstr(info.dli_fname, "libinfinipath") ||
-	       strstr(info.dli_fname, "libpsm");
-}
 
 /* The versions fab.c was built against (libfabric 1.x: FABRIC_1.3 for
  * the info calls, FABRIC_1.1 for fi_fabric); the default one otherwise. */
@@ -77,24 +62,23 @@ static void *sym(void *lib, const char *name, const char *version)
 
 static void dl_load(void)
 {
-	struct sigaction before[sizeof(crash_sigs) / sizeof(crash_sigs[0])];
-	bool have[sizeof(crash_sigs) / sizeof(crash_sigs[0])];
+	struct sigaction before[FAB_CRASH_NSIGS];
+	bool have[FAB_CRASH_NSIGS];
 	void *lib;
 
-	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]); i++)
-		have[i] = sigaction(crash_sigs[i], NULL, &before[i]) == 0;
+	for (size_t i = 0; i < FAB_CRASH_NSIGS; i++)
+		have[i] = sigaction(fab_crash_sigs[i], NULL, &before[i]) == 0;
 	lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
-	for (size_t i = 0; i < sizeof(crash_sigs) / sizeof(crash_sigs[0]);
-	     i++) {
+	for (size_t i = 0; i < FAB_CRASH_NSIGS; i++) {
 		struct sigaction now;
 
-		if (!have[i] || sigaction(crash_sigs[i], NULL, &now) ||
-		    !handler_is_psm(&now))
+		if (!have[i] || sigaction(fab_crash_sigs[i], NULL, &now) ||
+		    !fab_handler_is_psm(&now))
 			continue;
-		if (handler_is_psm(&before[i]))
-			signal(crash_sigs[i], SIG_DFL);
+		if (fab_handler_is_psm(&before[i]))
+			signal(fab_crash_sigs[i], SIG_DFL);
 		else
-			sigaction(crash_sigs[i], &before[i], NULL);
+			sigaction(fab_crash_sigs[i], &before[i], NULL);
 	}
 	if (!lib)
 		return;

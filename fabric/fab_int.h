@@ -36,6 +36,16 @@
 /* See "Opening and closing" in the invariants (fabric/fab.c, top). */
 extern pthread_mutex_t fab_ctl_mu;
 
+/*
+ * The signals the psm libraries' constructors catch, and whether sa is a
+ * handler of theirs (fabric/fab.c, "Crash signals"); fab.c resets
+ * theirs, fab_dl.c puts back the one in place before its dlopen().
+ */
+#define FAB_CRASH_NSIGS 5
+extern const int fab_crash_sigs[FAB_CRASH_NSIGS];
+struct sigaction;
+bool fab_handler_is_psm(const struct sigaction *sa);
+
 /* Completions read per fi_cq_read call. */
 #define FAB_CQ_BATCH 16
 /* How long a leader polls the CQ before it blocks (see top of file). */

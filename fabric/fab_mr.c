@@ -39,48 +39,50 @@ static uint64_t key_mask(size_t key_size)
 }
 
 /*
- * Registers a buffer. Under FAB_MR_ENDPOINT the MR is bound to ep and
- * enabled before any peer can use its key.
+ * The checks of a registration's arguments, iface 0 (host memory) or
+ * FAB_HMEM_CUDA on device: 0, with the FI_* access bits in *fi_access;
+ * -EINVAL, or -EOPNOTSUPP (d cannot register iface's memory).
  */
-int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
-	       unsigned access, uint64_t requested_key, struct fab_mr **out)
+static int mr_args(const struct fab_domain *d, const struct fab_ep *ep,
+		   const void *buf, size_t len, unsigned access, unsigned iface,
+		   int device, uint64_t *fi_access)
 {
-	struct fab_mr *m;
-	uint64_t fi_access = 0;
-	uint64_t key = 0;
-	int ret;
-
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
 	if (!d || !buf || !len || !access ||
-	    (access &
-	     ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE | FAB_ACCESS_REMOTE_READ)))
+	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE |
+			FAB_ACCESS_REMOTE_READ)) ||
+	    (iface != 0 && iface != FAB_HMEM_CUDA) || device < 0)
 		return -EINVAL;
+	if (!fab_domain_has_hmem(d, iface))
+		return -EOPNOTSUPP;
 	if ((d->mr_mode & FAB_MR_ENDPOINT) && !ep)
 		return -EINVAL;
 	if (ep && ep->d != d)
 		return -EINVAL;
+	*fi_access = 0;
 	if (access & FAB_ACCESS_LOCAL)
-		fi_access |= FI_READ | FI_WRITE;
+		*fi_access |= FI_READ | FI_WRITE;
 	if (access & FAB_ACCESS_REMOTE)
-		fi_access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+		*fi_access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
 	if (access & FAB_ACCESS_REMOTE_READ)
-		fi_access |= FI_REMOTE_READ;
-	key = reg_key(d, requested_key);
+		*fi_access |= FI_REMOTE_READ;
+	return 0;
+}
 
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	ret = fab_errno(fi_mr_reg(d->domain, buf, len, fi_access, 0, key, 0,
-				  &m->mr, NULL));
-	if (ret)
-		goto free_m;
+/*
+ * Finishes a registration m->mr of buf that the provider made: under
+ * FAB_MR_ENDPOINT binds it to ep and enables it before any peer can use
+ * its key; reads the key and the remote base. 0 with *out = m, or -errno
+ * with m->mr closed and m freed.
+ */
+static int mr_finish(struct fab_domain *d, struct fab_ep *ep, struct fab_mr *m,
+		     const void *buf, struct fab_mr **out)
+{
+	int ret = 0;
+
 	if (d->mr_mode & FAB_MR_ENDPOINT) {
 		ret = fab_errno(fi_mr_bind(m->mr, &ep->ep->fid, 0));
-		if (ret)
-			goto close_mr;
-		ret = fab_errno(fi_mr_enable(m->mr));
+		if (!ret)
+			ret = fab_errno(fi_mr_enable(m->mr));
 		if (ret)
 			goto close_mr;
 	}
@@ -97,9 +99,35 @@ int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
 
 close_mr:
 	fi_close(&m->mr->fid);
-free_m:
 	free(m);
 	return ret;
+}
+
+/* Registers a host buffer (fabric/fab.h). */
+int fab_mr_reg(struct fab_domain *d, struct fab_ep *ep, void *buf, size_t len,
+	       unsigned access, uint64_t requested_key, struct fab_mr **out)
+{
+	struct fab_mr *m;
+	uint64_t fi_access, key;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = mr_args(d, ep, buf, len, access, 0, 0, &fi_access);
+	if (ret)
+		return ret;
+	key = reg_key(d, requested_key);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	ret = fab_errno(fi_mr_reg(d->domain, buf, len, fi_access, 0, key, 0,
+				  &m->mr, NULL));
+	if (ret) {
+		free(m);
+		return ret;
+	}
+	return mr_finish(d, ep, m, buf, out);
 }
 
 /*
@@ -182,25 +210,11 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 	if (!out)
 		return -EINVAL;
 	*out = NULL;
-	if (!d || !buf || !len || !access ||
-	    (access & ~(FAB_ACCESS_LOCAL | FAB_ACCESS_REMOTE |
-			FAB_ACCESS_REMOTE_READ)) ||
-	    (iface != 0 && iface != FAB_HMEM_CUDA) || device < 0)
-		return -EINVAL;
-	if (!fab_domain_has_hmem(d, iface))
-		return -EOPNOTSUPP;
-	if ((d->mr_mode & FAB_MR_ENDPOINT) && !ep)
-		return -EINVAL;
-	if (ep && ep->d != d)
-		return -EINVAL;
+	ret = mr_args(d, ep, buf, len, access, iface, device, &attr.access);
+	if (ret)
+		return ret;
 	attr.mr_iov = &iov;
 	attr.iov_count = 1;
-	if (access & FAB_ACCESS_LOCAL)
-		attr.access |= FI_READ | FI_WRITE;
-	if (access & FAB_ACCESS_REMOTE)
-		attr.access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
-	if (access & FAB_ACCESS_REMOTE_READ)
-		attr.access |= FI_REMOTE_READ;
 	attr.requested_key = reg_key(d, requested_key);
 	attr.iface = iface == FAB_HMEM_CUDA ? FI_HMEM_CUDA : FI_HMEM_SYSTEM;
 	attr.device.cuda = device;
@@ -209,27 +223,9 @@ int fab_mr_reg_hmem(struct fab_domain *d, struct fab_ep *ep, void *buf,
 	if (!m)
 		return -ENOMEM;
 	ret = fab_errno(fi_mr_regattr(d->domain, &attr, 0, &m->mr));
-	if (ret)
-		goto free_m;
-	if (d->mr_mode & FAB_MR_ENDPOINT) {
-		ret = fab_errno(fi_mr_bind(m->mr, &ep->ep->fid, 0));
-		if (!ret)
-			ret = fab_errno(fi_mr_enable(m->mr));
-		if (ret)
-			goto close_mr;
+	if (ret) {
+		free(m);
+		return ret;
 	}
-	m->key = fi_mr_key(m->mr);
-	if (m->key == FI_KEY_NOTAVAIL) {
-		ret = -EOPNOTSUPP; /* FI_MR_RAW only: see fab_mr_reg() */
-		goto close_mr;
-	}
-	m->remote_base = fab_mr_base_for_mode(d->mr_mode, buf);
-	*out = m;
-	return 0;
-
-close_mr:
-	fi_close(&m->mr->fid);
-free_m:
-	free(m);
-	return ret;
+	return mr_finish(d, ep, m, buf, out);
 }

@@ -34,6 +34,7 @@
 
 #include "fabric/auth.h"
 #include "fabric/hostport.h"
+#include "fabric/locked.h"
 
 struct rpc {
 	pthread_mutex_t lock;
@@ -164,12 +165,7 @@ void rpc_close(struct rpc *c)
 
 bool rpc_is_broken(struct rpc *c)
 {
-	bool b;
-
-	pthread_mutex_lock(&c->lock);
-	b = c->broken;
-	pthread_mutex_unlock(&c->lock);
-	return b;
+	return TP_LOCKED_READ(&c->lock, c->broken);
 }
 
 static int send_all(struct rpc *c, const uint8_t *p, size_t n,

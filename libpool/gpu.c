@@ -90,6 +90,7 @@
 
 #include "libpool/log.h"
 #include "numa/place.h"
+#include "fabric/dlist.h"
 
 #define DEFAULT_STAGING (4u << 20)
 #define DEFAULT_COUNT 4u
@@ -406,12 +407,7 @@ static int submit(struct pool_gpu *g, struct pool_region *r, uint64_t off,
 		return ret;
 	}
 	pthread_mutex_lock(&g->lock);
-	x->prev = g->pending_tail;
-	if (g->pending_tail)
-		g->pending_tail->next = x;
-	else
-		g->pending = x;
-	g->pending_tail = x;
+	TP_DLIST_APPEND(g->pending, g->pending_tail, x, prev, next);
 	g->kick++;
 	pthread_cond_signal(&g->cond);
 	pthread_mutex_unlock(&g->lock);

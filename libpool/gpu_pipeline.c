@@ -20,6 +20,7 @@
 #include "libpool/log.h"
 #include "libpool/thread_role.h"
 #include "numa/place.h"
+#include "fabric/dlist.h"
 
 #define IDLE_WAIT_MS 1000 /* idle worker re-checks this often anyway */
 #define SLICE_US 2000	  /* longest block on one event before re-checking */
@@ -44,15 +45,7 @@ bool gpu_xfer_fail(struct pool_gpu_xfer *x, int err)
 
 static void unlink_pending_locked(struct pool_gpu *g, struct pool_gpu_xfer *x)
 {
-	if (x->prev)
-		x->prev->next = x->next;
-	else
-		g->pending = x->next;
-	if (x->next)
-		x->next->prev = x->prev;
-	else
-		g->pending_tail = x->prev;
-	x->next = x->prev = NULL;
+	TP_DLIST_UNLINK(g->pending, g->pending_tail, x, prev, next);
 }
 
 /*

@@ -6,6 +6,7 @@
  * How the files of libpool's core share the work: libpool/pool_int.h.
  */
 #include "libpool/pool_int.h"
+#include "fabric/locked.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -346,12 +347,7 @@ uint32_t pool_session_nlinks(struct pool *p)
 
 uint64_t pool_session_links_reaped(struct pool *p)
 {
-	uint64_t n;
-
-	pthread_mutex_lock(&p->lock);
-	n = p->links_reaped;
-	pthread_mutex_unlock(&p->lock);
-	return n;
+	return TP_LOCKED_READ(&p->lock, p->links_reaped);
 }
 
 int64_t pool_session_pass_left_ms(struct pool *p, bool at_last_open)

@@ -188,13 +188,14 @@ void memd_conf_expect(const struct memd_conf_key *k, char *buf, size_t len)
 	const struct memd_conf_name *n;
 	size_t used;
 
+	/* the bounds as a value of k is written (unused for strings) */
+	memd_conf_format_num(k, k->min, lo, sizeof(lo));
+	memd_conf_format_num(k, k->max, hi, sizeof(hi));
 	switch (k->type) {
 	case MEMD_CONF_STRING:
 		snprintf(buf, len, "%s", k->expect);
 		return;
 	case MEMD_CONF_BYTES:
-		memd_conf_format_bytes(k->min, lo, sizeof(lo));
-		memd_conf_format_bytes(k->max, hi, sizeof(hi));
 		snprintf(buf, len,
 			 "a size from %s to %s%s (bytes, or a K, M, G, T, P "
 			 "or E suffix such as %s)",
@@ -203,17 +204,13 @@ void memd_conf_expect(const struct memd_conf_key *k, char *buf, size_t len)
 			 k->def);
 		return;
 	case MEMD_CONF_MS:
-		memd_conf_format_ms(k->min, lo, sizeof(lo));
-		memd_conf_format_ms(k->max, hi, sizeof(hi));
 		snprintf(buf, len,
 			 "a duration from %s to %s (500ms, 10s, 2m, 1h; "
 			 "a bare number is milliseconds)",
 			 lo, hi);
 		return;
 	case MEMD_CONF_UINT:
-		snprintf(buf, len,
-			 "a whole number from %" PRIu64 " to %" PRIu64, k->min,
-			 k->max);
+		snprintf(buf, len, "a whole number from %s to %s", lo, hi);
 		return;
 	case MEMD_CONF_ENUM:
 		used = (size_t)snprintf(buf, len, "one of");

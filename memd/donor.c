@@ -49,6 +49,7 @@
 #include "fabric/hostport.h"
 #include "fabric/rpc.h"
 #include "memd/log.h"
+#include "fabric/locked.h"
 
 #define QUEUE_MAX 4096
 #define REFUSED_MAX 1024
@@ -653,22 +654,12 @@ int memd_donor_refused(struct memd_donor *d, uint64_t registry_epoch,
 
 bool memd_donor_refused_room(struct memd_donor *d)
 {
-	bool room;
-
-	pthread_mutex_lock(&d->lock);
-	room = d->nrefused < REFUSED_MAX;
-	pthread_mutex_unlock(&d->lock);
-	return room;
+	return TP_LOCKED_READ(&d->lock, d->nrefused < REFUSED_MAX);
 }
 
 uint64_t memd_donor_drain_starts(struct memd_donor *d)
 {
-	uint64_t n;
-
-	pthread_mutex_lock(&d->lock);
-	n = d->drain_starts;
-	pthread_mutex_unlock(&d->lock);
-	return n;
+	return TP_LOCKED_READ(&d->lock, d->drain_starts);
 }
 
 int memd_donor_redeemed(struct memd_donor *d, uint64_t grant_id)

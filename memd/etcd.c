@@ -581,16 +581,23 @@ int memd_etcd_lease_grant(struct memd_etcd *e, int64_t ttl_s, int64_t *id,
 	return 0;
 }
 
+/* POSTs {"ID": "id"}, a lease's id as etcd's gateway takes it, to path. */
+static int post_lease_id(struct memd_etcd *e, const char *path, int64_t id,
+			 json_t **reply, char *err, size_t errlen)
+{
+	char s[24];
+
+	snprintf(s, sizeof(s), "%" PRId64, id);
+	return post(e, path, json_pack("{s:s}", "ID", s), reply, err, errlen);
+}
+
 int memd_etcd_lease_keepalive(struct memd_etcd *e, int64_t id, int64_t *ttl_s,
 			      char *err, size_t errlen)
 {
 	json_t *reply;
-	char s[24];
 	int rc;
 
-	snprintf(s, sizeof(s), "%" PRId64, id);
-	rc = post(e, "/v3/lease/keepalive", json_pack("{s:s}", "ID", s), &reply,
-		  err, errlen);
+	rc = post_lease_id(e, "/v3/lease/keepalive", id, &reply, err, errlen);
 	if (rc)
 		return rc;
 	*ttl_s = i64(json_object_get(reply, "result"), "TTL");
@@ -607,12 +614,9 @@ int memd_etcd_lease_revoke(struct memd_etcd *e, int64_t id, char *err,
 			   size_t errlen)
 {
 	json_t *reply;
-	char s[24];
 	int rc;
 
-	snprintf(s, sizeof(s), "%" PRId64, id);
-	rc = post(e, "/v3/lease/revoke", json_pack("{s:s}", "ID", s), &reply,
-		  err, errlen);
+	rc = post_lease_id(e, "/v3/lease/revoke", id, &reply, err, errlen);
 	json_decref(reply);
 	return rc;
 }

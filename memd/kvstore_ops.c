@@ -70,6 +70,45 @@ static void fill_locs(const struct kv_entry *e, struct memd_kv_item *it,
 	}
 }
 
+/*
+ * A batch whose keys get locations: under the lock, items[i].status =
+ * one(kv, t, &items[i], locs, max_locs, &nl, now_ms) for the tenant's
+ * store t (made if it has none; -ENOMEM for each where that fails), each
+ * item's locations appended at locs[nl]; then the tenant's spare slabs
+ * go back. The number of items with status 0, or -EINVAL.
+ */
+static ssize_t
+kv_loc_batch(struct memd_kv *kv, uint32_t tenant, struct memd_kv_item *items,
+	     size_t n, struct memd_kv_loc *locs, size_t max_locs,
+	     uint64_t now_ms,
+	     int (*one)(struct memd_kv *kv, struct kv_tenant *t,
+			struct memd_kv_item *it, struct memd_kv_loc *locs,
+			size_t max_locs, size_t *nl, uint64_t now_ms))
+{
+	struct kv_tenant *t;
+	size_t nl = 0;
+	ssize_t ok = 0;
+	int r = batch_check(kv, items, n, locs, max_locs);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&kv->lock);
+	t = kvs_tenant_get(kv, tenant);
+	for (size_t i = 0; i < n; i++) {
+		struct memd_kv_item *it = &items[i];
+
+		it->first_loc = (uint32_t)nl;
+		it->nchunks = 0;
+		it->status = t ? one(kv, t, it, locs, max_locs, &nl, now_ms)
+			       : -ENOMEM;
+		ok += it->status == 0;
+	}
+	if (t)
+		kvs_tenant_release_spare(kv, t);
+	pthread_mutex_unlock(&kv->lock);
+	return ok;
+}
+
 void kvs_drop_reserved(struct memd_kv *kv, struct kv_entry *e)
 {
 	kvs_queue_remove(e);
@@ -88,6 +127,7 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 	struct kv_entry *e;
 	int nc, r;
 
+	it->generation = 0;
 	nc = memd_kv_nchunks(kv, it->value_len);
 	if (nc < 0)
 		return nc;
@@ -148,30 +188,8 @@ ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
 			struct memd_kv_loc *locs, size_t max_locs,
 			uint64_t now_ms)
 {
-	struct kv_tenant *t;
-	size_t nl = 0;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, locs, max_locs);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = kvs_tenant_get(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		struct memd_kv_item *it = &items[i];
-
-		it->first_loc = (uint32_t)nl;
-		it->nchunks = 0;
-		it->generation = 0;
-		it->status =
-			t ? reserve_one(kv, t, it, locs, max_locs, &nl, now_ms)
-			  : -ENOMEM;
-		ok += it->status == 0;
-	}
-	if (t)
-		kvs_tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_loc_batch(kv, tenant, items, n, locs, max_locs, now_ms,
+			    reserve_one);
 }
 
 static int commit_one(struct memd_kv *kv, struct kv_tenant *t,
@@ -257,38 +275,27 @@ static int lookup_one(struct memd_kv *kv, struct kv_tenant *t,
 	return 0;
 }
 
+/* lookup_one, counted as a hit or a miss. */
+static int lookup_counted(struct memd_kv *kv, struct kv_tenant *t,
+			  struct memd_kv_item *it, struct memd_kv_loc *locs,
+			  size_t max_locs, size_t *nl, uint64_t now_ms)
+{
+	int r = lookup_one(kv, t, it, locs, max_locs, nl, now_ms);
+
+	if (r == 0)
+		t->st.hits++;
+	else if (r == -ENOENT)
+		t->st.misses++;
+	return r;
+}
+
 ssize_t memd_kv_lookup(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n,
 		       struct memd_kv_loc *locs, size_t max_locs,
 		       uint64_t now_ms)
 {
-	struct kv_tenant *t;
-	size_t nl = 0;
-	ssize_t ok = 0;
-	int r = batch_check(kv, items, n, locs, max_locs);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&kv->lock);
-	t = kvs_tenant_get(kv, tenant);
-	for (size_t i = 0; i < n; i++) {
-		struct memd_kv_item *it = &items[i];
-
-		it->first_loc = (uint32_t)nl;
-		it->nchunks = 0;
-		it->status =
-			t ? lookup_one(kv, t, it, locs, max_locs, &nl, now_ms)
-			  : -ENOMEM;
-		if (t && it->status == 0)
-			t->st.hits++;
-		else if (t && it->status == -ENOENT)
-			t->st.misses++;
-		ok += it->status == 0;
-	}
-	if (t)
-		kvs_tenant_release_spare(kv, t);
-	pthread_mutex_unlock(&kv->lock);
-	return ok;
+	return kv_loc_batch(kv, tenant, items, n, locs, max_locs, now_ms,
+			    lookup_counted);
 }
 
 /* Frees a DELETING entry whose last lease has ended. */

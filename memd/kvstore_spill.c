@@ -5,6 +5,8 @@
  * file, and the warm-restart scan of the spill directory.
  */
 #include "memd/kvstore_int.h"
+#include "fabric/locked.h"
+#include "fabric/dlist.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -133,15 +135,7 @@ void kvs_spill_forget(struct memd_kv *kv, struct kv_entry *e, bool unlink_file)
 
 	if (!e->spilled)
 		return;
-	if (e->sprev)
-		e->sprev->snext = e->snext;
-	else
-		kv->spill_head = e->snext;
-	if (e->snext)
-		e->snext->sprev = e->sprev;
-	else
-		kv->spill_tail = e->sprev;
-	e->sprev = e->snext = NULL;
+	TP_DLIST_UNLINK(kv->spill_head, kv->spill_tail, e, sprev, snext);
 	kv->spill_used -= e->spill_file_bytes;
 	e->t->spilled--;
 	e->t->spill_bytes -= e->spill_file_bytes;
@@ -156,13 +150,7 @@ static void spill_append(struct memd_kv *kv, struct kv_entry *e,
 {
 	e->spilled = true;
 	e->spill_file_bytes = file_bytes;
-	e->snext = NULL;
-	e->sprev = kv->spill_tail;
-	if (kv->spill_tail)
-		kv->spill_tail->snext = e;
-	else
-		kv->spill_head = e;
-	kv->spill_tail = e;
+	TP_DLIST_APPEND(kv->spill_head, kv->spill_tail, e, sprev, snext);
 	kv->spill_used += file_bytes;
 	e->t->spilled++;
 	e->t->spill_bytes += file_bytes;
@@ -701,12 +689,7 @@ out:
 
 uint64_t memd_kv_spill_membership(struct memd_kv *kv)
 {
-	uint64_t m;
-
-	pthread_mutex_lock(&kv->lock);
-	m = kv->spill_membership;
-	pthread_mutex_unlock(&kv->lock);
-	return m;
+	return TP_LOCKED_READ(&kv->lock, kv->spill_membership);
 }
 
 int memd_kv_spill_membership_set(struct memd_kv *kv, uint64_t membership)

@@ -19,6 +19,8 @@
  *   is nfree.
  */
 #include "memd/lease.h"
+#include "fabric/locked.h"
+#include "fabric/dlist.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -64,26 +66,12 @@ struct memd_lease_table {
 
 static void live_unlink(struct memd_lease_table *t, struct memd_session *s)
 {
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		t->live_head = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	else
-		t->live_tail = s->prev;
-	s->next = s->prev = NULL;
+	TP_DLIST_UNLINK(t->live_head, t->live_tail, s, prev, next);
 }
 
 static void live_append(struct memd_lease_table *t, struct memd_session *s)
 {
-	s->prev = t->live_tail;
-	s->next = NULL;
-	if (t->live_tail)
-		t->live_tail->next = s;
-	else
-		t->live_head = s;
-	t->live_tail = s;
+	TP_DLIST_APPEND(t->live_head, t->live_tail, s, prev, next);
 }
 
 static void do_renew_locked(struct memd_lease_table *t, struct memd_session *s,
@@ -440,23 +428,13 @@ uint32_t memd_lease_expire(struct memd_lease_table *t, uint64_t now_ms,
 bool memd_session_is_dead(struct memd_lease_table *t,
 			  const struct memd_session *s)
 {
-	bool dead;
-
-	pthread_mutex_lock(&t->lock);
-	dead = s->dead;
-	pthread_mutex_unlock(&t->lock);
-	return dead;
+	return TP_LOCKED_READ(&t->lock, s->dead);
 }
 
 uint64_t memd_session_expires_ms(struct memd_lease_table *t,
 				 const struct memd_session *s)
 {
-	uint64_t e;
-
-	pthread_mutex_lock(&t->lock);
-	e = s->expires_ms;
-	pthread_mutex_unlock(&t->lock);
-	return e;
+	return TP_LOCKED_READ(&t->lock, s->expires_ms);
 }
 
 size_t memd_lease_take_reclaim(struct memd_lease_table *t, uint64_t now_ms,
@@ -594,12 +572,7 @@ int memd_lease_get_group_counts(struct memd_lease_table *t, uint32_t group,
 
 int memd_lease_fullest_group(struct memd_lease_table *t)
 {
-	int g;
-
-	pthread_mutex_lock(&t->lock);
-	g = do_fullest_group_locked(t);
-	pthread_mutex_unlock(&t->lock);
-	return g;
+	return TP_LOCKED_READ(&t->lock, do_fullest_group_locked(t));
 }
 
 void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
@@ -613,12 +586,7 @@ void memd_session_set_tenant(struct memd_lease_table *t, struct memd_session *s,
 uint32_t memd_session_nleases(struct memd_lease_table *t,
 			      const struct memd_session *s)
 {
-	uint32_t n;
-
-	pthread_mutex_lock(&t->lock);
-	n = s->dead ? 0 : s->nleases;
-	pthread_mutex_unlock(&t->lock);
-	return n;
+	return TP_LOCKED_READ(&t->lock, s->dead ? 0 : s->nleases);
 }
 
 uint32_t memd_lease_tenant_sessions(struct memd_lease_table *t,

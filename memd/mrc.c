@@ -476,23 +476,12 @@ sim_fit(struct memd_mrc *m, unsigned k, uint64_t bytes, uint32_t x, unsigned q,
 				*sy = SQ_NONE; /* in and out */
 				continue;
 			}
-			/* pushing y would trim the oldest, z: y takes
-			 * z's place and becomes the head (the same
-			 * order) */
-			z = l[h].prev;
+			/* pushing y would trim the oldest, z: z goes,
+			 * y becomes the head (the count stays) */
+			z = q_pop(h, l);
 			st[SI(0, z)] = SQ_NONE;
 			*sy = SQ_GHOST;
-			if (z == h) {
-				l[y].prev = y;
-				l[y].next = y;
-			} else {
-				uint32_t p = l[z].prev;
-
-				l[y].prev = p;
-				l[y].next = h;
-				l[p].next = y;
-				l[h].prev = y;
-			}
+			q_push(z == h ? NONE : h, l, y);
 			s->head[QI(SQ_GHOST)] = y;
 			while (s->nghost > s->nres) {
 				h = s->head[QI(SQ_GHOST)];

@@ -49,14 +49,62 @@ static uint64_t thread_cpu_ns(const struct arena_ep *a)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* One sample of a per-endpoint counter kept in nanoseconds. */
-static void put_seconds_ep(struct memd_metrics_buf *b, const char *name,
-			   uint32_t ep, uint64_t ns)
+static uint64_t ep_wakeups(const struct arena_ep *a)
 {
-	memd_metrics_printf(
-		b,
-		"tidepool_memd_%s{endpoint=\"%u\"} %" PRIu64 ".%06" PRIu64 "\n",
-		name, ep, ns / 1000000000u, ns % 1000000000u / 1000);
+	return __atomic_load_n(&a->st.wakeups, __ATOMIC_RELAXED);
+}
+
+static uint64_t ep_starved_sleeps(const struct arena_ep *a)
+{
+	return __atomic_load_n(&a->st.starved_sleeps, __ATOMIC_RELAXED);
+}
+
+static uint64_t ep_busy_ns(const struct arena_ep *a)
+{
+	return __atomic_load_n(&a->st.busy_ns, __ATOMIC_RELAXED);
+}
+
+/* The per-endpoint (fabric progress thread) counters: a count, or
+ * nanoseconds written as seconds. */
+struct ep_metric {
+	const char *name, *help;
+	bool ns;
+	uint64_t (*get)(const struct arena_ep *a);
+};
+
+static const struct ep_metric ep_metrics[] = {
+	{ "fabric_wakeups_total",
+	  "Times a fabric progress thread woke from sleep because a "
+	  "client's request arrived (busy_poll_us avoids them).",
+	  false, ep_wakeups },
+	{ "fabric_starved_sleeps_total",
+	  "Millisecond sleeps of a fabric progress thread instead "
+	  "of polling, while memd had no file descriptor left.",
+	  false, ep_starved_sleeps },
+	{ "fabric_busy_poll_seconds_total",
+	  "Time fabric progress threads spent polling after a request "
+	  "instead of sleeping (busy_poll_us).",
+	  true, ep_busy_ns },
+	{ "fabric_cpu_seconds_total",
+	  "CPU time of each fabric progress thread (memd-fabN): what "
+	  "serving RMA costs memd.",
+	  true, thread_cpu_ns },
+};
+
+/* One sample of m for endpoint ep. */
+static void put_ep(struct memd_metrics_buf *b, const struct ep_metric *m,
+		   uint32_t ep, uint64_t v)
+{
+	if (m->ns)
+		memd_metrics_printf(b,
+				    "tidepool_memd_%s{endpoint=\"%u\"} %" PRIu64
+				    ".%06" PRIu64 "\n",
+				    m->name, ep, v / 1000000000u,
+				    v % 1000000000u / 1000);
+	else
+		memd_metrics_printf(
+			b, "tidepool_memd_%s{endpoint=\"%u\"} %" PRIu64 "\n",
+			m->name, ep, v);
 }
 
 void srv_write_metrics(struct memd_metrics_buf *b, void *arg)
@@ -139,43 +187,14 @@ void srv_write_metrics(struct memd_metrics_buf *b, void *arg)
 			a, srv_arena_aep(s, a)->node, gc.free);
 	}
 
-	srv_put_head(b, "fabric_wakeups_total", "counter",
-		     "Times a fabric progress thread woke from sleep because a "
-		     "client's request arrived (busy_poll_us avoids them).");
-	for (uint32_t a = 0; a < s->nep; a++)
-		memd_metrics_printf(
-			b,
-			"tidepool_memd_fabric_wakeups_total{endpoint=\"%u\"} "
-			"%" PRIu64 "\n",
-			a,
-			__atomic_load_n(&s->aep[a].st.wakeups,
-					__ATOMIC_RELAXED));
-	srv_put_head(b, "fabric_starved_sleeps_total", "counter",
-		     "Millisecond sleeps of a fabric progress thread instead "
-		     "of polling, while memd had no file descriptor left.");
-	for (uint32_t a = 0; a < s->nep; a++)
-		memd_metrics_printf(
-			b,
-			"tidepool_memd_fabric_starved_sleeps_total{endpoint="
-			"\"%u\"} %" PRIu64 "\n",
-			a,
-			__atomic_load_n(&s->aep[a].st.starved_sleeps,
-					__ATOMIC_RELAXED));
-	srv_put_head(
-		b, "fabric_busy_poll_seconds_total", "counter",
-		"Time fabric progress threads spent polling after a request "
-		"instead of sleeping (busy_poll_us).");
-	for (uint32_t a = 0; a < s->nep; a++)
-		put_seconds_ep(b, "fabric_busy_poll_seconds_total", a,
-			       __atomic_load_n(&s->aep[a].st.busy_ns,
-					       __ATOMIC_RELAXED));
-	srv_put_head(
-		b, "fabric_cpu_seconds_total", "counter",
-		"CPU time of each fabric progress thread (memd-fabN): what "
-		"serving RMA costs memd.");
-	for (uint32_t a = 0; a < s->nep; a++)
-		put_seconds_ep(b, "fabric_cpu_seconds_total", a,
-			       thread_cpu_ns(&s->aep[a]));
+	for (size_t m = 0; m < sizeof(ep_metrics) / sizeof(ep_metrics[0]);
+	     m++) {
+		const struct ep_metric *em = &ep_metrics[m];
+
+		srv_put_head(b, em->name, "counter", em->help);
+		for (uint32_t a = 0; a < s->nep; a++)
+			put_ep(b, em, a, em->get(&s->aep[a]));
+	}
 
 	srv_put_head(
 		b, "rma_bytes_total", "counter",

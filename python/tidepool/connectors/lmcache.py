@@ -523,23 +523,30 @@ def _run_sync(kv, plan: Plan) -> Any:
                 except (tidepool.PoolError, ValueError) as e:
                     outs = [e]
             else:
-                started = []
-                for op, parts in jobs:
-                    futs = []
-                    for keys, bufs in parts:
-                        try:
-                            futs.append(_start(kv, op.kind, keys, bufs))
-                        except (tidepool.PoolError, ValueError) as e:
-                            futs.append(e)
-                    started.append((op, parts, futs))
                 outs = []
-                for op, parts, futs in started:
+                for op, parts, futs in _start_all(kv, jobs):
                     res = [f if isinstance(f, BaseException)
                            else _wait_outcome(f) for f in futs]
                     outs.append(_combine(op.kind, parts, res))
             ops = plan.send(outs)
     except StopIteration as stop:
         return stop.value
+
+
+def _start_all(kv, jobs) -> list:
+    """Starts every part of every (op, parts) in jobs: (op, parts, futs),
+    futs holding a KVFuture, or the exception that kept it from
+    starting, for each part."""
+    started = []
+    for op, parts in jobs:
+        futs = []
+        for keys, bufs in parts:
+            try:
+                futs.append(_start(kv, op.kind, keys, bufs))
+            except (tidepool.PoolError, ValueError) as e:
+                futs.append(e)
+        started.append((op, parts, futs))
+    return started
 
 
 def _wait_outcome(fut) -> Any:
@@ -556,18 +563,9 @@ async def _run_async(kv, plan: Plan) -> Any:
     try:
         ops = next(plan)
         while True:
-            started = []
-            for op in ops:
-                parts = _parts(op)
-                futs = []
-                for keys, bufs in parts:
-                    try:
-                        futs.append(_start(kv, op.kind, keys, bufs))
-                    except (tidepool.PoolError, ValueError) as e:
-                        futs.append(e)
-                started.append((op, parts, futs))
             outs = []
-            for op, parts, futs in started:
+            for op, parts, futs in _start_all(
+                    kv, [(op, _parts(op)) for op in ops]):
                 res = []
                 for f in futs:
                     if isinstance(f, BaseException):
@@ -909,7 +907,85 @@ def _dtype_code(dtype) -> int:
     raise ValueError("tidepool: dtype %s is not supported" % (dtype,))
 
 
-class TidepoolRemoteConnector:
+class _RemoteConnectorBase:
+    """What ``TidepoolRemoteConnector`` and ``TidepoolLMCacheConnector``
+    share of LMCache's ``RemoteConnector`` interface: the calls whose
+    values do not matter (presence, pings, deletes) and closing. A
+    subclass sets ``_kv``, ``_pool``, ``_owns_pool`` and ``_closed``."""
+
+    async def exists(self, key: Any) -> bool:
+        """True when the value of key is present (meta and all pieces)."""
+        base = self._base(key)
+        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
+
+    def exists_sync(self, key: Any) -> bool:
+        """``exists`` in the calling thread (not the event loop's)."""
+        base = self._base(key)
+        return _run_sync(self._kv, _plan_exists_each([base]))[0]
+
+    async def close(self) -> None:
+        """Closes the KV handle (and the Pool when opened here);
+        idempotent."""
+        self.close_sync()
+
+    def support_ping(self) -> bool:
+        """True: ``ping`` is supported."""
+        return True
+
+    async def ping(self) -> int:
+        """One round trip to the pool: 0, or the errno of the failure."""
+        self._check_open()
+        return await _ping(self._kv)
+
+    def support_batched_contains(self) -> bool:
+        """True."""
+        return True
+
+    def support_batched_async_contains(self) -> bool:
+        """True."""
+        return True
+
+    async def batched_async_contains(self, lookup_id: str,
+                                     keys: Sequence[Any],
+                                     pin: bool = False) -> int:
+        """How many leading keys are present, as a coroutine;
+        ``lookup_id`` and ``pin`` are ignored (no pins are taken)."""
+        bases = [self._base(k) for k in keys]
+        if not bases:
+            return 0
+        return await _run_async(self._kv, _plan_contains_prefix(bases))
+
+    def support_batched_get_non_blocking(self) -> bool:
+        """True."""
+        return True
+
+    def remove_sync(self, key: Any) -> bool:
+        """Deletes key; True when it was present."""
+        return _run_sync(self._kv, _plan_delete([self._base(key)]))[0]
+
+    @property
+    def closed(self) -> bool:
+        """True once closed."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise tidepool.ClosedError("tidepool: the LMCache remote "
+                                       "connector is closed")
+
+    def _base(self, key: Any) -> bytes:
+        self._check_open()
+        return lmcache_key(key)
+
+    def _close_kv(self) -> None:
+        try:
+            self._kv.close()
+        finally:
+            if self._owns_pool:
+                self._pool.close()
+
+
+class TidepoolRemoteConnector(_RemoteConnectorBase):
     """The shape of LMCache's ``RemoteConnector`` on a tidepool KV handle.
 
     Values are CPU torch tensors: what an LMCache ``MemoryObj.tensor``
@@ -963,16 +1039,6 @@ class TidepoolRemoteConnector:
 
     # -- RemoteConnector's abstract methods ----------------------------
 
-    async def exists(self, key: Any) -> bool:
-        """True when the value of key is present (meta and all pieces)."""
-        base = self._base(key)
-        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
-
-    def exists_sync(self, key: Any) -> bool:
-        """``exists`` in the calling thread."""
-        base = self._base(key)
-        return _run_sync(self._kv, _plan_exists_each([base]))[0]
-
     async def get(self, key: Any) -> Optional[Any]:
         """The tensor stored under key, or None (absent, evicted, any
         piece missing or failing its checks)."""
@@ -992,20 +1058,7 @@ class TidepoolRemoteConnector:
             "tidepool's KV tier cannot list keys (LMCache v1 does not "
             "need list(); see docs/python.md)")
 
-    async def close(self) -> None:
-        """Closes the KV handle (and the Pool when opened here)."""
-        self.close_sync()
-
     # -- optional parts of the interface ---------------------------------
-
-    def support_ping(self) -> bool:
-        """True: ``ping`` is supported."""
-        return True
-
-    async def ping(self) -> int:
-        """One round trip to the pool: 0, or the errno of the failure."""
-        self._check_open()
-        return await _ping(self._kv)
 
     def support_batched_get(self) -> bool:
         """True: ``batched_get`` reads all keys in two round trips."""
@@ -1037,10 +1090,6 @@ class TidepoolRemoteConnector:
         if first is not None:
             raise tidepool.PoolError(first[1], _fail_text(first))
 
-    def support_batched_contains(self) -> bool:
-        """True: ``batched_contains`` is two round trips."""
-        return True
-
     def batched_contains(self, keys: Sequence[Any]) -> int:
         """How many leading keys are present (the prefix LMCache can
         retrieve), in the calling thread."""
@@ -1048,24 +1097,6 @@ class TidepoolRemoteConnector:
         if not bases:
             return 0
         return _run_sync(self._kv, _plan_contains_prefix(bases))
-
-    def support_batched_async_contains(self) -> bool:
-        """True."""
-        return True
-
-    async def batched_async_contains(self, lookup_id: str,
-                                     keys: Sequence[Any],
-                                     pin: bool = False) -> int:
-        """``batched_contains`` as a coroutine; ``lookup_id`` and ``pin``
-        are ignored (no pins are taken)."""
-        bases = [self._base(k) for k in keys]
-        if not bases:
-            return 0
-        return await _run_async(self._kv, _plan_contains_prefix(bases))
-
-    def support_batched_get_non_blocking(self) -> bool:
-        """True."""
-        return True
 
     async def batched_get_non_blocking(self, lookup_id: str,
                                        keys: Sequence[Any]) -> List[Any]:
@@ -1078,40 +1109,17 @@ class TidepoolRemoteConnector:
             out.append(t)
         return out
 
-    def remove_sync(self, key: Any) -> bool:
-        """Deletes key; True when it was present."""
-        base = self._base(key)
-        return _run_sync(self._kv, _plan_delete([base]))[0]
-
     def close_sync(self) -> None:
         """``close`` outside asyncio. Idempotent."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._kv.close()
-        finally:
-            if self._owns_pool:
-                self._pool.close()
-
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._closed
+        self._close_kv()
 
     def __repr__(self) -> str:
         return "<TidepoolRemoteConnector>"
 
     # -- internals -----------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise tidepool.ClosedError("tidepool: the LMCache remote "
-                                       "connector is closed")
-
-    def _base(self, key: Any) -> bytes:
-        self._check_open()
-        return lmcache_key(key)
 
     def _prepare_put(self, keys, tensors):
         """(bases, metas, byte views) of tensors; ValueError if one does
@@ -1548,7 +1556,7 @@ class _KeyLog:
 _OVERLAP_KEYS = 1 << 30
 
 
-class _LMCacheConnector:
+class _LMCacheConnector(_RemoteConnectorBase):
     """The logic of ``TidepoolLMCacheConnector``, LMCache's
     ``RemoteConnector`` on a tidepool KV handle (see that class)."""
 
@@ -1583,16 +1591,6 @@ class _LMCacheConnector:
 
     # -- RemoteConnector's abstract methods ----------------------------
 
-    async def exists(self, key: Any) -> bool:
-        """True when the value of key is present (meta and all pieces)."""
-        base = self._base(key)
-        return (await _run_async(self._kv, _plan_exists_each([base])))[0]
-
-    def exists_sync(self, key: Any) -> bool:
-        """``exists`` in the calling thread (not the event loop's)."""
-        base = self._base(key)
-        return _run_sync(self._kv, _plan_exists_each([base]))[0]
-
     async def get(self, key: Any) -> Optional[Any]:
         """The MemoryObj of key, allocated from LMCache's local CPU
         backend and read into directly; None on a miss (what was
@@ -1614,20 +1612,7 @@ class _LMCacheConnector:
         await self._log.flush(self._log.ticket())
         return await _run_async(self._kv, _plan_list())
 
-    async def close(self) -> None:
-        """Closes the KV handle and the Pool (idempotent)."""
-        self.close_sync()
-
     # -- optional parts --------------------------------------------------
-
-    def support_ping(self) -> bool:
-        """True."""
-        return True
-
-    async def ping(self) -> int:
-        """One round trip: 0, or the errno of the failure."""
-        self._check_open()
-        return await _ping(self._kv)
 
     def support_batched_get(self) -> bool:
         """True: metas and pieces in one round trip once a value of the
@@ -1675,23 +1660,6 @@ class _LMCacheConnector:
         if first is not None:
             raise tidepool.PoolError(first[1], _fail_text(first))
 
-    def support_batched_async_contains(self) -> bool:
-        """True."""
-        return True
-
-    async def batched_async_contains(self, lookup_id: str,
-                                     keys: Sequence[Any],
-                                     pin: bool = False) -> int:
-        """How many leading keys are present; no pins are taken."""
-        bases = [self._base(k) for k in keys]
-        if not bases:
-            return 0
-        return await _run_async(self._kv, _plan_contains_prefix(bases))
-
-    def support_batched_get_non_blocking(self) -> bool:
-        """True."""
-        return True
-
     async def batched_get_non_blocking(self, lookup_id: str,
                                        keys: Sequence[Any]) -> List[Any]:
         """The MemoryObjs of the leading keys up to the first miss; hits
@@ -1706,10 +1674,6 @@ class _LMCacheConnector:
                 out.append(o)
         return out
 
-    def support_batched_contains(self) -> bool:
-        """True."""
-        return True
-
     def batched_contains(self, keys: Sequence[Any], *older) -> Any:
         """How many leading keys are present (LMCache's newer contract);
         called with LMCache's older second argument
@@ -1720,10 +1684,6 @@ class _LMCacheConnector:
             return [i < n for i in range(len(bases))]
         return n
 
-    def remove_sync(self, key: Any) -> bool:
-        """Deletes key; True when it was present."""
-        return _run_sync(self._kv, _plan_delete([self._base(key)]))[0]
-
     def close_sync(self) -> None:
         """``close`` outside asyncio: writes the key log's last names,
         closes the KV handle and the Pool. Idempotent."""
@@ -1733,30 +1693,12 @@ class _LMCacheConnector:
             self._log.flush_sync()
         finally:
             self._closed = True
-            try:
-                self._kv.close()
-            finally:
-                if self._owns_pool:
-                    self._pool.close()
-
-    @property
-    def closed(self) -> bool:
-        """True once closed."""
-        return self._closed
+            self._close_kv()
 
     def __repr__(self) -> str:
         return "<TidepoolLMCacheConnector %s>" % self._pool.addr
 
     # -- internals -----------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise tidepool.ClosedError("tidepool: the LMCache remote "
-                                       "connector is closed")
-
-    def _base(self, key: Any) -> bytes:
-        self._check_open()
-        return lmcache_key(key)
 
     def _prepare_put(self, names, objs):
         """(bases, metas, byte views) of MemoryObjs; ValueError (nothing
