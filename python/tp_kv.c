@@ -149,22 +149,19 @@ static int kvcall_start(struct pool_kv *kv, struct kvcall *c,
 }
 
 /*
- * Waits up to timeout_ms (-1: until done) for op, one of k's, with the
- * GIL released, under rw. Returns its result, -ETIMEDOUT while it runs,
- * or -EBADF once the handle is closed: only after pool_kv_close
+ * Waits for op, one of k's, with the GIL released, under rw. Returns its
+ * result, or -EBADF once the handle is closed: only after pool_kv_close
  * has run, which settles every op in flight, so that their buffers are
  * libpool's no more. (POOL_CALL's check would answer -EBADF as soon as
  * the Pool or KV is marked closed, before that.)
  */
-static ssize_t kv_op_wait_settled(struct py_kv *k, struct pool_kv_op *op,
-				  int timeout_ms)
+static ssize_t kv_op_wait_settled(struct py_kv *k, struct pool_kv_op *op)
 {
 	struct py_pool *po = k->po;
 	ssize_t r;
 
 	Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&po->rw);
-	r = !po->p || k->lib_closed ? -EBADF
-				    : pool_kv_op_wait(k->kv, op, timeout_ms);
+	r = !po->p || k->lib_closed ? -EBADF : pool_kv_op_wait(k->kv, op, -1);
 	pthread_rwlock_unlock(&po->rw);
 	Py_END_ALLOW_THREADS return r;
 }
@@ -207,10 +204,9 @@ static size_t pipe_chunk = (size_t)4 << 20;
 static unsigned pipe_depth = 2;
 uint64_t tpy_pipe_calls, tpy_pipe_chunks;
 
-/* b's bytes that go through a slot or a bounce block */
 static size_t bounced_bytes(const struct bufref *b)
 {
-	return b->want_bounce || b->bounce ? (b->len + 63) & ~(size_t)63 : 0;
+	return b->want_bounce ? (b->len + 63) & ~(size_t)63 : 0;
 }
 
 /* Whether get c (prepared with TPY_BOUNCE_LATER) is pipelined: its
@@ -233,9 +229,8 @@ struct pipe_slot {
 	size_t a, b;	       /* its keys: [a, b) */
 };
 
-/* Delivers the hits of completed chunk sl out of its slot, or, for an
- * async get, out of the call's bounce block (GIL held). Returns how many
- * hits could not be delivered (now -ESTALE). */
+/* Delivers the hits of completed chunk sl out of its slot (GIL held).
+ * Returns how many hits could not be delivered (now -ESTALE). */
 static ssize_t pipe_deliver(struct kvcall *c, const struct pipe_slot *sl)
 {
 	ssize_t lost = 0;
@@ -243,7 +238,7 @@ static ssize_t pipe_deliver(struct kvcall *c, const struct pipe_slot *sl)
 	for (size_t i = sl->a; i < sl->b; i++) {
 		struct bufref *b = &c->bufs[i];
 
-		if (!(b->want_bounce || b->bounce) || c->status[i] != 0 ||
+		if (!b->want_bounce || c->status[i] != 0 ||
 		    c->lens[i] > c->caps[i])
 			continue;
 		if (tpy_bufref_deliver(b, c->ptrs[i], c->lens[i]) < 0) {
@@ -329,7 +324,7 @@ static ssize_t kv_get_pipelined(struct py_kv *k, struct kvcall *c)
 		 * the next ones are read */
 		struct pipe_slot *sl = &s[head];
 
-		r = kv_op_wait_settled(k, sl->op, -1);
+		r = kv_op_wait_settled(k, sl->op);
 		sl->op = NULL;
 		head = (head + 1) % nslots;
 		nfly--;
@@ -535,29 +530,13 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 
 /* ---- KVOp ---- */
 
-/*
- * An async get of more than one chunk of bounced bytes is pipelined too
- * (kv_get_pipelined): its tensors bounce through one block as before,
- * but it runs as one op per chunk of keys, all started at once (so it
- * progresses whether or not anyone waits), and wait/test deliver each
- * chunk's hits out of the block as soon as that chunk completes, in
- * order, while the later chunks are still read: the copy out overlaps
- * the reads instead of following them. KV.poll() (the eventfd reader)
- * calls test(), so futures deliver chunks as their completions arrive.
- * The op is done once every chunk started has completed; its result is
- * the first chunk's call-level error, else the hits.
- */
 struct py_kvop {
 	PyObject_HEAD struct py_kv *k;
-	struct pool_kv_op *op; /* NULL once complete (or pipelined) */
+	struct pool_kv_op *op; /* NULL once complete */
 	struct kvcall c;
 	ssize_t result;
 	bool done;
-	bool waiting;	 /* a thread is in pool_kv_op_wait */
-	bool delivering; /* in pipe_deliver: buffers stay until it ends */
-	struct pipe_slot *chunks; /* pipelined: its chunks, or NULL */
-	size_t nchunks, ndone;	  /* chunks started; completed */
-	ssize_t hits, err;	  /* pipelined: so far */
+	bool waiting; /* a thread is in pool_kv_op_wait */
 	struct py_kvop *next, *prev;
 };
 
@@ -582,140 +561,14 @@ static void kvop_complete(struct py_kvop *o, ssize_t r)
 	o->op = NULL;
 	o->result = r;
 	kvop_unlink(o);
-	if (o->delivering) /* Python code run by pipe_deliver closed k */
-		return;
-	if (!o->chunks) /* a pipelined op delivered chunk by chunk */
-		kvcall_commit(&o->c, r);
+	kvcall_commit(&o->c, r);
 	tpy_bufs_release(o->c.bufs, o->c.bufs ? o->c.n : 0);
-	PyMem_Free(o->chunks);
-	o->chunks = NULL;
 }
 
 /* The KV handle closed under o: libpool has settled and freed its op. */
 static void kvop_orphan(struct py_kvop *o)
 {
 	kvop_complete(o, -EBADF);
-}
-
-/*
- * Starts get c of o as one op per chunk (pipelined, above); c's tensors
- * already have their bounce block (kvcall_bounce). GIL held. 0, or
- * -errno when not even the first chunk started (nothing in flight). A
- * later chunk that fails to start ends the op with that error once the
- * started ones complete.
- */
-static int kvop_start_chunks(struct py_kvop *o)
-{
-	struct kvcall *c = &o->c;
-	struct py_kv *k = o->k;
-	size_t n = 0, next = 0;
-	int r = 0;
-
-	/* count the chunks: pipe_start's cut */
-	for (size_t a = 0; a < c->n; n++) {
-		size_t need = 0;
-
-		do
-			need += bounced_bytes(&c->bufs[a++]);
-		while (a < c->n &&
-		       need + bounced_bytes(&c->bufs[a]) <= pipe_chunk);
-	}
-	o->chunks = PyMem_Calloc(n, sizeof(*o->chunks));
-	if (!o->chunks)
-		return -ENOMEM;
-	tpy_pipe_calls++;
-	while (next < c->n) {
-		struct pipe_slot *sl = &o->chunks[o->nchunks];
-		struct pool_kv_op *op = NULL;
-		size_t a = next, need = 0;
-
-		do
-			need += bounced_bytes(&c->bufs[next++]);
-		while (next < c->n &&
-		       need + bounced_bytes(&c->bufs[next]) <= pipe_chunk);
-		tpy_pool_rdlock(k->po);
-		if (!k->po->p || k->po->closed || k->closed)
-			r = -EBADF;
-		else
-			r = pool_kv_get_async(k->kv, next - a, c->keys + a,
-					      c->ptrs + a, c->caps + a,
-					      c->lens + a, c->status + a, &op);
-		pthread_rwlock_unlock(&k->po->rw);
-		if (r)
-			break;
-		sl->op = op;
-		sl->a = a;
-		sl->b = next;
-		o->nchunks++;
-		tpy_pipe_chunks++;
-	}
-	if (r && !o->nchunks) {
-		PyMem_Free(o->chunks);
-		o->chunks = NULL;
-		return r;
-	}
-	o->err = r;
-	return 0;
-}
-
-/*
- * A pipelined o: waits up to timeout_ms (-1: until done) for its chunks
- * in order, delivering each one's hits as it completes (GIL held between
- * the waits). Returns 1 done, 0 still running.
- */
-static int kvop_wait_chunks(struct py_kvop *o, int timeout_ms)
-{
-	struct timespec t0, now;
-
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (o->ndone < o->nchunks) {
-		struct pipe_slot *sl = &o->chunks[o->ndone];
-		int left = timeout_ms;
-		ssize_t r;
-
-		if (timeout_ms > 0) {
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			long el = (now.tv_sec - t0.tv_sec) * 1000 +
-				  (now.tv_nsec - t0.tv_nsec) / 1000000;
-			left = el >= timeout_ms ? 0 : timeout_ms - (int)el;
-		}
-		o->waiting = true;
-		r = kv_op_wait_settled(o->k, sl->op, left);
-		o->waiting = false;
-		if (o->done) /* the handle was closed meanwhile */
-			return 1;
-		if (r == -ETIMEDOUT)
-			return 0;
-		if (r == -EBADF && o->k->lib_closed) {
-			/* pool_kv_close settled and freed every chunk */
-			kvop_orphan(o);
-			return 1;
-		}
-		sl->op = NULL;
-		o->ndone++;
-		if (r < 0) {
-			if (!o->err)
-				o->err = r;
-			continue;
-		}
-		o->hits += r;
-		if (o->err)
-			continue;
-		/* a storage's methods may run any Python code: one that
-		 * closes k completes o, which then keeps its buffers and
-		 * block until the copies here are over */
-		o->delivering = true;
-		o->hits -= pipe_deliver(&o->c, sl);
-		o->delivering = false;
-		if (o->done) {
-			tpy_bufs_release(o->c.bufs, o->c.bufs ? o->c.n : 0);
-			PyMem_Free(o->chunks);
-			o->chunks = NULL;
-			return 1;
-		}
-	}
-	kvop_complete(o, o->err ? o->err : o->hits);
-	return 1;
 }
 
 static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
@@ -734,38 +587,20 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 	o->op = NULL;
 	o->done = false;
 	o->waiting = false;
-	o->delivering = false;
 	o->result = 0;
-	o->chunks = NULL;
-	o->nchunks = o->ndone = 0;
-	o->hits = o->err = 0;
 	o->next = o->prev = NULL;
-	if (tpy_kvcall_prepare(&o->c, kind, keys, vals,
-			       kind == KVOP_GET ? TPY_BOUNCE_LATER
-						: TPY_BOUNCE_NOW) < 0) {
+	if (tpy_kvcall_prepare(&o->c, kind, keys, vals, TPY_BOUNCE_NOW) < 0) {
 		o->done = true;
 		Py_DECREF(o);
 		return NULL;
 	}
 	o->c.exact = exact;
 	{
-		bool piped = kv_get_pipelines(&o->c);
+		struct pool_kv_op *op = NULL;
+		struct kvcall *c = &o->c;
 
-		if (kvcall_bounce(&o->c) < 0) {
-			o->done = true;
-			Py_DECREF(o);
-			return NULL;
-		}
-		if (piped) {
-			r = kvop_start_chunks(o);
-		} else {
-			struct pool_kv_op *op = NULL;
-			struct kvcall *c = &o->c;
-
-			POOL_CALL(k->po, k->closed, r,
-				  kvcall_start(k->kv, c, &op));
-			o->op = op;
-		}
+		POOL_CALL(k->po, k->closed, r, kvcall_start(k->kv, c, &op));
+		o->op = op;
 	}
 	if (r) {
 		o->done = true;
@@ -794,15 +629,6 @@ static int kvop_wait_ms(struct py_kvop *o, int timeout_ms)
 		tpy_raise_forked("KV operation", k->po->pid);
 		return -1;
 	}
-	if (o->delivering) {
-		PyErr_SetString(
-			PyExc_RuntimeError,
-			"tidepool: a KV operation waited for by its own "
-			"buffer's methods while it delivers");
-		return -1;
-	}
-	if (o->chunks && !o->waiting)
-		return kvop_wait_chunks(o, timeout_ms);
 	if (o->waiting) {
 		/* another thread waits in libpool: poll its outcome */
 		struct timespec t0, now;
@@ -862,10 +688,6 @@ static PyObject *kvop_test_py(struct py_kvop *o, PyObject *unused)
 		Py_RETURN_FALSE;
 	if (o->k->po->pid != getpid())
 		return tpy_raise_forked("KV operation", o->k->po->pid);
-	if (o->delivering)
-		Py_RETURN_FALSE;
-	if (o->chunks) /* deliver the chunks complete so far */
-		return PyBool_FromLong(kvop_wait_chunks(o, 0));
 	/* pool_kv_op_test never blocks: no need to drop the GIL, but rw
 	 * must be held (close may run in another thread) */
 	tpy_pool_rdlock(o->k->po);
@@ -901,7 +723,7 @@ static PyObject *kvop_result_py(struct py_kvop *o, PyObject *unused)
 
 static void kvop_dealloc(struct py_kvop *o)
 {
-	if (!o->done && (o->op || o->chunks) && o->k->po->pid == getpid()) {
+	if (!o->done && o->op && o->k->po->pid == getpid()) {
 		/* libpool may still write into the buffers: wait */
 		if (kvop_wait_ms(o, -1) < 0)
 			PyErr_Clear();

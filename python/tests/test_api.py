@@ -698,9 +698,7 @@ def test_pipelined_get_is_exact_at_chunk_boundaries(pool_args, model_name,
                                                     depth):
     # a get into resizable tensors of more bytes than one chunk runs as
     # chunks of consecutive keys read into slots while the previous
-    # chunk is copied out (async: one op per chunk, each copied out of
-    # the bounce block as it completes): every value lands whole in its
-    # own view
+    # chunk is copied out: every value lands whole in its own view
     # (sizes around the chunk size, a value larger than a chunk, odd
     # offsets), nothing beside it, misses and too-small buffers say so,
     # and buffers read in place (numpy, shared-memory tensors) sit in
@@ -755,24 +753,6 @@ def test_pipelined_get_is_exact_at_chunk_boundaries(pool_args, model_name,
         assert kv.get_into(keys[:miss], outs) == [True] * miss
         for o, v in zip(outs, vals):
             assert np.array_equal(o.numpy(), v)
-        # async: one op per chunk, delivered in order as they complete
-        # (through the future's poll, as asyncio's reader does)
-        outs = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
-        calls = _pipelined()[0]
-        fut = kv.get_into_async(keys[:miss], outs)
-        while not fut.done():
-            kv.poll()
-        assert fut.result() == [True] * miss
-        assert _pipelined()[0] == calls + 1
-        for o, v in zip(outs, vals):
-            assert np.array_equal(o.numpy(), v)
-        got = kv.get_into_async(ks, bs, exact=False).result(120)
-        assert got == sizes[:6] + [-1] + sizes[6:] + [sizes[4]], got
-        for i, (n, v) in enumerate(zip(sizes, vals)):
-            at = where[i]
-            assert np.array_equal(np.asarray(bufs[i]) if i % 5 in (3, 4)
-                                  else b[at:at + n], v), (i, n)
-            assert i % 5 in (3, 4) or (b[at + n:at + n + 64] == 0x5A).all()
         # pipelining off: the one-block bounce, the same bytes
         get_pipeline(0)
         calls = _pipelined()[0]
@@ -832,8 +812,7 @@ kv = p.kv()
 keys = tidepool.prefix_keys(list(range(N * 16)), "t", sys.argv[2], 16)
 vals = [value_of(k) for k in keys]
 assert kv.put(keys, vals) == [0] * N
-for rnd in range(8):
-    mode = ("sync", "async")[rnd % 2]
+for rnd in range(6):
     out = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
     views = [t.view(-1) for t in out]  # share the storages the call holds
     canaries, fired = [], []
@@ -857,10 +836,7 @@ for rnd in range(8):
     bufs = list(out)
     bufs[HOOK] = Tensor(st)
     calls0 = _c._bounce_stats()["pipelined_calls"]
-    if mode == "sync":
-        res = kv.get_into(keys, bufs)
-    else:  # every chunk started at once, delivered in order by result()
-        res = kv.get_into_async(keys, bufs).result(120)
+    res = kv.get_into(keys, bufs)
     assert fired and _c._bounce_stats()["pipelined_calls"] == calls0 + 1
     for c in canaries:
         assert int(c.min()) == SENTINEL == int(c.max()), \
@@ -883,18 +859,13 @@ for rnd in range(8):
             assert rest.numel() == SZ // 2 and not rest.any(), i
 # the handle closed in the middle: the chunks in flight settle first
 # (their slots are libpool's until then), the call raises ClosedError
-for mode in ("sync", "async"):
-    kv = p.kv()
-    bufs = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
-    bufs[HOOK] = Tensor(Storage(kv.close))
-    try:
-        if mode == "sync":
-            kv.get_into(keys, bufs)
-        else:
-            kv.get_into_async(keys, bufs).result(120)
-        raise AssertionError("no ClosedError")
-    except tidepool.ClosedError:
-        pass
+bufs = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
+bufs[HOOK] = Tensor(Storage(kv.close))
+try:
+    kv.get_into(keys, bufs)
+    raise AssertionError("no ClosedError")
+except tidepool.ClosedError:
+    pass
 p.close()
 print("ok")
 """
