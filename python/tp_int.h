@@ -97,7 +97,10 @@
  * memory), and a CPU tensor's bytes go through a bounce buffer that
  * libpool alone owns: a source is copied in when the call starts, a
  * destination is copied out into the held storage, at the same offset,
- * once the call has completed (tpy_bufref_commit, GIL held). A CPU tensor
+ * once the call has completed (tpy_bufref_commit, GIL held); a
+ * synchronous get of more bounced bytes than a chunk reads through
+ * slots instead, copied out chunk by chunk (tpy_bufref_deliver; tp_kv.c
+ * kv_get_pipelined). A CPU tensor
  * whose storage cannot be resized (storage_is_fixed: on torch 2
  * from_numpy, frombuffer, shared memory, memory torch did not allocate;
  * on torch 1.x shared memory only) needs no bounce: holding the storage keeps its memory where it is, so libpool
