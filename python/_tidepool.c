@@ -297,6 +297,10 @@ static PyMethodDef mod_methods[] = {
 	  "gpu_probe(backend) -> devices (>= 1) or a negative errno" },
 	{ "_bounce_stats", tpy_mod_bounce_stats, METH_NOARGS,
 	  "_bounce_stats() -> the tensor bounce block cache's counters" },
+	{ "_get_pipeline", (PyCFunction)(void (*)(void))tpy_mod_get_pipeline,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "_get_pipeline(chunk_bytes=None, depth=None) -> (chunk_bytes, "
+	  "depth): the pipelined tensor get's settings, set when given" },
 	{ NULL, NULL, 0, NULL },
 };
 

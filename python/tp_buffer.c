@@ -7,7 +7,7 @@
 #include "tp_int.h"
 
 /*
- * Bounce blocks. A call's bounce buffers share one block (bufs_bounce),
+ * Bounce blocks. A call's bounce buffers share one block (tpy_bufs_bounce),
  * taken from a small cache of blocks that earlier calls gave back: a
  * fresh allocation per call cost more than the copy itself (every page
  * of a new mapping faulted in, and glibc hands blocks this size back to
@@ -34,8 +34,8 @@ static size_t bounce_cached;		    /* bytes in bounce_slot */
 static uint64_t bounce_made, bounce_reused; /* blocks mapped, reused */
 
 /* A block of at least need bytes (> 0): a cached one (the smallest that
- * fits) or a new mapping. NULL when out of memory. */
-static void *bounce_take(size_t need, size_t *cap)
+ * fits) or a new mapping. NULL when out of memory. Any thread. */
+void *tpy_bounce_take(size_t need, size_t *cap)
 {
 	size_t best = BOUNCE_CACHE_SLOTS, c;
 	void *p;
@@ -71,7 +71,7 @@ static void *bounce_take(size_t need, size_t *cap)
 /* Gives block p (cap bytes) back: to the cache while it has room,
  * displacing smaller cached blocks when it has not (a process's large
  * calls keep their block), else to the kernel. */
-static void bounce_give(void *p, size_t cap)
+void tpy_bounce_give(void *p, size_t cap)
 {
 	struct {
 		void *p;
@@ -188,7 +188,7 @@ void tpy_bufref_release(struct bufref *b)
 	Py_CLEAR(b->keep);
 	Py_CLEAR(b->storage);
 	if (b->blk)
-		bounce_give(b->blk, b->blk_cap);
+		tpy_bounce_give(b->blk, b->blk_cap);
 	b->blk = NULL;
 	b->bounce = NULL;
 	b->want_bounce = false;
@@ -336,7 +336,9 @@ static int bufref_where(struct bufref *b, size_t nbytes, char **p)
 
 static void bounce_copy_out(char *dst, const char *src, size_t n)
 {
-#ifdef __SSE2__
+	/* under ASan, memcpy: ASan checks its bytes, not the streamed
+	 * stores' */
+#if defined(__SSE2__) && !defined(__SANITIZE_ADDRESS__)
 	if (n >= BOUNCE_STREAM_MIN) {
 		size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
 
@@ -365,24 +367,35 @@ static void bounce_copy_out(char *dst, const char *src, size_t n)
 }
 
 /*
- * Delivers the first nbytes of b's bounce buffer (a completed read into
- * a CPU tensor) to where the tensor's bytes are now (bufref_where). GIL
- * held. Returns 0 (also when b has no bounce buffer), or -1, no
- * exception set, when the storage no longer holds those bytes: nothing
- * was written.
+ * Delivers nbytes read into src (b's bounce buffer, or a slot of a
+ * pipelined get) to where b's tensor's bytes are now (bufref_where),
+ * at most b->len of them. GIL held: no Python code runs between the
+ * look-up of where the bytes are and the copy (torch's Tensor.resize_()
+ * in another thread can: it drops the GIL; docs/python.md). Returns 0, or
+ * -1, no exception set, when the storage no longer holds those bytes
+ * (it was shrunk meanwhile): nothing was written.
  */
-int tpy_bufref_commit(struct bufref *b, size_t nbytes)
+int tpy_bufref_deliver(struct bufref *b, const void *src, size_t nbytes)
 {
 	char *p;
 
-	if (!b->bounce || nbytes == 0)
+	if (nbytes == 0)
 		return 0;
 	if (nbytes > b->len)
 		nbytes = b->len;
 	if (bufref_where(b, nbytes, &p) < 0)
 		return -1;
-	bounce_copy_out(p, b->bounce, nbytes);
+	bounce_copy_out(p, src, nbytes);
 	return 0;
+}
+
+/* tpy_bufref_deliver of b's bounce buffer (a completed read into a CPU
+ * tensor); 0 when b has none. */
+int tpy_bufref_commit(struct bufref *b, size_t nbytes)
+{
+	if (!b->bounce)
+		return 0;
+	return tpy_bufref_deliver(b, b->bounce, nbytes);
 }
 
 /*
@@ -393,7 +406,7 @@ int tpy_bufref_commit(struct bufref *b, size_t nbytes)
  * data_ptr()) may have moved them. GIL held. Returns 0, or -1 with
  * MemoryError/BufferError set (the caller releases bs).
  */
-static int bufs_bounce(struct bufref *bs, size_t n, bool writable)
+int tpy_bufs_bounce(struct bufref *bs, size_t n, bool writable)
 {
 	size_t need = 0, off = 0, cap;
 	struct bufref *owner = NULL;
@@ -404,7 +417,7 @@ static int bufs_bounce(struct bufref *bs, size_t n, bool writable)
 			need += (bs[i].len + 63) & ~(size_t)63;
 	if (need == 0)
 		return 0;
-	blk = bounce_take(need, &cap);
+	blk = tpy_bounce_take(need, &cap);
 	if (!blk) {
 		PyErr_NoMemory();
 		return -1;
@@ -445,7 +458,7 @@ static int bufs_bounce(struct bufref *bs, size_t n, bool writable)
  * contiguous torch tensor (duck-typed: data_ptr(), is_contiguous(),
  * numel(), element_size(), is_cuda), whose storage is held. With bounce,
  * a CPU tensor is marked for a bounce buffer (struct bufref), which
- * bufs_bounce gives it. idx names the item in errors (-1: none).
+ * tpy_bufs_bounce gives it. idx names the item in errors (-1: none).
  * Returns 0, or -1 with TypeError/ValueError set and nothing held.
  */
 static int bufref_take(PyObject *obj, bool writable, bool bounce,
@@ -577,7 +590,7 @@ int tpy_bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 {
 	if (bufref_take(obj, writable, bounce, idx, what, b) < 0)
 		return -1;
-	if (bufs_bounce(b, 1, writable) < 0) {
+	if (tpy_bufs_bounce(b, 1, writable) < 0) {
 		tpy_bufref_release(b);
 		return -1;
 	}
@@ -585,8 +598,11 @@ int tpy_bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 }
 
 /* A sequence of buffers: fills bs[0..n) or releases what it took and
- * returns -1. */
-int tpy_bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
+ * returns -1. TPY_BOUNCE_LATER leaves the CPU tensors that need a
+ * bounce buffer marked (want_bounce, ptr their memory now, which must
+ * not reach libpool): the caller gives them one (tpy_bufs_bounce) or
+ * reads them through a pipelined get's slots. */
+int tpy_bufs_get(PyObject *seq, size_t n, bool writable, enum tpy_bounce bounce,
 		 const char *what, struct bufref *bs)
 {
 	PyObject *fast = PySequence_Fast(seq, "tidepool: values must be a "
@@ -604,8 +620,8 @@ int tpy_bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
 	for (i = 0; i < n; i++) {
 		PyObject *o = PySequence_Fast_GET_ITEM(fast, i);
 
-		if (bufref_take(o, writable, bounce, (Py_ssize_t)i, what,
-				&bs[i]) < 0)
+		if (bufref_take(o, writable, bounce != TPY_BOUNCE_NONE,
+				(Py_ssize_t)i, what, &bs[i]) < 0)
 			goto fail;
 		if (bs[i].len == 0) {
 			PyErr_Format(PyExc_ValueError,
@@ -614,7 +630,7 @@ int tpy_bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
 			goto fail;
 		}
 	}
-	if (bufs_bounce(bs, n, writable) < 0)
+	if (bounce == TPY_BOUNCE_NOW && tpy_bufs_bounce(bs, n, writable) < 0)
 		goto fail;
 	Py_DECREF(fast);
 	return 0;
@@ -731,7 +747,6 @@ PyObject *tpy_mod_bounce_stats(PyObject *self, PyObject *unused)
 	uint64_t made, reused;
 
 	(void)self;
-	(void)unused;
 	pthread_mutex_lock(&bounce_mu);
 	cached = bounce_cached;
 	for (size_t i = 0; i < BOUNCE_CACHE_SLOTS; i++)
@@ -740,9 +755,11 @@ PyObject *tpy_mod_bounce_stats(PyObject *self, PyObject *unused)
 	reused = bounce_reused;
 	pthread_mutex_unlock(&bounce_mu);
 	return Py_BuildValue(
-		"{s:n,s:n,s:K,s:K,s:n,s:n}", "cached_bytes", (Py_ssize_t)cached,
-		"cached_blocks", (Py_ssize_t)blocks, "made",
+		"{s:n,s:n,s:K,s:K,s:n,s:n,s:K,s:K}", "cached_bytes",
+		(Py_ssize_t)cached, "cached_blocks", (Py_ssize_t)blocks, "made",
 		(unsigned long long)made, "reused", (unsigned long long)reused,
 		"cache_max", (Py_ssize_t)bounce_cache_max, "cache_slots",
-		(Py_ssize_t)BOUNCE_CACHE_SLOTS);
+		(Py_ssize_t)BOUNCE_CACHE_SLOTS, "pipelined_calls",
+		(unsigned long long)tpy_pipe_calls, "pipelined_chunks",
+		(unsigned long long)tpy_pipe_chunks);
 }

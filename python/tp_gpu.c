@@ -448,7 +448,7 @@ PyObject *tpy_kv_gpu_call(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 	if (tpy_kv_usable(k) < 0)
 		return NULL;
-	if (tpy_kvcall_prepare(&c, kind, keys, vals, false) < 0)
+	if (tpy_kvcall_prepare(&c, kind, keys, vals, TPY_BOUNCE_NONE) < 0)
 		return NULL;
 	c.exact = exact;
 	if (gpu != Py_None) {

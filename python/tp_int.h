@@ -97,7 +97,10 @@
  * memory), and a CPU tensor's bytes go through a bounce buffer that
  * libpool alone owns: a source is copied in when the call starts, a
  * destination is copied out into the held storage, at the same offset,
- * once the call has completed (tpy_bufref_commit, GIL held). A CPU tensor
+ * once the call has completed (tpy_bufref_commit, GIL held); a
+ * synchronous get of more bounced bytes than a chunk reads through
+ * slots instead, copied out chunk by chunk (tpy_bufref_deliver; tp_kv.c
+ * kv_get_pipelined). A CPU tensor
  * whose storage cannot be resized (storage_is_fixed: on torch 2
  * from_numpy, frombuffer, shared memory, memory torch did not allocate;
  * on torch 1.x shared memory only) needs no bounce: holding the storage keeps its memory where it is, so libpool
@@ -192,6 +195,7 @@ struct py_kv {
 	PyObject_HEAD struct py_pool *po;
 	struct pool_kv *kv;
 	bool closed;
+	bool lib_closed;	 /* pool_kv_close has run (set under rw) */
 	struct py_kvop *pending; /* ops not yet complete (borrowed) */
 	struct py_gpu *gpu;	 /* default engine of the GPU path */
 	PyObject *weakrefs;
@@ -224,8 +228,19 @@ PyObject *tpy_raise_closed(const char *what);
 PyObject *tpy_raise_call(int err, const char *handle, const char *what);
 PyObject *tpy_raise_forked(const char *what, pid_t pid);
 
+/* How a call's CPU tensors get their bounce buffers (tpy_bufs_get):
+ * none (the GPU path), one block now, or later (a get that may be
+ * pipelined: tp_kv.c kv_get_pipelined). */
+enum tpy_bounce {
+	TPY_BOUNCE_NONE,
+	TPY_BOUNCE_NOW,
+	TPY_BOUNCE_LATER,
+};
+
 /* python/tp_buffer.c */
 int tpy_bounce_cache_env(void);
+void *tpy_bounce_take(size_t need, size_t *cap);
+void tpy_bounce_give(void *p, size_t cap);
 void tpy_bounce_drain(void);
 PyObject *tpy_u64_dict(PyObject *d, const void *st, const struct u64_field *f);
 extern PyObject *tpy_str_data_ptr, *tpy_str_is_contiguous, *tpy_str_is_cuda,
@@ -234,10 +249,12 @@ extern PyObject *tpy_str_data_ptr, *tpy_str_is_contiguous, *tpy_str_is_cuda,
 	*tpy_str_storage, *tpy_str_nbytes, *tpy_str_resizable,
 	*tpy_str_is_shared;
 void tpy_bufref_release(struct bufref *b);
+int tpy_bufref_deliver(struct bufref *b, const void *src, size_t nbytes);
 int tpy_bufref_commit(struct bufref *b, size_t nbytes);
 int tpy_bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 		   const char *what, struct bufref *b);
-int tpy_bufs_get(PyObject *seq, size_t n, bool writable, bool bounce,
+int tpy_bufs_bounce(struct bufref *bs, size_t n, bool writable);
+int tpy_bufs_get(PyObject *seq, size_t n, bool writable, enum tpy_bounce bounce,
 		 const char *what, struct bufref *bs);
 void tpy_bufs_release(struct bufref *bs, size_t n);
 struct pool_kv_key *tpy_keys_get(PyObject *obj, size_t *n);
@@ -262,9 +279,11 @@ PyObject *tpy_pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw);
 extern PyTypeObject tpy_MapType;
 
 /* python/tp_kv.c */
+extern uint64_t tpy_pipe_calls, tpy_pipe_chunks; /* GIL */
 void tpy_kvcall_free(struct kvcall *c);
 int tpy_kvcall_prepare(struct kvcall *c, enum kvop_kind kind, PyObject *keys,
-		       PyObject *vals, bool bounce);
+		       PyObject *vals, enum tpy_bounce bounce);
+PyObject *tpy_mod_get_pipeline(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tpy_kvcall_result(struct kvcall *c, ssize_t r);
 int tpy_kv_usable(struct py_kv *k);
 PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw);

@@ -20,10 +20,12 @@ void tpy_kvcall_free(struct kvcall *c)
 	memset(c, 0, sizeof(*c));
 }
 
-/* Parses keys (and values/bufs for put/get) into c; bounce: CPU tensors
- * go through bounce buffers (struct bufref). -1 with error. */
+/* Parses keys (and values/bufs for put/get) into c; bounce: whether and
+ * when CPU tensors get bounce buffers (struct bufref, enum tpy_bounce;
+ * TPY_BOUNCE_LATER: kvcall_bounce or kv_get_pipelined gives them). -1
+ * with error. */
 int tpy_kvcall_prepare(struct kvcall *c, enum kvop_kind kind, PyObject *keys,
-		       PyObject *vals, bool bounce)
+		       PyObject *vals, enum tpy_bounce bounce)
 {
 	memset(c, 0, sizeof(*c));
 	c->kind = kind;
@@ -69,6 +71,18 @@ nomem:
 	tpy_kvcall_free(c);
 	PyErr_NoMemory();
 	return -1;
+}
+
+/* A call prepared with TPY_BOUNCE_LATER: its CPU tensors' bounce
+ * buffers now, in one block. -1 with MemoryError/BufferError (the
+ * caller frees c). */
+static int kvcall_bounce(struct kvcall *c)
+{
+	if (!c->bufs || tpy_bufs_bounce(c->bufs, c->n, c->kind == KVOP_GET) < 0)
+		return c->bufs ? -1 : 0;
+	for (size_t i = 0; i < c->n; i++)
+		c->ptrs[i] = c->bufs[i].ptr;
+	return 0;
 }
 
 /*
@@ -132,6 +146,245 @@ static int kvcall_start(struct pool_kv *kv, struct kvcall *c,
 		return pool_kv_unpin_async(kv, c->n, c->keys, c->status, op);
 	}
 	return -EINVAL;
+}
+
+/*
+ * Waits for op, one of k's, with the GIL released, under rw. Returns its
+ * result, or -EBADF once the handle is closed: only after pool_kv_close
+ * has run, which settles every op in flight, so that their buffers are
+ * libpool's no more. (POOL_CALL's check would answer -EBADF as soon as
+ * the Pool or KV is marked closed, before that.)
+ */
+static ssize_t kv_op_wait_settled(struct py_kv *k, struct pool_kv_op *op)
+{
+	struct py_pool *po = k->po;
+	ssize_t r;
+
+	Py_BEGIN_ALLOW_THREADS pthread_rwlock_rdlock(&po->rw);
+	r = !po->p || k->lib_closed ? -EBADF : pool_kv_op_wait(k->kv, op, -1);
+	pthread_rwlock_unlock(&po->rw);
+	Py_END_ALLOW_THREADS return r;
+}
+
+/*
+ * Pipelined gets. A get into CPU tensors that bounce (struct bufref)
+ * reads every value into one bounce block with the GIL released, then
+ * copies the block out with the GIL held: for 109 x 1 MiB, ~5 ms of copy
+ * after an 8 ms get, the block read back from memory. Instead,
+ * kv_get_pipelined cuts the call into chunks of consecutive keys with
+ * about pipe_chunk bounced bytes each; up to pipe_depth chunks are in
+ * flight as asynchronous gets on the handle's workers, each into a slot
+ * (a block from the bounce cache, kept for the call), while this
+ * thread, with the GIL, copies each completed chunk's hits out of its
+ * slot into their tensors. A slot stays in the caches between the get
+ * that fills it and the copy that empties it, so the copy costs the
+ * tensor's writes only (streamed, bounce_copy_out).
+ *
+ * Safety is the bounce's: libpool writes only slots; a slot's bytes
+ * reach a tensor through tpy_bufref_deliver with the GIL held, which
+ * looks up where the tensor's storage keeps its bytes right before the
+ * copy (no Python code runs between the look-up and the copy): after
+ * set_() they land in the storage the call holds, after a growing
+ * resize_() in the storage's new memory; a storage shrunk below them
+ * makes the key a miss (-ESTALE). (torch's Tensor.resize_() and set_()
+ * drop the GIL while they run: one running in another thread during the
+ * copy itself races with it, as with any torch op writing that tensor;
+ * docs/python.md.) Buffers
+ * that need no bounce (views, fixed storages) are read in place within
+ * their chunk. Each chunk is a pool_kv_get of its own, every value
+ * checked as in one call. A chunk's call-level error ends the call with
+ * that error, once every chunk in flight has completed (a slot is
+ * libpool's until then). pipe_chunk 0 turns pipelining off.
+ *
+ * pipe_chunk and pipe_depth are module state (GIL), set by
+ * _get_pipeline() for tests and benchmarks.
+ */
+#define PIPE_DEPTH_MAX 8
+static size_t pipe_chunk = (size_t)4 << 20;
+static unsigned pipe_depth = 2;
+uint64_t tpy_pipe_calls, tpy_pipe_chunks;
+
+static size_t bounced_bytes(const struct bufref *b)
+{
+	return b->want_bounce ? (b->len + 63) & ~(size_t)63 : 0;
+}
+
+/* Whether get c (prepared with TPY_BOUNCE_LATER) is pipelined: its
+ * bounced bytes fill more than one chunk. */
+static bool kv_get_pipelines(const struct kvcall *c)
+{
+	size_t need = 0;
+
+	if (c->kind != KVOP_GET || !c->bufs || !pipe_chunk || c->n < 2)
+		return false;
+	for (size_t i = 0; i < c->n; i++)
+		need += bounced_bytes(&c->bufs[i]);
+	return need > pipe_chunk;
+}
+
+struct pipe_slot {
+	void *blk; /* from the bounce cache; NULL: none yet */
+	size_t cap;
+	struct pool_kv_op *op; /* in flight, or NULL */
+	size_t a, b;	       /* its keys: [a, b) */
+};
+
+/* Delivers the hits of completed chunk sl out of its slot (GIL held).
+ * Returns how many hits could not be delivered (now -ESTALE). */
+static ssize_t pipe_deliver(struct kvcall *c, const struct pipe_slot *sl)
+{
+	ssize_t lost = 0;
+
+	for (size_t i = sl->a; i < sl->b; i++) {
+		struct bufref *b = &c->bufs[i];
+
+		if (!b->want_bounce || c->status[i] != 0 ||
+		    c->lens[i] > c->caps[i])
+			continue;
+		if (tpy_bufref_deliver(b, c->ptrs[i], c->lens[i]) < 0) {
+			c->status[i] = -ESTALE;
+			lost++;
+		}
+	}
+	return lost;
+}
+
+/*
+ * Starts the get of c's keys from *next into slot sl (GIL held): as
+ * many keys as fit pipe_chunk bounced bytes (one at least), the bounced
+ * ones read into sl's block. pool_kv_get_async only queues the op, so
+ * it runs with the GIL, under rw taken as tpy_pool_rdlock does. 0 or
+ * -errno (nothing started).
+ */
+static int pipe_start(struct py_kv *k, struct kvcall *c, size_t *next,
+		      struct pipe_slot *sl)
+{
+	size_t need = 0, a = *next, end = a, off = 0;
+	struct pool_kv_op *op = NULL;
+	int r;
+
+	do
+		need += bounced_bytes(&c->bufs[end++]);
+	while (end < c->n && need + bounced_bytes(&c->bufs[end]) <= pipe_chunk);
+	if (need > sl->cap) {
+		if (sl->blk)
+			tpy_bounce_give(sl->blk, sl->cap);
+		sl->cap = 0;
+		sl->blk = tpy_bounce_take(need, &sl->cap);
+		if (!sl->blk)
+			return -ENOMEM;
+	}
+	for (size_t i = a; i < end; i++) {
+		if (!c->bufs[i].want_bounce)
+			continue;
+		c->ptrs[i] = (char *)sl->blk + off;
+		off += bounced_bytes(&c->bufs[i]);
+	}
+	tpy_pool_rdlock(k->po);
+	if (!k->po->p || k->po->closed || k->closed)
+		r = -EBADF;
+	else
+		r = pool_kv_get_async(k->kv, end - a, c->keys + a, c->ptrs + a,
+				      c->caps + a, c->lens + a, c->status + a,
+				      &op);
+	pthread_rwlock_unlock(&k->po->rw);
+	if (r)
+		return r;
+	sl->op = op;
+	sl->a = a;
+	sl->b = end;
+	*next = end;
+	tpy_pipe_chunks++;
+	return 0;
+}
+
+/* Runs get c pipelined (above) on k. GIL held on entry and return; the
+ * result as pool_kv_get's. Slots form a ring of depth + 1: the oldest
+ * chunk's slot is copied out of while depth later chunks are read. */
+static ssize_t kv_get_pipelined(struct py_kv *k, struct kvcall *c)
+{
+	struct pipe_slot s[PIPE_DEPTH_MAX + 1];
+	unsigned depth = pipe_depth, nslots = depth + 1, head = 0, nfly = 0;
+	size_t next = 0;
+	ssize_t hits = 0, err = 0, r;
+
+	memset(s, 0, sizeof(s));
+	tpy_pipe_calls++;
+	for (;;) {
+		/* refill: the slots after the last in flight are free */
+		while (!err && next < c->n && nfly < depth) {
+			err = pipe_start(k, c, &next,
+					 &s[(head + nfly) % nslots]);
+			if (!err)
+				nfly++;
+		}
+		if (!nfly)
+			break;
+		/* the oldest chunk: wait, then copy its hits out while
+		 * the next ones are read */
+		struct pipe_slot *sl = &s[head];
+
+		r = kv_op_wait_settled(k, sl->op);
+		sl->op = NULL;
+		head = (head + 1) % nslots;
+		nfly--;
+		if (r < 0) {
+			if (!err)
+				err = r;
+			continue;
+		}
+		hits += r;
+		while (!err && next < c->n && nfly < depth) {
+			err = pipe_start(k, c, &next,
+					 &s[(head + nfly) % nslots]);
+			if (!err)
+				nfly++;
+		}
+		if (!err)
+			hits -= pipe_deliver(c, sl);
+	}
+	for (unsigned d = 0; d < nslots; d++)
+		if (s[d].blk)
+			tpy_bounce_give(s[d].blk, s[d].cap);
+	return err ? err : hits;
+}
+
+/*
+ * _get_pipeline(chunk_bytes=None, depth=None) -> (chunk_bytes, depth):
+ * the pipelined get's settings (above), set when given; chunk_bytes 0
+ * turns pipelining off. For tests and benchmarks.
+ */
+PyObject *tpy_mod_get_pipeline(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "chunk_bytes", "depth", NULL };
+	PyObject *chunk = Py_None, *depth = Py_None;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO", kwlist, &chunk,
+					 &depth))
+		return NULL;
+	if (depth != Py_None) {
+		long d = PyLong_AsLong(depth);
+
+		if (d == -1 && PyErr_Occurred())
+			return NULL;
+		if (d < 1 || d > PIPE_DEPTH_MAX) {
+			PyErr_Format(
+				PyExc_ValueError,
+				"tidepool: depth must be 1 .. %d (got %ld)",
+				PIPE_DEPTH_MAX, d);
+			return NULL;
+		}
+		pipe_depth = (unsigned)d;
+	}
+	if (chunk != Py_None) {
+		size_t n = PyLong_AsSize_t(chunk);
+
+		if (n == (size_t)-1 && PyErr_Occurred())
+			return NULL;
+		pipe_chunk = n;
+	}
+	return Py_BuildValue("nI", (Py_ssize_t)pipe_chunk, pipe_depth);
 }
 
 /*
@@ -264,6 +517,7 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	k->po = po;
 	k->kv = kv;
 	k->closed = false;
+	k->lib_closed = false;
 	k->pending = NULL;
 	k->gpu = NULL;
 	k->weakrefs = NULL;
@@ -335,7 +589,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 	o->waiting = false;
 	o->result = 0;
 	o->next = o->prev = NULL;
-	if (tpy_kvcall_prepare(&o->c, kind, keys, vals, true) < 0) {
+	if (tpy_kvcall_prepare(&o->c, kind, keys, vals, TPY_BOUNCE_NOW) < 0) {
 		o->done = true;
 		Py_DECREF(o);
 		return NULL;
@@ -528,15 +782,23 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 	if (tpy_kv_usable(k) < 0)
 		return NULL;
-	if (tpy_kvcall_prepare(&c, kind, keys, vals, true) < 0)
+	if (tpy_kvcall_prepare(&c, kind, keys, vals,
+			       kind == KVOP_GET ? TPY_BOUNCE_LATER
+						: TPY_BOUNCE_NOW) < 0)
 		return NULL;
 	c.exact = exact;
-	{
+	if (kv_get_pipelines(&c)) {
+		r = kv_get_pipelined(k, &c);
+	} else {
 		struct kvcall *cp = &c;
 
+		if (kvcall_bounce(&c) < 0) {
+			tpy_kvcall_free(&c);
+			return NULL;
+		}
 		POOL_CALL(k->po, k->closed, r, kvcall_run(k->kv, cp));
+		kvcall_commit(&c, r);
 	}
-	kvcall_commit(&c, r);
 	out = tpy_kvcall_result(&c, r);
 	tpy_kvcall_free(&c);
 	return out;
@@ -727,6 +989,7 @@ void tpy_kv_do_close(struct py_kv *k)
 	tpy_pool_wrlock(po);
 	if (po->p)
 		pool_kv_close(kv);
+	k->lib_closed = true;
 	pthread_rwlock_unlock(&po->rw);
 	while (k->pending)
 		kvop_orphan(k->pending);

@@ -675,6 +675,223 @@ def test_bounced_get_lands_exactly_in_its_views(pool_args, model_name):
                 at += n + 64
 
 
+@pytest.fixture
+def get_pipeline():
+    """The pipelined tensor get's settings (chunk bytes, depth), set by
+    the test and restored after it."""
+    from tidepool import _c
+    saved = _c._get_pipeline()
+    yield _c._get_pipeline
+    _c._get_pipeline(*saved)
+
+
+def _pipelined():
+    from tidepool import _c
+    st = _c._bounce_stats()
+    return st["pipelined_calls"], st["pipelined_chunks"]
+
+
+@pytest.mark.parametrize("chunk,depth", [(64 << 10, 1), (64 << 10, 2),
+                                         (200 << 10, 3), (1 << 20, 2)])
+def test_pipelined_get_is_exact_at_chunk_boundaries(pool_args, model_name,
+                                                    get_pipeline, chunk,
+                                                    depth):
+    # a get into resizable tensors of more bytes than one chunk runs as
+    # chunks of consecutive keys read into slots while the previous
+    # chunk is copied out: every value lands whole in its own view
+    # (sizes around the chunk size, a value larger than a chunk, odd
+    # offsets), nothing beside it, misses and too-small buffers say so,
+    # and buffers read in place (numpy, shared-memory tensors) sit in
+    # the same chunks
+    get_pipeline(chunk, depth)
+    sizes = [chunk - 1, 1, chunk, chunk + 1, 3 * chunk + 17, 4096 + 5,
+             chunk // 2, chunk // 2 + 64, chunk // 3, 100, chunk - 64,
+             2 * chunk]
+    keys = keys_for(f"{model_name}-{chunk}-{depth}", len(sizes) + 2)
+    vals = [value_of(k, n) for k, n in zip(keys, sizes)]
+    miss = len(sizes)  # keys[miss] is never stored
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        assert kv.put(keys[:miss], vals) == [0] * miss
+        shift = 5
+        base = torch.full((sum(sizes) + 64 * len(sizes) + shift,), 0x5A,
+                          dtype=torch.uint8)
+        bufs, where, at = [], [], shift
+        for i, n in enumerate(sizes):
+            if i % 5 == 3:
+                bufs.append(np.full(n, 0x5A, np.uint8))  # in place
+            elif i % 5 == 4:
+                bufs.append(torch.full((n,), 0x5A, dtype=torch.uint8)
+                            .share_memory_())  # fixed storage: in place
+            else:
+                bufs.append(base[at:at + n])
+            where.append(at)
+            at += n + 64
+        # a miss in the middle, and a buffer too small (exact=False)
+        ks = keys[:6] + [keys[miss]] + keys[6:miss]
+        bs = bufs[:6] + [torch.zeros(chunk, dtype=torch.uint8)] + bufs[6:]
+        small = torch.full((sizes[4] - 1,), 0x5A, dtype=torch.uint8)
+        ks.append(keys[4])
+        bs.append(small)
+        calls, chunks = _pipelined()
+        got = kv.get_into(ks, bs, exact=False)
+        assert got == sizes[:6] + [-1] + sizes[6:] + [sizes[4]], got
+        calls2, chunks2 = _pipelined()
+        assert calls2 == calls + 1 and chunks2 - chunks >= 3, \
+            (calls, calls2, chunks, chunks2)
+        b = base.numpy()
+        assert (b[:shift] == 0x5A).all()
+        for i, (n, v) in enumerate(zip(sizes, vals)):
+            if i % 5 in (3, 4):
+                assert np.array_equal(np.asarray(bufs[i]), v), i
+                continue
+            at = where[i]
+            assert np.array_equal(b[at:at + n], v), (i, n)
+            assert (b[at + n:at + n + 64] == 0x5A).all(), (i, n)
+        assert (small.numpy() == 0x5A).all()  # too small: not written
+        # exact=True: the same bytes through the pipeline
+        outs = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+        assert kv.get_into(keys[:miss], outs) == [True] * miss
+        for o, v in zip(outs, vals):
+            assert np.array_equal(o.numpy(), v)
+        # pipelining off: the one-block bounce, the same bytes
+        get_pipeline(0)
+        calls = _pipelined()[0]
+        outs = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+        assert kv.get_into(keys[:miss], outs) == [True] * miss
+        assert _pipelined()[0] == calls
+        for o, v in zip(outs, vals):
+            assert np.array_equal(o.numpy(), v)
+
+
+RESIZE_UNDER_PIPELINE = r"""
+import sys, numpy as np, torch, tidepool
+from tidepool import _c
+N, SZ, SENTINEL, HOOK = 12, 256 << 10, 0xA5, 3
+_c._get_pipeline(SZ, 2)  # a chunk per value, two read while one is copied
+
+def value_of(key):
+    seed = int.from_bytes(key[:8], "little")
+    v = (np.arange(SZ // 8, dtype=np.uint64) *
+         np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed)) ^ np.uint64(seed >> 7)
+    return v.view(np.uint8).copy()
+
+class Storage:
+    # a resizable storage whose data_ptr() runs `hook` once the call's
+    # set-up has asked it (its second call: when its own chunk is
+    # copied out): Python code in the middle of the pipeline, while the
+    # next chunks are being read
+    def __init__(self, hook):
+        self.arr, self.hook, self.calls = np.zeros(SZ, np.uint8), hook, 0
+    def resizable(self):
+        return True
+    def data_ptr(self):
+        self.calls += 1
+        if self.calls == 2:
+            self.hook()
+        return self.arr.ctypes.data
+    def nbytes(self):
+        return SZ
+
+class Tensor:
+    is_cuda = False
+    def __init__(self, st):
+        self.st = st
+    def data_ptr(self):
+        return self.st.arr.ctypes.data
+    def is_contiguous(self):
+        return True
+    def numel(self):
+        return SZ
+    def element_size(self):
+        return 1
+    def untyped_storage(self):
+        return self.st
+
+p = tidepool.Pool(sys.argv[1])
+kv = p.kv()
+keys = tidepool.prefix_keys(list(range(N * 16)), "t", sys.argv[2], 16)
+vals = [value_of(k) for k in keys]
+assert kv.put(keys, vals) == [0] * N
+for rnd in range(6):
+    out = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
+    views = [t.view(-1) for t in out]  # share the storages the call holds
+    canaries, fired = [], []
+
+    def mutate():
+        # the later tensors, whose chunks are not copied out yet (two of
+        # them are being read): moved, reallocated, shrunk; their old
+        # memory freed and taken by new allocations
+        for i in range(HOOK + 1, N):
+            k = (i + rnd) % 3
+            if k == 0:
+                out[i].set_(torch.zeros(SZ, dtype=torch.uint8))
+            elif k == 1:
+                out[i].resize_(3 * SZ)
+            else:
+                out[i].storage().resize_(SZ // 2)
+            canaries.append(torch.full((SZ,), SENTINEL, dtype=torch.uint8))
+        fired.append(1)
+
+    st = Storage(mutate)
+    bufs = list(out)
+    bufs[HOOK] = Tensor(st)
+    calls0 = _c._bounce_stats()["pipelined_calls"]
+    res = kv.get_into(keys, bufs)
+    assert fired and _c._bounce_stats()["pipelined_calls"] == calls0 + 1
+    for c in canaries:
+        assert int(c.min()) == SENTINEL == int(c.max()), \
+            "a pipelined get wrote into memory a tensor gave back"
+    assert res[HOOK] and np.array_equal(st.arr, vals[HOOK])
+    for i in range(N):
+        k = (i + rnd) % 3
+        if i <= HOOK:
+            if i < HOOK:
+                assert res[i] and np.array_equal(views[i].numpy(), vals[i]), i
+        elif k == 0:  # set_: the bytes land in the storage the call holds
+            assert res[i] and np.array_equal(views[i].numpy(), vals[i]), i
+            assert not out[i].any(), i
+        elif k == 1:  # grown: where the storage keeps its bytes now
+            assert res[i] and np.array_equal(views[i][:SZ].numpy(),
+                                              vals[i]), i
+        else:  # shrunk below the value: a miss, nothing written
+            assert not res[i], i
+            rest = torch.empty(0, dtype=torch.uint8).set_(views[i].storage())
+            assert rest.numel() == SZ // 2 and not rest.any(), i
+# the handle closed in the middle: the chunks in flight settle first
+# (their slots are libpool's until then), the call raises ClosedError
+bufs = [torch.zeros(SZ, dtype=torch.uint8) for _ in keys]
+bufs[HOOK] = Tensor(Storage(kv.close))
+try:
+    kv.get_into(keys, bufs)
+    raise AssertionError("no ClosedError")
+except tidepool.ClosedError:
+    pass
+p.close()
+print("ok")
+"""
+
+
+def test_tensor_reallocated_under_a_pipelined_get(memd, model_name,
+                                                  tmp_path):
+    # Python code run in the middle of a pipelined get (a storage's
+    # data_ptr(), asked when its chunk is copied out) set_()s, grows and
+    # shrinks the tensors whose chunks are still being read: each value
+    # lands exactly where its storage keeps it when its chunk is copied
+    # out, or is a miss when the storage no longer has room; never in
+    # memory a storage gave back (canaries; ASan). The handle closed the
+    # same way: ClosedError once the chunks in flight have settled.
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", RESIZE_UNDER_PIPELINE,
+                        memd.addr, model_name],
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           p for p in sys.path if p)},
+                       capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
 class _DuckStorage:
     """A storage as the extension sees one (data_ptr(), nbytes(), and
     resizable() when given): its memory is a numpy array that a "resize"
