@@ -140,6 +140,15 @@ def prefetch(ctrl, toks, before_io=None):
     return op, found, wait_prefetch(ctrl, op) // P
 
 
+def prefetch_exact(ctrl, hp, toks, hashes, n):
+    """prefetch of toks, which must find and load n pages, every one
+    holding its page of hashes; returns the operation."""
+    op, found, loaded = prefetch(ctrl, toks)
+    assert (found, loaded) == (n, n)
+    assert all(check(hp, op.host_indices, hashes))
+    return op
+
+
 LAYOUTS = [("mha", "page_first"), ("mha", "page_first_direct"),
            ("mha", "page_head"), ("mha", "layer_first"),
            ("mla", "page_first"), ("mla", "page_first_direct"),
@@ -168,9 +177,7 @@ def test_selection_and_round_trip(engines, target, model_name, v1):
         hashes, _, done = backup(ctrl, hp, toks)
         assert done == 10 * P
         assert b.batch_exists(hashes) == 10
-        op, found, loaded = prefetch(ctrl, toks)
-        assert (found, loaded) == (10, 10)
-        assert all(check(hp, op.host_indices, hashes))
+        prefetch_exact(ctrl, hp, toks, hashes, 10)
         # a longer prompt: the stored prefix, then nothing
         op, found, loaded = prefetch(ctrl, toks + tokens_of("tail", 3))
         assert (found, loaded) == (10, 10)
@@ -201,9 +208,7 @@ def test_layouts(engines, memd, model_name, kind, layout):
             toks = tokens_of(model_name + tag, 5)
             hashes, _, done = backup(w, hpw, toks)
             assert done == 5 * P
-            op, found, loaded = prefetch(r, toks)
-            assert (found, loaded) == (5, 5)
-            assert all(check(hpr, op.host_indices, hashes))
+            prefetch_exact(r, hpr, toks, hashes, 5)
     finally:
         c1.detach_storage_backend()
         c2.detach_storage_backend()
@@ -266,9 +271,7 @@ def test_keys_and_namespaces(engines, memd, model_name):
         hashes, _, done = backup(c1, hp1, toks)
         assert done == 0 and c1.storage_backend.batch_exists(hashes) == 0
         backup(c0, hp0, toks)
-        op, found, loaded = prefetch(c1, toks)
-        assert (found, loaded) == (4, 4)
-        assert all(check(hp1, op.host_indices, hashes))
+        prefetch_exact(c1, hp1, toks, hashes, 4)
     finally:
         c0.detach_storage_backend()
         c1.detach_storage_backend()
