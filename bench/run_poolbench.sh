@@ -43,7 +43,8 @@
 # killed on exit. With the defaults it takes about 10 minutes.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/benchutil.sh
+. "$(dirname "$0")/benchutil.sh"
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
 REPS=${REPS:-3}
 POINT_SECONDS=${POINT_SECONDS:-1}
@@ -63,9 +64,6 @@ SHM_MODE=${SHM_MODE:-auto}
 SHM_DIR=${SHM_DIR:-}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
-BENCH_NAME=run_poolbench
-# shellcheck source=bench/benchutil.sh
-. "$ROOT/bench/benchutil.sh"
 bench_python
 
 # Medians, tables and ratios over the result lines of one or more raw.txt
