@@ -32,7 +32,7 @@ set -euo pipefail
 . "$(dirname "$0")/benchutil.sh"
 case "${1:-}" in
 -h | --help)
-	sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,28p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 esac
