@@ -3,7 +3,8 @@
 # SPDX-License-Identifier: MIT
 #
 # bench/benchutil.sh - what the run_*.sh benchmark scripts share; sourced,
-# not run. Set BENCH_NAME (the prefix of error lines) before sourcing.
+# not run. Sets ROOT (the repository root) and, unless set before,
+# BENCH_NAME (the prefix of error lines: the script's name less .sh).
 #
 #   die MSG                   "BENCH_NAME: MSG" on stderr, exit 1
 #   log MSG                   "HH:MM:SS MSG" on stderr
@@ -44,6 +45,8 @@
 # Every server started here is killed by pid on exit (never by name).
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(dirname "$BENCH_DIR")
+BENCH_NAME=${BENCH_NAME:-$(basename "$0" .sh)}
 
 die() {
 	echo "$BENCH_NAME: $*" >&2

@@ -28,10 +28,11 @@
 # kernel say, to check that choice against.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/benchutil.sh
+. "$(dirname "$0")/benchutil.sh"
 case "${1:-}" in
 -h | --help)
-	sed -n '4,31p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '4,28p' "$0" | sed 's/^# \{0,1\}//'
 	exit 0
 	;;
 esac
@@ -54,14 +55,6 @@ else
 	OUT_DIR=${OUT_DIR:-$BUILD/gpu-prefetch-results/$(date +%Y%m%d-%H%M%S)}
 fi
 START=$SECONDS
-
-die() {
-	echo "run_gpu_prefetch: $*" >&2
-	exit 1
-}
-log() {
-	printf '%s %s\n' "$(date +%T)" "$*" >&2
-}
 
 # Seconds left before DEADLINE_S (0 when past it).
 left() {
@@ -112,18 +105,7 @@ if [ "$BUILD_ONLY" = 1 ]; then
 	exit 0
 fi
 
-RAW=$OUT_DIR/raw.txt
-TMP=$(mktemp -d /tmp/gpu-prefetch.XXXXXX)
-MEMD_PID=
-cleanup() {
-	if [ -n "$MEMD_PID" ]; then
-		kill "$MEMD_PID" 2>/dev/null || true
-		wait "$MEMD_PID" 2>/dev/null || true
-	fi
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+bench_out gpu-prefetch
 
 {
 	echo "# run_gpu_prefetch $(date -u +%FT%TZ) git=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -163,19 +145,10 @@ m = re.fullmatch(r'(\d+)([KMGT]?)(?:i?B)?', '$SIZE', re.I) or sys.exit('bad SIZE
 print(max(1, (int(m.group(1)) << {'': 0, 'K': 10, 'M': 20, 'G': 30, 'T': 40}[m.group(2).upper()]) >> 20))")
 donate=$(((size_mib + 64 + 63) / 64 * 64 + 256))M
 log "starting memd on 127.0.0.1 (donate $donate, 64M slabs)"
-"$MEMD" --listen 127.0.0.1:0 --donate "$donate" --slab-size 64M \
-	--log-level warning --ready-file "$TMP/memd.ready" \
-	>"$OUT_DIR/memd.log" 2>&1 &
-MEMD_PID=$!
-for _ in $(seq 600); do
-	[ -s "$TMP/memd.ready" ] && break
-	kill -0 "$MEMD_PID" 2>/dev/null ||
-		die "memd exited; its log ($OUT_DIR/memd.log):
-$(cat "$OUT_DIR/memd.log")"
-	sleep 0.1
-done
-[ -s "$TMP/memd.ready" ] || die "memd not ready after 60 s (log: $OUT_DIR/memd.log)"
-ADDR=$(head -n1 "$TMP/memd.ready")
+: >"$OUT_DIR/memd.log"
+BENCH_MEMD_WAIT_S=60 bench_start_memd "$OUT_DIR/memd.log" \
+	--donate "$donate" --slab-size 64M
+ADDR=$MEMD_ADDR
 log "memd ready at $ADDR"
 
 run() { # staging count
@@ -209,9 +182,7 @@ grep -E 'gpu: (open|numa|direct)' "$OUT_DIR/bench.log" |
 	sed 's/libpool\[[0-9]*\] //' | sort | uniq -c |
 	sed 's/^/# /' | tee -a "$RAW" || true
 echo "# loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)" | tee -a "$RAW"
-kill "$MEMD_PID" 2>/dev/null || true
-wait "$MEMD_PID" 2>/dev/null || true
-MEMD_PID=
+bench_stop_memd
 
 if [ "$TESTS" = 1 ]; then
 	if [ "$(left)" -lt 60 ]; then

@@ -24,10 +24,8 @@
 #       poll50=build-bench/memd/memd:"--set busy_poll_us=50"
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BENCH_NAME=run_memd_ab
 # shellcheck source=bench/benchutil.sh
-. "$ROOT/bench/benchutil.sh"
+. "$(dirname "$0")/benchutil.sh"
 bench_python
 
 summarize() {

@@ -29,10 +29,8 @@
 # on exit.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BENCH_NAME=run_mrcbench
 # shellcheck source=bench/benchutil.sh
-. "$ROOT/bench/benchutil.sh"
+. "$(dirname "$0")/benchutil.sh"
 bench_python
 
 summarize() {

@@ -43,7 +43,8 @@
 # killed on exit. With the defaults it takes about 10 minutes.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/benchutil.sh
+. "$(dirname "$0")/benchutil.sh"
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
 REPS=${REPS:-3}
 POINT_SECONDS=${POINT_SECONDS:-1}
@@ -63,9 +64,6 @@ SHM_MODE=${SHM_MODE:-auto}
 SHM_DIR=${SHM_DIR:-}
 RAWFAB_ARGS=${RAWFAB_ARGS:-}
 
-BENCH_NAME=run_poolbench
-# shellcheck source=bench/benchutil.sh
-. "$ROOT/bench/benchutil.sh"
 bench_python
 
 # Medians, tables and ratios over the result lines of one or more raw.txt
@@ -262,40 +260,39 @@ for s in sizes:
                   med("poolbench", "read", s, d, "srv_cpu_s_per_GB"),
                   med(peer, "get", s, d, "srv_cpu_s_per_GB"),
                   higher_is_better=False)
-ratio("read4k_p50_pool_vs_raw_d1", med("poolbench", "read", K4, 1, "p50_us"),
-      med("rawfab", "read", K4, 1, "p50_us"), "<=1.2", higher_is_better=False)
-ratio("read4k_p50_pool_vs_rawproc_d1", med("poolbench", "read", K4, 1, "p50_us"),
-      med("rawfab_proc", "read", K4, 1, "p50_us"), "<=1.2", higher_is_better=False,
+def reads(name, bench, base, size, d, field="ops_s", target=None,
+          base_d=None, **kw):
+    """ratio of bench's reads to base's (at depth base_d, default d)."""
+    ratio(name, med(bench, "read", size, d, field),
+          med(base, "read", size, d if base_d is None else base_d, field),
+          target, **kw)
+
+reads("read4k_p50_pool_vs_raw_d1", "poolbench", "rawfab", K4, 1, "p50_us",
+      "<=1.2", higher_is_better=False)
+reads("read4k_p50_pool_vs_rawproc_d1", "poolbench", "rawfab_proc", K4, 1,
+      "p50_us", "<=1.2", higher_is_better=False,
       note="target_in_a_process_like_memd")
-ratio("read4k_ops_pool_vs_raw_d1", med("poolbench", "read", K4, 1),
-      med("rawfab", "read", K4, 1))
+reads("read4k_ops_pool_vs_raw_d1", "poolbench", "rawfab", K4, 1)
 for d in depths:
-    ratio(f"read1m_shm_MBps_vs_memcpy_d{d}",
-          med("poolbench_shm", "read", M1, d, "MBps"),
-          med("memcpy", "read", M1, 1, "MBps"), ">=0.3")
+    reads(f"read1m_shm_MBps_vs_memcpy_d{d}", "poolbench_shm", "memcpy", M1, d,
+          "MBps", ">=0.3", base_d=1)
     ratio(f"read1m_shm_MBps_vs_redis_get_d{d}",
           med("poolbench_shm", "read", M1, d, "MBps"),
           med("redis", "get", M1, d, "MBps"), ">=1.2")
     ratio(f"read4k_shm_ops_vs_redis_get_d{d}",
           med("poolbench_shm", "read", K4, d), med("redis", "get", K4, d))
-    ratio(f"read4k_p50_shm_vs_fabric_d{d}",
-          med("poolbench_shm", "read", K4, d, "p50_us"),
-          med("poolbench", "read", K4, d, "p50_us"),
-          higher_is_better=False)
+    reads(f"read4k_p50_shm_vs_fabric_d{d}", "poolbench_shm", "poolbench", K4,
+          d, "p50_us", higher_is_better=False)
 if any(k[0] == "poolbench_shmdir" for k in rows):
     for d in depths:
-        ratio(f"read1m_shmdir_MBps_vs_memcpy_d{d}",
-              med("poolbench_shmdir", "read", M1, d, "MBps"),
-              med("memcpy", "read", M1, 1, "MBps"), ">=0.3")
-        ratio(f"read1m_shmdir_MBps_vs_shm_d{d}",
-              med("poolbench_shmdir", "read", M1, d, "MBps"),
-              med("poolbench_shm", "read", M1, d, "MBps"))
-        ratio(f"read4k_p50_shmdir_vs_shm_d{d}",
-              med("poolbench_shmdir", "read", K4, d, "p50_us"),
-              med("poolbench_shm", "read", K4, d, "p50_us"),
-              higher_is_better=False)
-ratio(f"read1m_MBps_pool_vs_raw_d{dmax}", med("poolbench", "read", M1, dmax, "MBps"),
-      med("rawfab", "read", M1, dmax, "MBps"))
+        reads(f"read1m_shmdir_MBps_vs_memcpy_d{d}", "poolbench_shmdir",
+              "memcpy", M1, d, "MBps", ">=0.3", base_d=1)
+        reads(f"read1m_shmdir_MBps_vs_shm_d{d}", "poolbench_shmdir",
+              "poolbench_shm", M1, d, "MBps")
+        reads(f"read4k_p50_shmdir_vs_shm_d{d}", "poolbench_shmdir",
+              "poolbench_shm", K4, d, "p50_us", higher_is_better=False)
+reads(f"read1m_MBps_pool_vs_raw_d{dmax}", "poolbench", "rawfab", M1, dmax,
+      "MBps")
 EOF
 }
 bench_cli 4 43 "$@"

@@ -31,7 +31,8 @@
 # killed on exit. With the defaults it takes about 10 minutes.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/benchutil.sh
+. "$(dirname "$0")/benchutil.sh"
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
 REPS=${REPS:-5}
 SECONDS_PER_POINT=${SECONDS_PER_POINT:-2}
@@ -47,9 +48,6 @@ MEMD_ARGS=${MEMD_ARGS:-}
 REDIS_N=${REDIS_N:-50000}
 OUT_DIR=${OUT_DIR:-$BUILD/regbench-results/$(date +%Y%m%d-%H%M%S)}
 
-BENCH_NAME=run_regbench
-# shellcheck source=bench/benchutil.sh
-. "$ROOT/bench/benchutil.sh"
 bench_python
 
 summarize() {

@@ -24,24 +24,18 @@ cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build/release -j"$(nproc)" >/dev/null
 echo "quickstart: built build/release"
 
-tmp=$(mktemp -d /tmp/tidepool-quickstart.XXXXXX)
-memd_pid=
-cleanup() {
-	if [ -n "$memd_pid" ]; then
-		kill -TERM "$memd_pid" 2>/dev/null || true
-		wait "$memd_pid" 2>/dev/null || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
+# shellcheck source=deploy/scratch-lib.sh
+. deploy/scratch-lib.sh
+scratch_start tidepool-quickstart
+tmp=$SCRATCH
 
 build/release/memd/memd --listen 127.0.0.1:0 --donate 2G \
 	--slab-size 64M --set kv_share=90 --ready-file "$tmp/ready" \
 	2>"$tmp/memd.log" &
-memd_pid=$!
+SERVER_PID=$!
 for _ in $(seq 1 300); do
 	[ -s "$tmp/ready" ] && break
-	if ! kill -0 "$memd_pid" 2>/dev/null; then
+	if ! kill -0 "$SERVER_PID" 2>/dev/null; then
 		echo "quickstart: memd failed to start:" >&2
 		cat "$tmp/memd.log" >&2
 		exit 1

@@ -35,17 +35,10 @@ for t in cc pkg-config cmake; do
 	fi
 done
 
-tmp=$(mktemp -d /tmp/tp-install-XXXXXX)
-memd_pid=
-cleanup() {
-	if [ -n "$memd_pid" ]; then
-		kill -TERM "$memd_pid" 2>/dev/null || true
-		wait "$memd_pid" 2>/dev/null || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
+# shellcheck source=deploy/scratch-lib.sh
+. "$src/deploy/scratch-lib.sh"
+scratch_start tp-install
+tmp=$SCRATCH
 fail() {
 	echo "install_check: $*" >&2
 	exit 1
@@ -106,10 +99,10 @@ slab_size = 16M
 CONF
 "$P/sbin/memd" -c "$tmp/memd.conf" --ready-file "$tmp/ready" \
 	>"$tmp/memd.log" 2>&1 &
-memd_pid=$!
+SERVER_PID=$!
 i=0
 while [ ! -s "$tmp/ready" ]; do
-	kill -0 "$memd_pid" 2>/dev/null ||
+	kill -0 "$SERVER_PID" 2>/dev/null ||
 		fail "the installed memd exited: $(cat "$tmp/memd.log")"
 	i=$((i + 1))
 	[ "$i" -lt 300 ] || fail "memd not ready after 30 s: $(cat "$tmp/memd.log")"

@@ -14,14 +14,10 @@ command -v memcached >/dev/null 2>&1 || {
 }
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
-T=$(mktemp -d /tmp/mcbench_smoke.XXXXXX)
-MC=
-cleanup() {
-	[ -z "$MC" ] || kill "$MC" 2>/dev/null
-	[ -z "$MC" ] || wait "$MC" 2>/dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
+# shellcheck source=deploy/scratch-lib.sh
+. "$(dirname "$0")/../deploy/scratch-lib.sh"
+scratch_start mcbench_smoke
+T=$SCRATCH
 fail() {
 	echo "mcbench_smoke: FAIL: $*"
 	[ ! -s "$T/err" ] || sed 's/^/  stderr: /' "$T/err"
@@ -37,7 +33,7 @@ U=
 # shellcheck disable=SC2086 # U is zero or two words
 memcached $U -l 127.0.0.1 -p "$PORT" -U 0 -t 1 -m 64 -I 2m \
 	>"$T/mc.log" 2>&1 &
-MC=$!
+SERVER_PID=$!
 mc() { # send the bytes of $1 (printf format) and print the reply
 	"$PY" - "$PORT" "$1" <<'PYEOF'
 import socket, sys, time
@@ -56,7 +52,7 @@ done
 
 # 1. a short sweep passes, with every point's line and server CPU
 "$MCB" -a "127.0.0.1:$PORT" -s 4K,1M -d 1,4 -n 200 -w 0 --verify-every 1 \
-	--server-pid "$MC" >"$T/out" 2>"$T/err" || fail "the sweep exited $?"
+	--server-pid "$SERVER_PID" >"$T/out" 2>"$T/err" || fail "the sweep exited $?"
 n=$(grep -c '^memcached op=\(get\|set\) .* ops_s=.* srv_cpu_us=' "$T/out")
 [ "$n" = 8 ] || fail "want 8 result lines with srv_cpu_us, got $n: $(cat "$T/out")"
 grep -q '^# mcbench verified_values=[1-9]' "$T/out" ||

@@ -8,11 +8,17 @@
 - ``pool_args``: parametrized over both, the keyword arguments of
   tidepool.Pool for each.
 
+Helpers the test modules import: ``start_memd``/``stop``, ``kv_warmed``
+(a tenant's KV store ready for the value sizes a module uses),
+``threads_running``/``in_threads`` (worker threads whose errors fail the
+test).
+
 The binaries come from $TIDEPOOL_BUILD (a build tree, default
 build/debug, then build/release) or else PATH (an installed tidepool). The
 package is imported from python/ and the build tree's python/ unless
 $TIDEPOOL_INSTALLED=1 (then the installed one is tested).
 """
+import contextlib
 import os
 import random
 import re
@@ -20,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 
@@ -87,6 +94,64 @@ def stop(proc):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+_KV_WARM = set()
+
+
+def kv_warmed(args, sizes, deadline_s=20.0):
+    """Returns the Pool arguments args once their KV store takes values
+    of every size in sizes on every donor (checked once per address and
+    sizes). A store may hold one slab per donor until the donor's report
+    brings the tenant's KV allowance (docs/cluster.md, "KV memory and
+    quotas"), so right after tenant-add the first puts of a new size
+    class could get ENOSPC."""
+    if (args["addr"], tuple(sizes)) in _KV_WARM:
+        return args
+    import tidepool
+    with tidepool.Pool(**args) as p, p.kv() as k:
+        end = time.monotonic() + deadline_s
+        while True:
+            vals = [bytearray(s) for s in sizes] * (24 // len(sizes))
+            keys = [os.urandom(32) for _ in vals]
+            st = k.put(keys, vals)
+            k.delete(keys)
+            if not any(st):
+                break
+            assert time.monotonic() < end, "no KV allowance: %s" % st
+            time.sleep(0.2)
+    _KV_WARM.add((args["addr"], tuple(sizes)))
+    return args
+
+
+@contextlib.contextmanager
+def threads_running(fn, n, join_s=None):
+    """Runs fn(0), ..., fn(n - 1), each in a thread of its own, while the
+    with block runs; at its end joins them (join_s each; None: however
+    long they take) and fails with whatever any of them raised."""
+    errors = []
+
+    def run(i):
+        try:
+            fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        for t in threads:
+            t.join(join_s)
+    assert not errors, errors
+
+
+def in_threads(fn, n, join_s=None):
+    """threads_running with nothing else to do meanwhile."""
+    with threads_running(fn, n, join_s):
+        pass
 
 
 ENGINES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engines")

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 import tidepool
+from conftest import kv_warmed
 from tidepool.connectors import lmcache as lmc
 from tidepool.connectors import vllm as tv
 
@@ -27,38 +28,13 @@ SMALL_PIECE = 48 << 10  # several pieces per chunk, the last one short
 DEADLINE_S = 20.0
 
 
-_WARM = set()
-
-
-def _warm_up(args):
-    """Waits until every donor lets the tenant's KV store grow past one
-    slab. A store may hold one slab per donor until the donor's report
-    brings the tenant's KV allowance (docs/cluster.md, "KV memory and
-    quotas"); the tests use two size classes (64 KiB and 128 KiB), so
-    right after tenant-add their first puts could get ENOSPC."""
-    with tidepool.Pool(args["addr"], args.get("tenant"),
-                       args.get("secret_file")) as p:
-        with p.kv() as k:
-            end = time.monotonic() + DEADLINE_S
-            while True:
-                keys = [uuid.uuid4().bytes * 2 for _ in range(24)]
-                st = k.put(keys, [bytearray(64), bytearray(128 << 10)] * 12)
-                k.delete(keys)
-                if not any(st):
-                    return
-                assert time.monotonic() < end, "no KV allowance: %s" % st
-                time.sleep(0.2)
-
-
 @pytest.fixture
 def target(pool_args):
     """conftest's pool_args (a standalone memd; a tenant of a registry
     with two donors): the keyword arguments that reach the pool, once
-    the pool takes KV values of both sizes the tests use."""
-    if pool_args["addr"] not in _WARM:
-        _warm_up(pool_args)
-        _WARM.add(pool_args["addr"])
-    return pool_args
+    the pool takes KV values of both sizes the tests use (64 B metas,
+    128 KiB pieces)."""
+    return kv_warmed(pool_args, (64, 128 << 10))
 
 
 @pytest.fixture

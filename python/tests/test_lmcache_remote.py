@@ -12,46 +12,26 @@ import importlib
 import logging
 import sys
 import threading
-import time
 import types
 import uuid
 
 import pytest
 
 import tidepool
+from conftest import in_threads, kv_warmed
 
 torch = pytest.importorskip("torch")
 
 LAYERS, HEADS, HEAD_DIM, TOKENS = 4, 4, 64, 256
 HIDDEN = HEADS * HEAD_DIM  # a full chunk [2, 4, 256, 256] fp16: 1 MiB
 DEADLINE_S = 20.0
-_WARM = set()
-
-
-def _warm_up(args):
-    """Waits until the tenant's KV store takes values of the sizes used
-    here on every donor (see test_connectors._warm_up)."""
-    with tidepool.Pool(args["addr"], args.get("tenant"),
-                       args.get("secret_file")) as p, p.kv() as k:
-        end = time.monotonic() + DEADLINE_S
-        while True:
-            keys = [uuid.uuid4().bytes * 2 for _ in range(24)]
-            st = k.put(keys, [bytearray(64), bytearray(1 << 20),
-                              bytearray(256 << 10), bytearray(128 << 10)]
-                       * 6)
-            k.delete(keys)
-            if not any(st):
-                return
-            assert time.monotonic() < end, "no KV allowance: %s" % st
-            time.sleep(0.2)
 
 
 @pytest.fixture
 def target(pool_args):
-    if pool_args["addr"] not in _WARM:
-        _warm_up(pool_args)
-        _WARM.add(pool_args["addr"])
-    return pool_args
+    """pool_args, once the tenant's KV store takes values of the sizes
+    used here: 64 B metas, pieces of 1 MiB, 256 KiB and 128 KiB."""
+    return kv_warmed(pool_args, (64, 1 << 20, 256 << 10, 128 << 10))
 
 
 @pytest.fixture
@@ -163,6 +143,39 @@ def env(engines, target, loop):
 def wait_all(futures):
     for f in futures:
         f.result(DEADLINE_S)
+
+
+def _stored(env, rb, n):
+    """Puts an object for each of n new keys through rb (owners'
+    references dropped); returns the keys and env.live after."""
+    keys = [env.key() for _ in range(n)]
+    objs = [env.obj(k) for k in keys]
+    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
+    for o in objs:
+        o.ref_count_down()
+    return keys, env.live
+
+
+def _exact_then_dropped(got, keys):
+    """Asserts every object of got holds its key's bytes, then drops the
+    references the get gave."""
+    assert all(has_bytes(o, k) for o, k in zip(got, keys))
+    for o in got:
+        o.ref_count_down()
+
+
+def _spy_byte_array(monkeypatch):
+    """Records every MemoryObj whose byte_array is read; returns the
+    list."""
+    from lmcache.v1.memory_management import TensorMemoryObj
+    real = TensorMemoryObj.byte_array
+    read = []
+
+    def byte_array(o):
+        read.append(o)
+        return real.fget(o)
+    monkeypatch.setattr(TensorMemoryObj, "byte_array", property(byte_array))
+    return read
 
 
 # ---------------------------------------------------------------------
@@ -694,34 +707,25 @@ def test_concurrent_puts_and_gets(env):
     so only the bytes of what comes back are checked."""
     rb = env.backend()
     base_live = env.live
-    errors = []
-    sizes = (TOKENS, 64)  # the size classes _warm_up opened
+    sizes = (TOKENS, 64)  # values of 1 MiB and 256 KiB (see target)
     cluster = "tenant" in env.target
 
     def worker(w):
-        try:
-            keys = [env.key("-w%d" % w) for _ in range(6)]
-            objs = [env.obj(k, sizes[i % 2]) for i, k in enumerate(keys)]
-            wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
-            for _ in range(2):
-                got = rb.batched_get_blocking(keys)
-                for i, (k, g) in enumerate(zip(keys, got)):
-                    if g is None and cluster:
-                        continue
-                    assert has_bytes(g, k, sizes[i % 2]), (w, i)
-                    g.ref_count_down()
-            for o in objs:
-                assert o.get_ref_count() == 1
-                o.ref_count_down()
-        except BaseException as e:  # reported by the main thread
-            errors.append(e)
+        keys = [env.key("-w%d" % w) for _ in range(6)]
+        objs = [env.obj(k, sizes[i % 2]) for i, k in enumerate(keys)]
+        wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
+        for _ in range(2):
+            got = rb.batched_get_blocking(keys)
+            for i, (k, g) in enumerate(zip(keys, got)):
+                if g is None and cluster:
+                    continue
+                assert has_bytes(g, k, sizes[i % 2]), (w, i)
+                g.ref_count_down()
+        for o in objs:
+            assert o.get_ref_count() == 1
+            o.ref_count_down()
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    in_threads(worker, 4, join_s=60)
     assert env.live == base_live
 
 
@@ -878,9 +882,7 @@ def test_batched_get_one_round_trip_once_a_layout_is_known(env):
     spy.gets = 0
     got = rb.batched_get_blocking(full)
     assert spy.gets == 1
-    assert all(has_bytes(o, k) for o, k in zip(got, full))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, full)
     spy.gets = 0
     keys = [full[0], part, env.key(), full[3]]
     got = rb.batched_get_blocking(keys)
@@ -928,12 +930,7 @@ def test_batched_get_starts_calls_while_allocating(env, piece):
     rb = env.backend(lmcache_config(env.target,
                                     **{"tidepool.piece_bytes": piece}))
     conn = rb.connection.getWrappedConnector()
-    keys = [env.key() for _ in range(5)]
-    objs = [env.obj(k) for k in keys]
-    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
-    for o in objs:
-        o.ref_count_down()
-    live = env.live
+    keys, live = _stored(env, rb, 5)
     log = []
     conn._kv = _RecordingKV(conn._kv, log)
     allocate, batched = env.cpu.allocate, env.cpu.batched_allocate
@@ -974,14 +971,6 @@ def test_batched_get_starts_calls_while_allocating(env, piece):
     assert env.live == live
 
 
-def _stored(env, rb, keys, **kw):
-    """Puts an object per key through rb (owners' references dropped)."""
-    objs = [env.obj(k, **kw) for k in keys]
-    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
-    for o in objs:
-        o.ref_count_down()
-
-
 def test_batched_get_allocates_a_batch_at_once(env, monkeypatch):
     """A batched get of a known layout takes its objects from one
     batched_allocate of LMCache's local CPU backend (one free block,
@@ -989,11 +978,8 @@ def test_batched_get_allocates_a_batch_at_once(env, monkeypatch):
     gives the pieces to the KV call as views at the objects' data_ptr,
     never reading byte_array (a tensor view and a ctypes cast per
     object); every key exact, nothing leaked."""
-    from lmcache.v1.memory_management import TensorMemoryObj
     rb = env.backend()
-    keys = [env.key() for _ in range(6)]
-    _stored(env, rb, keys)
-    live = env.live
+    keys, live = _stored(env, rb, 6)
     calls = []
     allocate, batched = env.cpu.allocate, env.cpu.batched_allocate
 
@@ -1005,13 +991,7 @@ def test_batched_get_allocates_a_batch_at_once(env, monkeypatch):
         calls.append(("batched_allocate", a[2], kw))
         return batched(*a, **kw)
     env.cpu.allocate, env.cpu.batched_allocate = one, many
-    real = TensorMemoryObj.byte_array
-    read = []
-
-    def byte_array(o):
-        read.append(o)
-        return real.fget(o)
-    monkeypatch.setattr(TensorMemoryObj, "byte_array", property(byte_array))
+    read = _spy_byte_array(monkeypatch)
     try:
         got = rb.batched_get_blocking(keys)
     finally:
@@ -1020,9 +1000,7 @@ def test_batched_get_allocates_a_batch_at_once(env, monkeypatch):
     assert calls == [("batched_allocate", 6,
                       {"eviction": False, "busy_loop": False})]
     assert read == []
-    assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, keys)
     assert env.live == live
 
 
@@ -1032,9 +1010,7 @@ def test_batched_get_without_a_free_block_allocates_per_key(env):
     back to one allocate per key and reads every key exactly; nothing
     leaks."""
     rb = env.backend()
-    keys = [env.key() for _ in range(4)]
-    _stored(env, rb, keys)
-    live = env.live
+    keys, live = _stored(env, rb, 4)
     # fill LMCache's memory, then free every other object: 1 MiB holes
     fill = []
     while True:
@@ -1049,9 +1025,7 @@ def test_batched_get_without_a_free_block_allocates_per_key(env):
     assert env.cpu.batched_allocate(fill[0].get_shape(), torch.float16,
                                     2) is None
     got = rb.batched_get_blocking(keys)
-    assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, keys)
     for o in fill[1::2]:
         o.ref_count_down()
     assert env.live == live
@@ -1092,9 +1066,7 @@ def test_batched_get_with_another_batched_allocate(env):
     exact, and later gets do not try batched_allocate again; nothing
     leaks."""
     rb = env.backend()
-    keys = [env.key() for _ in range(3)]
-    _stored(env, rb, keys)
-    live = env.live
+    keys, live = _stored(env, rb, 3)
     calls = []
 
     def other(shape, dtype, batch_size):
@@ -1105,9 +1077,7 @@ def test_batched_get_with_another_batched_allocate(env):
     try:
         for _ in range(2):
             got = rb.batched_get_blocking(keys)
-            assert all(has_bytes(o, k) for o, k in zip(got, keys))
-            for o in got:
-                o.ref_count_down()
+            _exact_then_dropped(got, keys)
     finally:
         del env.cpu.batched_allocate
     assert len(calls) == 1 and env.live == live
@@ -1118,24 +1088,14 @@ def test_batched_get_without_data_ptr_reads_byte_array(env, monkeypatch):
     exact, nothing leaked."""
     from lmcache.v1.memory_management import MemoryObj, TensorMemoryObj
     rb = env.backend()
-    keys = [env.key() for _ in range(3)]
-    _stored(env, rb, keys)
-    live = env.live
+    keys, live = _stored(env, rb, 3)
     monkeypatch.delattr(TensorMemoryObj, "data_ptr")
     monkeypatch.delattr(MemoryObj, "data_ptr")
-    real = TensorMemoryObj.byte_array
-    read = []
-
-    def byte_array(o):
-        read.append(o)
-        return real.fget(o)
-    monkeypatch.setattr(TensorMemoryObj, "byte_array", property(byte_array))
+    read = _spy_byte_array(monkeypatch)
     got = rb.batched_get_blocking(keys)
     monkeypatch.undo()
     assert len(read) == 3 and all(r is g for r, g in zip(read, got))
-    assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, keys)
     assert env.live == live
 
 
@@ -1144,12 +1104,7 @@ def test_batched_get_hashes_a_key_once(env, monkeypatch):
     are computed once and cached: a get of keys already seen hashes
     nothing."""
     rb = env.backend()
-    keys = [env.key() for _ in range(3)]
-    objs = [env.obj(k) for k in keys]
-    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
-    for o in objs:
-        o.ref_count_down()
-    live = env.live
+    keys, live = _stored(env, rb, 3)
     real = hashlib.blake2b
     calls = []
 
@@ -1160,9 +1115,7 @@ def test_batched_get_hashes_a_key_once(env, monkeypatch):
     got = rb.batched_get_blocking(keys)
     monkeypatch.undo()
     assert calls == []
-    assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, keys)
     assert env.live == live
 
 
@@ -1173,12 +1126,7 @@ def test_batched_get_allocation_error_waits_and_frees(env):
     nothing leaks; the next get reads every key."""
     rb = env.backend()
     conn = rb.connection.getWrappedConnector()
-    keys = [env.key() for _ in range(4)]
-    objs = [env.obj(k) for k in keys]
-    wait_all([rb.submit_put_task(k, o) for k, o in zip(keys, objs)])
-    for o in objs:
-        o.ref_count_down()
-    live = env.live
+    keys, live = _stored(env, rb, 4)
     conn._overlap_keys = 1
     spy = _CountingKV(conn._kv)
     conn._kv = spy
@@ -1197,7 +1145,5 @@ def test_batched_get_allocation_error_waits_and_frees(env):
         del env.cpu.allocate
     assert spy.gets == 2 and env.live == live
     got = rb.batched_get_blocking(keys)
-    assert all(has_bytes(o, k) for o, k in zip(got, keys))
-    for o in got:
-        o.ref_count_down()
+    _exact_then_dropped(got, keys)
     assert env.live == live

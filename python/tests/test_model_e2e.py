@@ -86,18 +86,26 @@ def test_deleted_middle_chunk_is_recomputed(tier, model, model_name):
     assert (r.cached_chunks, r.equal) == (5, True)
 
 
-class MissAfterExists:
-    """A KV whose get_into misses keys that exists() reported: the chunk
-    is deleted between the two calls, as an eviction (or a block failing
-    its checksum) would make it."""
+def served_once(tier, model, model_name, prompt):
+    """Serves the example's prompt number prompt once (bit-equal, its
+    chunks stored); returns the KV, the PrefixCache, the prompt's name
+    and its tokens."""
+    kv, tenant = tier
+    name, toks = pc.make_prompts(CFG.vocab)[prompt]
+    cache = pc.PrefixCache(kv, CFG, tenant, model_name)
+    assert pc.serve(model, cache, name, toks).equal
+    return kv, cache, name, toks
 
-    def __init__(self, kv, victim):
-        self.kv, self.victim = kv, victim
+
+class Passthrough:
+    """The tier calls the example makes (exists, get_into, put_async),
+    each handed to kv; subclasses change one."""
+
+    def __init__(self, kv):
+        self.kv = kv
 
     def exists(self, keys):
-        n = self.kv.exists(keys)
-        self.kv.delete([self.victim])
-        return n
+        return self.kv.exists(keys)
 
     def get_into(self, keys, bufs):
         return self.kv.get_into(keys, bufs)
@@ -106,11 +114,23 @@ class MissAfterExists:
         return self.kv.put_async(keys, values)
 
 
+class MissAfterExists(Passthrough):
+    """A KV whose get_into misses keys that exists() reported: the chunk
+    is deleted between the two calls, as an eviction (or a block failing
+    its checksum) would make it."""
+
+    def __init__(self, kv, victim):
+        super().__init__(kv)
+        self.victim = victim
+
+    def exists(self, keys):
+        n = self.kv.exists(keys)
+        self.kv.delete([self.victim])
+        return n
+
+
 def test_miss_after_exists_falls_back(tier, model, model_name):
-    kv, tenant = tier
-    name, toks = pc.make_prompts(CFG.vocab)[1]
-    cache = pc.PrefixCache(kv, CFG, tenant, model_name)
-    assert pc.serve(model, cache, name, toks).equal
+    kv, cache, name, toks = served_once(tier, model, model_name, 1)
     keys = cache.keys(toks)
     hits0 = kv.stats()["hits"]
     cache.kv = MissAfterExists(kv, keys[3 * L])  # chunk 3, layer 0
@@ -120,17 +140,11 @@ def test_miss_after_exists_falls_back(tier, model, model_name):
     assert kv.stats()["hits"] - hits0 == 6 * L - 1
 
 
-class Corrupting:
+class Corrupting(Passthrough):
     """Flips one bit of a loaded K/V value after get_into (a mantissa
     bit worth ~10 %: a flip of the last bit of one element can vanish in
     rounding): shows that the equality check catches one wrong value (the
     tier itself never returns one: its checksum makes it a miss)."""
-
-    def __init__(self, kv):
-        self.kv = kv
-
-    def exists(self, keys):
-        return self.kv.exists(keys)
 
     def get_into(self, keys, bufs):
         hits = self.kv.get_into(keys, bufs)
@@ -138,15 +152,9 @@ class Corrupting:
         flat[7] ^= 1 << 20
         return hits
 
-    def put_async(self, keys, values):
-        return self.kv.put_async(keys, values)
-
 
 def test_equality_check_sees_one_wrong_bit(tier, model, model_name):
-    kv, tenant = tier
-    name, toks = pc.make_prompts(CFG.vocab)[2]
-    cache = pc.PrefixCache(kv, CFG, tenant, model_name)
-    assert pc.serve(model, cache, name, toks).equal
+    kv, cache, name, toks = served_once(tier, model, model_name, 2)
     cache.kv = Corrupting(kv)
     r = pc.serve(model, cache, name, toks)
     assert r.cached_chunks == 5

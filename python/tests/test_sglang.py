@@ -7,14 +7,13 @@ its key, so any wrong byte fails; no timing is asserted."""
 
 import hashlib
 import sys
-import threading
 import time
 import uuid
-from queue import Empty
 
 import pytest
 
 import tidepool
+from conftest import kv_warmed, threads_running
 
 torch = pytest.importorskip("torch")
 
@@ -22,7 +21,6 @@ DEADLINE_S = 60.0
 P = 4  # tokens per page
 MHA = dict(layer_num=2, head_num=2, head_dim=16)  # fp16: 512 B pieces
 MLA_DIM = 64
-_WARM = set()
 
 
 def config(args, **more):
@@ -42,20 +40,7 @@ def target(pool_args):
     """pool_args, once the tenant's KV store takes values of every size
     used here (a new tenant's allowance arrives with the donors'
     reports: docs/cluster.md)."""
-    if pool_args["addr"] not in _WARM:
-        with tidepool.Pool(**pool_args) as p, p.kv() as k:
-            end = time.monotonic() + 20
-            sizes = [256, 512, 1024, 2048, 128 << 10]
-            while True:
-                keys = [uuid.uuid4().bytes * 2 for _ in sizes * 4]
-                st = k.put(keys, [bytearray(s) for s in sizes * 4])
-                k.delete(keys)
-                if not any(st):
-                    break
-                assert time.monotonic() < end, st
-                time.sleep(0.2)
-        _WARM.add(pool_args["addr"])
-    return pool_args
+    return kv_warmed(pool_args, (256, 512, 1024, 2048, 128 << 10))
 
 
 def host_pool(kind="mha", layout="page_first", pages=64, seed=0):
@@ -155,6 +140,15 @@ def prefetch(ctrl, toks, before_io=None):
     return op, found, wait_prefetch(ctrl, op) // P
 
 
+def prefetch_exact(ctrl, hp, toks, hashes, n):
+    """prefetch of toks, which must find and load n pages, every one
+    holding its page of hashes; returns the operation."""
+    op, found, loaded = prefetch(ctrl, toks)
+    assert (found, loaded) == (n, n)
+    assert all(check(hp, op.host_indices, hashes))
+    return op
+
+
 LAYOUTS = [("mha", "page_first"), ("mha", "page_first_direct"),
            ("mha", "page_head"), ("mha", "layer_first"),
            ("mla", "page_first"), ("mla", "page_first_direct"),
@@ -183,9 +177,7 @@ def test_selection_and_round_trip(engines, target, model_name, v1):
         hashes, _, done = backup(ctrl, hp, toks)
         assert done == 10 * P
         assert b.batch_exists(hashes) == 10
-        op, found, loaded = prefetch(ctrl, toks)
-        assert (found, loaded) == (10, 10)
-        assert all(check(hp, op.host_indices, hashes))
+        prefetch_exact(ctrl, hp, toks, hashes, 10)
         # a longer prompt: the stored prefix, then nothing
         op, found, loaded = prefetch(ctrl, toks + tokens_of("tail", 3))
         assert (found, loaded) == (10, 10)
@@ -216,9 +208,7 @@ def test_layouts(engines, memd, model_name, kind, layout):
             toks = tokens_of(model_name + tag, 5)
             hashes, _, done = backup(w, hpw, toks)
             assert done == 5 * P
-            op, found, loaded = prefetch(r, toks)
-            assert (found, loaded) == (5, 5)
-            assert all(check(hpr, op.host_indices, hashes))
+            prefetch_exact(r, hpr, toks, hashes, 5)
     finally:
         c1.detach_storage_backend()
         c2.detach_storage_backend()
@@ -281,9 +271,7 @@ def test_keys_and_namespaces(engines, memd, model_name):
         hashes, _, done = backup(c1, hp1, toks)
         assert done == 0 and c1.storage_backend.batch_exists(hashes) == 0
         backup(c0, hp0, toks)
-        op, found, loaded = prefetch(c1, toks)
-        assert (found, loaded) == (4, 4)
-        assert all(check(hp1, op.host_indices, hashes))
+        prefetch_exact(c1, hp1, toks, hashes, 4)
     finally:
         c0.detach_storage_backend()
         c1.detach_storage_backend()
@@ -339,71 +327,67 @@ def test_concurrency(engines, target, model_name):
     hp = host_pool(pages=512)
     ctrl = controller(target, hp, model_name, interface_v1=1)
     b = ctrl.storage_backend
-    errors = []
 
     def worker(w):
-        try:
-            my = hp.alloc(6 * P)
-            back = hp.alloc(6 * P)
-            for r in range(5):
-                keys = [f"{model_name}-w{w}-r{r}-{i}" for i in range(6)]
-                fill(hp, my, keys)
-                assert b.batch_set_v1(keys, my) == [True] * 6
-                assert b.batch_exists(keys) == 6
-                assert b.batch_get_v1(keys, back) == [True] * 6
-                assert all(check(hp, back, keys))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        my = hp.alloc(6 * P)
+        back = hp.alloc(6 * P)
+        for r in range(5):
+            keys = [f"{model_name}-w{w}-r{r}-{i}" for i in range(6)]
+            fill(hp, my, keys)
+            assert b.batch_set_v1(keys, my) == [True] * 6
+            assert b.batch_exists(keys) == 6
+            assert b.batch_get_v1(keys, back) == [True] * 6
+            assert all(check(hp, back, keys))
 
     try:
-        threads = [threading.Thread(target=worker, args=(w,))
-                   for w in range(4)]
-        for t in threads:
-            t.start()
-        reqs = [tokens_of(f"{model_name}-{i}", 3 + i % 4) for i in range(12)]
-        stored = {}
-        for toks in reqs:
-            hashes = ctrl.get_hash_str(toks, None, page_size=P)
-            idx = hp.alloc(len(hashes) * P)
-            fill(hp, idx, hashes)
-            stored[ctrl.write_storage(idx, toks, hash_value=hashes)] = \
-                len(hashes)
-        for _ in reqs:
-            op = ctrl.ack_backup_queue.get(timeout=DEADLINE_S)
-            assert op.completed_tokens == stored.pop(op.id) * P
-        ops = [ctrl.prefetch(f"r{i}", toks) for i, toks in enumerate(reqs)]
-        for _ in ops:
-            op = ctrl.prefetch_hit_queue.get(timeout=DEADLINE_S)
-            assert ctrl.schedule_prefetch_io(op)
-        done = set()
-        end = time.monotonic() + DEADLINE_S
-        while len(done) < len(ops):
-            ack = ctrl.ack_prefetch_queue.get(timeout=end - time.monotonic())
-            if ack.completed_req:
-                done.add(id(ack.operation))
-        full = 0
-        for op, toks in zip(ops, reqs):
-            n = len(toks) // P
-            got = op.completed_tokens // P
-            # A page can miss here on the cluster, which the whole suite
-            # shares: the tenant's store evicts, or a donor whose
-            # registry membership is in doubt answers EAGAIN (docs/kv.md).
-            # A miss shortens the prefix; what was loaded must be exact.
-            assert op.completed_tokens == got * P and got <= n
-            assert all(check(hp, op.host_indices, op.hash_value[:got]))
-            full += got == n
-        # The standalone memd (512 MiB, this module's keys only) keeps
-        # every page; on the shared cluster S3-FIFO's small queue (a
-        # tenth of the tenant's small allowance) evicts write-backs read
-        # once under the workers' puts (CI: 5 of 12 whole), so there only
-        # the bytes are checked.
-        if "tenant" not in target:
-            assert full == len(ops), f"{full} of {len(ops)} whole"
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        with threads_running(worker, 4):
+            concurrent_traffic(ctrl, hp, target, model_name)
     finally:
         ctrl.detach_storage_backend()
+
+
+def concurrent_traffic(ctrl, hp, target, model_name):
+    """test_concurrency's main thread: write-backs and prefetches of 12
+    requests through the controller's own threads."""
+    reqs = [tokens_of(f"{model_name}-{i}", 3 + i % 4) for i in range(12)]
+    stored = {}
+    for toks in reqs:
+        hashes = ctrl.get_hash_str(toks, None, page_size=P)
+        idx = hp.alloc(len(hashes) * P)
+        fill(hp, idx, hashes)
+        stored[ctrl.write_storage(idx, toks, hash_value=hashes)] = \
+            len(hashes)
+    for _ in reqs:
+        op = ctrl.ack_backup_queue.get(timeout=DEADLINE_S)
+        assert op.completed_tokens == stored.pop(op.id) * P
+    ops = [ctrl.prefetch(f"r{i}", toks) for i, toks in enumerate(reqs)]
+    for _ in ops:
+        op = ctrl.prefetch_hit_queue.get(timeout=DEADLINE_S)
+        assert ctrl.schedule_prefetch_io(op)
+    done = set()
+    end = time.monotonic() + DEADLINE_S
+    while len(done) < len(ops):
+        ack = ctrl.ack_prefetch_queue.get(timeout=end - time.monotonic())
+        if ack.completed_req:
+            done.add(id(ack.operation))
+    full = 0
+    for op, toks in zip(ops, reqs):
+        n = len(toks) // P
+        got = op.completed_tokens // P
+        # A page can miss here on the cluster, which the whole suite
+        # shares: the tenant's store evicts, or a donor whose
+        # registry membership is in doubt answers EAGAIN (docs/kv.md).
+        # A miss shortens the prefix; what was loaded must be exact.
+        assert op.completed_tokens == got * P and got <= n
+        assert all(check(hp, op.host_indices, op.hash_value[:got]))
+        full += got == n
+    # The standalone memd (512 MiB, this module's keys only) keeps
+    # every page; on the shared cluster S3-FIFO's small queue (a
+    # tenth of the tenant's small allowance) evicts write-backs read
+    # once under the workers' puts (CI: 5 of 12 whole), so there only
+    # the bytes are checked.
+    if "tenant" not in target:
+        assert full == len(ops), f"{full} of {len(ops)} whole"
 
 
 def test_clear(engines, target, model_name):

@@ -12,7 +12,6 @@ import struct
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 import tidepool
+from conftest import in_threads
 
 # what the user types (issue 27), HOST:PORT etc. filled in per target
 KV_TRANSFER_CONFIG = (
@@ -532,23 +532,13 @@ def test_many_jobs_in_flight_and_threads(vllm_engine, pool_args):
         keys = offload_keys(64)
         ctx = ReqContext("r")
         outs = [m.prepare_store([k], ctx).store_spec for k in keys]
-        errs = []
 
-        def submit(part):
-            try:
-                for i in part:
-                    assert wa.submit_store(
-                        i, GPULoadStoreSpec([i], [1], [i]), outs[i])
-            except BaseException as e:  # noqa: BLE001
-                errs.append(e)
+        def submit(t):  # jobs t, t + 4, ...
+            for i in range(t, 64, 4):
+                assert wa.submit_store(
+                    i, GPULoadStoreSpec([i], [1], [i]), outs[i])
 
-        th = [threading.Thread(target=submit, args=(range(t, 64, 4),))
-              for t in range(4)]
-        for t in th:
-            t.start()
-        for t in th:
-            t.join()
-        assert not errs
+        in_threads(submit, 4)
         res = drain(wa, range(64))
         assert all(r.success for r in res.values())
         m.complete_store(keys, ctx)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import errno as _errno
 import os
+import sys
 import threading
 from typing import Any, Callable, List, Optional, Sequence, Union
 
@@ -25,25 +26,17 @@ try:  # installed: the extension lives in the package
 except ImportError:  # a build tree: build/<cfg>/python on sys.path
     import _tidepool as _c  # type: ignore[no-redef]
 
+    # one name for the extension either way, for the import below
+    sys.modules[__name__ + "._tidepool"] = _c
+
+# the extension's exceptions, types and limits, as the package's own
+from ._tidepool import (  # noqa: E402
+    BATCH_MAX, CHUNK_TOKENS, GPU, KEY_BYTES, VALUE_MAX, ClosedError,
+    ForkError, GPUStream, Mapping, PoolCapacityError, PoolConnectionError,
+    PoolError, PoolFileNotFoundError, PoolPermissionError, PoolTimeoutError,
+    Region)
+
 __version__ = "0.3.0"
-
-PoolError = _c.PoolError
-PoolConnectionError = _c.PoolConnectionError
-PoolPermissionError = _c.PoolPermissionError
-PoolCapacityError = _c.PoolCapacityError
-PoolTimeoutError = _c.PoolTimeoutError
-PoolFileNotFoundError = _c.PoolFileNotFoundError
-ClosedError = _c.ClosedError
-ForkError = _c.ForkError
-Region = _c.Region
-Mapping = _c.Mapping
-GPU = _c.GPU
-GPUStream = _c.GPUStream
-
-KEY_BYTES: int = _c.KEY_BYTES
-VALUE_MAX: int = _c.VALUE_MAX
-BATCH_MAX: int = _c.BATCH_MAX
-CHUNK_TOKENS: int = _c.CHUNK_TOKENS
 
 __all__ = [
     "Pool", "KV", "KVFuture", "Region", "Mapping", "GPU", "GPUStream",

@@ -137,15 +137,10 @@ shell) [ -x $PY ] || skip "$PY not installed" ;;
 *) fail "unknown program (sqlite3, python3, sort, threads, numpy, torch, perl, gcc, git, node, redis, xz, shell, deepbind)" ;;
 esac
 
-TMP=$(mktemp -d /tmp/tp-programs.XXXXXX)
-MEMD_PID=
-cleanup() {
-	[ -z "$MEMD_PID" ] || kill "$MEMD_PID" 2>/dev/null
-	[ -z "$MEMD_PID" ] || wait "$MEMD_PID" 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+# shellcheck source=deploy/scratch-lib.sh
+. "$SRC/deploy/scratch-lib.sh"
+scratch_start tp-programs
+TMP=$SCRATCH
 
 # ---- the workload: CMD (an array), its stdin, the budget ---------------
 BUDGET_MB= # empty: a quarter of the plain run's peak RSS
@@ -352,11 +347,11 @@ esac
 # ---- memd --------------------------------------------------------------
 "$MEMD" --listen 127.0.0.1:0 --donate "$DONATE" --log-level warning \
 	--ready-file "$TMP/ready" >"$TMP/memd.log" 2>&1 &
-MEMD_PID=$!
+SERVER_PID=$!
 # memd locks its donation in memory at start: seconds per GiB on a busy VM
 for _ in $(seq 1200); do
 	[ -s "$TMP/ready" ] && break
-	kill -0 "$MEMD_PID" 2>/dev/null || skip "memd exited: $(cat "$TMP/memd.log")"
+	kill -0 "$SERVER_PID" 2>/dev/null || skip "memd exited: $(cat "$TMP/memd.log")"
 	sleep 0.1
 done
 [ -s "$TMP/ready" ] || skip "memd not ready after 120 s"

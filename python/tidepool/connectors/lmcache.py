@@ -583,7 +583,9 @@ async def _run_async(kv, plan: Plan) -> Any:
 
 def _open_kv(pool, addr, tenant, secret_file, replicas, nthreads,
              timeout_ms, client_name):
-    """(pool, owned, kv): a KV handle on pool, or on a Pool opened here."""
+    """(pool, owned, kv): a KV handle on pool, or on a Pool opened here
+    (closed again when the handle cannot be made). Every connector opens
+    its handle this way."""
     owned = pool is None
     if owned:
         pool = tidepool.Pool(addr, tenant, secret_file,

@@ -85,6 +85,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import tidepool
 
+from .lmcache import _open_kv
+
 log = logging.getLogger(__name__)
 
 PAGE_DOMAIN = b"tidepool sglang page v1"
@@ -238,20 +240,10 @@ class TidepoolHiCacheStorage(_Base):  # type: ignore[misc, valid-type]
         replicas = num("replicas", 1)
         nthreads = num("nthreads", 0)
         timeout_ms = num("timeout_ms", 0)
-        self._owns_pool = pool is None
-        if pool is None:
-            pool = tidepool.Pool(settings.get("addr"), settings.get("tenant"),
-                                 settings.get("secret_file"),
-                                 timeout_ms=timeout_ms,
-                                 client_name=settings.get("client_name") or
-                                 f"sglang-{self._rank}")
-        self._pool = pool
-        try:
-            self.kv = pool.kv(replicas, nthreads=nthreads)
-        except BaseException:
-            if self._owns_pool:
-                pool.close()
-            raise
+        self._pool, self._owns_pool, self.kv = _open_kv(
+            pool, settings.get("addr"), settings.get("tenant"),
+            settings.get("secret_file"), replicas, nthreads, timeout_ms,
+            settings.get("client_name") or f"sglang-{self._rank}")
 
     @staticmethod
     def _rank_name(cfg: Any) -> str:

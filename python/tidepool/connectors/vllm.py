@@ -71,6 +71,8 @@ from typing import Any, Iterable, List, Optional
 
 import tidepool
 
+from .lmcache import _open_kv
+
 BLOCK_DOMAIN = b"tidepool vllm block v1"
 MEDIUM = "TIDEPOOL"
 
@@ -187,18 +189,9 @@ class TidepoolOffloadingManager:
                  enable_events: bool = False, world_size: int = 1) -> None:
         if world_size < 1:
             raise ValueError("world_size must be >= 1, not %d" % world_size)
-        self._owns_pool = pool is None
-        if pool is None:
-            pool = tidepool.Pool(addr, tenant, secret_file,
-                                 timeout_ms=timeout_ms,
-                                 client_name=client_name)
-        self._pool = pool
-        try:
-            self._kv = pool.kv(replicas, nthreads=nthreads)
-        except BaseException:
-            if self._owns_pool:
-                pool.close()
-            raise
+        self._pool, self._owns_pool, self._kv = _open_kv(
+            pool, addr, tenant, secret_file, replicas, nthreads,
+            timeout_ms, client_name)
         self.namespace = namespace
         self._key_ns = namespace
         self.world_size = world_size
@@ -380,35 +373,32 @@ class TidepoolOffloadingManager:
         ``TidepoolLoadStoreSpec`` or a ``PrepareStoreOutput``): buffers or
         tensors, passed to ``KV.put`` with ``kw`` (``stream``, ``gpu``).
         Per block: True when stored or already present."""
-        keys = self._spec_keys(spec)
-        if len(values) != len(keys):
-            raise ValueError("%d blocks but %d values" %
-                             (len(keys), len(values)))
-        if not keys:
-            return []
-        st = []
-        for i in range(0, len(keys), tidepool.BATCH_MAX):
-            j = i + tidepool.BATCH_MAX
-            st.extend(self._kv.put(keys[i:j], values[i:j], **kw))
+        st = self._per_block(self._kv.put, spec, values, "values", kw)
         return [s in (0, errno.EEXIST) for s in st]
 
     def load(self, spec: Any, bufs: List[Any], **kw: Any) -> List[bool]:
         """Reads the blocks of ``spec`` into ``bufs`` (one per block, the
         block's exact size) with ``KV.get_into`` and ``kw``; per block:
         True on a hit."""
-        keys = self._spec_keys(spec)
-        if len(bufs) != len(keys):
-            raise ValueError("%d blocks but %d buffers" %
-                             (len(keys), len(bufs)))
-        if not keys:
-            return []
-        hits = []
-        for i in range(0, len(keys), tidepool.BATCH_MAX):
-            j = i + tidepool.BATCH_MAX
-            hits.extend(self._kv.get_into(keys[i:j], bufs[i:j], **kw))
-        return hits
+        return self._per_block(self._kv.get_into, spec, bufs, "buffers",
+                               kw)
 
     # -- internals -----------------------------------------------------
+
+    def _per_block(self, call: Any, spec: Any, items: List[Any], what: str,
+                   kw: dict) -> List[Any]:
+        """call(keys, items, **kw) over the blocks of spec and their items
+        (one per block: ValueError else), BATCH_MAX blocks a call; every
+        call's results in order."""
+        keys = self._spec_keys(spec)
+        if len(items) != len(keys):
+            raise ValueError("%d blocks but %d %s" %
+                             (len(keys), len(items), what))
+        out: List[Any] = []
+        for i in range(0, len(keys), tidepool.BATCH_MAX):
+            j = i + tidepool.BATCH_MAX
+            out.extend(call(keys[i:j], items[i:j], **kw))
+        return out
 
     # what the manager hands out; tidepool.connectors.vllm_offload makes
     # them vLLM's own classes
