@@ -731,6 +731,28 @@ int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 	return r;
 }
 
+int tu_admin_until(const char *addr, const char *cluster_secret,
+		   const char *json, int timeout_ms, char *out, size_t cap, ...)
+{
+	struct timespec ts = { 0, 20 * 1000000 };
+
+	for (int waited = 0;; waited += 20) {
+		bool all = !tu_admin(addr, cluster_secret, json, out, cap);
+		const char *want;
+		va_list ap;
+
+		va_start(ap, cap);
+		while (all && (want = va_arg(ap, const char *)))
+			all = strstr(out, want) != NULL;
+		va_end(ap);
+		if (all)
+			return 0;
+		if (waited >= timeout_ms)
+			return -ETIMEDOUT;
+		nanosleep(&ts, NULL);
+	}
+}
+
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes)

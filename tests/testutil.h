@@ -146,6 +146,14 @@ void tu_tmpdir_remove(const char *dir);
 int tu_secret_file(const char *dir, const char *name, char *path);
 int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 	     char *out, size_t cap);
+/*
+ * tu_admin() of json every 20 ms until its reply (in out) holds every
+ * string of the NULL-terminated list that follows, for up to timeout_ms:
+ * 0, or -ETIMEDOUT with the last reply (or refusal) in out.
+ */
+int tu_admin_until(const char *addr, const char *cluster_secret,
+		   const char *json, int timeout_ms, char *out, size_t cap, ...)
+	__attribute__((sentinel));
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes);
