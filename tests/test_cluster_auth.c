@@ -43,16 +43,12 @@ static void sleep_ms(long ms)
 static int wait_r0_up(void)
 {
 	char out[8192];
+	int r = tu_admin_until(reg.addr, cluster, "{\"cmd\":\"donors\"}", 20000,
+			       out, sizeof(out), "\"r0\"", "\"up\"", NULL);
 
-	for (int i = 0; i < 1000; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"r0\"") && strstr(out, "\"up\""))
-			return 0;
-		sleep_ms(20);
-	}
-	fprintf(stderr, "r0 never came up: %s\n", out);
-	return -ETIMEDOUT;
+	if (r)
+		fprintf(stderr, "r0 never came up: %s\n", out);
+	return r;
 }
 
 static void suite_setup(void)
@@ -558,6 +554,32 @@ static struct rpc *pass_session(const char *addr, const char *name,
 }
 
 /*
+ * Starts d, a donor of the registry named name that donates donate, with
+ * metrics, and waits until the registry lists it.
+ */
+static void donor_joined(struct tu_memd *d, const char *name,
+			 const char *donate)
+{
+	char a1[300], a2[300], a3[64], want[64], out[8192];
+	const char *args[] = { "--set",	   a1,
+			       "--set",	   a2,
+			       "--set",	   a3,
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", donate,
+			       NULL };
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	snprintf(a3, sizeof(a3), "donor_name=%s", name);
+	snprintf(want, sizeof(want), "\"%s\"", name);
+	ck_assert_int_eq(tu_memd_start_args(d, NULL, args), 0);
+	ck_assert_msg(!tu_admin_until(reg.addr, cluster, "{\"cmd\":\"donors\"}",
+				      10000, out, sizeof(out), want, NULL),
+		      "%s never joined: %s", name, out);
+}
+
+/*
  * poolctl tenant remove revokes the tenant's donor passes at the donors
  * (not when they expire, up to pass_ttl later): a donor d1 closes the
  * removed tenant's session there and refuses its unexpired pass, while
@@ -566,31 +588,14 @@ static struct rpc *pass_session(const char *addr, const char *name,
 START_TEST(removed_tenant_pass_revoked_at_donors)
 {
 	struct tu_memd d1;
-	char a1[300], a2[300], err[256], out[8192], sec_c[256];
-	const char *dargs[] = { "--set",    a1,
-				"--set",    a2,
-				"--set",    "donor_name=d1",
-				"--set",    "report_interval=100ms",
-				"--set",    "metrics_listen=127.0.0.1:0",
-				"--donate", "64M",
-				NULL };
+	char err[256], out[8192], sec_c[256];
 	struct wire_auth_ok okc, oka;
 	uint8_t skey[32], pkc[64], pka[64];
 	struct wire_msg req = { .type = WIRE_STATUS }, rep;
 	struct rpc *rc, *ra, *dc, *da, *again;
 	int i, r;
 
-	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
-	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	ck_assert_int_eq(tu_memd_start_args(&d1, NULL, dargs), 0);
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"d1\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
+	donor_joined(&d1, "d1", "64M");
 	ck_assert_int_eq(tu_secret_file(dir, "c.secret", sec_c), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "c", sec_c, SLAB), 0);
 
@@ -664,17 +669,27 @@ static long long reserved_of(const char *name)
  * The refusal here: the donor is draining. The ticket is then spent for
  * good: the same ticket is refused after the drain too.
  */
+/* Drains d2 (whose log is at d2log) or ends its drain, and waits until
+ * d2 heard it from the registry. */
+static void drain(const char *d2log, bool on)
+{
+	char out[8192], said[64];
+
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  on ? "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				       "\"drain\":true}"
+				     : "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				       "\"drain\":false}",
+				  out, sizeof(out)),
+			 0);
+	snprintf(said, sizeof(said), "registry says drain=%d", on);
+	ck_assert(tu_file_wait(d2log, said, 10000));
+}
+
 START_TEST(refused_ticket_releases_its_reservation)
 {
 	struct tu_memd d2;
-	char a1[300], a2[300], d2log[300], err[256], out[8192], sec_e[256];
-	const char *dargs[] = { "--set",    a1,
-				"--set",    a2,
-				"--set",    "donor_name=d2",
-				"--set",    "report_interval=100ms",
-				"--set",    "metrics_listen=127.0.0.1:0",
-				"--donate", "512M",
-				NULL };
+	char d2log[300], err[256], sec_e[256];
 	struct wire_msg *rep = msg();
 	struct wire_auth_ok oke;
 	struct wire_ticket t;
@@ -683,18 +698,8 @@ START_TEST(refused_ticket_releases_its_reservation)
 	long long res = -1;
 	int i, r;
 
-	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
-	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	ck_assert_int_eq(tu_memd_start_args(&d2, NULL, dargs), 0);
+	donor_joined(&d2, "d2", "512M");
 	snprintf(d2log, sizeof(d2log), "%s/memd.log", d2.dir);
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"d2\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
 	ck_assert_int_eq(tu_secret_file(dir, "e.secret", sec_e), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "e", sec_e, SLAB), 0);
 	re = tenant("e", sec_e, &oke, skey);
@@ -725,15 +730,7 @@ START_TEST(refused_ticket_releases_its_reservation)
 		 rep, WIRE_PLACE_OK, err, sizeof(err));
 	ck_assert_int_eq(r, -EDQUOT);
 
-	ck_assert_int_eq(tu_admin(reg.addr, cluster,
-				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
-				  "\"drain\":true}",
-				  out, sizeof(out)),
-			 0);
-	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=1");
-	     i++)
-		sleep_ms(20);
-	ck_assert_int_lt(i, 500);
+	drain(d2log, true);
 	de = pass_session(d2.addr, "e", &oke, pke, &r, err, sizeof(err));
 	ck_assert_msg(de, "e at d2: %s %s", strerror(-r), err);
 	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EBUSY);
@@ -745,15 +742,7 @@ START_TEST(refused_ticket_releases_its_reservation)
 	ck_assert_int_eq(tu_metric(&d2, "tidepool_memd_tickets_burnt_total"),
 			 1);
 	/* the ticket is spent: refused after the drain as well */
-	ck_assert_int_eq(tu_admin(reg.addr, cluster,
-				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
-				  "\"drain\":false}",
-				  out, sizeof(out)),
-			 0);
-	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=0");
-	     i++)
-		sleep_ms(20);
-	ck_assert_int_lt(i, 500);
+	drain(d2log, false);
 	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EACCES);
 	ck_assert_msg(strstr(err, "already redeemed"), "%s", err);
 	rpc_close(de);

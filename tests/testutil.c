@@ -494,6 +494,18 @@ bool tu_file_has(const char *path, const char *needle)
 	return strstr(buf, needle) != NULL;
 }
 
+bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
+{
+	struct timespec ts = { 0, 20 * 1000000 };
+
+	for (int waited = 0; !tu_file_has(path, needle); waited += 20) {
+		if (waited >= timeout_ms)
+			return false;
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
 char *tu_read_whole(const char *path)
 {
 	char *buf = NULL, chunk[4096];

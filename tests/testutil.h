@@ -121,6 +121,9 @@ int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether the file at path (its first MiB: a memd's log, a program's
  * stderr) holds needle; false when it cannot be read. */
 bool tu_file_has(const char *path, const char *needle);
+/* tu_file_has() polled every 20 ms for up to timeout_ms: whether needle
+ * showed up in time. */
+bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 
 /* The whole file at path, NUL-terminated (free it); NULL when it cannot
  * be read. */
