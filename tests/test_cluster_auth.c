@@ -53,14 +53,8 @@ static int wait_r0_up(void)
 
 static void suite_setup(void)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
-			       "--donate", "128M",
-			       NULL };
-	char a1[300], a2[400];
+	const char *args[] = { "--set", "report_interval=100ms", "--donate",
+			       "128M", NULL };
 	int r;
 
 	auth_init();
@@ -69,11 +63,7 @@ static void suite_setup(void)
 	    tu_secret_file(dir, "a.secret", sec_a) ||
 	    tu_secret_file(dir, "b.secret", sec_b))
 		abort();
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	r = tu_memd_start_args(&reg, NULL, args);
+	r = tu_registry_start(&reg, cluster, state, NULL, args);
 	if (r) {
 		fprintf(stderr, "registry memd did not start: %s\n",
 			strerror(-r));

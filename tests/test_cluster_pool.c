@@ -129,28 +129,20 @@ static void start_donor(int i)
 /* Starts the registry (r0); listen: its address, or NULL for a new port. */
 static int start_registry(const char *listen)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
+	const char *args[] = { "--set",	   "report_interval=100ms",
 			       "--donate", "128M",
 			       NULL,	   NULL,
 			       NULL };
-	char a1[300], a2[300], l[64], conf[256];
+	char l[64], conf[256];
 
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
 	if (listen) {
 		snprintf(l, sizeof(l), "%s", listen);
-		args[12] = "--listen";
-		args[13] = l;
+		args[4] = "--listen";
+		args[5] = l;
 	}
 	snprintf(conf, sizeof(conf), "lease_ttl = 2s\nlease_grace = 500ms\n%s",
 		 reg_conf);
-	return tu_memd_start_args(&reg, conf, args);
+	return tu_registry_start(&reg, cluster, state, conf, args);
 }
 
 static void setup(void)

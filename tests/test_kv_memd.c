@@ -387,14 +387,17 @@ static void memd_up(const char *extra, const char *const *args)
 	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
 }
 
-/* memd_up() of a registry (extra, args) whose cluster secret is in the
- * file at cluster: waits until it lists its own donor part as up. */
-static void registry_up(const char *extra, const char *const *args,
-			const char *cluster)
+/* tu_registry_start() of md (cluster, state, extra, args); skips without a
+ * memd; waits until it lists its own donor part as up. */
+static void registry_up(const char *cluster, const char *state,
+			const char *extra, const char *const *args)
 {
 	char out[8192];
+	int r = tu_registry_start(&md, cluster, state, extra, args);
 
-	memd_up(extra, args);
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s (log in %s)", strerror(-r), md.dir);
 	ck_assert_msg(!tu_admin_until(md.addr, cluster, "{\"cmd\":\"donors\"}",
 				      10000, out, sizeof(out), "\"up\"", NULL),
 		      "the registry's donor part is not up: %s", out);
@@ -958,25 +961,16 @@ static void two_tenants_up(const char *extra, char *dir, size_t dirlen,
 			   struct kvc **a, struct kvc **b)
 {
 	static char cluster[256], sec_a[256], sec_b[256], state[300];
-	static char a1[300], a2[400];
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   a1,
-			       "--set",	   a2,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "slab_size=2M",
-			       "--donate", "64M",
+	const char *args[] = { "--set", "slab_size=2M", "--donate", "64M",
 			       NULL };
 
 	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, dirlen, "kvt"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(
+		tu_pool_dir(dir, dirlen, "kvt", state, sizeof(state), cluster),
+		0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	registry_up(extra, args, cluster);
+	registry_up(cluster, state, extra, args);
 	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
 			 0);
 	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
@@ -1629,12 +1623,8 @@ static void pool_dirs_make(struct pool_dirs *p)
 static void start_pool(const struct pool_dirs *p, const char *cluster,
 		       const char *state)
 {
-	char a1[300], a2[400], a3[200];
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   a1,
-			       "--set",	   a2,
-			       "--set",	   a3,
-			       "--set",	   "donor_name=r0",
+	char a3[200];
+	const char *args[] = { "--set",	   a3,
 			       "--set",	   "slab_size=2M",
 			       "--set",	   "kv_share=25",
 			       "--set",	   "kv_spill_size=256M",
@@ -1643,10 +1633,8 @@ static void start_pool(const struct pool_dirs *p, const char *cluster,
 			       "--donate", "64M",
 			       NULL };
 
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
 	snprintf(a3, sizeof(a3), "kv_spill_dir=%s", p->spill);
-	registry_up(NULL, args, cluster);
+	registry_up(cluster, state, NULL, args);
 }
 
 /* A put that waits for the registry's first KV allowance (a new

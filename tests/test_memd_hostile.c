@@ -352,16 +352,13 @@ static int run_poolctl(const char *addr, const char *cluster)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+static const char *const donate_64m[] = { "--donate", "64M", NULL };
+
 START_TEST(operators_and_donors_get_in)
 {
 	struct tu_memd reg, don;
 	struct rpc *t[16] = { 0 }, *extra = NULL;
-	char dir[64], cluster[256], sec[256], state[300], a1[300], a2[400],
-		a3[300];
-	const char *rargs[] = {
-		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
-		"--set", "donor_name=r0", "--donate", "64M", NULL
-	};
+	char dir[64], cluster[256], sec[256], state[300], a1[300], a3[300];
 	const char *dargs[] = { "--set",    a3,	     "--set",
 				a1,	    "--set", "donor_name=d1",
 				"--donate", "64M",   NULL };
@@ -369,18 +366,16 @@ START_TEST(operators_and_donors_get_in)
 	int fds[NIDLE], ntenant = 0, r;
 
 	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "hostile"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "hostile", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec), 0);
 	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
 	/* 16 slots, 4 kept for operators and donors: tenants get 12. */
-	ck_assert_int_eq(tu_memd_start_args(&reg,
-					    "max_clients = 16\n"
-					    "reserved_clients = 4\n",
-					    rargs),
+	ck_assert_int_eq(tu_registry_start(&reg, cluster, state,
+					   "max_clients = 16\n"
+					   "reserved_clients = 4\n",
+					   donate_64m),
 			 0);
 	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "t", sec, 1ull << 30),
@@ -456,28 +451,20 @@ START_TEST(sessions_per_tenant_capped)
 {
 	struct tu_memd reg;
 	struct rpc *t[4] = { 0 }, *u[3] = { 0 };
-	char dir[64], cluster[256], sec_t[256], sec_u[256], state[300], a1[300],
-		a2[400], err[256];
-	const char *rargs[] = {
-		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
-		"--set", "donor_name=r0", "--donate", "64M", NULL
-	};
+	char dir[64], cluster[256], sec_t[256], sec_u[256], state[300],
+		err[256];
 	uint8_t kt[AUTH_KEY_LEN], ku[AUTH_KEY_LEN];
 
 	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "hostile", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec_t), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "u.secret", sec_u), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	ck_assert_int_eq(tu_memd_start_args(&reg,
-					    "max_sessions_per_tenant = 3\n"
-					    "metrics_listen = 127.0.0.1:0\n",
-					    rargs),
+	ck_assert_int_eq(tu_registry_start(&reg, cluster, state,
+					   "max_sessions_per_tenant = 3\n"
+					   "metrics_listen = 127.0.0.1:0\n",
+					   donate_64m),
 			 0);
 	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
 	ck_assert_int_eq(

@@ -585,15 +585,11 @@ END_TEST
  */
 START_TEST(ticket_redemptions_are_counted)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
+	const char *args[] = { "--set",	   "report_interval=100ms",
 			       "--set",	   "metrics_listen=127.0.0.1:0",
 			       "--donate", "128M",
 			       NULL };
-	char dir[64], state[128], cluster[256], sec_a[256], a1[300], a2[300];
+	char dir[64], state[128], cluster[256], sec_a[256];
 	struct pool_opts o = { .tenant = "a", .secret_file = sec_a };
 	struct tu_memd reg = { 0 };
 	struct pool_region *r = NULL;
@@ -601,16 +597,12 @@ START_TEST(ticket_redemptions_are_counted)
 	char *t;
 	int rc = -ENOSPC;
 
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "mreg"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "mreg", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	ck_assert_int_eq(tu_memd_start_args(&reg, NULL, args), 0);
+	ck_assert_int_eq(tu_registry_start(&reg, cluster, state, NULL, args),
+			 0);
 	ck_assert_msg(reg.metrics[0], "no metrics line in the ready file");
 	ck_assert_int_eq(
 		tu_tenant_add(reg.addr, cluster, "a", sec_a, 1024 * MIB), 0);

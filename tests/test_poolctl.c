@@ -523,10 +523,7 @@ END_TEST
 
 static void registry_setup(void)
 {
-	char state[256], set_secret[300], set_state[300];
-	const char *args[] = { "--set",	   "registry=yes",  "--set",
-			       set_secret, "--set",	    set_state,
-			       "--set",	   "donor_name=r0", NULL };
+	char state[256];
 	struct run *r = malloc(sizeof(*r));
 	int i;
 
@@ -535,10 +532,8 @@ static void registry_setup(void)
 		tu_secret_file(scratch, "cluster.secret", g_secret_path), 0);
 	snprintf(state, sizeof(state), "%s/state", scratch);
 	ck_assert_int_eq(mkdir(state, 0700), 0);
-	snprintf(set_secret, sizeof(set_secret), "cluster_secret_file=%s",
-		 g_secret_path);
-	snprintf(set_state, sizeof(set_state), "state_dir=%s", state);
-	ck_assert_int_eq(tu_memd_start_args(&memd, NULL, args), 0);
+	ck_assert_int_eq(
+		tu_registry_start(&memd, g_secret_path, state, NULL, NULL), 0);
 	g_addr = memd.addr;
 	g_secret = g_secret_path;
 	/* The registry's own donor part joins over loopback: wait for it

@@ -318,6 +318,28 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 	return memd_spawn(m, NULL, NULL, extra_conf, extra_args);
 }
 
+int tu_registry_start(struct tu_memd *m, const char *cluster, const char *state,
+		      const char *extra_conf, const char *const *more_args)
+{
+	char secret[300], dir[300];
+	const char *args[40] = { "--set",	  "registry=yes", "--set",
+				 "donor_name=r0", "--set",	  secret };
+	int n = 6;
+
+	snprintf(secret, sizeof(secret), "cluster_secret_file=%s", cluster);
+	if (state) {
+		snprintf(dir, sizeof(dir), "state_dir=%s", state);
+		args[n++] = "--set";
+		args[n++] = dir;
+	}
+	for (; more_args && *more_args; more_args++) {
+		if (n + 1 >= (int)(sizeof(args) / sizeof(args[0])))
+			return -E2BIG;
+		args[n++] = *more_args;
+	}
+	return tu_memd_start_args(m, extra_conf, args);
+}
+
 int tu_memd_start_ns(struct tu_memd *m, const char *ns, const char *host,
 		     const char *extra_conf, const char *const *extra_args)
 {

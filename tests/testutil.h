@@ -69,6 +69,15 @@ int tu_memd_start(struct tu_memd *m, const char *extra_conf);
  * NULL), which override the config file: "--donate", "96M". */
 int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		       const char *const *extra_args);
+/*
+ * tu_memd_start_args() of a registry with its own donor part r0 (--set
+ * registry=yes, donor_name=r0): its cluster secret in the file at
+ * cluster, its state in the directory state (NULL: none), then more_args
+ * (NULL-terminated, may be NULL: "--donate", "64M"). -E2BIG when
+ * more_args are too many.
+ */
+int tu_registry_start(struct tu_memd *m, const char *cluster, const char *state,
+		      const char *extra_conf, const char *const *more_args);
 /* Sends sig and reaps; returns the exit status as waitpid gives it. */
 int tu_memd_stop(struct tu_memd *m, int sig);
 struct pool;
