@@ -991,13 +991,16 @@ static void *fproxy_main(void *arg)
 	return NULL;
 }
 
-static void fproxy_start(struct fproxy *px)
+/* Starts px in front of md: pass_fabric and shed as in struct fproxy. */
+static void fproxy_start(struct fproxy *px, bool pass_fabric, int shed)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 
 	memset(px, 0, sizeof(*px));
+	px->pass_fabric = pass_fabric;
+	px->shed = shed;
 	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	ck_assert_int_ge(px->lfd, 0);
 	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -1014,38 +1017,51 @@ static void fproxy_stop(struct fproxy *px)
 	close(px->lfd);
 }
 
+/* Starts md and px in front of it (fproxy_start()): a session through px
+ * (LIBPOOL_SHM=off: the proxy sees every request). */
+static struct pool *proxied_connect(struct fproxy *px, bool pass_fabric,
+				    int shed, int timeout_ms)
+{
+	char addr[64];
+	struct pool_opts o = { .addr = addr, .timeout_ms = timeout_ms };
+	struct pool *p;
+
+	start_memd(NULL);
+	fproxy_start(px, pass_fabric, shed);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px->port);
+	setenv("LIBPOOL_SHM", "off", 1);
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	return p;
+}
+
+/* 64 KiB of seed's pattern through p's fabric, read back; then the
+ * session, the proxy and memd stopped. */
+static void proxied_round_trip_and_stop(struct pool *p, struct fproxy *px,
+					uint64_t seed)
+{
+	struct pool_region *r;
+
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 4096, 65536, seed);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	fproxy_stop(px);
+	tu_memd_stop_ok(&md);
+}
+
 /* A memd that answers FABRIC with ERROR (one that does not know the
  * request): the session goes on without the comparison (a notice in
  * the log), and its transfers over the fabric work. */
 START_TEST(fabric_refused_leaves_check_off)
 {
-	static uint8_t w[65536], b[65536];
 	/* static: the proxy's threads outlive no frame of ours */
 	static struct fproxy px;
-	struct pool_region *r;
 	struct pool *p;
-	char addr[64];
 
-	start_memd(NULL);
-	fproxy_start(&px);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
-	setenv("LIBPOOL_SHM", "off", 1);
-	{
-		struct pool_opts o = { .addr = addr, .timeout_ms = 5000 };
-
-		ck_assert_int_eq(pool_connect(&o, &p), 0);
-	}
+	p = proxied_connect(&px, false, 0, 5000);
 	ck_assert_int_ge(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 1);
-	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
-	tu_pattern_fill(w, sizeof(w), 79, 0);
-	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
-	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
-	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
-	ck_assert_int_eq(pool_free(p, r), 0);
-	pool_close(p);
-	unsetenv("LIBPOOL_SHM");
-	fproxy_stop(&px);
-	tu_memd_stop_ok(&md);
+	proxied_round_trip_and_stop(p, &px, 79);
 }
 END_TEST
 
@@ -1057,36 +1073,14 @@ END_TEST
  */
 START_TEST(handshake_lost_is_retried)
 {
-	static uint8_t w[65536], b[65536];
 	/* static: the proxy's threads outlive no frame of ours */
 	static struct fproxy px;
-	struct pool_region *r;
 	struct pool *p;
-	char addr[64];
 
-	start_memd(NULL);
-	fproxy_start(&px);
-	px.pass_fabric = true;
-	__atomic_store_n(&px.shed, 2, __ATOMIC_RELAXED);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
-	setenv("LIBPOOL_SHM", "off", 1);
-	{
-		struct pool_opts o = { .addr = addr, .timeout_ms = 10000 };
-
-		ck_assert_int_eq(pool_connect(&o, &p), 0);
-	}
+	p = proxied_connect(&px, true, 2, 10000);
 	ck_assert_int_eq(__atomic_load_n(&px.shed, __ATOMIC_RELAXED), 0);
 	ck_assert_int_eq(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 0);
-	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
-	tu_pattern_fill(w, sizeof(w), 83, 0);
-	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
-	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
-	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
-	ck_assert_int_eq(pool_free(p, r), 0);
-	pool_close(p);
-	unsetenv("LIBPOOL_SHM");
-	fproxy_stop(&px);
-	tu_memd_stop_ok(&md);
+	proxied_round_trip_and_stop(p, &px, 83);
 }
 END_TEST
 
