@@ -294,22 +294,43 @@ static int place(struct rpc *c, uint32_t nslabs, struct wire_ticket *t,
 	return r;
 }
 
+/* tenant(), and the pass key its AUTH_OK (in *ok) carries, in pk (64
+ * bytes). */
+static struct rpc *tenant_pass(const char *name, const char *secret,
+			       struct wire_auth_ok *ok, uint8_t *pk)
+{
+	uint8_t skey[32];
+	struct rpc *c = tenant(name, secret, ok, skey);
+
+	ck_assert_int_eq(auth_open(skey, ok->box, ok->box_len, pk, 64),
+			 AUTH_KEY_LEN);
+	return c;
+}
+
+/* A new tenant name with a quota of one slab; its secret file (made
+ * here, in dir) in sec. */
+static void tenant_new(const char *name, char *sec)
+{
+	char file[64];
+
+	snprintf(file, sizeof(file), "%s.secret", name);
+	ck_assert_int_eq(tu_secret_file(dir, file, sec), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, name, sec, SLAB), 0);
+}
+
 /* A tenant session at the donor (the registry's own donor part) with the
  * pass its registry session got. */
 static struct rpc *donor_session(const char *name, const char *secret,
 				 const char *as)
 {
 	struct wire_auth_ok ok, ok2;
-	uint8_t skey[32], pkey[64], skey2[32];
+	uint8_t pkey[64], skey2[32];
 	struct wire_hello_ok h;
 	char err[256];
-	struct rpc *rc = tenant(name, secret, &ok, skey), *c;
+	struct rpc *rc = tenant_pass(name, secret, &ok, pkey), *c;
 	int r;
 
 	ck_assert_uint_gt(ok.pass_len, 0);
-	ck_assert_int_eq(
-		auth_open(skey, ok.box, ok.box_len, pkey, sizeof(pkey)),
-		AUTH_KEY_LEN);
 	rpc_close(rc);
 	c = hello(&h);
 	r = rpc_auth(c, &h, as, pkey, ok.pass, ok.pass_len, TMO, &ok2, skey2,
@@ -580,25 +601,18 @@ START_TEST(removed_tenant_pass_revoked_at_donors)
 	struct tu_memd d1;
 	char err[256], out[8192], sec_c[256];
 	struct wire_auth_ok okc, oka;
-	uint8_t skey[32], pkc[64], pka[64];
+	uint8_t pkc[64], pka[64];
 	struct wire_msg req = { .type = WIRE_STATUS }, rep;
 	struct rpc *rc, *ra, *dc, *da, *again;
 	int i, r;
 
 	donor_joined(&d1, "d1", "64M");
-	ck_assert_int_eq(tu_secret_file(dir, "c.secret", sec_c), 0);
-	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "c", sec_c, SLAB), 0);
+	tenant_new("c", sec_c);
 
 	/* c and a each get a pass at the registry and a session at d1 */
-	rc = tenant("c", sec_c, &okc, skey);
-	ck_assert_int_eq(
-		auth_open(skey, okc.box, okc.box_len, pkc, sizeof(pkc)),
-		AUTH_KEY_LEN);
+	rc = tenant_pass("c", sec_c, &okc, pkc);
 	rpc_close(rc);
-	ra = tenant("a", sec_a, &oka, skey);
-	ck_assert_int_eq(
-		auth_open(skey, oka.box, oka.box_len, pka, sizeof(pka)),
-		AUTH_KEY_LEN);
+	ra = tenant_pass("a", sec_a, &oka, pka);
 	rpc_close(ra);
 	dc = pass_session(d1.addr, "c", &okc, pkc, &r, err, sizeof(err));
 	ck_assert_msg(dc, "c at d1: %s %s", strerror(-r), err);
@@ -683,19 +697,15 @@ START_TEST(refused_ticket_releases_its_reservation)
 	struct wire_msg *rep = msg();
 	struct wire_auth_ok oke;
 	struct wire_ticket t;
-	uint8_t skey[32], pke[64];
+	uint8_t pke[64];
 	struct rpc *re, *de;
 	long long res = -1;
 	int i, r;
 
 	donor_joined(&d2, "d2", "512M");
 	snprintf(d2log, sizeof(d2log), "%s/memd.log", d2.dir);
-	ck_assert_int_eq(tu_secret_file(dir, "e.secret", sec_e), 0);
-	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "e", sec_e, SLAB), 0);
-	re = tenant("e", sec_e, &oke, skey);
-	ck_assert_int_eq(
-		auth_open(skey, oke.box, oke.box_len, pke, sizeof(pke)),
-		AUTH_KEY_LEN);
+	tenant_new("e", sec_e);
+	re = tenant_pass("e", sec_e, &oke, pke);
 	/* d2 has the most free slabs: the grant is there (placement waits
 	 * for d2's first report, which the "donors" poll above may beat:
 	 * ENOSPC is retried) */
