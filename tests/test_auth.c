@@ -974,34 +974,22 @@ static Suite *auth_suite(void)
 	TCase *tc = tcase_create("crypto");
 	TCase *tf = tcase_create("secret_files");
 
-	tcase_add_test(tc, init_is_idempotent);
-	tcase_add_test(tc, kat_tenant_key);
-	tcase_add_test(tc, kat_cluster_keys);
-	tcase_add_test(tc, keys_depend_on_every_secret_byte);
-	tcase_add_test(tc, kat_proofs_and_session_key);
-	tcase_add_test(tc, proof_covers_every_field);
-	tcase_add_test(tc, session_key_covers_every_field);
-	tcase_add_test(tc, mac_equal_every_byte);
-	tcase_add_test(tc, seal_open_roundtrip);
-	tcase_add_test(tc, seal_tamper_every_byte);
-	tcase_add_test(tc, seal_wrong_key_and_lengths);
-	tcase_add_test(tc, pass_roundtrip_and_layout);
-	tcase_add_test(tc, pass_expired_is_preserved);
-	tcase_add_test(tc, pass_rejects_forgeries);
-	tcase_add_test(tc, pass_rejects_malformed_plaintext);
-	tcase_add_test(tc, pass_seal_bad_input);
-	tcase_add_test(tc, ticket_body_layout);
-	tcase_add_test(tc, ticket_sign_verify);
-	tcase_add_test(tc, hex_roundtrip);
-	tcase_add_test(tc, hex_bad);
+	TU_ADD_TESTS(tc, init_is_idempotent, kat_tenant_key, kat_cluster_keys,
+		     keys_depend_on_every_secret_byte,
+		     kat_proofs_and_session_key, proof_covers_every_field,
+		     session_key_covers_every_field, mac_equal_every_byte,
+		     seal_open_roundtrip, seal_tamper_every_byte,
+		     seal_wrong_key_and_lengths, pass_roundtrip_and_layout,
+		     pass_expired_is_preserved, pass_rejects_forgeries,
+		     pass_rejects_malformed_plaintext, pass_seal_bad_input,
+		     ticket_body_layout, ticket_sign_verify, hex_roundtrip,
+		     hex_bad);
 	suite_add_tcase(s, tc);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
-	tcase_add_test(tf, secret_sizes);
-	tcase_add_test(tf, secret_modes);
-	tcase_add_test(tf, secret_not_a_plain_file);
-	tcase_add_test(tf, secret_file_to_tenant_key);
+	TU_ADD_TESTS(tf, secret_sizes, secret_modes, secret_not_a_plain_file,
+		     secret_file_to_tenant_key);
 	suite_add_tcase(s, tf);
 	return s;
 }

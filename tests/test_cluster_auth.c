@@ -759,16 +759,12 @@ static Suite *suite(void)
 
 	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, wrong_secret_and_unknown_tenant);
-	tcase_add_test(tc, replayed_handshake);
-	tcase_add_test(tc, requests_before_auth);
-	tcase_add_test(tc, tickets_forged_foreign_replayed);
-	tcase_add_test(tc, foreign_lease_reference);
-	tcase_add_test(tc, quota_edquot);
-	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
-	tcase_add_test(tc, admin_json_refusals);
-	tcase_add_test(tc, removed_tenant_pass_revoked_at_donors);
-	tcase_add_test(tc, refused_ticket_releases_its_reservation);
+	TU_ADD_TESTS(tc, wrong_secret_and_unknown_tenant, replayed_handshake,
+		     requests_before_auth, tickets_forged_foreign_replayed,
+		     foreign_lease_reference, quota_edquot,
+		     quota_concurrent_places_never_overshoot,
+		     admin_json_refusals, removed_tenant_pass_revoked_at_donors,
+		     refused_ticket_releases_its_reservation);
 	suite_add_tcase(s, tc);
 	return s;
 }

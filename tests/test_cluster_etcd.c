@@ -1645,10 +1645,9 @@ int main(void)
 			"TP_ETCD)");
 	tcase_set_timeout(tc, 240);
 	tcase_add_unchecked_fixture(tc, NULL, partition_teardown);
-	tcase_add_test(tc, kill_the_leading_registry_during_a_storm);
-	tcase_add_test(tc, partition_the_leader_from_etcd);
-	tcase_add_test(tc, migrate_registry_json_to_etcd);
-	tcase_add_test(tc, etcd_authentication);
+	TU_ADD_TESTS(tc, kill_the_leading_registry_during_a_storm,
+		     partition_the_leader_from_etcd,
+		     migrate_registry_json_to_etcd, etcd_authentication);
 	suite_add_tcase(s, tc);
 	/* issue 32's cases (CK_RUN_CASE=trust runs them alone) */
 	tc = tcase_create("trust");

@@ -780,15 +780,13 @@ int main(void)
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, striped_regions_read_back_exactly);
-	tcase_add_test(tc, status_asks_every_donor);
-	tcase_add_test(tc, replica_survives_a_killed_donor);
-	tcase_add_test(tc, quota_is_edquot);
-	tcase_add_test(tc, wrong_secret_and_no_tenant_are_eacces);
-	tcase_add_test(tc, donor_restarts_do_not_grow_links);
-	tcase_add_test(tc, client_reconnects_to_a_restarted_registry);
-	tcase_add_test(tc, stalled_registry_keeps_its_donors_up);
-	tcase_add_test(tc, rxm_mismatch_on_one_donor);
+	TU_ADD_TESTS(tc, striped_regions_read_back_exactly,
+		     status_asks_every_donor, replica_survives_a_killed_donor,
+		     quota_is_edquot, wrong_secret_and_no_tenant_are_eacces,
+		     donor_restarts_do_not_grow_links,
+		     client_reconnects_to_a_restarted_registry,
+		     stalled_registry_keeps_its_donors_up,
+		     rxm_mismatch_on_one_donor);
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tp, 300); /* 35 s or more by design */
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);

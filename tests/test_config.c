@@ -1751,40 +1751,24 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, log_levels);
 	tcase_add_loop_test(tc, set_good_values, 0, ARRAY_SIZE(good_cases));
 	tcase_add_loop_test(tc, set_bad_values, 0, ARRAY_SIZE(bad_cases));
-	tcase_add_test(tc, set_unknown_key);
-	tcase_add_test(tc, set_error_buffer_bounds);
-	tcase_add_test(tc, set_quotes_control_bytes);
-	tcase_add_test(tc, validate_cross_keys);
-	tcase_add_test(tc, validate_each_key_bounds);
-	tcase_add_test(tc, print_format);
-	tcase_add_test(tc, reload_applies_reloadable_keys_only);
-	tcase_add_test(tc, reload_keeps_numa_nodes);
-	tcase_add_test(tc, reload_keeps_cluster_keys);
-	tcase_add_test(tc, numa_nodes_list);
-	tcase_add_test(tc, man_page_names_every_key);
+	TU_ADD_TESTS(tc, set_unknown_key, set_error_buffer_bounds,
+		     set_quotes_control_bytes, validate_cross_keys,
+		     validate_each_key_bounds, print_format,
+		     reload_applies_reloadable_keys_only,
+		     reload_keeps_numa_nodes, reload_keeps_cluster_keys,
+		     numa_nodes_list, man_page_names_every_key);
 	suite_add_tcase(s, tc);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
-	tcase_add_test(tf, load_full_file);
-	tcase_add_test(tf, load_keeps_unnamed_keys);
-	tcase_add_test(tf, load_unknown_key);
-	tcase_add_test(tf, load_bad_value);
-	tcase_add_test(tf, load_hash_comment_hint);
-	tcase_add_test(tf, load_duplicate_key);
-	tcase_add_test(tf, load_bad_section);
-	tcase_add_test(tf, load_syntax_errors);
-	tcase_add_test(tf, load_indented_lines_are_keys);
-	tcase_add_test(tf, load_long_and_nul_lines);
-	tcase_add_test(tf, load_nul_byte);
-	tcase_add_test(tf, validate_names_file_and_line);
-	tcase_add_test(tf, load_missing_file);
-	tcase_add_test(tf, load_directory);
-	tcase_add_test(tf, load_unreadable_file);
-	tcase_add_test(tf, load_stops_at_first_error);
-	tcase_add_test(tf, print_roundtrip_defaults);
-	tcase_add_test(tf, print_roundtrip_nondefault);
-	tcase_add_test(tf, man_page_example_loads);
+	TU_ADD_TESTS(tf, load_full_file, load_keeps_unnamed_keys,
+		     load_unknown_key, load_bad_value, load_hash_comment_hint,
+		     load_duplicate_key, load_bad_section, load_syntax_errors,
+		     load_indented_lines_are_keys, load_long_and_nul_lines,
+		     load_nul_byte, validate_names_file_and_line,
+		     load_missing_file, load_directory, load_unreadable_file,
+		     load_stops_at_first_error, print_roundtrip_defaults,
+		     print_roundtrip_nondefault, man_page_example_loads);
 	suite_add_tcase(s, tf);
 	return s;
 }

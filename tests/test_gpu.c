@@ -1446,20 +1446,13 @@ int main(int argc, char **argv)
 	tc = tcase_create("host");
 	cu = tcase_create("cuda");
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, bytes_exact_at_every_size);
-	tcase_add_test(tc, zero_length);
-	tcase_add_test(tc, many_queued_transfers);
-	tcase_add_test(tc, four_threads_one_engine);
-	tcase_add_test(tc, fabric_and_copies_overlap);
-	tcase_add_test(tc, stream_ordering);
-	tcase_add_test(tc, cancel_mid_transfer);
-	tcase_add_test(tc, memd_killed_mid_transfer);
-	tcase_add_test(tc, frozen_memd_times_out_then_recovers);
-	tcase_add_test(tc, close_with_transfers_in_flight);
-	tcase_add_test(tc, bad_arguments);
-	tcase_add_test(tc, numa_binds_staging);
-	tcase_add_test(tc, direct_not_on_tcp);
-	tcase_add_test(tc, direct_forced);
+	TU_ADD_TESTS(tc, bytes_exact_at_every_size, zero_length,
+		     many_queued_transfers, four_threads_one_engine,
+		     fabric_and_copies_overlap, stream_ordering,
+		     cancel_mid_transfer, memd_killed_mid_transfer,
+		     frozen_memd_times_out_then_recovers,
+		     close_with_transfers_in_flight, bad_arguments,
+		     numa_binds_staging, direct_not_on_tcp, direct_forced);
 	if (topo_dir[0])
 		tcase_add_test(tc, numa_from_topology);
 	else

@@ -2074,23 +2074,16 @@ static Suite *kv_memd_suite(void)
 	TCase *tc = tcase_create("kv");
 
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, put_get_sizes);
-	tcase_add_test(tc, libpool_bad_blocks_are_misses);
-	tcase_add_test(tc, kv_slabs_on_huge_pages);
-	tcase_add_test(tc, put_get_over_two_endpoints);
-	tcase_add_test(tc, exists_delete_pin);
-	tcase_add_test(tc, uncommitted_reservation_expires);
-	tcase_add_test(tc, bad_requests);
-	tcase_add_test(tc, kv_tier_off);
-	tcase_add_test(tc, tenants_never_share);
-	tcase_add_test(tc, lookup_key_is_read_only);
-	tcase_add_test(tc, kv_shm_files_per_tenant);
-	tcase_add_test(tc, reservations_per_tenant_capped);
-	tcase_add_test(tc, warm_restart);
-	tcase_add_test(tc, spill_bound_to_pool_and_tenant);
-	tcase_add_test(tc, spill_not_served_to_new_tenant_under_old_id);
-	tcase_add_test(tc, removed_tenant_spill_deleted);
-	tcase_add_test(tc, quota_suggest_reaches_its_hit_ratio);
+	TU_ADD_TESTS(tc, put_get_sizes, libpool_bad_blocks_are_misses,
+		     kv_slabs_on_huge_pages, put_get_over_two_endpoints,
+		     exists_delete_pin, uncommitted_reservation_expires,
+		     bad_requests, kv_tier_off, tenants_never_share,
+		     lookup_key_is_read_only, kv_shm_files_per_tenant,
+		     reservations_per_tenant_capped, warm_restart,
+		     spill_bound_to_pool_and_tenant,
+		     spill_not_served_to_new_tenant_under_old_id,
+		     removed_tenant_spill_deleted,
+		     quota_suggest_reaches_its_hit_ratio);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -878,21 +878,19 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, garbage_bytes_close_connection);
-	tcase_add_test(tc, oversized_frame_gets_emsgsize);
-	tcase_add_test(tc, malformed_payload_gets_ebadmsg);
-	tcase_add_test(tc, requests_before_hello_refused);
-	tcase_add_test(tc, protocol_misuse_after_hello);
-	tcase_add_test(tc, release_of_another_sessions_lease_refused);
-	tcase_add_test(tc, fabric_tells_rxm_buffer_size);
-	tcase_add_test(tc, unsupported_version_refused);
-	tcase_add_test(tc, too_many_clients_refused_then_served);
-	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
+	TU_ADD_TESTS(tc, garbage_bytes_close_connection,
+		     oversized_frame_gets_emsgsize,
+		     malformed_payload_gets_ebadmsg,
+		     requests_before_hello_refused, protocol_misuse_after_hello,
+		     release_of_another_sessions_lease_refused,
+		     fabric_tells_rxm_buffer_size, unsupported_version_refused,
+		     too_many_clients_refused_then_served,
+		     client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
 	tcase_add_test(cli, cross_key_errors_name_file_and_line);
-	tcase_add_test(logt, close_line_names_the_session);
-	tcase_add_test(logt, handshake_close_of_a_client_is_logged);
-	tcase_add_test(logt, hello_line_quotes_client_name);
+	TU_ADD_TESTS(logt, close_line_names_the_session,
+		     handshake_close_of_a_client_is_logged,
+		     hello_line_quotes_client_name);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, logt);

@@ -938,19 +938,16 @@ int main(void)
 	 * TSan on a loaded 2-core host can need most of: the case's own
 	 * guard, not this timeout, is to say what memd kept */
 	tcase_set_timeout(tc, 150);
-	tcase_add_test(tc, idle_flood_from_one_address);
-	tcase_add_test(tc, idle_flood_from_many_addresses);
-	tcase_add_test(tc, established_sessions_per_host_capped);
-	tcase_add_test(tc, stalled_session_dropped_when_idle);
-	tcase_add_test(tc, operators_and_donors_get_in);
-	tcase_add_test(tc, out_of_descriptors_does_not_spin);
-	tcase_add_test(tc, nofile_counts_fabric_connections);
-	tcase_add_test(tc, fabric_port_flood_out_of_descriptors);
-	tcase_add_test(tc, half_closed_nonreader_dropped);
-	tcase_add_test(tc, sessions_per_tenant_capped);
-	tcase_add_test(tc, leases_per_session_capped);
-	tcase_add_test(tc, failed_mr_close_quarantines_slab);
-	tcase_add_test(tc, provider_keys_warned_once);
+	TU_ADD_TESTS(
+		tc, idle_flood_from_one_address, idle_flood_from_many_addresses,
+		established_sessions_per_host_capped,
+		stalled_session_dropped_when_idle, operators_and_donors_get_in,
+		out_of_descriptors_does_not_spin,
+		nofile_counts_fabric_connections,
+		fabric_port_flood_out_of_descriptors,
+		half_closed_nonreader_dropped, sessions_per_tenant_capped,
+		leases_per_session_capped, failed_mr_close_quarantines_slab,
+		provider_keys_warned_once);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -647,16 +647,12 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, exposition_names_and_types);
-	tcase_add_test(tc, values_follow_leases);
-	tcase_add_test(tc, refused_lease_is_counted);
-	tcase_add_test(tc, http_errors);
-	tcase_add_test(tc, ready_file_lines);
-	tcase_add_test(tc, metrics_port_in_use);
-	tcase_add_test(tc, man_page_names_every_metric);
-	tcase_add_test(tc, ticket_redemptions_are_counted);
-	tcase_add_test(tc, fabric_progress_is_reported);
-	tcase_add_test(tc, progress_threads_share_the_arena);
+	TU_ADD_TESTS(tc, exposition_names_and_types, values_follow_leases,
+		     refused_lease_is_counted, http_errors, ready_file_lines,
+		     metrics_port_in_use, man_page_names_every_metric,
+		     ticket_redemptions_are_counted,
+		     fabric_progress_is_reported,
+		     progress_threads_share_the_arena);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

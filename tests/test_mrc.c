@@ -669,9 +669,8 @@ static Suite *mrc_suite(void)
 	TCase *tc = tcase_create("mrc");
 
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, byte_distances);
-	tcase_add_test(tc, window_slides);
-	tcase_add_test(tc, minisim_exact_at_full_rate);
+	TU_ADD_TESTS(tc, byte_distances, window_slides,
+		     minisim_exact_at_full_rate);
 	tcase_add_loop_test(tc, accuracy, 0, NKINDS);
 	tcase_add_loop_test(tc, exact_on_traces, 0, NKINDS);
 	tcase_add_test(tc, exact_kvsample);

@@ -1177,24 +1177,18 @@ int main(int argc, char **argv)
 	if (!tu_memd_path())
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, roundtrip_sizes);
-	tcase_add_test(tc, region_spans_slabs);
-	tcase_add_test(tc, status_is_the_memd_s_answer);
-	tcase_add_test(tc, small_regions_pack_without_overlap);
-	tcase_add_test(tc, bad_arguments);
-	tcase_add_test(tc, async_many_in_flight);
-	tcase_add_test(tc, eight_threads_one_session);
-	tcase_add_test(tc, freed_lease_key_no_longer_reads);
-	tcase_add_test(tc, fabric_on_demand);
-	tcase_add_test(tc, rxm_mismatch_is_eproto);
-	tcase_add_test(tc, rxm_mismatch_on_demand);
-	tcase_add_test(tc, fabric_refused_leaves_check_off);
-	tcase_add_test(tc, handshake_lost_is_retried);
-	tcase_add_test(tc, rxm_mismatch_same_host_works);
-	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
-	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
-	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);
-	tcase_add_test(tc, standalone_alloc_ex_and_tenant_errors);
+	TU_ADD_TESTS(tc, roundtrip_sizes, region_spans_slabs,
+		     status_is_the_memd_s_answer,
+		     small_regions_pack_without_overlap, bad_arguments,
+		     async_many_in_flight, eight_threads_one_session,
+		     freed_lease_key_no_longer_reads, fabric_on_demand,
+		     rxm_mismatch_is_eproto, rxm_mismatch_on_demand,
+		     fabric_refused_leaves_check_off, handshake_lost_is_retried,
+		     rxm_mismatch_same_host_works,
+		     killed_client_slabs_reclaimed_and_zeroed,
+		     memd_killed_gives_errors_not_hangs,
+		     sigterm_exits_cleanly_with_clients,
+		     standalone_alloc_ex_and_tenant_errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

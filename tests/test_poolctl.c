@@ -992,18 +992,16 @@ int main(void)
 		tu_skip("TP_MEMD is not set (run through ctest)");
 	signal(SIGPIPE, SIG_IGN);
 	tcase_set_timeout(cli, 120);
-	tcase_add_test(cli, bad_arguments_get_usage_and_64);
-	tcase_add_test(cli, bad_data_gets_65_before_connecting);
-	tcase_add_test(cli, unreachable_gets_69);
+	TU_ADD_TESTS(cli, bad_arguments_get_usage_and_64,
+		     bad_data_gets_65_before_connecting, unreachable_gets_69);
 	tcase_add_checked_fixture(alone, standalone_setup, standalone_teardown);
 	tcase_set_timeout(alone, 120);
 	tcase_add_test(alone, standalone_status_and_leases);
 	tcase_add_checked_fixture(reg, registry_setup, registry_teardown);
 	tcase_set_timeout(reg, 180);
-	tcase_add_test(reg, registry_tenant_and_quota_round_trip);
-	tcase_add_test(reg, registry_status_donors_drain);
-	tcase_add_test(reg, registry_leases);
-	tcase_add_test(reg, registry_wrong_secret_gets_77);
+	TU_ADD_TESTS(reg, registry_tenant_and_quota_round_trip,
+		     registry_status_donors_drain, registry_leases,
+		     registry_wrong_secret_gets_77);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, alone);
 	suite_add_tcase(s, reg);

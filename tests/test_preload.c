@@ -1546,17 +1546,12 @@ int main(int argc, char **argv)
 	}
 	tcase_add_loop_test(tc, programs_same_as_plain, 0,
 			    sizeof(plain_cases) / sizeof(plain_cases[0]));
-	tcase_add_test(tc, sort_bigger_than_budget);
-	tcase_add_test(tc, unreachable_pool);
-	tcase_add_test(tc, shim_does_not_load_libfabric);
-	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
-	tcase_add_test(tc, jemalloc_linked_program);
-	tcase_add_test(tc, bad_free_named);
-	tcase_add_test(tc, fork_child_copy);
-	tcase_add_test(tc, fork_fetch_off);
-	tcase_add_test(tc, memd_killed_sigbus);
-	tcase_add_test(tc, memd_killed_sigbus_blocked);
-	tcase_add_test(tc, python_hashes_a_large_bytearray);
+	TU_ADD_TESTS(tc, sort_bigger_than_budget, unreachable_pool,
+		     shim_does_not_load_libfabric,
+		     kv_gets_unmapped_beside_the_shim, jemalloc_linked_program,
+		     bad_free_named, fork_child_copy, fork_fetch_off,
+		     memd_killed_sigbus, memd_killed_sigbus_blocked,
+		     python_hashes_a_large_bytearray);
 run:
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -488,12 +488,9 @@ int main(void)
 		fprintf(stderr, "libsodium does not initialize\n");
 		return 1;
 	}
-	tcase_add_test(tc, hello_and_auth_ok);
-	tcase_add_test(tc, auth_wrong_key_is_eacces);
-	tcase_add_test(tc, auth_server_bad_proof_is_eacces);
-	tcase_add_test(tc, auth_refusals);
-	tcase_add_test(tc, handshake_in_one_call);
-	tcase_add_test(tc, send_recv_overlap);
+	TU_ADD_TESTS(tc, hello_and_auth_ok, auth_wrong_key_is_eacces,
+		     auth_server_bad_proof_is_eacces, auth_refusals,
+		     handshake_in_one_call, send_recv_overlap);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

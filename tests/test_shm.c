@@ -945,14 +945,10 @@ int main(void)
 	tcase_add_test(tc, revoked_fd_reads_nothing);
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
-	tcase_add_test(tc, shm_dir_read_only);
-	tcase_add_test(tc, slab_files_mode_0400);
-	tcase_add_test(tc, map_short_file_estale);
-	tcase_add_test(tc, unbound_flood_of_other_uid);
-	tcase_add_test(tc, one_bound_socket_per_session);
-	tcase_add_test(tc, out_of_descriptors_same_host);
-	tcase_add_test(tc, other_host_stays_on_fabric);
-	tcase_add_test(tc, memd_restart);
+	TU_ADD_TESTS(tc, shm_dir_read_only, slab_files_mode_0400,
+		     map_short_file_estale, unbound_flood_of_other_uid,
+		     one_bound_socket_per_session, out_of_descriptors_same_host,
+		     other_host_stays_on_fabric, memd_restart);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -115,6 +115,12 @@ void tu_skip(const char *fmt, ...)
 	exit(77);
 }
 
+void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		tcase_add_test(tc, tests[i]);
+}
+
 int tu_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);

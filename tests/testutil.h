@@ -38,6 +38,16 @@ void tu_skip(const char *fmt, ...)
 struct Suite;
 int tu_run_suite(struct Suite *s);
 
+/* Adds every test of the list (START_TEST names) to the TCase tc, in
+ * order: TU_ADD_TESTS(tc, first_test, second_test, ...). */
+struct TCase;
+struct TTest;
+void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n);
+#define TU_ADD_TESTS(tc, ...)                                                  \
+	tu_add_tests((tc), (const struct TTest *const[]){ __VA_ARGS__ },       \
+		     sizeof((const struct TTest *const[]){ __VA_ARGS__ }) /    \
+			     sizeof(const struct TTest *))
+
 /* How many threads of this process are named name (comm); *tid, when
  * given, is the first one found. */
 int tu_threads_named(const char *name, pid_t *tid);
