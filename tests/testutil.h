@@ -23,6 +23,16 @@ static inline uint8_t tu_pattern_byte(uint64_t seed, uint64_t off)
 	return (uint8_t)(x >> ((off & 7) * 8));
 }
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off);
+
+/* SplitMix64: the next of the stream of *s (a seed; advanced). */
+static inline uint64_t tu_splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
 /* Index of the first wrong byte, or -1 when all match. */
 ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 			 uint64_t off);
