@@ -763,13 +763,8 @@ static void tmpdir_teardown(void)
 static void write_secret(const char *name, const void *data, size_t len,
 			 mode_t mode, char *path, size_t pathlen)
 {
-	FILE *f;
-
 	snprintf(path, pathlen, "%s/%s", tdir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	tu_write_file(path, data, len);
 	ck_assert_int_eq(chmod(path, mode), 0);
 }
 

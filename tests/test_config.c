@@ -50,13 +50,8 @@ static void tmpdir_teardown(void)
 static void write_file_n(const char *name, const char *data, size_t len,
 			 char *path, size_t pathlen)
 {
-	FILE *f;
-
 	snprintf(path, pathlen, "%s/%s", tdir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	tu_write_file(path, data, len);
 }
 
 static void write_file(const char *name, const char *text, char *path,

@@ -780,22 +780,13 @@ static int run(char *const argv[], const char *in, const char *out,
 	return st;
 }
 
+/* The file at path, whole (tu_read_file()); fails the test when it
+ * cannot be read. */
 static char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "r");
-	char *b;
-	long n;
+	char *b = tu_read_file(path, len);
 
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(b);
-	ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-	b[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
+	ck_assert_msg(b, "cannot read %s", path);
 	return b;
 }
 

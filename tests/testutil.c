@@ -534,21 +534,37 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
 	return true;
 }
 
-char *tu_read_whole(const char *path)
+char *tu_read_file(const char *path, size_t *len)
 {
 	char *buf = NULL, chunk[4096];
-	size_t len = 0, n;
+	size_t n;
 	FILE *out, *in = fopen(path, "r");
 
 	if (!in)
 		return NULL;
-	out = open_memstream(&buf, &len);
+	out = open_memstream(&buf, len);
 	ck_assert_ptr_nonnull(out);
 	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
 		fwrite(chunk, 1, n, out);
 	fclose(in);
 	fclose(out);
 	return buf;
+}
+
+void tu_write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_msg(f, "cannot create %s", path);
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+char *tu_read_whole(const char *path)
+{
+	size_t len;
+
+	return tu_read_file(path, &len);
 }
 
 void tu_tmpdir_make(char *dir, size_t len, const char *name)

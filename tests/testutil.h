@@ -157,6 +157,11 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 /* The whole file at path, NUL-terminated (free it); NULL when it cannot
  * be read. */
 char *tu_read_whole(const char *path);
+/* The same with its length (it may hold NUL bytes) in *len. */
+char *tu_read_file(const char *path, size_t *len);
+/* Writes len bytes of data to a new (or truncated) file at path; fails
+ * the running test on any error. */
+void tu_write_file(const char *path, const void *data, size_t len);
 
 /*
  * A fixture's directory: tu_tmpdir_make creates $TMPDIR/name.XXXXXX
