@@ -182,9 +182,19 @@ START_TEST(garbage_bytes_close_connection)
 }
 END_TEST
 
-START_TEST(oversized_frame_gets_emsgsize)
+/* The raw bytes b (len of them) on a new connection: memd answers an
+ * ERROR with err for seq and closes the connection, and serves on. */
+static void raw_refused(const uint8_t *b, size_t len, int err, uint32_t seq)
 {
 	int fd = raw_connect();
+
+	ck_assert_int_eq(send(fd, b, len, MSG_NOSIGNAL), (ssize_t)len);
+	expect_error_closed(fd, err, seq);
+	assert_serving();
+}
+
+START_TEST(oversized_frame_gets_emsgsize)
+{
 	uint8_t h[WIRE_HDR_LEN] = {
 		'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0,	 0,
 		9,   0,	  0,   0,   0, 0,	   0x10, 0
@@ -192,24 +202,19 @@ START_TEST(oversized_frame_gets_emsgsize)
 
 	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD; the ERROR carries
 	 * the header's seq (docs/protocol.md) */
-	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	expect_error_closed(fd, EMSGSIZE, 9);
-	assert_serving();
+	raw_refused(h, sizeof(h), EMSGSIZE, 9);
 }
 END_TEST
 
 START_TEST(malformed_payload_gets_ebadmsg)
 {
-	int fd = raw_connect();
 	/* HELLO whose string length runs past the payload. */
 	uint8_t f[WIRE_HDR_LEN + 6] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO,
 					0,   0,	  7,   0,   0, 0,
 					6,   0,	  0,   0,   1, 0,
 					1,   0,	  200, 0 };
 
-	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
-	expect_error_closed(fd, EBADMSG, 7);
-	assert_serving();
+	raw_refused(f, sizeof(f), EBADMSG, 7);
 }
 END_TEST
 
@@ -851,8 +856,7 @@ int main(int argc, char **argv)
 	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (argc > 1 && !strcmp(argv[1], "--scratch-fail"))
 		return run_scratch_fail();
 	s = suite_create("memd"); /* after: --scratch-fail must not leak it */
