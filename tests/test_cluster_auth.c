@@ -771,7 +771,6 @@ static Suite *suite(void)
 
 int main(void)
 {
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	return tu_run_suite(suite());
 }

@@ -1638,8 +1638,7 @@ int main(void)
 	Suite *s = suite_create("cluster_etcd");
 	TCase *tc = tcase_create("etcd");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (!etcd_path())
 		tu_skip("no etcd binary (apt-get install etcd-server, or set "
 			"TP_ETCD)");

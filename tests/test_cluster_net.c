@@ -460,8 +460,7 @@ int main(void)
 	TCase *tc = tcase_create("net");
 	int failed;
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	if (geteuid() != 0)
 		tu_skip("needs root for network namespaces");
 	setup();

@@ -776,8 +776,7 @@ int main(void)
 	TCase *tc = tcase_create("cluster");
 	TCase *tp = tcase_create("short_pass");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	TU_ADD_TESTS(tc, striped_regions_read_back_exactly,

@@ -1437,8 +1437,7 @@ int main(int argc, char **argv)
 
 		return r < 0 ? -r : 0; /* for probe_in_child() */
 	}
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (argc == 2 && !strcmp(argv[1], "--bind"))
 		return run_bind();
 	topologies_find();

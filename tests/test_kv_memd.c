@@ -2090,7 +2090,6 @@ static Suite *kv_memd_suite(void)
 
 int main(void)
 {
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	return tu_run_suite(kv_memd_suite());
 }

@@ -931,8 +931,7 @@ int main(void)
 	Suite *s = suite_create("memd_hostile");
 	TCase *tc = tcase_create("hostile");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	/* above the 60 s hang guard of half_closed_nonreader_dropped, which
 	 * TSan on a loaded 2-core host can need most of: the case's own

@@ -642,8 +642,7 @@ int main(void)
 	Suite *s = suite_create("metrics");
 	TCase *tc = tcase_create("metrics");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);

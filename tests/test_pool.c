@@ -1174,8 +1174,7 @@ int main(int argc, char **argv)
 		return rxm_client(argv[2]);
 	s = suite_create("pool");
 	tc = tcase_create("memd");
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	tcase_set_timeout(tc, 120);
 	TU_ADD_TESTS(tc, roundtrip_sizes, region_spans_slabs,
 		     status_is_the_memd_s_answer,

@@ -988,8 +988,7 @@ int main(void)
 
 	if (!poolctl_path())
 		tu_skip("TP_POOLCTL is not set (run through ctest)");
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	tcase_set_timeout(cli, 120);
 	TU_ADD_TESTS(cli, bad_arguments_get_usage_and_64,

@@ -1510,8 +1510,7 @@ int main(int argc, char **argv)
 		return prog_glibc();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
 		tu_skip("TP_PRELOAD is not set: libpool-preload.so is not "
 			"built here (sanitizer build?)");

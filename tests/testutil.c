@@ -168,6 +168,12 @@ const char *tu_memd_path(void)
 	return p && *p ? p : NULL;
 }
 
+void tu_need_memd(void)
+{
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
+}
+
 /* setns(CLONE_NEWNET) into /var/run/netns/NAME for the calling thread. */
 static int ns_join(const char *name)
 {

@@ -283,5 +283,7 @@ int64_t tu_metric(const struct tu_memd *m, const char *name);
 
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
+/* Skips the test program (tu_skip) when TP_MEMD is not set. */
+void tu_need_memd(void);
 
 #endif
