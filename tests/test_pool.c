@@ -770,6 +770,18 @@ static struct rxm_result rxm_run(const char *rxm, const char *shm)
 	return res;
 }
 
+/* rxm_run(): every step worked and the bytes came back. */
+static void rxm_run_works(const char *rxm, const char *shm)
+{
+	struct rxm_result res = rxm_run(rxm, shm);
+
+	ck_assert_int_eq(res.connect, 0);
+	ck_assert_int_eq(res.alloc, 0);
+	ck_assert_int_eq(res.write, 0);
+	ck_assert_int_eq(res.read, 0);
+	ck_assert_int_eq(res.match, 1);
+}
+
 /* md with FI_OFI_RXM_BUFFER_SIZE=16384 (an older memd's, libfabric's
  * default) in its environment. */
 static void start_memd_rxm16k(const char *extra)
@@ -810,12 +822,7 @@ START_TEST(rxm_mismatch_is_eproto)
 	ck_assert_msg(tu_file_has(log, "client_rxm_buffer_size=1024 "
 				       "rxm_buffer_size=16384"),
 		      "memd's mismatch line names no values (%s)", log);
-	res = rxm_run("16384", "off");
-	ck_assert_int_eq(res.connect, 0);
-	ck_assert_int_eq(res.alloc, 0);
-	ck_assert_int_eq(res.write, 0);
-	ck_assert_int_eq(res.read, 0);
-	ck_assert_int_eq(res.match, 1);
+	rxm_run_works("16384", "off");
 	tu_memd_stop_ok(&md);
 }
 END_TEST
@@ -1149,16 +1156,9 @@ END_TEST
  * slab's memfd whatever the two values are. */
 START_TEST(rxm_mismatch_same_host_works)
 {
-	struct rxm_result res;
-
 	start_memd_rxm16k("metrics_listen = 127.0.0.1:0");
 	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_shm_enabled"), 1);
-	res = rxm_run(NULL, "auto");
-	ck_assert_int_eq(res.connect, 0);
-	ck_assert_int_eq(res.alloc, 0);
-	ck_assert_int_eq(res.write, 0);
-	ck_assert_int_eq(res.read, 0);
-	ck_assert_int_eq(res.match, 1);
+	rxm_run_works(NULL, "auto");
 	ck_assert_int_ge(tu_metric(&md, "tidepool_memd_shm_fds_passed_total"),
 			 1);
 	tu_memd_stop_ok(&md);
