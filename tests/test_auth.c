@@ -973,8 +973,8 @@ END_TEST
 static Suite *auth_suite(void)
 {
 	Suite *s = suite_create("auth");
-	TCase *tc = tcase_create("crypto");
-	TCase *tf = tcase_create("secret_files");
+	TCase *tc = tu_tcase(s, "crypto", 0);
+	TCase *tf = tu_tcase(s, "secret_files", 0);
 
 	TU_ADD_TESTS(tc, init_is_idempotent, kat_tenant_key, kat_cluster_keys,
 		     keys_depend_on_every_secret_byte,
@@ -986,13 +986,11 @@ static Suite *auth_suite(void)
 		     pass_rejects_malformed_plaintext, pass_seal_bad_input,
 		     ticket_body_layout, ticket_sign_verify, hex_roundtrip,
 		     hex_bad);
-	suite_add_tcase(s, tc);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
 	TU_ADD_TESTS(tf, secret_sizes, secret_modes, secret_not_a_plain_file,
 		     secret_file_to_tenant_key);
-	suite_add_tcase(s, tf);
 	return s;
 }
 

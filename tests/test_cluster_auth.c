@@ -755,17 +755,15 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cluster_auth");
-	TCase *tc = tcase_create("auth");
+	TCase *tc = tu_tcase(s, "auth", 120);
 
 	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
-	tcase_set_timeout(tc, 120);
 	TU_ADD_TESTS(tc, wrong_secret_and_unknown_tenant, replayed_handshake,
 		     requests_before_auth, tickets_forged_foreign_replayed,
 		     foreign_lease_reference, quota_edquot,
 		     quota_concurrent_places_never_overshoot,
 		     admin_json_refusals, removed_tenant_pass_revoked_at_donors,
 		     refused_ticket_releases_its_reservation);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -773,11 +773,10 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("cluster_pool");
-	TCase *tc = tcase_create("cluster");
-	TCase *tp = tcase_create("short_pass");
+	TCase *tc = tu_tcase(s, "cluster", 120);
+	TCase *tp = tu_tcase(s, "short_pass", 0);
 
 	tu_need_memd();
-	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	TU_ADD_TESTS(tc, striped_regions_read_back_exactly,
 		     status_asks_every_donor, replica_survives_a_killed_donor,
@@ -786,10 +785,8 @@ int main(void)
 		     client_reconnects_to_a_restarted_registry,
 		     stalled_registry_keeps_its_donors_up,
 		     rxm_mismatch_on_one_donor);
-	suite_add_tcase(s, tc);
 	tcase_set_timeout(tp, 300); /* 35 s or more by design */
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
 	tcase_add_test(tp, pass_is_renewed_past_its_ttl);
-	suite_add_tcase(s, tp);
 	return tu_run_suite(s);
 }

@@ -1736,8 +1736,8 @@ END_TEST
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
-	TCase *tc = tcase_create("values");
-	TCase *tf = tcase_create("files");
+	TCase *tc = tu_tcase(s, "values", 0);
+	TCase *tf = tu_tcase(s, "files", 0);
 
 	tcase_add_test(tc, defaults_exact_and_valid);
 	tcase_add_loop_test(tc, parse_bytes_cases, 0, ARRAY_SIZE(bytes_cases));
@@ -1752,7 +1752,6 @@ static Suite *config_suite(void)
 		     reload_applies_reloadable_keys_only,
 		     reload_keeps_numa_nodes, reload_keeps_cluster_keys,
 		     numa_nodes_list, man_page_names_every_key);
-	suite_add_tcase(s, tc);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
@@ -1764,7 +1763,6 @@ static Suite *config_suite(void)
 		     load_missing_file, load_directory, load_unreadable_file,
 		     load_stops_at_first_error, print_roundtrip_defaults,
 		     print_roundtrip_nondefault, man_page_example_loads);
-	suite_add_tcase(s, tf);
 	return s;
 }
 

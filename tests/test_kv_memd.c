@@ -2071,9 +2071,8 @@ END_TEST
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
-	TCase *tc = tcase_create("kv");
+	TCase *tc = tu_tcase(s, "kv", 120);
 
-	tcase_set_timeout(tc, 120);
 	TU_ADD_TESTS(tc, put_get_sizes, libpool_bad_blocks_are_misses,
 		     kv_slabs_on_huge_pages, put_get_over_two_endpoints,
 		     exists_delete_pin, uncommitted_reservation_expires,
@@ -2084,7 +2083,6 @@ static Suite *kv_memd_suite(void)
 		     spill_not_served_to_new_tenant_under_old_id,
 		     removed_tenant_spill_deleted,
 		     quota_suggest_reaches_its_hit_ratio);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

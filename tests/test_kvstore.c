@@ -1760,8 +1760,8 @@ END_TEST
 static Suite *kvstore_suite(void)
 {
 	Suite *s = suite_create("kvstore");
-	TCase *tc = tcase_create("core");
-	TCase *ts = tcase_create("spill");
+	TCase *tc = tu_tcase(s, "core", 0);
+	TCase *ts = tu_tcase(s, "spill", 0);
 
 	TU_ADD_TESTS(tc, header_codec_is_little_endian_and_exact,
 		     create_rejects_bad_options, round_trip_sizes_and_chunks,
@@ -1773,13 +1773,11 @@ static Suite *kvstore_suite(void)
 		     capacity_statistics, tenants_are_isolated,
 		     bad_inputs_get_clear_errors,
 		     exists_is_the_longest_present_prefix, concurrent_callers);
-	suite_add_tcase(s, tc);
 	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
 	TU_ADD_TESTS(ts, spill_reload_and_warm_restart,
 		     spill_membership_and_forget_unless,
 		     corrupt_spill_files_are_deleted_at_scan,
 		     spill_cap_is_enforced, model_based_random_ops);
-	suite_add_tcase(s, ts);
 	return s;
 }
 

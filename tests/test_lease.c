@@ -366,7 +366,7 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("lease");
-	TCase *tc = tcase_create("table");
+	TCase *tc = tu_tcase(s, "table", 0);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	TU_ADD_TESTS(
@@ -375,6 +375,5 @@ int main(void)
 		expiry_follows_renewal, detached_session_lives_until_ttl,
 		leaseless_session_lives_while_connected_only,
 		many_sessions_expire_in_order, groups_grant_within_and_fullest);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

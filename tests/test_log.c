@@ -157,13 +157,12 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("log");
-	TCase *tc = tcase_create("quote");
+	TCase *tc = tu_tcase(s, "quote", 0);
 
 	TU_ADD_TESTS(tc, quote_leaves_plain_values,
 		     quote_values_that_would_split,
 		     quote_escapes_quote_and_backslash,
 		     quote_max_holds_any_name, quote_cuts_to_the_buffer,
 		     bytes_reads_at_a_glance, arena_plan_refusals_name_sizes);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

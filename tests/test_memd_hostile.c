@@ -928,14 +928,13 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("memd_hostile");
-	TCase *tc = tcase_create("hostile");
+	TCase *tc = tu_tcase(s, "hostile", 150);
 
 	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	/* above the 60 s hang guard of half_closed_nonreader_dropped, which
 	 * TSan on a loaded 2-core host can need most of: the case's own
 	 * guard, not this timeout, is to say what memd kept */
-	tcase_set_timeout(tc, 150);
 	TU_ADD_TESTS(
 		tc, idle_flood_from_one_address, idle_flood_from_many_addresses,
 		established_sessions_per_host_capped,
@@ -946,6 +945,5 @@ int main(void)
 		half_closed_nonreader_dropped, sessions_per_tenant_capped,
 		leases_per_session_capped, failed_mr_close_quarantines_slab,
 		provider_keys_warned_once);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

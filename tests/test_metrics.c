@@ -640,18 +640,16 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("metrics");
-	TCase *tc = tcase_create("metrics");
+	TCase *tc = tu_tcase(s, "metrics", 120);
 
 	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
 	TU_ADD_TESTS(tc, exposition_names_and_types, values_follow_leases,
 		     refused_lease_is_counted, http_errors, ready_file_lines,
 		     metrics_port_in_use, man_page_names_every_metric,
 		     ticket_redemptions_are_counted,
 		     fabric_progress_is_reported,
 		     progress_threads_share_the_arena);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

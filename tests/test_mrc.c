@@ -659,15 +659,13 @@ END_TEST
 static Suite *mrc_suite(void)
 {
 	Suite *s = suite_create("mrc");
-	TCase *tc = tcase_create("mrc");
+	TCase *tc = tu_tcase(s, "mrc", 300);
 
-	tcase_set_timeout(tc, 300);
 	TU_ADD_TESTS(tc, byte_distances, window_slides,
 		     minisim_exact_at_full_rate);
 	tcase_add_loop_test(tc, accuracy, 0, NKINDS);
 	tcase_add_loop_test(tc, exact_on_traces, 0, NKINDS);
 	tcase_add_test(tc, exact_kvsample);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -982,27 +982,21 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("poolctl");
-	TCase *cli = tcase_create("cli");
-	TCase *alone = tcase_create("standalone");
-	TCase *reg = tcase_create("registry");
+	TCase *cli = tu_tcase(s, "cli", 120);
+	TCase *alone = tu_tcase(s, "standalone", 120);
+	TCase *reg = tu_tcase(s, "registry", 180);
 
 	if (!poolctl_path())
 		tu_skip("TP_POOLCTL is not set (run through ctest)");
 	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
-	tcase_set_timeout(cli, 120);
 	TU_ADD_TESTS(cli, bad_arguments_get_usage_and_64,
 		     bad_data_gets_65_before_connecting, unreachable_gets_69);
 	tcase_add_checked_fixture(alone, standalone_setup, standalone_teardown);
-	tcase_set_timeout(alone, 120);
 	tcase_add_test(alone, standalone_status_and_leases);
 	tcase_add_checked_fixture(reg, registry_setup, registry_teardown);
-	tcase_set_timeout(reg, 180);
 	TU_ADD_TESTS(reg, registry_tenant_and_quota_round_trip,
 		     registry_status_donors_drain, registry_leases,
 		     registry_wrong_secret_gets_77);
-	suite_add_tcase(s, cli);
-	suite_add_tcase(s, alone);
-	suite_add_tcase(s, reg);
 	return tu_run_suite(s);
 }

@@ -482,7 +482,7 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("rpc");
-	TCase *tc = tcase_create("handshake");
+	TCase *tc = tu_tcase(s, "handshake", 0);
 
 	if (auth_init()) {
 		fprintf(stderr, "libsodium does not initialize\n");
@@ -491,6 +491,5 @@ int main(void)
 	TU_ADD_TESTS(tc, hello_and_auth_ok, auth_wrong_key_is_eacces,
 		     auth_server_bad_proof_is_eacces, auth_refusals,
 		     handshake_in_one_call, send_recv_overlap);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -935,13 +935,12 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("shm");
-	TCase *tc = tcase_create("shm");
+	TCase *tc = tu_tcase(s, "shm", 120);
 
 	if (!tu_memd_path()) {
 		printf("SKIP: TP_MEMD not set\n");
 		return 77;
 	}
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, revoked_fd_reads_nothing);
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
@@ -949,6 +948,5 @@ int main(void)
 		     map_short_file_estale, unbound_flood_of_other_uid,
 		     one_bound_socket_per_session, out_of_descriptors_same_host,
 		     other_host_stays_on_fabric, memd_restart);
-	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

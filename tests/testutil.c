@@ -115,6 +115,16 @@ void tu_skip(const char *fmt, ...)
 	exit(77);
 }
 
+struct TCase *tu_tcase(struct Suite *s, const char *name, int timeout_s)
+{
+	TCase *tc = tcase_create(name);
+
+	if (timeout_s > 0)
+		tcase_set_timeout(tc, timeout_s);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
 void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n)
 {
 	for (size_t i = 0; i < n; i++)

@@ -46,11 +46,15 @@ void tu_skip(const char *fmt, ...)
  * the runner: main()'s exit status, EXIT_FAILURE when a test failed.
  */
 struct Suite;
+struct TCase;
 int tu_run_suite(struct Suite *s);
+
+/* A new TCase name of s, with a timeout of timeout_s seconds (0: Check's
+ * default); its tests may be added after. */
+struct TCase *tu_tcase(struct Suite *s, const char *name, int timeout_s);
 
 /* Adds every test of the list (START_TEST names) to the TCase tc, in
  * order: TU_ADD_TESTS(tc, first_test, second_test, ...). */
-struct TCase;
 struct TTest;
 void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n);
 #define TU_ADD_TESTS(tc, ...)                                                  \
