@@ -113,30 +113,31 @@ END_TEST
 
 START_TEST(kat_cluster_keys)
 {
+	/* admin, donor, ticket, pass */
+	static const char *const want[] = {
+		"7e356b8f45f002bd679ee598ea239d2ebdafd3c8a4cc17b42ccb2"
+		"ae40948247a",
+		"549db10055058b1af72c2a0004061cab5b8661e4ba675f7805594"
+		"3fd03c33f6f",
+		"18d11488e8add40f6f453deff1c0b8a87d07ed8709d5a1aba4370"
+		"26e94ff8d48",
+		"148ac77afe71f06eba7252c0daf0cb1c5fbb3fc437ea4fee41d04"
+		"30b4c231e75",
+	};
 	struct auth_cluster_keys k;
 	uint8_t t[AUTH_KEY_LEN];
 
 	auth_cluster_keys((const uint8_t *)cluster_secret,
 			  strlen(cluster_secret), &k);
-	assert_bytes_hex(k.admin, AUTH_KEY_LEN,
-			 "7e356b8f45f002bd679ee598ea239d2ebdafd3c8a4cc17b42ccb2"
-			 "ae40948247a");
-	assert_bytes_hex(k.donor, AUTH_KEY_LEN,
-			 "549db10055058b1af72c2a0004061cab5b8661e4ba675f7805594"
-			 "3fd03c33f6f");
-	assert_bytes_hex(k.ticket, AUTH_KEY_LEN,
-			 "18d11488e8add40f6f453deff1c0b8a87d07ed8709d5a1aba4370"
-			 "26e94ff8d48");
-	assert_bytes_hex(k.pass, AUTH_KEY_LEN,
-			 "148ac77afe71f06eba7252c0daf0cb1c5fbb3fc437ea4fee41d04"
-			 "30b4c231e75");
 	/* the same secret as a tenant's gives none of them */
 	auth_tenant_key((const uint8_t *)cluster_secret, strlen(cluster_secret),
 			t);
-	ck_assert_mem_ne(t, k.admin, AUTH_KEY_LEN);
-	ck_assert_mem_ne(t, k.donor, AUTH_KEY_LEN);
-	ck_assert_mem_ne(t, k.ticket, AUTH_KEY_LEN);
-	ck_assert_mem_ne(t, k.pass, AUTH_KEY_LEN);
+	for (size_t i = 0; i < ARRAY_SIZE(want); i++) {
+		const uint8_t *got[] = { k.admin, k.donor, k.ticket, k.pass };
+
+		assert_bytes_hex(got[i], AUTH_KEY_LEN, want[i]);
+		ck_assert_mem_ne(t, got[i], AUTH_KEY_LEN);
+	}
 }
 END_TEST
 
@@ -186,6 +187,21 @@ START_TEST(kat_proofs_and_session_key)
 }
 END_TEST
 
+/* The client's proof (server: the server's) of these inputs is not
+ * base. */
+static void proof_differs(bool server, const uint8_t *key, const char *who,
+			  uint64_t sid, uint64_t epoch, const uint8_t *cn,
+			  const uint8_t *sn, const uint8_t *base)
+{
+	uint8_t m[WIRE_MAC_LEN];
+
+	if (server)
+		auth_server_proof(key, who, sid, epoch, cn, sn, m);
+	else
+		auth_client_proof(key, who, sid, epoch, cn, sn, m);
+	ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
+}
+
 /* Every input of a proof changes it; nothing else does. */
 START_TEST(proof_covers_every_field)
 {
@@ -207,42 +223,33 @@ START_TEST(proof_covers_every_field)
 	ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
 	ck_assert_mem_ne(srv, m, WIRE_MAC_LEN);
 
-	for (i = 0; i < ARRAY_SIZE(principals); i++) {
-		auth_client_proof(key, principals[i], SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
-	}
+	for (i = 0; i < ARRAY_SIZE(principals); i++)
+		proof_differs(false, key, principals[i], SID, EPOCH, cn, sn,
+			      base);
 	for (bit = 0; bit < 64; bit++) {
-		auth_client_proof(key, "alice", SID ^ (UINT64_C(1) << bit),
-				  EPOCH, cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
-		auth_client_proof(key, "alice", SID,
-				  EPOCH ^ (UINT64_C(1) << bit), cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
+		proof_differs(false, key, "alice", SID ^ (UINT64_C(1) << bit),
+			      EPOCH, cn, sn, base);
+		proof_differs(false, key, "alice", SID,
+			      EPOCH ^ (UINT64_C(1) << bit), cn, sn, base);
 	}
 	/* session id and epoch are not interchangeable */
-	auth_client_proof(key, "alice", EPOCH, SID, cn, sn, m);
-	ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
+	proof_differs(false, key, "alice", EPOCH, SID, cn, sn, base);
+	/* each nonce byte, in both proofs */
 	for (i = 0; i < WIRE_NONCE_LEN; i++) {
 		cn[i] ^= 0x80;
-		auth_client_proof(key, "alice", SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
-		auth_server_proof(key, "alice", SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(srv, m, WIRE_MAC_LEN);
+		proof_differs(false, key, "alice", SID, EPOCH, cn, sn, base);
+		proof_differs(true, key, "alice", SID, EPOCH, cn, sn, srv);
 		cn[i] ^= 0x80;
 		sn[i] ^= 0x01;
-		auth_client_proof(key, "alice", SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
-		auth_server_proof(key, "alice", SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(srv, m, WIRE_MAC_LEN);
+		proof_differs(false, key, "alice", SID, EPOCH, cn, sn, base);
+		proof_differs(true, key, "alice", SID, EPOCH, cn, sn, srv);
 		sn[i] ^= 0x01;
 	}
 	/* nonces swapped */
-	auth_client_proof(key, "alice", SID, EPOCH, sn, cn, m);
-	ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
+	proof_differs(false, key, "alice", SID, EPOCH, sn, cn, base);
 	for (i = 0; i < AUTH_KEY_LEN; i++) {
 		key[i] ^= 0x10;
-		auth_client_proof(key, "alice", SID, EPOCH, cn, sn, m);
-		ck_assert_mem_ne(base, m, WIRE_MAC_LEN);
+		proof_differs(false, key, "alice", SID, EPOCH, cn, sn, base);
 		key[i] ^= 0x10;
 	}
 	/* the unchanged inputs again give the same proof */
@@ -763,13 +770,8 @@ static void tmpdir_teardown(void)
 static void write_secret(const char *name, const void *data, size_t len,
 			 mode_t mode, char *path, size_t pathlen)
 {
-	FILE *f;
-
 	snprintf(path, pathlen, "%s/%s", tdir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	tu_write_file(path, data, len);
 	ck_assert_int_eq(chmod(path, mode), 0);
 }
 
@@ -971,38 +973,24 @@ END_TEST
 static Suite *auth_suite(void)
 {
 	Suite *s = suite_create("auth");
-	TCase *tc = tcase_create("crypto");
-	TCase *tf = tcase_create("secret_files");
+	TCase *tc = tu_tcase(s, "crypto", 0);
+	TCase *tf = tu_tcase(s, "secret_files", 0);
 
-	tcase_add_test(tc, init_is_idempotent);
-	tcase_add_test(tc, kat_tenant_key);
-	tcase_add_test(tc, kat_cluster_keys);
-	tcase_add_test(tc, keys_depend_on_every_secret_byte);
-	tcase_add_test(tc, kat_proofs_and_session_key);
-	tcase_add_test(tc, proof_covers_every_field);
-	tcase_add_test(tc, session_key_covers_every_field);
-	tcase_add_test(tc, mac_equal_every_byte);
-	tcase_add_test(tc, seal_open_roundtrip);
-	tcase_add_test(tc, seal_tamper_every_byte);
-	tcase_add_test(tc, seal_wrong_key_and_lengths);
-	tcase_add_test(tc, pass_roundtrip_and_layout);
-	tcase_add_test(tc, pass_expired_is_preserved);
-	tcase_add_test(tc, pass_rejects_forgeries);
-	tcase_add_test(tc, pass_rejects_malformed_plaintext);
-	tcase_add_test(tc, pass_seal_bad_input);
-	tcase_add_test(tc, ticket_body_layout);
-	tcase_add_test(tc, ticket_sign_verify);
-	tcase_add_test(tc, hex_roundtrip);
-	tcase_add_test(tc, hex_bad);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, init_is_idempotent, kat_tenant_key, kat_cluster_keys,
+		     keys_depend_on_every_secret_byte,
+		     kat_proofs_and_session_key, proof_covers_every_field,
+		     session_key_covers_every_field, mac_equal_every_byte,
+		     seal_open_roundtrip, seal_tamper_every_byte,
+		     seal_wrong_key_and_lengths, pass_roundtrip_and_layout,
+		     pass_expired_is_preserved, pass_rejects_forgeries,
+		     pass_rejects_malformed_plaintext, pass_seal_bad_input,
+		     ticket_body_layout, ticket_sign_verify, hex_roundtrip,
+		     hex_bad);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
-	tcase_add_test(tf, secret_sizes);
-	tcase_add_test(tf, secret_modes);
-	tcase_add_test(tf, secret_not_a_plain_file);
-	tcase_add_test(tf, secret_file_to_tenant_key);
-	suite_add_tcase(s, tf);
+	TU_ADD_TESTS(tf, secret_sizes, secret_modes, secret_not_a_plain_file,
+		     secret_file_to_tenant_key);
 	return s;
 }
 

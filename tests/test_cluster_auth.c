@@ -43,28 +43,18 @@ static void sleep_ms(long ms)
 static int wait_r0_up(void)
 {
 	char out[8192];
+	int r = tu_admin_until(reg.addr, cluster, "{\"cmd\":\"donors\"}", 20000,
+			       out, sizeof(out), "\"r0\"", "\"up\"", NULL);
 
-	for (int i = 0; i < 1000; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"r0\"") && strstr(out, "\"up\""))
-			return 0;
-		sleep_ms(20);
-	}
-	fprintf(stderr, "r0 never came up: %s\n", out);
-	return -ETIMEDOUT;
+	if (r)
+		fprintf(stderr, "r0 never came up: %s\n", out);
+	return r;
 }
 
 static void suite_setup(void)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
-			       "--donate", "128M",
-			       NULL };
-	char a1[300], a2[400];
+	const char *args[] = { "--set", "report_interval=100ms", "--donate",
+			       "128M", NULL };
 	int r;
 
 	auth_init();
@@ -73,11 +63,7 @@ static void suite_setup(void)
 	    tu_secret_file(dir, "a.secret", sec_a) ||
 	    tu_secret_file(dir, "b.secret", sec_b))
 		abort();
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	r = tu_memd_start_args(&reg, NULL, args);
+	r = tu_registry_start(&reg, cluster, state, NULL, args);
 	if (r) {
 		fprintf(stderr, "registry memd did not start: %s\n",
 			strerror(-r));
@@ -308,22 +294,43 @@ static int place(struct rpc *c, uint32_t nslabs, struct wire_ticket *t,
 	return r;
 }
 
+/* tenant(), and the pass key its AUTH_OK (in *ok) carries, in pk (64
+ * bytes). */
+static struct rpc *tenant_pass(const char *name, const char *secret,
+			       struct wire_auth_ok *ok, uint8_t *pk)
+{
+	uint8_t skey[32];
+	struct rpc *c = tenant(name, secret, ok, skey);
+
+	ck_assert_int_eq(auth_open(skey, ok->box, ok->box_len, pk, 64),
+			 AUTH_KEY_LEN);
+	return c;
+}
+
+/* A new tenant name with a quota of one slab; its secret file (made
+ * here, in dir) in sec. */
+static void tenant_new(const char *name, char *sec)
+{
+	char file[64];
+
+	snprintf(file, sizeof(file), "%s.secret", name);
+	ck_assert_int_eq(tu_secret_file(dir, file, sec), 0);
+	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, name, sec, SLAB), 0);
+}
+
 /* A tenant session at the donor (the registry's own donor part) with the
  * pass its registry session got. */
 static struct rpc *donor_session(const char *name, const char *secret,
 				 const char *as)
 {
 	struct wire_auth_ok ok, ok2;
-	uint8_t skey[32], pkey[64], skey2[32];
+	uint8_t pkey[64], skey2[32];
 	struct wire_hello_ok h;
 	char err[256];
-	struct rpc *rc = tenant(name, secret, &ok, skey), *c;
+	struct rpc *rc = tenant_pass(name, secret, &ok, pkey), *c;
 	int r;
 
 	ck_assert_uint_gt(ok.pass_len, 0);
-	ck_assert_int_eq(
-		auth_open(skey, ok.box, ok.box_len, pkey, sizeof(pkey)),
-		AUTH_KEY_LEN);
 	rpc_close(rc);
 	c = hello(&h);
 	r = rpc_auth(c, &h, as, pkey, ok.pass, ok.pass_len, TMO, &ok2, skey2,
@@ -558,6 +565,32 @@ static struct rpc *pass_session(const char *addr, const char *name,
 }
 
 /*
+ * Starts d, a donor of the registry named name that donates donate, with
+ * metrics, and waits until the registry lists it.
+ */
+static void donor_joined(struct tu_memd *d, const char *name,
+			 const char *donate)
+{
+	char a1[300], a2[300], a3[64], want[64], out[8192];
+	const char *args[] = { "--set",	   a1,
+			       "--set",	   a2,
+			       "--set",	   a3,
+			       "--set",	   "report_interval=100ms",
+			       "--set",	   "metrics_listen=127.0.0.1:0",
+			       "--donate", donate,
+			       NULL };
+
+	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
+	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
+	snprintf(a3, sizeof(a3), "donor_name=%s", name);
+	snprintf(want, sizeof(want), "\"%s\"", name);
+	ck_assert_int_eq(tu_memd_start_args(d, NULL, args), 0);
+	ck_assert_msg(!tu_admin_until(reg.addr, cluster, "{\"cmd\":\"donors\"}",
+				      10000, out, sizeof(out), want, NULL),
+		      "%s never joined: %s", name, out);
+}
+
+/*
  * poolctl tenant remove revokes the tenant's donor passes at the donors
  * (not when they expire, up to pass_ttl later): a donor d1 closes the
  * removed tenant's session there and refuses its unexpired pass, while
@@ -566,44 +599,20 @@ static struct rpc *pass_session(const char *addr, const char *name,
 START_TEST(removed_tenant_pass_revoked_at_donors)
 {
 	struct tu_memd d1;
-	char a1[300], a2[300], err[256], out[8192], sec_c[256];
-	const char *dargs[] = { "--set",    a1,
-				"--set",    a2,
-				"--set",    "donor_name=d1",
-				"--set",    "report_interval=100ms",
-				"--set",    "metrics_listen=127.0.0.1:0",
-				"--donate", "64M",
-				NULL };
+	char err[256], out[8192], sec_c[256];
 	struct wire_auth_ok okc, oka;
-	uint8_t skey[32], pkc[64], pka[64];
+	uint8_t pkc[64], pka[64];
 	struct wire_msg req = { .type = WIRE_STATUS }, rep;
 	struct rpc *rc, *ra, *dc, *da, *again;
 	int i, r;
 
-	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
-	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	ck_assert_int_eq(tu_memd_start_args(&d1, NULL, dargs), 0);
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"d1\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
-	ck_assert_int_eq(tu_secret_file(dir, "c.secret", sec_c), 0);
-	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "c", sec_c, SLAB), 0);
+	donor_joined(&d1, "d1", "64M");
+	tenant_new("c", sec_c);
 
 	/* c and a each get a pass at the registry and a session at d1 */
-	rc = tenant("c", sec_c, &okc, skey);
-	ck_assert_int_eq(
-		auth_open(skey, okc.box, okc.box_len, pkc, sizeof(pkc)),
-		AUTH_KEY_LEN);
+	rc = tenant_pass("c", sec_c, &okc, pkc);
 	rpc_close(rc);
-	ra = tenant("a", sec_a, &oka, skey);
-	ck_assert_int_eq(
-		auth_open(skey, oka.box, oka.box_len, pka, sizeof(pka)),
-		AUTH_KEY_LEN);
+	ra = tenant_pass("a", sec_a, &oka, pka);
 	rpc_close(ra);
 	dc = pass_session(d1.addr, "c", &okc, pkc, &r, err, sizeof(err));
 	ck_assert_msg(dc, "c at d1: %s %s", strerror(-r), err);
@@ -664,43 +673,39 @@ static long long reserved_of(const char *name)
  * The refusal here: the donor is draining. The ticket is then spent for
  * good: the same ticket is refused after the drain too.
  */
+/* Drains d2 (whose log is at d2log) or ends its drain, and waits until
+ * d2 heard it from the registry. */
+static void drain(const char *d2log, bool on)
+{
+	char out[8192], said[64];
+
+	ck_assert_int_eq(tu_admin(reg.addr, cluster,
+				  on ? "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				       "\"drain\":true}"
+				     : "{\"cmd\":\"drain\",\"donor\":\"d2\","
+				       "\"drain\":false}",
+				  out, sizeof(out)),
+			 0);
+	snprintf(said, sizeof(said), "registry says drain=%d", on);
+	ck_assert(tu_file_wait(d2log, said, 10000));
+}
+
 START_TEST(refused_ticket_releases_its_reservation)
 {
 	struct tu_memd d2;
-	char a1[300], a2[300], d2log[300], err[256], out[8192], sec_e[256];
-	const char *dargs[] = { "--set",    a1,
-				"--set",    a2,
-				"--set",    "donor_name=d2",
-				"--set",    "report_interval=100ms",
-				"--set",    "metrics_listen=127.0.0.1:0",
-				"--donate", "512M",
-				NULL };
+	char d2log[300], err[256], sec_e[256];
 	struct wire_msg *rep = msg();
 	struct wire_auth_ok oke;
 	struct wire_ticket t;
-	uint8_t skey[32], pke[64];
+	uint8_t pke[64];
 	struct rpc *re, *de;
 	long long res = -1;
 	int i, r;
 
-	snprintf(a1, sizeof(a1), "registry=%s", reg.addr);
-	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
-	ck_assert_int_eq(tu_memd_start_args(&d2, NULL, dargs), 0);
+	donor_joined(&d2, "d2", "512M");
 	snprintf(d2log, sizeof(d2log), "%s/memd.log", d2.dir);
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"d2\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
-	ck_assert_int_eq(tu_secret_file(dir, "e.secret", sec_e), 0);
-	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "e", sec_e, SLAB), 0);
-	re = tenant("e", sec_e, &oke, skey);
-	ck_assert_int_eq(
-		auth_open(skey, oke.box, oke.box_len, pke, sizeof(pke)),
-		AUTH_KEY_LEN);
+	tenant_new("e", sec_e);
+	re = tenant_pass("e", sec_e, &oke, pke);
 	/* d2 has the most free slabs: the grant is there (placement waits
 	 * for d2's first report, which the "donors" poll above may beat:
 	 * ENOSPC is retried) */
@@ -725,15 +730,7 @@ START_TEST(refused_ticket_releases_its_reservation)
 		 rep, WIRE_PLACE_OK, err, sizeof(err));
 	ck_assert_int_eq(r, -EDQUOT);
 
-	ck_assert_int_eq(tu_admin(reg.addr, cluster,
-				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
-				  "\"drain\":true}",
-				  out, sizeof(out)),
-			 0);
-	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=1");
-	     i++)
-		sleep_ms(20);
-	ck_assert_int_lt(i, 500);
+	drain(d2log, true);
 	de = pass_session(d2.addr, "e", &oke, pke, &r, err, sizeof(err));
 	ck_assert_msg(de, "e at d2: %s %s", strerror(-r), err);
 	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EBUSY);
@@ -745,15 +742,7 @@ START_TEST(refused_ticket_releases_its_reservation)
 	ck_assert_int_eq(tu_metric(&d2, "tidepool_memd_tickets_burnt_total"),
 			 1);
 	/* the ticket is spent: refused after the drain as well */
-	ck_assert_int_eq(tu_admin(reg.addr, cluster,
-				  "{\"cmd\":\"drain\",\"donor\":\"d2\","
-				  "\"drain\":false}",
-				  out, sizeof(out)),
-			 0);
-	for (i = 0; i < 500 && !tu_file_has(d2log, "registry says drain=0");
-	     i++)
-		sleep_ms(20);
-	ck_assert_int_lt(i, 500);
+	drain(d2log, false);
 	ck_assert_int_eq(lease_grant(de, &t, rep, err, sizeof(err)), -EACCES);
 	ck_assert_msg(strstr(err, "already redeemed"), "%s", err);
 	rpc_close(de);
@@ -766,27 +755,20 @@ END_TEST
 static Suite *suite(void)
 {
 	Suite *s = suite_create("cluster_auth");
-	TCase *tc = tcase_create("auth");
+	TCase *tc = tu_tcase(s, "auth", 120);
 
 	tcase_add_unchecked_fixture(tc, suite_setup, suite_teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, wrong_secret_and_unknown_tenant);
-	tcase_add_test(tc, replayed_handshake);
-	tcase_add_test(tc, requests_before_auth);
-	tcase_add_test(tc, tickets_forged_foreign_replayed);
-	tcase_add_test(tc, foreign_lease_reference);
-	tcase_add_test(tc, quota_edquot);
-	tcase_add_test(tc, quota_concurrent_places_never_overshoot);
-	tcase_add_test(tc, admin_json_refusals);
-	tcase_add_test(tc, removed_tenant_pass_revoked_at_donors);
-	tcase_add_test(tc, refused_ticket_releases_its_reservation);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, wrong_secret_and_unknown_tenant, replayed_handshake,
+		     requests_before_auth, tickets_forged_foreign_replayed,
+		     foreign_lease_reference, quota_edquot,
+		     quota_concurrent_places_never_overshoot,
+		     admin_json_refusals, removed_tenant_pass_revoked_at_donors,
+		     refused_ticket_releases_its_reservation);
 	return s;
 }
 
 int main(void)
 {
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	return tu_run_suite(suite());
 }

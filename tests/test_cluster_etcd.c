@@ -246,6 +246,16 @@ static char reg_listen[2][64], reg_list[160];
 static const char *reg_endpoints[2], *reg_donate[2];
 static const char *reg_set[2]; /* two more "key=value" for registries */
 
+/* Starts m, a registry or donor of the pool, with args and the pool's
+ * lease timing (2 s, 500 ms of grace). */
+static void pool_memd_start(struct tu_memd *m, const char *const *args)
+{
+	ck_assert_int_eq(
+		tu_memd_start_args(m, "lease_ttl = 2s\nlease_grace = 500ms",
+				   args),
+		0);
+}
+
 static void registry_start(int i, const char *lease)
 {
 	char a1[300], a2[300], a3[128], a4[64], a5[64];
@@ -270,10 +280,7 @@ static void registry_start(int i, const char *lease)
 	snprintf(a3, sizeof(a3), "registry_peers=%s", reg_listen[1 - i]);
 	snprintf(a4, sizeof(a4), "donor_name=r%d", i);
 	snprintf(a5, sizeof(a5), "etcd_lease=%s", lease);
-	ck_assert_int_eq(
-		tu_memd_start_args(&reg[i],
-				   "lease_ttl = 2s\nlease_grace = 500ms", args),
-		0);
+	pool_memd_start(&reg[i], args);
 }
 
 static void donor_start(int i)
@@ -288,10 +295,7 @@ static void donor_start(int i)
 	snprintf(a1, sizeof(a1), "registry=%s", reg_list);
 	snprintf(a2, sizeof(a2), "cluster_secret_file=%s", cluster);
 	snprintf(a3, sizeof(a3), "donor_name=d%d", i);
-	ck_assert_int_eq(
-		tu_memd_start_args(&don[i],
-				   "lease_ttl = 2s\nlease_grace = 500ms", args),
-		0);
+	pool_memd_start(&don[i], args);
 }
 
 /* The registry that serves now (-1: none within 30 s), and its reply to
@@ -667,13 +671,9 @@ static char cut_tag[48];
 
 static int iptables_rule(char op, int port)
 {
-	char cmd[256];
-
-	snprintf(cmd, sizeof(cmd),
-		 "iptables -w -%c INPUT -d 127.0.0.2 -p tcp --dport %d -m "
-		 "comment --comment %s -j DROP >/dev/null 2>&1",
-		 op, port, cut_tag);
-	return system(cmd);
+	return tu_sh("iptables -w -%c INPUT -d 127.0.0.2 -p tcp --dport %d -m "
+		     "comment --comment %s -j DROP >/dev/null 2>&1",
+		     op, port, cut_tag);
 }
 
 static void partition_heal(void)
@@ -974,6 +974,48 @@ static int run_memd(const char *const *argv, char *out, size_t cap)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A session to etcd with /tidepool/state read: its text (free it) in
+ * *v, its revision in *rev. */
+static struct memd_etcd *state_open(char **v, int64_t *rev)
+{
+	struct memd_etcd_opts eo = { .endpoints = endpoints,
+				     .timeout_ms = 2000 };
+	struct memd_etcd *e;
+	char err[256];
+	size_t len;
+
+	ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
+	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", v, &len, rev, NULL,
+				       err, sizeof(err)),
+			 0);
+	return e;
+}
+
+/* Puts text at /tidepool/state over whatever revision is there. */
+static void state_put(const char *text)
+{
+	char err[256], *v;
+	int64_t rev;
+	struct memd_etcd *e = state_open(&v, &rev);
+
+	free(v);
+	ck_assert_msg(!memd_etcd_put_if(e, "/tidepool/state", text,
+					strlen(text), rev, 0, NULL, err,
+					sizeof(err)),
+		      "%s", err);
+	memd_etcd_close(e);
+}
+
+/* The text at /tidepool/state (free it). */
+static char *state_get(void)
+{
+	char *v;
+	int64_t rev;
+
+	memd_etcd_close(state_open(&v, &rev));
+	return v;
+}
+
 /* since_unix_ms of donor "old" at registry 0 (a leader's election time:
  * it never joins); -1 when registry 0 does not answer. */
 static long long old_since(char *out, size_t cap)
@@ -1067,25 +1109,19 @@ START_TEST(migrate_registry_json_to_etcd)
 	 * through. (Without the watch, its next change would be refused,
 	 * nothing applied, and it would step down then.) */
 	{
-		struct memd_etcd_opts eo = { .endpoints = endpoints,
-					     .timeout_ms = 1000 };
-		struct memd_etcd *e;
 		char err[256], *v;
-		size_t len;
 		int64_t rev;
 		int rc = 0;
 		uint64_t t0;
 		long long since = old_since(out, sizeof(out));
+		struct memd_etcd *e;
 
 		ck_assert_int_gt(since, 0);
-		ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
-		ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len,
-					       &rev, NULL, err, sizeof(err)),
-				 0);
+		e = state_open(&v, &rev);
 		ck_assert_ptr_nonnull(strstr(v, "\"key_sealed\""));
 		ck_assert_ptr_null(strstr(v, "\"key\""));
-		ck_assert_int_eq(memd_etcd_put_if(e, "/tidepool/state", v, len,
-						  rev, 0, NULL, err,
+		ck_assert_int_eq(memd_etcd_put_if(e, "/tidepool/state", v,
+						  strlen(v), rev, 0, NULL, err,
 						  sizeof(err)),
 				 0);
 		free(v);
@@ -1319,45 +1355,6 @@ START_TEST(paused_leader_tickets_are_fenced)
 }
 END_TEST
 
-/* Puts text at /tidepool/state over whatever revision is there. */
-static void state_put(const char *text)
-{
-	struct memd_etcd_opts eo = { .endpoints = endpoints,
-				     .timeout_ms = 2000 };
-	struct memd_etcd *e;
-	char err[256], *v;
-	size_t len;
-	int64_t rev;
-
-	ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
-	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len, &rev,
-				       NULL, err, sizeof(err)),
-			 0);
-	free(v);
-	ck_assert_msg(!memd_etcd_put_if(e, "/tidepool/state", text,
-					strlen(text), rev, 0, NULL, err,
-					sizeof(err)),
-		      "%s", err);
-	memd_etcd_close(e);
-}
-
-static char *state_get(void)
-{
-	struct memd_etcd_opts eo = { .endpoints = endpoints,
-				     .timeout_ms = 2000 };
-	struct memd_etcd *e;
-	char err[256], *v;
-	size_t len;
-	int64_t rev;
-
-	ck_assert_int_eq(memd_etcd_open(&eo, &e, err, sizeof(err)), 0);
-	ck_assert_int_eq(memd_etcd_get(e, "/tidepool/state", &v, &len, &rev,
-				       NULL, err, sizeof(err)),
-			 0);
-	memd_etcd_close(e);
-	return v;
-}
-
 /* Lines of registry 0's log that hold needle. */
 static int log_count(const char *needle)
 {
@@ -1503,13 +1500,9 @@ END_TEST
 
 static int etcdctl(const char *args)
 {
-	char cmd[1024];
-
-	snprintf(cmd, sizeof(cmd),
-		 "ETCDCTL_API=3 etcdctl --endpoints=%s %s >>%s/etcdctl.log "
-		 "2>&1",
-		 endpoints, args, dir);
-	return system(cmd);
+	return tu_sh("ETCDCTL_API=3 etcdctl --endpoints=%s %s "
+		     ">>%s/etcdctl.log 2>&1",
+		     endpoints, args, dir);
 }
 
 /*
@@ -1645,17 +1638,15 @@ int main(void)
 	Suite *s = suite_create("cluster_etcd");
 	TCase *tc = tcase_create("etcd");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (!etcd_path())
 		tu_skip("no etcd binary (apt-get install etcd-server, or set "
 			"TP_ETCD)");
 	tcase_set_timeout(tc, 240);
 	tcase_add_unchecked_fixture(tc, NULL, partition_teardown);
-	tcase_add_test(tc, kill_the_leading_registry_during_a_storm);
-	tcase_add_test(tc, partition_the_leader_from_etcd);
-	tcase_add_test(tc, migrate_registry_json_to_etcd);
-	tcase_add_test(tc, etcd_authentication);
+	TU_ADD_TESTS(tc, kill_the_leading_registry_during_a_storm,
+		     partition_the_leader_from_etcd,
+		     migrate_registry_json_to_etcd, etcd_authentication);
 	suite_add_tcase(s, tc);
 	/* issue 32's cases (CK_RUN_CASE=trust runs them alone) */
 	tc = tcase_create("trust");

@@ -457,17 +457,14 @@ static void teardown(void)
 int main(void)
 {
 	Suite *s = suite_create("cluster_net");
-	TCase *tc = tcase_create("net");
+	TCase *tc = tu_tcase(s, "net", 300);
 	int failed;
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	if (geteuid() != 0)
 		tu_skip("needs root for network namespaces");
 	setup();
-	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, pool_over_namespaces);
-	suite_add_tcase(s, tc);
 	failed = tu_run_suite(s);
 	teardown();
 	return failed;

@@ -129,28 +129,20 @@ static void start_donor(int i)
 /* Starts the registry (r0); listen: its address, or NULL for a new port. */
 static int start_registry(const char *listen)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
+	const char *args[] = { "--set",	   "report_interval=100ms",
 			       "--donate", "128M",
 			       NULL,	   NULL,
 			       NULL };
-	char a1[300], a2[300], l[64], conf[256];
+	char l[64], conf[256];
 
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
 	if (listen) {
 		snprintf(l, sizeof(l), "%s", listen);
-		args[12] = "--listen";
-		args[13] = l;
+		args[4] = "--listen";
+		args[5] = l;
 	}
 	snprintf(conf, sizeof(conf), "lease_ttl = 2s\nlease_grace = 500ms\n%s",
 		 reg_conf);
-	return tu_memd_start_args(&reg, conf, args);
+	return tu_registry_start(&reg, cluster, state, conf, args);
 }
 
 static void setup(void)
@@ -781,26 +773,20 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("cluster_pool");
-	TCase *tc = tcase_create("cluster");
-	TCase *tp = tcase_create("short_pass");
+	TCase *tc = tu_tcase(s, "cluster", 120);
+	TCase *tp = tu_tcase(s, "short_pass", 0);
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
-	tcase_set_timeout(tc, 120);
+	tu_need_memd();
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, striped_regions_read_back_exactly);
-	tcase_add_test(tc, status_asks_every_donor);
-	tcase_add_test(tc, replica_survives_a_killed_donor);
-	tcase_add_test(tc, quota_is_edquot);
-	tcase_add_test(tc, wrong_secret_and_no_tenant_are_eacces);
-	tcase_add_test(tc, donor_restarts_do_not_grow_links);
-	tcase_add_test(tc, client_reconnects_to_a_restarted_registry);
-	tcase_add_test(tc, stalled_registry_keeps_its_donors_up);
-	tcase_add_test(tc, rxm_mismatch_on_one_donor);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, striped_regions_read_back_exactly,
+		     status_asks_every_donor, replica_survives_a_killed_donor,
+		     quota_is_edquot, wrong_secret_and_no_tenant_are_eacces,
+		     donor_restarts_do_not_grow_links,
+		     client_reconnects_to_a_restarted_registry,
+		     stalled_registry_keeps_its_donors_up,
+		     rxm_mismatch_on_one_donor);
 	tcase_set_timeout(tp, 300); /* 35 s or more by design */
 	tcase_add_checked_fixture(tp, setup_short_pass, teardown);
 	tcase_add_test(tp, pass_is_renewed_past_its_ttl);
-	suite_add_tcase(s, tp);
 	return tu_run_suite(s);
 }

@@ -50,13 +50,8 @@ static void tmpdir_teardown(void)
 static void write_file_n(const char *name, const char *data, size_t len,
 			 char *path, size_t pathlen)
 {
-	FILE *f;
-
 	snprintf(path, pathlen, "%s/%s", tdir, name);
-	f = fopen(path, "w");
-	ck_assert_ptr_nonnull(f);
-	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-	ck_assert_int_eq(fclose(f), 0);
+	tu_write_file(path, data, len);
 }
 
 static void write_file(const char *name, const char *text, char *path,
@@ -1741,8 +1736,8 @@ END_TEST
 static Suite *config_suite(void)
 {
 	Suite *s = suite_create("config");
-	TCase *tc = tcase_create("values");
-	TCase *tf = tcase_create("files");
+	TCase *tc = tu_tcase(s, "values", 0);
+	TCase *tf = tu_tcase(s, "files", 0);
 
 	tcase_add_test(tc, defaults_exact_and_valid);
 	tcase_add_loop_test(tc, parse_bytes_cases, 0, ARRAY_SIZE(bytes_cases));
@@ -1751,41 +1746,23 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, log_levels);
 	tcase_add_loop_test(tc, set_good_values, 0, ARRAY_SIZE(good_cases));
 	tcase_add_loop_test(tc, set_bad_values, 0, ARRAY_SIZE(bad_cases));
-	tcase_add_test(tc, set_unknown_key);
-	tcase_add_test(tc, set_error_buffer_bounds);
-	tcase_add_test(tc, set_quotes_control_bytes);
-	tcase_add_test(tc, validate_cross_keys);
-	tcase_add_test(tc, validate_each_key_bounds);
-	tcase_add_test(tc, print_format);
-	tcase_add_test(tc, reload_applies_reloadable_keys_only);
-	tcase_add_test(tc, reload_keeps_numa_nodes);
-	tcase_add_test(tc, reload_keeps_cluster_keys);
-	tcase_add_test(tc, numa_nodes_list);
-	tcase_add_test(tc, man_page_names_every_key);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, set_unknown_key, set_error_buffer_bounds,
+		     set_quotes_control_bytes, validate_cross_keys,
+		     validate_each_key_bounds, print_format,
+		     reload_applies_reloadable_keys_only,
+		     reload_keeps_numa_nodes, reload_keeps_cluster_keys,
+		     numa_nodes_list, man_page_names_every_key);
 
 	/* in the runner, not the forked test, so a failed test's files go */
 	tcase_add_unchecked_fixture(tf, tmpdir_setup, tmpdir_teardown);
-	tcase_add_test(tf, load_full_file);
-	tcase_add_test(tf, load_keeps_unnamed_keys);
-	tcase_add_test(tf, load_unknown_key);
-	tcase_add_test(tf, load_bad_value);
-	tcase_add_test(tf, load_hash_comment_hint);
-	tcase_add_test(tf, load_duplicate_key);
-	tcase_add_test(tf, load_bad_section);
-	tcase_add_test(tf, load_syntax_errors);
-	tcase_add_test(tf, load_indented_lines_are_keys);
-	tcase_add_test(tf, load_long_and_nul_lines);
-	tcase_add_test(tf, load_nul_byte);
-	tcase_add_test(tf, validate_names_file_and_line);
-	tcase_add_test(tf, load_missing_file);
-	tcase_add_test(tf, load_directory);
-	tcase_add_test(tf, load_unreadable_file);
-	tcase_add_test(tf, load_stops_at_first_error);
-	tcase_add_test(tf, print_roundtrip_defaults);
-	tcase_add_test(tf, print_roundtrip_nondefault);
-	tcase_add_test(tf, man_page_example_loads);
-	suite_add_tcase(s, tf);
+	TU_ADD_TESTS(tf, load_full_file, load_keeps_unnamed_keys,
+		     load_unknown_key, load_bad_value, load_hash_comment_hint,
+		     load_duplicate_key, load_bad_section, load_syntax_errors,
+		     load_indented_lines_are_keys, load_long_and_nul_lines,
+		     load_nul_byte, validate_names_file_and_line,
+		     load_missing_file, load_directory, load_unreadable_file,
+		     load_stops_at_first_error, print_roundtrip_defaults,
+		     print_roundtrip_nondefault, man_page_example_loads);
 	return s;
 }
 

@@ -1130,22 +1130,11 @@ END_TEST
 
 static void add_rma_tests(TCase *tc)
 {
-	tcase_add_test(tc, t_mode);
-	tcase_add_test(tc, t_name_and_poll);
-	tcase_add_test(tc, t_rma_sizes);
-	tcase_add_test(tc, t_many_inflight);
-	tcase_add_test(tc, t_wrong_key);
-	tcase_add_test(tc, t_after_mr_close);
-	tcase_add_test(tc, t_wrong_addressing);
-	tcase_add_test(tc, t_dup_key);
-	tcase_add_test(tc, t_av_remove);
-	tcase_add_test(tc, t_dead_peer);
-	tcase_add_test(tc, t_wait_timeout);
-	tcase_add_test(tc, t_close_inflight);
-	tcase_add_test(tc, t_close_mid_read);
-	tcase_add_test(tc, t_threads);
-	tcase_add_test(tc, t_hmem_system_rma);
-	tcase_add_test(tc, t_serve_wake);
+	TU_ADD_TESTS(tc, t_mode, t_name_and_poll, t_rma_sizes, t_many_inflight,
+		     t_wrong_key, t_after_mr_close, t_wrong_addressing,
+		     t_dup_key, t_av_remove, t_dead_peer, t_wait_timeout,
+		     t_close_inflight, t_close_mid_read, t_threads,
+		     t_hmem_system_rma, t_serve_wake);
 }
 
 static Suite *fab_suite(bool with_shm)
@@ -1154,10 +1143,8 @@ static Suite *fab_suite(bool with_shm)
 	TCase *tc;
 
 	tc = tcase_create("pure");
-	tcase_add_test(tc, t_base_for_mode);
-	tcase_add_test(tc, t_errno);
-	tcase_add_test(tc, t_domain_bad_opts);
-	tcase_add_test(tc, t_hmem_tcp);
+	TU_ADD_TESTS(tc, t_base_for_mode, t_errno, t_domain_bad_opts,
+		     t_hmem_tcp);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("rma");
@@ -1170,10 +1157,8 @@ static Suite *fab_suite(bool with_shm)
 	tc = tcase_create("rma-busy");
 	tcase_add_checked_fixture(tc, setup_rma_busy, pair_close);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, t_rma_sizes);
-	tcase_add_test(tc, t_many_inflight);
-	tcase_add_test(tc, t_threads);
-	tcase_add_test(tc, t_serve_busy_counts);
+	TU_ADD_TESTS(tc, t_rma_sizes, t_many_inflight, t_threads,
+		     t_serve_busy_counts);
 	suite_add_tcase(s, tc);
 
 	/*
@@ -1187,11 +1172,8 @@ static Suite *fab_suite(bool with_shm)
 		tc = tcase_create("shm");
 		tcase_add_checked_fixture(tc, setup_shm, pair_close);
 		tcase_set_timeout(tc, 120);
-		tcase_add_test(tc, t_mode);
-		tcase_add_test(tc, t_name_and_poll);
-		tcase_add_test(tc, t_rma_sizes);
-		tcase_add_test(tc, t_many_inflight);
-		tcase_add_test(tc, t_threads);
+		TU_ADD_TESTS(tc, t_mode, t_name_and_poll, t_rma_sizes,
+			     t_many_inflight, t_threads);
 		suite_add_tcase(s, tc);
 	}
 	return s;

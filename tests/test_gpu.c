@@ -90,6 +90,44 @@ static int wait_guarded(struct pool_gpu_xfer *x, int guard_ms)
 /* Store [off, off+len) from a patterned device buffer, read it back with
  * pool_read; fetch a patterned range into a device buffer with guard
  * bytes on both sides. */
+/* Starts md, connects, allocates a region of size bytes (in *r) and
+ * opens a host engine on it (open_host()). */
+static struct pool_gpu *gpu_up(size_t size, struct pool **p,
+			       struct pool_region **r, size_t staging,
+			       unsigned count, int timeout_ms)
+{
+	tu_memd_start_ok(&md, NULL);
+	*p = tu_pool_connect(&md);
+	ck_assert_int_eq(pool_alloc(*p, size, r), 0);
+	return open_host(*p, staging, count, timeout_ms);
+}
+
+/* Closes what gpu_up() opened and stops md. */
+static void gpu_down(struct pool *p, struct pool_region *r, struct pool_gpu *g)
+{
+	pool_gpu_close(g);
+	pool_free(p, r);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+
+/* dev's first n bytes, holding the pattern of seed, stored at r's offset
+ * 0, dev zeroed and fetched back: the same bytes (each transfer waited
+ * for up to timeout_ms). */
+static void dev_round_trip(struct pool_gpu *g, struct pool_region *r,
+			   uint8_t *dev, size_t n, uint64_t seed,
+			   int timeout_ms)
+{
+	struct pool_gpu_xfer *x;
+
+	ck_assert_int_eq(pool_gpu_store(g, r, 0, dev, n, NULL, &x), 0);
+	ck_assert_int_eq(wait_guarded(x, timeout_ms), 0);
+	memset(dev, 0, n);
+	ck_assert_int_eq(pool_gpu_fetch(g, r, 0, dev, n, NULL, &x), 0);
+	ck_assert_int_eq(wait_guarded(x, timeout_ms), 0);
+	ck_assert_int_eq(tu_pattern_check(dev, n, seed, 0), -1);
+}
+
 static void store_then_fetch(struct pool *p, struct pool_gpu *g,
 			     struct pool_region *r, uint64_t off, size_t len,
 			     uint64_t seed)
@@ -178,10 +216,7 @@ START_TEST(zero_length)
 	uint8_t b[1];
 	void *ev = NULL;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, 100, &r), 0);
-	g = open_host(p, 0, 0, 0);
+	g = gpu_up(100, &p, &r, 0, 0, 0);
 	ck_assert_int_eq(pool_gpu_fetch(g, r, 100, NULL, 0, NULL, &x), 0);
 	ck_assert_int_eq(pool_gpu_xfer_event(x, -1, &ev), 0);
 	ck_assert_ptr_nonnull(ev);
@@ -191,10 +226,7 @@ START_TEST(zero_length)
 	pool_gpu_get_stats(g, &st);
 	ck_assert_uint_eq(st.xfers, 2);
 	ck_assert_uint_eq(st.errors, 0);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -215,10 +247,7 @@ START_TEST(many_queued_transfers)
 	uint64_t off[NQ], at = 0;
 	struct pool_gpu_stats st;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, 16 * MiB, &r), 0);
-	g = open_host(p, 64 * KiB, 3, 0);
+	g = gpu_up(16 * MiB, &p, &r, 64 * KiB, 3, 0);
 	/* Odd ones are fetched: put their bytes in the pool first. */
 	for (int i = 0; i < NQ; i++) {
 		size_t n = q_len(i);
@@ -266,10 +295,7 @@ START_TEST(many_queued_transfers)
 	pool_gpu_get_stats(g, &st);
 	ck_assert_uint_eq(st.xfers, NQ);
 	ck_assert_uint_eq(st.errors, 0);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -319,10 +345,7 @@ START_TEST(four_threads_one_engine)
 	struct pool_region *r;
 	struct pool_gpu *g;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, 4 * MiB, &r), 0);
-	g = open_host(p, 256 * KiB, 4, 0);
+	g = gpu_up(4 * MiB, &p, &r, 256 * KiB, 4, 0);
 	for (int i = 0; i < 4; i++) {
 		t[i] = (struct thr){ .p = p, .g = g, .r = r, .id = i };
 		ck_assert_int_eq(
@@ -333,10 +356,7 @@ START_TEST(four_threads_one_engine)
 		ck_assert_msg(t[i].errors == 0, "thread %d: %d errors", i,
 			      t[i].errors);
 	}
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -352,22 +372,13 @@ START_TEST(fabric_and_copies_overlap)
 	struct pool *p;
 	struct pool_region *r;
 	struct pool_gpu *g;
-	struct pool_gpu_xfer *x;
 	struct pool_gpu_stats st;
 	uint8_t *dev;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
-	g = open_host(p, MiB, 4, 0);
+	g = gpu_up(n, &p, &r, MiB, 4, 0);
 	dev = dev_alloc(g, n);
 	tu_pattern_fill(dev, n, 77, 0);
-	ck_assert_int_eq(pool_gpu_store(g, r, 0, dev, n, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 60000), 0);
-	memset(dev, 0, n);
-	ck_assert_int_eq(pool_gpu_fetch(g, r, 0, dev, n, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 60000), 0);
-	ck_assert_int_eq(tu_pattern_check(dev, n, 77, 0), -1);
+	dev_round_trip(g, r, dev, n, 77, 60000);
 	pool_gpu_get_stats(g, &st);
 	ck_assert_uint_eq(st.chunks, 2 * n / MiB);
 	ck_assert_uint_gt(st.fabric_max, 0);
@@ -381,10 +392,7 @@ START_TEST(fabric_and_copies_overlap)
 	ck_assert_uint_eq(st.bytes_fetched, n);
 	ck_assert_uint_eq(st.bytes_stored, n);
 	pool_gpu_dev_free(g, dev);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -424,10 +432,7 @@ START_TEST(stream_ordering)
 	uint8_t *dev, *host = malloc(n);
 	struct work before = { 0 }, after = { 0 };
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
-	g = open_host(p, MiB, 2, 0);
+	g = gpu_up(n, &p, &r, MiB, 2, 0);
 	dev = dev_alloc(g, n);
 	ck_assert_int_eq(pool_gpu_stream_create(g, &s1), 0);
 	ck_assert_int_eq(pool_gpu_stream_create(g, &s2), 0);
@@ -481,10 +486,7 @@ START_TEST(stream_ordering)
 	pool_gpu_stream_destroy(g, s2);
 	pool_gpu_dev_free(g, dev);
 	free(host);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -532,10 +534,7 @@ START_TEST(cancel_mid_transfer)
 	void *s, *ev = (void *)1;
 	uint8_t *dev, *small;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, n, &r), 0);
-	g = open_host(p, 256 * KiB, 2, 0);
+	g = gpu_up(n, &p, &r, 256 * KiB, 2, 0);
 	dev = dev_alloc(g, n);
 	small = dev_alloc(g, MiB);
 	tu_pattern_fill(small, MiB, 3, 0);
@@ -576,22 +575,14 @@ START_TEST(cancel_mid_transfer)
 
 	/* The engine works on: a whole round trip. */
 	tu_pattern_fill(dev, n, 4, 0);
-	ck_assert_int_eq(pool_gpu_store(g, r, 0, dev, n, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 60000), 0);
-	memset(dev, 0, n);
-	ck_assert_int_eq(pool_gpu_fetch(g, r, 0, dev, n, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 60000), 0);
-	ck_assert_int_eq(tu_pattern_check(dev, n, 4, 0), -1);
+	dev_round_trip(g, r, dev, n, 4, 60000);
 	pool_gpu_get_stats(g, &st);
 	ck_assert_uint_eq(st.cancelled, 2);
 	ck_assert_uint_eq(st.errors, 0);
 	pool_gpu_stream_destroy(g, s);
 	pool_gpu_dev_free(g, dev);
 	pool_gpu_dev_free(g, small);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -698,17 +689,9 @@ START_TEST(frozen_memd_times_out_then_recovers)
 		sleep_ms(10);
 	}
 	ck_assert_uint_eq(st.abandoned, 0);
-	ck_assert_int_eq(pool_gpu_store(g, r, 0, dev, 8 * MiB, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 30000), 0);
-	memset(dev, 0, 8 * MiB);
-	ck_assert_int_eq(pool_gpu_fetch(g, r, 0, dev, 8 * MiB, NULL, &x), 0);
-	ck_assert_int_eq(wait_guarded(x, 30000), 0);
-	ck_assert_int_eq(tu_pattern_check(dev, 8 * MiB, 12, 0), -1);
+	dev_round_trip(g, r, dev, 8 * MiB, 12, 30000);
 	pool_gpu_dev_free(g, dev);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -731,10 +714,7 @@ START_TEST(close_with_transfers_in_flight)
 	/* With the host backend any host memory serves as device memory. */
 	uint8_t *dev = malloc(16 * MiB);
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, 16 * MiB, &r), 0);
-	g = open_host(p, MiB, 3, 0);
+	g = gpu_up(16 * MiB, &p, &r, MiB, 3, 0);
 	gate_init(&gt);
 	ck_assert_int_eq(pool_gpu_stream_create(g, &s), 0);
 	ck_assert_int_eq(pool_gpu_stream_host_fn(g, s, gate_fn, &gt), 0);
@@ -981,10 +961,7 @@ START_TEST(cuda_round_trip)
 	pool_gpu_stream_destroy(g, s);
 	pool_gpu_pinned_free(g, pin);
 	pool_gpu_dev_free(g, dev);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -1284,10 +1261,7 @@ START_TEST(direct_not_on_tcp)
 	struct pool_region *r;
 	struct pool *p;
 
-	tu_memd_start_ok(&md, NULL);
-	p = tu_pool_connect(&md);
-	ck_assert_int_eq(pool_alloc(p, 2 * MiB, &r), 0);
-	g = open_host(p, 256 * KiB, 2, 0);
+	g = gpu_up(2 * MiB, &p, &r, 256 * KiB, 2, 0);
 	store_then_fetch(p, g, r, 0, 2 * MiB, 71);
 	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
 	ck_assert_int_eq(st.direct, 0);
@@ -1402,10 +1376,7 @@ START_TEST(direct_forced)
 	pool_gpu_dev_free(g, dev);
 	ck_assert_int_eq(pool_gpu_get_stats(g, &st), 0);
 	ck_assert_uint_eq(st.cancelled, 1);
-	pool_gpu_close(g);
-	pool_free(p, r);
-	pool_close(p);
-	tu_memd_stop_ok(&md);
+	gpu_down(p, r, g);
 }
 END_TEST
 
@@ -1466,8 +1437,7 @@ int main(int argc, char **argv)
 
 		return r < 0 ? -r : 0; /* for probe_in_child() */
 	}
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (argc == 2 && !strcmp(argv[1], "--bind"))
 		return run_bind();
 	topologies_find();
@@ -1475,20 +1445,13 @@ int main(int argc, char **argv)
 	tc = tcase_create("host");
 	cu = tcase_create("cuda");
 	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, bytes_exact_at_every_size);
-	tcase_add_test(tc, zero_length);
-	tcase_add_test(tc, many_queued_transfers);
-	tcase_add_test(tc, four_threads_one_engine);
-	tcase_add_test(tc, fabric_and_copies_overlap);
-	tcase_add_test(tc, stream_ordering);
-	tcase_add_test(tc, cancel_mid_transfer);
-	tcase_add_test(tc, memd_killed_mid_transfer);
-	tcase_add_test(tc, frozen_memd_times_out_then_recovers);
-	tcase_add_test(tc, close_with_transfers_in_flight);
-	tcase_add_test(tc, bad_arguments);
-	tcase_add_test(tc, numa_binds_staging);
-	tcase_add_test(tc, direct_not_on_tcp);
-	tcase_add_test(tc, direct_forced);
+	TU_ADD_TESTS(tc, bytes_exact_at_every_size, zero_length,
+		     many_queued_transfers, four_threads_one_engine,
+		     fabric_and_copies_overlap, stream_ordering,
+		     cancel_mid_transfer, memd_killed_mid_transfer,
+		     frozen_memd_times_out_then_recovers,
+		     close_with_transfers_in_flight, bad_arguments,
+		     numa_binds_staging, direct_not_on_tcp, direct_forced);
 	if (topo_dir[0])
 		tcase_add_test(tc, numa_from_topology);
 	else

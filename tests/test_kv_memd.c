@@ -233,6 +233,24 @@ static int kv_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	return kv_spoiled_put(c, key, val, len, SPOIL_NONE);
 }
 
+/* kv_call(type) of the one key (RESERVE: of *len bytes): its item in
+ * *it, and when it is there (status 0), its chunks' locations in locs.
+ * Returns the item's status. */
+static int kv_one(struct kvc *c, uint8_t type,
+		  const uint8_t key[WIRE_KV_KEY_LEN], uint64_t *len,
+		  struct wire_kv_item *it, struct wire_kv_loc *locs)
+{
+	ck_assert_int_eq(kv_call(c, type, 0,
+				 (const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, len,
+				 NULL, NULL),
+			 0);
+	*it = rep.u.kv.item[0];
+	if (!it->status)
+		memcpy(locs, &rep.u.kv.loc[it->first_loc],
+		       it->nchunks * sizeof(locs[0]));
+	return it->status;
+}
+
 /* kv_put, with the last chunk written wrong as spoil says (the commit
  * carries the checksum of val, as the spoiled client thinks). */
 static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
@@ -241,17 +259,12 @@ static int kv_spoiled_put(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	uint64_t P = payload_per_chunk(c), csum = XXH3_64bits(val, len), gen;
 	struct wire_kv_item it;
 	struct wire_kv_loc locs[WIRE_KV_MAX_LOCS];
-	int r = kv_call(c, WIRE_KV_RESERVE, 0,
-			(const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, &len, NULL,
-			NULL);
+	int r = kv_one(c, WIRE_KV_RESERVE, key, &len, &it, locs);
 
-	ck_assert_int_eq(r, 0);
-	it = rep.u.kv.item[0];
-	if (it.status)
-		return it.status;
+	if (r)
+		return r;
 	gen = it.generation;
 	ck_assert_uint_eq(it.nchunks, len <= P ? 1 : (len + P - 1) / P);
-	memcpy(locs, &rep.u.kv.loc[it.first_loc], it.nchunks * sizeof(locs[0]));
 	for (uint32_t i = 0; i < it.nchunks; i++) {
 		struct wire_kv_header h = {
 			.magic = MEMD_KV_MAGIC,
@@ -298,18 +311,13 @@ static int64_t kv_get(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	struct wire_kv_item it;
 	uint8_t *val;
 	int64_t ret;
-	int r = kv_call(c, WIRE_KV_LOOKUP, 0,
-			(const uint8_t(*)[WIRE_KV_KEY_LEN])key, 1, NULL, NULL,
-			NULL);
+	int r = kv_one(c, WIRE_KV_LOOKUP, key, NULL, &it, locs);
 
-	ck_assert_int_eq(r, 0);
-	it = rep.u.kv.item[0];
-	if (it.status)
-		return it.status;
+	if (r)
+		return r;
 	len = it.value_len;
 	gen = it.generation;
 	csum = it.checksum;
-	memcpy(locs, &rep.u.kv.loc[it.first_loc], it.nchunks * sizeof(locs[0]));
 	val = malloc(len ? len : 1);
 	ck_assert_ptr_nonnull(val);
 	ret = (int64_t)len;
@@ -369,15 +377,38 @@ static void put_get(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 
 static struct tu_memd md;
 
-static void start_standalone(const char *extra, const char *donate)
+/* Starts md with extra config lines and args; skips without a memd. */
+static void memd_up(const char *extra, const char *const *args)
 {
-	const char *args[] = { "--set", "slab_size=2M", "--donate", donate,
-			       NULL };
 	int r = tu_memd_start_args(&md, extra, args);
 
 	if (r == -ENOENT)
 		tu_skip("no memd binary (TP_MEMD)");
 	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
+}
+
+/* tu_registry_start() of md (cluster, state, extra, args); skips without a
+ * memd; waits until it lists its own donor part as up. */
+static void registry_up(const char *cluster, const char *state,
+			const char *extra, const char *const *args)
+{
+	char out[8192];
+	int r = tu_registry_start(&md, cluster, state, extra, args);
+
+	if (r == -ENOENT)
+		tu_skip("no memd binary (TP_MEMD)");
+	ck_assert_msg(r == 0, "registry: %s (log in %s)", strerror(-r), md.dir);
+	ck_assert_msg(!tu_admin_until(md.addr, cluster, "{\"cmd\":\"donors\"}",
+				      10000, out, sizeof(out), "\"up\"", NULL),
+		      "the registry's donor part is not up: %s", out);
+}
+
+static void start_standalone(const char *extra, const char *donate)
+{
+	const char *args[] = { "--set", "slab_size=2M", "--donate", donate,
+			       NULL };
+
+	memd_up(extra, args);
 }
 
 START_TEST(put_get_sizes)
@@ -651,11 +682,8 @@ START_TEST(put_get_over_two_endpoints)
 			       NULL };
 	uint8_t key[WIRE_KV_KEY_LEN];
 	struct kvc *c;
-	int r = tu_memd_start_args(&md, NULL, args);
 
-	if (r == -ENOENT)
-		tu_skip("no memd binary (TP_MEMD)");
-	ck_assert_msg(r == 0, "memd: %s (log in %s)", strerror(-r), md.dir);
+	memd_up(NULL, args);
 	c = kvc_open(md.addr, NULL, NULL);
 	ck_assert_int_eq(c->hello.nendpoints, 2);
 	ck_assert_int_eq(c->hello.ep[0].node, c->hello.ep[1].node);
@@ -923,42 +951,26 @@ END_TEST
 /* ---- two tenants of one registry ------------------------------------- */
 
 /*
- * Starts md as a registry with args (args[3] and args[5] are set here: its
- * cluster secret file and state_dir, in a scratch directory written to
- * dir, which the caller removes), waits for its own donor part to be up,
- * adds tenants a and b (64 MiB each) and opens a session of each.
+ * Starts md as a registry with its own donor part r0 (2 MiB slabs, 64 MiB)
+ * and extra config lines (may be NULL), its cluster secret file and
+ * state_dir in a scratch directory written to dir, which the caller
+ * removes; waits for r0 to be up, adds tenants a and b (64 MiB each) and
+ * opens a session of each.
  */
-static void two_tenants_up(const char **args, char *dir, size_t dirlen,
+static void two_tenants_up(const char *extra, char *dir, size_t dirlen,
 			   struct kvc **a, struct kvc **b)
 {
 	static char cluster[256], sec_a[256], sec_b[256], state[300];
-	static char a1[300], a2[400];
-	char out[8192];
-	int i, r;
+	const char *args[] = { "--set", "slab_size=2M", "--donate", "64M",
+			       NULL };
 
 	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, dirlen, "kvt"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(
+		tu_pool_dir(dir, dirlen, "kvt", state, sizeof(state), cluster),
+		0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	r = tu_memd_start_args(&md, NULL, args);
-	if (r == -ENOENT)
-		tu_skip("no memd binary (TP_MEMD)");
-	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"up\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
+	registry_up(cluster, state, extra, args);
 	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "a", sec_a, 64 * MIB),
 			 0);
 	ck_assert_int_eq(tu_tenant_add(md.addr, cluster, "b", sec_b, 64 * MIB),
@@ -967,17 +979,32 @@ static void two_tenants_up(const char **args, char *dir, size_t dirlen,
 	*b = kvc_open(md.addr, "b", sec_b);
 }
 
+/* Closes two_tenants_up()'s sessions, stops md and removes dir. */
+static void two_tenants_down(struct kvc *a, struct kvc *b, const char *dir)
+{
+	kvc_close(a);
+	kvc_close(b);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", dir);
+}
+
 static int poolctl_run(const char *addr, char *out, size_t cap, char *err,
 		       size_t errcap, const char *const *args);
 
+/* A request of type (DONORS or MEMBERS) in c's session, answered ok with
+ * the list of the registry's own donor part r0 alone: its membership. */
+static uint64_t only_r0(struct kvc *c, uint8_t type, uint8_t ok)
+{
+	memset(&req, 0, sizeof(req));
+	req.type = type;
+	ck_assert_int_eq(rpc_call(c->rpc, &req, &rep, ok, TMO, NULL, 0), 0);
+	ck_assert_uint_eq(rep.u.donors_ok.count, 1);
+	ck_assert_str_eq(rep.u.donors_ok.donor[0].name, "r0");
+	return rep.u.donors_ok.membership;
+}
+
 START_TEST(tenants_never_share)
 {
-	const char *args[] = {
-		"--set", "registry=yes", "--set",    NULL,
-		"--set", NULL,		 "--set",    "donor_name=r0",
-		"--set", "slab_size=2M", "--donate", "64M",
-		NULL
-	};
 	char dir[64];
 	uint8_t key[WIRE_KV_KEY_LEN], *va, *vb, *got = NULL;
 	uint64_t la = 5000, lb = 3 * MIB;
@@ -985,31 +1012,20 @@ START_TEST(tenants_never_share)
 	uint64_t rkey_a;
 	int i, r;
 
-	two_tenants_up(args, dir, sizeof(dir), &a, &b);
+	two_tenants_up(NULL, dir, sizeof(dir), &a, &b);
 	ck_assert_uint_ne(a->tenant_id, b->tenant_id);
 
 	/* DONORS: the registry's own donor part, up */
-	memset(&req, 0, sizeof(req));
-	req.type = WIRE_DONORS;
-	ck_assert_int_eq(
-		rpc_call(a->rpc, &req, &rep, WIRE_DONORS_OK, TMO, NULL, 0), 0);
-	ck_assert_uint_eq(rep.u.donors_ok.count, 1);
-	ck_assert_str_eq(rep.u.donors_ok.donor[0].name, "r0");
-	ck_assert_uint_eq(rep.u.donors_ok.membership, 0);
+	ck_assert_uint_eq(only_r0(a, WIRE_DONORS, WIRE_DONORS_OK), 0);
 
 	/* MEMBERS (protocol 5): the same list with its sequence, which
 	 * r0's own donor part was told when it joined; an _AT request
 	 * under an older one is refused (ESTALE), under it or a newer one
 	 * (the donor behind) served: here a miss */
-	memset(&req, 0, sizeof(req));
-	req.type = WIRE_MEMBERS;
-	ck_assert_int_eq(
-		rpc_call(a->rpc, &req, &rep, WIRE_MEMBERS_OK, TMO, NULL, 0), 0);
-	ck_assert_uint_eq(rep.u.donors_ok.count, 1);
-	ck_assert_str_eq(rep.u.donors_ok.donor[0].name, "r0");
-	ck_assert_uint_ge(rep.u.donors_ok.membership, 1);
 	{
-		uint64_t m = rep.u.donors_ok.membership;
+		uint64_t m = only_r0(a, WIRE_MEMBERS, WIRE_MEMBERS_OK);
+
+		ck_assert_uint_ge(m, 1);
 
 		make_key(key, 6, 1);
 		for (uint64_t at = m > 1 ? m - 1 : m; at <= m + 1; at++) {
@@ -1135,10 +1151,7 @@ START_TEST(tenants_never_share)
 
 	free(va);
 	free(vb);
-	kvc_close(a);
-	kvc_close(b);
-	tu_memd_stop_ok(&md);
-	tu_sh("rm -rf %s", dir);
+	two_tenants_down(a, b, dir);
 }
 END_TEST
 
@@ -1323,12 +1336,6 @@ static bool file_is_zero(int fd)
  */
 START_TEST(kv_shm_files_per_tenant)
 {
-	const char *args[] = {
-		"--set", "registry=yes", "--set",    NULL,
-		"--set", NULL,		 "--set",    "donor_name=r0",
-		"--set", "slab_size=2M", "--donate", "64M",
-		NULL
-	};
 	char dir[64];
 	uint8_t k1[WIRE_KV_KEY_LEN], k2[WIRE_KV_KEY_LEN], k3[WIRE_KV_KEY_LEN];
 	uint8_t *v1, *v2, *vb, *got = NULL, one = 1;
@@ -1340,7 +1347,7 @@ START_TEST(kv_shm_files_per_tenant)
 	int sa, sb, f1, f2, fw, fx, i, r;
 	struct kvc *a, *b;
 
-	two_tenants_up(args, dir, sizeof(dir), &a, &b);
+	two_tenants_up(NULL, dir, sizeof(dir), &a, &b);
 	sa = shm_bound(a);
 	sb = shm_bound(b);
 	make_key(k1, 71, 0);
@@ -1466,10 +1473,7 @@ START_TEST(kv_shm_files_per_tenant)
 	free(v1);
 	free(v2);
 	free(vb);
-	kvc_close(a);
-	kvc_close(b);
-	tu_memd_stop_ok(&md);
-	tu_sh("rm -rf %s", dir);
+	two_tenants_down(a, b, dir);
 }
 END_TEST
 
@@ -1495,22 +1499,14 @@ static int reserve_one(struct kvc *c, uint64_t seed, uint64_t i, uint64_t len)
  */
 START_TEST(reservations_per_tenant_capped)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "slab_size=2M",
-			       "--set",	   "kv_max_reserved=3",
-			       "--set",	   "metrics_listen=127.0.0.1:0",
-			       "--donate", "64M",
-			       NULL };
 	char dir[64];
 	uint8_t key[WIRE_KV_KEY_LEN];
 	uint64_t gen = 0, csum = 1; /* gen: set by the first reservation */
 	struct kvc *a, *b;
 	int i;
 
-	two_tenants_up(args, dir, sizeof(dir), &a, &b);
+	two_tenants_up("kv_max_reserved = 3\nmetrics_listen = 127.0.0.1:0\n",
+		       dir, sizeof(dir), &a, &b);
 
 	/* 5000-byte values: 64 KiB blocks, all in one bootstrap slab */
 	for (i = 0; i < 3; i++) {
@@ -1534,20 +1530,38 @@ START_TEST(reservations_per_tenant_capped)
 	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
 	ck_assert_int_eq(reserve_one(a, 21, 3, 5000), 0);
 	ck_assert_int_eq(reserve_one(a, 21, 4, 5000), -EDQUOT);
-	kvc_close(a);
-	kvc_close(b);
-	tu_memd_stop_ok(&md);
-	tu_sh("rm -rf %s", dir);
+	two_tenants_down(a, b, dir);
 }
 END_TEST
 
 /* ---- warm restart from the spill directory --------------------------- */
 
+/* How many of the 16 keys of seed c gets back, each checked. */
+static int hits_of(struct kvc *c, uint64_t seed)
+{
+	int hits = 0;
+
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN], *got;
+		int64_t n;
+
+		make_key(key, seed, (uint64_t)i);
+		n = kv_get(c, key, &got);
+		if (n == -ENOENT)
+			continue;
+		ck_assert_int_eq(n, (int64_t)(MIB + (uint64_t)i));
+		ck_assert_int_eq(
+			tu_pattern_check(got, (size_t)n, key_seed(key), 0), -1);
+		free(got);
+		hits++;
+	}
+	return hits;
+}
+
 START_TEST(warm_restart)
 {
 	char spill[64], conf[256];
-	uint8_t keys[8][WIRE_KV_KEY_LEN], *got;
-	int hits = 0;
+	uint8_t keys[8][WIRE_KV_KEY_LEN];
 	struct kvc *c;
 
 	ck_assert_int_eq(tu_scratch_dir(spill, sizeof(spill), "kvspill"), 0);
@@ -1567,23 +1581,9 @@ START_TEST(warm_restart)
 
 	start_standalone(conf, "64M");
 	c = kvc_open(md.addr, NULL, NULL);
-	for (int i = 0; i < 16; i++) {
-		uint8_t key[WIRE_KV_KEY_LEN];
-		int64_t n;
-
-		make_key(key, 7, (uint64_t)i);
-		n = kv_get(c, key, &got);
-		if (n == -ENOENT)
-			continue;
-		ck_assert_int_eq(n, (int64_t)(MIB + (uint64_t)i));
-		ck_assert_int_eq(
-			tu_pattern_check(got, (size_t)n, key_seed(key), 0), -1);
-		free(got);
-		hits++;
-	}
 	/* the 8 evicted (spilled) keys came back; the resident ones died
 	 * with the first memd */
-	ck_assert_int_eq(hits, 8);
+	ck_assert_int_eq(hits_of(c, 7), 8);
 	kvc_close(c);
 	tu_memd_stop_ok(&md);
 	tu_sh("rm -rf %s", spill);
@@ -1623,12 +1623,8 @@ static void pool_dirs_make(struct pool_dirs *p)
 static void start_pool(const struct pool_dirs *p, const char *cluster,
 		       const char *state)
 {
-	char a1[300], a2[400], a3[200], out[8192];
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   a1,
-			       "--set",	   a2,
-			       "--set",	   a3,
-			       "--set",	   "donor_name=r0",
+	char a3[200];
+	const char *args[] = { "--set",	   a3,
 			       "--set",	   "slab_size=2M",
 			       "--set",	   "kv_share=25",
 			       "--set",	   "kv_spill_size=256M",
@@ -1636,23 +1632,9 @@ static void start_pool(const struct pool_dirs *p, const char *cluster,
 			       "--set",	   "metrics_listen=127.0.0.1:0",
 			       "--donate", "64M",
 			       NULL };
-	int i, r;
 
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
 	snprintf(a3, sizeof(a3), "kv_spill_dir=%s", p->spill);
-	r = tu_memd_start_args(&md, NULL, args);
-	if (r == -ENOENT)
-		tu_skip("no memd binary (TP_MEMD)");
-	ck_assert_msg(r == 0, "registry: %s", strerror(-r));
-	for (i = 0; i < 500; i++) {
-		if (!tu_admin(md.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, "\"up\""))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_int_lt(i, 500);
+	registry_up(cluster, state, NULL, args);
 }
 
 /* A put that waits for the registry's first KV allowance (a new
@@ -1671,28 +1653,6 @@ static void put_get_pool(struct kvc *c, const uint8_t key[WIRE_KV_KEY_LEN],
 	get_check(c, key, len);
 }
 
-/* How many of the 16 keys of seed c gets back, each checked. */
-static int hits_of(struct kvc *c, uint64_t seed)
-{
-	int hits = 0;
-
-	for (int i = 0; i < 16; i++) {
-		uint8_t key[WIRE_KV_KEY_LEN], *got;
-		int64_t n;
-
-		make_key(key, seed, (uint64_t)i);
-		n = kv_get(c, key, &got);
-		if (n == -ENOENT)
-			continue;
-		ck_assert_int_eq(n, (int64_t)(MIB + (uint64_t)i));
-		ck_assert_int_eq(
-			tu_pattern_check(got, (size_t)n, key_seed(key), 0), -1);
-		free(got);
-		hits++;
-	}
-	return hits;
-}
-
 /* Files in dir (0 when it does not exist). */
 static int files_in(const char *dir)
 {
@@ -1707,6 +1667,60 @@ static int files_in(const char *dir)
 	return atoi(line);
 }
 
+/* A session of tenant: 16 values of seed (1 MiB + i bytes, each read
+ * back); 1 MiB values take a 2 MiB block each: 16 evict (and spill) 8.
+ * Returns the tenant's id. */
+static uint32_t put_16(const char *tenant, const char *secret, uint64_t seed)
+{
+	struct kvc *c = kvc_open(md.addr, tenant, secret);
+	uint32_t id = c->tenant_id;
+
+	for (int i = 0; i < 16; i++) {
+		uint8_t key[WIRE_KV_KEY_LEN];
+
+		make_key(key, seed, (uint64_t)i);
+		put_get_pool(c, key, MIB + (uint64_t)i);
+	}
+	kvc_close(c);
+	return id;
+}
+
+/* hits_of(seed) in a new session of tenant; its id in *id. */
+static int hits_as(const char *tenant, const char *secret, uint64_t seed,
+		   uint32_t *id)
+{
+	struct kvc *c = kvc_open(md.addr, tenant, secret);
+	int hits = hits_of(c, seed);
+
+	*id = c->tenant_id;
+	kvc_close(c);
+	return hits;
+}
+
+/* Stops md; then dir holds n files. */
+static void stop_leaving(const char *dir, int n)
+{
+	tu_memd_stop_ok(&md);
+	ck_assert_int_eq(files_in(dir), n);
+}
+
+/* A new pool (pool_dirs_make, start_pool) whose tenant a puts 16 values
+ * of seed (put_16), stopped: 8 of them spilled to dir_a (a's spill
+ * directory, 200 bytes). Returns a's id. */
+static uint32_t a_spilled(struct pool_dirs *p, char *dir_a, uint64_t seed)
+{
+	uint32_t id;
+
+	pool_dirs_make(p);
+	snprintf(dir_a, 200, "%s/1", p->spill);
+	start_pool(p, p->cluster, p->state);
+	ck_assert_int_eq(
+		tu_tenant_add(md.addr, p->cluster, "a", p->sec_a, 64 * MIB), 0);
+	id = put_16("a", p->sec_a, seed);
+	stop_leaving(dir_a, 8);
+	return id;
+}
+
 /*
  * Tenant a's 8 spilled values come back after a restart of the same pool
  * (same cluster secret, same registry state). They are never served,
@@ -1718,47 +1732,24 @@ START_TEST(spill_bound_to_pool_and_tenant)
 {
 	struct pool_dirs p;
 	char dir_a[200];
-	struct kvc *c;
+	uint32_t id;
 
-	pool_dirs_make(&p);
-	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
-
-	start_pool(&p, p.cluster, p.state);
-	ck_assert_int_eq(
-		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
-	c = kvc_open(md.addr, "a", p.sec_a);
-	ck_assert_uint_eq(c->tenant_id, 1);
-	/* 1 MiB values take a 2 MiB block each: 16 evict (and spill) 8 */
-	for (int i = 0; i < 16; i++) {
-		uint8_t key[WIRE_KV_KEY_LEN];
-
-		make_key(key, 31, (uint64_t)i);
-		put_get_pool(c, key, MIB + (uint64_t)i);
-	}
-	kvc_close(c);
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 8);
+	ck_assert_uint_eq(a_spilled(&p, dir_a, 31), 1);
 
 	/* the same pool again: a's spilled values are a's */
 	start_pool(&p, p.cluster, p.state);
-	c = kvc_open(md.addr, "a", p.sec_a);
-	ck_assert_int_eq(hits_of(c, 31), 8);
-	kvc_close(c);
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 8);
+	ck_assert_int_eq(hits_as("a", p.sec_a, 31, &id), 8);
+	stop_leaving(dir_a, 8);
 
 	/* another pool, a's own secret: nothing */
 	start_pool(&p, p.cluster2, p.state2);
 	ck_assert_int_eq(
 		tu_tenant_add(md.addr, p.cluster2, "a", p.sec_a, 64 * MIB), 0);
-	c = kvc_open(md.addr, "a", p.sec_a);
-	ck_assert_uint_eq(c->tenant_id, 1);
-	ck_assert_int_eq(hits_of(c, 31), 0);
+	ck_assert_int_eq(hits_as("a", p.sec_a, 31, &id), 0);
+	ck_assert_uint_eq(id, 1);
 	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_spill_refused_total"),
 			 8);
-	kvc_close(c);
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 0);
+	stop_leaving(dir_a, 0);
 	tu_sh("rm -rf %s", p.dir);
 }
 END_TEST
@@ -1771,34 +1762,16 @@ START_TEST(spill_not_served_to_new_tenant_under_old_id)
 {
 	struct pool_dirs p;
 	char dir_a[200];
-	struct kvc *c;
+	uint32_t id;
 
-	pool_dirs_make(&p);
-	snprintf(dir_a, sizeof(dir_a), "%s/1", p.spill);
-
-	start_pool(&p, p.cluster, p.state);
-	ck_assert_int_eq(
-		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
-	c = kvc_open(md.addr, "a", p.sec_a);
-	for (int i = 0; i < 16; i++) {
-		uint8_t key[WIRE_KV_KEY_LEN];
-
-		make_key(key, 32, (uint64_t)i);
-		put_get_pool(c, key, MIB + (uint64_t)i);
-	}
-	kvc_close(c);
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 8);
+	a_spilled(&p, dir_a, 32);
 
 	start_pool(&p, p.cluster, p.state2);
 	ck_assert_int_eq(
 		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a2, 64 * MIB), 0);
-	c = kvc_open(md.addr, "a", p.sec_a2);
-	ck_assert_uint_eq(c->tenant_id, 1);
-	ck_assert_int_eq(hits_of(c, 32), 0);
-	kvc_close(c);
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 0);
+	ck_assert_int_eq(hits_as("a", p.sec_a2, 32, &id), 0);
+	ck_assert_uint_eq(id, 1);
+	stop_leaving(dir_a, 0);
 	tu_sh("rm -rf %s", p.dir);
 }
 END_TEST
@@ -1812,7 +1785,7 @@ START_TEST(removed_tenant_spill_deleted)
 {
 	struct pool_dirs p;
 	char dir_a[200], dir_b[200], out[4096];
-	struct kvc *c;
+	uint32_t id;
 	int i;
 
 	pool_dirs_make(&p);
@@ -1824,30 +1797,18 @@ START_TEST(removed_tenant_spill_deleted)
 		tu_tenant_add(md.addr, p.cluster, "a", p.sec_a, 64 * MIB), 0);
 	ck_assert_int_eq(
 		tu_tenant_add(md.addr, p.cluster, "b", p.sec_b, 64 * MIB), 0);
-	for (int t = 0; t < 2; t++) {
-		c = kvc_open(md.addr, t ? "b" : "a", t ? p.sec_b : p.sec_a);
-		for (i = 0; i < 16; i++) {
-			uint8_t key[WIRE_KV_KEY_LEN];
-
-			make_key(key, 33 + (uint64_t)t, (uint64_t)i);
-			put_get_pool(c, key, MIB + (uint64_t)i);
-		}
-		kvc_close(c);
-	}
-	tu_memd_stop_ok(&md);
-	ck_assert_int_eq(files_in(dir_a), 8);
+	put_16("a", p.sec_a, 33);
+	put_16("b", p.sec_b, 34);
+	stop_leaving(dir_a, 8);
 	ck_assert_int_eq(files_in(dir_b), 8);
 
 	start_pool(&p, p.cluster, p.state);
 	/* b holds no memory after the restart: it can be removed */
-	for (i = 0; i < 250; i++) {
-		if (!tu_admin(md.addr, p.cluster,
-			      "{\"cmd\":\"tenant-remove\",\"name\":\"b\"}", out,
-			      sizeof(out)))
-			break;
-		sleep_ms(20);
-	}
-	ck_assert_msg(i < 250, "tenant-remove b: %s", out);
+	ck_assert_msg(!tu_admin_until(md.addr, p.cluster,
+				      "{\"cmd\":\"tenant-remove\","
+				      "\"name\":\"b\"}",
+				      5000, out, sizeof(out), NULL),
+		      "tenant-remove b: %s", out);
 	/* memd unlinks the files, then the directory: wait for both */
 	for (i = 0; i < 500 && (files_in(dir_b) > 0 || !access(dir_b, F_OK));
 	     i++)
@@ -1858,9 +1819,7 @@ START_TEST(removed_tenant_spill_deleted)
 		tu_metric(&md, "tidepool_memd_kv_tenants_removed_total"), 1);
 	/* a's are a's, and still served */
 	ck_assert_int_eq(files_in(dir_a), 8);
-	c = kvc_open(md.addr, "a", p.sec_a);
-	ck_assert_int_eq(hits_of(c, 33), 8);
-	kvc_close(c);
+	ck_assert_int_eq(hits_as("a", p.sec_a, 33, &id), 8);
 	tu_memd_stop_ok(&md);
 	tu_sh("rm -rf %s", p.dir);
 }
@@ -1976,6 +1935,30 @@ static double json_hit_ratio(const char *out)
 	return h;
 }
 
+/*
+ * run_shared(c, prompts), then c closed; the tenant's report (poolctl
+ * --json tenant report default) in out (cap bytes), parsed (decref it).
+ * The client's hit ratio in *client.
+ */
+static json_t *shared_report(struct kvc *c, unsigned prompts, double *client,
+			     char *out, size_t cap)
+{
+	char err[4096];
+	json_error_t je;
+	json_t *j;
+
+	*client = run_shared(c, prompts);
+	kvc_close(c);
+	ck_assert_int_eq(
+		poolctl_run(md.addr, out, cap, err, sizeof(err),
+			    (const char *[]){ "--json", "tenant", "report",
+					      "default", NULL }),
+		0);
+	j = json_loads(out, 0, &je);
+	ck_assert_msg(j, "%s", out);
+	return j;
+}
+
 START_TEST(quota_suggest_reaches_its_hit_ratio)
 {
 	static char out[65536], err[4096];
@@ -2012,18 +1995,10 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 					      "--hit", "0.6", NULL }),
 		75);
 	ck_assert_msg(strstr(err, "more requests"), "%s", err);
-	h1 = run_shared(c, 600);
-	kvc_close(c);
-	ck_assert_int_eq(
-		poolctl_run(md.addr, out, sizeof(out), err, sizeof(err),
-			    (const char *[]){ "--json", "tenant", "report",
-					      "default", NULL }),
-		0);
+	j = shared_report(c, 600, &h1, out, sizeof(out));
 	/* memd counts what the client saw */
 	ck_assert_msg(fabs(json_hit_ratio(out) - h1) < 0.01, "%f vs %f",
 		      json_hit_ratio(out), h1);
-	j = json_loads(out, 0, &je);
-	ck_assert_ptr_nonnull(j);
 	/* the curve is memd's policy's, not LRU's */
 	ck_assert_str_eq(json_string_value(json_object_get(
 				 json_object_get(j, "curve"), "policy")),
@@ -2069,16 +2044,8 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 		 conf_share);
 	start_standalone(extra, "64M");
 	c = kvc_open(md.addr, NULL, NULL);
-	h2 = run_shared(c, 620);
-	kvc_close(c);
-	ck_assert_int_eq(
-		poolctl_run(md.addr, out, sizeof(out), err, sizeof(err),
-			    (const char *[]){ "--json", "tenant", "report",
-					      "default", NULL }),
-		0);
+	j = shared_report(c, 620, &h2, out, sizeof(out));
 	measured = json_hit_ratio(out);
-	j = json_loads(out, 0, &je);
-	ck_assert_ptr_nonnull(j);
 	/* the same figures on /metrics */
 	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_requests_"
 					"total{tenant_id=\"0\"}"),
@@ -2104,33 +2071,23 @@ END_TEST
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
-	TCase *tc = tcase_create("kv");
+	TCase *tc = tu_tcase(s, "kv", 120);
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, put_get_sizes);
-	tcase_add_test(tc, libpool_bad_blocks_are_misses);
-	tcase_add_test(tc, kv_slabs_on_huge_pages);
-	tcase_add_test(tc, put_get_over_two_endpoints);
-	tcase_add_test(tc, exists_delete_pin);
-	tcase_add_test(tc, uncommitted_reservation_expires);
-	tcase_add_test(tc, bad_requests);
-	tcase_add_test(tc, kv_tier_off);
-	tcase_add_test(tc, tenants_never_share);
-	tcase_add_test(tc, lookup_key_is_read_only);
-	tcase_add_test(tc, kv_shm_files_per_tenant);
-	tcase_add_test(tc, reservations_per_tenant_capped);
-	tcase_add_test(tc, warm_restart);
-	tcase_add_test(tc, spill_bound_to_pool_and_tenant);
-	tcase_add_test(tc, spill_not_served_to_new_tenant_under_old_id);
-	tcase_add_test(tc, removed_tenant_spill_deleted);
-	tcase_add_test(tc, quota_suggest_reaches_its_hit_ratio);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, put_get_sizes, libpool_bad_blocks_are_misses,
+		     kv_slabs_on_huge_pages, put_get_over_two_endpoints,
+		     exists_delete_pin, uncommitted_reservation_expires,
+		     bad_requests, kv_tier_off, tenants_never_share,
+		     lookup_key_is_read_only, kv_shm_files_per_tenant,
+		     reservations_per_tenant_capped, warm_restart,
+		     spill_bound_to_pool_and_tenant,
+		     spill_not_served_to_new_tenant_under_old_id,
+		     removed_tenant_spill_deleted,
+		     quota_suggest_reaches_its_hit_ratio);
 	return s;
 }
 
 int main(void)
 {
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set");
+	tu_need_memd();
 	return tu_run_suite(kv_memd_suite());
 }

@@ -1760,32 +1760,24 @@ END_TEST
 static Suite *kvstore_suite(void)
 {
 	Suite *s = suite_create("kvstore");
-	TCase *tc = tcase_create("core");
-	TCase *ts = tcase_create("spill");
+	TCase *tc = tu_tcase(s, "core", 0);
+	TCase *ts = tu_tcase(s, "spill", 0);
 
-	tcase_add_test(tc, header_codec_is_little_endian_and_exact);
-	tcase_add_test(tc, create_rejects_bad_options);
-	tcase_add_test(tc, round_trip_sizes_and_chunks);
-	tcase_add_test(tc, exact_mib_values_fill_their_share);
-	tcase_add_test(tc, reserved_expires_and_frees_space);
-	tcase_add_test(tc, put_delete_churn_keeps_one_spare_slab);
-	tcase_add_test(tc, read_lease_blocks_eviction_and_delete);
-	tcase_add_test(tc, pins_block_eviction);
-	tcase_add_test(tc, trim_evicts_down_to_a_slab_count);
-	tcase_add_test(tc, s3fifo_is_scan_resistant);
-	tcase_add_test(tc, capacity_statistics);
-	tcase_add_test(tc, tenants_are_isolated);
-	tcase_add_test(tc, bad_inputs_get_clear_errors);
-	tcase_add_test(tc, exists_is_the_longest_present_prefix);
-	tcase_add_test(tc, concurrent_callers);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, header_codec_is_little_endian_and_exact,
+		     create_rejects_bad_options, round_trip_sizes_and_chunks,
+		     exact_mib_values_fill_their_share,
+		     reserved_expires_and_frees_space,
+		     put_delete_churn_keeps_one_spare_slab,
+		     read_lease_blocks_eviction_and_delete, pins_block_eviction,
+		     trim_evicts_down_to_a_slab_count, s3fifo_is_scan_resistant,
+		     capacity_statistics, tenants_are_isolated,
+		     bad_inputs_get_clear_errors,
+		     exists_is_the_longest_present_prefix, concurrent_callers);
 	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
-	tcase_add_test(ts, spill_reload_and_warm_restart);
-	tcase_add_test(ts, spill_membership_and_forget_unless);
-	tcase_add_test(ts, corrupt_spill_files_are_deleted_at_scan);
-	tcase_add_test(ts, spill_cap_is_enforced);
-	tcase_add_test(ts, model_based_random_ops);
-	suite_add_tcase(s, ts);
+	TU_ADD_TESTS(ts, spill_reload_and_warm_restart,
+		     spill_membership_and_forget_unless,
+		     corrupt_spill_files_are_deleted_at_scan,
+		     spill_cap_is_enforced, model_based_random_ops);
 	return s;
 }
 

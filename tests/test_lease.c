@@ -366,18 +366,14 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("lease");
-	TCase *tc = tcase_create("table");
+	TCase *tc = tu_tcase(s, "table", 0);
 
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_test(tc, create_rejects_bad_args);
-	tcase_add_test(tc, grant_lowest_first_then_enospc);
-	tcase_add_test(tc, release_checks_generation_and_owner);
-	tcase_add_test(tc, reclaim_retry_requeues);
-	tcase_add_test(tc, expiry_follows_renewal);
-	tcase_add_test(tc, detached_session_lives_until_ttl);
-	tcase_add_test(tc, leaseless_session_lives_while_connected_only);
-	tcase_add_test(tc, many_sessions_expire_in_order);
-	tcase_add_test(tc, groups_grant_within_and_fullest);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(
+		tc, create_rejects_bad_args, grant_lowest_first_then_enospc,
+		release_checks_generation_and_owner, reclaim_retry_requeues,
+		expiry_follows_renewal, detached_session_lives_until_ttl,
+		leaseless_session_lives_while_connected_only,
+		many_sessions_expire_in_order, groups_grant_within_and_fullest);
 	return tu_run_suite(s);
 }

@@ -20,48 +20,42 @@
 #include "memd/log.h"
 #include "tests/testutil.h"
 
-START_TEST(quote_leaves_plain_values)
+/* memd_log_quote() of in, into a buffer sized for a 63-byte name, is
+ * want. */
+static void quote_is(const char *in, const char *want)
 {
 	char buf[MEMD_LOG_QUOTE_MAX(64)];
 
-	ck_assert_str_eq(memd_log_quote("kvbench", buf, sizeof(buf)),
-			 "kvbench");
-	ck_assert_str_eq(memd_log_quote("tenant-a.01:x/y", buf, sizeof(buf)),
-			 "tenant-a.01:x/y");
+	ck_assert_str_eq(memd_log_quote(in, buf, sizeof(buf)), want);
+}
+
+START_TEST(quote_leaves_plain_values)
+{
+	quote_is("kvbench", "kvbench");
+	quote_is("tenant-a.01:x/y", "tenant-a.01:x/y");
 	/* UTF-8 is text, not a separator */
-	ck_assert_str_eq(memd_log_quote("h\xc3\xa9", buf, sizeof(buf)),
-			 "h\xc3\xa9");
+	quote_is("h\xc3\xa9", "h\xc3\xa9");
 }
 END_TEST
 
 START_TEST(quote_values_that_would_split)
 {
-	char buf[MEMD_LOG_QUOTE_MAX(64)];
-
-	ck_assert_str_eq(memd_log_quote("kvbench pid 13498", buf, sizeof(buf)),
-			 "\"kvbench pid 13498\"");
-	ck_assert_str_eq(memd_log_quote("", buf, sizeof(buf)), "\"\"");
+	quote_is("kvbench pid 13498", "\"kvbench pid 13498\"");
+	quote_is("", "\"\"");
 	/* a value may not fake another key */
-	ck_assert_str_eq(memd_log_quote("a why=ok", buf, sizeof(buf)),
-			 "\"a why=ok\"");
-	ck_assert_str_eq(memd_log_quote("x=1", buf, sizeof(buf)), "\"x=1\"");
-	ck_assert_str_eq(memd_log_quote("tab\there", buf, sizeof(buf)),
-			 "\"tab\\x09here\"");
+	quote_is("a why=ok", "\"a why=ok\"");
+	quote_is("x=1", "\"x=1\"");
+	quote_is("tab\there", "\"tab\\x09here\"");
 }
 END_TEST
 
 START_TEST(quote_escapes_quote_and_backslash)
 {
-	char buf[MEMD_LOG_QUOTE_MAX(64)];
-
-	ck_assert_str_eq(memd_log_quote("say \"hi\"", buf, sizeof(buf)),
-			 "\"say \\\"hi\\\"\"");
-	ck_assert_str_eq(memd_log_quote("C:\\tmp", buf, sizeof(buf)),
-			 "\"C:\\\\tmp\"");
-	ck_assert_str_eq(memd_log_quote("\"", buf, sizeof(buf)), "\"\\\"\"");
+	quote_is("say \"hi\"", "\"say \\\"hi\\\"\"");
+	quote_is("C:\\tmp", "\"C:\\\\tmp\"");
+	quote_is("\"", "\"\\\"\"");
 	/* a newline or escape sequence can neither split nor paint a line */
-	ck_assert_str_eq(memd_log_quote("a\nb\x1b[0m\x7f", buf, sizeof(buf)),
-			 "\"a\\x0ab\\x1b[0m\\x7f\"");
+	quote_is("a\nb\x1b[0m\x7f", "\"a\\x0ab\\x1b[0m\\x7f\"");
 }
 END_TEST
 
@@ -163,15 +157,12 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("log");
-	TCase *tc = tcase_create("quote");
+	TCase *tc = tu_tcase(s, "quote", 0);
 
-	tcase_add_test(tc, quote_leaves_plain_values);
-	tcase_add_test(tc, quote_values_that_would_split);
-	tcase_add_test(tc, quote_escapes_quote_and_backslash);
-	tcase_add_test(tc, quote_max_holds_any_name);
-	tcase_add_test(tc, quote_cuts_to_the_buffer);
-	tcase_add_test(tc, bytes_reads_at_a_glance);
-	tcase_add_test(tc, arena_plan_refusals_name_sizes);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, quote_leaves_plain_values,
+		     quote_values_that_would_split,
+		     quote_escapes_quote_and_backslash,
+		     quote_max_holds_any_name, quote_cuts_to_the_buffer,
+		     bytes_reads_at_a_glance, arena_plan_refusals_name_sizes);
 	return tu_run_suite(s);
 }

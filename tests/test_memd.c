@@ -89,17 +89,33 @@ static void send_msg(int fd, struct wire_msg *m)
 	ck_assert_int_eq(send(fd, buf, (size_t)n, MSG_NOSIGNAL), n);
 }
 
-/* Reads an ERROR with err; returns its seq. */
-static uint32_t expect_error(int fd, int err)
+/* Reads a reply of type into *m (10 s at most); fails the test on none,
+ * one that does not decode, or another type. */
+static void expect_reply(int fd, struct wire_msg *m, uint8_t type)
 {
 	static uint8_t buf[WIRE_MAX_FRAME];
-	struct wire_msg m;
 	ssize_t n = read_frame(fd, buf, sizeof(buf), 10000);
 
 	ck_assert_msg(n > 0, "no reply frame (n=%zd)", n);
-	ck_assert_int_eq(wire_decode(buf, (size_t)n, &m), n);
-	ck_assert_msg(m.type == WIRE_ERROR, "reply %s, wanted ERROR",
-		      wire_type_name(m.type));
+	ck_assert_int_eq(wire_decode(buf, (size_t)n, m), n);
+	ck_assert_msg(m->type == type, "reply %s, wanted %s",
+		      wire_type_name(m->type), wire_type_name(type));
+}
+
+/* Sends m; its reply, of type, in *rep. */
+static void call_ok(int fd, struct wire_msg *m, struct wire_msg *rep,
+		    uint8_t type)
+{
+	send_msg(fd, m);
+	expect_reply(fd, rep, type);
+}
+
+/* Reads an ERROR with err; returns its seq. */
+static uint32_t expect_error(int fd, int err)
+{
+	struct wire_msg m;
+
+	expect_reply(fd, &m, WIRE_ERROR);
 	ck_assert_msg(m.u.error.err == err, "ERROR err=%d (%s), wanted %d",
 		      m.u.error.err, m.u.error.msg, err);
 	return m.seq;
@@ -166,9 +182,19 @@ START_TEST(garbage_bytes_close_connection)
 }
 END_TEST
 
-START_TEST(oversized_frame_gets_emsgsize)
+/* The raw bytes b (len of them) on a new connection: memd answers an
+ * ERROR with err for seq and closes the connection, and serves on. */
+static void raw_refused(const uint8_t *b, size_t len, int err, uint32_t seq)
 {
 	int fd = raw_connect();
+
+	ck_assert_int_eq(send(fd, b, len, MSG_NOSIGNAL), (ssize_t)len);
+	expect_error_closed(fd, err, seq);
+	assert_serving();
+}
+
+START_TEST(oversized_frame_gets_emsgsize)
+{
 	uint8_t h[WIRE_HDR_LEN] = {
 		'T', 'D', 'P', 'L', 1, WIRE_HELLO, 0,	 0,
 		9,   0,	  0,   0,   0, 0,	   0x10, 0
@@ -176,24 +202,19 @@ START_TEST(oversized_frame_gets_emsgsize)
 
 	/* len = 0x00100000 (1 MiB) > WIRE_MAX_PAYLOAD; the ERROR carries
 	 * the header's seq (docs/protocol.md) */
-	ck_assert_int_eq(send(fd, h, sizeof(h), MSG_NOSIGNAL), sizeof(h));
-	expect_error_closed(fd, EMSGSIZE, 9);
-	assert_serving();
+	raw_refused(h, sizeof(h), EMSGSIZE, 9);
 }
 END_TEST
 
 START_TEST(malformed_payload_gets_ebadmsg)
 {
-	int fd = raw_connect();
 	/* HELLO whose string length runs past the payload. */
 	uint8_t f[WIRE_HDR_LEN + 6] = { 'T', 'D', 'P', 'L', 1, WIRE_HELLO,
 					0,   0,	  7,   0,   0, 0,
 					6,   0,	  0,   0,   1, 0,
 					1,   0,	  200, 0 };
 
-	ck_assert_int_eq(send(fd, f, sizeof(f), MSG_NOSIGNAL), sizeof(f));
-	expect_error_closed(fd, EBADMSG, 7);
-	assert_serving();
+	raw_refused(f, sizeof(f), EBADMSG, 7);
 }
 END_TEST
 
@@ -216,16 +237,10 @@ static int raw_hello(uint16_t proto, struct wire_hello_ok *ok)
 {
 	int fd = raw_connect();
 	struct wire_msg m = { .type = WIRE_HELLO, .seq = 1 };
-	static uint8_t buf[WIRE_MAX_FRAME];
 	struct wire_msg rep;
-	ssize_t n;
 
 	m.u.hello.proto_min = m.u.hello.proto_max = proto;
-	send_msg(fd, &m);
-	n = read_frame(fd, buf, sizeof(buf), 10000);
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
-	ck_assert_int_eq(rep.type, WIRE_HELLO_OK);
+	call_ok(fd, &m, &rep, WIRE_HELLO_OK);
 	ck_assert_uint_eq(rep.u.hello_ok.proto, proto);
 	*ok = rep.u.hello_ok;
 	return fd;
@@ -233,11 +248,9 @@ static int raw_hello(uint16_t proto, struct wire_hello_ok *ok)
 
 START_TEST(protocol_misuse_after_hello)
 {
-	static uint8_t buf[WIRE_MAX_FRAME];
 	struct wire_hello_ok ok;
 	int fd = raw_hello(WIRE_PROTO_MAX, &ok);
 	struct wire_msg m, rep;
-	ssize_t n;
 
 	/* A stale lease is skipped (RELEASE is idempotent). */
 	memset(&m, 0, sizeof(m));
@@ -247,11 +260,7 @@ START_TEST(protocol_misuse_after_hello)
 	m.u.release.ref[0].epoch = ok.epoch ^ 1;
 	m.u.release.ref[0].slab = 0;
 	m.u.release.ref[0].generation = 1;
-	send_msg(fd, &m);
-	n = read_frame(fd, buf, sizeof(buf), 10000);
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
-	ck_assert_int_eq(rep.type, WIRE_RELEASE_OK);
+	call_ok(fd, &m, &rep, WIRE_RELEASE_OK);
 	ck_assert_uint_eq(rep.u.release_ok.released, 0);
 
 	/* More slabs than exist. */
@@ -279,17 +288,43 @@ START_TEST(protocol_misuse_after_hello)
 }
 END_TEST
 
+/* A well-formed request of type with seq in *m (FABRIC, KV_MODEL,
+ * KV_CLEAR, MEMBERS, KV_LOOKUP_AT: one key at membership 1). */
+static void request(struct wire_msg *m, uint8_t type, uint32_t seq)
+{
+	memset(m, 0, sizeof(*m));
+	m->type = type;
+	m->seq = seq;
+	if (type == WIRE_FABRIC)
+		m->u.fabric.rxm_buffer_size = 1024;
+	if (type == WIRE_KV_MODEL) {
+		m->u.kv_model.prefill_tokens_per_s = 1000;
+		m->u.kv_model.bytes_per_token = 4096;
+	}
+	if (type == WIRE_KV_LOOKUP_AT) {
+		m->u.kv.membership = 1;
+		m->u.kv.count = 1;
+	}
+}
+
 /* FABRIC (protocol 3): memd's effective FI_OFI_RXM_BUFFER_SIZE, the
  * same as this process's (memd inherits our environment, and both
  * default it alike), 0 for a provider without ofi_rxm; refused in a
  * version-2 session, as KV_MODEL is. */
 START_TEST(fabric_tells_rxm_buffer_size)
 {
+	/* requests of later protocols in a session of an earlier one */
+	static const struct {
+		uint16_t proto;
+		uint8_t type;
+	} too_new[] = {
+		{ 2, WIRE_FABRIC },	  { 2, WIRE_KV_MODEL },
+		{ 3, WIRE_KV_CLEAR },	  { 4, WIRE_MEMBERS },
+		{ 4, WIRE_KV_LOOKUP_AT },
+	};
 	struct wire_msg m = { .type = WIRE_FABRIC, .seq = 2 }, rep;
-	static uint8_t buf[WIRE_MAX_FRAME];
 	struct wire_hello_ok ok;
 	uint32_t want;
-	ssize_t n;
 	int fd;
 
 	fd = raw_hello(WIRE_PROTO_MAX, &ok);
@@ -297,75 +332,36 @@ START_TEST(fabric_tells_rxm_buffer_size)
 	m.u.fabric.rxm_buffer_size = 1024;
 	for (uint32_t i = 0; i < 2; i++) { /* asked twice, same answer */
 		m.seq = 2 + i;
-		send_msg(fd, &m);
-		n = read_frame(fd, buf, sizeof(buf), 10000);
-		ck_assert_int_gt(n, 0);
-		ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
-		ck_assert_msg(rep.type == WIRE_FABRIC_OK, "got %s",
-			      wire_type_name(rep.type));
+		call_ok(fd, &m, &rep, WIRE_FABRIC_OK);
 		ck_assert_uint_eq(rep.seq, 2 + i);
 		ck_assert_uint_eq(rep.u.fabric.flags, 0);
 		ck_assert_uint_eq(rep.u.fabric.rxm_buffer_size, want);
 	}
 	close(fd);
 
-	/* a version-2 session: EPROTO, closed */
-	fd = raw_hello(2, &ok);
-	m.seq = 9;
-	refused_closed(fd, &m, EPROTO);
-	/* so is KV_MODEL, protocol 3's other request */
-	fd = raw_hello(2, &ok);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_KV_MODEL;
-	m.seq = 10;
-	m.u.kv_model.prefill_tokens_per_s = 1000;
-	m.u.kv_model.bytes_per_token = 4096;
-	refused_closed(fd, &m, EPROTO);
-	/* KV_CLEAR (protocol 4) in a version-3 session: EPROTO, closed,
-	 * as an older memd answers it (libpool sends it only on 4) */
-	fd = raw_hello(3, &ok);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_KV_CLEAR;
-	m.seq = 11;
-	refused_closed(fd, &m, EPROTO);
-	/* protocol 5's MEMBERS and _AT forms in a version-4 session */
-	fd = raw_hello(4, &ok);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_MEMBERS;
-	m.seq = 12;
-	refused_closed(fd, &m, EPROTO);
-	fd = raw_hello(4, &ok);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_KV_LOOKUP_AT;
-	m.seq = 13;
-	m.u.kv.membership = 1;
-	m.u.kv.count = 1;
-	refused_closed(fd, &m, EPROTO);
+	/* FABRIC and KV_MODEL (protocol 3) in a version-2 session, KV_CLEAR
+	 * (4) in a version-3 one (as an older memd answers it: libpool
+	 * sends it only on 4), protocol 5's MEMBERS and _AT forms in a
+	 * version-4 one: EPROTO, closed */
+	for (size_t i = 0; i < sizeof(too_new) / sizeof(too_new[0]); i++) {
+		fd = raw_hello(too_new[i].proto, &ok);
+		request(&m, too_new[i].type, 9 + (uint32_t)i);
+		refused_closed(fd, &m, EPROTO);
+	}
 	/* in a version-5 session at a standalone memd: no registry, so no
 	 * donor list (EOPNOTSUPP) and no membership a request could have
 	 * been routed by (ESTALE); the connection stays */
 	fd = raw_hello(5, &ok);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_MEMBERS;
-	m.seq = 14;
+	request(&m, WIRE_MEMBERS, 14);
 	send_msg(fd, &m);
 	ck_assert_uint_eq(expect_error(fd, EOPNOTSUPP), 14);
-	memset(&m, 0, sizeof(m));
-	m.type = WIRE_KV_LOOKUP_AT;
-	m.seq = 15;
-	m.u.kv.membership = 1;
-	m.u.kv.count = 1;
+	request(&m, WIRE_KV_LOOKUP_AT, 15);
 	send_msg(fd, &m);
 	ck_assert_uint_eq(expect_error(fd, ESTALE), 15);
 	m.type = WIRE_KV_LOOKUP; /* the plain form is served: a miss */
 	m.seq = 16;
 	m.u.kv.membership = 0;
-	send_msg(fd, &m);
-	n = read_frame(fd, buf, sizeof(buf), 10000);
-	ck_assert_int_gt(n, 0);
-	ck_assert_int_eq(wire_decode(buf, (size_t)n, &rep), n);
-	ck_assert_msg(rep.type == WIRE_KV_LOOKUP_OK, "got %s",
-		      wire_type_name(rep.type));
+	call_ok(fd, &m, &rep, WIRE_KV_LOOKUP_OK);
 	ck_assert_int_eq(rep.u.kv.item[0].status, -ENOENT);
 	close(fd);
 	assert_serving();
@@ -540,7 +536,23 @@ static void memd_config_error(const char *const *args, const char *errp,
  */
 START_TEST(cross_key_errors_name_file_and_line)
 {
-	const char *args[8] = { "-c", NULL, "--check-config", NULL };
+	/* memd -c CONF FLAGS --check-config says want (%s: CONF's path) */
+	static const struct {
+		const char *flags[4];
+		const char *want;
+	} cases[] = {
+		{ { NULL },
+		  "%s:3: key 'donate': 40M is not a multiple of slab_size = "
+		  "16M" },
+		/* --donate fixes donate; lease_grace (line 4) is next */
+		{ { "--donate", "48M" },
+		  "%s:4: key 'lease_grace': 20s must be less than lease_ttl = "
+		  "10s" },
+		/* and a flag that breaks a rule is named as the command line */
+		{ { "--donate", "56M", "--set", "lease_grace=1s" },
+		  "command line: key 'donate': 56M is not a multiple of "
+		  "slab_size = 16M" },
+	};
 	char dir[PATH_MAX], conf[PATH_MAX + 16], errp[PATH_MAX + 16];
 	FILE *f;
 
@@ -553,30 +565,15 @@ START_TEST(cross_key_errors_name_file_and_line)
 	      "lease_grace = 20s\n",
 	      f);
 	fclose(f);
-	args[1] = conf;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const char *args[8] = { "-c", conf };
+		int n = 2;
 
-	memd_config_error(args, errp,
-			  "%s:3: key 'donate': 40M is not a multiple of "
-			  "slab_size = 16M",
-			  conf);
-
-	/* --donate fixes donate; lease_grace (line 4) is next */
-	args[2] = "--donate";
-	args[3] = "48M";
-	args[4] = "--check-config";
-	memd_config_error(args, errp,
-			  "%s:4: key 'lease_grace': 20s must be less than "
-			  "lease_ttl = 10s",
-			  conf);
-
-	/* and a flag that breaks a rule is named as the command line */
-	args[3] = "56M";
-	args[4] = "--set";
-	args[5] = "lease_grace=1s";
-	args[6] = "--check-config";
-	memd_config_error(args, errp,
-			  "command line: key 'donate': 56M is not a multiple "
-			  "of slab_size = 16M");
+		for (int k = 0; k < 4 && cases[i].flags[k]; k++)
+			args[n++] = cases[i].flags[k];
+		args[n] = "--check-config";
+		memd_config_error(args, errp, cases[i].want, conf);
+	}
 }
 END_TEST
 
@@ -859,8 +856,7 @@ int main(int argc, char **argv)
 	TCase *tc, *cli, *logt;
 	bool huge = argc > 1 && !strcmp(argv[1], "--huge");
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (argc > 1 && !strcmp(argv[1], "--scratch-fail"))
 		return run_scratch_fail();
 	s = suite_create("memd"); /* after: --scratch-fail must not leak it */
@@ -886,21 +882,19 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, garbage_bytes_close_connection);
-	tcase_add_test(tc, oversized_frame_gets_emsgsize);
-	tcase_add_test(tc, malformed_payload_gets_ebadmsg);
-	tcase_add_test(tc, requests_before_hello_refused);
-	tcase_add_test(tc, protocol_misuse_after_hello);
-	tcase_add_test(tc, release_of_another_sessions_lease_refused);
-	tcase_add_test(tc, fabric_tells_rxm_buffer_size);
-	tcase_add_test(tc, unsupported_version_refused);
-	tcase_add_test(tc, too_many_clients_refused_then_served);
-	tcase_add_test(tc, client_stuck_mid_frame_does_not_block_others);
+	TU_ADD_TESTS(tc, garbage_bytes_close_connection,
+		     oversized_frame_gets_emsgsize,
+		     malformed_payload_gets_ebadmsg,
+		     requests_before_hello_refused, protocol_misuse_after_hello,
+		     release_of_another_sessions_lease_refused,
+		     fabric_tells_rxm_buffer_size, unsupported_version_refused,
+		     too_many_clients_refused_then_served,
+		     client_stuck_mid_frame_does_not_block_others);
 	tcase_add_test(cli, command_line_exit_codes);
 	tcase_add_test(cli, cross_key_errors_name_file_and_line);
-	tcase_add_test(logt, close_line_names_the_session);
-	tcase_add_test(logt, handshake_close_of_a_client_is_logged);
-	tcase_add_test(logt, hello_line_quotes_client_name);
+	TU_ADD_TESTS(logt, close_line_names_the_session,
+		     handshake_close_of_a_client_is_logged,
+		     hello_line_quotes_client_name);
 	suite_add_tcase(s, tc);
 	suite_add_tcase(s, cli);
 	suite_add_tcase(s, logt);

@@ -352,37 +352,40 @@ static int run_poolctl(const char *addr, const char *cluster)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A registry (64M donated, extra config conf) in a new pool directory
+ * dir (64 bytes), its cluster secret file's path in cluster (256);
+ * waits until its own donor r0 is up. */
+static void registry_up(struct tu_memd *reg, char *dir, char *cluster,
+			const char *conf)
+{
+	static const char *const donate_64m[] = { "--donate", "64M", NULL };
+	char state[300];
+
+	auth_init();
+	ck_assert_int_eq(
+		tu_pool_dir(dir, 64, "hostile", state, sizeof(state), cluster),
+		0);
+	ck_assert_int_eq(
+		tu_registry_start(reg, cluster, state, conf, donate_64m), 0);
+	ck_assert_int_eq(wait_donor_up(reg->addr, cluster, "r0"), 0);
+}
+
 START_TEST(operators_and_donors_get_in)
 {
 	struct tu_memd reg, don;
 	struct rpc *t[16] = { 0 }, *extra = NULL;
-	char dir[64], cluster[256], sec[256], state[300], a1[300], a2[400],
-		a3[300];
-	const char *rargs[] = {
-		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
-		"--set", "donor_name=r0", "--donate", "64M", NULL
-	};
+	char dir[64], cluster[256], sec[256], a1[300], a3[300];
 	const char *dargs[] = { "--set",    a3,	     "--set",
 				a1,	    "--set", "donor_name=d1",
 				"--donate", "64M",   NULL };
 	uint8_t key[AUTH_KEY_LEN];
 	int fds[NIDLE], ntenant = 0, r;
 
-	auth_init();
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "hostile"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	/* 16 slots, 4 kept for operators and donors: tenants get 12. */
+	registry_up(&reg, dir, cluster,
+		    "max_clients = 16\nreserved_clients = 4\n");
 	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec), 0);
 	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	/* 16 slots, 4 kept for operators and donors: tenants get 12. */
-	ck_assert_int_eq(tu_memd_start_args(&reg,
-					    "max_clients = 16\n"
-					    "reserved_clients = 4\n",
-					    rargs),
-			 0);
-	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "t", sec, 1ull << 30),
 			 0);
 	tu_tenant_key(sec, key);
@@ -456,30 +459,14 @@ START_TEST(sessions_per_tenant_capped)
 {
 	struct tu_memd reg;
 	struct rpc *t[4] = { 0 }, *u[3] = { 0 };
-	char dir[64], cluster[256], sec_t[256], sec_u[256], state[300], a1[300],
-		a2[400], err[256];
-	const char *rargs[] = {
-		"--set", "registry=yes",  "--set",    a1,    "--set", a2,
-		"--set", "donor_name=r0", "--donate", "64M", NULL
-	};
+	char dir[64], cluster[256], sec_t[256], sec_u[256], err[256];
 	uint8_t kt[AUTH_KEY_LEN], ku[AUTH_KEY_LEN];
 
-	auth_init();
-	snprintf(dir, sizeof(dir), "/tmp/tp-hostile-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	registry_up(&reg, dir, cluster,
+		    "max_sessions_per_tenant = 3\n"
+		    "metrics_listen = 127.0.0.1:0\n");
 	ck_assert_int_eq(tu_secret_file(dir, "t.secret", sec_t), 0);
 	ck_assert_int_eq(tu_secret_file(dir, "u.secret", sec_u), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	ck_assert_int_eq(tu_memd_start_args(&reg,
-					    "max_sessions_per_tenant = 3\n"
-					    "metrics_listen = 127.0.0.1:0\n",
-					    rargs),
-			 0);
-	ck_assert_int_eq(wait_donor_up(reg.addr, cluster, "r0"), 0);
 	ck_assert_int_eq(
 		tu_tenant_add(reg.addr, cluster, "t", sec_t, 1ull << 30), 0);
 	ck_assert_int_eq(
@@ -532,6 +519,25 @@ static int lease(struct rpc *c, uint32_t n, struct wire_msg *rep)
 	return rpc_call(c, &req, rep, WIRE_LEASE_OK, TMO, err, sizeof(err));
 }
 
+/* RELEASE of the lease l in c's session: how many slabs memd released. */
+static uint32_t release(struct rpc *c, const struct wire_lease *l)
+{
+	static struct wire_msg rep;
+	struct wire_msg rel = { .type = WIRE_RELEASE };
+	char err[256];
+
+	rel.u.release.count = 1;
+	rel.u.release.ref[0] = (struct wire_lease_ref){
+		.epoch = l->epoch,
+		.slab = l->slab,
+		.generation = l->generation,
+	};
+	ck_assert_msg(!rpc_call(c, &rel, &rep, WIRE_RELEASE_OK, TMO, err,
+				sizeof(err)),
+		      "RELEASE: %s", err);
+	return rep.u.release_ok.released;
+}
+
 /*
  * max_leases_per_session = 2: a session that holds 2 leases gets EDQUOT
  * for a third (and a request for 3 at once is refused whole), a leased
@@ -541,12 +547,10 @@ static int lease(struct rpc *c, uint32_t n, struct wire_msg *rep)
 START_TEST(leases_per_session_capped)
 {
 	static struct wire_msg rep;
-	struct wire_msg rel = { .type = WIRE_RELEASE };
 	struct wire_lease held;
 	struct wire_hello_ok h;
 	struct tu_memd m;
 	struct rpc *a, *b;
-	char err[256];
 
 	tu_memd_start_ok(&m, "max_leases_per_session = 2\n"
 			     "metrics_listen = 127.0.0.1:0\n");
@@ -564,16 +568,7 @@ START_TEST(leases_per_session_capped)
 	ck_assert_int_eq(lease(b, 2, &rep), 0);
 	ck_assert_uint_eq(rep.u.lease_ok.count, 2);
 	/* a releases one, and may lease one again */
-	rel.u.release.count = 1;
-	rel.u.release.ref[0] = (struct wire_lease_ref){
-		.epoch = held.epoch,
-		.slab = held.slab,
-		.generation = held.generation,
-	};
-	ck_assert_int_eq(
-		rpc_call(a, &rel, &rep, WIRE_RELEASE_OK, TMO, err, sizeof(err)),
-		0);
-	ck_assert_uint_eq(rep.u.release_ok.released, 1);
+	ck_assert_uint_eq(release(a, &held), 1);
 	ck_assert_int_eq(lease(a, 1, &rep), 0);
 	ck_assert_int_eq(lease(a, 1, &rep), -EDQUOT);
 	rpc_close(a);
@@ -593,12 +588,10 @@ END_TEST
 START_TEST(failed_mr_close_quarantines_slab)
 {
 	static struct wire_msg rep;
-	struct wire_msg rel = { .type = WIRE_RELEASE };
 	struct wire_hello_ok h;
 	struct wire_lease bad;
 	struct tu_memd m;
 	struct rpc *a, *b;
-	char err[256];
 	int i;
 
 	ck_assert_int_eq(setenv("TP_TEST_FAIL_MR_CLOSE", "1", 1), 0);
@@ -608,14 +601,7 @@ START_TEST(failed_mr_close_quarantines_slab)
 	b = tu_raw_hello(m.addr, &h);
 	ck_assert_int_eq(lease(a, 1, &rep), 0);
 	bad = rep.u.lease_ok.lease[0];
-	rel.u.release.count = 1;
-	rel.u.release.ref[0] =
-		(struct wire_lease_ref){ .epoch = bad.epoch,
-					 .slab = bad.slab,
-					 .generation = bad.generation };
-	ck_assert_int_eq(
-		rpc_call(a, &rel, &rep, WIRE_RELEASE_OK, TMO, err, sizeof(err)),
-		0);
+	release(a, &bad);
 	/* the reclaimer takes it (polled: no timing is asserted) */
 	for (i = 0; i < 500; i++) {
 		if (tu_metric(&m, "tidepool_memd_slabs_quarantined") == 1)
@@ -942,28 +928,22 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("memd_hostile");
-	TCase *tc = tcase_create("hostile");
+	TCase *tc = tu_tcase(s, "hostile", 150);
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	/* above the 60 s hang guard of half_closed_nonreader_dropped, which
 	 * TSan on a loaded 2-core host can need most of: the case's own
 	 * guard, not this timeout, is to say what memd kept */
-	tcase_set_timeout(tc, 150);
-	tcase_add_test(tc, idle_flood_from_one_address);
-	tcase_add_test(tc, idle_flood_from_many_addresses);
-	tcase_add_test(tc, established_sessions_per_host_capped);
-	tcase_add_test(tc, stalled_session_dropped_when_idle);
-	tcase_add_test(tc, operators_and_donors_get_in);
-	tcase_add_test(tc, out_of_descriptors_does_not_spin);
-	tcase_add_test(tc, nofile_counts_fabric_connections);
-	tcase_add_test(tc, fabric_port_flood_out_of_descriptors);
-	tcase_add_test(tc, half_closed_nonreader_dropped);
-	tcase_add_test(tc, sessions_per_tenant_capped);
-	tcase_add_test(tc, leases_per_session_capped);
-	tcase_add_test(tc, failed_mr_close_quarantines_slab);
-	tcase_add_test(tc, provider_keys_warned_once);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(
+		tc, idle_flood_from_one_address, idle_flood_from_many_addresses,
+		established_sessions_per_host_capped,
+		stalled_session_dropped_when_idle, operators_and_donors_get_in,
+		out_of_descriptors_does_not_spin,
+		nofile_counts_fabric_connections,
+		fabric_port_flood_out_of_descriptors,
+		half_closed_nonreader_dropped, sessions_per_tenant_capped,
+		leases_per_session_capped, failed_mr_close_quarantines_slab,
+		provider_keys_warned_once);
 	return tu_run_suite(s);
 }

@@ -585,15 +585,11 @@ END_TEST
  */
 START_TEST(ticket_redemptions_are_counted)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
+	const char *args[] = { "--set",	   "report_interval=100ms",
 			       "--set",	   "metrics_listen=127.0.0.1:0",
 			       "--donate", "128M",
 			       NULL };
-	char dir[64], state[128], cluster[256], sec_a[256], a1[300], a2[300];
+	char dir[64], state[128], cluster[256], sec_a[256];
 	struct pool_opts o = { .tenant = "a", .secret_file = sec_a };
 	struct tu_memd reg = { 0 };
 	struct pool_region *r = NULL;
@@ -601,16 +597,12 @@ START_TEST(ticket_redemptions_are_counted)
 	char *t;
 	int rc = -ENOSPC;
 
-	ck_assert_int_eq(tu_scratch_dir(dir, sizeof(dir), "mreg"), 0);
-	snprintf(state, sizeof(state), "%s/state", dir);
-	mkdir(state, 0700);
-	ck_assert_int_eq(tu_secret_file(dir, "cluster.secret", cluster), 0);
+	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "mreg", state,
+				     sizeof(state), cluster),
+			 0);
 	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
-	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
-	snprintf(a2, sizeof(a2), "state_dir=%s", state);
-	args[3] = a1;
-	args[5] = a2;
-	ck_assert_int_eq(tu_memd_start_args(&reg, NULL, args), 0);
+	ck_assert_int_eq(tu_registry_start(&reg, cluster, state, NULL, args),
+			 0);
 	ck_assert_msg(reg.metrics[0], "no metrics line in the ready file");
 	ck_assert_int_eq(
 		tu_tenant_add(reg.addr, cluster, "a", sec_a, 1024 * MIB), 0);
@@ -648,23 +640,16 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("metrics");
-	TCase *tc = tcase_create("metrics");
+	TCase *tc = tu_tcase(s, "metrics", 120);
 
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, exposition_names_and_types);
-	tcase_add_test(tc, values_follow_leases);
-	tcase_add_test(tc, refused_lease_is_counted);
-	tcase_add_test(tc, http_errors);
-	tcase_add_test(tc, ready_file_lines);
-	tcase_add_test(tc, metrics_port_in_use);
-	tcase_add_test(tc, man_page_names_every_metric);
-	tcase_add_test(tc, ticket_redemptions_are_counted);
-	tcase_add_test(tc, fabric_progress_is_reported);
-	tcase_add_test(tc, progress_threads_share_the_arena);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, exposition_names_and_types, values_follow_leases,
+		     refused_lease_is_counted, http_errors, ready_file_lines,
+		     metrics_port_in_use, man_page_names_every_metric,
+		     ticket_redemptions_are_counted,
+		     fabric_progress_is_reported,
+		     progress_threads_share_the_arena);
 	return tu_run_suite(s);
 }

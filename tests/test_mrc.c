@@ -47,21 +47,12 @@ static const double mult[] = { 0.25, 0.5, 1, 2, 4 };
 #define TOL_FEW 0.05
 #define TOL_64 0.2
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* the spatial hash of key k (memd: a keyed SipHash of the 32-byte key) */
 static uint64_t khash(uint64_t k)
 {
 	uint64_t s = k * 0x2545f4914f6cdd1dull + 7;
 
-	return splitmix(&s);
+	return tu_splitmix(&s);
 }
 
 /* ---- a trace ---- */
@@ -292,12 +283,12 @@ static void gen_shared(struct trace *t, uint64_t *s, unsigned nprompts,
 		       double oneshot, uint64_t *uniq)
 {
 	for (unsigned p = 0; p < nprompts; p++) {
-		if (splitmix(s) % 1000 < oneshot * 1000) {
+		if (tu_splitmix(s) % 1000 < oneshot * 1000) {
 			for (unsigned c = 0; c < plen + tail; c++)
 				push(t, (2ull << 56) | (*uniq)++, BLK);
 			continue;
 		}
-		uint64_t pre = splitmix(s) % npre;
+		uint64_t pre = tu_splitmix(s) % npre;
 
 		for (unsigned c = 0; c < plen; c++)
 			push(t, (1ull << 56) | (pre << 20) | c, BLK);
@@ -320,7 +311,8 @@ static void gen_multiturn(struct trace *t)
 			order[i] = i;
 		for (unsigned turn = 0; turn < turns; turn++) {
 			for (unsigned i = sessions - 1; i > 0; i--) {
-				unsigned j = (unsigned)(splitmix(&s) % (i + 1));
+				unsigned j =
+					(unsigned)(tu_splitmix(&s) % (i + 1));
 				unsigned x = order[i];
 
 				order[i] = order[j];
@@ -349,7 +341,7 @@ static void gen_zipf(struct trace *t)
 	for (unsigned i = 0; i < n; i++)
 		cdf[i] = sum += 1.0 / pow(i + 1, 0.9);
 	for (unsigned i = 0; i < 300000; i++) {
-		double u = (double)(splitmix(&s) >> 11) / 0x1p53 * sum;
+		double u = (double)(tu_splitmix(&s) >> 11) / 0x1p53 * sum;
 		unsigned lo = 0, hi = n - 1;
 
 		while (lo < hi) {
@@ -373,8 +365,8 @@ static void gen_scan(struct trace *t)
 	uint64_t s = 5, pos = 0;
 
 	for (unsigned i = 0; i < 400000; i++) {
-		if (splitmix(&s) % 100 < 60)
-			push(t, (5ull << 56) | (splitmix(&s) % 2000), BLK);
+		if (tu_splitmix(&s) % 100 < 60)
+			push(t, (5ull << 56) | (tu_splitmix(&s) % 2000), BLK);
 		else
 			push(t, (6ull << 56) | (pos++ % 20000), BLK);
 	}
@@ -493,8 +485,9 @@ START_TEST(minisim_exact_at_full_rate)
 
 	ck_assert_int_eq(memd_mrc_create(4096, UINT64_MAX / 2, &m), 0);
 	for (unsigned i = 0; i < 60000; i++) {
-		uint64_t k = splitmix(&s) % 100 < 70 ? splitmix(&s) % 1000
-						     : splitmix(&s) % 3000;
+		uint64_t k = tu_splitmix(&s) % 100 < 70
+				     ? tu_splitmix(&s) % 1000
+				     : tu_splitmix(&s) % 3000;
 		uint64_t h = khash(k), bytes = (64 * KIB) << (khash(k) % 5);
 
 		memd_mrc_access(m, h, 0, true);
@@ -666,16 +659,13 @@ END_TEST
 static Suite *mrc_suite(void)
 {
 	Suite *s = suite_create("mrc");
-	TCase *tc = tcase_create("mrc");
+	TCase *tc = tu_tcase(s, "mrc", 300);
 
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, byte_distances);
-	tcase_add_test(tc, window_slides);
-	tcase_add_test(tc, minisim_exact_at_full_rate);
+	TU_ADD_TESTS(tc, byte_distances, window_slides,
+		     minisim_exact_at_full_rate);
 	tcase_add_loop_test(tc, accuracy, 0, NKINDS);
 	tcase_add_loop_test(tc, exact_on_traces, 0, NKINDS);
 	tcase_add_test(tc, exact_kvsample);
-	suite_add_tcase(s, tc);
 	return s;
 }
 

@@ -1324,24 +1324,16 @@ static Suite *place_suite(bool topologies)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("synthetic");
-	tcase_add_test(tc, test_open_errors);
-	tcase_add_test(tc, test_synthetic);
-	tcase_add_test(tc, test_fixture_tree);
-	tcase_add_test(tc, test_fixture_matrix);
-	tcase_add_test(tc, test_fixture_gpu_memory_node);
+	TU_ADD_TESTS(tc, test_open_errors, test_synthetic, test_fixture_tree,
+		     test_fixture_matrix, test_fixture_gpu_memory_node);
 	suite_add_tcase(s, tc);
 
 	if (topologies) {
 		tc = tcase_create("topologies");
-		tcase_add_test(tc, test_dgx2);
-		tcase_add_test(tc, test_power8);
-		tcase_add_test(tc, test_xeon_2n8c_wholeio);
-		tcase_add_test(tc, test_xeon_2n6c);
-		tcase_add_test(tc, test_xeon_4n);
-		tcase_add_test(tc, test_override_gpu);
-		tcase_add_test(tc, test_override_nic);
-		tcase_add_test(tc, test_override_env);
-		tcase_add_test(tc, test_hwloc_xmlfile);
+		TU_ADD_TESTS(tc, test_dgx2, test_power8, test_xeon_2n8c_wholeio,
+			     test_xeon_2n6c, test_xeon_4n, test_override_gpu,
+			     test_override_nic, test_override_env,
+			     test_hwloc_xmlfile);
 		suite_add_tcase(s, tc);
 	}
 

@@ -770,6 +770,18 @@ static struct rxm_result rxm_run(const char *rxm, const char *shm)
 	return res;
 }
 
+/* rxm_run(): every step worked and the bytes came back. */
+static void rxm_run_works(const char *rxm, const char *shm)
+{
+	struct rxm_result res = rxm_run(rxm, shm);
+
+	ck_assert_int_eq(res.connect, 0);
+	ck_assert_int_eq(res.alloc, 0);
+	ck_assert_int_eq(res.write, 0);
+	ck_assert_int_eq(res.read, 0);
+	ck_assert_int_eq(res.match, 1);
+}
+
 /* md with FI_OFI_RXM_BUFFER_SIZE=16384 (an older memd's, libfabric's
  * default) in its environment. */
 static void start_memd_rxm16k(const char *extra)
@@ -810,12 +822,7 @@ START_TEST(rxm_mismatch_is_eproto)
 	ck_assert_msg(tu_file_has(log, "client_rxm_buffer_size=1024 "
 				       "rxm_buffer_size=16384"),
 		      "memd's mismatch line names no values (%s)", log);
-	res = rxm_run("16384", "off");
-	ck_assert_int_eq(res.connect, 0);
-	ck_assert_int_eq(res.alloc, 0);
-	ck_assert_int_eq(res.write, 0);
-	ck_assert_int_eq(res.read, 0);
-	ck_assert_int_eq(res.match, 1);
+	rxm_run_works("16384", "off");
 	tu_memd_stop_ok(&md);
 }
 END_TEST
@@ -991,13 +998,16 @@ static void *fproxy_main(void *arg)
 	return NULL;
 }
 
-static void fproxy_start(struct fproxy *px)
+/* Starts px in front of md: pass_fabric and shed as in struct fproxy. */
+static void fproxy_start(struct fproxy *px, bool pass_fabric, int shed)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t al = sizeof(a);
 
 	memset(px, 0, sizeof(*px));
+	px->pass_fabric = pass_fabric;
+	px->shed = shed;
 	px->lfd = socket(AF_INET, SOCK_STREAM, 0);
 	ck_assert_int_ge(px->lfd, 0);
 	ck_assert_int_eq(bind(px->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -1014,38 +1024,51 @@ static void fproxy_stop(struct fproxy *px)
 	close(px->lfd);
 }
 
+/* Starts md and px in front of it (fproxy_start()): a session through px
+ * (LIBPOOL_SHM=off: the proxy sees every request). */
+static struct pool *proxied_connect(struct fproxy *px, bool pass_fabric,
+				    int shed, int timeout_ms)
+{
+	char addr[64];
+	struct pool_opts o = { .addr = addr, .timeout_ms = timeout_ms };
+	struct pool *p;
+
+	start_memd(NULL);
+	fproxy_start(px, pass_fabric, shed);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px->port);
+	setenv("LIBPOOL_SHM", "off", 1);
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	return p;
+}
+
+/* 64 KiB of seed's pattern through p's fabric, read back; then the
+ * session, the proxy and memd stopped. */
+static void proxied_round_trip_and_stop(struct pool *p, struct fproxy *px,
+					uint64_t seed)
+{
+	struct pool_region *r;
+
+	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
+	tu_pool_write_read_check(p, r, 4096, 65536, seed);
+	ck_assert_int_eq(pool_free(p, r), 0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	fproxy_stop(px);
+	tu_memd_stop_ok(&md);
+}
+
 /* A memd that answers FABRIC with ERROR (one that does not know the
  * request): the session goes on without the comparison (a notice in
  * the log), and its transfers over the fabric work. */
 START_TEST(fabric_refused_leaves_check_off)
 {
-	static uint8_t w[65536], b[65536];
 	/* static: the proxy's threads outlive no frame of ours */
 	static struct fproxy px;
-	struct pool_region *r;
 	struct pool *p;
-	char addr[64];
 
-	start_memd(NULL);
-	fproxy_start(&px);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
-	setenv("LIBPOOL_SHM", "off", 1);
-	{
-		struct pool_opts o = { .addr = addr, .timeout_ms = 5000 };
-
-		ck_assert_int_eq(pool_connect(&o, &p), 0);
-	}
+	p = proxied_connect(&px, false, 0, 5000);
 	ck_assert_int_ge(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 1);
-	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
-	tu_pattern_fill(w, sizeof(w), 79, 0);
-	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
-	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
-	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
-	ck_assert_int_eq(pool_free(p, r), 0);
-	pool_close(p);
-	unsetenv("LIBPOOL_SHM");
-	fproxy_stop(&px);
-	tu_memd_stop_ok(&md);
+	proxied_round_trip_and_stop(p, &px, 79);
 }
 END_TEST
 
@@ -1057,36 +1080,14 @@ END_TEST
  */
 START_TEST(handshake_lost_is_retried)
 {
-	static uint8_t w[65536], b[65536];
 	/* static: the proxy's threads outlive no frame of ours */
 	static struct fproxy px;
-	struct pool_region *r;
 	struct pool *p;
-	char addr[64];
 
-	start_memd(NULL);
-	fproxy_start(&px);
-	px.pass_fabric = true;
-	__atomic_store_n(&px.shed, 2, __ATOMIC_RELAXED);
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", px.port);
-	setenv("LIBPOOL_SHM", "off", 1);
-	{
-		struct pool_opts o = { .addr = addr, .timeout_ms = 10000 };
-
-		ck_assert_int_eq(pool_connect(&o, &p), 0);
-	}
+	p = proxied_connect(&px, true, 2, 10000);
 	ck_assert_int_eq(__atomic_load_n(&px.shed, __ATOMIC_RELAXED), 0);
 	ck_assert_int_eq(__atomic_load_n(&px.refused, __ATOMIC_RELAXED), 0);
-	ck_assert_int_eq(pool_alloc(p, SLAB, &r), 0);
-	tu_pattern_fill(w, sizeof(w), 83, 0);
-	ck_assert_int_eq(pool_write(p, r, 4096, w, sizeof(w)), 0);
-	ck_assert_int_eq(pool_read(p, r, 4096, b, sizeof(b)), 0);
-	ck_assert_int_eq(memcmp(w, b, sizeof(w)), 0);
-	ck_assert_int_eq(pool_free(p, r), 0);
-	pool_close(p);
-	unsetenv("LIBPOOL_SHM");
-	fproxy_stop(&px);
-	tu_memd_stop_ok(&md);
+	proxied_round_trip_and_stop(p, &px, 83);
 }
 END_TEST
 
@@ -1155,16 +1156,9 @@ END_TEST
  * slab's memfd whatever the two values are. */
 START_TEST(rxm_mismatch_same_host_works)
 {
-	struct rxm_result res;
-
 	start_memd_rxm16k("metrics_listen = 127.0.0.1:0");
 	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_shm_enabled"), 1);
-	res = rxm_run(NULL, "auto");
-	ck_assert_int_eq(res.connect, 0);
-	ck_assert_int_eq(res.alloc, 0);
-	ck_assert_int_eq(res.write, 0);
-	ck_assert_int_eq(res.read, 0);
-	ck_assert_int_eq(res.match, 1);
+	rxm_run_works(NULL, "auto");
 	ck_assert_int_ge(tu_metric(&md, "tidepool_memd_shm_fds_passed_total"),
 			 1);
 	tu_memd_stop_ok(&md);
@@ -1180,27 +1174,20 @@ int main(int argc, char **argv)
 		return rxm_client(argv[2]);
 	s = suite_create("pool");
 	tc = tcase_create("memd");
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, roundtrip_sizes);
-	tcase_add_test(tc, region_spans_slabs);
-	tcase_add_test(tc, status_is_the_memd_s_answer);
-	tcase_add_test(tc, small_regions_pack_without_overlap);
-	tcase_add_test(tc, bad_arguments);
-	tcase_add_test(tc, async_many_in_flight);
-	tcase_add_test(tc, eight_threads_one_session);
-	tcase_add_test(tc, freed_lease_key_no_longer_reads);
-	tcase_add_test(tc, fabric_on_demand);
-	tcase_add_test(tc, rxm_mismatch_is_eproto);
-	tcase_add_test(tc, rxm_mismatch_on_demand);
-	tcase_add_test(tc, fabric_refused_leaves_check_off);
-	tcase_add_test(tc, handshake_lost_is_retried);
-	tcase_add_test(tc, rxm_mismatch_same_host_works);
-	tcase_add_test(tc, killed_client_slabs_reclaimed_and_zeroed);
-	tcase_add_test(tc, memd_killed_gives_errors_not_hangs);
-	tcase_add_test(tc, sigterm_exits_cleanly_with_clients);
-	tcase_add_test(tc, standalone_alloc_ex_and_tenant_errors);
+	TU_ADD_TESTS(tc, roundtrip_sizes, region_spans_slabs,
+		     status_is_the_memd_s_answer,
+		     small_regions_pack_without_overlap, bad_arguments,
+		     async_many_in_flight, eight_threads_one_session,
+		     freed_lease_key_no_longer_reads, fabric_on_demand,
+		     rxm_mismatch_is_eproto, rxm_mismatch_on_demand,
+		     fabric_refused_leaves_check_off, handshake_lost_is_retried,
+		     rxm_mismatch_same_host_works,
+		     killed_client_slabs_reclaimed_and_zeroed,
+		     memd_killed_gives_errors_not_hangs,
+		     sigterm_exits_cleanly_with_clients,
+		     standalone_alloc_ex_and_tenant_errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);
 }

@@ -523,10 +523,7 @@ END_TEST
 
 static void registry_setup(void)
 {
-	char state[256], set_secret[300], set_state[300];
-	const char *args[] = { "--set",	   "registry=yes",  "--set",
-			       set_secret, "--set",	    set_state,
-			       "--set",	   "donor_name=r0", NULL };
+	char state[256];
 	struct run *r = malloc(sizeof(*r));
 	int i;
 
@@ -535,10 +532,8 @@ static void registry_setup(void)
 		tu_secret_file(scratch, "cluster.secret", g_secret_path), 0);
 	snprintf(state, sizeof(state), "%s/state", scratch);
 	ck_assert_int_eq(mkdir(state, 0700), 0);
-	snprintf(set_secret, sizeof(set_secret), "cluster_secret_file=%s",
-		 g_secret_path);
-	snprintf(set_state, sizeof(set_state), "state_dir=%s", state);
-	ck_assert_int_eq(tu_memd_start_args(&memd, NULL, args), 0);
+	ck_assert_int_eq(
+		tu_registry_start(&memd, g_secret_path, state, NULL, NULL), 0);
 	g_addr = memd.addr;
 	g_secret = g_secret_path;
 	/* The registry's own donor part joins over loopback: wait for it
@@ -987,30 +982,21 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("poolctl");
-	TCase *cli = tcase_create("cli");
-	TCase *alone = tcase_create("standalone");
-	TCase *reg = tcase_create("registry");
+	TCase *cli = tu_tcase(s, "cli", 120);
+	TCase *alone = tu_tcase(s, "standalone", 120);
+	TCase *reg = tu_tcase(s, "registry", 180);
 
 	if (!poolctl_path())
 		tu_skip("TP_POOLCTL is not set (run through ctest)");
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	signal(SIGPIPE, SIG_IGN);
-	tcase_set_timeout(cli, 120);
-	tcase_add_test(cli, bad_arguments_get_usage_and_64);
-	tcase_add_test(cli, bad_data_gets_65_before_connecting);
-	tcase_add_test(cli, unreachable_gets_69);
+	TU_ADD_TESTS(cli, bad_arguments_get_usage_and_64,
+		     bad_data_gets_65_before_connecting, unreachable_gets_69);
 	tcase_add_checked_fixture(alone, standalone_setup, standalone_teardown);
-	tcase_set_timeout(alone, 120);
 	tcase_add_test(alone, standalone_status_and_leases);
 	tcase_add_checked_fixture(reg, registry_setup, registry_teardown);
-	tcase_set_timeout(reg, 180);
-	tcase_add_test(reg, registry_tenant_and_quota_round_trip);
-	tcase_add_test(reg, registry_status_donors_drain);
-	tcase_add_test(reg, registry_leases);
-	tcase_add_test(reg, registry_wrong_secret_gets_77);
-	suite_add_tcase(s, cli);
-	suite_add_tcase(s, alone);
-	suite_add_tcase(s, reg);
+	TU_ADD_TESTS(reg, registry_tenant_and_quota_round_trip,
+		     registry_status_donors_drain, registry_leases,
+		     registry_wrong_secret_gets_77);
 	return tu_run_suite(s);
 }

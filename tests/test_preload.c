@@ -780,22 +780,13 @@ static int run(char *const argv[], const char *in, const char *out,
 	return st;
 }
 
+/* The file at path, whole (tu_read_file()); fails the test when it
+ * cannot be read. */
 static char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "r");
-	char *b;
-	long n;
+	char *b = tu_read_file(path, len);
 
-	ck_assert_ptr_nonnull(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(b);
-	ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-	b[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
+	ck_assert_msg(b, "cannot read %s", path);
 	return b;
 }
 
@@ -886,37 +877,243 @@ static void stop(void)
 	ck_assert_int_eq(system(cmd), 0);
 }
 
-START_TEST(unmodified_program)
+/* This binary's path in exe (len bytes), or, with sibling, that of the
+ * program sibling in the same directory (tests/programs/). */
+static void self_exe(char *exe, size_t len, const char *sibling)
 {
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
-					   "LIBPOOL_LOG=info", NULL };
-	char exe[4096], o1[128], o2[128], e1[128], e2[128];
-	char *argv[] = { exe, "prog", NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	int st;
+	ssize_t n = readlink("/proc/self/exe", exe, len - 1);
+	char *sl;
 
 	ck_assert_int_gt(n, 0);
 	exe[n] = '\0';
-	start();
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(e2, sizeof(e2), "shim.err");
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain: %d", st);
-	st = run(argv, NULL, o2, e2, true, env);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim: %d", st);
+	if (!sibling)
+		return;
+	sl = strrchr(exe, '/');
+	ck_assert_ptr_nonnull(sl);
+	ck_assert_uint_lt((size_t)(sl + 1 - exe) + strlen(sibling), len);
+	strcpy(sl + 1, sibling);
+}
+
+/* run() with stdout and stderr in tmpdir's NAME.out and NAME.err, whose
+ * paths go to out and err (128 bytes each). */
+static int run_named(char *const argv[], const char *name, bool preload,
+		     const char *const *env, char *out, char *err)
+{
+	snprintf(out, 128, "%s/%s.out", tmpdir, name);
+	snprintf(err, 128, "%s/%s.err", tmpdir, name);
+	return run(argv, NULL, out, err, preload, env);
+}
+
+/*
+ * Runs argv plain and under the shim with env; both must exit 0 with
+ * identical output. The plain run's output is in tmpdir's plain.out, the
+ * shim's log in err_out (128 bytes). memd must be started.
+ */
+static void same_output(char *const argv[], const char *const *env,
+			char *err_out)
+{
+	char o1[128], o2[128], e1[128];
+	const char *arg = argv[1] ? argv[1] : "";
+	int st;
+
+	st = run_named(argv, "plain", false, NULL, o1, e1);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain %s %s: %d",
+		      argv[0], arg, st);
+	st = run_named(argv, "shim", true, env, o2, err_out);
+	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim %s %s: %d",
+		      argv[0], arg, st);
 	assert_same(o1, o2);
-	/* The large blocks really were pooled (a, b, realloc'd a and c,
-	 * posix_memalign, aligned_alloc: the 2 MiB-aligned one is libc's);
-	 * with jemalloc, everything, in one heap paged through 256 KiB. */
-	if (regions) {
-		ck_assert_int_ge(count(e2, "paging: map addr="), 6);
-	} else {
-		ck_assert_int_eq(count(e2, "paging: map addr="), 1);
-		ck_assert_uint_ge(total(e2, " pooled_bytes="), 64u << 20);
-		ck_assert_uint_gt(total(e2, " evictions="), 0);
+}
+
+/* same_output() for this binary run as "mode" (main() below). */
+static void same_as_plain(const char *mode, const char *const *env,
+			  char *err_out)
+{
+	char exe[4096];
+	char *argv[] = { exe, (char *)mode, NULL };
+
+	self_exe(exe, sizeof(exe), NULL);
+	same_output(argv, env, err_out);
+}
+
+/*
+ * What a run's log (the shim's LIBPOOL_LOG=info lines and stats) must
+ * show: how many times key occurs (COUNT), or the sum of every "keyN"
+ * (TOTAL), compared with v. A list ends at a NULL key.
+ */
+enum cmp { EQ, GT, GE, LT };
+struct expect {
+	bool total;
+	const char *key;
+	enum cmp cmp;
+	unsigned long long v;
+};
+#define COUNT(key, cmp, v)                                                     \
+	{                                                                      \
+		false, key, cmp, v                                             \
 	}
+#define TOTAL(key, cmp, v)                                                     \
+	{                                                                      \
+		true, key, cmp, v                                              \
+	}
+
+static void expect_log(const char *what, const char *err,
+		       const struct expect *x)
+{
+	static const char *const op[] = { "==", ">", ">=", "<" };
+
+	for (; x->key; x++) {
+		unsigned long long got =
+			x->total ? total(err, x->key)
+				 : (unsigned long long)count(err, x->key);
+		bool ok = x->cmp == EQ	 ? got == x->v
+			  : x->cmp == GT ? got > x->v
+			  : x->cmp == GE ? got >= x->v
+					 : got < x->v;
+
+		ck_assert_msg(ok, "%s: %s of \"%s\" is %llu, want %s %llu",
+			      what, x->total ? "total" : "count", x->key, got,
+			      op[x->cmp], x->v);
+	}
+}
+
+#define MAP "paging: map addr="
+#define EVICTED " evictions="
+#define FETCHED " pages_fetched="
+#define POOLED " pooled_bytes="
+
+/*
+ * Programs (this binary run as mode) that must print the same plain and
+ * under the shim with env, and what the shim's log must show then: both,
+ * in either allocator; heap, with jemalloc (LIBPOOL_ALLOCATOR=jemalloc,
+ * the default); regions, with the per-allocation engine (test_preload
+ * --regions). A heap_only case has no meaning with regions.
+ */
+struct plain_case {
+	const char *name, *mode;
+	const char *env[4];
+	bool heap_only;
+	struct expect both[4], heap[4], regions[3];
+};
+
+static const struct plain_case plain_cases[] = {
+	/* Every member of the malloc family. The large blocks really were
+	 * pooled (a, b, realloc'd a and c, posix_memalign, aligned_alloc:
+	 * the 2 MiB-aligned one is libc's); with jemalloc, everything, in
+	 * one heap paged through 256 KiB. */
+	{ .name = "unmodified_program",
+	  .mode = "prog",
+	  .env = { "LIBPOOL_LOCAL_BYTES=256K", "LIBPOOL_LOG=info" },
+	  .heap = { COUNT(MAP, EQ, 1), TOTAL(POOLED, GE, 64u << 20),
+		    TOTAL(EVICTED, GT, 0) },
+	  .regions = { COUNT(MAP, GE, 6) } },
+	/*
+	 * The shim's fixed cost: a 1 MiB program under a 64 MiB budget
+	 * never needs the fabric, so the session never sets it up
+	 * (fabric=0 in the shim's stats; libfabric's start-up, 0.3-0.6 s,
+	 * is not paid) and its peak RSS stays far under the ~95 MiB it had
+	 * when libfabric's tcp;ofi_rxm buffer pools (16 KiB buffers) came
+	 * with every session. (This binary links libfabric itself, so
+	 * prog_small's libfabric= says nothing here; tp_programs does not,
+	 * see docs/bench/paging.md.) With LIBPOOL_FABRIC_BACKGROUND=0 the
+	 * fabric is set up at connect (fabric=1) and the smaller pools
+	 * (FI_OFI_RXM_BUFFER_SIZE=1024, fabric/fab.c) keep it well under
+	 * that too.
+	 */
+	{ .name = "small_program_fixed_overhead",
+	  .mode = "small",
+	  .env = { "LIBPOOL_LOCAL_BYTES=64M" },
+	  .both = { TOTAL(POOLED, GT, 0), COUNT(" fabric=0", EQ, 1),
+		    TOTAL("hwm_kb=", LT, 32u << 10) } },
+	{ .name = "small_program_fixed_overhead, fabric at connect",
+	  .mode = "small",
+	  .env = { "LIBPOOL_LOCAL_BYTES=64M", "LIBPOOL_FABRIC_BACKGROUND=0" },
+	  .both = { TOTAL(POOLED, GT, 0), COUNT(" fabric=1", EQ, 1),
+		    TOTAL("hwm_kb=", LT, 48u << 10) } },
+	/*
+	 * The engine asks for the fabric once half the budget is resident,
+	 * so that evictions do not wait for its set-up (libfabric's load,
+	 * 0.2 s, and its first fi_getinfo). A session with a same-host memd
+	 * moves bytes through slab memfds and needs none: a program past
+	 * half its budget (and one past it, evicting) never sets it up. It
+	 * did before, and at 100 % local a short program waited at exit for
+	 * a set-up nobody used. (Regions: per-allocation budgets, no
+	 * process budget.)
+	 */
+	{ .name = "same_host_needs_no_fabric",
+	  .mode = "half",
+	  .env = { "LIBPOOL_LOCAL_BYTES=4M", "LIBPOOL_SHM=auto" },
+	  .heap_only = true,
+	  .heap = { TOTAL(" resident_peak_bytes=", GT, 2u << 20),
+		    TOTAL(EVICTED, EQ, 0), COUNT(" fabric=0", EQ, 1) } },
+	{ .name = "same_host_needs_no_fabric, evicting",
+	  .mode = "half",
+	  .env = { "LIBPOOL_LOCAL_BYTES=1M", "LIBPOOL_SHM=auto" },
+	  .heap_only = true,
+	  .heap = { TOTAL(EVICTED, GT, 0), COUNT(" fabric=0", EQ, 1) } },
+	/* 3M (realloc), 9M (reallocarray), 5M: three regions; the 2M
+	 * shrink keeps the 9M one and 300 bytes goes back to libc. The
+	 * heap: one mapping for all of them. */
+	{ .name = "realloc_across_threshold",
+	  .mode = "realloc",
+	  .env = { "LIBPOOL_LOCAL_BYTES=256K", "LIBPOOL_LOG=info" },
+	  .both = { TOTAL(EVICTED, GT, 0), TOTAL(FETCHED, GT, 0) },
+	  .heap = { COUNT(MAP, EQ, 1) },
+	  .regions = { COUNT(MAP, EQ, 3),
+		       COUNT("paging: unmap addr=", EQ, 3) } },
+	/* 24 MiB through a 1 MiB budget: evicted and fetched again. */
+	{ .name = "threads_fault_at_once",
+	  .mode = "threads",
+	  .env = { "LIBPOOL_LOCAL_BYTES=1M", "LIBPOOL_LOG=info" },
+	  .both = { COUNT(MAP, EQ, 1), TOTAL(EVICTED, GE, 5000),
+		    TOTAL(FETCHED, GE, 5000) } },
+	/* prog_cxx(): C++ new and delete from a C program are the shim's:
+	 * the 48 MiB from new went through the heap and its 4 MiB budget
+	 * (the heap's test: regions leave small blocks to libc). */
+	{ .name = "cxx_new_delete_from_c",
+	  .mode = "cxx",
+	  .env = { "LIBPOOL_LOCAL_BYTES=4M", "LIBPOOL_LOG=info" },
+	  .heap_only = true,
+	  .heap = { TOTAL(POOLED, GE, 48u << 20), TOTAL(EVICTED, GT, 0),
+		    TOTAL(FETCHED, GT, 0) } },
+	/* prog_split(): VMA boundaries inside the heap, under a budget
+	 * small enough that runs are zero-filled, evicted and fetched
+	 * across them. */
+	{ .name = "mapping_split_by_program",
+	  .mode = "split",
+	  .env = { "LIBPOOL_LOCAL_BYTES=4M", "LIBPOOL_LOG=info" },
+	  .both = { COUNT("raising SIGBUS", EQ, 0), TOTAL(EVICTED, GT, 0),
+		    TOTAL(FETCHED, GT, 0) } },
+	/* prog_deepbind(): pointers cross between the program and a
+	 * library opened with RTLD_DEEPBIND, both ways, through a 4 MiB
+	 * budget. */
+	{ .name = "deepbind_library",
+	  .mode = "deepbind",
+	  .env = { "LIBPOOL_LOCAL_BYTES=4M", "LIBPOOL_LOG=info" },
+	  .both = { COUNT("dlopen(RTLD_DEEPBIND) opens without", EQ, 1) } },
+	/* prog_glibc(): glibc's own allocations and every alignment,
+	 * through a small budget. */
+	{ .name = "glibc_blocks_and_alignments",
+	  .mode = "glibc",
+	  .env = { "LIBPOOL_LOCAL_BYTES=4M" } },
+	/* regions: each block is a region of its own, unmapped at free */
+	{ .name = "freed_memory_purged",
+	  .mode = "churn",
+	  .env = { "LIBPOOL_LOCAL_BYTES=2M", "MALLOC_CONF=dirty_decay_ms:0" },
+	  .heap = { TOTAL(" discarded=", GT, 0) } },
+};
+
+START_TEST(programs_same_as_plain)
+{
+	const struct plain_case *c = &plain_cases[_i];
+	char err[128];
+
+	if (regions && c->heap_only)
+		return;
+	start();
+	same_as_plain(c->mode, c->env, err);
+	expect_log(c->name, err, c->both);
+	expect_log(c->name, err, regions ? c->regions : c->heap);
 	stop();
 }
 END_TEST
@@ -925,17 +1122,12 @@ START_TEST(sort_bigger_than_budget)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=512K",
 					   "LIBPOOL_LOG=info", NULL };
-	char in[128], o1[128], o2[128], e1[128], e2[128];
+	char in[128], err[128];
 	char *argv[] = { "sort", in, NULL };
 	FILE *f;
-	int st;
 
 	start();
 	path(in, sizeof(in), "input.txt");
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(e2, sizeof(e2), "shim.err");
 	/*
 	 * 1.2 MiB of lines (the budget is 512 KiB): blocks of 64 in
 	 * descending order, each block shuffled by a pattern. Merging such
@@ -968,12 +1160,8 @@ START_TEST(sort_bigger_than_budget)
 	}
 	ck_assert_int_gt(ftell(f), 1 * MiB);
 	fclose(f);
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain sort: %d", st);
-	st = run(argv, NULL, o2, e2, true, env);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim sort: %d", st);
-	assert_same(o1, o2);
-	ck_assert_int_ge(count(e2, "paging: map addr="), 1);
+	same_output(argv, env, err);
+	ck_assert_int_ge(count(err, MAP), 1);
 	stop();
 }
 END_TEST
@@ -983,89 +1171,18 @@ START_TEST(unreachable_pool)
 	static const char *const off[] = { "LIBPOOL_ADDR=127.0.0.1:1", NULL };
 	static const char *const req[] = { "LIBPOOL_ADDR=127.0.0.1:1",
 					   "LIBPOOL_REQUIRED=1", NULL };
-	char exe[4096], o1[128], o2[128], e1[128], e2[128];
+	char exe[4096], out[128], err[128];
 	char *argv[] = { exe, "prog", NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int st;
 
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
+	self_exe(exe, sizeof(exe), NULL);
 	start();
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(e2, sizeof(e2), "shim.err");
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert(WIFEXITED(st) && !WEXITSTATUS(st));
-	st = run(argv, NULL, o2, e2, true, off);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim: %d", st);
-	assert_same(o1, o2);
-	ck_assert_int_eq(count(e2, "libpool-preload: pool unreachable"), 1);
-	st = run(argv, NULL, o2, e2, true, req);
+	same_output(argv, off, err);
+	ck_assert_int_eq(count(err, "libpool-preload: pool unreachable"), 1);
+	st = run_named(argv, "shim", true, req, out, err);
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
 		      "LIBPOOL_REQUIRED=1: status %d", st);
-	ck_assert_int_eq(count(e2, "LIBPOOL_REQUIRED=1"), 1);
-	stop();
-}
-END_TEST
-
-/*
- * Runs this binary as "mode" plain and under the shim with env, both must
- * exit 0 with identical output; the shim's log goes to *err_out (a path
- * in tmpdir). memd must be started.
- */
-static void same_as_plain(const char *mode, const char *const *env,
-			  char *err_out, size_t err_len)
-{
-	char exe[4096], o1[128], o2[128], e1[128];
-	char *argv[] = { exe, (char *)mode, NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	int st;
-
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(err_out, err_len, "shim.err");
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain %s: %d", mode,
-		      st);
-	st = run(argv, NULL, o2, err_out, true, env);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim %s: %d", mode,
-		      st);
-	assert_same(o1, o2);
-}
-
-/*
- * The shim's fixed cost: a 1 MiB program under a 64 MiB budget never
- * needs the fabric, so the session never sets it up (fabric=0 in the
- * shim's stats; libfabric's start-up, 0.3-0.6 s, is not paid) and its
- * peak RSS stays far under the ~95 MiB it had when libfabric's
- * tcp;ofi_rxm buffer pools (16 KiB buffers) came with every session.
- * (This binary links libfabric itself, so prog_small's libfabric= says
- * nothing here; tp_programs does not, see docs/bench/paging.md.) With
- * LIBPOOL_FABRIC_BACKGROUND=0 the fabric is set up at connect (fabric=1)
- * and the smaller pools (FI_OFI_RXM_BUFFER_SIZE=1024, fabric/fab.c) keep
- * it well under that too.
- */
-START_TEST(small_program_fixed_overhead)
-{
-	static const char *const lazy[] = { "LIBPOOL_LOCAL_BYTES=64M", NULL };
-	static const char *const eager[] = { "LIBPOOL_LOCAL_BYTES=64M",
-					     "LIBPOOL_FABRIC_BACKGROUND=0",
-					     NULL };
-	char err[128];
-
-	start();
-	same_as_plain("small", lazy, err, sizeof(err));
-	ck_assert_uint_gt(total(err, " pooled_bytes="), 0);
-	ck_assert_int_eq(count(err, " fabric=0"), 1);
-	ck_assert_uint_lt(total(err, "hwm_kb="), 32u << 10);
-	same_as_plain("small", eager, err, sizeof(err));
-	ck_assert_uint_gt(total(err, " pooled_bytes="), 0);
-	ck_assert_int_eq(count(err, " fabric=1"), 1);
-	ck_assert_uint_lt(total(err, "hwm_kb="), 48u << 10);
+	ck_assert_int_eq(count(err, "LIBPOOL_REQUIRED=1"), 1);
 	stop();
 }
 END_TEST
@@ -1088,9 +1205,7 @@ START_TEST(shim_does_not_load_libfabric)
 	int st;
 
 	start();
-	path(out, sizeof(out), "maps.out");
-	path(err, sizeof(err), "maps.err");
-	st = run(argv, NULL, out, err, true, env);
+	st = run_named(argv, "maps", true, env, out, err);
 	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "cat: %d", st);
 	ck_assert_int_ge(count(out, "libpool-preload"), 1);
 	ck_assert_int_eq(count(err, " fabric=0"), 1);
@@ -1101,52 +1216,18 @@ START_TEST(shim_does_not_load_libfabric)
 }
 END_TEST
 
-/*
- * The engine asks for the fabric once half the budget is resident, so
- * that evictions do not wait for its set-up (libfabric's load, 0.2 s, and
- * its first fi_getinfo). A session with a same-host memd moves bytes
- * through slab memfds and needs none: a program past half its budget
- * (and one past it, evicting) never sets it up. It did before, and at
- * 100 % local a short program waited at exit for a set-up nobody used.
- */
-START_TEST(same_host_needs_no_fabric)
-{
-	static const char *const fits[] = { "LIBPOOL_LOCAL_BYTES=4M",
-					    "LIBPOOL_SHM=auto", NULL };
-	static const char *const evicts[] = { "LIBPOOL_LOCAL_BYTES=1M",
-					      "LIBPOOL_SHM=auto", NULL };
-	char err[128];
-
-	if (regions)
-		return; /* per-allocation budgets: no process budget */
-	start();
-	same_as_plain("half", fits, err, sizeof(err));
-	ck_assert_uint_gt(total(err, " resident_peak_bytes="), 2u << 20);
-	ck_assert_uint_eq(total(err, " evictions="), 0);
-	ck_assert_int_eq(count(err, " fabric=0"), 1);
-	same_as_plain("half", evicts, err, sizeof(err));
-	ck_assert_uint_gt(total(err, " evictions="), 0);
-	ck_assert_int_eq(count(err, " fabric=0"), 1);
-	stop();
-}
-END_TEST
-
 /* prog_kvmap's count of memfd mappings, run with or without the shim
  * and with env. */
 static int kvmaps(bool preload, const char *const *env)
 {
 	char exe[4096], out[128], err[128];
 	char *argv[] = { exe, "kvmap", md.addr, NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	size_t len;
 	char *text;
 	int st, maps = -1;
 
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
-	path(out, sizeof(out), "kvmap.out");
-	path(err, sizeof(err), "kvmap.err");
-	st = run(argv, NULL, out, err, preload, env);
+	self_exe(exe, sizeof(exe), NULL);
+	st = run_named(argv, "kvmap", preload, env, out, err);
 	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "kvmap: %d (%s)", st,
 		      err);
 	text = slurp(out, &len);
@@ -1175,80 +1256,6 @@ START_TEST(kv_gets_unmapped_beside_the_shim)
 }
 END_TEST
 
-START_TEST(realloc_across_threshold)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=256K",
-					   "LIBPOOL_LOG=info", NULL };
-	char err[128];
-
-	start();
-	same_as_plain("realloc", env, err, sizeof(err));
-	/* 3M (realloc), 9M (reallocarray), 5M: three regions; the 2M
-	 * shrink keeps the 9M one and 300 bytes goes back to libc. The
-	 * heap: one mapping for all of them. */
-	if (regions) {
-		ck_assert_int_eq(count(err, "paging: map addr="), 3);
-		ck_assert_int_eq(count(err, "paging: unmap addr="), 3);
-	} else {
-		ck_assert_int_eq(count(err, "paging: map addr="), 1);
-	}
-	ck_assert_uint_gt(total(err, " evictions="), 0);
-	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
-	stop();
-}
-END_TEST
-
-/* prog_cxx(): C++ new and delete from a C program are the shim's: the
- * 48 MiB from new went through the heap and its 4 MiB budget. */
-START_TEST(cxx_new_delete_from_c)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
-					   "LIBPOOL_LOG=info", NULL };
-	char err[128];
-
-	if (regions)
-		return; /* the heap's test: regions leave small ones to libc */
-	start();
-	same_as_plain("cxx", env, err, sizeof(err));
-	ck_assert_uint_ge(total(err, " pooled_bytes="), 48u << 20);
-	ck_assert_uint_gt(total(err, " evictions="), 0);
-	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
-	stop();
-}
-END_TEST
-
-/* prog_split(): VMA boundaries inside the heap, under a budget small
- * enough that runs are zero-filled, evicted and fetched across them. */
-START_TEST(mapping_split_by_program)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
-					   "LIBPOOL_LOG=info", NULL };
-	char err[128];
-
-	start();
-	same_as_plain("split", env, err, sizeof(err));
-	ck_assert_int_eq(count(err, "raising SIGBUS"), 0);
-	ck_assert_uint_gt(total(err, " evictions="), 0);
-	ck_assert_uint_gt(total(err, " pages_fetched="), 0);
-	stop();
-}
-END_TEST
-
-/* prog_deepbind(): pointers cross between the program and a library
- * opened with RTLD_DEEPBIND, both ways, through a 4 MiB budget. */
-START_TEST(deepbind_library)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
-					   "LIBPOOL_LOG=info", NULL };
-	char err[128];
-
-	start();
-	same_as_plain("deepbind", env, err, sizeof(err));
-	ck_assert_int_eq(count(err, "dlopen(RTLD_DEEPBIND) opens without"), 1);
-	stop();
-}
-END_TEST
-
 /* tests/programs/tp_jeuser.c: a program linked with libjemalloc.so.2 asks
  * malloc_usable_size() of glibc's blocks (those under LIBPOOL_MIN_BYTES)
  * and of pooled ones. */
@@ -1256,26 +1263,12 @@ START_TEST(jemalloc_linked_program)
 {
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M",
 					   "LIBPOOL_MIN_BYTES=1M", NULL };
-	char exe[4096], o1[128], o2[128], e1[128], e2[128], *sl;
+	char exe[4096], err[128];
 	char *argv[] = { exe, NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 16);
-	int st;
 
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
-	sl = strrchr(exe, '/');
-	ck_assert_ptr_nonnull(sl);
-	strcpy(sl + 1, "tp_jeuser");
+	self_exe(exe, sizeof(exe), "tp_jeuser");
 	start();
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(e2, sizeof(e2), "shim.err");
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain: %d", st);
-	st = run(argv, NULL, o2, e2, true, env);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim: %d", st);
-	assert_same(o1, o2);
+	same_output(argv, env, err);
 	stop();
 }
 END_TEST
@@ -1286,67 +1279,18 @@ START_TEST(bad_free_named)
 {
 	char exe[4096], o[128], e[128];
 	char *argv[] = { exe, "badfree", NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int st;
 
 	if (regions)
 		return; /* small blocks are glibc's there: glibc's check */
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
+	self_exe(exe, sizeof(exe), NULL);
 	start();
-	path(o, sizeof(o), "shim.out");
-	path(e, sizeof(e), "shim.err");
-	st = run(argv, NULL, o, e, true, NULL);
+	st = run_named(argv, "shim", true, NULL, o, e);
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "shim: %d",
 		      st);
 	ck_assert_int_eq(count(e, "libpool-preload: free(0x"), 1);
 	ck_assert_int_eq(count(e, "not a pointer this process's allocators"),
 			 1);
-	stop();
-}
-END_TEST
-
-/* prog_glibc(): glibc's own allocations and every alignment, through a
- * small budget. */
-START_TEST(glibc_blocks_and_alignments)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=4M", NULL };
-	char err[128];
-
-	start();
-	same_as_plain("glibc", env, err, sizeof(err));
-	stop();
-}
-END_TEST
-
-START_TEST(threads_fault_at_once)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=1M",
-					   "LIBPOOL_LOG=info", NULL };
-	char err[128];
-
-	start();
-	same_as_plain("threads", env, err, sizeof(err));
-	ck_assert_int_eq(count(err, "paging: map addr="), 1);
-	/* 24 MiB through a 1 MiB budget: evicted and fetched again. */
-	ck_assert_uint_ge(total(err, " evictions="), 5000);
-	ck_assert_uint_ge(total(err, " pages_fetched="), 5000);
-	stop();
-}
-END_TEST
-
-START_TEST(freed_memory_purged)
-{
-	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=2M",
-					   "MALLOC_CONF=dirty_decay_ms:0",
-					   NULL };
-	char err[128];
-
-	start();
-	same_as_plain("churn", env, err, sizeof(err));
-	/* regions: each block is a region of its own, unmapped at free */
-	if (!regions)
-		ck_assert_uint_gt(total(err, " discarded="), 0);
 	stop();
 }
 END_TEST
@@ -1365,17 +1309,13 @@ static void fork_run(bool fetch)
 				    "TP_FORK_FENCE=1", NULL };
 	char exe[4096], o[128], e[128];
 	char *argv[] = { exe, "fork", NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	size_t len;
 	char *out;
 	int st;
 
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
+	self_exe(exe, sizeof(exe), NULL);
 	start();
-	path(o, sizeof(o), "shim.out");
-	path(e, sizeof(e), "shim.err");
-	st = run(argv, NULL, o, e, true, env);
+	st = run_named(argv, "shim", true, env, o, e);
 	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim fork: %d", st);
 	out = slurp(o, &len);
 	/* fetch: 0, every byte of b read and rewritten in the child;
@@ -1389,7 +1329,7 @@ static void fork_run(bool fetch)
 		      out);
 	ck_assert_ptr_nonnull(strstr(out, "parent a="));
 	free(out);
-	ck_assert_int_eq(count(e, "paging: map addr="), regions ? 2 : 1);
+	ck_assert_int_eq(count(e, MAP), regions ? 2 : 1);
 	if (fetch)
 		ck_assert_uint_gt(total(e, "paging: fork: fetched "), 0);
 	stop();
@@ -1413,16 +1353,12 @@ static void memd_killed(bool block, int want_sig, const char *want_msg)
 	const char *env[] = { "LIBPOOL_LOCAL_BYTES=256K", pid,
 			      block ? "TP_BLOCK_SIGBUS=1" : NULL, NULL };
 	char *argv[] = { exe, "memdkill", NULL };
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	int st;
 
-	ck_assert_int_gt(n, 0);
-	exe[n] = '\0';
+	self_exe(exe, sizeof(exe), NULL);
 	start();
 	snprintf(pid, sizeof(pid), "TP_KILL_PID=%d", (int)md.pid);
-	path(o, sizeof(o), "shim.out");
-	path(e, sizeof(e), "shim.err");
-	st = run(argv, NULL, o, e, true, env);
+	st = run_named(argv, "shim", true, env, o, e);
 	ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == want_sig,
 		      "status %d: want signal %d (exit 5: served after memd "
 		      "died; 6: a wrong byte)",
@@ -1469,33 +1405,25 @@ START_TEST(python_hashes_a_large_bytearray)
 		"print(len(b), hashlib.sha256(b).hexdigest(), b[12345], "
 		"b[n - 1])\n"
 		"del b\n";
+	/* The bytearray itself was pooled, and went through the pool. */
+	static const struct expect want[] = { TOTAL(EVICTED, GE, 40000),
+					      TOTAL(FETCHED, GE, 40000),
+					      { 0 } };
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=8M",
 					   "LIBPOOL_LOG=info", NULL };
-	char o1[128], o2[128], e1[128], e2[128];
+	char plain[128], err[128];
 	char *argv[] = { (char *)python3(), "-c", (char *)script, NULL };
 	size_t len;
 	char *out;
-	int st;
 
 	start();
-	path(o1, sizeof(o1), "plain.out");
-	path(e1, sizeof(e1), "plain.err");
-	path(o2, sizeof(o2), "shim.out");
-	path(e2, sizeof(e2), "shim.err");
-	st = run(argv, NULL, o1, e1, false, NULL);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "plain python3: %d",
-		      st);
-	out = slurp(o1, &len);
+	same_output(argv, env, err);
+	path(plain, sizeof(plain), "plain.out");
+	out = slurp(plain, &len);
 	ck_assert_msg(!strncmp(out, "209715200 ", 10), "python3 said: %s", out);
 	free(out);
-	st = run(argv, NULL, o2, e2, true, env);
-	ck_assert_msg(WIFEXITED(st) && !WEXITSTATUS(st), "shim python3: %d",
-		      st);
-	assert_same(o1, o2);
-	/* The bytearray itself was pooled, and went through the pool. */
-	ck_assert_uint_ge(largest_map(e2), 200ull << 20);
-	ck_assert_uint_ge(total(e2, " evictions="), 40000);
-	ck_assert_uint_ge(total(e2, " pages_fetched="), 40000);
+	ck_assert_uint_ge(largest_map(err), 200ull << 20);
+	expect_log("python3", err, want);
 	stop();
 }
 END_TEST
@@ -1515,6 +1443,17 @@ START_TEST(huge_pages_required)
 	static const char *const env[] = { "LIBPOOL_LOCAL_BYTES=8M",
 					   "LIBPOOL_HUGE_PAGES=required",
 					   "LIBPOOL_LOG=info", NULL };
+	/* 24 MiB through 8 MiB: huge pages evicted and fetched again. */
+	static const struct expect threads[] = { COUNT(MAP, EQ, 1),
+						 COUNT(" page=2097152 ", EQ, 1),
+						 TOTAL(EVICTED, GE, 8),
+						 TOTAL(FETCHED, GE, 8),
+						 { 0 } };
+	static const struct expect stream[] = { COUNT(MAP, EQ, 2),
+						COUNT(" page=2097152 ", EQ, 2),
+						TOTAL(EVICTED, GE, 20),
+						TOTAL(" writebacks=", GE, 20),
+						{ 0 } };
 	char err[128], why[256];
 	int r;
 
@@ -1527,18 +1466,10 @@ START_TEST(huge_pages_required)
 	r = tu_memd_start(&md, "hugepages = no");
 	ck_assert_msg(r == 0, "memd did not start: %s", strerror(-r));
 
-	same_as_plain("threads", env, err, sizeof(err));
-	ck_assert_int_eq(count(err, "paging: map addr="), 1);
-	ck_assert_int_eq(count(err, " page=2097152 "), 1);
-	/* 24 MiB through 8 MiB: huge pages evicted and fetched again. */
-	ck_assert_uint_ge(total(err, " evictions="), 8);
-	ck_assert_uint_ge(total(err, " pages_fetched="), 8);
-
-	same_as_plain("stream", env, err, sizeof(err));
-	ck_assert_int_eq(count(err, "paging: map addr="), 2);
-	ck_assert_int_eq(count(err, " page=2097152 "), 2);
-	ck_assert_uint_ge(total(err, " evictions="), 20);
-	ck_assert_uint_ge(total(err, " writebacks="), 20);
+	same_as_plain("threads", env, err);
+	expect_log("threads", err, threads);
+	same_as_plain("stream", env, err);
+	expect_log("stream", err, stream);
 	stop();
 	tu_huge_release(&hugetlb);
 }
@@ -1579,8 +1510,7 @@ int main(int argc, char **argv)
 		return prog_glibc();
 	if (argc > 2 && !strcmp(argv[1], "kvmap"))
 		return prog_kvmap(argv[2]);
-	if (!tu_memd_path())
-		tu_skip("TP_MEMD is not set (run through ctest)");
+	tu_need_memd();
 	if (!getenv("TP_PRELOAD") || access(getenv("TP_PRELOAD"), R_OK))
 		tu_skip("TP_PRELOAD is not set: libpool-preload.so is not "
 			"built here (sanitizer build?)");
@@ -1604,27 +1534,14 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, huge_pages_required);
 		goto run;
 	}
-	tcase_add_test(tc, unmodified_program);
-	tcase_add_test(tc, sort_bigger_than_budget);
-	tcase_add_test(tc, unreachable_pool);
-	tcase_add_test(tc, small_program_fixed_overhead);
-	tcase_add_test(tc, shim_does_not_load_libfabric);
-	tcase_add_test(tc, same_host_needs_no_fabric);
-	tcase_add_test(tc, kv_gets_unmapped_beside_the_shim);
-	tcase_add_test(tc, realloc_across_threshold);
-	tcase_add_test(tc, threads_fault_at_once);
-	tcase_add_test(tc, cxx_new_delete_from_c);
-	tcase_add_test(tc, mapping_split_by_program);
-	tcase_add_test(tc, deepbind_library);
-	tcase_add_test(tc, jemalloc_linked_program);
-	tcase_add_test(tc, bad_free_named);
-	tcase_add_test(tc, glibc_blocks_and_alignments);
-	tcase_add_test(tc, fork_child_copy);
-	tcase_add_test(tc, fork_fetch_off);
-	tcase_add_test(tc, freed_memory_purged);
-	tcase_add_test(tc, memd_killed_sigbus);
-	tcase_add_test(tc, memd_killed_sigbus_blocked);
-	tcase_add_test(tc, python_hashes_a_large_bytearray);
+	tcase_add_loop_test(tc, programs_same_as_plain, 0,
+			    sizeof(plain_cases) / sizeof(plain_cases[0]));
+	TU_ADD_TESTS(tc, sort_bigger_than_budget, unreachable_pool,
+		     shim_does_not_load_libfabric,
+		     kv_gets_unmapped_beside_the_shim, jemalloc_linked_program,
+		     bad_free_named, fork_child_copy, fork_fetch_off,
+		     memd_killed_sigbus, memd_killed_sigbus_blocked,
+		     python_hashes_a_large_bytearray);
 run:
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s);

@@ -239,199 +239,194 @@ static void key_of(const char *secret, uint8_t key[AUTH_KEY_LEN])
 	auth_tenant_key((const uint8_t *)secret, strlen(secret), key);
 }
 
-START_TEST(hello_and_auth_ok)
-{
-	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN], pass[100];
+/* The client's side of a test against a fake memd: the tenant keys of
+ * two secrets, the handshake's results, and the connection. */
+struct side {
+	uint8_t key[AUTH_KEY_LEN];   /* "tenant secret number one" */
+	uint8_t other[AUTH_KEY_LEN]; /* "tenant secret number two" */
+	uint8_t sk[AUTH_KEY_LEN];
 	struct wire_hello_ok hok;
 	struct wire_auth_ok aok;
 	char err[WIRE_MSG_MAX];
 	struct fake f;
 	struct rpc *c;
+};
 
-	key_of("tenant secret number one", key);
+/* Starts a fake memd that plays sc holding s's key (with other, the key
+ * of the other secret) and connects s to it. */
+static void side_open(struct side *s, enum scenario sc, bool other)
+{
+	key_of("tenant secret number one", s->key);
+	key_of("tenant secret number two", s->other);
+	fake_start(&s->f, sc, other ? s->other : s->key);
+	s->c = fake_connect(&s->f);
+}
+
+START_TEST(hello_and_auth_ok)
+{
+	struct side s;
+	uint8_t pass[100];
+
 	for (unsigned i = 0; i < sizeof(pass); i++)
 		pass[i] = (uint8_t)(i * 7 + 3);
-	fake_start(&f, SC_OK, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(
-		rpc_hello(c, "test\x01rpc", 1, 2000, &hok, err, sizeof(err)),
-		0);
-	ck_assert_uint_eq(hok.proto, 2);
-	ck_assert_uint_eq(hok.session_id, SESSION_ID);
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, pass, sizeof(pass),
-				  2000, &aok, sk, err, sizeof(err)),
+	side_open(&s, SC_OK, false);
+	ck_assert_int_eq(rpc_hello(s.c, "test\x01rpc", 1, 2000, &s.hok, s.err,
+				   sizeof(s.err)),
 			 0);
-	ck_assert(f.proof_ok);
-	ck_assert_str_eq(f.principal, "acme");
-	ck_assert_uint_eq(f.pass_len, sizeof(pass));
-	ck_assert_mem_eq(f.pass, pass, sizeof(pass));
-	ck_assert_mem_eq(sk, f.session_key, AUTH_KEY_LEN);
-	ck_assert_uint_eq(aok.role, WIRE_ROLE_TENANT);
-	ck_assert_uint_eq(aok.tenant_id, 7);
-	ck_assert_uint_eq(aok.flags, WIRE_AUTH_REGISTRY);
-	ck_assert(!rpc_is_broken(c));
-	fake_stop(&f, c);
+	ck_assert_uint_eq(s.hok.proto, 2);
+	ck_assert_uint_eq(s.hok.session_id, SESSION_ID);
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, "acme", s.key, pass,
+				  sizeof(pass), 2000, &s.aok, s.sk, s.err,
+				  sizeof(s.err)),
+			 0);
+	ck_assert(s.f.proof_ok);
+	ck_assert_str_eq(s.f.principal, "acme");
+	ck_assert_uint_eq(s.f.pass_len, sizeof(pass));
+	ck_assert_mem_eq(s.f.pass, pass, sizeof(pass));
+	ck_assert_mem_eq(s.sk, s.f.session_key, AUTH_KEY_LEN);
+	ck_assert_uint_eq(s.aok.role, WIRE_ROLE_TENANT);
+	ck_assert_uint_eq(s.aok.tenant_id, 7);
+	ck_assert_uint_eq(s.aok.flags, WIRE_AUTH_REGISTRY);
+	ck_assert(!rpc_is_broken(s.c));
+	fake_stop(&s.f, s.c);
 }
 END_TEST
 
+/* side_open(), HELLO, and an AUTH as "acme" the fake refuses: EACCES,
+ * its text in s->err. */
+static void auth_refused(struct side *s, enum scenario sc, bool other)
+{
+	side_open(s, sc, other);
+	ck_assert_int_eq(rpc_hello(s->c, NULL, 1, 2000, &s->hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_auth(s->c, &s->hok, "acme", s->key, NULL, 0, 2000,
+				  &s->aok, s->sk, s->err, sizeof(s->err)),
+			 -EACCES);
+}
+
 START_TEST(auth_wrong_key_is_eacces)
 {
-	uint8_t key[AUTH_KEY_LEN], other[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
-	struct wire_hello_ok hok;
-	struct wire_auth_ok aok;
-	char err[WIRE_MSG_MAX];
-	struct fake f;
-	struct rpc *c;
+	struct side s;
 
-	key_of("tenant secret number one", key);
-	key_of("tenant secret number two", other);
-	fake_start(&f, SC_WRONG_KEY, other);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
-				  err, sizeof(err)),
-			 -EACCES);
-	ck_assert(!f.proof_ok);
-	ck_assert_str_eq(err, "authentication failed");
-	fake_stop(&f, c);
+	auth_refused(&s, SC_WRONG_KEY, true);
+	ck_assert(!s.f.proof_ok);
+	ck_assert_str_eq(s.err, "authentication failed");
+	fake_stop(&s.f, s.c);
 }
 END_TEST
 
 START_TEST(auth_server_bad_proof_is_eacces)
 {
-	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
-	struct wire_hello_ok hok;
-	struct wire_auth_ok aok;
-	char err[WIRE_MSG_MAX];
-	struct fake f;
-	struct rpc *c;
+	struct side s;
 
-	key_of("tenant secret number one", key);
-	fake_start(&f, SC_BAD_PROOF, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
-				  err, sizeof(err)),
-			 -EACCES);
-	ck_assert(f.proof_ok); /* we proved; memd did not */
-	ck_assert_ptr_nonnull(strstr(err, "proof"));
-	ck_assert(rpc_is_broken(c));
-	fake_stop(&f, c);
+	auth_refused(&s, SC_BAD_PROOF, false);
+	ck_assert(s.f.proof_ok); /* we proved; memd did not */
+	ck_assert_ptr_nonnull(strstr(s.err, "proof"));
+	ck_assert(rpc_is_broken(s.c));
+	fake_stop(&s.f, s.c);
 }
 END_TEST
 
 START_TEST(auth_refusals)
 {
-	uint8_t key[AUTH_KEY_LEN], sk[AUTH_KEY_LEN], pass[WIRE_PASS_MAX + 1];
-	struct wire_hello_ok hok;
-	struct wire_auth_ok aok;
+	struct side s;
+	uint8_t pass[WIRE_PASS_MAX + 1];
 	char longname[WIRE_NAME_MAX + 1];
-	struct fake f;
-	struct rpc *c;
 
-	key_of("tenant secret number one", key);
 	memset(pass, 1, sizeof(pass));
 	memset(longname, 'a', sizeof(longname) - 1);
 	longname[sizeof(longname) - 1] = '\0';
 
-	fake_start(&f, SC_STANDALONE, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0), 0);
-	ck_assert_int_eq(
-		rpc_auth(c, &hok, "", key, NULL, 0, 2000, &aok, sk, NULL, 0),
-		-EINVAL);
-	ck_assert_int_eq(rpc_auth(c, &hok, longname, key, NULL, 0, 2000, &aok,
-				  sk, NULL, 0),
+	side_open(&s, SC_STANDALONE, false);
+	ck_assert_int_eq(rpc_hello(s.c, NULL, 1, 2000, &s.hok, NULL, 0), 0);
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, "", s.key, NULL, 0, 2000, &s.aok,
+				  s.sk, NULL, 0),
 			 -EINVAL);
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, pass, sizeof(pass),
-				  2000, &aok, sk, NULL, 0),
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, longname, s.key, NULL, 0, 2000,
+				  &s.aok, s.sk, NULL, 0),
 			 -EINVAL);
-	hok.proto = 1;
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
-				  NULL, 0),
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, "acme", s.key, pass,
+				  sizeof(pass), 2000, &s.aok, s.sk, NULL, 0),
+			 -EINVAL);
+	s.hok.proto = 1;
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, "acme", s.key, NULL, 0, 2000,
+				  &s.aok, s.sk, NULL, 0),
 			 -EPROTONOSUPPORT);
-	hok.proto = 2;
-	ck_assert_int_eq(rpc_auth(c, &hok, "acme", key, NULL, 0, 2000, &aok, sk,
-				  NULL, 0),
+	s.hok.proto = 2;
+	ck_assert_int_eq(rpc_auth(s.c, &s.hok, "acme", s.key, NULL, 0, 2000,
+				  &s.aok, s.sk, NULL, 0),
 			 -EOPNOTSUPP);
-	fake_stop(&f, c);
+	fake_stop(&s.f, s.c);
 
-	fake_start(&f, SC_PROTO_NEW, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_hello(c, NULL, 1, 2000, &hok, NULL, 0),
+	side_open(&s, SC_PROTO_NEW, false);
+	ck_assert_int_eq(rpc_hello(s.c, NULL, 1, 2000, &s.hok, NULL, 0),
 			 -EPROTONOSUPPORT);
-	ck_assert_int_eq(rpc_hello(c, NULL, 0, 2000, &hok, NULL, 0), -EINVAL);
-	fake_stop(&f, c);
+	ck_assert_int_eq(rpc_hello(s.c, NULL, 0, 2000, &s.hok, NULL, 0),
+			 -EINVAL);
+	fake_stop(&s.f, s.c);
 }
 END_TEST
+
+/* rpc_handshake() with proto_min offer, against a fake playing sc
+ * (holding the other key with other), fails with want; hello then says
+ * protocol hello_proto (0: untouched). */
+static void handshake_fails(enum scenario sc, bool other, uint16_t offer,
+			    int want, uint16_t hello_proto)
+{
+	struct side s;
+
+	side_open(&s, sc, other);
+	memset(&s.hok, 0, sizeof(s.hok));
+	ck_assert_int_eq(rpc_handshake(s.c, "t", offer, "acme", s.key, 0, 2000,
+				       &s.hok, NULL, s.sk, s.err,
+				       sizeof(s.err)),
+			 want);
+	ck_assert_uint_eq(s.hok.proto, hello_proto);
+	fake_stop(&s.f, s.c);
+}
 
 /* rpc_handshake: HELLO + AUTH in one call, the role checked, and which
  * step failed told by hello. */
 START_TEST(handshake_in_one_call)
 {
-	uint8_t key[AUTH_KEY_LEN], other[AUTH_KEY_LEN], sk[AUTH_KEY_LEN];
-	struct wire_hello_ok hok;
-	struct wire_auth_ok aok;
-	char err[WIRE_MSG_MAX];
-	struct fake f;
-	struct rpc *c;
+	struct side s;
 
-	key_of("tenant secret number one", key);
-	key_of("tenant secret number two", other);
-
-	fake_start(&f, SC_OK, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, WIRE_ROLE_TENANT,
-				       2000, &hok, &aok, sk, err, sizeof(err)),
+	side_open(&s, SC_OK, false);
+	ck_assert_int_eq(rpc_handshake(s.c, "t", 2, "acme", s.key,
+				       WIRE_ROLE_TENANT, 2000, &s.hok, &s.aok,
+				       s.sk, s.err, sizeof(s.err)),
 			 0);
-	ck_assert_uint_eq(hok.session_id, SESSION_ID);
-	ck_assert_uint_eq(aok.tenant_id, 7);
-	ck_assert(f.proof_ok);
-	ck_assert_mem_eq(sk, f.session_key, AUTH_KEY_LEN);
-	fake_stop(&f, c);
+	ck_assert_uint_eq(s.hok.session_id, SESSION_ID);
+	ck_assert_uint_eq(s.aok.tenant_id, 7);
+	ck_assert(s.f.proof_ok);
+	ck_assert_mem_eq(s.sk, s.f.session_key, AUTH_KEY_LEN);
+	fake_stop(&s.f, s.c);
 
 	/* memd made us a tenant; we asked to be admin */
-	fake_start(&f, SC_OK, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_handshake(c, "t", 2, "@admin", key,
-				       WIRE_ROLE_ADMIN, 2000, NULL, NULL, sk,
-				       err, sizeof(err)),
+	side_open(&s, SC_OK, false);
+	ck_assert_int_eq(rpc_handshake(s.c, "t", 2, "@admin", s.key,
+				       WIRE_ROLE_ADMIN, 2000, NULL, NULL, s.sk,
+				       s.err, sizeof(s.err)),
 			 -EPROTO);
-	ck_assert_str_eq(err, "memd gave @admin the role tenant, not admin");
-	fake_stop(&f, c);
+	ck_assert_str_eq(s.err, "memd gave @admin the role tenant, not admin");
+	fake_stop(&s.f, s.c);
 
-	/* AUTH fails: hello was written */
-	fake_start(&f, SC_WRONG_KEY, other);
-	c = fake_connect(&f);
-	memset(&hok, 0, sizeof(hok));
-	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, 0, 2000, &hok,
-				       NULL, sk, err, sizeof(err)),
-			 -EACCES);
-	ck_assert_uint_eq(hok.proto, 2);
-	fake_stop(&f, c);
-
-	/* HELLO fails: hello untouched */
-	fake_start(&f, SC_PROTO_NEW, key);
-	c = fake_connect(&f);
-	memset(&hok, 0, sizeof(hok));
-	ck_assert_int_eq(rpc_handshake(c, "t", 1, "acme", key, 0, 2000, &hok,
-				       NULL, sk, err, sizeof(err)),
-			 -EPROTONOSUPPORT);
-	ck_assert_uint_eq(hok.proto, 0);
-	fake_stop(&f, c);
+	/* AUTH fails: hello was written; HELLO fails: hello untouched */
+	handshake_fails(SC_WRONG_KEY, true, 2, -EACCES, 2);
+	handshake_fails(SC_PROTO_NEW, false, 1, -EPROTONOSUPPORT, 0);
 
 	/* protocol 1, offered: no AUTH, 0; not offered: refused */
-	fake_start(&f, SC_PROTO1, key);
-	c = fake_connect(&f);
-	ck_assert_int_eq(rpc_handshake(c, "t", 1, "acme", key, WIRE_ROLE_TENANT,
-				       2000, &hok, NULL, sk, err, sizeof(err)),
+	side_open(&s, SC_PROTO1, false);
+	ck_assert_int_eq(rpc_handshake(s.c, "t", 1, "acme", s.key,
+				       WIRE_ROLE_TENANT, 2000, &s.hok, NULL,
+				       s.sk, s.err, sizeof(s.err)),
 			 0);
-	ck_assert_uint_eq(hok.proto, 1);
-	ck_assert_str_eq(f.principal, "");
-	ck_assert_int_eq(rpc_handshake(c, "t", 2, "acme", key, 0, 2000, &hok,
-				       NULL, sk, err, sizeof(err)),
+	ck_assert_uint_eq(s.hok.proto, 1);
+	ck_assert_str_eq(s.f.principal, "");
+	ck_assert_int_eq(rpc_handshake(s.c, "t", 2, "acme", s.key, 0, 2000,
+				       &s.hok, NULL, s.sk, s.err,
+				       sizeof(s.err)),
 			 -EPROTONOSUPPORT);
-	fake_stop(&f, c);
+	fake_stop(&s.f, s.c);
 }
 END_TEST
 
@@ -487,18 +482,14 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("rpc");
-	TCase *tc = tcase_create("handshake");
+	TCase *tc = tu_tcase(s, "handshake", 0);
 
 	if (auth_init()) {
 		fprintf(stderr, "libsodium does not initialize\n");
 		return 1;
 	}
-	tcase_add_test(tc, hello_and_auth_ok);
-	tcase_add_test(tc, auth_wrong_key_is_eacces);
-	tcase_add_test(tc, auth_server_bad_proof_is_eacces);
-	tcase_add_test(tc, auth_refusals);
-	tcase_add_test(tc, handshake_in_one_call);
-	tcase_add_test(tc, send_recv_overlap);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, hello_and_auth_ok, auth_wrong_key_is_eacces,
+		     auth_server_bad_proof_is_eacces, auth_refusals,
+		     handshake_in_one_call, send_recv_overlap);
 	return tu_run_suite(s);
 }

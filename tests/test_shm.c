@@ -123,6 +123,28 @@ static void raw_close(struct raw *r)
 	rpc_close(r->c);
 }
 
+/* Closes the slab descriptors fa and fb of the raw clients a and b, a and
+ * b, and stops m. */
+static void two_raw_down(int fa, int fb, struct raw *a, struct raw *b,
+			 struct tu_memd *m)
+{
+	close(fa);
+	close(fb);
+	raw_close(a);
+	raw_close(b);
+	tu_memd_stop_ok(m);
+}
+
+/* poolctl leases of m, its output in m's dir/leases.txt, whose path goes
+ * to path (len bytes). */
+static void poolctl_leases(const struct tu_memd *m, char *path, size_t len)
+{
+	snprintf(path, len, "%s/leases.txt", m->dir);
+	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
+			       getenv("TP_POOLCTL"), m->addr, path),
+			 0);
+}
+
 static int raw_slab_fd(struct raw *r)
 {
 	int fd;
@@ -259,11 +281,7 @@ START_TEST(revoked_fd_reads_nothing)
 	munmap((void *)map, SLAB);
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_slabs_renewed_total"),
 			 1);
-	close(fa);
-	close(fb);
-	raw_close(&a);
-	raw_close(&b);
-	tu_memd_stop_ok(&m);
+	two_raw_down(fa, fb, &a, &b, &m);
 }
 END_TEST
 
@@ -385,10 +403,7 @@ START_TEST(libpool_over_shm)
 		  (_i == 1));
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
 			 3);
-	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
-	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
-			       getenv("TP_POOLCTL"), m.addr, path),
-			 0);
+	poolctl_leases(&m, path, sizeof(path));
 	ck_assert(tu_file_has(path, " shm"));
 	ck_assert(!tu_file_has(path, "fabric"));
 	ck_assert_int_eq(pool_free(p, r), 0);
@@ -453,10 +468,7 @@ START_TEST(shm_dir_read_only)
 	tu_pool_write_read_check(p, r, 0, SLAB, 61);
 	tu_pool_write_read_check(p, r, SLAB - 5000, 5000, 62);
 	ck_assert(!pool_fabric_is_pending(p)); /* the writes needed it */
-	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
-	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
-			       getenv("TP_POOLCTL"), m.addr, path),
-			 0);
+	poolctl_leases(&m, path, sizeof(path));
 	ck_assert(tu_file_has(path, " shm"));
 
 	/* a raw client that kept a descriptor of p's slab */
@@ -555,11 +567,7 @@ START_TEST(slab_files_mode_0400)
 	ck_assert_int_eq(fstat(fb, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0400);
 	ck_assert_int_eq(reopen_as_other_uid(fb, O_RDWR), EACCES);
-	close(fa);
-	close(fb);
-	raw_close(&a);
-	raw_close(&b);
-	tu_memd_stop_ok(&m);
+	two_raw_down(fa, fb, &a, &b, &m);
 }
 END_TEST
 
@@ -850,10 +858,7 @@ START_TEST(other_host_stays_on_fabric)
 	tu_pool_write_read_check(p, r, 0, SLAB, 41);
 	ck_assert_int_eq(tu_metric(&m, "tidepool_memd_shm_fds_passed_total"),
 			 0);
-	snprintf(path, sizeof(path), "%s/leases.txt", m.dir);
-	ck_assert_int_eq(tu_sh("%s -a %s leases > %s 2>&1",
-			       getenv("TP_POOLCTL"), m.addr, path),
-			 0);
+	poolctl_leases(&m, path, sizeof(path));
 	ck_assert(tu_file_has(path, "fabric"));
 	pool_close(p);
 	/* a value that is neither */
@@ -930,24 +935,18 @@ END_TEST
 int main(void)
 {
 	Suite *s = suite_create("shm");
-	TCase *tc = tcase_create("shm");
+	TCase *tc = tu_tcase(s, "shm", 120);
 
 	if (!tu_memd_path()) {
 		printf("SKIP: TP_MEMD not set\n");
 		return 77;
 	}
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, revoked_fd_reads_nothing);
 	tcase_add_test(tc, cross_session_refused);
 	tcase_add_loop_test(tc, libpool_over_shm, 0, 2);
-	tcase_add_test(tc, shm_dir_read_only);
-	tcase_add_test(tc, slab_files_mode_0400);
-	tcase_add_test(tc, map_short_file_estale);
-	tcase_add_test(tc, unbound_flood_of_other_uid);
-	tcase_add_test(tc, one_bound_socket_per_session);
-	tcase_add_test(tc, out_of_descriptors_same_host);
-	tcase_add_test(tc, other_host_stays_on_fabric);
-	tcase_add_test(tc, memd_restart);
-	suite_add_tcase(s, tc);
+	TU_ADD_TESTS(tc, shm_dir_read_only, slab_files_mode_0400,
+		     map_short_file_estale, unbound_flood_of_other_uid,
+		     one_bound_socket_per_session, out_of_descriptors_same_host,
+		     other_host_stays_on_fabric, memd_restart);
 	return tu_run_suite(s);
 }

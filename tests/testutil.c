@@ -115,6 +115,22 @@ void tu_skip(const char *fmt, ...)
 	exit(77);
 }
 
+struct TCase *tu_tcase(struct Suite *s, const char *name, int timeout_s)
+{
+	TCase *tc = tcase_create(name);
+
+	if (timeout_s > 0)
+		tcase_set_timeout(tc, timeout_s);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		tcase_add_test(tc, tests[i]);
+}
+
 int tu_run_suite(Suite *s)
 {
 	SRunner *sr = srunner_create(s);
@@ -160,6 +176,12 @@ const char *tu_memd_path(void)
 	const char *p = getenv("TP_MEMD");
 
 	return p && *p ? p : NULL;
+}
+
+void tu_need_memd(void)
+{
+	if (!tu_memd_path())
+		tu_skip("TP_MEMD is not set (run through ctest)");
 }
 
 /* setns(CLONE_NEWNET) into /var/run/netns/NAME for the calling thread. */
@@ -316,6 +338,28 @@ int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		       const char *const *extra_args)
 {
 	return memd_spawn(m, NULL, NULL, extra_conf, extra_args);
+}
+
+int tu_registry_start(struct tu_memd *m, const char *cluster, const char *state,
+		      const char *extra_conf, const char *const *more_args)
+{
+	char secret[300], dir[300];
+	const char *args[40] = { "--set",	  "registry=yes", "--set",
+				 "donor_name=r0", "--set",	  secret };
+	int n = 6;
+
+	snprintf(secret, sizeof(secret), "cluster_secret_file=%s", cluster);
+	if (state) {
+		snprintf(dir, sizeof(dir), "state_dir=%s", state);
+		args[n++] = "--set";
+		args[n++] = dir;
+	}
+	for (; more_args && *more_args; more_args++) {
+		if (n + 1 >= (int)(sizeof(args) / sizeof(args[0])))
+			return -E2BIG;
+		args[n++] = *more_args;
+	}
+	return tu_memd_start_args(m, extra_conf, args);
 }
 
 int tu_memd_start_ns(struct tu_memd *m, const char *ns, const char *host,
@@ -494,21 +538,49 @@ bool tu_file_has(const char *path, const char *needle)
 	return strstr(buf, needle) != NULL;
 }
 
-char *tu_read_whole(const char *path)
+bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
+{
+	struct timespec ts = { 0, 20 * 1000000 };
+
+	for (int waited = 0; !tu_file_has(path, needle); waited += 20) {
+		if (waited >= timeout_ms)
+			return false;
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+char *tu_read_file(const char *path, size_t *len)
 {
 	char *buf = NULL, chunk[4096];
-	size_t len = 0, n;
+	size_t n;
 	FILE *out, *in = fopen(path, "r");
 
 	if (!in)
 		return NULL;
-	out = open_memstream(&buf, &len);
+	out = open_memstream(&buf, len);
 	ck_assert_ptr_nonnull(out);
 	while ((n = fread(chunk, 1, sizeof(chunk), in)) > 0)
 		fwrite(chunk, 1, n, out);
 	fclose(in);
 	fclose(out);
 	return buf;
+}
+
+void tu_write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "w");
+
+	ck_assert_msg(f, "cannot create %s", path);
+	ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+char *tu_read_whole(const char *path)
+{
+	size_t len;
+
+	return tu_read_file(path, &len);
 }
 
 void tu_tmpdir_make(char *dir, size_t len, const char *name)
@@ -729,6 +801,28 @@ int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 	r = admin_call(c, json, out, cap);
 	rpc_close(c);
 	return r;
+}
+
+int tu_admin_until(const char *addr, const char *cluster_secret,
+		   const char *json, int timeout_ms, char *out, size_t cap, ...)
+{
+	struct timespec ts = { 0, 20 * 1000000 };
+
+	for (int waited = 0;; waited += 20) {
+		bool all = !tu_admin(addr, cluster_secret, json, out, cap);
+		const char *want;
+		va_list ap;
+
+		va_start(ap, cap);
+		while (all && (want = va_arg(ap, const char *)))
+			all = strstr(out, want) != NULL;
+		va_end(ap);
+		if (all)
+			return 0;
+		if (waited >= timeout_ms)
+			return -ETIMEDOUT;
+		nanosleep(&ts, NULL);
+	}
 }
 
 int tu_tenant_add(const char *addr, const char *cluster_secret,

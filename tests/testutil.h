@@ -23,6 +23,16 @@ static inline uint8_t tu_pattern_byte(uint64_t seed, uint64_t off)
 	return (uint8_t)(x >> ((off & 7) * 8));
 }
 void tu_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t off);
+
+/* SplitMix64: the next of the stream of *s (a seed; advanced). */
+static inline uint64_t tu_splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
 /* Index of the first wrong byte, or -1 when all match. */
 ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 			 uint64_t off);
@@ -36,7 +46,21 @@ void tu_skip(const char *fmt, ...)
  * the runner: main()'s exit status, EXIT_FAILURE when a test failed.
  */
 struct Suite;
+struct TCase;
 int tu_run_suite(struct Suite *s);
+
+/* A new TCase name of s, with a timeout of timeout_s seconds (0: Check's
+ * default); its tests may be added after. */
+struct TCase *tu_tcase(struct Suite *s, const char *name, int timeout_s);
+
+/* Adds every test of the list (START_TEST names) to the TCase tc, in
+ * order: TU_ADD_TESTS(tc, first_test, second_test, ...). */
+struct TTest;
+void tu_add_tests(struct TCase *tc, const struct TTest *const *tests, size_t n);
+#define TU_ADD_TESTS(tc, ...)                                                  \
+	tu_add_tests((tc), (const struct TTest *const[]){ __VA_ARGS__ },       \
+		     sizeof((const struct TTest *const[]){ __VA_ARGS__ }) /    \
+			     sizeof(const struct TTest *))
 
 /* How many threads of this process are named name (comm); *tid, when
  * given, is the first one found. */
@@ -69,6 +93,15 @@ int tu_memd_start(struct tu_memd *m, const char *extra_conf);
  * NULL), which override the config file: "--donate", "96M". */
 int tu_memd_start_args(struct tu_memd *m, const char *extra_conf,
 		       const char *const *extra_args);
+/*
+ * tu_memd_start_args() of a registry with its own donor part r0 (--set
+ * registry=yes, donor_name=r0): its cluster secret in the file at
+ * cluster, its state in the directory state (NULL: none), then more_args
+ * (NULL-terminated, may be NULL: "--donate", "64M"). -E2BIG when
+ * more_args are too many.
+ */
+int tu_registry_start(struct tu_memd *m, const char *cluster, const char *state,
+		      const char *extra_conf, const char *const *more_args);
 /* Sends sig and reaps; returns the exit status as waitpid gives it. */
 int tu_memd_stop(struct tu_memd *m, int sig);
 struct pool;
@@ -121,10 +154,18 @@ int tu_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether the file at path (its first MiB: a memd's log, a program's
  * stderr) holds needle; false when it cannot be read. */
 bool tu_file_has(const char *path, const char *needle);
+/* tu_file_has() polled every 20 ms for up to timeout_ms: whether needle
+ * showed up in time. */
+bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 
 /* The whole file at path, NUL-terminated (free it); NULL when it cannot
  * be read. */
 char *tu_read_whole(const char *path);
+/* The same with its length (it may hold NUL bytes) in *len. */
+char *tu_read_file(const char *path, size_t *len);
+/* Writes len bytes of data to a new (or truncated) file at path; fails
+ * the running test on any error. */
+void tu_write_file(const char *path, const void *data, size_t len);
 
 /*
  * A fixture's directory: tu_tmpdir_make creates $TMPDIR/name.XXXXXX
@@ -146,6 +187,14 @@ void tu_tmpdir_remove(const char *dir);
 int tu_secret_file(const char *dir, const char *name, char *path);
 int tu_admin(const char *addr, const char *cluster_secret, const char *json,
 	     char *out, size_t cap);
+/*
+ * tu_admin() of json every 20 ms until its reply (in out) holds every
+ * string of the NULL-terminated list that follows, for up to timeout_ms:
+ * 0, or -ETIMEDOUT with the last reply (or refusal) in out.
+ */
+int tu_admin_until(const char *addr, const char *cluster_secret,
+		   const char *json, int timeout_ms, char *out, size_t cap, ...)
+	__attribute__((sentinel));
 int tu_tenant_add(const char *addr, const char *cluster_secret,
 		  const char *tenant, const char *secret_file,
 		  uint64_t quota_bytes);
@@ -238,5 +287,7 @@ int64_t tu_metric(const struct tu_memd *m, const char *name);
 
 /* Path of the memd binary (from TP_MEMD) or NULL. */
 const char *tu_memd_path(void);
+/* Skips the test program (tu_skip) when TP_MEMD is not set. */
+void tu_need_memd(void);
 
 #endif

@@ -918,11 +918,7 @@ def quiesce(cl, rec, busy):
     # Sessions of killed clients expire (lease_ttl 3 s + grace 1 s) and
     # the donors report.
     time.sleep(6)
-    for i in range(15):
-        s = snapshot(cl, rec, "hold")
-        if consistent(s):
-            break
-        time.sleep(1)
+    settle(cl, rec, "hold", 15)
     for p, _, _ in cl.clients.values():
         p.signal(signal.SIGTERM)
     for p, _, _ in cl.clients.values():
@@ -931,11 +927,18 @@ def quiesce(cl, rec, busy):
         except subprocess.TimeoutExpired:
             p.kill()
     time.sleep(2)
-    for i in range(30):
-        s = snapshot(cl, rec, "final")
+    settle(cl, rec, "final", 30)
+
+
+def settle(cl, rec, phase, tries):
+    """Snapshots (phase) once a second until one is consistent, at most
+    tries of them; the last one."""
+    for i in range(tries):
+        s = snapshot(cl, rec, phase)
         if consistent(s):
             break
         time.sleep(1)
+    return s
 
 
 def consistent(s):

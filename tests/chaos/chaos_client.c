@@ -108,18 +108,9 @@ static uint64_t slab_bytes = 2u << 20;
 static long corrupt_after = -1; /* self-test: spoil the n-th read */
 static long reads_done;
 
-static uint64_t splitmix(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static uint64_t rnd(uint64_t n)
 {
-	return n ? splitmix(&rng_state) % n : 0;
+	return n ? tu_splitmix(&rng_state) % n : 0;
 }
 
 static uint64_t now_ns(void)
@@ -156,7 +147,7 @@ static uint64_t hdr_seed(const struct sector_hdr *h)
 		     ((uint64_t)h->rid << 40 | h->block) * 31 ^
 		     h->version * 0x100000001b3ull ^ (uint64_t)h->sector << 17;
 
-	return splitmix(&s);
+	return tu_splitmix(&s);
 }
 
 static void sector_fill(uint8_t *p, const struct sector_hdr *h)
@@ -165,7 +156,7 @@ static void sector_fill(uint8_t *p, const struct sector_hdr *h)
 
 	memcpy(p, h, sizeof(*h));
 	for (size_t i = sizeof(*h); i < SECTOR; i += 8) {
-		uint64_t v = splitmix(&s);
+		uint64_t v = tu_splitmix(&s);
 
 		memcpy(p + i, &v, 8);
 	}
@@ -540,7 +531,7 @@ static void kv_key(uint32_t id, struct pool_kv_key *k)
 	uint64_t s = (uint64_t)kv_space << 32 | id;
 
 	for (size_t i = 0; i < sizeof(k->b); i += 8) {
-		uint64_t v = splitmix(&s);
+		uint64_t v = tu_splitmix(&s);
 
 		memcpy(k->b + i, &v, 8);
 	}

@@ -43,16 +43,10 @@ static void die(const char *what, const char *detail)
 
 static struct memd_registry *open_reg(char *err, size_t errlen, int *rc)
 {
-	struct memd_registry_opts o = {
-		.state_dir = dir,
-		.slab_bytes = 1u << 20,
-		.report_ms = 1000,
-		.ticket_ttl_ms = 30000,
-		.pass_ttl_ms = 60000,
-		.keys = &keys,
-	};
+	struct memd_registry_opts o;
 	struct memd_registry *r = NULL;
 
+	fuzz_registry_opts(&o, dir, &keys);
 	err[0] = '\0';
 	*rc = memd_registry_open(&o, 1000, &r, err, errlen);
 	return r;
@@ -188,16 +182,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static const uint8_t secret[32] = "tidepool-fuzz-cluster-secret-32b";
-
 	(void)argc;
 	(void)argv;
-	memd_log_level = LOG_CRIT; /* below every memd line */
-	if (auth_init())
-		die("auth_init", "libsodium");
-	auth_cluster_keys(secret, sizeof(secret), &keys);
-	if (fuzz_scratch_dir("registry", dir, sizeof(dir)))
-		die("mkdtemp", dir);
-	snprintf(file, sizeof(file), "%s/registry.json", dir);
+	fuzz_registry_init("registry", &keys, dir, sizeof(dir), file,
+			   sizeof(file));
 	return 0;
 }

@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include "fabric/auth.h"
+#include "memd/log.h"
+#include "memd/registry.h"
+
 static const char *scratch;
 
 static int rm_one(const char *p, const struct stat *sb, int flag,
@@ -43,4 +47,35 @@ int fuzz_scratch_dir(const char *tag, char *dir, size_t len)
 	scratch = dir;
 	atexit(rm_scratch);
 	return 0;
+}
+
+void fuzz_registry_init(const char *tag, struct auth_cluster_keys *keys,
+			char *dir, size_t dirlen, char *file, size_t filelen)
+{
+	static const uint8_t secret[32] = "tidepool-fuzz-cluster-secret-32b";
+
+	memd_log_level = LOG_CRIT; /* below every memd line */
+	if (auth_init()) {
+		fprintf(stderr, "fuzz_%s: auth_init: libsodium\n", tag);
+		abort();
+	}
+	auth_cluster_keys(secret, sizeof(secret), keys);
+	if (fuzz_scratch_dir(tag, dir, dirlen)) {
+		fprintf(stderr, "fuzz_%s: mkdtemp: %s\n", tag, dir);
+		abort();
+	}
+	snprintf(file, filelen, "%s/registry.json", dir);
+}
+
+void fuzz_registry_opts(struct memd_registry_opts *o, const char *dir,
+			const struct auth_cluster_keys *keys)
+{
+	*o = (struct memd_registry_opts){
+		.state_dir = dir,
+		.slab_bytes = 1u << 20,
+		.report_ms = 1000,
+		.ticket_ttl_ms = 30000,
+		.pass_ttl_ms = 60000,
+		.keys = keys,
+	};
 }
