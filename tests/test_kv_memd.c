@@ -713,7 +713,8 @@ static int stripe_check(const struct pool_kv_key *keys, void **bufs,
  * several pieces and of two chunks comes back byte for byte, and each
  * stream carried reads. A value whose pieces went to the wrong place
  * (another stream's buffer or offset) would fail its checksum: a miss,
- * which fails here too. A bad LIBPOOL_KV_STREAMS is refused at connect.
+ * which fails here too. The streams take none of memd's max_clients
+ * (control connections). A bad LIBPOOL_KV_STREAMS is refused at connect.
  */
 START_TEST(striped_gets_every_byte)
 {
@@ -726,7 +727,8 @@ START_TEST(striped_gets_every_byte)
 	struct plink *lk;
 	struct pool *p;
 
-	start_standalone(NULL, "128M");
+	/* room for two control connections: the streams are not any */
+	start_standalone("max_clients = 2\n", "128M");
 	p = stripe_setup("3", 31, &kv, keys, bufs, caps);
 	for (int round = 0; round < 2; round++) {
 		ck_assert_int_eq(pool_kv_get(kv, SN, keys, bufs, caps, got, st),
@@ -740,6 +742,19 @@ START_TEST(striped_gets_every_byte)
 			      "stream %u carried no read", s);
 	ck_assert(!pool_link_is_lost(lk));
 	pool_link_put(lk);
+	/* memd's max_clients counts control connections, not the streams
+	 * (fabric connections): a second session gets in beside the three
+	 * streams, a third is refused */
+	{
+		struct pool_opts o = { .addr = md.addr, .timeout_ms = 1000 };
+		struct pool *p2 = NULL, *p3 = NULL;
+
+		setenv("LIBPOOL_SHM", "off", 1);
+		ck_assert_int_eq(pool_connect(&o, &p2), 0);
+		ck_assert_int_ne(pool_connect(&o, &p3), 0);
+		unsetenv("LIBPOOL_SHM");
+		pool_close(p2);
+	}
 	pool_kv_close(kv);
 	pool_close(p);
 	for (int i = 0; i < SN; i++)
