@@ -25,6 +25,11 @@
 #   FABRIC=1: also the tier "tidepool_fabric", the same memd with the
 #   client's same-host path off (LIBPOOL_SHM=off: KV over RMA, as before
 #   issue 19's KV files), for a before/after in one run; 0: not run
+#   STREAMS=2: also the tier "tidepool_striped", the tcp tier with
+#   LIBPOOL_KV_STREAMS=STREAMS (a get's transfers striped over that many
+#   connections to memd; docs/kv.md); 0 or 1: not run. Where FABRIC=1.
+#   NET=1: also "tidepool_net" and "tidepool_net_striped", the same two
+#   with memd's provider = net (memd.conf(5)); 0 (default): not run
 #   SHM_DIR=<dir>: memd's slabs in that tmpfs directory (memd.conf(5)
 #   shm_dir; gets then read 2 MiB pages, puts go over the fabric)
 # Where BUILD has bench/poolbench, a local memcpy of 1 MiB (poolbench
@@ -33,7 +38,8 @@
 # TRANSPORT=1 (default where FABRIC=1): per repetition, before its
 # workloads, what the transport under the tcp tier carries on this host
 # (TRANSPORT lines): one loopback TCP stream (iperf3 -J, 2 s of 1 MiB
-# writes, where iperf3 is installed) and raw 1 MiB RMA reads over the
+# writes, where iperf3 is installed; with STREAMS > 1 also STREAMS
+# parallel streams, -P) and raw 1 MiB RMA reads over the
 # fabric (poolbench --rw read, depth 16, 1 s, LIBPOOL_SHM=off) against a
 # fresh memd; the summary sets the tcp tier and memcached against them.
 # Everything listens on 127.0.0.1; servers started here are killed on exit.
@@ -83,16 +89,18 @@ def rng(w, t, f):
     v = [float(r[f]) for r in rows.get((w, t), []) if f in r]
     return (min(v), max(v)) if v else (float("nan"),) * 2
 
-print(f"{'workload':<10} {'tier':<9} {'runs':>4} {'hit':>6} {'local':>6} "
+print(f"{'workload':<10} {'tier':<20} {'runs':>4} {'hit':>6} {'local':>6} "
       f"{'tier':>6} {'get MB/s':>9} {'put MB/s':>9} {'GB got':>7} "
       f"{'GB put':>7} {'exists ms':>9} {'TTFT s':>7} {'recompute s':>11} "
       f"{'TTFT/recomp':>11}")
 for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "tidepool_fabric", "redis", "memcached", "none"):
+    for t in ("tidepool", "tidepool_fabric", "tidepool_striped",
+              "tidepool_net", "tidepool_net_striped", "redis", "memcached",
+              "none"):
         if (w, t) not in rows:
             continue
         ttft, rec = med(w, t, "ttft_s"), med(w, t, "ttft_recompute_s")
-        print(f"{w:<10} {t:<9} {len(rows[(w, t)]):>4} "
+        print(f"{w:<10} {t:<20} {len(rows[(w, t)]):>4} "
               f"{med(w, t, 'hit'):>6.3f} {med(w, t, 'local_hit'):>6.3f} "
               f"{med(w, t, 'tier_hit'):>6.3f} {med(w, t, 'get_MBps'):>9.0f} "
               f"{med(w, t, 'put_MBps'):>9.0f} "
@@ -108,7 +116,8 @@ for t in ("tidepool", "redis", "memcached"):
               f"range={lo:.3f}..{hi:.3f} (exists + starting the put, "
               f"against prefill)")
 for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "tidepool_fabric"):
+    for t in ("tidepool", "tidepool_fabric", "tidepool_striped",
+              "tidepool_net", "tidepool_net_striped"):
         if (w, t) in rows and (w, "redis") in rows:
             print(f"median get_MBps_vs_redis workload={w} tier={t} "
                   f"value={div(med(w, t, 'get_MBps'), med(w, 'redis', 'get_MBps')):.2f} "
@@ -122,14 +131,15 @@ for w in ("shared", "oneshot", "multiturn"):
             print(f"median get_MBps_vs_memcpy workload={w} tier={t} "
                   f"value={div(med(w, t, 'get_MBps'), statistics.median(memcpy)):.2f} "
                   f"memcpy_MBps={statistics.median(memcpy):.0f} target=0.3")
-for what in ("tcp_stream", "rma_read"):
+for what in ("tcp_stream", "tcp_streams", "rma_read"):
     if not transport[what]:
         continue
     tm = statistics.median(transport[what])
     print(f"median transport what={what} MBps={tm:.0f} "
           f"runs={len(transport[what])}")
     for w in ("shared", "oneshot", "multiturn"):
-        for t in ("tidepool_fabric", "memcached"):
+        for t in ("tidepool_fabric", "tidepool_striped", "tidepool_net",
+                  "tidepool_net_striped", "memcached"):
             if (w, t) in rows:
                 print(f"median get_MBps_vs_{what} workload={w} tier={t} "
                       f"value={div(med(w, t, 'get_MBps'), tm):.2f}")
@@ -165,6 +175,8 @@ TPS=${TPS:-10000}
 WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
 FABRIC=${FABRIC:-1}
 TRANSPORT=${TRANSPORT:-$FABRIC}
+STREAMS=${STREAMS:-2}
+NET=${NET:-0}
 SHM_DIR=${SHM_DIR:-}
 MEMCACHED_THREADS=${MEMCACHED_THREADS:-2}
 OUT_DIR=${OUT_DIR:-$BUILD/kvbench-results/$(date +%Y%m%d-%H%M%S)}
@@ -204,11 +216,13 @@ free_port() {
 s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# start_memd [PROVIDER]: a fresh memd (PROVIDER: memd.conf's provider)
 start_memd() {
 	rm -f "$TMP/memd.ready"
 	"$MEMD" --listen 127.0.0.1:0 --donate "$CAP" --slab-size "$SLAB" \
 		--log-level warning --ready-file "$TMP/memd.ready" \
 		--set kv_share=100 ${SHM_DIR:+--set "shm_dir=$SHM_DIR"} \
+		${1:+--set "provider=$1"} \
 		>>"$OUT_DIR/memd.log" 2>&1 &
 	MEMD_PID=$!
 	for _ in $(seq 600); do
@@ -294,6 +308,22 @@ print("TRANSPORT what=tcp_stream streams=1 MBps=%.1f"
 			tee -a "$RAW" || log "iperf3 failed; no tcp_stream line"
 		kill "$ipid" 2>/dev/null || true
 		wait "$ipid" 2>/dev/null || true
+		if [ "$STREAMS" -gt 1 ]; then
+			port=$(free_port)
+			iperf3 -s -1 -B 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+			ipid=$!
+			sleep 0.3
+			iperf3 -J -c 127.0.0.1 -p "$port" -t 2 -l 1M \
+				-P "$STREAMS" 2>/dev/null |
+				python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("TRANSPORT what=tcp_streams streams=%s MBps=%.1f"
+      % (sys.argv[1], d["end"]["sum_received"]["bits_per_second"] / 8e6))' \
+					"$STREAMS" | tee -a "$RAW" ||
+				log "iperf3 -P failed; no tcp_streams line"
+			kill "$ipid" 2>/dev/null || true
+			wait "$ipid" 2>/dev/null || true
+		fi
 	fi
 	if [ -x "$BUILD/bench/poolbench" ]; then
 		start_memd
@@ -326,6 +356,22 @@ for rep in $(seq "$REPS"); do
 				"${args[@]}" | sed 's/ tier=tidepool / tier=tidepool_fabric /' |
 				tee -a "$RAW"
 			stop_memd
+			# the same, striped over STREAMS connections; and (NET=1)
+			# both over memd's provider = net
+			variants=()
+			[ "$STREAMS" -le 1 ] || variants+=("tidepool_striped::$STREAMS")
+			[ "$NET" != 1 ] || variants+=("tidepool_net:net:1")
+			[ "$NET" != 1 ] || [ "$STREAMS" -le 1 ] ||
+				variants+=("tidepool_net_striped:net:$STREAMS")
+			for v in "${variants[@]}"; do
+				IFS=: read -r tier prov nst <<<"$v"
+				log "rep $rep/$REPS $w: $tier (LIBPOOL_SHM=off LIBPOOL_KV_STREAMS=$nst provider=${prov:-tcp})"
+				start_memd "$prov"
+				LIBPOOL_SHM=off LIBPOOL_KV_STREAMS=$nst "$KVBENCH" \
+					--tier tidepool --addr "$ADDR" "${args[@]}" |
+					sed "s/ tier=tidepool / tier=$tier /" | tee -a "$RAW"
+				stop_memd
+			done
 		fi
 
 		log "rep $rep/$REPS $w: redis"

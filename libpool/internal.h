@@ -157,6 +157,34 @@ int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
  * pool_wait does (-ENOTCONN for a lost link). */
 int pool_link_wait(struct plink *lk, struct fab_op *f, int timeout_ms);
 
+/*
+ * Streams (LIBPOOL_KV_STREAMS; docs/kv.md, "Striped gets over tcp"):
+ * stream 0 is lk's endpoint, streams 1 .. n-1 more endpoints on its
+ * domain, each with its own connections to memd. pool_link_streams opens
+ * them on first use (a fabric link only; the session's setting, fewer
+ * where one would not open) and returns how many lk has now: 1 on a
+ * same-host or lost link. A stream shares the link's fate: a transfer
+ * error on any fails the link, and failing it closes them all.
+ */
+#define POOL_STREAMS_MAX 8
+unsigned pool_link_streams(struct plink *lk);
+/* pool_link_post and pool_link_wait on stream s (< pool_link_streams);
+ * stream 0 is what they use. A stream s >= 1 whose connection failed
+ * (a transport error posting or completing on it, a transfer timed out
+ * there) is closed alone, its transfers in flight complete with an
+ * error, and from then on posting to it returns -ENOLINK without
+ * touching f: post that transfer on stream 0. */
+int pool_link_post_on(struct plink *lk, unsigned s, bool write, void *buf,
+		      size_t len, void *desc, uint16_t endpoint, uint64_t raddr,
+		      uint64_t rkey, struct fab_op *f);
+int pool_link_wait_on(struct plink *lk, unsigned s, struct fab_op *f,
+		      int timeout_ms);
+/* Progresses stream s once without waiting (completions of transfers
+ * another stream's wait would not read). */
+void pool_link_poke(struct plink *lk, unsigned s);
+/* Tests: RMA reads stream s of lk has posted (0: no such stream). */
+uint64_t pool_link_stream_reads(struct plink *lk, unsigned s);
+
 /* The KV tier (kv.c): the name of key's home donor ("standalone" in a
  * standalone session). 0, -ENOENT (no donor up) or -EBADF. */
 struct pool_kv;

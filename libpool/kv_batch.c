@@ -21,6 +21,7 @@ void kv_batch_free(struct kv_batch *b)
 	for (uint32_t i = 0; i < b->nkeys; i++)
 		fab_mr_close(b->val_mr[i]);
 	free(b->ops);
+	free(b->stream);
 	free(b->hdr);
 	pool_link_put(b->lk); /* after its MRs: they are on its domain */
 	free(b);
@@ -314,9 +315,41 @@ static bool piece_is_done(struct fab_op *f)
 }
 
 /*
+ * Posts transfer i of b (b->ops[i]) on the stream whose turn it is (a
+ * chunk's header goes with its first payload piece: next false), or on
+ * stream 0 where that stream was closed (-ENOLINK: its connection
+ * failed, the link goes on); records the stream it went on.
+ */
+static int post_piece(struct kv_batch *b, uint32_t i, bool next, bool write,
+		      void *buf, size_t len, void *desc,
+		      const struct wire_kv_loc *loc, uint64_t roff)
+{
+	unsigned s = 0;
+	int rc;
+
+	if (b->stream) {
+		s = b->rr % b->nstreams;
+		if (next)
+			b->rr++;
+	}
+	rc = pool_link_post_on(b->lk, s, write, buf, len, desc, loc->endpoint,
+			       loc->raddr + roff, loc->rkey, &b->ops[i]);
+	if (rc == -ENOLINK) {
+		s = 0;
+		rc = pool_link_post(b->lk, write, buf, len, desc, loc->endpoint,
+				    loc->raddr + roff, loc->rkey, &b->ops[i]);
+	}
+	if (b->stream)
+		b->stream[i] = (uint8_t)s;
+	return rc;
+}
+
+/*
  * Posts the header and payload transfers of key j of b (reserve or
  * lookup reply item it with locations loc). write: put, from the value;
- * else get, into the caller's buffer. Sets b->st[j] on failure.
+ * else get, into the caller's buffer. Sets b->st[j] on failure. A get
+ * over the fabric with streams (b->stream) deals the pieces out over
+ * them in turn, each chunk's header with its first piece.
  */
 void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 		 const struct wire_kv_loc *loc, bool write)
@@ -358,19 +391,17 @@ void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 			memcpy(hd.key, r->op->keys[k].b, WIRE_KV_KEY_LEN);
 			wire_kv_header_encode(&hd, h);
 		}
-		rc = pool_link_post(b->lk, write, h, KV_HDR, hdesc,
-				    loc[c].endpoint, loc[c].raddr, loc[c].rkey,
-				    &ops[b->nposted[j]]);
+		rc = post_piece(b, b->op_first[j] + b->nposted[j], false, write,
+				h, KV_HDR, hdesc, &loc[c], 0);
 		if (rc)
 			goto fail;
 		b->nposted[j]++;
 		for (uint64_t done = 0; done < part;) {
 			uint64_t n = part - done < xfer ? part - done : xfer;
 
-			rc = pool_link_post(b->lk, write, val + off + done, n,
-					    vdesc, loc[c].endpoint,
-					    loc[c].raddr + KV_HDR + done,
-					    loc[c].rkey, &ops[b->nposted[j]]);
+			rc = post_piece(b, b->op_first[j] + b->nposted[j], true,
+					write, val + off + done, n, vdesc,
+					&loc[c], KV_HDR + done);
 			if (rc)
 				goto fail;
 			sum = sum && piece_is_done(&ops[b->nposted[j]]) &&
@@ -415,6 +446,12 @@ int kv_batch_alloc(struct kv_run *r, struct kv_batch *b)
 	b->hdr = aligned_alloc(64, (size_t)nhdr * KV_HDR);
 	if (!b->ops || !b->hdr)
 		return -ENOMEM;
+	/* a get over the fabric stripes its pieces over the link's
+	 * streams (LIBPOOL_KV_STREAMS); puts and the same-host path
+	 * keep to stream 0 */
+	b->nstreams = r->op->kind == KV_GET ? pool_link_streams(b->lk) : 1;
+	if (b->nstreams > 1 && !(b->stream = calloc(nops, 1)))
+		return -ENOMEM;
 	return pool_link_mr(b->lk, b->hdr, (size_t)nhdr * KV_HDR, &b->hdr_mr);
 }
 
@@ -427,8 +464,18 @@ void kv_batch_wait(struct kv_run *r, struct kv_batch *b)
 		for (uint32_t i = b->op_first[j];
 		     i < b->op_first[j] + b->nposted[j]; i++) {
 			uint64_t now = now_ms();
-			int s = pool_link_wait(
-				b->lk, &b->ops[i],
+			unsigned on = b->stream ? b->stream[i] : 0;
+			int s;
+
+			/* the other streams' arrivals, read while this
+			 * one's are awaited (manual progress) */
+			for (unsigned t = 0; b->stream && t < b->nstreams; t++)
+				if (t != on &&
+				    !__atomic_load_n(&b->ops[i].complete,
+						     __ATOMIC_ACQUIRE))
+					pool_link_poke(b->lk, t);
+			s = pool_link_wait_on(
+				b->lk, on, &b->ops[i],
 				now >= deadline ? 0 : (int)(deadline - now));
 
 			if (s && !b->st[j])

@@ -167,6 +167,11 @@ struct kv_batch {
 	uint64_t sum[WIRE_KV_BATCH];
 	bool summed[WIRE_KV_BATCH];
 	struct fab_op *ops;
+	/* get over the fabric: the stream each of ops was posted on
+	 * (pool_link_post_on), NULL: all on stream 0; nstreams: how many
+	 * the link had (1: no striping), rr: the next piece's turn */
+	uint8_t *stream;
+	unsigned nstreams, rr;
 	uint8_t *hdr; /* 64 bytes per chunk */
 	struct fab_mr *hdr_mr;
 	struct fab_mr *val_mr[WIRE_KV_BATCH];

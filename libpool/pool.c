@@ -160,6 +160,25 @@ int pool_connect(const struct pool_opts *opts, struct pool **out)
 			return -EINVAL;
 		}
 	}
+	p->kv_streams = DEFAULT_KV_STREAMS;
+	env = getenv("LIBPOOL_KV_STREAMS");
+	if (env && *env) {
+		char *end;
+		unsigned long v;
+
+		errno = 0;
+		v = strtoul(env, &end, 10);
+		if (errno || *end || *env == '-' || v < 1 ||
+		    v > POOL_STREAMS_MAX) {
+			pool_log(LOG_ERR,
+				 "session: LIBPOOL_KV_STREAMS='%s' is not 1 to "
+				 "%d",
+				 env, POOL_STREAMS_MAX);
+			free(p);
+			return -EINVAL;
+		}
+		p->kv_streams = (unsigned)v;
+	}
 	env = getenv("LIBPOOL_XFER_BYTES");
 	if (env && strtoull(env, NULL, 0) >= 4096)
 		p->xfer_bytes = strtoull(env, NULL, 0);

@@ -112,6 +112,7 @@
 #define REG_RETRY_MS 100
 #define DEFAULT_INFLIGHT 64
 #define DEFAULT_XFER (1u << 20) /* largest single RMA we post */
+#define DEFAULT_KV_STREAMS 1	/* docs/bench/kv.md, "Striped gets" */
 #define INLINE_OPS 4
 #define IO_TRIES 3 /* starts of one replicated op: one per copy lost, +1 */
 /* Get a new donor pass when less than this is left of the old one. */
@@ -200,6 +201,18 @@ struct plink {
 	pthread_rwlock_t kvshm_rw;
 
 	struct fab_ep *ep; /* NULL once the link failed; under ep_rw */
+	/* The KV tier's extra streams (LIBPOOL_KV_STREAMS; docs/kv.md,
+	 * "Striped gets over tcp"): stream s >= 1 is endpoint xep[s - 1] on
+	 * fd, with its own AV (xpeer[s - 1]) and so its own connection to
+	 * each memd endpoint. Opened on first use by pool_link_streams
+	 * (xtried set then, under ep_rw held exclusively), closed with ep;
+	 * read under ep_rw like it. nxep: how many opened. */
+	struct fab_ep *xep[POOL_STREAMS_MAX - 1];
+	uint64_t xpeer[POOL_STREAMS_MAX - 1][WIRE_MAX_ENDPOINTS];
+	unsigned nxep;
+	bool xtried;
+	/* what closed streams had moved (HEARTBEAT2's totals keep it) */
+	struct fab_ep_stats xgone;
 	pthread_rwlock_t ep_rw;
 	uint64_t valid_until_ms; /* atomic */
 	int lost; /* atomic: 0, or the -errno that ended the link */
@@ -289,6 +302,9 @@ struct pool {
 	bool shm;     /* LIBPOOL_SHM: same-host links may use slab memfds */
 	bool shm_map; /* LIBPOOL_SHM=map: reads through read-only mappings */
 	bool kv_map;  /* LIBPOOL_KV_MAP: KV gets copy from mappings */
+	/* LIBPOOL_KV_STREAMS: endpoints a KV get stripes a donor's
+	 * transfers over on a fabric link (1 .. POOL_STREAMS_MAX) */
+	unsigned kv_streams;
 	unsigned max_inflight;
 	size_t xfer_bytes; /* atomic: only ever lowered */
 	uint64_t slab_bytes;

@@ -17,6 +17,39 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+/* Closes stream s (>= 1) of lk; caller holds ep_rw exclusively. Its
+ * transfers in flight complete with -ECANCELED (fab_ep_close). */
+static void stream_close(struct plink *lk, unsigned s)
+{
+	struct fab_ep *ep = lk->xep[s - 1];
+
+	lk->xep[s - 1] = NULL;
+	if (ep) {
+		struct fab_ep_stats st = { 0 };
+
+		fab_ep_get_stats(ep, &st);
+		lk->xgone.read_bytes += st.read_bytes;
+		lk->xgone.write_bytes += st.write_bytes;
+		lk->xgone.reads += st.reads;
+		lk->xgone.writes += st.writes;
+	}
+	if (ep && fab_ep_close(ep))
+		pool_log(LOG_WARNING,
+			 "session: stream=%u of session=%" PRIx64
+			 " memd=%s kept open until exit: a read was in flight "
+			 "and libfabric <1.18's tcp provider crashes closing "
+			 "it then",
+			 s, lk->session_id, lk->addr);
+}
+
+/* Closes every extra stream; caller holds ep_rw exclusively (or owns
+ * lk alone). */
+static void link_streams_close(struct plink *lk)
+{
+	for (unsigned s = 1; s <= lk->nxep; s++)
+		stream_close(lk, s);
+}
+
 /* Ends the link: from now on every use of it fails with -ENOTCONN. */
 void pl_link_fail(struct plink *lk, int err, const char *why)
 {
@@ -30,6 +63,7 @@ void pl_link_fail(struct plink *lk, int err, const char *why)
 			 lk->session_id, lk->addr, lk->donor_id, strerror(-err),
 			 why);
 	pthread_rwlock_wrlock(&lk->ep_rw);
+	link_streams_close(lk);
 	if (lk->ep) {
 		/* fabric/fab.c, "Closing mid-read" */
 		bool kept = fab_ep_close(lk->ep);
@@ -188,6 +222,21 @@ static void *hb_main(void *arg)
 			pthread_rwlock_rdlock(&lk->ep_rw);
 			if (lk->ep)
 				fab_ep_get_stats(lk->ep, &es);
+			es.read_bytes += lk->xgone.read_bytes;
+			es.write_bytes += lk->xgone.write_bytes;
+			es.reads += lk->xgone.reads;
+			es.writes += lk->xgone.writes;
+			for (unsigned s = 0; s < lk->nxep; s++) {
+				struct fab_ep_stats xs = { 0 };
+
+				if (!lk->xep[s])
+					continue;
+				fab_ep_get_stats(lk->xep[s], &xs);
+				es.read_bytes += xs.read_bytes;
+				es.write_bytes += xs.write_bytes;
+				es.reads += xs.reads;
+				es.writes += xs.writes;
+			}
 			pthread_rwlock_unlock(&lk->ep_rw);
 			req.type = WIRE_HEARTBEAT2;
 			req.u.heartbeat2.bytes_read = es.read_bytes;
@@ -250,6 +299,7 @@ void pl_link_close(struct plink *lk)
 	if (!lk)
 		return;
 	pl_link_stop_hb(lk);
+	link_streams_close(lk);
 	if (lk->ep) {
 		fab_ep_close(lk->ep);
 		lk->ep = NULL;
@@ -938,6 +988,144 @@ int pool_link_mr(struct plink *lk, void *buf, size_t len, struct fab_mr **mr)
 	return r;
 }
 
+/*
+ * Test-only fault injection: TP_TEST_FAIL_STREAM=N makes the process's
+ * N+1th post to a stream >= 1 find its connection broken, as a
+ * transport error would: the stream is closed (its transfers in flight
+ * complete with an error) and the post returns -ENOLINK.
+ */
+static long fail_stream_after(void)
+{
+	static long n = -2; /* -2: not read yet; -1: off */
+	long v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+
+	if (v == -2) {
+		const char *e = getenv("TP_TEST_FAIL_STREAM");
+
+		v = e && *e ? strtol(e, NULL, 10) : -1;
+		__atomic_store_n(&n, v < 0 ? -1 : v, __ATOMIC_RELAXED);
+	}
+	return v;
+}
+
+static bool stream_fault(void)
+{
+	static long posts;
+	long after = fail_stream_after();
+
+	return after >= 0 &&
+	       __atomic_fetch_add(&posts, 1, __ATOMIC_RELAXED) == after;
+}
+
+/* Closes stream s (>= 1) of lk after a transport error there. */
+static void stream_fail(struct plink *lk, unsigned s, int err, const char *why)
+{
+	pthread_rwlock_wrlock(&lk->ep_rw);
+	if (lk->xep[s - 1]) {
+		pool_log(LOG_WARNING,
+			 "session: stream=%u of session=%" PRIx64
+			 " memd=%s closed err=%s why=%s (its transfers fail; "
+			 "the link goes on with its other streams)",
+			 s, lk->session_id, lk->addr, strerror(-err), why);
+		stream_close(lk, s);
+	}
+	pthread_rwlock_unlock(&lk->ep_rw);
+}
+
+unsigned pool_link_streams(struct plink *lk)
+{
+	unsigned want = lk->p->kv_streams;
+
+	if (want <= 1 || lk->shm_sock >= 0 || link_is_lost(lk))
+		return 1;
+	if (__atomic_load_n(&lk->fab_pending, __ATOMIC_ACQUIRE))
+		pl_link_fabric_wait(lk);
+	if (__atomic_load_n(&lk->xtried, __ATOMIC_ACQUIRE))
+		return 1 + lk->nxep;
+	pthread_rwlock_wrlock(&lk->ep_rw);
+	for (unsigned s = 1; !lk->xtried && lk->ep && s < want; s++) {
+		struct fab_ep *ep = NULL;
+		int r = fab_ep_open(lk->fd, lk->p->max_inflight, &ep);
+
+		for (uint16_t i = 0; !r && i < lk->nendpoints; i++)
+			r = fab_ep_av_insert(ep, lk->mep[i].addr,
+					     lk->mep[i].addr_len,
+					     &lk->xpeer[s - 1][i]);
+		if (r) {
+			pool_log(LOG_WARNING,
+				 "session: memd=%s stream=%u of %u not opened "
+				 "err=%s (gets use %u)",
+				 lk->addr, s, want, strerror(-r), s);
+			fab_ep_close(ep);
+			break;
+		}
+		lk->xep[s - 1] = ep;
+		lk->nxep = s;
+	}
+	if (lk->ep)
+		__atomic_store_n(&lk->xtried, true, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&lk->ep_rw);
+	return 1 + lk->nxep;
+}
+
+uint64_t pool_link_stream_reads(struct plink *lk, unsigned s)
+{
+	struct fab_ep_stats st = { 0 };
+	struct fab_ep *ep;
+
+	pthread_rwlock_rdlock(&lk->ep_rw);
+	ep = s == 0 ? lk->ep : s <= lk->nxep ? lk->xep[s - 1] : NULL;
+	if (ep)
+		fab_ep_get_stats(ep, &st);
+	pthread_rwlock_unlock(&lk->ep_rw);
+	return st.reads;
+}
+
+int pool_link_post_on(struct plink *lk, unsigned s, bool write, void *buf,
+		      size_t len, void *desc, uint16_t endpoint, uint64_t raddr,
+		      uint64_t rkey, struct fab_op *f)
+{
+	struct fab_ep *ep;
+	const uint64_t *peer;
+	int r = -ENOTCONN;
+
+	if (!s)
+		return pool_link_post(lk, write, buf, len, desc, endpoint,
+				      raddr, rkey, f);
+	if (endpoint >= lk->nendpoints)
+		return -EPROTO;
+	if (s > lk->nxep)
+		return -ENOLINK;
+	if (link_is_lost(lk))
+		return -ENOTCONN;
+	if (stream_fault()) {
+		stream_fail(lk, s, -ECONNRESET, "TP_TEST_FAIL_STREAM");
+		return -ENOLINK;
+	}
+	f->arg = lk;
+	pthread_rwlock_rdlock(&lk->ep_rw);
+	ep = lk->xep[s - 1];
+	peer = lk->xpeer[s - 1];
+	if (!lk->ep)
+		r = -ENOTCONN; /* the link failed: all its streams did */
+	else if (!ep)
+		r = -ENOLINK;
+	else
+		r = write ? fab_ep_write(ep, buf, len, desc, peer[endpoint],
+					 raddr, rkey, f, lk->p->timeout_ms)
+			  : fab_ep_read(ep, buf, len, desc, peer[endpoint],
+					raddr, rkey, f, lk->p->timeout_ms);
+	pthread_rwlock_unlock(&lk->ep_rw);
+	if (is_transport_error(r) && !link_is_lost(lk)) {
+		/* this stream's connection: the link goes on */
+		stream_fail(lk, s, r, "posting a transfer failed");
+		r = -ENOLINK;
+	} else if (is_transport_error(r)) {
+		r = -ENOTCONN;
+	}
+	return r;
+}
+
 int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
 		   struct fab_op *f)
@@ -976,6 +1164,46 @@ int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		r = -ENOTCONN;
 	}
 	return r;
+}
+
+void pool_link_poke(struct plink *lk, unsigned s)
+{
+	struct fab_ep *ep;
+
+	pthread_rwlock_rdlock(&lk->ep_rw);
+	ep = s == 0 ? lk->ep : s <= lk->nxep ? lk->xep[s - 1] : NULL;
+	if (ep)
+		fab_ep_progress(ep, 0);
+	pthread_rwlock_unlock(&lk->ep_rw);
+}
+
+int pool_link_wait_on(struct plink *lk, unsigned s, struct fab_op *f,
+		      int timeout_ms)
+{
+	int r = 0, st;
+
+	if (!s)
+		return pool_link_wait(lk, f, timeout_ms);
+	if (!__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE)) {
+		pthread_rwlock_rdlock(&lk->ep_rw);
+		if (s <= lk->nxep && lk->xep[s - 1])
+			r = fab_op_wait(lk->xep[s - 1], f, timeout_ms);
+		pthread_rwlock_unlock(&lk->ep_rw);
+		if (r == -ETIMEDOUT &&
+		    !__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
+			/* closing the stream completes f */
+			stream_fail(lk, s, -ETIMEDOUT, "transfer timed out");
+	}
+	if (!__atomic_load_n(&f->complete, __ATOMIC_ACQUIRE))
+		return -ENOTCONN;
+	st = f->status == -ECANCELED ? -ENOTCONN : f->status;
+	if (is_transport_error(st)) {
+		/* this stream's connection only (pl_piece_status would
+		 * fail the whole link) */
+		stream_fail(lk, s, st, "transfer failed");
+		st = -ENOTCONN;
+	}
+	return st == -ETIMEDOUT ? -ETIME : st;
 }
 
 int pool_link_wait(struct plink *lk, struct fab_op *f, int timeout_ms)

@@ -43,6 +43,7 @@
 #include "fabric/hostport.h"
 #include "fabric/rpc.h"
 #include "fabric/wire.h"
+#include "libpool/internal.h"
 #include "memd/kvstore.h"
 #include "tests/testutil.h"
 #include "tidepool/kv.h"
@@ -662,6 +663,186 @@ START_TEST(libpool_bad_blocks_are_misses)
 	for (int i = 0; i < N; i++)
 		free(bufs[i]);
 	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/* ---- striped gets (LIBPOOL_KV_STREAMS) ------------------------------ */
+
+enum { SN = 24 };
+
+/* Sizes of striped_* keys: one piece, a piece and a bit, several
+ * pieces, two chunks (2 MiB slabs); pieces of 4 KiB (LIBPOOL_XFER_BYTES)
+ * dealt out over the streams in turn. */
+static uint64_t stripe_size(int i)
+{
+	static const uint64_t sizes[] = { 1,	     4096 + 3,	  3 * 4096 + 1,
+					  65536 + 7, 3 * MIB + 5, 300000 };
+
+	return sizes[i % 6];
+}
+
+/* Connects with LIBPOOL_SHM=off, LIBPOOL_KV_STREAMS=streams and 4 KiB
+ * pieces, opens the KV tier and puts the SN striped_* keys of seed. */
+static struct pool *stripe_setup(const char *streams, uint64_t seed,
+				 struct pool_kv **kv, struct pool_kv_key *keys,
+				 void **bufs, size_t *caps)
+{
+	struct pool *p;
+	void *vals[SN];
+	size_t lens[SN];
+	int st[SN];
+
+	setenv("LIBPOOL_SHM", "off", 1);
+	setenv("LIBPOOL_KV_STREAMS", streams, 1);
+	setenv("LIBPOOL_XFER_BYTES", "4096", 1);
+	p = tu_pool_connect(&md);
+	unsetenv("LIBPOOL_SHM");
+	unsetenv("LIBPOOL_KV_STREAMS");
+	unsetenv("LIBPOOL_XFER_BYTES");
+	ck_assert_int_eq(pool_kv_open(p, NULL, kv), 0);
+	for (int i = 0; i < SN; i++) {
+		make_key(keys[i].b, seed, (uint64_t)i);
+		lens[i] = stripe_size(i);
+		vals[i] = make_value(keys[i].b, lens[i]);
+		caps[i] = lens[i];
+		bufs[i] = malloc(caps[i]);
+		ck_assert_ptr_nonnull(bufs[i]);
+	}
+	ck_assert_int_eq(
+		pool_kv_put(*kv, SN, keys, (const void *const *)vals, lens, st),
+		SN);
+	for (int i = 0; i < SN; i++)
+		free(vals[i]);
+	return p;
+}
+
+/* Checks a get of the striped_* keys: hits byte for byte, anything else
+ * a miss (-ENOENT). Returns the hits. */
+static int stripe_check(const struct pool_kv_key *keys, void **bufs,
+			const size_t *got, const int *st)
+{
+	int hits = 0;
+
+	for (int i = 0; i < SN; i++) {
+		if (st[i]) {
+			ck_assert_msg(st[i] == -ENOENT, "key %d: %d", i, st[i]);
+			continue;
+		}
+		hits++;
+		ck_assert_uint_eq(got[i], stripe_size(i));
+		ck_assert_msg(tu_pattern_check(bufs[i], got[i],
+					       key_seed(keys[i].b), 0) == -1,
+			      "key %d (%zu bytes): wrong bytes", i, got[i]);
+	}
+	return hits;
+}
+
+/*
+ * A get over tcp striped over three streams (three endpoints, three
+ * connections to memd's one endpoint): every value of one piece, of
+ * several pieces and of two chunks comes back byte for byte, and each
+ * stream carried reads. A value whose pieces went to the wrong place
+ * (another stream's buffer or offset) would fail its checksum: a miss,
+ * which fails here too. The streams take none of memd's max_clients
+ * (control connections). A bad LIBPOOL_KV_STREAMS is refused at connect.
+ */
+START_TEST(striped_gets_every_byte)
+{
+	static const char *const bad[] = { "0", "9", "2x", "-1", "" };
+	struct pool_kv_key keys[SN];
+	void *bufs[SN];
+	size_t caps[SN], got[SN];
+	int st[SN];
+	struct pool_kv *kv;
+	struct plink *lk;
+	struct pool *p;
+
+	/* room for two control connections: the streams are not any */
+	start_standalone("max_clients = 2\n", "128M");
+	p = stripe_setup("3", 31, &kv, keys, bufs, caps);
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(pool_kv_get(kv, SN, keys, bufs, caps, got, st),
+				 SN);
+		ck_assert_int_eq(stripe_check(keys, bufs, got, st), SN);
+	}
+	ck_assert_int_eq(pool_link_get(p, 0, 0, NULL, &lk), 0);
+	ck_assert_uint_eq(pool_link_streams(lk), 3);
+	for (unsigned s = 0; s < 3; s++)
+		ck_assert_msg(pool_link_stream_reads(lk, s) > 0,
+			      "stream %u carried no read", s);
+	ck_assert(!pool_link_is_lost(lk));
+	pool_link_put(lk);
+	/* memd's max_clients counts control connections, not the streams
+	 * (fabric connections): a second session gets in beside the three
+	 * streams, a third is refused */
+	{
+		struct pool_opts o = { .addr = md.addr, .timeout_ms = 1000 };
+		struct pool *p2 = NULL, *p3 = NULL;
+
+		setenv("LIBPOOL_SHM", "off", 1);
+		ck_assert_int_eq(pool_connect(&o, &p2), 0);
+		ck_assert_int_ne(pool_connect(&o, &p3), 0);
+		unsetenv("LIBPOOL_SHM");
+		pool_close(p2);
+	}
+	pool_kv_close(kv);
+	pool_close(p);
+	for (int i = 0; i < SN; i++)
+		free(bufs[i]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
+
+		p = NULL;
+		setenv("LIBPOOL_KV_STREAMS", bad[i], 1);
+		/* "" is unset: the default */
+		ck_assert_int_eq(pool_connect(&o, &p), *bad[i] ? -EINVAL : 0);
+		unsetenv("LIBPOOL_KV_STREAMS");
+		pool_close(p);
+	}
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/*
+ * One connection of the stripe fails mid-batch (TP_TEST_FAIL_STREAM: the
+ * 7th post to stream 1 finds it broken): that stream is closed, its reads
+ * in flight fail and their keys are misses (the contract of a failed
+ * transfer), the rest of the batch goes on stream 0; never a wrong byte.
+ * The link is not lost, and the next get hits every key over the stream
+ * left.
+ */
+START_TEST(striped_stream_fails_midbatch)
+{
+	struct pool_kv_key keys[SN];
+	void *bufs[SN];
+	size_t caps[SN], got[SN];
+	int st[SN];
+	struct pool_kv *kv;
+	struct plink *lk;
+	struct pool *p;
+	ssize_t hits;
+
+	start_standalone(NULL, "128M");
+	setenv("TP_TEST_FAIL_STREAM", "6", 1);
+	p = stripe_setup("2", 32, &kv, keys, bufs, caps);
+	hits = pool_kv_get(kv, SN, keys, bufs, caps, got, st);
+	ck_assert_int_ge(hits, 0);
+	ck_assert_int_eq(stripe_check(keys, bufs, got, st), hits);
+	ck_assert_int_eq(pool_link_get(p, 0, 0, NULL, &lk), 0);
+	ck_assert(!pool_link_is_lost(lk));
+	/* stream 1 was opened, then closed */
+	ck_assert_uint_eq(pool_link_streams(lk), 2);
+	ck_assert_uint_eq(pool_link_stream_reads(lk, 1), 0);
+	ck_assert_int_eq(pool_kv_get(kv, SN, keys, bufs, caps, got, st), SN);
+	ck_assert_int_eq(stripe_check(keys, bufs, got, st), SN);
+	ck_assert(!pool_link_is_lost(lk));
+	pool_link_put(lk);
+	unsetenv("TP_TEST_FAIL_STREAM");
+	pool_kv_close(kv);
+	pool_close(p);
+	for (int i = 0; i < SN; i++)
+		free(bufs[i]);
 	tu_memd_stop_ok(&md);
 }
 END_TEST
@@ -2075,6 +2256,7 @@ static Suite *kv_memd_suite(void)
 
 	TU_ADD_TESTS(tc, put_get_sizes, libpool_bad_blocks_are_misses,
 		     kv_slabs_on_huge_pages, put_get_over_two_endpoints,
+		     striped_gets_every_byte, striped_stream_fails_midbatch,
 		     exists_delete_pin, uncommitted_reservation_expires,
 		     bad_requests, kv_tier_off, tenants_never_share,
 		     lookup_key_is_read_only, kv_shm_files_per_tenant,
