@@ -39,6 +39,13 @@
  * program's run until pool-uffd gets the CPU back. Per fetch as well
  * where read-ahead made fetches fewer than faults. drop_us: of room, the
  * MADV_DONTNEED of the victims (the rest of room is choosing them).
+ * late_us: the victims' drop after the wake-up (LIBPOOL_PAGING_LATE_DROP,
+ * default on; then drop_us is ~0), pool-uffd's time but no part of the
+ * fault's service. service_us: serve less wake and late, the fault's
+ * service to its wake-up; serve_nowake_vs_pool_read is service_us over
+ * the median pool_read. direct_pages (header line): pages installed from
+ * the same-host mapping of the slab without a read (LIBPOOL_SHM=map,
+ * LIBPOOL_PAGING_DIRECT).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -193,7 +200,7 @@ int main(int argc, char **argv)
 	printf("# fault_latency region=%lu local=%lu samples=%zu gap_us=%llu "
 	       "faults=%llu fetches=%llu pages_fetched=%llu evictions=%llu "
 	       "writebacks=%llu spin_cap_us=%llu waits=%llu spin_hits=%llu "
-	       "spin_us=%llu\n",
+	       "spin_us=%llu direct_pages=%llu\n",
 	       SIZE, LOCAL, samples, (unsigned long long)(gap_ns / 1000),
 	       (unsigned long long)(st.faults - f0),
 	       (unsigned long long)(st.fetches - fe0),
@@ -203,13 +210,14 @@ int main(int argc, char **argv)
 	       (unsigned long long)(es.spin_cap_ns / 1000),
 	       (unsigned long long)(es.waits - es0.waits),
 	       (unsigned long long)(es.spin_hits - es0.spin_hits),
-	       (unsigned long long)((es.spin_ns - es0.spin_ns) / 1000));
+	       (unsigned long long)((es.spin_ns - es0.spin_ns) / 1000),
+	       (unsigned long long)(es.direct_pages - es0.direct_pages));
 	report("fault", fault_ns, samples);
 	report("pool_read", read_ns, samples);
 	{
 		/* read_ns is sorted now: its median is read_ns[samples/2] */
 		uint64_t nf = st.faults - f0, nfe = st.fetches - fe0;
-		double d[POOL_PHASE_N];
+		double d[POOL_PHASE_N], service;
 
 		for (unsigned ph = 0; ph < POOL_PHASE_N; ph++)
 			d[ph] = (double)(es.phase_ns[ph] - es0.phase_ns[ph]) /
@@ -218,11 +226,14 @@ int main(int argc, char **argv)
 			nf = 1;
 		if (!nfe)
 			nfe = 1;
+		/* the fault's service: to its wake-up, not after it */
+		service = d[POOL_PHASE_SERVE] - d[POOL_PHASE_WAKE] -
+			  d[POOL_PHASE_LATE];
 		printf("fault_latency op=phases faults=%llu fetches=%llu "
 		       "serve_us=%.2f fetch_us=%.2f install_us=%.2f "
 		       "room_us=%.2f drop_us=%.2f wake_us=%.2f "
-		       "fetch_per_fetch_us=%.2f "
-		       "serve_nowake_vs_pool_read=%.2f\n",
+		       "late_us=%.2f fetch_per_fetch_us=%.2f "
+		       "service_us=%.2f serve_nowake_vs_pool_read=%.2f\n",
 		       (unsigned long long)nf, (unsigned long long)nfe,
 		       d[POOL_PHASE_SERVE] / (double)nf,
 		       d[POOL_PHASE_FETCH] / (double)nf,
@@ -230,8 +241,9 @@ int main(int argc, char **argv)
 		       d[POOL_PHASE_ROOM] / (double)nf,
 		       d[POOL_PHASE_DROP] / (double)nf,
 		       d[POOL_PHASE_WAKE] / (double)nf,
-		       d[POOL_PHASE_FETCH] / (double)nfe,
-		       (d[POOL_PHASE_SERVE] - d[POOL_PHASE_WAKE]) / (double)nf /
+		       d[POOL_PHASE_LATE] / (double)nf,
+		       d[POOL_PHASE_FETCH] / (double)nfe, service / (double)nf,
+		       service / (double)nf /
 			       ((double)read_ns[samples / 2] / 1e3));
 	}
 	fprintf(stderr, "(sink %llu)\n", (unsigned long long)sink);

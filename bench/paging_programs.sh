@@ -35,6 +35,9 @@
 #            (YCSB's skew; not in the default WORKS)
 #   hot      64 MiB array, random read-modify-writes, 80 % to its first
 #            30 % (issue 28's hot set; not in the default WORKS)
+#   hotpage  the same hot set with work per access: 16 random page
+#            reads per 4 KiB page of a 64 MiB array, 80 % to its first
+#            30 %, each summing the whole page (not in the default WORKS)
 # The budget (LIBPOOL_LOCAL_BYTES) is that percentage of the plain run's
 # median peak RSS (/usr/bin/time %M); with regions it is per allocation
 # (the old engine has no process budget). Each run's output is compared
@@ -108,6 +111,7 @@ EOF
 	hash) CMD=("$TPP" hash $((64 * SCALE))) ;;
 	hashz) CMD=("$TPP" hash $((64 * SCALE)) zipf 0.99) ;;
 	hot) CMD=("$TPP" hot $((64 * SCALE))) ;;
+	hotpage) CMD=("$TPP" hotpage $((64 * SCALE))) ;;
 	*) die "unknown workload $1" ;;
 	esac
 }

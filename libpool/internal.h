@@ -41,6 +41,16 @@ void pool_fabric_settle(struct pool *p);
  * still sets it up; pool_fabric_prepare() asks no more. */
 void pool_fabric_exit(struct pool *p);
 
+/*
+ * Where this process maps bytes [off, off + len) of r (the same-host
+ * path with LIBPOOL_SHM=map), checked as a read through that mapping
+ * would be and counted as one: the caller copies from it at once. NULL
+ * with *err 0 when no mapping serves all of them (read them instead),
+ * with *err < 0 for what a read would have failed with. For the paging
+ * engine (libpool/pool_io.c).
+ */
+const uint8_t *pool_region_mapped(struct pool *p, struct pool_region *r,
+				  uint64_t off, size_t len, int *err);
 /* Number of (slab, offset, length) pieces backing r. */
 uint32_t pool_region_nextents(const struct pool_region *r);
 /*

@@ -15,7 +15,8 @@
  *     either way.
  *   - a page the region holds (PG_REMOTE) is fetched with pool_read() into
  *     our staging pages and installed write-protected (UFFDIO_COPY with
- *     MODE_WP). A fault just above or below the last run fetched for
+ *     MODE_WP); where the same-host path maps the slab (LIBPOOL_SHM=map),
+ *     UFFDIO_COPY copies from that mapping instead (fetch_direct()). A fault just above or below the last run fetched for
  *     one of NSTREAM streams continues it: its run doubles, up to RA_MAX
  *     pages (quicksort's partition is two streams going opposite ways).
  *   - once a stream is established (full read-ahead), pool-uffd goes on
@@ -85,6 +86,10 @@
  *     fails the mapping and drops nothing.
  *   - once failed, a fault that needs the pool gets SIGBUS (pg_fault_fail()),
  *     never a page with wrong contents.
+ *   - victims out of the ring but not dropped yet (pg_drop_late(): a
+ *     fetch's, until its thread is woken) are clean or protected again
+ *     and written back, and are dropped before pool-uffd serves another
+ *     message: no fault or install meets one.
  *
  * fork(): a child's copy of a mapping has no handler; the pages whose
  * data is only in the region are fetched for it before the fork
@@ -648,6 +653,8 @@ void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st)
 	st->spin_misses =
 		__atomic_load_n(&pg_eng.spin_misses, __ATOMIC_RELAXED);
 	st->spin_ns = __atomic_load_n(&pg_eng.spin_ns, __ATOMIC_RELAXED);
+	st->direct_pages =
+		__atomic_load_n(&pg_eng.direct_pages, __ATOMIC_RELAXED);
 	for (unsigned i = 0; i < POOL_PHASE_N; i++) {
 		st->phase_ns[i] =
 			__atomic_load_n(&pg_eng.ph_ns[i], __ATOMIC_RELAXED);
@@ -674,6 +681,7 @@ const char *pool_paging_phase_name(unsigned phase)
 		[POOL_PHASE_WP] = "wp",
 		[POOL_PHASE_AHEAD] = "ahead",
 		[POOL_PHASE_WAKE] = "wake",
+		[POOL_PHASE_LATE] = "late",
 	};
 
 	return phase < POOL_PHASE_N ? names[phase] : "?";

@@ -116,6 +116,9 @@ enum pool_paging_phase {
 	POOL_PHASE_WAKE,      /* with LIBPOOL_PAGING_WAKE_SPLIT=1 only: the
 			       * UFFDIO_WAKE of a fetch's faulting thread,
 			       * out of install (a measurement) */
+	POOL_PHASE_LATE,      /* a fetch's victims dropped after its thread
+			       * was woken (LIBPOOL_PAGING_LATE_DROP):
+			       * in serve, not in the fault's service */
 	POOL_PHASE_N
 };
 const char *pool_paging_phase_name(unsigned phase);
@@ -136,6 +139,10 @@ struct pool_paging_engine_stats {
 	 * time goes"). Steps nest: serve holds the rest but wait, lock and
 	 * read; room holds protect, copyout, writeback and drop. */
 	uint64_t phase_ns[POOL_PHASE_N], phase_n[POOL_PHASE_N];
+	/* Pages fetched without a read: installed straight from the
+	 * same-host path's mapping of their slab (LIBPOOL_SHM=map;
+	 * LIBPOOL_PAGING_DIRECT=0 turns it off). */
+	uint64_t direct_pages;
 };
 void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st);
 

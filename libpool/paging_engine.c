@@ -93,6 +93,13 @@ static int engine_start(void)
 			     !strcmp(getenv("LIBPOOL_PAGING_BEHIND"), "0"));
 	pg_eng.wake_split = getenv("LIBPOOL_PAGING_WAKE_SPLIT") &&
 			    !strcmp(getenv("LIBPOOL_PAGING_WAKE_SPLIT"), "1");
+	pg_eng.direct_on = !(getenv("LIBPOOL_PAGING_DIRECT") &&
+			     !strcmp(getenv("LIBPOOL_PAGING_DIRECT"), "0"));
+	pg_eng.late_drop_on =
+		!(getenv("LIBPOOL_PAGING_LATE_DROP") &&
+		  !strcmp(getenv("LIBPOOL_PAGING_LATE_DROP"), "0"));
+	pg_eng.drop_defer = false;
+	pg_eng.drop_n = 0;
 	pg_eng.resident = 0;
 	__atomic_store_n(&pg_eng.spin_cap_ns, spin_cap(), __ATOMIC_RELAXED);
 	pg_eng.spin_win_ns = 0;

@@ -252,7 +252,9 @@ static int evict_list(struct mapping *m, size_t *victims, size_t n,
 	/* While a fork is under way the child must find every page
 	 * mapped: the victims leave the ring (the budget counts them out)
 	 * but stay, protected, until fork_release() drops them. */
-	if (!pg_eng.fork_hold || m->huge)
+	if (pg_eng.drop_defer && !pg_eng.fork_hold && !m->huge)
+		pg_drop_late(m, victims, n);
+	else if (!pg_eng.fork_hold || m->huge)
 		pg_drop_pages(m, victims, n);
 	phase_add(POOL_PHASE_DROP, t);
 	for (size_t i = 0; i < n; i++) {

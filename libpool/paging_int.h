@@ -265,6 +265,20 @@ struct pg_engine {
 	bool fork_hold;
 	const char *fork_why;
 	bool wake_split; /* LIBPOOL_PAGING_WAKE_SPLIT=1: POOL_PHASE_WAKE */
+	/* LIBPOOL_PAGING_DIRECT (default on): fetched runs the same-host
+	 * mapping holds are installed from it (fetch_direct()); counted
+	 * in direct_pages (atomic) */
+	bool direct_on;
+	uint64_t direct_pages;
+	/* LIBPOOL_PAGING_LATE_DROP (default on): the victims of the room
+	 * a fault's fetch makes (4 KiB pages) are dropped after its
+	 * thread is woken, before pool-uffd serves anything else
+	 * (pg_drop_late_flush()). drop_defer: set by pg_fetch() around
+	 * its pg_make_room(); the batch held back, one at most. */
+	bool late_drop_on, drop_defer;
+	struct mapping *drop_m;
+	size_t drop_n;
+	size_t drop_v[WB_BATCH];
 	pthread_t thr;
 	size_t budget;	   /* bytes, all mappings; SIZE_MAX: none */
 	size_t budget_set; /* pool_paging_set_process_budget(); 0: env */
@@ -388,6 +402,8 @@ int pg_write_back(struct mapping *m, const size_t *idx, size_t n);
 void pg_sort_pages(size_t *v, size_t n);
 int pg_protect_dirty(struct mapping *m, const size_t *v, size_t n);
 void pg_drop_pages(struct mapping *m, const size_t *v, size_t n);
+void pg_drop_late(struct mapping *m, const size_t *v, size_t n);
+void pg_drop_late_flush(void);
 
 /* paging_stream.c */
 bool pg_page_is_present(struct mapping *m, size_t idx);

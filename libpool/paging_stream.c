@@ -130,14 +130,49 @@ size_t pg_run_bytes(const struct mapping *m, size_t lo, size_t n)
 static int fetch_install(struct mapping *m, size_t lo, size_t n, size_t idx,
 			 bool write, const uint8_t *buf);
 
+/*
+ * Where the region's bytes of pages [lo, lo+n) can be installed from
+ * without a read (LIBPOOL_PAGING_DIRECT, default on): the same-host
+ * path's mapping of the slab (LIBPOOL_SHM=map), checked as a read would
+ * be (pool_region_mapped()); UFFDIO_COPY then copies straight from it,
+ * so a fetch is one copy instead of two. NULL: read into the staging
+ * pages (no such mapping, huge pages, or a run that ends inside its
+ * last page, whose tail the staging copy zeroes); *err < 0: what the
+ * read would have failed with.
+ */
+static const uint8_t *fetch_direct(struct mapping *m, size_t lo, size_t n,
+				   int *err)
+{
+	uint64_t off;
+	struct pool_region *r = seg_at(m, lo, &off);
+	size_t bytes = pg_run_bytes(m, lo, n);
+	const uint8_t *src;
+
+	*err = 0;
+	if (!pg_eng.direct_on || m->huge || bytes != n * m->psize)
+		return NULL;
+	src = pool_region_mapped(m->p, r, off, bytes, err);
+	if (src)
+		__atomic_add_fetch(&pg_eng.direct_pages, n, __ATOMIC_RELAXED);
+	return src;
+}
+
 static int fetch_run(struct mapping *m, size_t lo, size_t n, size_t idx,
 		     bool write)
 {
 	uint64_t off;
 	struct pool_region *r = seg_at(m, lo, &off);
 	uint64_t t0 = mono_ns();
-	int ret = pool_read(m->p, r, off, m->stage_in, pg_run_bytes(m, lo, n));
+	int ret;
+	const uint8_t *src = fetch_direct(m, lo, n, &ret);
 
+	if (src) {
+		phase_add(POOL_PHASE_FETCH, t0);
+		return fetch_install(m, lo, n, idx, write, src);
+	}
+	if (ret == 0)
+		ret = pool_read(m->p, r, off, m->stage_in,
+				pg_run_bytes(m, lo, n));
 	phase_add(POOL_PHASE_FETCH, t0);
 	if (ret) {
 		pg_mapping_fail(m, ret, "fetch");
@@ -296,12 +331,19 @@ int pg_fetch(struct mapping *m, size_t idx, bool write, bool again)
 		st->rescan = m->evicted[idx] != 0;
 		pg_behind_set(m, idx, st->dir,
 			      cont && st->ra >= m->ra_max && st->rescan);
+		/* the victims are dropped once the faulting thread is
+		 * woken: pg_drop_late() */
+		pg_eng.drop_defer = pg_eng.late_drop_on;
 		ret = pg_make_room(m, n);
+		pg_eng.drop_defer = false;
 		m->behind_dir = 0;
-		if (ret)
+		if (ret) {
+			pg_drop_late_flush();
 			return ret;
+		}
 	}
 	ret = fetch_run(m, lo, n, idx, write);
+	pg_drop_late_flush();
 	if (ret == 0)
 		ahead_arm(m, st, cont);
 	return ret;
@@ -406,6 +448,7 @@ bool pg_install_ahead(struct mapping *m)
 	struct stream *st = NULL;
 	size_t lo, n, from, lo2 = 0, n2 = 0;
 	struct pool_op *op = NULL, *op1 = NULL;
+	const uint8_t *src1, *src2 = NULL;
 	struct pool_region *r1, *r2r;
 	uint64_t off1, off2;
 	int ret, r2 = 0;
@@ -441,36 +484,45 @@ bool pg_install_ahead(struct mapping *m)
 		return true;
 	}
 	/* Both reads go out at once; the second goes on while the first
-	 * run is installed. */
-	r1 = seg_at(m, lo, &off1);
-	ret = pool_read_async(m->p, r1, off1, m->stage_in,
-			      pg_run_bytes(m, lo, n), &op1);
-	if (ret == 0 && n2) {
-		r2r = seg_at(m, lo2, &off2);
-		if (pool_read_async(m->p, r2r, off2, m->stage_in2,
-				    pg_run_bytes(m, lo2, n2), &op))
-			n2 = 0; /* not started: the next call reads it */
+	 * run is installed. A run the same-host mapping holds is not read:
+	 * it is installed from there (fetch_direct()). */
+	src1 = fetch_direct(m, lo, n, &ret);
+	if (!src1 && ret == 0) {
+		r1 = seg_at(m, lo, &off1);
+		ret = pool_read_async(m->p, r1, off1, m->stage_in,
+				      pg_run_bytes(m, lo, n), &op1);
 	}
-	if (ret == 0)
+	if (ret == 0 && n2) {
+		src2 = fetch_direct(m, lo2, n2, &r2);
+		r2r = seg_at(m, lo2, &off2);
+		if (!src2 &&
+		    (r2 || pool_read_async(m->p, r2r, off2, m->stage_in2,
+					   pg_run_bytes(m, lo2, n2), &op)))
+			n2 = 0; /* not started: the next call reads it */
+		r2 = 0;
+	}
+	if (ret == 0 && op1)
 		while ((ret = pool_wait(m->p, op1, -1)) == -ETIMEDOUT)
 			;
 	if (ret) {
 		pg_mapping_fail(m, ret, "fetch");
-		if (n2)
+		if (n2 && op)
 			while (pool_wait(m->p, op, -1) == -ETIMEDOUT)
 				;
 		st->goal = 0;
 		return true;
 	}
-	ret = fetch_install(m, lo, n, SIZE_MAX, false, m->stage_in);
+	ret = fetch_install(m, lo, n, SIZE_MAX, false,
+			    src1 ? src1 : m->stage_in);
 	if (n2) {
-		while ((r2 = pool_wait(m->p, op, -1)) == -ETIMEDOUT)
-			;
+		if (op)
+			while ((r2 = pool_wait(m->p, op, -1)) == -ETIMEDOUT)
+				;
 		if (r2)
 			pg_mapping_fail(m, r2, "fetch");
 		if (ret == 0 && r2 == 0)
 			ret = fetch_install(m, lo2, n2, SIZE_MAX, false,
-					    m->stage_in2);
+					    src2 ? src2 : m->stage_in2);
 		else
 			n2 = 0;
 	}

@@ -210,6 +210,61 @@ static int shm_piece(struct pool *p, struct fab_op *f, const struct slab *s,
 }
 
 /*
+ * The bytes [off, off + len) of r where this process maps them, for a
+ * caller that copies them itself (the paging engine's UFFDIO_COPY takes
+ * them as its source: no read into a buffer first). Only the same-host
+ * path with LIBPOOL_SHM=map has such a mapping (pl_shm_map_ro: a
+ * read-only shared mapping of the slab's memfd, sealed against
+ * shrinking). The checks are shm_piece's for a read through that mapping
+ * (the lease valid, memd's socket not hung up), made here; the caller's
+ * copy comes after them, as shm_piece's memcpy does, so a lease revoked in
+ * between reads the punched file's zeros, never another tenant's bytes.
+ * Counted as one read of len bytes. NULL and *err 0: no mapping serves
+ * all of it (fabric, pread, a replicated region, bytes across two
+ * extents): read them instead. NULL and *err < 0: what a read would have
+ * failed with.
+ */
+const uint8_t *pool_region_mapped(struct pool *p, struct pool_region *r,
+				  uint64_t off, size_t len, int *err)
+{
+	const struct slab *s;
+	struct pollfd pfd;
+	uint64_t now = 0;
+
+	*err = 0;
+	if (!p || !r || !len || off > r->size || len > r->size - off ||
+	    r->replicated)
+		return NULL;
+	for (uint32_t i = 0; i < r->nextents; i++) {
+		const struct extent *e = &r->ext[i];
+
+		if (off >= e->len) {
+			off -= e->len;
+			continue;
+		}
+		s = e->slab;
+		if (len > e->len - off || e->replica || s->fd < 0 || !s->map)
+			return NULL;
+		*err = link_leases_usable(s->link, &now);
+		if (*err)
+			return NULL;
+		pfd = (struct pollfd){ .fd = s->link->shm_sock,
+				       .events = POLLRDHUP };
+		if (poll(&pfd, 1, 0) > 0) {
+			pl_link_fail(s->link, -ENOTCONN,
+				     "memd closed its same-host socket");
+			*err = -ENOTCONN;
+			return NULL;
+		}
+		__atomic_add_fetch(&p->st_shm_bytes, len, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&p->st_ops, 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&p->st_read, len, __ATOMIC_RELAXED);
+		return s->map + e->off + off;
+	}
+	return NULL;
+}
+
+/*
  * Posts one piece of a paired op to slab s (at its offset at) as op's
  * next piece. The caller holds *cur's ep_rw (or *cur is NULL); a piece on
  * another link switches to that link's, checking the link first. (The

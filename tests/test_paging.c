@@ -439,7 +439,7 @@ END_TEST
  * batch of messages never add up to more than the batch's own time.
  * Counters only: no bound on any duration.
  */
-static void phases_run(bool wake_split)
+static void phases_run(bool wake_split, bool late_off)
 {
 	const size_t size = 4 * MiB, local = 256 * KiB, hot = 512 * KiB;
 	struct pool_paging_engine_stats e0, e1;
@@ -450,6 +450,8 @@ static void phases_run(bool wake_split)
 
 	if (wake_split) /* read when the engine starts: at map() below */
 		setenv("LIBPOOL_PAGING_WAKE_SPLIT", "1", 1);
+	if (late_off)
+		setenv("LIBPOOL_PAGING_LATE_DROP", "0", 1);
 	start_memd();
 	p = connect_memd(5000);
 	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
@@ -493,13 +495,26 @@ static void phases_run(bool wake_split)
 		ck_assert_uint_ge(dn[POOL_PHASE_WAKE], dn[POOL_PHASE_FETCH]);
 	else
 		ck_assert_uint_eq(dn[POOL_PHASE_WAKE], 0);
+	/* A fetch's victims are dropped after its thread is woken
+	 * (LIBPOOL_PAGING_LATE_DROP, default on): every fetch above made
+	 * room, so some drops were late; with it off, none. */
+	if (late_off)
+		ck_assert_uint_eq(dn[POOL_PHASE_LATE], 0);
+	else
+		ck_assert_msg(dn[POOL_PHASE_LATE] > 0 && d[POOL_PHASE_LATE] > 0,
+			      "no victim dropped after a fetch's wake-up");
+	ck_assert_uint_ge(d[POOL_PHASE_SERVE], d[POOL_PHASE_FETCH] +
+						       d[POOL_PHASE_INSTALL] +
+						       d[POOL_PHASE_LATE]);
+	unsetenv("LIBPOOL_PAGING_WAKE_SPLIT");
+	unsetenv("LIBPOOL_PAGING_LATE_DROP");
 	pool_close(p);
 	stop_memd();
 }
 
 START_TEST(phases_time_each_step)
 {
-	phases_run(false);
+	phases_run(false, false);
 }
 END_TEST
 
@@ -507,7 +522,98 @@ END_TEST
  * wake-up is a step of its own, and the bytes are right all the same. */
 START_TEST(phases_wake_split)
 {
-	phases_run(true);
+	phases_run(true, false);
+}
+END_TEST
+
+/* LIBPOOL_PAGING_LATE_DROP=0: victims dropped before the fetch, as
+ * before; the bytes are right either way. */
+START_TEST(phases_late_drop_off)
+{
+	phases_run(false, true);
+}
+END_TEST
+
+/*
+ * Fetches installed straight from the same-host mapping of the slab
+ * (LIBPOOL_SHM=map; LIBPOOL_PAGING_DIRECT, default on) read the region's
+ * bytes as they are at the fetch: those pool_write() put there, those a
+ * first mapping wrote back through eviction and FLUSH (read by a second
+ * mapping, and by the first after its pages were evicted), those
+ * pool_write() changed between two mappings. The region does not start
+ * at its slab's offset 0 (a small region is leased first): bytes from the
+ * wrong place in the slab would show. With LIBPOOL_PAGING_DIRECT=0 the
+ * same runs read into staging pages (direct_pages stays 0).
+ */
+static void direct_run(bool on)
+{
+	const size_t size = 2 * MiB, local = 256 * KiB, small = 64 * KiB;
+	const size_t npages = size / PG;
+	struct pool_paging_engine_stats e0, e1;
+	struct pool_region *r0, *r;
+	uint8_t *a, *buf = malloc(size);
+	struct pool *p;
+	size_t pg = 1;
+
+	ck_assert_ptr_nonnull(buf);
+	setenv("LIBPOOL_SHM", "map", 1); /* read by pool_connect() */
+	if (!on)
+		setenv("LIBPOOL_PAGING_DIRECT", "0", 1);
+	start_memd();
+	p = connect_memd(5000);
+	ck_assert_int_eq(pool_alloc(p, small, &r0), 0);
+	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	tu_pattern_fill(buf, small, 5, 0);
+	ck_assert_int_eq(pool_write(p, r0, 0, buf, small), 0);
+	tu_pattern_fill(buf, size, 11, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
+	pool_paging_get_engine_stats(&e0);
+
+	a = map(p, r, local, POOL_MAP_EXISTING);
+	for (size_t i = 0; i < npages; i++) { /* every page, random order */
+		pg = next_page(pg, npages);
+		ck_assert_uint_eq(a[pg * PG + 17],
+				  tu_pattern_byte(11, pg * PG + 17));
+	}
+	check_range(a, 0, size, 11);
+	tu_pattern_fill(a, size, 12, 0); /* written back as evicted */
+	check_range(a, 0, size, 12);	 /* fetched back */
+	ck_assert_int_eq(stats(a).failed, 0);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
+
+	/* another writer: the region API, over the first half */
+	tu_pattern_fill(buf, size / 2, 13, 0);
+	ck_assert_int_eq(pool_write(p, r, 0, buf, size / 2), 0);
+	a = map(p, r, local, POOL_MAP_EXISTING);
+	check_range(a, 0, size / 2, 13);
+	check_range(a, size / 2, size / 2, 12);
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	pool_paging_get_engine_stats(&e1);
+	if (on)
+		ck_assert_uint_ge(e1.direct_pages - e0.direct_pages, npages);
+	else
+		ck_assert_uint_eq(e1.direct_pages, e0.direct_pages);
+	/* nothing landed in the other region */
+	ck_assert_int_eq(pool_read(p, r0, 0, buf, small), 0);
+	check_range(buf, 0, small, 5);
+	free(buf);
+	pool_free(p, r);
+	pool_free(p, r0);
+	pool_close(p);
+	unsetenv("LIBPOOL_SHM");
+	unsetenv("LIBPOOL_PAGING_DIRECT");
+	stop_memd();
+}
+
+START_TEST(direct_fetch_reads_region_bytes)
+{
+	direct_run(true);
+}
+END_TEST
+
+START_TEST(direct_fetch_off)
+{
+	direct_run(false);
 }
 END_TEST
 
@@ -2395,6 +2501,9 @@ int main(int argc, char **argv)
 		tcase_add_test(tc, vma_split_by_program);
 		tcase_add_test(tc, phases_time_each_step);
 		tcase_add_test(tc, phases_wake_split);
+		tcase_add_test(tc, phases_late_drop_off);
+		tcase_add_test(tc, direct_fetch_reads_region_bytes);
+		tcase_add_test(tc, direct_fetch_off);
 		tcase_add_test(tc, read_modify_write_passes);
 		tcase_add_test(tc, threads_fault_at_once);
 		tcase_add_test(tc, install_ahead_keeps_budget_and_bytes);
