@@ -268,6 +268,11 @@ int wire_enc_auth(const struct wire_auth *a, struct wire_wr *w);
 int wire_dec_auth(struct wire_auth *a, struct wire_rd *r);
 int wire_enc_auth_ok(const struct wire_auth_ok *a, struct wire_wr *w);
 int wire_dec_auth_ok(struct wire_auth_ok *a, struct wire_rd *r);
+int wire_enc_auth_challenge(const struct wire_auth_challenge *a,
+			    struct wire_wr *w);
+int wire_dec_auth_challenge(struct wire_auth_challenge *a, struct wire_rd *r);
+int wire_enc_auth_proof(const struct wire_auth_proof *a, struct wire_wr *w);
+int wire_dec_auth_proof(struct wire_auth_proof *a, struct wire_rd *r);
 int wire_enc_heartbeat2(const struct wire_heartbeat2 *h, struct wire_wr *w);
 int wire_dec_heartbeat2(struct wire_heartbeat2 *h, struct wire_rd *r);
 int wire_enc_fabric(const struct wire_fabric *f, struct wire_wr *w);
@@ -307,13 +312,18 @@ int wire_enc_donors_ok(const struct wire_donors_ok *d, bool members,
 int wire_dec_donors_ok(struct wire_donors_ok *d, bool members,
 		       struct wire_rd *r);
 
-/* wire_kv.c */
+/* wire_kv.c: wire_type_is_kv says whether type is one of the KV_* types
+ * that struct wire_kv carries (all but KV_MODEL and KV_CLEAR) */
+bool wire_type_is_kv(uint8_t type);
 int wire_enc_kv(uint8_t type, const struct wire_kv *k, struct wire_wr *w);
 int wire_dec_kv(uint8_t type, struct wire_kv *k, struct wire_rd *r);
 int wire_enc_kv_model(const struct wire_kv_model *k, struct wire_wr *w);
 int wire_dec_kv_model(struct wire_kv_model *k, struct wire_rd *r);
 
-/* wire_shm.c: an abstract socket name SHM_OK may carry */
-bool wire_shm_name_ok(const char *s, size_t max);
+/* wire_shm.c */
+int wire_enc_shm(const struct wire_shm *m, struct wire_wr *w);
+int wire_dec_shm(struct wire_shm *m, struct wire_rd *r);
+int wire_enc_shm_ok(const struct wire_shm_ok *m, struct wire_wr *w);
+int wire_dec_shm_ok(struct wire_shm_ok *m, struct wire_rd *r);
 
 #endif
