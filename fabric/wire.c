@@ -86,7 +86,8 @@ static int wire_dec_error(struct wire_error *e, struct wire_rd *r)
  * wire_dec_MEMBER. Both directions expand this one list, so they cannot
  * pair a type with different layouts. Not here: the KV types (one codec
  * for all, told the type: wire_type_is_kv), DONORS_OK and MEMBERS_OK
- * (likewise), and the payload-less ones (WIRE_EMPTY).
+ * (likewise), the one-array ones (WIRE_RAW) and the payload-less ones
+ * (WIRE_EMPTY).
  */
 #define WIRE_CODECS(X)                                                         \
 	X(HELLO, hello)                                                        \
@@ -99,8 +100,6 @@ static int wire_dec_error(struct wire_error *e, struct wire_rd *r)
 	X(STATUS_OK, status_ok)                                                \
 	X(ERROR, error)                                                        \
 	X(AUTH, auth)                                                          \
-	X(AUTH_CHALLENGE, auth_challenge)                                      \
-	X(AUTH_PROOF, auth_proof)                                              \
 	X(AUTH_OK, auth_ok)                                                    \
 	X(PLACE, place)                                                        \
 	X(PLACE_OK, place_ok)                                                  \
@@ -114,11 +113,17 @@ static int wire_dec_error(struct wire_error *e, struct wire_rd *r)
 	X(DONOR_REPORT_OK, donor_report_ok)                                    \
 	X(ADMIN, admin)                                                        \
 	X(ADMIN_OK, admin)                                                     \
-	X(SHM, shm)                                                            \
 	X(SHM_OK, shm_ok)                                                      \
 	X(KV_MODEL, kv_model)                                                  \
 	X(FABRIC, fabric)                                                      \
 	X(FABRIC_OK, fabric)
+
+/* The types whose payload is one fixed-size array, raw: type, the array
+ * in wire_msg.u, its length. */
+#define WIRE_RAW(X)                                                            \
+	X(AUTH_CHALLENGE, auth_challenge.snonce, WIRE_NONCE_LEN)               \
+	X(AUTH_PROOF, auth_proof.mac, WIRE_MAC_LEN)                            \
+	X(SHM, shm.boot_id, WIRE_BOOT_ID_LEN)
 
 /* The types whose payload is empty: they write nothing and ignore u. */
 #define WIRE_EMPTY(X)                                                          \
@@ -146,6 +151,12 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 		return wire_enc_##member(&m->u.member, w);
 		WIRE_CODECS(WIRE_ENC_CASE)
 #undef WIRE_ENC_CASE
+#define WIRE_ENC_RAW(type, array, len)                                         \
+	case WIRE_##type:                                                      \
+		put_raw(w, m->u.array, len);                                   \
+		return 0;
+		WIRE_RAW(WIRE_ENC_RAW)
+#undef WIRE_ENC_RAW
 	case WIRE_DONORS_OK:
 	case WIRE_MEMBERS_OK:
 		return wire_enc_donors_ok(&m->u.donors_ok,
@@ -169,6 +180,13 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 		break;
 		WIRE_CODECS(WIRE_DEC_CASE)
 #undef WIRE_DEC_CASE
+#define WIRE_DEC_RAW(type, array, len)                                         \
+	case WIRE_##type:                                                      \
+		get_raw(r, m->u.array, len);                                   \
+		rc = 0;                                                        \
+		break;
+		WIRE_RAW(WIRE_DEC_RAW)
+#undef WIRE_DEC_RAW
 	case WIRE_DONORS_OK:
 	case WIRE_MEMBERS_OK:
 		rc = wire_dec_donors_ok(&m->u.donors_ok,

@@ -268,11 +268,6 @@ int wire_enc_auth(const struct wire_auth *a, struct wire_wr *w);
 int wire_dec_auth(struct wire_auth *a, struct wire_rd *r);
 int wire_enc_auth_ok(const struct wire_auth_ok *a, struct wire_wr *w);
 int wire_dec_auth_ok(struct wire_auth_ok *a, struct wire_rd *r);
-int wire_enc_auth_challenge(const struct wire_auth_challenge *a,
-			    struct wire_wr *w);
-int wire_dec_auth_challenge(struct wire_auth_challenge *a, struct wire_rd *r);
-int wire_enc_auth_proof(const struct wire_auth_proof *a, struct wire_wr *w);
-int wire_dec_auth_proof(struct wire_auth_proof *a, struct wire_rd *r);
 int wire_enc_heartbeat2(const struct wire_heartbeat2 *h, struct wire_wr *w);
 int wire_dec_heartbeat2(struct wire_heartbeat2 *h, struct wire_rd *r);
 int wire_enc_fabric(const struct wire_fabric *f, struct wire_wr *w);
@@ -321,8 +316,6 @@ int wire_enc_kv_model(const struct wire_kv_model *k, struct wire_wr *w);
 int wire_dec_kv_model(struct wire_kv_model *k, struct wire_rd *r);
 
 /* wire_shm.c */
-int wire_enc_shm(const struct wire_shm *m, struct wire_wr *w);
-int wire_dec_shm(struct wire_shm *m, struct wire_rd *r);
 int wire_enc_shm_ok(const struct wire_shm_ok *m, struct wire_wr *w);
 int wire_dec_shm_ok(struct wire_shm_ok *m, struct wire_rd *r);
 

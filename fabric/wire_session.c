@@ -234,32 +234,6 @@ int wire_dec_auth_ok(struct wire_auth_ok *a, struct wire_rd *r)
 	return auth_ok_ok(a) ? 0 : -EBADMSG;
 }
 
-/* AUTH_CHALLENGE and AUTH_PROOF: one fixed-size array each, raw. */
-int wire_enc_auth_challenge(const struct wire_auth_challenge *a,
-			    struct wire_wr *w)
-{
-	put_raw(w, a->snonce, WIRE_NONCE_LEN);
-	return 0;
-}
-
-int wire_dec_auth_challenge(struct wire_auth_challenge *a, struct wire_rd *r)
-{
-	get_raw(r, a->snonce, WIRE_NONCE_LEN);
-	return r->bad ? -EBADMSG : 0;
-}
-
-int wire_enc_auth_proof(const struct wire_auth_proof *a, struct wire_wr *w)
-{
-	put_raw(w, a->mac, WIRE_MAC_LEN);
-	return 0;
-}
-
-int wire_dec_auth_proof(struct wire_auth_proof *a, struct wire_rd *r)
-{
-	get_raw(r, a->mac, WIRE_MAC_LEN);
-	return r->bad ? -EBADMSG : 0;
-}
-
 int wire_enc_heartbeat2(const struct wire_heartbeat2 *h, struct wire_wr *w)
 {
 	put_u64(w, h->bytes_read);

@@ -28,18 +28,6 @@ static bool shm_name_ok(const char *s, size_t max)
 	return true;
 }
 
-int wire_enc_shm(const struct wire_shm *m, struct wire_wr *w)
-{
-	put_raw(w, m->boot_id, WIRE_BOOT_ID_LEN);
-	return 0;
-}
-
-int wire_dec_shm(struct wire_shm *m, struct wire_rd *r)
-{
-	get_raw(r, m->boot_id, WIRE_BOOT_ID_LEN);
-	return r->bad ? -EBADMSG : 0;
-}
-
 int wire_enc_shm_ok(const struct wire_shm_ok *m, struct wire_wr *w)
 {
 	if (!shm_name_ok(m->socket, sizeof(m->socket)))
