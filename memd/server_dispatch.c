@@ -218,6 +218,15 @@ void srv_conn_process(struct memd_server *s, struct conn *c)
 	}
 }
 
+/*
+ * What a send or recv that failed otherwise than by EINTR returns: 0 when
+ * the socket would block (nothing more for now), else -errno.
+ */
+static int io_error(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+}
+
 int srv_conn_flush(struct conn *c)
 {
 	while (c->tx_off < c->tx_len) {
@@ -225,11 +234,9 @@ int srv_conn_flush(struct conn *c)
 				 c->tx_len - c->tx_off, MSG_NOSIGNAL);
 
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return io_error();
 		}
 		c->tx_off += (size_t)n;
 	}
@@ -265,11 +272,9 @@ int srv_conn_read(struct conn *c)
 		if (n == 0)
 			return 1;
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return io_error();
 		}
 		c->rx_len += (size_t)n;
 		if (c->rx_len < c->rx_cap)
