@@ -103,15 +103,8 @@ bool wire_type_is_kv(uint8_t type)
 	return kv_fields(type) != 0;
 }
 
-static bool is_zero(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return false;
-	return true;
-}
+/* What a key is in the items of a type that carries none. */
+static const uint8_t no_key[WIRE_KV_KEY_LEN];
 
 /*
  * The bounds of a KV message as a whole, the same for both directions: a
@@ -135,7 +128,8 @@ static bool kv_ok(uint8_t type, const struct wire_kv *k)
 	for (i = 0; i < k->count; i++) {
 		const struct wire_kv_item *it = &k->item[i];
 
-		if ((!(f & KVF_KEY) && !is_zero(it->key, sizeof(it->key))) ||
+		if ((!(f & KVF_KEY) &&
+		     memcmp(it->key, no_key, sizeof(no_key))) ||
 		    (!(f & KVF_VALUE_LEN) && it->value_len) ||
 		    (!(f & KVF_GEN) && it->generation) ||
 		    (!(f & KVF_CSUM) && it->checksum) ||
