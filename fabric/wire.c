@@ -61,7 +61,7 @@ enum {
 	HDR_LEN = 12,
 };
 
-static int enc_error(const struct wire_error *e, struct wire_wr *w)
+static int wire_enc_error(const struct wire_error *e, struct wire_wr *w)
 {
 	if (e->err < 1 || e->err > WIRE_ERR_MAX)
 		return -EINVAL;
@@ -69,7 +69,7 @@ static int enc_error(const struct wire_error *e, struct wire_wr *w)
 	return put_str(w, e->msg, sizeof(e->msg));
 }
 
-static int dec_error(struct wire_error *e, struct wire_rd *r)
+static int wire_dec_error(struct wire_error *e, struct wire_rd *r)
 {
 	uint32_t err = get_u32(r);
 
@@ -81,123 +81,91 @@ static int dec_error(struct wire_error *e, struct wire_rd *r)
 }
 
 /*
+ * The types with a payload of their own: type and the member of
+ * wire_msg.u that holds it, whose codec is wire_enc_MEMBER and
+ * wire_dec_MEMBER. Both directions expand this one list, so they cannot
+ * pair a type with different layouts. Not here: the KV types (one codec
+ * for all, told the type: wire_type_is_kv), DONORS_OK and MEMBERS_OK
+ * (likewise), the one-array ones (WIRE_RAW) and the payload-less ones
+ * (WIRE_EMPTY).
+ */
+#define WIRE_CODECS(X)                                                         \
+	X(HELLO, hello)                                                        \
+	X(HELLO_OK, hello_ok)                                                  \
+	X(LEASE, lease)                                                        \
+	X(LEASE_OK, lease_ok)                                                  \
+	X(RELEASE, release)                                                    \
+	X(RELEASE_OK, release_ok)                                              \
+	X(HEARTBEAT_OK, heartbeat_ok)                                          \
+	X(STATUS_OK, status_ok)                                                \
+	X(ERROR, error)                                                        \
+	X(AUTH, auth)                                                          \
+	X(AUTH_OK, auth_ok)                                                    \
+	X(PLACE, place)                                                        \
+	X(PLACE_OK, place_ok)                                                  \
+	X(LEASE_GRANT, lease_grant)                                            \
+	X(LEASE_GRANT_OK, lease_ok)                                            \
+	X(HEARTBEAT2, heartbeat2)                                              \
+	X(HEARTBEAT2_OK, heartbeat_ok)                                         \
+	X(DONOR_JOIN, donor_join)                                              \
+	X(DONOR_JOIN_OK, donor_join_ok)                                        \
+	X(DONOR_REPORT, donor_report)                                          \
+	X(DONOR_REPORT_OK, donor_report_ok)                                    \
+	X(ADMIN, admin)                                                        \
+	X(ADMIN_OK, admin)                                                     \
+	X(SHM_OK, shm_ok)                                                      \
+	X(KV_MODEL, kv_model)                                                  \
+	X(FABRIC, fabric)                                                      \
+	X(FABRIC_OK, fabric)
+
+/* The types whose payload is one fixed-size array, raw: type, the array
+ * in wire_msg.u, its length. */
+#define WIRE_RAW(X)                                                            \
+	X(AUTH_CHALLENGE, auth_challenge.snonce, WIRE_NONCE_LEN)               \
+	X(AUTH_PROOF, auth_proof.mac, WIRE_MAC_LEN)                            \
+	X(SHM, shm.boot_id, WIRE_BOOT_ID_LEN)
+
+/* The types whose payload is empty: they write nothing and ignore u. */
+#define WIRE_EMPTY(X)                                                          \
+	X(HEARTBEAT)                                                           \
+	X(STATUS)                                                              \
+	X(BYE)                                                                 \
+	X(BYE_OK)                                                              \
+	X(DONORS)                                                              \
+	X(KV_MODEL_OK)                                                         \
+	X(KV_CLEAR)                                                            \
+	X(KV_CLEAR_OK)                                                         \
+	X(MEMBERS)
+
+#define WIRE_EMPTY_CASE(type) case WIRE_##type:
+
+/*
  * Payload of m: validated, and written when w->p is set. -EINVAL for an
- * unknown type or a bound broken. The six payload-less types write
- * nothing and ignore the union.
+ * unknown type or a bound broken.
  */
 static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 {
 	switch (m->type) {
-	case WIRE_HELLO:
-		return wire_enc_hello(&m->u.hello, w);
-	case WIRE_HELLO_OK:
-		return wire_enc_hello_ok(&m->u.hello_ok, w);
-	case WIRE_LEASE:
-		return wire_enc_lease(&m->u.lease, w);
-	case WIRE_LEASE_OK:
-		return wire_enc_lease_ok(&m->u.lease_ok, w);
-	case WIRE_RELEASE:
-		return wire_enc_release(&m->u.release, w);
-	case WIRE_RELEASE_OK:
-		return wire_enc_release_ok(&m->u.release_ok, w);
-	case WIRE_HEARTBEAT_OK:
-		return wire_enc_heartbeat_ok(&m->u.heartbeat_ok, w);
-	case WIRE_STATUS_OK:
-		return wire_enc_status_ok(&m->u.status_ok, w);
-	case WIRE_ERROR:
-		return enc_error(&m->u.error, w);
-	case WIRE_AUTH:
-		return wire_enc_auth(&m->u.auth, w);
-	case WIRE_AUTH_CHALLENGE:
-		put_raw(w, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
+#define WIRE_ENC_CASE(type, member)                                            \
+	case WIRE_##type:                                                      \
+		return wire_enc_##member(&m->u.member, w);
+		WIRE_CODECS(WIRE_ENC_CASE)
+#undef WIRE_ENC_CASE
+#define WIRE_ENC_RAW(type, array, len)                                         \
+	case WIRE_##type:                                                      \
+		put_raw(w, m->u.array, len);                                   \
 		return 0;
-	case WIRE_AUTH_PROOF:
-		put_raw(w, m->u.auth_proof.mac, WIRE_MAC_LEN);
-		return 0;
-	case WIRE_AUTH_OK:
-		return wire_enc_auth_ok(&m->u.auth_ok, w);
-	case WIRE_PLACE:
-		return wire_enc_place(&m->u.place, w);
-	case WIRE_PLACE_OK:
-		return wire_enc_place_ok(&m->u.place_ok, w);
-	case WIRE_LEASE_GRANT:
-		return wire_enc_lease_grant(&m->u.lease_grant, w);
-	case WIRE_LEASE_GRANT_OK:
-		return wire_enc_lease_ok(&m->u.lease_ok, w);
-	case WIRE_HEARTBEAT2:
-		return wire_enc_heartbeat2(&m->u.heartbeat2, w);
-	case WIRE_HEARTBEAT2_OK:
-		return wire_enc_heartbeat_ok(&m->u.heartbeat_ok, w);
-	case WIRE_DONOR_JOIN:
-		return wire_enc_donor_join(&m->u.donor_join, w);
-	case WIRE_DONOR_JOIN_OK:
-		return wire_enc_donor_join_ok(&m->u.donor_join_ok, w);
-	case WIRE_DONOR_REPORT:
-		return wire_enc_donor_report(&m->u.donor_report, w);
-	case WIRE_DONOR_REPORT_OK:
-		return wire_enc_donor_report_ok(&m->u.donor_report_ok, w);
-	case WIRE_ADMIN:
-	case WIRE_ADMIN_OK:
-		return wire_enc_admin(&m->u.admin, w);
-	case WIRE_KV_RESERVE:
-	case WIRE_KV_COMMIT:
-	case WIRE_KV_LOOKUP:
-	case WIRE_KV_DONE:
-	case WIRE_KV_EXISTS:
-	case WIRE_KV_DELETE:
-	case WIRE_KV_PIN:
-	case WIRE_KV_RESERVE_OK:
-	case WIRE_KV_COMMIT_OK:
-	case WIRE_KV_LOOKUP_OK:
-	case WIRE_KV_DONE_OK:
-	case WIRE_KV_EXISTS_OK:
-	case WIRE_KV_DELETE_OK:
-	case WIRE_KV_PIN_OK:
-	case WIRE_KV_RESERVE_AT:
-	case WIRE_KV_COMMIT_AT:
-	case WIRE_KV_LOOKUP_AT:
-	case WIRE_KV_EXISTS_AT:
-	case WIRE_KV_DELETE_AT:
-	case WIRE_KV_PIN_AT:
-	case WIRE_KV_RESERVE_AT_OK:
-	case WIRE_KV_COMMIT_AT_OK:
-	case WIRE_KV_LOOKUP_AT_OK:
-	case WIRE_KV_EXISTS_AT_OK:
-	case WIRE_KV_DELETE_AT_OK:
-	case WIRE_KV_PIN_AT_OK:
-		return wire_enc_kv(m->type, &m->u.kv, w);
+		WIRE_RAW(WIRE_ENC_RAW)
+#undef WIRE_ENC_RAW
 	case WIRE_DONORS_OK:
 	case WIRE_MEMBERS_OK:
 		return wire_enc_donors_ok(&m->u.donors_ok,
 					  m->type == WIRE_MEMBERS_OK, w);
-	case WIRE_SHM:
-		put_raw(w, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
-		return 0;
-	case WIRE_SHM_OK:
-		if (!wire_shm_name_ok(m->u.shm_ok.socket,
-				      sizeof(m->u.shm_ok.socket)))
-			return -EINVAL;
-		put_raw(w, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
-		return put_name(w, m->u.shm_ok.socket,
-				sizeof(m->u.shm_ok.socket)) < 0
-			       ? -EINVAL
-			       : 0;
-	case WIRE_KV_MODEL:
-		return wire_enc_kv_model(&m->u.kv_model, w);
-	case WIRE_FABRIC:
-	case WIRE_FABRIC_OK:
-		return wire_enc_fabric(&m->u.fabric, w);
-	case WIRE_HEARTBEAT:
-	case WIRE_STATUS:
-	case WIRE_BYE:
-	case WIRE_BYE_OK:
-	case WIRE_DONORS:
-	case WIRE_KV_MODEL_OK:
-	case WIRE_KV_CLEAR:
-	case WIRE_KV_CLEAR_OK:
-	case WIRE_MEMBERS:
+		WIRE_EMPTY(WIRE_EMPTY_CASE)
 		return 0;
 	}
+	if (wire_type_is_kv(m->type))
+		return wire_enc_kv(m->type, &m->u.kv, w);
 	return -EINVAL;
 }
 
@@ -206,148 +174,32 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	int rc;
 
 	switch (m->type) {
-	case WIRE_HELLO:
-		rc = wire_dec_hello(&m->u.hello, r);
+#define WIRE_DEC_CASE(type, member)                                            \
+	case WIRE_##type:                                                      \
+		rc = wire_dec_##member(&m->u.member, r);                       \
 		break;
-	case WIRE_HELLO_OK:
-		rc = wire_dec_hello_ok(&m->u.hello_ok, r);
+		WIRE_CODECS(WIRE_DEC_CASE)
+#undef WIRE_DEC_CASE
+#define WIRE_DEC_RAW(type, array, len)                                         \
+	case WIRE_##type:                                                      \
+		get_raw(r, m->u.array, len);                                   \
+		rc = 0;                                                        \
 		break;
-	case WIRE_LEASE:
-		rc = wire_dec_lease(&m->u.lease, r);
-		break;
-	case WIRE_LEASE_OK:
-		rc = wire_dec_lease_ok(&m->u.lease_ok, r);
-		break;
-	case WIRE_RELEASE:
-		rc = wire_dec_release(&m->u.release, r);
-		break;
-	case WIRE_RELEASE_OK:
-		rc = wire_dec_release_ok(&m->u.release_ok, r);
-		break;
-	case WIRE_HEARTBEAT_OK:
-		rc = wire_dec_heartbeat_ok(&m->u.heartbeat_ok, r);
-		break;
-	case WIRE_STATUS_OK:
-		rc = wire_dec_status_ok(&m->u.status_ok, r);
-		break;
-	case WIRE_ERROR:
-		rc = dec_error(&m->u.error, r);
-		break;
-	case WIRE_AUTH:
-		rc = wire_dec_auth(&m->u.auth, r);
-		break;
-	case WIRE_AUTH_CHALLENGE:
-		get_raw(r, m->u.auth_challenge.snonce, WIRE_NONCE_LEN);
-		rc = 0;
-		break;
-	case WIRE_AUTH_PROOF:
-		get_raw(r, m->u.auth_proof.mac, WIRE_MAC_LEN);
-		rc = 0;
-		break;
-	case WIRE_AUTH_OK:
-		rc = wire_dec_auth_ok(&m->u.auth_ok, r);
-		break;
-	case WIRE_PLACE:
-		rc = wire_dec_place(&m->u.place, r);
-		break;
-	case WIRE_PLACE_OK:
-		rc = wire_dec_place_ok(&m->u.place_ok, r);
-		break;
-	case WIRE_LEASE_GRANT:
-		rc = wire_dec_lease_grant(&m->u.lease_grant, r);
-		break;
-	case WIRE_LEASE_GRANT_OK:
-		rc = wire_dec_lease_ok(&m->u.lease_ok, r);
-		break;
-	case WIRE_HEARTBEAT2:
-		rc = wire_dec_heartbeat2(&m->u.heartbeat2, r);
-		break;
-	case WIRE_HEARTBEAT2_OK:
-		rc = wire_dec_heartbeat_ok(&m->u.heartbeat_ok, r);
-		break;
-	case WIRE_DONOR_JOIN:
-		rc = wire_dec_donor_join(&m->u.donor_join, r);
-		break;
-	case WIRE_DONOR_JOIN_OK:
-		rc = wire_dec_donor_join_ok(&m->u.donor_join_ok, r);
-		break;
-	case WIRE_DONOR_REPORT:
-		rc = wire_dec_donor_report(&m->u.donor_report, r);
-		break;
-	case WIRE_DONOR_REPORT_OK:
-		rc = wire_dec_donor_report_ok(&m->u.donor_report_ok, r);
-		break;
-	case WIRE_ADMIN:
-	case WIRE_ADMIN_OK:
-		rc = wire_dec_admin(&m->u.admin, r);
-		break;
-	case WIRE_KV_RESERVE:
-	case WIRE_KV_COMMIT:
-	case WIRE_KV_LOOKUP:
-	case WIRE_KV_DONE:
-	case WIRE_KV_EXISTS:
-	case WIRE_KV_DELETE:
-	case WIRE_KV_PIN:
-	case WIRE_KV_RESERVE_OK:
-	case WIRE_KV_COMMIT_OK:
-	case WIRE_KV_LOOKUP_OK:
-	case WIRE_KV_DONE_OK:
-	case WIRE_KV_EXISTS_OK:
-	case WIRE_KV_DELETE_OK:
-	case WIRE_KV_PIN_OK:
-	case WIRE_KV_RESERVE_AT:
-	case WIRE_KV_COMMIT_AT:
-	case WIRE_KV_LOOKUP_AT:
-	case WIRE_KV_EXISTS_AT:
-	case WIRE_KV_DELETE_AT:
-	case WIRE_KV_PIN_AT:
-	case WIRE_KV_RESERVE_AT_OK:
-	case WIRE_KV_COMMIT_AT_OK:
-	case WIRE_KV_LOOKUP_AT_OK:
-	case WIRE_KV_EXISTS_AT_OK:
-	case WIRE_KV_DELETE_AT_OK:
-	case WIRE_KV_PIN_AT_OK:
-		rc = wire_dec_kv(m->type, &m->u.kv, r);
-		break;
+		WIRE_RAW(WIRE_DEC_RAW)
+#undef WIRE_DEC_RAW
 	case WIRE_DONORS_OK:
 	case WIRE_MEMBERS_OK:
 		rc = wire_dec_donors_ok(&m->u.donors_ok,
 					m->type == WIRE_MEMBERS_OK, r);
 		break;
-	case WIRE_SHM:
-		get_raw(r, m->u.shm.boot_id, WIRE_BOOT_ID_LEN);
-		rc = 0;
-		break;
-	case WIRE_SHM_OK:
-		get_raw(r, m->u.shm_ok.nonce, WIRE_NONCE_LEN);
-		rc = get_name(r, m->u.shm_ok.socket,
-			      sizeof(m->u.shm_ok.socket)) < 0 ||
-				     !wire_shm_name_ok(
-					     m->u.shm_ok.socket,
-					     sizeof(m->u.shm_ok.socket))
-			     ? -EBADMSG
-			     : 0;
-		break;
-	case WIRE_KV_MODEL:
-		rc = wire_dec_kv_model(&m->u.kv_model, r);
-		break;
-	case WIRE_FABRIC:
-	case WIRE_FABRIC_OK:
-		rc = wire_dec_fabric(&m->u.fabric, r);
-		break;
-	case WIRE_HEARTBEAT:
-	case WIRE_STATUS:
-	case WIRE_BYE:
-	case WIRE_BYE_OK:
-	case WIRE_DONORS:
-	case WIRE_KV_MODEL_OK:
-	case WIRE_KV_CLEAR:
-	case WIRE_KV_CLEAR_OK:
-	case WIRE_MEMBERS:
+		WIRE_EMPTY(WIRE_EMPTY_CASE)
 		rc = 0;
 		break;
 	default:
-		return -EBADMSG;
+		if (!wire_type_is_kv(m->type))
+			return -EBADMSG;
+		rc = wire_dec_kv(m->type, &m->u.kv, r);
+		break;
 	}
 	/* Trailing bytes would be a second reading of the same frame. */
 	if (rc < 0 || r->bad || r->off != r->len)

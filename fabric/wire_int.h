@@ -33,6 +33,11 @@
 #include "fabric/wire.h"
 
 /* Little-endian loads and stores on raw bytes: no alignment assumed. */
+static inline uint8_t le8(const uint8_t *p)
+{
+	return p[0];
+}
+
 static inline uint16_t le16(const uint8_t *p)
 {
 	return (uint16_t)(p[0] | p[1] << 8);
@@ -47,6 +52,11 @@ static inline uint32_t le32(const uint8_t *p)
 static inline uint64_t le64(const uint8_t *p)
 {
 	return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+static inline void st8(uint8_t *p, uint8_t v)
+{
+	p[0] = v;
 }
 
 static inline void st16(uint8_t *p, uint16_t v)
@@ -78,33 +88,53 @@ struct wire_wr {
 	size_t off;
 };
 
-static inline void put_u8(struct wire_wr *w, uint8_t v)
+/*
+ * Read cursor over one complete payload. A get past the end returns 0 and
+ * sets the sticky bad flag, so decoders read a whole fixed layout and check
+ * once; anything that sizes a loop or a copy is checked before use.
+ */
+struct wire_rd {
+	const uint8_t *p;
+	size_t len;
+	size_t off;
+	bool bad;
+};
+
+static inline bool rd_has(struct wire_rd *r, size_t n)
 {
-	if (w->p)
-		w->p[w->off] = v;
-	w->off += 1;
+	if (r->bad || r->len - r->off < n) {
+		r->bad = true;
+		return false;
+	}
+	return true;
 }
 
-static inline void put_u16(struct wire_wr *w, uint16_t v)
-{
-	if (w->p)
-		st16(w->p + w->off, v);
-	w->off += 2;
-}
-
-static inline void put_u32(struct wire_wr *w, uint32_t v)
-{
-	if (w->p)
-		st32(w->p + w->off, v);
-	w->off += 4;
-}
-
-static inline void put_u64(struct wire_wr *w, uint64_t v)
-{
-	if (w->p)
-		st64(w->p + w->off, v);
-	w->off += 8;
-}
+/*
+ * put_uN and get_uN for the four integer widths, from one definition: a
+ * value of N bits is N / 8 bytes, little-endian.
+ */
+#define WIRE_UINT_CODEC(bits)                                                  \
+	static inline void put_u##bits(struct wire_wr *w, uint##bits##_t v)    \
+	{                                                                      \
+		if (w->p)                                                      \
+			st##bits(w->p + w->off, v);                            \
+		w->off += (bits) / 8;                                          \
+	}                                                                      \
+	static inline uint##bits##_t get_u##bits(struct wire_rd *r)            \
+	{                                                                      \
+		uint##bits##_t v;                                              \
+                                                                               \
+		if (!rd_has(r, (bits) / 8))                                    \
+			return 0;                                              \
+		v = le##bits(r->p + r->off);                                   \
+		r->off += (bits) / 8;                                          \
+		return v;                                                      \
+	}
+WIRE_UINT_CODEC(8)
+WIRE_UINT_CODEC(16)
+WIRE_UINT_CODEC(32)
+WIRE_UINT_CODEC(64)
+#undef WIRE_UINT_CODEC
 
 /* u16 length + bytes; the caller has bounded n. */
 static inline void put_blob(struct wire_wr *w, const void *src, uint16_t n)
@@ -127,67 +157,6 @@ static inline int put_str(struct wire_wr *w, const char *s, size_t max)
 		return -EINVAL;
 	put_blob(w, s, (uint16_t)n);
 	return 0;
-}
-
-/*
- * Read cursor over one complete payload. A get past the end returns 0 and
- * sets the sticky bad flag, so decoders read a whole fixed layout and check
- * once; anything that sizes a loop or a copy is checked before use.
- */
-struct wire_rd {
-	const uint8_t *p;
-	size_t len;
-	size_t off;
-	bool bad;
-};
-
-static inline bool rd_has(struct wire_rd *r, size_t n)
-{
-	if (r->bad || r->len - r->off < n) {
-		r->bad = true;
-		return false;
-	}
-	return true;
-}
-
-static inline uint8_t get_u8(struct wire_rd *r)
-{
-	if (!rd_has(r, 1))
-		return 0;
-	return r->p[r->off++];
-}
-
-static inline uint16_t get_u16(struct wire_rd *r)
-{
-	uint16_t v;
-
-	if (!rd_has(r, 2))
-		return 0;
-	v = le16(r->p + r->off);
-	r->off += 2;
-	return v;
-}
-
-static inline uint32_t get_u32(struct wire_rd *r)
-{
-	uint32_t v;
-
-	if (!rd_has(r, 4))
-		return 0;
-	v = le32(r->p + r->off);
-	r->off += 4;
-	return v;
-}
-
-static inline uint64_t get_u64(struct wire_rd *r)
-{
-	uint64_t v;
-
-	if (!rd_has(r, 8))
-		return 0;
-	v = le64(r->p + r->off);
-	r->off += 8;
-	return v;
 }
 
 /*
@@ -338,13 +307,16 @@ int wire_enc_donors_ok(const struct wire_donors_ok *d, bool members,
 int wire_dec_donors_ok(struct wire_donors_ok *d, bool members,
 		       struct wire_rd *r);
 
-/* wire_kv.c */
+/* wire_kv.c: wire_type_is_kv says whether type is one of the KV_* types
+ * that struct wire_kv carries (all but KV_MODEL and KV_CLEAR) */
+bool wire_type_is_kv(uint8_t type);
 int wire_enc_kv(uint8_t type, const struct wire_kv *k, struct wire_wr *w);
 int wire_dec_kv(uint8_t type, struct wire_kv *k, struct wire_rd *r);
 int wire_enc_kv_model(const struct wire_kv_model *k, struct wire_wr *w);
 int wire_dec_kv_model(struct wire_kv_model *k, struct wire_rd *r);
 
-/* wire_shm.c: an abstract socket name SHM_OK may carry */
-bool wire_shm_name_ok(const char *s, size_t max);
+/* wire_shm.c */
+int wire_enc_shm_ok(const struct wire_shm_ok *m, struct wire_wr *w);
+int wire_dec_shm_ok(struct wire_shm_ok *m, struct wire_rd *r);
 
 #endif

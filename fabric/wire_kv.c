@@ -36,59 +36,7 @@ enum {
 	KVF_MSEQ = 0x100,     /* u64 membership first (the _AT requests) */
 };
 
-uint8_t wire_kv_at(uint8_t type)
-{
-	switch (type) {
-	case WIRE_KV_RESERVE:
-	case WIRE_KV_COMMIT:
-	case WIRE_KV_LOOKUP:
-	case WIRE_KV_EXISTS:
-	case WIRE_KV_DELETE:
-	case WIRE_KV_PIN:
-	case WIRE_KV_RESERVE_OK:
-	case WIRE_KV_COMMIT_OK:
-	case WIRE_KV_LOOKUP_OK:
-	case WIRE_KV_EXISTS_OK:
-	case WIRE_KV_DELETE_OK:
-	case WIRE_KV_PIN_OK:
-		return (uint8_t)(type + 0x10);
-	}
-	return 0;
-}
-
-uint8_t wire_kv_plain(uint8_t type)
-{
-	switch (type) {
-	case WIRE_KV_RESERVE_AT:
-	case WIRE_KV_COMMIT_AT:
-	case WIRE_KV_LOOKUP_AT:
-	case WIRE_KV_EXISTS_AT:
-	case WIRE_KV_DELETE_AT:
-	case WIRE_KV_PIN_AT:
-	case WIRE_KV_RESERVE_AT_OK:
-	case WIRE_KV_COMMIT_AT_OK:
-	case WIRE_KV_LOOKUP_AT_OK:
-	case WIRE_KV_EXISTS_AT_OK:
-	case WIRE_KV_DELETE_AT_OK:
-	case WIRE_KV_PIN_AT_OK:
-		return (uint8_t)(type - 0x10);
-	}
-	return type;
-}
-
-/* The fields of an _AT type are its plain namesake's, and the requests'
- * membership first. */
-static unsigned int kv_fields_plain(uint8_t type);
-
-static unsigned int kv_fields(uint8_t type)
-{
-	uint8_t plain = wire_kv_plain(type);
-
-	if (plain == type)
-		return kv_fields_plain(type);
-	return kv_fields_plain(plain) | (type & 0x80 ? 0 : KVF_MSEQ);
-}
-
+/* The fields of each plain KV type; 0 for any other type. */
 static unsigned int kv_fields_plain(uint8_t type)
 {
 	switch (type) {
@@ -120,15 +68,43 @@ static unsigned int kv_fields_plain(uint8_t type)
 	return 0;
 }
 
-static bool is_zero(const void *p, size_t n)
+/* Every plain KV type but DONE (and DONE_OK) has an _AT form, 0x10 up. */
+static bool kv_has_at(uint8_t plain)
 {
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return false;
-	return true;
+	return kv_fields_plain(plain) && (plain & 0x7f) != WIRE_KV_DONE;
 }
+
+uint8_t wire_kv_at(uint8_t type)
+{
+	return kv_has_at(type) ? (uint8_t)(type + 0x10) : 0;
+}
+
+uint8_t wire_kv_plain(uint8_t type)
+{
+	uint8_t plain = (uint8_t)(type - 0x10);
+
+	/* 0x20 .. 0x2f and 0xa0 .. 0xaf: the _AT requests and replies */
+	return (type & 0x70) == 0x20 && kv_has_at(plain) ? plain : type;
+}
+
+/* The fields of an _AT type are its plain namesake's, and the requests'
+ * membership first. */
+static unsigned int kv_fields(uint8_t type)
+{
+	uint8_t plain = wire_kv_plain(type);
+
+	if (plain == type)
+		return kv_fields_plain(type);
+	return kv_fields_plain(plain) | (type & 0x80 ? 0 : KVF_MSEQ);
+}
+
+bool wire_type_is_kv(uint8_t type)
+{
+	return kv_fields(type) != 0;
+}
+
+/* What a key is in the items of a type that carries none. */
+static const uint8_t no_key[WIRE_KV_KEY_LEN];
 
 /*
  * The bounds of a KV message as a whole, the same for both directions: a
@@ -152,7 +128,8 @@ static bool kv_ok(uint8_t type, const struct wire_kv *k)
 	for (i = 0; i < k->count; i++) {
 		const struct wire_kv_item *it = &k->item[i];
 
-		if ((!(f & KVF_KEY) && !is_zero(it->key, sizeof(it->key))) ||
+		if ((!(f & KVF_KEY) &&
+		     memcmp(it->key, no_key, sizeof(no_key))) ||
 		    (!(f & KVF_VALUE_LEN) && it->value_len) ||
 		    (!(f & KVF_GEN) && it->generation) ||
 		    (!(f & KVF_CSUM) && it->checksum) ||

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 /* An abstract socket name SHM_OK may carry: [A-Za-z0-9_.-], non-empty. */
-bool wire_shm_name_ok(const char *s, size_t max)
+static bool shm_name_ok(const char *s, size_t max)
 {
 	size_t n = strnlen(s, max);
 
@@ -26,6 +26,23 @@ bool wire_shm_name_ok(const char *s, size_t max)
 		    s[i] != '.' && s[i] != '-')
 			return false;
 	return true;
+}
+
+int wire_enc_shm_ok(const struct wire_shm_ok *m, struct wire_wr *w)
+{
+	if (!shm_name_ok(m->socket, sizeof(m->socket)))
+		return -EINVAL;
+	put_raw(w, m->nonce, WIRE_NONCE_LEN);
+	return put_name(w, m->socket, sizeof(m->socket)) < 0 ? -EINVAL : 0;
+}
+
+int wire_dec_shm_ok(struct wire_shm_ok *m, struct wire_rd *r)
+{
+	get_raw(r, m->nonce, WIRE_NONCE_LEN);
+	if (get_name(r, m->socket, sizeof(m->socket)) < 0 ||
+	    !shm_name_ok(m->socket, sizeof(m->socket)))
+		return -EBADMSG;
+	return 0;
 }
 
 int wire_boot_id_parse(const char *text, size_t len,

@@ -612,56 +612,32 @@ int pool_kv_exists_async(struct pool_kv *kv, size_t n,
 	return submit(&op, out);
 }
 
-ssize_t pool_kv_delete(struct pool_kv *kv, size_t n,
-		       const struct pool_kv_key *keys, int *status)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, n, keys, status);
-
-	return run_sync(&op);
-}
-
-int pool_kv_delete_async(struct pool_kv *kv, size_t n,
-			 const struct pool_kv_key *keys, int *status,
-			 struct pool_kv_op **out)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_DELETE, n, keys, status);
-
-	return submit(&op, out);
-}
-
-ssize_t pool_kv_pin(struct pool_kv *kv, size_t n,
-		    const struct pool_kv_key *keys, int *status)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_PIN, n, keys, status);
-
-	return run_sync(&op);
-}
-
-int pool_kv_pin_async(struct pool_kv *kv, size_t n,
-		      const struct pool_kv_key *keys, int *status,
-		      struct pool_kv_op **out)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_PIN, n, keys, status);
-
-	return submit(&op, out);
-}
-
-ssize_t pool_kv_unpin(struct pool_kv *kv, size_t n,
-		      const struct pool_kv_key *keys, int *status)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_UNPIN, n, keys, status);
-
-	return run_sync(&op);
-}
-
-int pool_kv_unpin_async(struct pool_kv *kv, size_t n,
-			const struct pool_kv_key *keys, int *status,
-			struct pool_kv_op **out)
-{
-	struct pool_kv_op op = KEY_OP(kv, KV_UNPIN, n, keys, status);
-
-	return submit(&op, out);
-}
+/*
+ * pool_kv_delete, pool_kv_pin and pool_kv_unpin and their _async forms
+ * (include/tidepool/kv.h): the keys and a status each, one KEY_OP run to
+ * completion or submitted.
+ */
+#define KV_KEYS_VERB(verb, kind)                                               \
+	ssize_t pool_kv_##verb(struct pool_kv *kv, size_t n,                   \
+			       const struct pool_kv_key *keys, int *status)    \
+	{                                                                      \
+		struct pool_kv_op op = KEY_OP(kv, kind, n, keys, status);      \
+                                                                               \
+		return run_sync(&op);                                          \
+	}                                                                      \
+                                                                               \
+	int pool_kv_##verb##_async(struct pool_kv *kv, size_t n,               \
+				   const struct pool_kv_key *keys,             \
+				   int *status, struct pool_kv_op **out)       \
+	{                                                                      \
+		struct pool_kv_op op = KEY_OP(kv, kind, n, keys, status);      \
+                                                                               \
+		return submit(&op, out);                                       \
+	}
+KV_KEYS_VERB(delete, KV_DELETE)
+KV_KEYS_VERB(pin, KV_PIN)
+KV_KEYS_VERB(unpin, KV_UNPIN)
+#undef KV_KEYS_VERB
 
 static int op_check(struct pool_kv *kv, struct pool_kv_op *op)
 {

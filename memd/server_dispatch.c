@@ -18,12 +18,98 @@ static int epoll_mod(struct memd_server *s, struct conn *c)
 	return epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) ? -errno : 0;
 }
 
+static void reply(struct conn *c, const struct wire_msg *rep)
+{
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
+static void do_status(struct memd_server *s, struct conn *c,
+		      const struct wire_msg *req, struct wire_msg *rep)
+{
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_STATUS_OK;
+	rep->seq = req->seq;
+	srv_fill_status(s, &rep->u.status_ok);
+	reply(c, rep);
+}
+
+static void do_bye(struct memd_server *s, struct conn *c,
+		   const struct wire_msg *req, struct wire_msg *rep)
+{
+	memd_session_close(s->lt, c->session, srv_now_ms(), srv_revoke_mr, s);
+	c->session = NULL;
+	if (c->shm_bound)
+		srv_shm_session_closed(s, c->session_id);
+	srv_reclaim_kick(s);
+	if (s->donor)
+		memd_donor_kick(s->donor);
+	memset(rep, 0, sizeof(*rep));
+	rep->type = WIRE_BYE_OK;
+	rep->seq = req->seq;
+	c->closing = true;
+	reply(c, rep);
+}
+
+/*
+ * What memd does with each type it may receive: the handler of a request,
+ * and the protocol version that brought the type (0: protocol 1's, which
+ * a connection may send before HELLO has negotiated any). A type without
+ * a handler is not a request: a reply sent to us, decodable but refused.
+ * The _AT replies keep their version, so that a session of an older
+ * protocol that sends one hears that it is not in its protocol.
+ */
+static const struct srv_op {
+	void (*handle)(struct memd_server *s, struct conn *c,
+		       const struct wire_msg *req, struct wire_msg *rep);
+	uint8_t proto;
+} srv_ops[256] = {
+	[WIRE_HELLO] = { srv_do_hello, 0 },
+	[WIRE_LEASE] = { srv_do_lease, 0 },
+	[WIRE_RELEASE] = { srv_do_release, 0 },
+	[WIRE_HEARTBEAT] = { srv_do_heartbeat, 0 },
+	[WIRE_STATUS] = { do_status, 0 },
+	[WIRE_BYE] = { do_bye, 0 },
+	[WIRE_AUTH] = { srv_do_auth, 2 },
+	[WIRE_AUTH_PROOF] = { srv_do_auth_proof, 2 },
+	[WIRE_PLACE] = { srv_do_place, 2 },
+	[WIRE_LEASE_GRANT] = { srv_do_lease_grant, 2 },
+	[WIRE_HEARTBEAT2] = { srv_do_heartbeat, 2 },
+	[WIRE_DONOR_JOIN] = { srv_do_donor, 2 },
+	[WIRE_DONOR_REPORT] = { srv_do_donor, 2 },
+	[WIRE_ADMIN] = { srv_do_admin, 2 },
+	[WIRE_KV_RESERVE] = { srv_do_kv, 2 },
+	[WIRE_KV_COMMIT] = { srv_do_kv, 2 },
+	[WIRE_KV_LOOKUP] = { srv_do_kv, 2 },
+	[WIRE_KV_DONE] = { srv_do_kv, 2 },
+	[WIRE_KV_EXISTS] = { srv_do_kv, 2 },
+	[WIRE_KV_DELETE] = { srv_do_kv, 2 },
+	[WIRE_KV_PIN] = { srv_do_kv, 2 },
+	[WIRE_DONORS] = { srv_do_donors, 2 },
+	[WIRE_SHM] = { srv_do_shm, 2 },
+	[WIRE_KV_MODEL] = { srv_do_kv_model, 3 },
+	[WIRE_FABRIC] = { srv_do_fabric, 3 },
+	[WIRE_KV_CLEAR] = { srv_do_kv_clear, 4 },
+	[WIRE_MEMBERS] = { srv_do_donors, 5 },
+	[WIRE_KV_RESERVE_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_COMMIT_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_LOOKUP_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_EXISTS_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_DELETE_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_PIN_AT] = { srv_do_kv, 5 },
+	[WIRE_KV_RESERVE_AT_OK] = { NULL, 5 },
+	[WIRE_KV_COMMIT_AT_OK] = { NULL, 5 },
+	[WIRE_KV_LOOKUP_AT_OK] = { NULL, 5 },
+	[WIRE_KV_EXISTS_AT_OK] = { NULL, 5 },
+	[WIRE_KV_DELETE_AT_OK] = { NULL, 5 },
+	[WIRE_KV_PIN_AT_OK] = { NULL, 5 },
+};
+
 static void handle(struct memd_server *s, struct conn *c,
 		   const struct wire_msg *req)
 {
 	static struct wire_msg rep; /* memd-ctl only; PLACE_OK is ~5 KiB */
-	bool v2 = (req->type >= WIRE_AUTH && req->type <= WIRE_ADMIN) ||
-		  (req->type >= WIRE_KV_RESERVE && req->type <= WIRE_SHM);
+	const struct srv_op *op = &srv_ops[req->type];
 
 	CTR_ADD(s, frames_in, 1);
 	c->last_rx_ms = srv_now_ms();
@@ -40,13 +126,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	if ((v2 && c->proto < 2) ||
-	    ((req->type == WIRE_KV_MODEL || req->type == WIRE_FABRIC) &&
-	     c->proto < 3) ||
-	    (req->type == WIRE_KV_CLEAR && c->proto < 4) ||
-	    ((req->type == WIRE_MEMBERS ||
-	      wire_kv_plain(req->type) != req->type) &&
-	     c->proto < 5)) {
+	if (c->proto < op->proto) {
 		srv_send_error(s, c, req->seq, EPROTO,
 			       "%s is not in protocol %u (negotiated in HELLO)",
 			       wire_type_name(req->type), c->proto);
@@ -68,91 +148,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	switch (req->type) {
-	case WIRE_HELLO:
-		srv_do_hello(s, c, req, &rep);
-		return;
-	case WIRE_LEASE:
-		srv_do_lease(s, c, req, &rep);
-		return;
-	case WIRE_RELEASE:
-		srv_do_release(s, c, req, &rep);
-		return;
-	case WIRE_HEARTBEAT:
-	case WIRE_HEARTBEAT2:
-		srv_do_heartbeat(s, c, req, &rep);
-		return;
-	case WIRE_AUTH:
-		srv_do_auth(s, c, req, &rep);
-		return;
-	case WIRE_AUTH_PROOF:
-		srv_do_auth_proof(s, c, req, &rep);
-		return;
-	case WIRE_PLACE:
-		srv_do_place(s, c, req, &rep);
-		return;
-	case WIRE_LEASE_GRANT:
-		srv_do_lease_grant(s, c, req, &rep);
-		return;
-	case WIRE_DONOR_JOIN:
-	case WIRE_DONOR_REPORT:
-		srv_do_donor(s, c, req, &rep);
-		return;
-	case WIRE_ADMIN:
-		srv_do_admin(s, c, req, &rep);
-		return;
-	case WIRE_KV_RESERVE:
-	case WIRE_KV_COMMIT:
-	case WIRE_KV_LOOKUP:
-	case WIRE_KV_DONE:
-	case WIRE_KV_EXISTS:
-	case WIRE_KV_DELETE:
-	case WIRE_KV_PIN:
-	case WIRE_KV_RESERVE_AT:
-	case WIRE_KV_COMMIT_AT:
-	case WIRE_KV_LOOKUP_AT:
-	case WIRE_KV_EXISTS_AT:
-	case WIRE_KV_DELETE_AT:
-	case WIRE_KV_PIN_AT:
-		srv_do_kv(s, c, req, &rep);
-		return;
-	case WIRE_DONORS:
-	case WIRE_MEMBERS:
-		srv_do_donors(s, c, req, &rep);
-		return;
-	case WIRE_KV_MODEL:
-		srv_do_kv_model(s, c, req, &rep);
-		return;
-	case WIRE_FABRIC:
-		srv_do_fabric(s, c, req, &rep);
-		return;
-	case WIRE_KV_CLEAR:
-		srv_do_kv_clear(s, c, req, &rep);
-		return;
-	case WIRE_SHM:
-		srv_do_shm(s, c, req, &rep);
-		return;
-	case WIRE_STATUS:
-		memset(&rep, 0, sizeof(rep));
-		rep.type = WIRE_STATUS_OK;
-		rep.seq = req->seq;
-		srv_fill_status(s, &rep.u.status_ok);
-		break;
-	case WIRE_BYE:
-		memd_session_close(s->lt, c->session, srv_now_ms(),
-				   srv_revoke_mr, s);
-		c->session = NULL;
-		if (c->shm_bound)
-			srv_shm_session_closed(s, c->session_id);
-		srv_reclaim_kick(s);
-		if (s->donor)
-			memd_donor_kick(s->donor);
-		memset(&rep, 0, sizeof(rep));
-		rep.type = WIRE_BYE_OK;
-		rep.seq = req->seq;
-		c->closing = true;
-		break;
-	default:
+	if (!op->handle) {
 		/* A reply type sent to us: decodable, but not a request. */
 		CTR_ADD(s, frames_rejected, 1);
 		srv_send_error(s, c, req->seq, EBADMSG, "%s is not a request",
@@ -160,8 +156,7 @@ static void handle(struct memd_server *s, struct conn *c,
 		c->closing = true;
 		return;
 	}
-	if (srv_conn_send(c, &rep))
-		c->closing = true;
+	op->handle(s, c, req, &rep);
 }
 
 /* Decodes and handles complete frames in rx while tx has room. */
@@ -223,6 +218,15 @@ void srv_conn_process(struct memd_server *s, struct conn *c)
 	}
 }
 
+/*
+ * What a send or recv that failed otherwise than by EINTR returns: 0 when
+ * the socket would block (nothing more for now), else -errno.
+ */
+static int io_error(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+}
+
 int srv_conn_flush(struct conn *c)
 {
 	while (c->tx_off < c->tx_len) {
@@ -230,11 +234,9 @@ int srv_conn_flush(struct conn *c)
 				 c->tx_len - c->tx_off, MSG_NOSIGNAL);
 
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return io_error();
 		}
 		c->tx_off += (size_t)n;
 	}
@@ -270,11 +272,9 @@ int srv_conn_read(struct conn *c)
 		if (n == 0)
 			return 1;
 		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return 0;
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			return io_error();
 		}
 		c->rx_len += (size_t)n;
 		if (c->rx_len < c->rx_cap)
