@@ -196,6 +196,7 @@ static int enc_payload(const struct wire_msg *m, struct wire_wr *w)
 	case WIRE_KV_CLEAR:
 	case WIRE_KV_CLEAR_OK:
 	case WIRE_MEMBERS:
+	case WIRE_DONOR_NEWS:
 		return 0;
 	}
 	return -EINVAL;
@@ -344,6 +345,7 @@ static int dec_payload(struct wire_msg *m, struct wire_rd *r)
 	case WIRE_KV_CLEAR:
 	case WIRE_KV_CLEAR_OK:
 	case WIRE_MEMBERS:
+	case WIRE_DONOR_NEWS:
 		rc = 0;
 		break;
 	default:

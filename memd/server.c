@@ -665,6 +665,7 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	if (s->reg) {
 		srv_reg_awake(s);
 		memd_registry_tick(s->reg, srv_now_ms());
+		srv_reg_news(s);
 	}
 	return n < 0 ? 0 : n;
 }

@@ -191,6 +191,7 @@ struct memd_server {
 	uint64_t kv_cost_bpt;
 	uint32_t kv_cost_tps;
 	uint64_t reg_awake_ms; /* memd-ctl: when it last checked for a stall */
+	uint64_t reg_news;     /* the membership DONOR_NEWS last told */
 	uint32_t nslabs;
 	uint32_t arena_slabs; /* slabs per arena */
 	uint64_t donated_bytes;
@@ -345,6 +346,10 @@ void srv_conn_timers(struct memd_server *s);
 
 /* server_dispatch.c */
 void srv_reg_awake(struct memd_server *s);
+/* At the registry: a new membership sequence is told to every donor link
+ * of protocol 6 (DONOR_NEWS), which reports at once and confirms it
+ * (docs/kv.md, "Donors that come and go"). memd-ctl, every pass. */
+void srv_reg_news(struct memd_server *s);
 void srv_conn_process(struct memd_server *s, struct conn *c);
 int srv_conn_flush(struct conn *c);
 int srv_conn_read(struct conn *c);

@@ -620,7 +620,6 @@ static void kv_forget_unranked(struct memd_server *s)
 	seq = memd_donor_members(s->donor, names, &n, self, sizeof(self));
 	if (!seq || seq == s->kv_ranked)
 		return;
-	s->kv_ranked = seq;
 	rk.n = n;
 	rk.self = UINT16_MAX;
 	rk.names = (const char(*)[WIRE_NAME_MAX])names;
@@ -629,16 +628,20 @@ static void kv_forget_unranked(struct memd_server *s)
 		if (!strcmp(names[i], self))
 			rk.self = i;
 	}
-	if (rk.self == UINT16_MAX || n < 3)
-		return;
-	gone = memd_kv_forget_unless(s->kv, kv_ranked_first_or_second, &rk,
-				     srv_now_ms());
-	if (gone > 0)
-		memd_log(LOG_NOTICE,
-			 "kv: membership=%" PRIu64 " donors=%u: entries=%zd "
-			 "of keys this donor no longer ranks first or second "
-			 "for forgotten",
-			 seq, n, gone);
+	if (rk.self != UINT16_MAX && n >= 3) {
+		gone = memd_kv_forget_unless(s->kv, kv_ranked_first_or_second,
+					     &rk, srv_now_ms());
+		if (gone > 0)
+			memd_log(LOG_NOTICE,
+				 "kv: membership=%" PRIu64
+				 " donors=%u: entries=%zd of keys this donor "
+				 "no longer ranks first or second for "
+				 "forgotten",
+				 seq, n, gone);
+	}
+	/* acted on: the link may confirm this membership (protocol 6) */
+	s->kv_ranked = seq;
+	memd_donor_applied(s->donor, seq);
 }
 
 int srv_kv_membership(struct memd_server *s)
@@ -647,6 +650,8 @@ int srv_kv_membership(struct memd_server *s)
 	bool up;
 	int r;
 
+	if (s->donor && !s->kv) /* no KV: nothing to act on */
+		memd_donor_applied(s->donor, UINT64_MAX);
 	if (!s->donor || !s->kv)
 		return 0;
 	up = memd_donor_membership(s->donor, &joins, &seq);
