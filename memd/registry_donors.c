@@ -762,6 +762,9 @@ void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms)
 	for (size_t i = 0; i < r->ndonors; i++)
 		if (r->donor[i].up)
 			r->donor[i].last_report_ms += gap_ms - half;
+	/* and their confirmations of the newest membership, which wait in
+	 * the same sockets */
+	r->members_since_ms += gap_ms - half;
 	pthread_mutex_unlock(&r->lock);
 	memd_log(LOG_NOTICE,
 		 "registry: did not run for %" PRIu64
