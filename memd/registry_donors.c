@@ -291,13 +291,21 @@ static void members_publish_locked(struct memd_registry *r)
 		 r->shown);
 }
 
+/* How long past MISSED_REPORTS report intervals a donor that reports has
+ * to confirm a new membership: its memd-ctl acts on the list at its next
+ * tick, and a donor marked down for being slow loses its KV entries. */
+#define CONFIRM_MARGIN_MS 5000
+
 /* A donor up that has not confirmed the newest sequence MISSED_REPORTS
- * report intervals after it was written is marked down: out of the
- * membership, so that the sequence can be given out (its next report is
- * answered ESTALE, and it joins again, a new membership). */
+ * report intervals and CONFIRM_MARGIN_MS after it was written is marked
+ * down: out of the membership, so that the sequence can be given out
+ * (its next report is answered ESTALE, and it joins again, a new
+ * membership). A donor that stopped reporting is marked down sooner, by
+ * liveness (reg_expire_locked). */
 static void members_unheard_locked(struct memd_registry *r, uint64_t now_ms)
 {
-	uint64_t limit = (uint64_t)MISSED_REPORTS * r->report_ms;
+	uint64_t limit =
+		(uint64_t)MISSED_REPORTS * r->report_ms + CONFIRM_MARGIN_MS;
 
 	if (!r->pub_valid || r->pub_restored || r->shown == r->membership ||
 	    now_ms <= r->members_since_ms + limit)
