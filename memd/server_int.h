@@ -222,6 +222,11 @@ struct memd_server {
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
 	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
 	uint64_t kv_ranked;	/* memd_donor_members: the list applied */
+	/* the forget pass of a list under way, in steps (memd-ctl): its
+	 * sequence (0: none) and ranking (kv_forget_unranked) */
+	uint64_t kv_pass_seq;
+	struct kv_rank *kv_pass_rank;
+	bool kv_pass_busy; /* a step left the pass unfinished */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -436,6 +441,9 @@ void srv_kv_renew(struct memd_server *s);
 void srv_kv_cost_publish(struct memd_server *s);
 void srv_kv_drained(struct memd_server *s);
 int srv_kv_membership(struct memd_server *s);
+/* A step of the forget pass under way (docs/kv.md, "Donors that come and
+ * go", 6.); true while one is (memd-ctl then polls without waiting). */
+bool srv_kv_pass_step(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);
