@@ -623,6 +623,9 @@ static void kv_forget_unranked(struct memd_server *s)
 		return;
 	if (!rk && !(rk = s->kv_pass_rank = calloc(1, sizeof(*rk))))
 		return; /* tried again at the next call */
+	/* a pass under way reads rk under the store's mutex: stop it
+	 * before rk changes */
+	memd_kv_forget_begin(s->kv, NULL, NULL);
 	memcpy(rk->name, names, (size_t)n * WIRE_NAME_MAX);
 	rk->names = (const char(*)[WIRE_NAME_MAX])rk->name;
 	rk->n = n;
