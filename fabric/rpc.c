@@ -45,7 +45,8 @@ struct rpc {
 	uint32_t pend_seq;
 	uint8_t pend_type;
 	uint64_t pend_deadline;
-	rpc_log_fn log; /* may be NULL */
+	uint64_t pushes; /* DONOR_NEWS frames read (rpc_pushes) */
+	rpc_log_fn log;	 /* may be NULL */
 	void *log_arg;
 	uint8_t buf[WIRE_MAX_FRAME];
 };
@@ -283,14 +284,21 @@ int rpc_recv(struct rpc *c, struct wire_msg *rep, int expect, char *errtext,
 
 	if (errtext && errlen)
 		errtext[0] = '\0';
-	n = recv_frame(c, c->pend_deadline);
-	if (n < 0) {
-		r = (int)n;
-		goto broken;
-	}
-	if (wire_decode(c->buf, (size_t)n, rep) != n) {
-		r = -EPROTO;
-		goto broken;
+	for (;;) {
+		n = recv_frame(c, c->pend_deadline);
+		if (n < 0) {
+			r = (int)n;
+			goto broken;
+		}
+		if (wire_decode(c->buf, (size_t)n, rep) != n) {
+			r = -EPROTO;
+			goto broken;
+		}
+		/* a registry's news on a donor's link (protocol 6): no
+		 * reply to anything; counted for rpc_pushes */
+		if (rep->type != WIRE_DONOR_NEWS || rep->seq != 0)
+			break;
+		c->pushes++;
 	}
 	if (rep->type == WIRE_ERROR) {
 		r = rep->u.error.err > 0 ? -rep->u.error.err : -EPROTO;
@@ -499,5 +507,58 @@ int rpc_handshake(struct rpc *c, const char *client, uint16_t proto_min,
 				 role_name(ok->role), role_name(role));
 		r = -EPROTO;
 	}
+	return r;
+}
+
+int rpc_fd(struct rpc *c)
+{
+	return c->fd;
+}
+
+uint64_t rpc_pushes(struct rpc *c)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->pushes;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+int rpc_read_pushes(struct rpc *c)
+{
+	struct wire_msg *m;
+	int r = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (c->broken) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOTCONN;
+	}
+	m = malloc(sizeof(*m));
+	if (!m) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOMEM;
+	}
+	for (;;) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 0) <= 0)
+			break;
+		n = recv_frame(c, mono_ms() + 1000);
+		if (n < 0) {
+			r = rpc_drop_locked(c, WIRE_DONOR_NEWS, (int)n);
+			break;
+		}
+		if (wire_decode(c->buf, (size_t)n, m) != n ||
+		    m->type != WIRE_DONOR_NEWS || m->seq != 0) {
+			r = rpc_drop_locked(c, WIRE_DONOR_NEWS, -EPROTO);
+			break;
+		}
+		c->pushes++;
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(m);
 	return r;
 }

@@ -60,6 +60,18 @@ int rpc_send(struct rpc *c, struct wire_msg *req, int timeout_ms);
 int rpc_recv(struct rpc *c, struct wire_msg *rep, int expect, char *errtext,
 	     size_t errlen);
 
+/*
+ * Pushes (protocol 6): a registry sends DONOR_NEWS (seq 0) on a donor's
+ * link, unasked, when its membership changes. rpc_recv skips such frames
+ * while it waits for a reply; rpc_read_pushes reads those that arrived
+ * between calls (call it when rpc_fd polls readable and no call is out:
+ * 0, or -errno once the connection failed: closed by the peer, or a frame
+ * other than DONOR_NEWS). rpc_pushes counts what either read.
+ */
+int rpc_fd(struct rpc *c);
+uint64_t rpc_pushes(struct rpc *c);
+int rpc_read_pushes(struct rpc *c);
+
 /* True once the connection has failed. */
 bool rpc_is_broken(struct rpc *c);
 

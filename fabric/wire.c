@@ -135,7 +135,8 @@ static int wire_dec_error(struct wire_error *e, struct wire_rd *r)
 	X(KV_MODEL_OK)                                                         \
 	X(KV_CLEAR)                                                            \
 	X(KV_CLEAR_OK)                                                         \
-	X(MEMBERS)
+	X(MEMBERS)                                                             \
+	X(DONOR_NEWS)
 
 #define WIRE_EMPTY_CASE(type) case WIRE_##type:
 

@@ -53,7 +53,7 @@
  * framing and changes only if the header itself does.
  */
 #define WIRE_PROTO_MIN 1
-#define WIRE_PROTO_MAX 5
+#define WIRE_PROTO_MAX 6
 
 /* Protocol 2 (docs/protocol.md, docs/cluster.md): authentication, the
  * registry's placement and admin requests, donors joining a registry. */
@@ -109,6 +109,9 @@
 	X(KV_CLEAR, 0x1b) /* protocol 4: empty the tenant's KV store */        \
 	/* protocol 5: membership (struct wire_kv, wire_donors_ok) */          \
 	X(MEMBERS, 0x1c)                                                       \
+	/* protocol 6: the registry tells a donor's link of a new membership \
+	 * (unsolicited, seq 0, no payload: the donor reports at once) */ \
+	X(DONOR_NEWS, 0x1d)                                                    \
 	X(KV_RESERVE_AT, 0x20)                                                 \
 	X(KV_COMMIT_AT, 0x21)                                                  \
 	X(KV_LOOKUP_AT, 0x22)                                                  \
@@ -423,7 +426,15 @@ struct wire_donor_report {
 	struct wire_tenant_usage tenant[WIRE_MAX_TENANTS];
 	uint16_t nredeemed;		      /* 0 .. WIRE_MAX_REDEEMED */
 	uint64_t redeemed[WIRE_MAX_REDEEMED]; /* grant ids since last ack */
+	uint64_t membership; /* with WIRE_REPORT_HEARD only; >= 1 */
 };
+/* DONOR_REPORT, protocol 6 (sent only on links that negotiated it):
+ * membership follows, last: the membership sequence this donor has
+ * acted on (it refuses requests routed by an older list, and has
+ * forgotten the keys that list no longer ranks it first or second for),
+ * docs/kv.md, "Donors that come and go". */
+#define WIRE_REPORT_HEARD 0x4u
+#define WIRE_REPORT_KNOWN (WIRE_STATUS_KNOWN | WIRE_REPORT_HEARD)
 
 struct wire_donor_report_ok {
 	uint64_t registry_epoch;

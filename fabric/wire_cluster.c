@@ -110,8 +110,10 @@ int wire_enc_donor_report(const struct wire_donor_report *d, struct wire_wr *w)
 {
 	uint16_t i;
 
-	if ((d->flags & ~WIRE_STATUS_KNOWN) || d->ntenants > WIRE_MAX_TENANTS ||
-	    d->nredeemed > WIRE_MAX_REDEEMED)
+	if ((d->flags & ~WIRE_REPORT_KNOWN) || d->ntenants > WIRE_MAX_TENANTS ||
+	    d->nredeemed > WIRE_MAX_REDEEMED ||
+	    (d->flags & WIRE_REPORT_HEARD ? d->membership < 1
+					  : d->membership != 0))
 		return -EINVAL;
 	for (i = 0; i < d->ntenants; i++)
 		if (d->tenant[i].kv_slabs > d->tenant[i].slabs ||
@@ -136,6 +138,8 @@ int wire_enc_donor_report(const struct wire_donor_report *d, struct wire_wr *w)
 	put_u16(w, d->nredeemed);
 	for (i = 0; i < d->nredeemed; i++)
 		put_u64(w, d->redeemed[i]);
+	if (d->flags & WIRE_REPORT_HEARD)
+		put_u64(w, d->membership);
 	return 0;
 }
 
@@ -152,7 +156,7 @@ int wire_dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 	d->bytes_read = get_u64(r);
 	d->bytes_written = get_u64(r);
 	d->ntenants = get_u16(r);
-	if (r->bad || (d->flags & ~WIRE_STATUS_KNOWN) ||
+	if (r->bad || (d->flags & ~WIRE_REPORT_KNOWN) ||
 	    d->ntenants > WIRE_MAX_TENANTS)
 		return -EBADMSG;
 	for (i = 0; i < d->ntenants; i++) {
@@ -170,6 +174,12 @@ int wire_dec_donor_report(struct wire_donor_report *d, struct wire_rd *r)
 		return -EBADMSG;
 	for (i = 0; i < d->nredeemed; i++)
 		d->redeemed[i] = get_u64(r);
+	d->membership = 0;
+	if (d->flags & WIRE_REPORT_HEARD) {
+		d->membership = get_u64(r);
+		if (!r->bad && d->membership < 1)
+			return -EBADMSG;
+	}
 	return r->bad ? -EBADMSG : 0;
 }
 

@@ -53,6 +53,9 @@
 #define KV_DEFAULT_REFRESH_MS 5000
 #define KV_DEFAULT_LEASE_MS 2000
 #define KV_RETRY_MS 1000 /* no new link to a failed donor before this */
+/* ESTALE: how long to ask for a list newer than the refused one (the
+ * registry gives it out once every donor has confirmed it) */
+#define KV_STALE_WAIT_MS 2000
 #define KV_MAX_REPLICAS 2
 #define NO_DONOR UINT32_MAX
 #define KV_HDR WIRE_KV_HEADER_LEN

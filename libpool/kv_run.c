@@ -97,9 +97,10 @@ out:
  * stored (0) when the second finds it present; deletes as a whole too, a
  * key that the first run deleted staying deleted (0) when the second
  * finds it absent;
- * pins and unpins only for the keys refused. A second refusal (the
- * donor has not heard of the registry's list yet) leaves those keys
- * -EAGAIN (try again): gets miss. docs/kv.md, "Donors that come and go".
+ * pins and unpins only for the keys refused. The list is fetched again
+ * until it is newer than the refused one (the registry gives a new list
+ * out only once every donor has confirmed it), KV_STALE_WAIT_MS at most.
+ * A second refusal leaves those keys -EAGAIN (try again): gets miss. docs/kv.md, "Donors that come and go".
  */
 ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
 {
@@ -118,12 +119,30 @@ ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
 	if (!stale || ret < 0)
 		goto out;
 	pthread_mutex_lock(&kv->refresh_lock);
-	pthread_mutex_lock(&kv->lock);
-	again = kv->donors ? kv->donors->membership : 0;
-	pthread_mutex_unlock(&kv->lock);
-	if (again == stale && !kv_donors_refresh(kv))
-		__atomic_store_n(&kv->refresh_at_ms, now_ms() + kv->refresh_ms,
-				 __ATOMIC_RELAXED);
+	/* The donor has heard of a newer list, which the registry gives
+	 * out once every donor has (protocol 6): ask again until it does,
+	 * KV_STALE_WAIT_MS at most (a donor out of touch holds it up to 3
+	 * report intervals; then the keys are -EAGAIN, as below). */
+	for (uint64_t until = now_ms() + KV_STALE_WAIT_MS;;) {
+		struct timespec ts = { 0, 10 * 1000000L };
+
+		pthread_mutex_lock(&kv->lock);
+		again = kv->donors ? kv->donors->membership : 0;
+		pthread_mutex_unlock(&kv->lock);
+		if (again != stale || now_ms() >= until)
+			break;
+		if (!kv_donors_refresh(kv)) {
+			__atomic_store_n(&kv->refresh_at_ms,
+					 now_ms() + kv->refresh_ms,
+					 __ATOMIC_RELAXED);
+			pthread_mutex_lock(&kv->lock);
+			again = kv->donors ? kv->donors->membership : 0;
+			pthread_mutex_unlock(&kv->lock);
+			if (again != stale)
+				break;
+		}
+		nanosleep(&ts, NULL);
+	}
 	pthread_mutex_unlock(&kv->refresh_lock);
 	pool_log(LOG_INFO,
 		 "kv: donor list membership=%" PRIu64

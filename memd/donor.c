@@ -39,12 +39,15 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fabric/hostport.h"
 #include "fabric/rpc.h"
@@ -73,7 +76,13 @@ struct memd_donor {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	bool stop, kicked;
+	int wake;	    /* eventfd: a kick or stop, for the link's poll */
 	uint32_t report_ms; /* memd-donor only: from DONOR_JOIN_OK */
+	/* memd-donor only: the protocol of the link in use, the membership
+	 * its last report confirmed, and the registry's pushes seen */
+	uint16_t proto;
+	uint64_t heard_sent;
+	uint64_t pushes_seen;
 
 	/* under lock */
 	bool joined;
@@ -102,6 +111,9 @@ struct memd_donor {
 	uint64_t list_membership, list_asked;
 	uint16_t nlist;
 	char list[WIRE_MAX_DONORS][WIRE_NAME_MAX];
+	/* the newest list memd-ctl has acted on (memd_donor_applied;
+	 * UINT64_MAX: it keeps no KV) */
+	uint64_t applied;
 	uint64_t ok_ms;	      /* last JOIN_OK or REPORT_OK (mono_ms) */
 	uint32_t interval_ms; /* report_ms, for other threads */
 	/* fencing: the last REPORT_OK had WIRE_DONOR_FENCE; tickets of
@@ -199,10 +211,83 @@ static int handshake(struct memd_donor *d, struct rpc *c, char *text,
 	uint8_t skey[AUTH_KEY_LEN];
 	char client[WIRE_NAME_MAX];
 
+	struct wire_hello_ok hello = { 0 };
+	int r;
+
 	snprintf(client, sizeof(client), "memd-donor %.52s", d->name);
-	return rpc_handshake(c, client, 2, "@donor", d->o.donor_key,
-			     WIRE_ROLE_DONOR, CALL_TIMEOUT_MS, NULL, NULL, skey,
-			     text, textlen);
+	r = rpc_handshake(c, client, 2, "@donor", d->o.donor_key,
+			  WIRE_ROLE_DONOR, CALL_TIMEOUT_MS, &hello, NULL, skey,
+			  text, textlen);
+	d->proto = hello.proto;
+	d->pushes_seen = 0;
+	pthread_mutex_lock(&d->lock);
+	d->heard_sent = 0;
+	pthread_mutex_unlock(&d->lock);
+	return r;
+}
+
+/* The membership this donor has acted on (protocol 6, WIRE_REPORT_HEARD):
+ * the sequence its link last read, once memd-ctl has acted on that
+ * sequence's list (or a newer one). d->lock held. */
+static uint64_t heard_locked(const struct memd_donor *d)
+{
+	return d->membership < d->applied ? d->membership : d->applied;
+}
+
+/* Wakes memd-donor: its poll (wait_link) and its timed waits. d->lock
+ * held. */
+static void wake_locked(struct memd_donor *d)
+{
+	uint64_t one = 1;
+
+	pthread_cond_broadcast(&d->cond);
+	if (write(d->wake, &one, sizeof(one)) < 0) {
+		/* the counter is full: it is readable anyway */
+	}
+}
+
+/*
+ * Waits up to ms on the link: until stop (1), a kick (when wake_on_kick),
+ * the registry's news (a push read: report now), or the time (0); -errno
+ * when the link failed meanwhile (closed by the registry).
+ */
+static int wait_link(struct memd_donor *d, struct rpc *c, uint64_t ms,
+		     bool wake_on_kick)
+{
+	uint64_t until = mono_ms() + ms, now;
+
+	while ((now = mono_ms()) < until) {
+		struct pollfd p[2] = { { .fd = d->wake, .events = POLLIN },
+				       { .fd = rpc_fd(c), .events = POLLIN } };
+		uint64_t v;
+		bool stop, kicked;
+		int r;
+
+		r = poll(p, 2, (int)(until - now));
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (p[0].revents & POLLIN) {
+			if (read(d->wake, &v, sizeof(v)) < 0) {
+				/* drained by another read: nothing to do */
+			}
+		}
+		if (p[1].revents) {
+			r = rpc_read_pushes(c);
+			if (r)
+				return r;
+			if (rpc_pushes(c) != d->pushes_seen)
+				return 0; /* donor_main reports at once */
+		}
+		pthread_mutex_lock(&d->lock);
+		stop = d->stop;
+		kicked = d->kicked;
+		pthread_mutex_unlock(&d->lock);
+		if (stop)
+			return 1;
+		if (wake_on_kick && kicked)
+			return 0;
+	}
+	return 0;
 }
 
 static int join(struct memd_donor *d, struct rpc *c, const char *local_host,
@@ -276,7 +361,7 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 {
 	struct wire_donor_report *dr = &req->u.donor_report;
 	uint32_t taken, nref = 0, ref_at[WIRE_MAX_REDEEMED];
-	uint64_t sent, now_unix = unix_ms();
+	uint64_t sent, now_unix = unix_ms(), heard = 0;
 	bool drain;
 	int r;
 
@@ -309,6 +394,15 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 	pthread_mutex_unlock(&d->lock);
 	dr->epoch = d->o.epoch;
 	d->o.snapshot(d->o.arg, dr);
+	if (d->proto >= 6) {
+		pthread_mutex_lock(&d->lock);
+		heard = heard_locked(d);
+		pthread_mutex_unlock(&d->lock);
+		if (heard) {
+			dr->flags |= WIRE_REPORT_HEARD;
+			dr->membership = heard;
+		}
+	}
 	sent = mono_ms();
 	r = rpc_call(c, req, rep, WIRE_DONOR_REPORT_OK, CALL_TIMEOUT_MS, text,
 		     textlen);
@@ -344,6 +438,7 @@ static int report(struct memd_donor *d, struct rpc *c, struct wire_msg *req,
 				: 0;
 	d->reports++;
 	d->ok_ms = mono_ms();
+	d->heard_sent = heard;
 	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
@@ -426,11 +521,21 @@ static void *donor_main(void *arg)
 			r = members(d, c, req, rep, text, sizeof(text));
 		while (!r) {
 			uint64_t now = mono_ms(), due, every = d->report_ms;
+			uint64_t pushes;
 			bool kicked;
 
 			backoff = BACKOFF_MIN_MS;
 			last_err = 0;
+			pushes = rpc_pushes(c);
 			pthread_mutex_lock(&d->lock);
+			/* the registry's news, or a membership acted on
+			 * since the last report: confirm it now */
+			if (pushes != d->pushes_seen ||
+			    (d->proto >= 6 &&
+			     heard_locked(d) > d->heard_sent)) {
+				d->pushes_seen = pushes;
+				d->kicked = true;
+			}
 			kicked = d->kicked;
 			/* renew the fence well before it runs out */
 			if (d->fenced && d->fence_ms / 2 < every)
@@ -438,13 +543,19 @@ static void *donor_main(void *arg)
 			pthread_mutex_unlock(&d->lock);
 			due = kicked ? last + KICK_COALESCE_MS : last + every;
 			if (last && now < due) {
-				if (wait_ms(d, due - now, !kicked))
+				r = wait_link(d, c, due - now, !kicked);
+				if (r == 1)
 					goto stopped;
 				continue;
 			}
 			r = report(d, c, req, rep, text, sizeof(text));
 			last = mono_ms();
 			if (r == -ESTALE) {
+				/* out of the membership until the JOIN_OK
+				 * says which one it is in */
+				pthread_mutex_lock(&d->lock);
+				d->linked = false;
+				pthread_mutex_unlock(&d->lock);
 				memd_log(LOG_NOTICE,
 					 "donor: registry answered ESTALE "
 					 "(%s); joining again",
@@ -531,6 +642,13 @@ int memd_donor_start(const struct memd_donor_opts *o, struct memd_donor **out,
 		 o->advertise ? o->advertise : "");
 	snprintf(d->listen, sizeof(d->listen), "%s", o->listen);
 	d->report_ms = 1000;
+	d->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->wake < 0) {
+		r = -errno;
+		snprintf(err, errlen, "donor: eventfd: %s", strerror(-r));
+		free(d);
+		return r;
+	}
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -541,6 +659,7 @@ int memd_donor_start(const struct memd_donor_opts *o, struct memd_donor **out,
 		snprintf(err, errlen, "donor thread: %s", strerror(r));
 		pthread_cond_destroy(&d->cond);
 		pthread_mutex_destroy(&d->lock);
+		close(d->wake);
 		free(d);
 		return -r;
 	}
@@ -554,11 +673,12 @@ void memd_donor_stop(struct memd_donor *d)
 		return;
 	pthread_mutex_lock(&d->lock);
 	d->stop = true;
-	pthread_cond_broadcast(&d->cond);
+	wake_locked(d);
 	pthread_mutex_unlock(&d->lock);
 	pthread_join(d->thread, NULL);
 	pthread_cond_destroy(&d->cond);
 	pthread_mutex_destroy(&d->lock);
+	close(d->wake);
 	free(d);
 }
 
@@ -566,7 +686,20 @@ void memd_donor_kick(struct memd_donor *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->kicked = true;
-	pthread_cond_broadcast(&d->cond);
+	wake_locked(d);
+	pthread_mutex_unlock(&d->lock);
+}
+
+void memd_donor_applied(struct memd_donor *d, uint64_t membership)
+{
+	pthread_mutex_lock(&d->lock);
+	if (membership > d->applied) {
+		d->applied = membership;
+		if (heard_locked(d) > d->heard_sent) {
+			d->kicked = true;
+			wake_locked(d);
+		}
+	}
 	pthread_mutex_unlock(&d->lock);
 }
 
@@ -646,7 +779,7 @@ int memd_donor_refused(struct memd_donor *d, uint64_t registry_epoch,
 					  expires_ms };
 	if (!r && d->joined && d->registry_epoch == registry_epoch) {
 		d->kicked = true;
-		pthread_cond_broadcast(&d->cond);
+		wake_locked(d);
 	}
 	pthread_mutex_unlock(&d->lock);
 	return r;

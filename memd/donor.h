@@ -96,6 +96,18 @@ uint64_t memd_donor_members(struct memd_donor *d, char (*names)[WIRE_NAME_MAX],
 			    uint16_t *n, char *self, size_t selflen);
 
 /*
+ * memd-ctl has acted on the donor list of membership (memd_donor_members):
+ * it refuses requests routed by an older one, and has forgotten the keys
+ * that list no longer ranks it first or second for; UINT64_MAX when it
+ * keeps no KV. On links of protocol 6 the link confirms to the registry
+ * the membership it last read once memd-ctl has acted on it (or on a
+ * newer list), and the registry gives a new list to clients only once
+ * every donor has (docs/kv.md, "Donors that come and go"). Reports soon
+ * when that confirms more than the last report did. Any thread.
+ */
+void memd_donor_applied(struct memd_donor *d, uint64_t membership);
+
+/*
  * The most KV slabs this donor may hold for tenant (docs/cluster.md, "KV
  * memory and quotas"): true with *max_slabs from the registry's last
  * REPORT_OK; false when the registry has not said (not joined, no report

@@ -102,6 +102,8 @@ struct kv_entry *kvs_entry_new(struct memd_kv *kv, struct kv_tenant *t,
 	e->t = t;
 	memcpy(e->key, key, MEMD_KV_KEY_BYTES);
 	index_insert(kv, t, e);
+	if (kv->pass_keep && !kv->pass_keep(key, kv->pass_arg))
+		kv->pass_restart = true; /* maybe behind the cursor */
 	return e;
 }
 
@@ -435,48 +437,106 @@ ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
 	return n;
 }
 
+/* The pass over one bucket of t: forgets the entries keep refuses.
+ * Returns how many it visited; *gone grows by those forgotten. kv->lock
+ * held. */
+static size_t forget_bucket_locked(struct memd_kv *kv, struct kv_tenant *t,
+				   uint32_t b,
+				   bool (*keep)(const uint8_t *key, void *arg),
+				   void *arg, uint64_t now_ms, ssize_t *gone)
+{
+	struct kv_entry *e = t->bucket[b], *next;
+	size_t seen = 0;
+
+	for (; e; e = next) {
+		next = e->hnext;
+		seen++;
+		if (e->busy || keep(e->key, arg))
+			continue;
+		if (e->mem == MEM_RESERVED) {
+			kvs_drop_reserved(kv, e);
+			(*gone)++;
+		} else if (e->mem == MEM_NONE) {
+			*gone += e->spilled;
+			kvs_spill_forget(kv, e, true);
+			kvs_queue_remove(e);
+			kvs_entry_maybe_free(kv, e);
+		} else {
+			struct memd_kv_item it = { .status = 0 };
+
+			memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
+			*gone += kvs_delete_one(kv, t, &it, now_ms, false) == 0;
+		}
+	}
+	return seen;
+}
+
+void memd_kv_forget_begin(struct memd_kv *kv,
+			  bool (*keep)(const uint8_t *key, void *arg),
+			  void *arg)
+{
+	if (!kv)
+		return;
+	pthread_mutex_lock(&kv->lock);
+	kv->pass_keep = keep;
+	kv->pass_arg = arg;
+	kv->pass_tenant = 0;
+	kv->pass_bucket = 0;
+	kv->pass_restart = false;
+	pthread_mutex_unlock(&kv->lock);
+}
+
+ssize_t memd_kv_forget_step(struct memd_kv *kv, size_t budget, uint64_t now_ms,
+			    bool *done)
+{
+	size_t seen = 0;
+	ssize_t n = 0;
+
+	*done = true;
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	if (!kv->pass_keep)
+		goto out;
+	if (kv->pass_restart) {
+		kv->pass_tenant = 0;
+		kv->pass_bucket = 0;
+		kv->pass_restart = false;
+	}
+	for (; kv->pass_tenant < kv->ntenants; kv->pass_tenant++) {
+		struct kv_tenant *t = kv->tenants[kv->pass_tenant];
+
+		/* a bucket index past the end: the index did not shrink
+		 * (it only grows), so this is the tenant's end */
+		for (; kv->pass_bucket < t->nbuckets; kv->pass_bucket++) {
+			if (seen >= budget) {
+				*done = false;
+				goto out;
+			}
+			seen += forget_bucket_locked(kv, t, kv->pass_bucket,
+						     kv->pass_keep,
+						     kv->pass_arg, now_ms, &n);
+		}
+		kvs_tenant_release_spare(kv, t);
+		kv->pass_bucket = 0;
+	}
+	kv->pass_keep = NULL;
+	kv->pass_arg = NULL;
+out:
+	pthread_mutex_unlock(&kv->lock);
+	return n;
+}
+
 ssize_t memd_kv_forget_unless(struct memd_kv *kv,
 			      bool (*keep)(const uint8_t *key, void *arg),
 			      void *arg, uint64_t now_ms)
 {
-	ssize_t n = 0;
+	bool done;
 
 	if (!kv || !keep)
 		return -EINVAL;
-	pthread_mutex_lock(&kv->lock);
-	for (size_t i = 0; i < kv->ntenants; i++) {
-		struct kv_tenant *t = kv->tenants[i];
-
-		for (uint32_t b = 0; b < t->nbuckets; b++) {
-			struct kv_entry *e = t->bucket[b], *next;
-
-			for (; e; e = next) {
-				next = e->hnext;
-				if (e->busy || keep(e->key, arg))
-					continue;
-				if (e->mem == MEM_RESERVED) {
-					kvs_drop_reserved(kv, e);
-					n++;
-				} else if (e->mem == MEM_NONE) {
-					n += e->spilled;
-					kvs_spill_forget(kv, e, true);
-					kvs_queue_remove(e);
-					kvs_entry_maybe_free(kv, e);
-				} else {
-					struct memd_kv_item it = { .status =
-									   0 };
-
-					memcpy(it.key, e->key,
-					       MEMD_KV_KEY_BYTES);
-					n += kvs_delete_one(kv, t, &it, now_ms,
-							    false) == 0;
-				}
-			}
-		}
-		kvs_tenant_release_spare(kv, t);
-	}
-	pthread_mutex_unlock(&kv->lock);
-	return n;
+	memd_kv_forget_begin(kv, keep, arg);
+	return memd_kv_forget_step(kv, SIZE_MAX, now_ms, &done);
 }
 
 ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms)

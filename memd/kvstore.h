@@ -214,6 +214,8 @@ struct memd_kv_item {
  *  -EBUSY    another put holds the key RESERVED (a key deleted under read
  *            leases is off the index at once: it can be put again);
  *  -ENOSPC   the tenant's share is full and nothing can be evicted;
+ *  -EAGAIN   a forget pass under way would forget this new key
+ *            (memd_kv_forget_begin);
  *  -EDQUOT   the tenant already has max_reserved reservations pending
  *            (commit them or let them expire);
  *  -EINVAL   value_len 0;  -EMSGSIZE  value_len over value_max_bytes;
@@ -380,6 +382,22 @@ ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms);
 ssize_t memd_kv_forget_unless(struct memd_kv *kv,
 			      bool (*keep)(const uint8_t *key, void *arg),
 			      void *arg, uint64_t now_ms);
+/*
+ * The same pass in steps, so that its caller can serve between them
+ * (docs/bench/kv.md, "The forget pass"): begin sets keep (with arg, which
+ * must live until the pass ends) and the cursor to the start; each step
+ * visits about budget entries from the cursor, forgets as above, and
+ * sets *done once the pass has covered every tenant (and forgets keep).
+ * Meanwhile a reserve of a new key keep says no to is refused (-EAGAIN),
+ * and any other new entry keep says no to starts the pass over, so that
+ * no such key escapes it behind the cursor. A begin replaces a pass
+ * under way. A step returns how many entries it forgot, or -EINVAL.
+ */
+void memd_kv_forget_begin(struct memd_kv *kv,
+			  bool (*keep)(const uint8_t *key, void *arg),
+			  void *arg);
+ssize_t memd_kv_forget_step(struct memd_kv *kv, size_t budget, uint64_t now_ms,
+			    bool *done);
 /*
  * Empties one tenant's store (KV_CLEAR): as memd_kv_delete of every key
  * of the tenant's, pinned ones included (their pins go with them),

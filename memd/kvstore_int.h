@@ -155,6 +155,15 @@ struct kv_tenant {
 struct memd_kv {
 	pthread_mutex_t lock;
 	struct memd_kv_options o;
+	/* A forget pass in steps (memd_kv_forget_begin): its ranking (NULL:
+	 * none under way), its cursor (tenant, bucket), and restart: a key it
+	 * would forget was indexed meanwhile (not by a reserve: those it
+	 * refuses), possibly behind the cursor, so the pass starts over. */
+	bool (*pass_keep)(const uint8_t *key, void *arg);
+	void *pass_arg;
+	size_t pass_tenant;
+	uint32_t pass_bucket;
+	bool pass_restart;
 	char *spill_dir;
 	uint32_t nclasses;
 	uint64_t class_bytes[NCLASS_MAX]; /* block bytes, header included */

@@ -156,6 +156,10 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 		return -EDQUOT;
 	if (*nl + (size_t)nc > max_locs)
 		return -ENOBUFS;
+	/* a forget pass under way (memd_kv_forget_begin): a new key it
+	 * would forget is refused, so that none lands behind its cursor */
+	if (!e && kv->pass_keep && !kv->pass_keep(it->key, kv->pass_arg))
+		return -EAGAIN;
 	if (!e && !(e = kvs_entry_new(kv, t, it->key)))
 		return -ENOMEM;
 	if (e->queue == Q_GHOST) {

@@ -193,6 +193,7 @@ static void registry_free(struct memd_registry *r)
 	free(r->donor);
 	free(r->grant);
 	free(r->pub);
+	free(r->shown_ids);
 	free(r->dir);
 	free(r->path);
 	free(r->tmp_path);

@@ -184,6 +184,11 @@ int memd_registry_donor_report(struct memd_registry *r,
 			       const struct wire_donor_report *rep,
 			       uint64_t now_ms, struct wire_donor_report_ok *ok,
 			       char *err, size_t errlen);
+/* The donor's link negotiated protocol 6: it confirms each new
+ * membership in its reports (WIRE_REPORT_HEARD), and no sequence is given
+ * to clients before it has (docs/kv.md). Call after its JOIN. */
+void memd_registry_donor_hears(struct memd_registry *r, uint32_t donor_id,
+			       uint64_t epoch);
 /* The donor's link to us closed: marks that incarnation down at once,
  * with why as the reason. Unknown (id, epoch): no-op. */
 void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
@@ -294,15 +299,21 @@ const char *memd_donor_state_name(enum memd_donor_state s);
 /*
  * The published donor list and its membership sequence (DONORS_OK,
  * MEMBERS_OK; docs/kv.md, "Donors that come and go"), published anew
- * first when the donors up and not draining changed. Fills out (at most
+ * first when the donors up and not draining changed, and given out only
+ * once every up donor whose link hears (memd_registry_donor_hears) has
+ * confirmed it (newest: a donor's link, the newest sequence written,
+ * confirmed or not). Fills out (at most
  * WIRE_MAX_DONORS entries; *nlisted gets how many the list has). 0, or
  * -EAGAIN with err: not serving, no list written yet, or the list loaded
  * with the state (a restart, a takeover) still has donors that have not
  * joined again (for at most MISSED_REPORTS + 1 report intervals and
  * 3 s).
  */
-int memd_registry_members(struct memd_registry *r, uint64_t now_ms,
+int memd_registry_members(struct memd_registry *r, uint64_t now_ms, bool newest,
 			  struct wire_donors_ok *out, uint32_t *nlisted,
 			  char *err, size_t errlen);
+/* The newest membership sequence written (0: none yet): memd-ctl tells
+ * the donors' links of protocol 6 when it changes (DONOR_NEWS). */
+uint64_t memd_registry_membership(struct memd_registry *r);
 
 #endif

@@ -254,6 +254,88 @@ static size_t members_pending_locked(const struct memd_registry *r)
  * sequence stay published: a donor that went down stays listed (its keys
  * fail as unreachable), one that came up is not (no keys go to it).
  */
+/*
+ * A sequence is given to clients (MEMBERS, DONORS) only once every up
+ * donor whose link hears (protocol 6) has confirmed it (docs/kv.md,
+ * "Donors that come and go"): from then on each of those donors refuses
+ * a request routed by an older list (ESTALE), and has forgotten the keys
+ * the new list no longer ranks it first or second for, so no client can
+ * delete or replace a key through the new list at homes that an older
+ * list's client would miss. Until then clients keep the list they have
+ * (the last one given out). memd-ctl tells every hearing link of a new
+ * sequence at once (DONOR_NEWS), so this takes a few round trips.
+ */
+static void members_publish_locked(struct memd_registry *r)
+{
+	uint32_t *ids;
+
+	if (!r->pub_valid || r->pub_restored || r->shown == r->membership)
+		return;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		const struct donor *d = &r->donor[i];
+
+		if (d->up && d->hears && d->heard < r->membership)
+			return;
+	}
+	ids = realloc(r->shown_ids, (r->npub ? r->npub : 1) * sizeof(*ids));
+	if (!ids)
+		return; /* tried again at the next call */
+	if (r->npub)
+		memcpy(ids, r->pub, r->npub * sizeof(*ids));
+	r->shown_ids = ids;
+	r->nshown = r->npub;
+	r->shown = r->membership;
+	memd_log(LOG_NOTICE,
+		 "registry: membership=%" PRIu64
+		 " given to clients (every donor up confirmed it)",
+		 r->shown);
+}
+
+/* How long past MISSED_REPORTS report intervals a donor that reports has
+ * to confirm a new membership: its memd-ctl acts on the list at its next
+ * tick, and a donor marked down for being slow loses its KV entries. */
+#define CONFIRM_MARGIN_MS 5000
+
+/* A donor up that has not confirmed the newest sequence MISSED_REPORTS
+ * report intervals and CONFIRM_MARGIN_MS after it was written is marked
+ * down: out of the membership, so that the sequence can be given out
+ * (its next report is answered ESTALE, and it joins again, a new
+ * membership). A donor that stopped reporting is marked down sooner, by
+ * liveness (reg_expire_locked). */
+static void members_unheard_locked(struct memd_registry *r, uint64_t now_ms)
+{
+	uint64_t limit =
+		(uint64_t)MISSED_REPORTS * r->report_ms + CONFIRM_MARGIN_MS;
+
+	if (!r->pub_valid || r->pub_restored || r->shown == r->membership ||
+	    now_ms <= r->members_since_ms + limit)
+		return;
+	for (size_t i = 0; i < r->ndonors; i++) {
+		struct donor *d = &r->donor[i];
+		char why[96];
+
+		if (!d->up || !d->hears || d->heard >= r->membership)
+			continue;
+		snprintf(why, sizeof(why),
+			 "did not confirm membership %" PRIu64 " for %" PRIu64
+			 " ms",
+			 r->membership, now_ms - r->members_since_ms);
+		donor_down_locked(r, d, why);
+	}
+}
+
+/*
+ * The membership (docs/kv.md, "Donors that come and go"): clients hash
+ * KV keys over the published list, and a donor serves a KV request only
+ * under the sequence it was routed by. A sequence names one list for
+ * good: it is written (registry.json or etcd) before anything carries
+ * it, so a restarted registry, or the next leader, never hands out the
+ * same number for another list. Until a write succeeds the old list and
+ * sequence stay published: a donor that went down stays listed (its keys
+ * fail as unreachable), one that came up is not (no keys go to it). A
+ * member that restarted (members_dirty) gets a new sequence for the same
+ * list: the spill files it brought are not kept under it.
+ */
 void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms)
 {
 	uint32_t *cur;
@@ -261,6 +343,7 @@ void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms)
 	struct state_edit e;
 	char err[256];
 
+	members_unheard_locked(r, now_ms);
 	cur = malloc((r->ndonors ? r->ndonors : 1) * sizeof(*cur));
 	if (!cur)
 		return;
@@ -282,11 +365,11 @@ void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms)
 			cur[n++] = d->id;
 	}
 	qsort(cur, n, sizeof(*cur), id_cmp);
-	if ((r->pub_valid && n == r->npub &&
+	if ((r->pub_valid && !r->members_dirty && n == r->npub &&
 	     (!n || !memcmp(cur, r->pub, n * sizeof(*cur)))) ||
 	    now_ms < r->pub_retry_ms) {
 		free(cur);
-		return;
+		goto publish;
 	}
 	e = reg_state_now(r);
 	e.membership = r->membership + 1;
@@ -295,22 +378,38 @@ void reg_members_sync_locked(struct memd_registry *r, uint64_t now_ms)
 	if (reg_state_write_logged(r, &e, err, sizeof(err))) {
 		r->pub_retry_ms = now_ms + 1000; /* the log at most 1/s */
 		free(cur);
-		return;
+		goto publish;
 	}
 	r->pub_retry_ms = 0;
+	r->members_dirty = false;
 	free(r->pub);
 	r->pub = cur;
 	r->npub = n;
 	r->pub_valid = true;
 	r->membership = e.membership;
+	r->members_since_ms = now_ms;
 	memd_log(LOG_NOTICE, "registry: membership=%" PRIu64 " donors=%zu",
 		 r->membership, n);
+publish:
+	members_publish_locked(r);
 }
 
-int memd_registry_members(struct memd_registry *r, uint64_t now_ms,
+uint64_t memd_registry_membership(struct memd_registry *r)
+{
+	uint64_t m;
+
+	pthread_mutex_lock(&r->lock);
+	m = r->pub_valid ? r->membership : 0;
+	pthread_mutex_unlock(&r->lock);
+	return m;
+}
+
+int memd_registry_members(struct memd_registry *r, uint64_t now_ms, bool newest,
 			  struct wire_donors_ok *out, uint32_t *nlisted,
 			  char *err, size_t errlen)
 {
+	const uint32_t *ids;
+	size_t nids;
 	int rc = 0;
 
 	out->count = 0;
@@ -340,12 +439,22 @@ int memd_registry_members(struct memd_registry *r, uint64_t now_ms,
 		rc = -EAGAIN;
 		goto out;
 	}
-	out->membership = r->membership;
+	if (!newest && !r->shown) {
+		set_err(err, errlen,
+			"registry: waiting for its donors to confirm "
+			"membership %" PRIu64 "; ask again",
+			r->membership);
+		rc = -EAGAIN;
+		goto out;
+	}
+	out->membership = newest ? r->membership : r->shown;
+	ids = newest ? r->pub : r->shown_ids;
+	nids = newest ? r->npub : r->nshown;
 	for (size_t i = 0; i < r->ndonors; i++) {
 		const struct donor *d = &r->donor[i];
 		struct wire_donor_entry *e;
 
-		if (!is_member_locked(r, d->id))
+		if (!bsearch(&d->id, ids, nids, sizeof(d->id), id_cmp))
 			continue;
 		if ((*nlisted)++ >= WIRE_MAX_DONORS)
 			continue;
@@ -442,7 +551,16 @@ int memd_registry_donor_join(struct memd_registry *r,
 		d = &r->donor[r->ndonors - 1];
 	} else if (!d->joined || d->epoch != j->epoch) {
 		/* A new incarnation: the old one's leases and tickets are
-		 * gone with it. */
+		 * gone with it. One of the list (a restart quicker than its
+		 * loss was noticed) begins a new membership: deletes and puts
+		 * of its keys may have reached their other copy only while it
+		 * was away, so what it brought (spill files) must not count
+		 * under the sequence it left (docs/kv.md). A registry that
+		 * restarted too (not joined here yet) keeps the sequence: the
+		 * whole pool restarted together. */
+		if (d->joined && d->up && is_member_locked(r, d->id))
+			r->members_dirty = true;
+		d->hears = false; /* until memd_registry_donor_hears */
 		usage_clear_locked(r, d);
 		donor_grants_drop_locked(r, d->id);
 		d->up = false;
@@ -480,6 +598,9 @@ int memd_registry_donor_join(struct memd_registry *r,
 	if (r->pub_valid) {
 		ok->flags |= WIRE_DONOR_MEMBERSHIP;
 		ok->membership = r->membership;
+		/* it serves no KV before it reads this JOIN_OK */
+		d->heard = r->membership;
+		members_publish_locked(r);
 	}
 	rc = 0;
 out:
@@ -550,6 +671,12 @@ int memd_registry_donor_report(struct memd_registry *r,
 		rc = -ESTALE;
 		goto out;
 	}
+	if (rep->flags & WIRE_REPORT_HEARD) {
+		d->hears = true;
+		if (rep->membership > d->heard &&
+		    rep->membership <= r->membership)
+			d->heard = rep->membership;
+	}
 	usage_clear_locked(r, d);
 	d->usage = u;
 	d->nusage = rep->ntenants;
@@ -597,6 +724,18 @@ out:
 	return rc;
 }
 
+void memd_registry_donor_hears(struct memd_registry *r, uint32_t donor_id,
+			       uint64_t epoch)
+{
+	struct donor *d;
+
+	pthread_mutex_lock(&r->lock);
+	d = reg_donor_by_id(r, donor_id);
+	if (d && d->up && d->epoch == epoch)
+		d->hears = true;
+	pthread_mutex_unlock(&r->lock);
+}
+
 void memd_registry_donor_lost(struct memd_registry *r, uint32_t donor_id,
 			      uint64_t epoch, uint64_t now_ms, const char *why)
 {
@@ -631,6 +770,9 @@ void memd_registry_loop_gap(struct memd_registry *r, uint64_t gap_ms)
 	for (size_t i = 0; i < r->ndonors; i++)
 		if (r->donor[i].up)
 			r->donor[i].last_report_ms += gap_ms - half;
+	/* and their confirmations of the newest membership, which wait in
+	 * the same sockets */
+	r->members_since_ms += gap_ms - half;
 	pthread_mutex_unlock(&r->lock);
 	memd_log(LOG_NOTICE,
 		 "registry: did not run for %" PRIu64

@@ -107,6 +107,14 @@ struct donor {
 	uint64_t reserved_slabs;
 	uint32_t nusage;
 	struct wire_tenant_usage *usage;
+	/* The membership this incarnation has acted on (docs/kv.md, "Donors
+	 * that come and go"): hears is set for a link of protocol 6, whose
+	 * donor confirms each sequence (DONOR_REPORT, WIRE_REPORT_HEARD);
+	 * heard is the newest it confirmed, or the one its JOIN_OK carried. A
+	 * new sequence is published only once every up donor that hears has
+	 * heard it. */
+	bool hears;
+	uint64_t heard;
 };
 
 struct grant {
@@ -180,6 +188,19 @@ struct memd_registry {
 	bool pub_restored;
 	uint64_t restored_until_ms;
 	uint64_t pub_retry_ms; /* a write failed: not again before this */
+	/* What clients are given (MEMBERS, DONORS): the newest sequence
+	 * that every up donor that hears has confirmed (shown; 0: none yet)
+	 * and its list, shown_ids[0 .. nshown). A donor's link is given the
+	 * newest (membership, pub). members_since_ms: when membership was
+	 * written; a donor that has not confirmed it MISSED_REPORTS report
+	 * intervals later is marked down. members_dirty: a member restarted
+	 * (joined with a new epoch while counted up), so the next sync
+	 * writes a new sequence for the same ids. */
+	uint64_t shown;
+	uint32_t *shown_ids;
+	size_t nshown;
+	uint64_t members_since_ms;
+	bool members_dirty;
 };
 
 /* A change to the durable state, applied to the JSON of the current one. */

@@ -534,6 +534,9 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 	r->npub = 0;
 	r->pub_valid = r->pub_restored = false;
 	r->restored_until_ms = 0;
+	r->shown = 0;
+	r->nshown = 0;
+	r->members_dirty = false;
 	if (json_object_get(doc, "membership")) {
 		json_t *ms = json_object_get(doc, "members");
 		uint32_t *ids;
@@ -859,6 +862,9 @@ static void registry_reset_locked(struct memd_registry *r)
 	r->npub = 0;
 	r->pub_valid = r->pub_restored = false;
 	r->restored_until_ms = 0;
+	r->shown = 0;
+	r->nshown = 0;
+	r->members_dirty = false;
 	r->grant_next_deadline_ms = UINT64_MAX;
 	r->state_rev = 0;
 }

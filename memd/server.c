@@ -662,9 +662,11 @@ static int serve_once(struct memd_server *s, int timeout_ms)
 	srv_tenants_removed(s);
 	srv_kv_drained(s);
 	srv_kv_membership(s);
+	s->kv_pass_busy = srv_kv_pass_step(s);
 	if (s->reg) {
 		srv_reg_awake(s);
 		memd_registry_tick(s->reg, srv_now_ms());
+		srv_reg_news(s);
 	}
 	return n < 0 ? 0 : n;
 }
@@ -674,7 +676,8 @@ int memd_server_run(struct memd_server *s)
 	pthread_setname_np(pthread_self(), "memd-ctl");
 	s->reg_awake_ms = srv_now_ms();
 	while (!s->draining) {
-		int r = serve_once(s, TICK_MS);
+		/* a forget pass under way: its next step without waiting */
+		int r = serve_once(s, s->kv_pass_busy ? 0 : TICK_MS);
 
 		if (r < 0)
 			return r;
@@ -728,6 +731,7 @@ void memd_server_destroy(struct memd_server *s)
 	/* Gives every KV slab back (closing its registration) while the
 	 * lease table and the domains still exist. */
 	memd_kv_destroy(s->kv);
+	free(s->kv_pass_rank);
 	for (uint32_t i = 0; s->mr && i < s->nslabs; i++)
 		fab_mr_close(s->mr[i]);
 	for (uint32_t i = 0; s->mr_ro && i < s->nslabs; i++)

@@ -613,6 +613,9 @@ void srv_do_donor(struct memd_server *s, struct conn *c,
 			/* the registry logs the join */
 			c->donor_id = rep->u.donor_join_ok.donor_id;
 			c->donor_epoch = req->u.donor_join.epoch;
+			if (c->proto >= 6)
+				memd_registry_donor_hears(s->reg, c->donor_id,
+							  c->donor_epoch);
 		}
 		rep->type = WIRE_DONOR_JOIN_OK;
 	} else {
@@ -825,8 +828,11 @@ void srv_do_donors(struct memd_server *s, struct conn *c,
 		return;
 	}
 	memset(rep, 0, sizeof(*rep));
-	r = memd_registry_members(s->reg, srv_now_ms(), &rep->u.donors_ok, &n,
-				  why, sizeof(why));
+	/* a donor's link gets the newest list, which it confirms before
+	 * clients get it */
+	r = memd_registry_members(s->reg, srv_now_ms(),
+				  c->role == WIRE_ROLE_DONOR, &rep->u.donors_ok,
+				  &n, why, sizeof(why));
 	if (r) {
 		srv_send_error(s, c, req->seq, -r, "%s", why);
 		return;
@@ -847,6 +853,28 @@ void srv_do_donors(struct memd_server *s, struct conn *c,
 	rep->seq = req->seq;
 	if (srv_conn_send(c, rep))
 		c->closing = true;
+}
+
+void srv_reg_news(struct memd_server *s)
+{
+	struct wire_msg news = { .type = WIRE_DONOR_NEWS, .seq = 0 };
+	uint64_t m;
+
+	if (!s->reg)
+		return;
+	m = memd_registry_membership(s->reg);
+	if (m == s->reg_news)
+		return;
+	s->reg_news = m;
+	for (struct conn *c = s->conns, *next; c; c = next) {
+		next = c->next;
+		if (c->role != WIRE_ROLE_DONOR || !c->donor_id ||
+		    c->proto < 6 || c->closing)
+			continue;
+		if (srv_conn_send(c, &news))
+			c->closing = true;
+		srv_conn_service(s, c); /* may close c */
+	}
 }
 
 /*

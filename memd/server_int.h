@@ -191,6 +191,7 @@ struct memd_server {
 	uint64_t kv_cost_bpt;
 	uint32_t kv_cost_tps;
 	uint64_t reg_awake_ms; /* memd-ctl: when it last checked for a stall */
+	uint64_t reg_news;     /* the membership DONOR_NEWS last told */
 	uint32_t nslabs;
 	uint32_t arena_slabs; /* slabs per arena */
 	uint64_t donated_bytes;
@@ -221,6 +222,11 @@ struct memd_server {
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
 	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
 	uint64_t kv_ranked;	/* memd_donor_members: the list applied */
+	/* the forget pass of a list under way, in steps (memd-ctl): its
+	 * sequence (0: none) and ranking (kv_forget_unranked) */
+	uint64_t kv_pass_seq;
+	struct kv_rank *kv_pass_rank;
+	bool kv_pass_busy; /* a step left the pass unfinished */
 	/* Admission (docs/reliability.md); memd-ctl only. */
 	struct conn *hs_head, *hs_tail; /* in their handshake, oldest first */
 	uint32_t ntenant; /* established, not as @admin or @donor */
@@ -345,6 +351,10 @@ void srv_conn_timers(struct memd_server *s);
 
 /* server_dispatch.c */
 void srv_reg_awake(struct memd_server *s);
+/* At the registry: a new membership sequence is told to every donor link
+ * of protocol 6 (DONOR_NEWS), which reports at once and confirms it
+ * (docs/kv.md, "Donors that come and go"). memd-ctl, every pass. */
+void srv_reg_news(struct memd_server *s);
 void srv_conn_process(struct memd_server *s, struct conn *c);
 int srv_conn_flush(struct conn *c);
 int srv_conn_read(struct conn *c);
@@ -431,6 +441,9 @@ void srv_kv_renew(struct memd_server *s);
 void srv_kv_cost_publish(struct memd_server *s);
 void srv_kv_drained(struct memd_server *s);
 int srv_kv_membership(struct memd_server *s);
+/* A step of the forget pass under way (docs/kv.md, "Donors that come and
+ * go", 6.); true while one is (memd-ctl then polls without waiting). */
+bool srv_kv_pass_step(struct memd_server *s);
 int srv_kv_open(struct memd_server *s, char *err, size_t errlen);
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep);

@@ -583,6 +583,8 @@ struct kv_rank {
 	uint16_t n, self;
 	uint64_t seed[WIRE_MAX_DONORS];
 	const char (*names)[WIRE_NAME_MAX];
+	char name[WIRE_MAX_DONORS][WIRE_NAME_MAX]; /* names points here */
+	uint64_t gone;				   /* forgotten so far */
 };
 
 static bool kv_ranked_first_or_second(const uint8_t *key, void *arg)
@@ -611,34 +613,72 @@ static bool kv_ranked_first_or_second(const uint8_t *key, void *arg)
 static void kv_forget_unranked(struct memd_server *s)
 {
 	char names[WIRE_MAX_DONORS][WIRE_NAME_MAX];
-	struct kv_rank rk;
 	char self[WIRE_NAME_MAX];
+	struct kv_rank *rk = s->kv_pass_rank;
 	uint64_t seq;
 	uint16_t n;
-	ssize_t gone;
 
 	seq = memd_donor_members(s->donor, names, &n, self, sizeof(self));
-	if (!seq || seq == s->kv_ranked)
+	if (!seq || seq == s->kv_ranked || seq == s->kv_pass_seq)
 		return;
-	s->kv_ranked = seq;
-	rk.n = n;
-	rk.self = UINT16_MAX;
-	rk.names = (const char(*)[WIRE_NAME_MAX])names;
+	if (!rk && !(rk = s->kv_pass_rank = calloc(1, sizeof(*rk))))
+		return; /* tried again at the next call */
+	/* a pass under way reads rk under the store's mutex: stop it
+	 * before rk changes */
+	memd_kv_forget_begin(s->kv, NULL, NULL);
+	memcpy(rk->name, names, (size_t)n * WIRE_NAME_MAX);
+	rk->names = (const char(*)[WIRE_NAME_MAX])rk->name;
+	rk->n = n;
+	rk->self = UINT16_MAX;
 	for (uint16_t i = 0; i < n; i++) {
-		rk.seed[i] = tp_rendezvous_seed(names[i]);
+		rk->seed[i] = tp_rendezvous_seed(names[i]);
 		if (!strcmp(names[i], self))
-			rk.self = i;
+			rk->self = i;
 	}
-	if (rk.self == UINT16_MAX || n < 3)
+	if (rk->self == UINT16_MAX || n < 3) {
+		/* nothing to forget; a pass of an older list under way
+		 * stops (what it forgot was ranked away by that list) */
+		memd_kv_forget_begin(s->kv, NULL, NULL);
+		s->kv_pass_seq = 0;
+		s->kv_ranked = seq;
+		memd_donor_applied(s->donor, seq);
 		return;
-	gone = memd_kv_forget_unless(s->kv, kv_ranked_first_or_second, &rk,
-				     srv_now_ms());
-	if (gone > 0)
+	}
+	/* the pass runs in steps (srv_kv_pass_step): a million entries
+	 * take about a second (docs/bench/kv.md, "The forget pass") */
+	memd_kv_forget_begin(s->kv, kv_ranked_first_or_second, rk);
+	s->kv_pass_seq = seq;
+	rk->gone = 0;
+}
+
+/* entries a step visits: a few milliseconds of memd-ctl */
+#define KV_PASS_STEP 4096
+
+bool srv_kv_pass_step(struct memd_server *s)
+{
+	struct kv_rank *rk = s->kv_pass_rank;
+	bool done;
+	ssize_t r;
+
+	if (!s->kv_pass_seq || !s->kv || !rk)
+		return false;
+	r = memd_kv_forget_step(s->kv, KV_PASS_STEP, srv_now_ms(), &done);
+	if (r > 0)
+		rk->gone += (uint64_t)r;
+	if (!done)
+		return true;
+	if (rk->gone)
 		memd_log(LOG_NOTICE,
-			 "kv: membership=%" PRIu64 " donors=%u: entries=%zd "
-			 "of keys this donor no longer ranks first or second "
+			 "kv: membership=%" PRIu64
+			 " donors=%u: entries=%" PRIu64
+			 " of keys this donor no longer ranks first or second "
 			 "for forgotten",
-			 seq, n, gone);
+			 s->kv_pass_seq, rk->n, rk->gone);
+	/* acted on: the link may confirm this membership (protocol 6) */
+	s->kv_ranked = s->kv_pass_seq;
+	s->kv_pass_seq = 0;
+	memd_donor_applied(s->donor, s->kv_ranked);
+	return false;
 }
 
 int srv_kv_membership(struct memd_server *s)
@@ -647,6 +687,8 @@ int srv_kv_membership(struct memd_server *s)
 	bool up;
 	int r;
 
+	if (s->donor && !s->kv) /* no KV: nothing to act on */
+		memd_donor_applied(s->donor, UINT64_MAX);
 	if (!s->donor || !s->kv)
 		return 0;
 	up = memd_donor_membership(s->donor, &joins, &seq);

@@ -959,25 +959,28 @@ static void start_donor(int i)
 	start_donor_spill(i, NULL);
 }
 
+/* The registry's report interval (its donors report at the interval its
+ * JOIN_OK says): "pool_slow" sets 30 s. */
+static const char *reg_report = "report_interval=100ms";
+
 /* The registry (r0, which donates too) on listen (NULL: a free port),
  * with its state in dir/state. */
 static void start_registry(const char *listen)
 {
-	const char *args[] = { "--set",	   "registry=yes",
-			       "--set",	   NULL,
-			       "--set",	   NULL,
-			       "--set",	   "donor_name=r0",
-			       "--set",	   "report_interval=100ms",
-			       "--set",	   "slab_size=2M",
-			       "--donate", "128M",
-			       NULL,	   NULL,
-			       NULL };
+	const char *args[] = {
+		"--set",    "registry=yes", "--set", NULL,
+		"--set",    NULL,	    "--set", "donor_name=r0",
+		"--set",    NULL,	    "--set", "slab_size=2M",
+		"--donate", "128M",	    NULL,    NULL,
+		NULL
+	};
 	char a1[300], a2[300], l[64];
 
 	snprintf(a1, sizeof(a1), "cluster_secret_file=%s", cluster);
 	snprintf(a2, sizeof(a2), "state_dir=%s/state", dir);
 	args[3] = a1;
 	args[5] = a2;
+	args[9] = reg_report;
 	if (listen) {
 		snprintf(l, sizeof(l), "%s", listen);
 		args[14] = "--listen";
@@ -989,6 +992,37 @@ static void start_registry(const char *listen)
 					    "kv_reserve_ttl = 2s\n",
 					    args),
 			 0);
+}
+
+/* Waits (30 s at most) until the donor list clients are given names n
+ * donors: the registry gives a new list out once every donor has
+ * confirmed it (docs/kv.md), a little after the joins. */
+static void clients_list_donors(uint32_t n)
+{
+	struct pool_opts o = { .addr = reg.addr,
+			       .tenant = "a",
+			       .secret_file = sec_a };
+	struct pool_kv_opts ko = { .refresh_ms = 20 };
+	struct pool_kv_stats ks = { 0 };
+	struct pool_kv_key k;
+	struct pool_kv *kv = NULL;
+	struct pool *p = NULL;
+	char home[64];
+	int i;
+
+	ck_assert_int_eq(pool_connect(&o, &p), 0);
+	ck_assert_int_eq(pool_kv_open(p, &ko, &kv), 0);
+	make_key(&k, 1, 1);
+	for (i = 0; i < 1500; i++) {
+		(void)pool_kv_home(kv, &k, home, sizeof(home)); /* refresh */
+		ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+		if (ks.ndonors == n)
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_msg(i < 1500, "clients' list names %u donors, not %u",
+		      (unsigned)ks.ndonors, n);
+	pool_close(p);
 }
 
 static void cluster_setup(void)
@@ -1018,6 +1052,7 @@ static void cluster_setup(void)
 		tu_tenant_add(reg.addr, cluster, "b", sec_b, 1024 * MIB), 0);
 	ck_assert_int_eq(tu_tenant_add(reg.addr, cluster, "q", sec_q, Q_QUOTA),
 			 0);
+	clients_list_donors(3);
 }
 
 static void cluster_teardown(void)
@@ -2158,6 +2193,91 @@ START_TEST(homes_moved_by_two_joins_serve_nothing_deleted)
 END_TEST
 
 /*
+ * A change is told to every donor before clients get it (docs/kv.md,
+ * "Donors that come and go"): with reports 30 s apart, d3 and d4 join
+ * and both rank above a key's home h, which is third on the new list
+ * (deletes, to home and second choice, miss it). A client that fetched
+ * the new list deletes the key; a client still on the old list reads it
+ * at h at once. h must refuse that lookup (its membership is the new
+ * one: ESTALE), so the client fetches the list again and misses. Before,
+ * h learned of the change at its next report, up to 30 s later, and
+ * served the deleted value meanwhile.
+ */
+START_TEST(change_told_before_clients_read_nothing_deleted)
+{
+	static const char *const names[] = { "r0", "d1", "d2", "d3", "d4" };
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv *stale = kv_open_replicas(p, 1, 600000), *fresh;
+	struct pool_kv_key k;
+	char home[64], second[64];
+	size_t len = 30000;
+	int i, st, old = -1;
+
+	for (i = 0; i < 2048 && old < 0; i++) { /* d3 and d4 above home */
+		uint64_t sc[5];
+		int h = 0;
+
+		make_key(&k, 59, (uint64_t)i);
+		for (int d = 0; d < 5; d++)
+			sc[d] = tp_rendezvous_score(
+				tp_rendezvous_seed(names[d]), k.b);
+		for (int d = 1; d < 3; d++)
+			if (tp_rendezvous_above(sc[d], names[d], sc[h],
+						names[h]))
+				h = d;
+		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
+		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
+			old = h;
+	}
+	ck_assert_int_ge(old, 0);
+	ck_assert_int_eq(pool_kv_home(stale, &k, home, sizeof(home)), 0);
+	ck_assert_str_eq(home, names[old]);
+	ck_assert_int_eq(put1(stale, &k, len), 0);
+	ck_assert_int_eq(get1(stale, &k, len), (ssize_t)len);
+
+	fresh = kv_open_replicas(p, 1, 100);
+	start_donor_as(&extra[0], "d3", NULL);
+	start_donor_as(&extra[1], "d4", NULL);
+	for (i = 0; i < 1000; i++) { /* both in fresh's list */
+		int r;
+
+		ck_assert_int_eq(pool_kv_home(fresh, &k, home, sizeof(home)),
+				 0);
+		r = pool_kv_second(fresh, &k, second, sizeof(second));
+		ck_assert_msg(r == 0 || r == -ENOENT, "second: %d", r);
+		if (!r && strcmp(home, names[old]) &&
+		    strcmp(second, names[old]))
+			break;
+		sleep_ms(20);
+	}
+	ck_assert_int_lt(i, 1000);
+	ck_assert_int_ge(pool_kv_delete(fresh, 1, &k, &st), 0);
+	ck_assert_int_eq(get1(fresh, &k, len), -ENOENT);
+
+	/* the stale client, within the report interval */
+	ck_assert_int_eq(pool_kv_home(stale, &k, home, sizeof(home)), 0);
+	ck_assert_str_eq(home, names[old]); /* still the old list */
+	ck_assert_int_eq(get1(stale, &k, len), -ENOENT);
+	ck_assert_int_eq(pool_kv_home(stale, &k, home, sizeof(home)), 0);
+	ck_assert_str_ne(home, names[old]); /* and now the new one */
+	ck_assert_int_eq(pool_kv_exists(stale, 1, &k), 0);
+	pool_close(p);
+}
+END_TEST
+
+static void slow_setup(void)
+{
+	reg_report = "report_interval=30s";
+	cluster_setup();
+}
+
+static void slow_teardown(void)
+{
+	cluster_teardown();
+	reg_report = "report_interval=100ms";
+}
+
+/*
  * A registry restart with no donor coming or going does not empty the
  * KV tier (docs/kv.md): the registry keeps its membership sequence and
  * list in its state, waits for those donors to join again, and answers
@@ -2861,6 +2981,7 @@ static Suite *kv_suite(void)
 	TCase *tc = tcase_create("standalone");
 	TCase *tp = tcase_create("pool");
 	TCase *ty = tcase_create("pool_yield"); /* CK_RUN_CASE=pool_yield */
+	TCase *tw = tcase_create("pool_slow");	/* reports 30 s apart */
 
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, prefix_keys);
@@ -2897,6 +3018,10 @@ static Suite *kv_suite(void)
 	tcase_add_checked_fixture(ty, cluster_setup, cluster_teardown);
 	tcase_add_test(ty, kv_yields_to_a_place);
 	suite_add_tcase(s, ty);
+	tcase_set_timeout(tw, 300);
+	tcase_add_checked_fixture(tw, slow_setup, slow_teardown);
+	tcase_add_test(tw, change_told_before_clients_read_nothing_deleted);
+	suite_add_tcase(s, tw);
 	return s;
 }
 

@@ -1158,6 +1158,48 @@ START_TEST(spill_membership_and_forget_unless)
 }
 END_TEST
 
+/*
+ * The forget pass in steps (memd_kv_forget_begin/_step): between steps a
+ * put of a new key the pass would forget is refused (-EAGAIN), so none
+ * lands behind the cursor; one it keeps is taken; at the end the store
+ * holds exactly the kept keys, as a pass in one go leaves it.
+ */
+START_TEST(forget_pass_in_steps)
+{
+	struct owner *o = owner_new(MIB, 16);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	uint64_t now = 0;
+	ssize_t gone = 0, r;
+	bool done = false;
+	int steps = 0;
+
+	o->share[1] = 16;
+	for (uint64_t k = 0; k < 48; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 4 * KIB, now++), 0);
+	memd_kv_forget_begin(kv, keep_even, NULL);
+	while (!done) {
+		r = memd_kv_forget_step(kv, 4, now, &done);
+		ck_assert_int_ge(r, 0);
+		gone += r;
+		if (!done && steps++ == 1) {
+			/* new keys, mid-pass: odd refused, even taken */
+			ck_assert_int_eq(put(kv, o, 1, 49, 4 * KIB, now++),
+					 -EAGAIN);
+			ck_assert_int_eq(put(kv, o, 1, 50, 4 * KIB, now++), 0);
+		}
+	}
+	ck_assert_int_gt(steps, 2); /* it did run in steps */
+	ck_assert_int_eq(gone, 24);
+	for (uint64_t k = 0; k <= 50; k++)
+		ck_assert_msg(exists1(kv, 1, k) == (k % 2 == 0 && k != 48),
+			      "key %llu", (unsigned long long)k);
+	/* the pass is over: an odd key is taken again */
+	ck_assert_int_eq(put(kv, o, 1, 49, 4 * KIB, now++), 0);
+	memd_kv_destroy(kv);
+	owner_free(o);
+}
+END_TEST
+
 static void copy_file(const char *from, const char *to)
 {
 	char buf[4096];
@@ -1775,7 +1817,7 @@ static Suite *kvstore_suite(void)
 		     exists_is_the_longest_present_prefix, concurrent_callers);
 	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
 	TU_ADD_TESTS(ts, spill_reload_and_warm_restart,
-		     spill_membership_and_forget_unless,
+		     spill_membership_and_forget_unless, forget_pass_in_steps,
 		     corrupt_spill_files_are_deleted_at_scan,
 		     spill_cap_is_enforced, model_based_random_ops);
 	return s;

@@ -1366,7 +1366,7 @@ static int members_at(uint64_t now, uint32_t *count, uint64_t *membership)
 	int rc;
 
 	err[0] = '\0';
-	rc = memd_registry_members(r, now, &l, &n, err, sizeof(err));
+	rc = memd_registry_members(r, now, false, &l, &n, err, sizeof(err));
 	if (!rc) {
 		ck_assert_uint_eq(n, l.count);
 		*count = n;
@@ -1402,13 +1402,21 @@ START_TEST(membership_names_one_list)
 	ck_assert_uint_eq(n, 2);
 	ck_assert_uint_eq(m, m2);
 	/* no change, no new sequence: a report, a join of the same
-	 * incarnation, a new incarnation under the same name */
+	 * incarnation */
 	ck_assert_int_eq(report(a, 1, 90, T0), 0);
 	ck_assert_uint_eq(last_membership, m2);
 	ck_assert_uint_eq(join_at("host-a", 1, 100, T0, NULL), a);
 	ck_assert_uint_eq(last_membership, m2);
+	/* a new incarnation under the same name while the old one counts
+	 * up (restarted quicker than its loss was noticed): a new sequence
+	 * for the same list, so the spill files it brought, written under
+	 * m2, are not kept (before, it joined under m2 and kept them) */
 	ck_assert_uint_eq(join_at("host-a", 3, 100, T0, NULL), a);
-	ck_assert_uint_eq(last_membership, m2);
+	ck_assert_uint_gt(last_membership, m2);
+	m2 = last_membership;
+	ck_assert_int_eq(members_at(T0, &n, &m), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(m, m2);
 	/* a drain and an undrain: two lists */
 	ck_assert_int_gt(admin("{\"cmd\":\"drain\",\"donor\":\"host-b\","
 			       "\"drain\":true}"),
@@ -1460,6 +1468,96 @@ START_TEST(membership_names_one_list)
 	ck_assert_int_eq(members_at(T0 + grace, &n, &m), 0);
 	ck_assert_uint_eq(n, 1);
 	ck_assert_uint_gt(m, m4);
+}
+END_TEST
+
+/* A report that confirms membership m (protocol 6, WIRE_REPORT_HEARD). */
+static int report_heard(uint32_t id, uint64_t epoch, uint64_t m, uint64_t now)
+{
+	static struct wire_donor_report rep;
+	struct wire_donor_report_ok ok;
+
+	memset(&rep, 0, sizeof(rep));
+	rep.donor_id = id;
+	rep.epoch = epoch;
+	rep.slabs_free = 90;
+	rep.flags = WIRE_REPORT_HEARD;
+	rep.membership = m;
+	memset(&ok, 0, sizeof(ok));
+	err[0] = '\0';
+	return memd_registry_donor_report(r, &rep, now, &ok, err, sizeof(err));
+}
+
+/*
+ * Protocol 6 (docs/kv.md, "Donors that come and go", 7.): a new sequence
+ * goes to clients only once every donor up whose link hears has
+ * confirmed it; a donor's link gets the newest at once; a donor that
+ * does not confirm within 3 report intervals and 5 s is marked down.
+ */
+START_TEST(membership_given_out_once_confirmed)
+{
+	static struct wire_donors_ok l;
+	uint32_t a, b, c, n, nl;
+	uint64_t m1, m2, m;
+
+	a = join_at("host-a", 1, 100, T0, NULL);
+	memd_registry_donor_hears(r, a, 1);
+	b = join_at("host-b", 2, 100, T0, NULL);
+	memd_registry_donor_hears(r, b, 2);
+	m1 = last_membership;
+	/* a confirmed nothing since b joined: the list before b */
+	ck_assert_int_eq(members_at(T0, &n, &m), 0);
+	ck_assert_uint_eq(n, 1);
+	ck_assert_uint_lt(m, m1);
+	/* a donor's link is given the newest */
+	ck_assert_int_eq(
+		memd_registry_members(r, T0, true, &l, &nl, err, sizeof(err)),
+		0);
+	ck_assert_uint_eq(l.membership, m1);
+	ck_assert_uint_eq(nl, 2);
+	/* a report that confirms an older one changes nothing */
+	ck_assert_int_eq(report_heard(a, 1, m1 - 1, T0 + 10), 0);
+	ck_assert_int_eq(members_at(T0 + 10, &n, &m), 0);
+	ck_assert_uint_lt(m, m1);
+	ck_assert_int_eq(report_heard(a, 1, m1, T0 + 20), 0);
+	ck_assert_int_eq(members_at(T0 + 20, &n, &m), 0);
+	ck_assert_uint_eq(m, m1);
+	ck_assert_uint_eq(n, 2);
+
+	/* c joins; b confirms, a does not: c is not given out, and after
+	 * 3 report intervals and 5 s a (reporting all along, unconfirmed) is
+	 * marked down, and the list without it goes out once b and c
+	 * confirm that one */
+	c = join_at("host-c", 3, 100, T0 + 30, NULL);
+	memd_registry_donor_hears(r, c, 3);
+	m2 = last_membership;
+	ck_assert_uint_gt(m2, m1);
+	ck_assert_int_eq(report_heard(b, 2, m2, T0 + 40), 0);
+	for (uint64_t t = T0 + 40; t <= T0 + 30 + 3 * REPORT_MS + 5000;
+	     t += REPORT_MS / 2) {
+		ck_assert_int_eq(report_heard(a, 1, m1, t), 0);
+		ck_assert_int_eq(report_heard(b, 2, m2, t), 0);
+		ck_assert_int_eq(report_heard(c, 3, m2, t), 0);
+		ck_assert_int_eq(members_at(t, &n, &m), 0);
+		ck_assert_uint_eq(m, m1);
+	}
+	ck_assert_int_eq(members_at(T0 + 5031 + 3 * REPORT_MS, &n, &m), 0);
+	ck_assert_uint_eq(m, m1); /* b and c have not confirmed the new one */
+	ck_assert_int_eq(report_heard(a, 1, m1, T0 + 5031 + 3 * REPORT_MS),
+			 -ESTALE);
+	ck_assert_msg(strstr(err, "did not confirm"), "%s", err);
+	ck_assert_int_eq(memd_registry_members(r, T0 + 5031 + 3 * REPORT_MS,
+					       true, &l, &nl, err, sizeof(err)),
+			 0);
+	ck_assert_uint_gt(l.membership, m2);
+	ck_assert_uint_eq(nl, 2);
+	ck_assert_int_eq(
+		report_heard(b, 2, l.membership, T0 + 5032 + 3 * REPORT_MS), 0);
+	ck_assert_int_eq(
+		report_heard(c, 3, l.membership, T0 + 5032 + 3 * REPORT_MS), 0);
+	ck_assert_int_eq(members_at(T0 + 5032 + 3 * REPORT_MS, &n, &m), 0);
+	ck_assert_uint_eq(m, l.membership);
+	ck_assert_uint_eq(n, 2);
 }
 END_TEST
 
@@ -2026,6 +2124,7 @@ static Suite *registry_suite(void)
 	tcase_add_test(tc, down_after_three_missed_reports);
 	tcase_add_test(tc, donor_lost_marks_down);
 	tcase_add_test(tc, membership_names_one_list);
+	tcase_add_test(tc, membership_given_out_once_confirmed);
 	tcase_add_test(tc, rejoin_new_epoch_keeps_id_drops_usage);
 	tcase_add_test(tc, reservations_released);
 	tcase_add_test(tc, tickets_verify);

@@ -95,6 +95,8 @@ static const uint8_t all_types[] = {
 	WIRE_KV_EXISTS_AT_OK,
 	WIRE_KV_DELETE_AT_OK,
 	WIRE_KV_PIN_AT_OK,
+	/* protocol 6 */
+	WIRE_DONOR_NEWS,
 };
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -462,6 +464,8 @@ static void spec_payload2(const struct wire_msg *m, struct tb *t)
 		tb_u16(t, dr->nredeemed);
 		for (i = 0; i < dr->nredeemed; i++)
 			tb_u64(t, dr->redeemed[i]);
+		if (dr->flags & WIRE_REPORT_HEARD)
+			tb_u64(t, dr->membership);
 		break;
 	case WIRE_DONOR_REPORT_OK:
 		tb_u64(t, m->u.donor_report_ok.registry_epoch);
@@ -820,7 +824,9 @@ static void sample2(uint8_t type, uint64_t key, struct wire_msg *m)
 		dr->slabs_free = (uint32_t)kv(key, 84);
 		dr->slabs_leased = (uint32_t)kv(key, 85);
 		dr->slabs_reclaiming = (uint32_t)kv(key, 86);
-		dr->flags = WIRE_STATUS_KNOWN & (uint32_t)key;
+		dr->flags = WIRE_REPORT_KNOWN & (uint32_t)key;
+		if (dr->flags & WIRE_REPORT_HEARD)
+			dr->membership = kv(key, 9930) | 1;
 		dr->bytes_read = kv(key, 87);
 		dr->bytes_written = kv(key, 88);
 		dr->ntenants = (uint16_t)(key % 50);
