@@ -167,7 +167,7 @@ PyObject *tpy_pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	POOL_CALL(po, false, r, pool_gpu_open(p, &o, &g));
 	if (r)
 		return tpy_raise_call(r, "Pool", "gpu open");
-	gp = PyObject_New(struct py_gpu, &tpy_GPUType);
+	gp = TPY_NEW(struct py_gpu, tpy_GPUType);
 	if (!gp) {
 		pool_gpu_close(g);
 		return NULL;
@@ -175,15 +175,10 @@ PyObject *tpy_pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	Py_INCREF(po);
 	gp->po = po;
 	gp->g = g;
-	gp->closed = false;
 	pool_gpu_get_stats(g, &st);
 	gp->backend = st.backend;
 	gp->device = device;
 	pthread_mutex_init(&gp->stage_lock, NULL);
-	memset(gp->stages, 0, sizeof(gp->stages));
-	gp->nstages = 0;
-	gp->streams = NULL;
-	gp->weakrefs = NULL;
 	if (tpy_pool_add_child(po, (PyObject *)gp) < 0) {
 		Py_DECREF(gp);
 		return NULL;
@@ -268,7 +263,7 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 		  pool_gpu_stream_create(gp->g, &stream));
 	if (r)
 		return tpy_raise_call(r, "GPU engine", "gpu stream");
-	s = PyObject_New(struct py_gstream, &tpy_GPUStreamType);
+	s = TPY_NEW(struct py_gstream, tpy_GPUStreamType);
 	if (!s) {
 		pool_gpu_stream_destroy(gp->g, stream);
 		return NULL;
@@ -276,7 +271,6 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 	Py_INCREF(gp);
 	s->gpu = gp;
 	s->s = stream;
-	s->prev = NULL;
 	s->next = gp->streams;
 	if (gp->streams)
 		gp->streams->prev = s;
@@ -556,11 +550,9 @@ static PyObject *gpu_xfer_start(struct py_gpu *gp, PyObject *args, bool fetch)
 		return NULL;
 	if (stream_arg(gp, stream, &s) < 0)
 		return NULL;
-	gx = PyObject_New(struct py_gxfer, &tpy_GPUXferType);
+	gx = TPY_NEW(struct py_gxfer, tpy_GPUXferType);
 	if (!gx)
 		return NULL;
-	gx->x = NULL;
-	gx->result = 0;
 	Py_INCREF(gp);
 	Py_INCREF(rg);
 	gx->gp = gp;

@@ -137,6 +137,14 @@ struct u64_field {
 		.name = #f, .off = offsetof(type, f)                           \
 	}
 
+/*
+ * A new object of one of the module's types, every field after the
+ * object header zeroed (PyType_GenericAlloc): a constructor sets only the
+ * fields that do not start as 0, NULL or false. Freed by PyObject_Free,
+ * as PyObject_New's objects are.
+ */
+#define TPY_NEW(type, typeobj) ((type *)PyType_GenericAlloc(&(typeobj), 0))
+
 /* ------------------------------------------------------------------ */
 /* Pool                                                                 */
 

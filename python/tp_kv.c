@@ -508,7 +508,7 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	POOL_CALL(po, false, r, pool_kv_open(p, &o, &kv));
 	if (r)
 		return tpy_raise_call(r, "Pool", "kv open");
-	k = PyObject_New(struct py_kv, &tpy_KVType);
+	k = TPY_NEW(struct py_kv, tpy_KVType);
 	if (!k) {
 		POOL_CALL(po, false, r, (pool_kv_close(kv), 0));
 		return NULL;
@@ -516,11 +516,6 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	Py_INCREF(po);
 	k->po = po;
 	k->kv = kv;
-	k->closed = false;
-	k->lib_closed = false;
-	k->pending = NULL;
-	k->gpu = NULL;
-	k->weakrefs = NULL;
 	if (tpy_pool_add_child(po, (PyObject *)k) < 0) {
 		Py_DECREF(k);
 		return NULL;
@@ -579,16 +574,11 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 	if (tpy_kv_usable(k) < 0)
 		return NULL;
-	o = PyObject_New(struct py_kvop, &tpy_KVOpType);
+	o = TPY_NEW(struct py_kvop, tpy_KVOpType);
 	if (!o)
 		return NULL;
 	Py_INCREF(k);
 	o->k = k;
-	o->op = NULL;
-	o->done = false;
-	o->waiting = false;
-	o->result = 0;
-	o->next = o->prev = NULL;
 	if (tpy_kvcall_prepare(&o->c, kind, keys, vals, TPY_BOUNCE_NOW) < 0) {
 		o->done = true;
 		Py_DECREF(o);
