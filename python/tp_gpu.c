@@ -186,17 +186,6 @@ PyObject *tpy_pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	return (PyObject *)gp;
 }
 
-static void gstream_unlink(struct py_gstream *s)
-{
-	if (s->prev)
-		s->prev->next = s->next;
-	else if (s->gpu->streams == s)
-		s->gpu->streams = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->next = s->prev = NULL;
-}
-
 /* Closes gp (GIL held): streams, staging, then the engine. */
 void tpy_gpu_do_close(struct py_gpu *gp)
 {
@@ -227,8 +216,11 @@ void tpy_gpu_do_close(struct py_gpu *gp)
 	gp->nstages = 0;
 	pool_gpu_close(g);
 	Py_END_ALLOW_THREADS pthread_rwlock_unlock(&gp->po->rw);
-	while (gp->streams)
-		gstream_unlink(gp->streams);
+	while (gp->streams) {
+		struct py_gstream *s = gp->streams;
+
+		TPY_LIST_REMOVE(gp->streams, s);
+	}
 	gp->g = NULL;
 }
 
@@ -271,10 +263,7 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 	Py_INCREF(gp);
 	s->gpu = gp;
 	s->s = stream;
-	s->next = gp->streams;
-	if (gp->streams)
-		gp->streams->prev = s;
-	gp->streams = s;
+	TPY_LIST_PUSH(gp->streams, s);
 	return (PyObject *)s;
 }
 
@@ -750,7 +739,7 @@ static void gstream_do_close(struct py_gstream *s)
 		pthread_rwlock_unlock(&gp->po->rw);
 	}
 	s->s = NULL;
-	gstream_unlink(s);
+	TPY_LIST_REMOVE(s->gpu->streams, s);
 }
 
 static PyObject *gstream_close_py(struct py_gstream *s, PyObject *unused)

@@ -535,19 +535,6 @@ struct py_kvop {
 	struct py_kvop *next, *prev;
 };
 
-static void kvop_unlink(struct py_kvop *o)
-{
-	struct py_kv *k = o->k;
-
-	if (o->prev)
-		o->prev->next = o->next;
-	else if (k->pending == o)
-		k->pending = o->next;
-	if (o->next)
-		o->next->prev = o->prev;
-	o->next = o->prev = NULL;
-}
-
 /* o completed with result r (GIL held): keep what the result needs,
  * drop the buffers. */
 static void kvop_complete(struct py_kvop *o, ssize_t r)
@@ -555,7 +542,7 @@ static void kvop_complete(struct py_kvop *o, ssize_t r)
 	o->done = true;
 	o->op = NULL;
 	o->result = r;
-	kvop_unlink(o);
+	TPY_LIST_REMOVE(o->k->pending, o);
 	kvcall_commit(&o->c, r);
 	tpy_bufs_release(o->c.bufs, o->c.bufs ? o->c.n : 0);
 }
@@ -597,10 +584,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 		Py_DECREF(o);
 		return tpy_raise_call(r, "KV", kvop_name[kind]);
 	}
-	o->next = k->pending;
-	if (k->pending)
-		k->pending->prev = o;
-	k->pending = o;
+	TPY_LIST_PUSH(k->pending, o);
 	return (PyObject *)o;
 }
 
@@ -719,7 +703,7 @@ static void kvop_dealloc(struct py_kvop *o)
 			PyErr_Clear();
 	}
 	if (!o->done)
-		kvop_unlink(o);
+		TPY_LIST_REMOVE(o->k->pending, o);
 	tpy_kvcall_free(&o->c);
 	Py_DECREF(o->k);
 	PyObject_Free(o);
