@@ -815,22 +815,30 @@ static int kv_wants_gpu(PyObject *vals, PyObject *stream, PyObject *gpu)
 	return any;
 }
 
+/* KV.put and KV.get_into: the GPU path when it applies, else the sync
+ * call. */
+static PyObject *kv_put_or_get(struct py_kv *k, enum kvop_kind kind,
+			       PyObject *keys, PyObject *vals, PyObject *stream,
+			       PyObject *gpu, bool exact)
+{
+	int g = kv_wants_gpu(vals, stream, gpu);
+
+	if (g < 0)
+		return NULL;
+	if (g)
+		return tpy_kv_gpu_call(k, kind, keys, vals, stream, gpu, exact);
+	return kv_sync(k, kind, keys, vals, exact);
+}
+
 static PyObject *kv_put_py(struct py_kv *k, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "keys", "values", "stream", "gpu", NULL };
 	PyObject *keys, *vals, *stream = Py_None, *gpu = Py_None;
-	int g;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO", kwlist, &keys,
 					 &vals, &stream, &gpu))
 		return NULL;
-	g = kv_wants_gpu(vals, stream, gpu);
-	if (g < 0)
-		return NULL;
-	if (g)
-		return tpy_kv_gpu_call(k, KVOP_PUT, keys, vals, stream, gpu,
-				       true);
-	return kv_sync(k, KVOP_PUT, keys, vals, true);
+	return kv_put_or_get(k, KVOP_PUT, keys, vals, stream, gpu, true);
 }
 
 static PyObject *kv_get_into_py(struct py_kv *k, PyObject *args, PyObject *kw)
@@ -839,18 +847,12 @@ static PyObject *kv_get_into_py(struct py_kv *k, PyObject *args, PyObject *kw)
 		"keys", "bufs", "stream", "gpu", "exact", NULL
 	};
 	PyObject *keys, *vals, *stream = Py_None, *gpu = Py_None;
-	int g, exact = 1;
+	int exact = 1;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOp", kwlist, &keys,
 					 &vals, &stream, &gpu, &exact))
 		return NULL;
-	g = kv_wants_gpu(vals, stream, gpu);
-	if (g < 0)
-		return NULL;
-	if (g)
-		return tpy_kv_gpu_call(k, KVOP_GET, keys, vals, stream, gpu,
-				       exact);
-	return kv_sync(k, KVOP_GET, keys, vals, exact);
+	return kv_put_or_get(k, KVOP_GET, keys, vals, stream, gpu, exact);
 }
 
 #define KV_KEYS_ONLY(name, kind)                                               \
