@@ -103,6 +103,56 @@ static void report(const char *op, double *t, int iters, int donors, int keys)
 	       donors, keys, t[iters / 2], t[iters * 9 / 10]);
 }
 
+/* One batch of every key: the arrays the three calls take. */
+struct batch {
+	struct pool_kv *kv;
+	size_t n;
+	struct pool_kv_key *keys;
+	const void **vals;
+	void **bufs;
+	size_t *lens, *caps, *got;
+	int *st;
+};
+
+enum op { OP_EXISTS, OP_GET, OP_PUT };
+
+/* The call op of b: how many keys it found or stored, or -errno. */
+static ssize_t batch_call(const struct batch *b, enum op op)
+{
+	switch (op) {
+	case OP_EXISTS:
+		return pool_kv_exists(b->kv, b->n, b->keys);
+	case OP_GET:
+		return pool_kv_get(b->kv, b->n, b->keys, b->bufs, b->caps,
+				   b->got, b->st);
+	case OP_PUT:
+		return pool_kv_put(b->kv, b->n, b->keys,
+				   (const void *const *)b->vals, b->lens,
+				   b->st);
+	}
+	return -EINVAL;
+}
+
+/* Times iters calls of op (each must cover every key) and prints its
+ * line: 0, or die()'s exit status. */
+static int time_op(const struct batch *b, enum op op, double *t, int iters,
+		   int donors)
+{
+	static const char *const name[] = { "exists", "get", "put" };
+	static const char *const what[] = { "exists", "get", "put again" };
+
+	for (int i = 0; i < iters; i++) {
+		double t0 = bench_now_us();
+		ssize_t n = batch_call(b, op);
+
+		t[i] = bench_now_us() - t0;
+		if (n != (ssize_t)b->n)
+			return die(what[op], n < 0 ? (int)n : EIO);
+	}
+	report(name[op], t, iters, donors, (int)b->n);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int donors = 3, nkeys = 48, iters = 200, c, r;
@@ -177,6 +227,7 @@ int main(int argc, char **argv)
 	double *t = calloc((size_t)iters, sizeof(*t));
 	uint8_t *val = malloc(vlen), *buf = malloc(vlen * (size_t)nkeys);
 	struct pool_kv *kv;
+	struct batch bt;
 	struct pool *p;
 	ssize_t n;
 
@@ -195,38 +246,21 @@ int main(int argc, char **argv)
 		lens[i] = caps[i] = vlen;
 		bufs[i] = buf + (size_t)i * vlen;
 	}
-	n = pool_kv_put(kv, (size_t)nkeys, keys, (const void *const *)vals,
-			lens, st);
+	bt = (struct batch){ .kv = kv,
+			     .n = (size_t)nkeys,
+			     .keys = keys,
+			     .vals = vals,
+			     .bufs = bufs,
+			     .lens = lens,
+			     .caps = caps,
+			     .got = got,
+			     .st = st };
+	n = batch_call(&bt, OP_PUT);
 	if (n != nkeys)
 		return die("put", n < 0 ? (int)n : EIO);
-	for (int i = 0; i < iters; i++) {
-		double t0 = bench_now_us();
-
-		n = pool_kv_exists(kv, (size_t)nkeys, keys);
-		t[i] = bench_now_us() - t0;
-		if (n != nkeys)
-			return die("exists", n < 0 ? (int)n : EIO);
-	}
-	report("exists", t, iters, donors, nkeys);
-	for (int i = 0; i < iters; i++) {
-		double t0 = bench_now_us();
-
-		n = pool_kv_get(kv, (size_t)nkeys, keys, bufs, caps, got, st);
-		t[i] = bench_now_us() - t0;
-		if (n != nkeys)
-			return die("get", n < 0 ? (int)n : EIO);
-	}
-	report("get", t, iters, donors, nkeys);
-	for (int i = 0; i < iters; i++) {
-		double t0 = bench_now_us();
-
-		n = pool_kv_put(kv, (size_t)nkeys, keys,
-				(const void *const *)vals, lens, st);
-		t[i] = bench_now_us() - t0;
-		if (n != nkeys)
-			return die("put again", n < 0 ? (int)n : EIO);
-	}
-	report("put", t, iters, donors, nkeys);
+	for (enum op op = OP_EXISTS; op <= OP_PUT; op++)
+		if ((r = time_op(&bt, op, t, iters, donors)))
+			return r;
 	pool_close(p);
 	stop_all();
 	tu_sh("rm -rf %s", dir);

@@ -313,22 +313,57 @@ static struct PyModuleDef moddef = {
 	.m_free = mod_free,
 };
 
-static PyObject *new_exc(PyObject *m, const char *name, PyObject *bases,
-			 const char *doc)
-{
-	char full[96];
-	PyObject *e;
+/*
+ * The module's exceptions, PoolError first: the others that are
+ * PoolErrors derive from it and from the builtin that fits their errno.
+ */
+static const struct exc_def {
+	PyObject **exc;
+	const char *name; /* tidepool.<name>, and the module's attribute */
+	PyObject **builtin;
+	bool pool_error; /* a PoolError too */
+	const char *doc;
+} exc_defs[] = {
+	{ &PoolError, "PoolError", &PyExc_OSError, false,
+	  "A libpool failure: errno and pool_strerror text." },
+	{ &PoolConnectionError, "PoolConnectionError", &PyExc_ConnectionError,
+	  true,
+	  "The pool (memd, a donor, the session) is unreachable or lost." },
+	{ &PoolPermissionError, "PoolPermissionError", &PyExc_PermissionError,
+	  true, "Authentication failed or not allowed (EACCES, EPERM)." },
+	{ &PoolCapacityError, "PoolCapacityError", &PyExc_MemoryError, true,
+	  "The pool or the tenant's quota is full (ENOSPC, EDQUOT)." },
+	{ &PoolTimeoutError, "PoolTimeoutError", &PyExc_TimeoutError, true,
+	  "memd or a transfer did not answer in time." },
+	{ &PoolFileNotFoundError, "PoolFileNotFoundError",
+	  &PyExc_FileNotFoundError, true,
+	  "A file (the tenant's secret) does not exist." },
+	{ &ClosedError, "ClosedError", &PyExc_ValueError, false,
+	  "An operation on a closed handle." },
+	{ &ForkError, "ForkError", &PyExc_RuntimeError, false,
+	  "A handle of another process (before fork())." },
+};
 
-	snprintf(full, sizeof(full), "tidepool.%s", name);
-	e = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
-	Py_DECREF(bases);
-	if (!e)
-		return NULL;
-	if (PyModule_AddObjectRef(m, name, e) < 0) {
-		Py_DECREF(e);
-		return NULL;
+/* Creates exc_defs' exceptions and adds them to m: 0, or -1 (raised). */
+static int add_exceptions(PyObject *m)
+{
+	for (size_t i = 0; i < sizeof(exc_defs) / sizeof(exc_defs[0]); i++) {
+		const struct exc_def *d = &exc_defs[i];
+		char full[96];
+		PyObject *bases;
+
+		bases = d->pool_error
+				? Py_BuildValue("(OO)", PoolError, *d->builtin)
+				: Py_BuildValue("(O)", *d->builtin);
+		if (!bases)
+			return -1;
+		snprintf(full, sizeof(full), "tidepool.%s", d->name);
+		*d->exc = PyErr_NewExceptionWithDoc(full, d->doc, bases, NULL);
+		Py_DECREF(bases);
+		if (!*d->exc || PyModule_AddObjectRef(m, d->name, *d->exc) < 0)
+			return -1;
 	}
-	return e;
+	return 0;
 }
 
 PyMODINIT_FUNC PyInit__tidepool(void);
@@ -374,40 +409,7 @@ PyMODINIT_FUNC PyInit__tidepool(void)
 		if (PyModule_AddObjectRef(m, dot + 1, (PyObject *)types[i]) < 0)
 			goto fail;
 	}
-	PoolError = new_exc(m, "PoolError", Py_BuildValue("(O)", PyExc_OSError),
-			    "A libpool failure: errno and pool_strerror text.");
-	if (!PoolError)
-		goto fail;
-	PoolConnectionError =
-		new_exc(m, "PoolConnectionError",
-			Py_BuildValue("(OO)", PoolError, PyExc_ConnectionError),
-			"The pool (memd, a donor, the session) is unreachable "
-			"or lost.");
-	PoolPermissionError = new_exc(
-		m, "PoolPermissionError",
-		Py_BuildValue("(OO)", PoolError, PyExc_PermissionError),
-		"Authentication failed or not allowed (EACCES, EPERM).");
-	PoolCapacityError = new_exc(
-		m, "PoolCapacityError",
-		Py_BuildValue("(OO)", PoolError, PyExc_MemoryError),
-		"The pool or the tenant's quota is full (ENOSPC, EDQUOT).");
-	PoolTimeoutError =
-		new_exc(m, "PoolTimeoutError",
-			Py_BuildValue("(OO)", PoolError, PyExc_TimeoutError),
-			"memd or a transfer did not answer in time.");
-	PoolFileNotFoundError = new_exc(
-		m, "PoolFileNotFoundError",
-		Py_BuildValue("(OO)", PoolError, PyExc_FileNotFoundError),
-		"A file (the tenant's secret) does not exist.");
-	ClosedError = new_exc(m, "ClosedError",
-			      Py_BuildValue("(O)", PyExc_ValueError),
-			      "An operation on a closed handle.");
-	ForkError = new_exc(m, "ForkError",
-			    Py_BuildValue("(O)", PyExc_RuntimeError),
-			    "A handle of another process (before fork()).");
-	if (!PoolConnectionError || !PoolPermissionError ||
-	    !PoolCapacityError || !PoolTimeoutError || !PoolFileNotFoundError ||
-	    !ClosedError || !ForkError)
+	if (add_exceptions(m) < 0)
 		goto fail;
 	if (PyModule_AddIntConstant(m, "KEY_BYTES", POOL_KV_KEY_BYTES) < 0 ||
 	    PyModule_AddIntConstant(m, "VALUE_MAX", POOL_KV_VALUE_MAX) < 0 ||

@@ -264,6 +264,19 @@ static int tensor_storage(PyObject *obj, PyObject **out)
 	return 0;
 }
 
+/* The truth of r, a new reference (consumed) or NULL for an error that
+ * is raised: 1, 0, or -1 (raised). */
+static int truth_of(PyObject *r)
+{
+	int t;
+
+	if (!r)
+		return -1;
+	t = PyObject_IsTrue(r);
+	Py_DECREF(r);
+	return t;
+}
+
 /*
  * Whether storage st can never be resized, so that holding it keeps its
  * memory in place for a call: resizable() is False (torch 2), or, on a
@@ -273,24 +286,20 @@ static int tensor_storage(PyObject *obj, PyObject **out)
  */
 static bool storage_is_fixed(PyObject *st)
 {
-	PyObject *r;
 	bool fixed = false;
 	int t;
 
 	if (!st)
 		return false;
 	if (PyObject_HasAttr(st, tpy_str_resizable)) {
-		r = PyObject_CallMethodNoArgs(st, tpy_str_resizable);
-		t = r ? PyObject_IsTrue(r) : -1;
+		t = truth_of(PyObject_CallMethodNoArgs(st, tpy_str_resizable));
 		fixed = t == 0;
 	} else if (PyObject_HasAttr(st, tpy_str_is_shared)) {
-		r = PyObject_CallMethodNoArgs(st, tpy_str_is_shared);
-		t = r ? PyObject_IsTrue(r) : -1;
+		t = truth_of(PyObject_CallMethodNoArgs(st, tpy_str_is_shared));
 		fixed = t == 1;
 	} else {
 		return false;
 	}
-	Py_XDECREF(r);
 	if (t < 0)
 		PyErr_Clear();
 	return fixed;
@@ -510,11 +519,7 @@ static int bufref_take(PyObject *obj, bool writable, bool bounce,
 			     what, idx, Py_TYPE(obj)->tp_name);
 		return -1;
 	}
-	r = PyObject_CallMethodNoArgs(obj, tpy_str_is_contiguous);
-	if (!r)
-		return -1;
-	t = PyObject_IsTrue(r);
-	Py_DECREF(r);
+	t = truth_of(PyObject_CallMethodNoArgs(obj, tpy_str_is_contiguous));
 	if (t < 0)
 		return -1;
 	if (!t) {
@@ -524,11 +529,7 @@ static int bufref_take(PyObject *obj, bool writable, bool bounce,
 			     what, idx);
 		return -1;
 	}
-	r = PyObject_GetAttr(obj, tpy_str_is_cuda);
-	if (!r)
-		return -1;
-	t = PyObject_IsTrue(r);
-	Py_DECREF(r);
+	t = truth_of(PyObject_GetAttr(obj, tpy_str_is_cuda));
 	if (t < 0)
 		return -1;
 	b->is_cuda = t;

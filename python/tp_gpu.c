@@ -167,7 +167,7 @@ PyObject *tpy_pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	POOL_CALL(po, false, r, pool_gpu_open(p, &o, &g));
 	if (r)
 		return tpy_raise_call(r, "Pool", "gpu open");
-	gp = PyObject_New(struct py_gpu, &tpy_GPUType);
+	gp = TPY_NEW(struct py_gpu, tpy_GPUType);
 	if (!gp) {
 		pool_gpu_close(g);
 		return NULL;
@@ -175,31 +175,15 @@ PyObject *tpy_pool_gpu_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	Py_INCREF(po);
 	gp->po = po;
 	gp->g = g;
-	gp->closed = false;
 	pool_gpu_get_stats(g, &st);
 	gp->backend = st.backend;
 	gp->device = device;
 	pthread_mutex_init(&gp->stage_lock, NULL);
-	memset(gp->stages, 0, sizeof(gp->stages));
-	gp->nstages = 0;
-	gp->streams = NULL;
-	gp->weakrefs = NULL;
 	if (tpy_pool_add_child(po, (PyObject *)gp) < 0) {
 		Py_DECREF(gp);
 		return NULL;
 	}
 	return (PyObject *)gp;
-}
-
-static void gstream_unlink(struct py_gstream *s)
-{
-	if (s->prev)
-		s->prev->next = s->next;
-	else if (s->gpu->streams == s)
-		s->gpu->streams = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->next = s->prev = NULL;
 }
 
 /* Closes gp (GIL held): streams, staging, then the engine. */
@@ -232,8 +216,11 @@ void tpy_gpu_do_close(struct py_gpu *gp)
 	gp->nstages = 0;
 	pool_gpu_close(g);
 	Py_END_ALLOW_THREADS pthread_rwlock_unlock(&gp->po->rw);
-	while (gp->streams)
-		gstream_unlink(gp->streams);
+	while (gp->streams) {
+		struct py_gstream *s = gp->streams;
+
+		TPY_LIST_REMOVE(gp->streams, s);
+	}
 	gp->g = NULL;
 }
 
@@ -268,7 +255,7 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 		  pool_gpu_stream_create(gp->g, &stream));
 	if (r)
 		return tpy_raise_call(r, "GPU engine", "gpu stream");
-	s = PyObject_New(struct py_gstream, &tpy_GPUStreamType);
+	s = TPY_NEW(struct py_gstream, tpy_GPUStreamType);
 	if (!s) {
 		pool_gpu_stream_destroy(gp->g, stream);
 		return NULL;
@@ -276,11 +263,7 @@ static PyObject *gpu_stream_py(struct py_gpu *gp, PyObject *unused)
 	Py_INCREF(gp);
 	s->gpu = gp;
 	s->s = stream;
-	s->prev = NULL;
-	s->next = gp->streams;
-	if (gp->streams)
-		gp->streams->prev = s;
-	gp->streams = s;
+	TPY_LIST_PUSH(gp->streams, s);
 	return (PyObject *)s;
 }
 
@@ -556,11 +539,9 @@ static PyObject *gpu_xfer_start(struct py_gpu *gp, PyObject *args, bool fetch)
 		return NULL;
 	if (stream_arg(gp, stream, &s) < 0)
 		return NULL;
-	gx = PyObject_New(struct py_gxfer, &tpy_GPUXferType);
+	gx = TPY_NEW(struct py_gxfer, tpy_GPUXferType);
 	if (!gx)
 		return NULL;
-	gx->x = NULL;
-	gx->result = 0;
 	Py_INCREF(gp);
 	Py_INCREF(rg);
 	gx->gp = gp;
@@ -758,7 +739,7 @@ static void gstream_do_close(struct py_gstream *s)
 		pthread_rwlock_unlock(&gp->po->rw);
 	}
 	s->s = NULL;
-	gstream_unlink(s);
+	TPY_LIST_REMOVE(s->gpu->streams, s);
 }
 
 static PyObject *gstream_close_py(struct py_gstream *s, PyObject *unused)

@@ -137,6 +137,41 @@ struct u64_field {
 		.name = #f, .off = offsetof(type, f)                           \
 	}
 
+/*
+ * A new object of one of the module's types, every field after the
+ * object header zeroed (PyType_GenericAlloc): a constructor sets only the
+ * fields that do not start as 0, NULL or false. Freed by PyObject_Free,
+ * as PyObject_New's objects are.
+ */
+#define TPY_NEW(type, typeobj) ((type *)PyType_GenericAlloc(&(typeobj), 0))
+
+/*
+ * The doubly linked lists of the extension's objects (a KV's pending
+ * ops, a GPU engine's streams): x has next and prev, head (an lvalue)
+ * points at the first; the references are borrowed. GIL held. Both
+ * evaluate their arguments more than once: x must not be head itself.
+ * TPY_LIST_REMOVE leaves x unlinked; on an x that is on no list it does
+ * nothing.
+ */
+#define TPY_LIST_PUSH(head, x)                                                 \
+	do {                                                                   \
+		(x)->prev = NULL;                                              \
+		(x)->next = (head);                                            \
+		if (head)                                                      \
+			(head)->prev = (x);                                    \
+		(head) = (x);                                                  \
+	} while (0)
+#define TPY_LIST_REMOVE(head, x)                                               \
+	do {                                                                   \
+		if ((x)->prev)                                                 \
+			(x)->prev->next = (x)->next;                           \
+		else if ((head) == (x))                                        \
+			(head) = (x)->next;                                    \
+		if ((x)->next)                                                 \
+			(x)->next->prev = (x)->prev;                           \
+		(x)->next = (x)->prev = NULL;                                  \
+	} while (0)
+
 /* ------------------------------------------------------------------ */
 /* Pool                                                                 */
 

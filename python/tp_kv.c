@@ -508,7 +508,7 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	POOL_CALL(po, false, r, pool_kv_open(p, &o, &kv));
 	if (r)
 		return tpy_raise_call(r, "Pool", "kv open");
-	k = PyObject_New(struct py_kv, &tpy_KVType);
+	k = TPY_NEW(struct py_kv, tpy_KVType);
 	if (!k) {
 		POOL_CALL(po, false, r, (pool_kv_close(kv), 0));
 		return NULL;
@@ -516,11 +516,6 @@ PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	Py_INCREF(po);
 	k->po = po;
 	k->kv = kv;
-	k->closed = false;
-	k->lib_closed = false;
-	k->pending = NULL;
-	k->gpu = NULL;
-	k->weakrefs = NULL;
 	if (tpy_pool_add_child(po, (PyObject *)k) < 0) {
 		Py_DECREF(k);
 		return NULL;
@@ -540,19 +535,6 @@ struct py_kvop {
 	struct py_kvop *next, *prev;
 };
 
-static void kvop_unlink(struct py_kvop *o)
-{
-	struct py_kv *k = o->k;
-
-	if (o->prev)
-		o->prev->next = o->next;
-	else if (k->pending == o)
-		k->pending = o->next;
-	if (o->next)
-		o->next->prev = o->prev;
-	o->next = o->prev = NULL;
-}
-
 /* o completed with result r (GIL held): keep what the result needs,
  * drop the buffers. */
 static void kvop_complete(struct py_kvop *o, ssize_t r)
@@ -560,7 +542,7 @@ static void kvop_complete(struct py_kvop *o, ssize_t r)
 	o->done = true;
 	o->op = NULL;
 	o->result = r;
-	kvop_unlink(o);
+	TPY_LIST_REMOVE(o->k->pending, o);
 	kvcall_commit(&o->c, r);
 	tpy_bufs_release(o->c.bufs, o->c.bufs ? o->c.n : 0);
 }
@@ -579,16 +561,11 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 
 	if (tpy_kv_usable(k) < 0)
 		return NULL;
-	o = PyObject_New(struct py_kvop, &tpy_KVOpType);
+	o = TPY_NEW(struct py_kvop, tpy_KVOpType);
 	if (!o)
 		return NULL;
 	Py_INCREF(k);
 	o->k = k;
-	o->op = NULL;
-	o->done = false;
-	o->waiting = false;
-	o->result = 0;
-	o->next = o->prev = NULL;
 	if (tpy_kvcall_prepare(&o->c, kind, keys, vals, TPY_BOUNCE_NOW) < 0) {
 		o->done = true;
 		Py_DECREF(o);
@@ -607,10 +584,7 @@ static PyObject *kv_start(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 		Py_DECREF(o);
 		return tpy_raise_call(r, "KV", kvop_name[kind]);
 	}
-	o->next = k->pending;
-	if (k->pending)
-		k->pending->prev = o;
-	k->pending = o;
+	TPY_LIST_PUSH(k->pending, o);
 	return (PyObject *)o;
 }
 
@@ -729,7 +703,7 @@ static void kvop_dealloc(struct py_kvop *o)
 			PyErr_Clear();
 	}
 	if (!o->done)
-		kvop_unlink(o);
+		TPY_LIST_REMOVE(o->k->pending, o);
 	tpy_kvcall_free(&o->c);
 	Py_DECREF(o->k);
 	PyObject_Free(o);
@@ -841,22 +815,30 @@ static int kv_wants_gpu(PyObject *vals, PyObject *stream, PyObject *gpu)
 	return any;
 }
 
+/* KV.put and KV.get_into: the GPU path when it applies, else the sync
+ * call. */
+static PyObject *kv_put_or_get(struct py_kv *k, enum kvop_kind kind,
+			       PyObject *keys, PyObject *vals, PyObject *stream,
+			       PyObject *gpu, bool exact)
+{
+	int g = kv_wants_gpu(vals, stream, gpu);
+
+	if (g < 0)
+		return NULL;
+	if (g)
+		return tpy_kv_gpu_call(k, kind, keys, vals, stream, gpu, exact);
+	return kv_sync(k, kind, keys, vals, exact);
+}
+
 static PyObject *kv_put_py(struct py_kv *k, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "keys", "values", "stream", "gpu", NULL };
 	PyObject *keys, *vals, *stream = Py_None, *gpu = Py_None;
-	int g;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OO", kwlist, &keys,
 					 &vals, &stream, &gpu))
 		return NULL;
-	g = kv_wants_gpu(vals, stream, gpu);
-	if (g < 0)
-		return NULL;
-	if (g)
-		return tpy_kv_gpu_call(k, KVOP_PUT, keys, vals, stream, gpu,
-				       true);
-	return kv_sync(k, KVOP_PUT, keys, vals, true);
+	return kv_put_or_get(k, KVOP_PUT, keys, vals, stream, gpu, true);
 }
 
 static PyObject *kv_get_into_py(struct py_kv *k, PyObject *args, PyObject *kw)
@@ -865,18 +847,12 @@ static PyObject *kv_get_into_py(struct py_kv *k, PyObject *args, PyObject *kw)
 		"keys", "bufs", "stream", "gpu", "exact", NULL
 	};
 	PyObject *keys, *vals, *stream = Py_None, *gpu = Py_None;
-	int g, exact = 1;
+	int exact = 1;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOp", kwlist, &keys,
 					 &vals, &stream, &gpu, &exact))
 		return NULL;
-	g = kv_wants_gpu(vals, stream, gpu);
-	if (g < 0)
-		return NULL;
-	if (g)
-		return tpy_kv_gpu_call(k, KVOP_GET, keys, vals, stream, gpu,
-				       exact);
-	return kv_sync(k, KVOP_GET, keys, vals, exact);
+	return kv_put_or_get(k, KVOP_GET, keys, vals, stream, gpu, exact);
 }
 
 #define KV_KEYS_ONLY(name, kind)                                               \

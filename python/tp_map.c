@@ -53,7 +53,7 @@ PyObject *tpy_pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw)
 		  pool_map(p, rg->r, (size_t)local, flags, &addr));
 	if (r)
 		return tpy_raise_call(r, "Pool", "map");
-	m = PyObject_New(struct py_map, &tpy_MapType);
+	m = TPY_NEW(struct py_map, tpy_MapType);
 	if (!m) {
 		POOL_CALL(po, false, r,
 			  pool_unmap(p, addr, POOL_UNMAP_DISCARD));
@@ -66,7 +66,6 @@ PyObject *tpy_pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	m->owns_region = owns;
 	m->addr = addr;
 	m->len = rg->size;
-	m->exports = 0;
 	rg->mapped++;
 	po->nmaps++;
 	return (PyObject *)m;

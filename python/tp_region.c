@@ -45,7 +45,7 @@ PyObject *tpy_pool_alloc_py(struct py_pool *po, PyObject *args, PyObject *kw)
 		snprintf(what, sizeof(what), "alloc of %llu bytes", nbytes);
 		return tpy_raise_call(r, "Pool", what);
 	}
-	rg = PyObject_New(struct py_region, &tpy_RegionType);
+	rg = TPY_NEW(struct py_region, tpy_RegionType);
 	if (!rg) {
 		POOL_CALL(po, false, r, pool_free(p, reg));
 		return NULL;
@@ -55,9 +55,6 @@ PyObject *tpy_pool_alloc_py(struct py_pool *po, PyObject *args, PyObject *kw)
 	rg->r = reg;
 	rg->size = pool_region_size(reg);
 	rg->node = pool_region_node(reg);
-	rg->freed = false;
-	rg->mapped = 0;
-	rg->weakrefs = NULL;
 	if (tpy_pool_add_child(po, (PyObject *)rg) < 0) {
 		Py_DECREF(rg);
 		return NULL;

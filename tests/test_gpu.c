@@ -1399,26 +1399,13 @@ static void topologies_find(void)
  * the first; needs two NUMA nodes, exits 77 saying why on smaller hosts. */
 static int run_bind(void)
 {
-	struct place_topo *t = NULL;
 	Suite *s;
 	TCase *tc;
-	int n;
 
-	unsetenv("HWLOC_XMLFILE");
 	unsetenv("TIDEPOOL_GPU_NODE");
-	n = place_topo_open(NULL, &t);
-	if (n) {
-		fprintf(stderr, "cannot load this host's topology: %s\n",
-			strerror(-n));
-		return EXIT_FAILURE;
-	}
-	n = place_topo_nnodes(t);
-	place_topo_close(t);
-	if (n < 2)
-		tu_skip("placing the staging ring on another node needs at "
-			"least 2 NUMA nodes and this host has %d; test_gpu "
-			"ran the same checks on node 0 (numa_binds_staging)",
-			n);
+	tu_need_numa_nodes(2, "placing the staging ring on another node",
+			   "test_gpu ran the same checks on node 0 "
+			   "(numa_binds_staging)");
 	s = suite_create("gpu-bind");
 	tc = tcase_create("bind");
 	tcase_set_timeout(tc, 300);

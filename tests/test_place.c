@@ -1346,25 +1346,12 @@ static Suite *place_suite(bool topologies)
 
 static int run_bind(void)
 {
-	struct place_topo *t = NULL;
 	Suite *s;
 	TCase *tc;
-	int n, err;
 
-	unsetenv("HWLOC_XMLFILE");
-	err = place_topo_open(NULL, &t);
-	if (err) {
-		fprintf(stderr, "cannot load this host's topology: %s\n",
-			strerror(-err));
-		return 1;
-	}
-	n = place_topo_nnodes(t);
-	place_topo_close(t);
-	if (n < 2)
-		tu_skip("cross-node binding needs at least 2 NUMA nodes and "
-			"this host has %d; test_place ran the single-node "
-			"binding, allocation and memory_node checks",
-			n);
+	tu_need_numa_nodes(2, "cross-node binding",
+			   "test_place ran the single-node binding, allocation "
+			   "and memory_node checks");
 	s = suite_create("place-bind");
 	tc = tcase_create("bind");
 	tcase_add_test(tc, test_bind_each_node);

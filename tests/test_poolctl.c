@@ -154,6 +154,12 @@ static int ctl(struct run *r, ...)
 	ck_assert_msg(strstr((s), (sub)), "'%s' not in:\n%s", (sub), (s))
 #define CK_HASNT(s, sub)                                                       \
 	ck_assert_msg(!strstr((s), (sub)), "'%s' in:\n%s", (sub), (s))
+/* The run failed (exit 1) and said sub on stderr. */
+#define CK_FAILS(r, sub)                                                       \
+	do {                                                                   \
+		CK_RUN(r, 1);                                                  \
+		CK_HAS((r)->err, sub);                                         \
+	} while (0)
 
 /* The --json output parsed; fails the test when it is not an object. */
 static json_t *parse(const struct run *r)
@@ -503,13 +509,11 @@ START_TEST(standalone_status_and_leases)
 	json_decref(v);
 
 	ctl(r, "leases", "--tenant", "someone", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "(ENOENT)");
+	CK_FAILS(r, "(ENOENT)");
 
 	/* Nothing else exists on a standalone memd: refused, said why. */
 	ctl(r, "tenants", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "poolctl: tenants: ");
+	CK_FAILS(r, "poolctl: tenants: ");
 	CK_HAS(r->err, "standalone");
 	CK_HAS(r->err, "(EOPNOTSUPP)");
 
@@ -710,23 +714,19 @@ START_TEST(registry_tenant_and_quota_round_trip)
 	snprintf(out_x, sizeof(out_x), "%s/x.secret", scratch);
 	ctl(r, "tenant", "add", "a", "--quota", "1G", "--secret-out", out_x,
 	    NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "poolctl: tenant add: ");
+	CK_FAILS(r, "poolctl: tenant add: ");
 	CK_HAS(r->err, "(EEXIST)");
 	ck_assert_int_eq(access(out_x, F_OK), -1); /* nothing left behind */
 	ctl(r, "tenant", "add", "d", "--quota", "1G", "--secret-out", out_a,
 	    NULL);
 	CK_RUN(r, 73); /* exists: never overwritten */
 	ctl(r, "quota", "get", "nosuch", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "poolctl: quota get: ");
+	CK_FAILS(r, "poolctl: quota get: ");
 	CK_HAS(r->err, "(ENOENT)");
 	ctl(r, "quota", "set", "nosuch", "1G", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "(ENOENT)");
+	CK_FAILS(r, "(ENOENT)");
 	ctl(r, "tenant", "remove", "nosuch", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "(ENOENT)");
+	CK_FAILS(r, "(ENOENT)");
 
 	/* remove */
 	ctl(r, "tenant", "remove", "a", NULL);
@@ -822,8 +822,7 @@ START_TEST(registry_status_donors_drain)
 	json_decref(v);
 
 	ctl(r, "drain", "nosuch", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "poolctl: drain: ");
+	CK_FAILS(r, "poolctl: drain: ");
 	CK_HAS(r->err, "(ENOENT)");
 	free(r);
 }
@@ -901,11 +900,9 @@ START_TEST(registry_leases)
 	ck_assert_int_eq(json_array_size(json_object_get(v, "leases")), 0);
 	json_decref(v);
 	ctl(r, "leases", "--tenant", "nosuch", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "no tenant 'nosuch' (ENOENT)");
+	CK_FAILS(r, "no tenant 'nosuch' (ENOENT)");
 	ctl(r, "leases", "--donor", "nosuch", NULL);
-	CK_RUN(r, 1);
-	CK_HAS(r->err, "no donor 'nosuch' (ENOENT)");
+	CK_FAILS(r, "no donor 'nosuch' (ENOENT)");
 
 	/* used by the tenant: status and donors show it once reported */
 	for (i = 0; i < 300; i++) {

@@ -45,6 +45,7 @@
 #include "fabric/auth.h"
 #include "fabric/rpc.h"
 #include "fabric/wire.h"
+#include "numa/place.h"
 #include "tidepool/pool.h"
 
 /* The 8 bytes at offset off (a multiple of 8) of seed's stream, as one
@@ -113,6 +114,26 @@ void tu_skip(const char *fmt, ...)
 	fputc('\n', stdout);
 	fflush(stdout);
 	exit(77);
+}
+
+void tu_need_numa_nodes(int min, const char *what, const char *ran)
+{
+	struct place_topo *t = NULL;
+	int n, err;
+
+	unsetenv("HWLOC_XMLFILE");
+	err = place_topo_open(NULL, &t);
+	if (err) {
+		fprintf(stderr, "cannot load this host's topology: %s\n",
+			strerror(-err));
+		exit(1);
+	}
+	n = place_topo_nnodes(t);
+	place_topo_close(t);
+	if (n < min)
+		tu_skip("%s needs at least %d NUMA nodes and this host has %d; "
+			"%s",
+			what, min, n, ran);
 }
 
 struct TCase *tu_tcase(struct Suite *s, const char *name, int timeout_s)

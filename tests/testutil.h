@@ -40,6 +40,14 @@ ssize_t tu_pattern_check(const void *buf, size_t len, uint64_t seed,
 /* Exit 77 (skipped) after printing why. */
 void tu_skip(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));
+/*
+ * Skips the program (tu_skip) unless this host's topology (numa/'s
+ * place_topo_open(NULL), HWLOC_XMLFILE unset first) has at least min
+ * NUMA nodes: "WHAT needs at least MIN NUMA nodes and this host has N;
+ * RAN", ran saying what the program checks on a smaller host. A topology
+ * that does not load ends the program with status 1.
+ */
+void tu_need_numa_nodes(int min, const char *what, const char *ran);
 
 /*
  * Runs every test of s (Check's Suite) in Check's default mode and frees
