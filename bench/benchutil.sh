@@ -14,6 +14,10 @@
 #                             --summarize RAW... runs summarize on them;
 #                             both exit. Anything else returns.
 #   bench_need BIN...         each must be executable (else: build first)
+#   bench_kvbench_knobs       the kvbench workload knobs' defaults, where
+#                             the environment sets none: REPS=3 CAP=2560M
+#                             SLAB=64M LAYERS=1 PROMPTS=60 SESSIONS=16
+#                             TURNS=4 HBM=5
 #   bench_out NAME            OUT_DIR made; RAW, SUMMARY, TMP (a fresh
 #                             /tmp/NAME.XXXXXX, mode 700) set; cleanup
 #                             trapped on EXIT, INT and TERM
@@ -96,6 +100,17 @@ bench_need() {
 		[ -x "$b" ] || die "$b not found: build first, e.g.
   cmake -S $ROOT -B $BUILD -DCMAKE_BUILD_TYPE=Release && make -C $BUILD -j2"
 	done
+}
+
+bench_kvbench_knobs() {
+	REPS=${REPS:-3}
+	CAP=${CAP:-2560M}
+	SLAB=${SLAB:-64M}
+	LAYERS=${LAYERS:-1}
+	PROMPTS=${PROMPTS:-60}
+	SESSIONS=${SESSIONS:-16}
+	TURNS=${TURNS:-4}
+	HBM=${HBM:-5}
 }
 
 # pids of servers we started, killed by pid at exit (never by name)

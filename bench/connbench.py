@@ -76,7 +76,6 @@ Raw lines: connbench part=shared impl=direct|vllm|sglang|lmcache
 Builds nothing: cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release &&
 cmake --build build/release -j2 --target memd kvbench _tidepool
 """
-import argparse
 import asyncio
 import concurrent.futures
 import os
@@ -437,12 +436,8 @@ class Run(pybench.Run):
                         io.close()
             finally:
                 self.stop_memd()
-            f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
-                 for k, v in f.items()}
-            self.line(f"connbench part=shared impl={impl} "
-                      f"prompts={a.prompts} "
-                      + " ".join(f"{k}={v}" for k, v in f.items())
-                      + f" rep={rep}")
+            self.fields_line(f"connbench part=shared impl={impl} "
+                             f"prompts={a.prompts}", f, rep)
 
     def bulk(self, rep):
         """One prefix's 109 blocks stored through every path, then got
@@ -505,22 +500,12 @@ class Run(pybench.Run):
             self.header()
         finally:
             self.stop_memd()
-        try:
+        with self.recording(summarize):
             for rep in range(1, self.a.reps + 1):
                 if "shared" in self.a.parts:
                     self.shared(rep)
                 if "bulk" in self.a.parts:
                     self.bulk(rep)
-            self.line("# loadavg_end=" + ",".join(
-                open("/proc/loadavg").read().split()[:3]))
-        finally:
-            self.stop_memd()
-            self.raw.close()
-        text = summarize([os.path.join(self.a.out_dir, "raw.txt")])
-        with open(os.path.join(self.a.out_dir, "summary.txt"), "w") as f:
-            f.write(text)
-        print(text, end="")
-        print(f"(raw lines and summary in {self.a.out_dir})", file=sys.stderr)
 
 
 def summarize(paths):
@@ -631,27 +616,14 @@ def summarize(paths):
 
 def main():
     env = os.environ.get
-    ap = argparse.ArgumentParser(
-        description="The engine connectors against the KV API, one memd.",
-        epilog="See the top of this file and docs/bench/python.md.")
-    ap.add_argument("build", nargs="?", help="build tree (default "
-                    "$BUILD, build/release, build-bench)")
-    ap.add_argument("--summarize", nargs="+", metavar="RAW",
-                    help="medians and ratios of raw.txt files, then exit")
-    ap.add_argument("--reps", type=int, default=int(env("REPS", 5)))
-    ap.add_argument("--cap", default=env("CAP", "3584M"))
-    ap.add_argument("--slab", default=env("SLAB", "64M"))
-    ap.add_argument("--prompts", type=int, default=int(env("PROMPTS", 60)))
+    ap = pybench.bench_args(
+        "The engine connectors against the KV API, one memd.", "3584M")
     ap.add_argument("--hbm", type=int, default=int(env("HBM", 5)))
     ap.add_argument("--impls", default=env("IMPLS", " ".join(IMPLS)))
     ap.add_argument("--parts", default=env("PARTS", "shared bulk"))
     ap.add_argument("--bulk-iters", type=int,
                     default=int(env("BULK_ITERS", 30)))
-    ap.add_argument("--out-dir", default=env("OUT_DIR"))
-    a = ap.parse_args()
-    if a.summarize:
-        print(summarize(a.summarize), end="")
-        return 0
+    a = pybench.bench_parse(ap, summarize)
     a.impls = a.impls.replace(",", " ").split()
     if not set(a.impls) <= set(IMPLS) or not a.impls or a.reps < 1:
         ap.error("bad --impls or --reps")
@@ -660,19 +632,7 @@ def main():
     a.parts = a.parts.replace(",", " ").split()
     if not a.parts or not set(a.parts) <= {"shared", "bulk"}:
         ap.error("bad --parts")
-    if not a.build:
-        a.build = env("BUILD")
-    if not a.build:
-        for d in ("build/release", "build-bench"):
-            if os.path.exists(os.path.join(ROOT, d, "memd", "memd")):
-                a.build = os.path.join(ROOT, d)
-                break
-        else:
-            a.build = os.path.join(ROOT, "build", "release")
-    a.build = os.path.abspath(a.build)
-    if not a.out_dir:
-        a.out_dir = os.path.join(a.build, "connbench-results",
-                                 time.strftime("%Y%m%d-%H%M%S"))
+    pybench.bench_dirs(a, os.path.join("memd", "memd"), "connbench-results")
     pybench.size_bytes(a.cap)
     Run(a).run()
     return 0

@@ -67,6 +67,7 @@ Builds nothing: cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release &&
 cmake --build build/release -j2 --target memd kvbench _tidepool
 """
 import argparse
+import contextlib
 import ctypes
 import os
 import platform
@@ -595,6 +596,32 @@ class Run:
     def log(self, s):
         print(time.strftime("%T"), s, file=sys.stderr, flush=True)
 
+    def fields_line(self, head, f, rep):
+        """A result line: head, then f's key=value words (floats to four
+        places), then rep=REP."""
+        f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
+             for k, v in f.items()}
+        self.line(head + " " + " ".join(f"{k}={v}" for k, v in f.items())
+                  + f" rep={rep}")
+
+    @contextlib.contextmanager
+    def recording(self, summarize):
+        """Around the runs: after them, the load average line; whatever
+        happens, memd stopped and raw.txt closed; then, when they went
+        through, summarize(raw.txt) to summary.txt and stdout."""
+        try:
+            yield
+            self.line("# loadavg_end=" + ",".join(
+                open("/proc/loadavg").read().split()[:3]))
+        finally:
+            self.stop_memd()
+            self.raw.close()
+        text = summarize([os.path.join(self.a.out_dir, "raw.txt")])
+        with open(os.path.join(self.a.out_dir, "summary.txt"), "w") as f:
+            f.write(text)
+        print(text, end="")
+        print(f"(raw lines and summary in {self.a.out_dir})", file=sys.stderr)
+
     def start_memd(self):
         ready = os.path.join(self.tmp, "memd.ready")
         log = open(os.path.join(self.a.out_dir, "memd.log"), "ab")
@@ -676,12 +703,8 @@ class Run:
                 with tidepool.Pool(self.addr, client_name="pybench-" +
                                    impl) as run_pool, run_pool.kv() as run_kv:
                     f = shared_py(run_kv, keys, a, impl)
-                f = {k: (f"{v:.4f}" if isinstance(v, float) else v)
-                     for k, v in f.items()}
-            self.line(f"pybench part=shared impl={impl} layers={a.layers} "
-                      f"prompts={a.prompts} "
-                      + " ".join(f"{k}={v}" for k, v in f.items())
-                      + f" rep={rep}")
+            self.fields_line(f"pybench part=shared impl={impl} "
+                             f"layers={a.layers} prompts={a.prompts}", f, rep)
             clear_tier(kv, keys, a.layers)
             wait_reclaimed(pool)  # the next run starts with every slab
 
@@ -737,7 +760,7 @@ class Run:
     def run(self):
         import tidepool
         self.start_memd()
-        try:
+        with self.recording(summarize):
             self.header()
             with tidepool.Pool(self.addr, client_name="pybench") as pool, \
                     pool.kv() as kv:
@@ -757,16 +780,6 @@ class Run:
                         time.sleep(0.5)  # the slabs back (quiesce)
                 if cp:
                     cp.close()
-            self.line("# loadavg_end=" + ",".join(
-                open("/proc/loadavg").read().split()[:3]))
-        finally:
-            self.stop_memd()
-            self.raw.close()
-        text = summarize([os.path.join(self.a.out_dir, "raw.txt")])
-        with open(os.path.join(self.a.out_dir, "summary.txt"), "w") as f:
-            f.write(text)
-        print(text, end="")
-        print(f"(raw lines and summary in {self.a.out_dir})", file=sys.stderr)
 
 
 # ---- summary ---------------------------------------------------------------
@@ -915,19 +928,61 @@ def summarize(paths):
     return "\n".join(out) + "\n"
 
 
-def main():
+def bench_args(description, cap):
+    """The argument parser the Python benches share (pybench, connbench),
+    with their first arguments: the build tree, --summarize, --reps,
+    --cap (default cap), --slab and --prompts; defaults from the
+    environment."""
     env = os.environ.get
     ap = argparse.ArgumentParser(
-        description="The KV tier through Python against C, one memd.",
+        description=description,
         epilog="See the top of this file and docs/bench/python.md.")
     ap.add_argument("build", nargs="?", help="build tree (default "
                     "$BUILD, build/release, build-bench)")
     ap.add_argument("--summarize", nargs="+", metavar="RAW",
                     help="medians and ratios of raw.txt files, then exit")
     ap.add_argument("--reps", type=int, default=int(env("REPS", 5)))
-    ap.add_argument("--cap", default=env("CAP", "2560M"))
+    ap.add_argument("--cap", default=env("CAP", cap))
     ap.add_argument("--slab", default=env("SLAB", "64M"))
     ap.add_argument("--prompts", type=int, default=int(env("PROMPTS", 60)))
+    return ap
+
+
+def bench_parse(ap, summarize):
+    """Adds --out-dir (the last argument) to ap and parses; with
+    --summarize, prints summarize()'s tables and exits."""
+    ap.add_argument("--out-dir", default=os.environ.get("OUT_DIR"))
+    a = ap.parse_args()
+    if a.summarize:
+        print(summarize(a.summarize), end="")
+        sys.exit(0)
+    return a
+
+
+def bench_dirs(a, probe, results):
+    """a.build: the build tree named, else $BUILD, else the first of
+    build/release and build-bench that holds probe (a path in it), else
+    build/release; absolute. a.out_dir: as given, else
+    BUILD/results/YYYYmmdd-HHMMSS."""
+    if not a.build:
+        a.build = os.environ.get("BUILD")
+    if not a.build:
+        for d in ("build/release", "build-bench"):
+            if os.path.exists(os.path.join(ROOT, d, probe)):
+                a.build = os.path.join(ROOT, d)
+                break
+        else:
+            a.build = os.path.join(ROOT, "build", "release")
+    a.build = os.path.abspath(a.build)
+    if not a.out_dir:
+        a.out_dir = os.path.join(a.build, results,
+                                 time.strftime("%Y%m%d-%H%M%S"))
+
+
+def main():
+    env = os.environ.get
+    ap = bench_args("The KV tier through Python against C, one memd.",
+                    "2560M")
     ap.add_argument("--layers", type=int, default=int(env("LAYERS", 1)))
     ap.add_argument("--hbm", type=int, default=int(env("HBM", 5)))
     ap.add_argument("--tps", default=env("TPS", "10000"))
@@ -935,28 +990,12 @@ def main():
                     default=float(env("CALLS_SCALE", 1.0)))
     ap.add_argument("--parts", default=env("PARTS", "shared calls"),
                     help='"shared calls" (default), or one of them')
-    ap.add_argument("--out-dir", default=env("OUT_DIR"))
-    a = ap.parse_args()
-    if a.summarize:
-        print(summarize(a.summarize), end="")
-        return 0
-    if not a.build:
-        a.build = env("BUILD")
-    if not a.build:
-        for d in ("build/release", "build-bench"):
-            if os.path.exists(os.path.join(ROOT, d, "bench", "kvbench")):
-                a.build = os.path.join(ROOT, d)
-                break
-        else:
-            a.build = os.path.join(ROOT, "build", "release")
-    a.build = os.path.abspath(a.build)
+    a = bench_parse(ap, summarize)
     a.parts = a.parts.replace(",", " ").split()
     if not set(a.parts) <= {"shared", "calls"} or a.reps < 1 or \
             not 1 <= a.layers <= 8:
         ap.error("bad --parts, --reps or --layers")
-    if not a.out_dir:
-        a.out_dir = os.path.join(a.build, "pybench-results",
-                                 time.strftime("%Y%m%d-%H%M%S"))
+    bench_dirs(a, os.path.join("bench", "kvbench"), "pybench-results")
     size_bytes(a.cap)
     Run(a).run()
     return 0

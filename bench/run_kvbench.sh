@@ -45,17 +45,20 @@
 # Everything listens on 127.0.0.1; servers started here are killed on exit.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-die() {
-	echo "run_kvbench: $*" >&2
-	exit 1
-}
-command -v python3 >/dev/null || die "python3 is needed to parse results"
+# shellcheck source=bench/benchutil.sh
+. "$(dirname "$0")/benchutil.sh"
+bench_python
 
 summarize() {
-	python3 - "$@" <<'EOF'
+	bench_summarize_py "$@" <<'EOF'
 import fileinput, statistics, sys
 from collections import defaultdict
+
+WORKLOADS = ("shared", "oneshot", "multiturn")
+# the tidepool tiers (the client's path and memd's provider), then the rest
+TIDEPOOL = ("tidepool", "tidepool_fabric", "tidepool_striped",
+            "tidepool_net", "tidepool_net_striped")
+TIERS = TIDEPOOL + ("redis", "memcached", "none")
 
 rows = defaultdict(list)
 memcpy = []
@@ -93,10 +96,8 @@ print(f"{'workload':<10} {'tier':<20} {'runs':>4} {'hit':>6} {'local':>6} "
       f"{'tier':>6} {'get MB/s':>9} {'put MB/s':>9} {'GB got':>7} "
       f"{'GB put':>7} {'exists ms':>9} {'TTFT s':>7} {'recompute s':>11} "
       f"{'TTFT/recomp':>11}")
-for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "tidepool_fabric", "tidepool_striped",
-              "tidepool_net", "tidepool_net_striped", "redis", "memcached",
-              "none"):
+for w in WORKLOADS:
+    for t in TIERS:
         if (w, t) not in rows:
             continue
         ttft, rec = med(w, t, "ttft_s"), med(w, t, "ttft_recompute_s")
@@ -115,9 +116,8 @@ for t in ("tidepool", "redis", "memcached"):
               f"value={med('oneshot', t, 'crit_overhead_pct'):.3f} "
               f"range={lo:.3f}..{hi:.3f} (exists + starting the put, "
               f"against prefill)")
-for w in ("shared", "oneshot", "multiturn"):
-    for t in ("tidepool", "tidepool_fabric", "tidepool_striped",
-              "tidepool_net", "tidepool_net_striped"):
+for w in WORKLOADS:
+    for t in TIDEPOOL:
         if (w, t) in rows and (w, "redis") in rows:
             print(f"median get_MBps_vs_redis workload={w} tier={t} "
                   f"value={div(med(w, t, 'get_MBps'), med(w, 'redis', 'get_MBps')):.2f} "
@@ -137,9 +137,8 @@ for what in ("tcp_stream", "tcp_streams", "rma_read"):
     tm = statistics.median(transport[what])
     print(f"median transport what={what} MBps={tm:.0f} "
           f"runs={len(transport[what])}")
-    for w in ("shared", "oneshot", "multiturn"):
-        for t in ("tidepool_fabric", "tidepool_striped", "tidepool_net",
-                  "tidepool_net_striped", "memcached"):
+    for w in WORKLOADS:
+        for t in TIDEPOOL[1:] + ("memcached",):
             if (w, t) in rows:
                 print(f"median get_MBps_vs_{what} workload={w} tier={t} "
                       f"value={div(med(w, t, 'get_MBps'), tm):.2f}")
@@ -162,15 +161,8 @@ if [ "${1:-}" = --summarize ]; then
 fi
 
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
-REPS=${REPS:-3}
-CAP=${CAP:-2560M}
-SLAB=${SLAB:-64M}
-LAYERS=${LAYERS:-1}
-PROMPTS=${PROMPTS:-60}
+bench_kvbench_knobs
 ONESHOT_PROMPTS=${ONESHOT_PROMPTS:-10}
-SESSIONS=${SESSIONS:-16}
-TURNS=${TURNS:-4}
-HBM=${HBM:-5}
 TPS=${TPS:-10000}
 WORKLOADS=${WORKLOADS:-shared oneshot multiturn}
 FABRIC=${FABRIC:-1}
@@ -209,12 +201,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-log() { printf '%s %s\n' "$(date +%T)" "$*" >&2; }
-free_port() {
-	python3 -c 'import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # start_memd [PROVIDER]: a fresh memd (PROVIDER: memd.conf's provider)
 start_memd() {

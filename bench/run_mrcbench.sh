@@ -99,14 +99,7 @@ EOF
 bench_cli 4 29 "$@"
 
 BUILD=${1:-${BUILD:-$ROOT/build-bench}}
-REPS=${REPS:-3}
-CAP=${CAP:-2560M}
-SLAB=${SLAB:-64M}
-LAYERS=${LAYERS:-1}
-PROMPTS=${PROMPTS:-60}
-SESSIONS=${SESSIONS:-16}
-TURNS=${TURNS:-4}
-HBM=${HBM:-5}
+bench_kvbench_knobs
 SAMPLES=${SAMPLES:-8192}
 BLOCK=${BLOCK:-1048576}
 WORKLOADS=${WORKLOADS:-shared multiturn}

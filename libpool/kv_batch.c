@@ -455,6 +455,27 @@ int kv_batch_alloc(struct kv_run *r, struct kv_batch *b)
 	return pool_link_mr(b->lk, b->hdr, (size_t)nhdr * KV_HDR, &b->hdr_mr);
 }
 
+/*
+ * After a reserve or lookup reply (in r->rep): sizes b's transfer arrays
+ * (kv_batch_alloc), then posts the writes (write) or reads of each key
+ * that passed its checks (b->st[j] == 0) at the locations the reply gave.
+ */
+int kv_batch_post(struct kv_run *r, struct kv_batch *b, bool write)
+{
+	int rc = kv_batch_alloc(r, b);
+
+	if (rc)
+		return rc;
+	for (uint32_t j = 0; j < b->nkeys; j++) {
+		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
+
+		if (!b->st[j])
+			kv_post_key(r, b, j, &r->rep->u.kv.loc[it->first_loc],
+				    write);
+	}
+	return 0;
+}
+
 /* Waits for every transfer b posted; a failed transfer fails its key. */
 void kv_batch_wait(struct kv_run *r, struct kv_batch *b)
 {
@@ -490,17 +511,20 @@ void kv_batch_wait(struct kv_run *r, struct kv_batch *b)
 		kv_donor_failed(r->kv, b->donor, b->lk);
 }
 
-struct kv_batch *kv_batch_new(struct kv_run *r, struct kv_donor *d,
-			      struct plink *lk, bool replica)
+struct kv_batch *kv_batch_new(struct kv_run *r, const struct kv_lane *l,
+			      bool replica)
 {
 	struct kv_batch *b = calloc(1, sizeof(*b));
 
 	if (!b)
 		return NULL;
-	b->lk = lk; /* the batch's reference: kv_batch_free drops it */
-	pool_link_hold(lk);
-	b->donor = d;
+	b->lk = l->lk; /* the batch's reference: kv_batch_free drops it */
+	pool_link_hold(l->lk);
+	b->donor = l->d;
 	b->replica = replica;
+	b->nkeys = l->n;
+	memcpy(b->key, l->idx, l->n * sizeof(*l->idx));
+	b->t0_ms = l->t0_ms;
 	*r->tail = b;
 	r->tail = &b->next;
 	return b;

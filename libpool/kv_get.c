@@ -15,28 +15,20 @@
  * found; keys that did not fit the reply are carried. */
 static int get_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = kv_batch_new(r, l->d, l->lk, replica);
-	const uint32_t *g = l->idx;
-	uint32_t n = l->n;
+	struct kv_batch *b = kv_batch_new(r, l, replica);
 	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
-	b->nkeys = n;
-	memcpy(b->key, g, n * sizeof(*g));
-	b->t0_ms = l->t0_ms;
-	for (uint32_t j = 0; j < n; j++) {
+	for (uint32_t j = 0; j < b->nkeys; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
-		uint32_t k = g[j];
+		uint32_t k = b->key[j];
 
+		if (kv_batch_carried(r, l, b, j))
+			continue;
 		b->st[j] = rc ? -ENOENT : it->status;
 		if (rc)
 			continue;
-		if (it->status == -ENOBUFS && j > 0) {
-			l->carry[l->ncarry++] = k;
-			b->st[j] = 1;
-			continue;
-		}
 		if (it->status) {
 			b->st[j] = -ENOENT;
 			continue;
@@ -63,17 +55,7 @@ static int get_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 	}
 	if (rc)
 		return 0;
-	rc = kv_batch_alloc(r, b);
-	if (rc)
-		return rc;
-	for (uint32_t j = 0; j < n; j++) {
-		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
-
-		if (!b->st[j])
-			kv_post_key(r, b, j, &r->rep->u.kv.loc[it->first_loc],
-				    false);
-	}
-	return 0;
+	return kv_batch_post(r, b, false);
 }
 
 /* Checks key j of b after its reads: every header, the checksum, the

@@ -163,7 +163,7 @@ struct kv_batch {
 	uint32_t op_first[WIRE_KV_BATCH + 1]; /* ops[] range of each key */
 	uint32_t nposted[WIRE_KV_BATCH];      /* of that range, posted */
 	uint32_t hdr_first[WIRE_KV_BATCH];
-	uint64_t t0_ms; /* get: when the lookup was sent */
+	uint64_t t0_ms; /* when the lane's request went out (a get's lease) */
 	/* get: XXH3-64 of the value as read, taken by kv_post_key right
 	 * after each piece completed (the same-host path completes them
 	 * as they are posted): hashed while the bytes are in cache */
@@ -230,6 +230,21 @@ struct kv_lanes {
 	uint32_t n, nord;
 };
 
+/*
+ * Whether key j of lane l's reserve or lookup reply (in r->rep) did not
+ * fit that reply (-ENOBUFS after its first key): then it is carried to
+ * the lane's next request and is not b's (b->st[j] = 1).
+ */
+static inline bool kv_batch_carried(const struct kv_run *r, struct kv_lane *l,
+				    struct kv_batch *b, uint32_t j)
+{
+	if (l->rc || !j || r->rep->u.kv.item[j].status != -ENOBUFS)
+		return false;
+	l->carry[l->ncarry++] = l->idx[j];
+	b->st[j] = 1; /* not this batch's */
+	return true;
+}
+
 /* homes (kv_donors.c) */
 void kv_rank_of(const struct kv_donors *t, const uint8_t *key, uint32_t *home,
 		uint32_t *second);
@@ -266,9 +281,10 @@ uint32_t kv_chunks_of(const struct kv_run *r, uint64_t len);
 void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 		 const struct wire_kv_loc *loc, bool write);
 int kv_batch_alloc(struct kv_run *r, struct kv_batch *b);
+int kv_batch_post(struct kv_run *r, struct kv_batch *b, bool write);
 void kv_batch_wait(struct kv_run *r, struct kv_batch *b);
-struct kv_batch *kv_batch_new(struct kv_run *r, struct kv_donor *d,
-			      struct plink *lk, bool replica);
+struct kv_batch *kv_batch_new(struct kv_run *r, const struct kv_lane *l,
+			      bool replica);
 
 /* put (kv_put.c) */
 ssize_t kv_run_put(struct kv_run *r);

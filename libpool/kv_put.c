@@ -15,28 +15,21 @@
  * reserved; keys that did not fit the reply are carried. */
 static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 {
-	struct kv_batch *b = kv_batch_new(r, l->d, l->lk, replica);
-	const uint32_t *g = l->idx;
-	uint32_t n = l->n;
+	struct kv_batch *b = kv_batch_new(r, l, replica);
 	int rc = l->rc;
 
 	if (!b)
 		return -ENOMEM;
-	b->nkeys = n;
-	memcpy(b->key, g, n * sizeof(*g));
-	for (uint32_t j = 0; j < n; j++) {
-		b->vlen[j] = r->op->lens[g[j]];
-		b->csum[j] = r->csum[g[j]];
+	for (uint32_t j = 0; j < b->nkeys; j++) {
+		b->vlen[j] = r->op->lens[b->key[j]];
+		b->csum[j] = r->csum[b->key[j]];
 	}
-	for (uint32_t j = 0; j < n; j++) {
+	for (uint32_t j = 0; j < b->nkeys; j++) {
 		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
 
-		b->st[j] = rc ? rc : it->status;
-		if (!rc && it->status == -ENOBUFS && j > 0) {
-			l->carry[l->ncarry++] = g[j];
-			b->st[j] = 1; /* not this batch's */
+		if (kv_batch_carried(r, l, b, j))
 			continue;
-		}
+		b->st[j] = rc ? rc : it->status;
 		if (b->st[j] == -ENOBUFS)
 			b->st[j] = -EMSGSIZE; /* alone, still too many */
 		if (b->st[j])
@@ -48,17 +41,7 @@ static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 	}
 	if (rc)
 		return 0;
-	rc = kv_batch_alloc(r, b);
-	if (rc)
-		return rc;
-	for (uint32_t j = 0; j < n; j++) {
-		const struct wire_kv_item *it = &r->rep->u.kv.item[j];
-
-		if (!b->st[j])
-			kv_post_key(r, b, j, &r->rep->u.kv.loc[it->first_loc],
-				    true);
-	}
-	return 0;
+	return kv_batch_post(r, b, true);
 }
 
 /* Commits the keys of b whose writes all succeeded. */

@@ -247,10 +247,20 @@ static int map_build(struct pool *p, struct pool_region *r, size_t size,
 		     size_t local_bytes, unsigned flags, bool huge,
 		     size_t seg_bytes, void **addr);
 
+/* A mapping's local tier: local_bytes, else LIBPOOL_LOCAL_BYTES, else
+ * DEFAULT_LOCAL_BYTES (the caller refuses less than MIN_LOCAL_BYTES). */
+static size_t local_bytes_of(size_t local_bytes)
+{
+	const char *env = getenv("LIBPOOL_LOCAL_BYTES");
+
+	if (local_bytes)
+		return local_bytes;
+	return env && *env ? pg_parse_size(env) : DEFAULT_LOCAL_BYTES;
+}
+
 int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	     unsigned flags, void **addr)
 {
-	const char *env;
 	bool huge, demanded;
 	size_t size;
 	int ret;
@@ -262,11 +272,7 @@ int pool_map(struct pool *p, struct pool_region *r, size_t local_bytes,
 	    (flags & ~(POOL_MAP_EXISTING | POOL_MAP_HUGE | POOL_MAP_SMALL)) ||
 	    (flags & POOL_MAP_HUGE && flags & POOL_MAP_SMALL))
 		return -EINVAL;
-	if (!local_bytes) {
-		env = getenv("LIBPOOL_LOCAL_BYTES");
-		local_bytes =
-			env && *env ? pg_parse_size(env) : DEFAULT_LOCAL_BYTES;
-	}
+	local_bytes = local_bytes_of(local_bytes);
 	if (local_bytes < MIN_LOCAL_BYTES)
 		return -EINVAL;
 	pthread_once(&atfork_once, pg_atfork_register);
@@ -525,19 +531,13 @@ static struct mapping *mapping_at_locked(const void *addr)
 int pool_map_reserve(struct pool *p, size_t max_bytes, size_t seg_bytes,
 		     size_t local_bytes, void **addr)
 {
-	const char *env;
-
 	if (!addr)
 		return -EINVAL;
 	*addr = NULL;
 	if (!p || seg_bytes < PAGE || (seg_bytes & (seg_bytes - 1)) ||
 	    max_bytes < seg_bytes)
 		return -EINVAL;
-	if (!local_bytes) {
-		env = getenv("LIBPOOL_LOCAL_BYTES");
-		local_bytes =
-			env && *env ? pg_parse_size(env) : DEFAULT_LOCAL_BYTES;
-	}
+	local_bytes = local_bytes_of(local_bytes);
 	if (local_bytes < MIN_LOCAL_BYTES)
 		return -EINVAL;
 	pthread_once(&atfork_once, pg_atfork_register);

@@ -8,6 +8,7 @@
 #define TP_LIBPOOL_PAGING_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tidepool/pool_map.h"
@@ -145,5 +146,13 @@ struct pool_paging_engine_stats {
 	uint64_t direct_pages;
 };
 void pool_paging_get_engine_stats(struct pool_paging_engine_stats *st);
+
+/* Reads the "Key:" fields of a /proc status file (path, e.g.
+ * /proc/self/status) without stdio or malloc, so that a fault handler
+ * or the preload shim may call it: vals[i] = the number after keys[i]
+ * in base (0 where the file lacks it). Returns 0, or -errno where path
+ * cannot be opened (vals untouched). */
+int pool_proc_status_fields(const char *path, const char *const *keys,
+			    size_t nkeys, int base, unsigned long long *vals);
 
 #endif

@@ -129,6 +129,19 @@ fail:
 	return ret;
 }
 
+void pg_engine_forget(void)
+{
+	if (pg_eng.running) {
+		close(pg_eng.stopfd);
+		close(pg_eng.uffd);
+		if (pg_eng.pidfd >= 0)
+			close(pg_eng.pidfd);
+	}
+	pg_eng.uffd = pg_eng.stopfd = pg_eng.pidfd = -1;
+	pg_eng.running = false;
+	pg_eng.cursor = pg_eng.last_hit = NULL;
+}
+
 /* Stops the engine (no mapping left). pg_eng.life held, pg_eng.lock not. */
 static void engine_stop(void)
 {
@@ -137,13 +150,7 @@ static void engine_stop(void)
 	if (write(pg_eng.stopfd, &one, sizeof(one)) != sizeof(one))
 		pool_log(LOG_ERR, "paging: stop err=%s", strerror(errno));
 	pthread_join(pg_eng.thr, NULL);
-	close(pg_eng.stopfd);
-	close(pg_eng.uffd);
-	if (pg_eng.pidfd >= 0)
-		close(pg_eng.pidfd);
-	pg_eng.uffd = pg_eng.stopfd = pg_eng.pidfd = -1;
-	pg_eng.running = false;
-	pg_eng.cursor = pg_eng.last_hit = NULL;
+	pg_engine_forget();
 }
 
 /* Puts m under the engine (started if need be): its range registered,
@@ -212,16 +219,39 @@ void pg_engine_detach(struct mapping *m)
 /* ------------------------------------------------------------------ */
 /* failure                                                              */
 
+int pool_proc_status_fields(const char *path, const char *const *keys,
+			    size_t nkeys, int base, unsigned long long *vals)
+{
+	char buf[4096];
+	size_t got = 0;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	while (got < sizeof(buf) - 1 &&
+	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+		got += (size_t)n;
+	close(fd);
+	buf[got] = '\0';
+	for (size_t i = 0; i < nkeys; i++) {
+		const char *v = strstr(buf, keys[i]);
+
+		vals[i] = v ? strtoull(v + strlen(keys[i]), NULL, base) : 0;
+	}
+	return 0;
+}
+
 /* Whether thread tid blocks or ignores SIGBUS (then it would never leave
  * its fault). Reads /proc without stdio. */
 static bool sigbus_is_masked(pid_t tid)
 {
 	static const char *const keys[] = { "SigBlk:", "SigIgn:" };
 	const uint64_t bit = 1ull << (SIGBUS - 1);
-	char path[64] = "/proc/self/task/", buf[4096], d[16];
-	size_t got = 0, k = strlen(path);
-	int fd, nd = 0;
-	ssize_t n;
+	char path[64] = "/proc/self/task/", d[16];
+	unsigned long long v[2];
+	size_t k = strlen(path);
+	int nd = 0;
 
 	do {
 		d[nd++] = (char)('0' + tid % 10);
@@ -230,21 +260,9 @@ static bool sigbus_is_masked(pid_t tid)
 	while (nd)
 		path[k++] = d[--nd];
 	memcpy(path + k, "/status", sizeof("/status"));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (pool_proc_status_fields(path, keys, 2, 16, v))
 		return false;
-	while (got < sizeof(buf) - 1 &&
-	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
-		got += (size_t)n;
-	close(fd);
-	buf[got] = '\0';
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const char *v = strstr(buf, keys[i]);
-
-		if (v && (strtoull(v + strlen(keys[i]), NULL, 16) & bit))
-			return true;
-	}
-	return false;
+	return ((v[0] | v[1]) & bit) != 0;
 }
 
 /* What pg_fault_fail() says a failed mapping's cause was: the pool (its

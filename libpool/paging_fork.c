@@ -306,15 +306,8 @@ static void atfork_child(void)
 	 * would stop the parent's thread), its locks start afresh (pool-uffd
 	 * may have held pg_eng.lock at the fork), and a pool_map() of the
 	 * child's starts an engine of its own. */
-	if (pg_eng.running) {
-		close(pg_eng.stopfd);
-		close(pg_eng.uffd);
-		if (pg_eng.pidfd >= 0)
-			close(pg_eng.pidfd);
-	}
-	pg_eng.uffd = pg_eng.stopfd = pg_eng.pidfd = -1;
-	pg_eng.running = false;
-	pg_eng.maps = pg_eng.cursor = pg_eng.last_hit = NULL;
+	pg_engine_forget();
+	pg_eng.maps = NULL;
 	pg_eng.nmaps = 0;
 	pg_eng.resident = 0;
 	pg_eng.fork_hold = false;

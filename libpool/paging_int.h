@@ -382,6 +382,9 @@ int pg_uffd_register(struct mapping *m);
 /* paging_engine.c */
 int pg_engine_attach(struct mapping *m);
 void pg_engine_detach(struct mapping *m);
+/* Closes the running engine's descriptors (its thread joined, or the
+ * parent's after a fork) and marks it stopped. */
+void pg_engine_forget(void);
 void pg_fault_fail(struct mapping *m, pid_t tid, size_t idx);
 void pg_mapping_fail(struct mapping *m, int err, const char *why);
 void pg_warm_deferred_check(struct mapping *m);

@@ -1376,26 +1376,11 @@ EXPORT void _ZdaPvSt11align_val_tRKSt9nothrow_t(void *p, size_t align,
 static unsigned long long rss_file_bytes(void)
 {
 	static const char *const keys[] = { "RssFile:", "RssShmem:" };
-	char buf[4096];
-	unsigned long long kb = 0;
-	size_t got = 0;
-	ssize_t n;
-	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	unsigned long long kb[2];
 
-	if (fd < 0)
+	if (pool_proc_status_fields("/proc/self/status", keys, 2, 10, kb))
 		return 0;
-	while (got < sizeof(buf) - 1 &&
-	       (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
-		got += (size_t)n;
-	close(fd);
-	buf[got] = '\0';
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
-		const char *v = strstr(buf, keys[i]);
-
-		if (v)
-			kb += strtoull(v + strlen(keys[i]), NULL, 10);
-	}
-	return kb << 10;
+	return (kb[0] + kb[1]) << 10;
 }
 
 __attribute__((destructor)) static void print_stats(void)

@@ -682,13 +682,21 @@ static uint64_t stripe_size(int i)
 	return sizes[i % 6];
 }
 
+/* A session with the striped_* keys put: stripe_setup() to
+ * stripe_close(). */
+struct stripe {
+	struct pool *p;
+	struct pool_kv *kv;
+	struct pool_kv_key keys[SN];
+	void *bufs[SN];
+	size_t caps[SN], got[SN];
+	int st[SN];
+};
+
 /* Connects with LIBPOOL_SHM=off, LIBPOOL_KV_STREAMS=streams and 4 KiB
  * pieces, opens the KV tier and puts the SN striped_* keys of seed. */
-static struct pool *stripe_setup(const char *streams, uint64_t seed,
-				 struct pool_kv **kv, struct pool_kv_key *keys,
-				 void **bufs, size_t *caps)
+static void stripe_setup(struct stripe *s, const char *streams, uint64_t seed)
 {
-	struct pool *p;
 	void *vals[SN];
 	size_t lens[SN];
 	int st[SN];
@@ -696,46 +704,58 @@ static struct pool *stripe_setup(const char *streams, uint64_t seed,
 	setenv("LIBPOOL_SHM", "off", 1);
 	setenv("LIBPOOL_KV_STREAMS", streams, 1);
 	setenv("LIBPOOL_XFER_BYTES", "4096", 1);
-	p = tu_pool_connect(&md);
+	s->p = tu_pool_connect(&md);
 	unsetenv("LIBPOOL_SHM");
 	unsetenv("LIBPOOL_KV_STREAMS");
 	unsetenv("LIBPOOL_XFER_BYTES");
-	ck_assert_int_eq(pool_kv_open(p, NULL, kv), 0);
+	ck_assert_int_eq(pool_kv_open(s->p, NULL, &s->kv), 0);
 	for (int i = 0; i < SN; i++) {
-		make_key(keys[i].b, seed, (uint64_t)i);
+		make_key(s->keys[i].b, seed, (uint64_t)i);
 		lens[i] = stripe_size(i);
-		vals[i] = make_value(keys[i].b, lens[i]);
-		caps[i] = lens[i];
-		bufs[i] = malloc(caps[i]);
-		ck_assert_ptr_nonnull(bufs[i]);
+		vals[i] = make_value(s->keys[i].b, lens[i]);
+		s->caps[i] = lens[i];
+		s->bufs[i] = malloc(s->caps[i]);
+		ck_assert_ptr_nonnull(s->bufs[i]);
 	}
-	ck_assert_int_eq(
-		pool_kv_put(*kv, SN, keys, (const void *const *)vals, lens, st),
-		SN);
+	ck_assert_int_eq(pool_kv_put(s->kv, SN, s->keys,
+				     (const void *const *)vals, lens, st),
+			 SN);
 	for (int i = 0; i < SN; i++)
 		free(vals[i]);
-	return p;
 }
 
-/* Checks a get of the striped_* keys: hits byte for byte, anything else
- * a miss (-ENOENT). Returns the hits. */
-static int stripe_check(const struct pool_kv_key *keys, void **bufs,
-			const size_t *got, const int *st)
+/* A get of the striped_* keys: hits byte for byte, anything else a miss
+ * (-ENOENT). Returns the hits (pool_kv_get's count, checked). */
+static ssize_t stripe_get(struct stripe *s)
 {
+	ssize_t n = pool_kv_get(s->kv, SN, s->keys, s->bufs, s->caps, s->got,
+				s->st);
 	int hits = 0;
 
+	ck_assert_int_ge(n, 0);
 	for (int i = 0; i < SN; i++) {
-		if (st[i]) {
-			ck_assert_msg(st[i] == -ENOENT, "key %d: %d", i, st[i]);
+		if (s->st[i]) {
+			ck_assert_msg(s->st[i] == -ENOENT, "key %d: %d", i,
+				      s->st[i]);
 			continue;
 		}
 		hits++;
-		ck_assert_uint_eq(got[i], stripe_size(i));
-		ck_assert_msg(tu_pattern_check(bufs[i], got[i],
-					       key_seed(keys[i].b), 0) == -1,
-			      "key %d (%zu bytes): wrong bytes", i, got[i]);
+		ck_assert_uint_eq(s->got[i], stripe_size(i));
+		ck_assert_msg(tu_pattern_check(s->bufs[i], s->got[i],
+					       key_seed(s->keys[i].b), 0) == -1,
+			      "key %d (%zu bytes): wrong bytes", i, s->got[i]);
 	}
-	return hits;
+	ck_assert_int_eq(hits, n);
+	return n;
+}
+
+/* Closes the KV tier and the session; frees the buffers. */
+static void stripe_close(struct stripe *s)
+{
+	pool_kv_close(s->kv);
+	pool_close(s->p);
+	for (int i = 0; i < SN; i++)
+		free(s->bufs[i]);
 }
 
 /*
@@ -750,23 +770,16 @@ static int stripe_check(const struct pool_kv_key *keys, void **bufs,
 START_TEST(striped_gets_every_byte)
 {
 	static const char *const bad[] = { "0", "9", "2x", "-1", "" };
-	struct pool_kv_key keys[SN];
-	void *bufs[SN];
-	size_t caps[SN], got[SN];
-	int st[SN];
-	struct pool_kv *kv;
+	struct stripe sg;
 	struct plink *lk;
 	struct pool *p;
 
 	/* room for two control connections: the streams are not any */
 	start_standalone("max_clients = 2\n", "128M");
-	p = stripe_setup("3", 31, &kv, keys, bufs, caps);
-	for (int round = 0; round < 2; round++) {
-		ck_assert_int_eq(pool_kv_get(kv, SN, keys, bufs, caps, got, st),
-				 SN);
-		ck_assert_int_eq(stripe_check(keys, bufs, got, st), SN);
-	}
-	ck_assert_int_eq(pool_link_get(p, 0, 0, NULL, &lk), 0);
+	stripe_setup(&sg, "3", 31);
+	for (int round = 0; round < 2; round++)
+		ck_assert_int_eq(stripe_get(&sg), SN);
+	ck_assert_int_eq(pool_link_get(sg.p, 0, 0, NULL, &lk), 0);
 	ck_assert_uint_eq(pool_link_streams(lk), 3);
 	for (unsigned s = 0; s < 3; s++)
 		ck_assert_msg(pool_link_stream_reads(lk, s) > 0,
@@ -786,10 +799,7 @@ START_TEST(striped_gets_every_byte)
 		unsetenv("LIBPOOL_SHM");
 		pool_close(p2);
 	}
-	pool_kv_close(kv);
-	pool_close(p);
-	for (int i = 0; i < SN; i++)
-		free(bufs[i]);
+	stripe_close(&sg);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct pool_opts o = { .addr = md.addr, .timeout_ms = 5000 };
 
@@ -814,35 +824,23 @@ END_TEST
  */
 START_TEST(striped_stream_fails_midbatch)
 {
-	struct pool_kv_key keys[SN];
-	void *bufs[SN];
-	size_t caps[SN], got[SN];
-	int st[SN];
-	struct pool_kv *kv;
+	struct stripe sg;
 	struct plink *lk;
-	struct pool *p;
-	ssize_t hits;
 
 	start_standalone(NULL, "128M");
 	setenv("TP_TEST_FAIL_STREAM", "6", 1);
-	p = stripe_setup("2", 32, &kv, keys, bufs, caps);
-	hits = pool_kv_get(kv, SN, keys, bufs, caps, got, st);
-	ck_assert_int_ge(hits, 0);
-	ck_assert_int_eq(stripe_check(keys, bufs, got, st), hits);
-	ck_assert_int_eq(pool_link_get(p, 0, 0, NULL, &lk), 0);
+	stripe_setup(&sg, "2", 32);
+	stripe_get(&sg); /* some hits, the rest misses, checked */
+	ck_assert_int_eq(pool_link_get(sg.p, 0, 0, NULL, &lk), 0);
 	ck_assert(!pool_link_is_lost(lk));
 	/* stream 1 was opened, then closed */
 	ck_assert_uint_eq(pool_link_streams(lk), 2);
 	ck_assert_uint_eq(pool_link_stream_reads(lk, 1), 0);
-	ck_assert_int_eq(pool_kv_get(kv, SN, keys, bufs, caps, got, st), SN);
-	ck_assert_int_eq(stripe_check(keys, bufs, got, st), SN);
+	ck_assert_int_eq(stripe_get(&sg), SN);
 	ck_assert(!pool_link_is_lost(lk));
 	pool_link_put(lk);
 	unsetenv("TP_TEST_FAIL_STREAM");
-	pool_kv_close(kv);
-	pool_close(p);
-	for (int i = 0; i < SN; i++)
-		free(bufs[i]);
+	stripe_close(&sg);
 	tu_memd_stop_ok(&md);
 }
 END_TEST

@@ -82,6 +82,44 @@ static uint8_t *map(struct pool *p, struct pool_region *r, size_t local,
 	return a;
 }
 
+/* A session with the running memd and a region of size bytes there. */
+static struct pool *connect_alloc(size_t size, struct pool_region **r)
+{
+	struct pool *p = connect_memd(5000);
+
+	ck_assert_int_eq(pool_alloc(p, size, r), 0);
+	return p;
+}
+
+/* A fresh memd, then connect_alloc(): how most tests here start. */
+static struct pool *open_region(size_t size, struct pool_region **r)
+{
+	start_memd();
+	return connect_alloc(size, r);
+}
+
+/* open_region(), then a mapping of the region with local bytes resident. */
+static uint8_t *open_map(struct pool **p, struct pool_region **r, size_t size,
+			 size_t local, unsigned flags)
+{
+	*p = open_region(size, r);
+	return map(*p, *r, local, flags);
+}
+
+/* The session closed, memd stopped (and checked to exit cleanly). */
+static void close_session(struct pool *p)
+{
+	pool_close(p);
+	stop_memd();
+}
+
+/* How most tests here end: mapping a discarded, then close_session(). */
+static void close_all(struct pool *p, void *a)
+{
+	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	close_session(p);
+}
+
 static struct pool_map_stats stats(const void *a)
 {
 	struct pool_map_stats st;
@@ -96,6 +134,19 @@ static void check_range(const uint8_t *a, size_t off, size_t len, uint64_t seed)
 
 	ck_assert_msg(bad < 0, "wrong byte at offset %zu (seed %lu)",
 		      off + (size_t)bad, (unsigned long)seed);
+}
+
+/* The region's bytes [0, size), read into zeros, are the pattern of
+ * seed. */
+static void check_region(struct pool *p, struct pool_region *r, size_t size,
+			 uint64_t seed)
+{
+	uint8_t *buf = calloc(1, size);
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
+	check_range(buf, 0, size, seed);
+	free(buf);
 }
 
 /* Page order for random access: a full-period LCG over npages. */
@@ -113,10 +164,7 @@ START_TEST(sequential_and_random)
 	uint8_t *a;
 	size_t pg;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 
 	tu_pattern_fill(a, size, 1, 0); /* 8x the budget: evicts 7/8 */
 	check_range(a, 0, size, 1);
@@ -147,9 +195,7 @@ START_TEST(sequential_and_random)
 	st = stats(a);
 	ck_assert_uint_le(st.resident, local / PG);
 	ck_assert_int_eq(st.failed, 0);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -179,10 +225,7 @@ START_TEST(streams_fill_and_read_ahead)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	/* One word in each page but every 4th page stays zero. */
 	for (size_t i = 0; i < npages; i++)
 		if (i % 4)
@@ -215,9 +258,7 @@ START_TEST(streams_fill_and_read_ahead)
 	/* Both streams fetched runs, not pages. */
 	ck_assert_uint_ge(st.pages_fetched, 8 * st.fetches);
 	ck_assert_int_eq(st.failed, 0);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -236,33 +277,30 @@ START_TEST(fresh_fills_take_few_faults)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = open_region(size, &r);
 
-	/* 64 MiB going up, every page written: 16 384 pages. */
-	a = map(p, r, size, 0);
-	for (size_t i = 0; i < npages; i++)
-		tu_pattern_fill(a + i * PG, 8, 5, i * PG);
-	st = stats(a);
-	ck_assert_msg(st.faults <= 64, "%llu faults for a 64 MiB fill",
-		      (unsigned long long)st.faults);
-	ck_assert_uint_eq(st.evictions, 0);
-	for (size_t i = 0; i < npages; i++)
-		ck_assert_int_lt(tu_pattern_check(a + i * PG, 8, 5, i * PG), 0);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	/* 64 MiB going up (seed 5), then going down (seed 6), every page
+	 * written: 16 384 pages. */
+	for (int down = 0; down < 2; down++) {
+		const uint64_t seed = 5 + (uint64_t)down;
 
-	/* 64 MiB going down. */
-	a = map(p, r, size, 0);
-	for (size_t i = npages; i-- > 0;)
-		tu_pattern_fill(a + i * PG, 8, 6, i * PG);
-	st = stats(a);
-	ck_assert_msg(st.faults <= 64, "%llu faults for a 64 MiB fill down",
-		      (unsigned long long)st.faults);
-	ck_assert_uint_eq(st.evictions, 0);
-	for (size_t i = 0; i < npages; i++)
-		ck_assert_int_lt(tu_pattern_check(a + i * PG, 8, 6, i * PG), 0);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+		a = map(p, r, size, 0);
+		for (size_t n = 0; n < npages; n++) {
+			size_t i = down ? npages - 1 - n : n;
+
+			tu_pattern_fill(a + i * PG, 8, seed, i * PG);
+		}
+		st = stats(a);
+		ck_assert_msg(
+			st.faults <= 64, "%llu faults for a 64 MiB fill%s",
+			(unsigned long long)st.faults, down ? " down" : "");
+		ck_assert_uint_eq(st.evictions, 0);
+		for (size_t i = 0; i < npages; i++)
+			ck_assert_int_lt(
+				tu_pattern_check(a + i * PG, 8, seed, i * PG),
+				0);
+		ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
+	}
 
 	/* Up from the bottom and down from the top, interleaved, 16 MiB
 	 * each, in a budget of those 32 MiB and 64 pages: the runs mapped
@@ -291,8 +329,7 @@ START_TEST(fresh_fills_take_few_faults)
 	ck_assert_int_eq(stats(a).failed, 0);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
 	pool_free(p, r);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -304,9 +341,7 @@ START_TEST(existing_region)
 	struct pool *p;
 
 	ck_assert_ptr_nonnull(buf);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = open_region(size, &r);
 	tu_pattern_fill(buf, size, 3, 0);
 	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
 	a = map(p, r, 512 * KiB, POOL_MAP_EXISTING);
@@ -321,12 +356,9 @@ START_TEST(existing_region)
 				  i * PG < size ? tu_pattern_byte(3, i * PG)
 						: 0);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
-	memset(buf, 0, size);
-	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
-	check_range(buf, 0, size, 3);
 	free(buf);
-	pool_close(p);
-	stop_memd();
+	check_region(p, r, size, 3);
+	close_session(p);
 }
 END_TEST
 
@@ -338,10 +370,7 @@ START_TEST(zero_pages_cost_no_fetch)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t i = 0; i < size; i += 64)
 			ck_assert_uint_eq(a[i], 0);
@@ -355,8 +384,7 @@ START_TEST(zero_pages_cost_no_fetch)
 	ck_assert_uint_ge(st.zero_fills, (2 * size - local) / PG);
 	ck_assert_uint_gt(st.evictions, 0);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -368,10 +396,7 @@ START_TEST(dirty_pages_survive_eviction)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	/* Half the pages read first (zero page, then a WP fault on the
 	 * write), half written straight away (write fault). */
 	for (size_t i = 0; i < hot; i += 2 * PG)
@@ -387,9 +412,7 @@ START_TEST(dirty_pages_survive_eviction)
 	check_range(a, 0, hot, 4);
 	st = stats(a);
 	ck_assert_uint_ge(st.pages_fetched, hot / PG);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -409,10 +432,7 @@ START_TEST(vma_split_by_program)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	ck_assert_int_eq(madvise(a + 5 * PG, 2 * MiB + 3 * PG, MADV_HUGEPAGE),
 			 0);
 	ck_assert_int_eq(mprotect(a + 3 * MiB + PG, 7 * PG,
@@ -426,9 +446,7 @@ START_TEST(vma_split_by_program)
 	ck_assert_int_eq(st.failed, 0);
 	ck_assert_uint_gt(st.evictions, 0);
 	ck_assert_uint_gt(st.pages_fetched, 0);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -452,10 +470,7 @@ static void phases_run(bool wake_split, bool late_off)
 		setenv("LIBPOOL_PAGING_WAKE_SPLIT", "1", 1);
 	if (late_off)
 		setenv("LIBPOOL_PAGING_LATE_DROP", "0", 1);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	pool_paging_get_engine_stats(&e0);
 	tu_pattern_fill(a, hot, 7, 0);		/* zero fills, evicted dirty */
 	for (size_t i = hot; i < size; i += PG) /* the rest: zero pages */
@@ -508,8 +523,7 @@ static void phases_run(bool wake_split, bool late_off)
 						       d[POOL_PHASE_LATE]);
 	unsetenv("LIBPOOL_PAGING_WAKE_SPLIT");
 	unsetenv("LIBPOOL_PAGING_LATE_DROP");
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 
 START_TEST(phases_time_each_step)
@@ -654,9 +668,7 @@ START_TEST(read_modify_write_passes)
 	size_t pg = 0;
 
 	ck_assert_ptr_nonnull(buf);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = open_region(size, &r);
 	a = (uint64_t *)map(p, r, local, 0);
 	for (size_t w = 0; w < size / 8; w++)
 		a[w] = rmw_word(w, -1);
@@ -705,8 +717,7 @@ START_TEST(read_modify_write_passes)
 			ck_abort_msg("word %zu wrong in the region", w);
 	}
 	free(buf);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -769,14 +780,10 @@ START_TEST(threads_fault_at_once)
 	struct pool *p;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	run_workers(a, size);
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -811,9 +818,7 @@ static void install_ahead_run(bool on)
 	ck_assert_ptr_nonnull(buf);
 	if (!on)
 		setenv("LIBPOOL_PAGING_AHEAD", "0", 1);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = open_region(size, &r);
 	tu_pattern_fill(buf, size, 6, 0);
 	ck_assert_int_eq(pool_write(p, r, 0, buf, size), 0);
 	a = map(p, r, local, POOL_MAP_EXISTING);
@@ -842,12 +847,9 @@ static void install_ahead_run(bool on)
 		ck_assert_uint_eq(st.ahead_pages, 0);
 	}
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_FLUSH), 0);
-	memset(buf, 0, size);
-	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
-	check_range(buf, 0, size, 7);
 	free(buf);
-	pool_close(p);
-	stop_memd();
+	check_region(p, r, size, 7);
+	close_session(p);
 	unsetenv("LIBPOOL_PAGING_AHEAD");
 }
 
@@ -925,10 +927,7 @@ START_TEST(install_ahead_threads)
 	uint8_t *a, *buf = malloc(size);
 
 	ck_assert_ptr_nonnull(buf);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	pthread_barrier_init(&bar, NULL, NTHREADS);
 	for (int t = 0; t < NTHREADS; t++) {
 		w[t] = (struct ahead_worker){
@@ -954,8 +953,7 @@ START_TEST(install_ahead_threads)
 		check_range(buf, i * PG, PG,
 			    20 + (i / (npages / NTHREADS)) * 10 + AHEAD_PASSES);
 	free(buf);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -968,9 +966,7 @@ START_TEST(unmap_flush_and_discard)
 	void *none = NULL;
 
 	ck_assert_ptr_nonnull(buf);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = open_region(size, &r);
 	/* Everything fits: nothing is written back before unmap. */
 	a = map(p, r, size, 0);
 	tu_pattern_fill(a, size, 6, 0);
@@ -994,8 +990,7 @@ START_TEST(unmap_flush_and_discard)
 	ck_assert_int_eq(pool_map(p, r, MiB, 0x80, &none), -EINVAL);
 	ck_assert_int_eq(pool_map(NULL, r, MiB, 0, &none), -EINVAL);
 	free(buf);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -1012,10 +1007,7 @@ static void syscall_into_mapping(bool user_only)
 
 	if (user_only)
 		setenv("LIBPOOL_UFFD_USER_ONLY", "1", 1);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, 256 * KiB, 0);
+	a = open_map(&p, &r, size, 256 * KiB, 0);
 	if (!user_only && stats(a).user_mode_only) {
 		/* No /dev/userfaultfd access nor privilege here: what this
 		 * case covers cannot happen; the other case still runs. */
@@ -1038,9 +1030,7 @@ static void syscall_into_mapping(bool user_only)
 	}
 	close(fds[0]);
 	close(fds[1]);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 
 START_TEST(syscall_kernel_mode)
@@ -1257,10 +1247,7 @@ START_TEST(fork_child_reads_evicted)
 	pid_t child;
 	int ws;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	tu_pattern_fill(a, size, 31, 0);
 	st = stats(a);
 	ck_assert_uint_ge(st.evictions, (size - local) / PG);
@@ -1285,9 +1272,7 @@ START_TEST(fork_child_reads_evicted)
 	ck_assert_uint_ge(st.fork_fetched, (size - local) / PG);
 	ck_assert_uint_le(st.resident, local / PG);
 	check_range(a, 0, size, 31);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -1307,10 +1292,7 @@ START_TEST(fork_fetch_off_fences_with_a_reason)
 	ssize_t n;
 	int ws, fd;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	tu_pattern_fill(a, size, 33, 0);
 	fd = mkstemp(path);
 	ck_assert_int_ge(fd, 0);
@@ -1344,9 +1326,7 @@ START_TEST(fork_fetch_off_fences_with_a_reason)
 		"child's stderr: %s", buf);
 	ck_assert_uint_eq(stats(a).fork_fetched, 0);
 	check_range(a, 0, size, 33);
-	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
-	pool_close(p);
-	stop_memd();
+	close_all(p, a);
 }
 END_TEST
 
@@ -1410,6 +1390,22 @@ static uint8_t *huge_map(struct pool *p, struct pool_region *r, size_t local,
 	return a;
 }
 
+/* Huge pages reserved for a budget of local (and two spare), then
+ * connect_alloc(). huge_stop() ends it. */
+static struct pool *huge_open(size_t size, size_t local, struct pool_region **r)
+{
+	huge_start(local / HP + 2);
+	return connect_alloc(size, r);
+}
+
+/* huge_open(), then a huge mapping of the region with a budget of local. */
+static uint8_t *huge_open_map(struct pool **p, struct pool_region **r,
+			      size_t size, size_t local)
+{
+	*p = huge_open(size, local, r);
+	return huge_map(*p, *r, local, 0);
+}
+
 /*
  * A session, a region of size bytes holding the pattern of seed (written
  * from buf, size bytes of the caller's), and a huge mapping of it with a
@@ -1422,25 +1418,11 @@ static struct pool *huge_existing(size_t size, size_t local, uint64_t seed,
 	struct pool *p;
 
 	ck_assert_ptr_nonnull(buf);
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, r), 0);
+	p = huge_open(size, local, r);
 	tu_pattern_fill(buf, size, seed, 0);
 	ck_assert_int_eq(pool_write(p, *r, 0, buf, size), 0);
 	*a = huge_map(p, *r, local, POOL_MAP_EXISTING);
 	return p;
-}
-
-/* The region's bytes [0, size) are the pattern of seed. */
-static void check_region(struct pool *p, struct pool_region *r, size_t size,
-			 uint64_t seed)
-{
-	uint8_t *buf = malloc(size);
-
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(pool_read(p, r, 0, buf, size), 0);
-	check_range(buf, 0, size, seed);
-	free(buf);
 }
 
 /*
@@ -1456,10 +1438,7 @@ START_TEST(huge_round_trip)
 	struct pool *p;
 	uint8_t *a;
 
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = huge_map(p, r, local, 0);
+	a = huge_open_map(&p, &r, size, local);
 	st = stats(a);
 	ck_assert_uint_eq(st.max_resident, local / HP);
 	for (uint64_t seed = 1; seed <= 2; seed++) {
@@ -1574,10 +1553,7 @@ START_TEST(huge_threads_fault_at_once)
 	struct pool *p;
 	uint8_t *a;
 
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = huge_map(p, r, local, 0);
+	a = huge_open_map(&p, &r, size, local);
 	run_workers(a, size);
 	st = stats(a);
 	ck_assert_int_eq(st.failed, 0);
@@ -1628,9 +1604,7 @@ START_TEST(huge_bad_input_and_fallback)
 	size_t len;
 	void *hog;
 
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = huge_open(size, local, &r);
 	ck_assert_int_eq(pool_alloc(p, 4 * MiB, &small), 0);
 	ck_assert_int_eq(
 		huge_try(p, r, local, POOL_MAP_HUGE | POOL_MAP_SMALL, NULL),
@@ -1688,9 +1662,7 @@ START_TEST(huge_reserved_pages_are_not_free)
 	size_t len;
 	void *resv;
 
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = huge_open(size, local, &r);
 	/* Another process (a memd starting) may take pages meanwhile. */
 	for (int tries = 0;; tries++) {
 		avail = tu_huge_avail();
@@ -1729,10 +1701,7 @@ START_TEST(huge_kernel_pool_runs_short)
 	size_t len;
 	void *hog;
 
-	huge_start(local / HP + 2);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = huge_map(p, r, local, 0);
+	a = huge_open_map(&p, &r, size, local);
 	tu_pattern_fill(a, 2 * HP, 15, 0);
 	/* 2, or 1 when other processes took hugetlb pages meanwhile. */
 	ck_assert_uint_ge(stats(a).resident, 1);
@@ -1848,8 +1817,7 @@ START_TEST(huge_fork_child)
 	/* The child's copy-on-write of a resident page and its zero page
 	 * are hugetlb pages of its own. */
 	huge_start(local / HP + 4);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = connect_alloc(size, &r);
 	a = huge_map(p, r, local, 0);
 	/* Pages 10..13 stay resident; fewer when other processes took
 	 * hugetlb pages meanwhile (huge_short): mincore() says which. */
@@ -1934,8 +1902,7 @@ START_TEST(one_engine_for_all_mappings)
 		pool_free(p, r[i]);
 	}
 	ck_assert_int_eq(tu_threads_named("pool-uffd", NULL), 0);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -1983,8 +1950,7 @@ START_TEST(process_budget_across_mappings)
 		ck_assert_int_eq(pool_unmap(p, a[i], POOL_UNMAP_DISCARD), 0);
 		pool_free(p, r[i]);
 	}
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -2016,10 +1982,7 @@ START_TEST(clock_keeps_pages_in_use)
 	size_t miss = 0, rounds = 0;
 	uint8_t *a;
 
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	tu_pattern_fill(a, size, 7, 0); /* all but the budget evicted */
 	for (size_t c = 2 * hot; c + chunk <= npages; c += chunk) {
 		for (size_t pg = c; pg < c + chunk; pg++)
@@ -2040,8 +2003,7 @@ START_TEST(clock_keeps_pages_in_use)
 	(void)sum;
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
 	pool_free(p, r);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -2068,10 +2030,7 @@ static void cyclic_scan_run(bool behind)
 
 	if (!behind)
 		setenv("LIBPOOL_PAGING_BEHIND", "0", 1);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, local, 0);
+	a = open_map(&p, &r, size, local, 0);
 	tu_pattern_fill(a, size, 23, 0);
 	check_range(a, 0, size, 23); /* pass 0: also settles the fill */
 	before = stats(a).pages_fetched;
@@ -2099,8 +2058,7 @@ static void cyclic_scan_run(bool behind)
 	(void)sum;
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
 	pool_free(p, r);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 	unsetenv("LIBPOOL_PAGING_BEHIND");
 }
 
@@ -2139,8 +2097,7 @@ static struct pool_map_stats rmw_pages(const char *name, const char *val,
 		setenv(name, val, 1);
 	else
 		unsetenv(name);
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
+	p = connect_alloc(size, &r);
 	a = map(p, r, local, 0);
 	for (size_t i = 0; i < n; i++) {
 		size_t pg;
@@ -2308,8 +2265,7 @@ START_TEST(growable_mapping)
 	ck_assert_int_eq(pool_unmap(p, a, POOL_UNMAP_DISCARD), 0);
 	for (int i = 0; i < 5; i++)
 		pool_free(p, r[i]);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 }
 END_TEST
 
@@ -2333,10 +2289,7 @@ static void spin_run(const char *cap_us, struct pool_paging_engine_stats *d1,
 	unsigned sum = 0;
 
 	setenv("LIBPOOL_PAGING_SPIN_US", cap_us, 1);
-	start_memd();
-	p = connect_memd(5000);
-	ck_assert_int_eq(pool_alloc(p, size, &r), 0);
-	a = map(p, r, size, 0);
+	a = open_map(&p, &r, size, size, 0);
 	pool_paging_get_engine_stats(&e0);
 	for (size_t i = 0; i < n - 64; i++) { /* back to back */
 		pg = next_page(pg, n);
@@ -2364,8 +2317,7 @@ static void spin_run(const char *cap_us, struct pool_paging_engine_stats *d1,
 	};
 	ck_assert_int_eq(pool_unmap(p, (void *)a, POOL_UNMAP_DISCARD), 0);
 	pool_free(p, r);
-	pool_close(p);
-	stop_memd();
+	close_session(p);
 	unsetenv("LIBPOOL_PAGING_SPIN_US");
 }
 

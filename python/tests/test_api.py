@@ -32,6 +32,31 @@ def keys_for(model, n, tenant="t"):
                                 chunk_tokens=16)
 
 
+def run_script(script, *args, env=None, timeout=120, cwd=None, **kw):
+    """Runs script in a fresh interpreter (python -c script args...) that
+    imports what this one does (PYTHONPATH: this sys.path); env's entries
+    are added to os.environ, a None removes one; kw goes to
+    subprocess.run. Returns the CompletedProcess, text captured."""
+    import subprocess
+    import sys
+    e = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in sys.path if p)}
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    return subprocess.run([sys.executable, "-c", script, *args], env=e,
+                          capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, **kw)
+
+
+def assert_prints_ok(r):
+    """run_script()'s r exited 0 after printing just "ok"."""
+    assert r.returncode == 0 and r.stdout.strip() == "ok", \
+        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+
+
 # ---- keys ------------------------------------------------------------
 
 def test_prefix_keys_follow_the_documented_rule():
@@ -472,13 +497,7 @@ print("ok")
 def test_close_under_load_neither_hangs_nor_crashes(memd):
     # threads in blocking calls (no GIL) and in quick ones (with the GIL)
     # while another closes the pool: every one ends with ClosedError
-    import subprocess
-    import sys
-    r = subprocess.run([sys.executable, "-c", CLOSE_UNDER_LOAD, memd.addr],
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           p for p in sys.path if p)},
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+    assert_prints_ok(run_script(CLOSE_UNDER_LOAD, memd.addr))
 
 
 RESIZE_IN_FLIGHT = r"""
@@ -547,16 +566,8 @@ def test_tensor_storage_reallocated_under_a_call(memd, model_name, tmp_path):
     # set_() and a growing resize_() while an async put/get is in flight
     # free the memory libpool reads or writes unless the call holds it:
     # nothing outside the tensors may change, and every value arrives
-    import subprocess
-    import sys
-    r = subprocess.run([sys.executable, "-c", RESIZE_IN_FLIGHT, memd.addr,
-                        model_name],
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           p for p in sys.path if p)},
-                       capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", \
-        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert_prints_ok(run_script(RESIZE_IN_FLIGHT, memd.addr, model_name,
+                                cwd=tmp_path))
 
 
 def test_tensor_bounce_blocks_are_not_shared_in_flight(pool_args,
@@ -880,16 +891,8 @@ def test_tensor_reallocated_under_a_pipelined_get(memd, model_name,
     # out, or is a miss when the storage no longer has room; never in
     # memory a storage gave back (canaries; ASan). The handle closed the
     # same way: ClosedError once the chunks in flight have settled.
-    import subprocess
-    import sys
-    r = subprocess.run([sys.executable, "-c", RESIZE_UNDER_PIPELINE,
-                        memd.addr, model_name],
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           p for p in sys.path if p)},
-                       capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", \
-        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert_prints_ok(run_script(RESIZE_UNDER_PIPELINE, memd.addr,
+                                model_name, timeout=300, cwd=tmp_path))
 
 
 class _DuckStorage:
@@ -1001,16 +1004,9 @@ def test_tensor_bounce_cache_is_bounded(memd, model_name, tmp_path):
     # blocks given back past the cache's cap are unmapped: the cache's
     # bytes stay under TIDEPOOL_BOUNCE_CACHE and RSS does not grow with
     # the calls made
-    import subprocess
-    import sys
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in sys.path if p), "TIDEPOOL_BOUNCE_CACHE": "8M"}
-    r = subprocess.run([sys.executable, "-c", BOUNCE_CACHE_BOUNDED,
-                        memd.addr, model_name], env=env,
-                       capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", \
-        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert_prints_ok(run_script(BOUNCE_CACHE_BOUNDED, memd.addr, model_name,
+                                env={"TIDEPOOL_BOUNCE_CACHE": "8M"},
+                                cwd=tmp_path))
 
 
 BOUNCE_CACHE_KEEPS_LARGE = r"""
@@ -1040,28 +1036,16 @@ print("ok")
 def test_tensor_bounce_cache_keeps_a_large_block(memd, model_name, tmp_path):
     # a cache full of small blocks makes room for a large one given back,
     # so a process's large calls keep reusing their block
-    import subprocess
-    import sys
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in sys.path if p)}
-    env.pop("TIDEPOOL_BOUNCE_CACHE", None)
-    r = subprocess.run([sys.executable, "-c", BOUNCE_CACHE_KEEPS_LARGE,
-                        memd.addr, model_name], env=env,
-                       capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", \
-        (r.returncode, r.stdout[-2000:], r.stderr[-4000:])
+    assert_prints_ok(run_script(BOUNCE_CACHE_KEEPS_LARGE, memd.addr,
+                                model_name,
+                                env={"TIDEPOOL_BOUNCE_CACHE": None},
+                                cwd=tmp_path))
 
 
 @pytest.mark.parametrize("bad", ["", "lots", "8X", "-1", "99999999999G"])
 def test_bad_bounce_cache_size_is_a_clear_error(bad, tmp_path):
-    import subprocess
-    import sys
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in sys.path if p), "TIDEPOOL_BOUNCE_CACHE": bad}
-    r = subprocess.run([sys.executable, "-c", "import tidepool"], env=env,
-                       capture_output=True, text=True, timeout=120,
-                       cwd=tmp_path)
+    r = run_script("import tidepool", env={"TIDEPOOL_BOUNCE_CACHE": bad},
+                   cwd=tmp_path)
     assert r.returncode != 0
     assert "TIDEPOOL_BOUNCE_CACHE" in r.stderr and "not a size" in r.stderr
 
@@ -1083,14 +1067,9 @@ def test_a_crash_is_a_crash(memd, tmp_path):
     # off: nothing to write)
     import resource
     import signal
-    import subprocess
-    import sys
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in sys.path if p)}
-    env.pop("PYTHONFAULTHANDLER", None)
-    r = subprocess.run(
-        [sys.executable, "-c", CRASH_AFTER_CONNECT, memd.addr], env=env,
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    r = run_script(
+        CRASH_AFTER_CONNECT, memd.addr, env={"PYTHONFAULTHANDLER": None},
+        cwd=tmp_path,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
     assert r.stdout == "connected\n", r.stderr[-2000:]
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stderr[-2000:])
