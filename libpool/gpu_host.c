@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "fabric/dlist.h"
 #include "libpool/log.h"
 #include "libpool/thread_role.h"
 
@@ -207,11 +208,7 @@ static int host_enqueue(struct gpu_dev *d, void *stream, struct hop *op)
 	}
 	if (op->ev)
 		op->ev->refs++;
-	if (s->tail)
-		s->tail->next = op;
-	else
-		s->head = op;
-	s->tail = op;
+	TP_QUEUE_APPEND(s->head, s->tail, op, next);
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&d->lock);
 	return 0;

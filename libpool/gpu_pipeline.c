@@ -79,10 +79,7 @@ static void maybe_complete(struct pool_gpu *g, struct pool_gpu_xfer *x)
 	unlink_pending_locked(g, x);
 	x->complete = true;
 	x->result = err;
-	x->next = g->done;
-	if (g->done)
-		g->done->prev = x;
-	g->done = x;
+	TP_DLIST_PUSH(g->done, x, prev, next);
 	pthread_cond_broadcast(&g->done_cond);
 	pthread_mutex_unlock(&g->lock);
 	/* x belongs to its waiter from here on: not one more look. */

@@ -98,6 +98,7 @@
 
 #include <sodium.h>
 
+#include "fabric/dlist.h"
 #include "libpool/thread_role.h"
 
 static const char kv_salt_tag[] = "tidepool kv salt v1";
@@ -504,18 +505,10 @@ static int submit(const struct pool_kv_op *tmpl, struct pool_kv_op **out)
 		return -ENOMEM;
 	*op = *tmpl;
 	pthread_mutex_lock(&kv->lock);
-	op->prev = NULL;
-	op->next = kv->ops;
-	if (kv->ops)
-		kv->ops->prev = op;
-	kv->ops = op;
+	TP_DLIST_PUSH(kv->ops, op, prev, next);
 	pthread_mutex_unlock(&kv->lock);
 	pthread_mutex_lock(&kv->qlock);
-	if (kv->qtail)
-		kv->qtail->qnext = op;
-	else
-		kv->qhead = op;
-	kv->qtail = op;
+	TP_QUEUE_APPEND(kv->qhead, kv->qtail, op, qnext);
 	pthread_cond_signal(&kv->qcond);
 	pthread_mutex_unlock(&kv->qlock);
 	*out = op;

@@ -16,6 +16,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fabric/dlist.h"
+
 /* ------------------------------------------------------------------ */
 /* leases and packing                                                   */
 
@@ -70,10 +72,7 @@ static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
 					  : NULL;
 	s->want_node = node;
 	s->packed = packed;
-	s->next = p->slabs;
-	if (p->slabs)
-		p->slabs->prev = s;
-	p->slabs = s;
+	TP_DLIST_PUSH(p->slabs, s, prev, next);
 	p->nslabs++;
 	lk->nslabs++;
 	return s;
@@ -236,13 +235,7 @@ int pl_release_locked(struct pool *p, struct slab **v, uint32_t n)
 
 void pl_unlink_slab_locked(struct pool *p, struct slab *s)
 {
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		p->slabs = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->next = s->prev = NULL;
+	TP_DLIST_REMOVE(p->slabs, s, prev, next);
 	p->nslabs--;
 }
 

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fabric/dlist.h"
+
 /* ---- index ---- */
 
 static uint64_t key_hash(const struct memd_kv *kv, const uint8_t *key)
@@ -111,13 +113,7 @@ void kvs_lease_clear(struct kv_entry *e)
 
 	if (!e->leases)
 		return;
-	if (e->lprev)
-		e->lprev->lnext = e->lnext;
-	else
-		t->leased = e->lnext;
-	if (e->lnext)
-		e->lnext->lprev = e->lprev;
-	e->lprev = e->lnext = NULL;
+	TP_DLIST_REMOVE(t->leased, e, lprev, lnext);
 	e->leases = 0;
 }
 
@@ -126,11 +122,7 @@ void kvs_lease_take(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	uint64_t until = now_ms + kv->o.lease_ms;
 
 	if (e->leases++ == 0) {
-		e->lprev = NULL;
-		e->lnext = e->t->leased;
-		if (e->t->leased)
-			e->t->leased->lprev = e;
-		e->t->leased = e;
+		TP_DLIST_PUSH(e->t->leased, e, lprev, lnext);
 		e->lease_until_ms = until;
 	} else if (until > e->lease_until_ms) {
 		e->lease_until_ms = until;
