@@ -556,7 +556,7 @@ static void block(struct pool_gpu *g, uint64_t seen_kick)
 	if (!fabric && !copy && !start) {
 		g->poll_ns = 0;
 		pthread_mutex_lock(&g->lock);
-		ts = gpu_deadline_ts(IDLE_WAIT_MS);
+		ts = pool_deadline_ms(IDLE_WAIT_MS);
 		if (g->kick == seen_kick)
 			pthread_cond_timedwait(&g->cond, &g->lock, &ts);
 		pthread_mutex_unlock(&g->lock);

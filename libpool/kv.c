@@ -99,6 +99,7 @@
 #include <sodium.h>
 
 #include "fabric/dlist.h"
+#include "libpool/deadline.h"
 #include "libpool/thread_role.h"
 
 static const char kv_salt_tag[] = "tidepool kv salt v1";
@@ -652,15 +653,7 @@ ssize_t pool_kv_op_wait(struct pool_kv *kv, struct pool_kv_op *op,
 
 	if (r)
 		return r;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (timeout_ms >= 0) {
-		ts.tv_sec += timeout_ms / 1000;
-		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-	}
+	ts = pool_deadline_ms(timeout_ms >= 0 ? timeout_ms : 0);
 	pthread_mutex_lock(&kv->qlock);
 	while (!op->done) {
 		if (timeout_ms < 0) {
