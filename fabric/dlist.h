@@ -19,26 +19,15 @@
 #define TP_DLIST_APPEND(head, tail, x, prev, next)                             \
 	do {                                                                   \
 		(x)->prev = (tail);                                            \
-		(x)->next = NULL;                                              \
-		if (tail)                                                      \
-			(tail)->next = (x);                                    \
-		else                                                           \
-			(head) = (x);                                          \
-		(tail) = (x);                                                  \
+		TP_QUEUE_APPEND(head, tail, x, next);                          \
 	} while (0)
 
 /* Takes x, on the list, off it; its links are NULL after. */
 #define TP_DLIST_UNLINK(head, tail, x, prev, next)                             \
 	do {                                                                   \
-		if ((x)->prev)                                                 \
-			(x)->prev->next = (x)->next;                           \
-		else                                                           \
-			(head) = (x)->next;                                    \
-		if ((x)->next)                                                 \
-			(x)->next->prev = (x)->prev;                           \
-		else                                                           \
+		if (!(x)->next)                                                \
 			(tail) = (x)->prev;                                    \
-		(x)->next = (x)->prev = NULL;                                  \
+		TP_DLIST_REMOVE(head, x, prev, next);                          \
 	} while (0)
 
 /* Puts x, on no list, at the head of a list kept by its head alone. */

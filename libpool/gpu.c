@@ -472,12 +472,7 @@ int pool_gpu_xfer_wait(struct pool_gpu_xfer *x, int timeout_ms)
 		return -ETIMEDOUT;
 	}
 	r = x->result;
-	if (x->prev)
-		x->prev->next = x->next;
-	else
-		g->done = x->next;
-	if (x->next)
-		x->next->prev = x->prev;
+	TP_DLIST_REMOVE(g->done, x, prev, next);
 	pthread_mutex_unlock(&g->lock);
 	xfer_free(g, x);
 	return r;

@@ -668,12 +668,7 @@ ssize_t pool_kv_op_wait(struct pool_kv *kv, struct pool_kv_op *op,
 	res = op->result;
 	pthread_mutex_unlock(&kv->qlock);
 	pthread_mutex_lock(&kv->lock);
-	if (op->prev)
-		op->prev->next = op->next;
-	else
-		kv->ops = op->next;
-	if (op->next)
-		op->next->prev = op->prev;
+	TP_DLIST_REMOVE(kv->ops, op, prev, next);
 	pthread_mutex_unlock(&kv->lock);
 	free(op);
 	return res;

@@ -482,10 +482,7 @@ int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
 unlock:
 	if (!r) {
 		reg->node = region_node(reg);
-		reg->next = p->regions;
-		if (p->regions)
-			p->regions->prev = reg;
-		p->regions = reg;
+		TP_DLIST_PUSH(p->regions, reg, prev, next);
 		p->nregions++;
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -523,12 +520,7 @@ int pool_free(struct pool *p, struct pool_region *reg)
 		r = pl_release_locked(p, dead, ndead);
 		pl_links_reap_locked(p);
 	}
-	if (reg->prev)
-		reg->prev->next = reg->next;
-	else
-		p->regions = reg->next;
-	if (reg->next)
-		reg->next->prev = reg->prev;
+	TP_DLIST_REMOVE(p->regions, reg, prev, next);
 	p->nregions--;
 	pthread_mutex_unlock(&p->lock);
 	if (dead != dead_inline)
