@@ -399,17 +399,24 @@ static ssize_t tenant_forget_locked(struct memd_kv *kv, uint32_t tenant,
 	return n;
 }
 
-ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
-			      uint64_t now_ms)
+/* tenant_forget_locked under kv->lock. */
+static ssize_t tenant_forget(struct memd_kv *kv, uint32_t tenant,
+			     uint64_t now_ms, bool removed)
 {
 	ssize_t n;
 
 	if (!kv)
 		return -EINVAL;
 	pthread_mutex_lock(&kv->lock);
-	n = tenant_forget_locked(kv, tenant, now_ms, true);
+	n = tenant_forget_locked(kv, tenant, now_ms, removed);
 	pthread_mutex_unlock(&kv->lock);
 	return n;
+}
+
+ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms)
+{
+	return tenant_forget(kv, tenant, now_ms, true);
 }
 
 ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
@@ -473,14 +480,7 @@ ssize_t memd_kv_forget_unless(struct memd_kv *kv,
 
 ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms)
 {
-	ssize_t n;
-
-	if (!kv)
-		return -EINVAL;
-	pthread_mutex_lock(&kv->lock);
-	n = tenant_forget_locked(kv, tenant, now_ms, false);
-	pthread_mutex_unlock(&kv->lock);
-	return n;
+	return tenant_forget(kv, tenant, now_ms, false);
 }
 
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)
