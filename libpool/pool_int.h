@@ -501,6 +501,8 @@ int pl_leases_take_locked(struct pool *p, struct plink *lk,
 			  bool packed, int node, struct slab **out);
 int pl_release_locked(struct pool *p, struct slab **v, uint32_t n);
 void pl_unlink_slab_locked(struct pool *p, struct slab *s);
+/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
+void pl_drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n);
 
 /* pool_cluster.c */
 int pl_reg_connect_locked(struct pool *p);

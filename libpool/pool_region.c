@@ -288,8 +288,7 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
-static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
+void pl_drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
 {
 	uint32_t k = 0;
 
@@ -335,7 +334,7 @@ static int pack_locked(struct pool *p, uint64_t len, int node, bool replica,
 		if (r) {
 			struct slab *v[2] = { fresh, mirror };
 
-			drop_slabs_locked(p, v, 2);
+			pl_drop_slabs_locked(p, v, 2);
 			return r;
 		}
 		s = fresh;
@@ -454,9 +453,9 @@ int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
 				     got, rgot);
 		if (r) {
 			/* What was tracked before the failure goes back. */
-			drop_slabs_locked(p, got, full);
+			pl_drop_slabs_locked(p, got, full);
 			if (rgot)
-				drop_slabs_locked(p, rgot, full);
+				pl_drop_slabs_locked(p, rgot, full);
 			goto unlock;
 		}
 		for (uint64_t i = 0; i < full; i++) {
@@ -474,9 +473,9 @@ int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
 	if (rem) {
 		r = pack_locked(p, rem, node, replica, &reg->ext[full]);
 		if (r && full) {
-			drop_slabs_locked(p, got, full);
+			pl_drop_slabs_locked(p, got, full);
 			if (rgot)
-				drop_slabs_locked(p, rgot, full);
+				pl_drop_slabs_locked(p, rgot, full);
 		}
 	}
 unlock:
