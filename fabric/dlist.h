@@ -22,6 +22,14 @@
 		TP_QUEUE_APPEND(head, tail, x, next);                          \
 	} while (0)
 
+/* Puts x, on no list, at the head. */
+#define TP_DLIST_PREPEND(head, tail, x, prev, next)                            \
+	do {                                                                   \
+		if (!(head))                                                   \
+			(tail) = (x);                                          \
+		TP_DLIST_PUSH(head, x, prev, next);                            \
+	} while (0)
+
 /* Takes x, on the list, off it; its links are NULL after. */
 #define TP_DLIST_UNLINK(head, tail, x, prev, next)                             \
 	do {                                                                   \

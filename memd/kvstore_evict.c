@@ -34,13 +34,7 @@ void kvs_queue_push(struct kv_entry *e, uint8_t q)
 	struct kv_fifo *f = fifo_of(e->t, q);
 
 	e->queue = q;
-	e->qprev = NULL;
-	e->qnext = f->head;
-	if (f->head)
-		f->head->qprev = e;
-	else
-		f->tail = e;
-	f->head = e;
+	TP_DLIST_PREPEND(f->head, f->tail, e, qprev, qnext);
 	f->count++;
 	f->bytes += e->bytes;
 }
