@@ -31,6 +31,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "fabric/dlist.h"
 #include "fabric/fab.h"
 
 /* See "Opening and closing" in the invariants (fabric/fab.c, top). */
@@ -177,13 +178,7 @@ static inline void sleep_ns(int64_t ns)
 /* Caller holds ep->mu. */
 static inline void live_unlink_locked(struct fab_ep *ep, struct fab_op *op)
 {
-	if (op->prev_live)
-		op->prev_live->next_live = op->next_live;
-	else
-		ep->live = op->next_live;
-	if (op->next_live)
-		op->next_live->prev_live = op->prev_live;
-	op->next_live = op->prev_live = NULL;
+	TP_DLIST_REMOVE(ep->live, op, prev_live, next_live);
 	__atomic_store_n(&ep->inflight, ep->inflight - 1, __ATOMIC_RELAXED);
 }
 

@@ -434,7 +434,7 @@ int pool_gpu_store(struct pool_gpu *g, struct pool_region *r, uint64_t off,
 static bool wait_locked(struct pool_gpu *g, struct pool_gpu_xfer *x,
 			bool (*cond)(struct pool_gpu_xfer *), int timeout_ms)
 {
-	struct timespec ts = gpu_deadline_ts(timeout_ms > 0 ? timeout_ms : 0);
+	struct timespec ts = pool_deadline_ms(timeout_ms > 0 ? timeout_ms : 0);
 
 	while (!cond(x)) {
 		if (timeout_ms == 0)
@@ -472,12 +472,7 @@ int pool_gpu_xfer_wait(struct pool_gpu_xfer *x, int timeout_ms)
 		return -ETIMEDOUT;
 	}
 	r = x->result;
-	if (x->prev)
-		x->prev->next = x->next;
-	else
-		g->done = x->next;
-	if (x->next)
-		x->next->prev = x->prev;
+	TP_DLIST_REMOVE(g->done, x, prev, next);
 	pthread_mutex_unlock(&g->lock);
 	xfer_free(g, x);
 	return r;

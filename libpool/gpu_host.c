@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "fabric/dlist.h"
 #include "libpool/log.h"
 #include "libpool/thread_role.h"
 
@@ -207,11 +208,7 @@ static int host_enqueue(struct gpu_dev *d, void *stream, struct hop *op)
 	}
 	if (op->ev)
 		op->ev->refs++;
-	if (s->tail)
-		s->tail->next = op;
-	else
-		s->head = op;
-	s->tail = op;
+	TP_QUEUE_APPEND(s->head, s->tail, op, next);
 	pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&d->lock);
 	return 0;
@@ -415,13 +412,7 @@ static int host_event_wait(struct gpu_dev *d, void *p, int64_t timeout_us)
 	struct timespec ts;
 	int r = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_us / 1000000;
-	ts.tv_nsec += (long)(timeout_us % 1000000) * 1000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
+	ts = pool_deadline_us(timeout_us >= 0 ? timeout_us : 0);
 	pthread_mutex_lock(&d->lock);
 	while (ev->completed < ev->recorded && r != ETIMEDOUT)
 		r = timeout_us < 0

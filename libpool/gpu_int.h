@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "fabric/fab.h"
+#include "libpool/deadline.h"
 #include "libpool/gpu.h"
 #include "libpool/internal.h"
 #include "tidepool/pool_gpu.h"
@@ -150,20 +151,6 @@ static inline uint64_t gpu_mono_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static inline struct timespec gpu_deadline_ts(int timeout_ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += timeout_ms / 1000;
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
-	return ts;
 }
 
 static inline void gpu_cond_init_mono(pthread_cond_t *c)

@@ -79,10 +79,7 @@ static void maybe_complete(struct pool_gpu *g, struct pool_gpu_xfer *x)
 	unlink_pending_locked(g, x);
 	x->complete = true;
 	x->result = err;
-	x->next = g->done;
-	if (g->done)
-		g->done->prev = x;
-	g->done = x;
+	TP_DLIST_PUSH(g->done, x, prev, next);
 	pthread_cond_broadcast(&g->done_cond);
 	pthread_mutex_unlock(&g->lock);
 	/* x belongs to its waiter from here on: not one more look. */
@@ -559,7 +556,7 @@ static void block(struct pool_gpu *g, uint64_t seen_kick)
 	if (!fabric && !copy && !start) {
 		g->poll_ns = 0;
 		pthread_mutex_lock(&g->lock);
-		ts = gpu_deadline_ts(IDLE_WAIT_MS);
+		ts = pool_deadline_ms(IDLE_WAIT_MS);
 		if (g->kick == seen_kick)
 			pthread_cond_timedwait(&g->cond, &g->lock, &ts);
 		pthread_mutex_unlock(&g->lock);

@@ -98,6 +98,8 @@
 
 #include <sodium.h>
 
+#include "fabric/dlist.h"
+#include "libpool/deadline.h"
 #include "libpool/thread_role.h"
 
 static const char kv_salt_tag[] = "tidepool kv salt v1";
@@ -504,18 +506,10 @@ static int submit(const struct pool_kv_op *tmpl, struct pool_kv_op **out)
 		return -ENOMEM;
 	*op = *tmpl;
 	pthread_mutex_lock(&kv->lock);
-	op->prev = NULL;
-	op->next = kv->ops;
-	if (kv->ops)
-		kv->ops->prev = op;
-	kv->ops = op;
+	TP_DLIST_PUSH(kv->ops, op, prev, next);
 	pthread_mutex_unlock(&kv->lock);
 	pthread_mutex_lock(&kv->qlock);
-	if (kv->qtail)
-		kv->qtail->qnext = op;
-	else
-		kv->qhead = op;
-	kv->qtail = op;
+	TP_QUEUE_APPEND(kv->qhead, kv->qtail, op, qnext);
 	pthread_cond_signal(&kv->qcond);
 	pthread_mutex_unlock(&kv->qlock);
 	*out = op;
@@ -659,15 +653,7 @@ ssize_t pool_kv_op_wait(struct pool_kv *kv, struct pool_kv_op *op,
 
 	if (r)
 		return r;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	if (timeout_ms >= 0) {
-		ts.tv_sec += timeout_ms / 1000;
-		ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-	}
+	ts = pool_deadline_ms(timeout_ms >= 0 ? timeout_ms : 0);
 	pthread_mutex_lock(&kv->qlock);
 	while (!op->done) {
 		if (timeout_ms < 0) {
@@ -682,12 +668,7 @@ ssize_t pool_kv_op_wait(struct pool_kv *kv, struct pool_kv_op *op,
 	res = op->result;
 	pthread_mutex_unlock(&kv->qlock);
 	pthread_mutex_lock(&kv->lock);
-	if (op->prev)
-		op->prev->next = op->next;
-	else
-		kv->ops = op->next;
-	if (op->next)
-		op->next->prev = op->prev;
+	TP_DLIST_REMOVE(kv->ops, op, prev, next);
 	pthread_mutex_unlock(&kv->lock);
 	free(op);
 	return res;

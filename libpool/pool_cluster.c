@@ -431,16 +431,8 @@ static int place_once_locked(struct pool *p, uint32_t k, bool packed, int node,
 	}
 	r = 0;
 out:
-	if (r && gs) {
-		uint32_t m = 0;
-
-		for (uint32_t i = 0; i < total; i++)
-			if (gs[i]) {
-				pl_unlink_slab_locked(p, gs[i]);
-				gs[m++] = gs[i];
-			}
-		pl_release_locked(p, gs, m);
-	}
+	if (r && gs)
+		pl_drop_slabs_locked(p, gs, total);
 	free(gs);
 	free(lr);
 	free(ok);

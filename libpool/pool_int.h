@@ -89,7 +89,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fabric/auth.h"
 #include "fabric/fab.h"
@@ -368,6 +370,37 @@ static inline uint64_t mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/*
+ * Copies len bytes between buf and bytes [off, off + len) of a same-host
+ * file fd (a slab's memfd, a KV block's): a read from map, the file's
+ * read-only mapping, when there is one; else pread/pwrite until done. A
+ * revoked file ends early (a read of 0 bytes) or refuses writes (EPERM):
+ * -ESTALE; other errors -errno.
+ */
+static inline int pl_shm_copy(int fd, const uint8_t *map, void *buf,
+			      uint64_t len, uint64_t off, bool write)
+{
+	uint8_t *b = buf;
+
+	if (!write && map) {
+		memcpy(b, map + off, len);
+		return 0;
+	}
+	for (uint64_t done = 0; done < len;) {
+		ssize_t n = write ? pwrite(fd, b + done, len - done,
+					   (off_t)(off + done))
+				  : pread(fd, b + done, len - done,
+					  (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n == 0 || errno == EPERM ? -ESTALE : -errno;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
 static inline void extend_validity(struct plink *lk, uint64_t sent_ms)
 {
 	uint64_t v = sent_ms + lk->ttl_ms - lk->margin_ms;
@@ -468,6 +501,8 @@ int pl_leases_take_locked(struct pool *p, struct plink *lk,
 			  bool packed, int node, struct slab **out);
 int pl_release_locked(struct pool *p, struct slab **v, uint32_t n);
 void pl_unlink_slab_locked(struct pool *p, struct slab *s);
+/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
+void pl_drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n);
 
 /* pool_cluster.c */
 int pl_reg_connect_locked(struct pool *p);

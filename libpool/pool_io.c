@@ -185,22 +185,7 @@ static int shm_piece(struct pool *p, struct fab_op *f, const struct slab *s,
 			     "memd closed its same-host socket");
 		return -ENOTCONN;
 	}
-	if (!write && s->map)
-		memcpy(b, s->map + at, len);
-	for (uint64_t done = !write && s->map ? len : 0; done < len;) {
-		ssize_t n = write ? pwrite(s->fd, b + done, len - done,
-					   (off_t)(at + done))
-				  : pread(s->fd, b + done, len - done,
-					  (off_t)(at + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n == 0 || errno == EPERM ? -ESTALE : -errno;
-			break;
-		}
-		done += (uint64_t)n;
-	}
+	r = pl_shm_copy(s->fd, s->map, b, len, at, write);
 	if (!r)
 		__atomic_add_fetch(&p->st_shm_bytes, len, __ATOMIC_RELAXED);
 	f->arg = s->link;

@@ -17,6 +17,8 @@
 #include <stdarg.h>
 #include <unistd.h>
 
+#include "libpool/deadline.h"
+
 /* Closes stream s (>= 1) of lk; caller holds ep_rw exclusively. Its
  * transfers in flight complete with -ECANCELED (fab_ep_close). */
 static void stream_close(struct plink *lk, unsigned s)
@@ -187,13 +189,7 @@ static void *hb_main(void *arg)
 		uint64_t sent;
 		int r, tmo;
 
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += period / 1000;
-		ts.tv_nsec += (long)(period % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
+		ts = pool_deadline_ms(period);
 		pthread_mutex_lock(&lk->hb_lock);
 		while (!lk->hb_stop && !link_is_lost(lk) &&
 		       !(lk->fab_go && lk->fab_pending) &&

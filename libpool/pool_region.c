@@ -16,6 +16,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "fabric/dlist.h"
+
 /* ------------------------------------------------------------------ */
 /* leases and packing                                                   */
 
@@ -70,10 +72,7 @@ static struct slab *slab_add_locked(struct pool *p, struct plink *lk,
 					  : NULL;
 	s->want_node = node;
 	s->packed = packed;
-	s->next = p->slabs;
-	if (p->slabs)
-		p->slabs->prev = s;
-	p->slabs = s;
+	TP_DLIST_PUSH(p->slabs, s, prev, next);
 	p->nslabs++;
 	lk->nslabs++;
 	return s;
@@ -236,13 +235,7 @@ int pl_release_locked(struct pool *p, struct slab **v, uint32_t n)
 
 void pl_unlink_slab_locked(struct pool *p, struct slab *s)
 {
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		p->slabs = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->next = s->prev = NULL;
+	TP_DLIST_REMOVE(p->slabs, s, prev, next);
 	p->nslabs--;
 }
 
@@ -295,8 +288,7 @@ static uint32_t first_fit(const struct slab *s, uint32_t n)
 	return UINT32_MAX;
 }
 
-/* Unlinks and releases the non-NULL slabs of got[0 .. n-1]. */
-static void drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
+void pl_drop_slabs_locked(struct pool *p, struct slab **got, uint64_t n)
 {
 	uint32_t k = 0;
 
@@ -342,7 +334,7 @@ static int pack_locked(struct pool *p, uint64_t len, int node, bool replica,
 		if (r) {
 			struct slab *v[2] = { fresh, mirror };
 
-			drop_slabs_locked(p, v, 2);
+			pl_drop_slabs_locked(p, v, 2);
 			return r;
 		}
 		s = fresh;
@@ -461,9 +453,9 @@ int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
 				     got, rgot);
 		if (r) {
 			/* What was tracked before the failure goes back. */
-			drop_slabs_locked(p, got, full);
+			pl_drop_slabs_locked(p, got, full);
 			if (rgot)
-				drop_slabs_locked(p, rgot, full);
+				pl_drop_slabs_locked(p, rgot, full);
 			goto unlock;
 		}
 		for (uint64_t i = 0; i < full; i++) {
@@ -481,18 +473,15 @@ int pool_alloc_ex(struct pool *p, size_t len, int node, unsigned flags,
 	if (rem) {
 		r = pack_locked(p, rem, node, replica, &reg->ext[full]);
 		if (r && full) {
-			drop_slabs_locked(p, got, full);
+			pl_drop_slabs_locked(p, got, full);
 			if (rgot)
-				drop_slabs_locked(p, rgot, full);
+				pl_drop_slabs_locked(p, rgot, full);
 		}
 	}
 unlock:
 	if (!r) {
 		reg->node = region_node(reg);
-		reg->next = p->regions;
-		if (p->regions)
-			p->regions->prev = reg;
-		p->regions = reg;
+		TP_DLIST_PUSH(p->regions, reg, prev, next);
 		p->nregions++;
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -530,12 +519,7 @@ int pool_free(struct pool *p, struct pool_region *reg)
 		r = pl_release_locked(p, dead, ndead);
 		pl_links_reap_locked(p);
 	}
-	if (reg->prev)
-		reg->prev->next = reg->next;
-	else
-		p->regions = reg->next;
-	if (reg->next)
-		reg->next->prev = reg->prev;
+	TP_DLIST_REMOVE(p->regions, reg, prev, next);
 	p->nregions--;
 	pthread_mutex_unlock(&p->lock);
 	if (dead != dead_inline)

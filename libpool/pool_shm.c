@@ -410,22 +410,7 @@ int pl_kv_shm_xfer(struct plink *lk, bool write, void *buf, size_t len,
 	/* A copy from a mapping (kvshm_map) may race memd's punch or a
 	 * block's reuse: zeros or other bytes, which the get's checks
 	 * refuse, as they refuse those of a pread. */
-	if (!write && e->map)
-		memcpy(buf, e->map + off, len);
-	for (size_t done = !write && e->map ? len : 0; done < len;) {
-		ssize_t n = write ? pwrite(e->fd, (uint8_t *)buf + done,
-					   len - done, (off_t)(off + done))
-				  : pread(e->fd, (uint8_t *)buf + done,
-					  len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n == 0 || errno == EPERM ? -ESTALE : -errno;
-			break;
-		}
-		done += (size_t)n;
-	}
+	r = pl_shm_copy(e->fd, e->map, buf, len, off, write);
 	pthread_rwlock_unlock(&lk->kvshm_rw);
 	if (!r)
 		__atomic_add_fetch(&lk->p->st_shm_bytes, len, __ATOMIC_RELAXED);

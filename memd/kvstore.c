@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fabric/dlist.h"
+
 /* ---- index ---- */
 
 static uint64_t key_hash(const struct memd_kv *kv, const uint8_t *key)
@@ -113,13 +115,7 @@ void kvs_lease_clear(struct kv_entry *e)
 
 	if (!e->leases)
 		return;
-	if (e->lprev)
-		e->lprev->lnext = e->lnext;
-	else
-		t->leased = e->lnext;
-	if (e->lnext)
-		e->lnext->lprev = e->lprev;
-	e->lprev = e->lnext = NULL;
+	TP_DLIST_REMOVE(t->leased, e, lprev, lnext);
 	e->leases = 0;
 }
 
@@ -128,11 +124,7 @@ void kvs_lease_take(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	uint64_t until = now_ms + kv->o.lease_ms;
 
 	if (e->leases++ == 0) {
-		e->lprev = NULL;
-		e->lnext = e->t->leased;
-		if (e->t->leased)
-			e->t->leased->lprev = e;
-		e->t->leased = e;
+		TP_DLIST_PUSH(e->t->leased, e, lprev, lnext);
 		e->lease_until_ms = until;
 	} else if (until > e->lease_until_ms) {
 		e->lease_until_ms = until;
@@ -409,17 +401,24 @@ static ssize_t tenant_forget_locked(struct memd_kv *kv, uint32_t tenant,
 	return n;
 }
 
-ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
-			      uint64_t now_ms)
+/* tenant_forget_locked under kv->lock. */
+static ssize_t tenant_forget(struct memd_kv *kv, uint32_t tenant,
+			     uint64_t now_ms, bool removed)
 {
 	ssize_t n;
 
 	if (!kv)
 		return -EINVAL;
 	pthread_mutex_lock(&kv->lock);
-	n = tenant_forget_locked(kv, tenant, now_ms, true);
+	n = tenant_forget_locked(kv, tenant, now_ms, removed);
 	pthread_mutex_unlock(&kv->lock);
 	return n;
+}
+
+ssize_t memd_kv_remove_tenant(struct memd_kv *kv, uint32_t tenant,
+			      uint64_t now_ms)
+{
+	return tenant_forget(kv, tenant, now_ms, true);
 }
 
 ssize_t memd_kv_forget_all(struct memd_kv *kv, uint64_t now_ms)
@@ -541,14 +540,7 @@ ssize_t memd_kv_forget_unless(struct memd_kv *kv,
 
 ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms)
 {
-	ssize_t n;
-
-	if (!kv)
-		return -EINVAL;
-	pthread_mutex_lock(&kv->lock);
-	n = tenant_forget_locked(kv, tenant, now_ms, false);
-	pthread_mutex_unlock(&kv->lock);
-	return n;
+	return tenant_forget(kv, tenant, now_ms, false);
 }
 
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max)

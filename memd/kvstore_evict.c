@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <pthread.h>
 
+#include "fabric/dlist.h"
+
 /* ---- FIFOs ---- */
 
 static struct kv_fifo *fifo_of(struct kv_tenant *t, uint8_t q)
@@ -32,13 +34,7 @@ void kvs_queue_push(struct kv_entry *e, uint8_t q)
 	struct kv_fifo *f = fifo_of(e->t, q);
 
 	e->queue = q;
-	e->qprev = NULL;
-	e->qnext = f->head;
-	if (f->head)
-		f->head->qprev = e;
-	else
-		f->tail = e;
-	f->head = e;
+	TP_DLIST_PREPEND(f->head, f->tail, e, qprev, qnext);
 	f->count++;
 	f->bytes += e->bytes;
 }
@@ -49,17 +45,9 @@ void kvs_queue_remove(struct kv_entry *e)
 
 	if (!f)
 		return;
-	if (e->qprev)
-		e->qprev->qnext = e->qnext;
-	else
-		f->head = e->qnext;
-	if (e->qnext)
-		e->qnext->qprev = e->qprev;
-	else
-		f->tail = e->qprev;
+	TP_DLIST_UNLINK(f->head, f->tail, e, qprev, qnext);
 	f->count--;
 	f->bytes -= e->bytes;
-	e->qprev = e->qnext = NULL;
 	e->queue = Q_NONE;
 }
 

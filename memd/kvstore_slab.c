@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "fabric/dlist.h"
+
 /* ---- geometry ---- */
 
 static uint64_t class_bytes(const struct memd_kv *kv, uint32_t cls)
@@ -103,13 +105,7 @@ static void slab_unlink(struct kv_tenant *t, struct kv_slab *s)
 
 	if (!head)
 		return;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		*head = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->prev = s->next = NULL;
+	TP_DLIST_REMOVE(*head, s, prev, next);
 	s->list = L_FULL;
 }
 
@@ -120,11 +116,7 @@ static void slab_link(struct kv_tenant *t, struct kv_slab *s,
 		list == L_PARTIAL ? &t->partial[s->cls] : &t->empty;
 
 	s->list = list;
-	s->prev = NULL;
-	s->next = *head;
-	if (*head)
-		(*head)->prev = s;
-	*head = s;
+	TP_DLIST_PUSH(*head, s, prev, next);
 }
 
 /* Borrows a slab from the owner onto the tenant's empty list. */

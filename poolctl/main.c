@@ -193,6 +193,25 @@ static int check_size(const char *cmd, const char *s, uint64_t *out)
 	return 0;
 }
 
+/* A verb with no options of its own and want arguments (have given). */
+static int plain_verb(const struct opts *o, const char *cmd, int have, int want,
+		      const char *what)
+{
+	int r = only_opts(o, cmd, false, false, false);
+
+	return r ? r : nargs(cmd, have, want, what);
+}
+
+/* A subcommand with no options of its own whose one argument, argv[2],
+ * is a tenant's name. */
+static int tenant_verb(const struct opts *o, const char *cmd, int argc,
+		       char **argv)
+{
+	int r = plain_verb(o, cmd, argc - 2, 1, "which tenant?");
+
+	return r ? r : check_name(cmd, argv[2]);
+}
+
 static int run(struct opts *o, int argc, char **argv)
 {
 	const char *cmd = argv[0];
@@ -201,8 +220,7 @@ static int run(struct opts *o, int argc, char **argv)
 
 	if (!strcmp(cmd, "status") || !strcmp(cmd, "donors") ||
 	    !strcmp(cmd, "tenants")) {
-		if ((r = only_opts(o, cmd, false, false, false)) ||
-		    (r = nargs(cmd, argc - 1, 0, "")))
+		if ((r = plain_verb(o, cmd, argc - 1, 0, "")))
 			return r;
 		return !strcmp(cmd, "status")	? cmd_status(o)
 		       : !strcmp(cmd, "donors") ? cmd_donors(o)
@@ -218,11 +236,7 @@ static int run(struct opts *o, int argc, char **argv)
 			uint64_t tps = 0;
 			char *end;
 
-			if ((r = only_opts(o, "tenant set", false, false,
-					   false)) ||
-			    (r = nargs("tenant set", argc - 2, 1,
-				       "which tenant?")) ||
-			    (r = check_name("tenant set", argv[2])))
+			if ((r = tenant_verb(o, "tenant set", argc, argv)))
 				return r;
 			if (!o->tps && !o->bpt)
 				return usage_error(
@@ -255,11 +269,7 @@ static int run(struct opts *o, int argc, char **argv)
 					      o->bpt != NULL, bytes);
 		}
 		if (!strcmp(sub, "report")) {
-			if ((r = only_opts(o, "tenant report", false, false,
-					   false)) ||
-			    (r = nargs("tenant report", argc - 2, 1,
-				       "which tenant?")) ||
-			    (r = check_name("tenant report", argv[2])))
+			if ((r = tenant_verb(o, "tenant report", argc, argv)))
 				return r;
 			return cmd_tenant_report(o, argv[2]);
 		}
@@ -284,11 +294,7 @@ static int run(struct opts *o, int argc, char **argv)
 			return cmd_tenant_add(o, argv[2], bytes);
 		}
 		if (!strcmp(sub, "remove")) {
-			if ((r = only_opts(o, "tenant remove", false, false,
-					   false)) ||
-			    (r = nargs("tenant remove", argc - 2, 1,
-				       "which tenant?")) ||
-			    (r = check_name("tenant remove", argv[2])))
+			if ((r = tenant_verb(o, "tenant remove", argc, argv)))
 				return r;
 			return cmd_tenant_remove(o, argv[2]);
 		}
@@ -301,11 +307,7 @@ static int run(struct opts *o, int argc, char **argv)
 			char *end;
 			double h;
 
-			if ((r = only_opts(o, "quota suggest", false, false,
-					   false)) ||
-			    (r = nargs("quota suggest", argc - 2, 1,
-				       "which tenant?")) ||
-			    (r = check_name("quota suggest", argv[2])))
+			if ((r = tenant_verb(o, "quota suggest", argc, argv)))
 				return r;
 			if (!o->hit)
 				return usage_error("quota suggest: --hit RATIO "
@@ -348,16 +350,13 @@ static int run(struct opts *o, int argc, char **argv)
 		return usage_error("quota: unknown subcommand '%s'", sub);
 	}
 	if (!strcmp(cmd, "drain") || !strcmp(cmd, "undrain")) {
-		if ((r = only_opts(o, cmd, false, false, false)) ||
-		    (r = nargs(cmd, argc - 1, 1, "which donor?")))
-			return r;
-		if ((r = check_donor(cmd, argv[1], NULL)))
+		if ((r = plain_verb(o, cmd, argc - 1, 1, "which donor?")) ||
+		    (r = check_donor(cmd, argv[1], NULL)))
 			return r;
 		return cmd_drain(o, argv[1], !strcmp(cmd, "drain"));
 	}
 	if (!strcmp(cmd, "top")) {
-		if ((r = only_opts(o, cmd, false, false, false)) ||
-		    (r = nargs(cmd, argc - 1, 0, "")))
+		if ((r = plain_verb(o, cmd, argc - 1, 0, "")))
 			return r;
 		return cmd_top(o);
 	}
