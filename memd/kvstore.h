@@ -144,6 +144,15 @@ struct memd_kv_options {
 			uint8_t **base);
 	/* Takes back a slab the store no longer uses (its blocks are free). */
 	void (*slab_put)(void *arg, uint32_t slab);
+	/*
+	 * Optional. Called when slab_get said -ENOSPC and the tenant has
+	 * nothing left to evict: waits, bounded, for a slab on its way back
+	 * to free (given back, being quiesced and zeroed) and returns true
+	 * when slab_get may now succeed; false at once when none is on its
+	 * way or the tenant's share is full. Without it such a put fails
+	 * -ENOSPC for memory that is free a moment later.
+	 */
+	bool (*slab_wait)(void *arg, uint32_t tenant);
 	void *slab_arg;
 	const char *spill_dir; /* NULL: no spill; copied */
 	uint64_t spill_bytes;  /* cap on the spill files' total size */

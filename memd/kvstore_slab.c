@@ -240,13 +240,20 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 	}
 }
 
+/* slab_wait calls one block allocation makes at most (each bounded) */
+#define KV_SLAB_WAITS 4
+
 /*
  * A block of cls for t: a free one, else an empty slab re-cut, else a new
- * slab from the owner, else evictions until one of those appears.
+ * slab from the owner, else evictions until one of those appears, else,
+ * with nothing left to evict, a wait for a slab the owner is still
+ * zeroing (slab_wait): -ENOSPC only when no memory is on its way.
  */
 static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		       uint64_t now_ms, struct kv_chunk *c)
 {
+	int waits = 0;
+
 	for (;;) {
 		struct kv_slab *s = t->partial[cls];
 		int r;
@@ -267,8 +274,12 @@ static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 			continue;
 		if (r != -ENOSPC)
 			return r;
-		if (!kvs_evict_one(kv, t, now_ms))
-			return -ENOSPC;
+		if (kvs_evict_one(kv, t, now_ms))
+			continue;
+		if (waits++ < KV_SLAB_WAITS && kv->o.slab_wait &&
+		    kv->o.slab_wait(kv->o.slab_arg, t->id))
+			continue;
+		return -ENOSPC;
 	}
 }
 

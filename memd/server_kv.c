@@ -487,6 +487,47 @@ static void kv_slab_put(void *arg, uint32_t slab)
 		memd_donor_kick(s->donor);
 }
 
+/* How long past the quiesce delay a put waits for a slab being zeroed. */
+#define KV_SLAB_WAIT_MS 1000u
+
+/*
+ * The store's slab_wait: runs on memd-ctl, under the store's lock, when
+ * slab_get said -ENOSPC and tenant has nothing to evict. Slabs given back
+ * (by any tenant: a put and delete of a few classes hands back a slab per
+ * class) are free again only after the quiesce delay and the reclaimer's
+ * zeroing; a put meanwhile would fail -ENOSPC with the donor's memory a
+ * moment from free. So: while the tenant is under its cap and slabs are
+ * on their way back, wait for one (at most quiesce + KV_SLAB_WAIT_MS).
+ */
+static bool kv_slab_wait(void *arg, uint32_t tenant)
+{
+	struct memd_server *s = arg;
+	struct kv_tenant *t = srv_kv_tenant(s, tenant, false);
+	uint64_t end = srv_now_ms() + s->cfg.quiesce_ms + KV_SLAB_WAIT_MS;
+	bool drain = false;
+
+	if (s->donor) {
+		uint32_t id;
+		uint64_t reg_epoch;
+
+		memd_donor_state(s->donor, &id, &reg_epoch, &drain);
+	}
+	if (!t || s->draining || drain || t->slabs >= t->cap_slabs)
+		return false;
+	for (;;) {
+		struct memd_lease_counts c;
+		struct timespec ts = { 0, 1000000 };
+
+		memd_lease_get_counts(s->lt, &c);
+		if (c.free > 0)
+			return true;
+		if (c.reclaiming == 0 || srv_now_ms() >= end)
+			return false;
+		srv_reclaim_kick(s);
+		nanosleep(&ts, NULL);
+	}
+}
+
 /*
  * In a cluster, a tenant's store holding more than the registry's latest
  * allowance evicts its own entries down to it (the quota moved: another
@@ -756,6 +797,7 @@ int srv_kv_open(struct memd_server *s, char *err, size_t errlen)
 		.lease_ms = s->cfg.kv_lease_ms,
 		.slab_get = kv_slab_get,
 		.slab_put = kv_slab_put,
+		.slab_wait = kv_slab_wait,
 		.slab_arg = s,
 		.spill_dir =
 			s->cfg.kv_spill_dir[0] ? s->cfg.kv_spill_dir : NULL,

@@ -2249,6 +2249,42 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 }
 END_TEST
 
+START_TEST(put_waits_for_slabs_being_zeroed)
+{
+	/* Slabs given back are free again only after the quiesce delay and
+	 * the reclaimer's zeroing (docs/kv.md). 8 slabs, all the tenant's
+	 * (kv_share 100), quiesce 500 ms: a put and delete of 8 whole-slab
+	 * values hands 7 back, then a put whose tenant has nothing to evict
+	 * (the one other entry pinned) waits for one of them instead of
+	 * failing -ENOSPC with the memory free a moment later. */
+	uint8_t keys[10][WIRE_KV_KEY_LEN];
+	struct kvc *c;
+
+	start_standalone("kv_share = 100\nquiesce = 500ms\n", "16M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (int i = 0; i < 10; i++)
+		make_key(keys[i], 4, (uint64_t)i);
+	for (int i = 0; i < 8; i++)
+		put_get(c, keys[i], SLAB - 64);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])keys, 8, NULL, NULL,
+				 NULL),
+			 0);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(rep.u.kv.item[i].status, 0);
+	put_get(c, keys[8], SLAB - 64); /* the spare */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_PIN, 0,
+				 (const uint8_t(*)[32])keys[8], 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	put_get(c, keys[9], SLAB - 64);
+	get_check(c, keys[8], SLAB - 64);
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
@@ -2264,7 +2300,8 @@ static Suite *kv_memd_suite(void)
 		     spill_bound_to_pool_and_tenant,
 		     spill_not_served_to_new_tenant_under_old_id,
 		     removed_tenant_spill_deleted,
-		     quota_suggest_reaches_its_hit_ratio);
+		     quota_suggest_reaches_its_hit_ratio,
+		     put_waits_for_slabs_being_zeroed);
 	return s;
 }
 
