@@ -487,7 +487,8 @@ static void kv_slab_put(void *arg, uint32_t slab)
 		memd_donor_kick(s->donor);
 }
 
-/* How long past the quiesce delay a put waits for a slab being zeroed. */
+/* How long a put waits, at most, for a slab being zeroed: memd-ctl
+ * answers nobody meanwhile. */
 #define KV_SLAB_WAIT_MS 1000u
 
 /*
@@ -497,13 +498,13 @@ static void kv_slab_put(void *arg, uint32_t slab)
  * class) are free again only after the quiesce delay and the reclaimer's
  * zeroing; a put meanwhile would fail -ENOSPC with the donor's memory a
  * moment from free. So: while the tenant is under its cap and slabs are
- * on their way back, wait for one (at most quiesce + KV_SLAB_WAIT_MS).
+ * on their way back and one is due within KV_SLAB_WAIT_MS, wait for it.
  */
 static bool kv_slab_wait(void *arg, uint32_t tenant)
 {
 	struct memd_server *s = arg;
 	struct kv_tenant *t = srv_kv_tenant(s, tenant, false);
-	uint64_t end = srv_now_ms() + s->cfg.quiesce_ms + KV_SLAB_WAIT_MS;
+	uint64_t end = srv_now_ms() + KV_SLAB_WAIT_MS;
 	bool drain = false;
 
 	if (s->donor) {
@@ -517,11 +518,15 @@ static bool kv_slab_wait(void *arg, uint32_t tenant)
 	for (;;) {
 		struct memd_lease_counts c;
 		struct timespec ts = { 0, 1000000 };
+		uint64_t now = srv_now_ms();
+		int64_t due = memd_lease_next_reclaim_ms(s->lt, now);
 
 		memd_lease_get_counts(s->lt, &c);
 		if (c.free > 0)
 			return true;
-		if (c.reclaiming == 0 || srv_now_ms() >= end)
+		/* reclaiming counts the slabs being zeroed (due < 0 then) */
+		if (c.reclaiming == 0 || now >= end ||
+		    (due > 0 && now + (uint64_t)due > end))
 			return false;
 		srv_reclaim_kick(s);
 		nanosleep(&ts, NULL);
