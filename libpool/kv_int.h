@@ -96,7 +96,10 @@ struct pool_kv_op {
 	const size_t *caps;	   /* get */
 	size_t *out_lens;	   /* get */
 	int *status;		   /* may be NULL but for get */
-	int copy;		   /* delete: COPY_BOTH, or one copy (tests) */
+	/* put: per key, set when its home's reserve answered -EAGAIN (a
+	 * slab on its way back to the donor): kv_run_op tries it again */
+	bool *again;
+	int copy; /* delete: COPY_BOTH, or one copy (tests) */
 	ssize_t result;
 	bool done; /* under kv->qlock */
 	struct pool_kv_op *qnext;

@@ -32,6 +32,8 @@ static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 		b->st[j] = rc ? rc : it->status;
 		if (b->st[j] == -ENOBUFS)
 			b->st[j] = -EMSGSIZE; /* alone, still too many */
+		if (!rc && !replica && it->status == -EAGAIN && r->op->again)
+			r->op->again[g[j]] = true; /* kv_run_op retries it */
 		if (b->st[j])
 			continue;
 		b->gen[j] = it->generation;

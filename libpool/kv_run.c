@@ -19,6 +19,8 @@ static ssize_t kv_run_once(struct pool_kv *kv, struct pool_kv_op *op,
 
 	r.tail = &r.batches;
 	r.status = op->status;
+	if (op->again)
+		memset(op->again, 0, op->n * sizeof(*op->again));
 	if (!r.status && op->kind != KV_EXISTS) {
 		r.status = own = malloc(op->n * sizeof(*own));
 		if (!own)
@@ -102,7 +104,7 @@ out:
  * out only once every donor has confirmed it), KV_STALE_WAIT_MS at most.
  * A second refusal leaves those keys -EAGAIN (try again): gets miss. docs/kv.md, "Donors that come and go".
  */
-ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+static ssize_t kv_run_fresh(struct pool_kv *kv, struct pool_kv_op *op)
 {
 	uint64_t stale = 0, again = 0;
 	int *first = NULL, *own = NULL;
@@ -201,5 +203,104 @@ out:
 		op->status = NULL;
 	free(own);
 	free(first);
+	return ret;
+}
+
+/* The first pause before a put's keys answered -EAGAIN are tried again;
+ * it doubles each time, up to KV_AGAIN_MAX_MS. */
+#define KV_AGAIN_MS 2
+#define KV_AGAIN_MAX_MS 128
+
+/*
+ * Runs op (kv_run_fresh). A put's keys whose home answered -EAGAIN in
+ * the reserve (memd has no free slab for them yet, but one is being
+ * zeroed: docs/kv.md) are put again, just those, after 2, 4, 8 ...
+ * ms, until the handle's timeout from the op's start; those still
+ * refused then stay -EAGAIN. memd does not wait for the slab itself: its
+ * control thread serves every client.
+ */
+ssize_t kv_run_op(struct pool_kv *kv, struct pool_kv_op *op)
+{
+	uint64_t until = now_ms() + (uint64_t)pool_timeout_ms(kv->p);
+	struct pool_kv_op sub;
+	struct pool_kv_key *ks = NULL;
+	const void **vs = NULL;
+	size_t *ls = NULL, *at = NULL;
+	int *own = NULL, *st = NULL;
+	bool *again = NULL, *sa = NULL;
+	long pause = KV_AGAIN_MS;
+	ssize_t ret;
+
+	if (op->kind != KV_PUT)
+		return kv_run_fresh(kv, op);
+	if (!op->status)
+		op->status = own = malloc(op->n * sizeof(*own));
+	again = calloc(op->n, sizeof(*again));
+	if (!op->status || !again) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	op->again = again;
+	ret = kv_run_fresh(kv, op);
+	op->again = NULL;
+	while (ret >= 0) {
+		size_t m = 0;
+		struct timespec ts = { 0, pause * 1000000L };
+
+		for (size_t i = 0; i < op->n; i++)
+			m += again[i] && op->status[i] == -EAGAIN;
+		if (!m || now_ms() + (uint64_t)pause >= until)
+			break;
+		if (!ks) {
+			ks = malloc(op->n * sizeof(*ks));
+			vs = malloc(op->n * sizeof(*vs));
+			ls = malloc(op->n * sizeof(*ls));
+			at = malloc(op->n * sizeof(*at));
+			st = malloc(op->n * sizeof(*st));
+			sa = malloc(op->n * sizeof(*sa));
+			if (!ks || !vs || !ls || !at || !st || !sa)
+				break; /* they stay -EAGAIN */
+		}
+		m = 0;
+		for (size_t i = 0; i < op->n; i++)
+			if (again[i] && op->status[i] == -EAGAIN) {
+				ks[m] = op->keys[i];
+				vs[m] = op->values[i];
+				ls[m] = op->lens[i];
+				at[m++] = i;
+			}
+		nanosleep(&ts, NULL);
+		if (pause < KV_AGAIN_MAX_MS)
+			pause *= 2;
+		sub = *op;
+		sub.n = m;
+		sub.keys = ks;
+		sub.values = vs;
+		sub.lens = ls;
+		sub.status = st;
+		sub.again = sa;
+		if (kv_run_fresh(kv, &sub) < 0)
+			break; /* they stay -EAGAIN */
+		for (size_t j = 0; j < m; j++) {
+			op->status[at[j]] = st[j];
+			again[at[j]] = sa[j];
+		}
+	}
+	if (ret >= 0) {
+		ret = 0;
+		for (size_t i = 0; i < op->n; i++)
+			ret += !op->status[i] || op->status[i] == -EEXIST;
+	}
+out:
+	if (own)
+		op->status = NULL;
+	free(own);
+	free(again);
+	free(ks);
+	free(vs);
+	free(ls);
+	free(at);
+	free(st);
+	free(sa);
 	return ret;
 }

@@ -66,6 +66,8 @@
  *  - pinned entries and entries with live read leases are skipped (moved
  *    to the head of their FIFO); if the policy's walk finds no victim, any
  *    evictable entry is taken; if there is none, the put gets -ENOSPC.
+ *    A put evicts nothing while slab_soon says a slab is on its way back
+ *    for the tenant, under its share: it gets -EAGAIN (try again).
  * One-shot keys pass through S without pushing reused ones out of M: the
  * policy is scan-resistant. Evictions continue until a block of the
  * needed class is free or a slab is empty (which is re-cut for the class
@@ -144,6 +146,15 @@ struct memd_kv_options {
 			uint8_t **base);
 	/* Takes back a slab the store no longer uses (its blocks are free). */
 	void (*slab_put)(void *arg, uint32_t slab);
+	/*
+	 * Optional; must not block. Called when slab_get said -ENOSPC for a
+	 * put: true when a slab is on its way back to free (given back,
+	 * being quiesced and zeroed) and due soon, with the tenant's share
+	 * not full. The put is then answered -EAGAIN (try again shortly)
+	 * rather than evict the tenant's entries or fail -ENOSPC for memory
+	 * that is free a moment later.
+	 */
+	bool (*slab_soon)(void *arg, uint32_t tenant);
 	void *slab_arg;
 	const char *spill_dir; /* NULL: no spill; copied */
 	uint64_t spill_bytes;  /* cap on the spill files' total size */
@@ -215,7 +226,9 @@ struct memd_kv_item {
  *            leases is off the index at once: it can be put again);
  *  -ENOSPC   the tenant's share is full and nothing can be evicted;
  *  -EAGAIN   a forget pass under way would forget this new key
- *            (memd_kv_forget_begin);
+ *            (memd_kv_forget_begin), or the share is not full but the
+ *            slab needed is still being zeroed (slab_soon): try again
+ *            shortly;
  *  -EDQUOT   the tenant already has max_reserved reservations pending
  *            (commit them or let them expire);
  *  -EINVAL   value_len 0;  -EMSGSIZE  value_len over value_max_bytes;

@@ -214,7 +214,7 @@ void kvs_tenant_release_empty(struct memd_kv *kv, struct kv_tenant *t);
 void kvs_tenant_release_spare(struct memd_kv *kv, struct kv_tenant *t);
 void kvs_entry_free_blocks(struct kv_entry *e);
 int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
-			   uint64_t now_ms);
+			   uint64_t now_ms, bool defer);
 
 /* kvstore_evict.c */
 void kvs_queue_push(struct kv_entry *e, uint8_t q);

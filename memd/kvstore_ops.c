@@ -167,7 +167,7 @@ static int reserve_one(struct memd_kv *kv, struct kv_tenant *t,
 		e->to_main = true;
 	}
 	e->busy = true;
-	r = kvs_entry_alloc_blocks(kv, e, it->value_len, now_ms);
+	r = kvs_entry_alloc_blocks(kv, e, it->value_len, now_ms, true);
 	e->busy = false;
 	if (r) {
 		e->to_main = false;

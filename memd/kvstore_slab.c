@@ -234,10 +234,14 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 
 /*
  * A block of cls for t: a free one, else an empty slab re-cut, else a new
- * slab from the owner, else evictions until one of those appears.
+ * slab from the owner, else (defer) -EAGAIN when the owner has none now
+ * but is zeroing one the tenant, under its share, may have soon
+ * (slab_soon): its entries stay, the put is asked again. Else
+ * evictions until one of those appears; with nothing left to evict,
+ * -ENOSPC.
  */
 static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
-		       uint64_t now_ms, struct kv_chunk *c)
+		       uint64_t now_ms, bool defer, struct kv_chunk *c)
 {
 	for (;;) {
 		struct kv_slab *s = t->partial[cls];
@@ -259,6 +263,9 @@ static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 			continue;
 		if (r != -ENOSPC)
 			return r;
+		if (defer && kv->o.slab_soon &&
+		    kv->o.slab_soon(kv->o.slab_arg, t->id))
+			return -EAGAIN;
 		if (!kvs_evict_one(kv, t, now_ms))
 			return -ENOSPC;
 	}
@@ -278,9 +285,10 @@ void kvs_entry_free_blocks(struct kv_entry *e)
 	e->bytes = 0;
 }
 
-/* Gives e blocks for a len-byte value. e must be on no FIFO. */
+/* Gives e blocks for a len-byte value. e must be on no FIFO. defer: a
+ * put's, which may be answered -EAGAIN (block_alloc). */
 int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
-			   uint64_t now_ms)
+			   uint64_t now_ms, bool defer)
 {
 	uint32_t n = kvs_nchunks_for(kv, len);
 	struct kv_chunk *c = n == 1 ? &e->one : calloc(n, sizeof(*c));
@@ -291,7 +299,7 @@ int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t cls = class_for(
 			kv, MEMD_KV_HEADER_BYTES + kvs_chunk_part(kv, len, i));
-		int r = block_alloc(kv, e->t, cls, now_ms, &c[i]);
+		int r = block_alloc(kv, e->t, cls, now_ms, defer, &c[i]);
 
 		if (r) {
 			while (i--)

@@ -355,7 +355,7 @@ int kvs_entry_load(struct memd_kv *kv, struct kv_entry *e, uint64_t now_ms)
 	if (r)
 		goto bad_file;
 	e->busy = true; /* evictions below may trim its spill file */
-	r = kvs_entry_alloc_blocks(kv, e, h.value_len, now_ms);
+	r = kvs_entry_alloc_blocks(kv, e, h.value_len, now_ms, false);
 	if (r) {
 		e->busy = false;
 		close(fd);

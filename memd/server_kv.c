@@ -487,6 +487,48 @@ static void kv_slab_put(void *arg, uint32_t slab)
 		memd_donor_kick(s->donor);
 }
 
+/* How soon a slab on its way back must be due for a put that needs it
+ * to be told to try again (-EAGAIN) rather than -ENOSPC. */
+#define KV_SLAB_SOON_MS 1000u
+
+/*
+ * The store's slab_soon: runs on memd-ctl, under the store's lock, when
+ * slab_get said -ENOSPC and tenant has nothing to evict; must not block
+ * (memd-ctl serves every client). Slabs given back (by any tenant: a put
+ * and delete of a few classes hands back a slab per class) are free
+ * again only after the quiesce delay and the reclaimer's zeroing; a put
+ * meanwhile would fail -ENOSPC with the donor's memory a moment from
+ * free. So: while the tenant is under its cap and slabs are on their way
+ * back, one due within KV_SLAB_SOON_MS (or being zeroed now), the put is
+ * answered -EAGAIN and the reclaimer is kicked; the client tries again.
+ */
+static bool kv_slab_soon(void *arg, uint32_t tenant)
+{
+	struct memd_server *s = arg;
+	struct kv_tenant *t = srv_kv_tenant(s, tenant, false);
+	struct memd_lease_counts c;
+	bool drain = false;
+	int64_t due;
+
+	if (s->donor) {
+		uint32_t id;
+		uint64_t reg_epoch;
+
+		memd_donor_state(s->donor, &id, &reg_epoch, &drain);
+	}
+	if (!t || s->draining || drain || t->slabs >= t->cap_slabs)
+		return false;
+	memd_lease_get_counts(s->lt, &c);
+	if (c.reclaiming == 0)
+		return false;
+	/* reclaiming counts the slabs being zeroed too (due < 0 then) */
+	due = memd_lease_next_reclaim_ms(s->lt, srv_now_ms());
+	if (c.free == 0 && due > (int64_t)KV_SLAB_SOON_MS)
+		return false;
+	srv_reclaim_kick(s);
+	return true;
+}
+
 /*
  * In a cluster, a tenant's store holding more than the registry's latest
  * allowance evicts its own entries down to it (the quota moved: another
@@ -756,6 +798,7 @@ int srv_kv_open(struct memd_server *s, char *err, size_t errlen)
 		.lease_ms = s->cfg.kv_lease_ms,
 		.slab_get = kv_slab_get,
 		.slab_put = kv_slab_put,
+		.slab_soon = kv_slab_soon,
 		.slab_arg = s,
 		.spill_dir =
 			s->cfg.kv_spill_dir[0] ? s->cfg.kv_spill_dir : NULL,

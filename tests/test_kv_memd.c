@@ -2247,6 +2247,65 @@ START_TEST(quota_suggest_reaches_its_hit_ratio)
 }
 END_TEST
 
+START_TEST(put_retries_while_slabs_are_zeroed)
+{
+	/* Slabs given back are free again only after the quiesce delay and
+	 * the reclaimer's zeroing (docs/kv.md). 8 slabs, all the tenant's
+	 * (kv_share 100), quiesce 500 ms: a put and delete of 8 whole-slab
+	 * values hands 7 back, then a put whose tenant has nothing to evict
+	 * (the one other entry pinned) is answered -EAGAIN by memd, without
+	 * memd-ctl waiting; libpool tries again shortly and the put succeeds
+	 * instead of failing with the memory free a moment later. */
+	uint8_t keys[9][WIRE_KV_KEY_LEN];
+	struct pool_kv_key k9;
+	size_t len = SLAB - 64, got = 0;
+	uint8_t *v, *buf = malloc(SLAB);
+	struct pool_kv *kv;
+	struct pool *p;
+	struct kvc *c;
+	int st = 1;
+
+	ck_assert_ptr_nonnull(buf);
+	start_standalone("kv_share = 100\nquiesce = 500ms\n", "16M");
+	c = kvc_open(md.addr, NULL, NULL);
+	p = tu_pool_connect(&md);
+	ck_assert_int_eq(pool_kv_open(p, NULL, &kv), 0);
+	for (int i = 0; i < 9; i++)
+		make_key(keys[i], 4, (uint64_t)i);
+	make_key(k9.b, 4, 9);
+	v = make_value(k9.b, len);
+	for (int i = 0; i < 8; i++)
+		put_get(c, keys[i], len);
+	ck_assert_int_eq(kv_call(c, WIRE_KV_DELETE, 0,
+				 (const uint8_t(*)[32])keys, 8, NULL, NULL,
+				 NULL),
+			 0);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(rep.u.kv.item[i].status, 0);
+	put_get(c, keys[8], len); /* the spare */
+	ck_assert_int_eq(kv_call(c, WIRE_KV_PIN, 0,
+				 (const uint8_t(*)[32])keys[8], 1, NULL, NULL,
+				 NULL),
+			 0);
+	ck_assert_int_eq(rep.u.kv.item[0].status, 0);
+	ck_assert_int_eq(
+		pool_kv_put(kv, 1, &k9, (const void *const *)&v, &len, &st), 1);
+	ck_assert_int_eq(st, 0);
+	ck_assert_int_eq(
+		pool_kv_get(kv, 1, &k9, (void *const *)&buf, &len, &got, &st),
+		1);
+	ck_assert_uint_eq(got, len);
+	ck_assert_int_eq(memcmp(buf, v, len), 0);
+	get_check(c, keys[8], len);
+	pool_kv_close(kv);
+	pool_close(p);
+	kvc_close(c);
+	free(v);
+	free(buf);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
@@ -2262,7 +2321,8 @@ static Suite *kv_memd_suite(void)
 		     spill_bound_to_pool_and_tenant,
 		     spill_not_served_to_new_tenant_under_old_id,
 		     removed_tenant_spill_deleted,
-		     quota_suggest_reaches_its_hit_ratio);
+		     quota_suggest_reaches_its_hit_ratio,
+		     put_retries_while_slabs_are_zeroed);
 	return s;
 }
 

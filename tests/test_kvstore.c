@@ -1799,6 +1799,124 @@ START_TEST(concurrent_callers)
 }
 END_TEST
 
+/* ---- slabs given back are free again only once zeroed ---- */
+
+/* A holder that is no tenant: the slab is given back, not yet zeroed. */
+#define ZEROING NTENANTS
+
+struct zeroing_owner {
+	struct owner *o;
+	uint32_t asked;
+};
+
+static int zeroing_get(void *arg, uint32_t tenant, uint32_t *slab,
+		       uint8_t **base)
+{
+	struct zeroing_owner *z = arg;
+
+	return owner_get(z->o, tenant, slab, base);
+}
+
+static void zeroing_put(void *arg, uint32_t slab)
+{
+	struct zeroing_owner *z = arg;
+
+	owner_put(z->o, slab);
+	z->o->holder[slab] = ZEROING; /* owner_get skips it */
+}
+
+/* memd's slab_soon: a slab is being zeroed and the share has room. */
+static bool zeroing_soon(void *arg, uint32_t tenant)
+{
+	struct zeroing_owner *z = arg;
+
+	z->asked++;
+	if (z->o->held[tenant] >= z->o->share[tenant])
+		return false;
+	for (uint32_t i = 0; i < z->o->nslabs; i++)
+		if (z->o->holder[i] == ZEROING)
+			return true;
+	return false;
+}
+
+/* The reclaimer: every slab being zeroed is free. */
+static void zeroing_done(struct zeroing_owner *z)
+{
+	for (uint32_t i = 0; i < z->o->nslabs; i++)
+		if (z->o->holder[i] == ZEROING)
+			z->o->holder[i] = -1;
+}
+
+START_TEST(put_is_told_to_retry_while_slabs_are_zeroed)
+{
+	/* A put and delete of a few slabs' worth of values, then a put of
+	 * as many again in one batch, well within the tenant's share:
+	 * the slabs given back are still being zeroed. The store answers
+	 * the keys that need those slabs -EAGAIN (slab_soon: try again),
+	 * not -ENOSPC, without waiting, and evicts nothing for them (the
+	 * share has room); once the owner has zeroed them the same keys are
+	 * reserved. With the share full it evicts, or answers -ENOSPC. */
+	struct zeroing_owner z = { .o = owner_new(MIB, 4) };
+	struct memd_kv_options op = opts(z.o);
+	static struct memd_kv_loc locs[16];
+	struct memd_kv_item it[5];
+	struct memd_kv *kv;
+
+	op.slab_get = zeroing_get;
+	op.slab_put = zeroing_put;
+	op.slab_soon = zeroing_soon;
+	op.slab_arg = &z;
+	ck_assert_int_eq(memd_kv_create(&op, &kv), 0);
+	z.o->share[1] = 4;
+	for (uint64_t n = 0; n < 4; n++) /* a whole slab each */
+		ck_assert_int_eq(put(kv, z.o, 1, n, MIB - HDR, 0), 0);
+	ck_assert_uint_eq(z.asked, 0);
+	for (uint64_t n = 0; n < 4; n++)
+		ck_assert_int_eq(del(kv, 1, n, 0), 0);
+	ck_assert_uint_eq(z.o->held[1], SPARE); /* 3 being zeroed */
+	for (int i = 0; i < 4; i++) {
+		item_key(&it[i], 10 + (uint64_t)i);
+		it[i].value_len = MIB - HDR;
+	}
+	/* the spare takes the first; the others must wait for zeroing */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, it, 4, locs, 16, 1), 1);
+	ck_assert_int_eq(it[0].status, 0);
+	for (int i = 1; i < 4; i++)
+		ck_assert_int_eq(it[i].status, -EAGAIN);
+	ck_assert_uint_eq(z.asked, 3);
+	ck_assert_uint_eq(z.o->held[1], 1);
+	client_write(z.o, 1, &it[0], locs);
+	it[0].checksum = value_checksum(1, it[0].key, it[0].value_len);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, it, 1, 1), 1);
+	/* still zeroing, with an entry to evict: -EAGAIN again, and the
+	 * entry stays (the share has room) */
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &it[1], 3, locs, 16, 1), 0);
+	for (int i = 1; i < 4; i++)
+		ck_assert_int_eq(it[i].status, -EAGAIN);
+	ck_assert_int_eq(get(kv, z.o, 1, 10, 1, true), 0);
+	zeroing_done(&z);
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &it[1], 3, locs, 16, 1), 3);
+	for (int i = 1; i < 4; i++) {
+		ck_assert_int_eq(it[i].status, 0);
+		client_write(z.o, 1, &it[i], locs);
+		it[i].checksum = value_checksum(1, it[i].key, it[i].value_len);
+	}
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &it[1], 3, 1), 3);
+	for (uint64_t n = 10; n < 14; n++)
+		ck_assert_int_eq(get(kv, z.o, 1, n, 2, true), 0);
+	/* the share full, every entry pinned: -ENOSPC */
+	for (uint64_t n = 10; n < 14; n++)
+		ck_assert_int_eq(pin(kv, 1, n, 3), 0);
+	item_key(&it[4], 20);
+	it[4].value_len = 100;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &it[4], 1, locs, 16, 3), 0);
+	ck_assert_int_eq(it[4].status, -ENOSPC);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(z.o), 0);
+	owner_free(z.o);
+}
+END_TEST
+
 static Suite *kvstore_suite(void)
 {
 	Suite *s = suite_create("kvstore");
@@ -1814,7 +1932,8 @@ static Suite *kvstore_suite(void)
 		     trim_evicts_down_to_a_slab_count, s3fifo_is_scan_resistant,
 		     capacity_statistics, tenants_are_isolated,
 		     bad_inputs_get_clear_errors,
-		     exists_is_the_longest_present_prefix, concurrent_callers);
+		     exists_is_the_longest_present_prefix, concurrent_callers,
+		     put_is_told_to_retry_while_slabs_are_zeroed);
 	tcase_add_checked_fixture(ts, spill_setup, spill_teardown);
 	TU_ADD_TESTS(ts, spill_reload_and_warm_restart,
 		     spill_membership_and_forget_unless, forget_pass_in_steps,

@@ -152,6 +152,9 @@ POOL_API int pool_kv_eventfd(struct pool_kv *kv);
  *   -EBUSY     another put of this key is under way
  *   -ENOSPC    the tenant's share on the home donor is full and nothing
  *              can be evicted (all pinned or being read)
+ *   -EAGAIN    try again later: the home's memory for it is still
+ *              being zeroed (tried again until the handle's timeout),
+ *              or the home is out of touch with its registry
  *   -ENOTCONN  the home donor is lost or unreachable
  *   -ETIMEDOUT the put outlived its reservation (memd's kv_reserve_ttl)
  *   -EOPNOTSUPP the KV tier is off on the home donor (kv_share = 0)
