@@ -8,6 +8,8 @@
  */
 #include "memd/server_int.h"
 
+#include "fabric/dlist.h"
+
 uint64_t srv_now_ms(void)
 {
 	struct timespec ts;
@@ -173,12 +175,7 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 	if (c->shm_bound)
 		srv_shm_session_closed(s, c->session_id);
 	sodium_memzero(c->shm_nonce, sizeof(c->shm_nonce));
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	TP_DLIST_REMOVE(s->conns, c, prev, next);
 	s->nconns--;
 	free(c->rx);
 	free(c->tx);
