@@ -182,6 +182,16 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 	free(c);
 }
 
+/* Sends rep, its body already filled in, as the reply of type to request
+ * seq; a client that is not reading is closed (c->closing). */
+void srv_reply(struct conn *c, struct wire_msg *rep, uint8_t type, uint32_t seq)
+{
+	rep->type = type;
+	rep->seq = seq;
+	if (srv_conn_send(c, rep))
+		c->closing = true;
+}
+
 /* Queues one reply frame. -ENOBUFS when the client is not reading. */
 int srv_conn_send(struct conn *c, const struct wire_msg *m)
 {
