@@ -823,3 +823,23 @@ int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw)
 	bench_lat_fini(&res.lat);
 	return r;
 }
+
+int bench_slab_get(void *arg, uint32_t tenant, uint32_t *slab, uint8_t **base)
+{
+	struct bench_slabs *o = arg;
+
+	(void)tenant;
+	for (uint32_t i = 0; i < o->n; i++)
+		if (!o->used[i]) {
+			o->used[i] = 1;
+			*slab = i;
+			*base = o->mem[i];
+			return 0;
+		}
+	return -ENOSPC;
+}
+
+void bench_slab_put(void *arg, uint32_t slab)
+{
+	((struct bench_slabs *)arg)->used[slab] = 0;
+}

@@ -4,7 +4,8 @@
  * (sizes, lists, the options of a sweep of points), a latency recorder
  * with percentiles, the depth driver that keeps N operations in flight
  * from one thread, the sweep over sizes x depths x read/write, and the
- * one-line result format the scripts parse.
+ * one-line result format the scripts parse; and the slabs kvsample and
+ * kvforget hand to a memd KV store.
  *
  * Nothing here is thread-safe unless said so: each measuring thread owns
  * its own struct bench_lat and struct bench_engine.
@@ -307,5 +308,21 @@ struct bench_sweep {
  * Returns 0, that point's -errno, or size_begin's.
  */
 int bench_sweep_run(const struct bench_points *p, const struct bench_sweep *sw);
+
+/*
+ * The slabs a benchmark hands to a memd KV store: bench_slab_get and
+ * bench_slab_put are its memd_kv_options.slab_get and slab_put, with the
+ * struct bench_slabs as slab_arg. The caller allocates mem[0 .. n) and a
+ * zeroed used[0 .. n); get hands out the first slab not in use, or
+ * returns -ENOSPC when every one is.
+ */
+struct bench_slabs {
+	uint8_t **mem;
+	uint8_t *used;
+	uint32_t n;
+};
+
+int bench_slab_get(void *arg, uint32_t tenant, uint32_t *slab, uint8_t **base);
+void bench_slab_put(void *arg, uint32_t slab);
 
 #endif

@@ -32,38 +32,13 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench/benchutil.h"
 #include "fabric/rendezvous.h"
 #include "memd/kvstore.h"
 
 #define SLAB (64ull << 20)
 #define VALUE 60000u /* the smallest class: 64 KiB + 64 */
 #define MAXD 64
-
-struct owner {
-	uint8_t **mem;
-	uint8_t *used;
-	uint32_t n;
-};
-
-static int get_slab(void *arg, uint32_t tenant, uint32_t *slab, uint8_t **base)
-{
-	struct owner *o = arg;
-
-	(void)tenant;
-	for (uint32_t i = 0; i < o->n; i++)
-		if (!o->used[i]) {
-			o->used[i] = 1;
-			*slab = i;
-			*base = o->mem[i];
-			return 0;
-		}
-	return -ENOSPC;
-}
-
-static void put_slab(void *arg, uint32_t slab)
-{
-	((struct owner *)arg)->used[slab] = 0;
-}
 
 struct rank {
 	uint32_t n;
@@ -144,7 +119,7 @@ int main(int argc, char **argv)
 	int runs = argc > 3 ? atoi(argv[3]) : 5;
 	double tk[64], tf[64], ts[64];
 	uint64_t gone = 0;
-	struct owner own;
+	struct bench_slabs own;
 	struct memd_kv *kv;
 	struct rank rk;
 
@@ -170,8 +145,8 @@ int main(int argc, char **argv)
 		struct memd_kv_options o = {
 			.slab_bytes = SLAB,
 			.epoch = 7,
-			.slab_get = get_slab,
-			.slab_put = put_slab,
+			.slab_get = bench_slab_get,
+			.slab_put = bench_slab_put,
 			.slab_arg = &own,
 			.reserve_ms = 600000,
 		};

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/benchutil.h"
 #include "memd/kvstore.h"
 
 #define SLAB (64ull << 20)
@@ -40,31 +41,6 @@
  * prompt) and the value of a key, in bytes: argv[3] and argv[4] */
 static uint64_t npre = 400;
 static uint32_t val = 1u << 20;
-
-struct owner {
-	uint8_t *mem[NSLABS];
-	int used[NSLABS];
-};
-
-static int get_slab(void *arg, uint32_t tenant, uint32_t *slab, uint8_t **base)
-{
-	struct owner *o = arg;
-
-	(void)tenant;
-	for (uint32_t i = 0; i < NSLABS; i++)
-		if (!o->used[i]) {
-			o->used[i] = 1;
-			*slab = i;
-			*base = o->mem[i];
-			return 0;
-		}
-	return -ENOSPC;
-}
-
-static void put_slab(void *arg, uint32_t slab)
-{
-	((struct owner *)arg)->used[slab] = 0;
-}
 
 static double cpu_s(void)
 {
@@ -143,7 +119,8 @@ int main(int argc, char **argv)
 	long long pre_arg = argc > 3 ? atoll(argv[3]) : 400;
 	long long val_arg = argc > 4 ? atoll(argv[4]) : 1 << 20;
 	long long samples = argc > 5 ? atoll(argv[5]) : 8192;
-	struct owner own[2];
+	uint8_t *mem[2][NSLABS], used[2][NSLABS];
+	struct bench_slabs own[2];
 	struct memd_kv *kv[2];
 	double t[2][64];
 	uint64_t uniq[2] = { 0, 0 }, ops[2] = { 0, 0 };
@@ -165,17 +142,18 @@ int main(int argc, char **argv)
 		struct memd_kv_options o = {
 			.slab_bytes = SLAB,
 			.epoch = 7,
-			.slab_get = get_slab,
-			.slab_put = put_slab,
+			.slab_get = bench_slab_get,
+			.slab_put = bench_slab_put,
 			.slab_arg = &own[s],
 			.mrc_samples = s ? (uint32_t)samples : 0,
 		};
 
-		memset(&own[s], 0, sizeof(own[s]));
+		memset(used[s], 0, sizeof(used[s]));
+		own[s] = (struct bench_slabs){ mem[s], used[s], NSLABS };
 		for (int i = 0; i < NSLABS; i++) {
 			/* left untouched: nothing writes a block here */
-			own[s].mem[i] = malloc(SLAB);
-			if (!own[s].mem[i])
+			mem[s][i] = malloc(SLAB);
+			if (!mem[s][i])
 				return 71;
 		}
 		if (memd_kv_create(&o, &kv[s]))
@@ -204,7 +182,7 @@ int main(int argc, char **argv)
 	for (int s = 0; s < 2; s++) {
 		memd_kv_destroy(kv[s]);
 		for (int i = 0; i < NSLABS; i++)
-			free(own[s].mem[i]);
+			free(mem[s][i]);
 	}
 	return 0;
 }

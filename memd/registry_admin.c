@@ -168,37 +168,35 @@ static json_t *donor_info_json(struct memd_registry *r, const struct donor *d)
 		"tenants", ts);
 }
 
+/* Replies {"donors": [...]} or {"tenants": [...]}: every one's info. */
+static int admin_list(struct admin_ctx *x, bool donors)
+{
+	struct memd_registry *r = x->r;
+	size_t n = donors ? r->ndonors : r->ntenants;
+	json_t *a = json_array();
+
+	for (size_t i = 0; i < n && a; i++)
+		if (json_array_append_new(
+			    a, donors ? donor_info_json(r, &r->donor[i])
+				      : tenant_info_json(r, &r->tenant[i],
+							 false))) {
+			json_decref(a);
+			a = NULL;
+		}
+	if (!a)
+		return -ENOMEM;
+	x->reply = json_pack("{s:o}", donors ? "donors" : "tenants", a);
+	return x->reply ? 0 : -ENOMEM;
+}
+
 static int admin_donors(struct admin_ctx *x)
 {
-	json_t *ds = json_array();
-
-	for (size_t i = 0; i < x->r->ndonors && ds; i++)
-		if (json_array_append_new(
-			    ds, donor_info_json(x->r, &x->r->donor[i]))) {
-			json_decref(ds);
-			ds = NULL;
-		}
-	if (!ds)
-		return -ENOMEM;
-	x->reply = json_pack("{s:o}", "donors", ds);
-	return x->reply ? 0 : -ENOMEM;
+	return admin_list(x, true);
 }
 
 static int admin_tenants(struct admin_ctx *x)
 {
-	json_t *ts = json_array();
-
-	for (size_t i = 0; i < x->r->ntenants && ts; i++)
-		if (json_array_append_new(
-			    ts,
-			    tenant_info_json(x->r, &x->r->tenant[i], false))) {
-			json_decref(ts);
-			ts = NULL;
-		}
-	if (!ts)
-		return -ENOMEM;
-	x->reply = json_pack("{s:o}", "tenants", ts);
-	return x->reply ? 0 : -ENOMEM;
+	return admin_list(x, false);
 }
 
 /* The named tenant of the request, or NULL with -EINVAL / -ENOENT. */

@@ -297,22 +297,40 @@ int reg_state_write_logged(struct memd_registry *r, const struct state_edit *e,
 	return rc;
 }
 
+/*
+ * o's member key where it is there and of type (JSON_TRUE: true or
+ * false), what naming the type in err ("an integer"); NULL with err where
+ * not.
+ */
+static json_t *json_member(json_t *o, const char *key, json_type type,
+			   const char *what, const char *where, char *err,
+			   size_t errlen)
+{
+	json_t *x = json_object_get(o, key);
+
+	if (!x) {
+		set_err(err, errlen, "%smissing field '%s'", where, key);
+		return NULL;
+	}
+	if (json_typeof(x) != type &&
+	    !(type == JSON_TRUE && json_typeof(x) == JSON_FALSE)) {
+		set_err(err, errlen, "%sfield '%s' is not %s", where, key,
+			what);
+		return NULL;
+	}
+	return x;
+}
+
 /* Reads an integer member in [min, max]. 0, or -EINVAL with err. */
 int reg_json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
 		      uint64_t *v, const char *where, char *err, size_t errlen)
 {
-	json_t *x = json_object_get(o, key);
+	json_t *x = json_member(o, key, JSON_INTEGER, "an integer", where, err,
+				errlen);
 	json_int_t i;
 
-	if (!x) {
-		set_err(err, errlen, "%smissing field '%s'", where, key);
+	if (!x)
 		return -EINVAL;
-	}
-	if (!json_is_integer(x)) {
-		set_err(err, errlen, "%sfield '%s' is not an integer", where,
-			key);
-		return -EINVAL;
-	}
 	i = json_integer_value(x);
 	if (i < 0 || (uint64_t)i < min || (uint64_t)i > max) {
 		set_err(err, errlen,
@@ -327,18 +345,12 @@ int reg_json_get_uint(json_t *o, const char *key, uint64_t min, uint64_t max,
 int reg_json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
 		      const char *where, char *err, size_t errlen)
 {
-	json_t *x = json_object_get(o, key);
+	json_t *x = json_member(o, key, JSON_STRING, "a string", where, err,
+				errlen);
 	const char *s;
 
-	if (!x) {
-		set_err(err, errlen, "%smissing field '%s'", where, key);
+	if (!x)
 		return -EINVAL;
-	}
-	if (!json_is_string(x)) {
-		set_err(err, errlen, "%sfield '%s' is not a string", where,
-			key);
-		return -EINVAL;
-	}
 	s = json_string_value(x);
 	if (strlen(s) != json_string_length(x) || !wire_name_is_valid(s)) {
 		set_err(err, errlen,
@@ -354,19 +366,25 @@ int reg_json_get_name(json_t *o, const char *key, char out[WIRE_NAME_MAX],
 int reg_json_get_bool(json_t *o, const char *key, bool *v, const char *where,
 		      char *err, size_t errlen)
 {
-	json_t *x = json_object_get(o, key);
+	json_t *x = json_member(o, key, JSON_TRUE, "true or false", where, err,
+				errlen);
 
-	if (!x) {
-		set_err(err, errlen, "%smissing field '%s'", where, key);
+	if (!x)
 		return -EINVAL;
-	}
-	if (!json_is_boolean(x)) {
-		set_err(err, errlen, "%sfield '%s' is not true or false", where,
-			key);
-		return -EINVAL;
-	}
 	*v = json_is_true(x);
 	return 0;
+}
+
+/* Forgets the membership and what was published and shown of it. */
+static void membership_forget(struct memd_registry *r)
+{
+	r->membership = 0;
+	r->npub = 0;
+	r->pub_valid = r->pub_restored = false;
+	r->restored_until_ms = 0;
+	r->shown = 0;
+	r->nshown = 0;
+	r->members_dirty = false;
 }
 
 /* Every member of o is one of the NULL-terminated keys. */
@@ -391,6 +409,47 @@ static int json_only(json_t *o, const char *const *keys, const char *where,
 	return 0;
 }
 
+/*
+ * What every row of a table (table[idx]) starts with: where for its
+ * errors ("tenants[3]: "), then o an object with no member but keys.
+ * 0, or -EINVAL with err.
+ */
+static int load_row(json_t *o, const char *const *keys, const char *table,
+		    size_t idx, char where[48], char *err, size_t errlen)
+{
+	snprintf(where, 48, "%s[%zu]: ", table, idx);
+	if (!json_is_object(o)) {
+		set_err(err, errlen, "%snot an object", where);
+		return -EINVAL;
+	}
+	return json_only(o, keys, where, err, errlen);
+}
+
+/*
+ * Room in a table (*arr, *cap) of n rows of elem bytes for one more row,
+ * id and name, no more than max (what: "tenants"); twice: the table has
+ * that id or name already. 0, or -EINVAL or -ENOMEM with err.
+ */
+static int load_room(void **arr, size_t *cap, size_t n, size_t max, size_t elem,
+		     const char *what, bool twice, const char *where,
+		     uint32_t id, const char *name, char *err, size_t errlen)
+{
+	if (twice) {
+		set_err(err, errlen, "%sid %u or name '%s' appears twice",
+			where, id, name);
+		return -EINVAL;
+	}
+	if (n >= max) {
+		set_err(err, errlen, "more than %zu %s", max, what);
+		return -EINVAL;
+	}
+	if (reg_grow(arr, cap, n + 1, elem)) {
+		set_err(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	return 0;
+}
+
 static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 		       char *err, size_t errlen)
 {
@@ -404,14 +463,10 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 	struct tenant t = { 0 };
 	char where[48];
 	json_t *k;
+	int rc;
 	uint64_t v;
 
-	snprintf(where, sizeof(where), "tenants[%zu]: ", idx);
-	if (!json_is_object(o)) {
-		set_err(err, errlen, "%snot an object", where);
-		return -EINVAL;
-	}
-	if (json_only(o, keys, where, err, errlen) ||
+	if (load_row(o, keys, "tenants", idx, where, err, errlen) ||
 	    reg_json_get_uint(o, "id", 1, r->next_tenant_id - 1, &v, where, err,
 			      errlen))
 		return -EINVAL;
@@ -438,20 +493,13 @@ static int load_tenant(struct memd_registry *r, json_t *o, size_t idx,
 			where, 2 * AUTH_KEY_LEN);
 		return -EINVAL;
 	}
-	if (reg_tenant_by_id(r, t.id) || reg_tenant_by_name(r, t.name)) {
-		set_err(err, errlen, "%sid %u or name '%s' appears twice",
-			where, t.id, t.name);
-		return -EINVAL;
-	}
-	if (r->ntenants >= MAX_TENANTS) {
-		set_err(err, errlen, "more than %d tenants", MAX_TENANTS);
-		return -EINVAL;
-	}
-	if (reg_grow((void **)&r->tenant, &r->tenant_cap, r->ntenants + 1,
-		     sizeof(t))) {
-		set_err(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+	rc = load_room((void **)&r->tenant, &r->tenant_cap, r->ntenants,
+		       MAX_TENANTS, sizeof(t), "tenants",
+		       reg_tenant_by_id(r, t.id) ||
+			       reg_tenant_by_name(r, t.name),
+		       where, t.id, t.name, err, errlen);
+	if (rc)
+		return rc;
 	r->tenant[r->ntenants++] = t;
 	memset(&t, 0, sizeof(t));
 	return 0;
@@ -464,33 +512,21 @@ static int load_donor(struct memd_registry *r, json_t *o, size_t idx, char *err,
 	struct donor d = { 0 };
 	char where[48];
 	uint64_t v;
+	int rc;
 
-	snprintf(where, sizeof(where), "donors[%zu]: ", idx);
-	if (!json_is_object(o)) {
-		set_err(err, errlen, "%snot an object", where);
-		return -EINVAL;
-	}
-	if (json_only(o, keys, where, err, errlen) ||
+	if (load_row(o, keys, "donors", idx, where, err, errlen) ||
 	    reg_json_get_uint(o, "id", 1, r->next_donor_id - 1, &v, where, err,
 			      errlen) ||
 	    reg_json_get_name(o, "name", d.name, where, err, errlen) ||
 	    reg_json_get_bool(o, "draining", &d.draining, where, err, errlen))
 		return -EINVAL;
 	d.id = (uint32_t)v;
-	if (reg_donor_by_id(r, d.id) || reg_donor_by_name(r, d.name)) {
-		set_err(err, errlen, "%sid %u or name '%s' appears twice",
-			where, d.id, d.name);
-		return -EINVAL;
-	}
-	if (r->ndonors >= MAX_DONORS) {
-		set_err(err, errlen, "more than %d donors", MAX_DONORS);
-		return -EINVAL;
-	}
-	if (reg_grow((void **)&r->donor, &r->donor_cap, r->ndonors + 1,
-		     sizeof(d))) {
-		set_err(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
+	rc = load_room((void **)&r->donor, &r->donor_cap, r->ndonors,
+		       MAX_DONORS, sizeof(d), "donors",
+		       reg_donor_by_id(r, d.id) || reg_donor_by_name(r, d.name),
+		       where, d.id, d.name, err, errlen);
+	if (rc)
+		return rc;
 	snprintf(d.reason, sizeof(d.reason),
 		 "not joined since the registry started");
 	d.since_unix_ms = r->open_unix_ms;
@@ -530,13 +566,7 @@ static int load_doc(struct memd_registry *r, json_t *doc, char *err,
 			      errlen))
 		return -EINVAL;
 	r->next_donor_id = (uint32_t)v;
-	r->membership = 0;
-	r->npub = 0;
-	r->pub_valid = r->pub_restored = false;
-	r->restored_until_ms = 0;
-	r->shown = 0;
-	r->nshown = 0;
-	r->members_dirty = false;
+	membership_forget(r);
 	if (json_object_get(doc, "membership")) {
 		json_t *ms = json_object_get(doc, "members");
 		uint32_t *ids;
@@ -858,13 +888,7 @@ static void registry_reset_locked(struct memd_registry *r)
 		sodium_memzero(r->tenant, r->tenant_cap * sizeof(*r->tenant));
 	r->ntenants = r->ndonors = r->ngrants = 0;
 	r->next_tenant_id = r->next_donor_id = 1;
-	r->membership = 0;
-	r->npub = 0;
-	r->pub_valid = r->pub_restored = false;
-	r->restored_until_ms = 0;
-	r->shown = 0;
-	r->nshown = 0;
-	r->members_dirty = false;
+	membership_forget(r);
 	r->grant_next_deadline_ms = UINT64_MAX;
 	r->state_rev = 0;
 }

@@ -7,6 +7,8 @@
  */
 #include "memd/server_int.h"
 
+#include "fabric/dlist.h"
+
 /* Tells a connection we will not serve why (best effort: one error frame
  * if the socket takes it now), and closes it. */
 static void refuse_fd(int fd, const char *why)
@@ -193,17 +195,9 @@ void srv_accept_one(struct memd_server *s, int fd, const char *host,
 		free(c);
 		return;
 	}
-	c->next = s->conns;
-	if (s->conns)
-		s->conns->prev = c;
-	s->conns = c;
+	TP_DLIST_PUSH(s->conns, c, prev, next);
 	s->nconns++;
-	c->hs_prev = s->hs_tail;
-	if (s->hs_tail)
-		s->hs_tail->hs_next = c;
-	else
-		s->hs_head = c;
-	s->hs_tail = c;
+	TP_DLIST_APPEND(s->hs_head, s->hs_tail, c, hs_prev, hs_next);
 	CTR_ADD(s, conns_accepted, 1);
 	memd_log(LOG_DEBUG, "ctl: accept peer=%s", c->peer);
 }

@@ -339,10 +339,7 @@ void srv_do_place(struct memd_server *s, struct conn *c,
 		return;
 	}
 	CTR_ADD(s, places, 1);
-	rep->type = WIRE_PLACE_OK;
-	rep->seq = req->seq;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_PLACE_OK, req->seq);
 }
 
 /* Copies the replay record's stats where /metrics reads them. memd-ctl. */
@@ -743,12 +740,9 @@ void srv_do_admin(struct memd_server *s, struct conn *c,
 	}
 	CTR_ADD(s, admin_requests, 1);
 	memset(rep, 0, sizeof(*rep));
-	rep->type = WIRE_ADMIN_OK;
-	rep->seq = req->seq;
 	rep->u.admin.json = out;
 	rep->u.admin.json_len = (uint32_t)n;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_ADMIN_OK, req->seq);
 out:
 	json_decref(o);
 }

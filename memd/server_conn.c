@@ -8,6 +8,8 @@
  */
 #include "memd/server_int.h"
 
+#include "fabric/dlist.h"
+
 uint64_t srv_now_ms(void)
 {
 	struct timespec ts;
@@ -173,16 +175,21 @@ void srv_conn_close(struct memd_server *s, struct conn *c, const char *why)
 	if (c->shm_bound)
 		srv_shm_session_closed(s, c->session_id);
 	sodium_memzero(c->shm_nonce, sizeof(c->shm_nonce));
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	TP_DLIST_REMOVE(s->conns, c, prev, next);
 	s->nconns--;
 	free(c->rx);
 	free(c->tx);
 	free(c);
+}
+
+/* Sends rep, its body already filled in, as the reply of type to request
+ * seq; a client that is not reading is closed (c->closing). */
+void srv_reply(struct conn *c, struct wire_msg *rep, uint8_t type, uint32_t seq)
+{
+	rep->type = type;
+	rep->seq = seq;
+	if (srv_conn_send(c, rep))
+		c->closing = true;
 }
 
 /* Queues one reply frame. -ENOBUFS when the client is not reading. */

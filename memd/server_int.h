@@ -328,6 +328,8 @@ bool srv_conn_may_establish(struct memd_server *s, struct conn *c, bool cluster,
 void srv_conn_establish(struct memd_server *s, struct conn *c, bool cluster);
 void srv_conn_close(struct memd_server *s, struct conn *c, const char *why);
 int srv_conn_send(struct conn *c, const struct wire_msg *m);
+void srv_reply(struct conn *c, struct wire_msg *rep, uint8_t type,
+	       uint32_t seq);
 void srv_send_error(struct memd_server *s, struct conn *c, uint32_t seq,
 		    int err, const char *fmt, ...);
 

@@ -867,6 +867,37 @@ static int kv_fill_loc(struct memd_server *s, uint32_t tenant,
 }
 
 /*
+ * The gate of every KV request: a tenant session (any session on a
+ * standalone memd) and the KV tier on; with in_touch, also this donor in
+ * touch with its registry (srv_kv_membership). Otherwise it refuses req,
+ * counted in kv_refused, and returns false.
+ */
+static bool kv_admit(struct memd_server *s, struct conn *c,
+		     const struct wire_msg *req, bool in_touch)
+{
+	const char *why;
+	int err;
+
+	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
+		err = EACCES;
+		why = "only a tenant session uses the KV tier";
+	} else if (!s->cfg.kv_share) {
+		err = EOPNOTSUPP;
+		why = "the KV tier is off on this memd (kv_share = 0)";
+	} else if (in_touch && srv_kv_membership(s)) {
+		err = EAGAIN;
+		why = "this donor is out of touch with its registry; KV "
+		      "resumes once it reports again";
+	} else {
+		return true;
+	}
+	CTR_ADD(s, kv_refused, 1);
+	srv_send_error(s, c, req->seq, err, "%s: %s", wire_type_name(req->type),
+		       why);
+	return false;
+}
+
+/*
  * KV_MODEL (protocol 3): the client's hint of its model's cost for the
  * tenant's store here (docs/capacity.md). The last hint of any of the
  * tenant's sessions holds until the next; memd.conf's model until the
@@ -879,20 +910,8 @@ void srv_do_kv_model(struct memd_server *s, struct conn *c,
 	struct kv_tenant *t;
 	bool changed;
 
-	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EACCES,
-			       "KV_MODEL: only a tenant session uses the KV "
-			       "tier");
+	if (!kv_admit(s, c, req, false))
 		return;
-	}
-	if (!s->cfg.kv_share) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EOPNOTSUPP,
-			       "KV_MODEL: the KV tier is off on this memd "
-			       "(kv_share = 0)");
-		return;
-	}
 	if (k->prefill_tokens_per_s < 1 ||
 	    k->prefill_tokens_per_s > WIRE_KV_TPS_MAX) {
 		srv_send_error(s, c, req->seq, EINVAL,
@@ -928,10 +947,7 @@ void srv_do_kv_model(struct memd_server *s, struct conn *c,
 			c->tenant_id, k->prefill_tokens_per_s,
 			k->bytes_per_token, c->peer);
 	memset(rep, 0, sizeof(*rep));
-	rep->type = WIRE_KV_MODEL_OK;
-	rep->seq = req->seq;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_KV_MODEL_OK, req->seq);
 }
 
 /*
@@ -946,27 +962,8 @@ void srv_do_kv_clear(struct memd_server *s, struct conn *c,
 	uint64_t now = srv_now_ms();
 	ssize_t r;
 
-	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EACCES,
-			       "KV_CLEAR: only a tenant session uses the KV "
-			       "tier");
+	if (!kv_admit(s, c, req, true))
 		return;
-	}
-	if (!s->cfg.kv_share) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EOPNOTSUPP,
-			       "KV_CLEAR: the KV tier is off on this memd "
-			       "(kv_share = 0)");
-		return;
-	}
-	if (srv_kv_membership(s)) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EAGAIN,
-			       "KV_CLEAR: this donor is out of touch with its "
-			       "registry; KV resumes once it reports again");
-		return;
-	}
 	r = memd_kv_clear(s->kv, tenant, now);
 	if (r < 0) {
 		srv_send_error(s, c, req->seq, (int)-r, "KV_CLEAR: %s",
@@ -977,10 +974,7 @@ void srv_do_kv_clear(struct memd_server *s, struct conn *c,
 	memd_log(LOG_INFO, "kv: clear tenant=%u entries=%zd peer=%s", tenant, r,
 		 c->peer);
 	memset(rep, 0, sizeof(*rep));
-	rep->type = WIRE_KV_CLEAR_OK;
-	rep->seq = req->seq;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_KV_CLEAR_OK, req->seq);
 }
 
 void srv_do_kv(struct memd_server *s, struct conn *c,
@@ -998,30 +992,8 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 	uint32_t j;
 	ssize_t r;
 
-	if (s->mode != MODE_STANDALONE && c->role != WIRE_ROLE_TENANT) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EACCES,
-			       "%s: only a tenant session uses the KV tier",
-			       wire_type_name(req->type));
+	if (!kv_admit(s, c, req, true))
 		return;
-	}
-	if (!s->cfg.kv_share) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(
-			s, c, req->seq, EOPNOTSUPP,
-			"%s: the KV tier is off on this memd (kv_share = "
-			"0)",
-			wire_type_name(req->type));
-		return;
-	}
-	if (srv_kv_membership(s)) {
-		CTR_ADD(s, kv_refused, 1);
-		srv_send_error(s, c, req->seq, EAGAIN,
-			       "%s: this donor is out of touch with its "
-			       "registry; KV resumes once it reports again",
-			       wire_type_name(req->type));
-		return;
-	}
 	if (type != req->type) { /* an _AT request: routed by which list? */
 		uint64_t own = 0, joins;
 

@@ -144,6 +144,7 @@ void *srv_reclaim_main(void *arg)
 			wait_progress_fence(s, mask);
 		for (size_t i = 0; i < n; i++) {
 			uint8_t *p = srv_slab_base(s, batch[i]);
+			const char *why = NULL;
 			bool lost = false;
 
 			if (srv_shm_is_given(s, batch[i])) {
@@ -178,21 +179,16 @@ void *srv_reclaim_main(void *arg)
 				 * bytes go */
 				memset(p, 0, s->cfg.slab_bytes);
 			}
-			if (lost) {
+			if (lost)
+				why = "its memfd could not be renewed";
+			else if (__atomic_load_n(&s->mr_stuck[batch[i]],
+						 __ATOMIC_RELAXED))
+				why = "its registration did not close";
+			if (why) {
 				memd_lease_quarantine(s->lt, batch[i]);
 				memd_log(LOG_WARNING,
-					 "reclaim: slab=%u quarantined (its "
-					 "memfd could not be renewed)",
-					 batch[i]);
-				continue;
-			}
-			if (__atomic_load_n(&s->mr_stuck[batch[i]],
-					    __ATOMIC_RELAXED)) {
-				memd_lease_quarantine(s->lt, batch[i]);
-				memd_log(LOG_WARNING,
-					 "reclaim: slab=%u quarantined (its "
-					 "registration did not close)",
-					 batch[i]);
+					 "reclaim: slab=%u quarantined (%s)",
+					 batch[i], why);
 				continue;
 			}
 			memd_lease_reclaimed(s->lt, batch[i]);
@@ -379,11 +375,8 @@ void srv_do_fabric(struct memd_server *s, struct conn *c,
 				 "tcp;ofi_rxm refuses the client's connection",
 				 c->peer, c->session_id, theirs, mine);
 	memset(rep, 0, sizeof(*rep));
-	rep->type = WIRE_FABRIC_OK;
-	rep->seq = req->seq;
 	rep->u.fabric.rxm_buffer_size = mine;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_FABRIC_OK, req->seq);
 }
 
 uint64_t srv_random_key(void)
@@ -592,12 +585,9 @@ int srv_grant_request(struct memd_server *s, struct conn *c, uint32_t seq,
 	CTR_ADD(s, leases_granted, want);
 	memd_log(LOG_DEBUG, "lease: granted session=%" PRIx64 " n=%u node=%d",
 		 memd_session_id(c->session), want, node);
-	rep->type = reply_type;
-	rep->seq = seq;
 	rep->u.lease_ok.ttl_ms = s->cfg.lease_ttl_ms;
 	rep->u.lease_ok.count = want;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, reply_type, seq);
 	if (s->donor)
 		memd_donor_kick(s->donor);
 	return 0;
@@ -667,11 +657,8 @@ void srv_do_release(struct memd_server *s, struct conn *c,
 		return;
 	}
 	memset(rep, 0, sizeof(*rep));
-	rep->type = WIRE_RELEASE_OK;
-	rep->seq = req->seq;
 	rep->u.release_ok.released = released;
-	if (srv_conn_send(c, rep))
-		c->closing = true;
+	srv_reply(c, rep, WIRE_RELEASE_OK, req->seq);
 }
 
 void srv_fill_status(struct memd_server *s, struct wire_status_ok *st)

@@ -10,7 +10,8 @@ Builds the _tidepool extension against libpool. Where libpool comes from:
   shipped inside the package, found through an $ORIGIN rpath, so the
   installed package needs nothing else of tidepool.
 
-Either way the extension sees only the public headers (include/).
+Either way the extension sees only the public headers (include/) and the
+header-only fabric/dlist.h.
 """
 import glob
 import os
@@ -71,8 +72,8 @@ setup(
         "tidepool._tidepool",
         ["_tidepool.c", "tp_buffer.c", "tp_pool.c", "tp_region.c",
          "tp_map.c", "tp_kv.c", "tp_gpu.c"],
-        depends=["tp_int.h"],
-        include_dirs=[os.path.join(ROOT, "include")],
+        depends=["tp_int.h", os.path.join(ROOT, "fabric", "dlist.h")],
+        include_dirs=[os.path.join(ROOT, "include"), ROOT],
         libraries=["pool"],
         extra_compile_args=["-std=gnu11", "-Wall"])],
     cmdclass={"build_ext": BuildExt},

@@ -74,6 +74,9 @@
 #include <tidepool/pool_gpu.h>
 #include <tidepool/pool_map.h>
 
+/* header-only, no symbol of libpool's internals */
+#include "fabric/dlist.h"
+
 /* Only PyInit__tidepool leaves the module (PyMODINIT_FUNC), whatever
  * the build's default visibility (setup.py does not set one). */
 #pragma GCC visibility push(hidden)
@@ -148,28 +151,16 @@ struct u64_field {
 /*
  * The doubly linked lists of the extension's objects (a KV's pending
  * ops, a GPU engine's streams): x has next and prev, head (an lvalue)
- * points at the first; the references are borrowed. GIL held. Both
- * evaluate their arguments more than once: x must not be head itself.
- * TPY_LIST_REMOVE leaves x unlinked; on an x that is on no list it does
- * nothing.
+ * points at the first; the references are borrowed. GIL held. Both are
+ * fabric/dlist.h's lists kept by their head, and evaluate their arguments
+ * more than once: x must not be head itself. TPY_LIST_REMOVE leaves x
+ * unlinked; on an x that is on no list it does nothing.
  */
-#define TPY_LIST_PUSH(head, x)                                                 \
-	do {                                                                   \
-		(x)->prev = NULL;                                              \
-		(x)->next = (head);                                            \
-		if (head)                                                      \
-			(head)->prev = (x);                                    \
-		(head) = (x);                                                  \
-	} while (0)
+#define TPY_LIST_PUSH(head, x) TP_DLIST_PUSH(head, x, prev, next)
 #define TPY_LIST_REMOVE(head, x)                                               \
 	do {                                                                   \
-		if ((x)->prev)                                                 \
-			(x)->prev->next = (x)->next;                           \
-		else if ((head) == (x))                                        \
-			(head) = (x)->next;                                    \
-		if ((x)->next)                                                 \
-			(x)->next->prev = (x)->prev;                           \
-		(x)->next = (x)->prev = NULL;                                  \
+		if ((x)->prev || (head) == (x))                                \
+			TP_DLIST_REMOVE(head, x, prev, next);                  \
 	} while (0)
 
 /* ------------------------------------------------------------------ */

@@ -143,16 +143,8 @@ static const char *wait_state(const char *name, const char *st,
 
 static struct pool *connect_tenant(const char *name, const char *secret)
 {
-	struct pool_opts o = { .addr = regaddr,
-			       .timeout_ms =
-				       20000, /* sanitizer builds are slow */
-			       .tenant = name,
-			       .secret_file = secret };
-	struct pool *p = NULL;
-	int r = pool_connect(&o, &p);
-
-	ck_assert_msg(r == 0, "pool_connect %s: %s", name, pool_strerror(r));
-	return p;
+	/* 20 s: sanitizer builds are slow */
+	return tu_pool_connect_as(regaddr, name, secret, 20000);
 }
 
 static void write_pattern(struct pool *p, struct pool_region *r, uint64_t seed)

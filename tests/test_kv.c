@@ -1071,14 +1071,7 @@ static void cluster_teardown(void)
 
 static struct pool *connect_as(const char *tenant, const char *secret)
 {
-	struct pool_opts o = { .addr = reg.addr,
-			       .tenant = tenant,
-			       .secret_file = secret };
-	struct pool *p = NULL;
-	int r = pool_connect(&o, &p);
-
-	ck_assert_msg(r == 0, "connect as %s: %s", tenant, pool_strerror(r));
-	return p;
+	return tu_pool_connect_as(reg.addr, tenant, secret, 0);
 }
 
 START_TEST(tenants_never_share)

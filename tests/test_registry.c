@@ -30,6 +30,9 @@
 #define PASS_TTL_MS 600000u
 #define T0 1000000ull	    /* monotonic ms at the start of a test */
 #define U0 1700000000000ull /* unix ms */
+/* Member k of JSON object o, as an integer or a string. */
+#define JINT(o, k) json_integer_value(json_object_get(o, k))
+#define JSTR(o, k) json_string_value(json_object_get(o, k))
 
 static char dir[64];
 static char path[128];
@@ -173,7 +176,7 @@ static long long reply_int(const char *json, const char *key)
 	ck_assert_ptr_nonnull(o);
 	ck_assert_msg(json_is_integer(json_object_get(o, key)), "%s in %s", key,
 		      json);
-	v = json_integer_value(json_object_get(o, key));
+	v = JINT(o, key);
 	json_decref(o);
 	return v;
 }
@@ -442,12 +445,10 @@ static void tenant_model(const char *name, long long *tps, long long *bpt)
 	ck_assert_ptr_nonnull(o);
 	json_array_foreach(json_object_get(o, "tenants"), i, t)
 	{
-		if (strcmp(json_string_value(json_object_get(t, "name")), name))
+		if (strcmp(JSTR(t, "name"), name))
 			continue;
-		*tps = json_integer_value(
-			json_object_get(t, "prefill_tokens_per_s"));
-		*bpt = json_integer_value(
-			json_object_get(t, "bytes_per_token"));
+		*tps = JINT(t, "prefill_tokens_per_s");
+		*bpt = JINT(t, "bytes_per_token");
 		found = true;
 	}
 	json_decref(o);
@@ -1805,28 +1806,23 @@ START_TEST(admin_status_donors_tenants)
 	ck_assert_int_gt(admin("{\"cmd\":\"status\"}"), 0);
 	o = json_loads(out, 0, NULL);
 	ck_assert_ptr_nonnull(o);
-	ck_assert_int_eq(json_integer_value(json_object_get(o, "slab_bytes")),
-			 MiB);
+	ck_assert_int_eq(JINT(o, "slab_bytes"), MiB);
 	ck_assert_int_eq(reply_int(out, "capacity_bytes"), 300 * MiB);
 	ck_assert_int_eq(reply_int(out, "used_bytes"), 10 * MiB);
 	ck_assert_int_eq(reply_int(out, "reserved_bytes"), 5 * MiB);
 	ck_assert_int_eq(reply_int(out, "free_bytes"), 85 * MiB);
 	x = json_object_get(o, "donors");
-	ck_assert_int_eq(json_integer_value(json_object_get(x, "up")), 1);
-	ck_assert_int_eq(json_integer_value(json_object_get(x, "draining")), 1);
-	ck_assert_int_eq(json_integer_value(json_object_get(x, "down")), 1);
+	ck_assert_int_eq(JINT(x, "up"), 1);
+	ck_assert_int_eq(JINT(x, "draining"), 1);
+	ck_assert_int_eq(JINT(x, "down"), 1);
 	x = json_object_get(o, "tenants");
 	ck_assert_uint_eq(json_array_size(x), 2);
 	y = json_array_get(x, 0);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "name")), "a");
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "id")), a);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "quota_bytes")),
-			 100 * MiB);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "used_bytes")),
-			 10 * MiB);
-	ck_assert_int_eq(
-		json_integer_value(json_object_get(y, "reserved_bytes")),
-		5 * MiB);
+	ck_assert_str_eq(JSTR(y, "name"), "a");
+	ck_assert_int_eq(JINT(y, "id"), a);
+	ck_assert_int_eq(JINT(y, "quota_bytes"), 100 * MiB);
+	ck_assert_int_eq(JINT(y, "used_bytes"), 10 * MiB);
+	ck_assert_int_eq(JINT(y, "reserved_bytes"), 5 * MiB);
 	json_decref(o);
 	ck_assert_ptr_null(strchr(out, ' ')); /* compact */
 	ck_assert_ptr_null(strchr(out, '\n'));
@@ -1836,45 +1832,28 @@ START_TEST(admin_status_donors_tenants)
 	x = json_object_get(o, "donors");
 	ck_assert_uint_eq(json_array_size(x), 3);
 	y = json_array_get(x, 0);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "id")), da);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "name")),
-			 "host-a");
-	ck_assert_str_eq(json_string_value(json_object_get(y, "addr")),
-			 "host-a.example:7070");
-	ck_assert_str_eq(json_string_value(json_object_get(y, "state")), "up");
-	ck_assert_str_eq(json_string_value(json_object_get(y, "epoch")),
-			 "0000000000000abc");
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "slabs_total")),
-			 100);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "slabs_free")),
-			 90);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "slabs_leased")),
-			 10);
-	ck_assert_int_eq(
-		json_integer_value(json_object_get(y, "capacity_bytes")),
-		100 * MiB);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "free_bytes")),
-			 85 * MiB);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "bytes_read")),
-			 1000 * da);
-	ck_assert_int_eq(
-		json_integer_value(json_object_get(y, "bytes_written")),
-		2000 * da);
-	ck_assert_int_gt(
-		json_integer_value(json_object_get(y, "since_unix_ms")), 0);
+	ck_assert_int_eq(JINT(y, "id"), da);
+	ck_assert_str_eq(JSTR(y, "name"), "host-a");
+	ck_assert_str_eq(JSTR(y, "addr"), "host-a.example:7070");
+	ck_assert_str_eq(JSTR(y, "state"), "up");
+	ck_assert_str_eq(JSTR(y, "epoch"), "0000000000000abc");
+	ck_assert_int_eq(JINT(y, "slabs_total"), 100);
+	ck_assert_int_eq(JINT(y, "slabs_free"), 90);
+	ck_assert_int_eq(JINT(y, "slabs_leased"), 10);
+	ck_assert_int_eq(JINT(y, "capacity_bytes"), 100 * MiB);
+	ck_assert_int_eq(JINT(y, "free_bytes"), 85 * MiB);
+	ck_assert_int_eq(JINT(y, "bytes_read"), 1000 * da);
+	ck_assert_int_eq(JINT(y, "bytes_written"), 2000 * da);
+	ck_assert_int_gt(JINT(y, "since_unix_ms"), 0);
 	y = json_array_get(json_object_get(y, "tenants"), 0);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "name")), "a");
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "used_bytes")),
-			 10 * MiB);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "sessions")), 1);
+	ck_assert_str_eq(JSTR(y, "name"), "a");
+	ck_assert_int_eq(JINT(y, "used_bytes"), 10 * MiB);
+	ck_assert_int_eq(JINT(y, "sessions"), 1);
 	y = json_array_get(x, 1);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "state")),
-			 "draining");
+	ck_assert_str_eq(JSTR(y, "state"), "draining");
 	y = json_array_get(x, 2);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "state")),
-			 "down");
-	ck_assert_str_eq(json_string_value(json_object_get(y, "reason")),
-			 "gone");
+	ck_assert_str_eq(JSTR(y, "state"), "down");
+	ck_assert_str_eq(JSTR(y, "reason"), "gone");
 	json_decref(o);
 
 	ck_assert_int_gt(admin("{\"cmd\":\"tenants\"}"), 0);
@@ -1882,11 +1861,9 @@ START_TEST(admin_status_donors_tenants)
 	x = json_object_get(o, "tenants");
 	ck_assert_uint_eq(json_array_size(x), 2);
 	y = json_array_get(x, 1);
-	ck_assert_str_eq(json_string_value(json_object_get(y, "name")), "b");
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "quota_bytes")),
-			 50 * MiB);
-	ck_assert_int_eq(json_integer_value(json_object_get(y, "used_bytes")),
-			 0);
+	ck_assert_str_eq(JSTR(y, "name"), "b");
+	ck_assert_int_eq(JINT(y, "quota_bytes"), 50 * MiB);
+	ck_assert_int_eq(JINT(y, "used_bytes"), 0);
 	json_decref(o);
 
 	ck_assert_int_gt(admin("{\"cmd\":\"quota-get\",\"name\":\"a\"}"), 0);

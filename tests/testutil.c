@@ -537,11 +537,21 @@ void tu_memd_stop_ok(struct tu_memd *m)
 
 struct pool *tu_pool_connect(const struct tu_memd *m)
 {
-	struct pool_opts o = { .addr = m->addr, .timeout_ms = 5000 };
+	return tu_pool_connect_as(m->addr, NULL, NULL, 5000);
+}
+
+struct pool *tu_pool_connect_as(const char *addr, const char *tenant,
+				const char *secret_file, int timeout_ms)
+{
+	struct pool_opts o = { .addr = addr,
+			       .timeout_ms = timeout_ms,
+			       .tenant = tenant,
+			       .secret_file = secret_file };
 	struct pool *p = NULL;
 	int r = pool_connect(&o, &p);
 
-	ck_assert_msg(r == 0, "pool_connect %s: %s", m->addr, pool_strerror(r));
+	ck_assert_msg(r == 0, "pool_connect %s as %s: %s", addr,
+		      tenant ? tenant : "(no tenant)", pool_strerror(r));
 	return p;
 }
 

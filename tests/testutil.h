@@ -119,6 +119,11 @@ void tu_memd_start_ok(struct tu_memd *m, const char *extra_conf);
 void tu_memd_stop_ok(struct tu_memd *m);
 /* pool_connect to m (5 s timeout); fails the running test on error. */
 struct pool *tu_pool_connect(const struct tu_memd *m);
+/* pool_connect to addr as tenant with its secret file (NULL: pool_opts'
+ * defaults) within timeout_ms (0: pool_opts' default); fails the running
+ * test on error. */
+struct pool *tu_pool_connect_as(const char *addr, const char *tenant,
+				const char *secret_file, int timeout_ms);
 struct pool_region;
 /* Writes the pattern of seed at [off, off + len) of r, reads it back and
  * fails the running test on any error or wrong byte. */
