@@ -32,8 +32,9 @@ static int put_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 		b->st[j] = rc ? rc : it->status;
 		if (b->st[j] == -ENOBUFS)
 			b->st[j] = -EMSGSIZE; /* alone, still too many */
+		/* kv_run_op puts the keys answered -EAGAIN again */
 		if (!rc && !replica && it->status == -EAGAIN && r->op->again)
-			r->op->again[g[j]] = true; /* kv_run_op retries it */
+			r->op->again[b->key[j]] = true;
 		if (b->st[j])
 			continue;
 		b->gen[j] = it->generation;
