@@ -762,6 +762,20 @@ int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
 	return tu_secret_file(dir, "cluster.secret", cluster);
 }
 
+int tu_pool_dir_secrets(char *dir, size_t dirlen, const char *name, char *state,
+			size_t statelen, char *cluster, ...)
+{
+	const char *file;
+	va_list ap;
+	int r = tu_pool_dir(dir, dirlen, name, state, statelen, cluster);
+
+	va_start(ap, cluster);
+	while (!r && (file = va_arg(ap, const char *)))
+		r = tu_secret_file(dir, file, va_arg(ap, char *));
+	va_end(ap);
+	return r;
+}
+
 void tu_tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])
 {
 	uint8_t secret[AUTH_SECRET_MAX];

@@ -219,6 +219,14 @@ int tu_tenant_add(const char *addr, const char *cluster_secret,
  */
 int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
 		size_t statelen, char *cluster);
+/*
+ * tu_pool_dir(), then tu_secret_file(dir, file, path) for each (file,
+ * path) pair of the NULL-terminated list that follows, in order: 0, or
+ * the first -errno (what follows it not written).
+ */
+int tu_pool_dir_secrets(char *dir, size_t dirlen, const char *name, char *state,
+			size_t statelen, char *cluster, ...)
+	__attribute__((sentinel));
 /* The tenant key derived from the secret in the file at path. Fails the
  * running test when the file does not hold a secret. */
 void tu_tenant_key(const char *path, uint8_t key[32]);
