@@ -90,13 +90,7 @@ static int run_poolctl(struct run *r, const char *const *env,
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fo < 0 || fe < 0)
-			_exit(126);
-		dup2(fo, STDOUT_FILENO);
-		dup2(fe, STDERR_FILENO);
+		tu_child_stdio(NULL, out, err, 0600);
 		unsetenv("POOLCTL_ADDR");
 		unsetenv("TIDEPOOL_CLUSTER_SECRET_FILE");
 		for (; env && *env; env++) {

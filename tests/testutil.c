@@ -581,6 +581,25 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
 	return true;
 }
 
+void tu_child_stdio(const char *in, const char *out, const char *err,
+		    mode_t mode)
+{
+	int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	if (o < 0 || e < 0)
+		_exit(126);
+	if (in) {
+		int i = open(in, O_RDONLY);
+
+		if (i < 0)
+			_exit(126);
+		dup2(i, STDIN_FILENO);
+	}
+	dup2(o, STDOUT_FILENO);
+	dup2(e, STDERR_FILENO);
+}
+
 char *tu_read_file(const char *path, size_t *len)
 {
 	char *buf = NULL, chunk[4096];

@@ -176,6 +176,13 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 char *tu_read_whole(const char *path);
 /* The same with its length (it may hold NUL bytes) in *len. */
 char *tu_read_file(const char *path, size_t *len);
+/*
+ * In a forked child before exec: stdout to out and stderr to err (created
+ * or truncated, mode), and stdin from in when not NULL. A file that cannot
+ * be opened ends the child with _exit(126).
+ */
+void tu_child_stdio(const char *in, const char *out, const char *err,
+		    mode_t mode);
 /* Writes len bytes of data to a new (or truncated) file at path; fails
  * the running test on any error. */
 void tu_write_file(const char *path, const void *data, size_t len);
