@@ -78,15 +78,12 @@ static int run_poolctl(struct run *r, const char *const *env,
 {
 	char out[256], err[256];
 	const char *argv[32];
-	int argc = 0, st;
 	pid_t pid;
+	int st;
 
 	snprintf(out, sizeof(out), "%s/stdout", scratch);
 	snprintf(err, sizeof(err), "%s/stderr", scratch);
-	argv[argc++] = poolctl_path();
-	while (*args && argc < 31)
-		argv[argc++] = *args++;
-	argv[argc] = NULL;
+	tu_argv(argv, 32, poolctl_path(), args);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {

@@ -581,6 +581,18 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
 	return true;
 }
 
+int tu_argv(const char **argv, int cap, const char *prog,
+	    const char *const *args)
+{
+	int n = 0;
+
+	argv[n++] = prog;
+	while (*args && n < cap - 1)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	return n;
+}
+
 void tu_child_stdio(const char *in, const char *out, const char *err,
 		    mode_t mode)
 {

@@ -176,6 +176,10 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 char *tu_read_whole(const char *path);
 /* The same with its length (it may hold NUL bytes) in *len. */
 char *tu_read_file(const char *path, size_t *len);
+/* An argv of cap entries for exec: prog, then args (NULL-terminated) as
+ * many as fit, then NULL. The number of arguments (prog included). */
+int tu_argv(const char **argv, int cap, const char *prog,
+	    const char *const *args);
 /*
  * In a forked child before exec: stdout to out and stderr to err (created
  * or truncated, mode), and stdin from in when not NULL. A file that cannot
