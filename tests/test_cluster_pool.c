@@ -149,12 +149,11 @@ static void setup(void)
 {
 	static const char *const names[] = { "r0", "d1", "d2" };
 
-	ck_assert_int_eq(tu_pool_dir(dir, sizeof(dir), "cpool", state,
-				     sizeof(state), cluster),
+	ck_assert_int_eq(tu_pool_dir_secrets(dir, sizeof(dir), "cpool", state,
+					     sizeof(state), cluster, "a.secret",
+					     sec_a, "b.secret", sec_b,
+					     "q.secret", sec_q, NULL),
 			 0);
-	ck_assert_int_eq(tu_secret_file(dir, "a.secret", sec_a), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "b.secret", sec_b), 0);
-	ck_assert_int_eq(tu_secret_file(dir, "q.secret", sec_q), 0);
 	ck_assert_int_eq(start_registry(NULL), 0);
 	start_donor(0);
 	start_donor(1);

@@ -150,14 +150,11 @@ static int run_memd(const char *const *args, const char *env, char *out,
 {
 	char path[] = "/tmp/tp-numa-out-XXXXXX";
 	const char *argv[24];
-	int n = 0, st, fd = mkstemp(path);
+	int st, fd = mkstemp(path);
 	pid_t pid;
 
 	ck_assert_int_ge(fd, 0);
-	argv[n++] = tu_memd_path();
-	while (*args && n < 23)
-		argv[n++] = *args++;
-	argv[n] = NULL;
+	tu_argv(argv, 24, tu_memd_path(), args);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {

@@ -78,25 +78,16 @@ static int run_poolctl(struct run *r, const char *const *env,
 {
 	char out[256], err[256];
 	const char *argv[32];
-	int argc = 0, st;
 	pid_t pid;
+	int st;
 
 	snprintf(out, sizeof(out), "%s/stdout", scratch);
 	snprintf(err, sizeof(err), "%s/stderr", scratch);
-	argv[argc++] = poolctl_path();
-	while (*args && argc < 31)
-		argv[argc++] = *args++;
-	argv[argc] = NULL;
+	tu_argv(argv, 32, poolctl_path(), args);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fo < 0 || fe < 0)
-			_exit(126);
-		dup2(fo, STDOUT_FILENO);
-		dup2(fe, STDERR_FILENO);
+		tu_child_stdio(NULL, out, err, 0600);
 		unsetenv("POOLCTL_ADDR");
 		unsetenv("TIDEPOOL_CLUSTER_SECRET_FILE");
 		for (; env && *env; env++) {

@@ -747,20 +747,7 @@ static int run(char *const argv[], const char *in, const char *out,
 
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-		if (o < 0 || e < 0)
-			_exit(126);
-		if (in) {
-			int i = open(in, O_RDONLY);
-
-			if (i < 0)
-				_exit(126);
-			dup2(i, STDIN_FILENO);
-		}
-		dup2(o, STDOUT_FILENO);
-		dup2(e, STDERR_FILENO);
+		tu_child_stdio(in, out, err, 0644);
 		unsetenv("LD_PRELOAD");
 		if (preload) {
 			setenv("LD_PRELOAD", getenv("TP_PRELOAD"), 1);

@@ -255,12 +255,9 @@ static Suite *redeem_suite(void)
 	Suite *s = suite_create("redeem");
 	TCase *tc = tcase_create("core");
 
-	tcase_add_test(tc, create_rejects_bad_sizes);
-	tcase_add_test(tc, once_then_already_per_epoch);
-	tcase_add_test(tc, burst_beyond_old_table);
-	tcase_add_test(tc, window_edge);
-	tcase_add_test(tc, matches_model);
-	tcase_add_test(tc, epoch_slots);
+	TU_ADD_TESTS(tc, create_rejects_bad_sizes, once_then_already_per_epoch,
+		     burst_beyond_old_table, window_edge, matches_model,
+		     epoch_slots);
 	suite_add_tcase(s, tc);
 	return s;
 }

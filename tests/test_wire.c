@@ -13,6 +13,7 @@
  */
 #include "fabric/wire.h"
 #include "tests/testutil.h"
+#include "tests/wire_eq.h"
 
 #include <check.h>
 #include <errno.h>
@@ -1005,31 +1006,6 @@ static struct wire_msg m, m2;
 static ssize_t enc(const struct wire_msg *msg)
 {
 	return wire_encode(msg, buf, sizeof(buf));
-}
-
-static bool is_admin(uint8_t type)
-{
-	return type == WIRE_ADMIN || type == WIRE_ADMIN_OK;
-}
-
-/*
- * a == b as decode defines it: memcmp, except that ADMIN's json is a
- * pointer into whichever buffer was decoded, so its bytes are compared.
- */
-static bool msg_eq(const struct wire_msg *a, const struct wire_msg *b)
-{
-	static struct wire_msg ca, cb;
-
-	if (!is_admin(a->type))
-		return memcmp(a, b, sizeof(*a)) == 0;
-	if (a->type != b->type || a->u.admin.json_len != b->u.admin.json_len ||
-	    !a->u.admin.json || !b->u.admin.json ||
-	    memcmp(a->u.admin.json, b->u.admin.json, a->u.admin.json_len))
-		return false;
-	ca = *a;
-	cb = *b;
-	ca.u.admin.json = cb.u.admin.json = NULL;
-	return memcmp(&ca, &cb, sizeof(ca)) == 0;
 }
 
 /* Encoded bytes equal the spec's; decode gives m back; re-encode is equal. */

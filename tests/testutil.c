@@ -581,6 +581,37 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms)
 	return true;
 }
 
+int tu_argv(const char **argv, int cap, const char *prog,
+	    const char *const *args)
+{
+	int n = 0;
+
+	argv[n++] = prog;
+	while (*args && n < cap - 1)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	return n;
+}
+
+void tu_child_stdio(const char *in, const char *out, const char *err,
+		    mode_t mode)
+{
+	int o = open(out, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	int e = open(err, O_WRONLY | O_CREAT | O_TRUNC, mode);
+
+	if (o < 0 || e < 0)
+		_exit(126);
+	if (in) {
+		int i = open(in, O_RDONLY);
+
+		if (i < 0)
+			_exit(126);
+		dup2(i, STDIN_FILENO);
+	}
+	dup2(o, STDOUT_FILENO);
+	dup2(e, STDERR_FILENO);
+}
+
 char *tu_read_file(const char *path, size_t *len)
 {
 	char *buf = NULL, chunk[4096];
@@ -760,6 +791,20 @@ int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
 			return -errno;
 	}
 	return tu_secret_file(dir, "cluster.secret", cluster);
+}
+
+int tu_pool_dir_secrets(char *dir, size_t dirlen, const char *name, char *state,
+			size_t statelen, char *cluster, ...)
+{
+	const char *file;
+	va_list ap;
+	int r = tu_pool_dir(dir, dirlen, name, state, statelen, cluster);
+
+	va_start(ap, cluster);
+	while (!r && (file = va_arg(ap, const char *)))
+		r = tu_secret_file(dir, file, va_arg(ap, char *));
+	va_end(ap);
+	return r;
 }
 
 void tu_tenant_key(const char *path, uint8_t key[AUTH_KEY_LEN])

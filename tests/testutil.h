@@ -176,6 +176,17 @@ bool tu_file_wait(const char *path, const char *needle, int timeout_ms);
 char *tu_read_whole(const char *path);
 /* The same with its length (it may hold NUL bytes) in *len. */
 char *tu_read_file(const char *path, size_t *len);
+/* An argv of cap entries for exec: prog, then args (NULL-terminated) as
+ * many as fit, then NULL. The number of arguments (prog included). */
+int tu_argv(const char **argv, int cap, const char *prog,
+	    const char *const *args);
+/*
+ * In a forked child before exec: stdout to out and stderr to err (created
+ * or truncated, mode), and stdin from in when not NULL. A file that cannot
+ * be opened ends the child with _exit(126).
+ */
+void tu_child_stdio(const char *in, const char *out, const char *err,
+		    mode_t mode);
 /* Writes len bytes of data to a new (or truncated) file at path; fails
  * the running test on any error. */
 void tu_write_file(const char *path, const void *data, size_t len);
@@ -219,6 +230,14 @@ int tu_tenant_add(const char *addr, const char *cluster_secret,
  */
 int tu_pool_dir(char *dir, size_t dirlen, const char *name, char *state,
 		size_t statelen, char *cluster);
+/*
+ * tu_pool_dir(), then tu_secret_file(dir, file, path) for each (file,
+ * path) pair of the NULL-terminated list that follows, in order: 0, or
+ * the first -errno (what follows it not written).
+ */
+int tu_pool_dir_secrets(char *dir, size_t dirlen, const char *name, char *state,
+			size_t statelen, char *cluster, ...)
+	__attribute__((sentinel));
 /* The tenant key derived from the secret in the file at path. Fails the
  * running test when the file does not hold a secret. */
 void tu_tenant_key(const char *path, uint8_t key[32]);

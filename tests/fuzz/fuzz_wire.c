@@ -25,6 +25,7 @@
  *   json_len as the input says.
  */
 #include "fabric/wire.h"
+#include "tests/wire_eq.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -43,27 +44,6 @@ static void fail(const char *what, ssize_t got, ssize_t want)
 {
 	fprintf(stderr, "fuzz_wire: %s: got %zd want %zd\n", what, got, want);
 	abort();
-}
-
-static bool is_admin(uint8_t type)
-{
-	return type == WIRE_ADMIN || type == WIRE_ADMIN_OK;
-}
-
-/* Decoded messages are equal: memcmp, but ADMIN's json by its bytes. */
-static bool msg_eq(const struct wire_msg *a, const struct wire_msg *b)
-{
-	static struct wire_msg ca, cb;
-
-	if (!is_admin(a->type))
-		return memcmp(a, b, sizeof(*a)) == 0;
-	if (a->type != b->type || a->u.admin.json_len != b->u.admin.json_len ||
-	    memcmp(a->u.admin.json, b->u.admin.json, a->u.admin.json_len))
-		return false;
-	ca = *a;
-	cb = *b;
-	ca.u.admin.json = cb.u.admin.json = NULL;
-	return memcmp(&ca, &cb, sizeof(ca)) == 0;
 }
 
 static bool is_decode_error(ssize_t rc)
