@@ -293,6 +293,33 @@ void memd_kv_destroy(struct memd_kv *kv)
 
 /* ---- binding and forgetting tenants ---- */
 
+/*
+ * Forgets e of t whatever its state: a reservation dropped, a ghost or a
+ * spilled value (its file deleted) unlinked, a value deleted (it goes
+ * when its read leases end). Returns 1 when e held a value or a
+ * reservation, else 0. kv->lock held.
+ */
+static int entry_forget(struct memd_kv *kv, struct kv_tenant *t,
+			struct kv_entry *e, uint64_t now_ms)
+{
+	struct memd_kv_item it = { .status = 0 };
+	int held;
+
+	if (e->mem == MEM_RESERVED) {
+		kvs_drop_reserved(kv, e);
+		return 1;
+	}
+	if (e->mem == MEM_NONE) {
+		held = e->spilled;
+		kvs_spill_forget(kv, e, true);
+		kvs_queue_remove(e);
+		kvs_entry_maybe_free(kv, e);
+		return held;
+	}
+	memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
+	return kvs_delete_one(kv, t, &it, now_ms, false) == 0;
+}
+
 /* Forgets every entry of t, in memory and spilled (files deleted);
  * entries under read leases go when the leases end. Returns how many. */
 static uint64_t tenant_purge(struct memd_kv *kv, struct kv_tenant *t,
@@ -306,18 +333,7 @@ static uint64_t tenant_purge(struct memd_kv *kv, struct kv_tenant *t,
 		for (; e; e = next) {
 			next = e->hnext;
 			n++;
-			if (e->mem == MEM_RESERVED)
-				kvs_drop_reserved(kv, e);
-			else if (e->mem == MEM_NONE) {
-				kvs_spill_forget(kv, e, true);
-				kvs_queue_remove(e);
-				kvs_entry_maybe_free(kv, e);
-			} else {
-				struct memd_kv_item it = { .status = 0 };
-
-				memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
-				kvs_delete_one(kv, t, &it, now_ms, false);
-			}
+			entry_forget(kv, t, e, now_ms);
 		}
 	}
 	kvs_tenant_release_spare(kv, t);
@@ -452,20 +468,7 @@ static size_t forget_bucket_locked(struct memd_kv *kv, struct kv_tenant *t,
 		seen++;
 		if (e->busy || keep(e->key, arg))
 			continue;
-		if (e->mem == MEM_RESERVED) {
-			kvs_drop_reserved(kv, e);
-			(*gone)++;
-		} else if (e->mem == MEM_NONE) {
-			*gone += e->spilled;
-			kvs_spill_forget(kv, e, true);
-			kvs_queue_remove(e);
-			kvs_entry_maybe_free(kv, e);
-		} else {
-			struct memd_kv_item it = { .status = 0 };
-
-			memcpy(it.key, e->key, MEMD_KV_KEY_BYTES);
-			*gone += kvs_delete_one(kv, t, &it, now_ms, false) == 0;
-		}
+		*gone += entry_forget(kv, t, e, now_ms);
 	}
 	return seen;
 }
