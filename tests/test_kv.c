@@ -2114,6 +2114,38 @@ START_TEST(restarted_donor_spill_serves_nothing_stale)
 }
 END_TEST
 
+/* The donors of the two tests below: r0, d1 and d2 run, d3 and d4 join. */
+static const char *const joins_names[] = { "r0", "d1", "d2", "d3", "d4" };
+
+/*
+ * Makes *k the first key of set tag whose home among r0, d1 and d2 both
+ * d3 and d4 rank above (rendezvous, fabric/rendezvous.h), so that once
+ * they join the old home is third. Returns that home's index in
+ * joins_names, or -1 when none of 2048 keys qualifies.
+ */
+static int key_homed_below_two_joins(struct pool_kv_key *k, uint64_t tag)
+{
+	const char *const *names = joins_names;
+
+	for (uint64_t i = 0; i < 2048; i++) {
+		uint64_t sc[5];
+		int h = 0;
+
+		make_key(k, tag, i);
+		for (int d = 0; d < 5; d++)
+			sc[d] = tp_rendezvous_score(
+				tp_rendezvous_seed(names[d]), k->b);
+		for (int d = 1; d < 3; d++)
+			if (tp_rendezvous_above(sc[d], names[d], sc[h],
+						names[h]))
+				h = d;
+		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
+		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
+			return h;
+	}
+	return -1;
+}
+
 /*
  * Homes that move without the donor leaving (docs/kv.md, "Donors that
  * come and go"): d3 and d4 join and both rank above a key's home; the
@@ -2125,7 +2157,7 @@ END_TEST
  */
 START_TEST(homes_moved_by_two_joins_serve_nothing_deleted)
 {
-	static const char *const names[] = { "r0", "d1", "d2", "d3", "d4" };
+	const char *const *names = joins_names;
 	struct pool *p = connect_as("a", sec_a);
 	struct pool_kv *kv = kv_open_replicas(p, 1, 100);
 	struct pool_kv_key k;
@@ -2133,22 +2165,7 @@ START_TEST(homes_moved_by_two_joins_serve_nothing_deleted)
 	size_t len = 30000;
 	int i, st, old = -1;
 
-	for (i = 0; i < 2048 && old < 0; i++) { /* d3 and d4 above home */
-		uint64_t sc[5];
-		int h = 0;
-
-		make_key(&k, 53, (uint64_t)i);
-		for (int d = 0; d < 5; d++)
-			sc[d] = tp_rendezvous_score(
-				tp_rendezvous_seed(names[d]), k.b);
-		for (int d = 1; d < 3; d++)
-			if (tp_rendezvous_above(sc[d], names[d], sc[h],
-						names[h]))
-				h = d;
-		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
-		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
-			old = h;
-	}
+	old = key_homed_below_two_joins(&k, 53);
 	ck_assert_int_ge(old, 0);
 	ck_assert_int_eq(pool_kv_home(kv, &k, home, sizeof(home)), 0);
 	ck_assert_str_eq(home, names[old]); /* the client ranks alike */
@@ -2197,7 +2214,7 @@ END_TEST
  */
 START_TEST(change_told_before_clients_read_nothing_deleted)
 {
-	static const char *const names[] = { "r0", "d1", "d2", "d3", "d4" };
+	const char *const *names = joins_names;
 	struct pool *p = connect_as("a", sec_a);
 	struct pool_kv *stale = kv_open_replicas(p, 1, 600000), *fresh;
 	struct pool_kv_key k;
@@ -2205,22 +2222,7 @@ START_TEST(change_told_before_clients_read_nothing_deleted)
 	size_t len = 30000;
 	int i, st, old = -1;
 
-	for (i = 0; i < 2048 && old < 0; i++) { /* d3 and d4 above home */
-		uint64_t sc[5];
-		int h = 0;
-
-		make_key(&k, 59, (uint64_t)i);
-		for (int d = 0; d < 5; d++)
-			sc[d] = tp_rendezvous_score(
-				tp_rendezvous_seed(names[d]), k.b);
-		for (int d = 1; d < 3; d++)
-			if (tp_rendezvous_above(sc[d], names[d], sc[h],
-						names[h]))
-				h = d;
-		if (tp_rendezvous_above(sc[3], names[3], sc[h], names[h]) &&
-		    tp_rendezvous_above(sc[4], names[4], sc[h], names[h]))
-			old = h;
-	}
+	old = key_homed_below_two_joins(&k, 59);
 	ck_assert_int_ge(old, 0);
 	ck_assert_int_eq(pool_kv_home(stale, &k, home, sizeof(home)), 0);
 	ck_assert_str_eq(home, names[old]);
