@@ -96,6 +96,42 @@ def stop(proc):
             proc.wait()
 
 
+def poolctl_binary():
+    """poolctl of the build under test, else the one on PATH."""
+    if BUILD:
+        p = os.path.join(BUILD, "poolctl", "poolctl")
+        if os.access(p, os.X_OK):
+            return p
+    p = shutil.which("poolctl")
+    if not p:
+        pytest.skip("no poolctl binary: build tidepool or install it")
+    return p
+
+
+_TENANTS = {}
+
+
+def cluster_tenant(cluster, name, quota):
+    """Pool arguments of tenant name on the session's cluster, added
+    there with quota (a poolctl size) the first time it is asked for.
+    For a test whose values need more KV room than the demo tenant's
+    share leaves: demo's 256 MiB quota is 16 slabs, 5 or 6 per memd,
+    each size class in use holds a slab of its own, and a put of a
+    class with no free block then evicts the small FIFO's oldest
+    values, which can be the test's own (docs/kv.md, "Eviction")."""
+    key = (cluster.addr, name)
+    if key not in _TENANTS:
+        secret = os.path.join(cluster.dir, f"tenant-{name}.secret")
+        r = subprocess.run(
+            [poolctl_binary(), "-a", cluster.addr, "-s",
+             cluster.admin_secret, "tenant", "add", name, "--quota", quota,
+             "--secret-out", secret], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        _TENANTS[key] = {"addr": cluster.addr, "tenant": name,
+                         "secret_file": secret}
+    return _TENANTS[key]
+
+
 _KV_WARM = set()
 
 
