@@ -119,50 +119,6 @@ static void evict_entry(struct memd_kv *kv, struct kv_entry *e, bool ghost)
 	kvs_entry_maybe_free(kv, e);
 }
 
-static bool evict_any(struct memd_kv *kv, struct kv_fifo *f, bool ghost,
-		      uint64_t now_ms)
-{
-	for (struct kv_entry *e = f->tail; e; e = e->qprev) {
-		if (is_evictable(e, now_ms)) {
-			evict_entry(kv, e, ghost);
-			return true;
-		}
-	}
-	return false;
-}
-
-/* One S3-FIFO eviction in t (see kvstore.h). False: nothing evictable. */
-bool kvs_evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms)
-{
-	uint64_t budget;
-
-	if (kv->o.policy == MEMD_KV_POLICY_FIFO)
-		return evict_any(kv, &t->small, false, now_ms);
-	budget = 4 * (t->small.count + t->main.count) + 4;
-	while (budget-- && (t->small.count || t->main.count)) {
-		struct kv_fifo *s = &t->small, *m = &t->main;
-		bool from_small =
-			s->count &&
-			(m->count == 0 || s->bytes * 10 >= s->bytes + m->bytes);
-		struct kv_entry *e = from_small ? s->tail : m->tail;
-
-		if (!is_evictable(e, now_ms)) {
-			queue_move(e, e->queue);
-		} else if (from_small && e->freq >= 1) {
-			queue_move(e, Q_MAIN);
-		} else if (!from_small && e->freq >= 1) {
-			e->freq--;
-			queue_move(e, Q_MAIN);
-		} else {
-			evict_entry(kv, e, from_small);
-			return true;
-		}
-	}
-	/* the walk only met pinned or leased entries: take any other one */
-	return evict_any(kv, &t->small, true, now_ms) ||
-	       evict_any(kv, &t->main, false, now_ms);
-}
-
 /* Evicts t's evictable committed entries with a block in slab sl. */
 static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
 			      const struct kv_slab *sl, uint64_t now_ms)
@@ -186,6 +142,98 @@ static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
 		}
 	}
 	return n;
+}
+
+/* evict_entry, noting in *slab a slab e has a block in (its first
+ * chunk's): it stays the tenant's, on a list, until the op ends. */
+static void evict_noting(struct memd_kv *kv, struct kv_entry *e, bool ghost,
+			 struct kv_slab **slab)
+{
+	*slab = e->nchunks ? e->chunks[0].slab : NULL;
+	evict_entry(kv, e, ghost);
+}
+
+static bool evict_any(struct memd_kv *kv, struct kv_fifo *f, bool ghost,
+		      uint64_t now_ms, struct kv_slab **slab)
+{
+	for (struct kv_entry *e = f->tail; e; e = e->qprev) {
+		if (is_evictable(e, now_ms)) {
+			evict_noting(kv, e, ghost, slab);
+			return true;
+		}
+	}
+	return false;
+}
+
+/* One S3-FIFO eviction in t (see kvstore.h); *slab: a slab the victim
+ * had a block in. False: nothing evictable. */
+static bool evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms,
+		      struct kv_slab **slab)
+{
+	uint64_t budget;
+
+	if (kv->o.policy == MEMD_KV_POLICY_FIFO)
+		return evict_any(kv, &t->small, false, now_ms, slab);
+	budget = 4 * (t->small.count + t->main.count) + 4;
+	while (budget-- && (t->small.count || t->main.count)) {
+		struct kv_fifo *s = &t->small, *m = &t->main;
+		bool from_small =
+			s->count &&
+			(m->count == 0 || s->bytes * 10 >= s->bytes + m->bytes);
+		struct kv_entry *e = from_small ? s->tail : m->tail;
+
+		if (!is_evictable(e, now_ms)) {
+			queue_move(e, e->queue);
+		} else if (from_small && e->freq >= 1) {
+			queue_move(e, Q_MAIN);
+		} else if (!from_small && e->freq >= 1) {
+			e->freq--;
+			queue_move(e, Q_MAIN);
+		} else {
+			evict_noting(kv, e, from_small, slab);
+			return true;
+		}
+	}
+	/* the walk only met pinned or leased entries: take any other one */
+	return evict_any(kv, &t->small, true, now_ms, slab) ||
+	       evict_any(kv, &t->main, false, now_ms, slab);
+}
+
+/* Whether t has a slab cut for cls with every block in use (one with a
+ * free block is on t->partial[cls]). */
+static bool class_full_slab(const struct kv_tenant *t, uint32_t cls)
+{
+	for (uint32_t i = 0; i < t->nslabs; i++)
+		if (t->slabs[i]->list == L_FULL && t->slabs[i]->cls == cls)
+			return true;
+	return false;
+}
+
+/*
+ * Room in t, whose share is spent, for a block of class cls: one S3-FIFO
+ * eviction. When that freed neither a block of cls nor a whole slab, and
+ * no eviction in S3-FIFO order can (t has no slab of cls), or *misses
+ * such evictions have not in as many tries as the victim's slab has
+ * blocks, the other evictable entries of the victim's slab go too: the
+ * slab the coldest value was in is re-cut for cls. Evicting in S3-FIFO
+ * order until some slab empties by chance took most of a store whose
+ * slabs each hold old and new values (docs/kv.md, "Eviction"). False:
+ * nothing evictable.
+ */
+bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
+		   uint32_t *misses, uint64_t now_ms)
+{
+	struct kv_slab *sl = NULL;
+
+	if (!evict_one(kv, t, now_ms, &sl))
+		return false;
+	if (!sl || t->partial[cls] || t->empty)
+		return true;
+	if (!class_full_slab(t, cls) || ++*misses >= sl->nblocks) {
+		evict_in_slab(kv, t, sl, now_ms);
+		*misses = 0;
+	}
+	return true;
 }
 
 ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,

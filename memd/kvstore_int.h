@@ -220,7 +220,8 @@ int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
 void kvs_queue_push(struct kv_entry *e, uint8_t q);
 void kvs_queue_remove(struct kv_entry *e);
 void kvs_queue_committed(struct memd_kv *kv, struct kv_entry *e);
-bool kvs_evict_one(struct memd_kv *kv, struct kv_tenant *t, uint64_t now_ms);
+bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
+		   uint32_t *misses, uint64_t now_ms);
 
 /* kvstore_spill.c */
 int kvs_spill_path(const struct memd_kv *kv, uint32_t tenant,

@@ -237,12 +237,14 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
  * slab from the owner, else (defer) -EAGAIN when the owner has none now
  * but is zeroing one the tenant, under its share, may have soon
  * (slab_soon): its entries stay, the put is asked again. Else
- * evictions until one of those appears; with nothing left to evict,
- * -ENOSPC.
+ * evictions (kvs_evict_for: at most about a slab's entries) until one of
+ * those appears; with nothing left to evict, -ENOSPC.
  */
 static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		       uint64_t now_ms, bool defer, struct kv_chunk *c)
 {
+	uint32_t misses = 0;
+
 	for (;;) {
 		struct kv_slab *s = t->partial[cls];
 		int r;
@@ -266,7 +268,7 @@ static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		if (defer && kv->o.slab_soon &&
 		    kv->o.slab_soon(kv->o.slab_arg, t->id))
 			return -EAGAIN;
-		if (!kvs_evict_one(kv, t, now_ms))
+		if (!kvs_evict_for(kv, t, cls, &misses, now_ms))
 			return -ENOSPC;
 	}
 }

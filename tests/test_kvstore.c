@@ -637,6 +637,56 @@ START_TEST(put_delete_churn_keeps_one_spare_slab)
 }
 END_TEST
 
+/*
+ * A put of a class the tenant has no slab of, at its share: the store
+ * needs an empty slab, and evicting in S3-FIFO order until one empties
+ * by chance can take most of the store when each slab holds old and new
+ * values (here 156 of 252 entries for one 1 MiB value). It evicts the
+ * rest of the first victim's slab instead: one slab's entries at most,
+ * every other value kept (docs/kv.md, "Eviction").
+ */
+START_TEST(new_class_at_the_share_evicts_one_slab)
+{
+	struct owner *o = owner_new(4 * MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	const uint64_t per = 4 * MIB / (64 * 1024 + HDR); /* 63 a slab */
+	struct memd_kv_stats st;
+	uint64_t now = 0, kept = 0;
+
+	o->share[1] = 4;
+	for (uint64_t k = 0; k < 4 * per; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 64 * 1024, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.evictions, 0);
+	/* about half of each slab replaced: old and new in every slab */
+	for (uint64_t k = 0; k < 4 * per; k++)
+		if (k % per < per / 2)
+			ck_assert_int_eq(del(kv, 1, k, now++), 0);
+	for (uint64_t k = 0; k < 4 * (per / 2); k++)
+		ck_assert_int_eq(put(kv, o, 1, 1000 + k, 64 * 1024, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.entries, 4 * per);
+	ck_assert_uint_eq(st.evictions, 0);
+	ck_assert_uint_eq(st.slabs, 4);
+	/* a 1 MiB value: a class of its own */
+	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_le(st.evictions, per);
+	ck_assert_uint_eq(st.entries, 4 * per - st.evictions + 1);
+	ck_assert_int_eq(get(kv, o, 1, 5000, now, true), 0);
+	for (uint64_t k = 0; k < 4 * per; k++)
+		if (k % per >= per / 2)
+			kept += get(kv, o, 1, k, now, true) == 0;
+	for (uint64_t k = 0; k < 4 * (per / 2); k++)
+		kept += get(kv, o, 1, 1000 + k, now, true) == 0;
+	ck_assert_uint_eq(kept, 4 * per - st.evictions);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
 START_TEST(reserved_expires_and_frees_space)
 {
 	struct owner *o = owner_new(MIB, 4);
@@ -1926,6 +1976,7 @@ static Suite *kvstore_suite(void)
 	TU_ADD_TESTS(tc, header_codec_is_little_endian_and_exact,
 		     create_rejects_bad_options, round_trip_sizes_and_chunks,
 		     exact_mib_values_fill_their_share,
+		     new_class_at_the_share_evicts_one_slab,
 		     reserved_expires_and_frees_space,
 		     put_delete_churn_keeps_one_spare_slab,
 		     read_lease_blocks_eviction_and_delete, pins_block_eviction,
