@@ -728,6 +728,17 @@ START_TEST(reserved_expires_and_frees_space)
 	ck_assert_int_eq(b.status, -EBUSY);
 	ck_assert_int_eq(put(kv, o, 1, 2, 100, 3001 + RESERVE_MS), 0);
 	ck_assert_int_eq(get(kv, o, 1, 2, 5000, true), 0);
+	/* nor a delete: it drops the reservation, and the key is absent */
+	item_key(&b, 3);
+	b.value_len = 100;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 6000), 1);
+	ck_assert_int_eq(del(kv, 1, 3, 6000 + RESERVE_MS - 1), -EBUSY);
+	ck_assert_uint_eq(stats(kv, 1).expired, 3);
+	ck_assert_int_eq(del(kv, 1, 3, 6000 + RESERVE_MS), -ENOENT);
+	ck_assert_uint_eq(stats(kv, 1).expired, 4);
+	ck_assert_uint_eq(stats(kv, 1).reserved, 0);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &b, 1, 6000 + RESERVE_MS), 0);
+	ck_assert_int_eq(b.status, -ENOENT);
 	memd_kv_destroy(kv);
 	owner_free(o);
 }
