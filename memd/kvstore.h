@@ -278,8 +278,9 @@ ssize_t memd_kv_exists(struct memd_kv *kv, uint32_t tenant,
 		       const uint8_t (*keys)[MEMD_KV_KEY_BYTES], size_t n);
 /*
  * Deletes keys (and their spill files). status: 0 (deleted; freed later
- * if read leases are live); -ENOENT; -EBUSY (RESERVED: a put is under
- * way). Pins do not prevent a delete.
+ * if read leases are live); -ENOENT (also for a reservation past its
+ * deadline, which it drops, as a reserve does); -EBUSY (RESERVED: a put
+ * is under way). Pins do not prevent a delete.
  */
 ssize_t memd_kv_delete(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n, uint64_t now_ms);

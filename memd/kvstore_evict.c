@@ -119,17 +119,25 @@ static void evict_entry(struct memd_kv *kv, struct kv_entry *e, bool ghost)
 	kvs_entry_maybe_free(kv, e);
 }
 
-/* Evicts t's evictable committed entries with a block in slab sl. */
+static uint32_t in_use(const struct kv_slab *s)
+{
+	return s->nblocks - s->nfree;
+}
+
+/* Evicts t's evictable committed entries with a block in slab sl. The
+ * walk, oldest first, ends when sl holds no block: a slab of few blocks
+ * in use, often one-shot entries at the small FIFO's tail, costs few
+ * steps, not one a tenant's entry. */
 static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
 			      const struct kv_slab *sl, uint64_t now_ms)
 {
 	struct kv_fifo *fifos[2] = { &t->small, &t->main };
 	uint64_t n = 0;
 
-	for (int f = 0; f < 2; f++) {
+	for (int f = 0; f < 2 && in_use(sl); f++) {
 		struct kv_entry *e, *next;
 
-		for (e = fifos[f]->tail; e; e = next) {
+		for (e = fifos[f]->tail; e && in_use(sl); e = next) {
 			bool here = false;
 
 			next = e->qprev;
@@ -209,16 +217,31 @@ static bool class_full_slab(const struct kv_tenant *t, uint32_t cls)
 	return false;
 }
 
+/* t's slab with the fewest blocks in use (t has one). */
+static struct kv_slab *fewest_in_use(const struct kv_tenant *t)
+{
+	struct kv_slab *best = t->slabs[0];
+
+	for (uint32_t i = 1; i < t->nslabs; i++)
+		if (in_use(t->slabs[i]) < in_use(best))
+			best = t->slabs[i];
+	return best;
+}
+
 /*
  * Room in t, whose share is spent, for a block of class cls: one S3-FIFO
  * eviction. When that freed neither a block of cls nor a whole slab, and
  * no eviction in S3-FIFO order can (t has no slab of cls), or *misses
  * such evictions have not in as many tries as the victim's slab has
- * blocks, the other evictable entries of the victim's slab go too: the
- * slab the coldest value was in is re-cut for cls. Evicting in S3-FIFO
- * order until some slab empties by chance took most of a store whose
- * slabs each hold old and new values (docs/kv.md, "Eviction"). False:
- * nothing evictable.
+ * blocks, a slab is emptied and re-cut for cls: the one with the fewest
+ * blocks in use when that is fewer than the victim's slab holds, else
+ * (or when that one keeps a pinned, leased or reserved block) the
+ * victim's. Evicting in S3-FIFO order until some slab empties by chance
+ * took most of a store whose slabs each hold old and new values; always
+ * the victim's slab took a slab of metadata blocks for a tail value that
+ * a slab of one value could have made room for (docs/kv.md, "Eviction";
+ * docs/bench/kv.md, "New size classes at the share"). False: nothing
+ * evictable.
  */
 bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		   uint32_t *misses, uint64_t now_ms)
@@ -230,8 +253,15 @@ bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 	if (!sl || t->partial[cls] || t->empty)
 		return true;
 	if (!class_full_slab(t, cls) || ++*misses >= sl->nblocks) {
-		evict_in_slab(kv, t, sl, now_ms);
+		struct kv_slab *few = fewest_in_use(t);
+
 		*misses = 0;
+		if (few != sl && in_use(few) < in_use(sl)) {
+			evict_in_slab(kv, t, few, now_ms);
+			if (t->empty)
+				return true;
+		}
+		evict_in_slab(kv, t, sl, now_ms);
 	}
 	return true;
 }

@@ -380,6 +380,12 @@ int kvs_delete_one(struct memd_kv *kv, struct kv_tenant *t,
 {
 	struct kv_entry *e = kvs_index_find(kv, t, it->key);
 
+	/* a reservation past its deadline is no put under way (reserve_one
+	 * drops it too): the key is as if never put */
+	if (e && e->mem == MEM_RESERVED && now_ms >= e->deadline_ms) {
+		kvs_drop_reserved(kv, e);
+		e = kvs_index_find(kv, t, it->key);
+	}
 	if (!e)
 		return -ENOENT;
 	if (e->mem == MEM_RESERVED)

@@ -687,6 +687,47 @@ START_TEST(new_class_at_the_share_evicts_one_slab)
 }
 END_TEST
 
+/*
+ * The slab re-cut for a new class is the one with the fewest blocks in
+ * use when that is fewer than the victim's: here a 1 MiB value alone in
+ * its slab, not the 62 other 64 KiB values of the slab S3-FIFO's victim
+ * was in. Evicting the victim's slab whole cost 63 entries for one value
+ * (bench/kvmixed lmtail: tails of many classes each alone in a slab, the
+ * hit ratio 0.50 -> 0.20; docs/bench/kv.md, "New size classes at the
+ * share").
+ */
+START_TEST(new_class_at_the_share_recuts_the_emptiest_slab)
+{
+	struct owner *o = owner_new(4 * MIB, 8);
+	struct memd_kv *kv = store_new(o, NULL, 0, MEMD_KV_POLICY_S3FIFO);
+	const uint64_t per = 4 * MIB / (64 * 1024 + HDR); /* 63 a slab */
+	struct memd_kv_stats st;
+	uint64_t now = 0, kept = 0;
+
+	o->share[1] = 4;
+	for (uint64_t k = 0; k < 3 * per; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 64 * 1024, now++), 0);
+	ck_assert_int_eq(put(kv, o, 1, 1000, MIB, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.evictions, 0);
+	/* 512 KiB: a class of its own; the victim is key 0, in a full slab */
+	ck_assert_int_eq(put(kv, o, 1, 2000, 512 * 1024, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.evictions, 2);
+	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_int_eq(get(kv, o, 1, 2000, now, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 1000, now, true), -ENOENT);
+	ck_assert_int_eq(get(kv, o, 1, 0, now, true), -ENOENT);
+	for (uint64_t k = 1; k < 3 * per; k++)
+		kept += get(kv, o, 1, k, now, true) == 0;
+	ck_assert_uint_eq(kept, 3 * per - 1);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
 START_TEST(reserved_expires_and_frees_space)
 {
 	struct owner *o = owner_new(MIB, 4);
@@ -728,6 +769,17 @@ START_TEST(reserved_expires_and_frees_space)
 	ck_assert_int_eq(b.status, -EBUSY);
 	ck_assert_int_eq(put(kv, o, 1, 2, 100, 3001 + RESERVE_MS), 0);
 	ck_assert_int_eq(get(kv, o, 1, 2, 5000, true), 0);
+	/* nor a delete: it drops the reservation, and the key is absent */
+	item_key(&b, 3);
+	b.value_len = 100;
+	ck_assert_int_eq(memd_kv_reserve(kv, 1, &b, 1, locs, 4, 6000), 1);
+	ck_assert_int_eq(del(kv, 1, 3, 6000 + RESERVE_MS - 1), -EBUSY);
+	ck_assert_uint_eq(stats(kv, 1).expired, 3);
+	ck_assert_int_eq(del(kv, 1, 3, 6000 + RESERVE_MS), -ENOENT);
+	ck_assert_uint_eq(stats(kv, 1).expired, 4);
+	ck_assert_uint_eq(stats(kv, 1).reserved, 0);
+	ck_assert_int_eq(memd_kv_commit(kv, 1, &b, 1, 6000 + RESERVE_MS), 0);
+	ck_assert_int_eq(b.status, -ENOENT);
 	memd_kv_destroy(kv);
 	owner_free(o);
 }
@@ -1977,6 +2029,7 @@ static Suite *kvstore_suite(void)
 		     create_rejects_bad_options, round_trip_sizes_and_chunks,
 		     exact_mib_values_fill_their_share,
 		     new_class_at_the_share_evicts_one_slab,
+		     new_class_at_the_share_recuts_the_emptiest_slab,
 		     reserved_expires_and_frees_space,
 		     put_delete_churn_keeps_one_spare_slab,
 		     read_lease_blocks_eviction_and_delete, pins_block_eviction,
