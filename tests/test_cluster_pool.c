@@ -45,7 +45,22 @@ static void sleep_ms(long ms)
 	nanosleep(&ts, NULL);
 }
 
-/* Waits until the registry lists every name in names as up. */
+/*
+ * The usage reports the registry has taken from a donor: at points into
+ * the donor's entry of an ADMIN "donors" reply, before its "reports" key.
+ * -1 when at is NULL or no count follows.
+ */
+static long long reports_at(const char *at)
+{
+	at = at ? strstr(at, "\"reports\":") : NULL;
+	return at ? strtoll(at + strlen("\"reports\":"), NULL, 10) : -1;
+}
+
+/*
+ * Waits until the registry lists every name in names as up and has taken
+ * a report from each: placement uses a donor only once it has reported
+ * (memd/registry_place.c), a little after its join shows it up.
+ */
 static int wait_up(const char *const *names, int n)
 {
 	char out[16384];
@@ -63,7 +78,8 @@ static int wait_up(const char *const *names, int n)
 					 names[k]);
 				at = strstr(out, want);
 				ok += at &&
-				      strstr(at, "\"state\":\"up\"") != NULL;
+				      strstr(at, "\"state\":\"up\"") != NULL &&
+				      reports_at(at) > 0;
 			}
 		if (ok == n)
 			return 0;
@@ -73,21 +89,35 @@ static int wait_up(const char *const *names, int n)
 	return -ETIMEDOUT;
 }
 
-/* Waits until the registry lists a donor at addr as up (a restarted
- * donor: its new incarnation, not the old one). */
+/*
+ * Waits until the registry lists a donor at addr as up (a restarted
+ * donor: its new incarnation, not the old one) and has taken a report
+ * from it since: "up" comes with the join, and until the first report
+ * that follows placement passes the donor over, so a region allocated
+ * at once could never land there. The reports count is the donor
+ * name's over its incarnations: one more than when the new one was
+ * first seen up is one of the new one's.
+ */
 static int wait_up_at(const char *addr)
 {
 	char out[16384], want[128];
+	long long seen = -1;
 
 	snprintf(want, sizeof(want), "\"addr\":\"%s\",\"state\":\"up\"", addr);
 	for (int i = 0; i < 1500; i++) {
+		const char *at = NULL;
+
 		if (!tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
-			      sizeof(out)) &&
-		    strstr(out, want))
+			      sizeof(out)))
+			at = strstr(out, want);
+		if (at && seen < 0)
+			seen = reports_at(at);
+		else if (at && reports_at(at) > seen)
 			return 0;
 		sleep_ms(20);
 	}
-	fprintf(stderr, "donor at %s never came up: %s\n", addr, out);
+	fprintf(stderr, "donor at %s never came up and reported: %s\n", addr,
+		out);
 	return -ETIMEDOUT;
 }
 
@@ -460,21 +490,29 @@ START_TEST(wrong_secret_and_no_tenant_are_eacces)
 END_TEST
 
 /* Allocates one-slab regions until one lands on the donor at addr; the
- * others are freed. NULL when none does in 8 tries. */
+ * others are freed. NULL when none does in 8 tries (where they went,
+ * and the registry's donors, on stderr). */
 static struct pool_region *alloc_on(struct pool *p, const char *addr)
 {
 	struct pool_region *r[8], *hit = NULL;
+	char went[8 * 64] = "", out[16384];
 	int n = 0;
 
 	for (; n < 8 && !hit; n++) {
 		uint32_t id;
 		const char *a;
+		size_t l = strlen(went);
 
 		ck_assert_int_eq(pool_alloc(p, SLAB, &r[n]), 0);
 		ck_assert_int_eq(pool_region_copy(r[n], 0, 0, &id, &a), 0);
 		if (!strcmp(a, addr))
 			hit = r[n];
+		snprintf(went + l, sizeof(went) - l, " %s", a);
 	}
+	if (!hit && !tu_admin(reg.addr, cluster, "{\"cmd\":\"donors\"}", out,
+			      sizeof(out)))
+		fprintf(stderr, "no region on %s; they went to%s; donors: %s\n",
+			addr, went, out);
 	for (int i = 0; i < n; i++)
 		if (r[i] != hit)
 			ck_assert_int_eq(pool_free(p, r[i]), 0);
@@ -676,6 +714,7 @@ START_TEST(rxm_mismatch_on_one_donor)
 	setenv("FI_OFI_RXM_BUFFER_SIZE", "16384", 1);
 	start_donor(1);
 	unsetenv("FI_OFI_RXM_BUFFER_SIZE");
+	ck_assert_int_eq(wait_up_at(don[1].addr), 0);
 	ck_assert_int_eq(wait_up(names, 3), 0);
 
 	setenv("LIBPOOL_SHM", "off", 1);

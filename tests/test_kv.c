@@ -959,9 +959,20 @@ static void start_donor(int i)
 	start_donor_spill(i, NULL);
 }
 
-/* The registry's report interval (its donors report at the interval its
- * JOIN_OK says): "pool_slow" sets 30 s. */
-static const char *reg_report = "report_interval=100ms";
+/*
+ * The registry's report interval (its donors report at the interval its
+ * JOIN_OK says): "pool_slow" sets 30 s. 300 ms, not less: a donor is
+ * marked down after 3 intervals without a report, and one whose last
+ * REPORT_OK is 2.5 intervals old refuses KV requests (EAGAIN) while it
+ * is out of touch (docs/kv.md, "Donors that come and go"). A TSan build
+ * on a loaded 2-core host stalls a memd for 300 ms and more (its log:
+ * "registry: did not run for 331 ms"; a donor "marked down (no report
+ * for 314 ms)" and emptied of its KV entries as it joined again): at
+ * 100 ms, puts failed -EAGAIN and gets missed in tests that mean to
+ * check eviction and replicas. As test_cluster_etcd.c does.
+ */
+#define REPORT_INTERVAL "report_interval=300ms"
+static const char *reg_report = REPORT_INTERVAL;
 
 /* The registry (r0, which donates too) on listen (NULL: a free port),
  * with its state in dir/state. */
@@ -1288,6 +1299,16 @@ START_TEST(kv_yields_to_a_place)
 }
 END_TEST
 
+/* k's home donor by kv's list (for messages; static storage). */
+static const char *home_of(struct pool_kv *kv, const struct pool_kv_key *k)
+{
+	static char home[64];
+
+	if (pool_kv_home(kv, k, home, sizeof(home)))
+		snprintf(home, sizeof(home), "?");
+	return home;
+}
+
 START_TEST(eviction_stays_within_the_tenant)
 {
 	struct pool *pa = connect_as("a", sec_a), *pb = connect_as("b", sec_b);
@@ -1303,8 +1324,12 @@ START_TEST(eviction_stays_within_the_tenant)
 	}
 	/* a: 150 of them, far more than its share on all three donors */
 	for (int i = 0; i < 150; i++) {
+		int st;
+
 		make_key(&k, 11, (uint64_t)i);
-		ck_assert_int_eq(put1(a, &k, MIB), 0);
+		st = put1(a, &k, MIB);
+		ck_assert_msg(st == 0, "a's put %d (home %s): %s", i,
+			      home_of(a, &k), strerror(-st));
 	}
 	for (int i = 0; i < 150; i++) {
 		make_key(&k, 11, (uint64_t)i);
@@ -1315,8 +1340,12 @@ START_TEST(eviction_stays_within_the_tenant)
 	ck_assert_int_le(hits, 48);
 	/* ... and none of b's */
 	for (int i = 0; i < 12; i++) {
+		ssize_t n;
+
 		make_key(&k, 10, (uint64_t)i);
-		ck_assert_int_eq(get1(b, &k, MIB), (ssize_t)MIB);
+		n = get1(b, &k, MIB);
+		ck_assert_msg(n == (ssize_t)MIB, "b's key %d (home %s): %s", i,
+			      home_of(b, &k), n < 0 ? strerror((int)-n) : "?");
 	}
 	pool_close(pa);
 	pool_close(pb);
@@ -1749,8 +1778,9 @@ START_TEST(replica_serves_when_home_killed)
 	for (set = 0; set < 3; set++)
 		for (i = 0; i < REP_KEYS; i++) {
 			make_key(&k, 30 + (uint64_t)set, (uint64_t)i);
-			ck_assert_int_eq(
-				put1(set == 1 ? kv1 : kv2, &k, kill_len(i)), 0);
+			st = put1(set == 1 ? kv1 : kv2, &k, kill_len(i));
+			ck_assert_msg(st == 0, "set %d put %d (home %s): %s",
+				      set, i, home_of(kv2, &k), strerror(-st));
 			ck_assert_int_eq(
 				pool_kv_home(kv2, &k, home, sizeof(home)), 0);
 			ck_assert_int_eq(
@@ -2268,7 +2298,7 @@ static void slow_setup(void)
 static void slow_teardown(void)
 {
 	cluster_teardown();
-	reg_report = "report_interval=100ms";
+	reg_report = REPORT_INTERVAL;
 }
 
 /*
