@@ -249,6 +249,17 @@ ssize_t memd_kv_reserve(struct memd_kv *kv, uint32_t tenant,
 ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
 		       struct memd_kv_item *items, size_t n, uint64_t now_ms);
 /*
+ * Drops the reservations (key, generation: a reserve's) of a put that
+ * will not commit them: memd's refusal of a COMMIT_AT routed by an older
+ * membership, whose client puts again under the new list, maybe here
+ * (it would find its own reservation: -EBUSY until the deadline).
+ * status: 0 dropped (counted as expired); -ENOENT no such reservation
+ * (committed, dropped, or another generation's).
+ */
+ssize_t memd_kv_unreserve(struct memd_kv *kv, uint32_t tenant,
+			  struct memd_kv_item *items, size_t n,
+			  uint64_t now_ms);
+/*
  * Looks keys up, loading spilled ones back; each hit takes a read lease
  * until now + lease_ms and fills value_len, generation, checksum and its
  * chunks' locations. status: 0 hit; -ENOENT miss (absent, RESERVED, or a

@@ -225,6 +225,25 @@ ssize_t memd_kv_commit(struct memd_kv *kv, uint32_t tenant,
 	return kv_batch(kv, tenant, items, n, now_ms, commit_one, false);
 }
 
+static int unreserve_one(struct memd_kv *kv, struct kv_tenant *t,
+			 struct memd_kv_item *it, uint64_t now_ms, bool unused)
+{
+	struct kv_entry *e = kvs_index_find(kv, t, it->key);
+
+	(void)now_ms;
+	(void)unused;
+	if (!e || e->mem != MEM_RESERVED || e->generation != it->generation)
+		return -ENOENT;
+	kvs_drop_reserved(kv, e);
+	return 0;
+}
+
+ssize_t memd_kv_unreserve(struct memd_kv *kv, uint32_t tenant,
+			  struct memd_kv_item *items, size_t n, uint64_t now_ms)
+{
+	return kv_batch(kv, tenant, items, n, now_ms, unreserve_one, false);
+}
+
 /* Makes a spilled entry resident. 0, or -ENOENT / -ENOSPC / -errno. */
 static int ensure_resident(struct memd_kv *kv, struct kv_entry *e,
 			   uint64_t now_ms)

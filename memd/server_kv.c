@@ -977,6 +977,34 @@ void srv_do_kv_clear(struct memd_server *s, struct conn *c,
 	srv_reply(c, rep, WIRE_KV_CLEAR_OK, req->seq);
 }
 
+/*
+ * A COMMIT_AT refused ESTALE: its client puts those keys again under the
+ * newer list, maybe here, and would find its own reservations (-EBUSY
+ * until kv_reserve_ttl): they go now. Only a reservation of the very
+ * generation the commit names (its reserve's) is dropped.
+ */
+static void kv_unreserve_refused(struct memd_server *s, uint32_t tenant,
+				 const struct wire_kv *in)
+{
+	static struct memd_kv_item items[WIRE_KV_BATCH]; /* memd-ctl only */
+	size_t n = in->count;
+	ssize_t r;
+
+	if (!s->kv || n > WIRE_KV_BATCH)
+		return;
+	memset(items, 0, n * sizeof(items[0]));
+	for (size_t i = 0; i < n; i++) {
+		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
+		items[i].generation = in->item[i].generation;
+	}
+	r = memd_kv_unreserve(s->kv, tenant, items, n, srv_now_ms());
+	if (r > 0)
+		memd_log(LOG_INFO,
+			 "kv: commit refused (stale membership): dropped "
+			 "reservations=%zd tenant=%u",
+			 r, tenant);
+}
+
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep)
 {
@@ -1008,6 +1036,8 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 			memd_donor_kick(s->donor);
 		if (in->membership < own || !s->donor) {
 			CTR_ADD(s, kv_refused, 1);
+			if (type == WIRE_KV_COMMIT && s->donor)
+				kv_unreserve_refused(s, tenant, in);
 			srv_send_error(s, c, req->seq, ESTALE,
 				       "%s: routed by membership %" PRIu64
 				       ", this donor's is %" PRIu64

@@ -1244,6 +1244,65 @@ static uint64_t only_r0(struct kvc *c, uint8_t type, uint8_t ok)
 	return rep.u.donors_ok.membership;
 }
 
+/*
+ * A COMMIT_AT routed by an older membership is refused (ESTALE) and its
+ * reservation dropped: the client puts again under the new list, maybe
+ * on this donor, and must not find its own reservation (-EBUSY until
+ * kv_reserve_ttl, 30 s by default). Another generation's reservation is
+ * not touched.
+ */
+START_TEST(stale_commit_drops_its_reservation)
+{
+	char dir[64];
+	uint8_t key[WIRE_KV_KEY_LEN], *v, *got = NULL;
+	struct wire_kv_loc locs[WIRE_KV_MAX_LOCS];
+	struct wire_kv_item it;
+	uint64_t len = 5000, m, gen;
+	struct kvc *a, *b;
+
+	two_tenants_up(NULL, dir, sizeof(dir), &a, &b);
+	m = only_r0(a, WIRE_MEMBERS, WIRE_MEMBERS_OK);
+	ck_assert_uint_ge(m, 2); /* r0's own join made one after the first */
+	make_key(key, 8, 0);
+	v = make_value(key, len);
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(
+			kv_one(a, WIRE_KV_RESERVE, key, &len, &it, locs), 0);
+		gen = it.generation;
+		/* round 1: a generation not reserved is not dropped */
+		memset(&req, 0, sizeof(req));
+		req.type = WIRE_KV_COMMIT_AT;
+		req.u.kv.membership = m - 1;
+		req.u.kv.count = 1;
+		memcpy(req.u.kv.item[0].key, key, WIRE_KV_KEY_LEN);
+		req.u.kv.item[0].generation = round ? gen + 1 : gen;
+		req.u.kv.item[0].checksum = XXH3_64bits(v, len);
+		ck_assert_int_eq(kv_rpc(a->rpc, WIRE_KV_COMMIT_AT_OK), -ESTALE);
+		/* round 0: the key is free for the put again at once */
+		ck_assert_int_eq(
+			kv_one(a, WIRE_KV_RESERVE, key, &len, &it, locs),
+			round ? -EBUSY : 0);
+		if (!round) {
+			/* this one is dropped the same way */
+			memset(&req, 0, sizeof(req));
+			req.type = WIRE_KV_COMMIT_AT;
+			req.u.kv.membership = m - 1;
+			req.u.kv.count = 1;
+			memcpy(req.u.kv.item[0].key, key, WIRE_KV_KEY_LEN);
+			req.u.kv.item[0].generation = it.generation;
+			ck_assert_int_eq(kv_rpc(a->rpc, WIRE_KV_COMMIT_AT_OK),
+					 -ESTALE);
+		}
+	}
+	/* the reservation of round 1 stands; b's key space never met it */
+	ck_assert_int_eq(kv_put(b, key, v, len), 0);
+	ck_assert_int_eq(kv_get(b, key, &got), (int64_t)len);
+	free(got);
+	free(v);
+	two_tenants_down(a, b, dir);
+}
+END_TEST
+
 START_TEST(tenants_never_share)
 {
 	char dir[64];
@@ -2377,6 +2436,7 @@ static Suite *kv_memd_suite(void)
 		     striped_gets_every_byte, striped_stream_fails_midbatch,
 		     exists_delete_pin, uncommitted_reservation_expires,
 		     bad_requests, kv_tier_off, tenants_never_share,
+		     stale_commit_drops_its_reservation,
 		     lookup_key_is_read_only, kv_shm_files_per_tenant,
 		     reservations_per_tenant_capped, warm_restart,
 		     spill_bound_to_pool_and_tenant,
