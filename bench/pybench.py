@@ -9,7 +9,13 @@ usage: /usr/bin/python3 bench/pybench.py [BUILD_DIR]   (default
 Knobs (options, or the environment): --reps REPS=5, --cap CAP=2560M,
   --slab SLAB=64M, --prompts PROMPTS=60, --layers LAYERS=1, --hbm HBM=5,
   --tps TPS=10000, --calls-scale CALLS_SCALE=1.0, --parts PARTS="shared
-  calls", --out-dir OUT_DIR=<BUILD>/pybench-results/<time>.
+  calls", --pipeline PIPELINE=<the extension's>, --pipelines
+  PIPELINES="", --out-dir OUT_DIR=<BUILD>/pybench-results/<time>.
+
+--pipeline CHUNK,DEPTH sets the pipelined get's settings for the whole
+run (_tidepool._get_pipeline: every part's gets into torch tensors that
+bounce; CHUNK 0: the one-block bounce), e.g. to run a workload with the
+settings of before; the "# pipeline=" line says which ran.
 
 It starts one standalone memd on 127.0.0.1 (port 0, --ready-file, CAP
 donated in SLAB slabs, kv_share 100: run_kvbench.sh's settings), and per
@@ -41,10 +47,16 @@ calls   what one call costs at batches of 1, 64 and 1024 keys: exists
         Python layer adds. First, bulk: one get of a prefix's 109 blocks
         of 1 MiB, ctypes, numpy, torch and torch_fixed (tensors whose
         storage torch cannot resize, share_memory_(): read in place, no
-        bounce) in turn, call by call, and, where the extension
+        bounce) in turn, call by call (in an order shuffled each
+        round), and, where the extension
         pipelines gets into tensors that bounce, torch_whole: the same
         tensors with the pipeline turned off for each of its calls (the
-        one-block bounce; a reference, not a target).
+        one-block bounce; a reference, not a target), and one
+        torch_pCHUNKxDEPTH per --pipelines setting (e.g. "1M,3 8M,2":
+        the same keys into resizable tensors of its own, with
+        _get_pipeline(CHUNK, DEPTH) for each of its calls; references
+        too).
+bulk    the bulk get alone (calls without its per-call part).
 
 Output in OUT_DIR: raw.txt (every line of every repetition, "# ..." lines
 for the host and settings), summary.txt (printed too): medians over the
@@ -71,6 +83,7 @@ import contextlib
 import ctypes
 import os
 import platform
+import random
 import statistics
 import subprocess
 import sys
@@ -400,6 +413,45 @@ def _stats(ns, batch):
             "p90_us": ns[int(0.9 * (len(ns) - 1))] / 1e3}
 
 
+class PipedCalls:
+    """The gets of base's keys (a PyCalls get into torch tensors that
+    bounce) into tensors of its own like base's, with the pipelined
+    get's settings (chunk, depth) for each call (--pipelines)."""
+
+    def __init__(self, base, chunk, depth):
+        self.base, self.chunk, self.depth = base, chunk, depth
+        self.dst = [t.clone() for t in base.dst]  # resizable, as base's
+
+    def step(self):
+        from tidepool import _c
+        saved = _c._get_pipeline()
+        _c._get_pipeline(self.chunk, self.depth)
+        try:
+            t0 = time.perf_counter_ns()
+            r = self.base.kv.get_into(self.base.keys, self.dst)
+            dt = time.perf_counter_ns() - t0
+        finally:
+            _c._get_pipeline(*saved)
+        if not all(r):
+            raise RuntimeError("pybench: py get of "
+                               f"{self.base.batch} keys failed")
+        return dt
+
+    def close(self):
+        pass  # base's keys: base closes them
+
+
+def pipeline_settings(spec):
+    """--pipelines' "CHUNK,DEPTH ..." (CHUNK as size_bytes reads it) as
+    [(label, chunk_bytes, depth)]; ValueError when malformed."""
+    out = []
+    for w in spec.split():
+        chunk, depth = w.split(",")
+        out.append((f"torch_p{chunk}x{int(depth)}", size_bytes(chunk),
+                    int(depth)))
+    return out
+
+
 class PyCalls:
     """One (op, batch) through tidepool.KV with values in numpy arrays or
     torch tensors; step() makes one call and returns its ns."""
@@ -527,14 +579,17 @@ class CCalls:
                                        self.dst_st)
 
 
-def interleave(runs, warm, iters):
-    """Steps every run once per round, the order rotating each round;
-    returns the measured ns of each run (the first warm rounds not
-    kept)."""
+def interleave(runs, warm, iters, seed=0):
+    """Steps every run once per round, in an order shuffled each round
+    (from seed), so that no run always follows the same one (a run that
+    follows one writing the same tensors finds them warm); returns the
+    measured ns of each run (the first warm rounds not kept)."""
+    rng = random.Random(seed)
+    order = list(range(len(runs)))
     ns = [[] for _ in runs]
     for it in range(warm + iters):
-        for j in range(len(runs)):
-            i = (it + j) % len(runs)
+        rng.shuffle(order)
+        for i in order:
             dt = runs[i][2].step()
             if it >= warm:
                 ns[i].append(dt)
@@ -670,7 +725,14 @@ class Run:
         self.line(f"# reps={a.reps} cap={a.cap} slab={a.slab} "
                   f"prompts={a.prompts} layers={a.layers} hbm={a.hbm} "
                   f"tps={a.tps} calls_scale={a.calls_scale} "
-                  f"parts={','.join(a.parts)} memd={self.addr}")
+                  f"parts={','.join(a.parts)} memd={self.addr}"
+                  + (" pipelines=" + ",".join(p[0] for p in a.pipelines)
+                     if a.pipelines else ""))
+        from tidepool import _c
+        if hasattr(_c, "_get_pipeline"):
+            chunk, depth = _c._get_pipeline()
+            self.line(f"# pipeline={chunk},{depth}"
+                      + (" (--pipeline)" if a.pipeline else ""))
 
     def shared(self, rep, pool, kv):
         a = self.a
@@ -721,7 +783,7 @@ class Run:
                 for buf in (("numpy",) if op == "exists"
                             else ("numpy", "torch")):
                     runs.append(("py", buf, PyCalls(kv, op, batch, buf)))
-                ns = interleave(runs, warm, iters)
+                ns = interleave(runs, warm, iters, seed=rep)
                 for (impl, buf, c), t in zip(runs, ns):
                     c.close()
                     s = _stats(t, batch)
@@ -736,18 +798,24 @@ class Run:
         and Python in turn call by call: the workload's get without its
         noise."""
         iters = max(3, int(BULK_ITERS * self.a.calls_scale))
+        torch_calls = PyCalls(kv, "get", BULK_BATCH, "torch", BLOCK)
         runs = [("ctypes", "c", CCalls(cp, "get", BULK_BATCH, BLOCK)),
                 ("py", "numpy", PyCalls(kv, "get", BULK_BATCH, "numpy",
                                         BLOCK)),
-                ("py", "torch", PyCalls(kv, "get", BULK_BATCH, "torch",
-                                        BLOCK)),
+                ("py", "torch", torch_calls),
                 ("py", "torch_fixed", PyCalls(kv, "get", BULK_BATCH,
                                               "torch_fixed", BLOCK))]
         from tidepool import _c
         if hasattr(_c, "_get_pipeline"):  # an extension that pipelines
             runs.append(("py", "torch_whole", PyCalls(
                 kv, "get", BULK_BATCH, "torch_whole", BLOCK)))
-        ns = interleave(runs, max(1, iters // 10), iters)
+            for label, chunk, depth in self.a.pipelines:
+                runs.append(("py", label, PipedCalls(torch_calls, chunk,
+                                                     depth)))
+        elif self.a.pipelines:
+            sys.exit("pybench: --pipelines: this extension does not "
+                     "pipeline gets")
+        ns = interleave(runs, max(1, iters // 10), iters, seed=rep)
         for (impl, buf, c), t in zip(runs, ns):
             c.close()
             s = _stats(t, BULK_BATCH)
@@ -759,20 +827,28 @@ class Run:
 
     def run(self):
         import tidepool
+        from tidepool import _c
+        if self.a.pipeline and not hasattr(_c, "_get_pipeline"):
+            sys.exit("pybench: --pipeline: this extension does not "
+                     "pipeline gets")
+        if self.a.pipeline:
+            _c._get_pipeline(*self.a.pipeline)
         self.start_memd()
         with self.recording(summarize):
             self.header()
             with tidepool.Pool(self.addr, client_name="pybench") as pool, \
                     pool.kv() as kv:
                 cp = None
-                if "calls" in self.a.parts:
+                if "calls" in self.a.parts or "bulk" in self.a.parts:
                     cp = CPool(self.build, self.addr)
                 for rep in range(1, self.a.reps + 1):
                     if "shared" in self.a.parts:
                         self.shared(rep, pool, kv)
+                    if "calls" in self.a.parts or "bulk" in self.a.parts:
+                        self.log(f"rep {rep}/{self.a.reps} bulk")
+                        self.bulk(rep, kv, cp)
                     if "calls" in self.a.parts:
                         self.log(f"rep {rep}/{self.a.reps} calls")
-                        self.bulk(rep, kv, cp)
                         anchors = hold_slabs(kv, size_bytes(self.a.slab))
                         self.calls(rep, kv, cp)
                         for i in range(0, len(anchors), 1024):
@@ -857,15 +933,18 @@ def summarize(paths):
         out.append("")
         out.append(f"get of {BULK_BATCH} blocks of 1 MiB in one call, C "
                    "(ctypes) and Python in turn; medians over repetitions:")
-        out.append(f"{'buf':<11} {'runs':>4} {'MB/s':>7} {'range':>13} "
+        out.append(f"{'buf':<13} {'runs':>4} {'MB/s':>7} {'range':>13} "
                    f"{'ms/call':>8}")
         ratios = []
-        for buf in ("c", "numpy", "torch", "torch_fixed", "torch_whole"):
+        fixed = ("c", "numpy", "torch", "torch_fixed", "torch_whole")
+        piped = [k[1] for k in rows if k and k[0] == "bulk"
+                 and k[1] not in fixed]  # --pipelines, in run order
+        for buf in fixed + tuple(piped):
             k = ("bulk", buf)
             if k not in rows:
                 continue
             g = benchutil.values(rows, k, "MBps")
-            out.append(f"{buf:<11} {len(rows[k]):>4} "
+            out.append(f"{buf:<13} {len(rows[k]):>4} "
                        f"{med(rows, k, 'MBps'):>7.0f} "
                        f"{min(g):>6.0f}..{max(g):<6.0f} "
                        f"{med(rows, k, 'us_call') / 1e3:>8.1f}")
@@ -875,8 +954,9 @@ def summarize(paths):
                 r = statistics.median(per)
                 res[f"bulk_ratio_{buf}"] = r
                 # torch_whole is the reference the pipeline is judged
-                # against, not a target
-                tgt = ("reference" if buf == "torch_whole" else
+                # against, --pipelines' settings candidates: not targets
+                tgt = ("reference" if buf == "torch_whole" or buf in piped
+                       else
                        f"{TARGET} pass={'yes' if r >= TARGET else 'no'}")
                 ratios.append(
                     f"ratio name=bulk_get_MBps_{buf}_vs_c value={r:.3f} "
@@ -916,7 +996,7 @@ def summarize(paths):
                     if over is not None:
                         res[f"{op}_{buf}_{batch}_over_us"] = over
     ok = [v >= TARGET for k, v in res.items()
-          if "ratio" in k and "whole" not in k]
+          if "ratio" in k and "whole" not in k and "torch_p" not in k]
     words = [f"{k}={v:.3f}" if "ratio" in k else f"{k}={v:.1f}"
              for k, v in res.items()]
     out.append("")
@@ -989,12 +1069,37 @@ def main():
     ap.add_argument("--calls-scale", type=float,
                     default=float(env("CALLS_SCALE", 1.0)))
     ap.add_argument("--parts", default=env("PARTS", "shared calls"),
-                    help='"shared calls" (default), or one of them')
+                    help='"shared calls" (default), or one of them, or '
+                    '"bulk" (the bulk get of calls alone)')
+    ap.add_argument("--pipeline", default=env("PIPELINE", ""),
+                    metavar="CHUNK,DEPTH",
+                    help="the pipelined get's settings for the whole run, "
+                    "e.g. 4M,2 (default: the extension's)")
+    ap.add_argument("--pipelines", default=env("PIPELINES", ""),
+                    metavar='"CHUNK,DEPTH ..."',
+                    help="pipelined-get settings to interleave in the bulk "
+                    'get, e.g. "1M,3 4M,2" (_tidepool._get_pipeline)')
     a = bench_parse(ap, summarize)
     a.parts = a.parts.replace(",", " ").split()
-    if not set(a.parts) <= {"shared", "calls"} or a.reps < 1 or \
+    if not set(a.parts) <= {"shared", "calls", "bulk"} or a.reps < 1 or \
             not 1 <= a.layers <= 8:
         ap.error("bad --parts, --reps or --layers")
+    try:
+        a.pipelines = pipeline_settings(a.pipelines)
+    except (ValueError, KeyError, IndexError):
+        ap.error(f"bad --pipelines {a.pipelines!r}: want CHUNK,DEPTH ... "
+                 "(e.g. 1M,3)")
+    if any(d < 1 or d > 8 or c < 0 for _, c, d in a.pipelines):
+        ap.error("bad --pipelines: depth 1..8, chunk >= 0")
+    try:
+        one = pipeline_settings(a.pipeline)
+    except (ValueError, KeyError, IndexError):
+        one = None
+    if one is None or len(one) > 1 or \
+            any(d < 1 or d > 8 or c < 0 for _, c, d in one):
+        ap.error(f"bad --pipeline {a.pipeline!r}: want CHUNK,DEPTH (e.g. "
+                 "4M,2; depth 1..8)")
+    a.pipeline = one[0][1:] if one else None
     bench_dirs(a, os.path.join("bench", "kvbench"), "pybench-results")
     size_bytes(a.cap)
     Run(a).run()
