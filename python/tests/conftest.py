@@ -13,6 +13,9 @@ Helpers the test modules import: ``start_memd``/``stop``, ``kv_warmed``
 ``threads_running``/``in_threads`` (worker threads whose errors fail the
 test).
 
+$TIDEPOOL_KEEP_LOGS=1 keeps the fixtures' directories (the memds' logs)
+after the session and prints where they are, to look into a failure.
+
 The binaries come from $TIDEPOOL_BUILD (a build tree, default
 build/debug, then build/release) or else PATH (an installed tidepool). The
 package is imported from python/ and the build tree's python/ unless
@@ -47,6 +50,16 @@ def _build_dir():
 
 
 BUILD = _build_dir()
+KEEP_LOGS = os.environ.get("TIDEPOOL_KEEP_LOGS") == "1"
+
+
+def _remove_dir(d):
+    """Removes a fixture's directory, or with $TIDEPOOL_KEEP_LOGS=1
+    says where it stays."""
+    if KEEP_LOGS:
+        print(f"\ntidepool test logs kept in {d}", file=sys.stderr)
+    else:
+        shutil.rmtree(d, ignore_errors=True)
 if os.environ.get("TIDEPOOL_INSTALLED") != "1":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     if BUILD:
@@ -237,7 +250,7 @@ def memd():
     proc, addr = start_memd(tmp)
     yield types.SimpleNamespace(addr=addr, proc=proc, dir=tmp)
     stop(proc)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove_dir(tmp)
 
 
 @pytest.fixture(scope="session")
@@ -271,7 +284,7 @@ def cluster():
         admin_secret=os.path.join(d, "cluster.secret"), dir=d,
         donors=[f"127.0.0.1:{base + 1}", f"127.0.0.1:{base + 2}"])
     subprocess.run(["bash", script, "--stop", d], capture_output=True)
-    shutil.rmtree(d, ignore_errors=True)
+    _remove_dir(d)
 
 
 @pytest.fixture(params=["standalone", "cluster"])
