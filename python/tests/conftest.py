@@ -8,10 +8,16 @@
 - ``pool_args``: parametrized over both, the keyword arguments of
   tidepool.Pool for each.
 
+After each test the KV stores of the shared memds it used are emptied
+(``_shared_stores_cleared``), so no test depends on what others left.
+
 Helpers the test modules import: ``start_memd``/``stop``, ``kv_warmed``
 (a tenant's KV store ready for the value sizes a module uses),
 ``threads_running``/``in_threads`` (worker threads whose errors fail the
 test).
+
+$TIDEPOOL_KEEP_LOGS=1 keeps the fixtures' directories (the memds' logs)
+after the session and prints where they are, to look into a failure.
 
 The binaries come from $TIDEPOOL_BUILD (a build tree, default
 build/debug, then build/release) or else PATH (an installed tidepool). The
@@ -47,6 +53,16 @@ def _build_dir():
 
 
 BUILD = _build_dir()
+KEEP_LOGS = os.environ.get("TIDEPOOL_KEEP_LOGS") == "1"
+
+
+def _remove_dir(d):
+    """Removes a fixture's directory, or with $TIDEPOOL_KEEP_LOGS=1
+    says where it stays."""
+    if KEEP_LOGS:
+        print(f"\ntidepool test logs kept in {d}", file=sys.stderr)
+    else:
+        shutil.rmtree(d, ignore_errors=True)
 if os.environ.get("TIDEPOOL_INSTALLED") != "1":
     sys.path.insert(0, os.path.join(ROOT, "python"))
     if BUILD:
@@ -237,7 +253,7 @@ def memd():
     proc, addr = start_memd(tmp)
     yield types.SimpleNamespace(addr=addr, proc=proc, dir=tmp)
     stop(proc)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove_dir(tmp)
 
 
 @pytest.fixture(scope="session")
@@ -271,7 +287,36 @@ def cluster():
         admin_secret=os.path.join(d, "cluster.secret"), dir=d,
         donors=[f"127.0.0.1:{base + 1}", f"127.0.0.1:{base + 2}"])
     subprocess.run(["bash", script, "--stop", d], capture_output=True)
-    shutil.rmtree(d, ignore_errors=True)
+    _remove_dir(d)
+
+
+@pytest.fixture(autouse=True)
+def _shared_stores_cleared(request):
+    """After each test, empties the KV stores of the session's shared
+    memds that it used: the standalone memd's and, on the cluster,
+    demo's and those of cluster_tenant's tenants. Their shares are a
+    few 16 MiB slabs per memd (demo: 5 or 6), each class in use holding
+    one; what earlier tests left there held slabs and filled the small
+    FIFO, so whether a test's own values survived its puts depended on
+    which tests ran before it (order, -k): S3-FIFO then evicts the
+    small FIFO's oldest, often the test's own values not yet read
+    (docs/kv.md, "Eviction"). Runs after the test's own fixtures have
+    closed their handles (an autouse fixture is set up first)."""
+    yield
+    import tidepool
+    names = request.fixturenames
+    targets = []
+    if "memd" in names:
+        targets.append({"addr": request.getfixturevalue("memd").addr})
+    if "cluster" in names:
+        c = request.getfixturevalue("cluster")
+        targets.append({"addr": c.addr, "tenant": c.tenant,
+                        "secret_file": c.secret_file})
+        targets += [t for (addr, _), t in _TENANTS.items()
+                    if addr == c.addr]
+    for t in targets:
+        with tidepool.Pool(**t) as p, p.kv() as kv:
+            kv.clear()
 
 
 @pytest.fixture(params=["standalone", "cluster"])
