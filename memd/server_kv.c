@@ -977,6 +977,23 @@ void srv_do_kv_clear(struct memd_server *s, struct conn *c,
 	srv_reply(c, rep, WIRE_KV_CLEAR_OK, req->seq);
 }
 
+/* The store's items for request in's keys (key, value_len, generation,
+ * checksum; the rest zero), in an array of memd-ctl's own: valid until
+ * the next call. in->count is at most WIRE_KV_BATCH (wire_decode). */
+static struct memd_kv_item *kv_items_of(const struct wire_kv *in)
+{
+	static struct memd_kv_item items[WIRE_KV_BATCH];
+
+	memset(items, 0, in->count * sizeof(items[0]));
+	for (size_t i = 0; i < in->count; i++) {
+		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
+		items[i].value_len = in->item[i].value_len;
+		items[i].generation = in->item[i].generation;
+		items[i].checksum = in->item[i].checksum;
+	}
+	return items;
+}
+
 /*
  * A COMMIT_AT refused ESTALE: its client puts those keys again under the
  * newer list, maybe here, and would find its own reservations (-EBUSY
@@ -986,18 +1003,13 @@ void srv_do_kv_clear(struct memd_server *s, struct conn *c,
 static void kv_unreserve_refused(struct memd_server *s, uint32_t tenant,
 				 const struct wire_kv *in)
 {
-	static struct memd_kv_item items[WIRE_KV_BATCH]; /* memd-ctl only */
-	size_t n = in->count;
+	struct memd_kv_item *items;
 	ssize_t r;
 
-	if (!s->kv || n > WIRE_KV_BATCH)
+	if (!s->kv)
 		return;
-	memset(items, 0, n * sizeof(items[0]));
-	for (size_t i = 0; i < n; i++) {
-		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
-		items[i].generation = in->item[i].generation;
-	}
-	r = memd_kv_unreserve(s->kv, tenant, items, n, srv_now_ms());
+	items = kv_items_of(in);
+	r = memd_kv_unreserve(s->kv, tenant, items, in->count, srv_now_ms());
 	if (r > 0)
 		memd_log(LOG_INFO,
 			 "kv: commit refused (stale membership): dropped "
@@ -1008,9 +1020,9 @@ static void kv_unreserve_refused(struct memd_server *s, uint32_t tenant,
 void srv_do_kv(struct memd_server *s, struct conn *c,
 	       const struct wire_msg *req, struct wire_msg *rep)
 {
-	static struct memd_kv_item items[WIRE_KV_BATCH]; /* memd-ctl only */
-	static struct memd_kv_loc locs[WIRE_KV_MAX_LOCS];
+	static struct memd_kv_loc locs[WIRE_KV_MAX_LOCS]; /* memd-ctl only */
 	static uint8_t keys[WIRE_KV_BATCH][MEMD_KV_KEY_BYTES];
+	struct memd_kv_item *items;
 	const struct wire_kv *in = &req->u.kv;
 	struct wire_kv *out = &rep->u.kv;
 	uint32_t tenant = c->tenant_id;
@@ -1059,14 +1071,9 @@ void srv_do_kv(struct memd_server *s, struct conn *c,
 			 "files of another pool or tenant",
 			 tenant, r);
 	}
-	memset(items, 0, n * sizeof(items[0]));
-	for (size_t i = 0; i < n; i++) {
-		memcpy(items[i].key, in->item[i].key, MEMD_KV_KEY_BYTES);
+	items = kv_items_of(in);
+	for (size_t i = 0; i < n; i++)
 		memcpy(keys[i], in->item[i].key, MEMD_KV_KEY_BYTES);
-		items[i].value_len = in->item[i].value_len;
-		items[i].generation = in->item[i].generation;
-		items[i].checksum = in->item[i].checksum;
-	}
 	switch (type) {
 	case WIRE_KV_RESERVE:
 		r = memd_kv_reserve(s->kv, tenant, items, n, locs,
