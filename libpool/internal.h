@@ -162,6 +162,21 @@ void pool_link_kv_shm_forget(struct plink *lk);
 int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
 		   struct fab_op *f);
+/* pool_link_post through the KV slab's file only, never over the
+ * fabric: 0 when done (f complete), 1 when the same-host path cannot
+ * take it (not a same-host link, memd refused the file), -EPROTO,
+ * -ENOTCONN, -errno. For memory that must not be written after the call
+ * (pool_kv_get_to). */
+int pool_link_post_local(struct plink *lk, bool write, void *buf, size_t len,
+			 uint16_t endpoint, uint64_t raddr, uint64_t rkey,
+			 struct fab_op *f);
+/* Tests: the bytes this session moved through memd's files (leases and
+ * KV blocks). */
+uint64_t pool_shm_bytes(struct pool *p);
+/* Whether a transfer at (endpoint, rkey) would go through the KV slab's
+ * file: a same-host link whose memd gives that file (asked once and
+ * kept, as pool_link_post does). */
+bool pool_link_kv_local(struct plink *lk, uint16_t endpoint, uint64_t rkey);
 /* Waits for f (posted on lk) up to timeout_ms; a transfer still running
  * then fails the link (which completes it). Returns f's status, mapped as
  * pool_wait does (-ENOTCONN for a lost link). */

@@ -577,6 +577,19 @@ ssize_t pool_kv_get(struct pool_kv *kv, size_t n,
 	return run_sync(&op);
 }
 
+ssize_t pool_kv_get_to(struct pool_kv *kv, size_t n,
+		       const struct pool_kv_key *keys,
+		       struct pool_kv_sink *sink, const size_t *caps,
+		       size_t *lens, int *status)
+{
+	struct pool_kv_op op = GET_OP(kv, n, keys, NULL, caps, lens, status);
+
+	if (!sink || !sink->begin || !sink->end || !caps || !lens || !status)
+		return kv && !kv_is_open(kv) ? -EBADF : -EINVAL;
+	op.sink = sink;
+	return run_sync(&op);
+}
+
 int pool_kv_get_async(struct pool_kv *kv, size_t n,
 		      const struct pool_kv_key *keys, void *const *bufs,
 		      const size_t *caps, size_t *lens, int *status,

@@ -18,8 +18,10 @@ void kv_batch_free(struct kv_batch *b)
 	if (!b)
 		return;
 	fab_mr_close(b->hdr_mr);
-	for (uint32_t i = 0; i < b->nkeys; i++)
+	for (uint32_t i = 0; i < b->nkeys; i++) {
 		fab_mr_close(b->val_mr[i]);
+		free(b->stage[i]);
+	}
 	free(b->ops);
 	free(b->stream);
 	free(b->hdr);
@@ -344,6 +346,31 @@ static int post_piece(struct kv_batch *b, uint32_t i, bool next, bool write,
 	return rc;
 }
 
+/* Whether every chunk of a value at loc (nch) can be read through
+ * memd's files (a same-host link that has them). */
+static bool key_is_local(struct kv_batch *b, const struct wire_kv_loc *loc,
+			 uint32_t nch)
+{
+	for (uint32_t c = 0; c < nch; c++)
+		if (loc[c].endpoint >= pool_link_nendpoints(b->lk) ||
+		    !pool_link_kv_local(b->lk, loc[c].endpoint, loc[c].rkey))
+			return false;
+	return true;
+}
+
+/* A payload read of a sink's value into buf, through memd's file only
+ * (never the fabric, which could write buf after the sink's end):
+ * -EREMOTE when that path no longer takes it (its file dropped since
+ * key_is_local), else pool_link_post_local's. */
+static int post_local(struct kv_batch *b, uint32_t i, void *buf, size_t len,
+		      const struct wire_kv_loc *loc, uint64_t roff)
+{
+	int rc = pool_link_post_local(b->lk, false, buf, len, loc->endpoint,
+				      loc->raddr + roff, loc->rkey, &b->ops[i]);
+
+	return rc == 1 ? -EREMOTE : rc;
+}
+
 /*
  * Posts the header and payload transfers of key j of b (reserve or
  * lookup reply item it with locations loc). write: put, from the value;
@@ -356,15 +383,37 @@ void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 {
 	uint32_t k = b->key[j], nch = b->nch[j];
 	struct fab_op *ops = b->ops + b->op_first[j];
-	uint8_t *val = write ? (uint8_t *)r->op->values[k] : r->op->bufs[k];
+	struct pool_kv_sink *sink = write ? NULL : r->op->sink;
+	bool local = sink && key_is_local(b, loc, nch);
+	uint8_t *val = write ? (uint8_t *)r->op->values[k] : NULL;
 	uint64_t len = b->vlen[j];
 	size_t xfer = piece_bytes(r, b);
 	void *hdesc = b->hdr_mr ? fab_mr_desc(b->hdr_mr) : NULL, *vdesc = NULL;
 	/* get: hash each piece that completed as it was posted, in order */
 	bool sum = !write && r->xs && !XXH3_64bits_reset(r->xs);
-	int rc;
+	int rc = 0;
 
-	rc = pool_link_mr(b->lk, val, len, &b->val_mr[j]);
+	if (!write && !sink) {
+		val = r->op->bufs[k];
+	} else if (local) {
+		/* straight from memd's file, between begin and end */
+		val = sink->begin(sink->arg, k, len);
+		if (!val) {
+			b->st[j] = -ECANCELED;
+			return;
+		}
+	} else if (sink) {
+		/* over the fabric: into our memory, delivered once checked
+		 * (get_pass), so that nothing writes the caller's later */
+		val = b->stage[j] =
+			aligned_alloc(64, (len + 63) & ~(uint64_t)63);
+		if (!val) {
+			b->st[j] = -ENOMEM;
+			return;
+		}
+	}
+	if (!local)
+		rc = pool_link_mr(b->lk, val, len, &b->val_mr[j]);
 	if (rc)
 		goto fail;
 	vdesc = b->val_mr[j] ? fab_mr_desc(b->val_mr[j]) : NULL;
@@ -399,7 +448,14 @@ void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 		for (uint64_t done = 0; done < part;) {
 			uint64_t n = part - done < xfer ? part - done : xfer;
 
-			rc = post_piece(b, b->op_first[j] + b->nposted[j], true,
+			if (local)
+				rc = post_local(b,
+						b->op_first[j] + b->nposted[j],
+						val + off + done, n, &loc[c],
+						KV_HDR + done);
+			else
+				rc = post_piece(
+					b, b->op_first[j] + b->nposted[j], true,
 					write, val + off + done, n, vdesc,
 					&loc[c], KV_HDR + done);
 			if (rc)
@@ -413,10 +469,20 @@ void kv_post_key(struct kv_run *r, struct kv_batch *b, uint32_t j,
 	if (sum) {
 		b->sum[j] = XXH3_64bits_digest(r->xs);
 		b->summed[j] = true;
+	} else if (local) {
+		/* no running state (or a piece failed: then a miss anyway) */
+		b->sum[j] = XXH3_64bits(val, len);
+		b->summed[j] = true;
 	}
+	if (local)
+		sink->end(sink->arg, k);
 	return;
 fail:
-	b->st[j] = rc == -EPROTO ? -EPROTO : -ENOTCONN;
+	if (local)
+		sink->end(sink->arg, k);
+	b->st[j] = rc == -EPROTO    ? -EPROTO
+		   : rc == -EREMOTE ? -ENOENT
+				    : -ENOTCONN;
 	if (rc == -ENOTCONN)
 		kv_donor_failed(r->kv, b->donor, b->lk);
 }

@@ -82,8 +82,25 @@ static int get_verify(struct kv_run *r, struct kv_batch *b, uint32_t j,
 	}
 	if ((b->summed[j]
 		     ? b->sum[j]
-		     : XXH3_64bits(r->op->bufs[k], b->vlen[j])) != b->csum[j])
+		     : XXH3_64bits(b->stage[j] ? b->stage[j] : r->op->bufs[k],
+				   b->vlen[j])) != b->csum[j])
 		return -EBADMSG;
+	return 0;
+}
+
+/* A sink's value read over the fabric into b->stage[j] and checked:
+ * copied to where the sink says now. 0, or -ECANCELED (declined). */
+static int get_deliver(struct kv_run *r, struct kv_batch *b, uint32_t j)
+{
+	struct pool_kv_sink *sink = r->op->sink;
+	uint32_t k = b->key[j];
+	void *to = sink->begin(sink->arg, k, b->vlen[j]);
+
+	if (!to)
+		return -ECANCELED;
+	memcpy(to, b->stage[j], b->vlen[j]);
+	sink->end(sink->arg, k);
+	sink->staged++;
 	return 0;
 }
 
@@ -161,7 +178,11 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 						 b->donor->name);
 				}
 			}
-			if (s && s != -ENOBUFS)
+			if (!s && b->stage[j])
+				s = get_deliver(r, b, j);
+			free(b->stage[j]);
+			b->stage[j] = NULL;
+			if (s && s != -ENOBUFS && s != -ECANCELED)
 				s = -ENOENT; /* anything wrong: a miss */
 			r->status[k] = s;
 			if (!s) {

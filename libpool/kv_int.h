@@ -92,10 +92,12 @@ struct pool_kv_op {
 	const struct pool_kv_key *keys;
 	const void *const *values; /* put */
 	const size_t *lens;	   /* put */
-	void *const *bufs;	   /* get */
-	const size_t *caps;	   /* get */
-	size_t *out_lens;	   /* get */
-	int *status;		   /* may be NULL but for get */
+	void *const *bufs;	   /* get (NULL with a sink) */
+	/* get: pool_kv_get_to's sink (kv_post_key, get_pass), or NULL */
+	struct pool_kv_sink *sink;
+	const size_t *caps; /* get */
+	size_t *out_lens;   /* get */
+	int *status;	    /* may be NULL but for get */
 	/* put: per key, set when its home's reserve answered -EAGAIN (a
 	 * slab on its way back to the donor): kv_run_op tries it again */
 	bool *again;
@@ -181,6 +183,10 @@ struct kv_batch {
 	uint8_t *hdr; /* 64 bytes per chunk */
 	struct fab_mr *hdr_mr;
 	struct fab_mr *val_mr[WIRE_KV_BATCH];
+	/* get with a sink (pool_kv_get_to): the value read over the
+	 * fabric into libpool's memory, delivered after its checks; NULL:
+	 * delivered as it was read (same host), or not read */
+	uint8_t *stage[WIRE_KV_BATCH];
 };
 
 /* Keys grouped by donor: order[gstart[h] .. gstart[h + 1]) are the

@@ -1122,6 +1122,20 @@ int pool_link_post_on(struct plink *lk, unsigned s, bool write, void *buf,
 	return r;
 }
 
+int pool_link_post_local(struct plink *lk, bool write, void *buf, size_t len,
+			 uint16_t endpoint, uint64_t raddr, uint64_t rkey,
+			 struct fab_op *f)
+{
+	f->arg = lk;
+	if (endpoint >= lk->nendpoints)
+		return -EPROTO;
+	if (lk->shm_sock < 0)
+		return 1;
+	if (link_is_lost(lk))
+		return -ENOTCONN;
+	return pl_kv_shm_xfer(lk, write, buf, len, endpoint, raddr, rkey, f);
+}
+
 int pool_link_post(struct plink *lk, bool write, void *buf, size_t len,
 		   void *desc, uint16_t endpoint, uint64_t raddr, uint64_t rkey,
 		   struct fab_op *f)

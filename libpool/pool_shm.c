@@ -364,6 +364,45 @@ void pool_link_kv_shm_forget(struct plink *lk)
 	pthread_rwlock_unlock(&lk->kvshm_rw);
 }
 
+/* The kept file of the KV slab behind (endpoint, rkey), asked of memd
+ * first where none is kept (or NULL); returns with kvshm_rw read-locked
+ * either way. */
+static const struct kvshm *kvshm_get_rdlocked(struct plink *lk,
+					      uint16_t endpoint, uint64_t rkey)
+{
+	const struct kvshm *e;
+
+	pthread_rwlock_rdlock(&lk->kvshm_rw);
+	e = kvshm_find(lk, endpoint, rkey);
+	if (!e) {
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		pthread_rwlock_wrlock(&lk->kvshm_rw);
+		kvshm_fetch_locked(lk, endpoint, rkey);
+		pthread_rwlock_unlock(&lk->kvshm_rw);
+		pthread_rwlock_rdlock(&lk->kvshm_rw);
+		e = kvshm_find(lk, endpoint, rkey);
+	}
+	return e;
+}
+
+uint64_t pool_shm_bytes(struct pool *p)
+{
+	return __atomic_load_n(&p->st_shm_bytes, __ATOMIC_RELAXED);
+}
+
+bool pool_link_kv_local(struct plink *lk, uint16_t endpoint, uint64_t rkey)
+{
+	const struct kvshm *e;
+	bool ok;
+
+	if (lk->shm_sock < 0 || pool_link_is_lost(lk))
+		return false;
+	e = kvshm_get_rdlocked(lk, endpoint, rkey);
+	ok = e && e->fd >= 0;
+	pthread_rwlock_unlock(&lk->kvshm_rw);
+	return ok;
+}
+
 /*
  * A KV transfer through the KV slab's file (same-host link): done
  * before this returns, as shm_piece does for leases. 1: not on this
@@ -382,16 +421,7 @@ int pl_kv_shm_xfer(struct plink *lk, bool write, void *buf, size_t len,
 	uint64_t off, slab = lk->p->slab_bytes;
 	int r = 0;
 
-	pthread_rwlock_rdlock(&lk->kvshm_rw);
-	e = kvshm_find(lk, endpoint, rkey);
-	if (!e) {
-		pthread_rwlock_unlock(&lk->kvshm_rw);
-		pthread_rwlock_wrlock(&lk->kvshm_rw);
-		kvshm_fetch_locked(lk, endpoint, rkey);
-		pthread_rwlock_unlock(&lk->kvshm_rw);
-		pthread_rwlock_rdlock(&lk->kvshm_rw);
-		e = kvshm_find(lk, endpoint, rkey);
-	}
+	e = kvshm_get_rdlocked(lk, endpoint, rkey);
 	if (!e || e->fd < 0 || (write && e->ro)) {
 		pthread_rwlock_unlock(&lk->kvshm_rw);
 		return 1;

@@ -63,7 +63,7 @@ class BuildExt(build_ext):
 
 setup(
     name="tidepool",
-    version="0.3.0",
+    version="0.4.0",
     description="Pooled DRAM for LLM inference: the KV tier, GPU "
                 "prefetch and pooled tensors from Python",
     packages=["tidepool", "tidepool.connectors"],

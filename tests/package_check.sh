@@ -162,6 +162,9 @@ grep -q '(LIBPOOL_0.1) *pool_kv_open$' "$tmp/syms" ||
 # 0.3 added pool_kv_clear
 grep -q ' LIBPOOL_0.3 *pool_kv_clear$' "$tmp/syms" ||
 	fail "libpool.so.0 does not export pool_kv_clear@@LIBPOOL_0.3"
+# 0.4 added pool_kv_get_to
+grep -q ' LIBPOOL_0.4 *pool_kv_get_to$' "$tmp/syms" ||
+	fail "libpool.so.0 does not export pool_kv_get_to@@LIBPOOL_0.4"
 if awk '$4 != "*UND*"' "$tmp/syms" |
 	grep -E ' (fab|wire|place|memd|tp)_' >"$tmp/leak"; then
 	fail "libpool.so.0 exports internal symbols: $(head -n 5 "$tmp/leak")"

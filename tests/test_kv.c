@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -312,6 +313,168 @@ START_TEST(round_trips)
 		free(bufs[i]);
 	}
 	pool_kv_close(kv);
+	pool_close(p);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
+/*
+ * pool_kv_get_to's sink: the destination is asked for at the moment of
+ * the copy and never written after end. Each begin hands out a fresh
+ * mapping (so the address cannot have been known before), end makes it
+ * read-only (a later write by libpool faults the test, or fails the
+ * transfer over tcp, and the bytes then differ), begin and end pair up
+ * and never nest. Loop 0: the same-host path (bytes through memd's
+ * files, copied once); 1: LIBPOOL_SHM=off (read over tcp into libpool's
+ * memory, checked, then delivered).
+ */
+struct sink_log {
+	size_t n;
+	void **to;   /* per key: what begin returned (NULL: not asked) */
+	size_t *len; /* per key: begin's len */
+	unsigned *begins, *ends;
+	bool inside;	/* between a begin and its end */
+	size_t decline; /* this key's begin returns NULL */
+	bool order_ok;
+};
+
+static void *sink_begin(void *arg, size_t i, size_t len)
+{
+	struct sink_log *l = arg;
+	void *m;
+
+	if (l->inside || i >= l->n)
+		l->order_ok = false;
+	l->begins[i]++;
+	if (i == l->decline)
+		return NULL;
+	l->inside = true;
+	m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	if (l->to[i]) /* asked again (an op re-run): the last one counts */
+		munmap(l->to[i], l->len[i]);
+	l->to[i] = m;
+	l->len[i] = len;
+	return m;
+}
+
+static void sink_end(void *arg, size_t i)
+{
+	struct sink_log *l = arg;
+
+	if (!l->inside || i >= l->n || !l->to[i])
+		l->order_ok = false;
+	l->inside = false;
+	l->ends[i]++;
+	ck_assert_int_eq(mprotect(l->to[i], l->len[i], PROT_READ), 0);
+}
+
+START_TEST(get_to_delivers_through_a_sink)
+{
+	static const size_t sizes[] = { 1,   100,	   65473,
+					MIB, 2 * MIB - 63, 5 * MIB + 3,
+					777 };
+	enum { N = sizeof(sizes) / sizeof(sizes[0]), M = N + 2 };
+	struct pool_kv_key keys[M];
+	const void *vals[N];
+	size_t lens[M], caps[M], got[M];
+	int st[M];
+	void *to[M] = { 0 };
+	size_t tlen[M] = { 0 };
+	unsigned begins[M] = { 0 }, ends[M] = { 0 };
+	struct sink_log l = { .n = M,
+			      .to = to,
+			      .len = tlen,
+			      .begins = begins,
+			      .ends = ends,
+			      .decline = 2,
+			      .order_ok = true };
+	struct pool_kv_sink sink = { sink_begin, sink_end, &l, 0 };
+	struct pool_kv_sink half = { sink_begin, NULL, &l, 0 };
+	struct pool_kv_stats ks;
+	uint64_t shm0;
+	struct pool_kv *kv;
+	struct pool *p;
+
+	start_standalone_lease(NULL, "256M", "30s");
+	if (_i == 1)
+		setenv("LIBPOOL_SHM", "off", 1);
+	p = tu_pool_connect(&md);
+	unsetenv("LIBPOOL_SHM");
+	kv = kv_open_lease(p, 30000);
+	for (int i = 0; i < M; i++) {
+		make_key(&keys[i], 7, (uint64_t)i);
+		caps[i] = i < N ? sizes[i] : MIB;
+	}
+	for (int i = 0; i < N; i++) {
+		lens[i] = sizes[i];
+		vals[i] = make_value(&keys[i], sizes[i]);
+	}
+	ck_assert_int_eq(pool_kv_put(kv, N, keys, vals, lens, st), N);
+	caps[N - 1] = sizes[N - 1] - 1; /* too small: -ENOBUFS */
+	/* keys[N], keys[N + 1]: never stored */
+
+	shm0 = pool_shm_bytes(p);
+	ck_assert_int_eq(pool_kv_get_to(kv, M, keys, &sink, caps, got, st),
+			 N - 2);
+	ck_assert_msg(l.order_ok, "begin and end out of order");
+	for (int i = 0; i < M; i++) {
+		if (i == 2) {
+			ck_assert_int_eq(st[i], -ECANCELED);
+			ck_assert_uint_ge(begins[i], 1);
+			ck_assert_uint_eq(ends[i], 0);
+		} else if (i == N - 1) {
+			ck_assert_int_eq(st[i], -ENOBUFS);
+			ck_assert_uint_eq(got[i], sizes[i]);
+		} else if (i >= N) {
+			ck_assert_int_eq(st[i], -ENOENT);
+		} else {
+			ck_assert_msg(st[i] == 0, "key %d: %d", i, st[i]);
+			ck_assert_uint_eq(got[i], sizes[i]);
+			ck_assert_uint_eq(begins[i], ends[i]);
+			ck_assert_uint_eq(tlen[i], sizes[i]);
+			ck_assert_int_eq(tu_pattern_check(to[i], got[i],
+							  key_seed(&keys[i]),
+							  0),
+					 -1);
+		}
+		/* asked only for values that are there and fit */
+		if (i >= N - 1)
+			ck_assert_uint_eq(begins[i], 0);
+	}
+	/* same host: the bytes came through memd's files, copied once;
+	 * over tcp none, every delivered value out of libpool's memory */
+	if (_i == 0) {
+		ck_assert_uint_ge(pool_shm_bytes(p) - shm0, 5 * MIB);
+		ck_assert_uint_eq(sink.staged, 0);
+	} else {
+		ck_assert_uint_eq(pool_shm_bytes(p) - shm0, 0);
+		ck_assert_uint_eq(sink.staged, N - 2);
+	}
+	ck_assert_int_eq(pool_kv_get_stats(kv, &ks), 0);
+	ck_assert_uint_eq(ks.bad_reads, 0);
+
+	/* bad arguments, nothing asked of the sink */
+	memset(begins, 0, sizeof(begins));
+	ck_assert_int_eq(pool_kv_get_to(kv, 1, keys, NULL, caps, got, st),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_get_to(kv, 1, keys, &half, caps, got, st),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_get_to(kv, 1, keys, &sink, NULL, got, st),
+			 -EINVAL);
+	ck_assert_int_eq(pool_kv_get_to(kv, 0, keys, &sink, caps, got, st),
+			 -EINVAL);
+	ck_assert_uint_eq(begins[0], 0);
+
+	for (int i = 0; i < M; i++)
+		if (to[i])
+			munmap(to[i], tlen[i]);
+	for (int i = 0; i < N; i++)
+		free((void *)vals[i]);
+	pool_kv_close(kv);
+	ck_assert_int_eq(pool_kv_get_to(kv, 1, keys, &sink, caps, got, st),
+			 -EBADF);
 	pool_close(p);
 	tu_memd_stop_ok(&md);
 }
@@ -3019,6 +3182,7 @@ static Suite *kv_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, prefix_keys);
 	tcase_add_test(tc, round_trips);
+	tcase_add_loop_test(tc, get_to_delivers_through_a_sink, 0, 2);
 	tcase_add_test(tc, exists_delete_pin_async);
 	tcase_add_test(tc, bad_arguments_and_closed_handle);
 	tcase_add_test(tc, clear_empties_the_store);

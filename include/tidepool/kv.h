@@ -188,6 +188,53 @@ POOL_API ssize_t pool_kv_get(struct pool_kv *kv, size_t n,
 			     const size_t *caps, size_t *lens, int *status);
 
 /*
+ * Where pool_kv_get_to delivers each value: memory whose address may
+ * change until the moment of the copy (a managed runtime's buffers: a
+ * Python tensor that another thread may resize), or that the caller
+ * must guard while it is written.
+ *
+ *   begin(arg, i, len)  the address of room for len bytes of keys[i]'s
+ *                       value, asked right before libpool copies them
+ *                       there; NULL declines the value (status
+ *                       -ECANCELED, nothing written).
+ *   end(arg, i)         after the copy; called once for every begin that
+ *                       did not return NULL, in the same thread, before
+ *                       the next begin.
+ *
+ * Both run in the thread that called pool_kv_get_to, never two at once,
+ * and libpool writes the address begin returned only between the two
+ * calls: a caller may take a lock (a runtime's global lock) in begin and
+ * release it in end. They must not call into kv.
+ */
+struct pool_kv_sink {
+	void *(*begin)(void *arg, size_t i, size_t len);
+	void (*end)(void *arg, size_t i);
+	void *arg;
+	/* out: pool_kv_get_to adds the number of values it delivered out of
+	 * its own memory (read over the fabric: one copy more) */
+	size_t staged;
+};
+
+/*
+ * pool_kv_get, but each hit is copied to where sink->begin says at that
+ * moment, never written afterwards (caps[i]: the most bytes keys[i] may
+ * have; -ENOBUFS above). On a same-host link (docs/kv.md, "The same-host
+ * path") the value is copied from memd's mapped slab to its destination
+ * once, hashed as it is copied, and checked (headers, checksum, lease)
+ * after end: a value that fails a check is a miss, its destination's
+ * bytes then unspecified, as with pool_kv_get. Over the fabric the value
+ * is read and checked into libpool's own memory first, then copied
+ * between begin and end (one copy more). Statuses as pool_kv_get's, and
+ * -ECANCELED: begin declined. Returns the number of hits, or -EBADF /
+ * -EINVAL (sink, its begin or end, caps, lens or status NULL) / -ENOMEM.
+ * Synchronous only.
+ */
+POOL_API ssize_t pool_kv_get_to(struct pool_kv *kv, size_t n,
+				const struct pool_kv_key *keys,
+				struct pool_kv_sink *sink, const size_t *caps,
+				size_t *lens, int *status);
+
+/*
  * The length of the longest prefix keys[0 .. k) whose every key is
  * present (committed, in memory or spilled; with two replicas, in either
  * copy), one round trip to all home donors at once per 64 keys each. A

@@ -36,7 +36,7 @@ from ._tidepool import (  # noqa: E402
     PoolError, PoolFileNotFoundError, PoolPermissionError, PoolTimeoutError,
     Region)
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "Pool", "KV", "KVFuture", "Region", "Mapping", "GPU", "GPUStream",
