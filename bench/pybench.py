@@ -50,8 +50,10 @@ calls   what one call costs at batches of 1, 64 and 1024 keys: exists
         bounce) in turn, call by call (in an order shuffled each
         round), and, where the extension
         pipelines gets into tensors that bounce, torch_whole: the same
-        tensors with the pipeline turned off for each of its calls (the
-        one-block bounce; a reference, not a target), and one
+        tensors with the pipeline (and the sink) turned off for each of
+        its calls (the one-block bounce; a reference, not a target);
+        where it copies gets straight into tensors (_get_sink),
+        torch_pipe: the sink off (the pipelined get; a reference); and one
         torch_pCHUNKxDEPTH per --pipelines setting (e.g. "1M,3 8M,2":
         the same keys into resizable tensors of its own, with
         _get_pipeline(CHUNK, DEPTH) for each of its calls; references
@@ -461,6 +463,7 @@ class PyCalls:
         import torch
         self.kv, self.op, self.batch = kv, op, batch
         self.whole = buf == "torch_whole"
+        self.pipe = buf == "torch_pipe"
 
         def vals():
             if buf == "numpy":
@@ -471,7 +474,8 @@ class PyCalls:
                                    dtype=torch.uint8).share_memory_()
                         for i in range(batch)]
             # torch_whole: resizable, as torch, with the pipelined get
-            # turned off for its calls (the one-block bounce before it)
+            # and the sink turned off for its calls (the one-block
+            # bounce); torch_pipe: the sink off (the pipelined get)
             return [torch.full((size,), i & 0xFF, dtype=torch.uint8)
                     for i in range(batch)]
 
@@ -497,14 +501,20 @@ class PyCalls:
             t0 = now()
             ok = kv.exists(self.keys) == n
             dt = now() - t0
-        elif self.whole:
+        elif self.whole or self.pipe:
             from tidepool import _c
             saved = _c._get_pipeline()
-            _c._get_pipeline(0)
+            sink = _c._get_sink() if hasattr(_c, "_get_sink") else None
+            if self.whole:
+                _c._get_pipeline(0)
+            if sink is not None:
+                _c._get_sink(False)
             t0 = now()
             r = kv.get_into(self.keys, self.dst)
             dt = now() - t0
             _c._get_pipeline(*saved)
+            if sink is not None:
+                _c._get_sink(sink)
             ok = all(r)
         else:
             t0 = now()
@@ -809,6 +819,9 @@ class Run:
         if hasattr(_c, "_get_pipeline"):  # an extension that pipelines
             runs.append(("py", "torch_whole", PyCalls(
                 kv, "get", BULK_BATCH, "torch_whole", BLOCK)))
+            if hasattr(_c, "_get_sink"):  # gets straight into tensors
+                runs.append(("py", "torch_pipe", PyCalls(
+                    kv, "get", BULK_BATCH, "torch_pipe", BLOCK)))
             for label, chunk, depth in self.a.pipelines:
                 runs.append(("py", label, PipedCalls(torch_calls, chunk,
                                                      depth)))
@@ -936,7 +949,8 @@ def summarize(paths):
         out.append(f"{'buf':<13} {'runs':>4} {'MB/s':>7} {'range':>13} "
                    f"{'ms/call':>8}")
         ratios = []
-        fixed = ("c", "numpy", "torch", "torch_fixed", "torch_whole")
+        fixed = ("c", "numpy", "torch", "torch_fixed", "torch_whole",
+                 "torch_pipe")
         piped = [k[1] for k in rows if k and k[0] == "bulk"
                  and k[1] not in fixed]  # --pipelines, in run order
         for buf in fixed + tuple(piped):
@@ -955,7 +969,8 @@ def summarize(paths):
                 res[f"bulk_ratio_{buf}"] = r
                 # torch_whole is the reference the pipeline is judged
                 # against, --pipelines' settings candidates: not targets
-                tgt = ("reference" if buf == "torch_whole" or buf in piped
+                tgt = ("reference" if buf in ("torch_whole", "torch_pipe")
+                       or buf in piped
                        else
                        f"{TARGET} pass={'yes' if r >= TARGET else 'no'}")
                 ratios.append(

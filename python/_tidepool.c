@@ -301,6 +301,10 @@ static PyMethodDef mod_methods[] = {
 	  METH_VARARGS | METH_KEYWORDS,
 	  "_get_pipeline(chunk_bytes=None, depth=None) -> (chunk_bytes, "
 	  "depth): the pipelined tensor get's settings, set when given" },
+	{ "_get_sink", (PyCFunction)(void (*)(void))tpy_mod_get_sink,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "_get_sink(enabled=None, hook=None, at=0) -> enabled: whether sync "
+	  "tensor gets copy straight into the tensors (tests, benchmarks)" },
 	{ NULL, NULL, 0, NULL },
 };
 

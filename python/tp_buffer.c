@@ -333,6 +333,76 @@ static int bufref_where(struct bufref *b, size_t nbytes, char **p)
 }
 
 /*
+ * Whether where b's tensor's bytes are can be asked without running any
+ * Python code: b holds a storage whose type's data_ptr and nbytes are C
+ * methods (torch's StorageBase). GIL held; no exception is left set.
+ */
+bool tpy_bufref_where_is_native(const struct bufref *b)
+{
+#if PY_VERSION_HEX < 0x030A0000
+	(void)b;
+	return false; /* no PyGC_Disable before 3.10 */
+#else
+	PyTypeObject *t;
+	PyObject *d, *n;
+
+	if (!b->storage)
+		return false;
+	t = Py_TYPE(b->storage);
+	d = _PyType_Lookup(t, tpy_str_data_ptr);
+	n = _PyType_Lookup(t, tpy_str_nbytes);
+	return d && n && Py_IS_TYPE(d, &PyMethodDescr_Type) &&
+	       Py_IS_TYPE(n, &PyMethodDescr_Type);
+#endif
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+/* A C method descriptor of st's type called on st: a size_t. -1 with
+ * an exception. */
+static int native_size(PyObject *st, PyObject *name, size_t *out)
+{
+	PyObject *d = _PyType_Lookup(Py_TYPE(st), name);
+
+	if (!d || !Py_IS_TYPE(d, &PyMethodDescr_Type)) {
+		PyErr_SetString(PyExc_TypeError, "tidepool: not a C method");
+		return -1;
+	}
+	return pyobj_size(PyObject_CallOneArg(d, st), out);
+}
+
+/*
+ * bufref_where for a b that tpy_bufref_where_is_native accepted, with
+ * no Python code run: its storage's C methods are called directly (an
+ * instance attribute cannot stand in for them) with the garbage
+ * collector off, so that no finalizer runs either (pool_kv_get_to's
+ * sink asks it while the call holds its Pool's lock: tp_kv.c). GIL
+ * held. 0 with *p, or -1, no exception set (the storage no longer holds
+ * nbytes at b's offset, or asking failed).
+ */
+int tpy_bufref_where_native(struct bufref *b, size_t nbytes, char **p)
+{
+	PyObject *et, *ev, *tb;
+	size_t sp = 0, n = 0, off = b->storage_off;
+	int gc = PyGC_Disable(), r;
+
+	PyErr_Fetch(&et, &ev, &tb);
+	r = native_size(b->storage, tpy_str_data_ptr, &sp) < 0 ||
+			    native_size(b->storage, tpy_str_nbytes, &n) < 0
+		    ? -1
+		    : 0;
+	if (r == 0 && sp && off <= n && nbytes <= n - off)
+		*p = (char *)sp + off;
+	else
+		r = -1;
+	PyErr_Clear();
+	PyErr_Restore(et, ev, tb);
+	if (gc)
+		PyGC_Enable();
+	return r;
+}
+#endif
+
+/*
  * The copy of a completed read out of its bounce buffer into the
  * tensor's memory. From BOUNCE_STREAM_MIN bytes on, with non-temporal
  * stores where the CPU has SSE2: the destination is written whole and
@@ -756,11 +826,12 @@ PyObject *tpy_mod_bounce_stats(PyObject *self, PyObject *unused)
 	reused = bounce_reused;
 	pthread_mutex_unlock(&bounce_mu);
 	return Py_BuildValue(
-		"{s:n,s:n,s:K,s:K,s:n,s:n,s:K,s:K}", "cached_bytes",
+		"{s:n,s:n,s:K,s:K,s:n,s:n,s:K,s:K,s:K}", "cached_bytes",
 		(Py_ssize_t)cached, "cached_blocks", (Py_ssize_t)blocks, "made",
 		(unsigned long long)made, "reused", (unsigned long long)reused,
 		"cache_max", (Py_ssize_t)bounce_cache_max, "cache_slots",
 		(Py_ssize_t)BOUNCE_CACHE_SLOTS, "pipelined_calls",
 		(unsigned long long)tpy_pipe_calls, "pipelined_chunks",
-		(unsigned long long)tpy_pipe_chunks);
+		(unsigned long long)tpy_pipe_chunks, "sink_calls",
+		(unsigned long long)tpy_sink_calls);
 }

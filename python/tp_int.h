@@ -225,6 +225,9 @@ struct py_kv {
 	struct py_kvop *pending; /* ops not yet complete (borrowed) */
 	struct py_gpu *gpu;	 /* default engine of the GPU path */
 	PyObject *weakrefs;
+	/* sync tensor gets left to take the pipeline before the sink is
+	 * tried again (tp_kv.c, kv_get_sink; GIL) */
+	unsigned sink_skip;
 };
 
 enum kvop_kind {
@@ -277,6 +280,10 @@ extern PyObject *tpy_str_data_ptr, *tpy_str_is_contiguous, *tpy_str_is_cuda,
 void tpy_bufref_release(struct bufref *b);
 int tpy_bufref_deliver(struct bufref *b, const void *src, size_t nbytes);
 int tpy_bufref_commit(struct bufref *b, size_t nbytes);
+bool tpy_bufref_where_is_native(const struct bufref *b);
+#if PY_VERSION_HEX >= 0x030A0000
+int tpy_bufref_where_native(struct bufref *b, size_t nbytes, char **p);
+#endif
 int tpy_bufref_get(PyObject *obj, bool writable, bool bounce, Py_ssize_t idx,
 		   const char *what, struct bufref *b);
 int tpy_bufs_bounce(struct bufref *bs, size_t n, bool writable);
@@ -305,11 +312,12 @@ PyObject *tpy_pool_map_py(struct py_pool *po, PyObject *args, PyObject *kw);
 extern PyTypeObject tpy_MapType;
 
 /* python/tp_kv.c */
-extern uint64_t tpy_pipe_calls, tpy_pipe_chunks; /* GIL */
+extern uint64_t tpy_pipe_calls, tpy_pipe_chunks, tpy_sink_calls; /* GIL */
 void tpy_kvcall_free(struct kvcall *c);
 int tpy_kvcall_prepare(struct kvcall *c, enum kvop_kind kind, PyObject *keys,
 		       PyObject *vals, enum tpy_bounce bounce);
 PyObject *tpy_mod_get_pipeline(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *tpy_mod_get_sink(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tpy_kvcall_result(struct kvcall *c, ssize_t r);
 int tpy_kv_usable(struct py_kv *k);
 PyObject *tpy_pool_kv_py(struct py_pool *po, PyObject *args, PyObject *kw);

@@ -350,6 +350,174 @@ static ssize_t kv_get_pipelined(struct py_kv *k, struct kvcall *c)
 }
 
 /*
+ * Gets straight into tensors that bounce (pool_kv_get_to). A sync get
+ * whose bounced tensors' storages can say where their bytes are without
+ * running Python code (torch's: tpy_bufref_where_is_native) gives
+ * libpool a sink: for each value, begin takes the GIL and looks up where
+ * the tensor's storage keeps its bytes at that moment; libpool copies the
+ * value there (on the same host straight from memd's slab, hashed as it
+ * goes; over the fabric out of its own memory, once checked); end gives
+ * the GIL back. One copy instead of the bounce's two, and the same
+ * guarantee as the bounce's delivery (tpy_bufref_deliver): no Python code
+ * runs between the look-up and the copy, a storage shrunk below the
+ * value makes it a miss (-ESTALE), set_() and resize_() between two
+ * values are seen by the next look-up. Buffers that need no bounce
+ * (views, fixed storages) are handed out in place without the GIL.
+ *
+ * Locks: begin takes the GIL while this thread holds rw for reading
+ * (POOL_CALL), which the rule in tp_int.h ("Locking") allows only
+ * because no thread waits for rw while holding the GIL, and because
+ * nothing run under the GIL here can wait for rw: the look-up calls the
+ * storage's C methods with the garbage collector off (no finalizer can
+ * run a close), and no Python code runs (but the test hook below).
+ *
+ * Over the fabric libpool reads each value into its own memory first
+ * and counts it in the sink's staged: there the pipeline (two gets in
+ * flight while this thread copies) does better, so a handle whose sink
+ * get staged most of its hits sends its next SINK_RETRY sync tensor gets
+ * to the pipeline, then tries the sink again (a cluster's donors may be
+ * local or not, and homes move).
+ *
+ * sink_on (module state, GIL) is set by _get_sink() for tests and
+ * benchmarks; sink_hook, a callable run in begin before the look-up of
+ * key sink_hook_at (one shot), is for tests only.
+ */
+#define SINK_RETRY 32
+static bool sink_on = true;
+static PyObject *sink_hook;
+static size_t sink_hook_at;
+uint64_t tpy_sink_calls;
+
+struct sink_call {
+	struct kvcall *c;
+	PyGILState_STATE g;
+	bool held; /* between a begin that took the GIL and its end */
+};
+
+static bool kv_get_sinks(const struct kvcall *c)
+{
+	bool any = false;
+
+	if (c->kind != KVOP_GET || !c->bufs || !sink_on)
+		return false;
+	for (size_t i = 0; i < c->n; i++) {
+		if (!c->bufs[i].want_bounce)
+			continue;
+		if (!tpy_bufref_where_is_native(&c->bufs[i]))
+			return false;
+		any = true;
+	}
+	return any;
+}
+
+#if PY_VERSION_HEX >= 0x030A0000
+static void *sink_begin(void *arg, size_t i, size_t len)
+{
+	struct sink_call *s = arg;
+	struct bufref *b = &s->c->bufs[i];
+	char *p;
+
+	if (!b->want_bounce)
+		return s->c->ptrs[i]; /* in place, as pool_kv_get */
+	s->g = PyGILState_Ensure();
+	if (sink_hook && i == sink_hook_at) {
+		PyObject *h = sink_hook, *r;
+
+		sink_hook = NULL;
+		r = PyObject_CallNoArgs(h);
+		if (!r)
+			PyErr_WriteUnraisable(h);
+		Py_XDECREF(r);
+		Py_DECREF(h);
+	}
+	if (tpy_bufref_where_native(b, len, &p) < 0) {
+		PyGILState_Release(s->g);
+		return NULL;
+	}
+	s->held = true;
+	return p;
+}
+
+static void sink_end(void *arg, size_t i)
+{
+	struct sink_call *s = arg;
+
+	(void)i;
+	if (s->held) {
+		s->held = false;
+		PyGILState_Release(s->g);
+	}
+}
+
+/* Runs get c (kv_get_sinks) through a sink (above). GIL held on entry
+ * and return; the result as pool_kv_get's. */
+static ssize_t kv_get_sink(struct py_kv *k, struct kvcall *c)
+{
+	struct sink_call s = { .c = c };
+	struct pool_kv_sink sk = { sink_begin, sink_end, &s };
+	ssize_t r;
+
+	tpy_sink_calls++;
+	POOL_CALL(k->po, k->closed, r,
+		  pool_kv_get_to(k->kv, c->n, c->keys, &sk, c->caps, c->lens,
+				 c->status));
+	for (size_t i = 0; r >= 0 && i < c->n; i++)
+		if (c->status[i] == -ECANCELED)
+			c->status[i] = -ESTALE; /* shrunk: not delivered */
+	if (r > 0 && sk.staged * 2 > (size_t)r)
+		k->sink_skip = SINK_RETRY;
+	return r;
+}
+#else
+static ssize_t kv_get_sink(struct py_kv *k, struct kvcall *c)
+{
+	(void)k;
+	(void)c;
+	return -ENOSYS; /* kv_get_sinks said no: tpy_bufref_where_is_native */
+}
+#endif
+
+/*
+ * _get_sink(enabled=None, hook=None, at=0) -> enabled: whether sync gets
+ * into tensors go through a sink (above), set when given; hook: a
+ * callable run once, in the sink's begin of key `at` of the next such
+ * get, before the look-up (tests). For tests and benchmarks.
+ */
+PyObject *tpy_mod_get_sink(PyObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "enabled", "hook", "at", NULL };
+	PyObject *en = Py_None, *hook = Py_None;
+	Py_ssize_t at = 0;
+
+	(void)self;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOn", kwlist, &en, &hook,
+					 &at))
+		return NULL;
+	if (at < 0) {
+		PyErr_SetString(PyExc_ValueError, "tidepool: at must be >= 0");
+		return NULL;
+	}
+	if (hook != Py_None && !PyCallable_Check(hook)) {
+		PyErr_SetString(PyExc_TypeError,
+				"tidepool: hook must be callable");
+		return NULL;
+	}
+	if (en != Py_None) {
+		int t = PyObject_IsTrue(en);
+
+		if (t < 0)
+			return NULL;
+		sink_on = t;
+	}
+	if (hook != Py_None) {
+		Py_INCREF(hook);
+		Py_XSETREF(sink_hook, hook);
+		sink_hook_at = (size_t)at;
+	}
+	return PyBool_FromLong(sink_on);
+}
+
+/*
  * _get_pipeline(chunk_bytes=None, depth=None) -> (chunk_bytes, depth):
  * the pipelined get's settings (above), set when given; chunk_bytes 0
  * turns pipelining off. For tests and benchmarks.
@@ -752,6 +920,7 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 {
 	struct kvcall c;
 	PyObject *out;
+	bool sinks;
 	ssize_t r;
 
 	if (tpy_kv_usable(k) < 0)
@@ -761,7 +930,14 @@ static PyObject *kv_sync(struct py_kv *k, enum kvop_kind kind, PyObject *keys,
 						: TPY_BOUNCE_NOW) < 0)
 		return NULL;
 	c.exact = exact;
-	if (kv_get_pipelines(&c)) {
+	sinks = kv_get_sinks(&c);
+	if (sinks && k->sink_skip) {
+		k->sink_skip--; /* over the fabric lately: the pipeline */
+		sinks = false;
+	}
+	if (sinks) {
+		r = kv_get_sink(k, &c);
+	} else if (kv_get_pipelines(&c)) {
 		r = kv_get_pipelined(k, &c);
 	} else {
 		struct kvcall *cp = &c;

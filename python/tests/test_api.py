@@ -629,7 +629,9 @@ def test_fixed_storage_tensors_are_used_in_place(pool_args, model_name):
         for t, w, v in zip(out, views, vals[n:]):
             assert np.array_equal(w.numpy(), v) and not t.any()
         # the counter does see a bounce: a resizable tensor takes one
-        assert kv.get_into(keys[:1], [torch.zeros(sz, dtype=torch.uint8)])
+        # (an async get; a sync one copies straight into it: the sink)
+        assert kv.get_into_async(
+            keys[:1], [torch.zeros(sz, dtype=torch.uint8)]).result(120)
         assert _bounces() > b0
         # fixed and resizable tensors in one call, the resizable ones
         # reallocated while it is in flight: the fixed ones are written
@@ -679,11 +681,15 @@ def test_bounced_get_lands_exactly_in_its_views(pool_args, model_name):
 @pytest.fixture
 def get_pipeline():
     """The pipelined tensor get's settings (chunk bytes, depth), set by
-    the test and restored after it."""
+    the test and restored after it; sync tensor gets go through the
+    pipeline meanwhile, not the sink."""
     from tidepool import _c
     saved = _c._get_pipeline()
+    sink = _c._get_sink()
+    _c._get_sink(False)
     yield _c._get_pipeline
     _c._get_pipeline(*saved)
+    _c._get_sink(sink)
 
 
 def _pipelined():
@@ -1273,3 +1279,218 @@ def test_status_cli(memd, cluster, capsys):
     assert "donor1" in out and "donor2" in out and "registry" in out
     assert main(["status", "--addr", "127.0.0.1:1"]) == 1
     assert main(["bogus"]) == 64
+
+
+def _sinks():
+    from tidepool import _c
+    return _c._bounce_stats()["sink_calls"]
+
+
+@pytest.fixture
+def get_sink():
+    """The sink's switch (tidepool._c._get_sink), restored after the
+    test."""
+    from tidepool import _c
+    saved = _c._get_sink()
+    yield _c._get_sink
+    _c._get_sink(saved)
+
+
+@pytest.mark.parametrize("shm", ["auto", "off"])
+def test_sink_get_is_exact(request, pool_args, model_name, get_sink,
+                           monkeypatch, shm):
+    # a sync get into resizable tensors copies each value straight into
+    # its tensor (pool_kv_get_to: on the same host from memd's slab, over
+    # tcp out of libpool's memory once checked): every value lands whole
+    # in its own view (odd offsets, sizes around 64 KiB pieces and the
+    # 1 MiB payload), nothing beside it; numpy arrays and shared-memory
+    # tensors in the same call are read in place; misses and too-small
+    # buffers say so; no bounce block and no pipeline is used
+    get_sink(True)
+    if shm == "off":
+        monkeypatch.setenv("LIBPOOL_SHM", "off")
+    sizes = [1, 100, 65535, 65536, 65537, (1 << 20) - 64, (1 << 20) + 3,
+             3 * (1 << 20) + 17, 4096 + 5, 777]
+    if "tenant" in pool_args:
+        # several size classes on one memd: a tenant of its own whose
+        # share holds them (as test_pipelined_get_is_exact_...)
+        pool_args = cluster_tenant(request.getfixturevalue("cluster"),
+                                   "sink", "512M")
+    kv_warmed(pool_args, sizes)
+    keys = keys_for(f"{model_name}-{shm}", len(sizes) + 1)
+    vals = [value_of(k, n) for k, n in zip(keys, sizes)]
+    miss = len(sizes)
+    with tidepool.Pool(**pool_args) as p, p.kv() as kv:
+        assert kv.put(keys[:miss], vals) == [0] * miss
+        shift = 3
+        base = torch.full((sum(sizes) + 64 * len(sizes) + shift,), 0x5A,
+                          dtype=torch.uint8)
+        bufs, where, at = [], [], shift
+        for i, n in enumerate(sizes):
+            if i % 4 == 2:
+                bufs.append(np.full(n, 0x5A, np.uint8))  # in place
+            elif i % 4 == 3:
+                bufs.append(torch.full((n,), 0x5A, dtype=torch.uint8)
+                            .share_memory_())  # fixed storage: in place
+            else:
+                bufs.append(base[at:at + n])
+            where.append(at)
+            at += n + 64
+        ks = keys[:4] + [keys[miss]] + keys[4:miss] + [keys[7]]
+        small = torch.full((sizes[7] - 1,), 0x5A, dtype=torch.uint8)
+        bs = bufs[:4] + [torch.zeros(10, dtype=torch.uint8)] + bufs[4:] + \
+            [small]
+        s0, b0, p0 = _sinks(), _bounces(), _pipelined()[0]
+        got = kv.get_into(ks, bs, exact=False)
+        assert got == sizes[:4] + [-1] + sizes[4:] + [sizes[7]], got
+        assert _sinks() == s0 + 1
+        assert _bounces() == b0 and _pipelined()[0] == p0
+        b = base.numpy()
+        assert (b[:shift] == 0x5A).all()
+        for i, (n, v) in enumerate(zip(sizes, vals)):
+            if i % 4 in (2, 3):
+                assert np.array_equal(np.asarray(bufs[i]), v), i
+                continue
+            at = where[i]
+            assert np.array_equal(b[at:at + n], v), (i, n)
+            assert (b[at + n:at + n + 64] == 0x5A).all(), (i, n)
+        assert (small.numpy() == 0x5A).all()  # too small: not written
+        # exact=True, fresh tensors, the same bytes; over tcp the sink
+        # staged every value, so this handle's next gets take the
+        # pipeline (tp_kv.c, SINK_RETRY)
+        outs = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+        p1 = _pipelined()[0]
+        assert kv.get_into(keys[:miss], outs) == [True] * miss
+        if shm == "off":
+            assert _sinks() == s0 + 1 and _pipelined()[0] == p1 + 1
+        else:
+            assert _sinks() == s0 + 2 and _pipelined()[0] == p1
+        for o, v in zip(outs, vals):
+            assert np.array_equal(o.numpy(), v)
+        # the sink off: the pipeline or the one-block bounce, same bytes
+        s1 = _sinks()
+        get_sink(False)
+        outs = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+        assert kv.get_into(keys[:miss], outs) == [True] * miss
+        assert _sinks() == s1
+        for o, v in zip(outs, vals):
+            assert np.array_equal(o.numpy(), v)
+        assert kv.delete(keys[:miss]) == [True] * miss
+
+
+def test_sink_get_sees_each_tensor_where_it_is_now(memd, model_name,
+                                                   get_sink):
+    # Python code run in the middle of a sink get (the test hook, in the
+    # sink's begin of key HOOK, while the later keys are not yet copied)
+    # set_()s, grows and shrinks the later tensors and allocates
+    # canaries into the memory they free: each later value lands where
+    # its storage keeps its bytes at its own copy, or is a miss when the
+    # storage no longer has room; never in memory a storage gave back
+    n, sz, hook = 10, 256 << 10, 3
+    sentinel = 0xA5
+    keys = keys_for(model_name, n)
+    vals = [value_of(k, sz) for k in keys]
+    with tidepool.Pool(memd.addr) as p, p.kv() as kv:
+        assert kv.put(keys, vals) == [0] * n
+        for rnd in range(3):
+            out = [torch.zeros(sz, dtype=torch.uint8) for _ in keys]
+            views = [t.view(-1) for t in out]  # the storages the call holds
+            canaries, fired = [], []
+
+            def mutate():
+                for i in range(hook + 1, n):
+                    k = (i + rnd) % 3
+                    if k == 0:
+                        out[i].set_(torch.zeros(sz, dtype=torch.uint8))
+                    elif k == 1:
+                        out[i].resize_(3 * sz)
+                    else:
+                        out[i].storage().resize_(sz // 2)
+                    canaries.append(torch.full((sz,), sentinel,
+                                               dtype=torch.uint8))
+                fired.append(1)
+
+            get_sink(True, mutate, hook)
+            s0 = _sinks()
+            res = kv.get_into(keys, out)
+            assert fired and _sinks() == s0 + 1
+            for c in canaries:
+                assert int(c.min()) == sentinel == int(c.max()), \
+                    "a sink get wrote into memory a tensor gave back"
+            for i in range(n):
+                k = (i + rnd) % 3
+                if i <= hook:
+                    assert res[i] and np.array_equal(views[i].numpy(),
+                                                     vals[i]), i
+                elif k == 0:  # set_: the storage the call holds
+                    assert res[i] and np.array_equal(views[i].numpy(),
+                                                     vals[i]), i
+                    assert not out[i].any(), i
+                elif k == 1:  # grown: where the storage keeps it now
+                    assert res[i] and np.array_equal(
+                        views[i][:sz].numpy(), vals[i]), i
+                else:  # shrunk below the value: a miss, nothing written
+                    assert not res[i], i
+                    rest = torch.empty(0, dtype=torch.uint8).set_(
+                        views[i].storage())
+                    assert rest.numel() == sz // 2 and not rest.any(), i
+        assert kv.delete(keys) == [True] * n
+
+
+def test_sink_is_not_used_where_python_code_would_run(memd, model_name,
+                                                      get_sink):
+    # a storage whose data_ptr is Python code (a duck-typed object) may
+    # do anything, closing the handle included, so a get that has one
+    # takes the pipeline (or the bounce), never the sink: its look-ups
+    # then run without the Pool's lock
+    from tidepool import _c
+    get_sink(True)
+    sz = 64 << 10
+    keys = keys_for(model_name, 2)
+    vals = [value_of(k, sz) for k in keys]
+
+    class Storage:
+        def __init__(self):
+            self.arr = np.zeros(sz, np.uint8)
+
+        def resizable(self):
+            return True
+
+        def data_ptr(self):
+            return self.arr.ctypes.data
+
+        def nbytes(self):
+            return sz
+
+    class Tensor:
+        is_cuda = False
+
+        def __init__(self, st):
+            self.st = st
+
+        def data_ptr(self):
+            return self.st.arr.ctypes.data
+
+        def is_contiguous(self):
+            return True
+
+        def numel(self):
+            return sz
+
+        def element_size(self):
+            return 1
+
+        def untyped_storage(self):
+            return self.st
+
+    with tidepool.Pool(memd.addr) as p, p.kv() as kv:
+        assert kv.put(keys, vals) == [0, 0]
+        st = Storage()
+        s0 = _sinks()
+        assert kv.get_into(keys, [Tensor(st),
+                                  torch.zeros(sz, dtype=torch.uint8)]) == \
+            [True, True]
+        assert _sinks() == s0
+        assert np.array_equal(st.arr, vals[0])
+        assert kv.delete(keys) == [True, True]
+    assert _c._get_sink() is True
