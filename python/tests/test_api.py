@@ -458,12 +458,18 @@ def test_blocking_calls_release_the_gil():
 
 
 CLOSE_UNDER_LOAD = r"""
-import sys, threading, time, tidepool
+import sys, threading, time, torch, tidepool
 sys.setswitchinterval(1e-5)  # switch threads as often as possible
-for _ in range(60):
+for rnd in range(60):
     p = tidepool.Pool(sys.argv[1])
     kv1, kv2 = p.kv(), p.kv()
     keys = tidepool.prefix_keys(list(range(64)), "t", "close", 16)
+    # stored values, read into resizable tensors: the sink's begin takes
+    # the GIL while its thread holds the Pool's lock for reading
+    held = tidepool.prefix_keys(list(range(64)), "t", f"held{rnd}", 16)
+    kv2.put(held, [torch.full((64 << 10,), i, dtype=torch.uint8)
+                   for i in range(len(held))])
+    outs = [torch.zeros(64 << 10, dtype=torch.uint8) for _ in held]
     def hot(kv, fn):
         while True:
             try:
@@ -472,13 +478,17 @@ for _ in range(60):
                 return
     ts = [threading.Thread(target=hot, args=(kv1, lambda k: k.stats())),
           threading.Thread(target=hot, args=(kv2, lambda k: k.exists(keys))),
-          threading.Thread(target=hot, args=(kv1, lambda k: k.exists(keys)))]
+          threading.Thread(target=hot, args=(kv1, lambda k: k.exists(keys))),
+          threading.Thread(target=hot,
+                           args=(kv2, lambda k: k.get_into(held, outs)))]
     for t in ts:
         t.start()
     time.sleep(0.002)
     p.close()
     for t in ts:
         t.join()
+from tidepool import _c
+assert _c._bounce_stats()["sink_calls"] > 0  # the sink did run
 print("ok")
 """
 
