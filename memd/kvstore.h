@@ -470,7 +470,9 @@ int memd_kv_check(struct memd_kv *kv);
 	X(hit_bytes, "value bytes served by lookups")                          \
 	X(oneshot, "entries evicted without a lookup since their put")         \
 	X(oneshot_bytes, "value bytes of those entries")                       \
-	X(oneshot_put_ms, "milliseconds their puts took, reserve to commit")
+	X(oneshot_put_ms, "milliseconds their puts took, reserve to commit")   \
+	X(recuts, "slabs emptied to be re-cut for a class the share lacked")   \
+	X(recut_evictions, "entries evicted to empty those slabs")
 
 struct memd_kv_stats {
 #define MEMD_KV_STAT_FIELD(name, help) uint64_t name;

@@ -279,14 +279,15 @@ bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		return true;
 	if (!class_full_slab(t, cls) || ++*misses >= sl->nblocks) {
 		struct kv_slab *few = fewest_in_use(t);
+		uint64_t n = 0;
 
 		*misses = 0;
-		if (few != sl && in_use(few) < in_use(sl)) {
-			evict_in_slab(kv, few, now_ms);
-			if (t->empty)
-				return true;
-		}
-		evict_in_slab(kv, sl, now_ms);
+		if (few != sl && in_use(few) < in_use(sl))
+			n = evict_in_slab(kv, few, now_ms);
+		if (!t->empty)
+			n += evict_in_slab(kv, sl, now_ms);
+		t->st.recut_evictions += n;
+		t->st.recuts += t->empty != NULL;
 	}
 	return true;
 }

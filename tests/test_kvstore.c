@@ -669,11 +669,15 @@ START_TEST(new_class_at_the_share_evicts_one_slab)
 	ck_assert_uint_eq(st.entries, 4 * per);
 	ck_assert_uint_eq(st.evictions, 0);
 	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.recuts, 0);
 	/* a 1 MiB value: a class of its own */
 	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
 	st = stats(kv, 1);
 	ck_assert_uint_le(st.evictions, per);
 	ck_assert_uint_eq(st.entries, 4 * per - st.evictions + 1);
+	/* one slab re-cut: all but S3-FIFO's victim went to empty it */
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, st.evictions - 1);
 	ck_assert_int_eq(memd_kv_check(kv), 0);
 	ck_assert_int_eq(get(kv, o, 1, 5000, now, true), 0);
 	for (uint64_t k = 0; k < 4 * per; k++)
@@ -717,6 +721,8 @@ START_TEST(new_class_at_the_share_recuts_the_emptiest_slab)
 	st = stats(kv, 1);
 	ck_assert_uint_eq(st.evictions, 2);
 	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 1); /* key 1000 */
 	ck_assert_int_eq(memd_kv_check(kv), 0);
 	ck_assert_int_eq(get(kv, o, 1, 2000, now, true), 0);
 	ck_assert_int_eq(get(kv, o, 1, 1000, now, true), -ENOENT);
@@ -896,6 +902,7 @@ START_TEST(trim_evicts_down_to_a_slab_count)
 	st = stats(kv, 1);
 	ck_assert_uint_eq(st.evictions, 6);
 	ck_assert_uint_eq(st.slabs, 2);
+	ck_assert_uint_eq(st.recuts, 0); /* a trim re-cuts nothing */
 	ck_assert_int_eq(memd_kv_check(kv), 0);
 
 	/* the slab with 5 entries goes, the one with 15 stays */
@@ -1485,6 +1492,8 @@ START_TEST(recut_evicts_in_fifo_order)
 	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
 	st = stats(kv, 1);
 	ck_assert_uint_eq(st.evictions, 15);
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 14);
 	ck_assert_uint_eq(st.spills, 15);
 	ck_assert_uint_eq(st.spilled, 3);
 	for (uint64_t k = 102; k < 114; k++)
@@ -1601,6 +1610,8 @@ START_TEST(blocks_stay_held_by_their_entries)
 	CHECKED(ck_assert_int_eq(put(kv, o, 5, 540, 128 * KIB, now++), 0));
 	st = stats(kv, 5);
 	ck_assert_uint_eq(st.evictions, 16); /* 500, 521, 501..514 */
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 15);
 	CHECKED(ck_assert_int_eq(get(kv, o, 5, 520, now, true), 0));
 	CHECKED(ck_assert_int_eq(get(kv, o, 5, 530, now, true), 0));
 	CHECKED(ck_assert_int_eq(get(kv, o, 5, 531, now, true), 0));
