@@ -267,7 +267,8 @@ int memd_kv_create(const struct memd_kv_options *o, struct memd_kv **out)
 	}
 	kvs_classes_init(kv);
 	kv->payload_max = o->slab_bytes - MEMD_KV_HEADER_BYTES;
-	kv->victims = malloc(kvs_slab_blocks_max(kv) * sizeof(*kv->victims));
+	kv->victims =
+		malloc(2 * kvs_slab_blocks_max(kv) * sizeof(*kv->victims));
 	if (!kv->victims) {
 		free(kv->spill_dir);
 		free(kv);

@@ -193,8 +193,9 @@ struct memd_kv {
 	uint32_t nclasses;
 	uint64_t class_bytes[NCLASS_MAX]; /* block bytes, header included */
 	uint64_t payload_max;		  /* slab_bytes - header */
-	/* evict_in_slab's scratch: a slab's entries in FIFO order, as many
-	 * as a slab has blocks at most (slab_bytes / 64 KiB) */
+	/* evict_in_slab's scratch: a slab's entries, and as many again to
+	 * sort them into FIFO order; each as many as a slab has blocks at
+	 * most (slab_bytes / 64 KiB) */
 	struct kv_victim *victims;
 	uint64_t next_gen;
 	uint8_t hkey[crypto_shorthash_KEYBYTES];

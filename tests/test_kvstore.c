@@ -1467,10 +1467,12 @@ END_TEST
  * A slab re-cut for a new class evicts the slab's entries in the order a
  * walk of the FIFOs would, small FIFO first, oldest first (its entries
  * are found through the slab's blocks, then sorted): the order their
- * spill files are written in, so with room for three files the last
- * three evicted are kept. Slab B holds 15 values of 256 KiB; 100 and 101
- * were read, so S3-FIFO moves them to main and evicts 102; B is then the
- * emptiest slab: 103..114 (small) and then 100, 101 (main) go.
+ * spill files are written in, so with room for three files of 256 KiB
+ * the last three evicted are kept. Slab B holds 100, read and then moved
+ * to the main FIFO by an eviction (0's), and then 101..114, put after
+ * it; slab A 64 KiB values. For a 1 MiB value S3-FIFO evicts 1 from A,
+ * and B, the emptier, is re-cut: 101..114 (small) and then 100 (main,
+ * though pushed there before them) go.
  */
 START_TEST(recut_evicts_in_fifo_order)
 {
@@ -1482,29 +1484,32 @@ START_TEST(recut_evicts_in_fifo_order)
 	uint64_t now = 0;
 
 	o->share[1] = 2;
-	for (uint64_t k = 100; k < 115; k++)
-		ck_assert_int_eq(put(kv, o, 1, k, 256 * KIB, now++), 0);
+	ck_assert_int_eq(put(kv, o, 1, 100, 256 * KIB, now++), 0);
+	ck_assert_int_eq(get(kv, o, 1, 100, now, true), 0);
 	for (uint64_t k = 0; k < 63; k++)
 		ck_assert_int_eq(put(kv, o, 1, k, 64 * KIB, now++), 0);
+	ck_assert_int_eq(put(kv, o, 1, 200, 64 * KIB, now++), 0);
+	ck_assert_uint_eq(stats(kv, 1).evictions, 1); /* 0; 100 to main */
+	for (uint64_t k = 101; k < 115; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 256 * KIB, now++), 0);
 	ck_assert_uint_eq(stats(kv, 1).slabs, 2);
-	ck_assert_int_eq(get(kv, o, 1, 100, now, true), 0);
-	ck_assert_int_eq(get(kv, o, 1, 101, now, true), 0);
 	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
 	st = stats(kv, 1);
-	ck_assert_uint_eq(st.evictions, 15);
+	ck_assert_uint_eq(st.evictions, 17);
 	ck_assert_uint_eq(st.recuts, 1);
-	ck_assert_uint_eq(st.recut_evictions, 14);
-	ck_assert_uint_eq(st.spills, 15);
+	ck_assert_uint_eq(st.recut_evictions, 15);
+	ck_assert_uint_eq(st.spills, 17);
 	ck_assert_uint_eq(st.spilled, 3);
-	for (uint64_t k = 102; k < 114; k++)
+	for (uint64_t k = 101; k < 113; k++)
 		ck_assert_msg(!spill_exists(1, k), "key %llu kept",
 			      (unsigned long long)k);
+	ck_assert(spill_exists(1, 113));
 	ck_assert(spill_exists(1, 114));
 	ck_assert(spill_exists(1, 100));
-	ck_assert(spill_exists(1, 101));
 	ck_assert_int_eq(memd_kv_check(kv), 0);
-	for (uint64_t k = 0; k < 63; k++)
+	for (uint64_t k = 2; k < 63; k++)
 		ck_assert_int_eq(get(kv, o, 1, k, now, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 200, now, true), 0);
 	ck_assert_int_eq(get(kv, o, 1, 5000, now, true), 0);
 	memd_kv_destroy(kv);
 	ck_assert_uint_eq(owner_held_total(o), 0);
