@@ -267,10 +267,18 @@ int memd_kv_create(const struct memd_kv_options *o, struct memd_kv **out)
 	}
 	kvs_classes_init(kv);
 	kv->payload_max = o->slab_bytes - MEMD_KV_HEADER_BYTES;
+	kv->victims =
+		malloc(2 * kvs_slab_blocks_max(kv) * sizeof(*kv->victims));
+	if (!kv->victims) {
+		free(kv->spill_dir);
+		free(kv);
+		return -ENOMEM;
+	}
 	kv->next_gen = o->epoch;
 	crypto_shorthash_keygen(kv->hkey);
 	r = pthread_mutex_init(&kv->lock, NULL);
 	if (r) {
+		free(kv->victims);
 		free(kv->spill_dir);
 		free(kv);
 		return -r;
@@ -287,6 +295,7 @@ void memd_kv_destroy(struct memd_kv *kv)
 		tenant_destroy(kv, kv->tenants[i]);
 	free(kv->tenants);
 	pthread_mutex_destroy(&kv->lock);
+	free(kv->victims);
 	free(kv->spill_dir);
 	free(kv);
 }

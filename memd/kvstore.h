@@ -438,6 +438,17 @@ ssize_t memd_kv_clear(struct memd_kv *kv, uint32_t tenant, uint64_t now_ms);
  * found at start, or bound), but removed ones; at most max. */
 size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);
 
+/*
+ * For tests: verifies the store's bookkeeping of blocks and FIFOs (every
+ * tenant's): each block in use is held by exactly the entry whose chunk
+ * names it, a free block by none, every entry's chunk is so held, and
+ * each FIFO is in push order (what memd_kv_trim and a slab re-cut for a
+ * new class rely on to find a slab's entries without walking the FIFOs).
+ * O(entries + blocks) under the lock. Returns 0, -EFAULT when something
+ * disagrees, or -EINVAL (kv NULL).
+ */
+int memd_kv_check(struct memd_kv *kv);
+
 /* Per-tenant statistics (an X-macro, so exporters never drift). */
 #define MEMD_KV_STATS(X)                                                       \
 	X(slabs, "slabs held")                                                 \
@@ -459,7 +470,9 @@ size_t memd_kv_tenant_ids(struct memd_kv *kv, uint32_t *ids, size_t max);
 	X(hit_bytes, "value bytes served by lookups")                          \
 	X(oneshot, "entries evicted without a lookup since their put")         \
 	X(oneshot_bytes, "value bytes of those entries")                       \
-	X(oneshot_put_ms, "milliseconds their puts took, reserve to commit")
+	X(oneshot_put_ms, "milliseconds their puts took, reserve to commit")   \
+	X(recuts, "slabs emptied to be re-cut for a class the share lacked")   \
+	X(recut_evictions, "entries evicted to empty those slabs")
 
 struct memd_kv_stats {
 #define MEMD_KV_STAT_FIELD(name, help) uint64_t name;

@@ -34,6 +34,7 @@ void kvs_queue_push(struct kv_entry *e, uint8_t q)
 	struct kv_fifo *f = fifo_of(e->t, q);
 
 	e->queue = q;
+	e->qseq = ++e->t->qseq;
 	TP_DLIST_PREPEND(f->head, f->tail, e, qprev, qnext);
 	f->count++;
 	f->bytes += e->bytes;
@@ -124,30 +125,90 @@ static uint32_t in_use(const struct kv_slab *s)
 	return s->nblocks - s->nfree;
 }
 
-/* Evicts t's evictable committed entries with a block in slab sl. The
- * walk, oldest first, ends when sl holds no block: a slab of few blocks
- * in use, often one-shot entries at the small FIFO's tail, costs few
- * steps, not one a tenant's entry. */
-static uint64_t evict_in_slab(struct memd_kv *kv, struct kv_tenant *t,
-			      const struct kv_slab *sl, uint64_t now_ms)
+/*
+ * Sorts the k victims at v by order, stably, through tmp (as long as v):
+ * a least-significant-digit radix sort over the bytes in which the
+ * orders differ (usually the FIFO bit and the low bytes of qseq), O(k) a
+ * byte; none when the blocks' order is the FIFOs' already (a slab filled
+ * by puts in a row, none moved since). Returns v or tmp, whichever holds
+ * them sorted. (qsort cost about 220 instructions a victim.)
+ */
+static struct kv_victim *victims_sort(struct kv_victim *v,
+				      struct kv_victim *tmp, uint32_t k)
 {
-	struct kv_fifo *fifos[2] = { &t->small, &t->main };
+	uint64_t all = ~0ull, any = 0;
+	bool sorted = true;
+
+	for (uint32_t i = 0; i < k; i++) {
+		all &= v[i].order;
+		any |= v[i].order;
+		sorted = sorted && (i == 0 || v[i - 1].order <= v[i].order);
+	}
+	if (sorted)
+		return v;
+	for (unsigned shift = 0; shift < 64; shift += 8) {
+		uint32_t at[256] = { 0 }, sum = 0;
+		struct kv_victim *swap;
+
+		if (!(((all ^ any) >> shift) & 0xff))
+			continue; /* the same byte in every order */
+		for (uint32_t i = 0; i < k; i++)
+			at[(v[i].order >> shift) & 0xff]++;
+		for (unsigned b = 0; b < 256; b++) {
+			uint32_t n = at[b];
+
+			at[b] = sum;
+			sum += n;
+		}
+		for (uint32_t i = 0; i < k; i++)
+			tmp[at[(v[i].order >> shift) & 0xff]++] = v[i];
+		swap = v;
+		v = tmp;
+		tmp = swap;
+	}
+	return v;
+}
+
+/*
+ * Evicts the evictable committed entries with a block in slab sl, in the
+ * order of a walk of the small FIFO and then the main one, oldest first
+ * (the order the ghost FIFO and the spill files get them in). They are
+ * found through sl's held_by, not by that walk: O(blocks of sl + k)
+ * for k such entries, where the walk was O(entries of t) when sl's last
+ * block was near the FIFOs' heads or stayed held (pinned, leased,
+ * reserved). Returns how many it evicted.
+ */
+static uint64_t evict_in_slab(struct memd_kv *kv, const struct kv_slab *sl,
+			      uint64_t now_ms)
+{
+	struct kv_victim *v = kv->victims;
+	uint32_t k = 0, seen = 0;
 	uint64_t n = 0;
 
-	for (int f = 0; f < 2 && in_use(sl); f++) {
-		struct kv_entry *e, *next;
+	/* blocks go out lowest first: the held ones are mostly at the front */
+	for (uint32_t b = 0; b < sl->nblocks && seen < in_use(sl); b++) {
+		struct kv_entry *e = sl->held_by[b];
 
-		for (e = fifos[f]->tail; e && in_use(sl); e = next) {
-			bool here = false;
-
-			next = e->qprev;
-			for (uint32_t i = 0; i < e->nchunks && !here; i++)
-				here = e->chunks[i].slab == sl;
-			if (here && is_evictable(e, now_ms)) {
-				evict_entry(kv, e, f == 0);
-				n++;
-			}
-		}
+		if (!e)
+			continue;
+		seen++;
+		if ((e->queue == Q_SMALL || e->queue == Q_MAIN) &&
+		    is_evictable(e, now_ms))
+			v[k++] = (struct kv_victim){
+				.order = (uint64_t)(e->queue == Q_MAIN) << 63 |
+					 e->qseq,
+				.e = e,
+			};
+	}
+	if (k > 1)
+		v = victims_sort(v, kv->victims + kvs_slab_blocks_max(kv), k);
+	for (uint32_t i = 0; i < k; i++) {
+		/* an entry with two blocks here is listed twice; orders
+		 * are compared, not entries (an evicted one may be freed) */
+		if (i && v[i].order == v[i - 1].order)
+			continue;
+		evict_entry(kv, v[i].e, !(v[i].order >> 63));
+		n++;
 	}
 	return n;
 }
@@ -254,14 +315,15 @@ bool kvs_evict_for(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		return true;
 	if (!class_full_slab(t, cls) || ++*misses >= sl->nblocks) {
 		struct kv_slab *few = fewest_in_use(t);
+		uint64_t n = 0;
 
 		*misses = 0;
-		if (few != sl && in_use(few) < in_use(sl)) {
-			evict_in_slab(kv, t, few, now_ms);
-			if (t->empty)
-				return true;
-		}
-		evict_in_slab(kv, t, sl, now_ms);
+		if (few != sl && in_use(few) < in_use(sl))
+			n = evict_in_slab(kv, few, now_ms);
+		if (!t->empty)
+			n += evict_in_slab(kv, sl, now_ms);
+		t->st.recut_evictions += n;
+		t->st.recuts += t->empty != NULL;
 	}
 	return true;
 }
@@ -294,7 +356,7 @@ ssize_t memd_kv_trim(struct memd_kv *kv, uint32_t tenant, uint32_t max_slabs,
 		}
 		if (!best)
 			break; /* pinned, leased or reserved blocks everywhere */
-		n += evict_in_slab(kv, t, best, now_ms);
+		n += evict_in_slab(kv, best, now_ms);
 		if (best->list != L_EMPTY)
 			best->trim_tried = true;
 		kvs_tenant_release_empty(kv, t);

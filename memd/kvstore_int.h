@@ -30,12 +30,14 @@
  *   bucket), its slabs, and its FIFOs: small S, main M, ghost G, reserved
  *   R and deleting D (entries off the index, freed when their leases end);
  * - a slab: one size class while it has blocks in use, a stack of free
- *   block numbers, on its tenant's partial list of the class (some block
- *   free), on the tenant's empty list (all free, about to go back to the
- *   owner or to be re-cut), or on no list (full);
+ *   block numbers, each block's entry (held_by), on its tenant's partial
+ *   list of the class (some block free), on the tenant's empty list (all
+ *   free, about to go back to the owner or to be re-cut), or on no list
+ *   (full);
  * - an entry: a key's state in memory (mem), its place in one FIFO
- *   (queue), whether a spill file exists (spilled; the store-wide spill
- *   FIFO orders those files oldest first).
+ *   (queue, and qseq: when it was pushed there), whether a spill file
+ *   exists (spilled; the store-wide spill FIFO orders those files oldest
+ *   first).
  *
  * Invariants:
  * - mem COMMITTED <=> queue S or M; RESERVED <=> queue R; DELETING <=>
@@ -47,6 +49,15 @@
  * - A slab on the empty list has nfree == nblocks and is handed back at
  *   the end of the operation (kvs_tenant_release_empty) unless an allocation
  *   re-cuts it first.
+ * - A block is free (in its slab's stack) <=> its held_by is NULL; a
+ *   block in use is held by the one entry whose chunks (or, while
+ *   kvs_entry_alloc_blocks runs, whose chunks to be) name it. Only
+ *   kvs_entry_alloc_blocks hands blocks out and only block_free takes
+ *   them back (kvstore_slab.c), so held_by stays exact by construction;
+ *   memd_kv_check verifies it for the tests.
+ * - Within a FIFO, qseq grows from tail (oldest) to head: an entry's qseq
+ *   is its tenant's count of pushes when it was pushed, and every move
+ *   is a push at the head.
  */
 #ifndef MEMD_KVSTORE_INT_H
 #define MEMD_KVSTORE_INT_H
@@ -88,7 +99,11 @@ struct kv_slab {
 	uint64_t block_bytes; /* class_bytes(cls), while cut for cls */
 	uint8_t *base;
 	uint32_t nblocks, nfree;
-	uint32_t *free;	 /* free block numbers, nfree of them */
+	uint32_t *free; /* free block numbers, nfree of them */
+	/* per block, the entry it holds a chunk of (NULL: free); as long as
+	 * free[], one pointer per 64 KiB of the slab: evict_in_slab finds
+	 * the slab's entries here, not by a walk of the FIFOs */
+	struct kv_entry **held_by;
 	uint32_t idx;	 /* in tenant->slabs[] */
 	bool trim_tried; /* memd_kv_trim could not empty it this call */
 	enum slab_list list;
@@ -101,6 +116,14 @@ struct kv_chunk {
 };
 
 struct kv_entry;
+
+/* An entry of a slab evict_in_slab empties, and its place in the walk of
+ * the FIFOs it replaces: (queue is main) << 63 | qseq. */
+struct kv_victim {
+	uint64_t order;
+	struct kv_entry *e;
+};
+
 struct kv_fifo {
 	struct kv_entry *head, *tail; /* head: newest */
 	uint64_t count, bytes;
@@ -124,6 +147,7 @@ struct kv_entry {
 	uint32_t nchunks;
 	uint64_t generation, value_len, checksum;
 	uint64_t bytes; /* of its blocks */
+	uint64_t qseq;	/* t->qseq at its last push: its place in its FIFO */
 	uint64_t deadline_ms, lease_until_ms;
 	uint64_t spill_file_bytes;
 	struct kv_chunk *chunks; /* &one when nchunks == 1 */
@@ -140,6 +164,7 @@ struct kv_tenant {
 	struct kv_slab *partial[NCLASS_MAX];
 	struct kv_slab *empty;
 	struct kv_fifo small, main, ghost, reserved, deleting;
+	uint64_t qseq; /* pushes onto its FIFOs so far */
 	struct kv_entry *leased;
 	uint64_t bytes_used, spilled, spill_bytes;
 	struct memd_kv_stats st; /* the counters; gauges are computed */
@@ -168,6 +193,10 @@ struct memd_kv {
 	uint32_t nclasses;
 	uint64_t class_bytes[NCLASS_MAX]; /* block bytes, header included */
 	uint64_t payload_max;		  /* slab_bytes - header */
+	/* evict_in_slab's scratch: a slab's entries, and as many again to
+	 * sort them into FIFO order; each as many as a slab has blocks at
+	 * most (slab_bytes / 64 KiB) */
+	struct kv_victim *victims;
 	uint64_t next_gen;
 	uint8_t hkey[crypto_shorthash_KEYBYTES];
 	struct kv_tenant **tenants;
@@ -207,6 +236,7 @@ void kvs_entry_destroy(struct kv_entry *e);
 void kvs_classes_init(struct memd_kv *kv);
 uint32_t kvs_nchunks_for(const struct memd_kv *kv, uint64_t len);
 uint64_t kvs_chunk_part(const struct memd_kv *kv, uint64_t len, uint32_t i);
+uint32_t kvs_slab_blocks_max(const struct memd_kv *kv);
 uint8_t *kvs_chunk_block(const struct kv_chunk *c);
 void kvs_slab_release(struct memd_kv *kv, struct kv_tenant *t,
 		      struct kv_slab *s);

@@ -2,11 +2,14 @@
 /*
  * memd/kvstore_slab.c - the KV store's geometry (size classes, chunks)
  * and its slabs and blocks: slabs borrowed from the owner, cut into
- * blocks of one class, handed back when empty.
+ * blocks of one class, handed back when empty; which entry holds each
+ * block (held_by), and memd_kv_check.
  */
 #include "memd/kvstore_int.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "fabric/dlist.h"
@@ -81,6 +84,11 @@ uint64_t kvs_chunk_part(const struct memd_kv *kv, uint64_t len, uint32_t i)
 	return left < kv->payload_max ? left : kv->payload_max;
 }
 
+uint32_t kvs_slab_blocks_max(const struct memd_kv *kv)
+{
+	return (uint32_t)(kv->o.slab_bytes / MEMD_KV_CLASS_MIN_BYTES);
+}
+
 int memd_kv_nchunks(const struct memd_kv *kv, uint64_t value_len)
 {
 	if (value_len == 0)
@@ -144,10 +152,16 @@ static int slab_acquire(struct memd_kv *kv, struct kv_tenant *t)
 		return -EFAULT;
 	}
 	s = calloc(1, sizeof(*s));
-	if (s)
-		s->free = malloc((kv->o.slab_bytes / MEMD_KV_CLASS_MIN_BYTES) *
-				 sizeof(uint32_t));
-	if (!s || !s->free) {
+	if (s) {
+		s->free = malloc(kvs_slab_blocks_max(kv) * sizeof(*s->free));
+		s->held_by =
+			calloc(kvs_slab_blocks_max(kv), sizeof(*s->held_by));
+	}
+	if (!s || !s->free || !s->held_by) {
+		if (s) {
+			free(s->free);
+			free(s->held_by);
+		}
 		free(s);
 		kv->o.slab_put(kv->o.slab_arg, id);
 		return -ENOMEM;
@@ -168,8 +182,10 @@ static void slab_cut(struct memd_kv *kv, struct kv_tenant *t, struct kv_slab *s,
 	s->cls = cls;
 	s->block_bytes = class_bytes(kv, cls);
 	s->nblocks = (uint32_t)(kv->o.slab_bytes / s->block_bytes);
-	for (uint32_t i = 0; i < s->nblocks; i++)
+	for (uint32_t i = 0; i < s->nblocks; i++) {
+		assert(!s->held_by[i]);
 		s->free[i] = s->nblocks - 1 - i;
+	}
 	s->nfree = s->nblocks;
 	slab_link(t, s, L_PARTIAL);
 }
@@ -182,6 +198,7 @@ void kvs_slab_release(struct memd_kv *kv, struct kv_tenant *t,
 	t->slabs[s->idx]->idx = s->idx;
 	kv->o.slab_put(kv->o.slab_arg, s->id);
 	free(s->free);
+	free(s->held_by);
 	free(s);
 }
 
@@ -223,6 +240,7 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 {
 	struct kv_slab *s = c->slab;
 
+	s->held_by[c->block] = NULL;
 	s->free[s->nfree++] = c->block;
 	if (s->nfree == s->nblocks) {
 		slab_unlink(t, s);
@@ -233,16 +251,18 @@ static void block_free(struct kv_tenant *t, const struct kv_chunk *c)
 }
 
 /*
- * A block of cls for t: a free one, else an empty slab re-cut, else a new
- * slab from the owner, else (defer) -EAGAIN when the owner has none now
- * but is zeroing one the tenant, under its share, may have soon
- * (slab_soon): its entries stay, the put is asked again. Else
- * evictions (kvs_evict_for: at most about a slab's entries) until one of
- * those appears; with nothing left to evict, -ENOSPC.
+ * A block of cls for e, held by e from here on: a free one of its
+ * tenant's, else an empty slab re-cut, else a new slab from the owner,
+ * else (defer) -EAGAIN when the owner has none now but is zeroing one the
+ * tenant, under its share, may have soon (slab_soon): its entries stay,
+ * the put is asked again. Else evictions (kvs_evict_for: at most about a
+ * slab's entries) until one of those appears; with nothing left to
+ * evict, -ENOSPC.
  */
-static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
+static int block_alloc(struct memd_kv *kv, struct kv_entry *e, uint32_t cls,
 		       uint64_t now_ms, bool defer, struct kv_chunk *c)
 {
+	struct kv_tenant *t = e->t;
 	uint32_t misses = 0;
 
 	for (;;) {
@@ -252,6 +272,7 @@ static int block_alloc(struct memd_kv *kv, struct kv_tenant *t, uint32_t cls,
 		if (s) {
 			c->slab = s;
 			c->block = s->free[--s->nfree];
+			s->held_by[c->block] = e;
 			if (s->nfree == 0)
 				slab_unlink(t, s);
 			return 0;
@@ -301,7 +322,7 @@ int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t cls = class_for(
 			kv, MEMD_KV_HEADER_BYTES + kvs_chunk_part(kv, len, i));
-		int r = block_alloc(kv, e->t, cls, now_ms, defer, &c[i]);
+		int r = block_alloc(kv, e, cls, now_ms, defer, &c[i]);
 
 		if (r) {
 			while (i--)
@@ -317,4 +338,109 @@ int kvs_entry_alloc_blocks(struct memd_kv *kv, struct kv_entry *e, uint64_t len,
 	e->bytes = bytes;
 	e->t->bytes_used += bytes;
 	return 0;
+}
+
+/* ---- consistency (memd_kv_check) ---- */
+
+/* Whether e holds block b of s through one of its chunks. */
+static bool entry_holds(const struct kv_entry *e, const struct kv_slab *s,
+			uint32_t b)
+{
+	for (uint32_t i = 0; i < e->nchunks; i++)
+		if (e->chunks[i].slab == s && e->chunks[i].block == b)
+			return true;
+	return false;
+}
+
+/* e's chunks, each held by e in a slab of its tenant's; *nblocks grows by
+ * their number. */
+static bool entry_is_consistent(const struct kv_entry *e, uint64_t *nblocks)
+{
+	for (uint32_t i = 0; i < e->nchunks; i++) {
+		const struct kv_chunk *c = &e->chunks[i];
+
+		if (c->slab->idx >= e->t->nslabs ||
+		    e->t->slabs[c->slab->idx] != c->slab ||
+		    c->block >= c->slab->nblocks ||
+		    c->slab->held_by[c->block] != e)
+			return false;
+	}
+	*nblocks += e->nchunks;
+	return true;
+}
+
+/* One FIFO: its entries' queue, tenant, count, and qseq rising from the
+ * tail to the head. */
+static bool fifo_is_consistent(const struct kv_tenant *t,
+			       const struct kv_fifo *f, uint8_t q)
+{
+	uint64_t n = 0, last = 0;
+
+	for (const struct kv_entry *e = f->tail; e; e = e->qprev, n++) {
+		if (e->queue != q || e->t != t || (n && e->qseq <= last) ||
+		    e->qseq > t->qseq)
+			return false;
+		last = e->qseq;
+	}
+	return n == f->count;
+}
+
+static bool tenant_is_consistent(const struct memd_kv *kv,
+				 const struct kv_tenant *t)
+{
+	const struct kv_fifo *fifos[] = { &t->small, &t->main, &t->ghost,
+					  &t->reserved, &t->deleting };
+	const uint8_t qs[] = { Q_SMALL, Q_MAIN, Q_GHOST, Q_RESERVED,
+			       Q_DELETING };
+	uint64_t held = 0, chunks = 0;
+
+	for (uint32_t i = 0; i < t->nslabs; i++) {
+		const struct kv_slab *s = t->slabs[i];
+		uint32_t n = 0;
+
+		if (s->idx != i || s->nfree > s->nblocks)
+			return false;
+		for (uint32_t b = 0; b < kvs_slab_blocks_max(kv); b++) {
+			const struct kv_entry *e = s->held_by[b];
+
+			if (!e)
+				continue;
+			if (b >= s->nblocks || e->t != t ||
+			    !entry_holds(e, s, b))
+				return false;
+			n++;
+		}
+		for (uint32_t j = 0; j < s->nfree; j++)
+			if (s->free[j] >= s->nblocks || s->held_by[s->free[j]])
+				return false;
+		if (n != s->nblocks - s->nfree)
+			return false;
+		held += n;
+	}
+	for (uint32_t b = 0; b < t->nbuckets; b++)
+		for (const struct kv_entry *e = t->bucket[b]; e; e = e->hnext)
+			if (!entry_is_consistent(e, &chunks))
+				return false;
+	for (const struct kv_entry *e = t->deleting.head; e; e = e->qnext)
+		if (!entry_is_consistent(e, &chunks))
+			return false;
+	for (size_t i = 0; i < sizeof(qs); i++)
+		if (!fifo_is_consistent(t, fifos[i], qs[i]))
+			return false;
+	/* no block held by an entry the store cannot reach */
+	return held == chunks;
+}
+
+int memd_kv_check(struct memd_kv *kv)
+{
+	int r = 0;
+
+	if (!kv)
+		return -EINVAL;
+	pthread_mutex_lock(&kv->lock);
+	for (size_t i = 0; i < kv->ntenants && !r; i++)
+		if (!tenant_is_consistent(kv, kv->tenants[i]))
+			r = -EFAULT;
+	pthread_mutex_unlock(&kv->lock);
+	return r;
 }

@@ -1191,10 +1191,11 @@ send:
 static bool kv_stat_is_counter(const char *name)
 {
 	static const char *const counters[] = {
-		"hits",		 "misses",    "evictions", "spills",
-		"spill_errors",	 "reloads",   "expired",   "requests",
-		"request_hits",	 "hit_bytes", "oneshot",   "oneshot_bytes",
-		"oneshot_put_ms"
+		"hits",		  "misses",	  "evictions",
+		"spills",	  "spill_errors", "reloads",
+		"expired",	  "requests",	  "request_hits",
+		"hit_bytes",	  "oneshot",	  "oneshot_bytes",
+		"oneshot_put_ms", "recuts",	  "recut_evictions"
 	};
 
 	for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)

@@ -2426,6 +2426,53 @@ START_TEST(put_retries_while_slabs_are_zeroed)
 }
 END_TEST
 
+/*
+ * A value of a class the tenant's spent share has no block of: memd's
+ * store empties one slab and re-cuts it (docs/kv.md, "Eviction"), and
+ * /metrics counts it. 4 slabs of 2 MiB, all the tenant's, each full of
+ * 31 values of 64 KiB; a 1 MiB value (a block the size of the slab)
+ * takes S3-FIFO's victim and the 30 other values of its slab.
+ */
+START_TEST(new_class_recut_on_metrics)
+{
+	const uint64_t small = 64 * 1024, per = SLAB / (small + 64);
+	uint8_t key[WIRE_KV_KEY_LEN];
+	struct kvc *c;
+
+	start_standalone("kv_share = 100\nmetrics_listen = 127.0.0.1:0\n",
+			 "8M");
+	c = kvc_open(md.addr, NULL, NULL);
+	for (uint64_t i = 0; i < 4 * per; i++) {
+		make_key(key, 7, i);
+		put_get(c, key, small);
+	}
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_recuts_total"
+					"{tenant_id=\"0\"}"),
+			 0);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_evictions_"
+					"total{tenant_id=\"0\"}"),
+			 0);
+	make_key(key, 7, 1000);
+	put_get(c, key, MIB);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_recuts_total"
+					"{tenant_id=\"0\"}"),
+			 1);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_recut_"
+					"evictions_total{tenant_id=\"0\"}"),
+			 (int64_t)per - 1);
+	ck_assert_int_eq(tu_metric(&md, "tidepool_memd_kv_tenant_evictions_"
+					"total{tenant_id=\"0\"}"),
+			 (int64_t)per);
+	/* the other slabs' values are all there */
+	for (uint64_t i = per; i < 4 * per; i++) {
+		make_key(key, 7, i);
+		get_check(c, key, small);
+	}
+	kvc_close(c);
+	tu_memd_stop_ok(&md);
+}
+END_TEST
+
 static Suite *kv_memd_suite(void)
 {
 	Suite *s = suite_create("kv_memd");
@@ -2435,8 +2482,8 @@ static Suite *kv_memd_suite(void)
 		     kv_slabs_on_huge_pages, put_get_over_two_endpoints,
 		     striped_gets_every_byte, striped_stream_fails_midbatch,
 		     exists_delete_pin, uncommitted_reservation_expires,
-		     bad_requests, kv_tier_off, tenants_never_share,
-		     stale_commit_drops_its_reservation,
+		     bad_requests, kv_tier_off, new_class_recut_on_metrics,
+		     tenants_never_share, stale_commit_drops_its_reservation,
 		     lookup_key_is_read_only, kv_shm_files_per_tenant,
 		     reservations_per_tenant_capped, warm_restart,
 		     spill_bound_to_pool_and_tenant,

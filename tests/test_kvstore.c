@@ -669,11 +669,16 @@ START_TEST(new_class_at_the_share_evicts_one_slab)
 	ck_assert_uint_eq(st.entries, 4 * per);
 	ck_assert_uint_eq(st.evictions, 0);
 	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.recuts, 0);
 	/* a 1 MiB value: a class of its own */
 	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
 	st = stats(kv, 1);
 	ck_assert_uint_le(st.evictions, per);
 	ck_assert_uint_eq(st.entries, 4 * per - st.evictions + 1);
+	/* one slab re-cut: all but S3-FIFO's victim went to empty it */
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, st.evictions - 1);
+	ck_assert_int_eq(memd_kv_check(kv), 0);
 	ck_assert_int_eq(get(kv, o, 1, 5000, now, true), 0);
 	for (uint64_t k = 0; k < 4 * per; k++)
 		if (k % per >= per / 2)
@@ -716,6 +721,9 @@ START_TEST(new_class_at_the_share_recuts_the_emptiest_slab)
 	st = stats(kv, 1);
 	ck_assert_uint_eq(st.evictions, 2);
 	ck_assert_uint_eq(st.slabs, 4);
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 1); /* key 1000 */
+	ck_assert_int_eq(memd_kv_check(kv), 0);
 	ck_assert_int_eq(get(kv, o, 1, 2000, now, true), 0);
 	ck_assert_int_eq(get(kv, o, 1, 1000, now, true), -ENOENT);
 	ck_assert_int_eq(get(kv, o, 1, 0, now, true), -ENOENT);
@@ -894,6 +902,8 @@ START_TEST(trim_evicts_down_to_a_slab_count)
 	st = stats(kv, 1);
 	ck_assert_uint_eq(st.evictions, 6);
 	ck_assert_uint_eq(st.slabs, 2);
+	ck_assert_uint_eq(st.recuts, 0); /* a trim re-cuts nothing */
+	ck_assert_int_eq(memd_kv_check(kv), 0);
 
 	/* the slab with 5 entries goes, the one with 15 stays */
 	ck_assert_int_eq(memd_kv_trim(kv, 2, 1, 30), 5);
@@ -1453,6 +1463,180 @@ START_TEST(spill_cap_is_enforced)
 }
 END_TEST
 
+/*
+ * A slab re-cut for a new class evicts the slab's entries in the order a
+ * walk of the FIFOs would, small FIFO first, oldest first (its entries
+ * are found through the slab's blocks, then sorted): the order their
+ * spill files are written in, so with room for three files of 256 KiB
+ * the last three evicted are kept. Slab B holds 100, read and then moved
+ * to the main FIFO by an eviction (0's), and then 101..114, put after
+ * it; slab A 64 KiB values. For a 1 MiB value S3-FIFO evicts 1 from A,
+ * and B, the emptier, is re-cut: 101..114 (small) and then 100 (main,
+ * though pushed there before them) go.
+ */
+START_TEST(recut_evicts_in_fifo_order)
+{
+	const uint64_t file = 256 * KIB + HDR + 16;
+	struct owner *o = owner_new(4 * MIB, 8);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 3 * file + 100, MEMD_KV_POLICY_S3FIFO);
+	struct memd_kv_stats st;
+	uint64_t now = 0;
+
+	o->share[1] = 2;
+	ck_assert_int_eq(put(kv, o, 1, 100, 256 * KIB, now++), 0);
+	ck_assert_int_eq(get(kv, o, 1, 100, now, true), 0);
+	for (uint64_t k = 0; k < 63; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 64 * KIB, now++), 0);
+	ck_assert_int_eq(put(kv, o, 1, 200, 64 * KIB, now++), 0);
+	ck_assert_uint_eq(stats(kv, 1).evictions, 1); /* 0; 100 to main */
+	for (uint64_t k = 101; k < 115; k++)
+		ck_assert_int_eq(put(kv, o, 1, k, 256 * KIB, now++), 0);
+	ck_assert_uint_eq(stats(kv, 1).slabs, 2);
+	ck_assert_int_eq(put(kv, o, 1, 5000, MIB, now++), 0);
+	st = stats(kv, 1);
+	ck_assert_uint_eq(st.evictions, 17);
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 15);
+	ck_assert_uint_eq(st.spills, 17);
+	ck_assert_uint_eq(st.spilled, 3);
+	for (uint64_t k = 101; k < 113; k++)
+		ck_assert_msg(!spill_exists(1, k), "key %llu kept",
+			      (unsigned long long)k);
+	ck_assert(spill_exists(1, 113));
+	ck_assert(spill_exists(1, 114));
+	ck_assert(spill_exists(1, 100));
+	ck_assert_int_eq(memd_kv_check(kv), 0);
+	for (uint64_t k = 2; k < 63; k++)
+		ck_assert_int_eq(get(kv, o, 1, k, now, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 200, now, true), 0);
+	ck_assert_int_eq(get(kv, o, 1, 5000, now, true), 0);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
+/* Flips a byte of the value in key n's spill file. */
+static void spill_corrupt(uint32_t tenant, uint64_t n)
+{
+	char p[PATH_MAX];
+	uint8_t b;
+	int fd;
+
+	spill_file(tenant, n, p, sizeof(p));
+	fd = open(p, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &b, 1, HDR + 10), 1);
+	b ^= 0xff;
+	ck_assert_int_eq(pwrite(fd, &b, 1, HDR + 10), 1);
+	close(fd);
+}
+
+/*
+ * Which entry holds each block (what a slab re-cut finds a slab's entries
+ * by) stays exact on every path that hands out or takes back blocks:
+ * chunked values, evictions with spill, reloads (and one that fails
+ * verification), a chunked put that fails halfway, reservations that
+ * lapse, deletes under a lease, pins, re-cuts that meet a pinned block,
+ * trim, clear, forget and tenant removal. memd_kv_check after each.
+ */
+START_TEST(blocks_stay_held_by_their_entries)
+{
+	struct owner *o = owner_new(MIB, 32);
+	struct memd_kv *kv =
+		store_new(o, spill_dir, 256 * MIB, MEMD_KV_POLICY_S3FIFO);
+	static struct memd_kv_loc locs[8];
+	struct memd_kv_item it;
+	struct memd_kv_stats st;
+	uint64_t now = 0;
+
+#define CHECKED(x)                                                             \
+	do {                                                                   \
+		x;                                                             \
+		ck_assert_int_eq(memd_kv_check(kv), 0);                        \
+	} while (0)
+
+	/* tenant 1: a value of three chunks (a slab each), then 100 KiB
+	 * values (9 a slab) until it is evicted (spilled) and loaded back */
+	o->share[1] = 4;
+	CHECKED(ck_assert_int_eq(put(kv, o, 1, 1, 5 * MIB / 2, now++), 0));
+	for (uint64_t k = 10; k < 20; k++)
+		CHECKED(ck_assert_int_eq(put(kv, o, 1, k, 100 * KIB, now++),
+					 0));
+	ck_assert(spill_exists(1, 1));
+	CHECKED(ck_assert_int_eq(get(kv, o, 1, 1, now++, true), 0));
+	ck_assert_uint_eq(stats(kv, 1).reloads, 1);
+
+	/* tenant 2: a pinned value and one free slab; a chunked put takes
+	 * that slab for its first chunk, finds nothing for the second and
+	 * gives the first back */
+	o->share[2] = 2;
+	CHECKED(ck_assert_int_eq(put(kv, o, 2, 200, 100 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(pin(kv, 2, 200, now), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 2, 201, 5 * MIB / 2, now++),
+				 -ENOSPC));
+	ck_assert_uint_eq(stats(kv, 2).bytes_used, 100 * KIB + 12 * KIB + HDR);
+
+	/* tenant 3: a reload that fails verification frees its blocks */
+	o->share[3] = 1;
+	CHECKED(ck_assert_int_eq(put(kv, o, 3, 300, 900 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 3, 301, 900 * KIB, now++), 0));
+	spill_corrupt(3, 300);
+	CHECKED(ck_assert_int_eq(get(kv, o, 3, 300, now++, true), -ENOENT));
+	ck_assert_uint_eq(stats(kv, 3).bytes_used, 0); /* 301 went for it */
+
+	/* tenant 4: a delete under a lease, a reservation that lapses */
+	o->share[4] = 3;
+	CHECKED(ck_assert_int_eq(put(kv, o, 4, 400, 5 * MIB / 2 - MIB, now),
+				 0));
+	CHECKED(ck_assert_int_eq(get(kv, o, 4, 400, now, false), 0));
+	CHECKED(ck_assert_int_eq(del(kv, 4, 400, now), 0));
+	ck_assert_uint_gt(stats(kv, 4).bytes_used, 0);
+	item_key(&it, 401);
+	it.value_len = 300 * KIB;
+	CHECKED(ck_assert_int_eq(memd_kv_reserve(kv, 4, &it, 1, locs, 8, now),
+				 1));
+	CHECKED(ck_assert_uint_eq(memd_kv_expire(kv, now + LEASE_MS), 2));
+	ck_assert_uint_eq(stats(kv, 4).bytes_used, 0);
+
+	/* tenant 5: the emptiest slab (B: 2 values of 256 KiB, 520 pinned)
+	 * keeps a block, so the victim's slab (A: 64 KiB values) is re-cut
+	 * too for a 128 KiB value */
+	o->share[5] = 3;
+	for (uint64_t k = 500; k < 515; k++)
+		CHECKED(ck_assert_int_eq(put(kv, o, 5, k, 64 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 5, 520, 256 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 5, 521, 256 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 5, 530, 384 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(put(kv, o, 5, 531, 384 * KIB, now++), 0));
+	CHECKED(ck_assert_int_eq(pin(kv, 5, 520, now), 0));
+	ck_assert_uint_eq(stats(kv, 5).slabs, 3);
+	CHECKED(ck_assert_int_eq(put(kv, o, 5, 540, 128 * KIB, now++), 0));
+	st = stats(kv, 5);
+	ck_assert_uint_eq(st.evictions, 16); /* 500, 521, 501..514 */
+	ck_assert_uint_eq(st.recuts, 1);
+	ck_assert_uint_eq(st.recut_evictions, 15);
+	CHECKED(ck_assert_int_eq(get(kv, o, 5, 520, now, true), 0));
+	CHECKED(ck_assert_int_eq(get(kv, o, 5, 530, now, true), 0));
+	CHECKED(ck_assert_int_eq(get(kv, o, 5, 531, now, true), 0));
+	CHECKED(ck_assert_int_eq(get(kv, o, 5, 540, now, true), 0));
+
+	/* trim, clear, a forget pass, removal */
+	CHECKED(ck_assert_int_ge(memd_kv_trim(kv, 1, 1, now), 1));
+	CHECKED(ck_assert_int_ge(memd_kv_clear(kv, 5, now), 1));
+	CHECKED(ck_assert_int_ge(
+		memd_kv_forget_unless(kv, keep_even, NULL, now), 1));
+	CHECKED(ck_assert_int_ge(memd_kv_remove_tenant(kv, 2, now), 1));
+	CHECKED(ck_assert_int_ge(memd_kv_forget_all(kv, now), 0));
+#undef CHECKED
+	ck_assert_int_eq(memd_kv_check(NULL), -EINVAL);
+	memd_kv_destroy(kv);
+	ck_assert_uint_eq(owner_held_total(o), 0);
+	owner_free(o);
+}
+END_TEST
+
 START_TEST(bad_inputs_get_clear_errors)
 {
 	struct owner *o = owner_new(MIB, 4);
@@ -1811,6 +1995,8 @@ START_TEST(model_based_random_ops)
 		}
 		ck_assert_uint_le(o->held[1], 6);
 		ck_assert_uint_le(o->held[2], 6);
+		ck_assert_msg(memd_kv_check(kv) == 0, "op %llu: bookkeeping",
+			      (unsigned long long)op);
 	}
 	printf("model: %llu ops (%llu puts, %llu gets, %llu deletes, "
 	       "%llu expiries), %llu verified hits, %llu evictions, "
@@ -1872,6 +2058,8 @@ static void *thread_main(void *p)
 			pthread_mutex_unlock(&client_lock);
 			memd_kv_done(a->kv, a->tenant, &it, 1, i);
 		}
+		if (i % 100 == 0)
+			a->wrong += memd_kv_check(a->kv) != 0;
 	}
 	return NULL;
 }
@@ -1896,6 +2084,7 @@ START_TEST(concurrent_callers)
 		ck_assert_int_eq(a[i].wrong, 0);
 	}
 	ck_assert_uint_gt(stats(kv, 1).evictions, 0);
+	ck_assert_int_eq(memd_kv_check(kv), 0);
 	memd_kv_destroy(kv);
 	owner_free(o);
 }
@@ -2042,7 +2231,8 @@ static Suite *kvstore_suite(void)
 	TU_ADD_TESTS(ts, spill_reload_and_warm_restart,
 		     spill_membership_and_forget_unless, forget_pass_in_steps,
 		     corrupt_spill_files_are_deleted_at_scan,
-		     spill_cap_is_enforced, model_based_random_ops);
+		     spill_cap_is_enforced, recut_evicts_in_fifo_order,
+		     blocks_stay_held_by_their_entries, model_based_random_ops);
 	return s;
 }
 
