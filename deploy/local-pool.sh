@@ -8,16 +8,13 @@
 # poolctl at the pool.
 #
 #   deploy/local-pool.sh [-n DONORS] [-d SIZE] [-s SLAB] [-p BASE]
-#                        [-r INTERVAL] [-m MEMD] [--detach]
+#                        [-m MEMD] [--detach]
 #   deploy/local-pool.sh --stop DIR
 #
 #   -n DONORS   donor memds besides the registry (default 2)
 #   -d SIZE     donation of each memd (default 256M)
 #   -s SLAB     slab size, one for the whole pool (default 16M)
 #   -p BASE     first control port (default 7470)
-#   -r INTERVAL report_interval of the pool (memd.conf(5); default memd's,
-#               1s): a donor out of touch for 2.5 of them serves no KV, so
-#               a loaded test host may want a longer one
 #   -m MEMD     the memd binary (default: $MEMD, else build/release/memd/memd,
 #               build/debug/memd/memd, then memd on PATH: the release
 #               build first, as users run it; -m or $MEMD picks another)
@@ -43,18 +40,16 @@ slab=16M
 base=7470
 memd=${MEMD:-}
 detach=0
-report=
 
 usage() {
 	cat >&2 <<'EOF'
-usage: local-pool.sh [-n DONORS] [-d SIZE] [-s SLAB] [-p BASE]
-                     [-r INTERVAL] [-m MEMD] [--detach]
+usage: local-pool.sh [-n DONORS] [-d SIZE] [-s SLAB] [-p BASE] [-m MEMD]
+                     [--detach]
        local-pool.sh --stop DIR
   -n DONORS  donor memds besides the registry (default 2)
   -d SIZE    donation of each memd (default 256M)
   -s SLAB    slab size of the pool (default 16M)
   -p BASE    first control port (default 7470); /metrics from BASE+1000
-  -r INTERVAL  report_interval of the pool (default memd's, 1s)
   -m MEMD    the memd binary (default: $MEMD, else build/release's,
              build/debug's, then memd on PATH)
   --detach   leave the pool running; stop it later with --stop DIR
@@ -63,11 +58,6 @@ EOF
 }
 
 while [ $# -gt 0 ]; do
-	if [ "$1" = -r ]; then
-		report=${2:?-r takes a duration}
-		shift 2
-		continue
-	fi
 	lp_opt logs "$@"
 	if [ "$lp_took" = 0 ]; then
 		echo "local-pool: unknown argument '$1'" >&2
@@ -88,9 +78,8 @@ start_memd() {
 	lp_start_memd "$1" "$2" \
 		"metrics_listen = 127.0.0.1:$((base + 1000 + $2))" "${@:3}"
 }
-# the registry's report_interval is the pool's: it tells its donors
 start_memd registry 0 "registry = yes" "state_dir = $dir/state" \
-	"donor_name = registry" ${report:+"report_interval = $report"}
+	"donor_name = registry"
 for i in $(seq 1 "$ndonors"); do
 	start_memd "donor$i" "$i" "registry = $registry_addr" \
 		"donor_name = donor$i"

@@ -49,9 +49,6 @@ stub "$tmp/other/memd"
 	fail "\$MEMD does not override"
 [ "$(picked -m "$tmp/other/memd")" = "$tmp/other/memd" ] ||
 	fail "-m does not override"
-# -r INTERVAL (the pool's report_interval) is an option like the others
-[ "$(picked -r 3s)" = "$tmp/build/release/memd/memd" ] ||
-	fail "-r 3s not taken: $(picked -r 3s)"
 # local-etcd-pool.sh picks the same way (local-pool-lib.sh), and stops
 # (69) at a memd without the etcd backend's keys
 rc=0

@@ -2,8 +2,8 @@
 
 - ``memd``: one standalone memd (512 MiB in 16 MiB slabs) for the session;
   ``memd.addr`` is "127.0.0.1:PORT".
-- ``cluster``: a registry and two donors (deploy/local-pool.sh, reports
-  every 3 s) with the tenant "demo"; ``cluster.addr``, ``cluster.tenant``,
+- ``cluster``: a registry and two donors (deploy/local-pool.sh) with the
+  tenant "demo"; ``cluster.addr``, ``cluster.tenant``,
   ``cluster.secret_file``, ``cluster.admin_secret``.
 - ``pool_args``: parametrized over both, the keyword arguments of
   tidepool.Pool for each.
@@ -266,15 +266,9 @@ def cluster():
         # hold a pipe open forever
         with tempfile.TemporaryFile("w+") as out, \
                 tempfile.TemporaryFile("w+") as err:
-            # reports every 3 s, not memd's 1 s: a donor whose last
-            # report was answered 2.5 intervals ago refuses KV requests
-            # (EAGAIN: gets miss; docs/kv.md, "Donors that come and
-            # go"), and on a loaded test host a report answered 1.5 s
-            # late made a test's stored values miss for a moment
             r = subprocess.run(
                 ["bash", script, "-n", "2", "-d", "256M", "-s", "16M",
-                 "-p", str(base), "-r", "3s", "-m", memd_bin,
-                 "--detach"],
+                 "-p", str(base), "-m", memd_bin, "--detach"],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
             out.seek(0)
             err.seek(0)
