@@ -53,8 +53,14 @@ static int get_batch(struct kv_run *r, struct kv_lane *l, bool replica)
 			count(&r->kv->st_bad, 1);
 		}
 	}
-	if (rc)
+	if (rc) {
+		if (rc != -ESTALE) /* -ESTALE: the op is run again */
+			pool_log(LOG_INFO,
+				 "kv: get of %u keys at donor=%s missed: its "
+				 "lookup failed (%s)",
+				 b->nkeys, b->donor->name, strerror(-rc));
 		return 0;
+	}
 	return kv_batch_post(r, b, false);
 }
 
@@ -66,7 +72,7 @@ static int get_verify(struct kv_run *r, struct kv_batch *b, uint32_t j,
 	uint32_t k = b->key[j];
 
 	if (done_ms > b->t0_ms + r->kv->lease_ms)
-		return -ENOENT; /* read outlived the lease: space may be reused */
+		return -ETIME; /* read outlived the lease: space may be reused */
 	for (uint32_t c = 0; c < b->nch[j]; c++) {
 		struct wire_kv_header h;
 
@@ -104,6 +110,25 @@ static int get_deliver(struct kv_run *r, struct kv_batch *b, uint32_t j)
 	return 0;
 }
 
+/*
+ * Test-only fault injection: TP_TEST_KV_DONE_DELAY_MS=N holds each get's
+ * KV_DONE back N ms (at most 10 s), as a donor slow to answer it would,
+ * so that tests can check that one donor's slow round trip ages no other
+ * donor's reads. Unset: nothing. Never set it in production.
+ */
+static void done_delay(void)
+{
+	const char *e = getenv("TP_TEST_KV_DONE_DELAY_MS");
+	long ms = e && *e ? strtol(e, NULL, 10) : 0;
+	struct timespec ts;
+
+	if (ms <= 0 || ms > 10000)
+		return;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = ms % 1000 * 1000000L;
+	nanosleep(&ts, NULL);
+}
+
 /* Ends b's read leases. */
 static void get_done(struct kv_run *r, struct kv_batch *b)
 {
@@ -116,6 +141,7 @@ static void get_done(struct kv_run *r, struct kv_batch *b)
 		}
 	if (!m || pool_link_is_lost(b->lk))
 		return;
+	done_delay();
 	kv_req_keys(r, WIRE_KV_DONE, 0, idx, m);
 	for (uint32_t i = 0; i < m; i++)
 		r->req->u.kv.item[i].generation = b->gen[pos[i]];
@@ -136,9 +162,15 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 	ssize_t hits = 0;
 	int rc = kv_lanes_open(r, gr, &ls);
 
-	for (uint32_t i = 0; !rc && i < ls.n; i++)
+	for (uint32_t i = 0; !rc && i < ls.n; i++) {
 		for (uint32_t j = 0; !ls.l[i].lk && j < ls.l[i].gn; j++)
 			r->status[ls.l[i].g[j]] = -ENOENT; /* loss: a miss */
+		if (!ls.l[i].lk)
+			pool_log(LOG_INFO,
+				 "kv: get of %u keys at donor=%s missed: no "
+				 "link to it (it failed; asked again later)",
+				 ls.l[i].gn, ls.l[i].d->name);
+	}
 	while (!rc) {
 		bool any = false;
 
@@ -156,11 +188,16 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 	}
 	r->rep = own;
 	kv_lanes_close(&ls);
+	/* Every batch's reads are waited for and timed before any KV_DONE
+	 * goes out: a donor slow to take one must not age the reads of the
+	 * batches after it, which ended long before. */
 	for (struct kv_batch *b = *mark; b; b = b->next) {
-		uint64_t done_ms;
-
 		kv_batch_wait(r, b);
-		done_ms = now_ms();
+		b->done_ms = now_ms();
+	}
+	for (struct kv_batch *b = *mark; b; b = b->next) {
+		uint32_t late = 0;
+
 		for (uint32_t j = 0; j < b->nkeys; j++) {
 			uint32_t k = b->key[j];
 			int s = b->st[j];
@@ -168,7 +205,8 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 			if (s == 1)
 				continue;
 			if (!s) {
-				s = get_verify(r, b, j, done_ms);
+				s = get_verify(r, b, j, b->done_ms);
+				late += s == -ETIME;
 				if (s == -EBADMSG) {
 					count(&r->kv->st_bad, 1);
 					pool_link_kv_shm_forget(b->lk);
@@ -190,6 +228,13 @@ static ssize_t get_pass(struct kv_run *r, const struct kv_groups *gr,
 				count(&r->kv->st_get_bytes, b->vlen[j]);
 			}
 		}
+		if (late)
+			pool_log(LOG_INFO,
+				 "kv: get of %u keys at donor=%s missed: their "
+				 "reads ended %" PRIu64 " ms after the lookup "
+				 "went out, past the %u ms read lease",
+				 late, b->donor->name, b->done_ms - b->t0_ms,
+				 r->kv->lease_ms);
 		get_done(r, b);
 	}
 	return rc ? rc : hits;

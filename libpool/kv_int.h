@@ -168,7 +168,8 @@ struct kv_batch {
 	uint32_t op_first[WIRE_KV_BATCH + 1]; /* ops[] range of each key */
 	uint32_t nposted[WIRE_KV_BATCH];      /* of that range, posted */
 	uint32_t hdr_first[WIRE_KV_BATCH];
-	uint64_t t0_ms; /* when the lane's request went out (a get's lease) */
+	uint64_t t0_ms;	  /* when the lane's request went out (a get's lease) */
+	uint64_t done_ms; /* get: when its reads had all ended */
 	/* get: XXH3-64 of the value as read, taken by kv_post_key right
 	 * after each piece completed (the same-host path completes them
 	 * as they are posted): hashed while the bytes are in cache */

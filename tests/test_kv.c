@@ -2138,6 +2138,59 @@ START_TEST(stopped_donor_serves_nothing_stale)
 END_TEST
 
 /*
+ * A get's reads are aged by the time they ended, not by the KV_DONE
+ * round trips of other donors' batches (docs/kv.md, "Get"). Two keys at
+ * two donors, a client lease of 400 ms and every KV_DONE held back
+ * 600 ms (TP_TEST_KV_DONE_DELAY_MS, as a donor slow to answer it): both
+ * keys hit. Before, each batch was timed after the KV_DONE of the one
+ * before it, and the second donor's key, read long before, missed.
+ */
+START_TEST(slow_done_ages_no_other_donors_reads)
+{
+	struct pool *p = connect_as("a", sec_a);
+	struct pool_kv_opts o = { .lease_ms = 400 };
+	struct pool_kv *kv = NULL;
+	struct pool_kv_key keys[2];
+	const char *want[2] = { "d1", "d2" };
+	size_t len = 20000, caps[2] = { len, len }, lens[2];
+	uint8_t *b[2];
+	void *bufs[2];
+	int st[2];
+
+	ck_assert_int_eq(pool_kv_open(p, &o, &kv), 0);
+	for (int w = 0; w < 2; w++) {
+		char home[64];
+		int i;
+
+		for (i = 0; i < 256; i++) {
+			make_key(&keys[w], 47, (uint64_t)(w * 256 + i));
+			ck_assert_int_eq(
+				pool_kv_home(kv, &keys[w], home, sizeof(home)),
+				0);
+			if (!strcmp(home, want[w]))
+				break;
+		}
+		ck_assert_int_lt(i, 256);
+		ck_assert_int_eq(put1(kv, &keys[w], len), 0);
+		b[w] = malloc(len);
+		ck_assert_ptr_nonnull(b[w]);
+		bufs[w] = b[w];
+	}
+	setenv("TP_TEST_KV_DONE_DELAY_MS", "600", 1);
+	ck_assert_int_eq(pool_kv_get(kv, 2, keys, bufs, caps, lens, st), 2);
+	unsetenv("TP_TEST_KV_DONE_DELAY_MS");
+	for (int w = 0; w < 2; w++) {
+		ck_assert_int_eq(st[w], 0);
+		ck_assert_uint_eq(lens[w], len);
+		ck_assert_int_eq(
+			tu_pattern_check(b[w], len, key_seed(&keys[w]), 0), -1);
+		free(b[w]);
+	}
+	pool_kv_close(kv);
+	pool_close(p);
+}
+END_TEST
+/*
  * A client whose donor list is older than a change (refresh_ms away)
  * must not read a version another client has since replaced and deleted
  * at the key's new home (docs/kv.md, "Donors that come and go"). The
@@ -3204,6 +3257,7 @@ static Suite *kv_suite(void)
 	tcase_add_test(tp, replica_serves_when_home_killed);
 	tcase_add_test(tp, undrained_donor_serves_nothing_stale);
 	tcase_add_test(tp, stopped_donor_serves_nothing_stale);
+	tcase_add_test(tp, slow_done_ages_no_other_donors_reads);
 	tcase_add_test(tp, stale_list_reads_nothing_deleted);
 	tcase_add_test(tp, registry_restart_keeps_kv);
 	tcase_add_test(tp, restarted_donor_spill_serves_nothing_stale);

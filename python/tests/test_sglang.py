@@ -9,6 +9,7 @@ import hashlib
 import sys
 import time
 import uuid
+import warnings
 
 import pytest
 
@@ -142,9 +143,31 @@ def prefetch(ctrl, toks, before_io=None):
 
 def prefetch_exact(ctrl, hp, toks, hashes, n):
     """prefetch of toks, which must find and load n pages, every one
-    holding its page of hashes; returns the operation."""
-    op, found, loaded = prefetch(ctrl, toks)
-    assert (found, loaded) == (n, n)
+    holding its page of hashes; returns the operation.
+
+    A prefetch may come back short with nothing lost: the hit query or
+    the load missed because a read outlived its lease or a donor was out
+    of touch with its registry for a moment (docs/kv.md, "Get" and
+    "Donors that come and go"; libpool names the cause at
+    LIBPOOL_LOG=info). Such a prefetch is warned about and made again
+    (its host pages freed) until DEADLINE_S: pages really lost fail
+    every try. No read may fail a check (bad_reads): nothing here
+    replaces or deletes a page under a read."""
+    kv = ctrl.storage_backend.kv
+    bad = kv.stats()["bad_reads"]
+    end = time.monotonic() + DEADLINE_S
+    while True:
+        op, found, loaded = prefetch(ctrl, toks)
+        assert kv.stats()["bad_reads"] == bad
+        if (found, loaded) == (n, n):
+            break
+        assert time.monotonic() < end, \
+            f"{n} pages stored, prefetch found {found}, loaded {loaded}"
+        warnings.warn(f"prefetch of {n} stored pages found {found}, loaded "
+                      f"{loaded}; made again")
+        if op.host_indices is not None:
+            hp.free(op.host_indices)
+        time.sleep(0.2)
     assert all(check(hp, op.host_indices, hashes))
     return op
 
@@ -179,8 +202,7 @@ def test_selection_and_round_trip(engines, target, model_name, v1):
         assert b.batch_exists(hashes) == 10
         prefetch_exact(ctrl, hp, toks, hashes, 10)
         # a longer prompt: the stored prefix, then nothing
-        op, found, loaded = prefetch(ctrl, toks + tokens_of("tail", 3))
-        assert (found, loaded) == (10, 10)
+        prefetch_exact(ctrl, hp, toks + tokens_of("tail", 3), hashes, 10)
         st = b.kv.stats()
         assert st["hits"] >= 40  # 2 loads of 10 pages of 2 pieces
     finally:
