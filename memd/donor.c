@@ -749,6 +749,17 @@ bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,
 	return up;
 }
 
+uint64_t memd_donor_report_age_ms(struct memd_donor *d, unsigned *interval_ms)
+{
+	uint64_t now = mono_ms(), age;
+
+	pthread_mutex_lock(&d->lock);
+	age = d->ok_ms ? now - d->ok_ms : UINT64_MAX;
+	*interval_ms = (unsigned)d->interval_ms;
+	pthread_mutex_unlock(&d->lock);
+	return age;
+}
+
 bool memd_donor_fence(struct memd_donor *d, uint64_t registry_epoch,
 		      uint64_t now_ms, uint64_t *late_ms)
 {

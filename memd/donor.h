@@ -86,6 +86,9 @@ uint64_t memd_donor_drain_starts(struct memd_donor *d);
  */
 bool memd_donor_membership(struct memd_donor *d, uint64_t *joins,
 			   uint64_t *membership);
+/* How long ago (ms) the registry last answered a report (UINT64_MAX:
+ * never), and the report interval in *interval_ms. Any thread. */
+uint64_t memd_donor_report_age_ms(struct memd_donor *d, unsigned *interval_ms);
 
 /*
  * The donor list (names, *n of them, WIRE_MAX_DONORS at most) the link

@@ -221,7 +221,11 @@ struct memd_server {
 	uint64_t removals_seen; /* memd_donor_tenant_removed's reports */
 	uint64_t drains_seen;	/* memd_donor_drain_starts, KV forgotten */
 	uint64_t kv_joins_seen; /* memd_donor_membership, KV forgotten */
-	uint64_t kv_ranked;	/* memd_donor_members: the list applied */
+	/* srv_kv_membership: in touch with the registry at the last look,
+	 * and since when not (0: in touch), for its log lines */
+	bool kv_in_touch;
+	uint64_t kv_out_since_ms;
+	uint64_t kv_ranked; /* memd_donor_members: the list applied */
 	/* the forget pass of a list under way, in steps (memd-ctl): its
 	 * sequence (0: none) and ranking (kv_forget_unranked) */
 	uint64_t kv_pass_seq;

@@ -723,6 +723,37 @@ bool srv_kv_pass_step(struct memd_server *s)
 	return false;
 }
 
+/* Logs when this donor falls out of touch with its registry (KV refused,
+ * "try again") and when it is back, with how old its last answered
+ * report was and how long KV was refused: the cause of clients' misses
+ * while it lasts (docs/kv.md, "In doubt, refuse"). Not before the first
+ * time in touch (a donor still joining). */
+static void kv_touch_changed(struct memd_server *s, bool up)
+{
+	uint64_t now = srv_now_ms(), age;
+	unsigned every = 0;
+
+	if (up == s->kv_in_touch)
+		return;
+	s->kv_in_touch = up;
+	if (!up) {
+		age = memd_donor_report_age_ms(s->donor, &every);
+		s->kv_out_since_ms = now ? now : 1;
+		memd_log(LOG_NOTICE,
+			 "kv: out of touch with the registry: its last "
+			 "answered report is %" PRIu64
+			 " ms old (reports every %u ms, 2.5 intervals at "
+			 "most); KV refused until one is answered",
+			 age, every);
+	} else if (s->kv_out_since_ms) {
+		memd_log(LOG_NOTICE,
+			 "kv: in touch with the registry again after %" PRIu64
+			 " ms: KV served",
+			 now - s->kv_out_since_ms);
+		s->kv_out_since_ms = 0;
+	}
+}
+
 int srv_kv_membership(struct memd_server *s)
 {
 	uint64_t joins, seq, had;
@@ -734,6 +765,7 @@ int srv_kv_membership(struct memd_server *s)
 	if (!s->donor || !s->kv)
 		return 0;
 	up = memd_donor_membership(s->donor, &joins, &seq);
+	kv_touch_changed(s, up);
 	if (joins != s->kv_joins_seen) {
 		bool first = !s->kv_joins_seen;
 

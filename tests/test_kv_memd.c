@@ -2124,6 +2124,57 @@ START_TEST(removed_tenant_spill_deleted)
 }
 END_TEST
 
+/* Whether md's log has a line holding needle. */
+static bool md_log_has(const char *needle)
+{
+	char path[256], line[4096];
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/memd.log", md.dir);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+/*
+ * A donor out of touch with its registry refuses KV ("try again"), and
+ * clients count those keys as misses: memd says when that begins (with
+ * the age of its last answered report) and when it ends. The pool's one
+ * memd (registry and donor, reports every 100 ms) is stopped for 700 ms:
+ * when it runs again its last REPORT_OK is older than 2.5 intervals
+ * until its next report is answered.
+ */
+START_TEST(out_of_touch_is_logged)
+{
+	struct pool_dirs p;
+	bool out = false, back = false;
+
+	pool_dirs_make(&p);
+	start_pool(&p, p.cluster, p.state);
+	ck_assert(!md_log_has("kv: out of touch with the registry"));
+	ck_assert_int_eq(kill(md.pid, SIGSTOP), 0);
+	sleep_ms(700);
+	ck_assert_int_eq(kill(md.pid, SIGCONT), 0);
+	for (int i = 0; i < 1000 && !(out && back); i++) {
+		out = md_log_has("kv: out of touch with the registry: its "
+				 "last answered report is ");
+		back = md_log_has("kv: in touch with the registry again "
+				  "after ");
+		sleep_ms(10);
+	}
+	ck_assert_msg(out && back,
+		      "out of touch logged %d, back %d (log in %s)", out, back,
+		      md.dir);
+	tu_memd_stop_ok(&md);
+	tu_sh("rm -rf %s", p.dir);
+}
+END_TEST
+
 /* ---- capacity planning end to end (docs/capacity.md) ------------- */
 
 /*
@@ -2490,7 +2541,8 @@ static Suite *kv_memd_suite(void)
 		     spill_not_served_to_new_tenant_under_old_id,
 		     removed_tenant_spill_deleted,
 		     quota_suggest_reaches_its_hit_ratio,
-		     put_retries_while_slabs_are_zeroed);
+		     put_retries_while_slabs_are_zeroed,
+		     out_of_touch_is_logged);
 	return s;
 }
 
