@@ -2127,18 +2127,10 @@ END_TEST
 /* Whether md's log has a line holding needle. */
 static bool md_log_has(const char *needle)
 {
-	char path[256], line[4096];
-	bool found = false;
-	FILE *f;
+	char path[256];
 
 	snprintf(path, sizeof(path), "%s/memd.log", md.dir);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
-	fclose(f);
-	return found;
+	return tu_file_has(path, needle);
 }
 
 /*

@@ -155,21 +155,13 @@ static size_t log_lines(const struct tu_memd *m)
 	return n;
 }
 
-/* Whether memd's log has a line holding needle. */
+/* Whether m's log has a line holding needle. */
 static bool log_has(const struct tu_memd *m, const char *needle)
 {
-	char path[256], line[4096];
-	bool found = false;
-	FILE *f;
+	char path[256];
 
 	snprintf(path, sizeof(path), "%s/memd.log", m->dir);
-	f = fopen(path, "r");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, needle) != NULL;
-	fclose(f);
-	return found;
+	return tu_file_has(path, needle);
 }
 
 /* A session with HELLO done on a raw socket from 127.0.0.<from> (rcvbuf
